@@ -1,0 +1,16 @@
+// swift-tools-version: 6.1
+//
+// libFuzzer targets for CourierWire's decoders. A package of its own, built with its own scratch path by
+// `scripts/fuzz`, because `-sanitize=fuzzer` instruments everything it builds and clashes with ordinary executables.
+
+import PackageDescription
+
+let package = Package(
+    name: "CourierFuzz",
+    dependencies: [.package(name: "courier", path: "..")],
+    targets: [
+        .executableTarget(name: "FuzzCompat", dependencies: [.product(name: "CourierWire", package: "courier")]),
+        .executableTarget(name: "FuzzNative", dependencies: [.product(name: "CourierWire", package: "courier")]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,53 @@
+import Foundation
+
+/// A small, fast, seedable random number generator (SplitMix64), so a randomized test can be replayed.
+public struct SeededRandom: RandomNumberGenerator, Sendable {
+    private var state: UInt64
+
+    /// Creates a generator from a seed.
+    public init(seed: UInt64) { self.state = seed }
+
+    public mutating func next() -> UInt64 {
+        self.state &+= 0x9E37_79B9_7F4A_7C15
+        var z = self.state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    /// A size from 0 to `maximum`, log-uniform: each power of two up to `maximum` is as likely as any other.
+    public mutating func logUniformSize(upTo maximum: Int) -> Int {
+        let exponent = Double.random(in: 0...log2(Double(maximum) + 1), using: &self)
+        return min(maximum, Int(pow(2, exponent)) - 1)
+    }
+
+    /// `count` random bytes, appended to `bytes`.
+    public mutating func appendBytes(_ count: Int, to bytes: inout [UInt8]) {
+        bytes.reserveCapacity(bytes.count + count)
+        var remaining = count
+        while remaining > 0 {
+            var word = self.next()
+            for _ in 0..<min(8, remaining) {
+                bytes.append(UInt8(truncatingIfNeeded: word))
+                word >>= 8
+            }
+            remaining -= min(8, remaining)
+        }
+    }
+}
+
+/// The seed of a randomized test: `COURIER_TEST_SEED` if set (to replay a failure), otherwise a fresh one.
+/// Either way it is printed, so any failing run can be replayed.
+public enum TestSeed {
+    /// Returns the seed for the test named `name`, printing it.
+    public static func make(for name: String) -> UInt64 {
+        let seed: UInt64
+        if let text = ProcessInfo.processInfo.environment["COURIER_TEST_SEED"], let value = UInt64(text) {
+            seed = value
+        } else {
+            seed = UInt64.random(in: 0...UInt64.max)
+        }
+        print("\(name): seed \(seed) (replay with COURIER_TEST_SEED=\(seed))")
+        return seed
+    }
+}

@@ -1,0 +1,202 @@
+import Foundation
+import NIOCore
+
+/// The state machine behind both compat decoders: headers, payloads, end markers and resynchronisation.
+///
+/// It never consumes a header until it can act on the whole of it, so a corrupt header is skipped from its own first
+/// byte. In collecting mode it waits until a whole packet is readable and hands out a slice of it (no copy).
+struct CompatDecoderCore: Sendable {
+    enum Mode {
+        case streaming
+        case collecting
+    }
+
+    enum Output {
+        case head(CompatHeader)
+        case body(ByteBuffer, isLast: Bool)
+        case frame(CompatFrame)
+        case skipped(CompatSkip)
+    }
+
+    private enum State {
+        /// Waiting for a header; the first `scanned` readable bytes hold no CRLF.
+        case header(scanned: Int)
+        /// A header is parsed but not consumed; `headerLength` counts its CRLF.
+        case parsed(CompatHeader, headerLength: Int)
+        /// Streaming a payload: `remaining` bytes to come; `packetBytes` of this packet consumed so far.
+        case payload(remaining: Int, packetBytes: Int)
+        /// Discarding bytes up to and including the next end marker.
+        case skipping(reason: CourierWireError, discarded: Int)
+        /// A fatal error was thrown; every later call throws it again.
+        case failed(CourierWireError)
+    }
+
+    private let mode: Mode
+    private let maxHeaderBytes: Int
+    private let payloadLimit: Int
+    private let marker: [UInt8]?
+    private var state: State = .header(scanned: 0)
+
+    init(mode: Mode, configuration: CompatFraming.Configuration) {
+        precondition(configuration.maxHeaderBytes > 0, "maxHeaderBytes must be positive")
+        precondition(configuration.maxPayloadBytes >= 0, "maxPayloadBytes must not be negative")
+        precondition(configuration.maxCollectedPayloadBytes >= 0, "maxCollectedPayloadBytes must not be negative")
+        precondition(configuration.endMarker.map { !$0.isEmpty } ?? true, "an end marker must have at least one byte")
+        self.mode = mode
+        self.maxHeaderBytes = configuration.maxHeaderBytes
+        self.marker = configuration.endMarker
+        switch mode {
+        case .streaming:
+            self.payloadLimit = configuration.maxPayloadBytes
+        case .collecting:
+            self.payloadLimit = min(configuration.maxPayloadBytes, configuration.maxCollectedPayloadBytes)
+        }
+    }
+
+    private var markerLength: Int { self.marker?.count ?? 0 }
+
+    /// Whether the payload-end check passes at `offset`: trivially without a marker.
+    private func markerFollows(in buffer: ByteBuffer, atOffset offset: Int) -> Bool {
+        guard let marker = self.marker else { return true }
+        return buffer.hasBytes(marker, atOffset: offset)
+    }
+
+    /// Handles corruption: without a marker it is fatal; with one, the decoder skips to the next marker.
+    private mutating func corrupt(_ error: CourierWireError, discarded: Int) throws(CourierWireError) {
+        guard self.marker != nil else {
+            self.state = .failed(error)
+            throw error
+        }
+        self.state = .skipping(reason: error, discarded: discarded)
+    }
+
+    mutating func decode(buffer: inout ByteBuffer) throws(CourierWireError) -> Output? {
+        while true {
+            switch self.state {
+            case .header(let scanned):
+                let readable = buffer.readableBytes
+                let searchEnd = min(readable, self.maxHeaderBytes + 2)
+                guard let lf = buffer.offsetOfCRLFTerminator(from: scanned, to: searchEnd) else {
+                    if readable >= self.maxHeaderBytes + 2 {
+                        try self.corrupt(
+                            CourierWireError(.headerTooLong, "no CRLF within \(self.maxHeaderBytes) header bytes"),
+                            discarded: 0
+                        )
+                        continue
+                    }
+                    self.state = .header(scanned: searchEnd)
+                    return nil
+                }
+                let header: CompatHeader
+                do {
+                    header = try CompatHeader.parse(buffer.withUnsafeReadableBytes { Data($0[..<(lf - 1)]) })
+                } catch {
+                    try self.corrupt(error, discarded: 0)
+                    continue
+                }
+                guard header.size <= self.payloadLimit else {
+                    try self.corrupt(
+                        CourierWireError(.sizeOverLimit, "size \(header.size) is over the limit of \(self.payloadLimit)"),
+                        discarded: 0
+                    )
+                    continue
+                }
+                self.state = .parsed(header, headerLength: lf + 1)
+
+            case .parsed(let header, let headerLength):
+                if self.mode == .streaming && header.size > 0 {
+                    buffer.moveReaderIndex(forwardBy: headerLength)
+                    self.state = .payload(remaining: header.size, packetBytes: headerLength)
+                    return .head(header)
+                }
+                // A whole packet at once: collecting mode, or a zero-size packet while streaming.
+                guard buffer.readableBytes >= headerLength + header.size + self.markerLength else { return nil }
+                buffer.moveReaderIndex(forwardBy: headerLength)
+                let payload = buffer.readSlice(length: header.size)!
+                guard self.markerFollows(in: buffer, atOffset: 0) else {
+                    try self.corrupt(
+                        CourierWireError(.endMarkerMissing, "the end marker does not follow the payload"),
+                        discarded: headerLength + header.size
+                    )
+                    continue
+                }
+                buffer.moveReaderIndex(forwardBy: self.markerLength)
+                self.state = .header(scanned: 0)
+                switch self.mode {
+                case .streaming: return .head(header)
+                case .collecting: return .frame(CompatFrame(header: header, payload: payload))
+                }
+
+            case .payload(let remaining, let packetBytes):
+                let readable = buffer.readableBytes
+                if readable >= remaining + self.markerLength {
+                    let chunk = buffer.readSlice(length: remaining)!
+                    guard self.markerFollows(in: buffer, atOffset: 0) else {
+                        try self.corrupt(
+                            CourierWireError(.endMarkerMissing, "the end marker does not follow the payload"),
+                            discarded: packetBytes + remaining
+                        )
+                        continue
+                    }
+                    buffer.moveReaderIndex(forwardBy: self.markerLength)
+                    self.state = .header(scanned: 0)
+                    return .body(chunk, isLast: true)
+                }
+                // The payload's last bytes wait until its end marker can be checked.
+                guard readable > 0 && readable < remaining else { return nil }
+                self.state = .payload(remaining: remaining - readable, packetBytes: packetBytes + readable)
+                return .body(buffer.readSlice(length: readable)!, isLast: false)
+
+            case .skipping(let reason, let discarded):
+                let marker = self.marker!
+                if let offset = buffer.offset(of: marker) {
+                    buffer.moveReaderIndex(forwardBy: offset + marker.count)
+                    self.state = .header(scanned: 0)
+                    return .skipped(CompatSkip(byteCount: discarded + offset + marker.count, reason: reason))
+                }
+                // Keep what could be the start of a marker split across reads.
+                let drop = max(0, buffer.readableBytes - (marker.count - 1))
+                buffer.moveReaderIndex(forwardBy: drop)
+                self.state = .skipping(reason: reason, discarded: discarded + drop)
+                return nil
+
+            case .failed(let error):
+                throw error
+            }
+        }
+    }
+
+    mutating func decodeLast(buffer: inout ByteBuffer, seenEOF: Bool) throws(CourierWireError) -> Output? {
+        if let output = try self.decode(buffer: &buffer) {
+            return output
+        }
+        let rest = buffer.readableBytes
+        let discarded: Int
+        switch self.state {
+        case .header where rest == 0:
+            return nil
+        case .header, .parsed:
+            discarded = rest
+        case .payload(_, let packetBytes):
+            discarded = packetBytes + rest
+        case .skipping(_, let alreadyDiscarded):
+            discarded = alreadyDiscarded + rest
+        case .failed(let error):
+            throw error
+        }
+        // The stream ended inside a packet. With a marker that packet is reported skipped, like any corrupt one.
+        let reason: CourierWireError
+        if case .skipping(let skipReason, _) = self.state {
+            reason = skipReason
+        } else {
+            reason = CourierWireError(.truncated, "the stream ended inside a packet")
+        }
+        buffer.moveReaderIndex(forwardBy: rest)
+        guard self.marker != nil else {
+            self.state = .failed(reason)
+            throw reason
+        }
+        self.state = .header(scanned: 0)
+        return .skipped(CompatSkip(byteCount: discarded, reason: reason))
+    }
+}

@@ -1,0 +1,109 @@
+public import NIOCore
+
+/// What the collecting compat decoder yields: a whole packet, or the news that a corrupt one was skipped.
+public enum CompatMessage: Hashable, Sendable {
+    /// A whole packet.
+    case frame(CompatFrame)
+    /// A corrupt packet was discarded (only with an end marker configured).
+    case skipped(CompatSkip)
+}
+
+/// Decodes the compat framing into whole packets, up to ``CompatFraming/Configuration/maxCollectedPayloadBytes``.
+///
+/// Use it where packets are small (texts, commands). A payload is a slice of the bytes received, not a copy. Install
+/// it with `ByteToMessageHandler(CompatFrameDecoder(), maximumBufferSize:)` or decode any
+/// `AsyncSequence<ByteBuffer>` with `.decode(using:)`.
+public struct CompatFrameDecoder: NIOSingleStepByteToMessageDecoder, Sendable {
+    public typealias InboundOut = CompatMessage
+
+    private var core: CompatDecoderCore
+
+    /// Creates a decoder.
+    /// - Parameter configuration: the limits and the optional end marker.
+    public init(configuration: CompatFraming.Configuration = .init()) {
+        self.core = CompatDecoderCore(mode: .collecting, configuration: configuration)
+    }
+
+    /// - Throws: ``CourierWireError`` on corruption when no end marker is configured.
+    public mutating func decode(buffer: inout ByteBuffer) throws -> CompatMessage? {
+        Self.message(try self.core.decode(buffer: &buffer))
+    }
+
+    /// - Throws: ``CourierWireError`` with ``CourierWireError/Code/truncated`` if the stream ends inside a packet.
+    public mutating func decodeLast(buffer: inout ByteBuffer, seenEOF: Bool) throws -> CompatMessage? {
+        Self.message(try self.core.decodeLast(buffer: &buffer, seenEOF: seenEOF))
+    }
+
+    private static func message(_ output: CompatDecoderCore.Output?) -> CompatMessage? {
+        switch output {
+        case .none: return nil
+        case .frame(let frame): return .frame(frame)
+        case .skipped(let skip): return .skipped(skip)
+        case .head, .body: preconditionFailure("a collecting decoder yields whole packets only")
+        }
+    }
+}
+
+/// A piece of a compat packet, as the streaming decoder hands it out.
+public enum CompatFramePart: Hashable, Sendable {
+    /// A packet begins. When `header.size` is 0 the packet is already complete; otherwise `.body` parts follow.
+    case head(CompatHeader)
+    /// The next payload bytes. `isLast` is true on the part that completes the payload, handed out only once the end
+    /// marker (if configured) has been checked.
+    case body(ByteBuffer, isLast: Bool)
+    /// A corrupt packet was discarded (only with an end marker configured). If it follows a `.head`, that packet is
+    /// abandoned: drop what was received of it.
+    case skipped(CompatSkip)
+}
+
+/// Decodes the compat framing as a stream of parts (head, body…), so a 2 GiB payload never sits in memory.
+///
+/// Body parts are slices of the bytes as they arrive; their boundaries depend on how TCP cut the stream.
+public struct CompatStreamingDecoder: NIOSingleStepByteToMessageDecoder, Sendable {
+    public typealias InboundOut = CompatFramePart
+
+    private var core: CompatDecoderCore
+
+    /// Creates a decoder.
+    /// - Parameter configuration: the limits and the optional end marker.
+    public init(configuration: CompatFraming.Configuration = .init()) {
+        self.core = CompatDecoderCore(mode: .streaming, configuration: configuration)
+    }
+
+    /// - Throws: ``CourierWireError`` on corruption when no end marker is configured.
+    public mutating func decode(buffer: inout ByteBuffer) throws -> CompatFramePart? {
+        Self.part(try self.core.decode(buffer: &buffer))
+    }
+
+    /// - Throws: ``CourierWireError`` with ``CourierWireError/Code/truncated`` if the stream ends inside a packet.
+    public mutating func decodeLast(buffer: inout ByteBuffer, seenEOF: Bool) throws -> CompatFramePart? {
+        Self.part(try self.core.decodeLast(buffer: &buffer, seenEOF: seenEOF))
+    }
+
+    private static func part(_ output: CompatDecoderCore.Output?) -> CompatFramePart? {
+        switch output {
+        case .none: return nil
+        case .head(let header): return .head(header)
+        case .body(let bytes, let isLast): return .body(bytes, isLast: isLast)
+        case .skipped(let skip): return .skipped(skip)
+        case .frame: preconditionFailure("a streaming decoder yields parts only")
+        }
+    }
+}
+
+/// Encodes whole compat packets: compact JSON header, CRLF, payload and the end marker if configured.
+public struct CompatFrameEncoder: MessageToByteEncoder, Sendable {
+    public typealias OutboundIn = CompatFrame
+
+    private let configuration: CompatFraming.Configuration
+
+    /// Creates an encoder.
+    /// - Parameter configuration: only ``CompatFraming/Configuration/endMarker`` matters when encoding.
+    public init(configuration: CompatFraming.Configuration = .init()) {
+        self.configuration = configuration
+    }
+
+    public func encode(data: CompatFrame, out: inout ByteBuffer) throws {
+        try CompatFraming.write(data, configuration: self.configuration, into: &out)
+    }
+}

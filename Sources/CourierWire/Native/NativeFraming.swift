@@ -1,0 +1,220 @@
+public import NIOCore
+
+/// The native framing spoken on Courier's main port: binary, length-prefixed and multiplexed.
+///
+/// Each side first sends the 10-byte preface (``magic`` and a 2-byte version), then frames of a 10-byte header —
+/// payload length (4 bytes), kind (1), flags (1), stream id (4), all big-endian — and the payload.
+/// `docs/PROTOCOL.md` describes it byte by byte.
+public enum NativeFraming {
+    /// Limits shared by the native decoder and encoder.
+    public struct Configuration: Sendable, Hashable {
+        /// The largest frame payload accepted or sent; a larger length is fatal, decided from the header alone.
+        /// Default 1 MiB: large payloads travel as many `mediaChunk` frames.
+        public var maxFramePayloadBytes: Int = 1 << 20
+        /// Whether the decoder expects the peer's preface before the first frame. Default `true`.
+        public var expectsPreface: Bool = true
+
+        /// The defaults: 1 MiB frames, preface expected.
+        public init() {}
+    }
+
+    /// The protocol version this build speaks, sent in the preface.
+    public static let version: UInt16 = 1
+
+    /// The first eight bytes either side sends: `89 43 52 57 0D 0A 1A 0A`. The high first byte tells it from text
+    /// protocols (HTTP, the compat format's `{`), the CR LF, SUB and LF catch a channel that rewrites line endings.
+    public static let magic: [UInt8] = [0x89, 0x43, 0x52, 0x57, 0x0D, 0x0A, 0x1A, 0x0A]
+
+    /// The length of the preface: the magic and a 2-byte version.
+    public static let prefaceLength = 10
+
+    /// The length of every frame header.
+    public static let frameHeaderLength = 10
+
+    /// Writes this side's preface: the magic and ``version``.
+    public static func writePreface(into buffer: inout ByteBuffer) {
+        buffer.writeBytes(Self.magic)
+        buffer.writeInteger(Self.version)
+    }
+
+    /// Writes one frame: its header, then its payload.
+    public static func write(_ frame: NativeFrame, into buffer: inout ByteBuffer) {
+        buffer.reserveCapacity(minimumWritableBytes: Self.frameHeaderLength + frame.payload.readableBytes)
+        buffer.writeMultipleIntegers(
+            UInt32(truncatingIfNeeded: frame.payload.readableBytes),
+            frame.kind.rawValue,
+            frame.flags.rawValue,
+            frame.streamID
+        )
+        var payload = frame.payload
+        buffer.writeBuffer(&payload)
+    }
+}
+
+/// Decodes the native framing: the peer's preface, then frames.
+///
+/// Every error is fatal for the connection: the receiver sends a `goaway` where it can and closes. A payload is a slice
+/// of the bytes received, not a copy.
+public struct NativeFrameDecoder: NIOSingleStepByteToMessageDecoder, Sendable {
+    public typealias InboundOut = NativeFrame
+
+    private enum State: Sendable {
+        /// Waiting for the preface; the first `checked` readable bytes already match the magic.
+        case preface(checked: Int)
+        case frames
+        case failed(CourierWireError)
+    }
+
+    private let maxFramePayloadBytes: Int
+    private var state: State
+
+    /// Creates a decoder.
+    /// - Parameter configuration: the frame size limit and whether a preface comes first.
+    public init(configuration: NativeFraming.Configuration = .init()) {
+        precondition(
+            configuration.maxFramePayloadBytes >= 0 && configuration.maxFramePayloadBytes <= Int(UInt32.max),
+            "maxFramePayloadBytes must fit the 4-byte length field"
+        )
+        self.maxFramePayloadBytes = configuration.maxFramePayloadBytes
+        self.state = configuration.expectsPreface ? .preface(checked: 0) : .frames
+    }
+
+    private mutating func fail(_ error: CourierWireError) throws -> Never {
+        self.state = .failed(error)
+        throw error
+    }
+
+    /// - Throws: ``CourierWireError`` with ``CourierWireError/Code/badPreface``,
+    ///   ``CourierWireError/Code/unsupportedVersion``, ``CourierWireError/Code/frameTooLarge`` or
+    ///   ``CourierWireError/Code/invalidFrame``.
+    public mutating func decode(buffer: inout ByteBuffer) throws -> NativeFrame? {
+        switch self.state {
+        case .frames:
+            break
+        case .preface(let checked):
+            guard try self.decodePreface(buffer: &buffer, checked: checked) else { return nil }
+        case .failed(let error):
+            throw error
+        }
+
+        let readerIndex = buffer.readerIndex
+        guard let (length, kindByte, flagsByte, streamID) = buffer.getMultipleIntegers(
+            at: readerIndex,
+            as: (UInt32, UInt8, UInt8, UInt32).self
+        ) else { return nil }
+        guard Int(length) <= self.maxFramePayloadBytes else {
+            try self.fail(
+                CourierWireError(
+                    .frameTooLarge,
+                    "a frame of \(length) payload bytes is over the limit of \(self.maxFramePayloadBytes)"
+                )
+            )
+        }
+        guard buffer.readableBytes >= NativeFraming.frameHeaderLength + Int(length) else { return nil }
+        let kind = NativeFrame.Kind(rawValue: kindByte)
+        if let problem = Self.controlFrameProblem(kind: kind, length: Int(length), streamID: streamID) {
+            try self.fail(CourierWireError(.invalidFrame, "\(kind) frame on stream \(streamID): \(problem)"))
+        }
+        buffer.moveReaderIndex(forwardBy: NativeFraming.frameHeaderLength)
+        let payload = buffer.readSlice(length: Int(length))!
+        return NativeFrame(
+            kind: kind,
+            flags: NativeFrame.Flags(rawValue: flagsByte),
+            streamID: streamID,
+            payload: payload
+        )
+    }
+
+    /// Checks the preface as far as it has arrived, so a stranger is refused on its first wrong byte.
+    /// Returns whether the whole preface has been read.
+    private mutating func decodePreface(buffer: inout ByteBuffer, checked: Int) throws -> Bool {
+        let magic = NativeFraming.magic
+        let available = min(buffer.readableBytes, magic.count)
+        for offset in checked..<max(checked, available) {
+            let byte = buffer.getInteger(at: buffer.readerIndex + offset, as: UInt8.self)!
+            guard byte == magic[offset] else {
+                try self.fail(
+                    CourierWireError(
+                        .badPreface,
+                        "byte \(offset) of the preface is 0x\(String(byte, radix: 16)), not 0x\(String(magic[offset], radix: 16)): "
+                            + "the peer does not speak Courier's native framing"
+                    )
+                )
+            }
+        }
+        guard buffer.readableBytes >= NativeFraming.prefaceLength else {
+            self.state = .preface(checked: available)
+            return false
+        }
+        let version = buffer.getInteger(at: buffer.readerIndex + magic.count, as: UInt16.self)!
+        guard version == NativeFraming.version else {
+            try self.fail(
+                CourierWireError(
+                    .unsupportedVersion,
+                    "the peer speaks version \(version); this side speaks \(NativeFraming.version)"
+                )
+            )
+        }
+        buffer.moveReaderIndex(forwardBy: NativeFraming.prefaceLength)
+        self.state = .frames
+        return true
+    }
+
+    /// What is wrong with a control frame's length or stream, or `nil` if nothing is.
+    private static func controlFrameProblem(kind: NativeFrame.Kind, length: Int, streamID: UInt32) -> String? {
+        switch kind {
+        case .ping, .pong:
+            if streamID != 0 { return "must be on stream 0" }
+            if length != 8 { return "payload must be 8 bytes, not \(length)" }
+        case .windowUpdate:
+            if length != 4 { return "payload must be 4 bytes, not \(length)" }
+        case .resetStream:
+            if streamID == 0 { return "must not be on stream 0" }
+            if length != 4 { return "payload must be 4 bytes, not \(length)" }
+        case .goaway:
+            if streamID != 0 { return "must be on stream 0" }
+            if length < 8 { return "payload must be at least 8 bytes, not \(length)" }
+        case .mediaChunk:
+            if streamID == 0 { return "must not be on stream 0" }
+        default:
+            break
+        }
+        return nil
+    }
+
+    /// - Throws: as ``decode(buffer:)``, and ``CourierWireError/Code/truncated`` if the stream ends inside the
+    ///   preface or a frame.
+    public mutating func decodeLast(buffer: inout ByteBuffer, seenEOF: Bool) throws -> NativeFrame? {
+        if let frame = try self.decode(buffer: &buffer) {
+            return frame
+        }
+        guard buffer.readableBytes > 0 else { return nil }
+        try self.fail(
+            CourierWireError(.truncated, "the stream ended inside a frame (\(buffer.readableBytes) bytes left over)")
+        )
+    }
+}
+
+/// Encodes native frames. It refuses a payload over the limit rather than send what the peer must reject.
+public struct NativeFrameEncoder: MessageToByteEncoder, Sendable {
+    public typealias OutboundIn = NativeFrame
+
+    private let maxFramePayloadBytes: Int
+
+    /// Creates an encoder.
+    /// - Parameter configuration: the frame size limit.
+    public init(configuration: NativeFraming.Configuration = .init()) {
+        self.maxFramePayloadBytes = configuration.maxFramePayloadBytes
+    }
+
+    /// - Throws: ``CourierWireError`` with ``CourierWireError/Code/frameTooLarge``.
+    public func encode(data: NativeFrame, out: inout ByteBuffer) throws {
+        guard data.payload.readableBytes <= self.maxFramePayloadBytes else {
+            throw CourierWireError(
+                .frameTooLarge,
+                "a payload of \(data.payload.readableBytes) bytes is over the limit of \(self.maxFramePayloadBytes)"
+            )
+        }
+        NativeFraming.write(data, into: &out)
+    }
+}

@@ -1,0 +1,16 @@
+import ArgumentParser
+
+@main
+struct Courier: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "courier",
+        abstract: "Courier: instant messaging and media delivery.",
+        version: CourierVersion.current,
+        subcommands: [Serve.self]
+    )
+}
+
+enum CourierVersion {
+    /// The version `courier --version` prints.
+    static let current = "0.1.0-dev"
+}
