@@ -39,7 +39,10 @@ struct CompatDecoderCore: Sendable {
 
     init(mode: Mode, configuration: CompatFraming.Configuration) {
         precondition(configuration.maxHeaderBytes > 0, "maxHeaderBytes must be positive")
-        precondition(configuration.maxPayloadBytes >= 0, "maxPayloadBytes must not be negative")
+        precondition(
+            configuration.maxPayloadBytes >= 0 && configuration.maxPayloadBytes <= 1 << 62,
+            "maxPayloadBytes must be from 0 to 2^62"
+        )
         precondition(configuration.maxCollectedPayloadBytes >= 0, "maxCollectedPayloadBytes must not be negative")
         precondition(configuration.endMarker.map { !$0.isEmpty } ?? true, "an end marker must have at least one byte")
         self.mode = mode
@@ -89,7 +92,9 @@ struct CompatDecoderCore: Sendable {
                 }
                 let header: CompatHeader
                 do {
-                    header = try CompatHeader.parse(buffer.withUnsafeReadableBytes { Data($0[..<(lf - 1)]) })
+                    header = try buffer.withUnsafeReadableBytes { bytes throws(CourierWireError) in
+                        try CompatHeader.parse(UnsafeRawBufferPointer(rebasing: bytes[..<(lf - 1)]))
+                    }
                 } catch {
                     try self.corrupt(error, discarded: 0)
                     continue

@@ -42,6 +42,24 @@ public struct CompatFrameDecoder: NIOSingleStepByteToMessageDecoder, Sendable {
         case .head, .body: preconditionFailure("a collecting decoder yields whole packets only")
         }
     }
+
+    // Concrete versions of NIOSingleStepByteToMessageDecoder's defaults: the generic ones in NIOCore wrap each frame
+    // in NIOAny without specialization, which cost more than the decoding itself (see docs/BENCHMARKS.md).
+    public mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+        guard let message = try self.decode(buffer: &buffer) else { return .needMoreData }
+        context.fireChannelRead(NIOAny(message))
+        return .continue
+    }
+
+    public mutating func decodeLast(
+        context: ChannelHandlerContext,
+        buffer: inout ByteBuffer,
+        seenEOF: Bool
+    ) throws -> DecodingState {
+        guard let message = try self.decodeLast(buffer: &buffer, seenEOF: seenEOF) else { return .needMoreData }
+        context.fireChannelRead(NIOAny(message))
+        return .continue
+    }
 }
 
 /// A piece of a compat packet, as the streaming decoder hands it out.
@@ -88,6 +106,24 @@ public struct CompatStreamingDecoder: NIOSingleStepByteToMessageDecoder, Sendabl
         case .skipped(let skip): return .skipped(skip)
         case .frame: preconditionFailure("a streaming decoder yields parts only")
         }
+    }
+
+    // Concrete versions of NIOSingleStepByteToMessageDecoder's defaults: the generic ones in NIOCore wrap each frame
+    // in NIOAny without specialization, which cost more than the decoding itself (see docs/BENCHMARKS.md).
+    public mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+        guard let message = try self.decode(buffer: &buffer) else { return .needMoreData }
+        context.fireChannelRead(NIOAny(message))
+        return .continue
+    }
+
+    public mutating func decodeLast(
+        context: ChannelHandlerContext,
+        buffer: inout ByteBuffer,
+        seenEOF: Bool
+    ) throws -> DecodingState {
+        guard let message = try self.decodeLast(buffer: &buffer, seenEOF: seenEOF) else { return .needMoreData }
+        context.fireChannelRead(NIOAny(message))
+        return .continue
     }
 }
 

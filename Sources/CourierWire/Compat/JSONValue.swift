@@ -1,3 +1,5 @@
+import Foundation
+
 /// A JSON value, as kept for the header keys that the compat framing does not interpret itself.
 public enum JSONValue: Hashable, Sendable {
     case null
@@ -10,26 +12,51 @@ public enum JSONValue: Hashable, Sendable {
     case object([String: JSONValue])
 }
 
-extension JSONValue: Codable {
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        if container.decodeNil() {
-            self = .null
-        } else if let value = try? container.decode(Bool.self) {
-            self = .bool(value)
-        } else if let value = try? container.decode(Int64.self) {
-            self = .integer(value)
-        } else if let value = try? container.decode(Double.self) {
-            self = .double(value)
-        } else if let value = try? container.decode(String.self) {
-            self = .string(value)
-        } else if let value = try? container.decode([JSONValue].self) {
-            self = .array(value)
-        } else {
-            self = .object(try container.decode([String: JSONValue].self))
+extension JSONValue {
+    /// The kind of number Foundation's JSON parser made of a JSON number.
+    enum NumberKind {
+        case bool
+        case integer(Int64)
+        case double
+    }
+
+    /// Classifies an `NSNumber` from `JSONSerialization`: booleans are `c`, fractions, exponents and integers too
+    /// large for 64 bits are `d` (or an `NSDecimalNumber`), everything else is an integer.
+    static func numberKind(_ number: NSNumber) -> NumberKind {
+        switch UInt8(bitPattern: number.objCType.pointee) {
+        case UInt8(ascii: "c"), UInt8(ascii: "B"):
+            return .bool
+        case UInt8(ascii: "d"), UInt8(ascii: "f"):
+            return .double
+        case UInt8(ascii: "Q"), UInt8(ascii: "L"), UInt8(ascii: "I"):
+            return number.uint64Value > UInt64(Int64.max) ? .double : .integer(number.int64Value)
+        default:
+            return .integer(number.int64Value)
         }
     }
 
+    /// Converts what `JSONSerialization` returns.
+    init(foundation value: Any) {
+        switch value {
+        case let string as String:
+            self = .string(string)
+        case let number as NSNumber:
+            switch Self.numberKind(number) {
+            case .bool: self = .bool(number.boolValue)
+            case .integer(let integer): self = .integer(integer)
+            case .double: self = .double(number.doubleValue)
+            }
+        case let array as [Any]:
+            self = .array(array.map(JSONValue.init(foundation:)))
+        case let object as [String: Any]:
+            self = .object(object.mapValues(JSONValue.init(foundation:)))
+        default:
+            self = .null
+        }
+    }
+}
+
+extension JSONValue: Encodable {
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.singleValueContainer()
         switch self {

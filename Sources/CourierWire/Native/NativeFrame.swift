@@ -2,22 +2,67 @@ public import NIOCore
 
 /// One frame of the native framing: a kind, flags, a stream id and a payload of at most
 /// ``NativeFraming/Configuration/maxFramePayloadBytes``.
+///
+/// A frame keeps its bytes as they travel: the 10-byte header followed by the payload, in one `ByteBuffer`. A decoded
+/// frame is so a single slice of the bytes received, small enough to pass through a channel pipeline without a heap
+/// allocation, and encoding one is a single copy.
 public struct NativeFrame: Hashable, Sendable {
-    /// What the frame carries.
-    public var kind: Kind
-    /// Per-frame flags; ``Flags/endStream`` marks the last frame of a stream.
-    public var flags: Flags
-    /// The stream the frame belongs to. Stream 0 is the connection itself; a client opens odd ids, a server even.
-    public var streamID: UInt32
-    /// The payload bytes.
-    public var payload: ByteBuffer
+    /// The header and the payload, as on the wire.
+    private var wire: ByteBuffer
 
-    /// Creates a frame.
+    /// Wraps bytes that hold exactly one frame, header first, whose length field the caller has checked.
+    init(wire: ByteBuffer) {
+        self.wire = wire
+    }
+
+    /// Creates a frame, copying the payload after a new header.
     public init(kind: Kind, flags: Flags = [], streamID: UInt32 = 0, payload: ByteBuffer = ByteBuffer()) {
-        self.kind = kind
-        self.flags = flags
-        self.streamID = streamID
-        self.payload = payload
+        var wire = ByteBuffer()
+        wire.reserveCapacity(NativeFraming.frameHeaderLength + payload.readableBytes)
+        wire.writeMultipleIntegers(UInt32(truncatingIfNeeded: payload.readableBytes), kind.rawValue, flags.rawValue, streamID)
+        wire.writeImmutableBuffer(payload)
+        self.wire = wire
+    }
+
+    /// What the frame carries.
+    public var kind: Kind {
+        get { Kind(rawValue: self.wire.getInteger(at: self.wire.readerIndex + 4)!) }
+        set { self.wire.setInteger(newValue.rawValue, at: self.wire.readerIndex + 4) }
+    }
+
+    /// Per-frame flags; ``Flags/endStream`` marks the last frame of a stream.
+    public var flags: Flags {
+        get { Flags(rawValue: self.wire.getInteger(at: self.wire.readerIndex + 5)!) }
+        set { self.wire.setInteger(newValue.rawValue, at: self.wire.readerIndex + 5) }
+    }
+
+    /// The stream the frame belongs to. Stream 0 is the connection itself; a client opens odd ids, a server even.
+    public var streamID: UInt32 {
+        get { self.wire.getInteger(at: self.wire.readerIndex + 6)! }
+        set { self.wire.setInteger(newValue, at: self.wire.readerIndex + 6) }
+    }
+
+    /// The payload bytes (a slice of the frame's bytes; setting it copies the new payload).
+    public var payload: ByteBuffer {
+        get {
+            self.wire.getSlice(
+                at: self.wire.readerIndex + NativeFraming.frameHeaderLength,
+                length: self.wire.readableBytes - NativeFraming.frameHeaderLength
+            )!
+        }
+        set { self = NativeFrame(kind: self.kind, flags: self.flags, streamID: self.streamID, payload: newValue) }
+    }
+
+    /// The payload's length in bytes.
+    public var payloadLength: Int { self.wire.readableBytes - NativeFraming.frameHeaderLength }
+
+    /// The frame as it goes on the wire: header, then payload.
+    public var bytes: ByteBuffer { self.wire }
+}
+
+extension NativeFrame: CustomStringConvertible {
+    public var description: String {
+        "NativeFrame(\(self.kind), flags: \(self.flags.rawValue), stream: \(self.streamID), \(self.payloadLength) payload bytes)"
     }
 }
 

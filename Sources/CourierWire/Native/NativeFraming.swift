@@ -39,15 +39,7 @@ public enum NativeFraming {
 
     /// Writes one frame: its header, then its payload.
     public static func write(_ frame: NativeFrame, into buffer: inout ByteBuffer) {
-        buffer.reserveCapacity(minimumWritableBytes: Self.frameHeaderLength + frame.payload.readableBytes)
-        buffer.writeMultipleIntegers(
-            UInt32(truncatingIfNeeded: frame.payload.readableBytes),
-            frame.kind.rawValue,
-            frame.flags.rawValue,
-            frame.streamID
-        )
-        var payload = frame.payload
-        buffer.writeBuffer(&payload)
+        buffer.writeImmutableBuffer(frame.bytes)
     }
 }
 
@@ -59,14 +51,18 @@ public struct NativeFrameDecoder: NIOSingleStepByteToMessageDecoder, Sendable {
     public typealias InboundOut = NativeFrame
 
     private enum State: Sendable {
-        /// Waiting for the preface; the first `checked` readable bytes already match the magic.
-        case preface(checked: Int)
+        /// Waiting for the preface; the first ``prefaceChecked`` readable bytes already match the magic.
+        case preface
         case frames
-        case failed(CourierWireError)
+        /// An error was thrown (``failure``); every later call throws it again.
+        case failed
     }
 
     private let maxFramePayloadBytes: Int
+    // Plain fields rather than an enum with payloads keep the per-frame path free of copies.
     private var state: State
+    private var prefaceChecked = 0
+    private var failure: CourierWireError?
 
     /// Creates a decoder.
     /// - Parameter configuration: the frame size limit and whether a preface comes first.
@@ -76,11 +72,12 @@ public struct NativeFrameDecoder: NIOSingleStepByteToMessageDecoder, Sendable {
             "maxFramePayloadBytes must fit the 4-byte length field"
         )
         self.maxFramePayloadBytes = configuration.maxFramePayloadBytes
-        self.state = configuration.expectsPreface ? .preface(checked: 0) : .frames
+        self.state = configuration.expectsPreface ? .preface : .frames
     }
 
     private mutating func fail(_ error: CourierWireError) throws -> Never {
-        self.state = .failed(error)
+        self.state = .failed
+        self.failure = error
         throw error
     }
 
@@ -91,14 +88,14 @@ public struct NativeFrameDecoder: NIOSingleStepByteToMessageDecoder, Sendable {
         switch self.state {
         case .frames:
             break
-        case .preface(let checked):
-            guard try self.decodePreface(buffer: &buffer, checked: checked) else { return nil }
-        case .failed(let error):
-            throw error
+        case .preface:
+            guard try self.decodePreface(buffer: &buffer) else { return nil }
+        case .failed:
+            throw self.failure!
         }
 
         let readerIndex = buffer.readerIndex
-        guard let (length, kindByte, flagsByte, streamID) = buffer.getMultipleIntegers(
+        guard let (length, kindByte, _, streamID) = buffer.getMultipleIntegers(
             at: readerIndex,
             as: (UInt32, UInt8, UInt8, UInt32).self
         ) else { return nil }
@@ -111,24 +108,21 @@ public struct NativeFrameDecoder: NIOSingleStepByteToMessageDecoder, Sendable {
             )
         }
         guard buffer.readableBytes >= NativeFraming.frameHeaderLength + Int(length) else { return nil }
-        let kind = NativeFrame.Kind(rawValue: kindByte)
-        if let problem = Self.controlFrameProblem(kind: kind, length: Int(length), streamID: streamID) {
-            try self.fail(CourierWireError(.invalidFrame, "\(kind) frame on stream \(streamID): \(problem)"))
+        // Only the control kinds (and media chunks) have rules to check; messages and extensions have none.
+        if kindByte >= NativeFrame.Kind.mediaChunk.rawValue && kindByte <= NativeFrame.Kind.goaway.rawValue {
+            let kind = NativeFrame.Kind(rawValue: kindByte)
+            if let problem = Self.controlFrameProblem(kind: kind, length: Int(length), streamID: streamID) {
+                try self.fail(CourierWireError(.invalidFrame, "\(kind) frame on stream \(streamID): \(problem)"))
+            }
         }
-        buffer.moveReaderIndex(forwardBy: NativeFraming.frameHeaderLength)
-        let payload = buffer.readSlice(length: Int(length))!
-        return NativeFrame(
-            kind: kind,
-            flags: NativeFrame.Flags(rawValue: flagsByte),
-            streamID: streamID,
-            payload: payload
-        )
+        return NativeFrame(wire: buffer.readSlice(length: NativeFraming.frameHeaderLength + Int(length))!)
     }
 
     /// Checks the preface as far as it has arrived, so a stranger is refused on its first wrong byte.
     /// Returns whether the whole preface has been read.
-    private mutating func decodePreface(buffer: inout ByteBuffer, checked: Int) throws -> Bool {
+    private mutating func decodePreface(buffer: inout ByteBuffer) throws -> Bool {
         let magic = NativeFraming.magic
+        let checked = self.prefaceChecked
         let available = min(buffer.readableBytes, magic.count)
         for offset in checked..<max(checked, available) {
             let byte = buffer.getInteger(at: buffer.readerIndex + offset, as: UInt8.self)!
@@ -143,7 +137,7 @@ public struct NativeFrameDecoder: NIOSingleStepByteToMessageDecoder, Sendable {
             }
         }
         guard buffer.readableBytes >= NativeFraming.prefaceLength else {
-            self.state = .preface(checked: available)
+            self.prefaceChecked = available
             return false
         }
         let version = buffer.getInteger(at: buffer.readerIndex + magic.count, as: UInt16.self)!
@@ -193,6 +187,24 @@ public struct NativeFrameDecoder: NIOSingleStepByteToMessageDecoder, Sendable {
             CourierWireError(.truncated, "the stream ended inside a frame (\(buffer.readableBytes) bytes left over)")
         )
     }
+
+    // Concrete versions of NIOSingleStepByteToMessageDecoder's defaults: the generic ones in NIOCore wrap each frame
+    // in NIOAny without specialization, which cost more than the decoding itself (see docs/BENCHMARKS.md).
+    public mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+        guard let message = try self.decode(buffer: &buffer) else { return .needMoreData }
+        context.fireChannelRead(NIOAny(message))
+        return .continue
+    }
+
+    public mutating func decodeLast(
+        context: ChannelHandlerContext,
+        buffer: inout ByteBuffer,
+        seenEOF: Bool
+    ) throws -> DecodingState {
+        guard let message = try self.decodeLast(buffer: &buffer, seenEOF: seenEOF) else { return .needMoreData }
+        context.fireChannelRead(NIOAny(message))
+        return .continue
+    }
 }
 
 /// Encodes native frames. It refuses a payload over the limit rather than send what the peer must reject.
@@ -209,10 +221,10 @@ public struct NativeFrameEncoder: MessageToByteEncoder, Sendable {
 
     /// - Throws: ``CourierWireError`` with ``CourierWireError/Code/frameTooLarge``.
     public func encode(data: NativeFrame, out: inout ByteBuffer) throws {
-        guard data.payload.readableBytes <= self.maxFramePayloadBytes else {
+        guard data.payloadLength <= self.maxFramePayloadBytes else {
             throw CourierWireError(
                 .frameTooLarge,
-                "a payload of \(data.payload.readableBytes) bytes is over the limit of \(self.maxFramePayloadBytes)"
+                "a payload of \(data.payloadLength) bytes is over the limit of \(self.maxFramePayloadBytes)"
             )
         }
         NativeFraming.write(data, into: &out)
