@@ -10,7 +10,11 @@ let package = Package(
     platforms: [.macOS(.v15)],
     dependencies: [
         .package(name: "courier", path: ".."),
-        .package(url: "https://github.com/ordo-one/package-benchmark.git", from: "1.38.1", traits: ["MallocInterposer"]),
+        .package(
+            url: "https://github.com/ordo-one/package-benchmark.git",
+            from: "1.38.1",
+            traits: ["MallocInterposer"]
+        ),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
     ],

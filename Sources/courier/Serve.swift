@@ -1,5 +1,5 @@
-import Foundation
 import ArgumentParser
+import Foundation
 
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

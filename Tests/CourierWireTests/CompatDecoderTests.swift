@@ -42,14 +42,23 @@ struct CompatDecoderTests {
             fields: ["mime": .string("image/png"), "n": .array([.integer(1), .null, .bool(true)])]
         )
         let pairs: [(ByteBuffer, [CompatMessage])] = [
-            (try compatBytes([CompatFrame(type: "txt", payload: buffer("hello"))]),
-             [.frame(CompatFrame(type: "txt", payload: buffer("hello")))]),
-            (try compatBytes([CompatFrame(type: "txt", payload: ByteBuffer())]),
-             [.frame(CompatFrame(type: "txt", payload: ByteBuffer()))]),
+            (
+                try compatBytes([CompatFrame(type: "txt", payload: buffer("hello"))]),
+                [.frame(CompatFrame(type: "txt", payload: buffer("hello")))]
+            ),
+            (
+                try compatBytes([CompatFrame(type: "txt", payload: ByteBuffer())]),
+                [.frame(CompatFrame(type: "txt", payload: ByteBuffer()))]
+            ),
             (pretty, [.frame(CompatFrame(type: "txt", payload: buffer("a\r\nb")))]),
             (try compatBytes([extra]), [.frame(extra)]),
-            (buffer("{\"type\":\"txt\",\"size\":\"3\"}\r\nabc{\"size\":0,\"type\":\"x\"}\r\n"),
-             [.frame(CompatFrame(type: "txt", payload: buffer("abc"))), .frame(CompatFrame(type: "x", payload: ByteBuffer()))]),
+            (
+                buffer("{\"type\":\"txt\",\"size\":\"3\"}\r\nabc{\"size\":0,\"type\":\"x\"}\r\n"),
+                [
+                    .frame(CompatFrame(type: "txt", payload: buffer("abc"))),
+                    .frame(CompatFrame(type: "x", payload: ByteBuffer())),
+                ]
+            ),
         ]
         try ByteToMessageDecoderVerifier.verifyDecoder(inputOutputPairs: pairs) { CompatFrameDecoder() }
     }
@@ -62,7 +71,17 @@ struct CompatDecoderTests {
         let good = CompatFrame(type: "txt", payload: buffer("ok"))
         let pairs: [(ByteBuffer, [CompatMessage])] = [
             (try compatBytes([good], marker: marker), [.frame(good)]),
-            (corrupt, [.skipped(CompatSkip(byteCount: 12 + marker.count, reason: CourierWireError(.headerNotJSON, "the header is not valid UTF-8 JSON")))]),
+            (
+                corrupt,
+                [
+                    .skipped(
+                        CompatSkip(
+                            byteCount: 12 + marker.count,
+                            reason: CourierWireError(.headerNotJSON, "the header is not valid UTF-8 JSON")
+                        )
+                    )
+                ]
+            ),
         ]
         try ByteToMessageDecoderVerifier.verifyDecoder(inputOutputPairs: pairs) {
             CompatFrameDecoder(configuration: .init(endMarker: marker))
@@ -102,7 +121,9 @@ struct CompatDecoderTests {
 
     @Test("Headers keep every key; size may be an integer or a string of digits")
     func headerFields() throws {
-        let wire = buffer(#"{"type":"img","size":"0003","mime":"image/png","w":640,"r":1.5,"ok":true,"x":null}"# + "\r\nabc")
+        let wire = buffer(
+            #"{"type":"img","size":"0003","mime":"image/png","w":640,"r":1.5,"ok":true,"x":null}"# + "\r\nabc"
+        )
         let outcome = DecoderDriver.decode(CompatFrameDecoder(), chunks: [wire])
         #expect(outcome.error == nil)
         guard case .frame(let frame) = outcome.outputs.first else {
@@ -111,9 +132,11 @@ struct CompatDecoderTests {
         }
         #expect(frame.header.type == "img")
         #expect(frame.header.size == 3)
-        #expect(frame.header.fields == [
-            "mime": .string("image/png"), "w": .integer(640), "r": .double(1.5), "ok": .bool(true), "x": .null,
-        ])
+        #expect(
+            frame.header.fields == [
+                "mime": .string("image/png"), "w": .integer(640), "r": .double(1.5), "ok": .bool(true), "x": .null,
+            ]
+        )
     }
 
     @Test("The encoder writes compact JSON with no CR or LF before the header's CRLF, and decodes back")
@@ -167,7 +190,11 @@ struct CompatDecoderTests {
                 let outcome = DecoderDriver.decode(decoder, chunks: [buffer(header + "\r\n")], finish: false)
                 #expect((outcome.error as? CourierWireError)?.code == .sizeOverLimit)
             }
-            let outcome = DecoderDriver.decode(CompatStreamingDecoder(), chunks: [buffer(header + "\r\n")], finish: false)
+            let outcome = DecoderDriver.decode(
+                CompatStreamingDecoder(),
+                chunks: [buffer(header + "\r\n")],
+                finish: false
+            )
             #expect((outcome.error as? CourierWireError)?.code == .sizeOverLimit)
         }
     }
@@ -177,13 +204,23 @@ struct CompatDecoderTests {
         var configuration = CompatFraming.Configuration()
         configuration.maxHeaderBytes = 64
         let base = #"{"type":"t","size":0,"pad":""}"#
-        let exact = base.replacingOccurrences(of: #""pad":"""#, with: #""pad":"\#(String(repeating: "x", count: 64 - base.utf8.count))""#)
+        let exact = base.replacingOccurrences(
+            of: #""pad":"""#,
+            with: #""pad":"\#(String(repeating: "x", count: 64 - base.utf8.count))""#
+        )
         #expect(exact.utf8.count == 64)
-        let ok = DecoderDriver.decode(CompatFrameDecoder(configuration: configuration), chunks: DecoderDriver.bytewise(buffer(exact + "\r\n")))
+        let ok = DecoderDriver.decode(
+            CompatFrameDecoder(configuration: configuration),
+            chunks: DecoderDriver.bytewise(buffer(exact + "\r\n"))
+        )
         #expect(ok.error == nil)
         #expect(ok.outputs.count == 1)
         let long = exact.replacingOccurrences(of: "\"pad\":\"", with: "\"pad\":\"y")
-        let refused = DecoderDriver.decode(CompatFrameDecoder(configuration: configuration), chunks: DecoderDriver.bytewise(buffer(long + "\r\n")), finish: false)
+        let refused = DecoderDriver.decode(
+            CompatFrameDecoder(configuration: configuration),
+            chunks: DecoderDriver.bytewise(buffer(long + "\r\n")),
+            finish: false
+        )
         #expect((refused.error as? CourierWireError)?.code == .headerTooLong)
     }
 }

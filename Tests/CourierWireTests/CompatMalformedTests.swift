@@ -40,10 +40,18 @@ struct MalformedCase: CustomTestStringConvertible, Sendable {
         MalformedCase("size empty string", #"{"type":"txt","size":""}"# + "\r\n", .sizeInvalid),
         MalformedCase("size string with a sign", #"{"type":"txt","size":"+1"}"# + "\r\nx", .sizeInvalid),
         MalformedCase("size over 64 bits", #"{"type":"txt","size":100000000000000000000}"# + "\r\n", .sizeInvalid),
-        MalformedCase("size string over 64 bits", #"{"type":"txt","size":"99999999999999999999"}"# + "\r\n", .sizeInvalid),
+        MalformedCase(
+            "size string over 64 bits",
+            #"{"type":"txt","size":"99999999999999999999"}"# + "\r\n",
+            .sizeInvalid
+        ),
         MalformedCase("size 2^62", #"{"type":"img","size":4611686018427387904}"# + "\r\n", .sizeOverLimit),
         MalformedCase("size just over 2 GiB", #"{"type":"img","size":2147483649}"# + "\r\n", .sizeOverLimit),
-        MalformedCase("header over 16 KiB", #"{"type":""# + String(repeating: "a", count: 16 * 1024) + "\"}\r\n", .headerTooLong),
+        MalformedCase(
+            "header over 16 KiB",
+            #"{"type":""# + String(repeating: "a", count: 16 * 1024) + "\"}\r\n",
+            .headerTooLong
+        ),
     ]
 }
 
@@ -52,8 +60,10 @@ struct CompatMalformedTests {
     static let good1 = CompatFrame(type: "txt", payload: ByteBuffer(string: "before"))
     static let good2 = CompatFrame(type: "txt", payload: ByteBuffer(string: "after"))
 
-    @Test("Without an end marker, corruption is fatal with its code, and earlier packets are still delivered",
-          arguments: MalformedCase.all)
+    @Test(
+        "Without an end marker, corruption is fatal with its code, and earlier packets are still delivered",
+        arguments: MalformedCase.all
+    )
     func fatalWithoutMarker(_ malformed: MalformedCase) throws {
         var wire = try compatBytes([Self.good1])
         wire.writeBytes(malformed.bytes)
@@ -69,8 +79,10 @@ struct CompatMalformedTests {
         }
     }
 
-    @Test("With an end marker, a corrupt packet is skipped to the next marker and decoding resumes",
-          arguments: MalformedCase.all)
+    @Test(
+        "With an end marker, a corrupt packet is skipped to the next marker and decoding resumes",
+        arguments: MalformedCase.all
+    )
     func resyncWithMarker(_ malformed: MalformedCase) throws {
         let marker = testMarker
         var wire = try compatBytes([Self.good1], marker: marker)
@@ -80,7 +92,10 @@ struct CompatMalformedTests {
         wire.writeBuffer(&after)
         let skipped = malformed.bytes.count + marker.count
         for cut in [[wire], DecoderDriver.bytewise(wire)] {
-            let collected = DecoderDriver.decode(CompatFrameDecoder(configuration: .init(endMarker: marker)), chunks: cut)
+            let collected = DecoderDriver.decode(
+                CompatFrameDecoder(configuration: .init(endMarker: marker)),
+                chunks: cut
+            )
             #expect(collected.error == nil)
             try #require(collected.outputs.count == 3)
             #expect(collected.outputs.first == .frame(Self.good1))
@@ -91,13 +106,18 @@ struct CompatMalformedTests {
             } else {
                 Issue.record("expected a skip, got \(collected.outputs[1])")
             }
-            let streamed = DecoderDriver.decode(CompatStreamingDecoder(configuration: .init(endMarker: marker)), chunks: cut)
+            let streamed = DecoderDriver.decode(
+                CompatStreamingDecoder(configuration: .init(endMarker: marker)),
+                chunks: cut
+            )
             #expect(streamed.error == nil)
             #expect(try reassemble(streamed.outputs) == [Self.good1, Self.good2])
-            #expect(streamed.outputs.contains { part in
-                guard case .skipped(let skip) = part else { return false }
-                return skip.byteCount == skipped && skip.reason.code == malformed.code
-            })
+            #expect(
+                streamed.outputs.contains { part in
+                    guard case .skipped(let skip) = part else { return false }
+                    return skip.byteCount == skipped && skip.reason.code == malformed.code
+                }
+            )
         }
     }
 
@@ -111,17 +131,34 @@ struct CompatMalformedTests {
         wire.writeBytes(marker)
         var after = try compatBytes([Self.good2], marker: marker)
         wire.writeBuffer(&after)
-        let collected = DecoderDriver.decode(CompatFrameDecoder(configuration: .init(endMarker: marker)), chunks: [wire])
-        #expect(collected.outputs == [
-            .frame(Self.good1),
-            .skipped(CompatSkip(byteCount: bad.utf8.count + marker.count, reason: CourierWireError(.endMarkerMissing, "the end marker does not follow the payload"))),
-            .frame(Self.good2),
-        ])
+        let collected = DecoderDriver.decode(
+            CompatFrameDecoder(configuration: .init(endMarker: marker)),
+            chunks: [wire]
+        )
+        #expect(
+            collected.outputs == [
+                .frame(Self.good1),
+                .skipped(
+                    CompatSkip(
+                        byteCount: bad.utf8.count + marker.count,
+                        reason: CourierWireError(.endMarkerMissing, "the end marker does not follow the payload")
+                    )
+                ),
+                .frame(Self.good2),
+            ]
+        )
         // The streaming decoder has already handed out the head: the skip abandons that packet.
-        let streamed = DecoderDriver.decode(CompatStreamingDecoder(configuration: .init(endMarker: marker)), chunks: DecoderDriver.bytewise(wire))
+        let streamed = DecoderDriver.decode(
+            CompatStreamingDecoder(configuration: .init(endMarker: marker)),
+            chunks: DecoderDriver.bytewise(wire)
+        )
         #expect(streamed.error == nil)
         #expect(try reassemble(streamed.outputs) == [Self.good1, Self.good2])
-        #expect(streamed.outputs.contains { if case .skipped(let s) = $0 { s.reason.code == .endMarkerMissing } else { false } })
+        #expect(
+            streamed.outputs.contains {
+                if case .skipped(let s) = $0 { s.reason.code == .endMarkerMissing } else { false }
+            }
+        )
     }
 
     @Test("Garbage between packets is skipped with the marker; a stream that ends inside a packet reports a skip")
@@ -132,7 +169,10 @@ struct CompatMalformedTests {
         var good = try compatBytes([Self.good1], marker: marker)
         wire.writeBuffer(&good)
         wire.writeString("trailing junk without a marker")
-        let outcome = DecoderDriver.decode(CompatFrameDecoder(configuration: .init(endMarker: marker)), chunks: DecoderDriver.bytewise(wire))
+        let outcome = DecoderDriver.decode(
+            CompatFrameDecoder(configuration: .init(endMarker: marker)),
+            chunks: DecoderDriver.bytewise(wire)
+        )
         #expect(outcome.error == nil)
         try #require(outcome.outputs.count == 3)
         #expect(skipReason(outcome.outputs[0])?.code == .headerNotJSON)
@@ -145,11 +185,14 @@ struct CompatMalformedTests {
         }
     }
 
-    @Test("A stream that ends inside a packet is truncated", arguments: [
-        #"{"type":"txt","size":5}"# + "\r\nab",
-        #"{"type":"txt","si"#,
-        #"{"type":"txt","size":0}"#,
-    ])
+    @Test(
+        "A stream that ends inside a packet is truncated",
+        arguments: [
+            #"{"type":"txt","size":5}"# + "\r\nab",
+            #"{"type":"txt","si"#,
+            #"{"type":"txt","size":0}"#,
+        ]
+    )
     func truncated(_ text: String) throws {
         let collected = DecoderDriver.decode(CompatFrameDecoder(), chunks: [ByteBuffer(string: text)])
         #expect((collected.error as? CourierWireError)?.code == .truncated)

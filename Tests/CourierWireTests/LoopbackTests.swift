@@ -9,13 +9,15 @@ import Testing
 /// decoders over the client's `AsyncSequence<ByteBuffer>`.
 @Suite("Loopback", .serialized, .timeLimit(.minutes(1)))
 struct LoopbackTests {
-    typealias Server<Frame: Sendable> = NIOAsyncChannel<NIOAsyncChannel<Frame, Frame>, Never>
 
     /// A server that echoes every decoded message back through the encoder, one task per connection; a connection
     /// whose decoder fails is closed, and the others carry on.
-    static func withEchoServer<Decoder: NIOSingleStepByteToMessageDecoder & Sendable, Encoder: MessageToByteEncoder & Sendable>(
-        decoder: @escaping @Sendable () -> Decoder,
-        encoder: @escaping @Sendable () -> Encoder,
+    static func withEchoServer<
+        Decoder: NIOSingleStepByteToMessageDecoder & Sendable,
+        Encoder: MessageToByteEncoder & Sendable
+    >(
+        decoder: Decoder,
+        encoder: Encoder,
         writePreface: Bool = false,
         _ body: @Sendable (Int) async throws -> Void
     ) async throws where Decoder.InboundOut == Encoder.OutboundIn, Decoder.InboundOut: Sendable {
@@ -26,9 +28,11 @@ struct LoopbackTests {
                     if writePreface {
                         try channel.pipeline.syncOperations.addHandler(PrefaceWriter())
                     }
-                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(decoder()))
-                    try channel.pipeline.syncOperations.addHandler(MessageToByteHandler(encoder()))
-                    return try NIOAsyncChannel<Decoder.InboundOut, Encoder.OutboundIn>(wrappingChannelSynchronously: channel)
+                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(decoder))
+                    try channel.pipeline.syncOperations.addHandler(MessageToByteHandler(encoder))
+                    return try NIOAsyncChannel<Decoder.InboundOut, Encoder.OutboundIn>(
+                        wrappingChannelSynchronously: channel
+                    )
                 }
             }
         let port = server.channel.localAddress!.port!
@@ -66,7 +70,11 @@ struct LoopbackTests {
 
     @Test("Native: an HTTP client is refused and closed; a Courier client on the same server is served")
     func nativeRefusesStrangers() async throws {
-        try await Self.withEchoServer(decoder: { NativeFrameDecoder() }, encoder: { NativeFrameEncoder() }, writePreface: true) { port in
+        try await Self.withEchoServer(
+            decoder: NativeFrameDecoder(),
+            encoder: NativeFrameEncoder(),
+            writePreface: true
+        ) { port in
             let good = try await Self.connect(port)
             let stranger = try await Self.connect(port)
             try await stranger.executeThenClose { inbound, outbound in
@@ -88,7 +96,11 @@ struct LoopbackTests {
 
     @Test("Native: a text sent between the chunks of a 20 MB image arrives before the image ends")
     func nativeInterleaving() async throws {
-        try await Self.withEchoServer(decoder: { NativeFrameDecoder() }, encoder: { NativeFrameEncoder() }, writePreface: true) { port in
+        try await Self.withEchoServer(
+            decoder: NativeFrameDecoder(),
+            encoder: NativeFrameEncoder(),
+            writePreface: true
+        ) { port in
             let client = try await Self.connect(port)
             try await client.executeThenClose { inbound, outbound in
                 let chunkSize = 64 * 1024
@@ -98,11 +110,19 @@ struct LoopbackTests {
                 for index in 0..<chunks {
                     let flags: NativeFrame.Flags = index == chunks - 1 ? .endStream : []
                     NativeFraming.write(
-                        NativeFrame(kind: .mediaChunk, flags: flags, streamID: 1, payload: ByteBuffer(repeating: UInt8(index & 0xFF), count: chunkSize)),
+                        NativeFrame(
+                            kind: .mediaChunk,
+                            flags: flags,
+                            streamID: 1,
+                            payload: ByteBuffer(repeating: UInt8(index & 0xFF), count: chunkSize)
+                        ),
                         into: &wire
                     )
                     if index == 10 {
-                        NativeFraming.write(NativeFrame(kind: .message, payload: ByteBuffer(string: "sent after chunk 10")), into: &wire)
+                        NativeFraming.write(
+                            NativeFrame(kind: .message, payload: ByteBuffer(string: "sent after chunk 10")),
+                            into: &wire
+                        )
                     }
                 }
                 try await outbound.write(wire)
@@ -145,8 +165,8 @@ struct LoopbackTests {
         let want = expected
         let echoed = CompatFrameEncoder()
         try await Self.withEchoServer(
-            decoder: { CompatFrameDecoder() },
-            encoder: { CompatMessageEncoder(inner: echoed) }
+            decoder: CompatFrameDecoder(),
+            encoder: CompatMessageEncoder(inner: echoed)
         ) { port in
             let client = try await Self.connect(port)
             try await client.executeThenClose { inbound, outbound in

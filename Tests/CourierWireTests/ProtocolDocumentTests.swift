@@ -43,7 +43,10 @@ struct ProtocolDocumentTests {
         #expect(outcome.outputs == expected)
         // The first packet is exactly what Courier's encoder writes.
         var encoded = ByteBuffer()
-        try CompatFrameEncoder().encode(data: CompatFrame(type: "txt", payload: ByteBuffer(string: "你好")), out: &encoded)
+        try CompatFrameEncoder().encode(
+            data: CompatFrame(type: "txt", payload: ByteBuffer(string: "你好")),
+            out: &encoded
+        )
         #expect(wire.getSlice(at: 0, length: encoded.readableBytes) == encoded)
     }
 
@@ -55,11 +58,18 @@ struct ProtocolDocumentTests {
             chunks: DecoderDriver.bytewise(wire)
         )
         #expect(outcome.error == nil)
-        #expect(outcome.outputs == [
-            .frame(CompatFrame(type: "txt", payload: ByteBuffer(string: "hi"))),
-            .skipped(CompatSkip(byteCount: 9, reason: CourierWireError(.headerNotJSON, "the header is not valid UTF-8 JSON"))),
-            .frame(CompatFrame(type: "txt", payload: ByteBuffer(string: "yo"))),
-        ])
+        #expect(
+            outcome.outputs == [
+                .frame(CompatFrame(type: "txt", payload: ByteBuffer(string: "hi"))),
+                .skipped(
+                    CompatSkip(
+                        byteCount: 9,
+                        reason: CourierWireError(.headerNotJSON, "the header is not valid UTF-8 JSON")
+                    )
+                ),
+                .frame(CompatFrame(type: "txt", payload: ByteBuffer(string: "yo"))),
+            ]
+        )
     }
 
     @Test("The native example decodes to its three frames, and encoding them gives the same bytes")

@@ -40,7 +40,10 @@ struct RoundTripTests {
         /// 0 to 3 small frames and one of any size, in random order.
         func sizes(random: inout SeededRandom) -> [Int] {
             var sizes = (0..<Int.random(in: 0...3, using: &random)).map { _ in random.logUniformSize(upTo: 16 * 1024) }
-            sizes.insert(random.logUniformSize(upTo: RoundTripTests.maxPayload), at: Int.random(in: 0...sizes.count, using: &random))
+            sizes.insert(
+                random.logUniformSize(upTo: RoundTripTests.maxPayload),
+                at: Int.random(in: 0...sizes.count, using: &random)
+            )
             return sizes
         }
     }
@@ -68,7 +71,8 @@ struct RoundTripTests {
             for size in maker.sizes(random: &random) {
                 let payload = maker.make(size: size, random: &random)
                 let type = ["txt", "img", "voice", "视频", "file\r\n"].randomElement(using: &random)!
-                let fields: [String: JSONValue] = Bool.random(using: &random) ? [:] : ["name": .string("a b.jpg"), "w": .integer(Int64(size))]
+                let fields: [String: JSONValue] =
+                    Bool.random(using: &random) ? [:] : ["name": .string("a b.jpg"), "w": .integer(Int64(size))]
                 let frame = CompatFrame(type: type, payload: payload, fields: fields)
                 if Bool.random(using: &random) {
                     try CompatFraming.write(frame, configuration: .init(endMarker: marker), into: &wire)
@@ -93,7 +97,10 @@ struct RoundTripTests {
                 let collected = DecoderDriver.decode(CompatFrameDecoder(configuration: configuration), chunks: chunks)
                 #expect(collected.error == nil, "stream \(streamIndex)")
                 #expect(collected.outputs == frames.map { .frame($0) }, "stream \(streamIndex), \(chunks.count) pieces")
-                let streamed = DecoderDriver.decode(CompatStreamingDecoder(configuration: configuration), chunks: chunks)
+                let streamed = DecoderDriver.decode(
+                    CompatStreamingDecoder(configuration: configuration),
+                    chunks: chunks
+                )
                 #expect(streamed.error == nil, "stream \(streamIndex)")
                 #expect(try reassemble(streamed.outputs) == frames, "stream \(streamIndex), \(chunks.count) pieces")
             }
@@ -109,7 +116,9 @@ struct RoundTripTests {
         var configuration = NativeFraming.Configuration()
         configuration.maxFramePayloadBytes = Self.maxPayload
         let encoder = NativeFrameEncoder(configuration: configuration)
-        let kinds: [NativeFrame.Kind] = [.message, .mediaChunk, .ack, NativeFrame.Kind(rawValue: 0x80), NativeFrame.Kind(rawValue: 0xFF)]
+        let kinds: [NativeFrame.Kind] = [
+            .message, .mediaChunk, .ack, NativeFrame.Kind(rawValue: 0x80), NativeFrame.Kind(rawValue: 0xFF),
+        ]
         var totalBytes = 0
         for streamIndex in 0..<Self.streamsPerFraming {
             var wire = ByteBuffer()

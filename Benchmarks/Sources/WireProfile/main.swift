@@ -21,4 +21,6 @@ for _ in 0..<iterations { try scenario.run() }
 let elapsed = ContinuousClock.now - start
 let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
 let perIteration = seconds / Double(iterations)
-print("\(name): \(iterations) iterations, \(Int(perIteration * 1e6)) µs each, \(Int(Double(scenario.frames) / perIteration)) frames/s")
+print(
+    "\(name): \(iterations) iterations, \(Int(perIteration * 1e6)) µs each, \(Int(Double(scenario.frames) / perIteration)) frames/s"
+)

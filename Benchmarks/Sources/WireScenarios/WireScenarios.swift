@@ -44,7 +44,8 @@ final class CountingSink<Message>: ChannelInboundHandler {
 }
 
 /// Feeds `pieces` through `decoder` in a ByteToMessageHandler and checks every frame came out.
-func decodeAll<Decoder: ByteToMessageDecoder>(_ decoder: Decoder, _ pieces: [ByteBuffer], expecting frames: Int) throws {
+func decodeAll<Decoder: ByteToMessageDecoder>(_ decoder: Decoder, _ pieces: [ByteBuffer], expecting frames: Int) throws
+{
     let channel = EmbeddedChannel()
     let sink = CountingSink<Decoder.InboundOut>()
     try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(decoder, maximumBufferSize: 4 * 1024 * 1024))
@@ -66,20 +67,32 @@ public func scenarios(size: Int) -> [Scenario] {
     let frames = streamBytes / size
     var nativeConfiguration = NativeFraming.Configuration()
     nativeConfiguration.expectsPreface = false
-    let native = reads({ wire, payload in
-        NativeFraming.write(NativeFrame(kind: .message, streamID: 1, payload: payload), into: &wire)
-    }, size: size)
-    let lengthField = reads({ wire, payload in
-        wire.writeInteger(UInt32(payload.readableBytes))
-        wire.writeImmutableBuffer(payload)
-    }, size: size)
-    let compat = reads({ wire, payload in
-        try! CompatFraming.write(CompatFrame(type: "txt", payload: payload), into: &wire)
-    }, size: size)
-    let contentLength = reads({ wire, payload in
-        wire.writeString("Content-Length: \(payload.readableBytes)\r\n\r\n")
-        wire.writeImmutableBuffer(payload)
-    }, size: size)
+    let native = reads(
+        { wire, payload in
+            NativeFraming.write(NativeFrame(kind: .message, streamID: 1, payload: payload), into: &wire)
+        },
+        size: size
+    )
+    let lengthField = reads(
+        { wire, payload in
+            wire.writeInteger(UInt32(payload.readableBytes))
+            wire.writeImmutableBuffer(payload)
+        },
+        size: size
+    )
+    let compat = reads(
+        { wire, payload in
+            try! CompatFraming.write(CompatFrame(type: "txt", payload: payload), into: &wire)
+        },
+        size: size
+    )
+    let contentLength = reads(
+        { wire, payload in
+            wire.writeString("Content-Length: \(payload.readableBytes)\r\n\r\n")
+            wire.writeImmutableBuffer(payload)
+        },
+        size: size
+    )
     let copySource = native
     return [
         Scenario(name: "copy ceiling \(label(size))", frames: frames, reads: native) {
@@ -93,7 +106,11 @@ public func scenarios(size: Int) -> [Scenario] {
             try decodeAll(NativeFrameDecoder(configuration: nativeConfiguration), native, expecting: frames)
         },
         Scenario(name: "LengthFieldBasedFrameDecoder \(label(size))", frames: frames, reads: lengthField) {
-            try decodeAll(LengthFieldBasedFrameDecoder(lengthFieldBitLength: .thirtyTwoBits), lengthField, expecting: frames)
+            try decodeAll(
+                LengthFieldBasedFrameDecoder(lengthFieldBitLength: .thirtyTwoBits),
+                lengthField,
+                expecting: frames
+            )
         },
         Scenario(name: "compat \(label(size))", frames: frames, reads: compat) {
             try decodeAll(CompatFrameDecoder(), compat, expecting: frames)

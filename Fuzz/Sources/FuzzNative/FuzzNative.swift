@@ -48,7 +48,8 @@ func cut(_ input: ByteBuffer, step: Int) -> [ByteBuffer] {
     return chunks
 }
 
-func run(_ decoder: NativeFrameDecoder, _ chunks: [ByteBuffer]) -> (frames: [NativeFrame], code: CourierWireError.Code?) {
+func run(_ decoder: NativeFrameDecoder, _ chunks: [ByteBuffer]) -> (frames: [NativeFrame], code: CourierWireError.Code?)
+{
     let processor = NIOSingleStepByteToMessageProcessor(decoder)
     var frames: [NativeFrame] = []
     do {

@@ -101,7 +101,10 @@ struct CompatDecoderCore: Sendable {
                 }
                 guard header.size <= self.payloadLimit else {
                     try self.corrupt(
-                        CourierWireError(.sizeOverLimit, "size \(header.size) is over the limit of \(self.payloadLimit)"),
+                        CourierWireError(
+                            .sizeOverLimit,
+                            "size \(header.size) is over the limit of \(self.payloadLimit)"
+                        ),
                         discarded: 0
                     )
                     continue

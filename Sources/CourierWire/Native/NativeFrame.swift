@@ -19,7 +19,12 @@ public struct NativeFrame: Hashable, Sendable {
     public init(kind: Kind, flags: Flags = [], streamID: UInt32 = 0, payload: ByteBuffer = ByteBuffer()) {
         var wire = ByteBuffer()
         wire.reserveCapacity(NativeFraming.frameHeaderLength + payload.readableBytes)
-        wire.writeMultipleIntegers(UInt32(truncatingIfNeeded: payload.readableBytes), kind.rawValue, flags.rawValue, streamID)
+        wire.writeMultipleIntegers(
+            UInt32(truncatingIfNeeded: payload.readableBytes),
+            kind.rawValue,
+            flags.rawValue,
+            streamID
+        )
         wire.writeImmutableBuffer(payload)
         self.wire = wire
     }

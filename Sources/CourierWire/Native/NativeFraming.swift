@@ -95,10 +95,12 @@ public struct NativeFrameDecoder: NIOSingleStepByteToMessageDecoder, Sendable {
         }
 
         let readerIndex = buffer.readerIndex
-        guard let (length, kindByte, _, streamID) = buffer.getMultipleIntegers(
-            at: readerIndex,
-            as: (UInt32, UInt8, UInt8, UInt32).self
-        ) else { return nil }
+        guard
+            let (length, kindByte, _, streamID) = buffer.getMultipleIntegers(
+                at: readerIndex,
+                as: (UInt32, UInt8, UInt8, UInt32).self
+            )
+        else { return nil }
         guard Int(length) <= self.maxFramePayloadBytes else {
             try self.fail(
                 CourierWireError(
