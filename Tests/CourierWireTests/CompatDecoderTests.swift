@@ -139,6 +139,19 @@ struct CompatDecoderTests {
         )
     }
 
+    @Test("Found by fuzzing: an integral double in a header field survives encoding and decoding again")
+    func integralDoubleField() throws {
+        let wire = buffer(#"{"type":"img","size":"0003","w":6.0,"big":1e300,"neg":-0.0}"# + "\r\nabc")
+        let first = DecoderDriver.decode(CompatFrameDecoder(), chunks: [wire])
+        guard case .frame(let frame) = first.outputs.first else {
+            Issue.record("no frame: \(first)")
+            return
+        }
+        #expect(frame.header.fields == ["w": .integer(6), "big": .double(1e300), "neg": .integer(0)])
+        let again = DecoderDriver.decode(CompatFrameDecoder(), chunks: [try compatBytes([frame])])
+        #expect(again.outputs == [.frame(frame)])
+    }
+
     @Test("The encoder writes compact JSON with no CR or LF before the header's CRLF, and decodes back")
     func encoderRoundTrip() throws {
         let frame = CompatFrame(type: "t\r\n\"x", payload: buffer("p"), fields: ["name": .string("a\nb/c")])

@@ -4,8 +4,9 @@ import Foundation
 public enum JSONValue: Hashable, Sendable {
     case null
     case bool(Bool)
-    /// A number written without fraction or exponent that fits in 64 bits.
+    /// A number with no fractional part that fits in 64 bits, however it was written (`6`, `6.0`, `6e0`).
     case integer(Int64)
+    /// Any other number.
     case double(Double)
     case string(String)
     case array([JSONValue])
@@ -44,7 +45,15 @@ extension JSONValue {
             switch Self.numberKind(number) {
             case .bool: self = .bool(number.boolValue)
             case .integer(let integer): self = .integer(integer)
-            case .double: self = .double(number.doubleValue)
+            case .double:
+                // JSON has one number type: keep integral values as integers, so that writing the value out
+                // (`6.0` is written `6`) and reading it back gives the same value.
+                let double = number.doubleValue
+                if double.rounded() == double, let integer = Int64(exactly: double) {
+                    self = .integer(integer)
+                } else {
+                    self = .double(double)
+                }
             }
         case let array as [Any]:
             self = .array(array.map(JSONValue.init(foundation:)))
