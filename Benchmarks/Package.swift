@@ -13,6 +13,9 @@ let package = Package(
         .package(
             url: "https://github.com/ordo-one/package-benchmark.git",
             from: "1.38.1",
+            // The benchmark library does not build without its malloc interposer; naming the trait also leaves out the
+            // Swift runtime interposer, which this machine's package copies lack. The interposer adds a cost to every
+            // allocation: docs/BENCHMARKS.md cross-checks with WireProfile, which runs the same code without it.
             traits: ["MallocInterposer"]
         ),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
