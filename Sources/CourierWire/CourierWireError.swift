@@ -5,7 +5,7 @@
 public struct CourierWireError: Error, Hashable, Sendable, CustomStringConvertible {
     /// What kind of framing error this is. New codes may be added in any release, so switch with a `default`.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
-        private enum Base: String, Hashable, Sendable {
+        private enum Base: String, Hashable, Sendable, CaseIterable {
             case headerTooLong = "header-too-long"
             case headerNotJSON = "header-not-json"
             case headerNotObject = "header-not-object"
@@ -50,6 +50,9 @@ public struct CourierWireError: Error, Hashable, Sendable, CustomStringConvertib
         public static let frameTooLarge = Code(.frameTooLarge)
         /// Native: a control frame with the wrong payload length or on the wrong stream.
         public static let invalidFrame = Code(.invalidFrame)
+
+        /// Every code this version defines.
+        static var all: [Code] { Base.allCases.map(Code.init) }
 
         /// The stable, hyphenated name of the code, as `docs/PROTOCOL.md` lists it.
         public var description: String { self.base.rawValue }

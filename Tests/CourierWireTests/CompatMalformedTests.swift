@@ -4,7 +4,7 @@ import Testing
 
 @testable import CourierWire
 
-/// A malformed packet, the code it must give, and how many of its bytes come before the place resync scans from.
+/// A malformed packet and the code it must give.
 struct MalformedCase: CustomTestStringConvertible, Sendable {
     var name: String
     var bytes: [UInt8]
@@ -196,4 +196,155 @@ struct CompatMalformedTests {
 func skipReason(_ message: CompatMessage) -> CourierWireError? {
     if case .skipped(let skip) = message { return skip.reason }
     return nil
+}
+
+@Suite("Compat framing: resynchronisation and limits")
+struct CompatResyncTests {
+    static let good = CompatFrame(type: "txt", payload: ByteBuffer(string: "ok"))
+
+    @Test("A corrupt header full of markers costs two skips, not one per marker")
+    func headerFullOfMarkers() throws {
+        let marker = testMarker
+        var wire = ByteBuffer(string: #"{"a":""#)
+        for _ in 0..<1000 {
+            wire.writeString("x")
+            wire.writeBytes(marker)
+        }
+        wire.writeString("\"\r\n")
+        wire.writeBytes(marker)
+        let corruptBytes = wire.readableBytes
+        var good = try compatBytes([Self.good], marker: marker)
+        wire.writeBuffer(&good)
+        let outcome = DecoderDriver.decode(CompatFrameDecoder(configuration: .init(endMarker: marker)), chunks: [wire])
+        #expect(outcome.error == nil)
+        try #require(outcome.outputs.count == 3, "\(outcome.outputs.count) outputs")
+        // The first resync tries what follows the first marker; the second skips the rest of that header.
+        let skips = outcome.outputs.compactMap { message -> CompatSkip? in
+            if case .skipped(let skip) = message { return skip }
+            return nil
+        }
+        #expect(skips.map(\.byteCount) == [6 + 1 + marker.count, corruptBytes - (6 + 1 + marker.count)])
+        #expect(skips.allSatisfy { $0.reason.code == .headerNotJSON })
+        #expect(outcome.outputs.last == .frame(Self.good))
+    }
+
+    @Test("A resync lands on a good header that lost its packet's start (one retry inside a corrupt header)")
+    func retryInsideHeader() throws {
+        let marker = testMarker
+        // The end of a packet whose start was lost, its marker, then a good packet: all before one CRLF.
+        var wire = ByteBuffer(string: "tail of a lost payload")
+        wire.writeBytes(marker)
+        var good = try compatBytes([Self.good], marker: marker)
+        wire.writeBuffer(&good)
+        let outcome = DecoderDriver.decode(
+            CompatFrameDecoder(configuration: .init(endMarker: marker)),
+            chunks: DecoderDriver.bytewise(wire)
+        )
+        #expect(outcome.error == nil)
+        #expect(outcome.outputs.count == 2)
+        #expect(skipReason(outcome.outputs[0])?.code == .headerNotJSON)
+        #expect(outcome.outputs.last == .frame(Self.good))
+    }
+
+    @Test("A size declared too large swallows the next packet up to its marker (documented)")
+    func sizeTooLargeSwallowsNext() throws {
+        let marker = testMarker
+        var wire = ByteBuffer(string: #"{"type":"txt","size":10}"# + "\r\nabc")
+        wire.writeBytes(marker)
+        var next = try compatBytes([Self.good, Self.good], marker: marker)
+        wire.writeBuffer(&next)
+        let outcome = DecoderDriver.decode(CompatFrameDecoder(configuration: .init(endMarker: marker)), chunks: [wire])
+        #expect(outcome.error == nil)
+        try #require(outcome.outputs.count == 2)
+        #expect(skipReason(outcome.outputs[0])?.code == .endMarkerMissing)
+        #expect(outcome.outputs[1] == .frame(Self.good), "the packet after the swallowed one decodes")
+    }
+
+    @Test("With a marker, a stream ending inside a payload reports the packet's bytes as skipped")
+    func eofInsidePayloadWithMarker() throws {
+        let marker = testMarker
+        let head = #"{"type":"txt","size":100}"# + "\r\n"
+        let wire = ByteBuffer(string: head + String(repeating: "p", count: 40))
+        for decoderOutputs in [
+            DecoderDriver.decode(CompatFrameDecoder(configuration: .init(endMarker: marker)), chunks: [wire]).outputs
+                .map { skipReasonAndCount($0) },
+            DecoderDriver.decode(CompatStreamingDecoder(configuration: .init(endMarker: marker)), chunks: [wire])
+                .outputs.compactMap { part -> (CourierWireError.Code, Int)? in
+                    if case .skipped(let skip) = part { return (skip.reason.code, skip.byteCount) }
+                    return nil
+                },
+        ] {
+            #expect(decoderOutputs.count == 1)
+            #expect(decoderOutputs.first?.0 == .truncated)
+            #expect(decoderOutputs.first?.1 == head.utf8.count + 40)
+        }
+    }
+
+    @Test("The streaming decoder enforces the header limit too, and resyncs past it with a marker")
+    func streamingHeaderLimit() throws {
+        var configuration = CompatFraming.Configuration(endMarker: testMarker)
+        configuration.maxHeaderBytes = 32
+        var wire = ByteBuffer(string: String(repeating: "h", count: 40))
+        wire.writeBytes(testMarker)
+        var good = try compatBytes([Self.good], marker: testMarker)
+        wire.writeBuffer(&good)
+        let outcome = DecoderDriver.decode(
+            CompatStreamingDecoder(configuration: configuration),
+            chunks: DecoderDriver.bytewise(wire)
+        )
+        #expect(outcome.error == nil)
+        #expect(try reassemble(outcome.outputs) == [Self.good])
+        #expect(
+            outcome.outputs.first
+                == .skipped(
+                    CompatSkip(
+                        byteCount: 40 + testMarker.count,
+                        reason: CourierWireError(.headerTooLong, "no CRLF within 32 header bytes")
+                    )
+                )
+        )
+        configuration.endMarker = nil
+        let fatal = DecoderDriver.decode(CompatStreamingDecoder(configuration: configuration), chunks: [wire])
+        #expect((fatal.error as? CourierWireError)?.code == .headerTooLong)
+    }
+
+    @Test("A size equal to the payload limit is accepted; one more is refused")
+    func payloadLimitBoundary() throws {
+        var configuration = CompatFraming.Configuration()
+        configuration.maxPayloadBytes = 100
+        for (size, accepted) in [(100, true), (101, false)] {
+            let wire = try compatBytes([CompatFrame(type: "f", payload: ByteBuffer(repeating: 1, count: size))])
+            let streamed = DecoderDriver.decode(CompatStreamingDecoder(configuration: configuration), chunks: [wire])
+            let collected = DecoderDriver.decode(CompatFrameDecoder(configuration: configuration), chunks: [wire])
+            for error in [streamed.error, collected.error] {
+                #expect((error as? CourierWireError)?.code == (accepted ? nil : .sizeOverLimit), "size \(size)")
+            }
+        }
+    }
+
+    @Test("decodeLast without EOF (the decoder being removed) leaves a partial packet in the buffer")
+    func removalLeavesBytes() throws {
+        var buffer = ByteBuffer(string: #"{"type":"txt","size":5}"# + "\r\nab")
+        var decoder = CompatFrameDecoder()
+        #expect(try decoder.decodeLast(buffer: &buffer, seenEOF: false) == nil)
+        #expect(buffer.readableBytes == 27)
+        var native = NativeFrameDecoder()
+        var bytes = ByteBuffer(bytes: NativeFraming.magic)
+        #expect(try native.decodeLast(buffer: &bytes, seenEOF: false) == nil)
+        #expect(bytes.readableBytes == NativeFraming.magic.count)
+    }
+
+    @Test("The encoder refuses a header whose size is not the payload's length")
+    func encoderChecksSize() throws {
+        var frame = CompatFrame(type: "txt", payload: ByteBuffer(string: "abc"))
+        frame.header.size = 4
+        var out = ByteBuffer()
+        #expect(throws: CourierWireError.self) { try CompatFrameEncoder().encode(data: frame, out: &out) }
+        #expect(out.readableBytes == 0, "nothing is written")
+    }
+}
+
+func skipReasonAndCount(_ message: CompatMessage) -> (CourierWireError.Code, Int) {
+    if case .skipped(let skip) = message { return (skip.reason.code, skip.byteCount) }
+    return (.truncated, -1)
 }

@@ -94,7 +94,7 @@ struct LoopbackTests {
         }
     }
 
-    @Test("Native: a text sent between the chunks of a 20 MB image arrives before the image ends")
+    @Test("Native: over a real socket, a text written between the chunks of a 20 MB image arrives between them")
     func nativeInterleaving() async throws {
         try await Self.withEchoServer(
             decoder: NativeFrameDecoder(),

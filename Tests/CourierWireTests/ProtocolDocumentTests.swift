@@ -31,6 +31,23 @@ struct ProtocolDocumentTests {
         return bytes
     }
 
+    @Test("Every error code is in the document's table of codes")
+    func errorCodes() throws {
+        let url = URL(fileURLWithPath: #filePath)
+            .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("docs/PROTOCOL.md")
+        let document = try String(contentsOf: url, encoding: .utf8)
+        let listed = Set(
+            document.split(separator: "\n").compactMap { line -> String? in
+                guard line.hasPrefix("| `") else { return nil }
+                return line.dropFirst(3).split(separator: "`").first.map(String.init)
+            }
+        )
+        for code in CourierWireError.Code.all {
+            #expect(listed.contains(code.description), "\(code) is missing from PROTOCOL.md")
+        }
+    }
+
     @Test("The compat example decodes to a compact and a pretty-printed packet")
     func compat() throws {
         let wire = try Self.example("compat")

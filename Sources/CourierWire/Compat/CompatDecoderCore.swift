@@ -26,9 +26,28 @@ struct CompatDecoderCore: Sendable {
         /// Streaming a payload: `remaining` bytes to come; `packetBytes` of this packet consumed so far.
         case payload(remaining: Int, packetBytes: Int)
         /// Discarding bytes up to and including the next end marker.
-        case skipping(reason: CourierWireError, discarded: Int)
+        case skipping(Resync)
         /// A fatal error was thrown; every later call throws it again.
         case failed(CourierWireError)
+    }
+
+    /// What a resynchronisation knows while it looks for the next end marker.
+    private struct Resync: Sendable {
+        /// Why the packet is corrupt.
+        var reason: CourierWireError
+        /// Bytes of the packet discarded so far.
+        var discarded: Int
+        /// How many readable bytes are known to hold no header-ending CRLF, so that they are not scanned again.
+        var crlfFree: Int
+        /// Where the corrupt header ended (just past its LF), if its CRLF was found.
+        var headerEnd: Int?
+
+        /// Accounts for `count` bytes dropped from the front of the buffer.
+        mutating func advance(by count: Int) {
+            self.discarded += count
+            self.crlfFree = max(0, self.crlfFree - count)
+            self.headerEnd = self.headerEnd.flatMap { $0 - count > 0 ? $0 - count : nil }
+        }
     }
 
     private let mode: Mode
@@ -36,9 +55,15 @@ struct CompatDecoderCore: Sendable {
     private let payloadLimit: Int
     private let marker: [UInt8]?
     private var state: State = .header(scanned: 0)
+    /// Whether decoding already resumed once at a marker inside a corrupt header. A second corrupt header ending at
+    /// the same CRLF is then skipped whole, so a header full of markers costs two parses, not one per marker.
+    private var resumedInsideHeader = false
 
     init(mode: Mode, configuration: CompatFraming.Configuration) {
-        precondition(configuration.maxHeaderBytes > 0, "maxHeaderBytes must be positive")
+        precondition(
+            configuration.maxHeaderBytes > 0 && configuration.maxHeaderBytes <= 1 << 30,
+            "maxHeaderBytes must be from 1 to 2^30"
+        )
         precondition(
             configuration.maxPayloadBytes >= 0 && configuration.maxPayloadBytes <= 1 << 62,
             "maxPayloadBytes must be from 0 to 2^62"
@@ -65,12 +90,21 @@ struct CompatDecoderCore: Sendable {
     }
 
     /// Handles corruption: without a marker it is fatal; with one, the decoder skips to the next marker.
-    private mutating func corrupt(_ error: CourierWireError, discarded: Int) throws(CourierWireError) {
+    /// - Parameters:
+    ///   - discarded: bytes of the packet already consumed.
+    ///   - crlfFree: readable bytes known to hold no header-ending CRLF.
+    ///   - headerEnd: where the corrupt header ended, if its CRLF was found.
+    private mutating func corrupt(
+        _ error: CourierWireError,
+        discarded: Int,
+        crlfFree: Int = 0,
+        headerEnd: Int? = nil
+    ) throws(CourierWireError) {
         guard self.marker != nil else {
             self.state = .failed(error)
             throw error
         }
-        self.state = .skipping(reason: error, discarded: discarded)
+        self.state = .skipping(Resync(reason: error, discarded: discarded, crlfFree: crlfFree, headerEnd: headerEnd))
     }
 
     mutating func decode(buffer: inout ByteBuffer) throws(CourierWireError) -> Output? {
@@ -83,7 +117,8 @@ struct CompatDecoderCore: Sendable {
                     if readable >= self.maxHeaderBytes + 2 {
                         try self.corrupt(
                             CourierWireError(.headerTooLong, "no CRLF within \(self.maxHeaderBytes) header bytes"),
-                            discarded: 0
+                            discarded: 0,
+                            crlfFree: searchEnd
                         )
                         continue
                     }
@@ -96,7 +131,7 @@ struct CompatDecoderCore: Sendable {
                         try CompatHeader.parse(UnsafeRawBufferPointer(rebasing: bytes[..<(lf - 1)]))
                     }
                 } catch {
-                    try self.corrupt(error, discarded: 0)
+                    try self.corrupt(error, discarded: 0, crlfFree: lf, headerEnd: lf + 1)
                     continue
                 }
                 guard header.size <= self.payloadLimit else {
@@ -105,10 +140,13 @@ struct CompatDecoderCore: Sendable {
                             .sizeOverLimit,
                             "size \(header.size) is over the limit of \(self.payloadLimit)"
                         ),
-                        discarded: 0
+                        discarded: 0,
+                        crlfFree: lf,
+                        headerEnd: lf + 1
                     )
                     continue
                 }
+                self.resumedInsideHeader = false
                 self.state = .parsed(header, headerLength: lf + 1)
 
             case .parsed(let header, let headerLength):
@@ -155,18 +193,34 @@ struct CompatDecoderCore: Sendable {
                 self.state = .payload(remaining: remaining - readable, packetBytes: packetBytes + readable)
                 return .body(buffer.readSlice(length: readable)!, isLast: false)
 
-            case .skipping(let reason, let discarded):
+            case .skipping(var resync):
                 let marker = self.marker!
-                if let offset = buffer.offset(of: marker) {
-                    buffer.moveReaderIndex(forwardBy: offset + marker.count)
-                    self.state = .header(scanned: 0)
-                    return .skipped(CompatSkip(byteCount: discarded + offset + marker.count, reason: reason))
+                guard let offset = buffer.offset(of: marker) else {
+                    // Keep what could be the start of a marker split across reads.
+                    let drop = max(0, buffer.readableBytes - (marker.count - 1))
+                    buffer.moveReaderIndex(forwardBy: drop)
+                    resync.advance(by: drop)
+                    self.state = .skipping(resync)
+                    return nil
                 }
-                // Keep what could be the start of a marker split across reads.
-                let drop = max(0, buffer.readableBytes - (marker.count - 1))
-                buffer.moveReaderIndex(forwardBy: drop)
-                self.state = .skipping(reason: reason, discarded: discarded + drop)
-                return nil
+                let resume = offset + marker.count
+                if let headerEnd = resync.headerEnd, resume < headerEnd {
+                    // The marker is inside the corrupt header. What follows it may be a good header whose start was
+                    // lost with the end of the packet before; try that once, and skip the whole header next time.
+                    if self.resumedInsideHeader {
+                        buffer.moveReaderIndex(forwardBy: headerEnd)
+                        resync.advance(by: headerEnd)
+                        self.state = .skipping(resync)
+                        continue
+                    }
+                    self.resumedInsideHeader = true
+                } else {
+                    self.resumedInsideHeader = false
+                }
+                buffer.moveReaderIndex(forwardBy: resume)
+                resync.advance(by: resume)
+                self.state = .header(scanned: resync.crlfFree)
+                return .skipped(CompatSkip(byteCount: resync.discarded, reason: resync.reason))
 
             case .failed(let error):
                 throw error
@@ -178,6 +232,8 @@ struct CompatDecoderCore: Sendable {
         if let output = try self.decode(buffer: &buffer) {
             return output
         }
+        // Without EOF (the decoder is being removed) the rest of the bytes stay in the buffer for whoever reads next.
+        guard seenEOF else { return nil }
         let rest = buffer.readableBytes
         let discarded: Int
         switch self.state {
@@ -187,15 +243,15 @@ struct CompatDecoderCore: Sendable {
             discarded = rest
         case .payload(_, let packetBytes):
             discarded = packetBytes + rest
-        case .skipping(_, let alreadyDiscarded):
-            discarded = alreadyDiscarded + rest
+        case .skipping(let resync):
+            discarded = resync.discarded + rest
         case .failed(let error):
             throw error
         }
         // The stream ended inside a packet. With a marker that packet is reported skipped, like any corrupt one.
         let reason: CourierWireError
-        if case .skipping(let skipReason, _) = self.state {
-            reason = skipReason
+        if case .skipping(let resync) = self.state {
+            reason = resync.reason
         } else {
             reason = CourierWireError(.truncated, "the stream ended inside a packet")
         }

@@ -41,19 +41,31 @@ public enum CompatFraming {
         buffer.writeBytes(Self.crlf)
     }
 
+    /// Writes the end marker that closes a packet, if the configuration has one; for senders that stream a payload
+    /// after ``writeHead(_:into:)``.
+    public static func writeEnd(configuration: Configuration, into buffer: inout ByteBuffer) {
+        if let marker = configuration.endMarker {
+            buffer.writeBytes(marker)
+        }
+    }
+
     /// Writes a whole packet: header, CRLF, payload and, if the configuration has one, the end marker.
-    /// - Throws: an encoding error only if a header field cannot be written as JSON (a non-finite double).
+    /// - Throws: ``CourierWireError`` with ``CourierWireError/Code/sizeInvalid`` if `header.size` is not the
+    ///   payload's length, or an encoding error if a header field cannot be written as JSON (a non-finite double).
     public static func write(
         _ frame: CompatFrame,
         configuration: Configuration = .init(),
         into buffer: inout ByteBuffer
     ) throws {
-        try Self.writeHead(frame.header, into: &buffer)
-        var payload = frame.payload
-        buffer.writeBuffer(&payload)
-        if let marker = configuration.endMarker {
-            buffer.writeBytes(marker)
+        guard frame.header.size == frame.payload.readableBytes else {
+            throw CourierWireError(
+                .sizeInvalid,
+                "header.size \(frame.header.size) is not the payload's length \(frame.payload.readableBytes)"
+            )
         }
+        try Self.writeHead(frame.header, into: &buffer)
+        buffer.writeImmutableBuffer(frame.payload)
+        Self.writeEnd(configuration: configuration, into: &buffer)
     }
 }
 

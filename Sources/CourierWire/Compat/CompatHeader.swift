@@ -7,7 +7,8 @@ public struct CompatHeader: Hashable, Sendable {
     public var type: String
     /// How many payload bytes follow the header's CRLF.
     public var size: Int
-    /// Every other key of the header, kept as the sender wrote it (`mime`, `name`, …).
+    /// Every other key of the header, kept as the sender wrote it (`mime`, `name`, …). Keys named `type` or `size`
+    /// here are ignored when the header is written: the properties above are the header's `type` and `size`.
     public var fields: [String: JSONValue]
 
     /// Creates a header.

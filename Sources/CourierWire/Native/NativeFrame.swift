@@ -17,6 +17,7 @@ public struct NativeFrame: Hashable, Sendable {
 
     /// Creates a frame, copying the payload after a new header.
     public init(kind: Kind, flags: Flags = [], streamID: UInt32 = 0, payload: ByteBuffer = ByteBuffer()) {
+        precondition(payload.readableBytes <= UInt32.max, "a frame payload must fit the 4-byte length field")
         var wire = ByteBuffer()
         wire.reserveCapacity(NativeFraming.frameHeaderLength + payload.readableBytes)
         wire.writeMultipleIntegers(
@@ -204,7 +205,8 @@ extension NativeFrame {
 
     /// The last processed stream id and the message of a `goaway`; `nil` for other kinds.
     public var goaway: (lastStreamID: UInt32, message: String)? {
-        guard self.kind == .goaway, let last = self.payload.getInteger(at: self.payload.readerIndex, as: UInt32.self)
+        guard self.kind == .goaway, self.payloadLength >= 8,
+            let last = self.payload.getInteger(at: self.payload.readerIndex, as: UInt32.self)
         else { return nil }
         let message = self.payload.getString(at: self.payload.readerIndex + 8, length: self.payload.readableBytes - 8)
         return (last, message ?? "")

@@ -184,7 +184,8 @@ public struct NativeFrameDecoder: NIOSingleStepByteToMessageDecoder, Sendable {
         if let frame = try self.decode(buffer: &buffer) {
             return frame
         }
-        guard buffer.readableBytes > 0 else { return nil }
+        // Without EOF (the decoder is being removed) the rest of the bytes stay in the buffer for whoever reads next.
+        guard seenEOF, buffer.readableBytes > 0 else { return nil }
         try self.fail(
             CourierWireError(.truncated, "the stream ended inside a frame (\(buffer.readableBytes) bytes left over)")
         )
