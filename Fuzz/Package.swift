@@ -9,8 +9,15 @@ let package = Package(
     name: "CourierFuzz",
     dependencies: [.package(name: "courier", path: "..")],
     targets: [
-        .executableTarget(name: "FuzzCompat", dependencies: [.product(name: "CourierWire", package: "courier")]),
-        .executableTarget(name: "FuzzNative", dependencies: [.product(name: "CourierWire", package: "courier")]),
+        .target(name: "FuzzSupport", dependencies: [.product(name: "CourierWire", package: "courier")]),
+        .executableTarget(
+            name: "FuzzCompat",
+            dependencies: ["FuzzSupport", .product(name: "CourierWire", package: "courier")]
+        ),
+        .executableTarget(
+            name: "FuzzNative",
+            dependencies: ["FuzzSupport", .product(name: "CourierWire", package: "courier")]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,4 +1,5 @@
 import CourierWire
+import FuzzSupport
 import NIOCore
 
 /// Feeds the input (less its first byte, which picks the configuration and the cuts) to both compat decoders.
@@ -37,36 +38,6 @@ public func fuzzCompat(_ start: UnsafeRawPointer, _ count: Int) -> CInt {
         fatalError("re-encoded packets do not decode to themselves: \(reencoded) vs \(frames)")
     }
     return 0
-}
-
-func cut(_ input: ByteBuffer, step: Int) -> [ByteBuffer] {
-    var rest = input
-    var chunks: [ByteBuffer] = []
-    var length = step
-    while rest.readableBytes > 0 {
-        chunks.append(rest.readSlice(length: min(length, rest.readableBytes))!)
-        length = length % 13 + 1
-    }
-    return chunks
-}
-
-func run<Decoder: NIOSingleStepByteToMessageDecoder>(
-    _ decoder: Decoder,
-    _ chunks: [ByteBuffer]
-) -> (outputs: [Decoder.InboundOut], code: CourierWireError.Code?) {
-    let processor = NIOSingleStepByteToMessageProcessor(decoder)
-    var outputs: [Decoder.InboundOut] = []
-    do {
-        for chunk in chunks {
-            try processor.process(buffer: chunk) { outputs.append($0) }
-        }
-        try processor.finishProcessing(seenEOF: true) { outputs.append($0) }
-        return (outputs, nil)
-    } catch let error as CourierWireError {
-        return (outputs, error.code)
-    } catch {
-        fatalError("a decoder threw something other than CourierWireError: \(error)")
-    }
 }
 
 /// Joins streamed parts into the messages a collecting decoder yields, checking that they are well formed.
