@@ -194,9 +194,7 @@ public struct NativeFrameDecoder: NIOSingleStepByteToMessageDecoder, Sendable {
     // Concrete versions of NIOSingleStepByteToMessageDecoder's defaults: the generic ones in NIOCore wrap each frame
     // in NIOAny without specialization, which cost more than the decoding itself (see docs/BENCHMARKS.md).
     public mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
-        guard let message = try self.decode(buffer: &buffer) else { return .needMoreData }
-        context.fireChannelRead(NIOAny(message))
-        return .continue
+        context.fireDecoded(try self.decode(buffer: &buffer))
     }
 
     public mutating func decodeLast(
@@ -204,9 +202,7 @@ public struct NativeFrameDecoder: NIOSingleStepByteToMessageDecoder, Sendable {
         buffer: inout ByteBuffer,
         seenEOF: Bool
     ) throws -> DecodingState {
-        guard let message = try self.decodeLast(buffer: &buffer, seenEOF: seenEOF) else { return .needMoreData }
-        context.fireChannelRead(NIOAny(message))
-        return .continue
+        context.fireDecoded(try self.decodeLast(buffer: &buffer, seenEOF: seenEOF))
     }
 }
 
