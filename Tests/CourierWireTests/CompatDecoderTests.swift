@@ -152,6 +152,21 @@ struct CompatDecoderTests {
         #expect(again.outputs == [.frame(frame)])
     }
 
+    @Test("Found by fuzzing: a long decimal in a header field reads as the correctly rounded double, stably")
+    func longDecimalField() throws {
+        let digits = "122222222222222222222222222222222222222222.5"
+        let wire = buffer(#"{"type":"img","size":3,"r":"# + digits + #","s":1.2222222222222222e+41}"# + "\r\nabc")
+        let first = DecoderDriver.decode(CompatFrameDecoder(), chunks: [wire])
+        guard case .frame(let frame) = first.outputs.first else {
+            Issue.record("no frame: \(first)")
+            return
+        }
+        #expect(frame.header.fields["s"] == .double(1.2222222222222222e+41))
+        #expect(frame.header.fields["r"] == .double(1.2222222222222222e+41))
+        let again = DecoderDriver.decode(CompatFrameDecoder(), chunks: [try compatBytes([frame])])
+        #expect(again.outputs == [.frame(frame)])
+    }
+
     @Test("The encoder writes compact JSON with no CR or LF before the header's CRLF, and decodes back")
     func encoderRoundTrip() throws {
         let frame = CompatFrame(type: "t\r\n\"x", payload: buffer("p"), fields: ["name": .string("a\nb/c")])

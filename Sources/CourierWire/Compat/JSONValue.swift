@@ -48,7 +48,14 @@ extension JSONValue {
             case .double:
                 // JSON has one number type: keep integral values as integers, so that writing the value out
                 // (`6.0` is written `6`) and reading it back gives the same value.
-                let double = number.doubleValue
+                // Foundation keeps long numbers as NSDecimalNumber, whose doubleValue can be an ulp off; reading its
+                // decimal text gives the correctly rounded double, so writing it out and reading it back agrees.
+                let double: Double
+                if let decimal = number as? NSDecimalNumber, let exact = Double(decimal.stringValue) {
+                    double = exact
+                } else {
+                    double = number.doubleValue
+                }
                 if double.rounded() == double, let integer = Int64(exactly: double) {
                     self = .integer(integer)
                 } else {
