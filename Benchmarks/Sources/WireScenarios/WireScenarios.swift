@@ -1,4 +1,5 @@
 import CourierWire
+import Foundation
 import NIOCore
 import NIOEmbedded
 import NIOExtras
@@ -129,6 +130,33 @@ public func scenarios(size: Int) -> [Scenario] {
         },
         Scenario(name: "ContentLengthHeaderFrameDecoder \(label(size))", frames: frames) {
             try decodeAll(NIOJSONRPCFraming.ContentLengthHeaderFrameDecoder(), contentLength, expecting: frames)
+        },
+    ]
+}
+
+/// The header parsers Courier could use for a compat header, alone: `JSONSerialization` (what `CompatHeader` uses) and
+/// `JSONDecoder`, each parsing `{"size":64,"type":"txt"}` once per 64 B frame of a stream. Profiling only
+/// (`WireProfile`); not part of the benchmark suite.
+public func headerParserScenarios() -> [Scenario] {
+    let frames = streamBytes / 64
+    let header = Data(#"{"size":64,"type":"txt"}"#.utf8)
+    struct Header: Decodable {
+        var type: String
+        var size: Int
+    }
+    return [
+        Scenario(name: "JSONSerialization header", frames: frames) {
+            for _ in 0..<frames {
+                let object = try JSONSerialization.jsonObject(with: header, options: [.fragmentsAllowed])
+                precondition((object as? [String: Any])?["size"] as? NSNumber == 64)
+            }
+        },
+        Scenario(name: "JSONDecoder header", frames: frames) {
+            let decoder = JSONDecoder()
+            for _ in 0..<frames {
+                let decoded = try decoder.decode(Header.self, from: header)
+                precondition(decoded.size == 64)
+            }
         },
     ]
 }
