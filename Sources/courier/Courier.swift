@@ -6,7 +6,7 @@ struct Courier: AsyncParsableCommand {
         commandName: "courier",
         abstract: "Courier: instant messaging and media delivery.",
         version: CourierVersion.current,
-        subcommands: [Serve.self]
+        subcommands: [Serve.self, UserCommand.self, GroupCommand.self, Backup.self]
     )
 }
 

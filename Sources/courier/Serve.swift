@@ -1,22 +1,75 @@
 import ArgumentParser
+import CourierServer
 import Foundation
+import Logging
+import ServiceLifecycle
 
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run the Courier server (not yet: the server arrives with the IM server issue).",
+        abstract: "Run the Courier server on an embedded SQLite database.",
         discussion: """
-            Today Courier ships its wire framings (the CourierWire library); the server that speaks them on the \
-            compat and native ports is the next piece of work. This command says so and exits with status 1.
+            Listens on 127.0.0.1 by default: the native port (6970, Courier's binary framing), the compat port \
+            (6969, the source notes' JSON-header framing) and the HTTP port (6980: /health, /metrics). Data goes to \
+            ./courier-data (courier.sqlite, in WAL mode with synchronous=FULL: an acknowledged message survives a \
+            crash of the process or the machine). Every flag has an environment variable; the flag wins. SIGTERM \
+            or SIGINT stops the server gracefully: no new connections, writes in flight are committed and \
+            acknowledged, then the connections close.
             """
     )
 
+    @Option(help: "The address to bind (default: $COURIER_HOST, else 127.0.0.1).")
+    var host: String?
+
+    @Option(help: "The native port; 0 picks a free one (default: $COURIER_PORT, else 6970).")
+    var port: Int?
+
+    @Option(name: .customLong("compat-port"), help: "The compat port (default: $COURIER_COMPAT_PORT, else 6969).")
+    var compatPort: Int?
+
+    @Option(name: .customLong("http-port"), help: "The HTTP port (default: $COURIER_HTTP_PORT, else 6980).")
+    var httpPort: Int?
+
+    @OptionGroup var data: DataOptions
+
+    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical (default: info).")
+    var logLevel: String = "info"
+
     func run() async throws {
-        var standardError = StandardError()
-        print(
-            "courier serve: not yet — this build has the wire framings only; the server lands with the IM server issue.",
-            to: &standardError
+        let environment = ProcessInfo.processInfo.environment
+        func port(_ flag: Int?, _ variable: String) throws -> Int? {
+            if let flag { return flag }
+            guard let value = environment[variable] else { return nil }
+            guard let port = Int(value), (0...65535).contains(port) else {
+                throw ValidationError("\(variable)=\(value) is not a port number")
+            }
+            return port
+        }
+        var configuration = ServerConfiguration()
+        configuration.host = self.host ?? environment["COURIER_HOST"] ?? configuration.host
+        configuration.nativePort = try port(self.port, "COURIER_PORT") ?? configuration.nativePort
+        configuration.compatPort = try port(self.compatPort, "COURIER_COMPAT_PORT") ?? configuration.compatPort
+        configuration.httpPort = try port(self.httpPort, "COURIER_HTTP_PORT") ?? configuration.httpPort
+        configuration.dataFolder = self.data.folder
+
+        guard let level = Logger.Level(rawValue: self.logLevel) else {
+            throw ValidationError("unknown log level \(self.logLevel)")
+        }
+        var logger = Logger(label: "courier")
+        logger.logLevel = level
+        let server: CourierServer
+        do {
+            server = try CourierServer(configuration: configuration, logger: logger)
+        } catch {
+            throw CommandFailure(description: "\(error)")
+        }
+        let group = ServiceGroup(
+            configuration: .init(
+                services: [.init(service: server)],
+                gracefulShutdownSignals: [.sigterm, .sigint],
+                logger: logger
+            )
         )
-        throw ExitCode(1)
+        try await group.run()
     }
 }
 

@@ -26,7 +26,7 @@ struct LoopbackTests {
             .bind(host: "127.0.0.1", port: 0) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     if writePreface {
-                        try channel.pipeline.syncOperations.addHandler(PrefaceWriter())
+                        try channel.pipeline.syncOperations.addHandler(NativePrefaceHandler())
                     }
                     try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(decoder))
                     try channel.pipeline.syncOperations.addHandler(MessageToByteHandler(encoder))
@@ -191,26 +191,5 @@ struct CompatMessageEncoder: MessageToByteEncoder, Sendable {
         if case .frame(let frame) = data {
             try self.inner.encode(data: frame, out: &out)
         }
-    }
-}
-
-/// Writes this side's native preface as soon as the connection is up, beneath the frame encoder.
-final class PrefaceWriter: ChannelInboundHandler, RemovableChannelHandler {
-    typealias InboundIn = ByteBuffer
-    typealias InboundOut = ByteBuffer
-
-    func handlerAdded(context: ChannelHandlerContext) {
-        if context.channel.isActive { self.writePreface(context: context) }
-    }
-
-    func channelActive(context: ChannelHandlerContext) {
-        self.writePreface(context: context)
-        context.fireChannelActive()
-    }
-
-    private func writePreface(context: ChannelHandlerContext) {
-        var preface = context.channel.allocator.buffer(capacity: NativeFraming.prefaceLength)
-        NativeFraming.writePreface(into: &preface)
-        context.writeAndFlush(NIOAny(preface), promise: nil)
     }
 }

@@ -1,0 +1,74 @@
+/// The codes a server puts in `Error.code` (native) or `"code"` (compat), each with what it means.
+///
+/// docs/PROTOCOL.md lists the same table; a test keeps the two equal.
+public enum ErrorCodes {
+    // Authentication
+    public static let notAuthenticated = "not-authenticated"
+    public static let authFailed = "auth-failed"
+    public static let tokenExpired = "token-expired"
+    public static let tokenRevoked = "token-revoked"
+    public static let throttled = "throttled"
+    public static let alreadyAuthenticated = "already-authenticated"
+    public static let authTimeout = "auth-timeout"
+    // Requests
+    public static let envelopeInvalid = "envelope-invalid"
+    public static let unsupported = "unsupported"
+    public static let invalidRequest = "invalid-request"
+    public static let invalidName = "invalid-name"
+    public static let nameTaken = "name-taken"
+    public static let textTooLarge = "text-too-large"
+    public static let emptyMessage = "empty-message"
+    public static let idTooLong = "id-too-long"
+    public static let unknownUser = "unknown-user"
+    public static let unknownGroup = "unknown-group"
+    public static let notMember = "not-member"
+    public static let notOwner = "not-owner"
+    public static let unknownMessage = "unknown-message"
+    public static let recallWindowPassed = "recall-window-passed"
+    public static let rateLimited = "rate-limited"
+    public static let storageFailed = "storage-failed"
+    // The connection
+    public static let idleTimeout = "idle-timeout"
+    public static let slowConsumer = "slow-consumer"
+    public static let serverFull = "server-full"
+    public static let shuttingDown = "shutting-down"
+    public static let framingError = "framing-error"
+    public static let internalError = "internal"
+
+    /// Every code with its meaning, in the order docs/PROTOCOL.md lists them. `closes` tells whether the server
+    /// closes the connection after sending it.
+    public static let all: [(code: String, closes: Bool, meaning: String)] = [
+        (notAuthenticated, true, "the first request was not a `hello` / `auth`"),
+        (authFailed, true, "wrong user name or password, or an unknown token"),
+        (tokenExpired, true, "the token is past its expiry: log in with the password again"),
+        (
+            tokenRevoked, true,
+            "the token was revoked (`courier user revoke`, a password change, a removed user, a logout)"
+        ),
+        (throttled, true, "too many failed logins for this user name or address; `retry_after_ms` says when to retry"),
+        (alreadyAuthenticated, false, "a second `hello` on an authenticated connection"),
+        (authTimeout, true, "no `hello` within the authentication timeout"),
+        (envelopeInvalid, true, "a frame's payload is not a valid envelope"),
+        (unsupported, false, "a request this server does not know (a newer client)"),
+        (invalidRequest, false, "a request missing a required field, or with one out of range"),
+        (invalidName, false, "a group name that breaks the naming rule"),
+        (nameTaken, false, "a group of that name exists"),
+        (textTooLarge, false, "a text longer than the server's `max_text_bytes`"),
+        (emptyMessage, false, "a message with no text"),
+        (idTooLong, false, "a message id longer than 128 bytes"),
+        (unknownUser, false, "no such user, or the user was removed"),
+        (unknownGroup, false, "no such group"),
+        (notMember, false, "the sender is not a member of the conversation"),
+        (notOwner, false, "only the group's owner may add or remove others"),
+        (unknownMessage, false, "a recall of a message this user did not send there"),
+        (recallWindowPassed, false, "a recall after the recall window"),
+        (rateLimited, false, "sends above the connection's rate; `retry_after_ms` says when to resend"),
+        (storageFailed, false, "the server could not commit (disk full, I/O error): not stored, resend later"),
+        (idleTimeout, true, "nothing received for the idle timeout (send pings)"),
+        (slowConsumer, true, "the client stopped reading; it resyncs from its acknowledged cursor on reconnect"),
+        (serverFull, true, "the server is at its connection limit"),
+        (shuttingDown, true, "the server is stopping; reconnect later"),
+        (framingError, true, "bytes that break the framing (compat port; the native port answers with `goaway`)"),
+        (internalError, true, "a bug in the server; the connection is closed, nothing acknowledged is lost"),
+    ]
+}

@@ -1,0 +1,193 @@
+import CourierProtocol
+public import CourierStore
+import CourierWire
+public import Logging
+import NIOCore
+import NIOPosix
+public import ServiceLifecycle
+import Synchronization
+
+/// The Courier server: the native and compat ports, the group commit, and the watcher that applies the admin
+/// commands' changes. A `Service`: run it in a `ServiceGroup`, which shuts it down gracefully on SIGTERM/SIGINT.
+///
+/// Graceful shutdown stops accepting connections, lets every connection finish the writes it has in flight and
+/// send their acknowledgements, closes the connections with `shutting-down`, commits what is left, and returns.
+public final class CourierServer: Service, Sendable {
+    /// The addresses the server listens on, once bound (ports chosen by the system when configured as 0).
+    public struct Ports: Sendable, Hashable {
+        public var native: Int
+        public var compat: Int
+    }
+
+    public let configuration: ServerConfiguration
+    public let store: SQLiteStore
+    private let logger: Logger
+    private let hub = Hub()
+    private let commits: CommitQueue
+    private let metrics: ServerMetrics
+    private let bound = Mutex<(ports: Ports?, waiters: [CheckedContinuation<Ports, Never>])>((nil, []))
+
+    /// Opens the data folder's store; the ports are bound by ``run()``.
+    ///
+    /// - Throws: ``CourierStoreError`` with code `storage-failed` if the database cannot be opened.
+    public init(configuration: ServerConfiguration, logger: Logger) throws {
+        self.configuration = configuration
+        self.logger = logger
+        self.store = try SQLiteStore(
+            folder: configuration.dataFolder,
+            configuration: configuration.store,
+            logger: logger
+        )
+        let hub = self.hub
+        let metrics = ServerMetrics()
+        self.metrics = metrics
+        self.commits = CommitQueue(
+            store: self.store,
+            configuration: configuration.commit,
+            clock: { SessionContext.nowMs() },
+            onCommit: { report in
+                metrics.committed(report)
+                hub.logsAppended(report.appended)
+            }
+        )
+    }
+
+    /// The bound ports, waiting until the server has bound them.
+    public func ports() async -> Ports {
+        await withCheckedContinuation { continuation in
+            let ports = self.bound.withLock { state -> Ports? in
+                if let ports = state.ports { return ports }
+                state.waiters.append(continuation)
+                return nil
+            }
+            if let ports { continuation.resume(returning: ports) }
+        }
+    }
+
+    public func run() async throws {
+        let context = SessionContext(
+            configuration: self.configuration,
+            store: self.store,
+            commits: self.commits,
+            hub: self.hub,
+            metrics: self.metrics,
+            logger: self.logger
+        )
+        let native = try await self.bindNative()
+        let ports = Ports(native: native.channel.localAddress?.port ?? 0, compat: 0)
+        let waiters = self.bound.withLock { state in
+            state.ports = ports
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume(returning: ports) }
+        self.logger.info(
+            "listening",
+            metadata: ["host": "\(self.configuration.host)", "native": "\(ports.native)"]
+        )
+
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await self.commits.run() }
+            group.addTask { await self.watchChanges() }
+            try await withGracefulShutdownHandler {
+                try await withThrowingDiscardingTaskGroup { listeners in
+                    listeners.addTask {
+                        try await self.accept(on: native, transport: NativeTransport(), context: context)
+                    }
+                }
+            } onGracefulShutdown: {
+                self.logger.info("shutting down: no new connections; finishing the ones open")
+                native.channel.close(promise: nil)
+                self.hub.shutDown()
+            }
+            self.commits.finish()
+            group.cancelAll()
+            try await group.waitForAll()
+        }
+        try? self.store.close()
+        self.logger.info("stopped")
+    }
+
+    private func bindNative() async throws -> NIOAsyncChannel<NIOAsyncChannel<NativeFrame, NativeFrame>, Never> {
+        let limits = self.configuration.limits
+        return try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelOption(.backlog, value: 256)
+            .childChannelOption(
+                .writeBufferWaterMark,
+                value: .init(low: limits.outboundBufferBytes / 2, high: limits.outboundBufferBytes)
+            )
+            .bind(host: self.configuration.host, port: self.configuration.nativePort) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let framing = NativeFraming.Configuration()
+                    try channel.pipeline.syncOperations.addHandler(NativePrefaceHandler())
+                    try channel.pipeline.syncOperations.addHandler(
+                        ByteToMessageHandler(
+                            NativeFrameDecoder(configuration: framing),
+                            maximumBufferSize: framing.maxFramePayloadBytes + 2 * NativeFraming.frameHeaderLength
+                        )
+                    )
+                    try channel.pipeline.syncOperations.addHandler(
+                        MessageToByteHandler(NativeFrameEncoder(configuration: framing))
+                    )
+                    return try NIOAsyncChannel<NativeFrame, NativeFrame>(
+                        wrappingChannelSynchronously: channel,
+                        configuration: .init(backPressureStrategy: .init(lowWatermark: 4, highWatermark: 32))
+                    )
+                }
+            }
+    }
+
+    private func accept<Transport: SessionTransport>(
+        on listener: NIOAsyncChannel<NIOAsyncChannel<Transport.Inbound, Transport.Outbound>, Never>,
+        transport: Transport,
+        context: SessionContext
+    ) async throws {
+        try await listener.executeThenClose { connections in
+            try await withThrowingDiscardingTaskGroup { group in
+                for try await connection in connections {
+                    let remote =
+                        connection.channel.remoteAddress.map { "\($0.ipAddress ?? "?"):\($0.port ?? 0)" } ?? "?"
+                    group.addTask {
+                        await SessionConnection(context: context, transport: transport, remoteAddress: remote)
+                            .run(connection)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Applies what the admin commands changed in the data folder: closes revoked devices' and removed users'
+    /// connections, and wakes connections whose users' logs grew.
+    private func watchChanges() async {
+        guard var last = try? await self.store.latestChangeID() else { return }
+        var lastPrune = ContinuousClock.now
+        while (try? await Task.sleep(for: self.configuration.limits.changePollInterval)) != nil {
+            do {
+                let (changes, latest) = try await self.store.changes(after: last)
+                last = latest
+                for change in changes {
+                    switch change {
+                    case .logAppended(let user):
+                        guard self.hub.isOnline(user) else { continue }
+                        self.hub.logsAppended([user: try await self.store.logCursor(of: user)])
+                    case .deviceRevoked(let device):
+                        self.hub.terminate(
+                            device: device,
+                            code: ErrorCodes.tokenRevoked,
+                            message: "the token was revoked"
+                        )
+                    case .userRemoved(let user):
+                        self.hub.terminate(user: user, code: ErrorCodes.tokenRevoked, message: "the user was removed")
+                    }
+                }
+                if ContinuousClock.now - lastPrune > .seconds(60) {
+                    lastPrune = .now
+                    try await self.store.pruneChanges(olderThanMs: SessionContext.nowMs() - 600_000)
+                }
+            } catch {
+                self.logger.warning("reading changes failed", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+}

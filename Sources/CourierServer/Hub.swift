@@ -1,0 +1,235 @@
+import CourierProtocol
+import CourierStore
+import Synchronization
+
+/// The server's map of who is connected: each user's connections, and a way to wake or close them.
+///
+/// Waking a connection never queues data: ``ConnectionHandle/notify(cursor:)`` only raises the cursor the
+/// connection has to catch up to, and the connection reads the events from the store at its own pace. Typing and
+/// presence notices are coalesced to the latest state per conversation and user, so a connection's pending notices
+/// are bounded by its conversations, not by how much happens.
+final class Hub: Sendable {
+    private struct State {
+        var byUser: [UserID: [Int: ConnectionHandle]] = [:]
+        var nextID = 1
+        var shuttingDown = false
+    }
+
+    private let state = Mutex(State())
+
+    /// Registers a connection.
+    ///
+    /// - Returns: Whether it is the user's first connection (the user just came online), or nil when the server is
+    ///   shutting down and takes no more connections.
+    func register(user: UserID, device: DeviceID, ephemeral: Bool) -> (ConnectionHandle, firstForUser: Bool)? {
+        self.state.withLock { state in
+            guard !state.shuttingDown else { return nil }
+            let handle = ConnectionHandle(id: state.nextID, user: user, device: device, wantsEphemeral: ephemeral)
+            state.nextID += 1
+            let first = state.byUser[user]?.isEmpty ?? true
+            state.byUser[user, default: [:]][handle.id] = handle
+            return (handle, first)
+        }
+    }
+
+    /// Removes a connection.
+    ///
+    /// - Returns: Whether it was the user's last connection (the user just went offline).
+    func unregister(_ handle: ConnectionHandle) -> Bool {
+        self.state.withLock { state in
+            state.byUser[handle.user]?[handle.id] = nil
+            if state.byUser[handle.user]?.isEmpty ?? false {
+                state.byUser[handle.user] = nil
+                return true
+            }
+            return false
+        }
+    }
+
+    /// Whether a user has a connection.
+    func isOnline(_ user: UserID) -> Bool {
+        self.state.withLock { $0.byUser[user] != nil }
+    }
+
+    /// The connections of some users.
+    func connections(of users: some Sequence<UserID>) -> [ConnectionHandle] {
+        self.state.withLock { state in users.flatMap { state.byUser[$0].map { Array($0.values) } ?? [] } }
+    }
+
+    /// Tells the connections of users whose logs grew that there are events up to these cursors.
+    func logsAppended(_ appended: [UserID: UInt64]) {
+        guard !appended.isEmpty else { return }
+        let targets = self.state.withLock { state in
+            appended.flatMap { user, cursor in (state.byUser[user]?.values).map { $0.map { ($0, cursor) } } ?? [] }
+        }
+        for (handle, cursor) in targets { handle.notify(cursor: cursor) }
+    }
+
+    /// Closes every connection of a device.
+    func terminate(device: DeviceID, code: String, message: String) {
+        let targets = self.state.withLock { state in
+            state.byUser.values.flatMap { $0.values.filter { $0.device == device } }
+        }
+        for handle in targets { handle.terminate(code: code, message: message) }
+    }
+
+    /// Closes every connection of a user.
+    func terminate(user: UserID, code: String, message: String) {
+        for handle in self.connections(of: [user]) { handle.terminate(code: code, message: message) }
+    }
+
+    /// Refuses new registrations and closes every connection.
+    func shutDown() {
+        let targets = self.state.withLock { state in
+            state.shuttingDown = true
+            return state.byUser.values.flatMap { $0.values }
+        }
+        for handle in targets {
+            handle.terminate(code: ErrorCodes.shuttingDown, message: "the server is stopping; reconnect later")
+        }
+    }
+}
+
+/// One authenticated connection, as the rest of the server sees it.
+final class ConnectionHandle: Sendable {
+    /// What the connection's delivery loop has to do next.
+    enum Wake: Sendable {
+        /// Events up to this cursor exist; send those after what was sent.
+        case events(upTo: UInt64)
+        /// Typing and presence notices to send.
+        case notices([ServerEnvelope])
+        /// Send this error, then close.
+        case terminate(code: String, message: String)
+    }
+
+    private struct State {
+        var latest: UInt64 = 0
+        var delivered: UInt64 = 0
+        var typing: [TypingKey: Courier_V1_TypingNotice] = [:]
+        var presence: [String: Courier_V1_PresenceNotice] = [:]
+        var termination: (code: String, message: String)?
+        var waiter: CheckedContinuation<Void, Never>?
+    }
+
+    private struct TypingKey: Hashable {
+        var conversation: Courier_V1_Conversation
+        var user: String
+    }
+
+    let id: Int
+    let user: UserID
+    let device: DeviceID
+    let wantsEphemeral: Bool
+    private let state = Mutex(State())
+
+    init(id: Int, user: UserID, device: DeviceID, wantsEphemeral: Bool) {
+        self.id = id
+        self.user = user
+        self.device = device
+        self.wantsEphemeral = wantsEphemeral
+    }
+
+    /// Raises the cursor the connection has to catch up to.
+    func notify(cursor: UInt64) {
+        self.wake { state in
+            guard cursor > state.latest else { return false }
+            state.latest = cursor
+            return true
+        }
+    }
+
+    /// Marks events up to a cursor as sent, so that the next ``next()`` waits for newer ones.
+    func delivered(upTo cursor: UInt64) {
+        self.state.withLock { $0.delivered = max($0.delivered, cursor) }
+    }
+
+    /// Posts a typing notice, replacing an unsent one for the same user and conversation.
+    func post(typing notice: Courier_V1_TypingNotice) {
+        guard self.wantsEphemeral else { return }
+        self.wake { state in
+            state.typing[TypingKey(conversation: notice.conversation, user: notice.user)] = notice
+            return true
+        }
+    }
+
+    /// Posts a presence notice, replacing an unsent one for the same user.
+    func post(presence notice: Courier_V1_PresenceNotice) {
+        guard self.wantsEphemeral else { return }
+        self.wake { state in
+            state.presence[notice.user] = notice
+            return true
+        }
+    }
+
+    /// Asks the connection to send an error and close.
+    func terminate(code: String, message: String) {
+        self.wake { state in
+            if state.termination == nil { state.termination = (code, message) }
+            return true
+        }
+    }
+
+    /// Waits for something to do: termination first, then notices, then events.
+    ///
+    /// - Returns: nil once the calling task is cancelled (after ``interrupt()`` woke it).
+    func next() async -> Wake? {
+        while true {
+            if let wake = self.state.withLock({ Self.take(&$0) }) { return wake }
+            if Task.isCancelled { return nil }
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let ready = self.state.withLock { state -> Bool in
+                    if Self.hasWork(state) { return true }
+                    state.waiter = continuation
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+        }
+    }
+
+    /// Wakes a waiting ``next()`` so it can return (on cancellation of the delivery loop).
+    func interrupt() {
+        let waiter = self.state.withLock { state in
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
+
+    private static func hasWork(_ state: State) -> Bool {
+        state.termination != nil || !state.typing.isEmpty || !state.presence.isEmpty || state.latest > state.delivered
+    }
+
+    private static func take(_ state: inout State) -> Wake? {
+        if let termination = state.termination {
+            return .terminate(code: termination.code, message: termination.message)
+        }
+        if !state.typing.isEmpty || !state.presence.isEmpty {
+            var notices: [ServerEnvelope] = []
+            for notice in state.presence.values {
+                var envelope = ServerEnvelope()
+                envelope.presence = notice
+                notices.append(envelope)
+            }
+            for notice in state.typing.values {
+                var envelope = ServerEnvelope()
+                envelope.typing = notice
+                notices.append(envelope)
+            }
+            state.presence.removeAll()
+            state.typing.removeAll()
+            return .notices(notices)
+        }
+        if state.latest > state.delivered { return .events(upTo: state.latest) }
+        return nil
+    }
+
+    private func wake(_ change: (inout State) -> Bool) {
+        let waiter = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard change(&state) else { return nil }
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
+}

@@ -1,0 +1,79 @@
+public import CourierStore
+public import Foundation
+
+/// Everything `courier serve` can be told, with the defaults it runs with.
+public struct ServerConfiguration: Sendable {
+    /// The address all three ports bind to.
+    public var host: String = "127.0.0.1"
+    /// The compat port: the source notes' JSON-header framing. 0 picks a free port.
+    public var compatPort: Int = 6969
+    /// The native port: Courier's binary framing with protobuf envelopes. 0 picks a free port.
+    public var nativePort: Int = 6970
+    /// The HTTP port: `/health` and `/metrics`. 0 picks a free port.
+    public var httpPort: Int = 6980
+    /// The data folder: the database, and `crashes/`.
+    public var dataFolder: URL = URL(fileURLWithPath: "courier-data", isDirectory: true)
+
+    /// The session limits, the same on both ports.
+    public var limits: Limits = .init()
+    /// The compat port's framing options.
+    public var compat: Compat = .init()
+    /// The store's settings (token lifetime, recall window, password cost).
+    public var store: SQLiteStore.Configuration = .init()
+    /// The group commit's settings.
+    public var commit: CommitQueue.Configuration = .init()
+
+    public init() {}
+
+    /// Limits that protect the server and its other clients from one client.
+    public struct Limits: Sendable {
+        /// Open connections, all ports together; one more is closed at once.
+        public var maxConnections: Int = 10_000
+        /// Sends a connection may have waiting for their commit; the server reads nothing more from the connection
+        /// until one is acknowledged (backpressure, nothing refused).
+        public var maxUnackedSends: Int = 256
+        /// Sustained sends per second per connection; past it a send is refused with `rate-limited` and a retry time.
+        public var sendsPerSecond: Double = 2_000
+        /// Sends a connection may make at once above the sustained rate.
+        public var sendBurst: Double = 4_000
+        /// The largest message text, in UTF-8 bytes; more is refused with `text-too-large`.
+        public var maxTextBytes: Int = 64 * 1024
+        /// A connection that sends nothing (not even a ping) for this long is closed with `idle-timeout`.
+        public var idleTimeout: Duration = .seconds(60)
+        /// How often clients are told to send a ping (in `Welcome.limits`); a third of the idle timeout.
+        public var heartbeatInterval: Duration = .seconds(20)
+        /// How long a connection may take to authenticate after connecting.
+        public var authTimeout: Duration = .seconds(10)
+        /// A write to a client that has stopped reading may wait this long; then the connection is closed with
+        /// `slow-consumer`, and the device resyncs from its acknowledged cursor when it comes back.
+        public var slowConsumerTimeout: Duration = .seconds(30)
+        /// Bytes the server buffers for a connection before it waits for the client to read (the channel's write
+        /// buffer high-water mark). Together with one events page this bounds a connection's memory.
+        public var outboundBufferBytes: Int = 256 * 1024
+        /// Events per `Events` envelope when syncing or delivering.
+        public var eventsPerPage: Int = 256
+        /// The most messages one history page returns.
+        public var maxHistoryPage: Int = 200
+        /// Failed logins per user name within `loginWindow` before more are refused with `throttled`.
+        public var maxFailedLoginsPerUser: Int = 5
+        /// Failed logins per client address within `loginWindow` before more are refused with `throttled`.
+        public var maxFailedLoginsPerAddress: Int = 20
+        /// The window the failed-login counts cover.
+        public var loginWindow: Duration = .seconds(60)
+        /// How often the server looks for changes made by the admin commands (removed users, revoked devices,
+        /// group changes).
+        public var changePollInterval: Duration = .milliseconds(250)
+
+        public init() {}
+    }
+
+    /// The compat port's framing.
+    public struct Compat: Sendable {
+        /// The end marker after each packet, or nil (the default) for none, as the notes' demo client sends.
+        public var endMarker: [UInt8]? = nil
+        /// The largest header, in bytes.
+        public var maxHeaderBytes: Int = 16 * 1024
+
+        public init() {}
+    }
+}

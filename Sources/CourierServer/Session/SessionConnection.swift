@@ -1,0 +1,581 @@
+import CourierProtocol
+import CourierStore
+import Logging
+import NIOCore
+import Synchronization
+
+/// Serves one client connection over a transport: reads requests, runs them through the session state machine,
+/// carries out its actions, and delivers the user's events and notices.
+///
+/// Three loops share the connection: the reader (requests in order; waits while too many writes are in flight),
+/// the delivery loop (events from the store at the client's pace, and notices), and a ticker (deadlines, and a
+/// write that a client which stopped reading has blocked for too long). Each write to the group commit runs as its
+/// own child task, so sends from one connection share transactions.
+struct SessionConnection<Transport: SessionTransport>: Sendable {
+    let context: SessionContext
+    let transport: Transport
+    let remoteAddress: String
+
+    /// Runs the connection until the client leaves or the session closes it. Never throws: one bad client ends
+    /// only its own connection.
+    func run(_ channel: NIOAsyncChannel<Transport.Inbound, Transport.Outbound>) async {
+        let logger = self.logger
+        guard self.context.admit() else {
+            try? await channel.executeThenClose { _, outbound in
+                for frame in self.transport.closingFrames(
+                    code: ErrorCodes.serverFull,
+                    message: "the server is at its connection limit"
+                ) {
+                    try await outbound.write(frame)
+                }
+            }
+            logger.notice("refused a connection: at the connection limit")
+            return
+        }
+        defer { self.context.release() }
+        do {
+            try await channel.executeThenClose { inbound, outbound in
+                let session = SessionShared(
+                    machine: SessionStateMachine(
+                        configuration: .init(self.context.configuration.limits),
+                        now: .now
+                    ),
+                    channel: channel.channel
+                )
+                try await withThrowingDiscardingTaskGroup { group in
+                    group.addTask { await self.tick(session, outbound: outbound) }
+                    defer { group.cancelAll() }
+                    try await self.read(inbound, outbound: outbound, session: session, group: &group)
+                }
+                if let handle = session.handle { await self.disconnected(handle) }
+            }
+        } catch {
+            logger.debug("connection ended", metadata: ["error": "\(error)"])
+        }
+    }
+
+    private var logger: Logger {
+        var logger = self.context.logger
+        logger[metadataKey: "peer"] = "\(self.remoteAddress)"
+        logger[metadataKey: "port"] = "\(self.transport.name)"
+        return logger
+    }
+
+    // MARK: Reading requests
+
+    private func read(
+        _ inbound: NIOAsyncChannelInboundStream<Transport.Inbound>,
+        outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>,
+        session: SessionShared,
+        group: inout ThrowingDiscardingTaskGroup<any Error>
+    ) async throws {
+        var iterator = inbound.makeAsyncIterator()
+        while true {
+            await session.waitForWriteSlot()
+            let frame: Transport.Inbound?
+            do {
+                frame = try await iterator.next()
+            } catch {
+                // Bytes that break the framing: say which error where the transport can, then close.
+                let code = ErrorCodes.framingError
+                self.logger.info("closing: framing error", metadata: ["error": "\(error)"])
+                try? await self.close(outbound, session: session, code: code, message: "\(error)")
+                return
+            }
+            guard let frame else { return }
+            session.withMachine { $0.receivedBytes(now: .now) }
+            switch self.transport.interpret(frame) {
+            case .envelope(let envelope):
+                let action = session.withMachine { $0.received(envelope, now: .now) }
+                guard try await self.perform(action, outbound: outbound, session: session, group: &group) else {
+                    return
+                }
+            case .reply(let frames):
+                for frame in frames { try await session.write(frame, to: outbound) }
+            case .ignore:
+                continue
+            case .goodbye:
+                return
+            case .violation(let code, let message):
+                self.logger.info("closing: protocol violation", metadata: ["code": "\(code)", "reason": "\(message)"])
+                try? await self.close(outbound, session: session, code: code, message: message)
+                return
+            }
+        }
+    }
+
+    /// Carries out one action of the state machine.
+    ///
+    /// - Returns: false when the connection must stop reading.
+    private func perform(
+        _ action: SessionStateMachine.Action,
+        outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>,
+        session: SessionShared,
+        group: inout ThrowingDiscardingTaskGroup<any Error>
+    ) async throws -> Bool {
+        switch action {
+        case .none:
+            return true
+        case .close(let code, let message):
+            self.logger.info("closing", metadata: ["code": "\(code)"])
+            try? await self.close(outbound, session: session, code: code, message: message)
+            return false
+        case .refuse(let requestID, let code, let message, let id, let retryAfter):
+            self.context.metrics.refusals.increment()
+            self.logger.debug("refused", metadata: ["code": "\(code)", "reason": "\(message)"])
+            try await session.write(
+                self.errorEnvelope(requestID, code: code, message: message, id: id, retryAfter: retryAfter),
+                transport: self.transport,
+                to: outbound
+            )
+            return true
+        case .authenticate(let hello, let requestID):
+            return try await self.authenticate(
+                hello,
+                requestID: requestID,
+                outbound: outbound,
+                session: session,
+                group: &group
+            )
+        case .write(let request, let requestID, let answers):
+            if case .send = request { self.context.metrics.messagesIn.increment() }
+            group.addTask {
+                let reply = await self.commit(request, requestID: requestID)
+                session.writeFinished()
+                if answers, let reply {
+                    try? await session.write(reply, transport: self.transport, to: outbound)
+                }
+            }
+            return true
+        case .request(let request, let requestID):
+            return try await self.handle(request, requestID: requestID, outbound: outbound, session: session)
+        }
+    }
+
+    // MARK: Authentication
+
+    private func authenticate(
+        _ hello: Courier_V1_Hello,
+        requestID: UInt64,
+        outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>,
+        session: SessionShared,
+        group: inout ThrowingDiscardingTaskGroup<any Error>
+    ) async throws -> Bool {
+        let now = SessionContext.nowMs()
+        let store = self.context.store
+        var throttleKey = ""
+        let result: Result<DeviceSession, CourierStoreError>
+        switch hello.credentials {
+        case .password(let password)?:
+            throttleKey = password.user
+            if let wait = self.context.loginWait(user: password.user, address: self.remoteAddress) {
+                self.logger.notice("login throttled", metadata: ["user": "\(password.user)"])
+                var envelope = self.errorEnvelope(
+                    requestID,
+                    code: ErrorCodes.throttled,
+                    message: "too many failed logins; retry later",
+                    id: "",
+                    retryAfter: wait
+                )
+                envelope.requestID = requestID
+                try? await session.write(envelope, transport: self.transport, to: outbound)
+                try? await self.close(outbound, session: session, code: ErrorCodes.throttled, message: "throttled")
+                return false
+            }
+            let deviceName = String(hello.deviceName.utf8.prefix(64)) ?? "device"
+            do {
+                result = .success(
+                    try await store.login(
+                        user: password.user,
+                        password: password.password,
+                        deviceName: deviceName.isEmpty ? "device" : deviceName,
+                        nowMs: now
+                    )
+                )
+            } catch let error as CourierStoreError {
+                result = .failure(error)
+            }
+        case .token(let token)?:
+            do {
+                result = .success(try await store.authenticate(token: token, nowMs: now))
+            } catch let error as CourierStoreError {
+                result = .failure(error)
+            }
+        case nil:
+            result = .failure(CourierStoreError(.authFailed, "no credentials"))
+        }
+
+        let deviceSession: DeviceSession
+        switch result {
+        case .failure(let error):
+            if error.code == .authFailed, !throttleKey.isEmpty {
+                self.context.loginFailed(user: throttleKey, address: self.remoteAddress)
+            }
+            // Never the password or the token: the user name only.
+            self.logger.notice("login failed", metadata: ["code": "\(error.code)", "user": "\(throttleKey)"])
+            let action = session.withMachine { $0.authenticationFailed(code: "\(error.code)", message: error.message) }
+            _ = try await self.perform(action, outbound: outbound, session: session, group: &group)
+            return false
+        case .success(let success):
+            deviceSession = success
+        }
+
+        guard
+            let (handle, first) = self.context.hub.register(
+                user: deviceSession.user.id,
+                device: deviceSession.device.id,
+                ephemeral: hello.ephemeral
+            )
+        else {
+            try? await self.close(
+                outbound,
+                session: session,
+                code: ErrorCodes.shuttingDown,
+                message: "the server is stopping"
+            )
+            return false
+        }
+        session.withMachine { $0.authenticated(deviceSession, now: .now) }
+        session.handle = handle
+        self.logger.info(
+            "authenticated",
+            metadata: ["user": "\(deviceSession.user.name)", "device": "\(deviceSession.device.id.rawValue)"]
+        )
+
+        let latest = try await store.logCursor(of: deviceSession.user.id)
+        let start = min(hello.resume ? hello.cursor : deviceSession.device.ackedCursor, latest)
+        var welcome = ServerEnvelope()
+        welcome.requestID = requestID
+        welcome.welcome.user = deviceSession.user.name
+        welcome.welcome.token = deviceSession.token ?? ""
+        welcome.welcome.tokenExpiresMs = deviceSession.device.expiresMs
+        welcome.welcome.cursor = start
+        welcome.welcome.latestCursor = latest
+        let limits = self.context.configuration.limits
+        welcome.welcome.limits.maxTextBytes = UInt32(clamping: limits.maxTextBytes)
+        welcome.welcome.limits.maxUnackedSends = UInt32(clamping: limits.maxUnackedSends)
+        welcome.welcome.limits.heartbeatIntervalMs = UInt32(
+            clamping: limits.heartbeatInterval.components.seconds * 1000
+        )
+        try await session.write(welcome, transport: self.transport, to: outbound)
+
+        let user = deviceSession.user
+        let ackedOnWrite = hello.ackedOnWrite
+        group.addTask {
+            await self.deliver(
+                to: handle,
+                user: user,
+                from: start,
+                latest: latest,
+                ackedOnWrite: ackedOnWrite,
+                session: session,
+                outbound: outbound
+            )
+        }
+        await self.announcePresence(of: user.id, named: user.name, online: true, first: first, handle: handle)
+        return true
+    }
+
+    // MARK: Writes
+
+    /// Submits a write to the group commit and makes its answer.
+    private func commit(_ request: WriteRequest, requestID: UInt64) async -> ServerEnvelope? {
+        let outcome: WriteOutcome
+        do {
+            outcome = try await self.context.commits.submit(request)
+        } catch let error as CourierStoreError {
+            self.logger.warning("write failed", metadata: ["code": "\(error.code)"])
+            return self.errorEnvelope(requestID, code: "\(error.code)", message: error.message, id: request.messageID)
+        } catch {
+            return self.errorEnvelope(
+                requestID,
+                code: ErrorCodes.internalError,
+                message: "\(error)",
+                id: request.messageID
+            )
+        }
+        var envelope = ServerEnvelope()
+        envelope.requestID = requestID
+        switch outcome {
+        case .sent(let receipt):
+            envelope.sendAck.id = receipt.id
+            envelope.sendAck.conversation = Courier_V1_Conversation(receipt.conversation)
+            envelope.sendAck.seq = receipt.seq
+            envelope.sendAck.timeMs = receipt.timeMs
+            envelope.sendAck.duplicate = receipt.duplicate
+        case .done:
+            envelope.done = Courier_V1_Done()
+        case .refused(let error):
+            self.context.metrics.refusals.increment()
+            return self.errorEnvelope(requestID, code: "\(error.code)", message: error.message, id: request.messageID)
+        }
+        return envelope
+    }
+
+    // MARK: Other requests
+
+    private func handle(
+        _ request: SessionStateMachine.Request,
+        requestID: UInt64,
+        outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>,
+        session: SessionShared
+    ) async throws -> Bool {
+        guard let deviceSession = session.withMachine({ $0.session }) else { return true }
+        let user = deviceSession.user
+        var reply = ServerEnvelope()
+        reply.requestID = requestID
+        do {
+            switch request {
+            case .history(let address, let beforeSeq, let limit):
+                let page = try await self.context.store.history(
+                    for: user.id,
+                    in: address,
+                    beforeSeq: beforeSeq,
+                    limit: limit
+                )
+                reply.history.messages = page.messages.map(Courier_V1_Message.init)
+                reply.history.more = page.more
+            case .unread:
+                reply.unread.entries = try await self.context.store.unreadCounts(for: user.id).map { count in
+                    var entry = Courier_V1_UnreadCounts.Entry()
+                    entry.conversation = Courier_V1_Conversation(count.conversation)
+                    entry.unread = count.unread
+                    entry.lastSeq = count.lastSeq
+                    entry.readSeq = count.readSeq
+                    return entry
+                }
+            case .typing(let address, let typing):
+                let members = try await self.context.store.members(of: address, for: user.id)
+                for handle in self.context.hub.connections(of: members) where handle !== session.handle {
+                    var notice = Courier_V1_TypingNotice()
+                    // Each recipient names the conversation its own way.
+                    switch address {
+                    case .group: notice.conversation = Courier_V1_Conversation(address)
+                    case .user: notice.conversation.user = handle.user == user.id ? self.peerName(address) : user.name
+                    }
+                    notice.user = user.name
+                    notice.typing = typing
+                    handle.post(typing: notice)
+                }
+                reply.done = Courier_V1_Done()
+            case .manageGroup(let manage):
+                let appended = try await self.manageGroup(manage, by: user)
+                self.context.hub.logsAppended(appended)
+                reply.done = Courier_V1_Done()
+            case .logout:
+                try await self.context.store.revokeDevice(
+                    deviceSession.device.id,
+                    of: user.name,
+                    nowMs: SessionContext.nowMs()
+                )
+                reply.done = Courier_V1_Done()
+                try await session.write(reply, transport: self.transport, to: outbound)
+                try? await self.close(outbound, session: session, code: ErrorCodes.tokenRevoked, message: "logged out")
+                return false
+            }
+        } catch let error as CourierStoreError {
+            reply = self.errorEnvelope(requestID, code: "\(error.code)", message: error.message, id: "")
+        }
+        try await session.write(reply, transport: self.transport, to: outbound)
+        return true
+    }
+
+    private func peerName(_ address: ConversationAddress) -> String {
+        if case .user(let name) = address { return name }
+        return ""
+    }
+
+    private func manageGroup(_ manage: Courier_V1_ManageGroup, by user: User) async throws -> [UserID: UInt64] {
+        let store = self.context.store
+        let now = SessionContext.nowMs()
+        switch manage.action {
+        case .create(let members)?:
+            return try await store.createGroup(name: manage.group, owner: user.name, members: members.users, nowMs: now)
+        case .add(let members)?:
+            return try await store.changeMembers(of: manage.group, actor: user.id, add: members.users, nowMs: now)
+        case .remove(let members)?:
+            return try await store.changeMembers(of: manage.group, actor: user.id, remove: members.users, nowMs: now)
+        case .leave?:
+            return try await store.changeMembers(of: manage.group, actor: user.id, remove: [user.name], nowMs: now)
+        case nil:
+            throw CourierStoreError(.invalidRequest, "manage_group needs an action")
+        }
+    }
+
+    // MARK: Delivery
+
+    /// Sends the user's events from a cursor on, then whatever the hub wakes the connection for, until the
+    /// connection ends or is terminated.
+    private func deliver(
+        to handle: ConnectionHandle,
+        user: User,
+        from start: UInt64,
+        latest: UInt64,
+        ackedOnWrite: Bool,
+        session: SessionShared,
+        outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>
+    ) async {
+        let pageSize = self.context.configuration.limits.eventsPerPage
+        var sent = start
+        var caughtUp = false
+        handle.delivered(upTo: start)
+        do {
+            if latest <= start {
+                var envelope = ServerEnvelope()
+                envelope.events.caughtUp = true
+                try await session.write(envelope, transport: self.transport, to: outbound)
+                caughtUp = true
+            } else {
+                handle.notify(cursor: latest)
+            }
+            while let wake = await withTaskCancellationHandler(
+                operation: { await handle.next() },
+                onCancel: { handle.interrupt() }
+            ) {
+                switch wake {
+                case .terminate(let code, let message):
+                    await session.waitForWritesToFinish()
+                    try? await self.close(outbound, session: session, code: code, message: message)
+                    return
+                case .notices(let notices):
+                    for notice in notices { try await session.write(notice, transport: self.transport, to: outbound) }
+                case .events(let upTo):
+                    while sent < upTo {
+                        let events = try await self.context.store.events(for: user.id, after: sent, limit: pageSize)
+                        guard let last = events.last else { break }
+                        var envelope = ServerEnvelope()
+                        envelope.events.events = events.map(Courier_V1_Event.init)
+                        if !caughtUp, last.cursor >= latest {
+                            envelope.events.caughtUp = true
+                            caughtUp = true
+                        }
+                        try await session.write(envelope, transport: self.transport, to: outbound)
+                        self.context.metrics.eventsOut.increment(by: events.count)
+                        sent = last.cursor
+                        handle.delivered(upTo: sent)
+                        if ackedOnWrite {
+                            _ = try? await self.context.commits.submit(
+                                .ack(user: user.id, device: handle.device, cursor: sent)
+                            )
+                        }
+                    }
+                    handle.delivered(upTo: upTo)
+                }
+            }
+        } catch {
+            self.logger.debug("delivery ended", metadata: ["error": "\(error)"])
+            session.closeChannel()
+        }
+    }
+
+    private func disconnected(_ handle: ConnectionHandle) async {
+        let last = self.context.hub.unregister(handle)
+        let now = SessionContext.nowMs()
+        try? await self.context.store.touchDevice(handle.device, nowMs: now)
+        guard last, let user = try? await self.context.store.userName(of: handle.user) else { return }
+        await self.announcePresence(
+            of: handle.user,
+            named: user,
+            online: false,
+            first: true,
+            handle: nil,
+            lastSeenMs: now
+        )
+    }
+
+    /// Tells the user's peers that it came online or went offline, and tells a new connection who is online.
+    private func announcePresence(
+        of user: UserID,
+        named name: String,
+        online: Bool,
+        first: Bool,
+        handle: ConnectionHandle?,
+        lastSeenMs: Int64 = 0
+    ) async {
+        guard let peers = try? await self.context.store.peers(of: user) else { return }
+        if first {
+            var notice = Courier_V1_PresenceNotice()
+            notice.user = name
+            notice.online = online
+            notice.lastSeenMs = online ? 0 : lastSeenMs
+            for peer in self.context.hub.connections(of: peers) { peer.post(presence: notice) }
+        }
+        if let handle, handle.wantsEphemeral {
+            for peer in peers where self.context.hub.isOnline(peer) {
+                guard let name = try? await self.context.store.userName(of: peer) else { continue }
+                var notice = Courier_V1_PresenceNotice()
+                notice.user = name
+                notice.online = true
+                handle.post(presence: notice)
+            }
+        }
+    }
+
+    // MARK: Deadlines and closing
+
+    private func tick(_ session: SessionShared, outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>) async {
+        let limits = self.context.configuration.limits
+        while (try? await Task.sleep(for: .milliseconds(250))) != nil {
+            if session.writeBlocked(longerThan: limits.slowConsumerTimeout) {
+                self.logger.notice(
+                    "closing: the client stopped reading",
+                    metadata: ["code": "\(ErrorCodes.slowConsumer)"]
+                )
+                session.closeChannel()
+                return
+            }
+            let action = session.withMachine { $0.tick(now: .now) }
+            if case .close(let code, let message) = action {
+                self.logger.info("closing", metadata: ["code": "\(code)"])
+                try? await self.close(outbound, session: session, code: code, message: message)
+                return
+            }
+        }
+    }
+
+    /// Sends the closing frames and closes the connection.
+    private func close(
+        _ outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>,
+        session: SessionShared,
+        code: String,
+        message: String
+    ) async throws {
+        session.withMachine { $0.close() }
+        defer { session.closeChannel() }
+        for frame in self.transport.closingFrames(code: code, message: message) {
+            try await session.write(frame, to: outbound)
+        }
+    }
+
+    private func errorEnvelope(
+        _ requestID: UInt64,
+        code: String,
+        message: String,
+        id: String,
+        retryAfter: Duration? = nil
+    ) -> ServerEnvelope {
+        var envelope = ServerEnvelope()
+        envelope.requestID = requestID
+        envelope.error.code = code
+        envelope.error.message = message
+        envelope.error.id = id
+        if let retryAfter {
+            envelope.error.retryAfterMs = UInt32(
+                clamping: retryAfter.components.seconds * 1000 + retryAfter.components.attoseconds
+                    / 1_000_000_000_000_000
+            )
+        }
+        return envelope
+    }
+}
+
+extension WriteRequest {
+    /// The message id a refusal is about.
+    var messageID: String {
+        switch self {
+        case .send(let send): send.id
+        case .recall(_, _, let id): id
+        case .ack, .markRead: ""
+        }
+    }
+}

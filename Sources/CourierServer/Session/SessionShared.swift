@@ -1,0 +1,110 @@
+import CourierProtocol
+import NIOCore
+import Synchronization
+
+/// The state a connection's reader, delivery loop, ticker and write tasks share.
+final class SessionShared: Sendable {
+    private struct State {
+        var handle: ConnectionHandle?
+        var slotWaiter: CheckedContinuation<Void, Never>?
+        var drainWaiters: [CheckedContinuation<Void, Never>] = []
+        var pendingWrites: [Int: ContinuousClock.Instant] = [:]
+        var nextWrite = 0
+    }
+
+    private let machine: Mutex<SessionStateMachine>
+    private let state = Mutex(State())
+    private let channel: any Channel
+
+    init(machine: SessionStateMachine, channel: any Channel) {
+        self.machine = Mutex(machine)
+        self.channel = channel
+    }
+
+    func withMachine<T>(_ body: (inout SessionStateMachine) -> T) -> T {
+        self.machine.withLock { body(&$0) }
+    }
+
+    /// The connection's entry in the hub, once authenticated.
+    var handle: ConnectionHandle? {
+        get { self.state.withLock { $0.handle } }
+        set { self.state.withLock { $0.handle = newValue } }
+    }
+
+    /// Waits while the session has as many writes in flight as it may.
+    func waitForWriteSlot() async {
+        while !self.machine.withLock({ $0.mayReadMore }) {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let ready = self.state.withLock { state -> Bool in
+                    if self.machine.withLock({ $0.mayReadMore }) { return true }
+                    state.slotWaiter = continuation
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+        }
+    }
+
+    /// A write to the group commit finished.
+    func writeFinished() {
+        let (slot, drained) = self.state.withLock { state in
+            let idle = self.machine.withLock { machine in
+                machine.writeFinished()
+                return machine.writesInFlight == 0
+            }
+            defer {
+                state.slotWaiter = nil
+                if idle { state.drainWaiters = [] }
+            }
+            return (state.slotWaiter, idle ? state.drainWaiters : [])
+        }
+        slot?.resume()
+        for waiter in drained { waiter.resume() }
+    }
+
+    /// Waits until no write to the group commit is in flight, so their answers go out before the connection closes.
+    func waitForWritesToFinish() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let idle = self.state.withLock { state -> Bool in
+                if self.machine.withLock({ $0.writesInFlight == 0 }) { return true }
+                state.drainWaiters.append(continuation)
+                return false
+            }
+            if idle { continuation.resume() }
+        }
+    }
+
+    /// Writes an envelope's frames, tracking how long each write waits for the client to read.
+    func write<Transport: SessionTransport>(
+        _ envelope: ServerEnvelope,
+        transport: Transport,
+        to outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>
+    ) async throws {
+        for frame in try transport.frames(for: envelope) {
+            try await self.write(frame, to: outbound)
+        }
+    }
+
+    /// Writes one frame, tracking how long it waits for the client to read.
+    func write<Outbound: Sendable>(_ frame: Outbound, to outbound: NIOAsyncChannelOutboundWriter<Outbound>) async throws
+    {
+        let id = self.state.withLock { state in
+            state.nextWrite += 1
+            state.pendingWrites[state.nextWrite] = .now
+            return state.nextWrite
+        }
+        defer { _ = self.state.withLock { $0.pendingWrites.removeValue(forKey: id) } }
+        try await outbound.write(frame)
+    }
+
+    /// Whether a write has waited longer than a bound for the client to read.
+    func writeBlocked(longerThan bound: Duration) -> Bool {
+        let now = ContinuousClock.now
+        return self.state.withLock { state in state.pendingWrites.values.contains { now - $0 > bound } }
+    }
+
+    /// Closes the connection; the reader's loop then ends.
+    func closeChannel() {
+        self.channel.close(mode: .all, promise: nil)
+    }
+}

@@ -1,0 +1,334 @@
+import CourierProtocol
+import CourierStore
+
+/// The rules of one client session, as a value: what each envelope from the client means in the session's current
+/// state, and what the connection must do about it. It holds no socket and does no I/O, so it is tested alone.
+///
+/// The states: waiting for `hello` (until the authentication deadline), authenticating (the store checks the
+/// credentials; anything else that arrives meanwhile is a protocol error), active, and closed.
+struct SessionStateMachine {
+    struct Configuration {
+        var maxUnackedSends: Int
+        var sendsPerSecond: Double
+        var sendBurst: Double
+        var maxTextBytes: Int
+        var maxHistoryPage: Int
+        var idleTimeout: Duration
+        var authTimeout: Duration
+
+        init(_ limits: ServerConfiguration.Limits) {
+            self.maxUnackedSends = limits.maxUnackedSends
+            self.sendsPerSecond = limits.sendsPerSecond
+            self.sendBurst = limits.sendBurst
+            self.maxTextBytes = limits.maxTextBytes
+            self.maxHistoryPage = limits.maxHistoryPage
+            self.idleTimeout = limits.idleTimeout
+            self.authTimeout = limits.authTimeout
+        }
+    }
+
+    /// What the connection must do.
+    enum Action: Equatable {
+        /// Nothing.
+        case none
+        /// Check these credentials with the store, then call ``authenticated(_:now:)`` or ``authenticationFailed(_:)``.
+        case authenticate(Courier_V1_Hello, requestID: UInt64)
+        /// Submit a durable write to the group commit and answer with its outcome; ``writeFinished()`` after.
+        case write(WriteRequest, requestID: UInt64, answers: Bool)
+        /// Run a read-only or ephemeral request and answer it.
+        case request(Request, requestID: UInt64)
+        /// Answer with an error; the session goes on.
+        case refuse(requestID: UInt64, code: String, message: String, id: String, retryAfter: Duration?)
+        /// Send an error, then close the connection.
+        case close(code: String, message: String)
+    }
+
+    /// Requests that read or notify but do not go through the group commit.
+    enum Request: Equatable {
+        case history(ConversationAddress, beforeSeq: UInt64, limit: Int)
+        case unread
+        case typing(ConversationAddress, Bool)
+        case manageGroup(Courier_V1_ManageGroup)
+        case logout
+    }
+
+    private enum State {
+        case awaitingHello
+        case authenticating
+        case active(Active)
+        case closed
+    }
+
+    private struct Active {
+        var session: DeviceSession
+        var bucket: TokenBucket
+    }
+
+    let configuration: Configuration
+    private var state: State = .awaitingHello
+    private let connected: ContinuousClock.Instant
+    private var lastReceived: ContinuousClock.Instant
+
+    init(configuration: Configuration, now: ContinuousClock.Instant) {
+        self.configuration = configuration
+        self.connected = now
+        self.lastReceived = now
+    }
+
+    /// The authenticated device session, once there is one.
+    var session: DeviceSession? {
+        if case .active(let active) = self.state { return active.session }
+        return nil
+    }
+
+    /// Writes to the group commit whose outcome has not come back.
+    private(set) var writesInFlight = 0
+
+    /// Whether the connection may read another envelope: not while `maxUnackedSends` writes wait for their commit.
+    var mayReadMore: Bool {
+        self.writesInFlight < self.configuration.maxUnackedSends
+    }
+
+    /// Something arrived (an envelope, a ping): the connection is not idle.
+    mutating func receivedBytes(now: ContinuousClock.Instant) {
+        self.lastReceived = now
+    }
+
+    /// An envelope from the client.
+    mutating func received(_ envelope: ClientEnvelope, now: ContinuousClock.Instant) -> Action {
+        self.lastReceived = now
+        let requestID = envelope.requestID
+        switch self.state {
+        case .closed:
+            return .none
+        case .authenticating:
+            self.state = .closed
+            return .close(code: ErrorCodes.notAuthenticated, message: "wait for the welcome before sending requests")
+        case .awaitingHello:
+            guard case .hello(let hello)? = envelope.body else {
+                self.state = .closed
+                return .close(code: ErrorCodes.notAuthenticated, message: "the first request must be hello")
+            }
+            guard hello.credentials != nil else {
+                self.state = .closed
+                return .close(code: ErrorCodes.authFailed, message: "hello carries no password and no token")
+            }
+            self.state = .authenticating
+            return .authenticate(hello, requestID: requestID)
+        case .active(var active):
+            defer { if case .active = self.state { self.state = .active(active) } }
+            return self.activeRequest(envelope, requestID: requestID, active: &active, now: now)
+        }
+    }
+
+    private mutating func activeRequest(
+        _ envelope: ClientEnvelope,
+        requestID: UInt64,
+        active: inout Active,
+        now: ContinuousClock.Instant
+    ) -> Action {
+        let user = active.session.user.id
+        switch envelope.body {
+        case .hello:
+            return .refuse(
+                requestID: requestID,
+                code: ErrorCodes.alreadyAuthenticated,
+                message: "this connection is authenticated",
+                id: "",
+                retryAfter: nil
+            )
+        case .send(let send):
+            if let refusal = self.validate(send, requestID: requestID) { return refusal }
+            guard let address = send.to.address else {
+                return .refuse(
+                    requestID: requestID,
+                    code: ErrorCodes.invalidRequest,
+                    message: "a send needs a user or a group to go to",
+                    id: send.id,
+                    retryAfter: nil
+                )
+            }
+            if let wait = active.bucket.take(now: now) {
+                return .refuse(
+                    requestID: requestID,
+                    code: ErrorCodes.rateLimited,
+                    message: "more than \(Int(self.configuration.sendsPerSecond)) sends per second",
+                    id: send.id,
+                    retryAfter: wait
+                )
+            }
+            self.writesInFlight += 1
+            let body = (try? send.body.serializedBytes() as [UInt8]) ?? []
+            return .write(
+                .send(.init(sender: user, id: send.id, to: address, body: body)),
+                requestID: requestID,
+                answers: true
+            )
+        case .ack(let ack):
+            self.writesInFlight += 1
+            return .write(
+                .ack(user: user, device: active.session.device.id, cursor: ack.cursor),
+                requestID: requestID,
+                answers: false
+            )
+        case .markRead(let mark):
+            guard let address = mark.conversation.address else { return self.missingConversation(requestID) }
+            self.writesInFlight += 1
+            return .write(
+                .markRead(user: user, conversation: address, upToSeq: mark.upToSeq),
+                requestID: requestID,
+                answers: true
+            )
+        case .recall(let recall):
+            guard let address = recall.conversation.address else { return self.missingConversation(requestID) }
+            self.writesInFlight += 1
+            return .write(
+                .recall(user: user, conversation: address, id: recall.id),
+                requestID: requestID,
+                answers: true
+            )
+        case .history(let history):
+            guard let address = history.conversation.address else { return self.missingConversation(requestID) }
+            let limit = history.limit == 0 ? 50 : Int(history.limit)
+            return .request(
+                .history(address, beforeSeq: history.beforeSeq, limit: min(limit, self.configuration.maxHistoryPage)),
+                requestID: requestID
+            )
+        case .unread:
+            return .request(.unread, requestID: requestID)
+        case .typing(let typing):
+            guard let address = typing.conversation.address else { return self.missingConversation(requestID) }
+            return .request(.typing(address, typing.typing), requestID: requestID)
+        case .manageGroup(let manage):
+            guard manage.action != nil, !manage.group.isEmpty else {
+                return .refuse(
+                    requestID: requestID,
+                    code: ErrorCodes.invalidRequest,
+                    message: "manage_group needs a group and an action",
+                    id: "",
+                    retryAfter: nil
+                )
+            }
+            return .request(.manageGroup(manage), requestID: requestID)
+        case .logout:
+            return .request(.logout, requestID: requestID)
+        case nil:
+            return .refuse(
+                requestID: requestID,
+                code: ErrorCodes.unsupported,
+                message: "a request this server does not know",
+                id: "",
+                retryAfter: nil
+            )
+        }
+    }
+
+    private func validate(_ send: Courier_V1_Send, requestID: UInt64) -> Action? {
+        func refuse(_ code: String, _ message: String) -> Action {
+            .refuse(requestID: requestID, code: code, message: message, id: send.id, retryAfter: nil)
+        }
+        if send.id.utf8.count > SQLiteStore.maxMessageIDBytes {
+            return refuse(ErrorCodes.idTooLong, "a message id has at most \(SQLiteStore.maxMessageIDBytes) bytes")
+        }
+        switch send.body.content {
+        case .text(let text)?:
+            if text.isEmpty { return refuse(ErrorCodes.emptyMessage, "the text is empty") }
+            if text.utf8.count > self.configuration.maxTextBytes {
+                return refuse(
+                    ErrorCodes.textTooLarge,
+                    "\(text.utf8.count) bytes of text; the limit is \(self.configuration.maxTextBytes)"
+                )
+            }
+            return nil
+        case nil:
+            return refuse(ErrorCodes.emptyMessage, "the message has no content")
+        }
+    }
+
+    private func missingConversation(_ requestID: UInt64) -> Action {
+        .refuse(
+            requestID: requestID,
+            code: ErrorCodes.invalidRequest,
+            message: "the request names no conversation",
+            id: "",
+            retryAfter: nil
+        )
+    }
+
+    /// The store accepted the credentials.
+    mutating func authenticated(_ session: DeviceSession, now: ContinuousClock.Instant) {
+        guard case .authenticating = self.state else { return }
+        self.state = .active(
+            Active(
+                session: session,
+                bucket: TokenBucket(
+                    rate: self.configuration.sendsPerSecond,
+                    burst: self.configuration.sendBurst,
+                    now: now
+                )
+            )
+        )
+    }
+
+    /// The store refused the credentials: the connection closes with that code.
+    mutating func authenticationFailed(code: String, message: String) -> Action {
+        self.state = .closed
+        return .close(code: code, message: message)
+    }
+
+    /// A write from ``Action/write(_:requestID:answers:)`` finished (committed, refused or failed).
+    mutating func writeFinished() {
+        self.writesInFlight = max(0, self.writesInFlight - 1)
+    }
+
+    /// Checks the connection's deadlines.
+    ///
+    /// - Returns: `.close` when the client did not authenticate in time or has been silent for the idle timeout.
+    mutating func tick(now: ContinuousClock.Instant) -> Action {
+        switch self.state {
+        case .awaitingHello, .authenticating:
+            if now - self.connected >= self.configuration.authTimeout {
+                self.state = .closed
+                return .close(
+                    code: ErrorCodes.authTimeout,
+                    message: "no hello within \(self.configuration.authTimeout)"
+                )
+            }
+        case .active:
+            if now - self.lastReceived >= self.configuration.idleTimeout {
+                self.state = .closed
+                return .close(
+                    code: ErrorCodes.idleTimeout,
+                    message: "nothing received for \(self.configuration.idleTimeout)"
+                )
+            }
+        case .closed:
+            break
+        }
+        return .none
+    }
+
+    /// The connection is closing for a reason of its own (revoked, shutting down, a framing error).
+    mutating func close() {
+        self.state = .closed
+    }
+}
+
+extension Courier_V1_Conversation {
+    /// The store's address for this conversation, or nil when neither a user nor a group is set.
+    var address: ConversationAddress? {
+        switch self.peer {
+        case .user(let name)?: .user(name)
+        case .group(let name)?: .group(name)
+        case nil: nil
+        }
+    }
+
+    init(_ address: ConversationAddress) {
+        self.init()
+        switch address {
+        case .user(let name): self.user = name
+        case .group(let name): self.group = name
+        }
+    }
+}

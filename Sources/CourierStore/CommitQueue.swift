@@ -1,0 +1,159 @@
+internal import Synchronization
+
+/// Group commit: collects the writes of every session and applies as many as are waiting in one transaction, so
+/// one fsync covers them all. A caller's ``submit(_:)`` returns only after its write is durably committed (or
+/// refused, or failed with nothing committed).
+///
+/// Nothing is ever dropped: a submitter waits in ``submit(_:)`` until its write is applied, and the number waiting
+/// is bounded by the server's limits on connections and unacknowledged sends per connection.
+///
+/// ``run()`` does the work until ``finish()``: it then commits what is waiting and returns; later submissions fail
+/// with `storage-failed` ("the store is shutting down").
+public final class CommitQueue: Sendable {
+    /// Settings of the queue.
+    public struct Configuration: Sendable {
+        /// The most writes applied in one transaction.
+        public var maxBatchRequests: Int = 4096
+
+        public init() {}
+    }
+
+    /// Figures of the batch just committed, for metrics.
+    public struct BatchReport: Sendable {
+        public var requests: Int
+        public var duration: Duration
+        public var appended: [UserID: UInt64]
+        public var failed: Bool
+    }
+
+    private struct Pending {
+        var request: WriteRequest
+        var continuation: CheckedContinuation<WriteOutcome, any Error>
+    }
+
+    private struct State {
+        var pending: [Pending] = []
+        var waiter: CheckedContinuation<Void, Never>?
+        var finished = false
+    }
+
+    private let store: SQLiteStore
+    private let configuration: Configuration
+    private let clock: @Sendable () -> Int64
+    private let onCommit: @Sendable (BatchReport) -> Void
+    private let state = Mutex(State())
+
+    /// Creates a queue in front of a store.
+    ///
+    /// - Parameters:
+    ///   - store: Where writes go.
+    ///   - configuration: The queue's settings.
+    ///   - clock: The server's clock in milliseconds since 1970, read once per batch.
+    ///   - onCommit: Called after each batch (committed or failed), before the submitters resume: the server wakes
+    ///     the connections of users whose logs grew from here.
+    public init(
+        store: SQLiteStore,
+        configuration: Configuration = .init(),
+        clock: @escaping @Sendable () -> Int64,
+        onCommit: @escaping @Sendable (BatchReport) -> Void = { _ in }
+    ) {
+        self.store = store
+        self.configuration = configuration
+        self.clock = clock
+        self.onCommit = onCommit
+    }
+
+    /// Applies a write with the next batch.
+    ///
+    /// - Returns: The write's outcome, once committed.
+    /// - Throws: ``CourierStoreError`` with code `storage-failed` if the batch's transaction failed (nothing of it
+    ///   was committed) or the queue has finished.
+    public func submit(_ request: WriteRequest) async throws -> WriteOutcome {
+        try await withCheckedThrowingContinuation { continuation in
+            let result = self.state.withLock { state -> Result<CheckedContinuation<Void, Never>?, CourierStoreError> in
+                guard !state.finished else {
+                    return .failure(CourierStoreError(.storageFailed, "the store is shutting down"))
+                }
+                state.pending.append(Pending(request: request, continuation: continuation))
+                defer { state.waiter = nil }
+                return .success(state.waiter)
+            }
+            switch result {
+            case .success(let waiter): waiter?.resume()
+            case .failure(let error): continuation.resume(throwing: error)
+            }
+        }
+    }
+
+    /// Stops taking writes; ``run()`` commits what is waiting, then returns.
+    public func finish() {
+        let waiter = self.state.withLock { state in
+            state.finished = true
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
+
+    /// Commits batches until ``finish()`` has been called and nothing is waiting.
+    public func run() async {
+        let clock = ContinuousClock()
+        while let batch = await self.nextBatch() {
+            let start = clock.now
+            do {
+                let applied = try await self.store.apply(batch.map(\.request), nowMs: self.clock())
+                self.onCommit(
+                    BatchReport(
+                        requests: batch.count,
+                        duration: clock.now - start,
+                        appended: applied.appended,
+                        failed: false
+                    )
+                )
+                for (pending, outcome) in zip(batch, applied.outcomes) {
+                    pending.continuation.resume(returning: outcome)
+                }
+            } catch {
+                self.onCommit(
+                    BatchReport(requests: batch.count, duration: clock.now - start, appended: [:], failed: true)
+                )
+                for pending in batch {
+                    pending.continuation.resume(throwing: error)
+                }
+            }
+        }
+    }
+
+    /// The next writes to apply, waiting for some; nil once finished with nothing left.
+    private func nextBatch() async -> [Pending]? {
+        while true {
+            enum Step {
+                case batch([Pending])
+                case done
+                case wait
+            }
+            let step = self.state.withLock { state -> Step in
+                if !state.pending.isEmpty {
+                    let count = min(state.pending.count, self.configuration.maxBatchRequests)
+                    let batch = Array(state.pending.prefix(count))
+                    state.pending.removeFirst(count)
+                    return .batch(batch)
+                }
+                return state.finished ? .done : .wait
+            }
+            switch step {
+            case .batch(let batch): return batch
+            case .done: return nil
+            case .wait:
+                await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+                    let resumeNow = self.state.withLock { state in
+                        if !state.pending.isEmpty || state.finished { return true }
+                        state.waiter = waiter
+                        return false
+                    }
+                    if resumeNow { waiter.resume() }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,68 @@
+/// A refused store operation, or a failure of the database underneath.
+///
+/// Refusals (`not-member`, `unknown-user`, …) are about the request and leave the store unchanged. `storage-failed`
+/// means the database could not complete the write (disk full, I/O error): nothing of that write was committed.
+public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// What went wrong, as a stable code (the same strings the protocol's `Error.code` uses).
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private enum Value: String, Hashable, Sendable, CaseIterable {
+            case invalidName = "invalid-name"
+            case nameTaken = "name-taken"
+            case unknownUser = "unknown-user"
+            case unknownGroup = "unknown-group"
+            case notMember = "not-member"
+            case notOwner = "not-owner"
+            case authFailed = "auth-failed"
+            case tokenExpired = "token-expired"
+            case tokenRevoked = "token-revoked"
+            case unknownMessage = "unknown-message"
+            case recallWindowPassed = "recall-window-passed"
+            case invalidRequest = "invalid-request"
+            case storageFailed = "storage-failed"
+        }
+        private let value: Value
+        private init(_ value: Value) { self.value = value }
+
+        /// A user or group name breaks the naming rule (``Names``).
+        public static let invalidName = Code(.invalidName)
+        /// A user or group of that name exists (or existed: removed users keep their names).
+        public static let nameTaken = Code(.nameTaken)
+        /// No such user, or the user was removed.
+        public static let unknownUser = Code(.unknownUser)
+        /// No such group.
+        public static let unknownGroup = Code(.unknownGroup)
+        /// The user is not a member of the conversation.
+        public static let notMember = Code(.notMember)
+        /// Only the group's owner may do that.
+        public static let notOwner = Code(.notOwner)
+        /// Wrong user name or password, or an unknown token.
+        public static let authFailed = Code(.authFailed)
+        /// The token is past its expiry.
+        public static let tokenExpired = Code(.tokenExpired)
+        /// The token was revoked (or its user removed).
+        public static let tokenRevoked = Code(.tokenRevoked)
+        /// No message with that id from that sender in that conversation.
+        public static let unknownMessage = Code(.unknownMessage)
+        /// The message is older than the recall window.
+        public static let recallWindowPassed = Code(.recallWindowPassed)
+        /// The request is malformed (an empty member list, a negative limit, …).
+        public static let invalidRequest = Code(.invalidRequest)
+        /// The database failed to commit; nothing of the write was stored.
+        public static let storageFailed = Code(.storageFailed)
+
+        public var description: String { self.value.rawValue }
+
+        /// Every code, for documentation checks.
+        static var all: [Code] { Value.allCases.map(Code.init) }
+    }
+
+    public var code: Code
+    public var message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "\(self.code): \(self.message)" }
+}

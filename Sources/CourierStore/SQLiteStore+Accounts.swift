@@ -1,0 +1,326 @@
+internal import GRDB
+
+extension SQLiteStore {
+    /// Creates a user.
+    ///
+    /// - Parameters:
+    ///   - name: The user's name (see ``Names``).
+    ///   - password: The password; only its slow hash is stored.
+    ///   - nowMs: The creation time, in milliseconds since 1970.
+    /// - Throws: `invalid-name`, `name-taken`, `storage-failed`.
+    public func addUser(name: String, password: String, nowMs: Int64) async throws -> User {
+        try Names.validate(name, what: "user name")
+        let hash = try self.configuration.passwordHasher.hash(password)
+        return try await self.write { db in
+            if try Int64.fetchOne(db, sql: "SELECT id FROM users WHERE name = ?", arguments: [name]) != nil {
+                throw CourierStoreError(.nameTaken, "a user named \(name) exists or existed")
+            }
+            try db.execute(
+                sql: "INSERT INTO users (name, password_hash, created_ms) VALUES (?, ?, ?)",
+                arguments: [name, hash, nowMs]
+            )
+            return User(id: UserID(rawValue: db.lastInsertedRowID), name: name, createdMs: nowMs, removedMs: nil)
+        }
+    }
+
+    /// Every user, removed ones included, by name.
+    public func users() async throws -> [User] {
+        try await self.read { db in
+            try Row.fetchAll(db, sql: "SELECT id, name, created_ms, removed_ms FROM users ORDER BY name").map(Self.user)
+        }
+    }
+
+    /// A user by name (case-insensitive), or nil.
+    public func user(named name: String) async throws -> User? {
+        try await self.read { db in try Self.user(named: name, db) }
+    }
+
+    static func user(named name: String, _ db: Database) throws -> User? {
+        try Row.fetchOne(
+            db,
+            sql: "SELECT id, name, created_ms, removed_ms FROM users WHERE name = ?",
+            arguments: [name]
+        )
+        .map(Self.user)
+    }
+
+    static func user(_ row: Row) -> User {
+        User(
+            id: UserID(rawValue: row["id"]),
+            name: row["name"],
+            createdMs: row["created_ms"],
+            removedMs: row["removed_ms"]
+        )
+    }
+
+    /// Sets a user's password and revokes all its devices: every session must log in again.
+    ///
+    /// - Throws: `unknown-user`, `storage-failed`.
+    public func setPassword(user name: String, password: String, nowMs: Int64) async throws {
+        let hash = try self.configuration.passwordHasher.hash(password)
+        try await self.write { db in
+            let user = try Self.activeUser(named: name, db)
+            try db.execute(sql: "UPDATE users SET password_hash = ? WHERE id = ?", arguments: [hash, user.id.rawValue])
+            try Self.revokeAll(of: user.id, nowMs: nowMs, db)
+        }
+    }
+
+    /// Removes a user: its devices are revoked, it leaves every group, and it can no longer log in. Its messages
+    /// stay in history under its name, which is never given out again.
+    ///
+    /// - Throws: `unknown-user`, `storage-failed`.
+    public func removeUser(named name: String, nowMs: Int64) async throws {
+        try await self.write { db in
+            let user = try Self.activeUser(named: name, db)
+            try Self.revokeAll(of: user.id, nowMs: nowMs, db)
+            let groups = try Int64.fetchAll(
+                db,
+                sql: """
+                    SELECT m.conversation_id FROM members m JOIN conversations c ON c.id = m.conversation_id
+                    WHERE m.user_id = ? AND c.kind = 2
+                    """,
+                arguments: [user.id.rawValue]
+            )
+            var log = EventLogWriter()
+            for group in groups {
+                try Self.removeMember(user.id, from: group, log: &log, db)
+            }
+            try log.finish(db)
+            try db.execute(
+                sql: "UPDATE users SET removed_ms = ?, password_hash = NULL WHERE id = ?",
+                arguments: [nowMs, user.id.rawValue]
+            )
+            try Self.recordChange(.userRemoved(user.id), nowMs: nowMs, db)
+            for user in log.appended.keys { try Self.recordChange(.logAppended(user), nowMs: nowMs, db) }
+        }
+    }
+
+    static func activeUser(named name: String, _ db: Database) throws -> User {
+        guard let user = try user(named: name, db), user.removedMs == nil else {
+            throw CourierStoreError(.unknownUser, "no user named \(name)")
+        }
+        return user
+    }
+
+    private static func revokeAll(of user: UserID, nowMs: Int64, _ db: Database) throws {
+        let devices = try Int64.fetchAll(
+            db,
+            sql: "SELECT id FROM devices WHERE user_id = ? AND revoked_ms IS NULL",
+            arguments: [user.rawValue]
+        )
+        for device in devices {
+            try db.execute(sql: "UPDATE devices SET revoked_ms = ? WHERE id = ?", arguments: [nowMs, device])
+            try recordChange(.deviceRevoked(DeviceID(rawValue: device)), nowMs: nowMs, db)
+        }
+    }
+
+    // MARK: Devices and sessions
+
+    /// Checks a user's password and makes a new device with a fresh token.
+    ///
+    /// The password check costs the hash's full price whether or not the user exists, so timing does not tell
+    /// which names exist.
+    ///
+    /// - Throws: `auth-failed` (unknown user, removed user or wrong password: one code for all), `storage-failed`.
+    public func login(
+        user name: String,
+        password: String,
+        deviceName: String,
+        nowMs: Int64
+    ) async throws -> DeviceSession {
+        let candidate = try await self.read { db -> (User, String)? in
+            guard let user = try Self.user(named: name, db), user.removedMs == nil,
+                let hash = try String.fetchOne(
+                    db,
+                    sql: "SELECT password_hash FROM users WHERE id = ?",
+                    arguments: [user.id.rawValue]
+                )
+            else { return nil }
+            return (user, hash)
+        }
+        guard let (user, hash) = candidate else {
+            _ = PasswordHasher.verify(password, against: Self.decoyHash)
+            throw CourierStoreError(.authFailed, "wrong user name or password")
+        }
+        guard PasswordHasher.verify(password, against: hash) else {
+            throw CourierStoreError(.authFailed, "wrong user name or password")
+        }
+        let token = SessionToken.make()
+        let expiresMs = nowMs + Int64(self.configuration.tokenLifetime.components.seconds) * 1000
+        let device = try await self.write { db in
+            // The user may have been removed between the read and this write.
+            let current = try Self.activeUser(named: user.name, db)
+            // A new device starts at the present: it receives what happens from now on, and reads older
+            // messages through history, rather than replaying the user's whole log.
+            let cursor =
+                try Int64.fetchOne(
+                    db,
+                    sql: "SELECT log_cursor FROM users WHERE id = ?",
+                    arguments: [current.id.rawValue]
+                )
+                ?? 0
+            try db.execute(
+                sql: """
+                    INSERT INTO devices (user_id, name, token_hash, created_ms, expires_ms, acked_cursor)
+                    VALUES (?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [current.id.rawValue, deviceName, SessionToken.hash(token), nowMs, expiresMs, cursor]
+            )
+            return Device(
+                id: DeviceID(rawValue: db.lastInsertedRowID),
+                userID: current.id,
+                userName: current.name,
+                name: deviceName,
+                createdMs: nowMs,
+                expiresMs: expiresMs,
+                revokedMs: nil,
+                lastSeenMs: nil,
+                ackedCursor: UInt64(cursor)
+            )
+        }
+        return DeviceSession(user: user, device: device, token: token)
+    }
+
+    /// A hash of a random password with the standard cost, checked against when the user does not exist.
+    private static let decoyHash: String = (try? PasswordHasher.standard.hash(SessionToken.make())) ?? ""
+
+    /// Finds the device a token belongs to.
+    ///
+    /// - Throws: `auth-failed` (unknown token), `token-expired`, `token-revoked` (also when its user was removed),
+    ///   `storage-failed`.
+    public func authenticate(token: String, nowMs: Int64) async throws -> DeviceSession {
+        let hash = SessionToken.hash(token)
+        return try await self.read { db in
+            guard
+                let row = try Row.fetchOne(
+                    db,
+                    sql: """
+                        SELECT d.*, u.name AS user_name, u.created_ms AS user_created_ms, u.removed_ms AS user_removed_ms
+                        FROM devices d JOIN users u ON u.id = d.user_id WHERE d.token_hash = ?
+                        """,
+                    arguments: [hash]
+                )
+            else { throw CourierStoreError(.authFailed, "unknown token") }
+            let device = Self.device(row)
+            if device.revokedMs != nil || row["user_removed_ms"] as Int64? != nil {
+                throw CourierStoreError(.tokenRevoked, "the token was revoked")
+            }
+            if device.expiresMs <= nowMs {
+                throw CourierStoreError(.tokenExpired, "the token expired")
+            }
+            let user = User(
+                id: device.userID,
+                name: row["user_name"],
+                createdMs: row["user_created_ms"],
+                removedMs: nil
+            )
+            return DeviceSession(user: user, device: device, token: nil)
+        }
+    }
+
+    static func device(_ row: Row) -> Device {
+        Device(
+            id: DeviceID(rawValue: row["id"]),
+            userID: UserID(rawValue: row["user_id"]),
+            userName: row["user_name"],
+            name: row["name"],
+            createdMs: row["created_ms"],
+            expiresMs: row["expires_ms"],
+            revokedMs: row["revoked_ms"],
+            lastSeenMs: row["last_seen_ms"],
+            ackedCursor: UInt64(row["acked_cursor"] as Int64)
+        )
+    }
+
+    /// A user's devices, revoked ones included, oldest first.
+    public func devices(of name: String) async throws -> [Device] {
+        try await self.read { db in
+            guard let user = try Self.user(named: name, db) else {
+                throw CourierStoreError(.unknownUser, "no user named \(name)")
+            }
+            return try Row.fetchAll(
+                db,
+                sql:
+                    "SELECT d.*, u.name AS user_name FROM devices d JOIN users u ON u.id = d.user_id WHERE d.user_id = ? ORDER BY d.id",
+                arguments: [user.id.rawValue]
+            ).map(Self.device)
+        }
+    }
+
+    /// Revokes one device's token; a server holding a connection of that device closes it within a second.
+    ///
+    /// - Throws: `unknown-user` (no such device of that user), `storage-failed`.
+    public func revokeDevice(_ device: DeviceID, of name: String, nowMs: Int64) async throws {
+        try await self.write { db in
+            let user = try Self.activeUser(named: name, db)
+            try db.execute(
+                sql: "UPDATE devices SET revoked_ms = ? WHERE id = ? AND user_id = ? AND revoked_ms IS NULL",
+                arguments: [nowMs, device.rawValue, user.id.rawValue]
+            )
+            guard db.changesCount == 1 else {
+                throw CourierStoreError(.invalidRequest, "\(name) has no active device \(device.rawValue)")
+            }
+            try Self.recordChange(.deviceRevoked(device), nowMs: nowMs, db)
+        }
+    }
+
+    /// Records that a device was seen (on disconnect), for admin listings and presence's "last seen".
+    public func touchDevice(_ device: DeviceID, nowMs: Int64) async throws {
+        try await self.write { db in
+            try db.execute(
+                sql: "UPDATE devices SET last_seen_ms = ? WHERE id = ?",
+                arguments: [nowMs, device.rawValue]
+            )
+        }
+    }
+
+    // MARK: Changes for a running server
+
+    static func recordChange(_ change: StoreChange, nowMs: Int64, _ db: Database) throws {
+        let (kind, user, device): (Int64, Int64?, Int64?) =
+            switch change {
+            case .logAppended(let user): (1, user.rawValue, nil)
+            case .deviceRevoked(let device): (2, nil, device.rawValue)
+            case .userRemoved(let user): (3, user.rawValue, nil)
+            }
+        try db.execute(
+            sql: "INSERT INTO changes (kind, user_id, device_id, time_ms) VALUES (?, ?, ?, ?)",
+            arguments: [kind, user, device, nowMs]
+        )
+    }
+
+    /// The id of the newest recorded change: a server starts watching after it.
+    public func latestChangeID() async throws -> Int64 {
+        try await self.read { db in try Int64.fetchOne(db, sql: "SELECT MAX(id) FROM changes") ?? 0 }
+    }
+
+    /// Changes recorded after an id, oldest first, with the id to ask after next time.
+    public func changes(after id: Int64) async throws -> (changes: [StoreChange], latest: Int64) {
+        try await self.read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: "SELECT id, kind, user_id, device_id FROM changes WHERE id > ? ORDER BY id LIMIT 10000",
+                arguments: [id]
+            )
+            var latest = id
+            var changes: [StoreChange] = []
+            for row in rows {
+                latest = row["id"]
+                switch row["kind"] as Int64 {
+                case 1: changes.append(.logAppended(UserID(rawValue: row["user_id"])))
+                case 2: changes.append(.deviceRevoked(DeviceID(rawValue: row["device_id"])))
+                case 3: changes.append(.userRemoved(UserID(rawValue: row["user_id"])))
+                default: continue
+                }
+            }
+            return (changes, latest)
+        }
+    }
+
+    /// Deletes recorded changes older than a time: a server that started later reads current state instead.
+    public func pruneChanges(olderThanMs: Int64) async throws {
+        try await self.write { db in
+            try db.execute(sql: "DELETE FROM changes WHERE time_ms < ?", arguments: [olderThanMs])
+        }
+    }
+}

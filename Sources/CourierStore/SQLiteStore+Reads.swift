@@ -1,0 +1,288 @@
+internal import Foundation
+internal import GRDB
+
+extension SQLiteStore {
+    /// The events of a user's log after a cursor, oldest first.
+    ///
+    /// The cost is that of the rows returned: the log is keyed by (user, cursor), so neither the user's history nor
+    /// the number of its conversations matters.
+    ///
+    /// - Parameters:
+    ///   - user: Whose log.
+    ///   - cursor: Events after this cursor.
+    ///   - limit: At most this many (capped by ``Configuration/maxEventsPerRead``).
+    public func events(for user: UserID, after cursor: UInt64, limit: Int) async throws -> [StoredEvent] {
+        let limit = max(1, min(limit, self.configuration.maxEventsPerRead))
+        return try await self.read { db in
+            let rows = try Row.fetchAll(
+                db.cachedStatement(sql: Self.eventsSQL),
+                arguments: [user.rawValue, Int64(clamping: cursor), limit]
+            )
+            return try rows.map { row in try self.event(row, for: user, db) }
+        }
+    }
+
+    static let eventsSQL = """
+        SELECT e.cursor, e.kind, e.seq AS event_seq, e.actor_id, e.detail,
+               c.name AS group_name, c.user_a, c.user_b,
+               m.sender_id, m.client_id, m.time_ms, m.body, m.recalled
+        FROM events e
+        JOIN conversations c ON c.id = e.conversation_id
+        LEFT JOIN messages m ON e.kind IN (1, 2) AND m.conversation_id = e.conversation_id AND m.seq = e.seq
+        WHERE e.user_id = ? AND e.cursor > ?
+        ORDER BY e.cursor LIMIT ?
+        """
+
+    /// SQLite's plan for the sync query, one line per step (for the test that holds the sync's cost down).
+    package func explainEventsQuery() async throws -> [String] {
+        try await self.read { db in
+            try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + Self.eventsSQL, arguments: [1, 0, 10]).map {
+                $0["detail"] as String
+            }
+        }
+    }
+
+    private func event(_ row: Row, for user: UserID, _ db: Database) throws -> StoredEvent {
+        let cursor = UInt64(row["cursor"] as Int64)
+        let conversation = try self.address(
+            groupName: row["group_name"],
+            userA: row["user_a"],
+            userB: row["user_b"],
+            for: user,
+            db
+        )
+        let seq = UInt64(row["event_seq"] as Int64)
+        switch EventLogWriter.Kind(rawValue: row["kind"]) {
+        case .message:
+            return StoredEvent(cursor: cursor, kind: .message(try self.message(row, in: conversation, db)))
+        case .recall:
+            return StoredEvent(
+                cursor: cursor,
+                kind: .recall(
+                    conversation: conversation,
+                    seq: seq,
+                    id: row["client_id"],
+                    by: try self.name(of: UserID(rawValue: row["actor_id"]), db)
+                )
+            )
+        case .receipt:
+            return StoredEvent(
+                cursor: cursor,
+                kind: .receipt(
+                    conversation: conversation,
+                    user: try self.name(of: UserID(rawValue: row["actor_id"]), db),
+                    kind: ReceiptKind(rawValue: row["detail"]) ?? .delivered,
+                    upToSeq: seq
+                )
+            )
+        case .membership:
+            guard case .group(let group) = conversation else {
+                throw CourierStoreError(.storageFailed, "a membership event outside a group at cursor \(cursor)")
+            }
+            return StoredEvent(
+                cursor: cursor,
+                kind: .membership(
+                    group: group,
+                    user: try self.name(of: UserID(rawValue: row["actor_id"]), db),
+                    change: MembershipChange(rawValue: row["detail"]) ?? .joined,
+                    seq: seq
+                )
+            )
+        case nil:
+            throw CourierStoreError(.storageFailed, "an event of unknown kind at cursor \(cursor)")
+        }
+    }
+
+    private func message(_ row: Row, in conversation: ConversationAddress, _ db: Database) throws -> StoredMessage {
+        let seq: Int64 = row["seq"] ?? row["event_seq"]
+        return StoredMessage(
+            id: row["client_id"],
+            from: try self.name(of: UserID(rawValue: row["sender_id"]), db),
+            conversation: conversation,
+            seq: UInt64(seq),
+            timeMs: row["time_ms"],
+            body: row["recalled"] as Bool ? [] : [UInt8](row["body"] as Data),
+            recalled: row["recalled"]
+        )
+    }
+
+    private func address(
+        groupName: String?,
+        userA: Int64?,
+        userB: Int64?,
+        for user: UserID,
+        _ db: Database
+    ) throws -> ConversationAddress {
+        if let groupName { return .group(groupName) }
+        guard let userA, let userB else {
+            throw CourierStoreError(.storageFailed, "a direct conversation without users")
+        }
+        return .user(try self.name(of: UserID(rawValue: userA == user.rawValue ? userB : userA), db))
+    }
+
+    /// The newest cursor of a user's log.
+    public func logCursor(of user: UserID) async throws -> UInt64 {
+        try await self.read { db in
+            UInt64(
+                try Int64.fetchOne(db, sql: "SELECT log_cursor FROM users WHERE id = ?", arguments: [user.rawValue])
+                    ?? 0
+            )
+        }
+    }
+
+    /// The cursor a device last acknowledged.
+    public func ackedCursor(of device: DeviceID) async throws -> UInt64 {
+        try await self.read { db in
+            UInt64(
+                try Int64.fetchOne(
+                    db,
+                    sql: "SELECT acked_cursor FROM devices WHERE id = ?",
+                    arguments: [device.rawValue]
+                ) ?? 0
+            )
+        }
+    }
+
+    /// A page of a conversation's history, newest first, limited to what the reader may see: a group member sees
+    /// the messages after it joined.
+    ///
+    /// - Parameters:
+    ///   - user: The reader; must be a member.
+    ///   - conversation: The conversation, as the reader names it.
+    ///   - beforeSeq: Messages with a sequence number below this; 0 for the newest.
+    ///   - limit: At most this many (at least 1).
+    /// - Throws: `unknown-group`, `unknown-user`, `not-member`, `storage-failed`.
+    public func history(
+        for user: UserID,
+        in conversation: ConversationAddress,
+        beforeSeq: UInt64,
+        limit: Int
+    ) async throws -> HistoryPage {
+        let limit = max(1, limit)
+        return try await self.read { db in
+            guard let (key, joinedSeq) = try self.membership(of: user, in: conversation, db) else {
+                return HistoryPage(messages: [], more: false)
+            }
+            let before = beforeSeq == 0 ? Int64.max : Int64(clamping: beforeSeq)
+            let rows = try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT seq, sender_id, client_id, time_ms, body, recalled FROM messages
+                        WHERE conversation_id = ? AND seq < ? AND seq > ? ORDER BY seq DESC LIMIT ?
+                        """
+                ),
+                arguments: [key, before, joinedSeq, limit + 1]
+            )
+            let messages = try rows.prefix(limit).map { try self.message($0, in: conversation, db) }
+            return HistoryPage(messages: messages, more: rows.count > limit)
+        }
+    }
+
+    /// The conversation an address names for a user and the sequence number the user joined at; nil for a direct
+    /// conversation that has no message yet.
+    private func membership(of user: UserID, in address: ConversationAddress, _ db: Database) throws -> (Int64, Int64)?
+    {
+        switch address {
+        case .group(let name):
+            guard
+                let key = try Int64.fetchOne(
+                    db,
+                    sql: "SELECT id FROM conversations WHERE kind = 2 AND name = ?",
+                    arguments: [name]
+                )
+            else { throw CourierStoreError(.unknownGroup, "no group named \(name)") }
+            guard
+                let joined = try Int64.fetchOne(
+                    db,
+                    sql: "SELECT joined_seq FROM members WHERE conversation_id = ? AND user_id = ?",
+                    arguments: [key, user.rawValue]
+                )
+            else { throw CourierStoreError(.notMember, "you are not a member of \(name)") }
+            return (key, joined)
+        case .user(let name):
+            guard let peer = try Self.user(named: name, db) else {
+                throw CourierStoreError(.unknownUser, "no user named \(name)")
+            }
+            let (a, b) = (min(user, peer.id), max(user, peer.id))
+            guard
+                let key = try Int64.fetchOne(
+                    db,
+                    sql: "SELECT id FROM conversations WHERE user_a = ? AND user_b = ?",
+                    arguments: [a.rawValue, b.rawValue]
+                )
+            else { return nil }
+            return (key, 0)
+        }
+    }
+
+    /// Unread counts of every conversation the user is in: the messages after the newer of its read mark and its
+    /// joining. Sending counts as reading everything before the message sent.
+    public func unreadCounts(for user: UserID) async throws -> [UnreadCount] {
+        try await self.read { db in
+            let rows = try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT c.name AS group_name, c.user_a, c.user_b, c.last_seq, m.read_seq, m.joined_seq
+                    FROM members m JOIN conversations c ON c.id = m.conversation_id
+                    WHERE m.user_id = ? ORDER BY c.last_ms DESC, c.id
+                    """,
+                arguments: [user.rawValue]
+            )
+            return try rows.map { row in
+                let lastSeq: Int64 = row["last_seq"]
+                let readSeq = max(row["read_seq"] as Int64, row["joined_seq"] as Int64)
+                return UnreadCount(
+                    conversation: try self.address(
+                        groupName: row["group_name"],
+                        userA: row["user_a"],
+                        userB: row["user_b"],
+                        for: user,
+                        db
+                    ),
+                    unread: UInt64(max(0, lastSeq - readSeq)),
+                    lastSeq: UInt64(lastSeq),
+                    readSeq: UInt64(readSeq)
+                )
+            }
+        }
+    }
+
+    /// The users who share at least one conversation with a user: who sees its presence and typing.
+    public func peers(of user: UserID) async throws -> Set<UserID> {
+        try await self.read { db in
+            Set(
+                try Int64.fetchAll(
+                    db,
+                    sql: """
+                        SELECT DISTINCT other.user_id FROM members mine
+                        JOIN members other ON other.conversation_id = mine.conversation_id
+                        WHERE mine.user_id = ? AND other.user_id != ?
+                        """,
+                    arguments: [user.rawValue, user.rawValue]
+                ).map(UserID.init(rawValue:))
+            )
+        }
+    }
+
+    /// The members of the conversation a user names, if the user is one of them.
+    ///
+    /// - Throws: `unknown-group`, `unknown-user`, `not-member`, `storage-failed`.
+    public func members(of address: ConversationAddress, for user: UserID) async throws -> [UserID] {
+        try await self.read { db in
+            guard let (key, _) = try self.membership(of: user, in: address, db) else {
+                guard case .user(let name) = address, let peer = try Self.user(named: name, db) else { return [] }
+                return [user, peer.id]
+            }
+            return try Self.memberIDs(of: key, db)
+        }
+    }
+}
+
+extension SQLiteStore {
+    /// A user's name by id.
+    ///
+    /// - Throws: `unknown-user`, `storage-failed`.
+    public func userName(of id: UserID) async throws -> String {
+        try await self.read { db in try self.name(of: id, db) }
+    }
+}

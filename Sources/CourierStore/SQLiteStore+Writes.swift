@@ -1,0 +1,392 @@
+internal import Foundation
+internal import GRDB
+
+extension SQLiteStore {
+    /// The longest message id a client may choose, in bytes.
+    public static let maxMessageIDBytes = 128
+
+    /// Applies many writes in one transaction: one fsync for all (group commit).
+    ///
+    /// Each request is checked before it writes anything, so a refused request changes nothing while the others
+    /// commit. If the database itself fails (disk full, I/O error), the whole transaction rolls back and this throws:
+    /// none of the requests is committed, and none may be acknowledged.
+    ///
+    /// - Parameters:
+    ///   - requests: The writes, applied in order.
+    ///   - nowMs: The server's clock, in milliseconds since 1970; a conversation's times never go backwards.
+    /// - Throws: ``CourierStoreError`` with code `storage-failed`.
+    public func apply(_ requests: [WriteRequest], nowMs: Int64) async throws -> AppliedBatch {
+        let recallWindowMs = Int64(self.configuration.recallWindow.components.seconds) * 1000
+        return try await self.write { db in
+            var batch = WriteBatch(nowMs: nowMs, recallWindowMs: recallWindowMs, store: self)
+            var outcomes: [WriteOutcome] = []
+            outcomes.reserveCapacity(requests.count)
+            for request in requests {
+                do {
+                    outcomes.append(try batch.apply(request, db))
+                } catch let error as CourierStoreError where error.code != .storageFailed {
+                    outcomes.append(.refused(error))
+                }
+            }
+            try batch.finish(db)
+            return AppliedBatch(outcomes: outcomes, appended: batch.log.appended)
+        }
+    }
+}
+
+/// The state of one group commit: conversations, members and logs read once and written back once.
+struct WriteBatch {
+    struct Member {
+        var joinedSeq: Int64
+        var readSeq: Int64
+        var deliveredSeq: Int64
+        var dirty = false
+    }
+
+    struct Conversation {
+        var id: Int64
+        var groupName: String?
+        var userA: UserID?
+        var userB: UserID?
+        var lastSeq: Int64
+        var lastMs: Int64
+        var members: [UserID: Member]
+        var dirty = false
+    }
+
+    let nowMs: Int64
+    let recallWindowMs: Int64
+    let store: SQLiteStore
+    var log = EventLogWriter()
+    private var conversations: [Int64: Conversation] = [:]
+    private var groupIDs: [String: Int64] = [:]
+    private var directIDs: [Pair: Int64] = [:]
+
+    private struct Pair: Hashable {
+        var a: UserID
+        var b: UserID
+    }
+
+    init(nowMs: Int64, recallWindowMs: Int64, store: SQLiteStore) {
+        self.nowMs = nowMs
+        self.recallWindowMs = recallWindowMs
+        self.store = store
+    }
+
+    mutating func apply(_ request: WriteRequest, _ db: Database) throws -> WriteOutcome {
+        switch request {
+        case .send(let send): try self.send(send, db)
+        case .ack(let user, let device, let cursor): try self.ack(user: user, device: device, cursor: cursor, db)
+        case .markRead(let user, let address, let upTo): try self.markRead(user: user, address, upTo: upTo, db)
+        case .recall(let user, let address, let id): try self.recall(user: user, address, id: id, db)
+        }
+    }
+
+    // MARK: Requests
+
+    private mutating func send(_ send: WriteRequest.Send, _ db: Database) throws -> WriteOutcome {
+        guard send.id.utf8.count <= SQLiteStore.maxMessageIDBytes else {
+            throw CourierStoreError(.invalidRequest, "a message id has at most \(SQLiteStore.maxMessageIDBytes) bytes")
+        }
+        let id = send.id.isEmpty ? Self.assignedID() : send.id
+        if let row = try Row.fetchOne(
+            db.cachedStatement(
+                sql: "SELECT conversation_id, seq, time_ms FROM messages WHERE sender_id = ? AND client_id = ?"
+            ),
+            arguments: [send.sender.rawValue, id]
+        ) {
+            let conversation = try self.conversation(row["conversation_id"], db)
+            return .sent(
+                SendReceipt(
+                    id: id,
+                    conversation: try self.address(of: conversation, for: send.sender, db),
+                    seq: UInt64(row["seq"] as Int64),
+                    timeMs: row["time_ms"],
+                    duplicate: true
+                )
+            )
+        }
+        let key = try self.resolve(send.to, for: send.sender, createDirect: true, db)
+        var conversation = self.conversations[key]!
+        let seq = conversation.lastSeq + 1
+        let time = max(self.nowMs, conversation.lastMs)
+        try db.cachedStatement(
+            sql:
+                "INSERT INTO messages (conversation_id, seq, sender_id, client_id, time_ms, body) VALUES (?, ?, ?, ?, ?, ?)"
+        ).execute(arguments: [key, seq, send.sender.rawValue, id, time, Data(send.body)])
+        conversation.lastSeq = seq
+        conversation.lastMs = time
+        conversation.dirty = true
+        // Sending implies having read everything before: the sender's unread count for it drops to zero.
+        conversation.members[send.sender]?.readSeq = seq
+        conversation.members[send.sender]?.dirty = true
+        self.conversations[key] = conversation
+        for member in conversation.members.keys.sorted() {
+            try self.log.append(to: member, .message, conversation: key, seq: seq, db)
+        }
+        return .sent(
+            SendReceipt(
+                id: id,
+                conversation: try self.address(of: conversation, for: send.sender, db),
+                seq: UInt64(seq),
+                timeMs: time,
+                duplicate: false
+            )
+        )
+    }
+
+    private mutating func ack(user: UserID, device: DeviceID, cursor: UInt64, _ db: Database) throws -> WriteOutcome {
+        guard
+            let old = try Int64.fetchOne(
+                db.cachedStatement(sql: "SELECT acked_cursor FROM devices WHERE id = ? AND user_id = ?"),
+                arguments: [device.rawValue, user.rawValue]
+            )
+        else { throw CourierStoreError(.invalidRequest, "no device \(device.rawValue) of user \(user.rawValue)") }
+        let newest =
+            try Int64.fetchOne(
+                db.cachedStatement(sql: "SELECT log_cursor FROM users WHERE id = ?"),
+                arguments: [user.rawValue]
+            ) ?? 0
+        let new = min(Int64(clamping: cursor), newest)
+        guard new > old else { return .done }
+        try db.cachedStatement(sql: "UPDATE devices SET acked_cursor = ? WHERE id = ?").execute(arguments: [
+            new, device.rawValue,
+        ])
+        // The newest message from someone else per conversation among the events this ack covers.
+        let delivered = try Row.fetchAll(
+            db.cachedStatement(
+                sql: """
+                    SELECT e.conversation_id AS conversation, MAX(e.seq) AS seq FROM events e
+                    JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
+                    WHERE e.user_id = ? AND e.cursor > ? AND e.cursor <= ? AND e.kind = 1 AND m.sender_id != ?
+                    GROUP BY e.conversation_id ORDER BY e.conversation_id
+                    """
+            ),
+            arguments: [user.rawValue, old, new, user.rawValue]
+        )
+        for row in delivered {
+            let key: Int64 = row["conversation"]
+            let seq: Int64 = row["seq"]
+            var conversation = try self.conversation(key, db)
+            guard var member = conversation.members[user], seq > member.deliveredSeq else { continue }
+            member.deliveredSeq = seq
+            member.dirty = true
+            conversation.members[user] = member
+            self.conversations[key] = conversation
+            for other in conversation.members.keys.sorted() where other != user {
+                try self.log.append(
+                    to: other,
+                    .receipt,
+                    conversation: key,
+                    seq: seq,
+                    actor: user,
+                    detail: ReceiptKind.delivered.rawValue,
+                    db
+                )
+            }
+        }
+        return .done
+    }
+
+    private mutating func markRead(
+        user: UserID,
+        _ address: ConversationAddress,
+        upTo: UInt64,
+        _ db: Database
+    ) throws -> WriteOutcome {
+        let key = try self.resolve(address, for: user, createDirect: false, db)
+        var conversation = self.conversations[key]!
+        let seq = min(Int64(clamping: upTo), conversation.lastSeq)
+        guard var member = conversation.members[user], seq > member.readSeq else { return .done }
+        member.readSeq = seq
+        member.dirty = true
+        conversation.members[user] = member
+        self.conversations[key] = conversation
+        // Everyone, the reader included: its other devices update their unread counts from it.
+        for recipient in conversation.members.keys.sorted() {
+            try self.log.append(
+                to: recipient,
+                .receipt,
+                conversation: key,
+                seq: seq,
+                actor: user,
+                detail: ReceiptKind.read.rawValue,
+                db
+            )
+        }
+        return .done
+    }
+
+    private mutating func recall(
+        user: UserID,
+        _ address: ConversationAddress,
+        id: String,
+        _ db: Database
+    ) throws -> WriteOutcome {
+        let key = try self.resolve(address, for: user, createDirect: false, db)
+        guard
+            let row = try Row.fetchOne(
+                db.cachedStatement(
+                    sql:
+                        "SELECT seq, time_ms, recalled FROM messages WHERE sender_id = ? AND client_id = ? AND conversation_id = ?"
+                ),
+                arguments: [user.rawValue, id, key]
+            )
+        else { throw CourierStoreError(.unknownMessage, "you sent no message \(id.debugDescription) to \(address)") }
+        if row["recalled"] as Bool { return .done }
+        guard self.nowMs - (row["time_ms"] as Int64) <= self.recallWindowMs else {
+            throw CourierStoreError(
+                .recallWindowPassed,
+                "messages can be recalled for \(self.recallWindowMs / 1000) s after sending"
+            )
+        }
+        let seq: Int64 = row["seq"]
+        try db.cachedStatement(
+            sql: "UPDATE messages SET recalled = 1, body = x'' WHERE conversation_id = ? AND seq = ?"
+        )
+        .execute(arguments: [key, seq])
+        for member in self.conversations[key]!.members.keys.sorted() {
+            try self.log.append(to: member, .recall, conversation: key, seq: seq, actor: user, db)
+        }
+        return .done
+    }
+
+    // MARK: State
+
+    /// Writes back what the batch changed.
+    func finish(_ db: Database) throws {
+        let conversationUpdate = try db.cachedStatement(
+            sql: "UPDATE conversations SET last_seq = ?, last_ms = ? WHERE id = ?"
+        )
+        let memberUpdate = try db.cachedStatement(
+            sql: "UPDATE members SET read_seq = ?, delivered_seq = ? WHERE conversation_id = ? AND user_id = ?"
+        )
+        for conversation in self.conversations.values {
+            if conversation.dirty {
+                try conversationUpdate.execute(arguments: [conversation.lastSeq, conversation.lastMs, conversation.id])
+            }
+            for (user, member) in conversation.members where member.dirty {
+                try memberUpdate.execute(arguments: [
+                    member.readSeq, member.deliveredSeq, conversation.id, user.rawValue,
+                ])
+            }
+        }
+        try self.log.finish(db)
+    }
+
+    private mutating func conversation(_ id: Int64, _ db: Database) throws -> Conversation {
+        if let conversation = self.conversations[id] { return conversation }
+        guard
+            let row = try Row.fetchOne(
+                db.cachedStatement(
+                    sql: "SELECT id, name, user_a, user_b, last_seq, last_ms FROM conversations WHERE id = ?"
+                ),
+                arguments: [id]
+            )
+        else { throw CourierStoreError(.storageFailed, "conversation \(id) is missing") }
+        var members: [UserID: Member] = [:]
+        for member in try Row.fetchAll(
+            db.cachedStatement(
+                sql: "SELECT user_id, joined_seq, read_seq, delivered_seq FROM members WHERE conversation_id = ?"
+            ),
+            arguments: [id]
+        ) {
+            members[UserID(rawValue: member["user_id"])] = Member(
+                joinedSeq: member["joined_seq"],
+                readSeq: member["read_seq"],
+                deliveredSeq: member["delivered_seq"]
+            )
+        }
+        let conversation = Conversation(
+            id: id,
+            groupName: row["name"],
+            userA: (row["user_a"] as Int64?).map(UserID.init(rawValue:)),
+            userB: (row["user_b"] as Int64?).map(UserID.init(rawValue:)),
+            lastSeq: row["last_seq"],
+            lastMs: row["last_ms"],
+            members: members
+        )
+        self.conversations[id] = conversation
+        return conversation
+    }
+
+    /// The conversation a user means by an address, which the user must be a member of.
+    private mutating func resolve(
+        _ address: ConversationAddress,
+        for user: UserID,
+        createDirect: Bool,
+        _ db: Database
+    ) throws -> Int64 {
+        switch address {
+        case .group(let name):
+            let key: Int64
+            if let cached = self.groupIDs[name] {
+                key = cached
+            } else {
+                guard
+                    let found = try Int64.fetchOne(
+                        db.cachedStatement(sql: "SELECT id FROM conversations WHERE kind = 2 AND name = ?"),
+                        arguments: [name]
+                    )
+                else { throw CourierStoreError(.unknownGroup, "no group named \(name)") }
+                self.groupIDs[name] = found
+                key = found
+            }
+            guard try self.conversation(key, db).members[user] != nil else {
+                throw CourierStoreError(.notMember, "you are not a member of \(name)")
+            }
+            return key
+        case .user(let name):
+            guard
+                let row = try Row.fetchOne(
+                    db.cachedStatement(sql: "SELECT id, removed_ms FROM users WHERE name = ?"),
+                    arguments: [name]
+                ), createDirect ? (row["removed_ms"] as Int64?) == nil : true
+            else { throw CourierStoreError(.unknownUser, "no user named \(name)") }
+            let peer = UserID(rawValue: row["id"])
+            let pair = Pair(a: min(user, peer), b: max(user, peer))
+            if let key = self.directIDs[pair] { return key }
+            if let key = try Int64.fetchOne(
+                db.cachedStatement(sql: "SELECT id FROM conversations WHERE user_a = ? AND user_b = ?"),
+                arguments: [pair.a.rawValue, pair.b.rawValue]
+            ) {
+                self.directIDs[pair] = key
+                _ = try self.conversation(key, db)
+                return key
+            }
+            guard createDirect else {
+                throw CourierStoreError(.notMember, "you have no conversation with \(name)")
+            }
+            try db.cachedStatement(
+                sql: "INSERT INTO conversations (kind, user_a, user_b, created_ms) VALUES (1, ?, ?, ?)"
+            )
+            .execute(arguments: [pair.a.rawValue, pair.b.rawValue, self.nowMs])
+            let key = db.lastInsertedRowID
+            let insertMember = try db.cachedStatement(
+                sql:
+                    "INSERT INTO members (conversation_id, user_id, joined_seq, read_seq, delivered_seq) VALUES (?, ?, 0, 0, 0)"
+            )
+            for member in Set([pair.a, pair.b]) {
+                try insertMember.execute(arguments: [key, member.rawValue])
+            }
+            self.directIDs[pair] = key
+            _ = try self.conversation(key, db)
+            return key
+        }
+    }
+
+    /// How a user names a conversation.
+    private func address(of conversation: Conversation, for user: UserID, _ db: Database) throws -> ConversationAddress
+    {
+        if let name = conversation.groupName { return .group(name) }
+        let peer = conversation.userA == user ? conversation.userB! : conversation.userA!
+        return .user(try self.store.name(of: peer, db))
+    }
+
+    /// An id for a message sent without one: 16 random bytes in hex, prefixed `s-`.
+    private static func assignedID() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let hex = (0..<2).map { _ in String(generator.next() as UInt64, radix: 16) }
+        return "s-" + hex.map { String(repeating: "0", count: 16 - $0.count) + $0 }.joined()
+    }
+}

@@ -1,0 +1,96 @@
+internal import GRDB
+
+/// The database schema, built only through migrations so that every data folder reaches the same shape.
+enum Schema {
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            // Accounts. A removed user keeps its row (and so its name) so that old messages still name their sender.
+            try db.execute(
+                sql: """
+                    CREATE TABLE users (
+                        id INTEGER PRIMARY KEY,
+                        name TEXT NOT NULL UNIQUE COLLATE NOCASE,
+                        password_hash TEXT,
+                        created_ms INTEGER NOT NULL,
+                        removed_ms INTEGER,
+                        -- The newest cursor in this user's event log.
+                        log_cursor INTEGER NOT NULL DEFAULT 0
+                    );
+                    -- One row per logged-in device; the token is stored only as its SHA-256.
+                    CREATE TABLE devices (
+                        id INTEGER PRIMARY KEY,
+                        user_id INTEGER NOT NULL REFERENCES users(id),
+                        name TEXT NOT NULL,
+                        token_hash BLOB NOT NULL UNIQUE,
+                        created_ms INTEGER NOT NULL,
+                        expires_ms INTEGER NOT NULL,
+                        revoked_ms INTEGER,
+                        last_seen_ms INTEGER,
+                        -- Every event at or below this cursor is durably stored by the device.
+                        acked_cursor INTEGER NOT NULL DEFAULT 0
+                    );
+                    CREATE INDEX devices_by_user ON devices(user_id);
+                    -- kind 1: direct (user_a < user_b, or equal for notes to oneself); kind 2: group (name, owner).
+                    CREATE TABLE conversations (
+                        id INTEGER PRIMARY KEY,
+                        kind INTEGER NOT NULL,
+                        name TEXT UNIQUE COLLATE NOCASE,
+                        owner_id INTEGER REFERENCES users(id),
+                        user_a INTEGER REFERENCES users(id),
+                        user_b INTEGER REFERENCES users(id),
+                        last_seq INTEGER NOT NULL DEFAULT 0,
+                        last_ms INTEGER NOT NULL DEFAULT 0,
+                        created_ms INTEGER NOT NULL,
+                        UNIQUE (user_a, user_b)
+                    );
+                    -- Current members only; joined_seq is the conversation's last_seq when the member joined.
+                    CREATE TABLE members (
+                        conversation_id INTEGER NOT NULL REFERENCES conversations(id),
+                        user_id INTEGER NOT NULL REFERENCES users(id),
+                        joined_seq INTEGER NOT NULL,
+                        read_seq INTEGER NOT NULL DEFAULT 0,
+                        delivered_seq INTEGER NOT NULL DEFAULT 0,
+                        PRIMARY KEY (conversation_id, user_id)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX members_by_user ON members(user_id, conversation_id);
+                    CREATE TABLE messages (
+                        conversation_id INTEGER NOT NULL REFERENCES conversations(id),
+                        seq INTEGER NOT NULL,
+                        sender_id INTEGER NOT NULL REFERENCES users(id),
+                        client_id TEXT NOT NULL,
+                        time_ms INTEGER NOT NULL,
+                        body BLOB NOT NULL,
+                        recalled INTEGER NOT NULL DEFAULT 0,
+                        PRIMARY KEY (conversation_id, seq)
+                    ) WITHOUT ROWID;
+                    -- A resend of a message id returns the original: ids are unique per sender.
+                    CREATE UNIQUE INDEX messages_by_client_id ON messages(sender_id, client_id);
+                    -- Each user's event log. kind 1 message (conversation, seq); 2 recall (conversation, seq, actor);
+                    -- 3 receipt (conversation, seq = up to, actor = reader, detail = 1 delivered / 2 read);
+                    -- 4 membership (conversation, seq = at, actor = member, detail = 1 joined / 2 left).
+                    CREATE TABLE events (
+                        user_id INTEGER NOT NULL,
+                        cursor INTEGER NOT NULL,
+                        kind INTEGER NOT NULL,
+                        conversation_id INTEGER NOT NULL,
+                        seq INTEGER NOT NULL,
+                        actor_id INTEGER,
+                        detail INTEGER,
+                        PRIMARY KEY (user_id, cursor)
+                    ) WITHOUT ROWID;
+                    -- Changes made by another process (the admin commands) that a running server must notice.
+                    -- kind 1: a user's event log grew; 2: a device was revoked; 3: a user was removed.
+                    CREATE TABLE changes (
+                        id INTEGER PRIMARY KEY,
+                        kind INTEGER NOT NULL,
+                        user_id INTEGER,
+                        device_id INTEGER,
+                        time_ms INTEGER NOT NULL
+                    );
+                    """
+            )
+        }
+        return migrator
+    }
+}

@@ -1,0 +1,130 @@
+/// A user's row id. Stable for the life of the data folder; never reused.
+public struct UserID: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible {
+    public var rawValue: Int64
+    public init(rawValue: Int64) { self.rawValue = rawValue }
+    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
+    public var description: String { "user#\(self.rawValue)" }
+}
+
+/// A device's row id: one per login, revocable on its own.
+public struct DeviceID: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible {
+    public var rawValue: Int64
+    public init(rawValue: Int64) { self.rawValue = rawValue }
+    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
+    public var description: String { "device#\(self.rawValue)" }
+}
+
+/// A conversation as one user names it: a direct conversation by the other user's name, a group by its name.
+public enum ConversationAddress: Hashable, Sendable, CustomStringConvertible {
+    case user(String)
+    case group(String)
+
+    public var description: String {
+        switch self {
+        case .user(let name): "@\(name)"
+        case .group(let name): "#\(name)"
+        }
+    }
+}
+
+/// An account.
+public struct User: Hashable, Sendable {
+    public var id: UserID
+    public var name: String
+    public var createdMs: Int64
+    /// When the user was removed; a removed user cannot log in and its name is not given out again.
+    public var removedMs: Int64?
+}
+
+/// A logged-in device of a user.
+public struct Device: Hashable, Sendable {
+    public var id: DeviceID
+    public var userID: UserID
+    public var userName: String
+    public var name: String
+    public var createdMs: Int64
+    public var expiresMs: Int64
+    public var revokedMs: Int64?
+    public var lastSeenMs: Int64?
+    /// Every event at or below this cursor is durably stored by the device.
+    public var ackedCursor: UInt64
+}
+
+/// A group.
+public struct Group: Hashable, Sendable {
+    public var name: String
+    public var owner: String?
+    public var members: [String]
+    public var lastSeq: UInt64
+}
+
+/// A stored message, as one user sees it.
+public struct StoredMessage: Hashable, Sendable {
+    /// The id the sender chose or was given.
+    public var id: String
+    public var from: String
+    /// The conversation as the reading user names it.
+    public var conversation: ConversationAddress
+    public var seq: UInt64
+    public var timeMs: Int64
+    /// The serialized message body (a `courier.v1.Body`); empty once recalled.
+    public var body: [UInt8]
+    public var recalled: Bool
+}
+
+/// Whether a receipt says "delivered to a device" or "read".
+public enum ReceiptKind: Int64, Hashable, Sendable {
+    case delivered = 1
+    case read = 2
+}
+
+/// A change of a group's members.
+public enum MembershipChange: Int64, Hashable, Sendable {
+    case joined = 1
+    case left = 2
+}
+
+/// One entry of a user's event log.
+public struct StoredEvent: Hashable, Sendable {
+    public enum Kind: Hashable, Sendable {
+        case message(StoredMessage)
+        case recall(conversation: ConversationAddress, seq: UInt64, id: String, by: String)
+        case receipt(conversation: ConversationAddress, user: String, kind: ReceiptKind, upToSeq: UInt64)
+        case membership(group: String, user: String, change: MembershipChange, seq: UInt64)
+    }
+    public var cursor: UInt64
+    public var kind: Kind
+}
+
+/// A page of a conversation's history, newest first.
+public struct HistoryPage: Hashable, Sendable {
+    public var messages: [StoredMessage]
+    /// True when older messages visible to the reader remain.
+    public var more: Bool
+}
+
+/// A conversation's unread count for one user.
+public struct UnreadCount: Hashable, Sendable {
+    public var conversation: ConversationAddress
+    public var unread: UInt64
+    public var lastSeq: UInt64
+    public var readSeq: UInt64
+}
+
+/// A device session established by a login or a token.
+public struct DeviceSession: Hashable, Sendable {
+    public var user: User
+    public var device: Device
+    /// The token, present only right after a password login made the device (it is stored only as a hash).
+    public var token: String?
+}
+
+/// Something that happened in the data folder that a running server must react to.
+public enum StoreChange: Hashable, Sendable {
+    /// A user's event log grew (an admin command changed a group).
+    case logAppended(UserID)
+    /// A device's token was revoked: its connection must close.
+    case deviceRevoked(DeviceID)
+    /// A user was removed: all its connections must close.
+    case userRemoved(UserID)
+}

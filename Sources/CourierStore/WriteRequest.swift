@@ -1,0 +1,59 @@
+/// One durable write of a session: what ``SQLiteStore/apply(_:nowMs:)`` takes many of per transaction.
+public enum WriteRequest: Hashable, Sendable {
+    /// Store a message and append it to the event log of every member of its conversation.
+    case send(Send)
+    /// A device has durably stored every event up to a cursor. Messages from others that this newly covers produce
+    /// `delivered` receipts for their conversations' other members.
+    case ack(user: UserID, device: DeviceID, cursor: UInt64)
+    /// A user has read a conversation up to a sequence number; its members (the reader's other devices included)
+    /// get a `read` receipt.
+    case markRead(user: UserID, conversation: ConversationAddress, upToSeq: UInt64)
+    /// The sender withdraws a message for everyone, within the store's recall window.
+    case recall(user: UserID, conversation: ConversationAddress, id: String)
+
+    /// A message to store.
+    public struct Send: Hashable, Sendable {
+        public var sender: UserID
+        /// The id the client chose; empty for one the store assigns.
+        public var id: String
+        public var to: ConversationAddress
+        /// The serialized body.
+        public var body: [UInt8]
+
+        public init(sender: UserID, id: String, to: ConversationAddress, body: [UInt8]) {
+            self.sender = sender
+            self.id = id
+            self.to = to
+            self.body = body
+        }
+    }
+}
+
+/// What became of one ``WriteRequest``.
+public enum WriteOutcome: Hashable, Sendable {
+    /// The message is committed (or was, for a resend of a committed id: then `duplicate` is true).
+    case sent(SendReceipt)
+    /// The ack, read mark or recall is committed (or had nothing to change).
+    case done
+    /// The request was refused and changed nothing.
+    case refused(CourierStoreError)
+}
+
+/// The proof of a committed message.
+public struct SendReceipt: Hashable, Sendable {
+    public var id: String
+    /// The conversation as the sender names it.
+    public var conversation: ConversationAddress
+    public var seq: UInt64
+    public var timeMs: Int64
+    /// True when this answers a resend of an id committed earlier.
+    public var duplicate: Bool
+}
+
+/// The result of one group commit.
+public struct AppliedBatch: Sendable {
+    /// One outcome per request, in order.
+    public var outcomes: [WriteOutcome]
+    /// The users whose event logs grew, with their newest cursors: their connected devices have events to fetch.
+    public var appended: [UserID: UInt64]
+}

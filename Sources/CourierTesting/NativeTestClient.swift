@@ -1,0 +1,230 @@
+public import CourierProtocol
+public import CourierWire
+public import NIOCore
+import NIOPosix
+import Synchronization
+
+/// A bare client of the native port for tests: it sends envelopes and raw bytes, and reads what the server sends,
+/// with a deadline on every read. It speaks the protocol exactly as written, with no retries or state, so tests
+/// can also send what a correct client never would.
+public actor NativeTestClient {
+    /// What the server sent, in order: envelopes, then the end of the connection.
+    public enum Received: Sendable {
+        case envelope(ServerEnvelope)
+        case frame(NativeFrame)
+        case closed
+    }
+
+    public struct Timeout: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    public let channel: any Channel
+    private let inbox: FrameInbox
+    private var nextRequestID: UInt64 = 1
+    /// Envelopes read past while looking for another one, handed out by later reads first.
+    private var backlog: [ServerEnvelope] = []
+
+    /// Connects to a native port on 127.0.0.1.
+    public static func connect(port: Int, host: String = "127.0.0.1") async throws -> NativeTestClient {
+        let inbox = FrameInbox()
+        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(NativePrefaceHandler())
+                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(NativeFrameDecoder()))
+                    try channel.pipeline.syncOperations.addHandler(MessageToByteHandler(NativeFrameEncoder()))
+                    try channel.pipeline.syncOperations.addHandler(FrameCollector(inbox))
+                }
+            }
+            .connect(host: host, port: port).get()
+        return NativeTestClient(channel: channel, inbox: inbox)
+    }
+
+    private init(channel: any Channel, inbox: FrameInbox) {
+        self.channel = channel
+        self.inbox = inbox
+    }
+
+    /// Sends an envelope, giving it the next request id unless it has one.
+    ///
+    /// - Returns: The request id used.
+    @discardableResult
+    public func send(_ envelope: ClientEnvelope) async throws -> UInt64 {
+        var envelope = envelope
+        if envelope.requestID == 0 {
+            envelope.requestID = self.nextRequestID
+            self.nextRequestID += 1
+        }
+        try await self.channel.writeAndFlush(try NativeFrame(envelope: envelope)).get()
+        return envelope.requestID
+    }
+
+    /// Sends a frame as it is.
+    public func send(frame: NativeFrame) async throws {
+        try await self.channel.writeAndFlush(frame).get()
+    }
+
+    /// Sends raw bytes, below the framing.
+    public func send(bytes: [UInt8]) async throws {
+        try await self.channel.pipeline.context(handlerType: NativePrefaceHandler.self).flatMap { context in
+            context.writeAndFlush(NIOAny(ByteBuffer(bytes: bytes)))
+        }.get()
+    }
+
+    /// The next thing the server sends, or `.closed`; throws ``Timeout`` after `timeout`.
+    public func receive(timeout: Duration = .seconds(10)) async throws -> Received {
+        if !self.backlog.isEmpty { return .envelope(self.backlog.removeFirst()) }
+        guard let frame = try await self.inbox.next(timeout: timeout) else { return .closed }
+        if frame.kind == .message, let envelope = try? frame.envelope(as: ServerEnvelope.self) {
+            return .envelope(envelope)
+        }
+        return .frame(frame)
+    }
+
+    /// Reads until an envelope matches, keeping the others for later reads.
+    public func expect<T: Sendable>(
+        timeout: Duration = .seconds(10),
+        _ what: String = "an envelope",
+        _ match: @Sendable (ServerEnvelope) -> T?
+    ) async throws -> T {
+        if let index = self.backlog.firstIndex(where: { match($0) != nil }) {
+            return match(self.backlog.remove(at: index))!
+        }
+        let deadline = ContinuousClock.now + timeout
+        var skipped: [ServerEnvelope] = []
+        defer { self.backlog += skipped }
+        while true {
+            let left = deadline - .now
+            guard left > .zero else { throw Timeout(description: "no \(what) within \(timeout); got \(skipped)") }
+            switch try await self.receive(timeout: left) {
+            case .envelope(let envelope):
+                if let value = match(envelope) { return value }
+                skipped.append(envelope)
+            case .frame:
+                continue
+            case .closed:
+                throw Timeout(description: "the connection closed before \(what); got \(skipped)")
+            }
+        }
+    }
+
+    /// Reads until the server closes the connection, returning the envelopes it sent first.
+    public func expectClose(timeout: Duration = .seconds(10)) async throws -> [ServerEnvelope] {
+        var envelopes = self.backlog
+        self.backlog = []
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let left = deadline - .now
+            guard left > .zero else { throw Timeout(description: "still open after \(timeout)") }
+            switch try await self.receive(timeout: left) {
+            case .envelope(let envelope): envelopes.append(envelope)
+            case .frame: continue
+            case .closed: return envelopes
+            }
+        }
+    }
+
+    /// Closes the connection.
+    public func close() async {
+        try? await self.channel.close().get()
+    }
+}
+
+/// Frames received and not yet read, and the end of the connection. Reads wait with a deadline that leaves the
+/// frames in place.
+private final class FrameInbox: Sendable {
+    private struct State {
+        var frames: [NativeFrame] = []
+        var closed = false
+        var waiter: (id: Int, continuation: CheckedContinuation<Void, Never>)?
+        var nextWaiter = 0
+    }
+    private let state = Mutex(State())
+
+    func append(_ frame: NativeFrame) {
+        self.wake { $0.frames.append(frame) }
+    }
+
+    func close() {
+        self.wake { $0.closed = true }
+    }
+
+    private func wake(_ change: (inout State) -> Void) {
+        let waiter = self.state.withLock { state in
+            change(&state)
+            defer { state.waiter = nil }
+            return state.waiter?.continuation
+        }
+        waiter?.resume()
+    }
+
+    /// The next frame, nil once closed; throws after the timeout.
+    func next(timeout: Duration) async throws -> NativeFrame? {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            enum Step {
+                case frame(NativeFrame)
+                case closed, wait
+            }
+            let step = self.state.withLock { state -> Step in
+                if !state.frames.isEmpty { return .frame(state.frames.removeFirst()) }
+                return state.closed ? .closed : .wait
+            }
+            switch step {
+            case .frame(let frame): return frame
+            case .closed: return nil
+            case .wait: break
+            }
+            guard ContinuousClock.now < deadline else {
+                throw NativeTestClient.Timeout(description: "nothing from the server within \(timeout)")
+            }
+            let id = self.state.withLock { state in
+                state.nextWaiter += 1
+                return state.nextWaiter
+            }
+            // A timer wakes the wait at the deadline, leaving the inbox as it is.
+            let timer = Task {
+                try? await Task.sleep(until: deadline, clock: .continuous)
+                let waiter = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
+                    guard state.waiter?.id == id else { return nil }
+                    defer { state.waiter = nil }
+                    return state.waiter?.continuation
+                }
+                waiter?.resume()
+            }
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let ready = self.state.withLock { state -> Bool in
+                    if !state.frames.isEmpty || state.closed { return true }
+                    state.waiter = (id, continuation)
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+            timer.cancel()
+        }
+    }
+}
+
+/// Hands decoded frames to an inbox, and closes it when the connection ends.
+private final class FrameCollector: ChannelInboundHandler, Sendable {
+    typealias InboundIn = NativeFrame
+    let inbox: FrameInbox
+
+    init(_ inbox: FrameInbox) {
+        self.inbox = inbox
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        self.inbox.append(self.unwrapInboundIn(data))
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        self.inbox.close()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        self.inbox.close()
+        context.close(promise: nil)
+    }
+}

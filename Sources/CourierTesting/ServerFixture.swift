@@ -1,0 +1,65 @@
+public import CourierServer
+public import CourierStore
+public import Foundation
+import Logging
+import ServiceLifecycle
+
+/// A real server for a test: its own data folder, ports chosen by the system, cheap password hashes, stopped
+/// gracefully when the test's body returns.
+public struct ServerFixture: Sendable {
+    /// Password hashes cheap enough for tests that log in many times; the hashing tests use the standard cost.
+    public static let cheapHasher = PasswordHasher(logN: 4, blockSize: 8, parallelism: 1, saltBytes: 16, keyBytes: 32)
+
+    public let server: CourierServer
+    public let ports: CourierServer.Ports
+    public let folder: URL
+
+    public var store: SQLiteStore { self.server.store }
+
+    /// Runs `body` against a running server on a fresh data folder (or `folder`, to restart on the same data).
+    public static func with<T: Sendable>(
+        folder: URL? = nil,
+        configure: (inout ServerConfiguration) -> Void = { _ in },
+        _ body: @Sendable (ServerFixture) async throws -> T
+    ) async throws -> T {
+        let temporary = folder == nil ? try TemporaryDirectory(prefix: "courier-server") : nil
+        defer { temporary?.remove() }
+        var configuration = ServerConfiguration()
+        configuration.host = "127.0.0.1"
+        configuration.nativePort = 0
+        configuration.compatPort = 0
+        configuration.httpPort = 0
+        configuration.dataFolder = folder ?? temporary!.url
+        configuration.store.passwordHasher = Self.cheapHasher
+        configure(&configuration)
+        var logger = Logger(label: "courier.test-server")
+        logger.logLevel =
+            ProcessInfo.processInfo.environment["COURIER_TEST_LOG"].flatMap { Logger.Level(rawValue: $0) } ?? .critical
+        let server = try CourierServer(configuration: configuration, logger: logger)
+        let group = ServiceGroup(services: [server], logger: logger)
+        return try await withThrowingTaskGroup(of: T?.self) { tasks in
+            tasks.addTask {
+                try await group.run()
+                return nil
+            }
+            let ports = await server.ports()
+            let fixture = ServerFixture(server: server, ports: ports, folder: configuration.dataFolder)
+            do {
+                let result = try await body(fixture)
+                await group.triggerGracefulShutdown()
+                try await tasks.waitForAll()
+                return result
+            } catch {
+                await group.triggerGracefulShutdown()
+                try? await tasks.waitForAll()
+                throw error
+            }
+        }
+    }
+
+    /// Creates a user with the password "pw-" + name.
+    @discardableResult
+    public func user(_ name: String) async throws -> User {
+        try await self.store.addUser(name: name, password: "pw-" + name, nowMs: 0)
+    }
+}

@@ -1,0 +1,143 @@
+import ArgumentParser
+import CourierStore
+import Foundation
+
+struct UserCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "user",
+        abstract: "Manage accounts and their devices in a data folder (also while the server runs).",
+        discussion: """
+            Changes reach a running server within a second: a removed user's and a revoked device's connections \
+            are closed. Passwords are stored only as scrypt hashes; tokens only as SHA-256 hashes.
+            """,
+        subcommands: [Add.self, List.self, Passwd.self, Remove.self, Devices.self, Revoke.self]
+    )
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create a user. Prints a generated password when --password is not given."
+        )
+        @OptionGroup var options: DataOptions
+        @Argument(help: "The user name: 1 to 32 letters, digits, '.', '_' or '-', unique regardless of case.")
+        var name: String
+        @Option(help: "The password (default: a generated one, printed once).")
+        var password: String?
+
+        func run() async throws {
+            let store = try options.openStore()
+            let password = self.password ?? generatedPassword()
+            do {
+                let user = try await store.addUser(name: self.name, password: password, nowMs: nowMs())
+                print(
+                    self.password == nil
+                        ? "created user \(user.name) with password \(password)" : "created user \(user.name)"
+                )
+            } catch let error as CourierStoreError {
+                throw error.exit
+            }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List users: name, creation time, and whether removed."
+        )
+        @OptionGroup var options: DataOptions
+
+        func run() async throws {
+            for user in try await options.openStore().users() {
+                print(
+                    "\(user.name)\tcreated \(formatTime(user.createdMs))\(user.removedMs.map { "\tremoved \(formatTime($0))" } ?? "")"
+                )
+            }
+        }
+    }
+
+    struct Passwd: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract:
+                "Set a user's password and log out all its devices. Prints a generated password when --password is not given."
+        )
+        @OptionGroup var options: DataOptions
+        @Argument(help: "The user name.") var name: String
+        @Option(help: "The new password (default: a generated one, printed once).") var password: String?
+
+        func run() async throws {
+            let password = self.password ?? generatedPassword()
+            do {
+                try await options.openStore().setPassword(user: self.name, password: password, nowMs: nowMs())
+            } catch let error as CourierStoreError {
+                throw error.exit
+            }
+            print(
+                self.password == nil
+                    ? "new password for \(self.name): \(password)" : "password changed for \(self.name)"
+            )
+        }
+    }
+
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract:
+                "Remove a user: its devices are logged out and it leaves its groups. Its name is not given out again."
+        )
+        @OptionGroup var options: DataOptions
+        @Argument(help: "The user name.") var name: String
+
+        func run() async throws {
+            do {
+                try await options.openStore().removeUser(named: self.name, nowMs: nowMs())
+            } catch let error as CourierStoreError {
+                throw error.exit
+            }
+            print("removed user \(self.name)")
+        }
+    }
+
+    struct Devices: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List a user's devices (logins): id, name, times, state."
+        )
+        @OptionGroup var options: DataOptions
+        @Argument(help: "The user name.") var name: String
+
+        func run() async throws {
+            let devices: [Device]
+            do {
+                devices = try await options.openStore().devices(of: self.name)
+            } catch let error as CourierStoreError {
+                throw error.exit
+            }
+            let now = nowMs()
+            for device in devices {
+                let state = device.revokedMs != nil ? "revoked" : device.expiresMs <= now ? "expired" : "active"
+                print(
+                    "\(device.id.rawValue)\t\(device.name)\t\(state)\tcreated \(formatTime(device.createdMs))\t"
+                        + "expires \(formatTime(device.expiresMs))\tlast seen \(formatTime(device.lastSeenMs))"
+                )
+            }
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Revoke one device's token; a running server closes its connection within a second."
+        )
+        @OptionGroup var options: DataOptions
+        @Argument(help: "The user name.") var name: String
+        @Argument(help: "The device id, from `courier user devices`.") var device: Int64
+
+        func run() async throws {
+            do {
+                try await options.openStore().revokeDevice(
+                    DeviceID(rawValue: self.device),
+                    of: self.name,
+                    nowMs: nowMs()
+                )
+            } catch let error as CourierStoreError {
+                throw error.exit
+            }
+            print("revoked device \(self.device) of \(self.name)")
+        }
+    }
+}

@@ -1,0 +1,189 @@
+import CourierProtocol
+import CourierServer
+import CourierStore
+import CourierTesting
+import Testing
+
+/// Helpers that speak the session protocol through a bare native client.
+extension NativeTestClient {
+    /// Connects and logs in with the fixture's password for `user`.
+    static func login(
+        _ fixture: ServerFixture,
+        _ user: String,
+        device: String = "test",
+        ephemeral: Bool = false
+    ) async throws -> (NativeTestClient, Courier_V1_Welcome) {
+        let client = try await NativeTestClient.connect(port: fixture.ports.native)
+        var hello = ClientEnvelope()
+        hello.hello.password.user = user
+        hello.hello.password.password = "pw-" + user
+        hello.hello.deviceName = device
+        hello.hello.ephemeral = ephemeral
+        try await client.send(hello)
+        let welcome = try await client.expect("a welcome") { $0.body.welcome }
+        return (client, welcome)
+    }
+
+    /// Connects with a token, resuming from a cursor.
+    static func resume(
+        _ fixture: ServerFixture,
+        token: String,
+        cursor: UInt64? = nil
+    ) async throws -> (
+        NativeTestClient, Courier_V1_Welcome
+    ) {
+        let client = try await NativeTestClient.connect(port: fixture.ports.native)
+        var hello = ClientEnvelope()
+        hello.hello.token = token
+        if let cursor {
+            hello.hello.cursor = cursor
+            hello.hello.resume = true
+        }
+        try await client.send(hello)
+        let welcome = try await client.expect("a welcome") { $0.body.welcome }
+        return (client, welcome)
+    }
+
+    /// Sends a text and waits for its answer.
+    func sendText(_ text: String, to peer: ConversationAddress, id: String = "") async throws -> ServerEnvelope {
+        var envelope = ClientEnvelope()
+        envelope.send.id = id
+        switch peer {
+        case .user(let name): envelope.send.to.user = name
+        case .group(let name): envelope.send.to.group = name
+        }
+        envelope.send.body.text = text
+        let requestID = try await self.send(envelope)
+        return try await self.expect("the answer to request \(requestID)") { $0.requestID == requestID ? $0 : nil }
+    }
+
+    /// Reads events until `count` messages have arrived, acknowledging each page.
+    func messages(_ count: Int, ack: Bool = true) async throws -> [Courier_V1_Message] {
+        var messages: [Courier_V1_Message] = []
+        while messages.count < count {
+            let events = try await self.expect("events") { envelope -> [Courier_V1_Event]? in
+                guard case .events(let events)? = envelope.body, !events.events.isEmpty else { return nil }
+                return events.events
+            }
+            messages += events.compactMap {
+                $0.kind.flatMap { if case .message(let message) = $0 { message } else { nil } }
+            }
+            if ack, let last = events.last {
+                var envelope = ClientEnvelope()
+                envelope.ack.cursor = last.cursor
+                try await self.send(envelope)
+            }
+        }
+        return messages
+    }
+}
+
+extension ServerEnvelope {
+    var welcome: Courier_V1_Welcome? { if case .welcome(let welcome)? = self.body { welcome } else { nil } }
+    var ack: Courier_V1_SendAck? { if case .sendAck(let ack)? = self.body { ack } else { nil } }
+    var failure: Courier_V1_Error? { if case .error(let error)? = self.body { error } else { nil } }
+}
+
+extension Optional where Wrapped == ServerEnvelope.OneOf_Body {
+    var welcome: Courier_V1_Welcome? { if case .welcome(let welcome)? = self { welcome } else { nil } }
+}
+
+@Suite("Chat over the native port", .serialized)
+struct ChatTests {
+    @Test("two users chat: acks after commit, delivery, delivered receipts")
+    func twoUsersChat() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            try await fixture.user("bob")
+            let (alice, aliceWelcome) = try await NativeTestClient.login(fixture, "alice")
+            let (bob, _) = try await NativeTestClient.login(fixture, "bob")
+            #expect(aliceWelcome.user == "alice" && aliceWelcome.token.hasPrefix("ct_"))
+
+            let answer = try await alice.sendText("hello bob", to: .user("bob"), id: "m1")
+            let ack = try #require(answer.ack, "\(answer)")
+            #expect(ack.id == "m1" && ack.seq == 1 && ack.conversation.user == "bob" && !ack.duplicate)
+            // The ack came after the commit: the message is in the database now.
+            let bobID = try #require(try await fixture.store.user(named: "bob")).id
+            #expect(
+                try await fixture.store.history(for: bobID, in: .user("alice"), beforeSeq: 0, limit: 5).messages.count
+                    == 1
+            )
+
+            let received = try await bob.messages(1)
+            #expect(received.map(\.body.text) == ["hello bob"])
+            #expect(received[0].from == "alice" && received[0].conversation.user == "alice" && received[0].seq == 1)
+
+            // bob's ack turns into a delivered receipt for alice.
+            let receipt = try await alice.expect("a delivered receipt") { envelope -> Courier_V1_Receipt? in
+                guard case .events(let events)? = envelope.body else { return nil }
+                return events.events.compactMap { if case .receipt(let receipt)? = $0.kind { receipt } else { nil } }
+                    .first
+            }
+            #expect(receipt.user == "bob" && receipt.kind == .delivered && receipt.upToSeq == 1)
+
+            let reply = try await bob.sendText("hi alice", to: .user("alice"))
+            #expect(reply.ack?.seq == 2 && reply.ack?.id.hasPrefix("s-") == true)
+            await alice.close()
+            await bob.close()
+        }
+    }
+
+    @Test("an offline device syncs what it missed, once, from its acknowledged cursor")
+    func offlineSync() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            try await fixture.user("bob")
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+            let (bob, bobWelcome) = try await NativeTestClient.login(fixture, "bob")
+            _ = try await alice.sendText("before", to: .user("bob"))
+            #expect(try await bob.messages(1).map(\.body.text) == ["before"])
+            await bob.close()
+
+            for index in 1...5 { _ = try await alice.sendText("while away \(index)", to: .user("bob")) }
+            let (back, welcome) = try await NativeTestClient.resume(fixture, token: bobWelcome.token)
+            #expect(welcome.latestCursor > welcome.cursor)
+            let synced = try await back.messages(5)
+            #expect(synced.map(\.body.text) == (1...5).map { "while away \($0)" })
+            #expect(synced.map(\.seq) == [2, 3, 4, 5, 6])
+            await back.close()
+
+            // Everything was acked: a second reconnect gets nothing old, only a caught-up marker.
+            let (again, _) = try await NativeTestClient.resume(fixture, token: bobWelcome.token)
+            let first = try await again.expect("events") { envelope -> Courier_V1_Events? in
+                if case .events(let events)? = envelope.body { events } else { nil }
+            }
+            #expect(first.caughtUp)
+            #expect(first.events.allSatisfy { if case .message? = $0.kind { false } else { true } })
+            await again.close()
+            await alice.close()
+        }
+    }
+
+    @Test("a resend of the same id after a lost ack returns the original ack; the peer gets one copy")
+    func resendAfterLostAck() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            try await fixture.user("bob")
+            let (alice, welcome) = try await NativeTestClient.login(fixture, "alice")
+            var envelope = ClientEnvelope()
+            envelope.send.id = "lost-ack"
+            envelope.send.to.user = "bob"
+            envelope.send.body.text = "exactly once"
+            // Send and cut the connection without reading the ack.
+            try await alice.send(envelope)
+            await alice.close()
+            // Resend on a new connection until the server answers.
+            let (again, _) = try await NativeTestClient.resume(fixture, token: welcome.token)
+            let answer = try await again.sendText("exactly once", to: .user("bob"), id: "lost-ack")
+            let ack = try #require(answer.ack)
+            #expect(ack.seq == 1)
+            let (bob, _) = try await NativeTestClient.login(fixture, "bob")
+            _ = bob
+            let bobID = try #require(try await fixture.store.user(named: "bob")).id
+            let page = try await fixture.store.history(for: bobID, in: .user("alice"), beforeSeq: 0, limit: 10)
+            #expect(page.messages.map(\.id) == ["lost-ack"])
+            await again.close()
+            await bob.close()
+        }
+    }
+}

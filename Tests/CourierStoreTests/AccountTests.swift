@@ -1,0 +1,186 @@
+import CourierStore
+import CourierTesting
+import Foundation
+import Testing
+
+@Suite("Accounts, devices and tokens")
+struct AccountTests {
+    @Test("scrypt hashes carry their parameters, verify the right password and nothing else")
+    func passwordHashes() throws {
+        let stored = try PasswordHasher.standard.hash("correct horse")
+        let parts = stored.split(separator: "$")
+        #expect(parts.prefix(4) == ["scrypt", "15", "8", "1"])
+        #expect(Data(base64Encoded: String(parts[4]))?.count == 16)
+        #expect(Data(base64Encoded: String(parts[5]))?.count == 32)
+        #expect(PasswordHasher.verify("correct horse", against: stored))
+        #expect(!PasswordHasher.verify("correct horsf", against: stored))
+        #expect(!PasswordHasher.verify("", against: stored))
+        // The same password hashes differently each time (a fresh salt).
+        #expect(try PasswordHasher.standard.hash("correct horse") != stored)
+        // A damaged or foreign stored value never verifies.
+        #expect(
+            !PasswordHasher.verify(
+                "correct horse",
+                against: stored.replacingOccurrences(of: "scrypt$15", with: "scrypt$14")
+            )
+        )
+        #expect(!PasswordHasher.verify("correct horse", against: "plain:correct horse"))
+        #expect(!PasswordHasher.verify("correct horse", against: ""))
+    }
+
+    @Test("user names follow the rule and are unique without regard to case")
+    func names() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder)
+            _ = try await fixture.store.addUser(name: "Alice", password: "x", nowMs: 1)
+            for bad in ["", "-alice", "al ice", "al/ice", "ålice", String(repeating: "a", count: 33)] {
+                await #expect(throws: CourierStoreError.self) {
+                    _ = try await fixture.store.addUser(name: bad, password: "x", nowMs: 1)
+                }
+            }
+            do {
+                _ = try await fixture.store.addUser(name: "alice", password: "x", nowMs: 1)
+                Issue.record("a second alice was created")
+            } catch let error as CourierStoreError {
+                #expect(error.code == .nameTaken)
+            }
+            #expect(try await fixture.store.users().map(\.name) == ["Alice"])
+            #expect(try await fixture.store.user(named: "ALICE")?.name == "Alice")
+        }
+    }
+
+    @Test("a password login makes a device whose token authenticates until it expires or is revoked")
+    func tokens() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder) { $0.tokenLifetime = .seconds(60) }
+            let ids = try await fixture.users("alice")
+            let now = StoreFixture.start
+            let phone = try await fixture.store.login(
+                user: "alice",
+                password: "pw-alice",
+                deviceName: "phone",
+                nowMs: now
+            )
+            let laptop = try await fixture.store.login(
+                user: "alice",
+                password: "pw-alice",
+                deviceName: "laptop",
+                nowMs: now
+            )
+            let phoneToken = try #require(phone.token)
+            let laptopToken = try #require(laptop.token)
+            #expect(phoneToken != laptopToken && phoneToken.hasPrefix("ct_"))
+            #expect(phone.user.id == ids["alice"])
+
+            let session = try await fixture.store.authenticate(token: phoneToken, nowMs: now + 59_000)
+            #expect(session.device.id == phone.device.id && session.device.name == "phone" && session.token == nil)
+            await expectCode(.tokenExpired) {
+                _ = try await fixture.store.authenticate(token: phoneToken, nowMs: now + 60_000)
+            }
+            await expectCode(.authFailed) {
+                _ = try await fixture.store.authenticate(token: phoneToken + "x", nowMs: now)
+            }
+
+            // Revoking one device leaves the other working.
+            try await fixture.store.revokeDevice(phone.device.id, of: "alice", nowMs: now + 1)
+            await expectCode(.tokenRevoked) {
+                _ = try await fixture.store.authenticate(token: phoneToken, nowMs: now + 2)
+            }
+            #expect(
+                try await fixture.store.authenticate(token: laptopToken, nowMs: now + 2).device.id == laptop.device.id
+            )
+            let devices = try await fixture.store.devices(of: "alice")
+            #expect(devices.map(\.name) == ["phone", "laptop"])
+            #expect(devices.map { $0.revokedMs != nil } == [true, false])
+            // The token itself is stored nowhere: only its hash.
+            let database = try Data(contentsOf: folder.appendingPathComponent(SQLiteStore.databaseFileName))
+            #expect(database.range(of: Data(laptopToken.utf8)) == nil)
+        }
+    }
+
+    @Test("wrong passwords, unknown and removed users all fail with auth-failed")
+    func wrongCredentials() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder)
+            try await fixture.users("alice", "bob")
+            let now = StoreFixture.start
+            await expectCode(.authFailed) {
+                _ = try await fixture.store.login(user: "alice", password: "pw-bob", deviceName: "d", nowMs: now)
+            }
+            await expectCode(.authFailed) {
+                _ = try await fixture.store.login(user: "carol", password: "pw-carol", deviceName: "d", nowMs: now)
+            }
+            let bob = try await fixture.store.login(user: "bob", password: "pw-bob", deviceName: "d", nowMs: now)
+            try await fixture.store.removeUser(named: "bob", nowMs: now + 1)
+            await expectCode(.authFailed) {
+                _ = try await fixture.store.login(user: "bob", password: "pw-bob", deviceName: "d", nowMs: now)
+            }
+            await expectCode(.tokenRevoked) {
+                _ = try await fixture.store.authenticate(token: bob.token!, nowMs: now + 2)
+            }
+            // The name stays taken.
+            await expectCode(.nameTaken) { _ = try await fixture.store.addUser(name: "bob", password: "x", nowMs: now) }
+        }
+    }
+
+    @Test("changing a password revokes every device of the user")
+    func passwordChange() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder)
+            try await fixture.users("alice")
+            let now = StoreFixture.start
+            let old = try await fixture.store.login(user: "alice", password: "pw-alice", deviceName: "d", nowMs: now)
+            try await fixture.store.setPassword(user: "alice", password: "new secret", nowMs: now + 1)
+            await expectCode(.tokenRevoked) {
+                _ = try await fixture.store.authenticate(token: old.token!, nowMs: now + 2)
+            }
+            await expectCode(.authFailed) {
+                _ = try await fixture.store.login(user: "alice", password: "pw-alice", deviceName: "d", nowMs: now)
+            }
+            _ = try await fixture.store.login(user: "alice", password: "new secret", deviceName: "d", nowMs: now + 3)
+        }
+    }
+
+    @Test("another process's revocations and removals reach a running server through the changes table")
+    func changesAcrossProcesses() async throws {
+        try await withTemporaryDirectory { folder in
+            let server = try StoreFixture(folder: folder)
+            try await server.users("alice", "bob")
+            let now = StoreFixture.start
+            let device = try await server.store.login(user: "alice", password: "pw-alice", deviceName: "d", nowMs: now)
+                .device
+            let start = try await server.store.latestChangeID()
+
+            // A second connection to the same file, as the admin commands open it.
+            let admin = try StoreFixture(folder: folder)
+            try await admin.store.revokeDevice(device.id, of: "alice", nowMs: now)
+            try await admin.store.createGroup(name: "team", owner: "alice", members: ["bob"], nowMs: now)
+            try await admin.store.removeUser(named: "bob", nowMs: now)
+
+            let (changes, latest) = try await server.store.changes(after: start)
+            let alice = try #require(try await server.store.user(named: "alice")).id
+            let bob = try #require(try await server.store.user(named: "bob")).id
+            #expect(changes.contains(.deviceRevoked(device.id)))
+            #expect(changes.contains(.logAppended(alice)) && changes.contains(.logAppended(bob)))
+            #expect(changes.contains(.userRemoved(bob)))
+            #expect(try await server.store.changes(after: latest).changes.isEmpty)
+            try await server.store.pruneChanges(olderThanMs: now + 1)
+            #expect(try await server.store.changes(after: 0).changes.isEmpty)
+        }
+    }
+}
+
+func expectCode(
+    _ code: CourierStoreError.Code,
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () async throws -> Void
+) async {
+    do {
+        try await body()
+        Issue.record("expected \(code), nothing was thrown", sourceLocation: sourceLocation)
+    } catch let error as CourierStoreError {
+        #expect(error.code == code, "\(error)", sourceLocation: sourceLocation)
+    } catch {
+        Issue.record("expected \(code), got \(error)", sourceLocation: sourceLocation)
+    }
+}

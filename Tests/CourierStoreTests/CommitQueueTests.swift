@@ -1,0 +1,166 @@
+import CourierStore
+import CourierTesting
+import Foundation
+import Synchronization
+import Testing
+
+@Suite("Group commit, durability limits and backups")
+struct CommitQueueTests {
+    @Test("concurrent senders share transactions, and every conversation's numbers stay gap-free")
+    func groupCommit() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder)
+            let names = (0..<8).map { "user\($0)" }
+            var ids: [UserID] = []
+            for name in names { ids.append(try await fixture.store.addUser(name: name, password: "x", nowMs: 1).id) }
+            try await fixture.store.createGroup(
+                name: "all",
+                owner: names[0],
+                members: Array(names.dropFirst()),
+                nowMs: 1
+            )
+            let batches = Mutex<[Int]>([])
+            let queue = CommitQueue(store: fixture.store, clock: { StoreFixture.start }) { report in
+                batches.withLock { $0.append(report.requests) }
+            }
+            let perSender = 250
+            let receipts = try await withThrowingTaskGroup(of: [SendReceipt].self) { group in
+                group.addTask {
+                    await queue.run()
+                    return []
+                }
+                for (index, sender) in ids.enumerated() {
+                    group.addTask {
+                        var receipts: [SendReceipt] = []
+                        for message in 0..<perSender {
+                            // Half to the group, half to the next user.
+                            let to: ConversationAddress =
+                                message.isMultiple(of: 2) ? .group("all") : .user(names[(index + 1) % names.count])
+                            let outcome = try await queue.submit(
+                                .send(.init(sender: sender, id: "\(index)-\(message)", to: to, body: [1]))
+                            )
+                            guard case .sent(let receipt) = outcome else { throw FixtureError(message: "\(outcome)") }
+                            receipts.append(receipt)
+                        }
+                        return receipts
+                    }
+                }
+                var all: [SendReceipt] = []
+                for _ in 0..<ids.count { all += try await group.next()! }
+                queue.finish()
+                for try await rest in group { all += rest }
+                return all
+            }
+            #expect(receipts.count == ids.count * perSender)
+            let groupSeqs = receipts.filter { $0.conversation == .group("all") }.map(\.seq).sorted()
+            #expect(groupSeqs == Array(1...UInt64(ids.count * perSender / 2)))
+            // Each direct pair (i, i+1) got 125 messages from i, numbered 1...125 in that conversation.
+            let direct = Dictionary(grouping: receipts.filter { $0.conversation != .group("all") }, by: \.conversation)
+            for (_, pair) in direct { #expect(pair.map(\.seq).sorted() == Array(1...UInt64(perSender / 2))) }
+            let sizes = batches.withLock { $0 }
+            #expect(sizes.reduce(0, +) == ids.count * perSender)
+            #expect(sizes.max()! > 1, "no two writes ever shared a transaction: \(sizes.count) batches")
+            print("groupCommit: \(receipts.count) sends in \(sizes.count) transactions, largest \(sizes.max()!)")
+            // Every member's log has every group message exactly once.
+            for user in ids {
+                let groupEvents = try await fixture.log(user).compactMap { event -> UInt64? in
+                    guard case .message(let message) = event.kind, message.conversation == .group("all") else {
+                        return nil
+                    }
+                    return message.seq
+                }
+                #expect(groupEvents == groupSeqs)
+            }
+        }
+    }
+
+    @Test("a full disk refuses the batch: nothing of it is stored, nothing acknowledged, earlier messages intact")
+    func fullDisk() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder) { $0.maxDatabaseBytes = 256 * 1024 }
+            let ids = try await fixture.users("alice", "bob")
+            let alice = ids["alice"]!
+            var committed = 0
+            var failure: CourierStoreError?
+            let body = [UInt8](repeating: 0x61, count: 8 * 1024)
+            for index in 0..<200 {
+                do {
+                    _ = try await fixture.store.apply(
+                        [.send(.init(sender: alice, id: "f\(index)", to: .user("bob"), body: body))],
+                        nowMs: 1
+                    )
+                    committed += 1
+                } catch let error as CourierStoreError {
+                    failure = error
+                    break
+                }
+            }
+            let error = try #require(failure, "256 KiB held 200 messages of 8 KiB")
+            #expect(error.code == .storageFailed)
+            #expect(committed > 0)
+            // Exactly the committed messages are there, numbered without gaps; the refused one left no trace.
+            let texts = try await fixture.log(ids["bob"]!)
+            #expect(texts.map(\.cursor) == Array(1...UInt64(committed)))
+            let page = try await fixture.store.history(for: alice, in: .user("bob"), beforeSeq: 0, limit: 1000)
+            #expect(page.messages.map(\.seq) == Array((1...UInt64(committed)).reversed()))
+            // Small writes that fit still work (the store is not wedged).
+            _ = try await fixture.store.apply(
+                [.markRead(user: ids["bob"]!, conversation: .user("alice"), upToSeq: 1)],
+                nowMs: 1
+            )
+        }
+    }
+
+    @Test("the queue commits what is waiting when finished, then refuses new writes")
+    func finishDrains() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder)
+            let ids = try await fixture.users("alice", "bob")
+            let queue = CommitQueue(store: fixture.store, clock: { 1 })
+            // Submitted before run() starts, then finish(): still committed.
+            async let first = queue.submit(.send(.init(sender: ids["alice"]!, id: "a", to: .user("bob"), body: [1])))
+            async let second = queue.submit(.send(.init(sender: ids["alice"]!, id: "b", to: .user("bob"), body: [2])))
+            try await Task.sleep(for: .milliseconds(50))
+            queue.finish()
+            await queue.run()
+            let outcomes = try await [first, second]
+            #expect(outcomes.map(refusal) == [nil, nil])
+            await expectCode(.storageFailed) {
+                _ = try await queue.submit(.send(.init(sender: ids["alice"]!, id: "c", to: .user("bob"), body: [3])))
+            }
+            #expect(try await fixture.log(ids["bob"]!).count == 2)
+        }
+    }
+
+    @Test("a backup taken while messages are written is a consistent, openable copy")
+    func onlineBackup() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder)
+            let ids = try await fixture.users("alice", "bob")
+            for index in 0..<100 {
+                _ = try await fixture.sent(ids["alice"]!, "b\(index)", to: .user("bob"), "\(index)")
+            }
+            let backup = folder.appendingPathComponent("backup")
+            try FileManager.default.createDirectory(at: backup, withIntermediateDirectories: true)
+            let copy = backup.appendingPathComponent(SQLiteStore.databaseFileName).path
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    for index in 100..<300 {
+                        _ = try await fixture.sent(ids["alice"]!, "b\(index)", to: .user("bob"), "\(index)")
+                    }
+                }
+                group.addTask { try fixture.store.backup(to: copy) }
+                try await group.waitForAll()
+            }
+            await expectCode(.storageFailed) { try fixture.store.backup(to: copy) }
+            let restored = try StoreFixture(folder: backup)
+            let log = try await restored.log(ids["bob"]!)
+            // A prefix of the writes, whole: cursors and sequence numbers gap-free, the user's cursor matching.
+            #expect(log.count >= 100)
+            #expect(log.map(\.cursor) == Array(1...UInt64(log.count)))
+            #expect(try await restored.store.logCursor(of: ids["bob"]!) == UInt64(log.count))
+            #expect(try await restored.texts(ids["bob"]!) == (0..<log.count).map { "\($0)" })
+            _ = try await restored.store.login(user: "alice", password: "pw-alice", deviceName: "restored", nowMs: 1)
+        }
+    }
+}

@@ -1,0 +1,335 @@
+import CourierStore
+import CourierTesting
+import Foundation
+import Testing
+
+@Suite("Messages, sequence numbers and event logs")
+struct MessagingTests {
+    @Test("direct messages get gap-free sequence numbers and reach both users' logs, named from each side")
+    func directMessages() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder)
+            let ids = try await fixture.users("alice", "bob")
+            let (alice, bob) = (ids["alice"]!, ids["bob"]!)
+            let first = try await fixture.sent(alice, "m1", to: .user("bob"), "hi bob")
+            let second = try await fixture.sent(
+                bob,
+                "m2",
+                to: .user("alice"),
+                "hi alice",
+                nowMs: StoreFixture.start - 5_000
+            )
+            #expect(first.seq == 1 && second.seq == 2)
+            #expect(first.conversation == .user("bob") && second.conversation == .user("alice"))
+            // The server's clock went back; the conversation's times do not.
+            #expect(second.timeMs == first.timeMs)
+
+            let bobLog = try await fixture.log(bob)
+            let aliceLog = try await fixture.log(alice)
+            #expect(bobLog.map(\.cursor) == [1, 2] && aliceLog.map(\.cursor) == [1, 2])
+            guard case .message(let received) = bobLog[0].kind, case .message(let own) = aliceLog[0].kind else {
+                Issue.record("expected messages, got \(bobLog) and \(aliceLog)")
+                return
+            }
+            #expect(received.from == "alice" && received.conversation == .user("alice") && received.id == "m1")
+            #expect(own.from == "alice" && own.conversation == .user("bob"))
+            #expect(try await fixture.texts(bob) == ["hi bob", "hi alice"])
+            #expect(try await fixture.texts(bob, after: 1) == ["hi alice"])
+        }
+    }
+
+    @Test("a resend of a committed id returns the original receipt and stores nothing")
+    func idempotentResend() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder)
+            let ids = try await fixture.users("alice", "bob")
+            let original = try await fixture.sent(ids["alice"]!, "m1", to: .user("bob"), "once")
+            let resend = try await fixture.sent(
+                ids["alice"]!,
+                "m1",
+                to: .user("bob"),
+                "once",
+                nowMs: StoreFixture.start + 9_000
+            )
+            #expect(resend.duplicate && !original.duplicate)
+            #expect(
+                resend.seq == original.seq && resend.timeMs == original.timeMs
+                    && resend.conversation == original.conversation
+            )
+            // Twice in one batch: one copy.
+            let batch = try await fixture.store.apply(
+                [
+                    .send(.init(sender: ids["alice"]!, id: "m2", to: .user("bob"), body: Array("twice".utf8))),
+                    .send(.init(sender: ids["alice"]!, id: "m2", to: .user("bob"), body: Array("twice".utf8))),
+                ],
+                nowMs: StoreFixture.start
+            )
+            guard case .sent(let a) = batch.outcomes[0], case .sent(let b) = batch.outcomes[1] else {
+                Issue.record("\(batch.outcomes)")
+                return
+            }
+            #expect(a.seq == 2 && b.seq == 2 && !a.duplicate && b.duplicate)
+            #expect(try await fixture.texts(ids["bob"]!) == ["once", "twice"])
+            // Another sender may use the same id.
+            #expect(try await fixture.sent(ids["bob"]!, "m1", to: .user("alice"), "mine").seq == 3)
+            // Ids are limited; an empty id gets one assigned.
+            #expect(
+                refusal(
+                    try await fixture.send(ids["alice"]!, String(repeating: "x", count: 129), to: .user("bob"), "long")
+                ) == .invalidRequest
+            )
+            let assigned = try await fixture.sent(ids["alice"]!, "", to: .user("bob"), "no id")
+            #expect(assigned.id.hasPrefix("s-") && assigned.id.count == 34)
+        }
+    }
+
+    @Test("a refused request in a batch changes nothing and does not hold up the others")
+    func refusalsInBatch() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder)
+            let ids = try await fixture.users("alice", "bob", "carol")
+            try await fixture.store.createGroup(
+                name: "team",
+                owner: "alice",
+                members: ["bob"],
+                nowMs: StoreFixture.start
+            )
+            let carol = ids["carol"]!
+            let body = Array("x".utf8)
+            let batch = try await fixture.store.apply(
+                [
+                    .send(.init(sender: ids["alice"]!, id: "a", to: .group("team"), body: body)),
+                    .send(.init(sender: carol, id: "c1", to: .group("team"), body: body)),
+                    .send(.init(sender: carol, id: "c2", to: .group("nope"), body: body)),
+                    .send(.init(sender: carol, id: "c3", to: .user("nobody"), body: body)),
+                    .send(.init(sender: ids["bob"]!, id: "b", to: .group("team"), body: body)),
+                ],
+                nowMs: StoreFixture.start
+            )
+            #expect(batch.outcomes.map(refusal) == [nil, .notMember, .unknownGroup, .unknownUser, nil])
+            guard case .sent(let first) = batch.outcomes[0], case .sent(let last) = batch.outcomes[4] else { return }
+            #expect(first.seq == 1 && last.seq == 2)
+            #expect(try await fixture.log(carol).isEmpty)
+            #expect(batch.appended.keys.sorted() == [ids["alice"]!, ids["bob"]!].sorted())
+        }
+    }
+
+    @Test("groups: members get every message, a new member sees history from joining, non-members see nothing")
+    func groups() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder)
+            let ids = try await fixture.users("alice", "bob", "carol", "dave", "erin", "frank")
+            try await fixture.store.createGroup(
+                name: "five",
+                owner: "alice",
+                members: ["bob", "carol", "dave", "erin"],
+                nowMs: StoreFixture.start
+            )
+            for index in 1...3 {
+                _ = try await fixture.sent(ids["alice"]!, "g\(index)", to: .group("five"), "early \(index)")
+            }
+            for name in ["alice", "bob", "carol", "dave", "erin"] {
+                #expect(try await fixture.texts(ids[name]!) == ["early 1", "early 2", "early 3"])
+            }
+            // Everyone's log starts with the five joins.
+            let joins = try await fixture.log(ids["erin"]!).prefix(5).compactMap { event -> String? in
+                guard case .membership(let group, let user, .joined, 0) = event.kind, group == "five" else {
+                    return nil
+                }
+                return user
+            }
+            #expect(joins.sorted() == ["alice", "bob", "carol", "dave", "erin"])
+
+            // frank is not a member: no send, no history.
+            #expect(refusal(try await fixture.send(ids["frank"]!, "f", to: .group("five"), "let me in")) == .notMember)
+            await expectCode(.notMember) {
+                _ = try await fixture.store.history(for: ids["frank"]!, in: .group("five"), beforeSeq: 0, limit: 10)
+            }
+            // Only the owner adds; then frank sees history from his joining on.
+            await expectCode(.notOwner) {
+                try await fixture.store.changeMembers(of: "five", actor: ids["bob"]!, add: ["frank"], nowMs: 1)
+            }
+            try await fixture.store.changeMembers(of: "five", actor: ids["alice"]!, add: ["frank"], nowMs: 1)
+            _ = try await fixture.sent(ids["bob"]!, "g4", to: .group("five"), "late")
+            #expect(try await fixture.texts(ids["frank"]!) == ["late"])
+            let page = try await fixture.store.history(for: ids["frank"]!, in: .group("five"), beforeSeq: 0, limit: 10)
+            #expect(page.messages.map(\.seq) == [4] && !page.more)
+            // A member may leave but not remove others.
+            await expectCode(.notOwner) {
+                try await fixture.store.changeMembers(of: "five", actor: ids["bob"]!, remove: ["carol"], nowMs: 1)
+            }
+            try await fixture.store.changeMembers(of: "five", actor: ids["bob"]!, remove: ["bob"], nowMs: 1)
+            #expect(refusal(try await fixture.send(ids["bob"]!, "g5", to: .group("five"), "still here?")) == .notMember)
+            #expect(
+                try await fixture.store.group(named: "five").members == ["alice", "carol", "dave", "erin", "frank"]
+            )
+            await expectCode(.nameTaken) {
+                try await fixture.store.createGroup(name: "FIVE", owner: "bob", members: [], nowMs: 1)
+            }
+        }
+    }
+
+    @Test("history pages backwards by sequence number")
+    func historyPages() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder)
+            let ids = try await fixture.users("alice", "bob", "carol")
+            for index in 1...25 {
+                _ = try await fixture.sent(
+                    ids[index.isMultiple(of: 2) ? "alice" : "bob"]!,
+                    "h\(index)",
+                    to: .user(index.isMultiple(of: 2) ? "bob" : "alice"),
+                    "\(index)"
+                )
+            }
+            var seen: [UInt64] = []
+            var before: UInt64 = 0
+            while true {
+                let page = try await fixture.store.history(
+                    for: ids["alice"]!,
+                    in: .user("bob"),
+                    beforeSeq: before,
+                    limit: 10
+                )
+                seen += page.messages.map(\.seq)
+                guard page.more, let oldest = page.messages.last?.seq else { break }
+                before = oldest
+            }
+            #expect(seen == Array((1...25).reversed()))
+            // No conversation yet: an empty page; an unknown user: an error.
+            #expect(
+                try await fixture.store.history(for: ids["carol"]!, in: .user("alice"), beforeSeq: 0, limit: 10)
+                    .messages.isEmpty
+            )
+            await expectCode(.unknownUser) {
+                _ = try await fixture.store.history(for: ids["carol"]!, in: .user("zed"), beforeSeq: 0, limit: 10)
+            }
+        }
+    }
+
+    @Test("acks produce delivered receipts, read marks produce read receipts and set unread counts")
+    func receiptsAndUnread() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder)
+            let ids = try await fixture.users("alice", "bob")
+            let (alice, bob) = (ids["alice"]!, ids["bob"]!)
+            let bobDevice = try await fixture.store.login(
+                user: "bob",
+                password: "pw-bob",
+                deviceName: "phone",
+                nowMs: StoreFixture.start
+            ).device
+            for index in 1...3 { _ = try await fixture.sent(alice, "u\(index)", to: .user("bob"), "\(index)") }
+            #expect(try await fixture.store.unreadCounts(for: bob).map(\.unread) == [3])
+            #expect(try await fixture.store.unreadCounts(for: alice).map(\.unread) == [0])
+
+            // bob's phone stores the first two events and acks them: alice learns "delivered up to 2".
+            _ = try await fixture.store.apply(
+                [.ack(user: bob, device: bobDevice.id, cursor: 2)],
+                nowMs: StoreFixture.start
+            )
+            #expect(try await fixture.store.ackedCursor(of: bobDevice.id) == 2)
+            let aliceCursor = try await fixture.store.logCursor(of: alice)
+            guard case .receipt(.user("bob"), "bob", .delivered, 2)? = try await fixture.log(alice).last?.kind else {
+                Issue.record("no delivered receipt: \(try await fixture.log(alice))")
+                return
+            }
+            // Acking again, or backwards, changes nothing; an ack past the log's end is capped.
+            _ = try await fixture.store.apply(
+                [.ack(user: bob, device: bobDevice.id, cursor: 1)],
+                nowMs: StoreFixture.start
+            )
+            #expect(try await fixture.store.logCursor(of: alice) == aliceCursor)
+            _ = try await fixture.store.apply(
+                [.ack(user: bob, device: bobDevice.id, cursor: 1_000)],
+                nowMs: StoreFixture.start
+            )
+            #expect(try await fixture.store.ackedCursor(of: bobDevice.id) == 3)
+            // Another user's device cannot be acked for.
+            let wrong = try await fixture.store.apply(
+                [.ack(user: alice, device: bobDevice.id, cursor: 3)],
+                nowMs: StoreFixture.start
+            )
+            #expect(wrong.outcomes.map(refusal) == [.invalidRequest])
+
+            _ = try await fixture.store.apply(
+                [.markRead(user: bob, conversation: .user("alice"), upToSeq: 2)],
+                nowMs: StoreFixture.start
+            )
+            #expect(try await fixture.store.unreadCounts(for: bob).map(\.unread) == [1])
+            guard case .receipt(.user("bob"), "bob", .read, 2)? = try await fixture.log(alice).last?.kind,
+                case .receipt(.user("alice"), "bob", .read, 2)? = try await fixture.log(bob).last?.kind
+            else {
+                Issue.record("read receipts missing")
+                return
+            }
+            // Replying reads everything before it.
+            _ = try await fixture.sent(bob, "r1", to: .user("alice"), "ok")
+            #expect(try await fixture.store.unreadCounts(for: bob).map(\.unread) == [0])
+            #expect(try await fixture.store.unreadCounts(for: alice).map(\.unread) == [1])
+        }
+    }
+
+    @Test("a device made by a new login starts at the user's present cursor; older messages come from history")
+    func newDeviceStartsAtPresent() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder)
+            let ids = try await fixture.users("alice", "bob")
+            let old = try await fixture.store.login(user: "bob", password: "pw-bob", deviceName: "old", nowMs: 1).device
+            for index in 1...4 { _ = try await fixture.sent(ids["alice"]!, "n\(index)", to: .user("bob"), "\(index)") }
+            let new = try await fixture.store.login(user: "bob", password: "pw-bob", deviceName: "new", nowMs: 2).device
+            #expect(old.ackedCursor == 0)
+            #expect(new.ackedCursor == 4)
+            #expect(try await fixture.store.ackedCursor(of: new.id) == 4)
+        }
+    }
+
+    @Test("the sender recalls within the window; the recall reaches every member and empties the body")
+    func recall() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder) { $0.recallWindow = .seconds(60) }
+            let ids = try await fixture.users("alice", "bob")
+            let (alice, bob) = (ids["alice"]!, ids["bob"]!)
+            let now = StoreFixture.start
+            _ = try await fixture.sent(alice, "oops", to: .user("bob"), "secret", nowMs: now)
+            _ = try await fixture.sent(alice, "old", to: .user("bob"), "fine", nowMs: now)
+            func recall(_ user: UserID, _ id: String, at time: Int64) async throws -> CourierStoreError.Code? {
+                refusal(
+                    try await fixture.store.apply(
+                        [.recall(user: user, conversation: .user(user == alice ? "bob" : "alice"), id: id)],
+                        nowMs: time
+                    ).outcomes[0]
+                )
+            }
+            #expect(try await recall(bob, "oops", at: now) == .unknownMessage)
+            #expect(try await recall(alice, "old", at: now + 60_001) == .recallWindowPassed)
+            #expect(try await recall(alice, "oops", at: now + 60_000) == nil)
+            for user in [alice, bob] {
+                guard case .recall(.user(_), 1, "oops", "alice")? = try await fixture.log(user).last?.kind else {
+                    Issue.record("no recall event for \(user)")
+                    continue
+                }
+            }
+            let page = try await fixture.store.history(for: bob, in: .user("alice"), beforeSeq: 0, limit: 10)
+            #expect(page.messages.map(\.recalled) == [false, true])
+            #expect(page.messages[1].body.isEmpty)
+        }
+    }
+
+    @Test("a sync reads the event log by its primary key from the cursor on, whatever the history")
+    func syncQueryPlan() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder)
+            let ids = try await fixture.users("alice", "bob")
+            for index in 1...300 {
+                _ = try await fixture.sent(ids["alice"]!, "s\(index)", to: .user("bob"), "\(index)")
+            }
+            let plan = try await fixture.store.explainEventsQuery()
+            #expect(plan.contains { $0.contains("SEARCH e USING PRIMARY KEY (user_id=? AND cursor>?)") }, "\(plan)")
+            #expect(!plan.contains { $0.hasPrefix("SCAN") }, "\(plan)")
+            #expect(
+                try await fixture.store.events(for: ids["bob"]!, after: 298, limit: 100).map(\.cursor) == [299, 300]
+            )
+        }
+    }
+}
