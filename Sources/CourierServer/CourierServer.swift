@@ -146,11 +146,17 @@ public final class CourierServer: Service, Sendable {
         try await listener.executeThenClose { connections in
             try await withThrowingDiscardingTaskGroup { group in
                 for try await connection in connections {
-                    let remote =
-                        connection.channel.remoteAddress.map { "\($0.ipAddress ?? "?"):\($0.port ?? 0)" } ?? "?"
+                    let address = connection.channel.remoteAddress
+                    let ip = address?.ipAddress ?? "?"
+                    let remote = "\(ip):\(address?.port ?? 0)"
                     group.addTask {
-                        await SessionConnection(context: context, transport: transport, remoteAddress: remote)
-                            .run(connection)
+                        await SessionConnection(
+                            context: context,
+                            transport: transport,
+                            remoteAddress: remote,
+                            clientIP: ip
+                        )
+                        .run(connection)
                     }
                 }
             }

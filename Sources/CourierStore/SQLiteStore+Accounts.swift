@@ -139,7 +139,7 @@ extension SQLiteStore {
             return (user, hash)
         }
         guard let (user, hash) = candidate else {
-            _ = PasswordHasher.verify(password, against: Self.decoyHash)
+            _ = PasswordHasher.verify(password, against: self.decoyHash())
             throw CourierStoreError(.authFailed, "wrong user name or password")
         }
         guard PasswordHasher.verify(password, against: hash) else {
@@ -181,8 +181,16 @@ extension SQLiteStore {
         return DeviceSession(user: user, device: device, token: token)
     }
 
-    /// A hash of a random password with the standard cost, checked against when the user does not exist.
-    private static let decoyHash: String = (try? PasswordHasher.standard.hash(SessionToken.make())) ?? ""
+    /// A hash of a random password at the configured cost, checked against when the user does not exist, made on
+    /// first use.
+    private func decoyHash() -> String {
+        self.decoy.withLock { decoy in
+            if let decoy { return decoy }
+            let hash = (try? self.configuration.passwordHasher.hash(SessionToken.make())) ?? ""
+            decoy = hash
+            return hash
+        }
+    }
 
     /// Finds the device a token belongs to.
     ///

@@ -38,6 +38,7 @@ public final class SQLiteStore: Sendable {
     public let configuration: Configuration
     let logger: Logger
     let names: Mutex<[UserID: String]> = Mutex([:])
+    let decoy: Mutex<String?> = Mutex(nil)
 
     /// Opens (creating if needed) the database of a data folder and brings its schema up to date.
     ///

@@ -34,6 +34,13 @@ public struct User: Hashable, Sendable {
     public var createdMs: Int64
     /// When the user was removed; a removed user cannot log in and its name is not given out again.
     public var removedMs: Int64?
+
+    public init(id: UserID, name: String, createdMs: Int64, removedMs: Int64?) {
+        self.id = id
+        self.name = name
+        self.createdMs = createdMs
+        self.removedMs = removedMs
+    }
 }
 
 /// A logged-in device of a user.
@@ -48,6 +55,28 @@ public struct Device: Hashable, Sendable {
     public var lastSeenMs: Int64?
     /// Every event at or below this cursor is durably stored by the device.
     public var ackedCursor: UInt64
+
+    public init(
+        id: DeviceID,
+        userID: UserID,
+        userName: String,
+        name: String,
+        createdMs: Int64,
+        expiresMs: Int64,
+        revokedMs: Int64?,
+        lastSeenMs: Int64?,
+        ackedCursor: UInt64
+    ) {
+        self.id = id
+        self.userID = userID
+        self.userName = userName
+        self.name = name
+        self.createdMs = createdMs
+        self.expiresMs = expiresMs
+        self.revokedMs = revokedMs
+        self.lastSeenMs = lastSeenMs
+        self.ackedCursor = ackedCursor
+    }
 }
 
 /// A group.
@@ -117,6 +146,12 @@ public struct DeviceSession: Hashable, Sendable {
     public var device: Device
     /// The token, present only right after a password login made the device (it is stored only as a hash).
     public var token: String?
+
+    public init(user: User, device: Device, token: String?) {
+        self.user = user
+        self.device = device
+        self.token = token
+    }
 }
 
 /// Something that happened in the data folder that a running server must react to.

@@ -19,8 +19,8 @@ public struct ServerFixture: Sendable {
     /// Runs `body` against a running server on a fresh data folder (or `folder`, to restart on the same data).
     public static func with<T: Sendable>(
         folder: URL? = nil,
-        configure: (inout ServerConfiguration) -> Void = { _ in },
-        _ body: @Sendable (ServerFixture) async throws -> T
+        _ body: @Sendable (ServerFixture) async throws -> T,
+        configure: (inout ServerConfiguration) -> Void = { _ in }
     ) async throws -> T {
         let temporary = folder == nil ? try TemporaryDirectory(prefix: "courier-server") : nil
         defer { temporary?.remove() }

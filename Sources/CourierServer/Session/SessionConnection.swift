@@ -14,7 +14,10 @@ import Synchronization
 struct SessionConnection<Transport: SessionTransport>: Sendable {
     let context: SessionContext
     let transport: Transport
+    /// The client's address and port, for logs.
     let remoteAddress: String
+    /// The client's IP address alone, for the per-address login throttle.
+    let clientIP: String
 
     /// Runs the connection until the client leaves or the session closes it. Never throws: one bad client ends
     /// only its own connection.
@@ -168,7 +171,7 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         switch hello.credentials {
         case .password(let password)?:
             throttleKey = password.user
-            if let wait = self.context.loginWait(user: password.user, address: self.remoteAddress) {
+            if let wait = self.context.loginWait(user: password.user, address: self.clientIP) {
                 self.logger.notice("login throttled", metadata: ["user": "\(password.user)"])
                 var envelope = self.errorEnvelope(
                     requestID,
@@ -209,7 +212,7 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         switch result {
         case .failure(let error):
             if error.code == .authFailed, !throttleKey.isEmpty {
-                self.context.loginFailed(user: throttleKey, address: self.remoteAddress)
+                self.context.loginFailed(user: throttleKey, address: self.clientIP)
             }
             // Never the password or the token: the user name only.
             self.logger.notice("login failed", metadata: ["code": "\(error.code)", "user": "\(throttleKey)"])

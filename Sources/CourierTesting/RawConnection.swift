@@ -1,0 +1,71 @@
+public import NIOCore
+import NIOPosix
+import Synchronization
+
+/// A TCP connection that sends and receives bytes as they are, for tests of what arrives below any framing.
+public final class RawConnection: Sendable {
+    public let channel: any Channel
+    private let received: ByteCollector
+
+    /// Connects to a port on 127.0.0.1.
+    public static func connect(port: Int, host: String = "127.0.0.1") async throws -> RawConnection {
+        let collector = ByteCollector()
+        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(collector)
+                }
+            }
+            .connect(host: host, port: port).get()
+        return RawConnection(channel: channel, received: collector)
+    }
+
+    private init(channel: any Channel, received: ByteCollector) {
+        self.channel = channel
+        self.received = received
+    }
+
+    /// Writes bytes.
+    public func write(_ bytes: [UInt8]) async throws {
+        try await self.channel.writeAndFlush(ByteBuffer(bytes: bytes)).get()
+    }
+
+    /// Everything received so far.
+    public var bytes: [UInt8] { self.received.bytes }
+
+    /// Waits until the server closes the connection (or `timeout` passes) and returns everything received.
+    public func readUntilClosed(timeout: Duration = .seconds(10)) async throws -> [UInt8] {
+        try await self.channel.closeFuture.get()
+        return self.received.bytes
+    }
+
+    /// Waits until at least `count` bytes have arrived, or the connection closed, or `timeout` passed.
+    public func read(atLeast count: Int, timeout: Duration = .seconds(10)) async throws -> [UInt8] {
+        let deadline = ContinuousClock.now + timeout
+        while self.received.bytes.count < count, self.channel.isActive, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        return self.received.bytes
+    }
+
+    /// Closes the connection.
+    public func close() async {
+        try? await self.channel.close().get()
+    }
+}
+
+private final class ByteCollector: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+    private let storage = Mutex<[UInt8]>([])
+
+    var bytes: [UInt8] { self.storage.withLock { $0 } }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let buffer = self.unwrapInboundIn(data)
+        self.storage.withLock { $0 += buffer.readableBytesView }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+}

@@ -1,0 +1,205 @@
+import CourierProtocol
+import CourierServer
+import CourierStore
+import CourierTesting
+import Testing
+
+@Suite("Groups, devices, receipts, recall, typing and presence", .serialized)
+struct ConversationTests {
+    static func request(
+        _ client: NativeTestClient,
+        _ build: (inout ClientEnvelope) -> Void
+    ) async throws -> ServerEnvelope {
+        var envelope = ClientEnvelope()
+        build(&envelope)
+        let requestID = try await client.send(envelope)
+        return try await client.expect("the answer to \(requestID)") { $0.requestID == requestID ? $0 : nil }
+    }
+
+    @Test("a group of 5 made over the protocol; 2 members offline sync the messages later")
+    func groupWithOfflineMembers() async throws {
+        try await ServerFixture.with { fixture in
+            let names = ["alice", "bob", "carol", "dave", "erin"]
+            for name in names { try await fixture.user(name) }
+            var clients: [String: NativeTestClient] = [:]
+            var tokens: [String: String] = [:]
+            for name in names {
+                let (client, welcome) = try await NativeTestClient.login(fixture, name)
+                clients[name] = client
+                tokens[name] = welcome.token
+            }
+            let created = try await Self.request(clients["alice"]!) {
+                $0.manageGroup.group = "five"
+                $0.manageGroup.create.users = ["bob", "carol", "dave", "erin"]
+            }
+            #expect(created.body.isDone, "\(created)")
+            // dave and erin go offline.
+            for name in ["dave", "erin"] { await clients[name]!.close() }
+
+            _ = try await clients["alice"]!.sendText("one", to: .group("five"))
+            _ = try await clients["bob"]!.sendText("two", to: .group("five"))
+            _ = try await clients["carol"]!.sendText("three", to: .group("five"))
+            for name in ["alice", "bob", "carol"] {
+                let texts = try await clients[name]!.messages(3).map(\.body.text)
+                #expect(texts == ["one", "two", "three"], "\(name)")
+            }
+            for name in ["dave", "erin"] {
+                let (back, _) = try await NativeTestClient.resume(fixture, token: tokens[name]!)
+                let messages = try await back.messages(3)
+                #expect(messages.map(\.body.text) == ["one", "two", "three"], "\(name)")
+                #expect(messages.map(\.seq) == [1, 2, 3] && messages.allSatisfy { $0.conversation.group == "five" })
+                await back.close()
+            }
+            // Only the owner removes others; a member leaves.
+            let denied = try await Self.request(clients["bob"]!) {
+                $0.manageGroup.group = "five"
+                $0.manageGroup.remove.users = ["carol"]
+            }
+            #expect(denied.failure?.code == ErrorCodes.notOwner)
+            let left = try await Self.request(clients["bob"]!) {
+                $0.manageGroup.group = "five"
+                $0.manageGroup.leave = .init()
+            }
+            #expect(left.body.isDone)
+            #expect(
+                try await clients["bob"]!.sendText("back?", to: .group("five")).failure?.code == ErrorCodes.notMember
+            )
+            for client in clients.values { await client.close() }
+        }
+    }
+
+    @Test("all of a user's devices get each message, and the sender's other devices get its own")
+    func severalDevices() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            try await fixture.user("bob")
+            let (phone, _) = try await NativeTestClient.login(fixture, "alice", device: "phone")
+            let (laptop, _) = try await NativeTestClient.login(fixture, "alice", device: "laptop")
+            let (bob, _) = try await NativeTestClient.login(fixture, "bob")
+            _ = try await bob.sendText("to both", to: .user("alice"))
+            for device in [phone, laptop] {
+                let messages = try await device.messages(1)
+                #expect(messages.map(\.body.text) == ["to both"] && messages[0].conversation.user == "bob")
+            }
+            _ = try await phone.sendText("from my phone", to: .user("bob"))
+            let mirrored = try await laptop.messages(1)
+            #expect(mirrored.map(\.body.text) == ["from my phone"])
+            #expect(mirrored[0].from == "alice" && mirrored[0].conversation.user == "bob")
+            for client in [phone, laptop, bob] { await client.close() }
+        }
+    }
+
+    @Test("unread counts, mark read with read receipts, and recall reach the peers")
+    func unreadReadAndRecall() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            try await fixture.user("bob")
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+            let (bob, _) = try await NativeTestClient.login(fixture, "bob")
+            for index in 1...3 { _ = try await alice.sendText("m\(index)", to: .user("bob"), id: "m\(index)") }
+            _ = try await bob.messages(3)
+            let unread = try await Self.request(bob) { $0.unread = .init() }
+            guard case .unread(let counts)? = unread.body else {
+                Issue.record("\(unread)")
+                return
+            }
+            #expect(counts.entries.map(\.unread) == [3] && counts.entries[0].conversation.user == "alice")
+
+            let marked = try await Self.request(bob) {
+                $0.markRead.conversation.user = "alice"
+                $0.markRead.upToSeq = 2
+            }
+            #expect(marked.body.isDone)
+            let receipt = try await alice.expect("a read receipt") { envelope -> Courier_V1_Receipt? in
+                guard case .events(let events)? = envelope.body else { return nil }
+                return events.events.compactMap {
+                    if case .receipt(let receipt)? = $0.kind, receipt.kind == .read { receipt } else { nil }
+                }.first
+            }
+            #expect(receipt.user == "bob" && receipt.upToSeq == 2)
+
+            let recalled = try await Self.request(alice) {
+                $0.recall.conversation.user = "bob"
+                $0.recall.id = "m3"
+            }
+            #expect(recalled.body.isDone)
+            let notice = try await bob.expect("a recall") { envelope -> Courier_V1_RecallNotice? in
+                guard case .events(let events)? = envelope.body else { return nil }
+                return events.events.compactMap { if case .recall(let recall)? = $0.kind { recall } else { nil } }.first
+            }
+            #expect(notice.id == "m3" && notice.seq == 3 && notice.by == "alice")
+            let notMine = try await Self.request(bob) {
+                $0.recall.conversation.user = "alice"
+                $0.recall.id = "m1"
+            }
+            #expect(notMine.failure?.code == ErrorCodes.unknownMessage)
+
+            let history = try await Self.request(bob) {
+                $0.history.conversation.user = "alice"
+                $0.history.limit = 2
+            }
+            guard case .history(let page)? = history.body else {
+                Issue.record("\(history)")
+                return
+            }
+            #expect(page.messages.map(\.seq) == [3, 2] && page.more && page.messages[0].recalled)
+            await alice.close()
+            await bob.close()
+        }
+    }
+
+    @Test("typing and presence reach connected peers who asked for them")
+    func typingAndPresence() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            try await fixture.user("bob")
+            try await fixture.user("carol")
+            try await fixture.store.createGroup(name: "pair", owner: "alice", members: ["bob"], nowMs: 0)
+            let (bob, _) = try await NativeTestClient.login(fixture, "bob", ephemeral: true)
+            let (carol, _) = try await NativeTestClient.login(fixture, "carol", ephemeral: true)
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice", ephemeral: true)
+            let online = try await bob.expect("alice online") { envelope -> Courier_V1_PresenceNotice? in
+                if case .presence(let notice)? = envelope.body, notice.user == "alice" { notice } else { nil }
+            }
+            #expect(online.online)
+            // alice is told bob is online.
+            _ = try await alice.expect("bob online") { envelope -> Bool? in
+                if case .presence(let notice)? = envelope.body, notice.user == "bob", notice.online {
+                    true
+                } else {
+                    nil
+                }
+            }
+            let typed = try await Self.request(alice) {
+                $0.typing.conversation.user = "bob"
+                $0.typing.typing = true
+            }
+            #expect(typed.body.isDone)
+            let typing = try await bob.expect("typing") { envelope -> Courier_V1_TypingNotice? in
+                if case .typing(let notice)? = envelope.body { notice } else { nil }
+            }
+            #expect(typing.user == "alice" && typing.typing && typing.conversation.user == "alice")
+
+            await alice.close()
+            let offline = try await bob.expect("alice offline") { envelope -> Courier_V1_PresenceNotice? in
+                if case .presence(let notice)? = envelope.body, notice.user == "alice", !notice.online {
+                    notice
+                } else {
+                    nil
+                }
+            }
+            #expect(offline.lastSeenMs > 0)
+            // carol shares no conversation with alice: she heard nothing about her.
+            await carol.close()
+            let heard = try await carol.expectClose()
+            #expect(
+                !heard.contains { if case .presence(let notice)? = $0.body { notice.user == "alice" } else { false } }
+            )
+            await bob.close()
+        }
+    }
+}
+
+extension Optional where Wrapped == ServerEnvelope.OneOf_Body {
+    var isDone: Bool { if case .done? = self { true } else { false } }
+}

@@ -1,0 +1,204 @@
+import CourierProtocol
+import CourierStore
+import Testing
+
+@testable import CourierServer
+
+@Suite("Session state machine (no sockets)")
+struct SessionStateMachineTests {
+    static let start = ContinuousClock.now
+
+    static func machine(_ configure: (inout ServerConfiguration.Limits) -> Void = { _ in }) -> SessionStateMachine {
+        var limits = ServerConfiguration.Limits()
+        configure(&limits)
+        return SessionStateMachine(configuration: .init(limits), now: start)
+    }
+
+    static let session = DeviceSession(
+        user: User(id: UserID(rawValue: 1), name: "alice", createdMs: 0, removedMs: nil),
+        device: Device(
+            id: DeviceID(rawValue: 7),
+            userID: UserID(rawValue: 1),
+            userName: "alice",
+            name: "phone",
+            createdMs: 0,
+            expiresMs: .max,
+            revokedMs: nil,
+            lastSeenMs: nil,
+            ackedCursor: 0
+        ),
+        token: nil
+    )
+
+    static func hello() -> ClientEnvelope {
+        var envelope = ClientEnvelope()
+        envelope.requestID = 1
+        envelope.hello.token = "ct_x"
+        return envelope
+    }
+
+    static func send(_ text: String, id: String = "m", to user: String = "bob") -> ClientEnvelope {
+        var envelope = ClientEnvelope()
+        envelope.requestID = 2
+        envelope.send.id = id
+        envelope.send.to.user = user
+        envelope.send.body.text = text
+        return envelope
+    }
+
+    static func active(_ configure: (inout ServerConfiguration.Limits) -> Void = { _ in }) -> SessionStateMachine {
+        var machine = machine(configure)
+        _ = machine.received(hello(), now: start)
+        machine.authenticated(session, now: start)
+        return machine
+    }
+
+    @Test("anything before hello closes the connection with not-authenticated")
+    func requestBeforeHello() {
+        var machine = Self.machine()
+        let action = machine.received(Self.send("hi"), now: Self.start)
+        guard case .close(ErrorCodes.notAuthenticated, _) = action else {
+            Issue.record("\(action)")
+            return
+        }
+        // Closed: later envelopes are ignored.
+        #expect(machine.received(Self.hello(), now: Self.start) == .none)
+    }
+
+    @Test("hello asks for authentication; a request while it runs is a protocol error")
+    func authentication() {
+        var machine = Self.machine()
+        guard case .authenticate(_, requestID: 1) = machine.received(Self.hello(), now: Self.start) else {
+            Issue.record("no authenticate action")
+            return
+        }
+        guard case .close(ErrorCodes.notAuthenticated, _) = machine.received(Self.send("early"), now: Self.start) else {
+            Issue.record("a send during authentication was accepted")
+            return
+        }
+        var empty = ClientEnvelope()
+        empty.hello = Courier_V1_Hello()
+        var other = Self.machine()
+        guard case .close(ErrorCodes.authFailed, _) = other.received(empty, now: Self.start) else {
+            Issue.record("a hello without credentials was accepted")
+            return
+        }
+    }
+
+    @Test("a failed authentication closes with the store's code")
+    func failedAuthentication() {
+        var machine = Self.machine()
+        _ = machine.received(Self.hello(), now: Self.start)
+        #expect(
+            machine.authenticationFailed(code: "token-expired", message: "expired")
+                == .close(code: "token-expired", message: "expired")
+        )
+        #expect(machine.session == nil)
+    }
+
+    @Test("sends become writes with the user's id; bad sends are refused with their codes")
+    func sends() throws {
+        var machine = Self.active { $0.maxTextBytes = 10 }
+        guard
+            case .write(.send(let send), requestID: 2, answers: true) = machine.received(
+                Self.send("hi"),
+                now: Self.start
+            )
+        else {
+            Issue.record("no write")
+            return
+        }
+        #expect(send.sender == UserID(rawValue: 1) && send.id == "m" && send.to == .user("bob"))
+        #expect(try Courier_V1_Body(serializedBytes: send.body).text == "hi")
+        let cases: [(ClientEnvelope, String)] = [
+            (Self.send(String(repeating: "x", count: 11)), ErrorCodes.textTooLarge),
+            (Self.send(""), ErrorCodes.emptyMessage),
+            (Self.send("x", id: String(repeating: "i", count: 129)), ErrorCodes.idTooLong),
+            (
+                {
+                    var envelope = Self.send("x")
+                    envelope.send.clearTo()
+                    return envelope
+                }(), ErrorCodes.invalidRequest
+            ),
+        ]
+        for (envelope, code) in cases {
+            guard case .refuse(2, code, _, _, nil) = machine.received(envelope, now: Self.start) else {
+                Issue.record("expected \(code)")
+                continue
+            }
+        }
+        // A second hello is refused, not fatal.
+        guard
+            case .refuse(1, ErrorCodes.alreadyAuthenticated, _, _, _) = machine.received(Self.hello(), now: Self.start)
+        else {
+            Issue.record("second hello")
+            return
+        }
+    }
+
+    @Test("at most maxUnackedSends writes are in flight; the reader waits for one to finish")
+    func writesInFlight() {
+        var machine = Self.active { $0.maxUnackedSends = 3 }
+        for _ in 0..<3 {
+            #expect(machine.mayReadMore)
+            _ = machine.received(Self.send("x"), now: Self.start)
+        }
+        #expect(!machine.mayReadMore && machine.writesInFlight == 3)
+        machine.writeFinished()
+        #expect(machine.mayReadMore && machine.writesInFlight == 2)
+    }
+
+    @Test("sends above the rate are refused with a retry time; the bucket refills with time")
+    func rateLimit() {
+        var machine = Self.active {
+            $0.sendsPerSecond = 10
+            $0.sendBurst = 2
+        }
+        let now = Self.start
+        for _ in 0..<2 {
+            guard case .write = machine.received(Self.send("x"), now: now) else {
+                Issue.record("burst refused")
+                return
+            }
+        }
+        guard case .refuse(_, ErrorCodes.rateLimited, _, "m", let retry?) = machine.received(Self.send("x"), now: now)
+        else {
+            Issue.record("not rate limited")
+            return
+        }
+        #expect(retry == .milliseconds(100))
+        guard case .write = machine.received(Self.send("x"), now: now + .milliseconds(100)) else {
+            Issue.record("not refilled")
+            return
+        }
+    }
+
+    @Test("no hello within the authentication timeout, or silence past the idle timeout, closes")
+    func deadlines() {
+        var waiting = Self.machine { $0.authTimeout = .seconds(5) }
+        #expect(waiting.tick(now: Self.start + .seconds(4)) == .none)
+        guard case .close(ErrorCodes.authTimeout, _) = waiting.tick(now: Self.start + .seconds(5)) else {
+            Issue.record("no auth timeout")
+            return
+        }
+        var active = Self.active { $0.idleTimeout = .seconds(30) }
+        active.receivedBytes(now: Self.start + .seconds(20))
+        #expect(active.tick(now: Self.start + .seconds(49)) == .none)
+        guard case .close(ErrorCodes.idleTimeout, _) = active.tick(now: Self.start + .seconds(50)) else {
+            Issue.record("no idle timeout")
+            return
+        }
+    }
+
+    @Test("an envelope with no known request is unsupported, not fatal")
+    func unknownRequest() {
+        var machine = Self.active()
+        var envelope = ClientEnvelope()
+        envelope.requestID = 9
+        guard case .refuse(9, ErrorCodes.unsupported, _, _, _) = machine.received(envelope, now: Self.start) else {
+            Issue.record("unknown request")
+            return
+        }
+    }
+}
