@@ -33,6 +33,7 @@ public enum ErrorCodes {
     public static let serverFull = "server-full"
     public static let shuttingDown = "shutting-down"
     public static let framingError = "framing-error"
+    public static let packetSkipped = "packet-skipped"
     public static let internalError = "internal"
 
     /// Every code with its meaning, in the order docs/PROTOCOL.md lists them. `closes` tells whether the server
@@ -68,6 +69,7 @@ public enum ErrorCodes {
         (slowConsumer, true, "the client stopped reading; it resyncs from its acknowledged cursor on reconnect"),
         (serverFull, true, "the server is at its connection limit"),
         (shuttingDown, true, "the server is stopping; reconnect later"),
+        (packetSkipped, false, "a corrupt compat packet was skipped up to its end marker (with the end marker on)"),
         (framingError, true, "bytes that break the framing (compat port; the native port answers with `goaway`)"),
         (internalError, true, "a bug in the server; the connection is closed, nothing acknowledged is lost"),
     ]

@@ -74,7 +74,17 @@ public final class CourierServer: Service, Sendable {
             logger: self.logger
         )
         let native = try await self.bindNative()
-        let ports = Ports(native: native.channel.localAddress?.port ?? 0, compat: 0)
+        let compat: NIOAsyncChannel<NIOAsyncChannel<CompatMessage, CompatFrame>, Never>
+        do {
+            compat = try await self.bindCompat()
+        } catch {
+            try? await native.channel.close()
+            throw error
+        }
+        let ports = Ports(
+            native: native.channel.localAddress?.port ?? 0,
+            compat: compat.channel.localAddress?.port ?? 0
+        )
         let waiters = self.bound.withLock { state in
             state.ports = ports
             defer { state.waiters = [] }
@@ -83,7 +93,9 @@ public final class CourierServer: Service, Sendable {
         for waiter in waiters { waiter.resume(returning: ports) }
         self.logger.info(
             "listening",
-            metadata: ["host": "\(self.configuration.host)", "native": "\(ports.native)"]
+            metadata: [
+                "host": "\(self.configuration.host)", "native": "\(ports.native)", "compat": "\(ports.compat)",
+            ]
         )
 
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -92,12 +104,16 @@ public final class CourierServer: Service, Sendable {
             try await withGracefulShutdownHandler {
                 try await withThrowingDiscardingTaskGroup { listeners in
                     listeners.addTask {
-                        try await self.accept(on: native, transport: NativeTransport(), context: context)
+                        try await self.accept(on: native, context: context) { NativeTransport() }
+                    }
+                    listeners.addTask {
+                        try await self.accept(on: compat, context: context) { CompatTransport() }
                     }
                 }
             } onGracefulShutdown: {
                 self.logger.info("shutting down: no new connections; finishing the ones open")
                 native.channel.close(promise: nil)
+                compat.channel.close(promise: nil)
                 self.hub.shutDown()
             }
             self.commits.finish()
@@ -138,10 +154,44 @@ public final class CourierServer: Service, Sendable {
             }
     }
 
+    private func bindCompat() async throws -> NIOAsyncChannel<NIOAsyncChannel<CompatMessage, CompatFrame>, Never> {
+        let limits = self.configuration.limits
+        var configured = CompatFraming.Configuration(endMarker: self.configuration.compat.endMarker)
+        configured.maxHeaderBytes = self.configuration.compat.maxHeaderBytes
+        // A compat packet carries one text or a small command: its payload is bounded by the text limit (a larger
+        // `size` is refused from the header, before any payload is buffered).
+        configured.maxCollectedPayloadBytes = max(4096, limits.maxTextBytes)
+        let framing = configured
+        return try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelOption(.backlog, value: 256)
+            .childChannelOption(
+                .writeBufferWaterMark,
+                value: .init(low: limits.outboundBufferBytes / 2, high: limits.outboundBufferBytes)
+            )
+            .bind(host: self.configuration.host, port: self.configuration.compatPort) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(
+                        ByteToMessageHandler(
+                            CompatFrameDecoder(configuration: framing),
+                            maximumBufferSize: framing.maxHeaderBytes + framing.maxCollectedPayloadBytes + 1024
+                        )
+                    )
+                    try channel.pipeline.syncOperations.addHandler(
+                        MessageToByteHandler(CompatFrameEncoder(configuration: framing))
+                    )
+                    return try NIOAsyncChannel<CompatMessage, CompatFrame>(
+                        wrappingChannelSynchronously: channel,
+                        configuration: .init(backPressureStrategy: .init(lowWatermark: 4, highWatermark: 32))
+                    )
+                }
+            }
+    }
+
     private func accept<Transport: SessionTransport>(
         on listener: NIOAsyncChannel<NIOAsyncChannel<Transport.Inbound, Transport.Outbound>, Never>,
-        transport: Transport,
-        context: SessionContext
+        context: SessionContext,
+        makeTransport: @escaping @Sendable () -> Transport
     ) async throws {
         try await listener.executeThenClose { connections in
             try await withThrowingDiscardingTaskGroup { group in
@@ -152,7 +202,7 @@ public final class CourierServer: Service, Sendable {
                     group.addTask {
                         await SessionConnection(
                             context: context,
-                            transport: transport,
+                            transport: makeTransport(),
                             remoteAddress: remote,
                             clientIP: ip
                         )

@@ -28,7 +28,7 @@ public final class CommitQueue: Sendable {
 
     private struct Pending {
         var request: WriteRequest
-        var continuation: CheckedContinuation<WriteOutcome, any Error>
+        var ticket: CommitTicket
     }
 
     private struct State {
@@ -69,20 +69,27 @@ public final class CommitQueue: Sendable {
     /// - Throws: ``CourierStoreError`` with code `storage-failed` if the batch's transaction failed (nothing of it
     ///   was committed) or the queue has finished.
     public func submit(_ request: WriteRequest) async throws -> WriteOutcome {
-        try await withCheckedThrowingContinuation { continuation in
-            let result = self.state.withLock { state -> Result<CheckedContinuation<Void, Never>?, CourierStoreError> in
-                guard !state.finished else {
-                    return .failure(CourierStoreError(.storageFailed, "the store is shutting down"))
-                }
-                state.pending.append(Pending(request: request, continuation: continuation))
-                defer { state.waiter = nil }
-                return .success(state.waiter)
-            }
-            switch result {
-            case .success(let waiter): waiter?.resume()
-            case .failure(let error): continuation.resume(throwing: error)
-            }
+        try await self.enqueue(request).outcome()
+    }
+
+    /// Queues a write at once and returns a ticket to await its outcome with.
+    ///
+    /// Writes are applied in the order they are enqueued: a session enqueues its requests in the order they
+    /// arrived, so one client's messages to a conversation get sequence numbers in the order it sent them.
+    public func enqueue(_ request: WriteRequest) -> CommitTicket {
+        let ticket = CommitTicket()
+        let (accepted, waiter) = self.state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
+            guard !state.finished else { return (false, nil) }
+            state.pending.append(Pending(request: request, ticket: ticket))
+            defer { state.waiter = nil }
+            return (true, state.waiter)
         }
+        if accepted {
+            waiter?.resume()
+        } else {
+            ticket.complete(.failure(CourierStoreError(.storageFailed, "the store is shutting down")))
+        }
+        return ticket
     }
 
     /// Stops taking writes; ``run()`` commits what is waiting, then returns.
@@ -111,14 +118,14 @@ public final class CommitQueue: Sendable {
                     )
                 )
                 for (pending, outcome) in zip(batch, applied.outcomes) {
-                    pending.continuation.resume(returning: outcome)
+                    pending.ticket.complete(.success(outcome))
                 }
             } catch {
                 self.onCommit(
                     BatchReport(requests: batch.count, duration: clock.now - start, appended: [:], failed: true)
                 )
                 for pending in batch {
-                    pending.continuation.resume(throwing: error)
+                    pending.ticket.complete(.failure(error))
                 }
             }
         }
@@ -155,5 +162,39 @@ public final class CommitQueue: Sendable {
                 }
             }
         }
+    }
+}
+
+/// The outcome of one enqueued write, to be awaited once.
+public final class CommitTicket: Sendable {
+    private struct State {
+        var result: Result<WriteOutcome, any Error>?
+        var waiter: CheckedContinuation<Result<WriteOutcome, any Error>, Never>?
+    }
+
+    private let state = Mutex(State())
+
+    fileprivate func complete(_ result: Result<WriteOutcome, any Error>) {
+        let waiter = self.state.withLock { state in
+            state.result = result
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume(returning: result)
+    }
+
+    /// Waits for the write's outcome.
+    ///
+    /// - Throws: ``CourierStoreError`` with code `storage-failed` if its transaction failed.
+    public func outcome() async throws -> WriteOutcome {
+        let result = await withCheckedContinuation { continuation in
+            let ready = self.state.withLock { state -> Result<WriteOutcome, any Error>? in
+                if let result = state.result { return result }
+                state.waiter = continuation
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+        return try result.get()
     }
 }

@@ -25,7 +25,7 @@ extension SQLiteStore {
     static let eventsSQL = """
         SELECT e.cursor, e.kind, e.seq AS event_seq, e.actor_id, e.detail,
                c.name AS group_name, c.user_a, c.user_b,
-               m.sender_id, m.client_id, m.time_ms, m.body, m.recalled
+               m.sender_id, m.sender_device_id, m.client_id, m.time_ms, m.body, m.recalled
         FROM events e
         JOIN conversations c ON c.id = e.conversation_id
         LEFT JOIN messages m ON e.kind IN (1, 2) AND m.conversation_id = e.conversation_id AND m.seq = e.seq
@@ -98,6 +98,7 @@ extension SQLiteStore {
         return StoredMessage(
             id: row["client_id"],
             from: try self.name(of: UserID(rawValue: row["sender_id"]), db),
+            fromDevice: (row["sender_device_id"] as Int64?).map(DeviceID.init(rawValue:)),
             conversation: conversation,
             seq: UInt64(seq),
             timeMs: row["time_ms"],
@@ -167,7 +168,7 @@ extension SQLiteStore {
             let rows = try Row.fetchAll(
                 db.cachedStatement(
                     sql: """
-                        SELECT seq, sender_id, client_id, time_ms, body, recalled FROM messages
+                        SELECT seq, sender_id, sender_device_id, client_id, time_ms, body, recalled FROM messages
                         WHERE conversation_id = ? AND seq < ? AND seq > ? ORDER BY seq DESC LIMIT ?
                         """
                 ),

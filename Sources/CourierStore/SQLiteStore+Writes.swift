@@ -111,9 +111,11 @@ struct WriteBatch {
         let seq = conversation.lastSeq + 1
         let time = max(self.nowMs, conversation.lastMs)
         try db.cachedStatement(
-            sql:
-                "INSERT INTO messages (conversation_id, seq, sender_id, client_id, time_ms, body) VALUES (?, ?, ?, ?, ?, ?)"
-        ).execute(arguments: [key, seq, send.sender.rawValue, id, time, Data(send.body)])
+            sql: """
+                INSERT INTO messages (conversation_id, seq, sender_id, sender_device_id, client_id, time_ms, body)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                """
+        ).execute(arguments: [key, seq, send.sender.rawValue, send.device?.rawValue, id, time, Data(send.body)])
         conversation.lastSeq = seq
         conversation.lastMs = time
         conversation.dirty = true

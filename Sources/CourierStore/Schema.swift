@@ -58,6 +58,8 @@ enum Schema {
                         conversation_id INTEGER NOT NULL REFERENCES conversations(id),
                         seq INTEGER NOT NULL,
                         sender_id INTEGER NOT NULL REFERENCES users(id),
+                        -- The device that sent it (not a foreign key: devices may be deleted some day).
+                        sender_device_id INTEGER,
                         client_id TEXT NOT NULL,
                         time_ms INTEGER NOT NULL,
                         body BLOB NOT NULL,

@@ -92,6 +92,8 @@ public struct StoredMessage: Hashable, Sendable {
     /// The id the sender chose or was given.
     public var id: String
     public var from: String
+    /// The device it was sent from, when known.
+    public var fromDevice: DeviceID?
     /// The conversation as the reading user names it.
     public var conversation: ConversationAddress
     public var seq: UInt64

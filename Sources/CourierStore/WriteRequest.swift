@@ -14,14 +14,17 @@ public enum WriteRequest: Hashable, Sendable {
     /// A message to store.
     public struct Send: Hashable, Sendable {
         public var sender: UserID
+        /// The device that sent it: its own delivery skips the message (it has the acknowledgement).
+        public var device: DeviceID?
         /// The id the client chose; empty for one the store assigns.
         public var id: String
         public var to: ConversationAddress
         /// The serialized body.
         public var body: [UInt8]
 
-        public init(sender: UserID, id: String, to: ConversationAddress, body: [UInt8]) {
+        public init(sender: UserID, device: DeviceID? = nil, id: String, to: ConversationAddress, body: [UInt8]) {
             self.sender = sender
+            self.device = device
             self.id = id
             self.to = to
             self.body = body

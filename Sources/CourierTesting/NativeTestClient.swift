@@ -15,19 +15,17 @@ public actor NativeTestClient {
         case closed
     }
 
-    public struct Timeout: Error, CustomStringConvertible {
-        public var description: String
-    }
+    public typealias Timeout = TestClientTimeout
 
     public let channel: any Channel
-    private let inbox: FrameInbox
+    private let inbox: FrameInbox<NativeFrame>
     private var nextRequestID: UInt64 = 1
     /// Envelopes read past while looking for another one, handed out by later reads first.
     private var backlog: [ServerEnvelope] = []
 
     /// Connects to a native port on 127.0.0.1.
     public static func connect(port: Int, host: String = "127.0.0.1") async throws -> NativeTestClient {
-        let inbox = FrameInbox()
+        let inbox = FrameInbox<NativeFrame>()
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
@@ -41,7 +39,7 @@ public actor NativeTestClient {
         return NativeTestClient(channel: channel, inbox: inbox)
     }
 
-    private init(channel: any Channel, inbox: FrameInbox) {
+    private init(channel: any Channel, inbox: FrameInbox<NativeFrame>) {
         self.channel = channel
         self.inbox = inbox
     }
@@ -128,103 +126,5 @@ public actor NativeTestClient {
     /// Closes the connection.
     public func close() async {
         try? await self.channel.close().get()
-    }
-}
-
-/// Frames received and not yet read, and the end of the connection. Reads wait with a deadline that leaves the
-/// frames in place.
-private final class FrameInbox: Sendable {
-    private struct State {
-        var frames: [NativeFrame] = []
-        var closed = false
-        var waiter: (id: Int, continuation: CheckedContinuation<Void, Never>)?
-        var nextWaiter = 0
-    }
-    private let state = Mutex(State())
-
-    func append(_ frame: NativeFrame) {
-        self.wake { $0.frames.append(frame) }
-    }
-
-    func close() {
-        self.wake { $0.closed = true }
-    }
-
-    private func wake(_ change: (inout State) -> Void) {
-        let waiter = self.state.withLock { state in
-            change(&state)
-            defer { state.waiter = nil }
-            return state.waiter?.continuation
-        }
-        waiter?.resume()
-    }
-
-    /// The next frame, nil once closed; throws after the timeout.
-    func next(timeout: Duration) async throws -> NativeFrame? {
-        let deadline = ContinuousClock.now + timeout
-        while true {
-            enum Step {
-                case frame(NativeFrame)
-                case closed, wait
-            }
-            let step = self.state.withLock { state -> Step in
-                if !state.frames.isEmpty { return .frame(state.frames.removeFirst()) }
-                return state.closed ? .closed : .wait
-            }
-            switch step {
-            case .frame(let frame): return frame
-            case .closed: return nil
-            case .wait: break
-            }
-            guard ContinuousClock.now < deadline else {
-                throw NativeTestClient.Timeout(description: "nothing from the server within \(timeout)")
-            }
-            let id = self.state.withLock { state in
-                state.nextWaiter += 1
-                return state.nextWaiter
-            }
-            // A timer wakes the wait at the deadline, leaving the inbox as it is.
-            let timer = Task {
-                try? await Task.sleep(until: deadline, clock: .continuous)
-                let waiter = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
-                    guard state.waiter?.id == id else { return nil }
-                    defer { state.waiter = nil }
-                    return state.waiter?.continuation
-                }
-                waiter?.resume()
-            }
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let ready = self.state.withLock { state -> Bool in
-                    if !state.frames.isEmpty || state.closed { return true }
-                    state.waiter = (id, continuation)
-                    return false
-                }
-                if ready { continuation.resume() }
-            }
-            timer.cancel()
-        }
-    }
-}
-
-/// Hands decoded frames to an inbox, and closes it when the connection ends.
-private final class FrameCollector: ChannelInboundHandler, Sendable {
-    typealias InboundIn = NativeFrame
-    let inbox: FrameInbox
-
-    init(_ inbox: FrameInbox) {
-        self.inbox = inbox
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        self.inbox.append(self.unwrapInboundIn(data))
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        self.inbox.close()
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        self.inbox.close()
-        context.close(promise: nil)
     }
 }

@@ -47,8 +47,17 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                 )
                 try await withThrowingDiscardingTaskGroup { group in
                     group.addTask { await self.tick(session, outbound: outbound) }
+                    group.addTask { await self.answer(session, outbound: outbound) }
                     defer { group.cancelAll() }
-                    try await self.read(inbound, outbound: outbound, session: session, group: &group)
+                    do {
+                        try await self.read(inbound, outbound: outbound, session: session, group: &group)
+                    } catch {
+                        session.finishAnswers()
+                        throw error
+                    }
+                    // Answer what is in flight before leaving (the ticker still closes a client that stopped reading).
+                    session.finishAnswers()
+                    await session.waitForWritesToFinish()
                 }
                 if let handle = session.handle { await self.disconnected(handle) }
             }
@@ -97,6 +106,13 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                 for frame in frames { try await session.write(frame, to: outbound) }
             case .ignore:
                 continue
+            case .refuse(let code, let message, let id):
+                self.context.metrics.refusals.increment()
+                try await session.write(
+                    self.errorEnvelope(0, code: code, message: message, id: id),
+                    transport: self.transport,
+                    to: outbound
+                )
             case .goodbye:
                 return
             case .violation(let code, let message):
@@ -142,13 +158,12 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             )
         case .write(let request, let requestID, let answers):
             if case .send = request { self.context.metrics.messagesIn.increment() }
-            group.addTask {
-                let reply = await self.commit(request, requestID: requestID)
-                session.writeFinished()
-                if answers, let reply {
-                    try? await session.write(reply, transport: self.transport, to: outbound)
-                }
-            }
+            // Enqueued here, in arrival order; the answering loop awaits the outcomes in the same order, so answers
+            // go out in the order the requests came while more requests are read meanwhile.
+            let ticket = self.context.commits.enqueue(request)
+            session.answer(
+                SessionShared.Answer(request: request, ticket: ticket, requestID: requestID, answers: answers)
+            )
             return true
         case .request(let request, let requestID):
             return try await self.handle(request, requestID: requestID, outbound: outbound, session: session)
@@ -281,11 +296,22 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
 
     // MARK: Writes
 
+    /// Awaits each write's outcome in order and sends its answer.
+    private func answer(_ session: SessionShared, outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>) async {
+        for await answer in session.answers {
+            let reply = await self.commit(answer.request, ticket: answer.ticket, requestID: answer.requestID)
+            if answer.answers, let reply {
+                try? await session.write(reply, transport: self.transport, to: outbound)
+            }
+            session.writeFinished()
+        }
+    }
+
     /// Submits a write to the group commit and makes its answer.
-    private func commit(_ request: WriteRequest, requestID: UInt64) async -> ServerEnvelope? {
+    private func commit(_ request: WriteRequest, ticket: CommitTicket, requestID: UInt64) async -> ServerEnvelope? {
         let outcome: WriteOutcome
         do {
-            outcome = try await self.context.commits.submit(request)
+            outcome = try await ticket.outcome()
         } catch let error as CourierStoreError {
             self.logger.warning("write failed", metadata: ["code": "\(error.code)"])
             return self.errorEnvelope(requestID, code: "\(error.code)", message: error.message, id: request.messageID)
@@ -447,10 +473,21 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                         let events = try await self.context.store.events(for: user.id, after: sent, limit: pageSize)
                         guard let last = events.last else { break }
                         var envelope = ServerEnvelope()
-                        envelope.events.events = events.map(Courier_V1_Event.init)
+                        // The device that sent a message has its acknowledgement; it does not get it again.
+                        envelope.events.events = events.compactMap { event in
+                            if case .message(let message) = event.kind, message.fromDevice == handle.device {
+                                return nil
+                            }
+                            return Courier_V1_Event(event)
+                        }
                         if !caughtUp, last.cursor >= latest {
                             envelope.events.caughtUp = true
                             caughtUp = true
+                        }
+                        guard !envelope.events.events.isEmpty || envelope.events.caughtUp else {
+                            sent = last.cursor
+                            handle.delivered(upTo: sent)
+                            continue
                         }
                         try await session.write(envelope, transport: self.transport, to: outbound)
                         self.context.metrics.eventsOut.increment(by: events.count)

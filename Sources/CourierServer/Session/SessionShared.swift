@@ -1,9 +1,22 @@
 import CourierProtocol
+import CourierStore
 import NIOCore
 import Synchronization
 
 /// The state a connection's reader, delivery loop, ticker and write tasks share.
 final class SessionShared: Sendable {
+    /// A write in flight, waiting to be answered.
+    struct Answer: Sendable {
+        var request: WriteRequest
+        var ticket: CommitTicket
+        var requestID: UInt64
+        var answers: Bool
+    }
+
+    /// The writes in flight, in the order they were enqueued; bounded by the limit on writes in flight, since the
+    /// reader waits for a slot before reading another request.
+    let answers: AsyncStream<Answer>
+    private let answersContinuation: AsyncStream<Answer>.Continuation
     private struct State {
         var handle: ConnectionHandle?
         var slotWaiter: CheckedContinuation<Void, Never>?
@@ -19,6 +32,17 @@ final class SessionShared: Sendable {
     init(machine: SessionStateMachine, channel: any Channel) {
         self.machine = Mutex(machine)
         self.channel = channel
+        (self.answers, self.answersContinuation) = AsyncStream.makeStream(of: Answer.self)
+    }
+
+    /// Hands a write in flight to the answering loop.
+    func answer(_ answer: Answer) {
+        self.answersContinuation.yield(answer)
+    }
+
+    /// No more writes will come: the answering loop ends after the last.
+    func finishAnswers() {
+        self.answersContinuation.finish()
     }
 
     func withMachine<T>(_ body: (inout SessionStateMachine) -> T) -> T {

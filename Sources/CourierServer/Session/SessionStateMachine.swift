@@ -160,7 +160,7 @@ struct SessionStateMachine {
             self.writesInFlight += 1
             let body = (try? send.body.serializedBytes() as [UInt8]) ?? []
             return .write(
-                .send(.init(sender: user, id: send.id, to: address, body: body)),
+                .send(.init(sender: user, device: active.session.device.id, id: send.id, to: address, body: body)),
                 requestID: requestID,
                 answers: true
             )

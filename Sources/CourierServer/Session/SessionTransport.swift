@@ -11,6 +11,8 @@ enum TransportInput<Outbound> {
     case ignore
     /// The client says it is leaving.
     case goodbye
+    /// A frame the transport refuses itself (a malformed header field): answer with this error, go on.
+    case refuse(code: String, message: String, id: String)
     /// A frame that breaks the protocol: close with this code.
     case violation(code: String, message: String)
 }

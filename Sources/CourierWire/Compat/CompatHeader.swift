@@ -17,6 +17,15 @@ public struct CompatHeader: Hashable, Sendable {
         self.size = size
         self.fields = fields
     }
+
+    /// A header field by key: `type` and `size` as well as the others.
+    public subscript(key: String) -> JSONValue? {
+        switch key {
+        case "type": .string(self.type)
+        case "size": .integer(Int64(self.size))
+        default: self.fields[key]
+        }
+    }
 }
 
 extension CompatHeader {

@@ -1,0 +1,279 @@
+import CourierProtocol
+import CourierWire
+import Foundation
+import NIOCore
+import Synchronization
+
+/// The compat port: the source notes' packets (a JSON header, CRLF, `size` payload bytes), translated to and from
+/// the session's envelopes. docs/PROTOCOL.md lists the packets.
+///
+/// One instance serves one connection: it remembers what the client asked for at `auth` (acknowledgements,
+/// receipts and typing) and which packet each request id came from, to word the answers.
+final class CompatTransport: SessionTransport {
+    typealias Inbound = CompatMessage
+    typealias Outbound = CompatFrame
+
+    private struct State {
+        /// Whether the client sends `received` packets; otherwise each event counts as acknowledged once written.
+        var acknowledges = false
+        /// Whether the client asked for receipts, typing and presence.
+        var ephemeral = false
+        /// The authenticated user's name, from the welcome.
+        var user = ""
+        var nextRequestID: UInt64 = 1
+        /// The packet type and message id behind each request still waiting for its answer.
+        var pending: [UInt64: (type: String, id: String)] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    var name: String { "compat" }
+
+    func interpret(_ message: CompatMessage) -> TransportInput<CompatFrame> {
+        switch message {
+        case .skipped(let skip):
+            return .refuse(
+                code: ErrorCodes.packetSkipped,
+                message: "skipped \(skip.byteCount) bytes of a corrupt packet: \(skip.reason)",
+                id: ""
+            )
+        case .frame(let frame):
+            return self.interpretPacket(frame)
+        }
+    }
+
+    private func interpretPacket(_ frame: CompatFrame) -> TransportInput<CompatFrame> {
+        let header = frame.header
+        var envelope = ClientEnvelope()
+        let id: String
+        switch header["id"] {
+        case nil: id = ""
+        case .string(let string)?: id = string
+        case .integer(let number)?: id = String(number)
+        default: return .refuse(code: ErrorCodes.invalidRequest, message: "\"id\" is a string", id: "")
+        }
+        func conversation() -> Courier_V1_Conversation? {
+            var conversation = Courier_V1_Conversation()
+            if case .string(let user)? = header["to"] {
+                conversation.user = user
+            } else if case .string(let group)? = header["group"] {
+                conversation.group = group
+            } else {
+                return nil
+            }
+            return conversation
+        }
+        func integer(_ key: String) -> UInt64? {
+            switch header[key] {
+            case .integer(let value)? where value >= 0: UInt64(value)
+            case .string(let text)?: UInt64(text)
+            default: nil
+            }
+        }
+        let missingPeer = TransportInput<CompatFrame>.refuse(
+            code: ErrorCodes.invalidRequest,
+            message: "a \"\(header.type)\" packet names \"to\" (a user) or \"group\"",
+            id: id
+        )
+        switch header.type {
+        case "auth":
+            var hello = Courier_V1_Hello()
+            if case .string(let token)? = header["token"] {
+                hello.token = token
+            } else if case .string(let user)? = header["user"], case .string(let password)? = header["password"] {
+                hello.password.user = user
+                hello.password.password = password
+            }
+            if case .string(let device)? = header["device"] { hello.deviceName = device }
+            let acknowledges = header["ack"] == .bool(true)
+            let ephemeral = header["ephemeral"] == .bool(true)
+            hello.ephemeral = ephemeral
+            hello.ackedOnWrite = !acknowledges
+            if let cursor = integer("cursor") {
+                hello.cursor = cursor
+                hello.resume = true
+            }
+            self.state.withLock { state in
+                state.acknowledges = acknowledges
+                state.ephemeral = ephemeral
+            }
+            envelope.hello = hello
+        case "txt":
+            guard let to = conversation() else { return missingPeer }
+            guard let text = String(validating: frame.payload.readableBytesView, as: UTF8.self) else {
+                return .refuse(code: ErrorCodes.invalidRequest, message: "the text is not UTF-8", id: id)
+            }
+            envelope.send.id = id
+            envelope.send.to = to
+            envelope.send.body.text = text
+        case "received":
+            guard let cursor = integer("cursor") else {
+                return .refuse(code: ErrorCodes.invalidRequest, message: "\"received\" needs a \"cursor\"", id: "")
+            }
+            envelope.ack.cursor = cursor
+            return .envelope(envelope)
+        case "read":
+            guard let to = conversation() else { return missingPeer }
+            envelope.markRead.conversation = to
+            envelope.markRead.upToSeq = integer("seq") ?? 0
+        case "typing":
+            guard let to = conversation() else { return missingPeer }
+            envelope.typing.conversation = to
+            envelope.typing.typing = header["typing"] != .bool(false)
+        case "recall":
+            guard let to = conversation() else { return missingPeer }
+            envelope.recall.conversation = to
+            envelope.recall.id = id
+        case "ping":
+            return .reply([CompatFrame(type: "pong", payload: ByteBuffer())])
+        default:
+            // An envelope with no request: the session answers `unsupported`.
+            break
+        }
+        envelope.requestID = self.state.withLock { state in
+            defer { state.nextRequestID += 1 }
+            state.pending[state.nextRequestID] = (header.type, id)
+            return state.nextRequestID
+        }
+        return .envelope(envelope)
+    }
+
+    func frames(for envelope: ServerEnvelope) throws -> [CompatFrame] {
+        let request = self.state.withLock { $0.pending.removeValue(forKey: envelope.requestID) }
+        let empty = ByteBuffer()
+        switch envelope.body {
+        case .welcome(let welcome):
+            self.state.withLock { $0.user = welcome.user }
+            return [
+                CompatFrame(
+                    type: "welcome",
+                    payload: empty,
+                    fields: [
+                        "user": .string(welcome.user),
+                        "token": .string(welcome.token),
+                        "expires": .string(Self.time(welcome.tokenExpiresMs)),
+                        "cursor": .integer(Int64(clamping: welcome.cursor)),
+                    ]
+                )
+            ]
+        case .sendAck(let ack):
+            var fields = Self.fields(ack.conversation)
+            fields["id"] = .string(ack.id)
+            fields["seq"] = .integer(Int64(clamping: ack.seq))
+            fields["time"] = .string(Self.time(ack.timeMs))
+            if ack.duplicate { fields["duplicate"] = .bool(true) }
+            return [CompatFrame(type: "ack", payload: empty, fields: fields)]
+        case .error(let error):
+            var fields: [String: JSONValue] = ["code": .string(error.code), "message": .string(error.message)]
+            let id = error.id.isEmpty ? (request?.id ?? "") : error.id
+            if !id.isEmpty { fields["id"] = .string(id) }
+            if let type = request?.type { fields["request"] = .string(type) }
+            if error.retryAfterMs > 0 { fields["retry_after_ms"] = .integer(Int64(error.retryAfterMs)) }
+            return [CompatFrame(type: "error", payload: empty, fields: fields)]
+        case .events(let events):
+            let (acknowledges, ephemeral, user) = self.state.withLock { ($0.acknowledges, $0.ephemeral, $0.user) }
+            var frames = events.events.compactMap { self.frame(for: $0, receipts: ephemeral, user: user) }
+            if events.caughtUp, acknowledges {
+                frames.append(
+                    CompatFrame(
+                        type: "synced",
+                        payload: empty,
+                        fields: ["cursor": .integer(Int64(clamping: events.events.last?.cursor ?? 0))]
+                    )
+                )
+            }
+            return frames
+        case .typing(let notice):
+            var fields = Self.fields(notice.conversation)
+            fields["from"] = .string(notice.user)
+            fields["typing"] = .bool(notice.typing)
+            return [CompatFrame(type: "typing", payload: empty, fields: fields)]
+        case .presence(let notice):
+            var fields: [String: JSONValue] = ["user": .string(notice.user), "online": .bool(notice.online)]
+            if notice.lastSeenMs > 0 { fields["last_seen"] = .string(Self.time(notice.lastSeenMs)) }
+            return [CompatFrame(type: "presence", payload: empty, fields: fields)]
+        case .done:
+            guard let request, request.type != "typing" else { return [] }
+            var fields: [String: JSONValue] = ["request": .string(request.type)]
+            if !request.id.isEmpty { fields["id"] = .string(request.id) }
+            return [CompatFrame(type: "done", payload: empty, fields: fields)]
+        case .history, .unread, nil:
+            return []
+        }
+    }
+
+    /// One event as a compat packet; nil for receipts when the client did not ask for them.
+    private func frame(for event: Courier_V1_Event, receipts: Bool, user: String) -> CompatFrame? {
+        let cursor = JSONValue.integer(Int64(clamping: event.cursor))
+        switch event.kind {
+        case .message(let message):
+            var fields = Self.fields(message.conversation)
+            fields["from"] = .string(message.from)
+            // A direct message names its recipient in "to": this user, or the peer for its own messages.
+            if case .user(let peer)? = message.conversation.peer {
+                fields["to"] = .string(message.from == user ? peer : user)
+            }
+            fields["seq"] = .integer(Int64(clamping: message.seq))
+            fields["time"] = .string(Self.time(message.timeMs))
+            fields["id"] = .string(message.id)
+            fields["cursor"] = cursor
+            if message.recalled { fields["recalled"] = .bool(true) }
+            return CompatFrame(type: "txt", payload: ByteBuffer(string: message.body.text), fields: fields)
+        case .recall(let recall):
+            var fields = Self.fields(recall.conversation)
+            fields["seq"] = .integer(Int64(clamping: recall.seq))
+            fields["id"] = .string(recall.id)
+            fields["by"] = .string(recall.by)
+            fields["cursor"] = cursor
+            return CompatFrame(type: "recall", payload: ByteBuffer(), fields: fields)
+        case .receipt(let receipt):
+            guard receipts else { return nil }
+            var fields = Self.fields(receipt.conversation)
+            fields["user"] = .string(receipt.user)
+            fields["kind"] = .string(receipt.kind == .read ? "read" : "delivered")
+            fields["seq"] = .integer(Int64(clamping: receipt.upToSeq))
+            fields["cursor"] = cursor
+            return CompatFrame(type: "receipt", payload: ByteBuffer(), fields: fields)
+        case .membership(let change):
+            return CompatFrame(
+                type: "member",
+                payload: ByteBuffer(),
+                fields: [
+                    "group": .string(change.group),
+                    "user": .string(change.user),
+                    "change": .string(change.change == .left ? "left" : "joined"),
+                    "seq": .integer(Int64(clamping: change.seq)),
+                    "cursor": cursor,
+                ]
+            )
+        case nil:
+            return nil
+        }
+    }
+
+    func closingFrames(code: String, message: String) -> [CompatFrame] {
+        [
+            CompatFrame(
+                type: "error",
+                payload: ByteBuffer(),
+                fields: ["code": .string(code), "message": .string(message)]
+            )
+        ]
+    }
+
+    /// The conversation as this user would address a packet to it: `"to"` (the other user) or `"group"`.
+    private static func fields(_ conversation: Courier_V1_Conversation) -> [String: JSONValue] {
+        switch conversation.peer {
+        case .group(let group)?: ["group": .string(group)]
+        case .user(let user)?: ["to": .string(user)]
+        case nil: [:]
+        }
+    }
+
+    /// RFC 3339 in UTC with milliseconds: `2026-11-22T14:59:39.123Z`.
+    static func time(_ ms: Int64) -> String {
+        Date(timeIntervalSince1970: Double(ms) / 1000).formatted(
+            Date.ISO8601FormatStyle(includingFractionalSeconds: true, timeZone: TimeZone(identifier: "UTC")!)
+        )
+    }
+}
