@@ -17,10 +17,13 @@ public final class CourierServer: Service, Sendable {
     public struct Ports: Sendable, Hashable {
         public var native: Int
         public var compat: Int
+        public var http: Int
     }
 
     public let configuration: ServerConfiguration
     public let store: SQLiteStore
+    /// The version `/health` reports.
+    public let version: String
     private let logger: Logger
     private let hub = Hub()
     private let commits: CommitQueue
@@ -30,8 +33,9 @@ public final class CourierServer: Service, Sendable {
     /// Opens the data folder's store; the ports are bound by ``run()``.
     ///
     /// - Throws: ``CourierStoreError`` with code `storage-failed` if the database cannot be opened.
-    public init(configuration: ServerConfiguration, logger: Logger) throws {
+    public init(configuration: ServerConfiguration, version: String = "dev", logger: Logger) throws {
         self.configuration = configuration
+        self.version = version
         self.logger = logger
         self.store = try SQLiteStore(
             folder: configuration.dataFolder,
@@ -81,26 +85,37 @@ public final class CourierServer: Service, Sendable {
             try? await native.channel.close()
             throw error
         }
-        let ports = Ports(
-            native: native.channel.localAddress?.port ?? 0,
-            compat: compat.channel.localAddress?.port ?? 0
-        )
-        let waiters = self.bound.withLock { state in
-            state.ports = ports
-            defer { state.waiters = [] }
-            return state.waiters
-        }
-        for waiter in waiters { waiter.resume(returning: ports) }
-        self.logger.info(
-            "listening",
-            metadata: [
-                "host": "\(self.configuration.host)", "native": "\(ports.native)", "compat": "\(ports.compat)",
-            ]
-        )
+        let (httpPorts, httpRunning) = AsyncStream.makeStream(of: Int.self)
+        let http = HTTPEndpoints.application(
+            configuration: self.configuration,
+            metrics: self.metrics,
+            version: self.version,
+            logger: self.logger
+        ) { port in httpRunning.yield(port) }
 
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.commits.run() }
             group.addTask { await self.watchChanges() }
+            group.addTask {
+                defer { httpRunning.finish() }
+                try await http.run()
+            }
+            var running = httpPorts.makeAsyncIterator()
+            guard let httpPort = await running.next() else {
+                // The HTTP server failed to start: its error ends the group.
+                native.channel.close(promise: nil)
+                compat.channel.close(promise: nil)
+                self.commits.finish()
+                try await group.waitForAll()
+                return
+            }
+            self.publish(
+                Ports(
+                    native: native.channel.localAddress?.port ?? 0,
+                    compat: compat.channel.localAddress?.port ?? 0,
+                    http: httpPort
+                )
+            )
             try await withGracefulShutdownHandler {
                 try await withThrowingDiscardingTaskGroup { listeners in
                     listeners.addTask {
@@ -122,6 +137,22 @@ public final class CourierServer: Service, Sendable {
         }
         try? self.store.close()
         self.logger.info("stopped")
+    }
+
+    private func publish(_ ports: Ports) {
+        let waiters = self.bound.withLock { state in
+            state.ports = ports
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume(returning: ports) }
+        self.logger.info(
+            "listening",
+            metadata: [
+                "host": "\(self.configuration.host)", "native": "\(ports.native)", "compat": "\(ports.compat)",
+                "http": "\(ports.http)",
+            ]
+        )
     }
 
     private func bindNative() async throws -> NIOAsyncChannel<NIOAsyncChannel<NativeFrame, NativeFrame>, Never> {

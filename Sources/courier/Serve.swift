@@ -58,7 +58,7 @@ struct Serve: AsyncParsableCommand {
         logger.logLevel = level
         let server: CourierServer
         do {
-            server = try CourierServer(configuration: configuration, logger: logger)
+            server = try CourierServer(configuration: configuration, version: CourierVersion.current, logger: logger)
         } catch {
             throw CommandFailure(description: "\(error)")
         }

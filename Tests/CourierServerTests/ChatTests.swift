@@ -145,6 +145,16 @@ struct ChatTests {
             let synced = try await back.messages(5)
             #expect(synced.map(\.body.text) == (1...5).map { "while away \($0)" })
             #expect(synced.map(\.seq) == [2, 3, 4, 5, 6])
+            // Acks are committed asynchronously (no answer): wait until the last one is durable before leaving,
+            // since a reconnect that overtakes it is served from the older cursor (at-least-once).
+            let session = try await fixture.store.authenticate(token: bobWelcome.token, nowMs: 0)
+            let device = session.device.id
+            let latest = try await fixture.store.logCursor(of: session.user.id)
+            let deadline = ContinuousClock.now + .seconds(10)
+            while try await fixture.store.ackedCursor(of: device) < latest, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            #expect(try await fixture.store.ackedCursor(of: device) == latest)
             await back.close()
 
             // Everything was acked: a second reconnect gets nothing old, only a caught-up marker.

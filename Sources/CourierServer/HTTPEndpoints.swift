@@ -1,0 +1,40 @@
+import Hummingbird
+import Logging
+import NIOCore
+
+/// The HTTP port: `GET /health` and `GET /metrics`.
+enum HTTPEndpoints {
+    static func application(
+        configuration: ServerConfiguration,
+        metrics: ServerMetrics,
+        version: String,
+        logger: Logger,
+        onRunning: @escaping @Sendable (Int) async -> Void
+    ) -> some ApplicationProtocol {
+        let router = Router()
+        router.get("/health") { _, _ -> Response in
+            let body = "{\"status\":\"ok\",\"version\":\"\(version)\",\"connections\":\(metrics.openConnections)}\n"
+            return Response(
+                status: .ok,
+                headers: [.contentType: "application/json"],
+                body: .init(byteBuffer: ByteBuffer(string: body))
+            )
+        }
+        router.get("/metrics") { _, _ -> Response in
+            Response(
+                status: .ok,
+                headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(string: metrics.exposition()))
+            )
+        }
+        return Application(
+            router: router,
+            configuration: .init(
+                address: .hostname(configuration.host, port: configuration.httpPort),
+                serverName: "courier"
+            ),
+            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) },
+            logger: logger
+        )
+    }
+}
