@@ -2,8 +2,7 @@
 //
 // Courier: an instant-messaging and media-delivery system for Linux servers and Swift clients.
 //
-// Modules that have no code yet (CourierClient, MediaCache) join this manifest with the issues that bring them; see
-// README.md for the plan.
+// MediaCache joins this manifest with the issue that brings it; see README.md for the plan.
 
 import PackageDescription
 
@@ -20,6 +19,7 @@ let package = Package(
         .library(name: "CourierProtocol", targets: ["CourierProtocol"]),
         .library(name: "CourierStore", targets: ["CourierStore"]),
         .library(name: "CourierServer", targets: ["CourierServer"]),
+        .library(name: "CourierClient", targets: ["CourierClient"]),
         .library(name: "CourierTesting", targets: ["CourierTesting"]),
         .executable(name: "courier", targets: ["courier"]),
     ],
@@ -77,6 +77,19 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Hummingbird", package: "hummingbird"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // The client SDK: platform-neutral (Foundation and NIO; no Glibc), with a local SQLite outbox and store.
+        .target(
+            name: "CourierClient",
+            dependencies: [
+                "CourierWire",
+                "CourierProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
         ),
@@ -139,6 +152,17 @@ let package = Package(
                 "CourierTesting",
                 "CourierWire",
                 .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "CourierClientTests",
+            dependencies: [
+                "CourierClient",
+                "CourierServer",
+                "CourierStore",
+                "CourierTesting",
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
         ),

@@ -1,6 +1,6 @@
 // swift-tools-version: 6.1
 //
-// libFuzzer targets for CourierWire's decoders. A package of its own, built with its own scratch path by
+// libFuzzer targets for CourierWire's decoders and CourierProtocol's envelope parsing. A package of its own, built with its own scratch path by
 // `scripts/fuzz`, because `-sanitize=fuzzer` instruments everything it builds and clashes with ordinary executables.
 
 import PackageDescription
@@ -17,6 +17,13 @@ let package = Package(
         .executableTarget(
             name: "FuzzNative",
             dependencies: ["FuzzSupport", .product(name: "CourierWire", package: "courier")]
+        ),
+        .executableTarget(
+            name: "FuzzEnvelope",
+            dependencies: [
+                .product(name: "CourierWire", package: "courier"),
+                .product(name: "CourierProtocol", package: "courier"),
+            ]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -25,7 +25,6 @@ public enum ErrorCodes {
     public static let notOwner = "not-owner"
     public static let unknownMessage = "unknown-message"
     public static let recallWindowPassed = "recall-window-passed"
-    public static let rateLimited = "rate-limited"
     public static let storageFailed = "storage-failed"
     // The connection
     public static let idleTimeout = "idle-timeout"
@@ -63,14 +62,13 @@ public enum ErrorCodes {
         (notOwner, false, "only the group's owner may add or remove others"),
         (unknownMessage, false, "a recall of a message this user did not send there"),
         (recallWindowPassed, false, "a recall after the recall window"),
-        (rateLimited, false, "sends above the connection's rate; `retry_after_ms` says when to resend"),
         (storageFailed, false, "the server could not commit (disk full, I/O error): not stored, resend later"),
         (idleTimeout, true, "nothing received for the idle timeout (send pings)"),
         (slowConsumer, true, "the client stopped reading; it resyncs from its acknowledged cursor on reconnect"),
         (serverFull, true, "the server is at its connection limit"),
         (shuttingDown, true, "the server is stopping; reconnect later"),
         (packetSkipped, false, "a corrupt compat packet was skipped up to its end marker (with the end marker on)"),
-        (framingError, true, "bytes that break the framing (compat port; the native port answers with `goaway`)"),
+        (framingError, true, "bytes that break the framing (the native port follows it with a `goaway`)"),
         (internalError, true, "a bug in the server; the connection is closed, nothing acknowledged is lost"),
     ]
 }

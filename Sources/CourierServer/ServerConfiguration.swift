@@ -32,7 +32,8 @@ public struct ServerConfiguration: Sendable {
         /// Sends a connection may have waiting for their commit; the server reads nothing more from the connection
         /// until one is acknowledged (backpressure, nothing refused).
         public var maxUnackedSends: Int = 256
-        /// Sustained sends per second per connection; past it a send is refused with `rate-limited` and a retry time.
+        /// Sustained sends per second per connection; past it the server holds the next send (reading nothing more
+        /// from the connection) until the rate allows it: backpressure that keeps the order, nothing refused.
         public var sendsPerSecond: Double = 2_000
         /// Sends a connection may make at once above the sustained rate.
         public var sendBurst: Double = 4_000

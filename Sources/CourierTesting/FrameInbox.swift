@@ -4,11 +4,15 @@ import Synchronization
 /// A test client's read timed out, or the connection closed before what it waited for.
 public struct TestClientTimeout: Error, CustomStringConvertible {
     public var description: String
+
+    public init(description: String) {
+        self.description = description
+    }
 }
 
-/// Frames received and not yet read, and the end of the connection. Reads wait with a deadline that leaves the
+/// Things received and not yet read (frames, events), and the end of their source. Reads wait with a deadline that leaves the
 /// frames in place.
-final class FrameInbox<Frame: Sendable>: Sendable {
+public final class FrameInbox<Frame: Sendable>: Sendable {
     private struct State {
         var frames: [Frame] = []
         var closed = false
@@ -17,11 +21,13 @@ final class FrameInbox<Frame: Sendable>: Sendable {
     }
     private let state = Mutex(State())
 
-    func append(_ frame: Frame) {
+    public init() {}
+
+    public func append(_ frame: Frame) {
         self.wake { $0.frames.append(frame) }
     }
 
-    func close() {
+    public func close() {
         self.wake { $0.closed = true }
     }
 
@@ -35,7 +41,7 @@ final class FrameInbox<Frame: Sendable>: Sendable {
     }
 
     /// The next frame, nil once closed; throws after the timeout.
-    func next(timeout: Duration) async throws -> Frame? {
+    public func next(timeout: Duration) async throws -> Frame? {
         let deadline = ContinuousClock.now + timeout
         while true {
             // A frame to return, or whether the inbox is closed; neither means wait.

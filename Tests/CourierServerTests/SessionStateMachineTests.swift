@@ -149,7 +149,7 @@ struct SessionStateMachineTests {
         #expect(machine.mayReadMore && machine.writesInFlight == 2)
     }
 
-    @Test("sends above the rate are refused with a retry time; the bucket refills with time")
+    @Test("a send above the rate pauses the connection until the bucket refills; nothing is refused")
     func rateLimit() {
         var machine = Self.active {
             $0.sendsPerSecond = 10
@@ -162,12 +162,12 @@ struct SessionStateMachineTests {
                 return
             }
         }
-        guard case .refuse(_, ErrorCodes.rateLimited, _, "m", let retry?) = machine.received(Self.send("x"), now: now)
-        else {
+        guard case .pause(let wait) = machine.received(Self.send("x"), now: now) else {
             Issue.record("not rate limited")
             return
         }
-        #expect(retry == .milliseconds(100))
+        #expect(wait == .milliseconds(100))
+        #expect(machine.writesInFlight == 2, "a paused send is not in flight")
         guard case .write = machine.received(Self.send("x"), now: now + .milliseconds(100)) else {
             Issue.record("not refilled")
             return

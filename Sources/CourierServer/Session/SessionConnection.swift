@@ -98,7 +98,12 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             session.withMachine { $0.receivedBytes(now: .now) }
             switch self.transport.interpret(frame) {
             case .envelope(let envelope):
-                let action = session.withMachine { $0.received(envelope, now: .now) }
+                var action = session.withMachine { $0.received(envelope, now: .now) }
+                // Over the send rate: hold the request (and read nothing more) until the rate allows it.
+                while case .pause(let wait) = action {
+                    try await Task.sleep(for: wait)
+                    action = session.withMachine { $0.received(envelope, now: .now) }
+                }
                 guard try await self.perform(action, outbound: outbound, session: session, group: &group) else {
                     return
                 }
@@ -133,7 +138,7 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         group: inout ThrowingDiscardingTaskGroup<any Error>
     ) async throws -> Bool {
         switch action {
-        case .none:
+        case .none, .pause:
             return true
         case .close(let code, let message):
             self.logger.info("closing", metadata: ["code": "\(code)"])

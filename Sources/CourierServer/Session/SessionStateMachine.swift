@@ -37,6 +37,9 @@ struct SessionStateMachine {
         case write(WriteRequest, requestID: UInt64, answers: Bool)
         /// Run a read-only or ephemeral request and answer it.
         case request(Request, requestID: UInt64)
+        /// The connection is over its send rate: wait this long, then hand the same envelope in again. Nothing is
+        /// read meanwhile (backpressure), so a client's messages keep their order.
+        case pause(Duration)
         /// Answer with an error; the session goes on.
         case refuse(requestID: UInt64, code: String, message: String, id: String, retryAfter: Duration?)
         /// Send an error, then close the connection.
@@ -149,13 +152,7 @@ struct SessionStateMachine {
                 )
             }
             if let wait = active.bucket.take(now: now) {
-                return .refuse(
-                    requestID: requestID,
-                    code: ErrorCodes.rateLimited,
-                    message: "more than \(Int(self.configuration.sendsPerSecond)) sends per second",
-                    id: send.id,
-                    retryAfter: wait
-                )
+                return .pause(wait)
             }
             self.writesInFlight += 1
             let body = (try? send.body.serializedBytes() as [UInt8]) ?? []

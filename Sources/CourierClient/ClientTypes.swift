@@ -1,0 +1,86 @@
+public import Foundation
+
+/// A conversation as this client's user names it: a direct conversation by the other user, a group by its name.
+public enum Conversation: Hashable, Sendable, CustomStringConvertible {
+    case user(String)
+    case group(String)
+
+    public var description: String {
+        switch self {
+        case .user(let name): "@\(name)"
+        case .group(let name): "#\(name)"
+        }
+    }
+
+    /// The key the local store files the conversation under.
+    var key: String {
+        switch self {
+        case .user(let name): "u:" + name.lowercased()
+        case .group(let name): "g:" + name.lowercased()
+        }
+    }
+}
+
+/// A text message, as stored on this device.
+public struct ChatMessage: Hashable, Sendable {
+    /// The id the sender chose (or the server assigned).
+    public var id: String
+    public var from: String
+    public var conversation: Conversation
+    /// The conversation's sequence number: gap-free and increasing.
+    public var seq: UInt64
+    /// The server's time of the message.
+    public var time: Date
+    public var text: String
+    public var recalled: Bool
+}
+
+/// What happens on the connection and in the user's conversations, in order.
+public enum ClientEvent: Sendable, Hashable {
+    /// Authenticated; `caughtUp` follows when the backlog has been received.
+    case connected(user: String)
+    /// Every event missed while offline has been received and stored.
+    case caughtUp
+    /// The connection ended; the client reconnects after a jittered backoff unless stopped.
+    case disconnected(reason: String)
+    /// A message from someone else, or the user's own from another device, stored locally (each once).
+    case message(ChatMessage)
+    /// A message from this device is committed by the server.
+    case sent(id: String, conversation: Conversation, seq: UInt64, time: Date)
+    /// The server refused a message for good (`not-member`, `text-too-large`, …); it left the outbox.
+    case sendFailed(id: String, code: String, message: String)
+    /// A member's devices received (`read` false) or read (`read` true) a conversation up to a sequence number.
+    case receipt(conversation: Conversation, user: String, read: Bool, upToSeq: UInt64)
+    /// A message was recalled by its sender.
+    case recalled(conversation: Conversation, seq: UInt64, id: String, by: String)
+    /// A user joined or left a group.
+    case membership(group: String, user: String, joined: Bool)
+    /// A peer is typing (or stopped).
+    case typing(conversation: Conversation, user: String, typing: Bool)
+    /// A peer came online or went offline.
+    case presence(user: String, online: Bool, lastSeen: Date?)
+}
+
+/// An error of a client call.
+public struct CourierClientError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The server's error code (docs/PROTOCOL.md), or `not-connected`, `invalid-response`, `stopped`.
+    public var code: String
+    public var message: String
+
+    public init(code: String, message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "\(self.code): \(self.message)" }
+
+    static let notConnected = CourierClientError(code: "not-connected", message: "not connected to the server")
+    static let stopped = CourierClientError(code: "stopped", message: "the client was stopped")
+}
+
+/// A conversation's unread count.
+public struct UnreadCount: Hashable, Sendable {
+    public var conversation: Conversation
+    public var unread: UInt64
+    public var lastSeq: UInt64
+}

@@ -1,0 +1,318 @@
+import CourierProtocol
+import CourierWire
+import Foundation
+import NIOCore
+import NIOPosix
+
+extension CourierClient {
+    /// Connects, syncs, sends the outbox and delivers events; reconnects with a jittered exponential backoff after
+    /// any failure, until ``stop()``. Then it finishes ``events`` and returns.
+    public func run() async {
+        var failures = 0
+        while !self.state.withLock({ $0.stopped }) {
+            do {
+                try await self.session { failures = 0 }
+                self.emit(.disconnected(reason: "the server closed the connection"))
+            } catch {
+                self.logger.debug("connection ended", metadata: ["error": "\(error)"])
+                self.emit(.disconnected(reason: "\(error)"))
+            }
+            if self.state.withLock({ $0.stopped }) { break }
+            failures += 1
+            await self.pause(self.backoff(after: failures))
+        }
+        self.emit(.disconnected(reason: "stopped"))
+        self.finishEvents()
+    }
+
+    /// A random delay between zero and min(maxBackoff, minBackoff × 2^(failures - 1)).
+    func backoff(after failures: Int) -> Duration {
+        let base = self.configuration.minBackoff * (1 << min(failures - 1, 20))
+        let ceiling = min(base, self.configuration.maxBackoff)
+        let nanoseconds = ceiling.components.seconds * 1_000_000_000 + ceiling.components.attoseconds / 1_000_000_000
+        return .nanoseconds(Int64.random(in: 0...max(1, nanoseconds)))
+    }
+
+    /// Sleeps, or returns early when stopped.
+    private func pause(_ delay: Duration) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { try? await Task.sleep(for: delay) }
+            group.addTask {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    let stopped = self.state.withLock { state -> Bool in
+                        if state.stopped { return true }
+                        state.stopSignal = continuation
+                        return false
+                    }
+                    if stopped { continuation.resume() }
+                }
+            }
+            await group.next()
+            group.cancelAll()
+            // Wake the stop waiter if the sleep won, so the group can finish.
+            let signal = self.state.withLock { state in
+                defer { state.stopSignal = nil }
+                return state.stopSignal
+            }
+            signal?.resume()
+        }
+    }
+
+    private func session(onWelcome: () -> Void) async throws {
+        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .connectTimeout(.nanoseconds(Int64(self.configuration.connectTimeout.components.seconds) * 1_000_000_000))
+            .connect(host: self.configuration.host, port: self.configuration.port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(NativePrefaceHandler())
+                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(NativeFrameDecoder()))
+                    try channel.pipeline.syncOperations.addHandler(MessageToByteHandler(NativeFrameEncoder()))
+                    return try NIOAsyncChannel<NativeFrame, NativeFrame>(wrappingChannelSynchronously: channel)
+                }
+            }
+        try await channel.executeThenClose { inbound, outbound in
+            var iterator = inbound.makeAsyncIterator()
+            let welcome = try await self.authenticate(&iterator, outbound: outbound)
+            onWelcome()
+            let link = Link(
+                outbound: outbound,
+                channel: channel.channel,
+                maxInFlight: Int(welcome.limits.maxUnackedSends == 0 ? 64 : welcome.limits.maxUnackedSends)
+            )
+            let stopped = self.state.withLock { state -> Bool in
+                state.link = link
+                state.user = welcome.user
+                state.outboxDirty = true
+                return state.stopped
+            }
+            defer {
+                self.state.withLock { $0.link = nil }
+                link.failAll()
+            }
+            if stopped { return }
+            self.emit(.connected(user: welcome.user))
+            let heartbeat = Duration.milliseconds(Int64(max(1000, welcome.limits.heartbeatIntervalMs)))
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    while true {
+                        try await Task.sleep(for: heartbeat)
+                        try await link.write(frame: .ping(UInt64.random(in: 0...UInt64.max)))
+                    }
+                }
+                group.addTask { try await self.sendOutbox(on: link) }
+                defer {
+                    // Wake a send waiting for a slot on this dead link before waiting for the tasks.
+                    link.failAll()
+                    group.cancelAll()
+                }
+                try await self.read(&iterator, link: link, user: welcome.user)
+            }
+        }
+    }
+
+    /// Sends hello with the stored token (or the configured credentials) and waits for the welcome.
+    private func authenticate(
+        _ iterator: inout NIOAsyncChannelInboundStream<NativeFrame>.AsyncIterator,
+        outbound: NIOAsyncChannelOutboundWriter<NativeFrame>
+    ) async throws -> Courier_V1_Welcome {
+        var hello = ClientEnvelope()
+        hello.requestID = 1
+        hello.hello.deviceName = self.configuration.deviceName
+        hello.hello.ephemeral = self.configuration.ephemeral
+        let storedToken = try self.store.value("token")
+        if let storedToken {
+            hello.hello.token = storedToken
+            hello.hello.cursor = try self.store.cursor
+            hello.hello.resume = true
+        } else {
+            switch self.configuration.credentials {
+            case .password(let user, let password):
+                hello.hello.password.user = user
+                hello.hello.password.password = password
+            case .token(let token):
+                hello.hello.token = token
+            }
+            if let cursor = try self.store.value("cursor"), let value = UInt64(cursor) {
+                hello.hello.cursor = value
+                hello.hello.resume = true
+            }
+        }
+        try await outbound.write(try NativeFrame(envelope: hello))
+        while let frame = try await iterator.next() {
+            guard frame.kind == .message else { continue }
+            let answer = try frame.envelope(as: ServerEnvelope.self)
+            switch answer.body {
+            case .welcome(let welcome):
+                if !welcome.token.isEmpty { try self.store.setValue(welcome.token, for: "token") }
+                return welcome
+            case .error(let error):
+                // A stored token that stopped working: forget it, so the next attempt logs in with the password.
+                if storedToken != nil,
+                    [ErrorCodes.tokenExpired, ErrorCodes.tokenRevoked, ErrorCodes.authFailed].contains(error.code)
+                {
+                    try self.store.setValue(nil, for: "token")
+                }
+                throw CourierClientError(code: error.code, message: error.message)
+            default:
+                continue
+            }
+        }
+        throw CourierClientError(code: "not-connected", message: "the server closed the connection before welcoming")
+    }
+
+    /// Sends every outbox message not yet sent on this connection, in order, and waits for more.
+    private func sendOutbox(on link: Link) async throws {
+        while true {
+            let (dirty, stopped) = self.state.withLock { state in
+                defer { state.outboxDirty = false }
+                return (state.outboxDirty, state.stopped)
+            }
+            // Stopped: the connection is closing and the reader ends the session.
+            if stopped { return }
+            if dirty {
+                for entry in try self.store.outbox() where !link.wasSent(entry.id) {
+                    try await link.send(entry)
+                }
+                continue
+            }
+            await withTaskCancellationHandler {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    let now = self.state.withLock { state -> Bool in
+                        if state.outboxDirty || state.stopped { return true }
+                        state.outboxSignal = continuation
+                        return false
+                    }
+                    if now { continuation.resume() }
+                }
+            } onCancel: {
+                let signal = self.state.withLock { state in
+                    defer { state.outboxSignal = nil }
+                    return state.outboxSignal
+                }
+                signal?.resume()
+            }
+            try Task.checkCancellation()
+        }
+    }
+
+    /// Reads frames until the connection ends.
+    private func read(
+        _ iterator: inout NIOAsyncChannelInboundStream<NativeFrame>.AsyncIterator,
+        link: Link,
+        user: String
+    ) async throws {
+        while let frame = try await iterator.next() {
+            switch frame.kind {
+            case .ping:
+                try await link.write(frame: .pong(frame.pingData ?? 0))
+            case .goaway:
+                return
+            case .message:
+                let envelope = try frame.envelope(as: ServerEnvelope.self)
+                try await self.handle(envelope, link: link, user: user)
+            default:
+                continue
+            }
+        }
+    }
+
+    private func handle(_ envelope: ServerEnvelope, link: Link, user: String) async throws {
+        switch link.route(envelope) {
+        case .request?:
+            return
+        case .send(let id)?:
+            try self.handleSendAnswer(envelope, id: id, link: link, user: user)
+            return
+        case nil:
+            break
+        }
+        switch envelope.body {
+        case .events(let events):
+            try await self.handle(events, link: link)
+        case .typing(let notice):
+            self.emit(
+                .typing(conversation: Conversation(notice.conversation), user: notice.user, typing: notice.typing)
+            )
+        case .presence(let notice):
+            self.emit(
+                .presence(
+                    user: notice.user,
+                    online: notice.online,
+                    lastSeen: notice.lastSeenMs > 0
+                        ? Date(timeIntervalSince1970: Double(notice.lastSeenMs) / 1000) : nil
+                )
+            )
+        case .error(let error):
+            self.logger.notice(
+                "the server reported an error",
+                metadata: ["code": "\(error.code)", "reason": "\(error.message)"]
+            )
+        default:
+            break
+        }
+    }
+
+    /// Codes after which resending the same message later can succeed.
+    static let retryableCodes: Set<String> = [ErrorCodes.storageFailed, ErrorCodes.internalError]
+
+    private func handleSendAnswer(_ envelope: ServerEnvelope, id: String, link: Link, user: String) throws {
+        switch envelope.body {
+        case .sendAck(let ack):
+            let conversation = Conversation(ack.conversation)
+            let time = Date(timeIntervalSince1970: Double(ack.timeMs) / 1000)
+            try self.store.acknowledged(id: id, conversation: conversation, seq: ack.seq, time: time, from: user)
+            self.emit(.sent(id: id, conversation: conversation, seq: ack.seq, time: time))
+        case .error(let error) where Self.retryableCodes.contains(error.code):
+            let delay = Duration.milliseconds(Int64(max(error.retryAfterMs, 100)))
+            Task {
+                try? await Task.sleep(for: delay)
+                link.forget(id)
+                self.outboxChanged()
+            }
+        case .error(let error):
+            try self.store.remove(id: id)
+            self.emit(.sendFailed(id: id, code: error.code, message: error.message))
+        default:
+            break
+        }
+    }
+
+    /// Stores a page of events, then acknowledges it.
+    private func handle(_ events: Courier_V1_Events, link: Link) async throws {
+        if let last = events.events.last {
+            var messages: [ChatMessage] = []
+            var recalls: [(Conversation, UInt64)] = []
+            var others: [ClientEvent] = []
+            for event in events.events {
+                switch event.kind {
+                case .message(let message)?:
+                    messages.append(ChatMessage(message))
+                case .recall(let recall)?:
+                    let conversation = Conversation(recall.conversation)
+                    recalls.append((conversation, recall.seq))
+                    others.append(.recalled(conversation: conversation, seq: recall.seq, id: recall.id, by: recall.by))
+                case .receipt(let receipt)?:
+                    others.append(
+                        .receipt(
+                            conversation: Conversation(receipt.conversation),
+                            user: receipt.user,
+                            read: receipt.kind == .read,
+                            upToSeq: receipt.upToSeq
+                        )
+                    )
+                case .membership(let change)?:
+                    others.append(.membership(group: change.group, user: change.user, joined: change.change == .joined))
+                case nil:
+                    break
+                }
+            }
+            // Durably stored first, then acknowledged: an event is never acked before it is on this disk.
+            let new = try self.store.store(messages, recalls: recalls, cursor: last.cursor)
+            for message in new { self.emit(.message(message)) }
+            for event in others { self.emit(event) }
+            var ack = ClientEnvelope()
+            ack.ack.cursor = last.cursor
+            try await link.write(ack)
+        }
+        if events.caughtUp { self.emit(.caughtUp) }
+    }
+}

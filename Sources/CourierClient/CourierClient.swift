@@ -1,0 +1,245 @@
+import CourierProtocol
+import CourierWire
+public import Foundation
+public import Logging
+import NIOCore
+import NIOPosix
+import Synchronization
+
+/// A Courier client: connects to a server's native port, keeps a local SQLite outbox and message store, and
+/// reconnects with a jittered backoff until stopped.
+///
+/// Call ``run()`` (or run it as a ServiceLifecycle service) and read ``events``. ``send(_:to:id:)`` writes a
+/// message to the outbox first: it is sent whenever the client is connected, resent with the same id after a
+/// reconnect or a restart of the process until the server acknowledges it, and the server never stores it twice.
+/// Received messages are stored once each, by conversation and sequence number, before they are acknowledged.
+public final class CourierClient: Sendable {
+    /// Settings of a client.
+    public struct Configuration: Sendable {
+        public enum Credentials: Sendable {
+            case password(user: String, password: String)
+            case token(String)
+        }
+
+        public var host: String
+        public var port: Int
+        /// How to log in the first time; afterwards the client uses the token it stored.
+        public var credentials: Credentials
+        /// Where the local database lives (created if missing).
+        public var storePath: String
+        public var deviceName: String = "courier-client"
+        /// Whether to receive typing and presence notices.
+        public var ephemeral: Bool = false
+        /// The first reconnect delay; each failure doubles it up to `maxBackoff`, and each delay is drawn at
+        /// random between zero and it (full jitter).
+        public var minBackoff: Duration = .milliseconds(100)
+        public var maxBackoff: Duration = .seconds(10)
+        /// How long a connection attempt may take.
+        public var connectTimeout: Duration = .seconds(5)
+
+        public init(host: String = "127.0.0.1", port: Int = 6970, credentials: Credentials, storePath: String) {
+            self.host = host
+            self.port = port
+            self.credentials = credentials
+            self.storePath = storePath
+        }
+    }
+
+    /// What happens, in order. Single consumer.
+    public let events: AsyncStream<ClientEvent>
+    private let eventSink: AsyncStream<ClientEvent>.Continuation
+    let configuration: Configuration
+    let store: ClientStore
+    let logger: Logger
+    let state = Mutex(State())
+
+    struct State {
+        var link: Link?
+        var stopped = false
+        var user: String?
+        var outboxSignal: CheckedContinuation<Void, Never>?
+        var outboxDirty = false
+        var stopSignal: CheckedContinuation<Void, Never>?
+    }
+
+    /// Opens the local store.
+    ///
+    /// - Throws: if the local database cannot be opened.
+    public init(configuration: Configuration, logger: Logger = Logger(label: "courier.client")) throws {
+        self.configuration = configuration
+        self.logger = logger
+        self.store = try ClientStore(path: configuration.storePath)
+        (self.events, self.eventSink) = AsyncStream.makeStream(of: ClientEvent.self)
+    }
+
+    func emit(_ event: ClientEvent) {
+        self.eventSink.yield(event)
+    }
+
+    func finishEvents() {
+        self.eventSink.finish()
+    }
+
+    // MARK: The public calls
+
+    /// Writes a text to the outbox and returns its id; ``ClientEvent/sent(id:conversation:seq:time:)`` follows
+    /// once the server has committed it.
+    ///
+    /// - Parameters:
+    ///   - text: The text.
+    ///   - conversation: Where to.
+    ///   - id: The message id (at most 128 bytes); by default a new UUID.
+    @discardableResult
+    public func send(_ text: String, to conversation: Conversation, id: String = UUID().uuidString) throws -> String {
+        try self.store.enqueue(.init(id: id, conversation: conversation, text: text))
+        self.outboxChanged()
+        return id
+    }
+
+    /// Writes many texts to the outbox in one local transaction, in order, and returns their ids.
+    @discardableResult
+    public func send(contentsOf messages: [(text: String, conversation: Conversation)]) throws -> [String] {
+        let entries = messages.map {
+            ClientStore.OutboxEntry(id: UUID().uuidString, conversation: $0.conversation, text: $0.text)
+        }
+        try self.store.enqueue(entries)
+        self.outboxChanged()
+        return entries.map(\.id)
+    }
+
+    /// The messages not yet acknowledged by the server, oldest first.
+    public func pendingMessageIDs() throws -> [String] {
+        try self.store.outbox().map(\.id)
+    }
+
+    /// The messages of a conversation stored on this device, oldest first.
+    public func storedMessages(in conversation: Conversation) throws -> [ChatMessage] {
+        try self.store.messages(in: conversation)
+    }
+
+    /// A page of a conversation's history from the server, newest first.
+    public func history(
+        of conversation: Conversation,
+        beforeSeq: UInt64 = 0,
+        limit: Int = 50
+    ) async throws -> (
+        messages: [ChatMessage], more: Bool
+    ) {
+        var envelope = ClientEnvelope()
+        envelope.history.conversation = Courier_V1_Conversation(conversation)
+        envelope.history.beforeSeq = beforeSeq
+        envelope.history.limit = UInt32(clamping: limit)
+        let answer = try await self.request(envelope)
+        guard case .history(let page)? = answer.body else { throw Self.unexpected(answer) }
+        return (page.messages.map(ChatMessage.init), page.more)
+    }
+
+    /// Unread counts of every conversation.
+    public func unreadCounts() async throws -> [UnreadCount] {
+        var envelope = ClientEnvelope()
+        envelope.unread = .init()
+        let answer = try await self.request(envelope)
+        guard case .unread(let counts)? = answer.body else { throw Self.unexpected(answer) }
+        return counts.entries.map {
+            UnreadCount(conversation: Conversation($0.conversation), unread: $0.unread, lastSeq: $0.lastSeq)
+        }
+    }
+
+    /// Marks a conversation read up to a sequence number.
+    public func markRead(_ conversation: Conversation, upToSeq: UInt64) async throws {
+        var envelope = ClientEnvelope()
+        envelope.markRead.conversation = Courier_V1_Conversation(conversation)
+        envelope.markRead.upToSeq = upToSeq
+        try Self.expectDone(try await self.request(envelope))
+    }
+
+    /// Tells the conversation's connected members that this user is (or stopped) typing.
+    public func setTyping(_ typing: Bool, in conversation: Conversation) async throws {
+        var envelope = ClientEnvelope()
+        envelope.typing.conversation = Courier_V1_Conversation(conversation)
+        envelope.typing.typing = typing
+        try Self.expectDone(try await self.request(envelope))
+    }
+
+    /// Recalls a message this user sent, within the server's recall window.
+    public func recall(id: String, in conversation: Conversation) async throws {
+        var envelope = ClientEnvelope()
+        envelope.recall.conversation = Courier_V1_Conversation(conversation)
+        envelope.recall.id = id
+        try Self.expectDone(try await self.request(envelope))
+    }
+
+    /// Stops ``run()``: the connection closes and it returns.
+    public func stop() {
+        let (link, signals) = self.state.withLock { state in
+            state.stopped = true
+            defer {
+                state.outboxSignal = nil
+                state.stopSignal = nil
+            }
+            return (state.link, [state.outboxSignal, state.stopSignal])
+        }
+        for signal in signals { signal?.resume() }
+        link?.close()
+    }
+
+    static func expectDone(_ answer: ServerEnvelope) throws {
+        guard case .done? = answer.body else { throw Self.unexpected(answer) }
+    }
+
+    static func unexpected(_ answer: ServerEnvelope) -> CourierClientError {
+        if case .error(let error)? = answer.body {
+            return CourierClientError(code: error.code, message: error.message)
+        }
+        return CourierClientError(code: "invalid-response", message: "unexpected answer \(answer)")
+    }
+
+    /// Sends a request on the current connection and waits for its answer.
+    func request(_ envelope: ClientEnvelope) async throws -> ServerEnvelope {
+        guard let link = self.state.withLock({ $0.link }) else { throw CourierClientError.notConnected }
+        return try await link.request(envelope)
+    }
+
+    func outboxChanged() {
+        let signal = self.state.withLock { state in
+            state.outboxDirty = true
+            defer { state.outboxSignal = nil }
+            return state.outboxSignal
+        }
+        signal?.resume()
+    }
+}
+
+extension Conversation {
+    init(_ conversation: Courier_V1_Conversation) {
+        switch conversation.peer {
+        case .group(let name)?: self = .group(name)
+        case .user(let name)?: self = .user(name)
+        case nil: self = .user("")
+        }
+    }
+}
+
+extension Courier_V1_Conversation {
+    init(_ conversation: Conversation) {
+        self.init()
+        switch conversation {
+        case .user(let name): self.user = name
+        case .group(let name): self.group = name
+        }
+    }
+}
+
+extension ChatMessage {
+    init(_ message: Courier_V1_Message) {
+        self.init(
+            id: message.id,
+            from: message.from,
+            conversation: Conversation(message.conversation),
+            seq: message.seq,
+            time: Date(timeIntervalSince1970: Double(message.timeMs) / 1000),
+            text: message.body.text,
+            recalled: message.recalled
+        )
+    }
+}

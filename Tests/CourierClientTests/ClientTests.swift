@@ -1,0 +1,205 @@
+import CourierClient
+import CourierServer
+import CourierStore
+import CourierTesting
+import Foundation
+import Synchronization
+import Testing
+
+/// Reads a client's events until one matches, with a deadline. A task drains the client's stream into an inbox,
+/// so a read that times out leaves the stream intact.
+final class EventReader: Sendable {
+    private let inbox = FrameInbox<ClientEvent>()
+    private let seen = Mutex<[ClientEvent]>([])
+
+    init(_ client: CourierClient) {
+        let inbox = self.inbox
+        Task {
+            for await event in client.events { inbox.append(event) }
+            inbox.close()
+        }
+    }
+
+    func next<T: Sendable>(
+        _ what: String,
+        timeout: Duration = .seconds(15),
+        _ match: @Sendable (ClientEvent) -> T?
+    ) async throws -> T {
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let left = deadline - .now
+            guard left > .zero, let event = try? await self.inbox.next(timeout: left) else {
+                throw TestClientTimeout(
+                    description: "no \(what) within \(timeout); saw \(self.seen.withLock { $0.suffix(20) })"
+                )
+            }
+            self.seen.withLock { $0.append(event) }
+            if let value = match(event) { return value }
+        }
+    }
+}
+
+@Suite("The client SDK against a real server", .serialized)
+struct ClientTests {
+    static func client(
+        _ fixture: ServerFixture,
+        _ user: String,
+        folder: URL,
+        device: String = "sdk"
+    ) throws -> CourierClient {
+        var configuration = CourierClient.Configuration(
+            port: fixture.ports.native,
+            credentials: .password(user: user, password: "pw-" + user),
+            storePath: folder.appendingPathComponent("\(user)-\(device).sqlite").path
+        )
+        configuration.deviceName = device
+        configuration.minBackoff = .milliseconds(20)
+        configuration.maxBackoff = .milliseconds(500)
+        return try CourierClient(configuration: configuration)
+    }
+
+    @Test("two clients chat; messages are stored once on each side; unread, read and history work")
+    func chat() async throws {
+        try await withTemporaryDirectory { folder in
+            try await ServerFixture.with { fixture in
+                try await fixture.user("alice")
+                try await fixture.user("bob")
+                let alice = try Self.client(fixture, "alice", folder: folder)
+                let bob = try Self.client(fixture, "bob", folder: folder)
+                let aliceEvents = EventReader(alice)
+                let bobEvents = EventReader(bob)
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask { await alice.run() }
+                    group.addTask { await bob.run() }
+                    _ = try await bobEvents.next("bob caught up") { $0 == .caughtUp ? true : nil }
+                    _ = try await aliceEvents.next("alice caught up") { $0 == .caughtUp ? true : nil }
+
+                    let id = try alice.send("hello bob", to: .user("bob"))
+                    let seq = try await aliceEvents.next("the ack") { event -> UInt64? in
+                        if case .sent(id, .user("bob"), let seq, _) = event { seq } else { nil }
+                    }
+                    #expect(seq == 1)
+                    let received = try await bobEvents.next("the message") { event -> ChatMessage? in
+                        if case .message(let message) = event { message } else { nil }
+                    }
+                    #expect(
+                        received.text == "hello bob" && received.from == "alice"
+                            && received.conversation == .user("alice")
+                    )
+                    #expect(try bob.storedMessages(in: .user("alice")).map(\.text) == ["hello bob"])
+                    #expect(try alice.storedMessages(in: .user("bob")).map(\.id) == [id])
+                    #expect(try alice.pendingMessageIDs().isEmpty)
+
+                    #expect(try await bob.unreadCounts().map(\.unread) == [1])
+                    try await bob.markRead(.user("alice"), upToSeq: 1)
+                    _ = try await aliceEvents.next("a read receipt") { event -> Bool? in
+                        if case .receipt(.user("bob"), "bob", true, 1) = event { true } else { nil }
+                    }
+                    #expect(try await bob.unreadCounts().map(\.unread) == [0])
+                    let page = try await bob.history(of: .user("alice"))
+                    #expect(page.messages.map(\.text) == ["hello bob"] && !page.more)
+
+                    let refused = try alice.send("to nobody", to: .user("nobody"))
+                    let failure = try await aliceEvents.next("the refusal") { event -> String? in
+                        if case .sendFailed(refused, let code, _) = event { code } else { nil }
+                    }
+                    #expect(failure == "unknown-user")
+                    #expect(try alice.pendingMessageIDs().isEmpty)
+                    alice.stop()
+                    bob.stop()
+                    try await group.waitForAll()
+                }
+            }
+        }
+    }
+
+    @Test("the outbox survives a restart of the client process and is resent with the same id, stored once")
+    func outboxSurvivesRestart() async throws {
+        try await withTemporaryDirectory { folder in
+            try await ServerFixture.with { fixture in
+                try await fixture.user("alice")
+                try await fixture.user("bob")
+                // Written while the client is not running: nothing is sent.
+                let offline = try Self.client(fixture, "alice", folder: folder)
+                let ids = try (1...5).map { try offline.send("queued \($0)", to: .user("bob")) }
+                #expect(try offline.pendingMessageIDs() == ids)
+
+                // A new client object on the same file, as after a restart of the app.
+                let restarted = try Self.client(fixture, "alice", folder: folder)
+                #expect(try restarted.pendingMessageIDs() == ids)
+                let events = EventReader(restarted)
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask { await restarted.run() }
+                    var acked: [String] = []
+                    while acked.count < 5 {
+                        acked.append(
+                            try await events.next("acks") { event -> String? in
+                                if case .sent(let id, _, _, _) = event { id } else { nil }
+                            }
+                        )
+                    }
+                    #expect(acked == ids)
+                    restarted.stop()
+                    try await group.waitForAll()
+                }
+                #expect(try restarted.pendingMessageIDs().isEmpty)
+                let bob = try #require(try await fixture.store.user(named: "bob")).id
+                let page = try await fixture.store.history(for: bob, in: .user("alice"), beforeSeq: 0, limit: 50)
+                #expect(page.messages.map(\.id) == ids.reversed())
+            }
+        }
+    }
+
+    @Test("a client reconnects after the server restarts and syncs what it missed")
+    func reconnectsAndResyncs() async throws {
+        try await withTemporaryDirectory { folder in
+            let data = folder.appendingPathComponent("server-data")
+            let port = try await FreePort.pick()
+            var configuration = CourierClient.Configuration(
+                port: port,
+                credentials: .password(user: "bob", password: "pw-bob"),
+                storePath: folder.appendingPathComponent("bob.sqlite").path
+            )
+            configuration.minBackoff = .milliseconds(20)
+            configuration.maxBackoff = .milliseconds(200)
+            let bob = try CourierClient(configuration: configuration)
+            let events = EventReader(bob)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                // The client retries until a server answers.
+                group.addTask { await bob.run() }
+                // The first life of the server: accounts, and bob's client catches up.
+                try await ServerFixture.with(folder: data) { fixture in
+                    try await fixture.user("alice")
+                    try await fixture.user("bob")
+                    _ = try await events.next("caught up") { $0 == .caughtUp ? true : nil }
+                } configure: {
+                    $0.nativePort = port
+                }
+                _ = try await events.next("the disconnect") { event -> Bool? in
+                    if case .disconnected = event { true } else { nil }
+                }
+                // While the server is down, a message reaches the data folder (as another server would write it).
+                let store = try SQLiteStore(folder: data, logger: .init(label: "test"))
+                let alice = try #require(try await store.user(named: "alice")).id
+                // The body is a serialized courier.v1.Body with text "hi".
+                let body: [UInt8] = [0x0A, 0x02, 0x68, 0x69]
+                _ = try await store.apply(
+                    [.send(.init(sender: alice, id: "while-down", to: .user("bob"), body: body))],
+                    nowMs: 1
+                )
+                try store.close()
+                // The second life on the same data and port: the client reconnects by itself and syncs.
+                try await ServerFixture.with(folder: data) { _ in
+                    let message = try await events.next("the missed message") { event -> ChatMessage? in
+                        if case .message(let message) = event { message } else { nil }
+                    }
+                    #expect(message.id == "while-down" && message.text == "hi" && message.from == "alice")
+                    bob.stop()
+                } configure: {
+                    $0.nativePort = port
+                }
+                try await group.waitForAll()
+            }
+        }
+    }
+}
