@@ -33,28 +33,13 @@ extension CourierClient {
         return .nanoseconds(Int64.random(in: 0...max(1, nanoseconds)))
     }
 
-    /// Sleeps, or returns early when stopped.
+    /// Sleeps, or returns early (within 50 ms) when stopped.
     private func pause(_ delay: Duration) async {
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { try? await Task.sleep(for: delay) }
-            group.addTask {
-                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                    let stopped = self.state.withLock { state -> Bool in
-                        if state.stopped { return true }
-                        state.stopSignal = continuation
-                        return false
-                    }
-                    if stopped { continuation.resume() }
-                }
-            }
-            await group.next()
-            group.cancelAll()
-            // Wake the stop waiter if the sleep won, so the group can finish.
-            let signal = self.state.withLock { state in
-                defer { state.stopSignal = nil }
-                return state.stopSignal
-            }
-            signal?.resume()
+        let deadline = ContinuousClock.now + delay
+        while !self.state.withLock({ $0.stopped }) {
+            let left = deadline - .now
+            guard left > .zero else { return }
+            try? await Task.sleep(for: min(left, .milliseconds(50)))
         }
     }
 

@@ -59,7 +59,6 @@ public final class CourierClient: Sendable {
         var user: String?
         var outboxSignal: CheckedContinuation<Void, Never>?
         var outboxDirty = false
-        var stopSignal: CheckedContinuation<Void, Never>?
     }
 
     /// Opens the local store.
@@ -173,11 +172,8 @@ public final class CourierClient: Sendable {
     public func stop() {
         let (link, signals) = self.state.withLock { state in
             state.stopped = true
-            defer {
-                state.outboxSignal = nil
-                state.stopSignal = nil
-            }
-            return (state.link, [state.outboxSignal, state.stopSignal])
+            defer { state.outboxSignal = nil }
+            return (state.link, [state.outboxSignal])
         }
         for signal in signals { signal?.resume() }
         link?.close()

@@ -52,7 +52,10 @@ public struct ServerConfiguration: Sendable {
         /// buffer high-water mark). Together with one events page this bounds a connection's memory.
         public var outboundBufferBytes: Int = 256 * 1024
         /// Events per `Events` envelope when syncing or delivering.
-        public var eventsPerPage: Int = 256
+        public var eventsPerPage: Int = 64
+        /// The most text bytes in one `Events` envelope; a page of large texts goes out in several. Keep it well
+        /// under the native frame limit (1 MiB).
+        public var maxEventsBytes: Int = 256 * 1024
         /// The most messages one history page returns.
         public var maxHistoryPage: Int = 200
         /// Failed logins per user name within `loginWindow` before more are refused with `throttled`.

@@ -46,13 +46,21 @@ public final class ServerProcess: @unchecked Sendable {
     public let log: URL
 
     /// Starts `courier serve` and waits until its native port accepts connections.
-    public static func start(data: URL, native: Int, compat: Int, http: Int, log: URL) async throws -> ServerProcess {
+    public static func start(
+        data: URL,
+        native: Int,
+        compat: Int,
+        http: Int,
+        log: URL,
+        arguments extra: [String] = []
+    ) async throws -> ServerProcess {
         let process = Process()
         process.executableURL = CourierExecutable.url
-        process.arguments = [
-            "serve", "--data", data.path, "--port", String(native), "--compat-port", String(compat),
-            "--http-port", String(http),
-        ]
+        process.arguments =
+            [
+                "serve", "--data", data.path, "--port", String(native), "--compat-port", String(compat),
+                "--http-port", String(http),
+            ] + extra
         if !FileManager.default.fileExists(atPath: log.path) {
             _ = FileManager.default.createFile(atPath: log.path, contents: nil)
         }
@@ -78,6 +86,16 @@ public final class ServerProcess: @unchecked Sendable {
     private init(process: Process, log: URL) {
         self.process = process
         self.log = log
+    }
+
+    /// The process's resident memory, in bytes (Linux: VmRSS in /proc).
+    public var residentBytes: Int? {
+        guard
+            let status = try? String(contentsOfFile: "/proc/\(self.process.processIdentifier)/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+            let kilobytes = Int(line.split(separator: " ").dropFirst().first ?? "")
+        else { return nil }
+        return kilobytes * 1024
     }
 
     /// SIGKILL: no chance to finish anything.

@@ -123,6 +123,19 @@ public actor NativeTestClient {
         }
     }
 
+    /// Stops reading from the socket (as a client that hangs would): the server's writes back up.
+    public func stopReading() async throws {
+        try await self.channel.setOption(ChannelOptions.autoRead, value: false).get()
+    }
+
+    /// Reads from the socket again.
+    public func resumeReading() async throws {
+        try await self.channel.setOption(ChannelOptions.autoRead, value: true).get()
+    }
+
+    /// Whether the connection is still open.
+    public var isActive: Bool { self.channel.isActive }
+
     /// Closes the connection.
     public func close() async {
         try? await self.channel.close().get()

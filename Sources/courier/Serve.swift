@@ -13,7 +13,8 @@ struct Serve: AsyncParsableCommand {
             ./courier-data (courier.sqlite, in WAL mode with synchronous=FULL: an acknowledged message survives a \
             crash of the process or the machine). Every flag has an environment variable; the flag wins. SIGTERM \
             or SIGINT stops the server gracefully: no new connections, writes in flight are committed and \
-            acknowledged, then the connections close.
+            acknowledged, then the connections close. At start the server raises its open-file limit to the hard \
+            limit, and a crash leaves its backtrace in <data>/crashes/ (unless SWIFT_BACKTRACE is already set).
             """
     )
 
@@ -30,6 +31,9 @@ struct Serve: AsyncParsableCommand {
     var httpPort: Int?
 
     @OptionGroup var data: DataOptions
+
+    @Option(name: .customLong("limit"), help: ArgumentHelp(LimitOption.help, valueName: "name=value"))
+    var limits: [String] = []
 
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical (default: info).")
     var logLevel: String = "info"
@@ -50,12 +54,19 @@ struct Serve: AsyncParsableCommand {
         configuration.compatPort = try port(self.compatPort, "COURIER_COMPAT_PORT") ?? configuration.compatPort
         configuration.httpPort = try port(self.httpPort, "COURIER_HTTP_PORT") ?? configuration.httpPort
         configuration.dataFolder = self.data.folder
+        try LimitOption.apply(self.limits, to: &configuration)
 
         guard let level = Logger.Level(rawValue: self.logLevel) else {
             throw ValidationError("unknown log level \(self.logLevel)")
         }
+        // A crash leaves its backtrace in <data>/crashes/ (this re-executes the program once to set that up).
+        ProcessSetup.enableCrashReports(in: configuration.dataFolder.appendingPathComponent("crashes"))
+        let files = ProcessSetup.raiseOpenFileLimit()
         var logger = Logger(label: "courier")
         logger.logLevel = level
+        if let files {
+            logger.info("open-file limit", metadata: ["before": "\(files.before)", "now": "\(files.after)"])
+        }
         let server: CourierServer
         do {
             server = try CourierServer(configuration: configuration, version: CourierVersion.current, logger: logger)

@@ -13,6 +13,7 @@ struct CrashRecoveryTests {
         let acked = Mutex<[String: UInt64]>([:])
         let received = Mutex<[String: Int]>([:])
         let failures = Mutex<[String]>([])
+        let caughtUp = Mutex(false)
     }
 
     @Test("after SIGKILLs at seeded random moments every acknowledged message is stored and delivered exactly once")
@@ -55,7 +56,6 @@ struct CrashRecoveryTests {
 
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for (client, tally) in zip(clients, tallies) {
-                    group.addTask { await client.run() }
                     group.addTask {
                         for await event in client.events {
                             switch event {
@@ -63,11 +63,25 @@ struct CrashRecoveryTests {
                             case .message(let message): tally.received.withLock { $0[message.id, default: 0] += 1 }
                             case .sendFailed(let id, let code, _):
                                 tally.failures.withLock { $0.append("\(id): \(code)") }
+                            case .caughtUp:
+                                tally.caughtUp.withLock { $0 = true }
                             default: break
                             }
                         }
                     }
                 }
+                // bob first: a device made by a login starts at the present, so bob must exist as a device before
+                // the first message to him is committed (older ones are history, not sync).
+                group.addTask { await clients[1].run() }
+                let caughtUpBy = ContinuousClock.now + .seconds(30)
+                while !tallies[1].caughtUp.withLock({ $0 }) {
+                    guard ContinuousClock.now < caughtUpBy else {
+                        throw TestClientTimeout(description: "bob never caught up")
+                    }
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+                group.addTask { await clients[0].run() }
+                group.addTask { await clients[2].run() }
                 // Three SIGKILLs, each after a seeded number of acknowledgements, then a restart on the same data.
                 let total = 2 * perSender
                 var marks = (0..<3).map { _ in Int.random(in: 100..<(total - 500), using: &random) }.sorted()

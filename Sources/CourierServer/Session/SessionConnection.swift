@@ -477,24 +477,35 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                     while sent < upTo {
                         let events = try await self.context.store.events(for: user.id, after: sent, limit: pageSize)
                         guard let last = events.last else { break }
-                        var envelope = ServerEnvelope()
                         // The device that sent a message has its acknowledgement; it does not get it again.
-                        envelope.events.events = events.compactMap { event in
+                        let outgoing = events.compactMap { event -> Courier_V1_Event? in
                             if case .message(let message) = event.kind, message.fromDevice == handle.device {
                                 return nil
                             }
                             return Courier_V1_Event(event)
                         }
-                        if !caughtUp, last.cursor >= latest {
-                            envelope.events.caughtUp = true
-                            caughtUp = true
+                        let reachesLatest = !caughtUp && last.cursor >= latest
+                        if reachesLatest { caughtUp = true }
+                        // Envelopes of at most maxEventsBytes each, so that a page of large texts never makes a
+                        // frame over the native limit.
+                        var envelopes: [ServerEnvelope] = []
+                        var current = ServerEnvelope()
+                        var bytes = 0
+                        for event in outgoing {
+                            let size = event.message.body.text.utf8.count + 128
+                            if bytes > 0, bytes + size > self.context.configuration.limits.maxEventsBytes {
+                                envelopes.append(current)
+                                current = ServerEnvelope()
+                                bytes = 0
+                            }
+                            current.events.events.append(event)
+                            bytes += size
                         }
-                        guard !envelope.events.events.isEmpty || envelope.events.caughtUp else {
-                            sent = last.cursor
-                            handle.delivered(upTo: sent)
-                            continue
+                        current.events.caughtUp = reachesLatest
+                        if !current.events.events.isEmpty || reachesLatest { envelopes.append(current) }
+                        for envelope in envelopes {
+                            try await session.write(envelope, transport: self.transport, to: outbound)
                         }
-                        try await session.write(envelope, transport: self.transport, to: outbound)
                         self.context.metrics.eventsOut.increment(by: events.count)
                         sent = last.cursor
                         handle.delivered(upTo: sent)

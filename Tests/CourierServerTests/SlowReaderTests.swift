@@ -1,0 +1,127 @@
+import CourierProtocol
+import CourierTesting
+import Foundation
+import Synchronization
+import Testing
+
+@Suite("A client that stops reading", .serialized)
+struct SlowReaderTests {
+    @Test("megabytes sent to a reader that stopped reading: the server's memory stays bounded; the reader syncs later")
+    func stoppedReader() async throws {
+        // 1,600 messages of 64 KiB are the 100 MB; the debug build moves about 8 such messages a second
+        // through protobuf and SQLite, so CI sends 200 (12.5 MB) and COURIER_SLOW_READER_MESSAGES=1600 runs the
+        // full size.
+        let messages = Int(ProcessInfo.processInfo.environment["COURIER_SLOW_READER_MESSAGES"] ?? "") ?? 200
+        let text = String(repeating: "x", count: 64 * 1024 - 64)
+        try await withTemporaryDirectory { folder in
+            let data = folder.appendingPathComponent("data")
+            for user in ["alice", "bob"] {
+                let (status, output) = try await CourierExecutable.run([
+                    "user", "add", user, "--password", "pw-" + user, "--data", data.path,
+                ])
+                #expect(status == 0, "\(output)")
+            }
+            let ports = (try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick())
+            let server = try await ServerProcess.start(
+                data: data,
+                native: ports.0,
+                compat: ports.1,
+                http: ports.2,
+                log: folder.appendingPathComponent("server.log"),
+                arguments: ["--limit", "slow-consumer-timeout=3s"]
+            )
+            let fixture = PortOnly(native: ports.0)
+            let (bob, welcome) = try await fixture.login("bob")
+            try await bob.stopReading()
+            let (alice, _) = try await fixture.login("alice")
+            try await Task.sleep(for: .milliseconds(200))
+            let baseline = try #require(server.residentBytes)
+
+            let peak = Mutex(baseline)
+            let sampling = Task {
+                while !Task.isCancelled {
+                    if let now = server.residentBytes { peak.withLock { $0 = max($0, now) } }
+                    try? await Task.sleep(for: .milliseconds(50))
+                }
+            }
+            // alice sends ~100 MB to bob, without waiting for each ack (the server applies backpressure).
+            let writer = Task {
+                for index in 0..<messages {
+                    var envelope = ClientEnvelope()
+                    envelope.requestID = UInt64(index + 1)
+                    envelope.send.id = "big-\(index)"
+                    envelope.send.to.user = "bob"
+                    envelope.send.body.text = text
+                    try await alice.send(envelope)
+                }
+            }
+            let started = ContinuousClock.now
+            var acked = 0
+            while acked < messages {
+                _ = try await alice.expect(timeout: .seconds(120), "acks") { $0.ack }
+                acked += 1
+            }
+            try await writer.value
+            sampling.cancel()
+            print("stoppedReader: \(messages) sends acknowledged in \(ContinuousClock.now - started)")
+            let growth = peak.withLock { $0 } - baseline
+            print(
+                "stoppedReader: \(messages) messages of 64 KiB; server RSS \(baseline >> 20) MiB → peak \(peak.withLock { $0 } >> 20) MiB (+\(growth >> 20) MiB)"
+            )
+            #expect(
+                growth < 64 << 20,
+                "the server grew by \(growth >> 20) MiB while 100 MB went to a client that reads nothing"
+            )
+
+            // The server gave up on bob (slow-consumer): reading again, he finds the connection closed after what
+            // the socket buffers held. He comes back with his token and syncs everything.
+            try await Task.sleep(for: .seconds(4))
+            try await bob.resumeReading()
+            _ = try await bob.expectClose(timeout: .seconds(60))
+            let log = try String(contentsOf: server.log, encoding: .utf8)
+            #expect(log.contains("code=slow-consumer"), "the server's log names the reason")
+            let (again, _) = try await fixture.resume(token: welcome.token)
+            var received = 0
+            var ids = Set<String>()
+            while received < messages {
+                let events = try await again.expect(timeout: .seconds(60), "events") {
+                    envelope -> [Courier_V1_Event]? in
+                    guard case .events(let events)? = envelope.body, !events.events.isEmpty else { return nil }
+                    return events.events
+                }
+                for event in events { if case .message(let message)? = event.kind { ids.insert(message.id) } }
+                received = ids.count
+                var ack = ClientEnvelope()
+                ack.ack.cursor = events.last!.cursor
+                try await again.send(ack)
+            }
+            #expect(ids == Set((0..<messages).map { "big-\($0)" }))
+            print("stoppedReader: synced in \(ContinuousClock.now - started)")
+            await again.close()
+            await alice.close()
+            #expect(await server.terminate() == 0)
+        }
+    }
+}
+
+/// Logs in to a server known only by its native port (a separate process).
+struct PortOnly {
+    var native: Int
+
+    func login(_ user: String) async throws -> (NativeTestClient, Courier_V1_Welcome) {
+        let client = try await NativeTestClient.connect(port: self.native)
+        var hello = ClientEnvelope()
+        hello.hello.password.user = user
+        hello.hello.password.password = "pw-" + user
+        try await client.send(hello)
+        return (client, try await client.expect("a welcome") { $0.welcome })
+    }
+
+    func resume(token: String) async throws -> (NativeTestClient, Courier_V1_Welcome) {
+        let client = try await NativeTestClient.connect(port: self.native)
+        var hello = ClientEnvelope()
+        hello.hello.token = token
+        try await client.send(hello)
+        return (client, try await client.expect("a welcome") { $0.welcome })
+    }
+}
