@@ -3,6 +3,7 @@ import CourierWire
 import Foundation
 import NIOCore
 import NIOPosix
+import NIOSSL
 
 extension CourierClient {
     /// Connects, syncs, sends the outbox and delivers events; reconnects with a jittered exponential backoff after
@@ -44,10 +45,17 @@ extension CourierClient {
     }
 
     private func session(onWelcome: () -> Void) async throws {
+        let tls = self.tls
+        let serverName = self.tlsServerName
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(.nanoseconds(Int64(self.configuration.connectTimeout.components.seconds) * 1_000_000_000))
             .connect(host: self.configuration.host, port: self.configuration.port) { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if let tls {
+                        try channel.pipeline.syncOperations.addHandler(
+                            NIOSSLClientHandler(context: tls, serverHostname: serverName)
+                        )
+                    }
                     try channel.pipeline.syncOperations.addHandler(NativePrefaceHandler())
                     try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(NativeFrameDecoder()))
                     try channel.pipeline.syncOperations.addHandler(MessageToByteHandler(NativeFrameEncoder()))
@@ -92,6 +100,13 @@ extension CourierClient {
                 try await self.read(&iterator, link: link, user: welcome.user)
             }
         }
+    }
+
+    /// The name to verify and send as SNI: none for an IP address (the certificate must then list the address).
+    private var tlsServerName: String? {
+        if let name = self.configuration.tlsServerName { return name }
+        let host = self.configuration.host
+        return (try? SocketAddress(ipAddress: host, port: 0)) == nil ? host : nil
     }
 
     /// Sends hello with the stored token (or the configured credentials) and waits for the welcome.

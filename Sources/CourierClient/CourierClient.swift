@@ -4,6 +4,7 @@ public import Foundation
 public import Logging
 import NIOCore
 import NIOPosix
+public import NIOSSL
 import Synchronization
 
 /// A Courier client: connects to a server's native port, keeps a local SQLite outbox and message store, and
@@ -36,6 +37,12 @@ public final class CourierClient: Sendable {
         public var maxBackoff: Duration = .seconds(10)
         /// How long a connection attempt may take.
         public var connectTimeout: Duration = .seconds(5)
+        /// TLS to the server, or nil (the default) for plain TCP. `TLSConfiguration.makeClientConfiguration()`
+        /// verifies the server's certificate against the system's roots; set `trustRoots` for a private CA.
+        public var tls: TLSConfiguration? = nil
+        /// The name the server's certificate must carry (and SNI sends). Nil: `host` when it is a name; when it is
+        /// an IP address, the certificate must list that address.
+        public var tlsServerName: String? = nil
 
         public init(host: String = "127.0.0.1", port: Int = 6970, credentials: Credentials, storePath: String) {
             self.host = host
@@ -51,6 +58,8 @@ public final class CourierClient: Sendable {
     let configuration: Configuration
     let store: ClientStore
     let logger: Logger
+    /// The TLS context, when configured: made once, as it holds the parsed trust roots.
+    let tls: NIOSSLContext?
     let state = Mutex(State())
 
     struct State {
@@ -63,10 +72,11 @@ public final class CourierClient: Sendable {
 
     /// Opens the local store.
     ///
-    /// - Throws: if the local database cannot be opened.
+    /// - Throws: if the local database cannot be opened, or `NIOSSLError` if the TLS configuration is unusable.
     public init(configuration: Configuration, logger: Logger = Logger(label: "courier.client")) throws {
         self.configuration = configuration
         self.logger = logger
+        self.tls = try configuration.tls.map { try NIOSSLContext(configuration: $0) }
         self.store = try ClientStore(path: configuration.storePath)
         (self.events, self.eventSink) = AsyncStream.makeStream(of: ClientEvent.self)
     }

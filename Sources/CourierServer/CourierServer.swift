@@ -4,6 +4,7 @@ import CourierWire
 public import Logging
 import NIOCore
 import NIOPosix
+import NIOSSL
 public import ServiceLifecycle
 import Synchronization
 
@@ -28,15 +29,19 @@ public final class CourierServer: Service, Sendable {
     private let hub = Hub()
     private let commits: CommitQueue
     private let metrics: ServerMetrics
+    /// The TLS context all ports share, when ``ServerConfiguration/tls`` is set.
+    private let tls: NIOSSLContext?
     private let bound = Mutex<(ports: Ports?, waiters: [CheckedContinuation<Ports, Never>])>((nil, []))
 
     /// Opens the data folder's store; the ports are bound by ``run()``.
     ///
-    /// - Throws: ``CourierStoreError`` with code `storage-failed` if the database cannot be opened.
+    /// - Throws: ``CourierStoreError`` with code `storage-failed` if the database cannot be opened;
+    ///   `NIOSSLError` if the TLS configuration is unusable (for example a key that does not match the certificate).
     public init(configuration: ServerConfiguration, version: String = "dev", logger: Logger) throws {
         self.configuration = configuration
         self.version = version
         self.logger = logger
+        self.tls = try configuration.tls.map { try NIOSSLContext(configuration: $0) }
         self.store = try SQLiteStore(
             folder: configuration.dataFolder,
             configuration: configuration.store,
@@ -77,6 +82,13 @@ public final class CourierServer: Service, Sendable {
             metrics: self.metrics,
             logger: self.logger
         )
+        let (httpPorts, httpRunning) = AsyncStream.makeStream(of: Int.self)
+        let http = try HTTPEndpoints.application(
+            configuration: self.configuration,
+            metrics: self.metrics,
+            version: self.version,
+            logger: self.logger
+        ) { port in httpRunning.yield(port) }
         let native = try await self.bindNative()
         let compat: NIOAsyncChannel<NIOAsyncChannel<CompatMessage, CompatFrame>, Never>
         do {
@@ -85,14 +97,6 @@ public final class CourierServer: Service, Sendable {
             try? await native.channel.close()
             throw error
         }
-        let (httpPorts, httpRunning) = AsyncStream.makeStream(of: Int.self)
-        let http = HTTPEndpoints.application(
-            configuration: self.configuration,
-            metrics: self.metrics,
-            version: self.version,
-            logger: self.logger
-        ) { port in httpRunning.yield(port) }
-
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.commits.run() }
             group.addTask { await self.watchChanges() }
@@ -156,43 +160,43 @@ public final class CourierServer: Service, Sendable {
     }
 
     private func bindNative() async throws -> NIOAsyncChannel<NIOAsyncChannel<NativeFrame, NativeFrame>, Never> {
-        let limits = self.configuration.limits
-        return try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .serverChannelOption(.backlog, value: 256)
-            .childChannelOption(
-                .writeBufferWaterMark,
-                value: .init(low: limits.outboundBufferBytes / 2, high: limits.outboundBufferBytes)
+        let framing = NativeFraming.Configuration()
+        return try await self.bind(port: self.configuration.nativePort) { pipeline in
+            try pipeline.addHandler(NativePrefaceHandler())
+            try pipeline.addHandler(
+                ByteToMessageHandler(
+                    NativeFrameDecoder(configuration: framing),
+                    maximumBufferSize: framing.maxFramePayloadBytes + 2 * NativeFraming.frameHeaderLength
+                )
             )
-            .bind(host: self.configuration.host, port: self.configuration.nativePort) { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    let framing = NativeFraming.Configuration()
-                    try channel.pipeline.syncOperations.addHandler(NativePrefaceHandler())
-                    try channel.pipeline.syncOperations.addHandler(
-                        ByteToMessageHandler(
-                            NativeFrameDecoder(configuration: framing),
-                            maximumBufferSize: framing.maxFramePayloadBytes + 2 * NativeFraming.frameHeaderLength
-                        )
-                    )
-                    try channel.pipeline.syncOperations.addHandler(
-                        MessageToByteHandler(NativeFrameEncoder(configuration: framing))
-                    )
-                    return try NIOAsyncChannel<NativeFrame, NativeFrame>(
-                        wrappingChannelSynchronously: channel,
-                        configuration: .init(backPressureStrategy: .init(lowWatermark: 4, highWatermark: 32))
-                    )
-                }
-            }
+            try pipeline.addHandler(MessageToByteHandler(NativeFrameEncoder(configuration: framing)))
+        }
     }
 
     private func bindCompat() async throws -> NIOAsyncChannel<NIOAsyncChannel<CompatMessage, CompatFrame>, Never> {
-        let limits = self.configuration.limits
-        var configured = CompatFraming.Configuration(endMarker: self.configuration.compat.endMarker)
-        configured.maxHeaderBytes = self.configuration.compat.maxHeaderBytes
+        var framing = CompatFraming.Configuration(endMarker: self.configuration.compat.endMarker)
+        framing.maxHeaderBytes = self.configuration.compat.maxHeaderBytes
         // A compat packet carries one text or a small command: its payload is bounded by the text limit (a larger
         // `size` is refused from the header, before any payload is buffered).
-        configured.maxCollectedPayloadBytes = max(4096, limits.maxTextBytes)
-        let framing = configured
+        framing.maxCollectedPayloadBytes = max(4096, self.configuration.limits.maxTextBytes)
+        return try await self.bind(port: self.configuration.compatPort) { [framing] pipeline in
+            try pipeline.addHandler(
+                ByteToMessageHandler(
+                    CompatFrameDecoder(configuration: framing),
+                    maximumBufferSize: framing.maxHeaderBytes + framing.maxCollectedPayloadBytes + 1024
+                )
+            )
+            try pipeline.addHandler(MessageToByteHandler(CompatFrameEncoder(configuration: framing)))
+        }
+    }
+
+    /// Binds a listener whose connections get TLS (when configured), then the framing `handlers` add.
+    private func bind<Inbound: Sendable, Outbound: Sendable>(
+        port: Int,
+        handlers: @escaping @Sendable (ChannelPipeline.SynchronousOperations) throws -> Void
+    ) async throws -> NIOAsyncChannel<NIOAsyncChannel<Inbound, Outbound>, Never> {
+        let limits = self.configuration.limits
+        let tls = self.tls
         return try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelOption(.backlog, value: 256)
@@ -200,18 +204,13 @@ public final class CourierServer: Service, Sendable {
                 .writeBufferWaterMark,
                 value: .init(low: limits.outboundBufferBytes / 2, high: limits.outboundBufferBytes)
             )
-            .bind(host: self.configuration.host, port: self.configuration.compatPort) { channel in
+            .bind(host: self.configuration.host, port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(
-                        ByteToMessageHandler(
-                            CompatFrameDecoder(configuration: framing),
-                            maximumBufferSize: framing.maxHeaderBytes + framing.maxCollectedPayloadBytes + 1024
-                        )
-                    )
-                    try channel.pipeline.syncOperations.addHandler(
-                        MessageToByteHandler(CompatFrameEncoder(configuration: framing))
-                    )
-                    return try NIOAsyncChannel<CompatMessage, CompatFrame>(
+                    if let tls {
+                        try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls))
+                    }
+                    try handlers(channel.pipeline.syncOperations)
+                    return try NIOAsyncChannel<Inbound, Outbound>(
                         wrappingChannelSynchronously: channel,
                         configuration: .init(backPressureStrategy: .init(lowWatermark: 4, highWatermark: 32))
                     )

@@ -1,4 +1,5 @@
 import Hummingbird
+import HummingbirdTLS
 import Logging
 import NIOCore
 
@@ -10,7 +11,7 @@ enum HTTPEndpoints {
         version: String,
         logger: Logger,
         onRunning: @escaping @Sendable (Int) async -> Void
-    ) -> some ApplicationProtocol {
+    ) throws -> some ApplicationProtocol {
         let router = Router()
         router.get("/health") { _, _ -> Response in
             let body = "{\"status\":\"ok\",\"version\":\"\(version)\",\"connections\":\(metrics.openConnections)}\n"
@@ -29,6 +30,7 @@ enum HTTPEndpoints {
         }
         return Application(
             router: router,
+            server: try configuration.tls.map { try .tls(.http1(), tlsConfiguration: $0) } ?? .http1(),
             configuration: .init(
                 address: .hostname(configuration.host, port: configuration.httpPort),
                 serverName: "courier"

@@ -1,5 +1,6 @@
 public import CourierStore
 public import Foundation
+public import NIOSSL
 
 /// Everything `courier serve` can be told, with the defaults it runs with.
 public struct ServerConfiguration: Sendable {
@@ -13,6 +14,9 @@ public struct ServerConfiguration: Sendable {
     public var httpPort: Int = 6980
     /// The data folder: the database, and `crashes/`.
     public var dataFolder: URL = URL(fileURLWithPath: "courier-data", isDirectory: true)
+    /// TLS for all three ports, or nil (the default) for plain TCP. When set, every port speaks TLS only.
+    /// ``tls(certificateChainFile:privateKeyFile:)`` makes one from PEM files.
+    public var tls: TLSConfiguration? = nil
 
     /// The session limits, the same on both ports.
     public var limits: Limits = .init()
@@ -79,5 +83,39 @@ public struct ServerConfiguration: Sendable {
         public var maxHeaderBytes: Int = 16 * 1024
 
         public init() {}
+    }
+}
+
+extension ServerConfiguration {
+    /// A server TLS configuration (TLS 1.2 or later) from PEM files: the certificate chain (leaf first) and its
+    /// private key.
+    ///
+    /// - Throws: ``TLSFileError`` naming the file that cannot be read or parsed.
+    public static func tls(certificateChainFile: String, privateKeyFile: String) throws -> TLSConfiguration {
+        let chain: [NIOSSLCertificate]
+        do {
+            chain = try NIOSSLCertificate.fromPEMFile(certificateChainFile)
+        } catch {
+            throw TLSFileError(path: certificateChainFile, what: "certificate chain", underlying: "\(error)")
+        }
+        guard !chain.isEmpty else {
+            throw TLSFileError(path: certificateChainFile, what: "certificate chain", underlying: "no certificate")
+        }
+        let key: NIOSSLPrivateKey
+        do {
+            key = try NIOSSLPrivateKey(file: privateKeyFile, format: .pem)
+        } catch {
+            throw TLSFileError(path: privateKeyFile, what: "private key", underlying: "\(error)")
+        }
+        return .makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
+    }
+
+    /// A TLS certificate or key file that cannot be used.
+    public struct TLSFileError: Error, CustomStringConvertible {
+        public var path: String
+        public var what: String
+        public var underlying: String
+
+        public var description: String { "cannot use \(self.path) as the TLS \(self.what): \(self.underlying)" }
     }
 }

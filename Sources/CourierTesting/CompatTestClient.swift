@@ -1,6 +1,7 @@
 public import CourierWire
 public import NIOCore
 import NIOPosix
+public import NIOSSL
 
 /// A bare client of the compat port for tests: it writes packets exactly as given (pretty-printed headers, string
 /// sizes, cut into pieces) and reads the server's packets with a deadline.
@@ -9,13 +10,23 @@ public actor CompatTestClient {
     private let inbox: FrameInbox<CompatMessage>
     private var backlog: [CompatFrame] = []
 
-    /// Connects to a compat port on 127.0.0.1; `endMarker` must match the server's.
-    public static func connect(port: Int, endMarker: [UInt8]? = nil) async throws -> CompatTestClient {
+    /// Connects to a compat port on 127.0.0.1, over TLS when `tls` is given; `endMarker` must match the server's.
+    public static func connect(
+        port: Int,
+        endMarker: [UInt8]? = nil,
+        tls: TLSConfiguration? = nil
+    ) async throws -> CompatTestClient {
         let inbox = FrameInbox<CompatMessage>()
         let framing = CompatFraming.Configuration(endMarker: endMarker)
+        let context = try tls.map { try NIOSSLContext(configuration: $0) }
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if let context {
+                        try channel.pipeline.syncOperations.addHandler(
+                            NIOSSLClientHandler(context: context, serverHostname: nil)
+                        )
+                    }
                     try channel.pipeline.syncOperations.addHandler(
                         ByteToMessageHandler(CompatFrameDecoder(configuration: framing))
                     )

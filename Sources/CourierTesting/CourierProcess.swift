@@ -104,6 +104,18 @@ public final class ServerProcess: @unchecked Sendable {
         await self.waitForExit()
     }
 
+    /// Sends a signal and waits until the process has exited.
+    public func crash(with signal: Int32, timeout: Duration = .seconds(120)) async throws {
+        Foundation.kill(self.process.processIdentifier, signal)
+        let deadline = ContinuousClock.now + timeout
+        while self.process.isRunning {
+            guard ContinuousClock.now < deadline else {
+                throw TestClientTimeout(description: "still running \(timeout) after signal \(signal)")
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
     /// SIGTERM: a graceful shutdown; returns the exit status.
     @discardableResult
     public func terminate() async -> Int32 {

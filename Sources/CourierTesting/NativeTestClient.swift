@@ -2,6 +2,7 @@ public import CourierProtocol
 public import CourierWire
 public import NIOCore
 import NIOPosix
+public import NIOSSL
 import Synchronization
 
 /// A bare client of the native port for tests: it sends envelopes and raw bytes, and reads what the server sends,
@@ -23,12 +24,23 @@ public actor NativeTestClient {
     /// Envelopes read past while looking for another one, handed out by later reads first.
     private var backlog: [ServerEnvelope] = []
 
-    /// Connects to a native port on 127.0.0.1.
-    public static func connect(port: Int, host: String = "127.0.0.1") async throws -> NativeTestClient {
+    /// Connects to a native port on 127.0.0.1, over TLS when `tls` is given (the certificate must list the IP
+    /// address).
+    public static func connect(
+        port: Int,
+        host: String = "127.0.0.1",
+        tls: TLSConfiguration? = nil
+    ) async throws -> NativeTestClient {
         let inbox = FrameInbox<NativeFrame>()
+        let context = try tls.map { try NIOSSLContext(configuration: $0) }
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if let context {
+                        try channel.pipeline.syncOperations.addHandler(
+                            NIOSSLClientHandler(context: context, serverHostname: nil)
+                        )
+                    }
                     try channel.pipeline.syncOperations.addHandler(NativePrefaceHandler())
                     try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(NativeFrameDecoder()))
                     try channel.pipeline.syncOperations.addHandler(MessageToByteHandler(NativeFrameEncoder()))

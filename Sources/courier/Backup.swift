@@ -23,11 +23,7 @@ struct Backup: AsyncParsableCommand {
             throw CommandFailure(description: "cannot create \(self.out): \(error)")
         }
         let target = folder.appendingPathComponent(SQLiteStore.databaseFileName).path
-        do {
-            try options.openStore().backup(to: target)
-        } catch let error as CourierStoreError {
-            throw error.exit
-        }
+        try await options.withStore { try $0.backup(to: target) }
         print("backed up \(options.folder.path) to \(target)")
     }
 }

@@ -23,9 +23,15 @@ struct DataOptions: ParsableArguments {
         return URL(fileURLWithPath: path, isDirectory: true)
     }
 
-    /// Opens the data folder's store, as a second process beside a running server.
-    func openStore() throws -> SQLiteStore {
-        try SQLiteStore(folder: self.folder, logger: Logger(label: "courier.admin"))
+    /// Opens the data folder's store, as a second process beside a running server, and runs `body` on it. The
+    /// store's errors become one-line failures (`code: message`, exit status 1).
+    @discardableResult
+    func withStore<T>(_ body: (SQLiteStore) async throws -> T) async throws -> T {
+        do {
+            return try await body(try SQLiteStore(folder: self.folder, logger: Logger(label: "courier.admin")))
+        } catch let error as CourierStoreError {
+            throw CommandFailure(description: "\(error.code): \(error.message)")
+        }
     }
 }
 
@@ -53,9 +59,4 @@ func formatTime(_ ms: Int64?) -> String {
 /// A failed admin command: ArgumentParser prints "Error: " and the description, and exits with status 1.
 struct CommandFailure: Error, CustomStringConvertible {
     var description: String
-}
-
-extension CourierStoreError {
-    /// The error as the admin commands print it, without the usage text a ValidationError would add.
-    var exit: CommandFailure { CommandFailure(description: "\(self.code): \(self.message)") }
 }

@@ -23,15 +23,13 @@ struct GroupCommand: AsyncParsableCommand {
         @Option(help: "Other members, comma-separated: a,b,c.") var members: String = ""
 
         func run() async throws {
-            do {
-                try await options.openStore().createGroup(
+            try await options.withStore { store in
+                try await store.createGroup(
                     name: self.name,
                     owner: self.owner,
                     members: splitNames(self.members),
                     nowMs: nowMs()
                 )
-            } catch let error as CourierStoreError {
-                throw error.exit
             }
             print("created group \(self.name)")
         }
@@ -44,10 +42,8 @@ struct GroupCommand: AsyncParsableCommand {
         @Argument(help: "User names to add.") var users: [String]
 
         func run() async throws {
-            do {
-                try await options.openStore().changeMembers(of: self.name, actor: nil, add: self.users, nowMs: nowMs())
-            } catch let error as CourierStoreError {
-                throw error.exit
+            try await options.withStore { store in
+                try await store.changeMembers(of: self.name, actor: nil, add: self.users, nowMs: nowMs())
             }
             print("added \(self.users.joined(separator: ", ")) to \(self.name)")
         }
@@ -60,15 +56,8 @@ struct GroupCommand: AsyncParsableCommand {
         @Argument(help: "User names to remove.") var users: [String]
 
         func run() async throws {
-            do {
-                try await options.openStore().changeMembers(
-                    of: self.name,
-                    actor: nil,
-                    remove: self.users,
-                    nowMs: nowMs()
-                )
-            } catch let error as CourierStoreError {
-                throw error.exit
+            try await options.withStore { store in
+                try await store.changeMembers(of: self.name, actor: nil, remove: self.users, nowMs: nowMs())
             }
             print("removed \(self.users.joined(separator: ", ")) from \(self.name)")
         }
@@ -80,14 +69,11 @@ struct GroupCommand: AsyncParsableCommand {
         @Argument(help: "The group name.") var name: String
 
         func run() async throws {
-            do {
-                let group = try await options.openStore().group(named: self.name)
-                print(
-                    "group \(group.name)\nowner \(group.owner ?? "-")\nmembers \(group.members.joined(separator: ","))\nmessages \(group.lastSeq)"
-                )
-            } catch let error as CourierStoreError {
-                throw error.exit
-            }
+            let group = try await options.withStore { try await $0.group(named: self.name) }
+            print("group \(group.name)")
+            print("owner \(group.owner ?? "-")")
+            print("members \(group.members.joined(separator: ","))")
+            print("messages \(group.lastSeq)")
         }
     }
 
@@ -96,7 +82,7 @@ struct GroupCommand: AsyncParsableCommand {
         @OptionGroup var options: DataOptions
 
         func run() async throws {
-            for name in try await options.openStore().groupNames() { print(name) }
+            for name in try await options.withStore({ try await $0.groupNames() }) { print(name) }
         }
     }
 }

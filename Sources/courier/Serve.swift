@@ -30,6 +30,21 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("http-port"), help: "The HTTP port (default: $COURIER_HTTP_PORT, else 6980).")
     var httpPort: Int?
 
+    @Option(
+        name: .customLong("tls-cert"),
+        help: ArgumentHelp(
+            "A PEM certificate chain, leaf first: all three ports then speak TLS only (default: $COURIER_TLS_CERT).",
+            valueName: "file"
+        )
+    )
+    var tlsCertificate: String?
+
+    @Option(
+        name: .customLong("tls-key"),
+        help: ArgumentHelp("The certificate's PEM private key (default: $COURIER_TLS_KEY).", valueName: "file")
+    )
+    var tlsKey: String?
+
     @OptionGroup var data: DataOptions
 
     @Option(name: .customLong("limit"), help: ArgumentHelp(LimitOption.help, valueName: "name=value"))
@@ -55,6 +70,18 @@ struct Serve: AsyncParsableCommand {
         configuration.httpPort = try port(self.httpPort, "COURIER_HTTP_PORT") ?? configuration.httpPort
         configuration.dataFolder = self.data.folder
         try LimitOption.apply(self.limits, to: &configuration)
+        switch (self.tlsCertificate ?? environment["COURIER_TLS_CERT"], self.tlsKey ?? environment["COURIER_TLS_KEY"]) {
+        case (nil, nil):
+            break
+        case (let certificate?, let key?):
+            do {
+                configuration.tls = try ServerConfiguration.tls(certificateChainFile: certificate, privateKeyFile: key)
+            } catch {
+                throw CommandFailure(description: "\(error)")
+            }
+        default:
+            throw ValidationError("--tls-cert and --tls-key go together")
+        }
 
         guard let level = Logger.Level(rawValue: self.logLevel) else {
             throw ValidationError("unknown log level \(self.logLevel)")

@@ -24,17 +24,14 @@ struct UserCommand: AsyncParsableCommand {
         var password: String?
 
         func run() async throws {
-            let store = try options.openStore()
             let password = self.password ?? generatedPassword()
-            do {
-                let user = try await store.addUser(name: self.name, password: password, nowMs: nowMs())
-                print(
-                    self.password == nil
-                        ? "created user \(user.name) with password \(password)" : "created user \(user.name)"
-                )
-            } catch let error as CourierStoreError {
-                throw error.exit
+            let user = try await options.withStore { store in
+                try await store.addUser(name: self.name, password: password, nowMs: nowMs())
             }
+            print(
+                self.password == nil
+                    ? "created user \(user.name) with password \(password)" : "created user \(user.name)"
+            )
         }
     }
 
@@ -45,7 +42,7 @@ struct UserCommand: AsyncParsableCommand {
         @OptionGroup var options: DataOptions
 
         func run() async throws {
-            for user in try await options.openStore().users() {
+            for user in try await options.withStore({ try await $0.users() }) {
                 print(
                     "\(user.name)\tcreated \(formatTime(user.createdMs))\(user.removedMs.map { "\tremoved \(formatTime($0))" } ?? "")"
                 )
@@ -64,10 +61,8 @@ struct UserCommand: AsyncParsableCommand {
 
         func run() async throws {
             let password = self.password ?? generatedPassword()
-            do {
-                try await options.openStore().setPassword(user: self.name, password: password, nowMs: nowMs())
-            } catch let error as CourierStoreError {
-                throw error.exit
+            try await options.withStore { store in
+                try await store.setPassword(user: self.name, password: password, nowMs: nowMs())
             }
             print(
                 self.password == nil
@@ -85,11 +80,7 @@ struct UserCommand: AsyncParsableCommand {
         @Argument(help: "The user name.") var name: String
 
         func run() async throws {
-            do {
-                try await options.openStore().removeUser(named: self.name, nowMs: nowMs())
-            } catch let error as CourierStoreError {
-                throw error.exit
-            }
+            try await options.withStore { try await $0.removeUser(named: self.name, nowMs: nowMs()) }
             print("removed user \(self.name)")
         }
     }
@@ -102,12 +93,7 @@ struct UserCommand: AsyncParsableCommand {
         @Argument(help: "The user name.") var name: String
 
         func run() async throws {
-            let devices: [Device]
-            do {
-                devices = try await options.openStore().devices(of: self.name)
-            } catch let error as CourierStoreError {
-                throw error.exit
-            }
+            let devices = try await options.withStore { try await $0.devices(of: self.name) }
             let now = nowMs()
             for device in devices {
                 let state = device.revokedMs != nil ? "revoked" : device.expiresMs <= now ? "expired" : "active"
@@ -128,14 +114,8 @@ struct UserCommand: AsyncParsableCommand {
         @Argument(help: "The device id, from `courier user devices`.") var device: Int64
 
         func run() async throws {
-            do {
-                try await options.openStore().revokeDevice(
-                    DeviceID(rawValue: self.device),
-                    of: self.name,
-                    nowMs: nowMs()
-                )
-            } catch let error as CourierStoreError {
-                throw error.exit
+            try await options.withStore { store in
+                try await store.revokeDevice(DeviceID(rawValue: self.device), of: self.name, nowMs: nowMs())
             }
             print("revoked device \(self.device) of \(self.name)")
         }

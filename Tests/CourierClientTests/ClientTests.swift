@@ -3,6 +3,7 @@ import CourierServer
 import CourierStore
 import CourierTesting
 import Foundation
+import NIOSSL
 import Synchronization
 import Testing
 
@@ -45,14 +46,20 @@ struct ClientTests {
         _ fixture: ServerFixture,
         _ user: String,
         folder: URL,
-        device: String = "sdk"
+        device: String = "sdk",
+        host: String = "127.0.0.1",
+        tls: TLSConfiguration? = nil,
+        tlsServerName: String? = nil
     ) throws -> CourierClient {
         var configuration = CourierClient.Configuration(
+            host: host,
             port: fixture.ports.native,
             credentials: .password(user: user, password: "pw-" + user),
             storePath: folder.appendingPathComponent("\(user)-\(device).sqlite").path
         )
         configuration.deviceName = device
+        configuration.tls = tls
+        configuration.tlsServerName = tlsServerName
         configuration.minBackoff = .milliseconds(20)
         configuration.maxBackoff = .milliseconds(500)
         return try CourierClient(configuration: configuration)
@@ -110,6 +117,68 @@ struct ClientTests {
                     try await group.waitForAll()
                 }
             }
+        }
+    }
+
+    @Test("over TLS the client checks the server's name; a certificate that does not match is refused")
+    func tls() async throws {
+        try await withTemporaryDirectory { folder in
+            // A certificate for the name localhost only: no IP address entry.
+            let certificate = try await TestCertificate.make(in: folder, subjectAltNames: "DNS:localhost")
+            try await ServerFixture.with(
+                { fixture in
+                    try await fixture.user("alice")
+                    try await fixture.user("bob")
+                    let trusting = certificate.trustingClient
+                    // By host name, and by address with the name given.
+                    let alice = try Self.client(fixture, "alice", folder: folder, host: "localhost", tls: trusting)
+                    let bob = try Self.client(fixture, "bob", folder: folder, tls: trusting, tlsServerName: "localhost")
+                    // By address alone (the certificate does not list it), and by another name.
+                    let byAddress = try Self.client(fixture, "bob", folder: folder, device: "ip", tls: trusting)
+                    let otherName = try Self.client(
+                        fixture,
+                        "bob",
+                        folder: folder,
+                        device: "other",
+                        tls: trusting,
+                        tlsServerName: "courier.example"
+                    )
+                    let aliceEvents = EventReader(alice)
+                    let bobEvents = EventReader(bob)
+                    let refused = [EventReader(byAddress), EventReader(otherName)]
+                    try await withThrowingTaskGroup(of: Void.self) { group in
+                        for client in [alice, bob, byAddress, otherName] { group.addTask { await client.run() } }
+                        _ = try await bobEvents.next("bob caught up") { $0 == .caughtUp ? true : nil }
+                        _ = try await aliceEvents.next("alice caught up") { $0 == .caughtUp ? true : nil }
+                        _ = try alice.send("sealed", to: .user("bob"))
+                        let received = try await bobEvents.next("the message") { event -> String? in
+                            if case .message(let message) = event { message.text } else { nil }
+                        }
+                        #expect(received == "sealed")
+                        // The other two fail the handshake, again on each retry.
+                        for events in refused {
+                            for attempt in 1...2 {
+                                let reason = try await events.next("failure \(attempt)") { event -> String? in
+                                    switch event {
+                                    case .connected: "connected"
+                                    case .disconnected(let reason): reason
+                                    default: nil
+                                    }
+                                }
+                                #expect(reason.contains("failedToValidateHostname"), "\(reason)")
+                            }
+                        }
+                        for client in [alice, bob, byAddress, otherName] { client.stop() }
+                        try await group.waitForAll()
+                    }
+                },
+                configure: { configuration in
+                    configuration.tls = try? ServerConfiguration.tls(
+                        certificateChainFile: certificate.certificateFile,
+                        privateKeyFile: certificate.keyFile
+                    )
+                }
+            )
         }
     }
 

@@ -2,6 +2,7 @@ import CourierProtocol
 import CourierServer
 import CourierStore
 import CourierTesting
+import NIOSSL
 import Testing
 
 /// Helpers that speak the session protocol through a bare native client.
@@ -11,9 +12,10 @@ extension NativeTestClient {
         _ fixture: ServerFixture,
         _ user: String,
         device: String = "test",
-        ephemeral: Bool = false
+        ephemeral: Bool = false,
+        tls: TLSConfiguration? = nil
     ) async throws -> (NativeTestClient, Courier_V1_Welcome) {
-        let client = try await NativeTestClient.connect(port: fixture.ports.native)
+        let client = try await NativeTestClient.connect(port: fixture.ports.native, tls: tls)
         var hello = ClientEnvelope()
         hello.hello.password.user = user
         hello.hello.password.password = "pw-" + user

@@ -4,33 +4,9 @@ import Testing
 
 @Suite("The HTTP port", .serialized)
 struct HTTPTests {
-    /// Runs curl (a real HTTP client nobody here wrote) and returns its output. The wait happens on a Dispatch
-    /// thread, not on the few threads of Swift's cooperative pool that the server's handlers need.
+    /// Runs curl (a real HTTP client nobody here wrote) and returns its output.
     static func curl(_ arguments: [String]) async throws -> String {
-        try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async {
-                continuation.resume(with: Result { try Self.runCurl(arguments) })
-            }
-        }
-    }
-
-    private static func runCurl(_ arguments: [String]) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-        process.arguments = ["--silent", "--show-error", "--max-time", "10"] + arguments
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw FixtureFailure(description: "curl \(arguments) exited with \(process.terminationStatus)")
-        }
-        return String(decoding: data, as: UTF8.self)
-    }
-
-    struct FixtureFailure: Error, CustomStringConvertible {
-        var description: String
+        try await ExternalProgram.output("/usr/bin/curl", ["--silent", "--show-error", "--max-time", "10"] + arguments)
     }
 
     @Test("/health answers with the version and open connections; /metrics counts messages and commits")
@@ -59,6 +35,34 @@ struct HTTPTests {
             ])
             #expect(missing == "404")
             await alice.close()
+        }
+    }
+
+    @Test("malformed HTTP gets 400 and a close; an oversize header is refused; the port goes on serving")
+    func malformedRequests() async throws {
+        try await ServerFixture.with { fixture in
+            let port = fixture.ports.http
+            let garbage = try await RawConnection.connect(port: port)
+            try await garbage.write(Array("\u{01}\u{02} not http at all\r\n\r\n".utf8))
+            let garbageAnswer = String(decoding: try await garbage.readUntilClosed(), as: UTF8.self)
+            #expect(garbageAnswer.hasPrefix("HTTP/1.1 400"), "\(garbageAnswer)")
+
+            // A header larger than the HTTP parser's limit (80 KiB): refused with 400, not buffered without bound
+            // (the close may reset the connection before the answer is read, so an empty answer is accepted).
+            let huge = try await RawConnection.connect(port: port)
+            let header = "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + String(repeating: "a", count: 200_000)
+            try? await huge.write(Array(header.utf8))
+            let hugeAnswer = String(decoding: try await huge.readUntilClosed(), as: UTF8.self)
+            #expect(hugeAnswer.isEmpty || hugeAnswer.hasPrefix("HTTP/1.1 4"), "\(hugeAnswer.prefix(200))")
+            #expect(!hugeAnswer.contains("\"status\":\"ok\""))
+
+            let wrongMethod = try await Self.curl([
+                "--request", "DELETE", "--output", "/dev/null", "--write-out", "%{http_code}",
+                "http://127.0.0.1:\(port)/health",
+            ])
+            #expect(wrongMethod == "404", "only GET is routed: \(wrongMethod)")
+            let health = try await Self.curl(["http://127.0.0.1:\(port)/health"])
+            #expect(health.contains("\"status\":\"ok\""), "\(health)")
         }
     }
 }

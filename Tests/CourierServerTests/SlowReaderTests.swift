@@ -1,6 +1,7 @@
 import CourierProtocol
 import CourierTesting
 import Foundation
+import NIOSSL
 import Synchronization
 import Testing
 
@@ -107,18 +108,19 @@ struct SlowReaderTests {
 /// Logs in to a server known only by its native port (a separate process).
 struct PortOnly {
     var native: Int
+    var tls: TLSConfiguration? = nil
 
-    func login(_ user: String) async throws -> (NativeTestClient, Courier_V1_Welcome) {
-        let client = try await NativeTestClient.connect(port: self.native)
+    func login(_ user: String, password: String? = nil) async throws -> (NativeTestClient, Courier_V1_Welcome) {
+        let client = try await NativeTestClient.connect(port: self.native, tls: self.tls)
         var hello = ClientEnvelope()
         hello.hello.password.user = user
-        hello.hello.password.password = "pw-" + user
+        hello.hello.password.password = password ?? "pw-" + user
         try await client.send(hello)
         return (client, try await client.expect("a welcome") { $0.welcome })
     }
 
     func resume(token: String) async throws -> (NativeTestClient, Courier_V1_Welcome) {
-        let client = try await NativeTestClient.connect(port: self.native)
+        let client = try await NativeTestClient.connect(port: self.native, tls: self.tls)
         var hello = ClientEnvelope()
         hello.hello.token = token
         try await client.send(hello)

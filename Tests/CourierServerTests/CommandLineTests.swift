@@ -1,0 +1,273 @@
+import CourierProtocol
+import CourierServer
+import CourierTesting
+import Foundation
+import NIOSSL
+import Testing
+
+/// The `courier` executable as a user runs it: the admin commands' output and errors, `serve`'s flags, backups,
+/// and crash reports.
+@Suite("The courier command", .serialized)
+struct CommandLineTests {
+    /// Runs `courier` and returns its status and output (stdout and stderr together).
+    static func courier(_ arguments: String...) async throws -> (status: Int32, output: String) {
+        try await CourierExecutable.run(arguments)
+    }
+
+    /// Starts `courier serve` on `data` with free ports and its log in `folder`.
+    static func serve(
+        _ folder: URL,
+        data: URL,
+        _ arguments: [String] = []
+    ) async throws -> (server: ServerProcess, native: Int, http: Int) {
+        let ports = (try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick())
+        let server = try await ServerProcess.start(
+            data: data,
+            native: ports.0,
+            compat: ports.1,
+            http: ports.2,
+            log: folder.appendingPathComponent("server-\(ports.0).log"),
+            arguments: arguments
+        )
+        return (server, ports.0, ports.2)
+    }
+
+    @Test("user and group commands print what they did and refuse bad input with a one-line error")
+    func adminCommands() async throws {
+        try await withTemporaryDirectory(prefix: "courier-cli") { folder in
+            let data = folder.appendingPathComponent("data").path
+            var result = try await Self.courier("user", "add", "alice", "--password", "pw-alice", "--data", data)
+            #expect(result.status == 0 && result.output == "created user alice\n", "\(result)")
+            result = try await Self.courier("user", "add", "bob", "--data", data)
+            let generated = try #require(result.output.split(separator: " ").last).trimmingCharacters(in: .newlines)
+            #expect(result.status == 0 && result.output.hasPrefix("created user bob with password "), "\(result)")
+            #expect(generated.count == 20, "\(result)")
+            result = try await Self.courier("user", "add", "Alice", "--password", "x", "--data", data)
+            #expect(result.status == 1 && result.output.contains("Error: name-taken"), "\(result)")
+            result = try await Self.courier("user", "add", "no spaces", "--data", data)
+            #expect(result.status == 1 && result.output.contains("Error: invalid-name"), "\(result)")
+            result = try await Self.courier("user", "add", "carol", "--password", "pw-carol", "--data", data)
+            #expect(result.status == 0)
+
+            result = try await Self.courier("user", "list", "--data", data)
+            let listed = result.output.split(separator: "\n").map { $0.split(separator: "\t") }
+            #expect(listed.map { String($0[0]) } == ["alice", "bob", "carol"], "\(result)")
+            #expect(listed.allSatisfy { $0.count == 2 && $0[1].hasPrefix("created 20") }, "\(result)")
+
+            result = try await Self.courier(
+                "group",
+                "create",
+                "team",
+                "--owner",
+                "alice",
+                "--members",
+                "bob, carol",
+                "--data",
+                data
+            )
+            #expect(result.status == 0 && result.output == "created group team\n", "\(result)")
+            result = try await Self.courier("group", "create", "TEAM", "--owner", "bob", "--data", data)
+            #expect(result.status == 1 && result.output.contains("Error: name-taken"), "\(result)")
+            result = try await Self.courier("group", "add", "team", "zed", "--data", data)
+            #expect(result.status == 1 && result.output.contains("Error: unknown-user"), "\(result)")
+            result = try await Self.courier("group", "remove", "team", "carol", "--data", data)
+            #expect(result.status == 0 && result.output == "removed carol from team\n", "\(result)")
+            result = try await Self.courier("group", "show", "team", "--data", data)
+            #expect(result.output == "group team\nowner alice\nmembers alice,bob\nmessages 0\n", "\(result)")
+            result = try await Self.courier("group", "show", "nobody", "--data", data)
+            #expect(result.status == 1 && result.output.contains("Error: unknown-group"), "\(result)")
+            result = try await Self.courier("group", "list", "--data", data)
+            #expect(result.output == "team\n", "\(result)")
+
+            result = try await Self.courier("user", "passwd", "bob", "--password", "pw-bob", "--data", data)
+            #expect(result.status == 0 && result.output == "password changed for bob\n", "\(result)")
+            result = try await Self.courier("user", "passwd", "zed", "--data", data)
+            #expect(result.status == 1 && result.output.contains("Error: unknown-user"), "\(result)")
+            result = try await Self.courier("user", "remove", "carol", "--data", data)
+            #expect(result.status == 0 && result.output == "removed user carol\n", "\(result)")
+            result = try await Self.courier("user", "list", "--data", data)
+            #expect(result.output.split(separator: "\n").last?.contains("\tremoved 20") == true, "\(result)")
+            result = try await Self.courier("user", "add", "carol", "--password", "x", "--data", data)
+            #expect(result.status == 1 && result.output.contains("Error: name-taken"), "removed names stay taken")
+        }
+    }
+
+    @Test("a device revoked and a user removed with the commands are cut off by the running server")
+    func changesReachTheServer() async throws {
+        try await withTemporaryDirectory(prefix: "courier-cli") { folder in
+            let data = folder.appendingPathComponent("data")
+            for user in ["alice", "bob"] {
+                _ = try await Self.courier("user", "add", user, "--password", "pw-" + user, "--data", data.path)
+            }
+            let (server, native, _) = try await Self.serve(folder, data: data)
+            let port = PortOnly(native: native)
+            let (alice, _) = try await port.login("alice")
+            let (bob, _) = try await port.login("bob")
+
+            var result = try await Self.courier("user", "devices", "alice", "--data", data.path)
+            let columns = result.output.split(separator: "\n").map { $0.split(separator: "\t") }
+            #expect(columns.count == 1 && columns.first?[2] == "active", "\(result)")
+            let device = try #require(columns.first.map { String($0[0]) })
+            let revokedAt = ContinuousClock.now
+            result = try await Self.courier("user", "revoke", "alice", device, "--data", data.path)
+            #expect(result.output == "revoked device \(device) of alice\n", "\(result)")
+            let aliceLast = try await alice.expectClose(timeout: .seconds(5))
+            print(
+                "changesReachTheServer: alice's connection closed \(ContinuousClock.now - revokedAt) after the revoke"
+            )
+            #expect(aliceLast.last?.failure?.code == ErrorCodes.tokenRevoked, "\(aliceLast)")
+            result = try await Self.courier("user", "devices", "alice", "--data", data.path)
+            #expect(result.output.split(separator: "\t").dropFirst(2).first == "revoked", "\(result)")
+
+            _ = try await Self.courier("user", "remove", "bob", "--data", data.path)
+            let bobLast = try await bob.expectClose(timeout: .seconds(5))
+            #expect(bobLast.last?.failure?.code == ErrorCodes.tokenRevoked, "\(bobLast)")
+            await #expect(throws: (any Error).self) { _ = try await port.login("bob") }
+            #expect(await server.terminate() == 0)
+        }
+    }
+
+    @Test("a backup taken while the server writes restores into a server with every message acknowledged before it")
+    func backupRestores() async throws {
+        try await withTemporaryDirectory(prefix: "courier-cli") { folder in
+            let data = folder.appendingPathComponent("data")
+            for user in ["alice", "bob"] {
+                _ = try await Self.courier("user", "add", user, "--password", "pw-" + user, "--data", data.path)
+            }
+            let (server, native, _) = try await Self.serve(folder, data: data)
+            let (alice, _) = try await PortOnly(native: native).login("alice")
+            for index in 1...100 { #expect(try await alice.sendText("m\(index)", to: .user("bob")).ack != nil) }
+            // More sends go on while the backup runs.
+            let more = Task {
+                for index in 101...180 { _ = try await alice.sendText("m\(index)", to: .user("bob")) }
+            }
+            let copy = folder.appendingPathComponent("copy")
+            var result = try await Self.courier("backup", "--data", data.path, copy.path)
+            #expect(result.status == 0 && result.output.hasPrefix("backed up "), "\(result)")
+            try await more.value
+            result = try await Self.courier("backup", "--data", data.path, copy.path)
+            #expect(result.status == 1 && result.output.contains("does not overwrite"), "\(result)")
+            await alice.close()
+            #expect(await server.terminate() == 0)
+
+            // The copy is a data folder a server runs on.
+            let (restored, restoredNative, _) = try await Self.serve(folder, data: copy)
+            let (bob, _) = try await PortOnly(native: restoredNative).login("bob")
+            let history = try await ConversationTests.request(bob) {
+                $0.history.conversation.user = "alice"
+                $0.history.limit = 200
+            }
+            guard case .history(let page)? = history.body else {
+                Issue.record("\(history)")
+                return
+            }
+            // All 100 acknowledged before the backup, then a gap-free prefix of those sent during it.
+            let seqs = page.messages.map(\.seq).reversed()
+            #expect(seqs.count >= 100 && Array(seqs) == Array(1...UInt64(seqs.count)), "\(seqs)")
+            #expect(page.messages.reversed().map(\.body.text) == (1...seqs.count).map { "m\($0)" })
+            print("backupRestores: the copy holds \(seqs.count) of 180 messages")
+            #expect(try await bob.sendText("after restore", to: .user("alice")).ack != nil)
+            await bob.close()
+            #expect(await restored.terminate() == 0)
+        }
+    }
+
+    @Test("serve: TLS from --tls-cert/--tls-key, --limit by name, and clear errors for bad flags")
+    func serveFlags() async throws {
+        try await withTemporaryDirectory(prefix: "courier-cli") { folder in
+            let data = folder.appendingPathComponent("data")
+            let certificate = try await TestCertificate.make(in: folder)
+            let other = try await TestCertificate.make(in: folder, name: "other")
+            var result = try await Self.courier("serve", "--data", data.path, "--tls-cert", certificate.certificateFile)
+            #expect(result.status != 0 && result.output.contains("--tls-cert and --tls-key go together"), "\(result)")
+            let missing = folder.appendingPathComponent("missing.pem").path
+            result = try await Self.courier(
+                "serve",
+                "--data",
+                data.path,
+                "--tls-cert",
+                missing,
+                "--tls-key",
+                certificate.keyFile
+            )
+            #expect(result.status != 0 && result.output.contains("cannot use \(missing)"), "\(result)")
+            result = try await Self.courier(
+                "serve",
+                "--data",
+                data.path,
+                "--port",
+                "0",
+                "--compat-port",
+                "0",
+                "--http-port",
+                "0",
+                "--tls-cert",
+                certificate.certificateFile,
+                "--tls-key",
+                other.keyFile
+            )
+            #expect(result.status != 0 && result.output.contains("Error:"), "a key of another certificate: \(result)")
+            result = try await Self.courier("serve", "--data", data.path, "--limit", "max-nothing=1")
+            #expect(
+                result.status != 0 && result.output.contains("--limit max-nothing=1: expected NAME=VALUE"),
+                "\(result)"
+            )
+            result = try await Self.courier("serve", "--data", data.path, "--limit", "max-text-bytes=lots")
+            #expect(result.status != 0 && result.output.contains("lots is not a positive integer"), "\(result)")
+            result = try await Self.courier("serve", "--data", data.path, "--limit", "idle-timeout=5 minutes")
+            #expect(result.status != 0 && result.output.contains("is not a duration"), "\(result)")
+
+            _ = try await Self.courier("user", "add", "alice", "--password", "pw-alice", "--data", data.path)
+            _ = try await Self.courier("user", "add", "bob", "--password", "pw-bob", "--data", data.path)
+            let (server, native, http) = try await Self.serve(
+                folder,
+                data: data,
+                [
+                    "--tls-cert", certificate.certificateFile, "--tls-key", certificate.keyFile,
+                    "--limit", "max-text-bytes=16",
+                ]
+            )
+            let port = PortOnly(native: native, tls: certificate.trustingClient)
+            let (alice, welcome) = try await port.login("alice")
+            #expect(welcome.limits.maxTextBytes == 16)
+            #expect(try await alice.sendText(String(repeating: "a", count: 16), to: .user("bob")).ack != nil)
+            let refused = try await alice.sendText(String(repeating: "a", count: 17), to: .user("bob"))
+            #expect(refused.failure?.code == ErrorCodes.textTooLarge, "\(refused)")
+            let health = try await HTTPTests.curl(
+                ["--cacert", certificate.certificateFile, "https://127.0.0.1:\(http)/health"]
+            )
+            #expect(health.contains("\"status\":\"ok\""), "\(health)")
+            await alice.close()
+            #expect(await server.terminate() == 0)
+        }
+    }
+
+    @Test("a crash leaves a backtrace in <data>/crashes/")
+    func crashReport() async throws {
+        try await withTemporaryDirectory(prefix: "courier-cli") { folder in
+            let data = folder.appendingPathComponent("data")
+            let crashes = data.appendingPathComponent("crashes")
+            let (server, _, _) = try await Self.serve(folder, data: data)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: crashes.path).isEmpty)
+            // The Swift runtime's backtracer catches the SIGSEGV and writes the report (symbolicated: seconds in a
+            // debug build), ending with "Backtrace took".
+            kill(server.process.processIdentifier, SIGSEGV)
+            let deadline = ContinuousClock.now + .seconds(120)
+            var report = ""
+            while !report.contains("Backtrace took"), ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(200))
+                let files = try FileManager.default.contentsOfDirectory(atPath: crashes.path)
+                #expect(files.count <= 1 && files.allSatisfy { $0.hasPrefix("courier-") }, "\(files)")
+                if let file = files.first {
+                    report = (try? String(contentsOf: crashes.appendingPathComponent(file), encoding: .utf8)) ?? ""
+                }
+            }
+            #expect(report.hasPrefix("*** Program crashed:") && report.contains("Thread 0"), "\(report.prefix(2000))")
+            #expect(report.contains("Backtrace took"), "the report is incomplete after two minutes")
+            // A signal sent with kill(2) does not fault again when the handler returns, so the process would carry
+            // on; the runtime has restored the default action, which a second signal meets.
+            try await server.crash(with: SIGSEGV)
+            #expect(server.process.terminationReason == .uncaughtSignal)
+        }
+    }
+}
