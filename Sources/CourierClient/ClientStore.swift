@@ -103,32 +103,49 @@ final class ClientStore: Sendable {
         }
     }
 
-    /// The server committed an outbox message: it moves to the messages. Returns false if it was not in the outbox.
+    /// A server's acknowledgement of an outbox message.
+    struct Acknowledgement: Sendable, Hashable {
+        var id: String
+        var conversation: Conversation
+        var seq: UInt64
+        var time: Date
+        var from: String
+    }
+
+    /// The server committed these outbox messages: they move to the messages, in one transaction.
     ///
     /// This bookkeeping is committed without its own fsync (`synchronous=NORMAL` for the transaction; the next
-    /// `FULL` commit carries it to disk): if a crash loses it, the message is still in the outbox, is resent, and
-    /// the server answers with the original acknowledgement.
-    @discardableResult
-    func acknowledged(id: String, conversation: Conversation, seq: UInt64, time: Date, from: String) throws -> Bool {
+    /// `FULL` commit carries it to disk): if a crash loses it, the messages are still in the outbox, are resent,
+    /// and the server answers with the original acknowledgements.
+    ///
+    /// - Returns: The acknowledgements whose message was in the outbox (a repeated acknowledgement is not).
+    func acknowledged(_ acknowledgements: [Acknowledgement]) throws -> [Acknowledgement] {
         try self.queue.writeWithoutTransaction { db in
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
             defer { try? db.execute(sql: "PRAGMA synchronous = FULL") }
-            var moved = false
+            var moved: [Acknowledgement] = []
             try db.inTransaction {
-                guard let text = try String.fetchOne(db, sql: "SELECT text FROM outbox WHERE id = ?", arguments: [id])
-                else { return .commit }
-                try db.execute(sql: "DELETE FROM outbox WHERE id = ?", arguments: [id])
-                let message = ChatMessage(
-                    id: id,
-                    from: from,
-                    conversation: conversation,
-                    seq: seq,
-                    time: time,
-                    text: text,
-                    recalled: false
-                )
-                try Self.insert(message, db)
-                moved = true
+                for acknowledgement in acknowledgements {
+                    guard
+                        let text = try String.fetchOne(
+                            db,
+                            sql: "SELECT text FROM outbox WHERE id = ?",
+                            arguments: [acknowledgement.id]
+                        )
+                    else { continue }
+                    try db.execute(sql: "DELETE FROM outbox WHERE id = ?", arguments: [acknowledgement.id])
+                    let message = ChatMessage(
+                        id: acknowledgement.id,
+                        from: acknowledgement.from,
+                        conversation: acknowledgement.conversation,
+                        seq: acknowledgement.seq,
+                        time: acknowledgement.time,
+                        text: text,
+                        recalled: false
+                    )
+                    try Self.insert(message, db)
+                    moved.append(acknowledgement)
+                }
                 return .commit
             }
             return moved

@@ -45,7 +45,9 @@ public enum ClientEvent: Sendable, Hashable {
     case disconnected(reason: String)
     /// A message from someone else, or the user's own from another device, stored locally (each once).
     case message(ChatMessage)
-    /// A message from this device is committed by the server.
+    /// A message from this device is committed by the server, and moved from the local outbox to the local
+    /// messages. The client records acknowledgements in batches (one local transaction for all that arrived
+    /// meanwhile), so this event may follow events that arrived after the acknowledgement.
     case sent(id: String, conversation: Conversation, seq: UInt64, time: Date)
     /// The server refused a message for good (`not-member`, `text-too-large`, …); it left the outbox.
     case sendFailed(id: String, code: String, message: String)

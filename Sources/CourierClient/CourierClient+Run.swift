@@ -9,21 +9,48 @@ extension CourierClient {
     /// Connects, syncs, sends the outbox and delivers events; reconnects with a jittered exponential backoff after
     /// any failure, until ``stop()``. Then it finishes ``events`` and returns.
     public func run() async {
-        var failures = 0
-        while !self.state.withLock({ $0.stopped }) {
-            do {
-                try await self.session { failures = 0 }
-                self.emit(.disconnected(reason: "the server closed the connection"))
-            } catch {
-                self.logger.debug("connection ended", metadata: ["error": "\(error)"])
-                self.emit(.disconnected(reason: "\(error)"))
+        await withDiscardingTaskGroup { group in
+            group.addTask { await self.recordAcknowledgements() }
+            var failures = 0
+            while !self.state.withLock({ $0.stopped }) {
+                do {
+                    try await self.session { failures = 0 }
+                    self.emit(.disconnected(reason: "the server closed the connection"))
+                } catch {
+                    self.logger.debug("connection ended", metadata: ["error": "\(error)"])
+                    self.emit(.disconnected(reason: "\(error)"))
+                }
+                if self.state.withLock({ $0.stopped }) { break }
+                failures += 1
+                await self.pause(self.backoff(after: failures))
             }
-            if self.state.withLock({ $0.stopped }) { break }
-            failures += 1
-            await self.pause(self.backoff(after: failures))
+            self.acknowledgements.finish()
         }
         self.emit(.disconnected(reason: "stopped"))
         self.finishEvents()
+    }
+
+    /// Moves acknowledged messages from the outbox to the messages, a batch per transaction (whatever arrived
+    /// while the last one committed), then emits their `.sent` events.
+    private func recordAcknowledgements() async {
+        while let batch = await self.acknowledgements.takeAll() {
+            do {
+                for acknowledgement in try self.store.acknowledged(batch) {
+                    self.emit(
+                        .sent(
+                            id: acknowledgement.id,
+                            conversation: acknowledgement.conversation,
+                            seq: acknowledgement.seq,
+                            time: acknowledgement.time
+                        )
+                    )
+                }
+            } catch {
+                // The messages stay in the outbox and are resent on the next connection; the server answers with
+                // the original acknowledgements.
+                self.logger.warning("recording acknowledgements failed", metadata: ["error": "\(error)"])
+            }
+        }
     }
 
     /// A random delay between zero and min(maxBackoff, minBackoff × 2^(failures - 1)).
@@ -257,10 +284,16 @@ extension CourierClient {
     private func handleSendAnswer(_ envelope: ServerEnvelope, id: String, link: Link, user: String) throws {
         switch envelope.body {
         case .sendAck(let ack):
-            let conversation = Conversation(ack.conversation)
-            let time = Date(timeIntervalSince1970: Double(ack.timeMs) / 1000)
-            try self.store.acknowledged(id: id, conversation: conversation, seq: ack.seq, time: time, from: user)
-            self.emit(.sent(id: id, conversation: conversation, seq: ack.seq, time: time))
+            // Recorded in batches by recordAcknowledgements(), which then emits `.sent`.
+            self.acknowledgements.append(
+                .init(
+                    id: id,
+                    conversation: Conversation(ack.conversation),
+                    seq: ack.seq,
+                    time: Date(timeIntervalSince1970: Double(ack.timeMs) / 1000),
+                    from: user
+                )
+            )
         case .error(let error) where Self.retryableCodes.contains(error.code):
             let delay = Duration.milliseconds(Int64(max(error.retryAfterMs, 100)))
             Task {

@@ -58,6 +58,8 @@ public final class CourierClient: Sendable {
     let configuration: Configuration
     let store: ClientStore
     let logger: Logger
+    /// Acknowledged sends waiting for their bookkeeping (see `recordAcknowledgements()`).
+    let acknowledgements = Handoff<ClientStore.Acknowledgement>()
     /// The TLS context, when configured: made once, as it holds the parsed trust roots.
     let tls: NIOSSLContext?
     let state = Mutex(State())

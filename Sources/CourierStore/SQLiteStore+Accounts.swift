@@ -182,13 +182,13 @@ extension SQLiteStore {
     }
 
     /// A hash of a random password at the configured cost, checked against when the user does not exist, made on
-    /// first use.
+    /// first use (outside the lock: two first uses at once may both hash; the first stored wins).
     private func decoyHash() -> String {
-        self.decoy.withLock { decoy in
-            if let decoy { return decoy }
-            let hash = (try? self.configuration.passwordHasher.hash(SessionToken.make())) ?? ""
-            decoy = hash
-            return hash
+        if let decoy = self.decoy.withLock({ $0 }) { return decoy }
+        let hash = (try? self.configuration.passwordHasher.hash(SessionToken.make())) ?? ""
+        return self.decoy.withLock { decoy in
+            if decoy == nil { decoy = hash }
+            return decoy!
         }
     }
 

@@ -1,7 +1,7 @@
 public import CourierServer
 public import CourierStore
 public import Foundation
-import Logging
+public import Logging
 import ServiceLifecycle
 
 /// A real server for a test: its own data folder, ports chosen by the system, cheap password hashes, stopped
@@ -17,8 +17,10 @@ public struct ServerFixture: Sendable {
     public var store: SQLiteStore { self.server.store }
 
     /// Runs `body` against a running server on a fresh data folder (or `folder`, to restart on the same data).
+    /// The server logs to `logger`, else (at the level `COURIER_TEST_LOG` names, default critical) to the console.
     public static func with<T: Sendable>(
         folder: URL? = nil,
+        logger: Logger? = nil,
         _ body: @Sendable (ServerFixture) async throws -> T,
         configure: (inout ServerConfiguration) -> Void = { _ in }
     ) async throws -> T {
@@ -32,9 +34,15 @@ public struct ServerFixture: Sendable {
         configuration.dataFolder = folder ?? temporary!.url
         configuration.store.passwordHasher = Self.cheapHasher
         configure(&configuration)
-        var logger = Logger(label: "courier.test-server")
-        logger.logLevel =
-            ProcessInfo.processInfo.environment["COURIER_TEST_LOG"].flatMap { Logger.Level(rawValue: $0) } ?? .critical
+        let logger =
+            logger
+            ?? {
+                var logger = Logger(label: "courier.test-server")
+                logger.logLevel =
+                    ProcessInfo.processInfo.environment["COURIER_TEST_LOG"].flatMap { Logger.Level(rawValue: $0) }
+                    ?? .critical
+                return logger
+            }()
         let server = try CourierServer(configuration: configuration, logger: logger)
         let group = ServiceGroup(services: [server], logger: logger)
         return try await withThrowingTaskGroup(of: T?.self) { tasks in

@@ -21,6 +21,48 @@ struct AuthTests {
         return try #require(sent.compactMap(\.failure).first, "\(sent)")
     }
 
+    @Test("passwords and tokens never appear in the server's logs, even at trace level")
+    func noSecretsInLogs() async throws {
+        let capture = LogCapture()
+        let secrets = try await ServerFixture.with(logger: capture.logger(level: .trace)) { fixture -> [String] in
+            try await fixture.user("alice")
+            try await fixture.user("bob")
+            let (alice, welcome) = try await NativeTestClient.login(fixture, "alice")
+            #expect(
+                try await Self.failedLogin(fixture, user: "alice", password: "wrong-secret-1").code
+                    == ErrorCodes.authFailed
+            )
+            let (again, _) = try await NativeTestClient.resume(fixture, token: welcome.token)
+            let forged = "ct_" + String(repeating: "f", count: 43)
+            let stranger = try await NativeTestClient.connect(port: fixture.ports.native)
+            var hello = ClientEnvelope()
+            hello.hello.token = forged
+            try await stranger.send(hello)
+            _ = try await stranger.expectClose()
+
+            let compat = try await CompatTestClient.connect(port: fixture.ports.compat)
+            try await compat.write(try CompatTestClient.packet("auth", ["user": "bob", "password": "pw-bob"]))
+            let compatToken = try #require(CompatTests.string(try await compat.expect("welcome"), "token"))
+            let wrong = try await CompatTestClient.connect(port: fixture.ports.compat)
+            try await wrong.write(try CompatTestClient.packet("auth", ["user": "bob", "password": "wrong-secret-2"]))
+            _ = try await wrong.expectClose()
+            _ = try await again.sendText("hello", to: .user("bob"))
+            _ = try await compat.expect("txt")
+            await compat.close()
+            await again.close()
+            await alice.close()
+            return ["pw-alice", "pw-bob", "wrong-secret-1", "wrong-secret-2", forged, welcome.token, compatToken]
+        }
+        let logs = capture.text
+        // The capture works: the logins and failures were logged.
+        #expect(logs.contains("alice") && logs.contains("auth-failed"), "\(logs.prefix(3000))")
+        for secret in secrets {
+            #expect(!logs.contains(secret), "a secret in the logs: \(secret)")
+            // Nor a long piece of it (a token's random part without its prefix).
+            #expect(secret.count < 24 || !logs.contains(String(secret.dropFirst(3).prefix(20))))
+        }
+    }
+
     @Test("requests before hello, wrong passwords and unknown tokens are refused and the connection closed")
     func refusedLogins() async throws {
         try await ServerFixture.with { fixture in

@@ -264,10 +264,9 @@ struct CommandLineTests {
             }
             #expect(report.hasPrefix("*** Program crashed:") && report.contains("Thread 0"), "\(report.prefix(2000))")
             #expect(report.contains("Backtrace took"), "the report is incomplete after two minutes")
-            // A signal sent with kill(2) does not fault again when the handler returns, so the process would carry
-            // on; the runtime has restored the default action, which a second signal meets.
-            try await server.crash(with: SIGSEGV)
-            #expect(server.process.terminationReason == .uncaughtSignal)
+            // A signal sent with kill(2) does not fault again when the handler returns, so the process may carry on
+            // (a real fault would end it): stop it.
+            await server.kill()
         }
     }
 }

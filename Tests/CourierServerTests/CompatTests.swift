@@ -136,6 +136,70 @@ struct CompatTests {
         }
     }
 
+    @Test("receipts, typing and presence reach a compat client only if it asked at auth")
+    func noticesOnRequest() async throws {
+        try await ServerFixture.with { fixture in
+            for name in ["alice", "bob", "carol"] { try await fixture.user(name) }
+            try await fixture.store.createGroup(name: "trio", owner: "alice", members: ["bob", "carol"], nowMs: 0)
+            let bob = try await CompatTestClient.connect(port: fixture.ports.compat)
+            try await bob.write(
+                try CompatTestClient.packet("auth", ["user": "bob", "password": "pw-bob", "ephemeral": true])
+            )
+            _ = try await bob.expect("welcome")
+            let carol = try await CompatTestClient.connect(port: fixture.ports.compat)
+            try await carol.write(try CompatTestClient.packet("auth", ["user": "carol", "password": "pw-carol"]))
+            _ = try await carol.expect("welcome")
+
+            /// The next presence packet about alice (bob also hears of carol, who shares the group).
+            func aliceBeing(online: Bool) async throws {
+                while true {
+                    let notice = try await bob.expect("presence")
+                    if Self.string(notice, "user") == "alice", notice.header["online"] == .bool(online) { return }
+                }
+            }
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice", ephemeral: true)
+            try await aliceBeing(online: true)
+            let typed = try await ConversationTests.request(alice) {
+                $0.typing.conversation.group = "trio"
+                $0.typing.typing = true
+            }
+            #expect(typed.body.isDone)
+            let typing = try await bob.expect("typing")
+            #expect(Self.string(typing, "from") == "alice" && Self.string(typing, "group") == "trio")
+
+            _ = try await alice.sendText("hi all", to: .group("trio"))
+            #expect(String(buffer: try await bob.expect("txt").payload) == "hi all")
+            #expect(String(buffer: try await carol.expect("txt").payload) == "hi all")
+            try await carol.write(try CompatTestClient.packet("read", ["group": "trio", "seq": 1]))
+            _ = try await carol.expect("done")
+            var carolRead = false
+            while !carolRead {
+                let receipt = try await bob.expect("receipt")
+                carolRead = Self.string(receipt, "user") == "carol" && Self.string(receipt, "kind") == "read"
+            }
+            try await bob.write(try CompatTestClient.packet("read", ["group": "trio", "seq": 1]))
+            _ = try await bob.expect("done")
+            _ = try await alice.expect("bob's read receipt") { envelope -> Bool? in
+                guard case .events(let events)? = envelope.body else { return nil }
+                let read = events.events.contains {
+                    if case .receipt(let receipt)? = $0.kind {
+                        receipt.user == "bob" && receipt.kind == .read
+                    } else {
+                        false
+                    }
+                }
+                return read ? true : nil
+            }
+            await alice.close()
+            try await aliceBeing(online: false)
+
+            // carol did not ask: she heard none of it, not even bob's read receipt.
+            let heard = try await Self.drain(carol)
+            #expect(!heard.contains { ["typing", "presence", "receipt"].contains($0.header.type) }, "\(heard)")
+            await bob.close()
+        }
+    }
+
     /// Closes and returns what arrived meanwhile.
     static func drain(_ client: CompatTestClient) async throws -> [CompatFrame] {
         await client.close()

@@ -35,16 +35,12 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             logger.notice("refused a connection: at the connection limit")
             return
         }
-        defer { self.context.release() }
+        let session = SessionShared(
+            machine: SessionStateMachine(configuration: .init(self.context.configuration.limits), now: .now),
+            channel: channel.channel
+        )
         do {
             try await channel.executeThenClose { inbound, outbound in
-                let session = SessionShared(
-                    machine: SessionStateMachine(
-                        configuration: .init(self.context.configuration.limits),
-                        now: .now
-                    ),
-                    channel: channel.channel
-                )
                 try await withThrowingDiscardingTaskGroup { group in
                     group.addTask { await self.tick(session, outbound: outbound) }
                     group.addTask { await self.answer(session, outbound: outbound) }
@@ -59,11 +55,13 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                     session.finishAnswers()
                     await session.waitForWritesToFinish()
                 }
-                if let handle = session.handle { await self.disconnected(handle) }
             }
         } catch {
             logger.debug("connection ended", metadata: ["error": "\(error)"])
         }
+        // The socket is closed: its slot is free. Then the bookkeeping (last seen, presence), however it ended.
+        self.context.release()
+        if let handle = session.handle { await self.disconnected(handle) }
     }
 
     private var logger: Logger {

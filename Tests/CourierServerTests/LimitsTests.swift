@@ -1,0 +1,162 @@
+import CourierProtocol
+import CourierServer
+import CourierTesting
+import CourierWire
+import Testing
+
+/// The server's limits end to end, each set low through its configuration field: what the client sees at the limit,
+/// and that the server goes on serving others.
+@Suite("Limits, end to end", .serialized)
+struct LimitsTests {
+    @Test("past maxConnections (both ports together) a connection gets server-full; a freed slot is reused")
+    func maxConnections() async throws {
+        try await ServerFixture.with(
+            { fixture in
+                try await fixture.user("alice")
+                try await fixture.user("bob")
+                let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+                let compat = try await CompatTestClient.connect(port: fixture.ports.compat)
+                try await compat.write(try CompatTestClient.packet("auth", ["user": "bob", "password": "pw-bob"]))
+                _ = try await compat.expect("welcome")
+
+                let third = try await NativeTestClient.connect(port: fixture.ports.native)
+                let refused = try await third.expectClose()
+                #expect(refused.last?.failure?.code == ErrorCodes.serverFull, "\(refused)")
+                let fourth = try await CompatTestClient.connect(port: fixture.ports.compat)
+                let compatRefused = try await fourth.expectClose()
+                #expect(compatRefused.last.map { CompatTests.string($0, "code") } == ErrorCodes.serverFull)
+
+                // The two admitted connections are untouched.
+                _ = try await alice.sendText("still served", to: .user("bob"))
+                #expect(String(buffer: try await compat.expect("txt").payload) == "still served")
+
+                // When one leaves, its slot is free again (the server notices the close a moment later: retry).
+                await alice.close()
+                let deadline = ContinuousClock.now + .seconds(10)
+                var welcomed = false
+                while !welcomed, ContinuousClock.now < deadline {
+                    if let (again, _) = try? await NativeTestClient.login(fixture, "alice") {
+                        welcomed = true
+                        await again.close()
+                    } else {
+                        try await Task.sleep(for: .milliseconds(50))
+                    }
+                }
+                #expect(welcomed)
+                await compat.close()
+            },
+            configure: { $0.limits.maxConnections = 2 }
+        )
+    }
+
+    @Test("no hello within authTimeout closes with auth-timeout; silence past idleTimeout closes; pings keep it open")
+    func timeouts() async throws {
+        try await ServerFixture.with(
+            { fixture in
+                try await fixture.user("alice")
+                try await fixture.user("bob")
+                let silent = try await NativeTestClient.connect(port: fixture.ports.native)
+                let started = ContinuousClock.now
+                let unauthenticated = try await silent.expectClose(timeout: .seconds(10))
+                #expect(unauthenticated.last?.failure?.code == ErrorCodes.authTimeout, "\(unauthenticated)")
+                #expect(ContinuousClock.now - started >= .milliseconds(300))
+
+                let (quiet, _) = try await NativeTestClient.login(fixture, "alice")
+                let (pinging, _) = try await NativeTestClient.login(fixture, "bob")
+                let keepAlive = Task {
+                    while !Task.isCancelled {
+                        try await pinging.send(frame: .ping(1))
+                        try await Task.sleep(for: .milliseconds(100))
+                    }
+                }
+                let idle = try await quiet.expectClose(timeout: .seconds(10))
+                #expect(idle.last?.failure?.code == ErrorCodes.idleTimeout, "\(idle)")
+                // The pinging client outlived the idle timeout several times over.
+                #expect(ContinuousClock.now - started >= .milliseconds(600))
+                try await Task.sleep(for: .milliseconds(1200))
+                keepAlive.cancel()
+                #expect(await pinging.isActive)
+                #expect(try await pinging.sendText("alive", to: .user("alice")).ack != nil)
+                await pinging.close()
+            },
+            configure: {
+                $0.limits.authTimeout = .milliseconds(300)
+                $0.limits.idleTimeout = .milliseconds(600)
+                $0.limits.heartbeatInterval = .milliseconds(200)
+            }
+        )
+    }
+
+    @Test("a sync of large texts is split into envelopes of at most maxEventsBytes; a larger text goes alone")
+    func eventsSplitBySize() async throws {
+        try await ServerFixture.with(
+            { fixture in
+                try await fixture.user("alice")
+                try await fixture.user("bob")
+                let (bob, bobWelcome) = try await NativeTestClient.login(fixture, "bob")
+                await bob.close()
+                let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+                let texts = (1...10).map { String(repeating: Character(String($0 % 10)), count: 1500) }
+                for text in texts { _ = try await alice.sendText(text, to: .user("bob")) }
+                let big = String(repeating: "B", count: 5000)
+                _ = try await alice.sendText(big, to: .user("bob"))
+
+                let (back, _) = try await NativeTestClient.resume(fixture, token: bobWelcome.token)
+                var pages: [[Courier_V1_Message]] = []
+                while pages.joined().count < 11 {
+                    let events = try await back.expect("events") { envelope -> [Courier_V1_Event]? in
+                        guard case .events(let events)? = envelope.body, !events.events.isEmpty else { return nil }
+                        return events.events
+                    }
+                    pages.append(
+                        events.compactMap { if case .message(let message)? = $0.kind { message } else { nil } }
+                    )
+                }
+                #expect(pages.joined().map(\.body.text) == texts + [big])
+                // 4 KiB envelopes hold two 1,500-byte texts (with per-event overhead), never three.
+                #expect(pages.dropLast().allSatisfy { $0.count <= 2 && !$0.isEmpty }, "\(pages.map(\.count))")
+                #expect(pages.count >= 6, "\(pages.map(\.count))")
+                #expect(pages.last.map { $0.map(\.body.text) } == [big], "the oversize text travels alone")
+                await back.close()
+                await alice.close()
+            },
+            configure: { $0.limits.maxEventsBytes = 4096 }
+        )
+    }
+
+    @Test("a full disk: the send is refused with storage-failed and never acknowledged; the peer gets only the others")
+    func fullDisk() async throws {
+        try await ServerFixture.with(
+            { fixture in
+                try await fixture.user("alice")
+                try await fixture.user("bob")
+                let (bob, _) = try await NativeTestClient.login(fixture, "bob")
+                let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+                let text = String(repeating: "d", count: 8 * 1024)
+                var acknowledged: [String] = []
+                var refusal: Courier_V1_Error?
+                for index in 0..<200 {
+                    let answer = try await alice.sendText(text, to: .user("bob"), id: "d\(index)")
+                    if answer.ack != nil {
+                        acknowledged.append("d\(index)")
+                    } else {
+                        refusal = answer.failure
+                        break
+                    }
+                }
+                let error = try #require(refusal, "the database limit was never reached")
+                #expect(error.code == ErrorCodes.storageFailed && error.id == "d\(acknowledged.count)", "\(error)")
+                #expect(!acknowledged.isEmpty)
+                // bob gets exactly the acknowledged messages; alice's connection is still usable.
+                let received = try await bob.messages(acknowledged.count)
+                #expect(received.map(\.id) == acknowledged)
+                #expect(received.map(\.seq) == Array(1...UInt64(acknowledged.count)))
+                let unread = try await ConversationTests.request(alice) { $0.unread = .init() }
+                #expect(unread.failure == nil, "\(unread)")
+                await alice.close()
+                await bob.close()
+            },
+            configure: { $0.store.maxDatabaseBytes = 512 * 1024 }
+        )
+    }
+}
