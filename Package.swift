@@ -120,6 +120,8 @@ let package = Package(
                 "CourierWire",
                 "CourierStore",
                 "CourierServer",
+                "CourierClient",
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -43,6 +43,11 @@ public enum ClientEvent: Sendable, Hashable {
     case caughtUp
     /// The connection ended; the client reconnects after a jittered backoff unless stopped.
     case disconnected(reason: String)
+    /// The server refused the configured credentials (`auth-failed`, `token-expired`, `token-revoked`,
+    /// `throttled`): ``CourierClient/run()`` returns, since trying them again cannot succeed (or would be
+    /// throttled). A stored token that stops working is forgotten instead, and the client logs in again with the
+    /// configured credentials.
+    case loginRefused(code: String, message: String)
     /// A message from someone else, or the user's own from another device, stored locally (each once).
     case message(ChatMessage)
     /// A message from this device is committed by the server, and moved from the local outbox to the local

@@ -7,20 +7,28 @@ import NIOSSL
 
 extension CourierClient {
     /// Connects, syncs, sends the outbox and delivers events; reconnects with a jittered exponential backoff after
-    /// any failure, until ``stop()``. Then it finishes ``events`` and returns.
+    /// any failure, until ``stop()`` (or the task running it is cancelled). Then it finishes ``events`` and returns.
     public func run() async {
         await withDiscardingTaskGroup { group in
             group.addTask { await self.recordAcknowledgements() }
             var failures = 0
-            while !self.state.withLock({ $0.stopped }) {
+            // Until stopped, or until the task running it is cancelled.
+            while !self.state.withLock({ $0.stopped }), !Task.isCancelled {
                 do {
                     try await self.session { failures = 0 }
                     self.emit(.disconnected(reason: "the server closed the connection"))
+                } catch let refusal as LoginRefused {
+                    self.emit(.loginRefused(code: refusal.code, message: refusal.message))
+                    self.state.withLock { $0.stopped = true }
+                    break
+                } catch is StoredTokenRefused {
+                    // Forgotten: log in again at once with the configured credentials.
+                    continue
                 } catch {
                     self.logger.debug("connection ended", metadata: ["error": "\(error)"])
                     self.emit(.disconnected(reason: "\(error)"))
                 }
-                if self.state.withLock({ $0.stopped }) { break }
+                if self.state.withLock({ $0.stopped }) || Task.isCancelled { break }
                 failures += 1
                 await self.pause(self.backoff(after: failures))
             }
@@ -61,10 +69,10 @@ extension CourierClient {
         return .nanoseconds(Int64.random(in: 0...max(1, nanoseconds)))
     }
 
-    /// Sleeps, or returns early (within 50 ms) when stopped.
+    /// Sleeps, or returns early (within 50 ms) when stopped or cancelled.
     private func pause(_ delay: Duration) async {
         let deadline = ContinuousClock.now + delay
-        while !self.state.withLock({ $0.stopped }) {
+        while !self.state.withLock({ $0.stopped }), !Task.isCancelled {
             let left = deadline - .now
             guard left > .zero else { return }
             try? await Task.sleep(for: min(left, .milliseconds(50)))
@@ -163,7 +171,14 @@ extension CourierClient {
                 hello.hello.resume = true
             }
         }
-        try await outbound.write(try NativeFrame(envelope: hello))
+        do {
+            try await outbound.write(try NativeFrame(envelope: hello))
+        } catch {
+            // A failed TLS handshake closes the channel; its reason is in the inbound stream, and it says more
+            // than "I/O on closed channel".
+            _ = try await iterator.next()
+            throw error
+        }
         while let frame = try await iterator.next() {
             guard frame.kind == .message else { continue }
             let answer = try frame.envelope(as: ServerEnvelope.self)
@@ -172,13 +187,23 @@ extension CourierClient {
                 if !welcome.token.isEmpty { try self.store.setValue(welcome.token, for: "token") }
                 return welcome
             case .error(let error):
-                // A stored token that stopped working: forget it, so the next attempt logs in with the password.
-                if storedToken != nil,
-                    [ErrorCodes.tokenExpired, ErrorCodes.tokenRevoked, ErrorCodes.authFailed].contains(error.code)
-                {
-                    try self.store.setValue(nil, for: "token")
+                let refused = [
+                    ErrorCodes.tokenExpired, ErrorCodes.tokenRevoked, ErrorCodes.authFailed, ErrorCodes.throttled,
+                ]
+                guard refused.contains(error.code) else {
+                    throw CourierClientError(code: error.code, message: error.message)
                 }
-                throw CourierClientError(code: error.code, message: error.message)
+                // A stored token that stopped working: forget it, so the next attempt logs in with the configured
+                // credentials. The configured credentials refused: give up.
+                if storedToken != nil, error.code != ErrorCodes.throttled {
+                    try self.store.setValue(nil, for: "token")
+                    self.logger.notice(
+                        "the stored token was refused; logging in again",
+                        metadata: ["code": "\(error.code)"]
+                    )
+                    throw StoredTokenRefused()
+                }
+                throw LoginRefused(code: error.code, message: error.message)
             default:
                 continue
             }
@@ -203,8 +228,10 @@ extension CourierClient {
             }
             await withTaskCancellationHandler {
                 await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    // Checked under the lock the cancellation handler takes: a cancellation either is seen here or
+                    // finds the stored continuation.
                     let now = self.state.withLock { state -> Bool in
-                        if state.outboxDirty || state.stopped { return true }
+                        if state.outboxDirty || state.stopped || Task.isCancelled { return true }
                         state.outboxSignal = continuation
                         return false
                     }
@@ -348,4 +375,13 @@ extension CourierClient {
         }
         if events.caughtUp { self.emit(.caughtUp) }
     }
+}
+
+/// The server refused the stored token: it is forgotten, and the client logs in with its configured credentials.
+struct StoredTokenRefused: Error {}
+
+/// The server refused the configured credentials: `run()` ends.
+struct LoginRefused: Error {
+    var code: String
+    var message: String
 }

@@ -118,6 +118,17 @@ public final class CourierClient: Sendable {
         return entries.map(\.id)
     }
 
+    /// The device token the server gave this client at its last password login, if it still holds one.
+    public func deviceToken() throws -> String? {
+        try self.store.value("token")
+    }
+
+    /// Forgets the stored device token: the next connection logs in with the configured credentials (a password
+    /// login makes a new device).
+    public func forgetDeviceToken() throws {
+        try self.store.setValue(nil, for: "token")
+    }
+
     /// The messages not yet acknowledged by the server, oldest first.
     public func pendingMessageIDs() throws -> [String] {
         try self.store.outbox().map(\.id)

@@ -177,8 +177,9 @@ final class ConnectionHandle: Sendable {
             if let wake = self.state.withLock({ Self.take(&$0) }) { return wake }
             if Task.isCancelled { return nil }
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                // Cancellation checked under the lock interrupt() takes: it is seen here or finds the waiter.
                 let ready = self.state.withLock { state -> Bool in
-                    if Self.hasWork(state) { return true }
+                    if Self.hasWork(state) || Task.isCancelled { return true }
                     state.waiter = continuation
                     return false
                 }

@@ -17,8 +17,12 @@ public enum CourierExecutable {
         return folder.appendingPathComponent("courier")
     }
 
-    /// Runs `courier` with arguments to completion, returning its exit status and output.
-    public static func run(_ arguments: [String]) async throws -> (status: Int32, output: String) {
+    /// Runs `courier` with arguments to completion, returning its exit status and output. `environment` adds to
+    /// (or replaces variables of) this process's environment.
+    public static func run(
+        _ arguments: [String],
+        environment: [String: String] = [:]
+    ) async throws -> (status: Int32, output: String) {
         try await withCheckedThrowingContinuation { continuation in
             DispatchQueue.global().async {
                 continuation.resume(
@@ -26,6 +30,9 @@ public enum CourierExecutable {
                         let process = Process()
                         process.executableURL = Self.url
                         process.arguments = arguments
+                        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+                        // No terminal: a command that would prompt fails instead of waiting.
+                        process.standardInput = FileHandle.nullDevice
                         let pipe = Pipe()
                         process.standardOutput = pipe
                         process.standardError = pipe

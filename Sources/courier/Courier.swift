@@ -6,7 +6,9 @@ struct Courier: AsyncParsableCommand {
         commandName: "courier",
         abstract: "Courier: instant messaging and media delivery.",
         version: CourierVersion.current,
-        subcommands: [Serve.self, UserCommand.self, GroupCommand.self, Backup.self]
+        subcommands: [
+            Serve.self, UserCommand.self, GroupCommand.self, Backup.self, Login.self, Send.self, History.self,
+        ]
     )
 }
 

@@ -233,13 +233,17 @@ struct ClientTests {
             configuration.maxBackoff = .milliseconds(200)
             let bob = try CourierClient(configuration: configuration)
             let events = EventReader(bob)
+            // The accounts exist before any server runs (a login refused for an unknown user would end run()).
+            var accounts = SQLiteStore.Configuration()
+            accounts.passwordHasher = ServerFixture.cheapHasher
+            let setup = try SQLiteStore(folder: data, configuration: accounts, logger: .init(label: "test"))
+            for name in ["alice", "bob"] { _ = try await setup.addUser(name: name, password: "pw-" + name, nowMs: 0) }
+            try setup.close()
             try await withThrowingTaskGroup(of: Void.self) { group in
                 // The client retries until a server answers.
                 group.addTask { await bob.run() }
-                // The first life of the server: accounts, and bob's client catches up.
-                try await ServerFixture.with(folder: data) { fixture in
-                    try await fixture.user("alice")
-                    try await fixture.user("bob")
+                // The first life of the server: bob's client catches up.
+                try await ServerFixture.with(folder: data) { _ in
                     _ = try await events.next("caught up") { $0 == .caughtUp ? true : nil }
                 } configure: {
                     $0.nativePort = port
@@ -268,6 +272,56 @@ struct ClientTests {
                     $0.nativePort = port
                 }
                 try await group.waitForAll()
+            }
+        }
+    }
+
+    @Test("refused credentials end run() with loginRefused; a revoked stored token is forgotten for a new login")
+    func refusedLogins() async throws {
+        try await withTemporaryDirectory { folder in
+            try await ServerFixture.with { fixture in
+                try await fixture.user("alice")
+                // A wrong password: one refusal, then run() returns by itself (no retries to be throttled).
+                var wrong = CourierClient.Configuration(
+                    port: fixture.ports.native,
+                    credentials: .password(user: "alice", password: "not-hers"),
+                    storePath: folder.appendingPathComponent("wrong.sqlite").path
+                )
+                wrong.minBackoff = .milliseconds(20)
+                let refused = try CourierClient(configuration: wrong)
+                let refusedEvents = EventReader(refused)
+                await refused.run()
+                let code = try await refusedEvents.next("the refusal") { event -> String? in
+                    if case .loginRefused(let code, _) = event { code } else { nil }
+                }
+                #expect(code == "auth-failed")
+                #expect(try refused.deviceToken() == nil)
+
+                // A good login stores a token; revoked, it is forgotten and the password makes a new device.
+                let alice = try Self.client(fixture, "alice", folder: folder)
+                let events = EventReader(alice)
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask { await alice.run() }
+                    _ = try await events.next("connected") { event -> Bool? in
+                        if case .connected = event { true } else { nil }
+                    }
+                    let first = try #require(try alice.deviceToken())
+                    let session = try await fixture.store.authenticate(token: first, nowMs: 0)
+                    try await fixture.store.revokeDevice(session.device.id, of: "alice", nowMs: 1)
+                    // The server closes the revoked connection; the reconnect with the stored token is refused, the
+                    // token forgotten, and the password logs in again.
+                    _ = try await events.next("connected again") { event -> Bool? in
+                        if case .connected = event, (try? alice.deviceToken()).flatMap({ $0 }) != first {
+                            true
+                        } else {
+                            nil
+                        }
+                    }
+                    let second = try #require(try alice.deviceToken())
+                    #expect(second != first)
+                    alice.stop()
+                    try await group.waitForAll()
+                }
             }
         }
     }

@@ -242,6 +242,110 @@ struct CommandLineTests {
         }
     }
 
+    @Test("login, send and history round trip; a send while the server is away is queued and delivered once after")
+    func clientCommands() async throws {
+        try await withTemporaryDirectory(prefix: "courier-cli") { folder in
+            let data = folder.appendingPathComponent("data")
+            for user in ["alice", "bob"] {
+                _ = try await Self.courier("user", "add", user, "--password", "pw-" + user, "--data", data.path)
+            }
+            let ports = (try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick())
+            func serve() async throws -> ServerProcess {
+                try await ServerProcess.start(
+                    data: data,
+                    native: ports.0,
+                    compat: ports.1,
+                    http: ports.2,
+                    log: folder.appendingPathComponent("server.log")
+                )
+            }
+            let home = [
+                "HOME": folder.path,
+                "XDG_CONFIG_HOME": folder.appendingPathComponent("config").path,
+                "XDG_DATA_HOME": folder.appendingPathComponent("share").path,
+            ]
+            let address = "127.0.0.1:\(ports.0)"
+            func client(
+                _ arguments: String...,
+                environment: [String: String] = [:]
+            ) async throws -> (
+                status: Int32, output: String
+            ) {
+                try await CourierExecutable.run(
+                    arguments + ["--server", address],
+                    environment: home.merging(environment) { $1 }
+                )
+            }
+            func json(_ output: String) throws -> [[String: Any]] {
+                try output.split(separator: "\n").map {
+                    try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any], "\($0)")
+                }
+            }
+            var server = try await serve()
+
+            var result = try await client("login", "--as", "alice", "--password", "pw-alice")
+            #expect(result.status == 0 && result.output.hasPrefix("logged in as alice"), "\(result)")
+            let tokenFile = folder.appendingPathComponent("config/courier/127.0.0.1_\(ports.0)/alice.token")
+            let permissions = try FileManager.default.attributesOfItem(atPath: tokenFile.path)[.posixPermissions]
+            #expect((permissions as? Int) == 0o600, "the token file is the user's alone")
+            result = try await client("send", "--as", "alice", "--to", "bob", "hello bob")
+            #expect(result.status == 0 && result.output.hasPrefix("sent to @bob: seq 1, id "), "\(result)")
+            // bob has no token: no password and no terminal is a clear error; COURIER_PASSWORD works.
+            result = try await client("send", "--as", "bob", "--to", "alice", "x")
+            #expect(result.status == 1 && result.output.contains("no password for bob"), "\(result)")
+            result = try await client(
+                "send",
+                "--as",
+                "bob",
+                "--to",
+                "alice",
+                "你好, alice 👋",
+                environment: ["COURIER_PASSWORD": "pw-bob"]
+            )
+            #expect(result.status == 0 && result.output.hasPrefix("sent to @alice: seq 2"), "\(result)")
+
+            result = try await client("history", "--as", "alice", "--with", "bob", "--json")
+            let lines = try json(result.output)
+            #expect(lines.map { $0["seq"] as? Int } == [1, 2], "\(result)")
+            #expect(lines.map { $0["from"] as? String } == ["alice", "bob"])
+            #expect(lines.map { $0["to"] as? String } == ["bob", "alice"])
+            #expect(lines.map { $0["text"] as? String } == ["hello bob", "你好, alice 👋"])
+            #expect(lines.allSatisfy { $0["kind"] as? String == "text" && $0["group"] == nil })
+            #expect(
+                lines.allSatisfy { ($0["time"] as? String)?.hasSuffix("Z") == true && ($0["id"] as? String) != nil }
+            )
+            result = try await client("history", "--as", "bob", "--with", "alice", "--json", "--limit", "1")
+            #expect(try json(result.output).map { $0["seq"] as? Int } == [2], "\(result)")
+            result = try await client("history", "--as", "bob", "--with", "alice", "--json", "--before", "2")
+            #expect(try json(result.output).map { $0["seq"] as? Int } == [1], "\(result)")
+            result = try await client("history", "--as", "bob", "--with", "alice")
+            #expect(result.output.contains("  #1  alice: hello bob\n"), "\(result)")
+            result = try await client("history", "--as", "bob", "--json")
+            #expect(result.status != 0 && result.output.contains("name one conversation"), "\(result)")
+
+            // The server goes away: the send is queued in alice's outbox.
+            #expect(await server.terminate() == 0)
+            result = try await client("send", "--as", "alice", "--to", "bob", "while you were away")
+            #expect(result.status == 0 && result.output.hasPrefix("queued "), "\(result)")
+            // Back on the same ports: alice's next command sends the outbox first, once.
+            server = try await serve()
+            result = try await client("history", "--as", "alice", "--with", "bob", "--json")
+            #expect(try json(result.output).map { $0["text"] as? String }.last == "while you were away", "\(result)")
+            result = try await client("history", "--as", "bob", "--with", "alice", "--json")
+            let texts = try json(result.output).compactMap { $0["text"] as? String }
+            #expect(texts == ["hello bob", "你好, alice 👋", "while you were away"], "\(result)")
+
+            // A revoked token: a clear message, and the saved token is gone.
+            result = try await Self.courier("user", "devices", "alice", "--data", data.path)
+            let device = try #require(result.output.split(separator: "\t").first.map(String.init), "\(result)")
+            _ = try await Self.courier("user", "revoke", "alice", device, "--data", data.path)
+            result = try await client("history", "--as", "alice", "--with", "bob")
+            #expect(result.status == 1 && result.output.contains("courier login --as alice"), "\(result)")
+            #expect(!FileManager.default.fileExists(atPath: tokenFile.path))
+            #expect(await server.terminate() == 0)
+        }
+    }
+
     @Test("a crash leaves a backtrace in <data>/crashes/")
     func crashReport() async throws {
         try await withTemporaryDirectory(prefix: "courier-cli") { folder in
