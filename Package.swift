@@ -175,6 +175,12 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // The command-line tool's own logic (the chat's formatting), through @testable import of the executable.
+        .testTarget(
+            name: "CourierCLITests",
+            dependencies: ["courier"],
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "CourierStoreTests",
             dependencies: [
