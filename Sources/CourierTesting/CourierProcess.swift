@@ -61,13 +61,28 @@ public final class ServerProcess: @unchecked Sendable {
         log: URL,
         arguments extra: [String] = []
     ) async throws -> ServerProcess {
-        let process = Process()
-        process.executableURL = CourierExecutable.url
-        process.arguments =
-            [
+        try await Self.start(
+            arguments: [
                 "serve", "--data", data.path, "--port", String(native), "--compat-port", String(compat),
                 "--http-port", String(http),
-            ] + extra
+            ] + extra,
+            readyPort: native,
+            log: log
+        )
+    }
+
+    /// Runs `courier` with these arguments (and `environment` added to this process's) and waits until
+    /// `readyPort` accepts connections.
+    public static func start(
+        arguments: [String],
+        environment: [String: String] = [:],
+        readyPort: Int,
+        log: URL
+    ) async throws -> ServerProcess {
+        let process = Process()
+        process.executableURL = CourierExecutable.url
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         if !FileManager.default.fileExists(atPath: log.path) {
             _ = FileManager.default.createFile(atPath: log.path, contents: nil)
         }
@@ -79,7 +94,7 @@ public final class ServerProcess: @unchecked Sendable {
         let server = ServerProcess(process: process, log: log)
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {
-            if let connection = try? await RawConnection.connect(port: native) {
+            if let connection = try? await RawConnection.connect(port: readyPort) {
                 await connection.close()
                 return server
             }

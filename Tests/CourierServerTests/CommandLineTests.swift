@@ -347,6 +347,46 @@ struct CommandLineTests {
         }
     }
 
+    @Test("serve takes its addresses and data folder from COURIER_* variables; a flag wins over its variable")
+    func serveEnvironment() async throws {
+        try await withTemporaryDirectory(prefix: "courier-cli") { folder in
+            let data = folder.appendingPathComponent("from-environment")
+            let ports = (try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick())
+            let flagged = try await FreePort.pick()
+            try await Self.addUsers(["alice"], data: data)
+            let server = try await ServerProcess.start(
+                arguments: ["serve", "--http-port", String(flagged)],
+                environment: [
+                    "COURIER_HOST": "127.0.0.1", "COURIER_PORT": String(ports.0),
+                    "COURIER_COMPAT_PORT": String(ports.1),
+                    "COURIER_HTTP_PORT": String(ports.2), "COURIER_DATA": data.path,
+                ],
+                readyPort: ports.0,
+                log: folder.appendingPathComponent("server.log")
+            )
+            // The native port and the data folder came from the environment: alice (in that folder) logs in.
+            let (alice, welcome) = try await PortOnly(native: ports.0).login("alice")
+            #expect(welcome.user == "alice")
+            await alice.close()
+            let compat = try await CompatTestClient.connect(port: ports.1)
+            try await compat.write(try CompatTestClient.packet("auth", ["user": "alice", "password": "pw-alice"]))
+            _ = try await compat.expect("welcome")
+            await compat.close()
+            // --http-port beat COURIER_HTTP_PORT.
+            let health = try await HTTPTests.curl(["http://127.0.0.1:\(flagged)/health"])
+            #expect(health.contains("\"status\":\"ok\""), "\(health)")
+            let unused = try await ExternalProgram.run(
+                "/usr/bin/curl",
+                ["--silent", "http://127.0.0.1:\(ports.2)/health"]
+            )
+            #expect(unused.status != 0, "nothing listens on the variable's port: \(unused)")
+            #expect(await server.terminate() == 0)
+
+            let result = try await CourierExecutable.run(["serve"], environment: ["COURIER_PORT": "seventy"])
+            #expect(result.status != 0 && result.output.contains("COURIER_PORT=seventy is not a port number"))
+        }
+    }
+
     @Test("a crash leaves a backtrace in <data>/crashes/")
     func crashReport() async throws {
         try await withTemporaryDirectory(prefix: "courier-cli") { folder in
