@@ -65,7 +65,7 @@ struct Send: AsyncParsableCommand {
             session -> (String, [String: ClientEvent]?) in
             let id = try session.client.send(text, to: conversation)
             guard case .connected = try await session.connect() else { return (id, nil) }
-            return (id, try await session.flushOutbox())
+            return (id, try await session.flushOutbox(including: [id]))
         }
         guard let outcomes else {
             print(

@@ -113,12 +113,14 @@ final class ClientSession {
         }
     }
 
-    /// Waits until the server has acknowledged every message the outbox holds (or refused it for good).
+    /// Waits until the server has acknowledged every message the outbox holds (or refused it for good), and the
+    /// messages `ids` names: those may have been acknowledged already, their events not yet read (events are read
+    /// from the start of the session, so none is missed).
     ///
     /// - Returns: The acknowledgements and refusals, by message id.
     @discardableResult
-    func flushOutbox() async throws -> [String: ClientEvent] {
-        var waiting = Set(try self.client.pendingMessageIDs())
+    func flushOutbox(including ids: [String] = []) async throws -> [String: ClientEvent] {
+        var waiting = Set(try self.client.pendingMessageIDs()).union(ids)
         return try await self.within(Self.outboxTimeout, doing: "waiting for the server to acknowledge the outbox") {
             var outcomes: [String: ClientEvent] = [:]
             while !waiting.isEmpty {
