@@ -16,22 +16,13 @@ struct SlowReaderTests {
         let text = String(repeating: "x", count: 64 * 1024 - 64)
         try await withTemporaryDirectory { folder in
             let data = folder.appendingPathComponent("data")
-            for user in ["alice", "bob"] {
-                let (status, output) = try await CourierExecutable.run([
-                    "user", "add", user, "--password", "pw-" + user, "--data", data.path,
-                ])
-                #expect(status == 0, "\(output)")
-            }
-            let ports = (try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick())
-            let server = try await ServerProcess.start(
+            try await CommandLineTests.addUsers(["alice", "bob"], data: data)
+            let (server, native, _) = try await CommandLineTests.serve(
+                folder,
                 data: data,
-                native: ports.0,
-                compat: ports.1,
-                http: ports.2,
-                log: folder.appendingPathComponent("server.log"),
-                arguments: ["--limit", "slow-consumer-timeout=3s"]
+                ["--limit", "slow-consumer-timeout=3s"]
             )
-            let fixture = PortOnly(native: ports.0)
+            let fixture = PortOnly(native: native)
             let (bob, welcome) = try await fixture.login("bob")
             try await bob.stopReading()
             let (alice, _) = try await fixture.login("alice")
