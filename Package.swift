@@ -175,10 +175,11 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        // The command-line tool's own logic (the chat's formatting), through @testable import of the executable.
+        // The command-line tool's own logic (the chat's state and screen), through @testable import of the executable,
+        // and the chat run under tmux.
         .testTarget(
             name: "CourierCLITests",
-            dependencies: ["courier"],
+            dependencies: ["courier", "CourierClient", "CourierTesting"],
             swiftSettings: strictSettings
         ),
         .testTarget(

@@ -198,25 +198,41 @@ final class ClientStore: Sendable {
         return db.changesCount > 0
     }
 
-    /// The messages of a conversation stored on this device, oldest first.
-    func messages(in conversation: Conversation) throws -> [ChatMessage] {
+    /// The messages of a conversation stored on this device, oldest first: all of them, or the newest `limit`.
+    func messages(in conversation: Conversation, limit: Int? = nil) throws -> [ChatMessage] {
         try self.queue.read { db in
             try Row.fetchAll(
                 db,
-                sql: "SELECT * FROM messages WHERE conversation = ? ORDER BY seq",
-                arguments: [conversation.key]
-            ).map { row in
-                ChatMessage(
-                    id: row["id"],
-                    from: row["sender"],
-                    conversation: Self.conversation(row["kind"], row["peer"]),
-                    seq: UInt64(row["seq"] as Int64),
-                    time: Date(timeIntervalSince1970: row["time"]),
-                    text: row["text"],
-                    recalled: row["recalled"]
-                )
-            }
+                sql: "SELECT * FROM messages WHERE conversation = ? ORDER BY seq DESC LIMIT ?",
+                arguments: [conversation.key, limit ?? -1]
+            ).reversed().map(Self.message)
         }
+    }
+
+    /// The conversations with messages on this device, each with its newest message.
+    func conversations() throws -> [ChatMessage] {
+        try self.queue.read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT m.* FROM messages m
+                    JOIN (SELECT conversation, MAX(seq) AS seq FROM messages GROUP BY conversation) newest
+                    USING (conversation, seq)
+                    """
+            ).map(Self.message)
+        }
+    }
+
+    private static func message(_ row: Row) -> ChatMessage {
+        ChatMessage(
+            id: row["id"],
+            from: row["sender"],
+            conversation: Self.conversation(row["kind"], row["peer"]),
+            seq: UInt64(row["seq"] as Int64),
+            time: Date(timeIntervalSince1970: row["time"]),
+            text: row["text"],
+            recalled: row["recalled"]
+        )
     }
 
     private static func columns(_ conversation: Conversation) -> (String, String) {

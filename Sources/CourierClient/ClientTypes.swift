@@ -33,6 +33,31 @@ public struct ChatMessage: Hashable, Sendable {
     public var time: Date
     public var text: String
     public var recalled: Bool
+
+    public init(
+        id: String,
+        from: String,
+        conversation: Conversation,
+        seq: UInt64,
+        time: Date,
+        text: String,
+        recalled: Bool = false
+    ) {
+        self.id = id
+        self.from = from
+        self.conversation = conversation
+        self.seq = seq
+        self.time = time
+        self.text = text
+        self.recalled = recalled
+    }
+}
+
+/// A message in this device's outbox: written, not yet acknowledged by the server.
+public struct PendingMessage: Hashable, Sendable {
+    public var id: String
+    public var conversation: Conversation
+    public var text: String
 }
 
 /// What happens on the connection and in the user's conversations, in order.

@@ -134,9 +134,19 @@ public final class CourierClient: Sendable {
         try self.store.outbox().map(\.id)
     }
 
-    /// The messages of a conversation stored on this device, oldest first.
-    public func storedMessages(in conversation: Conversation) throws -> [ChatMessage] {
-        try self.store.messages(in: conversation)
+    /// The messages not yet acknowledged by the server, oldest first.
+    public func pendingMessages() throws -> [PendingMessage] {
+        try self.store.outbox().map { PendingMessage(id: $0.id, conversation: $0.conversation, text: $0.text) }
+    }
+
+    /// The messages of a conversation stored on this device, oldest first: all of them, or the newest `limit`.
+    public func storedMessages(in conversation: Conversation, limit: Int? = nil) throws -> [ChatMessage] {
+        try self.store.messages(in: conversation, limit: limit)
+    }
+
+    /// The newest stored message of every conversation this device holds messages of.
+    public func storedConversations() throws -> [ChatMessage] {
+        try self.store.conversations()
     }
 
     /// A page of a conversation's history from the server, newest first.

@@ -47,6 +47,18 @@ public enum CourierExecutable {
     }
 }
 
+extension CourierExecutable {
+    /// Adds users with the password "pw-" + name through `courier user add`, throwing if one is refused.
+    public static func addUsers(_ names: [String], data: URL) async throws {
+        for name in names {
+            let result = try await Self.run(["user", "add", name, "--password", "pw-" + name, "--data", data.path])
+            guard result.status == 0 else {
+                throw ExternalProgram.Failure(description: "courier user add \(name) failed: \(result.output)")
+            }
+        }
+    }
+}
+
 /// A `courier serve` process on a data folder and fixed ports, with its output in a log file.
 public final class ServerProcess: @unchecked Sendable {
     public let process: Process

@@ -14,6 +14,10 @@ public enum ExternalProgram {
     /// A run that ended with a status other than the one expected.
     public struct Failure: Error, CustomStringConvertible {
         public var description: String
+
+        public init(description: String) {
+            self.description = description
+        }
     }
 
     /// Runs `path` with `arguments` and returns its status and output. The wait happens on a Dispatch thread, not

@@ -153,22 +153,3 @@ struct ClientPaths {
         try? FileManager.default.removeItem(at: self.tokenFile)
     }
 }
-
-enum Terminal {
-    /// Reads a line from standard input with echo off, after a prompt on standard error; nil when standard input
-    /// is not a terminal.
-    static func readSecret(prompt: String) -> String? {
-        guard isatty(STDIN_FILENO) == 1 else { return nil }
-        var saved = termios()
-        guard tcgetattr(STDIN_FILENO, &saved) == 0 else { return nil }
-        var silent = saved
-        silent.c_lflag &= ~tcflag_t(ECHO)
-        FileHandle.standardError.write(Data(prompt.utf8))
-        tcsetattr(STDIN_FILENO, TCSAFLUSH, &silent)
-        defer {
-            tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved)
-            FileHandle.standardError.write(Data("\n".utf8))
-        }
-        return readLine(strippingNewline: true)
-    }
-}

@@ -8,7 +8,8 @@ import Logging
 /// It logs in with the saved token when there is one, else with the password, and saves the token it gets. Once
 /// connected it sends whatever the outbox holds (messages queued while the server was away) before the command's
 /// own work.
-final class ClientSession {
+/// Events are read by one task at a time (the command's, or the chat's event reader).
+final class ClientSession: @unchecked Sendable {
     let options: ClientOptions
     let paths: ClientPaths
     let client: CourierClient
@@ -30,9 +31,10 @@ final class ClientSession {
     static func run<T>(
         _ options: ClientOptions,
         freshLogin: Bool = false,
+        notices: Bool = false,
         _ body: (ClientSession) async throws -> T
     ) async throws -> T {
-        let session = try ClientSession(options, freshLogin: freshLogin)
+        let session = try ClientSession(options, freshLogin: freshLogin, notices: notices)
         do {
             let result = try await body(session)
             await session.close()
@@ -44,8 +46,8 @@ final class ClientSession {
     }
 
     /// Opens the user's store and starts connecting. `freshLogin` forgets any saved token and logs in with the
-    /// password (a new device).
-    private init(_ options: ClientOptions, freshLogin: Bool) throws {
+    /// password (a new device); `notices` asks the server for typing, presence and receipt notices.
+    private init(_ options: ClientOptions, freshLogin: Bool, notices: Bool) throws {
         self.options = options
         self.paths = try options.paths()
         let saved = freshLogin ? nil : self.paths.savedToken()
@@ -66,6 +68,7 @@ final class ClientSession {
             storePath: self.paths.storeFile.path
         )
         configuration.deviceName = "courier-cli"
+        configuration.ephemeral = notices
         configuration.tls = options.tlsConfiguration()
         var logger = Logger(label: "courier.client")
         logger.logLevel = .critical
@@ -90,27 +93,42 @@ final class ClientSession {
             while let event = await self.events.next() {
                 switch event {
                 case .connected:
-                    if let token = try self.client.deviceToken(), token != self.paths.savedToken() {
-                        try self.paths.save(token: token)
-                    }
+                    try self.saveToken()
                     return .connected
                 case .disconnected(let reason):
                     return .unreachable(reason)
                 case .loginRefused(let code, let message):
-                    let hadToken = self.paths.savedToken() != nil
-                    self.paths.removeToken()
-                    throw CommandFailure(
-                        description: hadToken
-                            ? "the saved token for \(self.options.user) was refused (\(code)); log in again: "
-                                + "courier login --as \(self.options.user)"
-                            : "login refused for \(self.options.user): \(code): \(message)"
-                    )
+                    throw self.refused(code: code, message: message)
                 default:
                     continue
                 }
             }
             return nil
         }
+    }
+
+    /// The client's next event; nil once it has stopped.
+    func nextEvent() async -> ClientEvent? {
+        await self.events.next()
+    }
+
+    /// Saves the device token the client holds, once connected, for the next command.
+    func saveToken() throws {
+        if let token = try self.client.deviceToken(), token != self.paths.savedToken() {
+            try self.paths.save(token: token)
+        }
+    }
+
+    /// The server refused the login: forgets the saved token, and says what to do.
+    func refused(code: String, message: String) -> CommandFailure {
+        let hadToken = self.paths.savedToken() != nil
+        self.paths.removeToken()
+        return CommandFailure(
+            description: hadToken
+                ? "the saved token for \(self.options.user) was refused (\(code)); log in again: "
+                    + "courier login --as \(self.options.user)"
+                : "login refused for \(self.options.user): \(code): \(message)"
+        )
     }
 
     /// Waits until the server has acknowledged every message the outbox holds (or refused it for good), and the

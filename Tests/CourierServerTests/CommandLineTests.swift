@@ -14,14 +14,6 @@ struct CommandLineTests {
         try await CourierExecutable.run(arguments)
     }
 
-    /// Adds users with the password "pw-" + name through `courier user add`.
-    static func addUsers(_ names: [String], data: URL) async throws {
-        for name in names {
-            let result = try await Self.courier("user", "add", name, "--password", "pw-" + name, "--data", data.path)
-            #expect(result.status == 0, "\(result)")
-        }
-    }
-
     /// Starts `courier serve` on `data` with free ports and its log in `folder`.
     static func serve(
         _ folder: URL,
@@ -104,7 +96,7 @@ struct CommandLineTests {
     func changesReachTheServer() async throws {
         try await withTemporaryDirectory(prefix: "courier-cli") { folder in
             let data = folder.appendingPathComponent("data")
-            try await Self.addUsers(["alice", "bob"], data: data)
+            try await CourierExecutable.addUsers(["alice", "bob"], data: data)
             let (server, native, _) = try await Self.serve(folder, data: data)
             let port = PortOnly(native: native)
             let (alice, _) = try await port.login("alice")
@@ -137,7 +129,7 @@ struct CommandLineTests {
     func backupRestores() async throws {
         try await withTemporaryDirectory(prefix: "courier-cli") { folder in
             let data = folder.appendingPathComponent("data")
-            try await Self.addUsers(["alice", "bob"], data: data)
+            try await CourierExecutable.addUsers(["alice", "bob"], data: data)
             let (server, native, _) = try await Self.serve(folder, data: data)
             let (alice, _) = try await PortOnly(native: native).login("alice")
             for index in 1...100 { #expect(try await alice.sendText("m\(index)", to: .user("bob")).ack != nil) }
@@ -221,7 +213,7 @@ struct CommandLineTests {
             result = try await Self.courier("serve", "--data", data.path, "--limit", "idle-timeout=5 minutes")
             #expect(result.status != 0 && result.output.contains("is not a duration"), "\(result)")
 
-            try await Self.addUsers(["alice", "bob"], data: data)
+            try await CourierExecutable.addUsers(["alice", "bob"], data: data)
             let (server, native, http) = try await Self.serve(
                 folder,
                 data: data,
@@ -249,7 +241,7 @@ struct CommandLineTests {
     func clientCommands() async throws {
         try await withTemporaryDirectory(prefix: "courier-cli") { folder in
             let data = folder.appendingPathComponent("data")
-            try await Self.addUsers(["alice", "bob"], data: data)
+            try await CourierExecutable.addUsers(["alice", "bob"], data: data)
             let ports = (try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick())
             func serve() async throws -> ServerProcess {
                 try await ServerProcess.start(
@@ -353,7 +345,7 @@ struct CommandLineTests {
             let data = folder.appendingPathComponent("from-environment")
             let ports = (try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick())
             let flagged = try await FreePort.pick()
-            try await Self.addUsers(["alice"], data: data)
+            try await CourierExecutable.addUsers(["alice"], data: data)
             let server = try await ServerProcess.start(
                 arguments: ["serve", "--http-port", String(flagged)],
                 environment: [

@@ -16,7 +16,7 @@ struct SlowReaderTests {
         let text = String(repeating: "x", count: 64 * 1024 - 64)
         try await withTemporaryDirectory { folder in
             let data = folder.appendingPathComponent("data")
-            try await CommandLineTests.addUsers(["alice", "bob"], data: data)
+            try await CourierExecutable.addUsers(["alice", "bob"], data: data)
             let (server, native, _) = try await CommandLineTests.serve(
                 folder,
                 data: data,

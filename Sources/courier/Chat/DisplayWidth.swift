@@ -16,8 +16,9 @@ enum DisplayWidth {
         {
             return 2
         }
-        if Self.isWide(first.value) { return 2 }
+        // Combining marks inside the wide blocks (the ideographic tone marks, the kana voicing marks) take none.
         if scalars.allSatisfy(Self.isZeroWidth) { return 0 }
+        if Self.isWide(first.value) { return 2 }
         return 1
     }
 

@@ -1,0 +1,311 @@
+import CourierClient
+import Foundation
+
+/// One screen of the chat, laid out for the terminal's size: each row's text with its styles, and where the
+/// cursor goes. Rows never exceed the width in display columns, so wide characters cannot push them over.
+struct ChatScreen: Equatable {
+    /// A row as written to the terminal: text with SGR style sequences, and its width without them.
+    struct Row: Equatable {
+        private(set) var text = ""
+        private(set) var width = 0
+
+        enum Style: String {
+            case plain = "0"
+            case reverse = "7"
+            case dim = "2"
+            case bold = "1"
+        }
+
+        /// Appends `text` (made printable) in `style`, cut to keep the row within `limit` columns.
+        mutating func append(_ text: String, _ style: Style = .plain, limit: Int) {
+            let cut = ChatScreen.fit(ChatScreen.printable(text), width: limit - self.width)
+            guard !cut.isEmpty else { return }
+            self.text += style == .plain ? cut : "\u{1B}[\(style.rawValue)m\(cut)\u{1B}[0m"
+            self.width += DisplayWidth.of(cut)
+        }
+
+        /// Pads with spaces (in `style`) to `width` columns.
+        mutating func pad(to width: Int, _ style: Style = .plain) {
+            guard width > self.width else { return }
+            self.append(String(repeating: " ", count: width - self.width), style, limit: width)
+        }
+
+        /// The text without its style sequences: what a terminal shows.
+        var plain: String {
+            self.text.replacing(/\x1B\[[0-9;]*m/, with: "")
+        }
+    }
+
+    var rows: [Row]
+    /// The cursor's row and column, from 0.
+    var cursor: (row: Int, column: Int)
+
+    static func == (a: ChatScreen, b: ChatScreen) -> Bool {
+        a.rows == b.rows && a.cursor == b.cursor
+    }
+
+    static let minimumColumns = 40
+    static let minimumRows = 8
+
+    /// Lays out `state` at its terminal size.
+    init(_ state: ChatState, now: Date) {
+        let columns = state.columns
+        let height = state.rows
+        guard columns >= Self.minimumColumns, height >= Self.minimumRows else {
+            var row = Row()
+            row.append("terminal too small for courier chat", limit: columns)
+            self.rows = [row] + Array(repeating: Row(), count: max(0, height - 1))
+            self.cursor = (0, 0)
+            return
+        }
+        var rows: [Row] = []
+
+        var title = Row()
+        title.append(
+            " courier · \(state.me) @ \(state.server) · \(Self.describe(state.connection))",
+            .reverse,
+            limit: columns
+        )
+        title.pad(to: columns, .reverse)
+        rows.append(title)
+
+        let listWidth = Self.listWidth(columns: columns)
+        let paneWidth = columns - listWidth - 1
+        let bodyRows = height - 3
+        let list = Self.list(state, width: listWidth, rows: bodyRows)
+        let pane = Self.pane(state, width: paneWidth, rows: bodyRows, now: now)
+        for index in 0..<bodyRows {
+            var row = list[index]
+            row.pad(to: listWidth)
+            row.append("│", .dim, limit: listWidth + 1)
+            for piece in pane[index] { row.append(piece.0, piece.1, limit: columns) }
+            rows.append(row)
+        }
+
+        var status = Row()
+        if let notice = state.notice {
+            status.append(" " + notice, .bold, limit: columns)
+        } else if state.scroll > 0 {
+            status.append(" ↑ \(state.scroll) rows up · PgDn or ↓ to come back", .dim, limit: columns)
+        } else {
+            status.append(" " + ChatState.help, .dim, limit: columns)
+        }
+        rows.append(status)
+
+        var input = Row()
+        input.append("> ", .bold, limit: columns)
+        let view = state.input.view(width: columns - 2)
+        input.append(view.text, limit: columns)
+        rows.append(input)
+        self.rows = rows
+        self.cursor = (height - 1, 2 + view.cursorColumn)
+    }
+
+    static func listWidth(columns: Int) -> Int {
+        min(28, max(14, columns / 4))
+    }
+
+    static func describe(_ connection: ChatState.Connection) -> String {
+        switch connection {
+        case .connecting: "connecting…"
+        case .connected: "connected"
+        case .offline(let reason): "offline (\(reason)); reconnecting…"
+        }
+    }
+
+    // MARK: The conversation list
+
+    /// Two rows a conversation: its name, whether the user is online, its unread count; then its last message.
+    private static func list(_ state: ChatState, width: Int, rows: Int) -> [Row] {
+        var result: [Row] = []
+        let threads = state.ordered
+        let selected = threads.firstIndex { ChatState.key($0.conversation) == state.open } ?? 0
+        // Scroll the list so the open conversation shows.
+        let first = max(0, min(selected - (rows / 2 - 1) / 2, threads.count - rows / 2))
+        for thread in threads.dropFirst(first) {
+            let isOpen = ChatState.key(thread.conversation) == state.open
+            var name = Row()
+            let style: Row.Style = isOpen ? .reverse : .plain
+            let unread = thread.unread > 0 ? " \(thread.unread) " : ""
+            var label = (isOpen ? "›" : " ") + thread.conversation.description
+            if case .user(let user) = thread.conversation, state.online[user.lowercased()] == true { label += " ●" }
+            name.append(label, style, limit: width - DisplayWidth.of(unread))
+            name.pad(to: width - DisplayWidth.of(unread), style)
+            name.append(unread, .bold, limit: width)
+            result.append(name)
+            var preview = Row()
+            preview.append("  " + Self.preview(thread, me: state.me), .dim, limit: width)
+            result.append(preview)
+        }
+        if threads.isEmpty {
+            for line in ["", " No conversations.", " /open NAME", " /open #GROUP"] {
+                var row = Row()
+                row.append(line, .dim, limit: width)
+                result.append(row)
+            }
+        }
+        return Array((result + Array(repeating: Row(), count: rows)).prefix(rows))
+    }
+
+    private static func preview(_ thread: ChatState.Thread, me: String) -> String {
+        if !thread.typing.isEmpty { return "typing…" }
+        guard let last = thread.lines.last else { return "" }
+        let text = last.recalled ? "(recalled)" : last.text.replacing("\n", with: " ")
+        if case .group = thread.conversation { return "\(last.from): \(text)" }
+        return last.from.lowercased() == me.lowercased() ? "you: \(text)" : text
+    }
+
+    // MARK: The open conversation
+
+    typealias Pieces = [(String, Row.Style)]
+
+    /// The header (name, online, who is typing), a rule, then the newest messages that fit, bottom-aligned.
+    private static func pane(_ state: ChatState, width: Int, rows: Int, now: Date) -> [Pieces] {
+        guard let thread = state.openThread else {
+            return [[(" Open a conversation with Tab or /open NAME.", .dim)]]
+                + Array(repeating: [], count: rows - 1)
+        }
+        var header: Pieces = [(" " + thread.conversation.description, .bold)]
+        if case .user(let user) = thread.conversation, let online = state.online[user.lowercased()] {
+            header.append((online ? " · online" : " · offline", .dim))
+        }
+        let typing = thread.typing.keys.sorted()
+        if !typing.isEmpty {
+            let names = typing.joined(separator: ", ")
+            header.append((" · \(names) \(typing.count == 1 ? "is" : "are") typing…", .plain))
+        }
+        let rule: Pieces = [(String(repeating: "─", count: width), .dim)]
+        let messages = Self.messageRows(of: thread, state: state, now: now, width: width)
+        let visible = rows - 2
+        let end = max(0, messages.count - state.scroll)
+        let shown = Array(messages[max(0, end - visible)..<end])
+        return [header, rule] + Array(repeating: [], count: visible - shown.count) + shown
+    }
+
+    /// Every row of a conversation's messages at the pane width the state's terminal gives.
+    static func messageRows(of thread: ChatState.Thread, state: ChatState, now: Date) -> [Pieces] {
+        let width = state.columns - Self.listWidth(columns: state.columns) - 1
+        return Self.messageRows(of: thread, state: state, now: now, width: width)
+    }
+
+    /// A time line before the first message and wherever five minutes passed between two; then each message as
+    /// "name: text", wrapped with its continuation rows under the text; our own marked …, ✓ (committed),
+    /// ✓✓ (delivered), and the newest one read "✓✓ read".
+    static func messageRows(of thread: ChatState.Thread, state: ChatState, now: Date, width: Int) -> [Pieces] {
+        let relative = RelativeTime()
+        let me = state.me.lowercased()
+        let others = { (marks: [String: UInt64], seq: UInt64) in
+            marks.filter { $0.key != me && $0.value >= seq }.count
+        }
+        let newestRead = thread.lines.last { line in
+            guard let seq = line.seq, line.from.lowercased() == me else { return false }
+            return others(thread.read, seq) > 0
+        }?.seq
+        var result: [Pieces] = []
+        var previous: Date?
+        for line in thread.lines {
+            if previous.map({ line.time.timeIntervalSince($0) >= 300 }) ?? true {
+                let label = " \(relative.format(line.time, now: now)) "
+                let side = max(0, (width - DisplayWidth.of(label)) / 2)
+                result.append([(String(repeating: " ", count: side) + label, .dim)])
+            }
+            previous = line.time
+            let name = " \(line.from): "
+            let ours = line.from.lowercased() == me
+            var text = line.recalled ? "(recalled)" : Self.printable(line.text)
+            if ours {
+                if let failure = line.failure {
+                    text += " ✗ \(failure)"
+                } else if let seq = line.seq {
+                    if seq == newestRead {
+                        let readers = others(thread.read, seq)
+                        let group = if case .group = thread.conversation { true } else { false }
+                        // No-break spaces keep a mark on one row.
+                        text += group ? " ✓✓\u{A0}read\u{A0}by\u{A0}\(readers)" : " ✓✓\u{A0}read"
+                    } else {
+                        text += others(thread.delivered, seq) > 0 ? " ✓✓" : " ✓"
+                    }
+                } else {
+                    text += " …"
+                }
+            }
+            let indent = DisplayWidth.of(name)
+            let wrapped = Self.wrap(text, width: max(4, width - indent))
+            for (index, part) in wrapped.enumerated() {
+                if index == 0 {
+                    result.append([(name, ours ? .dim : .bold), (part, line.recalled ? .dim : .plain)])
+                } else {
+                    result.append([(String(repeating: " ", count: indent), .plain), (part, .plain)])
+                }
+            }
+        }
+        return result
+    }
+
+    // MARK: Text
+
+    /// Text made safe to print: control characters (which could move the cursor or change the terminal) shown in
+    /// caret notation, `^[` for ESC; tabs as spaces.
+    static func printable(_ text: String) -> String {
+        var result = ""
+        for scalar in text.unicodeScalars {
+            switch scalar.value {
+            case 0x09: result += "    "
+            case 0x0A: result.unicodeScalars.append(scalar)
+            case 0x00..<0x20: result += "^" + String(Unicode.Scalar(UInt8(scalar.value + 0x40)))
+            case 0x7F: result += "^?"
+            case 0x80..<0xA0: result += "^?"
+            default: result.unicodeScalars.append(scalar)
+            }
+        }
+        return result
+    }
+
+    /// Cuts text to at most `width` display columns (never splitting a character), line breaks as spaces.
+    static func fit(_ text: String, width: Int) -> String {
+        guard width > 0 else { return "" }
+        var result = ""
+        var used = 0
+        for character in text {
+            let shown: Character = character == "\n" ? " " : character
+            let columns = DisplayWidth.of(shown)
+            guard used + columns <= width else { break }
+            result.append(shown)
+            used += columns
+        }
+        return result
+    }
+
+    /// Breaks text into rows of at most `width` display columns: at its line breaks; else at the last place a row
+    /// may end: after a space (which goes), or before or after a wide (CJK) character, where no space is needed;
+    /// and a word longer than a row between its characters.
+    static func wrap(_ text: String, width: Int) -> [String] {
+        var rows: [String] = []
+        for paragraph in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            var row: [Character] = []
+            var used = 0
+            // Where the row may be cut, and how many characters (a space) the cut drops.
+            var cut: (at: Int, drop: Int)?
+            for character in paragraph {
+                let columns = DisplayWidth.of(character)
+                if columns == 2 { cut = (row.count, 0) }
+                while used + columns > width, !row.isEmpty {
+                    let (at, drop) = cut.flatMap { $0.at > 0 ? $0 : nil } ?? (row.count, 0)
+                    rows.append(String(row[..<at]))
+                    row.removeFirst(min(row.count, at + drop))
+                    used = row.reduce(0) { $0 + DisplayWidth.of($1) }
+                    cut = nil
+                }
+                row.append(character)
+                used += columns
+                if character == " " {
+                    cut = (row.count - 1, 1)
+                } else if columns == 2 {
+                    cut = (row.count, 0)
+                }
+            }
+            rows.append(String(row))
+        }
+        return rows
+    }
+}

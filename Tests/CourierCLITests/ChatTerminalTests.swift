@@ -1,0 +1,266 @@
+import CourierTesting
+import Foundation
+import Testing
+
+@testable import courier
+
+/// glibc's posix_spawn_file_actions_addclosefrom_np (2.34+), which Swift's Glibc module does not export.
+@_silgen_name("posix_spawn_file_actions_addclosefrom_np")
+private func closeFrom(_ actions: UnsafeMutablePointer<posix_spawn_file_actions_t>, _ from: Int32) -> Int32
+
+/// A tmux server of its own (its own socket, no configuration file) whose sessions run programs on a real
+/// pseudo-terminal; the test reads the screen with capture-pane and types with send-keys.
+struct Tmux {
+    let socket = "courier-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+
+    @discardableResult
+    func run(_ arguments: String...) async throws -> String {
+        try await ExternalProgram.output("/usr/bin/tmux", ["-L", self.socket, "-f", "/dev/null"] + arguments)
+    }
+
+    /// Starts a detached session running `command` through the shell, at `columns`×`rows`.
+    func start(_ name: String, columns: Int, rows: Int, environment: [String: String], command: String) async throws {
+        var arguments = ["new-session", "-d", "-s", name, "-x", String(columns), "-y", String(rows)]
+        for (key, value) in environment.sorted(by: { $0.key < $1.key }) { arguments += ["-e", "\(key)=\(value)"] }
+        let all = ["/usr/bin/tmux", "-L", self.socket, "-f", "/dev/null"] + arguments + [command]
+        // The first command starts the tmux server, which keeps every descriptor it was given. Foundation's
+        // Process learns that a child ended when a socket it shares with the child closes, which the server
+        // would hold open for ever; so tmux starts through posix_spawn, with /dev/null and nothing else.
+        let status = try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                continuation.resume(with: Result { try Self.spawn(all) })
+            }
+        }
+        guard status == 0 else { throw ExternalProgram.Failure(description: "tmux \(all) exited with \(status)") }
+    }
+
+    /// Runs a program with standard input and output on /dev/null and no other descriptor, and waits for it.
+    private static func spawn(_ arguments: [String]) throws -> Int32 {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        for descriptor in Int32(0)...2 {
+            posix_spawn_file_actions_addopen(
+                &actions,
+                descriptor,
+                "/dev/null",
+                descriptor == 0 ? O_RDONLY : O_WRONLY,
+                0
+            )
+        }
+        closeFrom(&actions, 3)
+        // Signals unblocked and at their defaults: a Dispatch thread blocks them, and a child inherits its mask.
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var signals = sigset_t()
+        sigemptyset(&signals)
+        posix_spawnattr_setsigmask(&attributes, &signals)
+        sigfillset(&signals)
+        posix_spawnattr_setsigdefault(&attributes, &signals)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        let argv = arguments.map { strdup($0) } + [nil]
+        defer { for argument in argv { free(argument) } }
+        var pid = pid_t()
+        let error = posix_spawn(&pid, arguments[0], &actions, &attributes, argv, environ)
+        guard error == 0 else {
+            throw ExternalProgram.Failure(
+                description: "cannot start \(arguments[0]): \(String(cString: strerror(error)))"
+            )
+        }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0, errno == EINTR {}
+        // WEXITSTATUS
+        return (status >> 8) & 0xFF
+    }
+
+    /// The session's screen, one string a row.
+    func screen(_ name: String) async throws -> [String] {
+        var rows = try await self.run("capture-pane", "-p", "-t", name)
+            .split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        if rows.last == "" { rows.removeLast() }  // after the last row's newline
+        return rows
+    }
+
+    /// Waits until the screen satisfies `condition` (or 20 s pass) and returns the last screen read.
+    func wait(
+        _ name: String,
+        for what: String,
+        sourceLocation: SourceLocation = #_sourceLocation,
+        until condition: ([String]) -> Bool
+    ) async throws -> [String] {
+        let deadline = ContinuousClock.now + .seconds(20)
+        var screen = try await self.screen(name)
+        while !condition(screen), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(100))
+            screen = try await self.screen(name)
+        }
+        #expect(
+            condition(screen),
+            "\(name): \(what)\n\(screen.joined(separator: "\n"))",
+            sourceLocation: sourceLocation
+        )
+        return screen
+    }
+
+    func type(_ name: String, _ text: String) async throws {
+        try await self.run("send-keys", "-t", name, "-l", text)
+    }
+
+    func press(_ name: String, _ key: String) async throws {
+        try await self.run("send-keys", "-t", name, key)
+    }
+
+    /// A tmux format variable of the session's pane: `cursor_x`, `alternate_on`, …
+    func value(_ name: String, _ variable: String) async throws -> String {
+        try await self.run("display-message", "-p", "-t", name, "#{\(variable)}")
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    func stop() async {
+        _ = try? await self.run("kill-server")
+    }
+}
+
+@Suite("courier chat on a real terminal (tmux)", .serialized)
+struct ChatTerminalTests {
+    @Test("two users chat; half-typed input survives an arriving message; receipts, typing, times, CJK, resize, exit")
+    func twoUsersChat() async throws {
+        try await withTemporaryDirectory(prefix: "courier-chat") { folder in
+            let data = folder.appendingPathComponent("data")
+            try await CourierExecutable.addUsers(["alice", "bob"], data: data)
+            let ports = (try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick())
+            let server = try await ServerProcess.start(
+                data: data,
+                native: ports.0,
+                compat: ports.1,
+                http: ports.2,
+                log: folder.appendingPathComponent("server.log")
+            )
+            let address = "127.0.0.1:\(ports.0)"
+            let environment = [
+                "HOME": folder.path,
+                "XDG_CONFIG_HOME": folder.appendingPathComponent("config").path,
+                "XDG_DATA_HOME": folder.appendingPathComponent("share").path,
+                "TZ": "UTC",
+            ]
+            for user in ["alice", "bob"] {
+                let login = try await CourierExecutable.run(
+                    ["login", "--as", user, "--password", "pw-" + user, "--server", address],
+                    environment: environment
+                )
+                #expect(login.status == 0, "\(login)")
+            }
+            let tmux = Tmux()
+            do {
+                try await Self.chat(tmux, address: address, environment: environment)
+            } catch {
+                await tmux.stop()
+                _ = await server.terminate()
+                throw error
+            }
+            await tmux.stop()
+            #expect(await server.terminate() == 0)
+        }
+    }
+
+    static func chat(_ tmux: Tmux, address: String, environment: [String: String]) async throws {
+        let courier = CourierExecutable.url.path
+        // After the chat: its status, and whether the terminal's settings are those from before it.
+        func command(_ user: String, _ peer: String) -> String {
+            "saved=$(stty -g); '\(courier)' chat --as \(user) --with \(peer) --server \(address); "
+                + "echo \"EXITED $?\"; [ \"$(stty -g)\" = \"$saved\" ] && echo 'TERMINAL RESTORED'; sleep 600"
+        }
+        try await tmux.start(
+            "alice",
+            columns: 100,
+            rows: 30,
+            environment: environment,
+            command: command("alice", "bob")
+        )
+        try await tmux.start("bob", columns: 100, rows: 30, environment: environment, command: command("bob", "alice"))
+        for user in ["alice", "bob"] {
+            _ = try await tmux.wait(user, for: "connected") { $0.first?.contains("· connected") == true }
+        }
+        #expect(try await tmux.value("alice", "alternate_on") == "1", "the chat runs on the alternate screen")
+
+        // alice has half a line typed when bob's message arrives.
+        try await tmux.type("alice", "half a li")
+        _ = try await tmux.wait("alice", for: "the half line") { $0.last == "> half a li" }
+        let chinese = "你好 alice，中文对齐测试：" + String(repeating: "一二三四五六七八九十", count: 12)
+        try await tmux.type("bob", chinese)
+        try await tmux.press("bob", "Enter")
+        var screen = try await tmux.wait("alice", for: "bob's message") { rows in
+            rows.contains { $0.contains("bob: 你好 alice，") }
+        }
+        #expect(screen.last == "> half a li", "the half-typed line is intact")
+        #expect(try await tmux.value("alice", "cursor_x") == "11", "the cursor is still after the half line")
+        #expect(screen.contains { $0.hasSuffix(" just now") }, "a relative time shows")
+        Self.expectAligned(screen, columns: 100, message: "bob: 你好")
+
+        // Now that they share a conversation, bob's typing shows on alice's screen, and goes when he clears it.
+        try await tmux.type("bob", "x")
+        _ = try await tmux.wait("alice", for: "bob is typing") { $0[1].contains("bob is typing…") }
+        try await tmux.press("bob", "C-u")
+        _ = try await tmux.wait("alice", for: "bob stopped typing") { !$0[1].contains("typing") }
+
+        // alice finishes her line and sends it; bob reads it, so alice's line is marked read.
+        try await tmux.type("alice", "ne 完")
+        try await tmux.press("alice", "Enter")
+        _ = try await tmux.wait("bob", for: "alice's message") { rows in
+            rows.contains { $0.contains("alice: half a line 完") }
+        }
+        screen = try await tmux.wait("alice", for: "read mark") { rows in
+            rows.contains { $0.contains("alice: half a line 完 ✓✓\u{A0}read") }
+        }
+        #expect(screen.last == ">", "the input is empty after sending")
+        #expect(try await tmux.value("alice", "cursor_x") == "2")
+
+        // bob's terminal shrinks: the screen is laid out again at the new size.
+        try await tmux.run("resize-window", "-t", "bob", "-x", "60", "-y", "20")
+        screen = try await tmux.wait("bob", for: "the narrower layout") { rows in
+            rows.count == 20 && rows[1].hasSuffix("│ @alice")
+                && rows[1].firstIndex(of: "│").map { ChatScreenTests.wcwidth(rows[1][..<$0]) }
+                    == ChatScreen.listWidth(columns: 60)
+        }
+        Self.expectAligned(screen, columns: 60, message: "bob: 你好")
+
+        // Ctrl-C leaves the chat: the normal screen is back, the terminal's settings as they were.
+        try await tmux.press("alice", "C-c")
+        screen = try await tmux.wait("alice", for: "the chat ended") { $0.contains("EXITED 0") }
+        #expect(screen.contains("TERMINAL RESTORED"), "\(screen)")
+        #expect(try await tmux.value("alice", "alternate_on") == "0")
+        // /quit does the same.
+        try await tmux.type("bob", "/quit")
+        try await tmux.press("bob", "Enter")
+        screen = try await tmux.wait("bob", for: "the chat ended") { $0.contains("EXITED 0") }
+        #expect(screen.contains("TERMINAL RESTORED"), "\(screen)")
+    }
+
+    /// Checks, with glibc's widths (the ones tmux draws by), that the list's border is in one column on every row
+    /// of the body, no row overflows, and a wrapped message's second row starts under its first's text.
+    static func expectAligned(_ screen: [String], columns: Int, message: String) {
+        let border = ChatScreen.listWidth(columns: columns)
+        let body = screen.dropFirst().dropLast(2)
+        for row in screen {
+            #expect(ChatScreenTests.wcwidth(row) <= columns, "\(row)")
+        }
+        for row in body {
+            let index = row.firstIndex(of: "│")
+            #expect(index.map { ChatScreenTests.wcwidth(row[..<$0]) } == border, "border misplaced: \(row)")
+        }
+        guard let first = body.firstIndex(where: { $0.contains(message) }), first + 1 < body.endIndex else {
+            Issue.record("\(message) not on screen: \(screen)")
+            return
+        }
+        let row = body[first]
+        // The text starts after the sender's name and ": ".
+        let name = row.range(of: message).flatMap { row[$0].range(of: ": ") }
+        let textColumn = name.map { ChatScreenTests.wcwidth(row[..<$0.upperBound]) }
+        let next = body[first + 1]
+        let start = next.firstIndex(of: "│").flatMap { border in
+            next[next.index(after: border)...].firstIndex { $0 != " " }
+        }
+        #expect(start.map { ChatScreenTests.wcwidth(next[..<$0]) } == textColumn, "\(row)\n\(next)")
+    }
+}
