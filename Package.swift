@@ -35,6 +35,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
     ],
     targets: [
         // Bytes <-> frames: the compat (JSON header + CRLF) framing and the native binary framing.
@@ -113,6 +114,22 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // The load generator behind `courier bench`: native connections with tokens, latencies in HdrHistograms,
+        // the server's CPU and memory, and the machine's ceilings.
+        .target(
+            name: "CourierBench",
+            dependencies: [
+                "CourierWire",
+                "CourierProtocol",
+                "CourierStore",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ],
+            swiftSettings: strictSettings
+        ),
         // The one command-line tool.
         .executableTarget(
             name: "courier",
@@ -121,6 +138,8 @@ let package = Package(
                 "CourierStore",
                 "CourierServer",
                 "CourierClient",
+                "CourierBench",
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),

@@ -86,7 +86,7 @@ struct ChatScreenTests {
         "no row is wider than the terminal and the list's border stays in one column, at any width",
         arguments: [40, 57, 80, 101, 132]
     )
-    func rowsFit(columns: Int) {
+    func rowsFit(columns: Int) throws {
         let state = Self.state(columns: columns, rows: 20)
         let screen = ChatScreen(state, now: Self.now)
         #expect(screen.rows.count == 20)
@@ -96,8 +96,8 @@ struct ChatScreenTests {
             #expect(Self.wcwidth(plain) <= columns, "row \(index) is \(Self.wcwidth(plain)) wide: \(plain)")
             #expect(row.width == Self.wcwidth(plain), "row \(index): \(plain)")
             if (1..<18).contains(index) {
-                let before = try? #require(plain.firstIndex(of: "│"), "row \(index): \(plain)")
-                #expect(before.map { Self.wcwidth(plain[..<$0]) } == border, "row \(index): \(plain)")
+                let before = try #require(plain.firstIndex(of: "│"), "row \(index): \(plain)")
+                #expect(Self.wcwidth(plain[..<before]) == border, "row \(index): \(plain)")
             }
         }
         // The cursor is after the input's text, by its display width.
@@ -105,16 +105,15 @@ struct ChatScreenTests {
     }
 
     @Test("a wrapped message's rows use the pane's width and continue under its text")
-    func wrapping() {
+    func wrapping() throws {
         let state = Self.state(columns: 80, rows: 24)
         let rows = ChatScreen(state, now: Self.now).rows.map(\.plain)
-        let first = try? #require(rows.firstIndex { $0.contains("bob: 你好") })
-        guard let first else { return }
+        let first = try #require(rows.firstIndex { $0.contains("bob: 你好") })
         let textColumn = Self.wcwidth(rows[first].prefix { $0 != "你" })
         let next = rows[first + 1]
-        let border = try? #require(next.firstIndex(of: "│"))
-        let continuation = border.flatMap { border in next[next.index(after: border)...].firstIndex { $0 != " " } }
-        #expect(continuation.map { Self.wcwidth(next[..<$0]) } == textColumn, "\(rows[first])\n\(next)")
+        let border = try #require(next.firstIndex(of: "│"))
+        let continuation = try #require(next[next.index(after: border)...].firstIndex { $0 != " " })
+        #expect(Self.wcwidth(next[..<continuation]) == textColumn, "\(rows[first])\n\(next)")
         // Full CJK rows fill the pane to within one column (a wide character does not fit in one).
         #expect(Self.wcwidth(rows[first]) >= 79, "\(rows[first])")
         // Latin text breaks at spaces.

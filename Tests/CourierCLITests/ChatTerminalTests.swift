@@ -48,7 +48,7 @@ struct Tmux {
                 0
             )
         }
-        closeFrom(&actions, 3)
+        _ = closeFrom(&actions, 3)
         // Signals unblocked and at their defaults: a Dispatch thread blocks them, and a child inherits its mask.
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)

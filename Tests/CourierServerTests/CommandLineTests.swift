@@ -379,6 +379,56 @@ struct CommandLineTests {
         }
     }
 
+    @Test(
+        "courier bench: what is sent is acknowledged and delivered, in pairs, groups and open loop; idle reports memory",
+        arguments: [
+            ["--pattern", "pairs", "--connections", "6", "--messages", "50"],
+            ["--pattern", "group", "--group-size", "3", "--connections", "6", "--messages", "20"],
+            ["--pattern", "pairs", "--connections", "4", "--messages", "40", "--rate", "400"],
+        ]
+    )
+    func benchCountsAddUp(_ arguments: [String]) async throws {
+        let result = try await CourierExecutable.run(["bench", "--json", "--no-ceilings"] + arguments)
+        #expect(result.status == 0, "\(result.output)")
+        let line = try #require(result.output.split(separator: "\n").last { $0.hasPrefix("{") }, "\(result.output)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        let connections = try #require(report["connections"] as? Int)
+        let messages = Int(arguments[arguments.firstIndex(of: "--messages")! + 1])!
+        let recipients = arguments.contains("group") ? 2 : 1
+        #expect(report["connected"] as? Int == connections)
+        #expect(report["sent"] as? Int == connections * messages)
+        #expect(report["acknowledged"] as? Int == connections * messages)
+        #expect(report["delivered"] as? Int == connections * messages * recipients)
+        #expect(report["failures"] as? Int == 0)
+        // One latency a message acknowledged, and one a delivery.
+        let ack = try #require(report["ack_latency"] as? [String: Double])
+        let endToEnd = try #require(report["end_to_end_latency"] as? [String: Double])
+        #expect(ack["count"] == Double(connections * messages))
+        #expect(endToEnd["count"] == Double(connections * messages * recipients))
+        #expect((ack["p50_ms"] ?? 0) > 0 && (ack["p50_ms"] ?? 0) <= (ack["p99_ms"] ?? 0))
+        #expect((report["server_cpu_seconds"] as? Double ?? 0) > 0)
+        #expect((report["server_peak_rss_bytes"] as? Int ?? 0) > 1_000_000)
+        if arguments.contains("--rate") {
+            // 160 messages at 400/s take about 0.4 s: open loop keeps the pace rather than rushing.
+            #expect((report["seconds"] as? Double ?? 0) >= 0.3, "\(report)")
+        }
+    }
+
+    @Test("courier bench --pattern idle holds its connections and reports the server's memory before and after")
+    func benchIdle() async throws {
+        let result = try await CourierExecutable.run([
+            "bench", "--json", "--pattern", "idle", "--connections", "50", "--settle", "0.5",
+        ])
+        #expect(result.status == 0, "\(result.output)")
+        let line = try #require(result.output.split(separator: "\n").last { $0.hasPrefix("{") }, "\(result.output)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        #expect(report["connected"] as? Int == 50)
+        #expect(report["sent"] as? Int == 0)
+        let before = try #require(report["server_rss_before_bytes"] as? Int)
+        let after = try #require(report["server_rss_after_bytes"] as? Int)
+        #expect(before > 0 && after > before, "\(report)")
+    }
+
     @Test("a crash leaves a backtrace in <data>/crashes/")
     func crashReport() async throws {
         try await withTemporaryDirectory(prefix: "courier-cli") { folder in

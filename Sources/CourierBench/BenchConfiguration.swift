@@ -1,0 +1,56 @@
+/// What a `courier bench` run does: how many connections, talking how, how much and how fast.
+public struct BenchConfiguration: Sendable, Hashable {
+    /// Who talks to whom.
+    public enum Pattern: Sendable, Hashable, CustomStringConvertible {
+        /// Connections in pairs; each sends to its partner.
+        case pairs
+        /// Connections in groups of this size; each sends to its group, which fans every message out to the others.
+        case groups(size: Int)
+        /// Connections that authenticate and then only keep their connection alive (pings), for memory per
+        /// connection.
+        case idle
+
+        public var description: String {
+            switch self {
+            case .pairs: "pairs"
+            case .groups(let size): "groups of \(size)"
+            case .idle: "idle"
+            }
+        }
+    }
+
+    /// The connections (one user and device each).
+    public var connections: Int = 100
+    public var pattern: Pattern = .pairs
+    /// Messages each connection sends.
+    public var messagesPerConnection: Int = 1_000
+    /// Each message's text size in bytes (at least enough for the send time it carries).
+    public var messageBytes: Int = 100
+    /// The total send rate in messages per second (open loop, each send stamped with its intended time so a
+    /// stalled server shows in the latencies); nil sends as fast as acknowledgements allow (closed loop).
+    public var rate: Double? = nil
+    /// In closed loop, the sends each connection keeps waiting for acknowledgement (at most the server's
+    /// `maxUnackedSends`).
+    public var window: Int = 16
+    /// How many connections are opened at once while connecting.
+    public var connectConcurrency: Int = 256
+    /// For `.idle`: how long the connections are held before the server's memory is read.
+    public var settle: Duration = .seconds(5)
+    /// The longest the load may take before the run gives up and reports what it has.
+    public var timeout: Duration = .seconds(300)
+
+    public init() {}
+
+    /// How many members receive each message.
+    public var recipientsPerMessage: Int {
+        switch self.pattern {
+        case .pairs: 1
+        case .groups(let size): size - 1
+        case .idle: 0
+        }
+    }
+
+    /// The messages the run sends, and the deliveries they make.
+    public var expectedSends: Int { self.pattern == .idle ? 0 : self.connections * self.messagesPerConnection }
+    public var expectedDeliveries: Int { self.expectedSends * self.recipientsPerMessage }
+}

@@ -1,0 +1,229 @@
+import CourierProtocol
+import CourierWire
+public import Histogram
+import NIOCore
+import Synchronization
+
+/// Counts shared by every connection of a run (each connection's own figures stay on its event loop).
+final class BenchTally: Sendable {
+    let ready = Atomic<Int>(0)
+    let sent = Atomic<Int>(0)
+    let acknowledged = Atomic<Int>(0)
+    let delivered = Atomic<Int>(0)
+    let failures = Atomic<Int>(0)
+    let firstFailure = Mutex<String?>(nil)
+
+    init() {}
+
+    func fail(_ message: String) {
+        self.failures.add(1, ordering: .relaxed)
+        self.firstFailure.withLock { if $0 == nil { $0 = message } }
+    }
+
+    var failure: String? { self.firstFailure.withLock { $0 } }
+}
+
+/// Latencies in microseconds, up to a minute, to three significant digits.
+public typealias LatencyHistogram = Histogram<UInt64>
+
+extension LatencyHistogram {
+    static func latencies() -> LatencyHistogram {
+        LatencyHistogram(highestTrackableValue: 60_000_000, numberOfSignificantValueDigits: .three)
+    }
+}
+
+/// One bench connection on the native port: it logs in with a token, sends its messages when told to start, and
+/// acknowledges what it receives, all on its event loop. The send time travels in each message's text, so the
+/// receiving connection measures end-to-end latency on the same clock. Only its channel's event loop touches it
+/// (the run reaches it through `eventLoop.execute` and `submit`), hence the unchecked Sendable.
+final class BenchHandler: ChannelInboundHandler, @unchecked Sendable {
+    typealias InboundIn = NativeFrame
+    typealias OutboundOut = NativeFrame
+
+    struct Plan {
+        var user: BenchUser
+        var messages: Int
+        var messageBytes: Int
+        var window: Int
+        /// Nanoseconds between two sends in open loop; nil for closed loop.
+        var interval: UInt64?
+    }
+
+    private let plan: Plan
+    private let tally: BenchTally
+    private let target: Courier_V1_Conversation?
+    private var context: ChannelHandlerContext?
+    private var nextRequestID: UInt64 = 1
+    /// Intended send times by request id, until acknowledged.
+    private var waiting: [UInt64: UInt64] = [:]
+    private var sent = 0
+    private var startedAt: UInt64 = 0
+    private var pinger: RepeatedTask?
+    private var pacer: RepeatedTask?
+    private(set) var acknowledgement = LatencyHistogram.latencies()
+    private(set) var endToEnd = LatencyHistogram.latencies()
+
+    init(plan: Plan, tally: BenchTally) {
+        self.plan = plan
+        self.tally = tally
+        switch plan.user.target {
+        case .user(let name):
+            var conversation = Courier_V1_Conversation()
+            conversation.user = name
+            self.target = conversation
+        case .group(let name):
+            var conversation = Courier_V1_Conversation()
+            conversation.group = name
+            self.target = conversation
+        case .none:
+            self.target = nil
+        }
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        var hello = ClientEnvelope()
+        hello.hello.token = self.plan.user.token
+        self.write(hello, flush: true)
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        self.pinger?.cancel()
+        self.pacer?.cancel()
+        if self.sent < self.plan.messages || !self.waiting.isEmpty {
+            self.tally.fail("\(self.plan.user.name): the connection closed")
+        }
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        self.tally.fail("\(self.plan.user.name): \(error)")
+        context.close(promise: nil)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = Self.unwrapInboundIn(data)
+        switch frame.kind {
+        case .ping:
+            context.writeAndFlush(Self.wrapOutboundOut(.pong(frame.pingData ?? 0)), promise: nil)
+            return
+        case .message:
+            break
+        default:
+            return
+        }
+        guard let envelope = try? frame.envelope(as: ServerEnvelope.self) else {
+            self.tally.fail("\(self.plan.user.name): an envelope that does not parse")
+            return
+        }
+        let now = NIODeadline.now().uptimeNanoseconds
+        switch envelope.body {
+        case .welcome(let welcome)?:
+            self.tally.ready.add(1, ordering: .relaxed)
+            let interval = TimeAmount.milliseconds(Int64(welcome.limits.heartbeatIntervalMs))
+            if interval > .zero {
+                self.pinger = context.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) {
+                    [weak self] _ in
+                    self?.context?.writeAndFlush(Self.wrapOutboundOut(.ping(0)), promise: nil)
+                }
+            }
+        case .sendAck?:
+            guard let intended = self.waiting.removeValue(forKey: envelope.requestID) else { return }
+            self.acknowledgement.record((now &- intended) / 1000)
+            self.tally.acknowledged.add(1, ordering: .relaxed)
+            if self.plan.interval == nil { self.sendDue(now: now) }
+        case .events(let events)?:
+            var newest: UInt64 = 0
+            for event in events.events {
+                newest = max(newest, event.cursor)
+                guard case .message(let message)? = event.kind, message.from != self.plan.user.name else { continue }
+                if let stamp = Self.stamp(message.body.text) {
+                    self.endToEnd.record((now &- min(now, stamp)) / 1000)
+                }
+                self.tally.delivered.add(1, ordering: .relaxed)
+            }
+            if newest > 0 {
+                var ack = ClientEnvelope()
+                ack.ack.cursor = newest
+                self.write(ack, flush: true)
+            }
+        case .error(let error)?:
+            self.tally.fail("\(self.plan.user.name): \(error.code): \(error.message)")
+        default:
+            break
+        }
+    }
+
+    /// Starts sending: open loop on a timer, closed loop up to the window.
+    func start() {
+        guard self.target != nil, self.plan.messages > 0, let context = self.context else { return }
+        self.startedAt = NIODeadline.now().uptimeNanoseconds
+        if let interval = self.plan.interval {
+            let tick = TimeAmount.nanoseconds(Int64(max(interval, 1_000_000)))
+            self.pacer = context.eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: tick) { [weak self] task in
+                guard let self else { return }
+                self.sendDue(now: NIODeadline.now().uptimeNanoseconds)
+                if self.sent >= self.plan.messages { task.cancel() }
+            }
+        } else {
+            self.sendDue(now: self.startedAt)
+        }
+    }
+
+    /// Sends what is due: in open loop every send whose time has come (each stamped with that time), in closed
+    /// loop until the window is full.
+    private func sendDue(now: UInt64) {
+        guard let target = self.target else { return }
+        var wrote = false
+        while self.sent < self.plan.messages {
+            let intended: UInt64
+            if let interval = self.plan.interval {
+                intended = self.startedAt + UInt64(self.sent) * interval
+                guard intended <= now else { break }
+            } else {
+                guard self.waiting.count < self.plan.window else { break }
+                intended = now
+            }
+            var envelope = ClientEnvelope()
+            envelope.requestID = self.nextRequestID
+            envelope.send.id = "\(self.plan.user.name)-\(self.sent)"
+            envelope.send.to = target
+            envelope.send.body.text = Self.text(stamp: intended, bytes: self.plan.messageBytes)
+            self.waiting[self.nextRequestID] = intended
+            self.nextRequestID += 1
+            self.sent += 1
+            self.write(envelope, flush: false)
+            wrote = true
+        }
+        if wrote {
+            self.context?.flush()
+            self.tally.sent.add(self.sent - self.reportedSent, ordering: .relaxed)
+            self.reportedSent = self.sent
+        }
+    }
+
+    private var reportedSent = 0
+
+    private func write(_ envelope: ClientEnvelope, flush: Bool) {
+        guard let context = self.context, let frame = try? NativeFrame(envelope: envelope) else { return }
+        if flush {
+            context.writeAndFlush(Self.wrapOutboundOut(frame), promise: nil)
+        } else {
+            context.write(Self.wrapOutboundOut(frame), promise: nil)
+        }
+    }
+
+    /// A text of `bytes` bytes starting with the send time in nanoseconds.
+    static func text(stamp: UInt64, bytes: Int) -> String {
+        let head = "\(stamp) "
+        return head + String(repeating: "x", count: max(0, bytes - head.utf8.count))
+    }
+
+    static func stamp(_ text: String) -> UInt64? {
+        text.split(separator: " ", maxSplits: 1).first.flatMap { UInt64($0) }
+    }
+}

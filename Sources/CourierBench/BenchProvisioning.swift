@@ -1,0 +1,61 @@
+public import CourierStore
+public import Foundation
+public import Logging
+
+/// One bench connection's user: its device token and where it sends.
+public struct BenchUser: Sendable, Hashable {
+    public enum Target: Sendable, Hashable {
+        case user(String)
+        case group(String)
+        case none
+    }
+
+    public var name: String
+    public var token: String
+    public var target: Target
+}
+
+/// Makes the users, groups and device tokens of a run in a data folder before the server starts on it, so the
+/// connections log in with tokens rather than paying a password hash each.
+public enum BenchProvisioning {
+    /// A cheap password hash for the bench users (their passwords are never used after provisioning).
+    static let hasher = PasswordHasher(logN: 1, blockSize: 1, parallelism: 1, saltBytes: 16, keyBytes: 16)
+
+    public static func provision(
+        _ configuration: BenchConfiguration,
+        dataFolder: URL,
+        logger: Logger
+    ) async throws -> [BenchUser] {
+        var storeConfiguration = SQLiteStore.Configuration()
+        storeConfiguration.passwordHasher = Self.hasher
+        let store = try SQLiteStore(folder: dataFolder, configuration: storeConfiguration, logger: logger)
+        defer { try? store.close() }
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let names = (0..<configuration.connections).map { "bench-\($0)" }
+        for name in names {
+            _ = try await store.addUser(name: name, password: name, nowMs: now)
+        }
+        var targets: [BenchUser.Target] = Array(repeating: .none, count: names.count)
+        switch configuration.pattern {
+        case .pairs:
+            for index in names.indices where index ^ 1 < names.count {
+                targets[index] = .user(names[index ^ 1])
+            }
+        case .groups(let size):
+            for start in stride(from: 0, to: names.count, by: size) {
+                let members = Array(names[start..<min(names.count, start + size)])
+                let group = "bench-group-\(start / size)"
+                _ = try await store.createGroup(name: group, owner: members[0], members: members, nowMs: now)
+                for index in start..<(start + members.count) { targets[index] = .group(group) }
+            }
+        case .idle:
+            break
+        }
+        var users: [BenchUser] = []
+        for (index, name) in names.enumerated() {
+            let session = try await store.login(user: name, password: name, deviceName: "bench", nowMs: now)
+            users.append(BenchUser(name: name, token: session.token ?? "", target: targets[index]))
+        }
+        return users
+    }
+}

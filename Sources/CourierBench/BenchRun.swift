@@ -1,0 +1,214 @@
+import CourierWire
+import Foundation
+import Glibc
+public import Histogram
+public import NIOCore
+import NIOPosix
+import Synchronization
+
+/// What one run measured.
+public struct BenchResult: Sendable {
+    public var configuration: BenchConfiguration
+    public var connected: Int
+    public var sent: Int
+    public var acknowledged: Int
+    public var delivered: Int
+    public var failures: Int
+    public var firstFailure: String?
+    /// From the start signal to the last acknowledgement or delivery.
+    public var seconds: Double
+    public var acknowledgement: LatencyHistogram
+    public var endToEnd: LatencyHistogram
+    /// The server's CPU time over the load and its memory, when its process was given.
+    public var serverCPUSeconds: Double?
+    public var serverPeakRSS: Int?
+    public var serverRSSBefore: Int?
+    public var serverRSSAfter: Int?
+}
+
+/// Runs the load: connects every user, waits until all are logged in, starts them together, and waits until every
+/// message is acknowledged and delivered (or the timeout).
+public struct BenchRun: Sendable {
+    public var configuration: BenchConfiguration
+    public var host: String
+    public var port: Int
+    /// The server's process id, for its CPU time and memory (Linux /proc).
+    public var serverProcess: Int32?
+
+    public init(configuration: BenchConfiguration, host: String, port: Int, serverProcess: Int32?) {
+        self.configuration = configuration
+        self.host = host
+        self.port = port
+        self.serverProcess = serverProcess
+    }
+
+    public func run(users: [BenchUser], progress: @Sendable (String) -> Void = { _ in }) async throws -> BenchResult {
+        let configuration = self.configuration
+        let tally = BenchTally()
+        let group = MultiThreadedEventLoopGroup.singleton
+        let perConnectionRate = configuration.rate.map { $0 / Double(max(1, users.count)) }
+        let interval = perConnectionRate.map { UInt64(1e9 / max($0, 1e-3)) }
+        let rssBefore = self.serverProcess.flatMap { ProcessMonitor.residentBytes(of: $0) }
+
+        // Connect in waves, so the server's accept backlog is not overrun.
+        var channels: [(any Channel, BenchHandler)] = []
+        for wave in stride(from: 0, to: users.count, by: configuration.connectConcurrency) {
+            let batch = users[wave..<min(users.count, wave + configuration.connectConcurrency)]
+            try await withThrowingTaskGroup(of: (any Channel, BenchHandler).self) { tasks in
+                for user in batch {
+                    let plan = BenchHandler.Plan(
+                        user: user,
+                        messages: configuration.pattern == .idle ? 0 : configuration.messagesPerConnection,
+                        messageBytes: configuration.messageBytes,
+                        window: configuration.window,
+                        interval: interval
+                    )
+                    tasks.addTask {
+                        try await Self.connect(host: self.host, port: self.port, plan: plan, tally: tally, group: group)
+                    }
+                }
+                for try await connection in tasks { channels.append(connection) }
+            }
+            try await self.waitUntil(timeout: .seconds(60)) { tally.ready.load(ordering: .relaxed) >= channels.count }
+            progress("connected \(channels.count) of \(users.count)")
+        }
+        defer {
+            for (channel, _) in channels { channel.close(promise: nil) }
+        }
+        let connected = tally.ready.load(ordering: .relaxed)
+
+        var rssAfter: Int?
+        let cpuBefore = self.serverProcess.flatMap { ProcessMonitor.cpuSeconds(of: $0) }
+        let clock = ContinuousClock()
+        let start = clock.now
+        var end = start
+        if configuration.pattern == .idle {
+            try await Task.sleep(for: configuration.settle)
+            rssAfter = self.serverProcess.flatMap { ProcessMonitor.residentBytes(of: $0) }
+            end = clock.now
+        } else {
+            for (channel, handler) in channels {
+                channel.eventLoop.execute { handler.start() }
+            }
+            var lastProgress = start
+            var lastCount = 0
+            let deadline = start + configuration.timeout
+            while clock.now < deadline {
+                let acknowledged = tally.acknowledged.load(ordering: .relaxed)
+                let delivered = tally.delivered.load(ordering: .relaxed)
+                if acknowledged + delivered != lastCount {
+                    lastCount = acknowledged + delivered
+                    end = clock.now
+                }
+                if acknowledged >= configuration.expectedSends && delivered >= configuration.expectedDeliveries {
+                    break
+                }
+                if clock.now - lastProgress >= .seconds(5) {
+                    lastProgress = clock.now
+                    progress("acknowledged \(acknowledged) of \(configuration.expectedSends), delivered \(delivered)")
+                }
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            rssAfter = self.serverProcess.flatMap { ProcessMonitor.residentBytes(of: $0) }
+        }
+        let cpuAfter = self.serverProcess.flatMap { ProcessMonitor.cpuSeconds(of: $0) }
+
+        var acknowledgement = LatencyHistogram.latencies()
+        var endToEnd = LatencyHistogram.latencies()
+        for (channel, handler) in channels {
+            let (ack, e2e) = try await channel.eventLoop.submit {
+                (handler.acknowledgement, handler.endToEnd)
+            }.get()
+            acknowledgement.add(ack)
+            endToEnd.add(e2e)
+        }
+        let elapsed = end - start
+        return BenchResult(
+            configuration: configuration,
+            connected: connected,
+            sent: tally.sent.load(ordering: .relaxed),
+            acknowledged: tally.acknowledged.load(ordering: .relaxed),
+            delivered: tally.delivered.load(ordering: .relaxed),
+            failures: tally.failures.load(ordering: .relaxed),
+            firstFailure: tally.failure,
+            seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18,
+            acknowledgement: acknowledgement,
+            endToEnd: endToEnd,
+            serverCPUSeconds: zip(cpuBefore, cpuAfter).map { $1 - $0 },
+            serverPeakRSS: self.serverProcess.flatMap { ProcessMonitor.peakResidentBytes(of: $0) },
+            serverRSSBefore: rssBefore,
+            serverRSSAfter: rssAfter
+        )
+    }
+
+    private static func connect(
+        host: String,
+        port: Int,
+        plan: BenchHandler.Plan,
+        tally: BenchTally,
+        group: any EventLoopGroup
+    ) async throws -> (any Channel, BenchHandler) {
+        let handler = BenchHandler(plan: plan, tally: tally)
+        let channel = try await ClientBootstrap(group: group)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let pipeline = channel.pipeline.syncOperations
+                    try pipeline.addHandler(NativePrefaceHandler())
+                    try pipeline.addHandler(ByteToMessageHandler(NativeFrameDecoder()))
+                    try pipeline.addHandler(MessageToByteHandler(NativeFrameEncoder()))
+                    try pipeline.addHandler(handler)
+                }
+            }
+            .connect(host: host, port: port).get()
+        return (channel, handler)
+    }
+
+    private func waitUntil(timeout: Duration, _ condition: () -> Bool) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while !condition() {
+            guard ContinuousClock.now < deadline else {
+                throw BenchError("connections were not all logged in within \(timeout)")
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+}
+
+/// A run that could not go on.
+public struct BenchError: Error, CustomStringConvertible {
+    public var description: String
+
+    public init(_ description: String) {
+        self.description = description
+    }
+}
+
+private func zip(_ a: Double?, _ b: Double?) -> (Double, Double)? {
+    guard let a, let b else { return nil }
+    return (a, b)
+}
+
+/// Reads a process's CPU time and memory from Linux's /proc.
+public enum ProcessMonitor {
+    /// User plus system CPU seconds.
+    public static func cpuSeconds(of pid: Int32) -> Double? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return nil }
+        // Fields after the command name: state is field 3; utime and stime are 14 and 15.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    public static func residentBytes(of pid: Int32) -> Int? { Self.status(pid, "VmRSS:") }
+    public static func peakResidentBytes(of pid: Int32) -> Int? { Self.status(pid, "VmHWM:") }
+
+    private static func status(_ pid: Int32, _ field: String) -> Int? {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field) })
+        else { return nil }
+        return line.split(separator: " ").dropFirst().first.flatMap { Int($0) }.map { $0 * 1024 }
+    }
+}
