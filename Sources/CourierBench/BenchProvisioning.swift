@@ -1,4 +1,4 @@
-public import CourierStore
+import CourierStore
 public import Foundation
 public import Logging
 

@@ -2,7 +2,7 @@ import CourierWire
 import Foundation
 import Glibc
 public import Histogram
-public import NIOCore
+import NIOCore
 import NIOPosix
 import Synchronization
 
