@@ -164,6 +164,15 @@ struct Bench: AsyncParsableCommand {
                 description: "\(result.failures) failures; the first: \(result.firstFailure ?? "unknown")"
             )
         }
+        guard result.acknowledged == configuration.expectedSends,
+            result.delivered == configuration.expectedDeliveries
+        else {
+            throw CommandFailure(
+                description: "incomplete after \(self.timeout) s: \(result.acknowledged) of "
+                    + "\(configuration.expectedSends) acknowledged, \(result.delivered) of "
+                    + "\(configuration.expectedDeliveries) delivered"
+            )
+        }
     }
 
     /// Raises this process's open-file limit to its hard limit (the server, started from here, inherits it).
