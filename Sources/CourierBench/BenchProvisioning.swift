@@ -15,8 +15,8 @@ public struct BenchUser: Sendable, Hashable {
     public var target: Target
 }
 
-/// Makes the users, groups and device tokens of a run in a data folder before the server starts on it, so the
-/// connections log in with tokens rather than paying a password hash each.
+/// Makes the users, groups and device tokens of a run in a data folder (before the server starts on it, or while it
+/// runs, as the admin commands do), so the connections log in with tokens rather than paying a password hash each.
 public enum BenchProvisioning {
     /// A cheap password hash for the bench users (their passwords are never used after provisioning).
     static let hasher = PasswordHasher(logN: 1, blockSize: 1, parallelism: 1, saltBytes: 16, keyBytes: 16)
@@ -31,7 +31,9 @@ public enum BenchProvisioning {
         let store = try SQLiteStore(folder: dataFolder, configuration: storeConfiguration, logger: logger)
         defer { try? store.close() }
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        let names = (0..<configuration.connections).map { "bench-\($0)" }
+        // A prefix of its own per run, so runs can share a data folder (a server started apart from the bench).
+        let run = UUID().uuidString.prefix(6).lowercased()
+        let names = (0..<configuration.connections).map { "bench-\(run)-\($0)" }
         for name in names {
             _ = try await store.addUser(name: name, password: name, nowMs: now)
         }
@@ -44,7 +46,7 @@ public enum BenchProvisioning {
         case .groups(let size):
             for start in stride(from: 0, to: names.count, by: size) {
                 let members = Array(names[start..<min(names.count, start + size)])
-                let group = "bench-group-\(start / size)"
+                let group = "bench-\(run)-g\(start / size)"
                 _ = try await store.createGroup(name: group, owner: members[0], members: members, nowMs: now)
                 for index in start..<(start + members.count) { targets[index] = .group(group) }
             }

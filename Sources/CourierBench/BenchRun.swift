@@ -69,7 +69,9 @@ public struct BenchRun: Sendable {
                 }
                 for try await connection in tasks { channels.append(connection) }
             }
-            try await self.waitUntil(timeout: .seconds(60)) { tally.ready.load(ordering: .relaxed) >= channels.count }
+            try await self.waitUntil(timeout: configuration.timeout) {
+                tally.ready.load(ordering: .relaxed) >= channels.count
+            }
             progress("connected \(channels.count) of \(users.count)")
         }
         defer {

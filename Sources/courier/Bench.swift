@@ -23,6 +23,10 @@ struct Bench: AsyncParsableCommand {
             same folder, the ceilings: 4 KiB write + fsync latency, and a bare GRDB insert of the same rows with the \
             server's durability (WAL, synchronous=FULL). With --pattern idle the connections only log in and stay; \
             the report gives the server's memory per connection after --settle.
+
+            With --server HOST:PORT --data FOLDER the bench loads a server started apart (under perf or valgrind, \
+            with other flags), adding its users to that server's data folder while it runs; --server-pid gives its \
+            CPU and memory.
             """
     )
 
@@ -67,6 +71,25 @@ struct Bench: AsyncParsableCommand {
     var keepData = false
 
     @Option(
+        help: ArgumentHelp(
+            "Load a server started apart (under a profiler, say) instead of starting one; needs --data.",
+            valueName: "host:port"
+        )
+    )
+    var server: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "With --server: that server's data folder, where the bench adds its users.",
+            valueName: "folder"
+        )
+    )
+    var data: String?
+
+    @Option(help: ArgumentHelp("With --server: its process id, for its CPU time and memory.", valueName: "pid"))
+    var serverPid: Int32?
+
+    @Option(
         name: .customLong("limit"),
         help: ArgumentHelp("A server limit, NAME=VALUE, passed to courier serve (repeatable).", valueName: "name=value")
     )
@@ -86,6 +109,13 @@ struct Bench: AsyncParsableCommand {
             }
         }
         if let rate, rate <= 0 { throw ValidationError("--rate must be positive") }
+        if let server {
+            _ = try ClientOptions.address(server)
+            guard self.data != nil else { throw ValidationError("--server needs --data, the server's data folder") }
+            guard self.limits.isEmpty else { throw ValidationError("--limit applies to a server the bench starts") }
+        } else if self.data != nil || self.serverPid != nil {
+            throw ValidationError("--data and --server-pid go with --server")
+        }
     }
 
     var benchConfiguration: BenchConfiguration {
@@ -120,28 +150,46 @@ struct Bench: AsyncParsableCommand {
         }
         var logger = Logger(label: "courier.bench")
         logger.logLevel = .warning
-        say("provisioning \(configuration.connections) users in \(folder.path)")
-        let users = try await BenchProvisioning.provision(configuration, dataFolder: data, logger: logger)
-
-        let server = try await BenchServer.start(
-            data: data,
-            log: folder.appendingPathComponent("server.log"),
-            limits: ["max-connections=\(configuration.connections + 100)"] + self.limits
-        )
         let result: BenchResult
-        do {
-            say("server \(server.process.processIdentifier) on 127.0.0.1:\(server.port); connecting")
+        if let address = self.server, let serverData = self.data {
+            // A server started apart: users go into its data folder while it runs.
+            let (host, port) = try ClientOptions.address(address)
+            say("provisioning \(configuration.connections) users in \(serverData)")
+            let users = try await BenchProvisioning.provision(
+                configuration,
+                dataFolder: URL(fileURLWithPath: serverData),
+                logger: logger
+            )
+            say("server at \(address); connecting")
             result = try await BenchRun(
                 configuration: configuration,
-                host: "127.0.0.1",
-                port: server.port,
-                serverProcess: server.process.processIdentifier
-            ).run(users: users, progress: say)
-        } catch {
+                host: host,
+                port: port,
+                serverProcess: self.serverPid
+            )
+            .run(users: users, progress: say)
+        } else {
+            say("provisioning \(configuration.connections) users in \(folder.path)")
+            let users = try await BenchProvisioning.provision(configuration, dataFolder: data, logger: logger)
+            let server = try await BenchServer.start(
+                data: data,
+                log: folder.appendingPathComponent("server.log"),
+                limits: ["max-connections=\(configuration.connections + 100)"] + self.limits
+            )
+            do {
+                say("server \(server.process.processIdentifier) on 127.0.0.1:\(server.port); connecting")
+                result = try await BenchRun(
+                    configuration: configuration,
+                    host: "127.0.0.1",
+                    port: server.port,
+                    serverProcess: server.process.processIdentifier
+                ).run(users: users, progress: say)
+            } catch {
+                server.stop()
+                throw error
+            }
             server.stop()
-            throw error
         }
-        server.stop()
         var ceilings: Ceilings?
         if !self.noCeilings, configuration.pattern != .idle {
             say("measuring the ceilings")

@@ -55,7 +55,11 @@ struct ClientOptions: ParsableArguments {
 
     /// The server's host and port.
     func address() throws -> (host: String, port: Int) {
-        let text = self.serverText()
+        try Self.address(self.serverText())
+    }
+
+    /// Parses HOST:PORT (an IPv6 host in brackets).
+    static func address(_ text: String) throws -> (host: String, port: Int) {
         guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
             (1...65535).contains(port), colon > text.startIndex
         else {

@@ -429,6 +429,32 @@ struct CommandLineTests {
         #expect(before > 0 && after > before, "\(report)")
     }
 
+    @Test("courier bench --server loads a server started apart, adding its users to that server's data folder")
+    func benchAgainstARunningServer() async throws {
+        try await withTemporaryDirectory(prefix: "courier-bench") { folder in
+            let data = folder.appendingPathComponent("data")
+            let (server, native, _) = try await Self.serve(folder, data: data)
+            for _ in 0..<2 {
+                // Twice on the same folder: each run's users are its own.
+                let result = try await CourierExecutable.run([
+                    "bench", "--json", "--no-ceilings", "--connections", "4", "--messages", "10", "--server",
+                    "127.0.0.1:\(native)", "--data", data.path, "--server-pid",
+                    String(server.process.processIdentifier),
+                ])
+                #expect(result.status == 0, "\(result.output)")
+                let line = try #require(result.output.split(separator: "\n").last { $0.hasPrefix("{") })
+                let report = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+                #expect(report["acknowledged"] as? Int == 40 && report["delivered"] as? Int == 40, "\(report)")
+                #expect((report["server_cpu_seconds"] as? Double ?? 0) > 0)
+            }
+            #expect(await server.terminate() == 0)
+            let mismatched = try await Self.courier("bench", "--data", data.path)
+            #expect(mismatched.status != 0 && mismatched.output.contains("go with --server"), "\(mismatched)")
+            let missing = try await Self.courier("bench", "--server", "127.0.0.1:\(native)")
+            #expect(missing.status != 0 && missing.output.contains("needs --data"), "\(missing)")
+        }
+    }
+
     @Test("a crash leaves a backtrace in <data>/crashes/")
     func crashReport() async throws {
         try await withTemporaryDirectory(prefix: "courier-cli") { folder in
