@@ -47,6 +47,10 @@ final class BenchHandler: ChannelInboundHandler, @unchecked Sendable {
         var window: Int
         /// Nanoseconds between two sends in open loop; nil for closed loop.
         var interval: UInt64?
+        /// In open loop, how long after the start this connection's first send is due: the connections' sends are
+        /// spread evenly over one interval, so the total rate is smooth rather than a burst from every connection
+        /// at once.
+        var phase: UInt64 = 0
     }
 
     private let plan: Plan
@@ -59,7 +63,7 @@ final class BenchHandler: ChannelInboundHandler, @unchecked Sendable {
     private var sent = 0
     private var startedAt: UInt64 = 0
     private var pinger: RepeatedTask?
-    private var pacer: RepeatedTask?
+    private var pacer: Scheduled<Void>?
     private(set) var acknowledgement = LatencyHistogram.latencies()
     private(set) var endToEnd = LatencyHistogram.latencies()
 
@@ -161,16 +165,21 @@ final class BenchHandler: ChannelInboundHandler, @unchecked Sendable {
     /// Starts sending: open loop on a timer, closed loop up to the window.
     func start() {
         guard self.target != nil, self.plan.messages > 0, let context = self.context else { return }
-        self.startedAt = NIODeadline.now().uptimeNanoseconds
-        if let interval = self.plan.interval {
-            let tick = TimeAmount.nanoseconds(Int64(max(interval, 1_000_000)))
-            self.pacer = context.eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: tick) { [weak self] task in
-                guard let self else { return }
-                self.sendDue(now: NIODeadline.now().uptimeNanoseconds)
-                if self.sent >= self.plan.messages { task.cancel() }
-            }
-        } else {
-            self.sendDue(now: self.startedAt)
+        let now = NIODeadline.now().uptimeNanoseconds
+        self.startedAt = now + self.plan.phase
+        self.sendDue(now: now)
+        self.scheduleNextSend(on: context.eventLoop)
+    }
+
+    /// In open loop, wakes at the next send's intended time (a deadline, not a repeated delay, so the pace does not
+    /// drift later and later: a late generator would count as server latency).
+    private func scheduleNextSend(on eventLoop: any EventLoop) {
+        guard let interval = self.plan.interval, self.sent < self.plan.messages else { return }
+        let next = self.startedAt + UInt64(self.sent) * interval
+        self.pacer = eventLoop.scheduleTask(deadline: .uptimeNanoseconds(next)) { [weak self] in
+            guard let self else { return }
+            self.sendDue(now: NIODeadline.now().uptimeNanoseconds)
+            self.scheduleNextSend(on: eventLoop)
         }
     }
 

@@ -55,13 +55,14 @@ public struct BenchRun: Sendable {
         for wave in stride(from: 0, to: users.count, by: configuration.connectConcurrency) {
             let batch = users[wave..<min(users.count, wave + configuration.connectConcurrency)]
             try await withThrowingTaskGroup(of: (any Channel, BenchHandler).self) { tasks in
-                for user in batch {
+                for (index, user) in zip(batch.indices, batch) {
                     let plan = BenchHandler.Plan(
                         user: user,
                         messages: configuration.pattern == .idle ? 0 : configuration.messagesPerConnection,
                         messageBytes: configuration.messageBytes,
                         window: configuration.window,
-                        interval: interval
+                        interval: interval,
+                        phase: interval.map { $0 * UInt64(index) / UInt64(users.count) } ?? 0
                     )
                     tasks.addTask {
                         try await Self.connect(host: self.host, port: self.port, plan: plan, tally: tally, group: group)
@@ -136,7 +137,7 @@ public struct BenchRun: Sendable {
             seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18,
             acknowledgement: acknowledgement,
             endToEnd: endToEnd,
-            serverCPUSeconds: zip(cpuBefore, cpuAfter).map { $1 - $0 },
+            serverCPUSeconds: both(cpuBefore, cpuAfter).map { $1 - $0 },
             serverPeakRSS: self.serverProcess.flatMap { ProcessMonitor.peakResidentBytes(of: $0) },
             serverRSSBefore: rssBefore,
             serverRSSAfter: rssAfter
@@ -186,7 +187,7 @@ public struct BenchError: Error, CustomStringConvertible {
     }
 }
 
-private func zip(_ a: Double?, _ b: Double?) -> (Double, Double)? {
+private func both(_ a: Double?, _ b: Double?) -> (Double, Double)? {
     guard let a, let b else { return nil }
     return (a, b)
 }
