@@ -207,6 +207,7 @@ let package = Package(
                 "CourierStore",
                 "CourierTesting",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictSettings
         ),

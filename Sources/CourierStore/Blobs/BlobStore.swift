@@ -1,0 +1,358 @@
+internal import Crypto
+public import Foundation
+internal import Glibc
+
+/// Media bytes on disk, addressed by their SHA-256: an upload is written chunk by chunk to `uploads/ID.part`
+/// (never held in memory), checked against the size and digest it declared, and only then moved to
+/// `objects/AB/ABCDEF…`, where identical files are stored once. A broken upload resumes from the length of its
+/// part file. File work runs on a Dispatch queue, off Swift's cooperative threads.
+public final class BlobStore: Sendable {
+    /// The limits of the blob store, with their defaults.
+    public struct Configuration: Sendable, Hashable {
+        /// The largest media file, in bytes; a larger declared size is refused with `media-too-large`.
+        public var maxBlobBytes: Int64 = 2 * 1024 * 1024 * 1024
+        /// An upload whose part file has not grown for this long is abandoned: ``removeAbandoned(now:)`` deletes it.
+        public var abandonedUploadAge: Duration = .seconds(24 * 3600)
+        /// The bytes read at a time when hashing a finished upload or streaming a blob out.
+        public var readChunkBytes: Int = 1024 * 1024
+
+        public init() {}
+    }
+
+    /// An upload in progress: what it declared, and how much of it is on disk.
+    public struct Upload: Sendable, Hashable {
+        public var id: String
+        public var size: Int64
+        public var sha256: String
+        /// The bytes on disk: where the next chunk must start.
+        public var offset: Int64
+    }
+
+    public let folder: URL
+    public let configuration: Configuration
+    private let queue = DispatchQueue(label: "courier.blobs", attributes: .concurrent)
+
+    /// Opens (creating if needed) a blob store in `folder`.
+    public init(folder: URL, configuration: Configuration = .init()) throws {
+        self.folder = folder
+        self.configuration = configuration
+        for sub in ["objects", "uploads"] {
+            do {
+                try FileManager.default.createDirectory(
+                    at: folder.appendingPathComponent(sub),
+                    withIntermediateDirectories: true
+                )
+            } catch {
+                throw BlobStoreError(.storageFailed, "cannot create \(folder.path)/\(sub): \(error)")
+            }
+        }
+    }
+
+    // MARK: Uploading
+
+    /// Starts an upload, or finds it again to resume it.
+    ///
+    /// - Parameters:
+    ///   - id: The upload's id: 1 to 64 ASCII letters, digits, `-` or `_`.
+    ///   - size: The file's size in bytes.
+    ///   - sha256: Its SHA-256, 64 hex digits.
+    /// - Returns: The upload, with the offset the next chunk must start at (0 when new).
+    /// - Throws: `invalid-request` (a bad id or digest, or the same id declared with another size or digest),
+    ///   `media-too-large`, `storage-failed`.
+    public func start(upload id: String, size: Int64, sha256: String) async throws -> Upload {
+        try Self.validate(id: id)
+        let digest = sha256.lowercased()
+        guard digest.count == 64, digest.allSatisfy(\.isHexDigit) else {
+            throw BlobStoreError(.invalidRequest, "sha256 must be 64 hex digits")
+        }
+        guard size >= 0 else { throw BlobStoreError(.invalidRequest, "a negative size") }
+        guard size <= self.configuration.maxBlobBytes else {
+            throw BlobStoreError(
+                .mediaTooLarge,
+                "\(size) bytes is over the limit of \(self.configuration.maxBlobBytes)"
+            )
+        }
+        return try await self.run {
+            let declaration = "\(size) \(digest)"
+            let meta = self.metaFile(id)
+            if let existing = try? String(contentsOf: meta, encoding: .utf8) {
+                guard existing == declaration else {
+                    throw BlobStoreError(.invalidRequest, "upload \(id) was started with another size or digest")
+                }
+            } else {
+                try self.storage { try Data(declaration.utf8).write(to: meta, options: .atomic) }
+                _ = FileManager.default.createFile(atPath: self.partFile(id).path, contents: nil)
+            }
+            return Upload(id: id, size: size, sha256: digest, offset: try self.length(of: self.partFile(id)))
+        }
+    }
+
+    /// An upload in progress, or nil when there is none by that id.
+    public func upload(_ id: String) async throws -> Upload? {
+        try Self.validate(id: id)
+        return try await self.run { try self.readUpload(id) }
+    }
+
+    /// Writes a chunk of an upload at `offset`, which must be where the upload stands.
+    ///
+    /// - Returns: The new offset.
+    /// - Throws: `unknown-upload`, `invalid-request` (another offset than the upload's), `media-mismatch` (more
+    ///   bytes than declared: the upload is deleted), `storage-failed`.
+    @discardableResult
+    public func append(_ bytes: Data, to id: String, at offset: Int64) async throws -> Int64 {
+        try Self.validate(id: id)
+        return try await self.run {
+            guard let upload = try self.readUpload(id) else {
+                throw BlobStoreError(.unknownUpload, "no upload \(id)")
+            }
+            guard offset == upload.offset else {
+                throw BlobStoreError(.invalidRequest, "upload \(id) continues at \(upload.offset), not \(offset)")
+            }
+            guard upload.offset + Int64(bytes.count) <= upload.size else {
+                self.discard(id)
+                throw BlobStoreError(.mediaMismatch, "upload \(id) sent more than its \(upload.size) bytes")
+            }
+            try self.storage {
+                let handle = try FileHandle(forWritingTo: self.partFile(id))
+                defer { try? handle.close() }
+                try handle.seek(toOffset: UInt64(offset))
+                try handle.write(contentsOf: bytes)
+            }
+            return offset + Int64(bytes.count)
+        }
+    }
+
+    /// Finishes an upload: checks its size and SHA-256, makes it durable, and files it under its digest (once:
+    /// when the same bytes are stored already, the upload is dropped).
+    ///
+    /// - Returns: The digest the blob is stored under.
+    /// - Throws: `unknown-upload`, `media-mismatch` (short, or another digest: the upload is deleted, nothing is
+    ///   stored), `storage-failed`.
+    public func finish(upload id: String) async throws -> String {
+        try Self.validate(id: id)
+        return try await self.run {
+            guard let upload = try self.readUpload(id) else {
+                throw BlobStoreError(.unknownUpload, "no upload \(id)")
+            }
+            guard upload.offset == upload.size else {
+                throw BlobStoreError(.mediaMismatch, "upload \(id) has \(upload.offset) of \(upload.size) bytes")
+            }
+            let part = self.partFile(id)
+            let digest = try self.storage { try self.hash(part, sync: true) }
+            guard digest == upload.sha256 else {
+                self.discard(id)
+                throw BlobStoreError(.mediaMismatch, "upload \(id) has sha256 \(digest), not \(upload.sha256)")
+            }
+            let object = self.objectFile(digest)
+            try self.storage {
+                if FileManager.default.fileExists(atPath: object.path) {
+                    try FileManager.default.removeItem(at: part)
+                } else {
+                    try FileManager.default.createDirectory(
+                        at: object.deletingLastPathComponent(),
+                        withIntermediateDirectories: true
+                    )
+                    try FileManager.default.moveItem(at: part, to: object)
+                    Self.syncFolder(object.deletingLastPathComponent())
+                }
+                try? FileManager.default.removeItem(at: self.metaFile(id))
+            }
+            return digest
+        }
+    }
+
+    /// Deletes the uploads whose part file has not changed for ``Configuration/abandonedUploadAge``.
+    ///
+    /// - Returns: The ids deleted.
+    @discardableResult
+    public func removeAbandoned(now: Date = Date()) async throws -> [String] {
+        let age = self.configuration.abandonedUploadAge
+        let limit = now.addingTimeInterval(-Double(age.components.seconds))
+        return try await self.run {
+            let uploads = self.folder.appendingPathComponent("uploads")
+            let names = try self.storage { try FileManager.default.contentsOfDirectory(atPath: uploads.path) }
+            var removed: [String] = []
+            for name in names where name.hasSuffix(".part") {
+                let id = String(name.dropLast(".part".count))
+                let attributes = try? FileManager.default.attributesOfItem(atPath: self.partFile(id).path)
+                guard let changed = attributes?[.modificationDate] as? Date, changed < limit else { continue }
+                self.discard(id)
+                removed.append(id)
+            }
+            return removed.sorted()
+        }
+    }
+
+    // MARK: Reading
+
+    /// The size of a stored blob, or nil when there is none with that digest.
+    public func size(of sha256: String) async throws -> Int64? {
+        guard let object = Self.isDigest(sha256) ? self.objectFile(sha256.lowercased()) : nil else { return nil }
+        return try await self.run {
+            FileManager.default.fileExists(atPath: object.path) ? try self.length(of: object) : nil
+        }
+    }
+
+    /// Streams `range` of a stored blob to `body`, a chunk of at most ``Configuration/readChunkBytes`` at a time.
+    ///
+    /// - Throws: `unknown-media` when there is no such blob, `invalid-request` for a range outside it.
+    public func read(
+        _ sha256: String,
+        range: Range<Int64>,
+        _ body: (Data) async throws -> Void
+    ) async throws {
+        guard Self.isDigest(sha256), let size = try await self.size(of: sha256) else {
+            throw BlobStoreError(.unknownMedia, "no media \(sha256)")
+        }
+        guard range.lowerBound >= 0, range.upperBound <= size else {
+            throw BlobStoreError(.invalidRequest, "\(range) is outside the \(size) bytes of \(sha256)")
+        }
+        let object = self.objectFile(sha256.lowercased())
+        var position = range.lowerBound
+        while position < range.upperBound {
+            let count = Int(min(Int64(self.configuration.readChunkBytes), range.upperBound - position))
+            let start = position
+            let chunk = try await self.run {
+                try self.storage {
+                    let handle = try FileHandle(forReadingFrom: object)
+                    defer { try? handle.close() }
+                    try handle.seek(toOffset: UInt64(start))
+                    return try handle.read(upToCount: count) ?? Data()
+                }
+            }
+            guard !chunk.isEmpty else { throw BlobStoreError(.storageFailed, "\(sha256) ended early") }
+            position += Int64(chunk.count)
+            try await body(chunk)
+        }
+    }
+
+    // MARK: Files
+
+    private func partFile(_ id: String) -> URL {
+        self.folder.appendingPathComponent("uploads/\(id).part")
+    }
+
+    private func metaFile(_ id: String) -> URL {
+        self.folder.appendingPathComponent("uploads/\(id).meta")
+    }
+
+    private func objectFile(_ digest: String) -> URL {
+        self.folder.appendingPathComponent("objects/\(digest.prefix(2))/\(digest)")
+    }
+
+    private func readUpload(_ id: String) throws -> Upload? {
+        guard let meta = try? String(contentsOf: self.metaFile(id), encoding: .utf8) else { return nil }
+        let fields = meta.split(separator: " ")
+        guard fields.count == 2, let size = Int64(fields[0]) else {
+            throw BlobStoreError(.storageFailed, "upload \(id) has a damaged record")
+        }
+        return Upload(id: id, size: size, sha256: String(fields[1]), offset: try self.length(of: self.partFile(id)))
+    }
+
+    private func discard(_ id: String) {
+        try? FileManager.default.removeItem(at: self.partFile(id))
+        try? FileManager.default.removeItem(at: self.metaFile(id))
+    }
+
+    private func length(of file: URL) throws -> Int64 {
+        let attributes = try self.storage { try FileManager.default.attributesOfItem(atPath: file.path) }
+        return (attributes[.size] as? NSNumber)?.int64Value ?? 0
+    }
+
+    /// The SHA-256 of a file, read in chunks; with `sync`, the file is also made durable first.
+    private func hash(_ file: URL, sync: Bool) throws -> String {
+        let handle = try FileHandle(forUpdating: file)
+        defer { try? handle.close() }
+        if sync { try handle.synchronize() }
+        var hasher = SHA256()
+        while let chunk = try handle.read(upToCount: self.configuration.readChunkBytes), !chunk.isEmpty {
+            hasher.update(data: chunk)
+        }
+        return hasher.finalize().map { String(format: "%02x", $0) }.joined()
+    }
+
+    private static func syncFolder(_ folder: URL) {
+        let descriptor = open(folder.path, O_RDONLY)
+        guard descriptor >= 0 else { return }
+        _ = fsync(descriptor)
+        close(descriptor)
+    }
+
+    private static func validate(id: String) throws {
+        guard (1...64).contains(id.utf8.count),
+            id.utf8.allSatisfy({ $0.isASCIILetterOrDigit || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") })
+        else {
+            throw BlobStoreError(.invalidRequest, "an upload id is 1 to 64 letters, digits, - or _")
+        }
+    }
+
+    private static func isDigest(_ text: String) -> Bool {
+        text.utf8.count == 64 && text.allSatisfy(\.isHexDigit)
+    }
+
+    /// A file operation's error as `storage-failed`.
+    private func storage<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch let error as BlobStoreError {
+            throw error
+        } catch {
+            throw BlobStoreError(.storageFailed, "\(error)")
+        }
+    }
+
+    /// Runs blocking file work on the store's Dispatch queue.
+    private func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            self.queue.async { continuation.resume(with: Result(catching: body)) }
+        }
+    }
+}
+
+extension UInt8 {
+    fileprivate var isASCIILetterOrDigit: Bool {
+        (0x30...0x39).contains(self) || (0x41...0x5A).contains(self) || (0x61...0x7A).contains(self)
+    }
+}
+
+/// A refused or failed blob store operation.
+public struct BlobStoreError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// What went wrong, as a stable code.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private enum Value: String, Hashable, Sendable {
+            case mediaTooLarge = "media-too-large"
+            case mediaMismatch = "media-mismatch"
+            case unknownUpload = "unknown-upload"
+            case unknownMedia = "unknown-media"
+            case invalidRequest = "invalid-request"
+            case storageFailed = "storage-failed"
+        }
+        private let value: Value
+        private init(_ value: Value) { self.value = value }
+
+        /// The declared size is over ``BlobStore/Configuration/maxBlobBytes``.
+        public static let mediaTooLarge = Code(.mediaTooLarge)
+        /// The bytes do not match the declared size or SHA-256; nothing was stored.
+        public static let mediaMismatch = Code(.mediaMismatch)
+        /// No upload in progress by that id.
+        public static let unknownUpload = Code(.unknownUpload)
+        /// No stored media with that digest.
+        public static let unknownMedia = Code(.unknownMedia)
+        /// A malformed request: a bad id, digest, size, offset or range.
+        public static let invalidRequest = Code(.invalidRequest)
+        /// The disk failed (full, I/O error).
+        public static let storageFailed = Code(.storageFailed)
+
+        public var description: String { self.value.rawValue }
+    }
+
+    public var code: Code
+    public var message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "\(self.code): \(self.message)" }
+}
