@@ -42,27 +42,61 @@ extension SQLiteStore {
         }
     }
 
+    /// The columns of ``eventsSQL``, in order: rows are decoded by position, which costs a fraction of GRDB's
+    /// lookup by name (that lowercases the name on every access; the delivery path reads every event this way).
+    private enum EventColumn {
+        static let cursor = 0
+        static let kind = 1
+        static let seq = 2
+        static let actor = 3
+        static let detail = 4
+        static let groupName = 5
+        static let userA = 6
+        static let userB = 7
+        static let sender = 8
+        static let senderDevice = 9
+        static let clientID = 10
+        static let time = 11
+        static let body = 12
+        static let recalled = 13
+    }
+
     private func event(_ row: Row, for user: UserID, _ db: Database) throws -> StoredEvent {
-        let cursor = UInt64(row["cursor"] as Int64)
+        let cursor = UInt64(row[EventColumn.cursor] as Int64)
         let conversation = try self.address(
-            groupName: row["group_name"],
-            userA: row["user_a"],
-            userB: row["user_b"],
+            groupName: row[EventColumn.groupName],
+            userA: row[EventColumn.userA],
+            userB: row[EventColumn.userB],
             for: user,
             db
         )
-        let seq = UInt64(row["event_seq"] as Int64)
-        switch EventLogWriter.Kind(rawValue: row["kind"]) {
+        let seq = UInt64(row[EventColumn.seq] as Int64)
+        switch EventLogWriter.Kind(rawValue: row[EventColumn.kind]) {
         case .message:
-            return StoredEvent(cursor: cursor, kind: .message(try self.message(row, in: conversation, db)))
+            let recalled: Bool = row[EventColumn.recalled]
+            return StoredEvent(
+                cursor: cursor,
+                kind: .message(
+                    StoredMessage(
+                        id: row[EventColumn.clientID],
+                        from: try self.name(of: UserID(rawValue: row[EventColumn.sender]), db),
+                        fromDevice: (row[EventColumn.senderDevice] as Int64?).map(DeviceID.init(rawValue:)),
+                        conversation: conversation,
+                        seq: seq,
+                        timeMs: row[EventColumn.time],
+                        body: recalled ? [] : [UInt8](row[EventColumn.body] as Data),
+                        recalled: recalled
+                    )
+                )
+            )
         case .recall:
             return StoredEvent(
                 cursor: cursor,
                 kind: .recall(
                     conversation: conversation,
                     seq: seq,
-                    id: row["client_id"],
-                    by: try self.name(of: UserID(rawValue: row["actor_id"]), db)
+                    id: row[EventColumn.clientID],
+                    by: try self.name(of: UserID(rawValue: row[EventColumn.actor]), db)
                 )
             )
         case .receipt:
@@ -70,8 +104,8 @@ extension SQLiteStore {
                 cursor: cursor,
                 kind: .receipt(
                     conversation: conversation,
-                    user: try self.name(of: UserID(rawValue: row["actor_id"]), db),
-                    kind: ReceiptKind(rawValue: row["detail"]) ?? .delivered,
+                    user: try self.name(of: UserID(rawValue: row[EventColumn.actor]), db),
+                    kind: ReceiptKind(rawValue: row[EventColumn.detail]) ?? .delivered,
                     upToSeq: seq
                 )
             )
@@ -83,8 +117,8 @@ extension SQLiteStore {
                 cursor: cursor,
                 kind: .membership(
                     group: group,
-                    user: try self.name(of: UserID(rawValue: row["actor_id"]), db),
-                    change: MembershipChange(rawValue: row["detail"]) ?? .joined,
+                    user: try self.name(of: UserID(rawValue: row[EventColumn.actor]), db),
+                    change: MembershipChange(rawValue: row[EventColumn.detail]) ?? .joined,
                     seq: seq
                 )
             )
@@ -93,8 +127,9 @@ extension SQLiteStore {
         }
     }
 
+    /// A message of a history page.
     private func message(_ row: Row, in conversation: ConversationAddress, _ db: Database) throws -> StoredMessage {
-        let seq: Int64 = row["seq"] ?? row["event_seq"]
+        let seq: Int64 = row["seq"]
         return StoredMessage(
             id: row["client_id"],
             from: try self.name(of: UserID(rawValue: row["sender_id"]), db),
