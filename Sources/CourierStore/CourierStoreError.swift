@@ -19,6 +19,10 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
             case recallWindowPassed = "recall-window-passed"
             case invalidRequest = "invalid-request"
             case storageFailed = "storage-failed"
+            case mediaTooLarge = "media-too-large"
+            case mediaMismatch = "media-mismatch"
+            case unknownUpload = "unknown-upload"
+            case unknownMedia = "unknown-media"
         }
         private let value: Value
         private init(_ value: Value) { self.value = value }
@@ -49,6 +53,14 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
         public static let invalidRequest = Code(.invalidRequest)
         /// The database failed to commit; nothing of the write was stored.
         public static let storageFailed = Code(.storageFailed)
+        /// A media file's declared size is over ``BlobStore/Configuration/maxBlobBytes``.
+        public static let mediaTooLarge = Code(.mediaTooLarge)
+        /// A media upload's bytes do not match its declared size or SHA-256; nothing was stored.
+        public static let mediaMismatch = Code(.mediaMismatch)
+        /// No media upload in progress by that id.
+        public static let unknownUpload = Code(.unknownUpload)
+        /// No stored media with that digest.
+        public static let unknownMedia = Code(.unknownMedia)
 
         public var description: String { self.value.rawValue }
 

@@ -41,7 +41,7 @@ struct BlobStoreTests {
             store = try BlobStore(folder: folder, configuration: configuration)
             upload = try await store.start(upload: "u1", size: Int64(data.count), sha256: digest)
             #expect(upload.offset == 50_000)
-            await #expect(throws: BlobStoreError(.invalidRequest, "upload u1 continues at 50000, not 0")) {
+            await #expect(throws: CourierStoreError(.invalidRequest, "upload u1 continues at 50000, not 0")) {
                 try await store.append(Data(data[0..<10]), to: "u1", at: 0)
             }
             offset = try await store.append(Data(data[50_000...]), to: "u1", at: 50_000)
@@ -57,7 +57,7 @@ struct BlobStoreTests {
                 try await store.read(digest, range: lower..<upper) { read.append($0) }
                 #expect(read == data[Int(lower)..<Int(upper)], "\(lower)..<\(upper)")
             }
-            await #expect(throws: BlobStoreError.self) {
+            await #expect(throws: CourierStoreError.self) {
                 try await store.read(digest, range: 0..<100_001) { _ in }
             }
         }
@@ -91,7 +91,7 @@ struct BlobStoreTests {
                 do {
                     try await body()
                     return nil
-                } catch let error as BlobStoreError {
+                } catch let error as CourierStoreError {
                     return error.code.description
                 } catch {
                     return "\(error)"

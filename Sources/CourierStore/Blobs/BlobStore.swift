@@ -43,7 +43,7 @@ public final class BlobStore: Sendable {
                     withIntermediateDirectories: true
                 )
             } catch {
-                throw BlobStoreError(.storageFailed, "cannot create \(folder.path)/\(sub): \(error)")
+                throw CourierStoreError(.storageFailed, "cannot create \(folder.path)/\(sub): \(error)")
             }
         }
     }
@@ -63,11 +63,11 @@ public final class BlobStore: Sendable {
         try Self.validate(id: id)
         let digest = sha256.lowercased()
         guard digest.count == 64, digest.allSatisfy(\.isHexDigit) else {
-            throw BlobStoreError(.invalidRequest, "sha256 must be 64 hex digits")
+            throw CourierStoreError(.invalidRequest, "sha256 must be 64 hex digits")
         }
-        guard size >= 0 else { throw BlobStoreError(.invalidRequest, "a negative size") }
+        guard size >= 0 else { throw CourierStoreError(.invalidRequest, "a negative size") }
         guard size <= self.configuration.maxBlobBytes else {
-            throw BlobStoreError(
+            throw CourierStoreError(
                 .mediaTooLarge,
                 "\(size) bytes is over the limit of \(self.configuration.maxBlobBytes)"
             )
@@ -77,7 +77,7 @@ public final class BlobStore: Sendable {
             let meta = self.metaFile(id)
             if let existing = try? String(contentsOf: meta, encoding: .utf8) {
                 guard existing == declaration else {
-                    throw BlobStoreError(.invalidRequest, "upload \(id) was started with another size or digest")
+                    throw CourierStoreError(.invalidRequest, "upload \(id) was started with another size or digest")
                 }
             } else {
                 try self.storage { try Data(declaration.utf8).write(to: meta, options: .atomic) }
@@ -103,14 +103,14 @@ public final class BlobStore: Sendable {
         try Self.validate(id: id)
         return try await self.run {
             guard let upload = try self.readUpload(id) else {
-                throw BlobStoreError(.unknownUpload, "no upload \(id)")
+                throw CourierStoreError(.unknownUpload, "no upload \(id)")
             }
             guard offset == upload.offset else {
-                throw BlobStoreError(.invalidRequest, "upload \(id) continues at \(upload.offset), not \(offset)")
+                throw CourierStoreError(.invalidRequest, "upload \(id) continues at \(upload.offset), not \(offset)")
             }
             guard upload.offset + Int64(bytes.count) <= upload.size else {
                 self.discard(id)
-                throw BlobStoreError(.mediaMismatch, "upload \(id) sent more than its \(upload.size) bytes")
+                throw CourierStoreError(.mediaMismatch, "upload \(id) sent more than its \(upload.size) bytes")
             }
             try self.storage {
                 let handle = try FileHandle(forWritingTo: self.partFile(id))
@@ -132,16 +132,16 @@ public final class BlobStore: Sendable {
         try Self.validate(id: id)
         return try await self.run {
             guard let upload = try self.readUpload(id) else {
-                throw BlobStoreError(.unknownUpload, "no upload \(id)")
+                throw CourierStoreError(.unknownUpload, "no upload \(id)")
             }
             guard upload.offset == upload.size else {
-                throw BlobStoreError(.mediaMismatch, "upload \(id) has \(upload.offset) of \(upload.size) bytes")
+                throw CourierStoreError(.mediaMismatch, "upload \(id) has \(upload.offset) of \(upload.size) bytes")
             }
             let part = self.partFile(id)
             let digest = try self.storage { try self.hash(part, sync: true) }
             guard digest == upload.sha256 else {
                 self.discard(id)
-                throw BlobStoreError(.mediaMismatch, "upload \(id) has sha256 \(digest), not \(upload.sha256)")
+                throw CourierStoreError(.mediaMismatch, "upload \(id) has sha256 \(digest), not \(upload.sha256)")
             }
             let object = self.objectFile(digest)
             try self.storage {
@@ -202,10 +202,10 @@ public final class BlobStore: Sendable {
         _ body: (Data) async throws -> Void
     ) async throws {
         guard Self.isDigest(sha256), let size = try await self.size(of: sha256) else {
-            throw BlobStoreError(.unknownMedia, "no media \(sha256)")
+            throw CourierStoreError(.unknownMedia, "no media \(sha256)")
         }
         guard range.lowerBound >= 0, range.upperBound <= size else {
-            throw BlobStoreError(.invalidRequest, "\(range) is outside the \(size) bytes of \(sha256)")
+            throw CourierStoreError(.invalidRequest, "\(range) is outside the \(size) bytes of \(sha256)")
         }
         let object = self.objectFile(sha256.lowercased())
         var position = range.lowerBound
@@ -220,7 +220,7 @@ public final class BlobStore: Sendable {
                     return try handle.read(upToCount: count) ?? Data()
                 }
             }
-            guard !chunk.isEmpty else { throw BlobStoreError(.storageFailed, "\(sha256) ended early") }
+            guard !chunk.isEmpty else { throw CourierStoreError(.storageFailed, "\(sha256) ended early") }
             position += Int64(chunk.count)
             try await body(chunk)
         }
@@ -244,7 +244,7 @@ public final class BlobStore: Sendable {
         guard let meta = try? String(contentsOf: self.metaFile(id), encoding: .utf8) else { return nil }
         let fields = meta.split(separator: " ")
         guard fields.count == 2, let size = Int64(fields[0]) else {
-            throw BlobStoreError(.storageFailed, "upload \(id) has a damaged record")
+            throw CourierStoreError(.storageFailed, "upload \(id) has a damaged record")
         }
         return Upload(id: id, size: size, sha256: String(fields[1]), offset: try self.length(of: self.partFile(id)))
     }
@@ -282,7 +282,7 @@ public final class BlobStore: Sendable {
         guard (1...64).contains(id.utf8.count),
             id.utf8.allSatisfy({ $0.isASCIILetterOrDigit || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") })
         else {
-            throw BlobStoreError(.invalidRequest, "an upload id is 1 to 64 letters, digits, - or _")
+            throw CourierStoreError(.invalidRequest, "an upload id is 1 to 64 letters, digits, - or _")
         }
     }
 
@@ -294,10 +294,10 @@ public final class BlobStore: Sendable {
     private func storage<T>(_ body: () throws -> T) throws -> T {
         do {
             return try body()
-        } catch let error as BlobStoreError {
+        } catch let error as CourierStoreError {
             throw error
         } catch {
-            throw BlobStoreError(.storageFailed, "\(error)")
+            throw CourierStoreError(.storageFailed, "\(error)")
         }
     }
 
@@ -313,46 +313,4 @@ extension UInt8 {
     fileprivate var isASCIILetterOrDigit: Bool {
         (0x30...0x39).contains(self) || (0x41...0x5A).contains(self) || (0x61...0x7A).contains(self)
     }
-}
-
-/// A refused or failed blob store operation.
-public struct BlobStoreError: Error, Hashable, Sendable, CustomStringConvertible {
-    /// What went wrong, as a stable code.
-    public struct Code: Hashable, Sendable, CustomStringConvertible {
-        private enum Value: String, Hashable, Sendable {
-            case mediaTooLarge = "media-too-large"
-            case mediaMismatch = "media-mismatch"
-            case unknownUpload = "unknown-upload"
-            case unknownMedia = "unknown-media"
-            case invalidRequest = "invalid-request"
-            case storageFailed = "storage-failed"
-        }
-        private let value: Value
-        private init(_ value: Value) { self.value = value }
-
-        /// The declared size is over ``BlobStore/Configuration/maxBlobBytes``.
-        public static let mediaTooLarge = Code(.mediaTooLarge)
-        /// The bytes do not match the declared size or SHA-256; nothing was stored.
-        public static let mediaMismatch = Code(.mediaMismatch)
-        /// No upload in progress by that id.
-        public static let unknownUpload = Code(.unknownUpload)
-        /// No stored media with that digest.
-        public static let unknownMedia = Code(.unknownMedia)
-        /// A malformed request: a bad id, digest, size, offset or range.
-        public static let invalidRequest = Code(.invalidRequest)
-        /// The disk failed (full, I/O error).
-        public static let storageFailed = Code(.storageFailed)
-
-        public var description: String { self.value.rawValue }
-    }
-
-    public var code: Code
-    public var message: String
-
-    public init(_ code: Code, _ message: String) {
-        self.code = code
-        self.message = message
-    }
-
-    public var description: String { "\(self.code): \(self.message)" }
 }
