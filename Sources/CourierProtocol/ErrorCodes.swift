@@ -26,6 +26,12 @@ public enum ErrorCodes {
     public static let unknownMessage = "unknown-message"
     public static let recallWindowPassed = "recall-window-passed"
     public static let storageFailed = "storage-failed"
+    // Media
+    public static let mediaTooLarge = "media-too-large"
+    public static let quotaExceeded = "quota-exceeded"
+    public static let mediaMismatch = "media-mismatch"
+    public static let unknownMedia = "unknown-media"
+    public static let unknownUpload = "unknown-upload"
     // The connection
     public static let idleTimeout = "idle-timeout"
     public static let slowConsumer = "slow-consumer"
@@ -63,6 +69,17 @@ public enum ErrorCodes {
         (unknownMessage, false, "a recall of a message this user did not send there"),
         (recallWindowPassed, false, "a recall after the recall window"),
         (storageFailed, false, "the server could not commit (disk full, I/O error): not stored, resend later"),
+        (mediaTooLarge, false, "a media file over the server's `max_media_bytes`: nothing is taken"),
+        (quotaExceeded, false, "the upload would put the user's stored media over its quota: nothing is stored"),
+        (
+            mediaMismatch, false,
+            "an upload's bytes do not match its declared size or sha256 (or overrun the stream's window): nothing is stored"
+        ),
+        (
+            unknownMedia, false,
+            "no media with that sha256 that this user may see, or a send of media this user has not uploaded"
+        ),
+        (unknownUpload, false, "no upload in progress for that stream"),
         (idleTimeout, true, "nothing received for the idle timeout (send pings)"),
         (slowConsumer, true, "the client stopped reading; it resyncs from its acknowledged cursor on reconnect"),
         (serverFull, true, "the server is at its connection limit"),

@@ -29,6 +29,7 @@ public final class CourierServer: Service, Sendable {
     private let hub = Hub()
     private let commits: CommitQueue
     private let metrics: ServerMetrics
+    private let media: MediaService
     /// The TLS context all ports share, when ``ServerConfiguration/tls`` is set.
     private let tls: NIOSSLContext?
     private let bound = Mutex<(ports: Ports?, waiters: [CheckedContinuation<Ports, Never>])>((nil, []))
@@ -50,6 +51,13 @@ public final class CourierServer: Service, Sendable {
         let hub = self.hub
         let metrics = ServerMetrics()
         self.metrics = metrics
+        self.media = try MediaService(
+            folder: configuration.dataFolder.appendingPathComponent("media", isDirectory: true),
+            store: self.store,
+            configuration: configuration.media,
+            metrics: metrics,
+            logger: logger
+        )
         self.commits = CommitQueue(
             store: self.store,
             configuration: configuration.commit,
@@ -80,17 +88,19 @@ public final class CourierServer: Service, Sendable {
             commits: self.commits,
             hub: self.hub,
             metrics: self.metrics,
+            media: self.media,
             logger: self.logger
         )
         let (httpPorts, httpRunning) = AsyncStream.makeStream(of: Int.self)
         let http = try HTTPEndpoints.application(
             configuration: self.configuration,
             metrics: self.metrics,
+            media: self.media,
             version: self.version,
             logger: self.logger
         ) { port in httpRunning.yield(port) }
         let native = try await self.bindNative()
-        let compat: NIOAsyncChannel<NIOAsyncChannel<CompatMessage, CompatFrame>, Never>
+        let compat: NIOAsyncChannel<NIOAsyncChannel<CompatInput, CompatOutput>, Never>
         do {
             compat = try await self.bindCompat()
         } catch {
@@ -100,6 +110,7 @@ public final class CourierServer: Service, Sendable {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.commits.run() }
             group.addTask { await self.watchChanges() }
+            group.addTask { await self.media.removeAbandonedUploads() }
             group.addTask {
                 defer { httpRunning.finish() }
                 try await http.run()
@@ -173,20 +184,24 @@ public final class CourierServer: Service, Sendable {
         }
     }
 
-    private func bindCompat() async throws -> NIOAsyncChannel<NIOAsyncChannel<CompatMessage, CompatFrame>, Never> {
+    private func bindCompat() async throws -> NIOAsyncChannel<NIOAsyncChannel<CompatInput, CompatOutput>, Never> {
         var framing = CompatFraming.Configuration(endMarker: self.configuration.compat.endMarker)
         framing.maxHeaderBytes = self.configuration.compat.maxHeaderBytes
-        // A compat packet carries one text or a small command: its payload is bounded by the text limit (a larger
-        // `size` is refused from the header, before any payload is buffered).
+        // A text or command packet is collected whole, bounded by the text limit (a larger `size` is refused from the
+        // header, before any payload is buffered). Media packets stream into the blob store as they arrive.
         framing.maxCollectedPayloadBytes = max(4096, self.configuration.limits.maxTextBytes)
+        // Not the media limit: a larger media packet is refused with `media-too-large` and its bytes skipped, and
+        // the session goes on (the framing has no way to skip them unread).
+        framing.maxPayloadBytes = 1 << 62
+        let streamed = Set(CompatTransport.mediaTypes.keys)
         return try await self.bind(port: self.configuration.compatPort) { [framing] pipeline in
             try pipeline.addHandler(
                 ByteToMessageHandler(
-                    CompatFrameDecoder(configuration: framing),
+                    CompatSelectiveDecoder(streamedTypes: streamed, configuration: framing),
                     maximumBufferSize: framing.maxHeaderBytes + framing.maxCollectedPayloadBytes + 1024
                 )
             )
-            try pipeline.addHandler(MessageToByteHandler(CompatFrameEncoder(configuration: framing)))
+            try pipeline.addHandler(MessageToByteHandler(CompatOutputEncoder(configuration: framing)))
         }
     }
 

@@ -3,11 +3,12 @@ import HummingbirdTLS
 import Logging
 import NIOCore
 
-/// The HTTP port: `GET /health` and `GET /metrics`.
+/// The HTTP port: `GET /health`, `GET /metrics`, and media (``MediaEndpoint``).
 enum HTTPEndpoints {
     static func application(
         configuration: ServerConfiguration,
         metrics: ServerMetrics,
+        media: MediaService,
         version: String,
         logger: Logger,
         onRunning: @escaping @Sendable (Int) async -> Void
@@ -28,6 +29,7 @@ enum HTTPEndpoints {
                 body: .init(byteBuffer: ByteBuffer(string: metrics.exposition()))
             )
         }
+        MediaEndpoint(store: media.store, media: media).register(on: router)
         return Application(
             router: router,
             server: try configuration.tls.map { try .tls(.http1(), tlsConfiguration: $0) } ?? .http1(),

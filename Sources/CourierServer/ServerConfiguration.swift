@@ -22,6 +22,8 @@ public struct ServerConfiguration: Sendable {
     public var limits: Limits = .init()
     /// The compat port's framing options.
     public var compat: Compat = .init()
+    /// Media: size limit, quota, upload clean-up, and the flow control of media streams.
+    public var media: Media = .init()
     /// The store's settings (token lifetime, recall window, password cost).
     public var store: SQLiteStore.Configuration = .init()
     /// The group commit's settings.
@@ -71,6 +73,33 @@ public struct ServerConfiguration: Sendable {
         /// How often the server looks for changes made by the admin commands (removed users, revoked devices,
         /// group changes).
         public var changePollInterval: Duration = .milliseconds(250)
+
+        public init() {}
+    }
+
+    /// Media messages: their bytes live in the data folder's `media/` blob store.
+    public struct Media: Sendable {
+        /// The largest media file, in bytes; a larger one is refused with `media-too-large` before any byte is taken.
+        public var maxMediaBytes: Int64 = 2 * 1024 * 1024 * 1024
+        /// The most bytes of media one user may have stored (each file counted once, however often sent); an upload
+        /// past it is refused with `quota-exceeded`.
+        public var quotaBytesPerUser: Int64 = 20 * 1024 * 1024 * 1024
+        /// An upload that has not grown for this long is abandoned and deleted (a client may resume before then).
+        public var abandonedUploadAge: Duration = .seconds(24 * 3600)
+        /// How often abandoned uploads are looked for.
+        public var cleanupInterval: Duration = .seconds(3600)
+        /// The bytes a client may send on an upload stream before the server grants more (`windowUpdate`): the most
+        /// upload bytes that can sit ahead of a text on the way in.
+        public var uploadWindowBytes: Int = 1024 * 1024
+        /// The largest `mediaChunk` payload, both ways; also the server's read size when it streams media out.
+        public var maxChunkBytes: Int = 256 * 1024
+        /// The window a fetch stream starts with when the client names none.
+        public var defaultFetchWindowBytes: Int = 1024 * 1024
+        /// The largest window a client may grant a fetch stream (at its start or by `windowUpdate`s): bounds the
+        /// media bytes the server queues for one connection.
+        public var maxFetchWindowBytes: Int = 16 * 1024 * 1024
+        /// Upload and fetch streams one connection may have open at once; one more is refused with `invalid-request`.
+        public var maxStreamsPerConnection: Int = 16
 
         public init() {}
     }

@@ -15,6 +15,9 @@ final class ServerMetrics: Sendable {
     let commitBatchSize: CoreMetrics.Recorder
     let commitFailures: CoreMetrics.Counter
     let refusals: CoreMetrics.Counter
+    /// Media bytes taken from clients (written to the blob store) and sent to them (fetches, compat packets, HTTP).
+    let mediaBytesIn: CoreMetrics.Counter
+    let mediaBytesOut: CoreMetrics.Counter
     private let open = Atomic<Int>(0)
 
     init() {
@@ -38,6 +41,8 @@ final class ServerMetrics: Sendable {
         )
         self.commitFailures = CoreMetrics.Counter(label: "courier_commit_failures_total", factory: factory)
         self.refusals = CoreMetrics.Counter(label: "courier_refusals_total", factory: factory)
+        self.mediaBytesIn = CoreMetrics.Counter(label: "courier_media_bytes_in_total", factory: factory)
+        self.mediaBytesOut = CoreMetrics.Counter(label: "courier_media_bytes_out_total", factory: factory)
     }
 
     func connectionOpened() {

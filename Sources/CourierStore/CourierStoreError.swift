@@ -23,6 +23,7 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
             case mediaMismatch = "media-mismatch"
             case unknownUpload = "unknown-upload"
             case unknownMedia = "unknown-media"
+            case quotaExceeded = "quota-exceeded"
         }
         private let value: Value
         private init(_ value: Value) { self.value = value }
@@ -61,6 +62,8 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
         public static let unknownUpload = Code(.unknownUpload)
         /// No stored media with that digest.
         public static let unknownMedia = Code(.unknownMedia)
+        /// The user's stored media would go over its quota.
+        public static let quotaExceeded = Code(.quotaExceeded)
 
         public var description: String { self.value.rawValue }
 

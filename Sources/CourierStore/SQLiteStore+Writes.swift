@@ -106,6 +106,18 @@ struct WriteBatch {
                 )
             )
         }
+        if let media = send.media {
+            let size = try Int64.fetchOne(
+                db.cachedStatement(sql: "SELECT size FROM media_owners WHERE user_id = ? AND sha256 = ?"),
+                arguments: [send.sender.rawValue, media.sha256]
+            )
+            guard size == media.size else {
+                throw CourierStoreError(
+                    .unknownMedia,
+                    "no upload of \(media.size) bytes with sha256 \(media.sha256) by this user: upload it first"
+                )
+            }
+        }
         let key = try self.resolve(send.to, for: send.sender, createDirect: true, db)
         var conversation = self.conversations[key]!
         let seq = conversation.lastSeq + 1
@@ -116,6 +128,11 @@ struct WriteBatch {
                 VALUES (?, ?, ?, ?, ?, ?, ?)
                 """
         ).execute(arguments: [key, seq, send.sender.rawValue, send.device?.rawValue, id, time, Data(send.body)])
+        if let media = send.media {
+            try db.cachedStatement(
+                sql: "INSERT INTO message_media (sha256, conversation_id, seq, mime, name) VALUES (?, ?, ?, ?, ?)"
+            ).execute(arguments: [media.sha256, key, seq, media.mime, media.name])
+        }
         conversation.lastSeq = seq
         conversation.lastMs = time
         conversation.dirty = true
@@ -247,6 +264,9 @@ struct WriteBatch {
             sql: "UPDATE messages SET recalled = 1, body = x'' WHERE conversation_id = ? AND seq = ?"
         )
         .execute(arguments: [key, seq])
+        // A recalled message's media is no longer anyone's to fetch (the bytes stay for other messages and the quota).
+        try db.cachedStatement(sql: "DELETE FROM message_media WHERE conversation_id = ? AND seq = ?")
+            .execute(arguments: [key, seq])
         for member in self.conversations[key]!.members.keys.sorted() {
             try self.log.append(to: member, .recall, conversation: key, seq: seq, actor: user, db)
         }

@@ -93,6 +93,31 @@ enum Schema {
                     """
             )
         }
+        migrator.registerMigration("v2-media") { db in
+            try db.execute(
+                sql: """
+                    -- Each user's finished uploads: what the user may send, and what counts against its quota.
+                    CREATE TABLE media_owners (
+                        user_id INTEGER NOT NULL REFERENCES users(id),
+                        sha256 TEXT NOT NULL,
+                        size INTEGER NOT NULL,
+                        created_ms INTEGER NOT NULL,
+                        PRIMARY KEY (user_id, sha256)
+                    ) WITHOUT ROWID;
+                    -- The media each message carries: who may fetch which bytes (the conversation's members who
+                    -- joined before it), with the type and name its sender gave.
+                    CREATE TABLE message_media (
+                        sha256 TEXT NOT NULL,
+                        conversation_id INTEGER NOT NULL,
+                        seq INTEGER NOT NULL,
+                        mime TEXT NOT NULL,
+                        name TEXT NOT NULL,
+                        PRIMARY KEY (sha256, conversation_id, seq)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX message_media_by_message ON message_media(conversation_id, seq);
+                    """
+            )
+        }
         return migrator
     }
 }

@@ -21,14 +21,40 @@ public enum WriteRequest: Hashable, Sendable {
         public var to: ConversationAddress
         /// The serialized body.
         public var body: [UInt8]
+        /// The media the body carries, which the sender must have uploaded.
+        public var media: MediaReference?
 
-        public init(sender: UserID, device: DeviceID? = nil, id: String, to: ConversationAddress, body: [UInt8]) {
+        public init(
+            sender: UserID,
+            device: DeviceID? = nil,
+            id: String,
+            to: ConversationAddress,
+            body: [UInt8],
+            media: MediaReference? = nil
+        ) {
             self.sender = sender
             self.device = device
             self.id = id
             self.to = to
             self.body = body
+            self.media = media
         }
+    }
+}
+
+/// The media a message carries: its digest and size (which the store checks against the sender's uploads), and the
+/// type and name its sender gave.
+public struct MediaReference: Hashable, Sendable {
+    public var sha256: String
+    public var size: Int64
+    public var mime: String
+    public var name: String
+
+    public init(sha256: String, size: Int64, mime: String, name: String) {
+        self.sha256 = sha256
+        self.size = size
+        self.mime = mime
+        self.name = name
     }
 }
 

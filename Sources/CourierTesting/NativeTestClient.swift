@@ -23,6 +23,9 @@ public actor NativeTestClient {
     private var nextRequestID: UInt64 = 1
     /// Envelopes read past while looking for another one, handed out by later reads first.
     private var backlog: [ServerEnvelope] = []
+    /// Frames other than envelopes (media chunks, window updates) read past while looking for an envelope, handed out
+    /// by ``expectFrame(timeout:_:where:)`` first.
+    private var frameBacklog: [NativeFrame] = []
 
     /// Connects to a native port on 127.0.0.1, over TLS when `tls` is given (the certificate must list the IP
     /// address).
@@ -111,10 +114,36 @@ public actor NativeTestClient {
             case .envelope(let envelope):
                 if let value = match(envelope) { return value }
                 skipped.append(envelope)
-            case .frame:
-                continue
+            case .frame(let frame):
+                self.frameBacklog.append(frame)
             case .closed:
                 throw Timeout(description: "the connection closed before \(what); got \(skipped)")
+            }
+        }
+    }
+
+    /// Reads until a frame that is not an envelope matches, keeping envelopes and other frames for later reads.
+    public func expectFrame(
+        timeout: Duration = .seconds(10),
+        _ what: String = "a frame",
+        where match: @Sendable (NativeFrame) -> Bool
+    ) async throws -> NativeFrame {
+        if let index = self.frameBacklog.firstIndex(where: match) {
+            return self.frameBacklog.remove(at: index)
+        }
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let left = deadline - .now
+            guard left > .zero else { throw Timeout(description: "no \(what) within \(timeout)") }
+            guard let frame = try await self.inbox.next(timeout: left) else {
+                throw Timeout(description: "the connection closed before \(what)")
+            }
+            if frame.kind == .message, let envelope = try? frame.envelope(as: ServerEnvelope.self) {
+                self.backlog.append(envelope)
+            } else if match(frame) {
+                return frame
+            } else {
+                self.frameBacklog.append(frame)
             }
         }
     }

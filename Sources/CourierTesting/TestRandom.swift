@@ -23,16 +23,11 @@ public struct SeededRandom: RandomNumberGenerator, Sendable {
 
     /// `count` random bytes, appended to `bytes`.
     public mutating func appendBytes(_ count: Int, to bytes: inout [UInt8]) {
-        bytes.reserveCapacity(bytes.count + count)
-        var remaining = count
-        while remaining > 0 {
-            var word = self.next()
-            for _ in 0..<min(8, remaining) {
-                bytes.append(UInt8(truncatingIfNeeded: word))
-                word >>= 8
-            }
-            remaining -= min(8, remaining)
-        }
+        // Whole words at a time, little-endian: the same bytes as one at a time, at a fraction of the cost in
+        // debug builds (tests make files of many megabytes).
+        var words = [UInt64](repeating: 0, count: (count + 7) / 8)
+        for index in words.indices { words[index] = self.next().littleEndian }
+        words.withUnsafeBytes { raw in bytes.append(contentsOf: raw.prefix(count)) }
     }
 }
 

@@ -218,7 +218,7 @@ struct CompatTests {
             let client = try await CompatTestClient.connect(port: fixture.ports.compat)
             try await client.write(try CompatTestClient.packet("auth", ["user": "alice", "password": "pw-alice"]))
             _ = try await client.expect("welcome")
-            try await client.write(try CompatTestClient.packet("img", ["to": "alice"], payload: [1, 2, 3]))
+            try await client.write(try CompatTestClient.packet("sticker", ["to": "alice"], payload: [1, 2, 3]))
             #expect(Self.string(try await client.expect("error"), "code") == ErrorCodes.unsupported)
             try await client.write(try CompatTestClient.packet("txt", ["id": "x"], payload: Array("no peer".utf8)))
             let noPeer = try await client.expect("error")

@@ -122,6 +122,22 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     set {body = .manageGroup(newValue)}
   }
 
+  public var upload: Courier_V1_UploadRequest {
+    get {
+      if case .upload(let v)? = body {return v}
+      return Courier_V1_UploadRequest()
+    }
+    set {body = .upload(newValue)}
+  }
+
+  public var fetch: Courier_V1_FetchRequest {
+    get {
+      if case .fetch(let v)? = body {return v}
+      return Courier_V1_FetchRequest()
+    }
+    set {body = .fetch(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -135,6 +151,8 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     case unread(Courier_V1_UnreadRequest)
     case logout(Courier_V1_Logout)
     case manageGroup(Courier_V1_ManageGroup)
+    case upload(Courier_V1_UploadRequest)
+    case fetch(Courier_V1_FetchRequest)
 
   }
 
@@ -223,6 +241,30 @@ public nonisolated struct Courier_V1_ServerEnvelope: Sendable {
     set {body = .done(newValue)}
   }
 
+  public var uploadReady: Courier_V1_UploadReady {
+    get {
+      if case .uploadReady(let v)? = body {return v}
+      return Courier_V1_UploadReady()
+    }
+    set {body = .uploadReady(newValue)}
+  }
+
+  public var uploadDone: Courier_V1_UploadDone {
+    get {
+      if case .uploadDone(let v)? = body {return v}
+      return Courier_V1_UploadDone()
+    }
+    set {body = .uploadDone(newValue)}
+  }
+
+  public var fetchReady: Courier_V1_FetchReady {
+    get {
+      if case .fetchReady(let v)? = body {return v}
+      return Courier_V1_FetchReady()
+    }
+    set {body = .fetchReady(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -235,6 +277,9 @@ public nonisolated struct Courier_V1_ServerEnvelope: Sendable {
     case typing(Courier_V1_TypingNotice)
     case presence(Courier_V1_PresenceNotice)
     case done(Courier_V1_Done)
+    case uploadReady(Courier_V1_UploadReady)
+    case uploadDone(Courier_V1_UploadDone)
+    case fetchReady(Courier_V1_FetchReady)
 
   }
 
@@ -355,6 +400,17 @@ public nonisolated struct Courier_V1_Limits: Sendable {
 
   public var heartbeatIntervalMs: UInt32 = 0
 
+  /// The largest media file, and how many bytes of media this user may still store.
+  public var maxMediaBytes: UInt64 = 0
+
+  public var mediaQuotaLeftBytes: UInt64 = 0
+
+  /// The window the server grants each upload stream at its start (more comes in `windowUpdate` frames).
+  public var uploadWindowBytes: UInt32 = 0
+
+  /// The largest `mediaChunk` payload either side may send.
+  public var maxChunkBytes: UInt32 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -414,7 +470,6 @@ public nonisolated struct Courier_V1_Body: Sendable {
 
   public var content: Courier_V1_Body.OneOf_Content? = nil
 
-  /// 2–15 are reserved for media (images, voice, video, files).
   public var text: String {
     get {
       if case .text(let v)? = content {return v}
@@ -423,11 +478,100 @@ public nonisolated struct Courier_V1_Body: Sendable {
     set {content = .text(newValue)}
   }
 
+  /// 3–15 are reserved for more kinds of content.
+  public var media: Courier_V1_Media {
+    get {
+      if case .media(let v)? = content {return v}
+      return Courier_V1_Media()
+    }
+    set {content = .media(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Content: Equatable, Sendable {
-    /// 2–15 are reserved for media (images, voice, video, files).
     case text(String)
+    /// 3–15 are reserved for more kinds of content.
+    case media(Courier_V1_Media)
+
+  }
+
+  public init() {}
+}
+
+/// An image, voice clip, video or file. The bytes are uploaded first (`UploadRequest`), then sent in a `Send` whose
+/// body is this; the server checks that the sender uploaded a file of this digest and size. Receivers get this at
+/// once and fetch the bytes when they want them (`FetchRequest`, or `GET /media/<sha256>` on the HTTP port).
+public nonisolated struct Courier_V1_Media: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var kind: Courier_V1_Media.Kind = .unspecified
+
+  /// The SHA-256 of the bytes, 64 lowercase hex digits: the media's id.
+  public var sha256: String = String()
+
+  public var size: UInt64 = 0
+
+  /// The MIME type, e.g. `image/jpeg` (at most 127 bytes; empty: `application/octet-stream`).
+  public var mime: String = String()
+
+  /// The file name, without a folder (at most 255 bytes; may be empty).
+  public var name: String = String()
+
+  /// Where known: a voice clip's or video's length, an image's or video's pixel dimensions.
+  public var durationMs: UInt32 = 0
+
+  public var width: UInt32 = 0
+
+  public var height: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public nonisolated enum Kind: SwiftProtobuf.Enum, Swift.CaseIterable {
+    public typealias RawValue = Int
+    case unspecified // = 0
+    case image // = 1
+    case voice // = 2
+    case video // = 3
+    case file // = 4
+    case UNRECOGNIZED(Int)
+
+    public init() {
+      self = .unspecified
+    }
+
+    public init?(rawValue: Int) {
+      switch rawValue {
+      case 0: self = .unspecified
+      case 1: self = .image
+      case 2: self = .voice
+      case 3: self = .video
+      case 4: self = .file
+      default: self = .UNRECOGNIZED(rawValue)
+      }
+    }
+
+    public var rawValue: Int {
+      switch self {
+      case .unspecified: return 0
+      case .image: return 1
+      case .voice: return 2
+      case .video: return 3
+      case .file: return 4
+      case .UNRECOGNIZED(let i): return i
+      }
+    }
+
+    // The compiler won't synthesize support with the UNRECOGNIZED case.
+    public static let allCases: [Courier_V1_Media.Kind] = [
+      .unspecified,
+      .image,
+      .voice,
+      .video,
+      .file,
+    ]
 
   }
 
@@ -900,6 +1044,106 @@ public nonisolated struct Courier_V1_UnreadRequest: Sendable {
   public init() {}
 }
 
+/// Starts or resumes an upload of media bytes. The server answers `upload_ready` with the offset to send from (0 for
+/// a new upload, the bytes it already has after a broken connection, `size` when this user has stored this file
+/// already). The client then sends bytes from that offset as `mediaChunk` frames on `stream_id` (an odd id not in use
+/// on the connection), never more than the stream's window, the last frame with `END_STREAM`. The server checks the
+/// size and digest and answers the same `request_id` a second time: `upload_done`, or an error.
+public nonisolated struct Courier_V1_UploadRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var sha256: String = String()
+
+  public var size: UInt64 = 0
+
+  public var streamID: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Courier_V1_UploadReady: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var offset: UInt64 = 0
+
+  /// The bytes the client may send on the stream before the next `windowUpdate`.
+  public var windowBytes: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Courier_V1_UploadDone: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var sha256: String = String()
+
+  public var size: UInt64 = 0
+
+  /// How many bytes of media this user may still store.
+  public var quotaLeftBytes: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Asks for media bytes. The server answers `fetch_ready`, then sends the range as `mediaChunk` frames on
+/// `stream_id` (an odd id not in use on the connection), the last with `END_STREAM`, never more than the window the
+/// client grants: `window_bytes` at the start, then its `windowUpdate` frames for the stream. A `resetStream` from the
+/// client stops it. Media the user may not see is `unknown-media`, the same as media that does not exist.
+public nonisolated struct Courier_V1_FetchRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var sha256: String = String()
+
+  public var offset: UInt64 = 0
+
+  /// 0: to the end.
+  public var length: UInt64 = 0
+
+  public var streamID: UInt32 = 0
+
+  /// 0: the server's default (`fetch_window_bytes`).
+  public var windowBytes: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Courier_V1_FetchReady: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The whole file's size, and the range that follows.
+  public var size: UInt64 = 0
+
+  public var offset: UInt64 = 0
+
+  public var length: UInt64 = 0
+
+  public var mime: String = String()
+
+  public var name: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 /// Group management over the session. Groups are addressed by name, which is unique. The owner adds and removes
 /// members; any member may leave (the owner too, after which only `courier group` can change the members).
 public nonisolated struct Courier_V1_ManageGroup: Sendable {
@@ -1099,7 +1343,7 @@ fileprivate nonisolated let _protobuf_package = "courier.v1"
 
 nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ClientEnvelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0\u{1}upload\0\u{1}fetch\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1238,6 +1482,32 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
           self.body = .manageGroup(v)
         }
       }()
+      case 12: try {
+        var v: Courier_V1_UploadRequest?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .upload(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .upload(v)
+        }
+      }()
+      case 13: try {
+        var v: Courier_V1_FetchRequest?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .fetch(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .fetch(v)
+        }
+      }()
       default: break
       }
     }
@@ -1292,6 +1562,14 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
       guard case .manageGroup(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
     }()
+    case .upload?: try {
+      guard case .upload(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
+    }()
+    case .fetch?: try {
+      guard case .fetch(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -1307,7 +1585,7 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
 
 nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ServerEnvelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}welcome\0\u{3}send_ack\0\u{1}error\0\u{1}events\0\u{1}history\0\u{1}unread\0\u{1}typing\0\u{1}presence\0\u{1}done\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}welcome\0\u{3}send_ack\0\u{1}error\0\u{1}events\0\u{1}history\0\u{1}unread\0\u{1}typing\0\u{1}presence\0\u{1}done\0\u{3}upload_ready\0\u{3}upload_done\0\u{3}fetch_ready\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1433,6 +1711,45 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
           self.body = .done(v)
         }
       }()
+      case 11: try {
+        var v: Courier_V1_UploadReady?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .uploadReady(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .uploadReady(v)
+        }
+      }()
+      case 12: try {
+        var v: Courier_V1_UploadDone?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .uploadDone(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .uploadDone(v)
+        }
+      }()
+      case 13: try {
+        var v: Courier_V1_FetchReady?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .fetchReady(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .fetchReady(v)
+        }
+      }()
       default: break
       }
     }
@@ -1482,6 +1799,18 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
     case .done?: try {
       guard case .done(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
+    }()
+    case .uploadReady?: try {
+      guard case .uploadReady(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
+    }()
+    case .uploadDone?: try {
+      guard case .uploadDone(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
+    }()
+    case .fetchReady?: try {
+      guard case .fetchReady(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
     }()
     case nil: break
     }
@@ -1679,7 +2008,7 @@ nonisolated extension Courier_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf._
 
 nonisolated extension Courier_V1_Limits: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Limits"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}max_text_bytes\0\u{3}max_unacked_sends\0\u{3}heartbeat_interval_ms\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}max_text_bytes\0\u{3}max_unacked_sends\0\u{3}heartbeat_interval_ms\0\u{3}max_media_bytes\0\u{3}media_quota_left_bytes\0\u{3}upload_window_bytes\0\u{3}max_chunk_bytes\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1690,6 +2019,10 @@ nonisolated extension Courier_V1_Limits: SwiftProtobuf.Message, SwiftProtobuf._M
       case 1: try { try decoder.decodeSingularUInt32Field(value: &self.maxTextBytes) }()
       case 2: try { try decoder.decodeSingularUInt32Field(value: &self.maxUnackedSends) }()
       case 3: try { try decoder.decodeSingularUInt32Field(value: &self.heartbeatIntervalMs) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.maxMediaBytes) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.mediaQuotaLeftBytes) }()
+      case 6: try { try decoder.decodeSingularUInt32Field(value: &self.uploadWindowBytes) }()
+      case 7: try { try decoder.decodeSingularUInt32Field(value: &self.maxChunkBytes) }()
       default: break
       }
     }
@@ -1705,6 +2038,18 @@ nonisolated extension Courier_V1_Limits: SwiftProtobuf.Message, SwiftProtobuf._M
     if self.heartbeatIntervalMs != 0 {
       try visitor.visitSingularUInt32Field(value: self.heartbeatIntervalMs, fieldNumber: 3)
     }
+    if self.maxMediaBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.maxMediaBytes, fieldNumber: 4)
+    }
+    if self.mediaQuotaLeftBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.mediaQuotaLeftBytes, fieldNumber: 5)
+    }
+    if self.uploadWindowBytes != 0 {
+      try visitor.visitSingularUInt32Field(value: self.uploadWindowBytes, fieldNumber: 6)
+    }
+    if self.maxChunkBytes != 0 {
+      try visitor.visitSingularUInt32Field(value: self.maxChunkBytes, fieldNumber: 7)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1712,6 +2057,10 @@ nonisolated extension Courier_V1_Limits: SwiftProtobuf.Message, SwiftProtobuf._M
     if lhs.maxTextBytes != rhs.maxTextBytes {return false}
     if lhs.maxUnackedSends != rhs.maxUnackedSends {return false}
     if lhs.heartbeatIntervalMs != rhs.heartbeatIntervalMs {return false}
+    if lhs.maxMediaBytes != rhs.maxMediaBytes {return false}
+    if lhs.mediaQuotaLeftBytes != rhs.mediaQuotaLeftBytes {return false}
+    if lhs.uploadWindowBytes != rhs.uploadWindowBytes {return false}
+    if lhs.maxChunkBytes != rhs.maxChunkBytes {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -1795,7 +2144,7 @@ nonisolated extension Courier_V1_Conversation: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Courier_V1_Body: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Body"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}text\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}text\0\u{1}media\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1811,6 +2160,19 @@ nonisolated extension Courier_V1_Body: SwiftProtobuf.Message, SwiftProtobuf._Mes
           self.content = .text(v)
         }
       }()
+      case 2: try {
+        var v: Courier_V1_Media?
+        var hadOneofValue = false
+        if let current = self.content {
+          hadOneofValue = true
+          if case .media(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.content = .media(v)
+        }
+      }()
       default: break
       }
     }
@@ -1821,9 +2183,17 @@ nonisolated extension Courier_V1_Body: SwiftProtobuf.Message, SwiftProtobuf._Mes
     // allocates stack space for every if/case branch local when no optimizations
     // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
     // https://github.com/apple/swift-protobuf/issues/1182
-    try { if case .text(let v)? = self.content {
+    switch self.content {
+    case .text?: try {
+      guard case .text(let v)? = self.content else { preconditionFailure() }
       try visitor.visitSingularStringField(value: v, fieldNumber: 1)
-    } }()
+    }()
+    case .media?: try {
+      guard case .media(let v)? = self.content else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    }()
+    case nil: break
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1832,6 +2202,75 @@ nonisolated extension Courier_V1_Body: SwiftProtobuf.Message, SwiftProtobuf._Mes
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
+}
+
+nonisolated extension Courier_V1_Media: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Media"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}kind\0\u{1}sha256\0\u{1}size\0\u{1}mime\0\u{1}name\0\u{3}duration_ms\0\u{1}width\0\u{1}height\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularEnumField(value: &self.kind) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.sha256) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.size) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.mime) }()
+      case 5: try { try decoder.decodeSingularStringField(value: &self.name) }()
+      case 6: try { try decoder.decodeSingularUInt32Field(value: &self.durationMs) }()
+      case 7: try { try decoder.decodeSingularUInt32Field(value: &self.width) }()
+      case 8: try { try decoder.decodeSingularUInt32Field(value: &self.height) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.kind != .unspecified {
+      try visitor.visitSingularEnumField(value: self.kind, fieldNumber: 1)
+    }
+    if !self.sha256.isEmpty {
+      try visitor.visitSingularStringField(value: self.sha256, fieldNumber: 2)
+    }
+    if self.size != 0 {
+      try visitor.visitSingularUInt64Field(value: self.size, fieldNumber: 3)
+    }
+    if !self.mime.isEmpty {
+      try visitor.visitSingularStringField(value: self.mime, fieldNumber: 4)
+    }
+    if !self.name.isEmpty {
+      try visitor.visitSingularStringField(value: self.name, fieldNumber: 5)
+    }
+    if self.durationMs != 0 {
+      try visitor.visitSingularUInt32Field(value: self.durationMs, fieldNumber: 6)
+    }
+    if self.width != 0 {
+      try visitor.visitSingularUInt32Field(value: self.width, fieldNumber: 7)
+    }
+    if self.height != 0 {
+      try visitor.visitSingularUInt32Field(value: self.height, fieldNumber: 8)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_Media, rhs: Courier_V1_Media) -> Bool {
+    if lhs.kind != rhs.kind {return false}
+    if lhs.sha256 != rhs.sha256 {return false}
+    if lhs.size != rhs.size {return false}
+    if lhs.mime != rhs.mime {return false}
+    if lhs.name != rhs.name {return false}
+    if lhs.durationMs != rhs.durationMs {return false}
+    if lhs.width != rhs.width {return false}
+    if lhs.height != rhs.height {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_Media.Kind: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0KIND_UNSPECIFIED\0\u{1}KIND_IMAGE\0\u{1}KIND_VOICE\0\u{1}KIND_VIDEO\0\u{1}KIND_FILE\0")
 }
 
 nonisolated extension Courier_V1_Send: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
@@ -2528,6 +2967,221 @@ nonisolated extension Courier_V1_UnreadRequest: SwiftProtobuf.Message, SwiftProt
   }
 
   public static func ==(lhs: Courier_V1_UnreadRequest, rhs: Courier_V1_UnreadRequest) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_UploadRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".UploadRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}sha256\0\u{1}size\0\u{3}stream_id\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.sha256) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.size) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.streamID) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.sha256.isEmpty {
+      try visitor.visitSingularStringField(value: self.sha256, fieldNumber: 1)
+    }
+    if self.size != 0 {
+      try visitor.visitSingularUInt64Field(value: self.size, fieldNumber: 2)
+    }
+    if self.streamID != 0 {
+      try visitor.visitSingularUInt32Field(value: self.streamID, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_UploadRequest, rhs: Courier_V1_UploadRequest) -> Bool {
+    if lhs.sha256 != rhs.sha256 {return false}
+    if lhs.size != rhs.size {return false}
+    if lhs.streamID != rhs.streamID {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_UploadReady: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".UploadReady"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}offset\0\u{3}window_bytes\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.offset) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.windowBytes) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.offset != 0 {
+      try visitor.visitSingularUInt64Field(value: self.offset, fieldNumber: 1)
+    }
+    if self.windowBytes != 0 {
+      try visitor.visitSingularUInt32Field(value: self.windowBytes, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_UploadReady, rhs: Courier_V1_UploadReady) -> Bool {
+    if lhs.offset != rhs.offset {return false}
+    if lhs.windowBytes != rhs.windowBytes {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_UploadDone: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".UploadDone"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}sha256\0\u{1}size\0\u{3}quota_left_bytes\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.sha256) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.size) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.quotaLeftBytes) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.sha256.isEmpty {
+      try visitor.visitSingularStringField(value: self.sha256, fieldNumber: 1)
+    }
+    if self.size != 0 {
+      try visitor.visitSingularUInt64Field(value: self.size, fieldNumber: 2)
+    }
+    if self.quotaLeftBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.quotaLeftBytes, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_UploadDone, rhs: Courier_V1_UploadDone) -> Bool {
+    if lhs.sha256 != rhs.sha256 {return false}
+    if lhs.size != rhs.size {return false}
+    if lhs.quotaLeftBytes != rhs.quotaLeftBytes {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_FetchRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".FetchRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}sha256\0\u{1}offset\0\u{1}length\0\u{3}stream_id\0\u{3}window_bytes\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.sha256) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.offset) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.length) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.streamID) }()
+      case 5: try { try decoder.decodeSingularUInt32Field(value: &self.windowBytes) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.sha256.isEmpty {
+      try visitor.visitSingularStringField(value: self.sha256, fieldNumber: 1)
+    }
+    if self.offset != 0 {
+      try visitor.visitSingularUInt64Field(value: self.offset, fieldNumber: 2)
+    }
+    if self.length != 0 {
+      try visitor.visitSingularUInt64Field(value: self.length, fieldNumber: 3)
+    }
+    if self.streamID != 0 {
+      try visitor.visitSingularUInt32Field(value: self.streamID, fieldNumber: 4)
+    }
+    if self.windowBytes != 0 {
+      try visitor.visitSingularUInt32Field(value: self.windowBytes, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_FetchRequest, rhs: Courier_V1_FetchRequest) -> Bool {
+    if lhs.sha256 != rhs.sha256 {return false}
+    if lhs.offset != rhs.offset {return false}
+    if lhs.length != rhs.length {return false}
+    if lhs.streamID != rhs.streamID {return false}
+    if lhs.windowBytes != rhs.windowBytes {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_FetchReady: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".FetchReady"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}size\0\u{1}offset\0\u{1}length\0\u{1}mime\0\u{1}name\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.size) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.offset) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.length) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.mime) }()
+      case 5: try { try decoder.decodeSingularStringField(value: &self.name) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.size != 0 {
+      try visitor.visitSingularUInt64Field(value: self.size, fieldNumber: 1)
+    }
+    if self.offset != 0 {
+      try visitor.visitSingularUInt64Field(value: self.offset, fieldNumber: 2)
+    }
+    if self.length != 0 {
+      try visitor.visitSingularUInt64Field(value: self.length, fieldNumber: 3)
+    }
+    if !self.mime.isEmpty {
+      try visitor.visitSingularStringField(value: self.mime, fieldNumber: 4)
+    }
+    if !self.name.isEmpty {
+      try visitor.visitSingularStringField(value: self.name, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_FetchReady, rhs: Courier_V1_FetchReady) -> Bool {
+    if lhs.size != rhs.size {return false}
+    if lhs.offset != rhs.offset {return false}
+    if lhs.length != rhs.length {return false}
+    if lhs.mime != rhs.mime {return false}
+    if lhs.name != rhs.name {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

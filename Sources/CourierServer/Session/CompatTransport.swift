@@ -1,4 +1,5 @@
 import CourierProtocol
+import CourierStore
 import CourierWire
 import Foundation
 import NIOCore
@@ -10,8 +11,13 @@ import Synchronization
 /// One instance serves one connection: it remembers what the client asked for at `auth` (acknowledgements,
 /// receipts and typing) and which packet each request id came from, to word the answers.
 final class CompatTransport: SessionTransport {
-    typealias Inbound = CompatMessage
-    typealias Outbound = CompatFrame
+    typealias Inbound = CompatInput
+    typealias Outbound = CompatOutput
+
+    /// The packet types whose payload is media, streamed into the blob store as it arrives, and the kind each is.
+    static let mediaTypes: [String: Courier_V1_Media.Kind] = [
+        "img": .image, "voice": .voice, "video": .video, "file": .file,
+    ]
 
     private struct State {
         /// Whether the client sends `received` packets; otherwise each event counts as acknowledged once written.
@@ -23,26 +29,75 @@ final class CompatTransport: SessionTransport {
         var nextRequestID: UInt64 = 1
         /// The packet type and message id behind each request still waiting for its answer.
         var pending: [UInt64: (type: String, id: String)] = [:]
+        /// A media packet's payload is arriving: handed to the connection, or (when its header was refused) skipped.
+        var inline: Inline?
+
+        enum Inline {
+            case receiving
+            case skipping
+        }
     }
 
     private let state = Mutex(State())
 
     var name: String { "compat" }
 
-    func interpret(_ message: CompatMessage) -> TransportInput<CompatFrame> {
-        switch message {
+    func interpret(_ input: CompatInput) -> TransportInput<CompatOutput> {
+        switch input {
         case .skipped(let skip):
-            return .refuse(
-                code: ErrorCodes.packetSkipped,
-                message: "skipped \(skip.byteCount) bytes of a corrupt packet: \(skip.reason)",
-                id: ""
-            )
-        case .frame(let frame):
+            let message = "skipped \(skip.byteCount) bytes of a corrupt packet: \(skip.reason)"
+            let inline = self.state.withLock { state in
+                defer { state.inline = nil }
+                return state.inline
+            }
+            if case .receiving? = inline { return .inlineAbandoned(code: ErrorCodes.packetSkipped, message: message) }
+            return .refuse(code: ErrorCodes.packetSkipped, message: message, id: "")
+        case .packet(let frame):
+            if Self.mediaTypes[frame.header.type] != nil {
+                // A media packet with no payload.
+                return .refuse(code: ErrorCodes.emptyMessage, message: "a media packet with no bytes", id: "")
+            }
             return self.interpretPacket(frame)
+        case .head(let header):
+            let accepted = self.interpretMedia(header)
+            self.state.withLock { state in
+                guard header.size > 0 else { return }
+                if case .inlineMedia = accepted { state.inline = .receiving } else { state.inline = .skipping }
+            }
+            return accepted
+        case .body(let bytes, let isLast):
+            let inline = self.state.withLock { state in
+                defer { if isLast { state.inline = nil } }
+                return state.inline
+            }
+            guard case .receiving? = inline else { return .ignore }
+            return .inlineBytes(bytes, isLast: isLast)
         }
     }
 
-    private func interpretPacket(_ frame: CompatFrame) -> TransportInput<CompatFrame> {
+    /// The head of a media packet (`img`, `voice`, `video`, `file`): a send whose bytes follow.
+    private func interpretMedia(_ header: CompatHeader) -> TransportInput<CompatOutput> {
+        guard let kind = Self.mediaTypes[header.type] else {
+            return .refuse(code: ErrorCodes.unsupported, message: "\"\(header.type)\" packets carry no payload", id: "")
+        }
+        guard header.size > 0 else {
+            return .refuse(code: ErrorCodes.emptyMessage, message: "a media packet with no bytes", id: "")
+        }
+        var addressing = header
+        addressing.size = 0
+        var input = self.interpretPacket(CompatFrame(header: addressing, payload: ByteBuffer()))
+        guard case .envelope(var envelope) = input else { return input }
+        var media = Courier_V1_Media()
+        media.kind = kind
+        media.size = UInt64(header.size)
+        if case .string(let mime)? = header["mime"] { media.mime = mime }
+        if case .string(let name)? = header["name"] { media.name = name }
+        envelope.send.body.media = media
+        input = .inlineMedia(envelope, size: Int64(header.size))
+        return input
+    }
+
+    private func interpretPacket(_ frame: CompatFrame) -> TransportInput<CompatOutput> {
         let header = frame.header
         var envelope = ClientEnvelope()
         let id: String
@@ -70,7 +125,7 @@ final class CompatTransport: SessionTransport {
             default: nil
             }
         }
-        let missingPeer = TransportInput<CompatFrame>.refuse(
+        let missingPeer = TransportInput<CompatOutput>.refuse(
             code: ErrorCodes.invalidRequest,
             message: "a \"\(header.type)\" packet names \"to\" (a user) or \"group\"",
             id: id
@@ -98,6 +153,10 @@ final class CompatTransport: SessionTransport {
                 state.ephemeral = ephemeral
             }
             envelope.hello = hello
+        case "img", "voice", "video", "file":
+            guard let to = conversation() else { return missingPeer }
+            envelope.send.id = id
+            envelope.send.to = to
         case "txt":
             guard let to = conversation() else { return missingPeer }
             guard let text = String(validating: frame.payload.readableBytesView, as: UTF8.self) else {
@@ -125,7 +184,7 @@ final class CompatTransport: SessionTransport {
             envelope.recall.conversation = to
             envelope.recall.id = id
         case "ping":
-            return .reply([CompatFrame(type: "pong", payload: ByteBuffer())])
+            return .reply([.packet(CompatFrame(type: "pong", payload: ByteBuffer()))])
         default:
             // An envelope with no request: the session answers `unsupported`.
             break
@@ -138,7 +197,45 @@ final class CompatTransport: SessionTransport {
         return .envelope(envelope)
     }
 
-    func frames(for envelope: ServerEnvelope) throws -> [CompatFrame] {
+    func frames(for envelope: ServerEnvelope) throws -> [TransportOutput<CompatOutput>] {
+        if case .events(let events) = envelope.body { return self.outputs(for: events) }
+        return self.packets(for: envelope).map { .frame(.packet($0)) }
+    }
+
+    func frame(for output: StreamOutput) -> CompatOutput? { nil }
+
+    /// Events as packets; a media message's bytes follow its header inline, streamed from the blob store.
+    private func outputs(for events: Courier_V1_Events) -> [TransportOutput<CompatOutput>] {
+        let (acknowledges, ephemeral, user) = self.state.withLock { ($0.acknowledges, $0.ephemeral, $0.user) }
+        var outputs: [TransportOutput<CompatOutput>] = []
+        for event in events.events {
+            guard let packet = self.frame(for: event, receipts: ephemeral, user: user) else { continue }
+            if case .message(let message) = event.kind, case .media(let media)? = message.body.content {
+                var header = packet.header
+                header.size = Int(media.size)
+                outputs.append(.frame(.head(header)))
+                outputs.append(.media(sha256: media.sha256, size: Int64(media.size), wrap: { .body($0) }, end: .end))
+            } else {
+                outputs.append(.frame(.packet(packet)))
+            }
+        }
+        if events.caughtUp, acknowledges {
+            outputs.append(
+                .frame(
+                    .packet(
+                        CompatFrame(
+                            type: "synced",
+                            payload: ByteBuffer(),
+                            fields: ["cursor": .integer(Int64(clamping: events.events.last?.cursor ?? 0))]
+                        )
+                    )
+                )
+            )
+        }
+        return outputs
+    }
+
+    private func packets(for envelope: ServerEnvelope) -> [CompatFrame] {
         let request = self.state.withLock { $0.pending.removeValue(forKey: envelope.requestID) }
         let empty = ByteBuffer()
         switch envelope.body {
@@ -170,19 +267,6 @@ final class CompatTransport: SessionTransport {
             if let type = request?.type { fields["request"] = .string(type) }
             if error.retryAfterMs > 0 { fields["retry_after_ms"] = .integer(Int64(error.retryAfterMs)) }
             return [CompatFrame(type: "error", payload: empty, fields: fields)]
-        case .events(let events):
-            let (acknowledges, ephemeral, user) = self.state.withLock { ($0.acknowledges, $0.ephemeral, $0.user) }
-            var frames = events.events.compactMap { self.frame(for: $0, receipts: ephemeral, user: user) }
-            if events.caughtUp, acknowledges {
-                frames.append(
-                    CompatFrame(
-                        type: "synced",
-                        payload: empty,
-                        fields: ["cursor": .integer(Int64(clamping: events.events.last?.cursor ?? 0))]
-                    )
-                )
-            }
-            return frames
         case .typing(let notice):
             var fields = Self.fields(notice.conversation)
             fields["from"] = .string(notice.user)
@@ -197,7 +281,7 @@ final class CompatTransport: SessionTransport {
             var fields: [String: JSONValue] = ["request": .string(request.type)]
             if !request.id.isEmpty { fields["id"] = .string(request.id) }
             return [CompatFrame(type: "done", payload: empty, fields: fields)]
-        case .history, .unread, nil:
+        case .uploadReady, .uploadDone, .fetchReady, .events, .history, .unread, nil:
             return []
         }
     }
@@ -218,6 +302,17 @@ final class CompatTransport: SessionTransport {
             fields["id"] = .string(message.id)
             fields["cursor"] = cursor
             if message.recalled { fields["recalled"] = .bool(true) }
+            if case .media(let media)? = message.body.content {
+                // The header of a media packet; the caller streams its bytes.
+                let type = Self.mediaTypes.first { $0.value == media.kind }?.key ?? "file"
+                fields["sha256"] = .string(media.sha256)
+                fields["mime"] = .string(media.mime.isEmpty ? SQLiteStore.defaultMediaType : media.mime)
+                if !media.name.isEmpty { fields["name"] = .string(media.name) }
+                if media.durationMs > 0 { fields["duration_ms"] = .integer(Int64(media.durationMs)) }
+                if media.width > 0 { fields["width"] = .integer(Int64(media.width)) }
+                if media.height > 0 { fields["height"] = .integer(Int64(media.height)) }
+                return CompatFrame(type: type, payload: ByteBuffer(), fields: fields)
+            }
             return CompatFrame(type: "txt", payload: ByteBuffer(string: message.body.text), fields: fields)
         case .recall(let recall):
             var fields = Self.fields(recall.conversation)
@@ -251,12 +346,14 @@ final class CompatTransport: SessionTransport {
         }
     }
 
-    func closingFrames(code: String, message: String) -> [CompatFrame] {
+    func closingFrames(code: String, message: String) -> [CompatOutput] {
         [
-            CompatFrame(
-                type: "error",
-                payload: ByteBuffer(),
-                fields: ["code": .string(code), "message": .string(message)]
+            .packet(
+                CompatFrame(
+                    type: "error",
+                    payload: ByteBuffer(),
+                    fields: ["code": .string(code), "message": .string(message)]
+                )
             )
         ]
     }

@@ -36,8 +36,12 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             return
         }
         let session = SessionShared(
-            machine: SessionStateMachine(configuration: .init(self.context.configuration.limits), now: .now),
-            channel: channel.channel
+            machine: SessionStateMachine(
+                configuration: .init(self.context.configuration.limits, media: self.context.configuration.media),
+                now: .now
+            ),
+            channel: channel.channel,
+            media: self.context.media
         )
         do {
             try await channel.executeThenClose { inbound, outbound in
@@ -60,11 +64,12 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             logger.debug("connection ended", metadata: ["error": "\(error)"])
         }
         // The socket is closed: its slot is free. Then the bookkeeping (last seen, presence), however it ended.
+        session.streams.closeAll()
         self.context.release()
         if let handle = session.handle { await self.disconnected(handle) }
     }
 
-    private var logger: Logger {
+    var logger: Logger {
         var logger = self.context.logger
         logger[metadataKey: "peer"] = "\(self.remoteAddress)"
         logger[metadataKey: "port"] = "\(self.transport.name)"
@@ -80,6 +85,8 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         group: inout ThrowingDiscardingTaskGroup<any Error>
     ) async throws {
         var iterator = inbound.makeAsyncIterator()
+        // A compat media packet whose bytes are arriving.
+        var inline: InlineUpload?
         while true {
             await session.waitForWriteSlot()
             let frame: Transport.Inbound?
@@ -96,15 +103,66 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             session.withMachine { $0.receivedBytes(now: .now) }
             switch self.transport.interpret(frame) {
             case .envelope(let envelope):
-                var action = session.withMachine { $0.received(envelope, now: .now) }
-                // Over the send rate: hold the request (and read nothing more) until the rate allows it.
-                while case .pause(let wait) = action {
-                    try await Task.sleep(for: wait)
-                    action = session.withMachine { $0.received(envelope, now: .now) }
-                }
-                guard try await self.perform(action, outbound: outbound, session: session, group: &group) else {
+                guard try await self.submit(envelope, outbound: outbound, session: session, group: &group) else {
                     return
                 }
+            case .streamChunk(let streamID, let bytes, let end):
+                try await self.receive(
+                    bytes,
+                    on: streamID,
+                    end: end,
+                    outbound: outbound,
+                    session: session,
+                    group: &group
+                )
+            case .streamWindow(let streamID, let increment):
+                session.streams.grant(streamID, increment: increment)
+            case .streamReset(let streamID):
+                session.streams.close(streamID)
+            case .inlineMedia(let envelope, let size):
+                guard let device = session.withMachine({ $0.session }) else {
+                    try? await self.close(
+                        outbound,
+                        session: session,
+                        code: ErrorCodes.notAuthenticated,
+                        message: "the first request must be auth"
+                    )
+                    return
+                }
+                inline = try await self.beginInline(
+                    envelope,
+                    size: size,
+                    user: device.user.id,
+                    session: session,
+                    outbound
+                )
+            case .inlineBytes(let bytes, let isLast):
+                guard var current = inline else { continue }
+                inline = nil
+                try await self.receiveInline(bytes, into: &current, session: session, outbound)
+                guard isLast else {
+                    inline = current
+                    continue
+                }
+                guard let upload = current.upload else { continue }
+                guard
+                    try await self.finishInline(
+                        current.envelope,
+                        upload: upload,
+                        outbound: outbound,
+                        session: session,
+                        group: &group
+                    )
+                else { return }
+            case .inlineAbandoned(let code, let message):
+                let requestID = inline?.envelope.requestID ?? 0
+                inline = nil
+                self.context.metrics.refusals.increment()
+                try await session.write(
+                    self.errorEnvelope(requestID, code: code, message: message, id: ""),
+                    transport: self.transport,
+                    to: outbound
+                )
             case .reply(let frames):
                 for frame in frames { try await session.write(frame, to: outbound) }
             case .ignore:
@@ -124,6 +182,24 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                 return
             }
         }
+    }
+
+    /// Runs a request through the state machine and carries out what it says.
+    ///
+    /// - Returns: false when the connection must stop reading.
+    func submit(
+        _ envelope: ClientEnvelope,
+        outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>,
+        session: SessionShared,
+        group: inout ThrowingDiscardingTaskGroup<any Error>
+    ) async throws -> Bool {
+        var action = session.withMachine { $0.received(envelope, now: .now) }
+        // Over the send rate: hold the request (and read nothing more) until the rate allows it.
+        while case .pause(let wait) = action {
+            try await Task.sleep(for: wait)
+            action = session.withMachine { $0.received(envelope, now: .now) }
+        }
+        return try await self.perform(action, outbound: outbound, session: session, group: &group)
     }
 
     /// Carries out one action of the state machine.
@@ -169,7 +245,13 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             )
             return true
         case .request(let request, let requestID):
-            return try await self.handle(request, requestID: requestID, outbound: outbound, session: session)
+            return try await self.handle(
+                request,
+                requestID: requestID,
+                outbound: outbound,
+                session: session,
+                group: &group
+            )
         }
     }
 
@@ -278,6 +360,13 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         welcome.welcome.limits.heartbeatIntervalMs = UInt32(
             clamping: limits.heartbeatInterval.components.seconds * 1000
         )
+        let media = self.context.configuration.media
+        welcome.welcome.limits.maxMediaBytes = UInt64(media.maxMediaBytes)
+        welcome.welcome.limits.mediaQuotaLeftBytes = UInt64(
+            (try? await self.context.media.quotaLeft(for: deviceSession.user.id)) ?? 0
+        )
+        welcome.welcome.limits.uploadWindowBytes = UInt32(clamping: media.uploadWindowBytes)
+        welcome.welcome.limits.maxChunkBytes = UInt32(clamping: media.maxChunkBytes)
         try await session.write(welcome, transport: self.transport, to: outbound)
 
         let user = deviceSession.user
@@ -350,7 +439,8 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         _ request: SessionStateMachine.Request,
         requestID: UInt64,
         outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>,
-        session: SessionShared
+        session: SessionShared,
+        group: inout ThrowingDiscardingTaskGroup<any Error>
     ) async throws -> Bool {
         guard let deviceSession = session.withMachine({ $0.session }) else { return true }
         let user = deviceSession.user
@@ -404,6 +494,31 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                 try await session.write(reply, transport: self.transport, to: outbound)
                 try? await self.close(outbound, session: session, code: ErrorCodes.tokenRevoked, message: "logged out")
                 return false
+            case .upload(let sha256, let size, let streamID):
+                try await self.startUpload(
+                    sha256: sha256,
+                    size: size,
+                    streamID: streamID,
+                    requestID: requestID,
+                    user: user.id,
+                    outbound: outbound,
+                    session: session,
+                    group: &group
+                )
+                return true
+            case .fetch(let sha256, let offset, let length, let streamID, let window):
+                try await self.startFetch(
+                    sha256: sha256,
+                    range: (offset, length),
+                    streamID: streamID,
+                    window: window,
+                    requestID: requestID,
+                    user: user.id,
+                    outbound: outbound,
+                    session: session,
+                    group: &group
+                )
+                return true
             }
         } catch let error as CourierStoreError {
             reply = self.errorEnvelope(requestID, code: "\(error.code)", message: error.message, id: "")
@@ -588,7 +703,7 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
     }
 
     /// Sends the closing frames and closes the connection.
-    private func close(
+    func close(
         _ outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>,
         session: SessionShared,
         code: String,
@@ -601,7 +716,7 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         }
     }
 
-    private func errorEnvelope(
+    func errorEnvelope(
         _ requestID: UInt64,
         code: String,
         message: String,

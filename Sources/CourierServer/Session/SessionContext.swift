@@ -12,6 +12,7 @@ final class SessionContext: Sendable {
     let hub: Hub
     let logger: Logger
     let metrics: ServerMetrics
+    let media: MediaService
     private let throttle: Mutex<LoginThrottle>
     private let connections = Atomic<Int>(0)
 
@@ -21,8 +22,10 @@ final class SessionContext: Sendable {
         commits: CommitQueue,
         hub: Hub,
         metrics: ServerMetrics,
+        media: MediaService,
         logger: Logger
     ) {
+        self.media = media
         self.configuration = configuration
         self.store = store
         self.commits = commits

@@ -28,10 +28,19 @@ final class SessionShared: Sendable {
     private let machine: Mutex<SessionStateMachine>
     private let state = Mutex(State())
     private let channel: any Channel
+    /// Where inline media is read from when an envelope's frames carry it.
+    private let media: MediaService
+    /// The connection's media streams.
+    let streams: MediaStreams
 
-    init(machine: SessionStateMachine, channel: any Channel) {
+    init(machine: SessionStateMachine, channel: any Channel, media: MediaService) {
         self.machine = Mutex(machine)
         self.channel = channel
+        self.media = media
+        self.streams = MediaStreams(
+            maxStreams: media.configuration.maxStreamsPerConnection,
+            maxFetchWindow: media.configuration.maxFetchWindowBytes
+        )
         (self.answers, self.answersContinuation) = AsyncStream.makeStream(of: Answer.self)
     }
 
@@ -104,8 +113,16 @@ final class SessionShared: Sendable {
         transport: Transport,
         to outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>
     ) async throws {
-        for frame in try transport.frames(for: envelope) {
-            try await self.write(frame, to: outbound)
+        for output in try transport.frames(for: envelope) {
+            switch output {
+            case .frame(let frame):
+                try await self.write(frame, to: outbound)
+            case .media(let sha256, let size, let wrap, let end):
+                try await self.media.read(sha256, range: 0..<size) { bytes in
+                    try await self.write(wrap(bytes), to: outbound)
+                }
+                try await self.write(end, to: outbound)
+            }
         }
     }
 

@@ -15,8 +15,10 @@ struct SessionStateMachine {
         var maxHistoryPage: Int
         var idleTimeout: Duration
         var authTimeout: Duration
+        var maxMediaBytes: Int64
 
-        init(_ limits: ServerConfiguration.Limits) {
+        init(_ limits: ServerConfiguration.Limits, media: ServerConfiguration.Media = .init()) {
+            self.maxMediaBytes = media.maxMediaBytes
             self.maxUnackedSends = limits.maxUnackedSends
             self.sendsPerSecond = limits.sendsPerSecond
             self.sendBurst = limits.sendBurst
@@ -53,6 +55,10 @@ struct SessionStateMachine {
         case typing(ConversationAddress, Bool)
         case manageGroup(Courier_V1_ManageGroup)
         case logout
+        /// Start or resume an upload of media bytes on a stream.
+        case upload(sha256: String, size: Int64, streamID: UInt32)
+        /// Send media bytes on a stream.
+        case fetch(sha256: String, offset: Int64, length: Int64, streamID: UInt32, window: Int)
     }
 
     private enum State {
@@ -155,9 +161,27 @@ struct SessionStateMachine {
                 return .pause(wait)
             }
             self.writesInFlight += 1
+            var media: MediaReference?
+            if case .media(let body)? = send.body.content {
+                media = MediaReference(
+                    sha256: body.sha256,
+                    size: Int64(body.size),
+                    mime: body.mime,
+                    name: body.name
+                )
+            }
             let body = (try? send.body.serializedBytes() as [UInt8]) ?? []
             return .write(
-                .send(.init(sender: user, device: active.session.device.id, id: send.id, to: address, body: body)),
+                .send(
+                    .init(
+                        sender: user,
+                        device: active.session.device.id,
+                        id: send.id,
+                        to: address,
+                        body: body,
+                        media: media
+                    )
+                ),
                 requestID: requestID,
                 answers: true
             )
@@ -209,6 +233,47 @@ struct SessionStateMachine {
             return .request(.manageGroup(manage), requestID: requestID)
         case .logout:
             return .request(.logout, requestID: requestID)
+        case .upload(let upload):
+            if let refusal = Self.validate(digest: upload.sha256, stream: upload.streamID, requestID: requestID) {
+                return refusal
+            }
+            guard upload.size <= UInt64(self.configuration.maxMediaBytes) else {
+                return .refuse(
+                    requestID: requestID,
+                    code: ErrorCodes.mediaTooLarge,
+                    message:
+                        "\(upload.size) bytes is over the media limit of \(self.configuration.maxMediaBytes) bytes",
+                    id: "",
+                    retryAfter: nil
+                )
+            }
+            return .request(
+                .upload(sha256: upload.sha256, size: Int64(upload.size), streamID: upload.streamID),
+                requestID: requestID
+            )
+        case .fetch(let fetch):
+            if let refusal = Self.validate(digest: fetch.sha256, stream: fetch.streamID, requestID: requestID) {
+                return refusal
+            }
+            guard fetch.offset <= Int64.max, fetch.length <= Int64.max else {
+                return .refuse(
+                    requestID: requestID,
+                    code: ErrorCodes.invalidRequest,
+                    message: "a range beyond any file",
+                    id: "",
+                    retryAfter: nil
+                )
+            }
+            return .request(
+                .fetch(
+                    sha256: fetch.sha256,
+                    offset: Int64(fetch.offset),
+                    length: Int64(fetch.length),
+                    streamID: fetch.streamID,
+                    window: Int(fetch.windowBytes)
+                ),
+                requestID: requestID
+            )
         case nil:
             return .refuse(
                 requestID: requestID,
@@ -218,6 +283,47 @@ struct SessionStateMachine {
                 retryAfter: nil
             )
         }
+    }
+
+    /// A media digest must be 64 lowercase hex digits, and a stream a client opens an odd id.
+    private static func validate(digest: String, stream: UInt32, requestID: UInt64) -> Action? {
+        guard Self.isDigest(digest) else {
+            return .refuse(
+                requestID: requestID,
+                code: ErrorCodes.invalidRequest,
+                message: "sha256 is 64 lowercase hex digits",
+                id: "",
+                retryAfter: nil
+            )
+        }
+        guard stream % 2 == 1 else {
+            return .refuse(
+                requestID: requestID,
+                code: ErrorCodes.invalidRequest,
+                message: "a stream a client opens has an odd id",
+                id: "",
+                retryAfter: nil
+            )
+        }
+        return nil
+    }
+
+    static func isDigest(_ text: String) -> Bool {
+        text.utf8.count == 64 && text.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+    }
+
+    /// The longest MIME type and file name a media message may carry, in bytes.
+    static let maxMimeBytes = 127
+    static let maxMediaNameBytes = 255
+
+    /// Whether a MIME type is safe to send back in a `Content-Type` header and a compat header: `type/subtype` with
+    /// optional parameters, printable ASCII only.
+    static func isMediaType(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        guard let slash = bytes.firstIndex(of: UInt8(ascii: "/")), slash > 0, slash < bytes.count - 1 else {
+            return false
+        }
+        return bytes.allSatisfy { (0x20...0x7E).contains($0) }
     }
 
     private func validate(_ send: Courier_V1_Send, requestID: UInt64) -> Action? {
@@ -234,6 +340,34 @@ struct SessionStateMachine {
                 return refuse(
                     ErrorCodes.textTooLarge,
                     "\(text.utf8.count) bytes of text; the limit is \(self.configuration.maxTextBytes)"
+                )
+            }
+            return nil
+        case .media(let media)?:
+            guard Self.isDigest(media.sha256) else {
+                return refuse(ErrorCodes.invalidRequest, "media.sha256 is 64 lowercase hex digits")
+            }
+            guard media.kind != .unspecified, Courier_V1_Media.Kind.allCases.contains(media.kind) else {
+                return refuse(ErrorCodes.invalidRequest, "media.kind is image, voice, video or file")
+            }
+            if media.size > UInt64(self.configuration.maxMediaBytes) {
+                return refuse(
+                    ErrorCodes.mediaTooLarge,
+                    "\(media.size) bytes is over the media limit of \(self.configuration.maxMediaBytes) bytes"
+                )
+            }
+            if !media.mime.isEmpty, media.mime.utf8.count > Self.maxMimeBytes || !Self.isMediaType(media.mime) {
+                return refuse(
+                    ErrorCodes.invalidRequest,
+                    "media.mime is a MIME type (type/subtype, printable ASCII, at most \(Self.maxMimeBytes) bytes)"
+                )
+            }
+            if media.name.utf8.count > Self.maxMediaNameBytes || media.name.contains("/")
+                || media.name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
+            {
+                return refuse(
+                    ErrorCodes.invalidRequest,
+                    "media.name is a file name without / or control characters, at most \(Self.maxMediaNameBytes) bytes"
                 )
             }
             return nil

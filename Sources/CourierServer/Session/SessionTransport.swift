@@ -1,5 +1,6 @@
 import CourierProtocol
 import CourierWire
+import NIOCore
 
 /// What a connection's framing turns an inbound frame into.
 enum TransportInput<Outbound> {
@@ -15,6 +16,33 @@ enum TransportInput<Outbound> {
     case refuse(code: String, message: String, id: String)
     /// A frame that breaks the protocol: close with this code.
     case violation(code: String, message: String)
+    /// Upload bytes on a stream (native `mediaChunk`); `end` on the stream's last frame.
+    case streamChunk(streamID: UInt32, bytes: ByteBuffer, end: Bool)
+    /// The client grants a fetch stream more bytes.
+    case streamWindow(streamID: UInt32, increment: UInt32)
+    /// The client abandons a stream.
+    case streamReset(streamID: UInt32)
+    /// A media message whose bytes follow inline (a compat `img` packet): `envelope` is its `send`, with the media's
+    /// digest still empty, and `size` bytes come next as ``inlineBytes(_:isLast:)``.
+    case inlineMedia(ClientEnvelope, size: Int64)
+    /// The next bytes of the inline media.
+    case inlineBytes(ByteBuffer, isLast: Bool)
+    /// The inline media packet was broken off (a corrupt packet skipped): drop what came of it, answer this error.
+    case inlineAbandoned(code: String, message: String)
+}
+
+/// What a transport writes for one envelope: frames, and media bytes that the connection streams from the blob
+/// store, each chunk wrapped by `wrap` (the compat port's inline media).
+enum TransportOutput<Outbound: Sendable> {
+    case frame(Outbound)
+    case media(sha256: String, size: Int64, wrap: @Sendable (ByteBuffer) -> Outbound, end: Outbound)
+}
+
+/// A stream's frames, on a transport that has streams (the native port).
+enum StreamOutput {
+    case chunk(streamID: UInt32, bytes: ByteBuffer, end: Bool)
+    case window(streamID: UInt32, increment: UInt32)
+    case reset(streamID: UInt32, code: NativeErrorCode)
 }
 
 /// A framing the session runs over: the native port's protobuf envelopes, or the compat port's JSON headers.
@@ -28,8 +56,11 @@ protocol SessionTransport: Sendable {
     /// Interprets one inbound frame.
     func interpret(_ frame: Inbound) -> TransportInput<Outbound>
 
-    /// The frames that carry one envelope to the client, or none if the client cannot receive it.
-    func frames(for envelope: ServerEnvelope) throws -> [Outbound]
+    /// What carries one envelope to the client, or nothing if the client cannot receive it.
+    func frames(for envelope: ServerEnvelope) throws -> [TransportOutput<Outbound>]
+
+    /// A stream's frame, or nil on a transport without streams.
+    func frame(for output: StreamOutput) -> Outbound?
 
     /// The frames sent before closing for a reason: an error, and where the framing has one, a goodbye.
     func closingFrames(code: String, message: String) -> [Outbound]
@@ -57,8 +88,19 @@ struct NativeTransport: SessionTransport {
             }
         case .ping:
             return .reply([.pong(frame.pingData ?? 0)])
-        case .pong, .windowUpdate:
+        case .pong:
             return .ignore
+        case .mediaChunk:
+            return .streamChunk(
+                streamID: frame.streamID,
+                bytes: frame.payload,
+                end: frame.flags.contains(.endStream)
+            )
+        case .windowUpdate:
+            guard frame.streamID != 0 else { return .ignore }
+            return .streamWindow(streamID: frame.streamID, increment: frame.windowIncrement ?? 0)
+        case .resetStream:
+            return .streamReset(streamID: frame.streamID)
         case .goaway:
             return .goodbye
         case let kind where kind.isExtension:
@@ -71,8 +113,19 @@ struct NativeTransport: SessionTransport {
         }
     }
 
-    func frames(for envelope: ServerEnvelope) throws -> [NativeFrame] {
-        [try NativeFrame(envelope: envelope)]
+    func frames(for envelope: ServerEnvelope) throws -> [TransportOutput<NativeFrame>] {
+        [.frame(try NativeFrame(envelope: envelope))]
+    }
+
+    func frame(for output: StreamOutput) -> NativeFrame? {
+        switch output {
+        case .chunk(let stream, let bytes, let end):
+            NativeFrame(kind: .mediaChunk, flags: end ? .endStream : [], streamID: stream, payload: bytes)
+        case .window(let stream, let increment):
+            .windowUpdate(streamID: stream, increment: increment)
+        case .reset(let stream, let code):
+            .resetStream(streamID: stream, code: code)
+        }
     }
 
     func closingFrames(code: String, message: String) -> [NativeFrame] {

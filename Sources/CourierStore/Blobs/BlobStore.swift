@@ -23,7 +23,8 @@ public final class BlobStore: Sendable {
     public struct Upload: Sendable, Hashable {
         public var id: String
         public var size: Int64
-        public var sha256: String
+        /// The declared digest, or nil for an upload whose digest is learnt from its bytes (the compat port's).
+        public var sha256: String?
         /// The bytes on disk: where the next chunk must start.
         public var offset: Int64
     }
@@ -53,16 +54,16 @@ public final class BlobStore: Sendable {
     /// Starts an upload, or finds it again to resume it.
     ///
     /// - Parameters:
-    ///   - id: The upload's id: 1 to 64 ASCII letters, digits, `-` or `_`.
+    ///   - id: The upload's id: 1 to 128 ASCII letters, digits, `-` or `_`.
     ///   - size: The file's size in bytes.
-    ///   - sha256: Its SHA-256, 64 hex digits.
+    ///   - sha256: Its SHA-256, 64 hex digits, or nil to accept whatever digest the bytes have.
     /// - Returns: The upload, with the offset the next chunk must start at (0 when new).
     /// - Throws: `invalid-request` (a bad id or digest, or the same id declared with another size or digest),
     ///   `media-too-large`, `storage-failed`.
-    public func start(upload id: String, size: Int64, sha256: String) async throws -> Upload {
+    public func start(upload id: String, size: Int64, sha256: String?) async throws -> Upload {
         try Self.validate(id: id)
-        let digest = sha256.lowercased()
-        guard digest.count == 64, digest.allSatisfy(\.isHexDigit) else {
+        let digest = sha256?.lowercased()
+        if let digest, !Self.isDigest(digest) {
             throw CourierStoreError(.invalidRequest, "sha256 must be 64 hex digits")
         }
         guard size >= 0 else { throw CourierStoreError(.invalidRequest, "a negative size") }
@@ -73,7 +74,7 @@ public final class BlobStore: Sendable {
             )
         }
         return try await self.run {
-            let declaration = "\(size) \(digest)"
+            let declaration = "\(size) \(digest ?? "-")"
             let meta = self.metaFile(id)
             if let existing = try? String(contentsOf: meta, encoding: .utf8) {
                 guard existing == declaration else {
@@ -125,10 +126,14 @@ public final class BlobStore: Sendable {
     /// Finishes an upload: checks its size and SHA-256, makes it durable, and files it under its digest (once:
     /// when the same bytes are stored already, the upload is dropped).
     ///
+    /// - Parameters:
+    ///   - id: The upload.
+    ///   - digest: The SHA-256 of every byte of the part file, when the caller hashed them as they were appended
+    ///     (it saw the upload from offset 0): the file is then not read again. Nil: the file is read and hashed.
     /// - Returns: The digest the blob is stored under.
     /// - Throws: `unknown-upload`, `media-mismatch` (short, or another digest: the upload is deleted, nothing is
     ///   stored), `storage-failed`.
-    public func finish(upload id: String) async throws -> String {
+    public func finish(upload id: String, digest known: String? = nil) async throws -> String {
         try Self.validate(id: id)
         return try await self.run {
             guard let upload = try self.readUpload(id) else {
@@ -138,10 +143,16 @@ public final class BlobStore: Sendable {
                 throw CourierStoreError(.mediaMismatch, "upload \(id) has \(upload.offset) of \(upload.size) bytes")
             }
             let part = self.partFile(id)
-            let digest = try self.storage { try self.hash(part, sync: true) }
-            guard digest == upload.sha256 else {
+            let digest = try self.storage {
+                if let known {
+                    try Self.sync(part)
+                    return known
+                }
+                return try self.hash(part, sync: true)
+            }
+            if let declared = upload.sha256, digest != declared {
                 self.discard(id)
-                throw CourierStoreError(.mediaMismatch, "upload \(id) has sha256 \(digest), not \(upload.sha256)")
+                throw CourierStoreError(.mediaMismatch, "upload \(id) has sha256 \(digest), not \(declared)")
             }
             let object = self.objectFile(digest)
             try self.storage {
@@ -246,7 +257,12 @@ public final class BlobStore: Sendable {
         guard fields.count == 2, let size = Int64(fields[0]) else {
             throw CourierStoreError(.storageFailed, "upload \(id) has a damaged record")
         }
-        return Upload(id: id, size: size, sha256: String(fields[1]), offset: try self.length(of: self.partFile(id)))
+        return Upload(
+            id: id,
+            size: size,
+            sha256: fields[1] == "-" ? nil : String(fields[1]),
+            offset: try self.length(of: self.partFile(id))
+        )
     }
 
     private func discard(_ id: String) {
@@ -271,6 +287,12 @@ public final class BlobStore: Sendable {
         return hasher.finalize().map { String(format: "%02x", $0) }.joined()
     }
 
+    private static func sync(_ file: URL) throws {
+        let handle = try FileHandle(forUpdating: file)
+        defer { try? handle.close() }
+        try handle.synchronize()
+    }
+
     private static func syncFolder(_ folder: URL) {
         let descriptor = open(folder.path, O_RDONLY)
         guard descriptor >= 0 else { return }
@@ -279,14 +301,15 @@ public final class BlobStore: Sendable {
     }
 
     private static func validate(id: String) throws {
-        guard (1...64).contains(id.utf8.count),
+        guard (1...128).contains(id.utf8.count),
             id.utf8.allSatisfy({ $0.isASCIILetterOrDigit || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") })
         else {
-            throw CourierStoreError(.invalidRequest, "an upload id is 1 to 64 letters, digits, - or _")
+            throw CourierStoreError(.invalidRequest, "an upload id is 1 to 128 letters, digits, - or _")
         }
     }
 
-    private static func isDigest(_ text: String) -> Bool {
+    /// Whether a text is a SHA-256 in hex (64 hex digits).
+    public static func isDigest(_ text: String) -> Bool {
         text.utf8.count == 64 && text.allSatisfy(\.isHexDigit)
     }
 

@@ -9,6 +9,8 @@ struct CompatDecoderCore: Sendable {
     enum Mode {
         case streaming
         case collecting
+        /// Streams the packets whose type is in the set; collects the others.
+        case selective(Set<String>)
     }
 
     enum Output {
@@ -52,7 +54,9 @@ struct CompatDecoderCore: Sendable {
 
     private let mode: Mode
     private let maxHeaderBytes: Int
+    /// The largest payload of a streamed packet, and of a collected one.
     private let payloadLimit: Int
+    private let collectedLimit: Int
     private let marker: [UInt8]?
     private var state: State = .header(scanned: 0)
     /// Whether decoding already resumed once at a marker inside a corrupt header. A second corrupt header ending at
@@ -73,11 +77,16 @@ struct CompatDecoderCore: Sendable {
         self.mode = mode
         self.maxHeaderBytes = configuration.maxHeaderBytes
         self.marker = configuration.endMarker
-        switch mode {
-        case .streaming:
-            self.payloadLimit = configuration.maxPayloadBytes
-        case .collecting:
-            self.payloadLimit = min(configuration.maxPayloadBytes, configuration.maxCollectedPayloadBytes)
+        self.payloadLimit = configuration.maxPayloadBytes
+        self.collectedLimit = min(configuration.maxPayloadBytes, configuration.maxCollectedPayloadBytes)
+    }
+
+    /// Whether this packet's payload is handed out in parts as it arrives, rather than whole.
+    private func streams(_ header: CompatHeader) -> Bool {
+        switch self.mode {
+        case .streaming: true
+        case .collecting: false
+        case .selective(let types): types.contains(header.type)
         }
     }
 
@@ -134,11 +143,12 @@ struct CompatDecoderCore: Sendable {
                     try self.corrupt(error, discarded: 0, crlfFree: lf, headerEnd: lf + 1)
                     continue
                 }
-                guard header.size <= self.payloadLimit else {
+                let limit = self.streams(header) ? self.payloadLimit : self.collectedLimit
+                guard header.size <= limit else {
                     try self.corrupt(
                         CourierWireError(
                             .sizeOverLimit,
-                            "size \(header.size) is over the limit of \(self.payloadLimit)"
+                            "size \(header.size) is over the limit of \(limit)"
                         ),
                         discarded: 0,
                         crlfFree: lf,
@@ -150,7 +160,8 @@ struct CompatDecoderCore: Sendable {
                 self.state = .parsed(header, headerLength: lf + 1)
 
             case .parsed(let header, let headerLength):
-                if self.mode == .streaming && header.size > 0 {
+                let streams = self.streams(header)
+                if streams && header.size > 0 {
                     buffer.moveReaderIndex(forwardBy: headerLength)
                     self.state = .payload(remaining: header.size, packetBytes: headerLength)
                     return .head(header)
@@ -168,10 +179,7 @@ struct CompatDecoderCore: Sendable {
                 }
                 buffer.moveReaderIndex(forwardBy: self.markerLength)
                 self.state = .header(scanned: 0)
-                switch self.mode {
-                case .streaming: return .head(header)
-                case .collecting: return .frame(CompatFrame(header: header, payload: payload))
-                }
+                return streams ? .head(header) : .frame(CompatFrame(header: header, payload: payload))
 
             case .payload(let remaining, let packetBytes):
                 let readable = buffer.readableBytes

@@ -135,3 +135,102 @@ public struct CompatFrameEncoder: MessageToByteEncoder, Sendable {
         try CompatFraming.write(data, configuration: self.configuration, into: &out)
     }
 }
+
+/// What the selective compat decoder yields: whole small packets, and large ones in parts.
+public enum CompatInput: Hashable, Sendable {
+    /// A whole packet of a collected type.
+    case packet(CompatFrame)
+    /// A packet of a streamed type begins. When `header.size` is 0 it is already complete; otherwise `.body` parts
+    /// follow.
+    case head(CompatHeader)
+    /// The next payload bytes of the streamed packet; `isLast` on the part that completes it.
+    case body(ByteBuffer, isLast: Bool)
+    /// A corrupt packet was discarded (only with an end marker configured). If it follows a `.head`, that packet is
+    /// abandoned.
+    case skipped(CompatSkip)
+}
+
+/// Decodes the compat framing for a server that takes both small commands and large media: packets whose type is in
+/// `streamedTypes` come out in parts (a 2 GiB payload never sits in memory, up to
+/// ``CompatFraming/Configuration/maxPayloadBytes``); every other packet comes out whole, up to
+/// ``CompatFraming/Configuration/maxCollectedPayloadBytes`` (a larger `size` is corrupt, decided from the header).
+public struct CompatSelectiveDecoder: NIOSingleStepByteToMessageDecoder, Sendable {
+    public typealias InboundOut = CompatInput
+
+    private var core: CompatDecoderCore
+
+    /// Creates a decoder.
+    /// - Parameters:
+    ///   - streamedTypes: the packet types handed out in parts.
+    ///   - configuration: the limits and the optional end marker.
+    public init(streamedTypes: Set<String>, configuration: CompatFraming.Configuration = .init()) {
+        self.core = CompatDecoderCore(mode: .selective(streamedTypes), configuration: configuration)
+    }
+
+    /// - Throws: ``CourierWireError`` on corruption when no end marker is configured.
+    public mutating func decode(buffer: inout ByteBuffer) throws -> CompatInput? {
+        Self.input(try self.core.decode(buffer: &buffer))
+    }
+
+    /// - Throws: ``CourierWireError`` with ``CourierWireError/Code/truncated`` if the stream ends inside a packet.
+    public mutating func decodeLast(buffer: inout ByteBuffer, seenEOF: Bool) throws -> CompatInput? {
+        Self.input(try self.core.decodeLast(buffer: &buffer, seenEOF: seenEOF))
+    }
+
+    private static func input(_ output: CompatDecoderCore.Output?) -> CompatInput? {
+        switch output {
+        case .none: nil
+        case .frame(let frame): .packet(frame)
+        case .head(let header): .head(header)
+        case .body(let bytes, let isLast): .body(bytes, isLast: isLast)
+        case .skipped(let skip): .skipped(skip)
+        }
+    }
+
+    public mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+        context.fireDecoded(try self.decode(buffer: &buffer))
+    }
+
+    public mutating func decodeLast(
+        context: ChannelHandlerContext,
+        buffer: inout ByteBuffer,
+        seenEOF: Bool
+    ) throws -> DecodingState {
+        context.fireDecoded(try self.decodeLast(buffer: &buffer, seenEOF: seenEOF))
+    }
+}
+
+/// What a compat sender writes: whole packets, or a packet whose payload it streams (a head, bodies, an end).
+public enum CompatOutput: Hashable, Sendable {
+    /// A whole packet.
+    case packet(CompatFrame)
+    /// The header and CRLF of a packet whose `size` payload bytes follow as `.body` parts, then `.end`.
+    case head(CompatHeader)
+    /// Payload bytes of the packet being streamed.
+    case body(ByteBuffer)
+    /// The streamed packet is complete: writes the end marker, if configured.
+    case end
+}
+
+/// Encodes ``CompatOutput``: whole packets as ``CompatFrameEncoder`` does, and streamed ones part by part (the
+/// sender keeps the bodies to the header's `size`).
+public struct CompatOutputEncoder: MessageToByteEncoder, Sendable {
+    public typealias OutboundIn = CompatOutput
+
+    private let configuration: CompatFraming.Configuration
+
+    /// Creates an encoder.
+    /// - Parameter configuration: only ``CompatFraming/Configuration/endMarker`` matters when encoding.
+    public init(configuration: CompatFraming.Configuration = .init()) {
+        self.configuration = configuration
+    }
+
+    public func encode(data: CompatOutput, out: inout ByteBuffer) throws {
+        switch data {
+        case .packet(let frame): try CompatFraming.write(frame, configuration: self.configuration, into: &out)
+        case .head(let header): try CompatFraming.writeHead(header, into: &out)
+        case .body(let bytes): out.writeImmutableBuffer(bytes)
+        case .end: CompatFraming.writeEnd(configuration: self.configuration, into: &out)
+        }
+    }
+}

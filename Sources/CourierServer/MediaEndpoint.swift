@@ -1,0 +1,146 @@
+import CourierStore
+import Hummingbird
+import NIOCore
+
+/// `GET` and `HEAD /media/<sha256>` on the HTTP port: a stored media file for a user who may see it, with byte
+/// ranges (RFC 9110), so a player can seek and `courier proxy` can cache it in pieces.
+///
+/// The token comes in `Authorization: Bearer <token>` or the `token` query parameter. Media the user may not see is
+/// 404, exactly like media that does not exist.
+struct MediaEndpoint: Sendable {
+    let store: SQLiteStore
+    let media: MediaService
+
+    func register(on router: Router<BasicRequestContext>) {
+        router.get("/media/{sha256}") { request, context in
+            try await self.respond(to: request, sha256: context.parameters.get("sha256") ?? "", bodyless: false)
+        }
+        router.head("/media/{sha256}") { request, context in
+            try await self.respond(to: request, sha256: context.parameters.get("sha256") ?? "", bodyless: true)
+        }
+    }
+
+    private func respond(to request: Request, sha256: String, bodyless: Bool) async throws -> Response {
+        guard let token = Self.token(of: request) else {
+            return Self.plain(
+                .unauthorized,
+                "a token is needed: Authorization: Bearer <token>, or ?token=",
+                bearer: true
+            )
+        }
+        let session: DeviceSession
+        do {
+            session = try await self.store.authenticate(token: token, nowMs: SessionContext.nowMs())
+        } catch let error as CourierStoreError {
+            return Self.plain(.unauthorized, "\(error.code): \(error.message)", bearer: true)
+        }
+        guard SessionStateMachine.isDigest(sha256),
+            let access = try await self.store.mediaAccess(for: session.user.id, sha256: sha256)
+        else {
+            return Self.plain(.notFound, "no such media")
+        }
+        let etag = "\"\(sha256)\""
+        var headers: HTTPFields = [
+            .contentType: access.mime,
+            .init("X-Content-Type-Options")!: "nosniff",
+            .eTag: etag,
+            .acceptRanges: "bytes",
+            .cacheControl: "private, max-age=31536000, immutable",
+        ]
+        if let match = request.headers[.ifNoneMatch],
+            match.split(separator: ",").contains(where: {
+                let tag = $0.trimmingCharacters(in: .whitespaces)
+                return tag == etag || tag == "W/\(etag)" || tag == "*"
+            })
+        {
+            return Response(status: .notModified, headers: headers)
+        }
+        var status = HTTPResponse.Status.ok
+        var range = Int64(0)..<access.size
+        // If-Range with another validator: the whole file (the client's piece is of other bytes).
+        let ifRange = request.headers[.ifRange]
+        if let header = request.headers[.range], ifRange == nil || ifRange == etag {
+            switch ByteRange.parse(header, size: access.size) {
+            case .whole:
+                break
+            case .partial(let part):
+                status = .partialContent
+                range = part
+                headers[.contentRange] = "bytes \(part.lowerBound)-\(part.upperBound - 1)/\(access.size)"
+            case .unsatisfiable:
+                headers[.contentRange] = "bytes */\(access.size)"
+                headers[.contentType] = "text/plain; charset=utf-8"
+                return Response(
+                    status: .rangeNotSatisfiable,
+                    headers: headers,
+                    body: .init(byteBuffer: ByteBuffer(string: "the range is outside the \(access.size) bytes\n"))
+                )
+            }
+        }
+        headers[.contentLength] = "\(range.count)"
+        if bodyless || range.isEmpty {
+            return Response(status: status, headers: headers)
+        }
+        let media = self.media
+        let bytes = range
+        return Response(
+            status: status,
+            headers: headers,
+            body: ResponseBody(contentLength: Int(range.count)) { writer in
+                try await media.read(sha256, range: bytes) { chunk in try await writer.write(chunk) }
+                try await writer.finish(nil)
+            }
+        )
+    }
+
+    private static func token(of request: Request) -> String? {
+        if let authorization = request.headers[.authorization] {
+            let parts = authorization.split(separator: " ", maxSplits: 1)
+            if parts.count == 2, parts[0].lowercased() == "bearer" { return String(parts[1]) }
+        }
+        return request.uri.queryParameters.get("token")
+    }
+
+    private static func plain(_ status: HTTPResponse.Status, _ text: String, bearer: Bool = false) -> Response {
+        var headers: HTTPFields = [
+            .contentType: "text/plain; charset=utf-8", .init("X-Content-Type-Options")!: "nosniff",
+        ]
+        if bearer { headers[.wwwAuthenticate] = "Bearer" }
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: text + "\n")))
+    }
+}
+
+/// A `Range` header's meaning for a file of a given size (RFC 9110 §14): one byte range, or the whole file for what
+/// the server may ignore (another unit, several ranges, bad syntax), or unsatisfiable.
+enum ByteRange: Equatable {
+    case whole
+    case partial(Range<Int64>)
+    case unsatisfiable
+
+    static func parse(_ header: String, size: Int64) -> ByteRange {
+        let trimmed = header.trimmingCharacters(in: .whitespaces)
+        guard trimmed.lowercased().hasPrefix("bytes=") else { return .whole }
+        let spec = trimmed.dropFirst("bytes=".count).trimmingCharacters(in: .whitespaces)
+        guard !spec.contains(","), let dash = spec.firstIndex(of: "-") else { return .whole }
+        let first = spec[..<dash].trimmingCharacters(in: .whitespaces)
+        let last = spec[spec.index(after: dash)...].trimmingCharacters(in: .whitespaces)
+        func number(_ text: String) -> Int64? {
+            guard !text.isEmpty, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else { return nil }
+            return Int64(text) ?? Int64.max
+        }
+        if first.isEmpty {
+            // A suffix: the last N bytes.
+            guard let count = number(last) else { return .whole }
+            guard count > 0, size > 0 else { return .unsatisfiable }
+            return .partial(max(0, size - count)..<size)
+        }
+        guard let start = number(first) else { return .whole }
+        var end = size - 1
+        if !last.isEmpty {
+            guard let value = number(last), value >= start else { return .whole }
+            end = min(value, size - 1)
+        }
+        guard start < size else { return .unsatisfiable }
+        return .partial(start..<(end + 1))
+    }
+}
