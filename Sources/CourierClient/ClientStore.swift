@@ -1,3 +1,4 @@
+import CourierProtocol
 import Foundation
 import GRDB
 
@@ -9,6 +10,7 @@ final class ClientStore: Sendable {
         var id: String
         var conversation: Conversation
         var text: String
+        var media: MediaInfo? = nil
     }
 
     let queue: DatabaseQueue
@@ -51,6 +53,15 @@ final class ClientStore: Sendable {
                     """
             )
         }
+        migrator.registerMigration("v2-media") { db in
+            // The media a message carries, as a serialized courier.v1.Media.
+            try db.execute(
+                sql: """
+                    ALTER TABLE outbox ADD COLUMN media BLOB;
+                    ALTER TABLE messages ADD COLUMN media BLOB;
+                    """
+            )
+        }
         try migrator.migrate(self.queue)
     }
 
@@ -88,8 +99,8 @@ final class ClientStore: Sendable {
             for entry in entries {
                 let (kind, peer) = Self.columns(entry.conversation)
                 try db.execute(
-                    sql: "INSERT INTO outbox (id, kind, peer, text, created) VALUES (?, ?, ?, ?, ?)",
-                    arguments: [entry.id, kind, peer, entry.text, now]
+                    sql: "INSERT INTO outbox (id, kind, peer, text, media, created) VALUES (?, ?, ?, ?, ?, ?)",
+                    arguments: [entry.id, kind, peer, entry.text, Self.blob(entry.media), now]
                 )
             }
         }
@@ -97,8 +108,13 @@ final class ClientStore: Sendable {
 
     func outbox() throws -> [OutboxEntry] {
         try self.queue.read { db in
-            try Row.fetchAll(db, sql: "SELECT id, kind, peer, text FROM outbox ORDER BY position").map { row in
-                OutboxEntry(id: row["id"], conversation: Self.conversation(row["kind"], row["peer"]), text: row["text"])
+            try Row.fetchAll(db, sql: "SELECT id, kind, peer, text, media FROM outbox ORDER BY position").map { row in
+                OutboxEntry(
+                    id: row["id"],
+                    conversation: Self.conversation(row["kind"], row["peer"]),
+                    text: row["text"],
+                    media: Self.media(row["media"])
+                )
             }
         }
     }
@@ -127,9 +143,9 @@ final class ClientStore: Sendable {
             try db.inTransaction {
                 for acknowledgement in acknowledgements {
                     guard
-                        let text = try String.fetchOne(
+                        let row = try Row.fetchOne(
                             db,
-                            sql: "SELECT text FROM outbox WHERE id = ?",
+                            sql: "SELECT text, media FROM outbox WHERE id = ?",
                             arguments: [acknowledgement.id]
                         )
                     else { continue }
@@ -140,7 +156,8 @@ final class ClientStore: Sendable {
                         conversation: acknowledgement.conversation,
                         seq: acknowledgement.seq,
                         time: acknowledgement.time,
-                        text: text,
+                        text: row["text"],
+                        media: Self.media(row["media"]),
                         recalled: false
                     )
                     try Self.insert(message, db)
@@ -170,7 +187,7 @@ final class ClientStore: Sendable {
             }
             for (conversation, seq) in recalls {
                 try db.execute(
-                    sql: "UPDATE messages SET recalled = 1, text = '' WHERE conversation = ? AND seq = ?",
+                    sql: "UPDATE messages SET recalled = 1, text = '', media = NULL WHERE conversation = ? AND seq = ?",
                     arguments: [conversation.key, seq]
                 )
             }
@@ -187,12 +204,12 @@ final class ClientStore: Sendable {
         let (kind, peer) = Self.columns(message.conversation)
         try db.execute(
             sql: """
-                INSERT OR IGNORE INTO messages (conversation, seq, id, sender, kind, peer, time, text, recalled)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT OR IGNORE INTO messages (conversation, seq, id, sender, kind, peer, time, text, media, recalled)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
             arguments: [
                 message.conversation.key, Int64(message.seq), message.id, message.from, kind, peer,
-                message.time.timeIntervalSince1970, message.text, message.recalled,
+                message.time.timeIntervalSince1970, message.text, Self.blob(message.media), message.recalled,
             ]
         )
         return db.changesCount > 0
@@ -231,8 +248,19 @@ final class ClientStore: Sendable {
             seq: UInt64(row["seq"] as Int64),
             time: Date(timeIntervalSince1970: row["time"]),
             text: row["text"],
+            media: Self.media(row["media"]),
             recalled: row["recalled"]
         )
+    }
+
+    private static func blob(_ media: MediaInfo?) -> Data? {
+        guard let media else { return nil }
+        return try? Courier_V1_Media(media).serializedBytes()
+    }
+
+    private static func media(_ blob: Data?) -> MediaInfo? {
+        guard let blob, let media = try? Courier_V1_Media(serializedBytes: blob) else { return nil }
+        return MediaInfo(media)
     }
 
     private static func columns(_ conversation: Conversation) -> (String, String) {

@@ -21,7 +21,45 @@ public enum Conversation: Hashable, Sendable, CustomStringConvertible {
     }
 }
 
-/// A text message, as stored on this device.
+/// The media a message carries: what it is, and how to fetch it (``CourierClient/download(_:)``).
+public struct MediaInfo: Hashable, Sendable {
+    public enum Kind: String, Hashable, Sendable, CaseIterable {
+        case image, voice, video, file
+    }
+
+    public var kind: Kind
+    /// The SHA-256 of the bytes, 64 lowercase hex digits: the media's id on the server.
+    public var sha256: String
+    public var size: Int64
+    public var mime: String
+    public var name: String
+    /// Where known: a voice clip's or video's length, in milliseconds, and an image's or video's pixels.
+    public var durationMs: Int
+    public var width: Int
+    public var height: Int
+
+    public init(
+        kind: Kind,
+        sha256: String,
+        size: Int64,
+        mime: String,
+        name: String,
+        durationMs: Int = 0,
+        width: Int = 0,
+        height: Int = 0
+    ) {
+        self.kind = kind
+        self.sha256 = sha256
+        self.size = size
+        self.mime = mime
+        self.name = name
+        self.durationMs = durationMs
+        self.width = width
+        self.height = height
+    }
+}
+
+/// A message, as stored on this device: a text, or media (then `text` is empty).
 public struct ChatMessage: Hashable, Sendable {
     /// The id the sender chose (or the server assigned).
     public var id: String
@@ -32,6 +70,7 @@ public struct ChatMessage: Hashable, Sendable {
     /// The server's time of the message.
     public var time: Date
     public var text: String
+    public var media: MediaInfo?
     public var recalled: Bool
 
     public init(
@@ -41,6 +80,7 @@ public struct ChatMessage: Hashable, Sendable {
         seq: UInt64,
         time: Date,
         text: String,
+        media: MediaInfo? = nil,
         recalled: Bool = false
     ) {
         self.id = id
@@ -49,6 +89,7 @@ public struct ChatMessage: Hashable, Sendable {
         self.seq = seq
         self.time = time
         self.text = text
+        self.media = media
         self.recalled = recalled
     }
 }

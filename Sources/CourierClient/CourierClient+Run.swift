@@ -104,7 +104,8 @@ extension CourierClient {
             let link = Link(
                 outbound: outbound,
                 channel: channel.channel,
-                maxInFlight: Int(welcome.limits.maxUnackedSends == 0 ? 64 : welcome.limits.maxUnackedSends)
+                maxInFlight: Int(welcome.limits.maxUnackedSends == 0 ? 64 : welcome.limits.maxUnackedSends),
+                maxChunkBytes: Int(welcome.limits.maxChunkBytes == 0 ? 256 * 1024 : welcome.limits.maxChunkBytes)
             )
             let stopped = self.state.withLock { state -> Bool in
                 state.link = link
@@ -263,6 +264,12 @@ extension CourierClient {
             case .message:
                 let envelope = try frame.envelope(as: ServerEnvelope.self)
                 try await self.handle(envelope, link: link, user: user)
+            case .mediaChunk:
+                link.deliver(frame.payload, on: frame.streamID, end: frame.flags.contains(.endStream))
+            case .windowUpdate where frame.streamID != 0:
+                link.grant(frame.streamID, Int(frame.windowIncrement ?? 0))
+            case .resetStream:
+                link.closeStream(frame.streamID, reset: true)
             default:
                 continue
             }

@@ -43,6 +43,15 @@ public final class CourierClient: Sendable {
         /// The name the server's certificate must carry (and SNI sends). Nil: `host` when it is a name; when it is
         /// an IP address, the certificate must list that address.
         public var tlsServerName: String? = nil
+        /// Where downloaded media is kept; nil: beside the store, in `<storePath>.media/`.
+        public var mediaFolder: String? = nil
+        /// The most bytes of downloaded media kept on disk; the least recently used files go first.
+        public var mediaCacheBytes: Int64 = 512 * 1024 * 1024
+        /// The most bytes of small media (thumbnails, voice clips) kept in memory, and the largest file kept there.
+        public var memoryCacheBytes: Int = 16 * 1024 * 1024
+        public var memoryCacheItemBytes: Int = 512 * 1024
+        /// The window a download grants the server: the most bytes of one file in flight to this client.
+        public var fetchWindowBytes: Int = 1024 * 1024
 
         public init(host: String = "127.0.0.1", port: Int = 6970, credentials: Credentials, storePath: String) {
             self.host = host
@@ -63,6 +72,8 @@ public final class CourierClient: Sendable {
     /// The TLS context, when configured: made once, as it holds the parsed trust roots.
     let tls: NIOSSLContext?
     let state = Mutex(State())
+    /// Downloaded media: files on disk, small ones also in memory.
+    let media: MediaFileCache
 
     struct State {
         var link: Link?
@@ -80,6 +91,12 @@ public final class CourierClient: Sendable {
         self.logger = logger
         self.tls = try configuration.tls.map { try NIOSSLContext(configuration: $0) }
         self.store = try ClientStore(path: configuration.storePath)
+        self.media = try MediaFileCache(
+            folder: URL(fileURLWithPath: configuration.mediaFolder ?? configuration.storePath + ".media"),
+            maxBytes: configuration.mediaCacheBytes,
+            memoryBytes: configuration.memoryCacheBytes,
+            memoryItemBytes: configuration.memoryCacheItemBytes
+        )
         (self.events, self.eventSink) = AsyncStream.makeStream(of: ClientEvent.self)
     }
 
@@ -268,7 +285,57 @@ extension ChatMessage {
             seq: message.seq,
             time: Date(timeIntervalSince1970: Double(message.timeMs) / 1000),
             text: message.body.text,
+            media: message.body.carriedMedia.map(MediaInfo.init),
             recalled: message.recalled
         )
+    }
+}
+
+extension Courier_V1_Body {
+    /// The media, when the body carries media.
+    var carriedMedia: Courier_V1_Media? {
+        if case .media(let media)? = self.content { return media }
+        return nil
+    }
+}
+
+extension MediaInfo {
+    init(_ media: Courier_V1_Media) {
+        let kind: Kind =
+            switch media.kind {
+            case .image: .image
+            case .voice: .voice
+            case .video: .video
+            default: .file
+            }
+        self.init(
+            kind: kind,
+            sha256: media.sha256,
+            size: Int64(clamping: media.size),
+            mime: media.mime,
+            name: media.name,
+            durationMs: Int(media.durationMs),
+            width: Int(media.width),
+            height: Int(media.height)
+        )
+    }
+}
+
+extension Courier_V1_Media {
+    init(_ media: MediaInfo) {
+        self.init()
+        switch media.kind {
+        case .image: self.kind = .image
+        case .voice: self.kind = .voice
+        case .video: self.kind = .video
+        case .file: self.kind = .file
+        }
+        self.sha256 = media.sha256
+        self.size = UInt64(max(0, media.size))
+        self.mime = media.mime
+        self.name = media.name
+        self.durationMs = UInt32(clamping: media.durationMs)
+        self.width = UInt32(clamping: media.width)
+        self.height = UInt32(clamping: media.height)
     }
 }

@@ -15,18 +15,45 @@ final class Link: Sendable {
         var sent: Set<String> = []
         var slotWaiter: CheckedContinuation<Void, Never>?
         var closed = false
+        /// Requests answered twice (uploads): the second answer, or who waits for it.
+        var laterAnswers: [UInt64: LaterAnswer] = [:]
+        var nextStreamID: UInt32 = 1
+        /// Upload streams: the bytes the server lets this side send, and who waits for more.
+        var windows: [UInt32: Int] = [:]
+        var windowWaiters: [UInt32: (CheckedContinuation<Int?, Never>, wanted: Int)] = [:]
+        /// Fetch streams: where their chunks go.
+        var downloads: [UInt32: AsyncThrowingStream<MediaChunk, any Error>.Continuation] = [:]
+    }
+
+    enum LaterAnswer {
+        case expected
+        case arrived(ServerEnvelope)
+        case waiting(CheckedContinuation<ServerEnvelope, any Error>)
+    }
+
+    /// A piece of a fetched file.
+    struct MediaChunk: Sendable {
+        var bytes: ByteBuffer
+        var end: Bool
     }
 
     let outbound: NIOAsyncChannelOutboundWriter<NativeFrame>
     private let channel: any Channel
     private let state = Mutex(State())
-    /// The most sends in flight, from the server's welcome.
+    /// The most sends in flight, and the largest media chunk, from the server's welcome.
     let maxInFlight: Int
+    let maxChunkBytes: Int
 
-    init(outbound: NIOAsyncChannelOutboundWriter<NativeFrame>, channel: any Channel, maxInFlight: Int) {
+    init(
+        outbound: NIOAsyncChannelOutboundWriter<NativeFrame>,
+        channel: any Channel,
+        maxInFlight: Int,
+        maxChunkBytes: Int = 256 * 1024
+    ) {
         self.outbound = outbound
         self.channel = channel
         self.maxInFlight = max(1, maxInFlight)
+        self.maxChunkBytes = max(1024, maxChunkBytes)
     }
 
     func write(_ envelope: ClientEnvelope) async throws {
@@ -64,6 +91,143 @@ final class Link: Sendable {
         }
     }
 
+    /// Sends a request the server answers twice (an upload: `upload_ready`, then `upload_done` or an error), and waits
+    /// for the first answer; ``laterAnswer(to:)`` gives the second.
+    func requestAnsweredTwice(_ envelope: ClientEnvelope) async throws -> (first: ServerEnvelope, id: UInt64) {
+        var envelope = envelope
+        let id = self.state.withLock { state in
+            defer { state.nextRequestID += 1 }
+            state.laterAnswers[state.nextRequestID] = .expected
+            return state.nextRequestID
+        }
+        envelope.requestID = id
+        let first = try await withCheckedThrowingContinuation { continuation in
+            let open = self.state.withLock { state -> Bool in
+                guard !state.closed else { return false }
+                state.waiting[id] = continuation
+                return true
+            }
+            guard open else {
+                continuation.resume(throwing: CourierClientError.notConnected)
+                return
+            }
+            let request = envelope
+            Task {
+                do {
+                    try await self.write(request)
+                } catch {
+                    let waiter = self.state.withLock { $0.waiting.removeValue(forKey: id) }
+                    waiter?.resume(throwing: CourierClientError.notConnected)
+                }
+            }
+        }
+        return (first, id)
+    }
+
+    /// The second answer to a request sent with ``requestAnsweredTwice(_:)``.
+    func laterAnswer(to id: UInt64) async throws -> ServerEnvelope {
+        try await withCheckedThrowingContinuation { continuation in
+            let outcome = self.state.withLock { state -> Result<ServerEnvelope, any Error>? in
+                switch state.laterAnswers[id] {
+                case .arrived(let envelope)?:
+                    state.laterAnswers[id] = nil
+                    return .success(envelope)
+                case .expected?:
+                    if state.closed { return .failure(CourierClientError.notConnected) }
+                    state.laterAnswers[id] = .waiting(continuation)
+                    return nil
+                case .waiting?, nil:
+                    return .failure(CourierClientError.notConnected)
+                }
+            }
+            if let outcome { continuation.resume(with: outcome) }
+        }
+    }
+
+    // MARK: Streams
+
+    /// A new stream id (odd, as a client's are).
+    func openStream() -> UInt32 {
+        self.state.withLock { state in
+            defer { state.nextStreamID += 2 }
+            return state.nextStreamID
+        }
+    }
+
+    /// The server granted an upload stream more bytes (its `upload_ready` window, or a `windowUpdate`).
+    func grant(_ stream: UInt32, _ increment: Int) {
+        let resumed = self.state.withLock { state -> (CheckedContinuation<Int?, Never>, Int)? in
+            let window = (state.windows[stream] ?? 0) + increment
+            guard let (waiter, wanted) = state.windowWaiters[stream], window > 0 else {
+                state.windows[stream] = window
+                return nil
+            }
+            state.windowWaiters[stream] = nil
+            let taken = min(window, wanted)
+            state.windows[stream] = window - taken
+            return (waiter, taken)
+        }
+        if let (waiter, taken) = resumed { waiter.resume(returning: taken) }
+    }
+
+    /// Takes up to `count` bytes of an upload stream's window, waiting while it is empty.
+    ///
+    /// - Returns: How many bytes may be sent now; nil when the stream was reset or the connection ended.
+    func takeWindow(_ stream: UInt32, upTo count: Int) async -> Int? {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Int?, Never>) in
+            let now = self.state.withLock { state -> Int?? in
+                guard !state.closed, let window = state.windows[stream] else { return .some(nil) }
+                if window > 0 {
+                    let taken = min(window, count)
+                    state.windows[stream] = window - taken
+                    return .some(taken)
+                }
+                state.windowWaiters[stream] = (continuation, count)
+                return .none
+            }
+            if case .some(let value) = now { continuation.resume(returning: value) }
+        }
+    }
+
+    /// Registers a fetch stream; its chunks come out of the returned sequence.
+    func receiveChunks(on stream: UInt32) -> AsyncThrowingStream<MediaChunk, any Error> {
+        let (chunks, continuation) = AsyncThrowingStream.makeStream(of: MediaChunk.self)
+        let closed = self.state.withLock { state in
+            if !state.closed { state.downloads[stream] = continuation }
+            return state.closed
+        }
+        if closed { continuation.finish(throwing: CourierClientError.notConnected) }
+        return chunks
+    }
+
+    /// A chunk of a fetch stream arrived.
+    func deliver(_ bytes: ByteBuffer, on stream: UInt32, end: Bool) {
+        let sink = self.state.withLock { state in
+            defer { if end { state.downloads[stream] = nil } }
+            return state.downloads[stream]
+        }
+        sink?.yield(MediaChunk(bytes: bytes, end: end))
+        if end { sink?.finish() }
+    }
+
+    /// The server reset a stream, or this side is done with it.
+    func closeStream(_ stream: UInt32, reset: Bool = false) {
+        let (waiter, sink) = self.state.withLock { state in
+            state.windows[stream] = nil
+            defer {
+                state.windowWaiters[stream] = nil
+                state.downloads[stream] = nil
+            }
+            return (state.windowWaiters[stream]?.0, state.downloads[stream])
+        }
+        waiter?.resume(returning: nil)
+        if reset {
+            sink?.finish(throwing: CourierClientError(code: "stream-reset", message: "the server reset the stream"))
+        } else {
+            sink?.finish()
+        }
+    }
+
     /// Sends an outbox message, waiting first while `maxInFlight` sends are unanswered.
     func send(_ entry: ClientStore.OutboxEntry) async throws {
         while true {
@@ -81,7 +245,11 @@ final class Link: Sendable {
         var envelope = ClientEnvelope()
         envelope.send.id = entry.id
         envelope.send.to = Courier_V1_Conversation(entry.conversation)
-        envelope.send.body.text = entry.text
+        if let media = entry.media {
+            envelope.send.body.media = Courier_V1_Media(media)
+        } else {
+            envelope.send.body.text = entry.text
+        }
         envelope.requestID = self.state.withLock { state in
             defer { state.nextRequestID += 1 }
             state.sends[state.nextRequestID] = entry.id
@@ -106,6 +274,25 @@ final class Link: Sendable {
     /// - Returns: `.request` if a request took it, `.send(id)` if it answers an outbox message, nil otherwise.
     func route(_ envelope: ServerEnvelope) -> Route? {
         guard envelope.requestID != 0 else { return nil }
+        if let later = self.state.withLock({ state -> CheckedContinuation<ServerEnvelope, any Error>?? in
+            // The second answer of a request answered twice.
+            guard state.waiting[envelope.requestID] == nil, let later = state.laterAnswers[envelope.requestID] else {
+                return nil
+            }
+            switch later {
+            case .expected:
+                state.laterAnswers[envelope.requestID] = .arrived(envelope)
+                return .some(nil)
+            case .waiting(let continuation):
+                state.laterAnswers[envelope.requestID] = nil
+                return .some(continuation)
+            case .arrived:
+                return .some(nil)
+            }
+        }) {
+            later?.resume(returning: envelope)
+            return .request
+        }
         let (waiter, send, slot) = self.state.withLock { state in
             let waiter = state.waiting.removeValue(forKey: envelope.requestID)
             let send = state.sends.removeValue(forKey: envelope.requestID)
@@ -127,16 +314,23 @@ final class Link: Sendable {
 
     /// Fails every waiting request; later ones fail at once.
     func failAll() {
-        let (waiting, slot) = self.state.withLock { state in
+        let (waiting, slot, windowWaiters, downloads) = self.state.withLock { state in
             state.closed = true
+            var waiting = Array(state.waiting.values)
+            for case .waiting(let continuation) in state.laterAnswers.values { waiting.append(continuation) }
             defer {
                 state.waiting = [:]
+                state.laterAnswers = [:]
                 state.slotWaiter = nil
+                state.windowWaiters = [:]
+                state.downloads = [:]
             }
-            return (Array(state.waiting.values), state.slotWaiter)
+            return (waiting, state.slotWaiter, state.windowWaiters.values.map(\.0), Array(state.downloads.values))
         }
         for waiter in waiting { waiter.resume(throwing: CourierClientError.notConnected) }
         slot?.resume()
+        for waiter in windowWaiters { waiter.resume(returning: nil) }
+        for download in downloads { download.finish(throwing: CourierClientError.notConnected) }
     }
 
     func close() {

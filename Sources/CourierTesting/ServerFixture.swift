@@ -71,3 +71,15 @@ public struct ServerFixture: Sendable {
         try await self.store.addUser(name: name, password: "pw-" + name, nowMs: 0)
     }
 }
+
+extension ServerFixture {
+    /// A counter or gauge from the server's `/metrics`, read with curl (0 when the series has no sample yet).
+    public func metric(_ name: String) async throws -> Int {
+        let metrics = try await ExternalProgram.output(
+            "/usr/bin/curl",
+            ["--silent", "--show-error", "--max-time", "10", "http://127.0.0.1:\(self.ports.http)/metrics"]
+        )
+        let line = metrics.split(separator: "\n").first { $0.hasPrefix(name + " ") }
+        return line.flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
+    }
+}

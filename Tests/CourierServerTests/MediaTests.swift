@@ -187,12 +187,10 @@ struct MediaTests {
 
     /// The server's media byte counters, from `/metrics`.
     static func mediaBytes(_ fixture: ServerFixture) async throws -> (in: Int, out: Int) {
-        let metrics = try await HTTPTests.curl(["http://127.0.0.1:\(fixture.ports.http)/metrics"])
-        func value(_ name: String) -> Int {
-            let line = metrics.split(separator: "\n").first { $0.hasPrefix(name + " ") }
-            return line.flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
-        }
-        return (value("courier_media_bytes_in_total"), value("courier_media_bytes_out_total"))
+        (
+            try await fixture.metric("courier_media_bytes_in_total"),
+            try await fixture.metric("courier_media_bytes_out_total")
+        )
     }
 
     /// The files under the data folder's `media/` subfolder (`objects` or `uploads`).
