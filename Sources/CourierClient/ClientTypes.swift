@@ -99,6 +99,7 @@ public struct PendingMessage: Hashable, Sendable {
     public var id: String
     public var conversation: Conversation
     public var text: String
+    public var media: MediaInfo? = nil
 }
 
 /// What happens on the connection and in the user's conversations, in order.

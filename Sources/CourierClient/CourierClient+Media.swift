@@ -163,13 +163,25 @@ extension CourierClient {
     /// Downloads a message's media into the local media cache (or finds it there), resuming a download that a
     /// broken connection cut, and checks it against its digest.
     public func download(_ media: MediaInfo) -> AsyncThrowingStream<DownloadProgress, any Error> {
+        self.download(sha256: media.sha256, size: media.size)
+    }
+
+    /// Downloads media by its id (the SHA-256) alone, as ``download(_:)`` does; the size comes from the server.
+    public func download(sha256: String) -> AsyncThrowingStream<DownloadProgress, any Error> {
+        self.download(sha256: sha256, size: nil)
+    }
+
+    private func download(sha256: String, size: Int64?) -> AsyncThrowingStream<DownloadProgress, any Error> {
         let (progress, continuation) = AsyncThrowingStream.makeStream(
             of: DownloadProgress.self,
             bufferingPolicy: .bufferingNewest(64)
         )
         let task = Task {
             do {
-                if let file = self.media.file(media.sha256) {
+                guard MediaFileCache.isDigest(sha256) else {
+                    throw CourierClientError(code: "invalid-request", message: "a media id is 64 lowercase hex digits")
+                }
+                if let file = self.media.file(sha256) {
                     continuation.yield(.finished(file))
                     continuation.finish()
                     return
@@ -178,8 +190,8 @@ extension CourierClient {
                     try Task.checkCancellation()
                     let link = try await self.waitForLink()
                     do {
-                        let file = try await self.download(media, on: link) { received in
-                            continuation.yield(.downloading(received: received, total: media.size))
+                        let file = try await self.download(sha256, size: size, on: link) { received, total in
+                            continuation.yield(.downloading(received: received, total: total))
                         }
                         continuation.yield(.finished(file))
                         continuation.finish()
@@ -202,34 +214,41 @@ extension CourierClient {
         try self.media.data(media.sha256)
     }
 
-    private func download(_ media: MediaInfo, on link: Link, progress: (Int64) -> Void) async throws -> URL {
-        let part = self.media.partFile(media.sha256)
+    private func download(
+        _ sha256: String,
+        size known: Int64?,
+        on link: Link,
+        progress: (Int64, Int64) -> Void
+    ) async throws -> URL {
+        let part = self.media.partFile(sha256)
         if !FileManager.default.fileExists(atPath: part.path) {
             _ = FileManager.default.createFile(atPath: part.path, contents: nil)
         }
         let handle = try FileHandle(forWritingTo: part)
         defer { try? handle.close() }
         var offset = Int64(try handle.seekToEnd())
-        if offset > media.size {
+        var size = known ?? -1
+        if size >= 0, offset > size {
             try handle.truncate(atOffset: 0)
             offset = 0
         }
-        progress(offset)
-        if offset < media.size {
+        if size < 0 || offset < size {
             let stream = link.openStream()
             defer { link.closeStream(stream) }
             let chunks = link.receiveChunks(on: stream)
             var request = ClientEnvelope()
-            request.fetch.sha256 = media.sha256
+            request.fetch.sha256 = sha256
             request.fetch.offset = UInt64(offset)
             request.fetch.streamID = stream
             request.fetch.windowBytes = UInt32(clamping: self.configuration.fetchWindowBytes)
             let ready = try await link.request(request)
-            guard case .fetchReady? = ready.body else { throw Self.unexpected(ready) }
+            guard case .fetchReady(let info)? = ready.body else { throw Self.unexpected(ready) }
+            size = Int64(info.size)
+            progress(offset, size)
             for try await chunk in chunks {
                 try chunk.bytes.withUnsafeReadableBytes { try handle.write(contentsOf: $0) }
                 offset += Int64(chunk.bytes.readableBytes)
-                progress(offset)
+                progress(offset, size)
                 if chunk.end { break }
                 if chunk.bytes.readableBytes > 0 {
                     try await link.write(
@@ -237,16 +256,18 @@ extension CourierClient {
                     )
                 }
             }
-            guard offset == media.size else { throw CourierClientError.notConnected }
+            guard offset == size else { throw CourierClientError.notConnected }
+        } else {
+            progress(offset, size)
         }
         try handle.synchronize()
         try handle.close()
         let (digest, _) = try await Self.digest(of: part)
-        guard digest == media.sha256 else {
+        guard digest == sha256 else {
             try? FileManager.default.removeItem(at: part)
             throw CourierClientError(code: "media-mismatch", message: "the download's sha256 is \(digest)")
         }
-        return try self.media.insert(part: part, sha256: media.sha256)
+        return try self.media.insert(part: part, sha256: sha256)
     }
 }
 

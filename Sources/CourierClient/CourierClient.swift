@@ -153,7 +153,9 @@ public final class CourierClient: Sendable {
 
     /// The messages not yet acknowledged by the server, oldest first.
     public func pendingMessages() throws -> [PendingMessage] {
-        try self.store.outbox().map { PendingMessage(id: $0.id, conversation: $0.conversation, text: $0.text) }
+        try self.store.outbox().map {
+            PendingMessage(id: $0.id, conversation: $0.conversation, text: $0.text, media: $0.media)
+        }
     }
 
     /// The messages of a conversation stored on this device, oldest first: all of them, or the newest `limit`.

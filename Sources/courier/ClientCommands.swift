@@ -44,23 +44,55 @@ struct ConversationOptions: ParsableArguments {
     }
 }
 
-/// `courier send`: one text, acknowledged (or queued while the server is away).
+/// `courier send`: one text or file, acknowledged (or a text queued while the server is away).
 struct Send: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Send a text; exits once the server has committed it, or queues it while the server is away.",
+        abstract:
+            "Send a text or a file; exits once the server has committed it (a text is queued while the server is away).",
         discussion: """
             A message queued in the outbox (the server unreachable) keeps its id and is sent, once, by the next \
             client command that connects as the same user.
+
+            --file sends an image, voice clip, video or any file as a media message (its kind and MIME type from \
+            its extension, unless --kind and --mime say). It is uploaded in chunks, with a progress bar on a \
+            terminal (plain lines otherwise); an upload a broken connection cut resumes where the server stands \
+            when the command is run again. The file's size limit and the user's quota are the server's \
+            (media-too-large, quota-exceeded).
             """
     )
 
     @OptionGroup var options: ClientOptions
     @OptionGroup var target: ConversationOptions
-    @Argument(help: "The text.") var text: String
+    @Argument(help: "The text (none with --file).") var text: String?
+
+    @Option(help: ArgumentHelp("A file to send as a media message.", valueName: "path"))
+    var file: String?
+
+    @Option(help: ArgumentHelp("With --file: image, voice, video or file.", valueName: "kind"))
+    var kind: String?
+
+    @Option(help: ArgumentHelp("With --file: the MIME type, e.g. image/png.", valueName: "type"))
+    var mime: String?
+
+    func validate() throws {
+        guard (self.text == nil) != (self.file == nil) else {
+            throw ValidationError("give a text, or --file PATH")
+        }
+        if self.file == nil, self.kind != nil || self.mime != nil {
+            throw ValidationError("--kind and --mime go with --file")
+        }
+        if let kind = self.kind, MediaInfo.Kind(rawValue: kind) == nil {
+            throw ValidationError("--kind is image, voice, video or file")
+        }
+    }
 
     func run() async throws {
         let conversation = self.target.conversation
-        let text = self.text
+        if let file = self.file {
+            try await self.sendFile(URL(fileURLWithPath: file), to: conversation)
+            return
+        }
+        let text = self.text ?? ""
         let (id, outcomes) = try await ClientSession.run(self.options) {
             session -> (String, [String: ClientEvent]?) in
             let id = try session.client.send(text, to: conversation)
@@ -84,12 +116,153 @@ struct Send: AsyncParsableCommand {
     }
 }
 
+extension Send {
+    private func sendFile(_ file: URL, to conversation: Conversation) async throws {
+        guard FileManager.default.isReadableFile(atPath: file.path) else {
+            throw CommandFailure(description: "cannot read \(file.path)")
+        }
+        let (kind, mime) = (self.kind.flatMap(MediaInfo.Kind.init(rawValue:)), self.mime)
+        let (id, media, outcomes) = try await ClientSession.run(self.options) {
+            session -> (String, MediaInfo?, [String: ClientEvent]) in
+            guard case .connected = try await session.connect() else {
+                throw CommandFailure(description: "cannot reach the server at \(self.options.serverText())")
+            }
+            let bar = ProgressBar(label: "sending \(file.lastPathComponent)")
+            var queued: (String, MediaInfo)?
+            do {
+                for try await step in session.client.sendMedia(file: file, to: conversation, kind: kind, mime: mime) {
+                    switch step {
+                    case .hashed: break
+                    case .uploading(let sent, let total): bar.show(sent, of: total)
+                    case .queued(let id, let media): queued = (id, media)
+                    }
+                }
+            } catch let error as CourierClientError {
+                bar.end()
+                throw CommandFailure(description: "\(error.code): \(error.message)")
+            }
+            bar.end()
+            guard let (id, media) = queued else { throw CommandFailure(description: "the upload did not finish") }
+            return (id, media, try await session.flushOutbox(including: [id]))
+        }
+        switch outcomes[id] {
+        case .sent(_, _, let seq, _)?:
+            print(
+                "sent \(media.map(ChatState.describe) ?? file.lastPathComponent) to \(conversation): seq \(seq), id \(id)"
+            )
+        case .sendFailed(_, let code, let message)?:
+            throw CommandFailure(description: "\(code): \(message)")
+        default:
+            throw CommandFailure(description: "no answer for \(id); it stays in the outbox")
+        }
+    }
+}
+
+/// `courier media get`: a media file, by its id.
+struct MediaCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "media",
+        abstract: "Fetch media files.",
+        subcommands: [Get.self]
+    )
+
+    struct Get: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Download a media file by its id (its SHA-256, as history --json shows) into a file.",
+            discussion: """
+                The download goes through the local media cache (beside the message store): a download a broken \
+                connection cut resumes from the bytes already there, and a file downloaded before is copied from \
+                it. The bytes are checked against the id. Media the user may not see is unknown-media, as if it \
+                did not exist.
+                """
+        )
+
+        @OptionGroup var options: ClientOptions
+        @Argument(help: "The media id: 64 hex digits.") var id: String
+        @Option(name: .shortAndLong, help: ArgumentHelp("Where to write the file.", valueName: "file"))
+        var output: String
+
+        func validate() throws {
+            guard self.id.utf8.count == 64, self.id.allSatisfy(\.isHexDigit) else {
+                throw ValidationError("a media id is 64 hex digits")
+            }
+        }
+
+        func run() async throws {
+            let id = self.id.lowercased()
+            let destination = URL(fileURLWithPath: self.output)
+            let size = try await ClientSession.run(self.options) { session -> Int64 in
+                guard case .connected = try await session.connect() else {
+                    throw CommandFailure(description: "cannot reach the server at \(self.options.serverText())")
+                }
+                let bar = ProgressBar(label: "fetching \(id.prefix(12))…")
+                var cached: URL?
+                do {
+                    for try await step in session.client.download(sha256: id) {
+                        switch step {
+                        case .downloading(let received, let total): bar.show(received, of: total)
+                        case .finished(let url): cached = url
+                        }
+                    }
+                } catch let error as CourierClientError {
+                    bar.end()
+                    throw CommandFailure(description: "\(error.code): \(error.message)")
+                }
+                bar.end()
+                guard let cached else { throw CommandFailure(description: "the download did not finish") }
+                try? FileManager.default.removeItem(at: destination)
+                try FileManager.default.copyItem(at: cached, to: destination)
+                return Int64(
+                    (try? FileManager.default.attributesOfItem(atPath: destination.path)[.size] as? NSNumber)??
+                        .int64Value ?? 0
+                )
+            }
+            print("wrote \(self.output): \(ChatState.size(size)), sha256 \(id)")
+        }
+    }
+}
+
+/// A progress bar on standard error: redrawn in place on a terminal, a line every 10% otherwise.
+final class ProgressBar {
+    private let label: String
+    private let terminal = isatty(STDERR_FILENO) == 1
+    private var lastStep = -1
+    private var drawn = false
+
+    init(label: String) {
+        self.label = label
+    }
+
+    func show(_ done: Int64, of total: Int64) {
+        let fraction = total > 0 ? min(1, Double(done) / Double(total)) : 1
+        let percent = Int(fraction * 100)
+        if self.terminal {
+            let width = 30
+            let filled = Int(fraction * Double(width))
+            let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
+            let line = "\r\(self.label) [\(bar)] \(percent)% \(ChatState.size(done)) / \(ChatState.size(total))\u{1B}[K"
+            FileHandle.standardError.write(Data(line.utf8))
+            self.drawn = true
+        } else if percent / 10 > self.lastStep {
+            self.lastStep = percent / 10
+            FileHandle.standardError.write(Data("\(self.label): \(percent)% (\(done) of \(total) bytes)\n".utf8))
+        }
+    }
+
+    /// Ends the bar's line.
+    func end() {
+        if self.terminal, self.drawn { FileHandle.standardError.write(Data("\n".utf8)) }
+    }
+}
+
 /// `courier history`: a page of a conversation, oldest first.
 struct History: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print a page of a conversation's history from the server, oldest first.",
         discussion: """
-            With --json, one JSON object a line: seq, from, to (direct) or group, kind ("text", or "recalled"), \
+            With --json, one JSON object a line: seq, from, to (direct) or group, kind ("text", "recalled", or a \
+            media kind: "image", "voice", "video", "file", with sha256, size, mime and name; `courier media get \
+            SHA256` fetches it), \
             text, time (RFC 3339, UTC), id.
             """
     )
@@ -140,7 +313,9 @@ struct History: AsyncParsableCommand {
     }
 
     static func line(_ message: ChatMessage) -> String {
-        let text = message.recalled ? "(recalled)" : message.text
+        let text =
+            message.recalled
+            ? "(recalled)" : message.media.map { ChatState.describe($0) + " " + $0.sha256 } ?? message.text
         return "\(Self.time(message.time))  #\(message.seq)  \(message.from): \(text)"
     }
 
@@ -154,15 +329,25 @@ struct History: AsyncParsableCommand {
             var text: String
             var time: String
             var id: String
+            var sha256: String?
+            var size: Int64?
+            var mime: String?
+            var name: String?
         }
         var line = Line(
             seq: message.seq,
             from: message.from,
-            kind: message.recalled ? "recalled" : "text",
+            kind: message.recalled ? "recalled" : message.media?.kind.rawValue ?? "text",
             text: message.text,
             time: Self.time(message.time),
             id: message.id
         )
+        if let media = message.media, !message.recalled {
+            line.sha256 = media.sha256
+            line.size = media.size
+            line.mime = media.mime
+            line.name = media.name
+        }
         switch message.conversation {
         case .user(let peer): line.to = message.from.lowercased() == me.lowercased() ? peer : me
         case .group(let name): line.group = name

@@ -113,6 +113,64 @@ struct ChatStateTests {
         #expect(state.threads["@bob"]?.unread == 0)
     }
 
+    @Test("/send PATH: a line shows the upload, then the media's kind, name and size; a failure removes it")
+    func sendingFiles() {
+        var state = ChatState(me: "alice", server: "test")
+        for character in "/send x.jpg" { _ = state.handle(.character(character), now: Self.now) }
+        #expect(state.handle(.enter, now: Self.now).isEmpty)
+        #expect(state.notice?.hasPrefix("open a conversation first") == true)
+        _ = state.select(.user("bob"), now: Self.now)
+        for character in "/send ~/Pictures/my cat.jpg" { _ = state.handle(.character(character), now: Self.now) }
+        let actions = state.handle(.enter, now: Self.now)
+        guard case .sendFile(let id, let path, .user("bob"))? = actions.first else {
+            Issue.record("expected a file send, got \(actions)")
+            return
+        }
+        #expect(path == NSHomeDirectory() + "/Pictures/my cat.jpg")
+        #expect(state.threads["@bob"]?.lines.map(\.text) == ["[sending my cat.jpg]"])
+        state.upload(id: id, .uploading(sent: 450, total: 1000))
+        #expect(state.threads["@bob"]?.lines.map(\.text) == ["[sending my cat.jpg 45%]"])
+        let media = MediaInfo(
+            kind: .image,
+            sha256: String(repeating: "a", count: 64),
+            size: 2_400_000,
+            mime: "image/jpeg",
+            name: "my cat.jpg"
+        )
+        state.upload(id: id, .queued(id: id, media: media))
+        #expect(state.threads["@bob"]?.lines.map(\.text) == ["[image my cat.jpg, 2.4 MB]"])
+        _ = state.apply(.sent(id: id, conversation: .user("bob"), seq: 3, time: Self.now), now: Self.now)
+        #expect(state.threads["@bob"]?.lines.map(\.seq) == [3])
+
+        for character in "/send big.iso" { _ = state.handle(.character(character), now: Self.now) }
+        guard case .sendFile(let failing, _, _)? = state.handle(.enter, now: Self.now).first else {
+            Issue.record("expected a file send")
+            return
+        }
+        state.uploadFailed(id: failing, "quota-exceeded: over the quota")
+        #expect(state.threads["@bob"]?.lines.count == 1)
+        #expect(state.notice == "not sent: quota-exceeded: over the quota")
+        for character in "/send" { _ = state.handle(.character(character), now: Self.now) }
+        _ = state.handle(.enter, now: Self.now)
+        #expect(state.notice?.hasPrefix("usage: /send PATH") == true)
+
+        // Media from others shows the same way.
+        var voice = Self.message(4, from: "bob")
+        voice.text = ""
+        voice.media = MediaInfo(
+            kind: .voice,
+            sha256: String(repeating: "b", count: 64),
+            size: 999,
+            mime: "audio/mp4",
+            name: ""
+        )
+        _ = state.apply(.message(voice), now: Self.now)
+        #expect(state.threads["@bob"]?.lines.last?.text == "[voice bbbbbbbbbbbb…, 999 B]")
+        #expect(ChatState.size(999_949) == "1.0 MB")
+        #expect(ChatState.size(12_345) == "12 kB")
+        #expect(ChatState.size(1_500_000_000) == "1.5 GB")
+    }
+
     @Test("a sent line waits with its id, then takes its sequence number; a refusal marks it and says why")
     func sending() {
         var state = ChatState(me: "alice", server: "test")

@@ -339,6 +339,75 @@ struct CommandLineTests {
         }
     }
 
+    @Test("send --file uploads with progress lines; history --json names the media; media get writes the same bytes")
+    func mediaCommands() async throws {
+        try await withTemporaryDirectory(prefix: "courier-cli") { folder in
+            let data = folder.appendingPathComponent("data")
+            try await CourierExecutable.addUsers(["alice", "bob", "carol"], data: data)
+            let ports = (try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick())
+            let server = try await ServerProcess.start(
+                data: data,
+                native: ports.0,
+                compat: ports.1,
+                http: ports.2,
+                log: folder.appendingPathComponent("server.log")
+            )
+            let home = [
+                "HOME": folder.path,
+                "XDG_CONFIG_HOME": folder.appendingPathComponent("config").path,
+                "XDG_DATA_HOME": folder.appendingPathComponent("share").path,
+            ]
+            func client(_ user: String, _ arguments: String...) async throws -> (status: Int32, output: String) {
+                try await CourierExecutable.run(
+                    arguments + ["--as", user, "--server", "127.0.0.1:\(ports.0)"],
+                    environment: home.merging(["COURIER_PASSWORD": "pw-" + user]) { $1 }
+                )
+            }
+            var random = SeededRandom(seed: TestSeed.make(for: "mediaCommands"))
+            var bytes: [UInt8] = []
+            random.appendBytes(3_000_000, to: &bytes)
+            let photo = folder.appendingPathComponent("holiday.png")
+            try Data(bytes).write(to: photo)
+
+            var result = try await client("alice", "send", "--to", "bob", "--file", photo.path)
+            #expect(result.status == 0, "\(result)")
+            #expect(result.output.contains("sending holiday.png: 100% (3000000 of 3000000 bytes)"), "\(result)")
+            #expect(result.output.contains("sent [image holiday.png, 3.0 MB] to @bob: seq 1"), "\(result)")
+            result = try await client("alice", "send", "--to", "bob", "--file", photo.path, "also text")
+            #expect(result.status != 0 && result.output.contains("give a text, or --file PATH"), "\(result)")
+            result = try await client(
+                "alice",
+                "send",
+                "--to",
+                "bob",
+                "--file",
+                folder.appendingPathComponent("nope").path
+            )
+            #expect(result.status == 1 && result.output.contains("cannot read"), "\(result)")
+
+            result = try await client("bob", "history", "--with", "alice", "--json")
+            let line = try #require(
+                try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any],
+                "\(result)"
+            )
+            #expect(line["kind"] as? String == "image" && line["mime"] as? String == "image/png")
+            #expect(line["name"] as? String == "holiday.png" && line["size"] as? Int == bytes.count)
+            let sha = try #require(line["sha256"] as? String)
+
+            let copy = folder.appendingPathComponent("copy.png")
+            result = try await client("bob", "media", "get", sha, "-o", copy.path)
+            #expect(result.status == 0 && result.output.contains("wrote \(copy.path): 3.0 MB"), "\(result)")
+            #expect(try Data(contentsOf: copy) == Data(bytes))
+            // carol is not in the conversation: the same answer as for media that does not exist.
+            result = try await client("carol", "media", "get", sha, "-o", folder.appendingPathComponent("x").path)
+            #expect(result.status == 1 && result.output.contains("unknown-media"), "\(result)")
+            #expect(!FileManager.default.fileExists(atPath: folder.appendingPathComponent("x").path))
+            result = try await client("bob", "media", "get", "abc", "-o", copy.path)
+            #expect(result.status != 0 && result.output.contains("64 hex digits"), "\(result)")
+            #expect(await server.terminate() == 0)
+        }
+    }
+
     @Test("serve takes its addresses and data folder from COURIER_* variables; a flag wins over its variable")
     func serveEnvironment() async throws {
         try await withTemporaryDirectory(prefix: "courier-cli") { folder in

@@ -62,6 +62,8 @@ struct ChatLoop {
         case history(Conversation, [ChatMessage], more: Bool)
         case unread([UnreadCount])
         case failed(String)
+        case upload(id: String, UploadProgress)
+        case uploadFailed(id: String, String)
         case tick
         case draw
     }
@@ -128,6 +130,10 @@ struct ChatLoop {
                     state.setUnread(counts)
                 case .failed(let message):
                     state.notice = message
+                case .upload(let id, let progress):
+                    state.upload(id: id, progress)
+                case .uploadFailed(let id, let message):
+                    state.uploadFailed(id: id, message)
                 case .tick:
                     state.expire(now: now)
                 case .draw:
@@ -176,6 +182,18 @@ struct ChatLoop {
                 try client.send(text, to: conversation, id: id)
             } catch {
                 state.notice = "not sent: \(error)"
+            }
+        case .sendFile(let id, let path, let conversation):
+            group.addTask {
+                do {
+                    for try await step in client.sendMedia(file: URL(fileURLWithPath: path), to: conversation, id: id) {
+                        sink.yield(.upload(id: id, step))
+                    }
+                } catch let error as CourierClientError {
+                    sink.yield(.uploadFailed(id: id, "\(error.code): \(error.message)"))
+                } catch {
+                    sink.yield(.uploadFailed(id: id, "\(path): \(error.localizedDescription)"))
+                }
             }
         case .markRead(let conversation, let seq):
             group.addTask { try? await client.markRead(conversation, upToSeq: seq) }

@@ -62,6 +62,8 @@ struct ChatState {
     /// The terminal's size; the screen lays out to it.
     var columns = 80
     var rows = 24
+    /// The files `/send` is uploading: message id → file name.
+    private var uploads: [String: String] = [:]
     /// When this user last said it is typing, and where.
     private var typingSent: (conversation: Conversation, at: Date)?
 
@@ -70,7 +72,8 @@ struct ChatState {
     static let typingRenewal: TimeInterval = 3
     /// The messages asked of the server when a conversation opens or scrolls past its oldest.
     static let historyPage = 50
-    static let help = "Enter sends · Tab/Shift-Tab switch · PgUp/PgDn scroll · /open NAME or #GROUP · Ctrl-C quits"
+    static let help =
+        "Enter sends · Tab/Shift-Tab switch · PgUp/PgDn scroll · /open NAME or #GROUP · /send PATH · Ctrl-C quits"
 
     init(me: String, server: String) {
         self.me = me
@@ -99,9 +102,59 @@ struct ChatState {
         }
         for message in pending {
             self[thread: message.conversation].lines.append(
-                Line(id: message.id, from: self.me, seq: nil, time: now, text: message.text)
+                Line(
+                    id: message.id,
+                    from: self.me,
+                    seq: nil,
+                    time: now,
+                    text: message.media.map(Self.describe) ?? message.text
+                )
             )
         }
+    }
+
+    /// A media message as its line shows it: kind, name and size.
+    static func describe(_ media: MediaInfo) -> String {
+        "[\(media.kind.rawValue) \(media.name.isEmpty ? media.sha256.prefix(12) + "…" : media.name), \(Self.size(media.size))]"
+    }
+
+    /// A byte count for people: `512 B`, `2.4 MB`, `1.1 GB` (decimal units).
+    static func size(_ bytes: Int64) -> String {
+        if bytes < 1000 { return "\(bytes) B" }
+        let units = ["kB", "MB", "GB", "TB"]
+        var value = Double(bytes) / 1000
+        var unit = 0
+        while value >= 999.5, unit < units.count - 1 {
+            value /= 1000
+            unit += 1
+        }
+        return String(format: value < 10 ? "%.1f %@" : "%.0f %@", value, units[unit])
+    }
+
+    /// How an upload started by `/send` goes: its line shows the progress, then the media.
+    mutating func upload(id: String, _ progress: UploadProgress) {
+        guard let key = self.threads.first(where: { $0.value.lines.contains { $0.id == id } })?.key,
+            let index = self.threads[key]?.lines.firstIndex(where: { $0.id == id })
+        else { return }
+        switch progress {
+        case .hashed:
+            break
+        case .uploading(let sent, let total):
+            let percent = total > 0 ? sent * 100 / total : 100
+            self.threads[key]!.lines[index].text = "[sending \(self.uploads[id] ?? "") \(percent)%]"
+        case .queued(_, let media):
+            self.uploads[id] = nil
+            self.threads[key]!.lines[index].text = Self.describe(media)
+        }
+    }
+
+    /// An upload started by `/send` failed: its line goes, and the notice says why.
+    mutating func uploadFailed(id: String, _ message: String) {
+        self.uploads[id] = nil
+        for key in self.threads.keys {
+            self.threads[key]!.lines.removeAll { $0.id == id && $0.seq == nil }
+        }
+        self.notice = "not sent: \(message)"
     }
 
     /// Merges a page of history from the server; the open conversation is then read up to its newest message.
@@ -233,6 +286,25 @@ struct ChatState {
             }
             self[thread: target].historyRequested = false
             return self.select(target, now: now)
+        case "/send", "/s":
+            let path = line.drop { $0 != " " }.trimmingCharacters(in: .whitespaces)
+            guard !path.isEmpty else {
+                self.notice = "usage: /send PATH (an image, voice clip, video or any file)"
+                return []
+            }
+            guard let thread = self.openThread else {
+                self.notice = "open a conversation first: /open NAME or /open #GROUP"
+                return []
+            }
+            let expanded = path.hasPrefix("~/") ? NSHomeDirectory() + path.dropFirst() : path
+            let id = UUID().uuidString
+            let name = (expanded as NSString).lastPathComponent
+            self.uploads[id] = name
+            self.threads[Self.key(thread.conversation)]?.lines.append(
+                Line(id: id, from: self.me, seq: nil, time: now, text: "[sending \(name)]")
+            )
+            self.scroll = 0
+            return [.sendFile(id: id, path: expanded, to: thread.conversation)]
         case "/quit", "/q":
             return [.quit]
         case "/help", "/h", "/?":
@@ -423,7 +495,7 @@ struct ChatState {
                 from: message.from,
                 seq: message.seq,
                 time: message.time,
-                text: message.recalled ? "" : message.text,
+                text: message.recalled ? "" : message.media.map(Self.describe) ?? message.text,
                 recalled: message.recalled
             )
         )
@@ -450,6 +522,8 @@ struct ChatState {
 /// What the chat asks to be done.
 enum ChatAction: Hashable {
     case send(id: String, text: String, to: Conversation)
+    /// Send a file as a media message (its line, with this id, shows the upload).
+    case sendFile(id: String, path: String, to: Conversation)
     case markRead(Conversation, upToSeq: UInt64)
     case typing(Bool, Conversation)
     case loadHistory(Conversation, beforeSeq: UInt64)
