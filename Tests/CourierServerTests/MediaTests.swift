@@ -349,6 +349,39 @@ struct MediaTests {
         }
     }
 
+    @Test("an upload abandoned past the configured age is deleted; a resume then starts from zero")
+    func abandonedUploads() async throws {
+        try await ServerFixture.with(
+            { fixture in
+                try await fixture.user("alice")
+                let file = Self.randomBytes(300_000, "abandonedUploads")
+                let (first, welcome) = try await NativeTestClient.login(fixture, "alice")
+                _ = try await first.upload(file, stream: 1, upTo: 100_000)
+                try await Self.waitForBytesIn(fixture, 100_000)
+                #expect(Self.files(fixture, "uploads").count == 2, "the part file and its record")
+                await first.close()
+                let deadline = ContinuousClock.now + .seconds(20)
+                while !Self.files(fixture, "uploads").isEmpty {
+                    guard ContinuousClock.now < deadline else {
+                        Issue.record("still there: \(Self.files(fixture, "uploads"))")
+                        return
+                    }
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+                let (second, _) = try await NativeTestClient.resume(fixture, token: welcome.token)
+                guard case .done(_, 0) = try await second.upload(file, stream: 1) else {
+                    Issue.record("the upload did not start again from zero")
+                    return
+                }
+                await second.close()
+            },
+            configure: {
+                $0.media.abandonedUploadAge = .seconds(1)
+                $0.media.cleanupInterval = .milliseconds(200)
+            }
+        )
+    }
+
     static func waitForBytesIn(_ fixture: ServerFixture, _ count: Int) async throws {
         let deadline = ContinuousClock.now + .seconds(10)
         while try await Self.mediaBytes(fixture).in < count {

@@ -201,4 +201,119 @@ struct SessionStateMachineTests {
             return
         }
     }
+
+    static func media(_ configure: (inout Courier_V1_Media) -> Void) -> ClientEnvelope {
+        var envelope = ClientEnvelope()
+        envelope.requestID = 3
+        envelope.send.to.user = "bob"
+        var media = Courier_V1_Media()
+        media.kind = .image
+        media.sha256 = String(repeating: "0123456789abcdef", count: 4)
+        media.size = 1000
+        media.mime = "image/jpeg"
+        media.name = "a.jpg"
+        configure(&media)
+        envelope.send.body.media = media
+        return envelope
+    }
+
+    @Test("a media send is checked: digest, kind, size limit, a MIME type safe for headers, a plain file name")
+    func mediaValidation() {
+        var machine = Self.active()
+        guard case .write(.send(let send), 3, true) = machine.received(Self.media { _ in }, now: Self.start) else {
+            Issue.record("a valid media send is not written")
+            return
+        }
+        #expect(send.media?.sha256 == String(repeating: "0123456789abcdef", count: 4) && send.media?.size == 1000)
+        let refusals: [(String, (inout Courier_V1_Media) -> Void)] = [
+            (ErrorCodes.invalidRequest, { $0.sha256 = "ABC" }),
+            (ErrorCodes.invalidRequest, { $0.sha256 = String(repeating: "A", count: 64) }),
+            (ErrorCodes.invalidRequest, { $0.kind = .unspecified }),
+            (ErrorCodes.mediaTooLarge, { $0.size = 2 * 1024 * 1024 * 1024 + 1 }),
+            (ErrorCodes.invalidRequest, { $0.mime = "image/jpeg\r\nSet-Cookie: x=1" }),
+            (ErrorCodes.invalidRequest, { $0.mime = "jpeg" }),
+            (ErrorCodes.invalidRequest, { $0.mime = String(repeating: "a", count: 130) + "/b" }),
+            (ErrorCodes.invalidRequest, { $0.name = "../../etc/passwd" }),
+            (ErrorCodes.invalidRequest, { $0.name = "a\u{1B}[2J.jpg" }),
+            (ErrorCodes.invalidRequest, { $0.name = String(repeating: "n", count: 256) }),
+        ]
+        for (code, change) in refusals {
+            let action = machine.received(Self.media(change), now: Self.start)
+            guard case .refuse(3, code, _, _, nil) = action else {
+                Issue.record("expected \(code), got \(action) for \(Self.media(change).send.body.media)")
+                continue
+            }
+        }
+        // Empty type and name are fine (the type is served as application/octet-stream).
+        guard
+            case .write = machine.received(
+                Self.media {
+                    $0.mime = ""
+                    $0.name = ""
+                },
+                now: Self.start
+            )
+        else {
+            Issue.record("an empty type and name are refused")
+            return
+        }
+    }
+
+    @Test("uploads and fetches name a digest and an odd stream; an upload over the limit is refused at once")
+    func uploadAndFetchRequests() {
+        var machine = Self.active()
+        var upload = ClientEnvelope()
+        upload.requestID = 4
+        upload.upload.sha256 = String(repeating: "ab", count: 32)
+        upload.upload.size = 10
+        upload.upload.streamID = 1
+        #expect(
+            machine.received(upload, now: Self.start)
+                == .request(.upload(sha256: upload.upload.sha256, size: 10, streamID: 1), requestID: 4)
+        )
+        upload.upload.streamID = 2
+        guard case .refuse(4, ErrorCodes.invalidRequest, _, _, _) = machine.received(upload, now: Self.start) else {
+            Issue.record("an even stream id is accepted")
+            return
+        }
+        upload.upload.streamID = 3
+        upload.upload.size = 3 * 1024 * 1024 * 1024
+        guard case .refuse(4, ErrorCodes.mediaTooLarge, _, _, _) = machine.received(upload, now: Self.start) else {
+            Issue.record("an oversize upload is accepted")
+            return
+        }
+        var fetch = ClientEnvelope()
+        fetch.requestID = 5
+        fetch.fetch.sha256 = String(repeating: "cd", count: 32)
+        fetch.fetch.streamID = 5
+        fetch.fetch.offset = 7
+        fetch.fetch.windowBytes = 4096
+        #expect(
+            machine.received(fetch, now: Self.start)
+                == .request(
+                    .fetch(sha256: fetch.fetch.sha256, offset: 7, length: 0, streamID: 5, window: 4096),
+                    requestID: 5
+                )
+        )
+    }
+
+    @Test("Range headers: one range, open and suffix forms, clamped ends; several ranges or bad syntax mean the whole")
+    func byteRanges() {
+        let size: Int64 = 1000
+        #expect(ByteRange.parse("bytes=0-99", size: size) == .partial(0..<100))
+        #expect(ByteRange.parse("bytes=900-", size: size) == .partial(900..<1000))
+        #expect(ByteRange.parse("bytes=900-5000", size: size) == .partial(900..<1000))
+        #expect(ByteRange.parse("bytes=-100", size: size) == .partial(900..<1000))
+        #expect(ByteRange.parse("bytes=-5000", size: size) == .partial(0..<1000))
+        #expect(ByteRange.parse("bytes=999-999", size: size) == .partial(999..<1000))
+        #expect(ByteRange.parse("bytes=1000-", size: size) == .unsatisfiable)
+        #expect(ByteRange.parse("bytes=-0", size: size) == .unsatisfiable)
+        #expect(ByteRange.parse("bytes=0-", size: 0) == .unsatisfiable)
+        #expect(ByteRange.parse("bytes=0-1,5-6", size: size) == .whole)
+        #expect(ByteRange.parse("bytes=5-1", size: size) == .whole)
+        #expect(ByteRange.parse("bytes=a-b", size: size) == .whole)
+        #expect(ByteRange.parse("items=0-1", size: size) == .whole)
+        #expect(ByteRange.parse("bytes=99999999999999999999999-", size: size) == .unsatisfiable)
+    }
+
 }
