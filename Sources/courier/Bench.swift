@@ -24,6 +24,11 @@ struct Bench: AsyncParsableCommand {
             server's durability (WAL, synchronous=FULL). With --pattern idle the connections only log in and stay; \
             the report gives the server's memory per connection after --settle.
 
+            With --pattern media the bench writes one file of --size bytes, uploads it with the client SDK as one \
+            user and downloads it as another, and reports each direction's throughput (the upload includes the \
+            server's fsync and digest check), the server's peak RSS growth, the same download over HTTP with curl, \
+            and the ceilings of this machine for as many bytes: a write with one fsync, and SHA-256.
+
             With --server HOST:PORT --data FOLDER the bench loads a server started apart (under perf or valgrind, \
             with other flags), adding its users to that server's data folder while it runs; --server-pid gives its \
             CPU and memory.
@@ -31,13 +36,18 @@ struct Bench: AsyncParsableCommand {
     )
 
     enum Pattern: String, ExpressibleByArgument, CaseIterable {
-        case pairs, group, idle
+        case pairs, group, idle, media
     }
 
     @Option(help: "Connections, one user each.")
     var connections = 100
 
-    @Option(help: "pairs (each sends to its partner), group (groups of --group-size), idle (only logged in).")
+    @Option(
+        help: """
+            pairs (each sends to its partner), group (groups of --group-size), idle (only logged in), media (one \
+            file of --size bytes uploaded by one client and downloaded by another).
+            """
+    )
     var pattern = Pattern.pairs
 
     @Option(help: "Members per group, with --pattern group.")
@@ -46,7 +56,7 @@ struct Bench: AsyncParsableCommand {
     @Option(help: "Messages each connection sends.")
     var messages = 1_000
 
-    @Option(help: "Each message's size in bytes.")
+    @Option(help: "Each message's size in bytes; with --pattern media, the file's.")
     var size = 100
 
     @Option(help: "Total send rate in messages/s (open loop); without it, as fast as acknowledgements allow.")
@@ -109,6 +119,9 @@ struct Bench: AsyncParsableCommand {
             }
         }
         if let rate, rate <= 0 { throw ValidationError("--rate must be positive") }
+        if self.pattern == .media, self.server != nil {
+            throw ValidationError("--pattern media starts its own server")
+        }
         if let server {
             _ = try ClientOptions.address(server)
             guard self.data != nil else { throw ValidationError("--server needs --data, the server's data folder") }
@@ -125,7 +138,7 @@ struct Bench: AsyncParsableCommand {
             switch self.pattern {
             case .pairs: .pairs
             case .group: .groups(size: self.groupSize)
-            case .idle: .idle
+            case .idle, .media: .idle
             }
         configuration.messagesPerConnection = self.messages
         configuration.messageBytes = self.size
@@ -147,6 +160,12 @@ struct Bench: AsyncParsableCommand {
         }
         let say: @Sendable (String) -> Void = { line in
             FileHandle.standardError.write(Data("bench: \(line)\n".utf8))
+        }
+        if self.pattern == .media {
+            let result = try await MediaBench(bytes: Int64(self.size), folder: folder, say: say).run(limits: self.limits)
+            if self.keepData { say("kept \(folder.path)") }
+            print(self.json ? try MediaBench.json(result) : MediaBench.text(result))
+            return
         }
         var logger = Logger(label: "courier.bench")
         logger.logLevel = .warning
@@ -236,6 +255,7 @@ struct Bench: AsyncParsableCommand {
 struct BenchServer {
     let process: Process
     let port: Int
+    let httpPort: Int
 
     static func start(data: URL, log: URL, limits: [String]) async throws -> BenchServer {
         let ports = try (0..<3).map { _ in try Self.freePort() }
@@ -254,7 +274,7 @@ struct BenchServer {
         try process.run()
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {
-            if Self.accepts(port: ports[0]) { return BenchServer(process: process, port: ports[0]) }
+            if Self.accepts(port: ports[0]) { return BenchServer(process: process, port: ports[0], httpPort: ports[2]) }
             guard process.isRunning else { break }
             try await Task.sleep(for: .milliseconds(20))
         }
