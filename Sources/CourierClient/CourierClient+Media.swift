@@ -232,6 +232,8 @@ extension CourierClient {
             try handle.truncate(atOffset: 0)
             offset = 0
         }
+        // Hashed as it arrives when the download starts from the first byte: no second read to check it.
+        var hasher: SHA256? = offset == 0 ? SHA256() : nil
         if size < 0 || offset < size {
             let stream = link.openStream()
             defer { link.closeStream(stream) }
@@ -246,7 +248,10 @@ extension CourierClient {
             size = Int64(info.size)
             progress(offset, size)
             for try await chunk in chunks {
-                try chunk.bytes.withUnsafeReadableBytes { try handle.write(contentsOf: $0) }
+                try chunk.bytes.withUnsafeReadableBytes { bytes in
+                    try handle.write(contentsOf: bytes)
+                    hasher?.update(bufferPointer: bytes)
+                }
                 offset += Int64(chunk.bytes.readableBytes)
                 progress(offset, size)
                 if chunk.end { break }
@@ -262,7 +267,12 @@ extension CourierClient {
         }
         try handle.synchronize()
         try handle.close()
-        let (digest, _) = try await Self.digest(of: part)
+        let digest: String
+        if let hasher {
+            digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
+        } else {
+            digest = try await Self.digest(of: part).0
+        }
         guard digest == sha256 else {
             try? FileManager.default.removeItem(at: part)
             throw CourierClientError(code: "media-mismatch", message: "the download's sha256 is \(digest)")

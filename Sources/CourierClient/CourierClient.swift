@@ -51,7 +51,7 @@ public final class CourierClient: Sendable {
         public var memoryCacheBytes: Int = 16 * 1024 * 1024
         public var memoryCacheItemBytes: Int = 512 * 1024
         /// The window a download grants the server: the most bytes of one file in flight to this client.
-        public var fetchWindowBytes: Int = 1024 * 1024
+        public var fetchWindowBytes: Int = 4 * 1024 * 1024
 
         public init(host: String = "127.0.0.1", port: Int = 6970, credentials: Credentials, storePath: String) {
             self.host = host

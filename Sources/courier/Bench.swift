@@ -162,7 +162,9 @@ struct Bench: AsyncParsableCommand {
             FileHandle.standardError.write(Data("bench: \(line)\n".utf8))
         }
         if self.pattern == .media {
-            let result = try await MediaBench(bytes: Int64(self.size), folder: folder, say: say).run(limits: self.limits)
+            let result = try await MediaBench(bytes: Int64(self.size), folder: folder, say: say).run(
+                limits: self.limits
+            )
             if self.keepData { say("kept \(folder.path)") }
             print(self.json ? try MediaBench.json(result) : MediaBench.text(result))
             return

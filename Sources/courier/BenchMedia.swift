@@ -2,6 +2,7 @@ import CourierBench
 import CourierClient
 import Crypto
 import Foundation
+import Glibc
 import Logging
 import Synchronization
 
@@ -43,6 +44,11 @@ struct MediaBench {
         let file = self.folder.appendingPathComponent("upload.bin")
         self.say("writing \(self.bytes) random bytes to \(file.path)")
         try Self.writeRandom(self.bytes, to: file)
+        // The ceilings first, each from a clean page cache state (nothing dirty waiting to be written back).
+        sync()
+        self.say("measuring the ceilings")
+        let (diskWrite, sha) = try Self.ceilings(self.bytes, in: self.folder)
+        sync()
         let server = try await BenchServer.start(
             data: data,
             log: self.folder.appendingPathComponent("server.log"),
@@ -113,8 +119,9 @@ struct MediaBench {
                 }
             }
             let finished = ContinuousClock.now
-            guard let cached, (try? FileManager.default.attributesOfItem(atPath: cached.path)[.size] as? NSNumber)??
-                .int64Value == self.bytes
+            guard let cached,
+                (try? FileManager.default.attributesOfItem(atPath: cached.path)[.size] as? NSNumber)??
+                    .int64Value == self.bytes
             else { throw CommandFailure(description: "the download is incomplete") }
             let cpuAfter = ProcessMonitor.cpuSeconds(of: pid)
 
@@ -124,8 +131,6 @@ struct MediaBench {
                 http = try Self.curl(port: server.httpPort, sha256: media.sha256, token: users[1].token)
             }
             sampler.cancel()
-            self.say("measuring the ceilings")
-            let (diskWrite, sha) = try Self.ceilings(self.bytes, in: self.folder)
             return Result(
                 bytes: self.bytes,
                 hashSeconds: (hashed - start).seconds,
@@ -225,7 +230,9 @@ struct MediaBench {
             "download:      \(rate(result.downloadSeconds)) (fetch to the last byte on the receiver's disk; "
                 + "its digest check took \(String(format: "%.2f", result.verifySeconds)) s more)",
         ]
-        if let http = result.httpSeconds { lines.append("HTTP download: \(rate(http)) (curl to /dev/null, same server)") }
+        if let http = result.httpSeconds {
+            lines.append("HTTP download: \(rate(http)) (curl to /dev/null, same server)")
+        }
         if let before = result.serverRSSBefore, let peak = result.serverRSSPeak {
             lines.append(
                 "server RSS:    \(BenchReport.mebibytes(before)) before, peak \(BenchReport.mebibytes(peak)): "

@@ -483,6 +483,22 @@ struct CommandLineTests {
         }
     }
 
+    @Test("bench --pattern media uploads and downloads one file through a fresh server and reports both directions")
+    func benchMedia() async throws {
+        let result = try await CourierExecutable.run(["bench", "--pattern", "media", "--size", "3000000", "--json"])
+        #expect(result.status == 0, "\(result.output)")
+        let line = try #require(result.output.split(separator: "\n").last.map(String.init))
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], "\(line)")
+        #expect(report["bytes"] as? Int == 3_000_000)
+        for key in ["upload_seconds", "download_seconds", "ceiling_write_seconds", "ceiling_sha256_seconds"] {
+            #expect((report[key] as? Double ?? 0) > 0, "\(key) in \(line)")
+        }
+        let before = try #require(report["server_rss_before_bytes"] as? Int)
+        let peak = try #require(report["server_rss_peak_bytes"] as? Int)
+        #expect(peak >= before && before > 0)
+        #expect((report["http_seconds"] as? Double ?? 0) > 0, "curl downloaded the same file")
+    }
+
     @Test("courier bench --pattern idle holds its connections and reports the server's memory before and after")
     func benchIdle() async throws {
         let result = try await CourierExecutable.run([
