@@ -33,6 +33,9 @@ extension CourierClient {
     ///   - kind: By default from the file's extension (images, audio, video; anything else a file).
     ///   - mime: By default from the file's extension (`application/octet-stream` when unknown).
     ///   - name: By default the file's name.
+    ///   - durationMs: A voice clip's or video's length, where the caller knows it (0: unknown).
+    ///   - width: An image's or video's width in pixels, where known (0: unknown).
+    ///   - height: Its height in pixels, where known (0: unknown).
     /// - Returns: The progress; the sequence ends after ``UploadProgress/queued(id:media:)``, or throws the server's
     ///   refusal (``CourierClientError``: `media-too-large`, `quota-exceeded`, …) or a file error.
     public func sendMedia(
@@ -41,6 +44,9 @@ extension CourierClient {
         kind: MediaInfo.Kind? = nil,
         mime: String? = nil,
         name: String? = nil,
+        durationMs: Int = 0,
+        width: Int = 0,
+        height: Int = 0,
         id: String = UUID().uuidString
     ) -> AsyncThrowingStream<UploadProgress, any Error> {
         let (progress, continuation) = AsyncThrowingStream.makeStream(
@@ -57,11 +63,15 @@ extension CourierClient {
                     sha256: sha256,
                     size: size,
                     mime: mime ?? type.mime,
-                    name: name ?? file.lastPathComponent
+                    name: name ?? file.lastPathComponent,
+                    durationMs: durationMs,
+                    width: width,
+                    height: height
                 )
                 try await self.upload(file, media: media) { sent in
                     continuation.yield(.uploading(sent: sent, total: size))
                 }
+                try Task.checkCancellation()
                 try self.store.enqueue(.init(id: id, conversation: conversation, text: "", media: media))
                 self.outboxChanged()
                 continuation.yield(.queued(id: id, media: media))
@@ -91,13 +101,17 @@ extension CourierClient {
 
     private func upload(_ file: URL, media: MediaInfo, on link: Link, progress: (Int64) -> Void) async throws {
         let stream = link.openStream()
-        defer { link.closeStream(stream) }
+        var ended = false
+        defer { if ended { link.closeStream(stream) } else { link.abandonStream(stream) } }
         var request = ClientEnvelope()
         request.upload.sha256 = media.sha256
         request.upload.size = UInt64(media.size)
         request.upload.streamID = stream
         let (ready, id) = try await link.requestAnsweredTwice(request)
-        guard case .uploadReady(let start)? = ready.body else { throw Self.unexpected(ready) }
+        guard case .uploadReady(let start)? = ready.body else {
+            link.forgetLaterAnswer(to: id)
+            throw Self.unexpected(ready)
+        }
         link.grant(stream, Int(start.windowBytes))
         var offset = Int64(start.offset)
         progress(offset)
@@ -106,6 +120,7 @@ extension CourierClient {
             defer { try? handle.close() }
             try handle.seek(toOffset: UInt64(offset))
             while offset < media.size {
+                try Task.checkCancellation()
                 let wanted = Int(min(Int64(link.maxChunkBytes), media.size - offset))
                 guard let allowed = await link.takeWindow(stream, upTo: wanted) else {
                     // The stream was reset (the server refused the upload: its error is the second answer) or the
@@ -127,6 +142,7 @@ extension CourierClient {
                 progress(offset)
             }
         }
+        ended = true
         let done = try await link.laterAnswer(to: id)
         guard case .uploadDone(let stored)? = done.body else { throw Self.unexpected(done) }
         guard stored.sha256 == media.sha256 else {
@@ -181,6 +197,11 @@ extension CourierClient {
                 guard MediaFileCache.isDigest(sha256) else {
                     throw CourierClientError(code: "invalid-request", message: "a media id is 64 lowercase hex digits")
                 }
+                // One download of a file at a time: a second waits for the first, then finds it in the cache.
+                while !self.media.claimDownload(sha256) {
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+                defer { self.media.releaseDownload(sha256) }
                 if let file = self.media.file(sha256) {
                     continuation.yield(.finished(file))
                     continuation.finish()
@@ -236,7 +257,8 @@ extension CourierClient {
         var hasher: SHA256? = offset == 0 ? SHA256() : nil
         if size < 0 || offset < size {
             let stream = link.openStream()
-            defer { link.closeStream(stream) }
+            var ended = false
+            defer { if ended { link.closeStream(stream) } else { link.abandonStream(stream) } }
             let chunks = link.receiveChunks(on: stream)
             var request = ClientEnvelope()
             request.fetch.sha256 = sha256
@@ -248,13 +270,17 @@ extension CourierClient {
             size = Int64(info.size)
             progress(offset, size)
             for try await chunk in chunks {
+                try Task.checkCancellation()
                 try chunk.bytes.withUnsafeReadableBytes { bytes in
                     try handle.write(contentsOf: bytes)
                     hasher?.update(bufferPointer: bytes)
                 }
                 offset += Int64(chunk.bytes.readableBytes)
                 progress(offset, size)
-                if chunk.end { break }
+                if chunk.end {
+                    ended = true
+                    break
+                }
                 if chunk.bytes.readableBytes > 0 {
                     try await link.write(
                         frame: .windowUpdate(streamID: stream, increment: UInt32(chunk.bytes.readableBytes))

@@ -56,12 +56,18 @@ final class Link: Sendable {
         self.maxChunkBytes = max(1024, maxChunkBytes)
     }
 
+    /// Writes an envelope; a connection that broke is ``CourierClientError/notConnected``.
     func write(_ envelope: ClientEnvelope) async throws {
-        try await self.outbound.write(try NativeFrame(envelope: envelope))
+        try await self.write(frame: try NativeFrame(envelope: envelope))
     }
 
+    /// Writes a frame; a connection that broke is ``CourierClientError/notConnected``.
     func write(frame: NativeFrame) async throws {
-        try await self.outbound.write(frame)
+        do {
+            try await self.outbound.write(frame)
+        } catch {
+            throw CourierClientError.notConnected
+        }
     }
 
     /// Sends a request and waits for the answer with its request id.
@@ -122,6 +128,11 @@ final class Link: Sendable {
             }
         }
         return (first, id)
+    }
+
+    /// No second answer will come (the first was a refusal): forgets the request.
+    func forgetLaterAnswer(to id: UInt64) {
+        _ = self.state.withLock { $0.laterAnswers.removeValue(forKey: id) }
     }
 
     /// The second answer to a request sent with ``requestAnsweredTwice(_:)``.
@@ -208,6 +219,13 @@ final class Link: Sendable {
         }
         sink?.yield(MediaChunk(bytes: bytes, end: end))
         if end { sink?.finish() }
+    }
+
+    /// This side gives a stream up before its end (cancelled, or failed here): it is closed, and the server is told
+    /// with a `resetStream`, so that it stops sending and frees the stream.
+    func abandonStream(_ stream: UInt32) {
+        self.closeStream(stream)
+        Task { try? await self.write(frame: .resetStream(streamID: stream, code: .cancel)) }
     }
 
     /// The server reset a stream, or this side is done with it.

@@ -16,6 +16,8 @@ final class MediaFileCache: Sendable {
     }
 
     private struct State {
+        /// Files being downloaded now: one download per file at a time.
+        var downloading: Set<String> = []
         var files: [String: Entry] = [:]
         var total: Int64 = 0
         var memory: [String: (data: Data, used: UInt64)] = [:]
@@ -68,6 +70,15 @@ final class MediaFileCache: Sendable {
         // The modification time keeps the order of use across restarts.
         try? FileManager.default.setAttributes([.modificationDate: Date()], ofItemAtPath: url.path)
         return url
+    }
+
+    /// Claims a file's download for the caller; false when another download of it is under way.
+    func claimDownload(_ sha256: String) -> Bool {
+        self.state.withLock { $0.downloading.insert(sha256).inserted }
+    }
+
+    func releaseDownload(_ sha256: String) {
+        _ = self.state.withLock { $0.downloading.remove(sha256) }
     }
 
     /// Where a download in progress is written.

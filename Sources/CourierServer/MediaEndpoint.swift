@@ -40,13 +40,18 @@ struct MediaEndpoint: Sendable {
             return Self.plain(.notFound, "no such media")
         }
         let etag = "\"\(sha256)\""
+        // The type is the sender's word: only types a browser does not run are served as such; anything else (HTML,
+        // SVG, scripts…) is a download, so a message cannot plant a page on the server's origin.
+        let inert = Self.isInert(access.mime)
         var headers: HTTPFields = [
-            .contentType: access.mime,
+            .contentType: inert ? access.mime : SQLiteStore.defaultMediaType,
             .init("X-Content-Type-Options")!: "nosniff",
+            .contentSecurityPolicy: "sandbox",
             .eTag: etag,
             .acceptRanges: "bytes",
             .cacheControl: "private, max-age=31536000, immutable",
         ]
+        if !inert { headers[.contentDisposition] = "attachment" }
         if let match = request.headers[.ifNoneMatch],
             match.split(separator: ",").contains(where: {
                 let tag = $0.trimmingCharacters(in: .whitespaces)
@@ -91,6 +96,15 @@ struct MediaEndpoint: Sendable {
                 try await writer.finish(nil)
             }
         )
+    }
+
+    /// Images (but SVG), audio, video, plain text and bytes: what a browser shows or plays and never runs.
+    static func isInert(_ mime: String) -> Bool {
+        let type = mime.split(separator: ";", maxSplits: 1).first?.trimmingCharacters(in: .whitespaces).lowercased()
+        guard let type else { return false }
+        if type == "image/svg+xml" { return false }
+        return type.hasPrefix("image/") || type.hasPrefix("audio/") || type.hasPrefix("video/")
+            || type == "text/plain" || type == SQLiteStore.defaultMediaType
     }
 
     private static func token(of request: Request) -> String? {

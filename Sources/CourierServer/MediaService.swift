@@ -4,6 +4,7 @@ import Crypto
 import Foundation
 import Logging
 import NIOCore
+import Synchronization
 
 /// The server's media: uploads into the blob store (size limit, quota, digest check), reads out of it, and the
 /// clean-up of abandoned uploads. Both ports and the HTTP port use it.
@@ -13,6 +14,9 @@ final class MediaService: Sendable {
     let configuration: ServerConfiguration.Media
     let metrics: ServerMetrics
     let logger: Logger
+    /// The uploads some stream is working on now: one stream at a time may own an upload, so that two connections
+    /// of the same user can never write into the same part file.
+    private let claims = Mutex<Set<String>>([])
 
     init(
         folder: URL,
@@ -49,12 +53,19 @@ final class MediaService: Sendable {
         max(0, self.configuration.quotaBytesPerUser - (try await self.store.mediaUsage(of: user)))
     }
 
-    /// Starts (or resumes) an upload, after checking the size limit and the user's quota.
+    /// The upload id of a user's native upload of a file (the same on every connection, so that it resumes), and of
+    /// a compat media packet (new for each: the compat framing cannot resume).
+    static func nativeUploadID(user: UserID, sha256: String) -> String { "n\(user.rawValue)-\(sha256)" }
+    static func compatUploadID(user: UserID) -> String { "c\(user.rawValue)-" + UUID().uuidString }
+
+    /// Starts (or resumes) an upload, after checking the size limit and the user's quota, which counts the uploads
+    /// the user has in progress at their declared sizes too. The caller owns the upload until ``release(_:)``.
     ///
     /// - Parameters:
     ///   - id: The blob store's upload id.
     ///   - sha256: The digest the client declared, or nil (compat packets) to learn it from the bytes.
-    /// - Throws: `media-too-large`, `quota-exceeded`, `invalid-request`, `storage-failed`.
+    /// - Throws: `media-too-large`, `quota-exceeded`, `invalid-request` (another stream owns the upload now),
+    ///   `storage-failed`.
     func begin(id: String, user: UserID, size: Int64, sha256: String?) async throws -> Upload {
         guard size <= self.configuration.maxMediaBytes else {
             throw CourierStoreError(
@@ -62,13 +73,38 @@ final class MediaService: Sendable {
                 "\(size) bytes is over the media limit of \(self.configuration.maxMediaBytes) bytes"
             )
         }
-        let left = try await self.quotaLeft(for: user)
-        guard size <= left else {
-            throw CourierStoreError(
-                .quotaExceeded,
-                "\(size) bytes is more than the \(left) bytes left of this user's media quota"
-            )
+        guard self.claims.withLock({ $0.insert(id).inserted }) else {
+            throw CourierStoreError(.invalidRequest, "this upload is in progress on another stream")
         }
+        do {
+            let pending = try await self.blobs.declaredBytes(
+                ofUploadsStartingWith: ["n\(user.rawValue)-", "c\(user.rawValue)-"],
+                excluding: id
+            )
+            let left = try await self.quotaLeft(for: user) - pending
+            guard size <= left else {
+                throw CourierStoreError(
+                    .quotaExceeded,
+                    "\(size) bytes is more than the \(max(0, left)) bytes left of this user's media quota"
+                        + (pending > 0 ? " (\(pending) bytes are reserved by uploads in progress)" : "")
+                )
+            }
+            return try await self.started(id: id, user: user, size: size, sha256: sha256)
+        } catch {
+            self.claims.withLock { _ = $0.remove(id) }
+            throw error
+        }
+    }
+
+    /// The stream that owned an upload is done with it (finished, failed, reset, or its connection closed).
+    ///
+    /// - Parameter discard: Whether to delete what was received (an upload that can never be resumed).
+    func release(_ upload: Upload, discard: Bool = false) async {
+        if discard { await self.blobs.abandon(upload: upload.id) }
+        self.claims.withLock { _ = $0.remove(upload.id) }
+    }
+
+    private func started(id: String, user: UserID, size: Int64, sha256: String?) async throws -> Upload {
         let started = try await self.blobs.start(upload: id, size: size, sha256: sha256)
         return Upload(
             id: id,
@@ -92,11 +128,12 @@ final class MediaService: Sendable {
         self.metrics.mediaBytesIn.increment(by: bytes.readableBytes)
     }
 
-    /// Finishes an upload: checks its size and digest, files it, and records it as the user's.
+    /// Finishes an upload: checks its size and digest, files it, records it as the user's, and releases it.
     ///
     /// - Returns: The digest, and the quota the user has left.
     /// - Throws: `media-mismatch` (nothing is stored), `quota-exceeded`, `storage-failed`.
     func finish(_ upload: Upload) async throws -> (sha256: String, quotaLeft: Int64) {
+        defer { self.claims.withLock { _ = $0.remove(upload.id) } }
         let known = upload.hasher.map { hasher in hasher.finalize().map { String(format: "%02x", $0) }.joined() }
         let digest = try await self.blobs.finish(upload: upload.id, digest: known)
         let left = try await self.store.recordUpload(

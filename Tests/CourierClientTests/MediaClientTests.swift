@@ -54,7 +54,9 @@ struct MediaClientTests {
                 let (photo, bytes) = try Self.file(folder, "IMG_0001.JPG", bytes: 2_500_000, seed: "sendAndDownload")
                 try await Self.running([alice, bob]) {
                     var steps: [UploadProgress] = []
-                    for try await step in alice.sendMedia(file: photo, to: .user("bob")) { steps.append(step) }
+                    for try await step in alice.sendMedia(file: photo, to: .user("bob"), width: 4032, height: 3024) {
+                        steps.append(step)
+                    }
                     let sha = try Self.sha256(photo)
                     #expect(steps.first == .hashed(sha256: sha, size: Int64(bytes.count)))
                     guard case .queued(let id, let media)? = steps.last else {
@@ -62,6 +64,7 @@ struct MediaClientTests {
                         return
                     }
                     #expect(media.kind == .image && media.mime == "image/jpeg" && media.name == "IMG_0001.JPG")
+                    #expect(media.width == 4032 && media.height == 3024 && media.durationMs == 0)
                     let sent = steps.compactMap { step -> Int64? in
                         if case .uploading(let sent, _) = step { sent } else { nil }
                     }

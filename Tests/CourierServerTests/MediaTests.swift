@@ -512,6 +512,14 @@ struct MediaTests {
                 payload: image
             )
             // One write, as the notes' client sends it.
+            // carol pings all along: the pongs must come between packets, never inside the image's bytes.
+            let pinging = Task {
+                let ping = try CompatTestClient.packet("ping")
+                for _ in 0..<400 {
+                    try await carol.write(ping)
+                    try await Task.sleep(for: .milliseconds(2))
+                }
+            }
             try await alice.write(burst)
             for _ in 0..<6 { _ = try await alice.expect("ack") }
 
@@ -533,6 +541,8 @@ struct MediaTests {
             #expect(img.header["name"] == .string("burst.jpg"))
             #expect(img.header["from"] == .string("alice"))
             #expect(NativeTestClient.sha256(img.payload) == media.sha256)
+            try await pinging.value
+            _ = try await carol.expect("pong")
             await alice.close()
             await carol.close()
             await bob.close()
@@ -609,6 +619,35 @@ struct MediaTests {
             #expect(try await status(sha, ["--header", "Authorization: Bearer nonsense"]) == "401")
             #expect(try await status("not-a-digest", bearer) == "404")
 
+            // A range whose end overflows is refused, and the server goes on.
+            var overflow = ClientEnvelope()
+            overflow.fetch.sha256 = sha
+            overflow.fetch.offset = 1
+            overflow.fetch.length = UInt64(Int64.max)
+            overflow.fetch.streamID = 9
+            let (bob, _) = try await NativeTestClient.login(fixture, "bob")
+            let overflowID = try await bob.send(overflow)
+            let refusedRange = try await bob.expect("an error") { $0.requestID == overflowID ? $0.error : nil }
+            #expect(refusedRange.code == "invalid-request", "\(refusedRange)")
+            // A type a browser would run is served as a download, never as a page of the server's origin.
+            _ = try await alice.upload(Array("<script>alert(1)</script>".utf8), stream: 3)
+            let page = Courier_V1_Media.of(
+                Array("<script>alert(1)</script>".utf8),
+                kind: .file,
+                mime: "text/html",
+                name: "x.html"
+            )
+            _ = try await alice.sendMedia(page, to: .user("bob"))
+            let (_, bobWelcome) = try await NativeTestClient.login(fixture, "bob", device: "web")
+            let headers = try await HTTPTests.curl([
+                "--dump-header", "-", "--output", "/dev/null", "--header", "Authorization: Bearer \(bobWelcome.token)",
+                base + page.sha256,
+            ]).lowercased()
+            #expect(headers.contains("content-type: application/octet-stream"), "\(headers)")
+            #expect(headers.contains("content-disposition: attachment"), "\(headers)")
+            #expect(headers.contains("content-security-policy: sandbox"), "\(headers)")
+            await bob.close()
+
             // A group member who joined after the message does not see it either.
             let (aliceGroup, _) = try await NativeTestClient.login(fixture, "alice", device: "second")
             var create = ClientEnvelope()
@@ -632,6 +671,62 @@ struct MediaTests {
             await aliceGroup.close()
             await carol.close()
         }
+    }
+
+    @Test("one stream owns an upload at a time; uploads in progress count against the quota; a reset frees a stream")
+    func ownershipAndStreams() async throws {
+        try await ServerFixture.with(
+            { fixture in
+                for name in ["alice", "bob"] { try await fixture.user(name) }
+                let file = Self.randomBytes(600 * 1024, "ownershipAndStreams")
+                let (first, _) = try await NativeTestClient.login(fixture, "alice")
+                let (second, _) = try await NativeTestClient.login(fixture, "alice", device: "second")
+                guard case .cut = try await first.upload(file, stream: 1, upTo: 128 * 1024) else {
+                    Issue.record("the first upload did not start")
+                    return
+                }
+                // The same file from another connection while the first owns it: refused, nothing written.
+                let clash = try await second.upload(file, stream: 1)
+                #expect(clash.error?.code == "invalid-request", "\(clash)")
+                // The quota (1 MiB) counts the 600 KiB upload in progress: another 600 KiB does not fit.
+                let other = Self.randomBytes(600 * 1024, "ownershipAndStreams-other")
+                #expect(try await second.upload(other, stream: 3).error?.code == "quota-exceeded")
+                // Once the first connection is gone, the second may resume the upload from where it stands.
+                await first.close()
+                var stream: UInt32 = 5
+                var resumed = try await second.upload(file, stream: stream)
+                let deadline = ContinuousClock.now + .seconds(10)
+                // The server releases the upload when it notices the first connection's end.
+                while resumed.error?.code == "invalid-request", ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(20))
+                    stream += 2
+                    resumed = try await second.upload(file, stream: stream)
+                }
+                guard case .done(_, let startedAt) = resumed else {
+                    Issue.record("the resume was refused: \(resumed)")
+                    return
+                }
+                #expect(startedAt >= 128 * 1024)
+
+                // Two streams at most: a fetch the client resets frees its stream for the next.
+                _ = try await second.sendMedia(.of(file), to: .user("bob"))
+                let (bob, _) = try await NativeTestClient.login(fixture, "bob")
+                let sha = NativeTestClient.sha256(file)
+                _ = try await bob.startFetch(sha, stream: 1, window: 1024).get()
+                _ = try await bob.startFetch(sha, stream: 3, window: 1024).get()
+                #expect(try await bob.startFetch(sha, stream: 5, window: 1024).failureCode == "invalid-request")
+                // The server reads a connection's frames in order: the reset is handled before the next request.
+                try await bob.send(frame: .resetStream(streamID: 1, code: .cancel))
+                let again = try await bob.fetch(sha, stream: 7)
+                #expect(NativeTestClient.sha256(try again.get().1) == sha)
+                await second.close()
+                await bob.close()
+            },
+            configure: {
+                $0.media.quotaBytesPerUser = 1024 * 1024
+                $0.media.maxStreamsPerConnection = 2
+            }
+        )
     }
 
     @Test("oversize media and quota overruns get their own errors, and leave nothing behind")

@@ -41,6 +41,7 @@ final class CompatTransport: SessionTransport {
     private let state = Mutex(State())
 
     var name: String { "compat" }
+    var streamsMediaInline: Bool { true }
 
     func interpret(_ input: CompatInput) -> TransportInput<CompatOutput> {
         switch input {

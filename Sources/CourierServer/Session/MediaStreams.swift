@@ -14,15 +14,18 @@ final class MediaStreams: Sendable {
     }
 
     private struct FetchStream {
+        /// Which opening of this stream id it is: a client may reuse an id once its stream is done, and the task of
+        /// the old stream must not touch the new one.
+        var generation: UInt64
         var window: Int
         var waiter: CheckedContinuation<Int?, Never>?
         var wanted = 0
-        var closed = false
     }
 
     private struct State {
         var uploads: [UInt32: UploadStream] = [:]
         var fetches: [UInt32: FetchStream] = [:]
+        var nextGeneration: UInt64 = 1
         var closed = false
     }
 
@@ -60,16 +63,31 @@ final class MediaStreams: Sendable {
         self.state.withLock { $0.uploads.removeValue(forKey: id) }
     }
 
+    /// Takes out the open stream of an upload (by the upload's id), if this connection has one.
+    func takeUpload(withID uploadID: String) -> UploadStream? {
+        self.state.withLock { state in
+            guard let (stream, _) = state.uploads.first(where: { $0.value.upload.id == uploadID }) else { return nil }
+            return state.uploads.removeValue(forKey: stream)
+        }
+    }
+
     // MARK: Fetches
 
-    func openFetch(_ id: UInt32, window: Int) {
-        self.state.withLock { $0.fetches[id] = FetchStream(window: min(window, self.maxFetchWindow)) }
+    /// Opens a fetch stream.
+    ///
+    /// - Returns: The stream's generation, for ``take(_:generation:upTo:)`` and ``finishFetch(_:generation:)``.
+    func openFetch(_ id: UInt32, window: Int) -> UInt64 {
+        self.state.withLock { state in
+            defer { state.nextGeneration += 1 }
+            state.fetches[id] = FetchStream(generation: state.nextGeneration, window: min(window, self.maxFetchWindow))
+            return state.nextGeneration
+        }
     }
 
     /// The client grants a fetch stream more bytes; the window never exceeds ``maxFetchWindow``.
     func grant(_ id: UInt32, increment: UInt32) {
         let resumed = self.state.withLock { state -> (CheckedContinuation<Int?, Never>, Int)? in
-            guard var stream = state.fetches[id], !stream.closed else { return nil }
+            guard var stream = state.fetches[id] else { return nil }
             stream.window = min(self.maxFetchWindow, stream.window + Int(increment))
             defer { state.fetches[id] = stream }
             guard let waiter = stream.waiter, stream.window > 0 else { return nil }
@@ -85,11 +103,13 @@ final class MediaStreams: Sendable {
     ///
     /// - Returns: The bytes the server may now send (at least 1); nil when the stream was reset or the connection is
     ///   ending.
-    func take(_ id: UInt32, upTo count: Int) async -> Int? {
+    func take(_ id: UInt32, generation: UInt64, upTo count: Int) async -> Int? {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Int?, Never>) in
                 let ready = self.state.withLock { state -> Int?? in
-                    guard !state.closed, var stream = state.fetches[id], !stream.closed else { return .some(nil) }
+                    guard !state.closed, var stream = state.fetches[id], stream.generation == generation else {
+                        return .some(nil)
+                    }
                     defer { state.fetches[id] = stream }
                     if stream.window > 0 {
                         let taken = min(stream.window, count)
@@ -103,30 +123,45 @@ final class MediaStreams: Sendable {
                 if case .some(let value) = ready { continuation.resume(returning: value) }
             }
         } onCancel: {
-            self.close(id)
+            self.finishFetch(id, generation: generation)
         }
     }
 
-    /// The client reset a stream, or a fetch finished: it is closed, and a fetch waiting for window stops.
-    func close(_ id: UInt32) {
+    /// A fetch's task is done with its stream (sent, reset, or ending with the connection).
+    func finishFetch(_ id: UInt32, generation: UInt64) {
         let waiter = self.state.withLock { state -> CheckedContinuation<Int?, Never>? in
-            state.uploads[id] = nil
-            defer { state.fetches[id] = nil }
-            return state.fetches[id]?.waiter
+            guard let stream = state.fetches[id], stream.generation == generation else { return nil }
+            state.fetches[id] = nil
+            return stream.waiter
         }
         waiter?.resume(returning: nil)
     }
 
+    /// The client reset a stream: it is closed, and a fetch waiting for window stops.
+    ///
+    /// - Returns: The upload that was on the stream, if it was an upload (its owner must release it).
+    func close(_ id: UInt32) -> UploadStream? {
+        let (upload, waiter) = self.state.withLock { state -> (UploadStream?, CheckedContinuation<Int?, Never>?) in
+            defer { state.fetches[id] = nil }
+            return (state.uploads.removeValue(forKey: id), state.fetches[id]?.waiter)
+        }
+        waiter?.resume(returning: nil)
+        return upload
+    }
+
     /// The connection is ending: every fetch waiting for window stops.
-    func closeAll() {
-        let waiters = self.state.withLock { state in
+    ///
+    /// - Returns: The uploads that were open (their owner must release them).
+    func closeAll() -> [UploadStream] {
+        let (waiters, uploads) = self.state.withLock { state in
             state.closed = true
             defer {
                 state.fetches = [:]
                 state.uploads = [:]
             }
-            return state.fetches.values.compactMap(\.waiter)
+            return (state.fetches.values.compactMap(\.waiter), Array(state.uploads.values))
         }
         for waiter in waiters { waiter.resume(returning: nil) }
+        return uploads
     }
 }

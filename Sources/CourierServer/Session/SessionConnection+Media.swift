@@ -45,7 +45,15 @@ extension SessionConnection {
             try await session.write(done, transport: self.transport, to: outbound)
             return
         }
-        let upload = try await media.begin(id: "n\(user.rawValue)-\(sha256)", user: user, size: size, sha256: sha256)
+        let id = MediaService.nativeUploadID(user: user, sha256: sha256)
+        // Asked again on this connection (the client lost track of its stream): the new stream takes it over.
+        if let previous = session.streams.takeUpload(withID: id) { await media.release(previous.upload) }
+        let upload = try await media.begin(
+            id: id,
+            user: user,
+            size: size,
+            sha256: sha256
+        )
         let window = media.configuration.uploadWindowBytes
         ready.uploadReady.offset = UInt64(upload.offset)
         ready.uploadReady.windowBytes = upload.isComplete ? 0 : UInt32(clamping: window)
@@ -76,6 +84,8 @@ extension SessionConnection {
         guard var stream = session.streams.takeUpload(streamID) else { return }
         let count = bytes.readableBytes
         func fail(_ code: String, _ message: String, reset: NativeErrorCode) async throws {
+            // The stream is over; what is on disk stays for a resume.
+            await self.context.media.release(stream.upload)
             self.context.metrics.refusals.increment()
             self.logger.info("upload refused", metadata: ["code": "\(code)", "reason": "\(message)"])
             if let frame = self.transport.frame(for: .reset(streamID: streamID, code: reset)) {
@@ -102,6 +112,8 @@ extension SessionConnection {
             try await fail("\(error.code)", error.message, reset: .cancel)
             return
         }
+        // The window shrinks by what arrived and grows by what is granted back below, once it is on disk.
+        stream.window -= count
         guard !end else {
             let upload = stream.upload
             group.addTask {
@@ -109,9 +121,12 @@ extension SessionConnection {
             }
             return
         }
-        session.streams.openUpload(streamID, stream)
         if count > 0, let frame = self.transport.frame(for: .window(streamID: streamID, increment: UInt32(count))) {
+            stream.window += count
+            session.streams.openUpload(streamID, stream)
             try await session.write(frame, to: outbound)
+        } else {
+            session.streams.openUpload(streamID, stream)
         }
     }
 
@@ -158,15 +173,19 @@ extension SessionConnection {
         guard let access = try await self.context.store.mediaAccess(for: user, sha256: sha256) else {
             throw CourierStoreError(.unknownMedia, "no media \(sha256) that this user may see")
         }
-        let end = range.length == 0 ? access.size : range.offset + range.length
-        guard range.offset <= access.size, end <= access.size, range.offset <= end else {
+        // Checked before any sum: offset and length are each at most Int64.max, their sum need not be.
+        guard range.offset <= access.size, range.length <= access.size - range.offset else {
             throw CourierStoreError(
                 .invalidRequest,
-                "bytes \(range.offset)..<\(end) are outside the \(access.size) bytes of \(sha256)"
+                "\(range.length) bytes from \(range.offset) are outside the \(access.size) bytes of \(sha256)"
             )
         }
+        let end = range.length == 0 ? access.size : range.offset + range.length
         let media = self.context.media.configuration
-        session.streams.openFetch(streamID, window: window == 0 ? media.defaultFetchWindowBytes : window)
+        let generation = session.streams.openFetch(
+            streamID,
+            window: window == 0 ? media.defaultFetchWindowBytes : window
+        )
         var ready = ServerEnvelope()
         ready.requestID = requestID
         ready.fetchReady.size = UInt64(access.size)
@@ -177,7 +196,7 @@ extension SessionConnection {
         try await session.write(ready, transport: self.transport, to: outbound)
         let bytes = range.offset..<end
         group.addTask {
-            await self.send(sha256, bytes, on: streamID, session: session, outbound: outbound)
+            await self.send(sha256, bytes, on: streamID, generation: generation, session: session, outbound: outbound)
         }
     }
 
@@ -187,10 +206,11 @@ extension SessionConnection {
         _ sha256: String,
         _ range: Range<Int64>,
         on streamID: UInt32,
+        generation: UInt64,
         session: SessionShared,
         outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>
     ) async {
-        defer { session.streams.close(streamID) }
+        defer { session.streams.finishFetch(streamID, generation: generation) }
         let chunk = Int64(self.context.media.configuration.maxChunkBytes)
         var position = range.lowerBound
         do {
@@ -203,6 +223,7 @@ extension SessionConnection {
                 guard
                     let allowed = await session.streams.take(
                         streamID,
+                        generation: generation,
                         upTo: Int(min(chunk, range.upperBound - position))
                     )
                 else { return }
@@ -234,7 +255,7 @@ extension SessionConnection {
     ) async throws -> InlineUpload {
         var inline = InlineUpload(envelope: envelope, upload: nil)
         do {
-            let id = "c\(user.rawValue)-" + UUID().uuidString
+            let id = MediaService.compatUploadID(user: user)
             inline.upload = try await self.context.media.begin(id: id, user: user, size: size, sha256: nil)
         } catch let error as CourierStoreError {
             try await self.refuseInline(inline, error, session: session, outbound)
@@ -254,6 +275,8 @@ extension SessionConnection {
             try await self.context.media.write(bytes, to: &upload)
             inline.upload = upload
         } catch let error as CourierStoreError {
+            // A compat packet cannot be resumed: what came of it goes.
+            await self.context.media.release(upload, discard: true)
             inline.upload = nil
             try await self.refuseInline(inline, error, session: session, outbound)
         }

@@ -41,7 +41,8 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                 now: .now
             ),
             channel: channel.channel,
-            media: self.context.media
+            media: self.context.media,
+            serializesWrites: self.transport.streamsMediaInline
         )
         do {
             try await channel.executeThenClose { inbound, outbound in
@@ -64,7 +65,8 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             logger.debug("connection ended", metadata: ["error": "\(error)"])
         }
         // The socket is closed: its slot is free. Then the bookkeeping (last seen, presence), however it ended.
-        session.streams.closeAll()
+        for upload in session.streams.closeAll() { await self.context.media.release(upload.upload) }
+        if let inline = session.inlineUpload { await self.context.media.release(inline, discard: true) }
         self.context.release()
         if let handle = session.handle { await self.disconnected(handle) }
     }
@@ -118,7 +120,7 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             case .streamWindow(let streamID, let increment):
                 session.streams.grant(streamID, increment: increment)
             case .streamReset(let streamID):
-                session.streams.close(streamID)
+                if let upload = session.streams.close(streamID) { await self.context.media.release(upload.upload) }
             case .inlineMedia(let envelope, let size):
                 guard let device = session.withMachine({ $0.session }) else {
                     try? await self.close(
@@ -136,10 +138,12 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                     session: session,
                     outbound
                 )
+                session.inlineUpload = inline?.upload
             case .inlineBytes(let bytes, let isLast):
                 guard var current = inline else { continue }
                 inline = nil
                 try await self.receiveInline(bytes, into: &current, session: session, outbound)
+                session.inlineUpload = isLast ? nil : current.upload
                 guard isLast else {
                     inline = current
                     continue
@@ -156,6 +160,8 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                 else { return }
             case .inlineAbandoned(let code, let message):
                 let requestID = inline?.envelope.requestID ?? 0
+                if let upload = inline?.upload { await self.context.media.release(upload, discard: true) }
+                session.inlineUpload = nil
                 inline = nil
                 self.context.metrics.refusals.increment()
                 try await session.write(

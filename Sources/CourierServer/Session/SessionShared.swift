@@ -23,6 +23,7 @@ final class SessionShared: Sendable {
         var drainWaiters: [CheckedContinuation<Void, Never>] = []
         var pendingWrites: [Int: ContinuousClock.Instant] = [:]
         var nextWrite = 0
+        var inlineUpload: MediaService.Upload?
     }
 
     private let machine: Mutex<SessionStateMachine>
@@ -32,11 +33,21 @@ final class SessionShared: Sendable {
     private let media: MediaService
     /// The connection's media streams.
     let streams: MediaStreams
+    /// Whether an envelope's outputs must reach the socket together (the compat port: a media packet is written as a
+    /// head, body parts and an end, and nothing else may come between them).
+    private let serializesWrites: Bool
+    private let writeLock = Mutex(WriteLock())
 
-    init(machine: SessionStateMachine, channel: any Channel, media: MediaService) {
+    private struct WriteLock {
+        var held = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    init(machine: SessionStateMachine, channel: any Channel, media: MediaService, serializesWrites: Bool = false) {
         self.machine = Mutex(machine)
         self.channel = channel
         self.media = media
+        self.serializesWrites = serializesWrites
         self.streams = MediaStreams(
             maxStreams: media.configuration.maxStreamsPerConnection,
             maxFetchWindow: media.configuration.maxFetchWindowBytes
@@ -56,6 +67,12 @@ final class SessionShared: Sendable {
 
     func withMachine<T>(_ body: (inout SessionStateMachine) -> T) -> T {
         self.machine.withLock { body(&$0) }
+    }
+
+    /// The compat media packet being received, if any: released (and deleted) if the connection ends before it does.
+    var inlineUpload: MediaService.Upload? {
+        get { self.state.withLock { $0.inlineUpload } }
+        set { self.state.withLock { $0.inlineUpload = newValue } }
     }
 
     /// The connection's entry in the hub, once authenticated.
@@ -113,15 +130,18 @@ final class SessionShared: Sendable {
         transport: Transport,
         to outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>
     ) async throws {
-        for output in try transport.frames(for: envelope) {
+        let outputs = try transport.frames(for: envelope)
+        await self.lockWrites()
+        defer { self.unlockWrites() }
+        for output in outputs {
             switch output {
             case .frame(let frame):
-                try await self.write(frame, to: outbound)
+                try await self.writeLocked(frame, to: outbound)
             case .media(let sha256, let size, let wrap, let end):
                 try await self.media.read(sha256, range: 0..<size) { bytes in
-                    try await self.write(wrap(bytes), to: outbound)
+                    try await self.writeLocked(wrap(bytes), to: outbound)
                 }
-                try await self.write(end, to: outbound)
+                try await self.writeLocked(end, to: outbound)
             }
         }
     }
@@ -129,6 +149,50 @@ final class SessionShared: Sendable {
     /// Writes one frame, tracking how long it waits for the client to read.
     func write<Outbound: Sendable>(_ frame: Outbound, to outbound: NIOAsyncChannelOutboundWriter<Outbound>) async throws
     {
+        await self.lockWrites()
+        defer { self.unlockWrites() }
+        try await self.writeLocked(frame, to: outbound)
+    }
+
+    /// Takes the write lock, on a connection that serializes its writes (at once when no one holds it).
+    private func lockWrites() async {
+        guard self.serializesWrites else { return }
+        let free = self.writeLock.withLock { lock -> Bool in
+            guard !lock.held else { return false }
+            lock.held = true
+            return true
+        }
+        if free { return }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let acquired = self.writeLock.withLock { lock -> Bool in
+                if !lock.held {
+                    lock.held = true
+                    return true
+                }
+                lock.waiters.append(continuation)
+                return false
+            }
+            if acquired { continuation.resume() }
+        }
+    }
+
+    /// Hands the write lock to the next writer in line, or frees it.
+    private func unlockWrites() {
+        guard self.serializesWrites else { return }
+        let next = self.writeLock.withLock { lock -> CheckedContinuation<Void, Never>? in
+            if lock.waiters.isEmpty {
+                lock.held = false
+                return nil
+            }
+            return lock.waiters.removeFirst()
+        }
+        next?.resume()
+    }
+
+    private func writeLocked<Outbound: Sendable>(
+        _ frame: Outbound,
+        to outbound: NIOAsyncChannelOutboundWriter<Outbound>
+    ) async throws {
         let id = self.state.withLock { state in
             state.nextWrite += 1
             state.pendingWrites[state.nextWrite] = .now

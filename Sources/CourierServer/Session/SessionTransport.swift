@@ -64,11 +64,16 @@ protocol SessionTransport: Sendable {
 
     /// The frames sent before closing for a reason: an error, and where the framing has one, a goodbye.
     func closingFrames(code: String, message: String) -> [Outbound]
+
+    /// Whether media goes inline in the connection's byte stream (then an envelope's outputs must not be interleaved
+    /// with other writes); false when it travels on streams of its own.
+    var streamsMediaInline: Bool { get }
 }
 
 /// The native port: one protobuf envelope per `message` frame; acks may also come as `ack` frames.
 struct NativeTransport: SessionTransport {
     var name: String { "native" }
+    var streamsMediaInline: Bool { false }
 
     func interpret(_ frame: NativeFrame) -> TransportInput<NativeFrame> {
         switch frame.kind {

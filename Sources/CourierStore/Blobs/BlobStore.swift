@@ -172,6 +172,36 @@ public final class BlobStore: Sendable {
         }
     }
 
+    /// Deletes an upload that will not be finished (nothing happens when there is none).
+    public func abandon(upload id: String) async {
+        guard (try? Self.validate(id: id)) != nil else { return }
+        _ = try? await self.run { self.discard(id) }
+    }
+
+    /// The sizes declared by the uploads in progress whose id starts with one of `prefixes`, except `excluded`:
+    /// the disk they may come to take.
+    public func declaredBytes(
+        ofUploadsStartingWith prefixes: [String],
+        excluding excluded: String
+    ) async throws
+        -> Int64
+    {
+        try await self.run {
+            let uploads = self.folder.appendingPathComponent("uploads")
+            let names = try self.storage { try FileManager.default.contentsOfDirectory(atPath: uploads.path) }
+            var total: Int64 = 0
+            for name in names where name.hasSuffix(".meta") {
+                let id = String(name.dropLast(".meta".count))
+                guard id != excluded, prefixes.contains(where: { id.hasPrefix($0) }),
+                    let meta = try? String(contentsOf: self.metaFile(id), encoding: .utf8),
+                    let size = meta.split(separator: " ").first.flatMap({ Int64($0) })
+                else { continue }
+                total += size
+            }
+            return total
+        }
+    }
+
     /// Deletes the uploads whose part file has not changed for ``Configuration/abandonedUploadAge``.
     ///
     /// - Returns: The ids deleted.
