@@ -72,42 +72,32 @@ final class Link: Sendable {
 
     /// Sends a request and waits for the answer with its request id.
     func request(_ envelope: ClientEnvelope) async throws -> ServerEnvelope {
-        var envelope = envelope
-        return try await withCheckedThrowingContinuation { continuation in
-            let id = self.state.withLock { state -> UInt64? in
-                guard !state.closed else { return nil }
+        try await self.request(
+            envelope,
+            id: self.state.withLock { state in
                 defer { state.nextRequestID += 1 }
-                state.waiting[state.nextRequestID] = continuation
                 return state.nextRequestID
             }
-            guard let id else {
-                continuation.resume(throwing: CourierClientError.notConnected)
-                return
-            }
-            envelope.requestID = id
-            let request = envelope
-            Task {
-                do {
-                    try await self.write(request)
-                } catch {
-                    let waiter = self.state.withLock { $0.waiting.removeValue(forKey: id) }
-                    waiter?.resume(throwing: CourierClientError.notConnected)
-                }
-            }
-        }
+        )
     }
 
     /// Sends a request the server answers twice (an upload: `upload_ready`, then `upload_done` or an error), and waits
     /// for the first answer; ``laterAnswer(to:)`` gives the second.
     func requestAnsweredTwice(_ envelope: ClientEnvelope) async throws -> (first: ServerEnvelope, id: UInt64) {
-        var envelope = envelope
         let id = self.state.withLock { state in
             defer { state.nextRequestID += 1 }
             state.laterAnswers[state.nextRequestID] = .expected
             return state.nextRequestID
         }
+        return (try await self.request(envelope, id: id), id)
+    }
+
+    /// Sends a request with the given id and waits for its (first) answer.
+    private func request(_ envelope: ClientEnvelope, id: UInt64) async throws -> ServerEnvelope {
+        var envelope = envelope
         envelope.requestID = id
-        let first = try await withCheckedThrowingContinuation { continuation in
+        let request = envelope
+        return try await withCheckedThrowingContinuation { continuation in
             let open = self.state.withLock { state -> Bool in
                 guard !state.closed else { return false }
                 state.waiting[id] = continuation
@@ -117,7 +107,6 @@ final class Link: Sendable {
                 continuation.resume(throwing: CourierClientError.notConnected)
                 return
             }
-            let request = envelope
             Task {
                 do {
                     try await self.write(request)
@@ -127,7 +116,6 @@ final class Link: Sendable {
                 }
             }
         }
-        return (first, id)
     }
 
     /// No second answer will come (the first was a refusal): forgets the request.

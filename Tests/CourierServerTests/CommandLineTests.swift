@@ -240,34 +240,16 @@ struct CommandLineTests {
     @Test("login, send and history round trip; a send while the server is away is queued and delivered once after")
     func clientCommands() async throws {
         try await withTemporaryDirectory(prefix: "courier-cli") { folder in
-            let data = folder.appendingPathComponent("data")
-            try await CourierExecutable.addUsers(["alice", "bob"], data: data)
-            let ports = (try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick())
-            func serve() async throws -> ServerProcess {
-                try await ServerProcess.start(
-                    data: data,
-                    native: ports.0,
-                    compat: ports.1,
-                    http: ports.2,
-                    log: folder.appendingPathComponent("server.log")
-                )
-            }
-            let home = [
-                "HOME": folder.path,
-                "XDG_CONFIG_HOME": folder.appendingPathComponent("config").path,
-                "XDG_DATA_HOME": folder.appendingPathComponent("share").path,
-            ]
-            let address = "127.0.0.1:\(ports.0)"
+            let cli = try await CLIFixture(folder: folder, users: ["alice", "bob"])
+            let (data, ports) = (cli.data, cli.ports)
+            func serve() async throws -> ServerProcess { try await cli.serve() }
             func client(
                 _ arguments: String...,
                 environment: [String: String] = [:]
             ) async throws -> (
                 status: Int32, output: String
             ) {
-                try await CourierExecutable.run(
-                    arguments + ["--server", address],
-                    environment: home.merging(environment) { $1 }
-                )
+                try await cli.run(arguments, environment: environment)
             }
             func json(_ output: String) throws -> [[String: Any]] {
                 try output.split(separator: "\n").map {
@@ -342,26 +324,10 @@ struct CommandLineTests {
     @Test("send --file uploads with progress lines; history --json names the media; media get writes the same bytes")
     func mediaCommands() async throws {
         try await withTemporaryDirectory(prefix: "courier-cli") { folder in
-            let data = folder.appendingPathComponent("data")
-            try await CourierExecutable.addUsers(["alice", "bob", "carol"], data: data)
-            let ports = (try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick())
-            let server = try await ServerProcess.start(
-                data: data,
-                native: ports.0,
-                compat: ports.1,
-                http: ports.2,
-                log: folder.appendingPathComponent("server.log")
-            )
-            let home = [
-                "HOME": folder.path,
-                "XDG_CONFIG_HOME": folder.appendingPathComponent("config").path,
-                "XDG_DATA_HOME": folder.appendingPathComponent("share").path,
-            ]
+            let cli = try await CLIFixture(folder: folder, users: ["alice", "bob", "carol"])
+            let server = try await cli.serve()
             func client(_ user: String, _ arguments: String...) async throws -> (status: Int32, output: String) {
-                try await CourierExecutable.run(
-                    arguments + ["--as", user, "--server", "127.0.0.1:\(ports.0)"],
-                    environment: home.merging(["COURIER_PASSWORD": "pw-" + user]) { $1 }
-                )
+                try await cli.run(arguments + ["--as", user], environment: ["COURIER_PASSWORD": "pw-" + user])
             }
             var random = SeededRandom(seed: TestSeed.make(for: "mediaCommands"))
             var bytes: [UInt8] = []
@@ -566,5 +532,49 @@ struct CommandLineTests {
             // (a real fault would end it): stop it.
             await server.kill()
         }
+    }
+}
+
+/// A data folder with users, a `courier serve` for it on fixed free ports (so it can be stopped and started again),
+/// and the client commands run against it with their own home folders.
+struct CLIFixture {
+    let folder: URL
+    let data: URL
+    let ports: (native: Int, compat: Int, http: Int)
+    let home: [String: String]
+
+    init(folder: URL, users: [String]) async throws {
+        self.folder = folder
+        self.data = folder.appendingPathComponent("data")
+        try await CourierExecutable.addUsers(users, data: self.data)
+        self.ports = (try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick())
+        self.home = [
+            "HOME": folder.path,
+            "XDG_CONFIG_HOME": folder.appendingPathComponent("config").path,
+            "XDG_DATA_HOME": folder.appendingPathComponent("share").path,
+        ]
+    }
+
+    func serve() async throws -> ServerProcess {
+        try await ServerProcess.start(
+            data: self.data,
+            native: self.ports.native,
+            compat: self.ports.compat,
+            http: self.ports.http,
+            log: self.folder.appendingPathComponent("server.log")
+        )
+    }
+
+    /// Runs `courier` with `--server` set to this server's native port.
+    func run(
+        _ arguments: [String],
+        environment: [String: String] = [:]
+    ) async throws -> (
+        status: Int32, output: String
+    ) {
+        try await CourierExecutable.run(
+            arguments + ["--server", "127.0.0.1:\(self.ports.native)"],
+            environment: self.home.merging(environment) { $1 }
+        )
     }
 }
