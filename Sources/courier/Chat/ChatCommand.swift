@@ -10,7 +10,9 @@ struct Chat: AsyncParsableCommand {
             Keys: Enter sends the line; Tab / Shift-Tab (or Ctrl-N / Ctrl-P, Alt-↓ / Alt-↑) switch conversations; \
             PgUp / PgDn and ↑ / ↓ scroll; ←, →, Home, End, Backspace, Delete, Ctrl-A/E/U/K/W edit the line; \
             Ctrl-L redraws; Ctrl-C, Ctrl-D on an empty line, or /quit leave. /open NAME (or @NAME) opens a direct \
-            conversation, /open #GROUP a group's; /help shows the keys.
+            conversation, /open #GROUP a group's; /send PATH sends a photo, voice clip, video or any file to the \
+            open conversation (its line shows the upload's progress, then the kind, name and size, as media from \
+            others shows); /help shows the keys.
 
             Your messages are marked … (waiting in the outbox), ✓ (committed by the server), ✓✓ (on the other \
             side's device), and the newest one read "✓✓ read". Messages written while the server is away wait in \
