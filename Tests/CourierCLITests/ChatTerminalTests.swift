@@ -169,7 +169,8 @@ struct ChatTerminalTests {
         // After the chat: its status, and whether the terminal's settings are those from before it.
         func command(_ user: String, _ peer: String) -> String {
             "saved=$(stty -g); '\(courier)' chat --as \(user) --with \(peer) --server \(address); "
-                + "echo \"EXITED $?\"; [ \"$(stty -g)\" = \"$saved\" ] && echo 'TERMINAL RESTORED'; sleep 600"
+                + "echo \"EXITED $?\"; [ \"$(stty -g)\" = \"$saved\" ] && echo 'TERMINAL RESTORED'; echo 'CHECKED'; "
+                + "sleep 600"
         }
         try await tmux.start(
             "alice",
@@ -216,6 +217,18 @@ struct ChatTerminalTests {
         #expect(screen.last == ">", "the input is empty after sending")
         #expect(try await tmux.value("alice", "cursor_x") == "2")
 
+        // alice sends a photo: both sides show it as a line with its kind, name and size.
+        let photo = URL(fileURLWithPath: environment["HOME"]!).appendingPathComponent("photo.png")
+        try Data(repeating: 0x89, count: 2_048).write(to: photo)
+        try await tmux.type("alice", "/send \(photo.path)")
+        try await tmux.press("alice", "Enter")
+        _ = try await tmux.wait("bob", for: "alice's photo") { rows in
+            rows.contains { $0.contains("alice: [image photo.png, 2.0 kB]") }
+        }
+        _ = try await tmux.wait("alice", for: "the photo committed") { rows in
+            rows.contains { $0.contains("alice: [image photo.png, 2.0 kB] ✓") }
+        }
+
         // bob's terminal shrinks: the screen is laid out again at the new size.
         try await tmux.run("resize-window", "-t", "bob", "-x", "60", "-y", "20")
         screen = try await tmux.wait("bob", for: "the narrower layout") { rows in
@@ -227,14 +240,14 @@ struct ChatTerminalTests {
 
         // Ctrl-C leaves the chat: the normal screen is back, the terminal's settings as they were.
         try await tmux.press("alice", "C-c")
-        screen = try await tmux.wait("alice", for: "the chat ended") { $0.contains("EXITED 0") }
-        #expect(screen.contains("TERMINAL RESTORED"), "\(screen)")
+        screen = try await tmux.wait("alice", for: "the chat ended") { $0.contains("CHECKED") }
+        #expect(screen.contains("EXITED 0") && screen.contains("TERMINAL RESTORED"), "\(screen)")
         #expect(try await tmux.value("alice", "alternate_on") == "0")
         // /quit does the same.
         try await tmux.type("bob", "/quit")
         try await tmux.press("bob", "Enter")
-        screen = try await tmux.wait("bob", for: "the chat ended") { $0.contains("EXITED 0") }
-        #expect(screen.contains("TERMINAL RESTORED"), "\(screen)")
+        screen = try await tmux.wait("bob", for: "the chat ended") { $0.contains("CHECKED") }
+        #expect(screen.contains("EXITED 0") && screen.contains("TERMINAL RESTORED"), "\(screen)")
     }
 
     /// Checks, with glibc's widths (the ones tmux draws by), that the list's border is in one column on every row
