@@ -84,8 +84,13 @@ extension CourierClient {
         return progress
     }
 
-    /// Uploads until the server has the whole file, over as many connections as it takes.
+    /// Uploads until the server has the whole file, over as many connections as it takes. One upload of a file at a
+    /// time: a second waits for the first, and then finds the server holding the file already.
     private func upload(_ file: URL, media: MediaInfo, progress: (Int64) -> Void) async throws {
+        while !self.media.claimUpload(media.sha256) {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        defer { self.media.releaseUpload(media.sha256) }
         while true {
             try Task.checkCancellation()
             let link = try await self.waitForLink()
@@ -95,6 +100,10 @@ extension CourierClient {
             } catch let error as CourierClientError where error == .notConnected {
                 // The connection broke: the next one resumes from the server's offset.
                 try await Task.sleep(for: .milliseconds(50))
+            } catch let error as CourierClientError where error.code == ErrorCodes.uploadBusy {
+                // The server still holds the upload for a connection of ours that broke: it lets go within its idle
+                // timeout.
+                try await Task.sleep(for: .seconds(1))
             }
         }
     }
@@ -108,10 +117,9 @@ extension CourierClient {
         request.upload.size = UInt64(media.size)
         request.upload.streamID = stream
         let (ready, id) = try await link.requestAnsweredTwice(request)
-        guard case .uploadReady(let start)? = ready.body else {
-            link.forgetLaterAnswer(to: id)
-            throw Self.unexpected(ready)
-        }
+        var answered = false
+        defer { if !answered { link.forgetLaterAnswer(to: id) } }
+        guard case .uploadReady(let start)? = ready.body else { throw Self.unexpected(ready) }
         link.grant(stream, Int(start.windowBytes))
         var offset = Int64(start.offset)
         progress(offset)
@@ -125,7 +133,9 @@ extension CourierClient {
                 guard let allowed = await link.takeWindow(stream, upTo: wanted) else {
                     // The stream was reset (the server refused the upload: its error is the second answer) or the
                     // connection ended (then this throws not-connected, and the upload resumes on the next).
-                    throw Self.unexpected(try await link.laterAnswer(to: id))
+                    let refusal = try await link.laterAnswer(to: id)
+                    answered = true
+                    throw Self.unexpected(refusal)
                 }
                 guard let bytes = try handle.read(upToCount: allowed), bytes.count == allowed else {
                     throw CourierClientError(code: "file-changed", message: "\(file.path) is shorter than it was")
@@ -144,6 +154,7 @@ extension CourierClient {
         }
         ended = true
         let done = try await link.laterAnswer(to: id)
+        answered = true
         guard case .uploadDone(let stored)? = done.body else { throw Self.unexpected(done) }
         guard stored.sha256 == media.sha256 else {
             throw CourierClientError(code: "media-mismatch", message: "the server stored \(stored.sha256)")

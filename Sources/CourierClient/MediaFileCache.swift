@@ -16,8 +16,9 @@ final class MediaFileCache: Sendable {
     }
 
     private struct State {
-        /// Files being downloaded now: one download per file at a time.
+        /// Files being downloaded and uploaded now: one of each per file at a time.
         var downloading: Set<String> = []
+        var uploading: Set<String> = []
         var files: [String: Entry] = [:]
         var total: Int64 = 0
         var memory: [String: (data: Data, used: UInt64)] = [:]
@@ -79,6 +80,15 @@ final class MediaFileCache: Sendable {
 
     func releaseDownload(_ sha256: String) {
         _ = self.state.withLock { $0.downloading.remove(sha256) }
+    }
+
+    /// Claims a file's upload for the caller; false when another upload of it is under way.
+    func claimUpload(_ sha256: String) -> Bool {
+        self.state.withLock { $0.uploading.insert(sha256).inserted }
+    }
+
+    func releaseUpload(_ sha256: String) {
+        _ = self.state.withLock { $0.uploading.remove(sha256) }
     }
 
     /// Where a download in progress is written.

@@ -32,6 +32,7 @@ public enum ErrorCodes {
     public static let mediaMismatch = "media-mismatch"
     public static let unknownMedia = "unknown-media"
     public static let unknownUpload = "unknown-upload"
+    public static let uploadBusy = "upload-busy"
     // The connection
     public static let idleTimeout = "idle-timeout"
     public static let slowConsumer = "slow-consumer"
@@ -80,6 +81,10 @@ public enum ErrorCodes {
             "no media with that sha256 that this user may see, or a send of media this user has not uploaded"
         ),
         (unknownUpload, false, "no upload in progress for that stream"),
+        (
+            uploadBusy, false,
+            "another connection is sending this upload (it may be one that broke and is not closed yet): retry after `retry_after_ms`"
+        ),
         (idleTimeout, true, "nothing received for the idle timeout (send pings)"),
         (slowConsumer, true, "the client stopped reading; it resyncs from its acknowledged cursor on reconnect"),
         (serverFull, true, "the server is at its connection limit"),

@@ -17,6 +17,9 @@ final class MediaService: Sendable {
     /// The uploads some stream is working on now: one stream at a time may own an upload, so that two connections
     /// of the same user can never write into the same part file.
     private let claims = Mutex<Set<String>>([])
+    /// Uploads start one at a time: the quota check and the upload's record on disk (which later checks count) go
+    /// together, so concurrent starts by one user cannot all pass the same check.
+    private let starting = AsyncLock()
 
     init(
         folder: URL,
@@ -74,8 +77,10 @@ final class MediaService: Sendable {
             )
         }
         guard self.claims.withLock({ $0.insert(id).inserted }) else {
-            throw CourierStoreError(.invalidRequest, "this upload is in progress on another stream")
+            throw CourierStoreError(.uploadBusy, "this upload is in progress on another connection")
         }
+        await self.starting.lock()
+        defer { self.starting.unlock() }
         do {
             let pending = try await self.blobs.declaredBytes(
                 ofUploadsStartingWith: ["n\(user.rawValue)-", "c\(user.rawValue)-"],

@@ -24,6 +24,7 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
             case unknownUpload = "unknown-upload"
             case unknownMedia = "unknown-media"
             case quotaExceeded = "quota-exceeded"
+            case uploadBusy = "upload-busy"
         }
         private let value: Value
         private init(_ value: Value) { self.value = value }
@@ -64,6 +65,8 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
         public static let unknownMedia = Code(.unknownMedia)
         /// The user's stored media would go over its quota.
         public static let quotaExceeded = Code(.quotaExceeded)
+        /// Another stream is sending this upload now.
+        public static let uploadBusy = Code(.uploadBusy)
 
         public var description: String { self.value.rawValue }
 

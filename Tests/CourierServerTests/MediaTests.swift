@@ -685,9 +685,14 @@ struct MediaTests {
                     Issue.record("the first upload did not start")
                     return
                 }
-                // The same file from another connection while the first owns it: refused, nothing written.
-                let clash = try await second.upload(file, stream: 1)
-                #expect(clash.error?.code == "invalid-request", "\(clash)")
+                // The same file from another connection while the first owns it: refused for now, nothing written.
+                var request = ClientEnvelope()
+                request.upload.sha256 = NativeTestClient.sha256(file)
+                request.upload.size = UInt64(file.count)
+                request.upload.streamID = 1
+                let clashID = try await second.send(request)
+                let clash = try await second.expect("a refusal") { $0.requestID == clashID ? $0.error : nil }
+                #expect(clash.code == "upload-busy" && clash.retryAfterMs == 1000, "\(clash)")
                 // The quota (1 MiB) counts the 600 KiB upload in progress: another 600 KiB does not fit.
                 let other = Self.randomBytes(600 * 1024, "ownershipAndStreams-other")
                 #expect(try await second.upload(other, stream: 3).error?.code == "quota-exceeded")
@@ -697,7 +702,7 @@ struct MediaTests {
                 var resumed = try await second.upload(file, stream: stream)
                 let deadline = ContinuousClock.now + .seconds(10)
                 // The server releases the upload when it notices the first connection's end.
-                while resumed.error?.code == "invalid-request", ContinuousClock.now < deadline {
+                while resumed.error?.code == "upload-busy", ContinuousClock.now < deadline {
                     try await Task.sleep(for: .milliseconds(20))
                     stream += 2
                     resumed = try await second.upload(file, stream: stream)
@@ -707,6 +712,26 @@ struct MediaTests {
                     return
                 }
                 #expect(startedAt >= 128 * 1024)
+
+                // On one connection, asking again moves the upload to the new stream; the old one is reset and told.
+                let third = Self.randomBytes(100 * 1024, "ownershipAndStreams-third")
+                guard case .cut = try await second.upload(third, stream: 101, upTo: 10 * 1024) else {
+                    Issue.record("the third upload did not start")
+                    return
+                }
+                guard case .done(_, let thirdStart) = try await second.upload(third, stream: 103) else {
+                    Issue.record("the takeover failed")
+                    return
+                }
+                #expect(thirdStart == 10 * 1024)
+                let reset = try await second.expectFrame("the old stream's reset") {
+                    $0.kind == .resetStream && $0.streamID == 101
+                }
+                #expect(reset.errorCode == .cancel)
+                let told = try await second.expect("the old request's error") {
+                    $0.error.code == "upload-busy" ? $0 : nil
+                }
+                #expect(told.error.message.contains("stream 103"))
 
                 // Two streams at most: a fetch the client resets frees its stream for the next.
                 _ = try await second.sendMedia(.of(file), to: .user("bob"))

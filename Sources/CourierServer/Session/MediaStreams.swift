@@ -63,12 +63,19 @@ final class MediaStreams: Sendable {
         self.state.withLock { $0.uploads.removeValue(forKey: id) }
     }
 
-    /// Takes out the open stream of an upload (by the upload's id), if this connection has one.
-    func takeUpload(withID uploadID: String) -> UploadStream? {
+    /// Takes out the open stream of an upload (by the upload's id), if this connection has one: its id and state.
+    func takeUpload(withID uploadID: String) -> (UInt32, UploadStream)? {
         self.state.withLock { state in
-            guard let (stream, _) = state.uploads.first(where: { $0.value.upload.id == uploadID }) else { return nil }
-            return state.uploads.removeValue(forKey: stream)
+            guard let (stream, _) = state.uploads.first(where: { $0.value.upload.id == uploadID }),
+                let upload = state.uploads.removeValue(forKey: stream)
+            else { return nil }
+            return (stream, upload)
         }
+    }
+
+    /// Whether a fetch stream is still the one opened with this generation (not reset, not reused).
+    func isCurrent(_ id: UInt32, generation: UInt64) -> Bool {
+        self.state.withLock { $0.fetches[id]?.generation == generation }
     }
 
     // MARK: Fetches

@@ -46,28 +46,47 @@ extension SessionConnection {
             return
         }
         let id = MediaService.nativeUploadID(user: user, sha256: sha256)
-        // Asked again on this connection (the client lost track of its stream): the new stream takes it over.
-        if let previous = session.streams.takeUpload(withID: id) { await media.release(previous.upload) }
-        let upload = try await media.begin(
-            id: id,
-            user: user,
-            size: size,
-            sha256: sha256
-        )
+        // Asked again on this connection (the client lost track of its stream): the new stream takes it over, and
+        // the old one is reset and told.
+        if let (previousID, previous) = session.streams.takeUpload(withID: id) {
+            await media.release(previous.upload)
+            if let frame = self.transport.frame(for: .reset(streamID: previousID, code: .cancel)) {
+                try await session.write(frame, to: outbound)
+            }
+            try await session.write(
+                self.errorEnvelope(
+                    previous.requestID,
+                    code: ErrorCodes.uploadBusy,
+                    message: "stream \(streamID) took this upload over",
+                    id: ""
+                ),
+                transport: self.transport,
+                to: outbound
+            )
+        }
+        let upload = try await media.begin(id: id, user: user, size: size, sha256: sha256)
         let window = media.configuration.uploadWindowBytes
         ready.uploadReady.offset = UInt64(upload.offset)
         ready.uploadReady.windowBytes = upload.isComplete ? 0 : UInt32(clamping: window)
-        try await session.write(ready, transport: self.transport, to: outbound)
         if upload.isComplete {
+            do {
+                try await session.write(ready, transport: self.transport, to: outbound)
+            } catch {
+                await media.release(upload)
+                throw error
+            }
             // Every byte arrived before the connection broke: only the check is left.
             group.addTask {
                 await self.finishUpload(upload, requestID: requestID, session: session, outbound: outbound)
             }
         } else {
+            // On the connection's books before the answer goes out: if the write fails, the connection's end
+            // releases the upload.
             session.streams.openUpload(
                 streamID,
                 MediaStreams.UploadStream(upload: upload, requestID: requestID, window: window)
             )
+            try await session.write(ready, transport: self.transport, to: outbound)
         }
     }
 
@@ -230,6 +249,8 @@ extension SessionConnection {
                 try await self.context.media.read(sha256, range: position..<(position + Int64(allowed))) { bytes in
                     position += Int64(bytes.readableBytes)
                     let last = position == range.upperBound
+                    // Reset while this chunk was read: the id may be another stream's now.
+                    guard session.streams.isCurrent(streamID, generation: generation) else { return }
                     if let frame = self.transport.frame(for: .chunk(streamID: streamID, bytes: bytes, end: last)) {
                         try await session.write(frame, to: outbound)
                     }

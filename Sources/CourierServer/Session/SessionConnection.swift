@@ -527,7 +527,13 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                 return true
             }
         } catch let error as CourierStoreError {
-            reply = self.errorEnvelope(requestID, code: "\(error.code)", message: error.message, id: "")
+            reply = self.errorEnvelope(
+                requestID,
+                code: "\(error.code)",
+                message: error.message,
+                id: "",
+                retryAfter: error.code == .uploadBusy ? .seconds(1) : nil
+            )
         }
         try await session.write(reply, transport: self.transport, to: outbound)
         return true

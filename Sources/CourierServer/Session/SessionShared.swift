@@ -33,21 +33,16 @@ final class SessionShared: Sendable {
     private let media: MediaService
     /// The connection's media streams.
     let streams: MediaStreams
-    /// Whether an envelope's outputs must reach the socket together (the compat port: a media packet is written as a
-    /// head, body parts and an end, and nothing else may come between them).
-    private let serializesWrites: Bool
-    private let writeLock = Mutex(WriteLock())
-
-    private struct WriteLock {
-        var held = false
-        var waiters: [CheckedContinuation<Void, Never>] = []
-    }
+    /// Held while an envelope's outputs are written, where they must reach the socket together (the compat port: a
+    /// media packet is written as a head, body parts and an end, and nothing else may come between them); nil where
+    /// writes need no order between them (the native port).
+    private let writeLock: AsyncLock?
 
     init(machine: SessionStateMachine, channel: any Channel, media: MediaService, serializesWrites: Bool = false) {
         self.machine = Mutex(machine)
         self.channel = channel
         self.media = media
-        self.serializesWrites = serializesWrites
+        self.writeLock = serializesWrites ? AsyncLock() : nil
         self.streams = MediaStreams(
             maxStreams: media.configuration.maxStreamsPerConnection,
             maxFetchWindow: media.configuration.maxFetchWindowBytes
@@ -131,62 +126,34 @@ final class SessionShared: Sendable {
         to outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>
     ) async throws {
         let outputs = try transport.frames(for: envelope)
-        await self.lockWrites()
-        defer { self.unlockWrites() }
-        for output in outputs {
-            switch output {
-            case .frame(let frame):
-                try await self.writeLocked(frame, to: outbound)
-            case .media(let sha256, let size, let wrap, let end):
-                try await self.media.read(sha256, range: 0..<size) { bytes in
-                    try await self.writeLocked(wrap(bytes), to: outbound)
+        await self.writeLock?.lock()
+        defer { self.writeLock?.unlock() }
+        do {
+            for output in outputs {
+                switch output {
+                case .frame(let frame):
+                    try await self.writeLocked(frame, to: outbound)
+                case .media(let sha256, let size, let wrap, let end):
+                    try await self.media.read(sha256, range: 0..<size) { bytes in
+                        try await self.writeLocked(wrap(bytes), to: outbound)
+                    }
+                    try await self.writeLocked(end, to: outbound)
                 }
-                try await self.writeLocked(end, to: outbound)
             }
+        } catch {
+            // Part of a packet may be out: nothing else may follow it on this connection. Closed before the lock
+            // goes to the next writer.
+            if self.writeLock != nil { self.closeChannel() }
+            throw error
         }
     }
 
     /// Writes one frame, tracking how long it waits for the client to read.
     func write<Outbound: Sendable>(_ frame: Outbound, to outbound: NIOAsyncChannelOutboundWriter<Outbound>) async throws
     {
-        await self.lockWrites()
-        defer { self.unlockWrites() }
+        await self.writeLock?.lock()
+        defer { self.writeLock?.unlock() }
         try await self.writeLocked(frame, to: outbound)
-    }
-
-    /// Takes the write lock, on a connection that serializes its writes (at once when no one holds it).
-    private func lockWrites() async {
-        guard self.serializesWrites else { return }
-        let free = self.writeLock.withLock { lock -> Bool in
-            guard !lock.held else { return false }
-            lock.held = true
-            return true
-        }
-        if free { return }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let acquired = self.writeLock.withLock { lock -> Bool in
-                if !lock.held {
-                    lock.held = true
-                    return true
-                }
-                lock.waiters.append(continuation)
-                return false
-            }
-            if acquired { continuation.resume() }
-        }
-    }
-
-    /// Hands the write lock to the next writer in line, or frees it.
-    private func unlockWrites() {
-        guard self.serializesWrites else { return }
-        let next = self.writeLock.withLock { lock -> CheckedContinuation<Void, Never>? in
-            if lock.waiters.isEmpty {
-                lock.held = false
-                return nil
-            }
-            return lock.waiters.removeFirst()
-        }
-        next?.resume()
     }
 
     private func writeLocked<Outbound: Sendable>(
