@@ -1,8 +1,6 @@
 // swift-tools-version: 6.1
 //
 // Courier: an instant-messaging and media-delivery system for Linux servers and Swift clients.
-//
-// MediaCache joins this manifest with the issue that brings it; see README.md for the plan.
 
 import PackageDescription
 
@@ -21,6 +19,7 @@ let package = Package(
         .library(name: "CourierServer", targets: ["CourierServer"]),
         .library(name: "CourierClient", targets: ["CourierClient"]),
         .library(name: "CourierTesting", targets: ["CourierTesting"]),
+        .library(name: "MediaCache", targets: ["MediaCache"]),
         .executable(name: "courier", targets: ["courier"]),
     ],
     dependencies: [
@@ -132,6 +131,12 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // The play-while-caching proxy's library: a fragment cache of HTTP resources (issue 6).
+        .target(
+            name: "MediaCache",
+            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: strictSettings
+        ),
         // The one command-line tool.
         .executableTarget(
             name: "courier",
@@ -202,6 +207,11 @@ let package = Package(
         .testTarget(
             name: "CourierCLITests",
             dependencies: ["courier", "CourierClient", "CourierTesting"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "MediaCacheTests",
+            dependencies: ["MediaCache", "CourierTesting"],
             swiftSettings: strictSettings
         ),
         .testTarget(
