@@ -12,6 +12,10 @@ public struct ResourceRecord: Hashable, Sendable, Codable {
     /// The validators of the bytes held: a new one from the origin means the old bytes are dropped.
     public var etag: String?
     public var lastModified: String?
+    /// Until when the bytes may be served without asking the origin (``Freshness``), and when the origin last
+    /// confirmed them.
+    public var freshUntil: Date?
+    public var lastValidated: Date?
     /// The byte ranges held, each durable on disk before it is listed here.
     public var ranges: ByteRangeSet
 
