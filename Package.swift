@@ -194,9 +194,12 @@ let package = Package(
             name: "CourierClientTests",
             dependencies: [
                 "CourierClient",
+                "CourierProtocol",
                 "CourierServer",
                 "CourierStore",
                 "CourierTesting",
+                "CourierWire",
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],

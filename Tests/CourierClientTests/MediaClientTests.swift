@@ -1,7 +1,11 @@
+import CourierProtocol
 import CourierServer
 import CourierTesting
+import CourierWire
 import Crypto
 import Foundation
+import NIOCore
+import Synchronization
 import Testing
 
 @testable import CourierClient
@@ -190,6 +194,59 @@ struct MediaClientTests {
                 },
                 configure: { $0.media.quotaBytesPerUser = 200_000 }
             )
+        }
+    }
+
+    @Test("an upload the server still holds for another connection is retried until that connection is gone")
+    func uploadBusyIsRetried() async throws {
+        try await withTemporaryDirectory { folder in
+            try await ServerFixture.with { fixture in
+                try await fixture.user("alice")
+                let (file, bytes) = try Self.file(folder, "clip.mp4", bytes: 400_000, seed: "uploadBusyIsRetried")
+                // A bare connection of alice's starts the same upload and stops half-way, holding it.
+                let holder = try await NativeTestClient.connect(port: fixture.ports.native)
+                var hello = ClientEnvelope()
+                hello.hello.password.user = "alice"
+                hello.hello.password.password = "pw-alice"
+                try await holder.send(hello)
+                _ = try await holder.expect("a welcome") { $0.welcome }
+                var request = ClientEnvelope()
+                request.upload.sha256 = try Self.sha256(file)
+                request.upload.size = UInt64(bytes.count)
+                request.upload.streamID = 1
+                let id = try await holder.send(request)
+                _ = try await holder.expect("ready") { $0.requestID == id ? $0.uploadReady : nil }
+                try await holder.send(
+                    frame: NativeFrame(kind: .mediaChunk, streamID: 1, payload: ByteBuffer(bytes: bytes[..<100_000]))
+                )
+                let alice = try ClientTests.client(fixture, "alice", folder: folder)
+                try await Self.running([alice]) {
+                    let sending = Mutex(false)
+                    let upload = Task {
+                        var steps: [UploadProgress] = []
+                        for try await step in alice.sendMedia(file: file, to: .user("alice")) {
+                            if case .uploading = step { sending.withLock { $0 = true } }
+                            steps.append(step)
+                        }
+                        return steps
+                    }
+                    // Refused as busy (and retried) while the old connection holds the upload...
+                    try await Task.sleep(for: .milliseconds(1500))
+                    #expect(try await fixture.metric("courier_refusals_total") >= 1)
+                    #expect(!sending.withLock { $0 }, "nothing sent while the upload is another connection's")
+                    // ...and taken up from where it stands once that connection is gone.
+                    await holder.close()
+                    let steps = try await upload.value
+                    guard case .queued? = steps.last else {
+                        Issue.record("\(steps)")
+                        return
+                    }
+                    let resumedAt = steps.compactMap { step -> Int64? in
+                        if case .uploading(let sent, _) = step { sent } else { nil }
+                    }.first
+                    #expect(resumedAt == 100_000, "the retry resumed at the server's offset: \(steps)")
+                }
+            }
         }
     }
 

@@ -527,6 +527,7 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                 return true
             }
         } catch let error as CourierStoreError {
+            self.context.metrics.refusals.increment()
             reply = self.errorEnvelope(
                 requestID,
                 code: "\(error.code)",
