@@ -67,8 +67,8 @@ final class MediaService: Sendable {
     /// - Parameters:
     ///   - id: The blob store's upload id.
     ///   - sha256: The digest the client declared, or nil (compat packets) to learn it from the bytes.
-    /// - Throws: `media-too-large`, `quota-exceeded`, `invalid-request` (another stream owns the upload now),
-    ///   `storage-failed`.
+    /// - Throws: `media-too-large`, `quota-exceeded`, `upload-busy` (another stream owns the upload now),
+    ///   `invalid-request`, `storage-failed`.
     func begin(id: String, user: UserID, size: Int64, sha256: String?) async throws -> Upload {
         guard size <= self.configuration.maxMediaBytes else {
             throw CourierStoreError(
