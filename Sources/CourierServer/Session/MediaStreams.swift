@@ -49,9 +49,6 @@ final class MediaStreams: Sendable {
         }
     }
 
-    /// Streams open now (uploads and fetches).
-    var openCount: Int { self.state.withLock { $0.uploads.count + $0.fetches.count } }
-
     // MARK: Uploads
 
     func openUpload(_ id: UInt32, _ stream: UploadStream) {
