@@ -260,6 +260,18 @@ struct BenchServer {
     let httpPort: Int
 
     static func start(data: URL, log: URL, limits: [String]) async throws -> BenchServer {
+        // A free port can be taken by another process between the kernel naming it and the server binding it: a
+        // server that exits at once is started again on other ports.
+        for _ in 1...3 {
+            if let server = try await Self.attempt(data: data, log: log, limits: limits) {
+                return server
+            }
+        }
+        throw CommandFailure(description: "the server did not start; see \(log.path)")
+    }
+
+    /// One start; nil when the server exited before listening (its ports taken meanwhile).
+    private static func attempt(data: URL, log: URL, limits: [String]) async throws -> BenchServer? {
         let ports = try (0..<3).map { _ in try Self.freePort() }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
@@ -277,11 +289,11 @@ struct BenchServer {
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {
             if Self.accepts(port: ports[0]) { return BenchServer(process: process, port: ports[0], httpPort: ports[2]) }
-            guard process.isRunning else { break }
+            guard process.isRunning else { return nil }
             try await Task.sleep(for: .milliseconds(20))
         }
         process.terminate()
-        throw CommandFailure(description: "the server did not start; see \(log.path)")
+        throw CommandFailure(description: "the server did not start within 30 s; see \(log.path)")
     }
 
     func stop() {
