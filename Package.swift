@@ -35,6 +35,7 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
     ],
     targets: [
         // Bytes <-> frames: the compat (JSON header + CRLF) framing and the native binary framing.
@@ -131,10 +132,19 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        // The play-while-caching proxy's library: a fragment cache of HTTP resources (issue 6).
+        // The play-while-caching proxy: a local HTTP server over a fragment cache of origin resources, embeddable in
+        // an app (platform-neutral: NIO, AsyncHTTPClient, Foundation) and run by `courier proxy`.
         .target(
             name: "MediaCache",
-            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: strictSettings
         ),
         // The one command-line tool.
@@ -146,6 +156,7 @@ let package = Package(
                 "CourierServer",
                 "CourierClient",
                 "CourierBench",
+                "MediaCache",
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -24,7 +24,7 @@ public enum CourierExecutable {
         environment: [String: String] = [:]
     ) async throws -> (status: Int32, output: String) {
         try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async {
+            onOwnThread {
                 continuation.resume(
                     with: Result {
                         let process = Process()

@@ -20,11 +20,13 @@ public enum ExternalProgram {
         }
     }
 
-    /// Runs `path` with `arguments` and returns its status and output. The wait happens on a Dispatch thread, not
-    /// on the few threads of Swift's cooperative pool that a server under test needs.
+    /// Runs `path` with `arguments` and returns its status and output. The wait happens on a thread of its own:
+    /// not on the few threads of Swift's cooperative pool that a server under test needs, nor on Dispatch's, which
+    /// on Linux share a limit with them (a few blocked Dispatch threads stall every task until the pool grows, once
+    /// a second).
     public static func run(_ path: String, _ arguments: [String]) async throws -> Result {
         try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async {
+            onOwnThread {
                 continuation.resume(
                     with: Swift.Result {
                         let process = Process()
@@ -38,9 +40,11 @@ public enum ExternalProgram {
                         // Read stderr on another thread so neither pipe can fill and stall the program.
                         let errorData = Mutex<Data>(Data())
                         let group = DispatchGroup()
-                        DispatchQueue.global().async(group: group) {
+                        group.enter()
+                        onOwnThread {
                             let data = errors.fileHandleForReading.readDataToEndOfFile()
                             errorData.withLock { $0 = data }
+                            group.leave()
                         }
                         let data = output.fileHandleForReading.readDataToEndOfFile()
                         group.wait()
@@ -64,6 +68,13 @@ public enum ExternalProgram {
         }
         return result.output
     }
+}
+
+/// Runs blocking work (waiting for a process) on a new thread.
+func onOwnThread(_ work: @escaping @Sendable () -> Void) {
+    let thread = Thread { work() }
+    thread.stackSize = 1 << 20
+    thread.start()
 }
 
 /// A self-signed certificate (by default for 127.0.0.1 and localhost), made by the `openssl` program, with its key.

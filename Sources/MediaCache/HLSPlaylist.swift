@@ -25,24 +25,78 @@ public enum HLSPlaylist {
         text.split(whereSeparator: \.isNewline).contains { $0.trimmingCharacters(in: .whitespaces) == "#EXT-X-ENDLIST" }
     }
 
+    /// What a URI in a playlist names.
+    public enum Reference: Hashable, Sendable {
+        /// A media segment (a URI line of a media playlist, possibly with `EXT-X-BYTERANGE`).
+        case segment
+        /// A variant playlist (the URI line after `EXT-X-STREAM-INF`).
+        case variant
+        /// A key (`EXT-X-KEY`, `EXT-X-SESSION-KEY`).
+        case key
+        /// An initialization section (`EXT-X-MAP`).
+        case map
+        /// A rendition playlist (`EXT-X-MEDIA`), an I-frame playlist, or another tag's URI.
+        case other
+    }
+
     /// Rewrites a playlist: each URI line (segments, variant playlists) and each `URI="…"` attribute (keys, maps,
     /// renditions, I-frame playlists…) is resolved against `base` — the playlist's final URL, after redirects — and
     /// replaced by `rewrite(resolved)`. Everything else (tags, their other attributes such as a key's `IV`, comments,
     /// blank lines, the line endings) is kept as it was.
     public static func rewrite(_ text: String, base: URL, _ rewrite: (URL) -> URL) -> String {
+        Self.rewrite(text, base: base) { url, _ in rewrite(url) }
+    }
+
+    /// Rewrites a playlist as ``rewrite(_:base:_:)-swift.type.method``, telling `rewrite` what each URI names.
+    public static func rewrite(_ text: String, base: URL, _ rewrite: (URL, Reference) -> URL) -> String {
         var output = ""
         output.reserveCapacity(text.utf8.count * 2)
+        Self.walk(text, base: base) { piece in
+            switch piece {
+            case .text(let text): output += text
+            case .uri(let prefix, let url, let reference, let suffix):
+                output += prefix + rewrite(url, reference).absoluteString + suffix
+            }
+        }
+        return output
+    }
+
+    /// Every URI in a playlist, resolved against `base`, with what it names, in order.
+    public static func references(in text: String, base: URL) -> [(url: URL, reference: Reference)] {
+        var found: [(url: URL, reference: Reference)] = []
+        Self.walk(text, base: base) { piece in
+            if case .uri(_, let url, let reference, _) = piece { found.append((url, reference)) }
+        }
+        return found
+    }
+
+    private enum Piece {
+        case text(String)
+        case uri(prefix: String, URL, Reference, suffix: String)
+    }
+
+    private static func walk(_ text: String, base: URL, _ visit: (Piece) -> Void) {
         var rest = Substring(text)
+        var afterStreamInf = false
         while !rest.isEmpty {
             let end = rest.firstIndex(where: \.isNewline) ?? rest.endIndex
             let line = rest[..<end]
-            var newline = rest.index(end, offsetBy: 0)
+            var newline = end
             if newline < rest.endIndex { newline = rest.index(after: newline) }
-            output += Self.rewriteLine(line, base: base, rewrite)
-            output += rest[end..<newline]
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if let uri = Self.uri(in: line, base: base, afterStreamInf: afterStreamInf) {
+                visit(.uri(prefix: uri.prefix, uri.url, uri.reference, suffix: uri.suffix))
+            } else {
+                visit(.text(String(line)))
+            }
+            visit(.text(String(rest[end..<newline])))
+            if trimmed.hasPrefix("#EXT-X-STREAM-INF") {
+                afterStreamInf = true
+            } else if !trimmed.isEmpty && !trimmed.hasPrefix("#") {
+                afterStreamInf = false
+            }
             rest = rest[newline...]
         }
-        return output
     }
 
     /// Where the value of the `URI` attribute starts: `URI="` right after the tag's colon or a comma (not inside
@@ -58,20 +112,29 @@ public enum HLSPlaylist {
         return nil
     }
 
-    private static func rewriteLine(_ line: Substring, base: URL, _ rewrite: (URL) -> URL) -> String {
+    /// The URI of a line, if it has one: the text before and after it, the URI resolved, and what it names.
+    private static func uri(
+        in line: Substring,
+        base: URL,
+        afterStreamInf: Bool
+    ) -> (prefix: String, url: URL, reference: Reference, suffix: String)? {
         let trimmed = line.trimmingCharacters(in: .whitespaces)
-        if trimmed.isEmpty { return String(line) }
+        if trimmed.isEmpty { return nil }
         if !trimmed.hasPrefix("#") {
-            guard let resolved = URL(string: trimmed, relativeTo: base)?.absoluteURL else { return String(line) }
-            return rewrite(resolved).absoluteString
+            guard let resolved = URL(string: trimmed, relativeTo: base)?.absoluteURL else { return nil }
+            return ("", resolved, afterStreamInf ? .variant : .segment, "")
         }
-        let tag = trimmed.prefix { $0 != ":" }
-        guard Self.uriTags.contains(String(tag)), let valueStart = Self.uriValueStart(in: trimmed) else {
-            return String(line)
-        }
-        guard let valueEnd = trimmed[valueStart...].firstIndex(of: "\"") else { return String(line) }
+        let tag = String(trimmed.prefix { $0 != ":" })
+        guard Self.uriTags.contains(tag), let valueStart = Self.uriValueStart(in: trimmed) else { return nil }
+        guard let valueEnd = trimmed[valueStart...].firstIndex(of: "\"") else { return nil }
         let value = String(trimmed[valueStart..<valueEnd])
-        guard let resolved = URL(string: value, relativeTo: base)?.absoluteURL else { return String(line) }
-        return String(trimmed[..<valueStart]) + rewrite(resolved).absoluteString + String(trimmed[valueEnd...])
+        guard let resolved = URL(string: value, relativeTo: base)?.absoluteURL else { return nil }
+        let reference: Reference =
+            switch tag {
+            case "#EXT-X-KEY", "#EXT-X-SESSION-KEY": .key
+            case "#EXT-X-MAP": .map
+            default: .other
+            }
+        return (String(trimmed[..<valueStart]), resolved, reference, String(trimmed[valueEnd...]))
     }
 }

@@ -1,0 +1,823 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// What the cache has done since it started, and what it holds (`GET /_stats`).
+public struct CacheStatistics: Sendable, Codable, Hashable {
+    /// Requests served wholly from the cache.
+    public var hits = 0
+    /// Requests served partly from the cache, partly from the origin.
+    public var partialHits = 0
+    /// Requests served wholly from the origin (including those streamed through uncached).
+    public var misses = 0
+    /// Bytes sent to players that the cache held when they were asked for.
+    public var bytesFromCache: Int64 = 0
+    /// Bytes the origin sent.
+    public var bytesFromOrigin: Int64 = 0
+    /// Resources known to the cache, and the bytes it holds of them.
+    public var resources = 0
+    public var bytesUsed: Int64 = 0
+    public var maxBytes: Int64 = 0
+}
+
+/// What the cache holds of one resource (`GET /_cache`).
+public struct CachedResource: Sendable, Codable, Hashable {
+    public var key: String
+    public var url: String?
+    public var totalLength: Int64?
+    public var contentType: String?
+    public var etag: String?
+    public var lastModified: String?
+    public var cachedBytes: Int64
+    /// The cached byte ranges, each as `[first, end)`.
+    public var ranges: [[Int64]]
+}
+
+/// What a reader needs to answer a player before sending bytes.
+struct ResourceHead: Sendable {
+    var key: String
+    var generation: Int
+    var totalLength: Int64?
+    var contentType: String?
+    var etag: String?
+    var lastModified: String?
+    /// The URL that answered last (after redirects).
+    var url: String?
+}
+
+/// The cache proper: the resources' states, the origin fetches that fill them, the commits that make their bytes
+/// durable, eviction, revalidation and statistics. Readers (player requests) ask it what to send next; it answers
+/// with bytes on disk, waiting for a fetch when needed.
+actor CacheEngine {
+    enum Opening: Sendable {
+        /// Serve the resource as reader `reader`.
+        case resource(ResourceHead, reader: Int)
+        /// Stream it through from the origin uncached.
+        case passthrough
+        case failed(ResourceState.Failure)
+    }
+
+    enum Read: Sendable {
+        /// These bytes are on disk and pinned: send them, then ``CacheEngine/release(_:range:)``.
+        case serve(Range<Int64>, generation: Int)
+        case end
+        case changed
+        case failed(ResourceState.Failure)
+    }
+
+    let configuration: MediaCacheConfiguration
+    let store: FragmentStore
+    let origin: OriginClient
+    let fileIO: NonBlockingFileIO
+    let threadPool: NIOThreadPool
+    let logger: Logger
+
+    private var states: [String: ResourceState] = [:]
+    private var waiters: [String: [Int: CheckedContinuation<Void, Never>]] = [:]
+    private var committing: Set<String> = []
+    private var commitPending: Set<String> = []
+    private var revalidations: [String: Task<Void, Never>] = [:]
+    /// When an origin last failed to answer a revalidation: the cached bytes are served as they are meanwhile.
+    private var lastAttempt: [String: Date] = [:]
+    private var passthroughUntil: [String: Date] = [:]
+    private var fetchTasks: [String: [Int: Task<Void, Never>]] = [:]
+    private var clock: UInt64 = 1
+    private var nextReader = 0
+    private var used: Int64 = 0
+    private var statistics = CacheStatistics()
+
+    /// The most bytes one answer of ``next(key:reader:generation:position:upper:url:forward:)`` pins.
+    private var maxServeBytes: Int64 { max(self.configuration.blockBytes * 4, 256 << 10) }
+
+    init(configuration: MediaCacheConfiguration, origin: OriginClient, logger: Logger) throws {
+        self.configuration = configuration
+        self.store = try FragmentStore(folder: configuration.cacheDirectory, blockBytes: configuration.blockBytes)
+        self.origin = origin
+        self.threadPool = NIOThreadPool.singleton
+        self.fileIO = NonBlockingFileIO(threadPool: self.threadPool)
+        self.logger = logger
+        for record in self.store.loadAll() {
+            var state = ResourceState(
+                record: record,
+                blockBytes: configuration.blockBytes,
+                coalesceBytes: configuration.coalesceBytes
+            )
+            state.touchAll(clock: 0)
+            self.used += state.available.count
+            self.states[record.key] = state
+        }
+        self.statistics.maxBytes = configuration.maxBytes
+    }
+
+    /// Evicts down to the cap (after a restart with a smaller one).
+    func start() {
+        self.evictIfNeeded()
+    }
+
+    /// Stops every fetch (at shutdown).
+    func stop() {
+        for tasks in self.fetchTasks.values { for task in tasks.values { task.cancel() } }
+        for key in Array(self.waiters.keys) { self.wake(key) }
+    }
+
+    // MARK: Readers
+
+    /// Opens a resource for a player: its head once the cache knows it (starting a fetch at `start` when it does
+    /// not, revalidating when its freshness has run out).
+    func open(key: String, url: URL, forward: HTTPHeaders, start: Int64, upper: Int64?) async -> Opening {
+        if let until = self.passthroughUntil[key], until > Date() { return .passthrough }
+        let reader = self.nextReader
+        self.nextReader += 1
+        var revalidated = false
+        while !Task.isCancelled {
+            if self.states[key] == nil {
+                self.states[key] = ResourceState(
+                    record: ResourceRecord(key: key),
+                    blockBytes: self.configuration.blockBytes,
+                    coalesceBytes: self.configuration.coalesceBytes
+                )
+            }
+            let state = self.states[key]!
+            if state.headSeen {
+                // Revalidated at most once per request: after it, the record is fresh, or changed, or the origin is
+                // unreachable and the cached bytes are served as they are.
+                if !revalidated, self.needsRevalidation(key, state.record) {
+                    revalidated = true
+                    await self.revalidate(key: key, url: url, forward: forward)
+                    continue
+                }
+                return .resource(Self.head(state.record), reader: reader)
+            }
+            if let until = self.passthroughUntil[key], until > Date() { return .passthrough }
+            switch self.states[key]!.step(reader: reader, generation: state.generation, position: start, upper: upper) {
+            case .fetch(let id, let range):
+                self.startFetch(
+                    key: key,
+                    id: id,
+                    generation: state.generation,
+                    range: range,
+                    url: url,
+                    forward: forward
+                )
+                await self.wait(key, reader)
+            case .wait:
+                await self.wait(key, reader)
+            case .failed(let failure):
+                return .failed(failure)
+            case .changed, .serve, .end:
+                continue
+            }
+        }
+        self.leave(key, reader: reader)
+        return .failed(.unreachable("cancelled"))
+    }
+
+    /// What a reader sends next at `position`: bytes on disk (pinned until released), after waiting for a fetch
+    /// (started here when none brings them) if needed.
+    func next(
+        key: String,
+        reader: Int,
+        generation: Int,
+        position: Int64,
+        upper: Int64?,
+        url: URL,
+        forward: HTTPHeaders
+    ) async -> Read {
+        while !Task.isCancelled {
+            guard self.states[key] != nil else { return .changed }
+            switch self.states[key]!.step(reader: reader, generation: generation, position: position, upper: upper) {
+            case .serve(let range):
+                let capped = range.lowerBound..<min(range.upperBound, range.lowerBound + self.maxServeBytes)
+                self.states[key]!.pin(capped, clock: self.tick())
+                return .serve(capped, generation: generation)
+            case .end:
+                return .end
+            case .changed:
+                return .changed
+            case .failed(let failure):
+                return .failed(failure)
+            case .wait:
+                await self.wait(key, reader)
+            case .fetch(let id, let range):
+                self.startFetch(key: key, id: id, generation: generation, range: range, url: url, forward: forward)
+                await self.wait(key, reader)
+            }
+        }
+        self.leave(key, reader: reader)
+        return .failed(.unreachable("cancelled"))
+    }
+
+    /// Sent bytes are no longer pinned.
+    func release(_ key: String, range: Range<Int64>) {
+        self.states[key]?.unpin(range)
+        self.evictIfNeeded()
+    }
+
+    /// A reader is done (or gone): the fetches it waited on may stop at their next block boundary.
+    func leave(_ key: String, reader: Int) {
+        self.states[key]?.leave(reader: reader)
+        self.waiters[key]?.removeValue(forKey: reader)?.resume()
+    }
+
+    /// The bytes of a resource available now (a reader's snapshot at its start, to tell cached bytes from fetched).
+    func available(_ key: String) -> ByteRangeSet {
+        self.states[key]?.available ?? ByteRangeSet()
+    }
+
+    /// Counts a finished request: `cached` bytes were there when asked for, `fetched` came from the origin first.
+    func account(cached: Int64, fetched: Int64) {
+        switch (cached > 0, fetched > 0) {
+        case (true, false): self.statistics.hits += 1
+        case (true, true): self.statistics.partialHits += 1
+        default: self.statistics.misses += 1
+        }
+        self.statistics.bytesFromCache += cached
+    }
+
+    /// Counts bytes an origin sent that did not go through a fetch (streamed through).
+    func countOriginBytes(_ count: Int64) {
+        self.statistics.bytesFromOrigin += count
+    }
+
+    /// The file of a block of a resource's generation.
+    nonisolated func blockFile(_ block: Int64, key: String, generation: Int) -> URL {
+        self.store.blockFile(block, for: key, generation: generation)
+    }
+
+    private func tick() -> UInt64 {
+        self.clock += 1
+        return self.clock
+    }
+
+    private func wait(_ key: String, _ reader: Int) async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                if Task.isCancelled {
+                    continuation.resume()
+                } else {
+                    self.waiters[key, default: [:]][reader] = continuation
+                }
+            }
+        } onCancel: {
+            Task { await self.wakeOne(key, reader) }
+        }
+    }
+
+    private func wakeOne(_ key: String, _ reader: Int) {
+        self.waiters[key]?.removeValue(forKey: reader)?.resume()
+    }
+
+    private func wake(_ key: String) {
+        guard let waiting = self.waiters.removeValue(forKey: key) else { return }
+        for continuation in waiting.values { continuation.resume() }
+    }
+
+    private static func head(_ record: ResourceRecord) -> ResourceHead {
+        ResourceHead(
+            key: record.key,
+            generation: record.generation,
+            totalLength: record.totalLength,
+            contentType: record.contentType,
+            etag: record.etag,
+            lastModified: record.lastModified,
+            url: record.url
+        )
+    }
+
+    // MARK: Control
+
+    func statisticsNow() -> CacheStatistics {
+        var statistics = self.statistics
+        statistics.resources = self.states.values.filter { $0.headSeen }.count
+        statistics.bytesUsed = self.used
+        return statistics
+    }
+
+    func resources() -> [CachedResource] {
+        self.states.values.filter(\.headSeen).sorted { $0.record.key < $1.record.key }.map { state in
+            let record = state.record
+            return CachedResource(
+                key: record.key,
+                url: record.url,
+                totalLength: record.totalLength,
+                contentType: record.contentType,
+                etag: record.etag,
+                lastModified: record.lastModified,
+                cachedBytes: state.available.count,
+                ranges: state.available.ranges.map { [$0.lowerBound, $0.upperBound] }
+            )
+        }
+    }
+
+    /// Drops everything cached of a key; false when nothing was.
+    func remove(key: String) -> Bool {
+        guard var state = self.states[key], state.headSeen else { return false }
+        for task in (self.fetchTasks.removeValue(forKey: key) ?? [:]).values { task.cancel() }
+        self.used -= state.startGeneration { _ in }
+        state.headSeen = false
+        self.states[key] = state
+        self.passthroughUntil[key] = nil
+        self.scheduleCommit(key)
+        self.wake(key)
+        return true
+    }
+
+    // MARK: Fetches
+
+    private func startFetch(
+        key: String,
+        id: Int,
+        generation: Int,
+        range: Range<Int64>,
+        url: URL,
+        forward: HTTPHeaders
+    ) {
+        var validator: String?
+        if let record = self.states[key]?.record, record.generation == generation {
+            if let etag = record.etag, !etag.hasPrefix("W/") {
+                validator = etag
+            } else {
+                validator = record.lastModified
+            }
+        }
+        let task = Task {
+            await self.runFetch(
+                key: key,
+                id: id,
+                generation: generation,
+                range: range,
+                url: url,
+                forward: forward,
+                validator: validator
+            )
+        }
+        self.fetchTasks[key, default: [:]][id] = task
+    }
+
+    private enum HeadVerdict {
+        case write(start: Int64, generation: Int, stop: Int64)
+        case stop
+    }
+
+    private nonisolated func runFetch(
+        key: String,
+        id: Int,
+        generation: Int,
+        range: Range<Int64>,
+        url: URL,
+        forward: HTTPHeaders,
+        validator: String?
+    ) async {
+        var headers = Self.forwarded(forward)
+        let last = range.upperBound == .max ? "" : String(range.upperBound - 1)
+        headers.add(name: "Range", value: "bytes=\(range.lowerBound)-\(last)")
+        if let validator { headers.add(name: "If-Range", value: validator) }
+        let response: OriginResponse
+        do {
+            response = try await self.origin.request(url, headers: headers)
+        } catch {
+            await self.fetchFailed(key: key, id: id, generation: generation, .unreachable("\(error)"))
+            return
+        }
+        let verdict = await self.fetchHead(
+            key: key,
+            id: id,
+            generation: generation,
+            requested: range,
+            status: response.status,
+            headers: response.headers,
+            url: response.url
+        )
+        guard case .write(var position, let generation, var stop) = verdict else { return }
+        var writer = BlockWriter(engine: self, key: key, generation: generation)
+        var complete = false
+        do {
+            try await self.threadPool.runIfActive { try self.store.prepare(key: key, generation: generation) }
+            body: for try await var chunk in response.body {
+                var received = Int64(chunk.readableBytes)
+                while chunk.readableBytes > 0 {
+                    let count = Int(min(Int64(chunk.readableBytes), stop - position))
+                    guard count > 0, let slice = chunk.readSlice(length: count) else { break body }
+                    try await writer.write(slice, at: position)
+                    let next = await self.wrote(
+                        key: key,
+                        id: id,
+                        generation: generation,
+                        range: position..<(position + Int64(count)),
+                        received: received
+                    )
+                    received = 0
+                    position += Int64(count)
+                    guard let next else { break body }
+                    stop = next
+                }
+            }
+            complete = true
+        } catch {
+            try? writer.close()
+            await self.fetchFailed(key: key, id: id, generation: generation, .unreachable("\(error)"))
+            return
+        }
+        try? writer.close()
+        await self.fetchEnded(key: key, id: id, generation: generation, position: position, bodyComplete: complete)
+    }
+
+    private static func forwarded(_ forward: HTTPHeaders) -> HTTPHeaders {
+        var headers = HTTPHeaders()
+        for name in OriginClient.forwardedHeaders {
+            for value in forward[name] { headers.add(name: name, value: value) }
+        }
+        return headers
+    }
+
+    /// An origin answered a fetch: checks its validators against what is cached, records its length, type and
+    /// freshness, and says where its body starts.
+    private func fetchHead(
+        key: String,
+        id: Int,
+        generation: Int,
+        requested: Range<Int64>,
+        status: Int,
+        headers: HTTPHeaders,
+        url: URL
+    ) -> HeadVerdict {
+        guard var state = self.states[key], state.generation == generation, state.fetches[id] != nil else {
+            return .stop
+        }
+        let now = Date()
+        switch status {
+        case 200, 206:
+            var start: Int64 = 0
+            var total: Int64?
+            if status == 206 {
+                guard let contentRange = headers.first(name: "Content-Range").flatMap(ContentRange.init) else {
+                    self.fail(&state, key: key, id: id, .unreachable("a 206 without a usable Content-Range"))
+                    return .stop
+                }
+                start = contentRange.first
+                total = contentRange.total
+            } else {
+                total = headers.first(name: "Content-Length").flatMap { Int64($0) }
+            }
+            let freshness = Freshness(headers: headers.map { ($0.name, $0.value) }, received: now)
+            if freshness.noStore || (total ?? 0) > self.configuration.maxBytes {
+                self.passthroughUntil[key] = now.addingTimeInterval(self.configuration.revalidationInterval)
+                if state.headSeen { self.used -= state.startGeneration { _ in } }
+                state.headSeen = false
+                self.fail(&state, key: key, id: id, .passthrough)
+                return .stop
+            }
+            let etag = headers.first(name: "ETag")
+            let lastModified = headers.first(name: "Last-Modified")
+            let fill: (inout ResourceRecord) -> Void = { record in
+                record.url = url.absoluteString
+                record.totalLength = total ?? record.totalLength
+                record.contentType = headers.first(name: "Content-Type")
+                record.etag = etag
+                record.lastModified = lastModified
+                record.freshUntil = freshness.freshUntil
+                record.lastValidated = now
+            }
+            if state.headSeen && Self.changed(state.record, etag: etag, lastModified: lastModified, total: total) {
+                self.logger.info("origin changed; dropping cached bytes", metadata: ["key": "\(key)"])
+                self.used -= state.startGeneration(keeping: id, fill)
+            } else {
+                state.update(fill)
+            }
+            state.headSeen = true
+            if start != requested.lowerBound { state.fetch(id, startsAt: start) }
+            // An origin that ignores Range sends the whole body whatever is asked: any later fetch would cost the
+            // bytes before it again, so this one goes on to the end (while anyone reads).
+            if status == 200 { state.extend(id, to: total ?? .max) }
+            let stop = state.stop(for: id)
+            let generation = state.generation
+            self.states[key] = state
+            self.scheduleCommit(key)
+            self.wake(key)
+            guard let stop else {
+                self.states[key]?.finished(id, lengthKnown: false)
+                return .stop
+            }
+            return .write(start: start, generation: generation, stop: stop)
+        case 416:
+            if let total = headers.first(name: "Content-Range").flatMap(ContentRange.unsatisfied) {
+                if !state.headSeen || state.record.totalLength == total {
+                    // The length only: a 416's type and validators (if any) are those of an error page.
+                    state.update { record in
+                        record.url = url.absoluteString
+                        record.totalLength = total
+                        record.lastValidated = now
+                    }
+                    state.headSeen = true
+                    state.finished(id, lengthKnown: false)
+                    self.states[key] = state
+                    self.scheduleCommit(key)
+                    self.wake(key)
+                    return .stop
+                }
+            }
+            self.fail(&state, key: key, id: id, .upstream(status: status))
+            return .stop
+        default:
+            self.fail(&state, key: key, id: id, .upstream(status: status))
+            return .stop
+        }
+    }
+
+    /// Whether an origin's answer describes other bytes than the cached ones: another length, or another
+    /// validator (the ETag when both have one, else Last-Modified); a validator the cached bytes had and the answer
+    /// lacks counts as another. Bytes cached without any validator (an origin that sends none) are kept while the
+    /// length holds.
+    static func changed(_ record: ResourceRecord, etag: String?, lastModified: String?, total: Int64?) -> Bool {
+        if let old = record.totalLength, let total, old != total { return true }
+        if let old = record.etag { return etag.map { $0 != old } ?? true }
+        if let old = record.lastModified { return lastModified.map { $0 != old } ?? true }
+        return false
+    }
+
+    private func fail(_ state: inout ResourceState, key: String, id: Int, _ failure: ResourceState.Failure) {
+        state.failed(id, failure)
+        self.states[key] = state
+        self.fetchTasks[key]?[id] = nil
+        self.wake(key)
+    }
+
+    /// A fetch wrote bytes: they are served from now on. Returns where the fetch stops now (nil: stop here).
+    private func wrote(key: String, id: Int, generation: Int, range: Range<Int64>, received: Int64) -> Int64? {
+        self.statistics.bytesFromOrigin += received
+        guard self.states[key]?.generation == generation, self.states[key]?.fetches[id] != nil else { return nil }
+        self.used += self.states[key]!.wrote(id, range, clock: self.tick())
+        let blockBytes = self.configuration.blockBytes
+        if range.upperBound % blockBytes == 0 || range.upperBound / blockBytes != range.lowerBound / blockBytes {
+            self.scheduleCommit(key)
+        }
+        self.wake(key)
+        self.evictIfNeeded()
+        return self.states[key]?.stop(for: id)
+    }
+
+    private func fetchEnded(key: String, id: Int, generation: Int, position: Int64, bodyComplete: Bool) {
+        self.fetchTasks[key]?[id] = nil
+        guard var state = self.states[key], state.generation == generation, let fetch = state.fetches[id] else {
+            return
+        }
+        if bodyComplete, fetch.end != .max, position < fetch.end, position < (state.record.totalLength ?? .max) {
+            self.fail(&state, key: key, id: id, .unreachable("the origin's response ended early"))
+            self.scheduleCommit(key)
+            return
+        }
+        state.finished(id, lengthKnown: bodyComplete && fetch.end == .max)
+        self.states[key] = state
+        self.scheduleCommit(key)
+        self.wake(key)
+    }
+
+    private func fetchFailed(key: String, id: Int, generation: Int, _ failure: ResourceState.Failure) {
+        self.logger.debug("fetch failed", metadata: ["key": "\(key)", "reason": "\(failure)"])
+        guard var state = self.states[key], state.generation == generation else { return }
+        self.fail(&state, key: key, id: id, failure)
+        self.scheduleCommit(key)
+    }
+
+    // MARK: Commits and eviction
+
+    private func scheduleCommit(_ key: String) {
+        guard !self.committing.contains(key) else {
+            self.commitPending.insert(key)
+            return
+        }
+        guard self.states[key] != nil else { return }
+        let commit = self.states[key]!.commit()
+        self.committing.insert(key)
+        let store = self.store
+        Task {
+            let succeeded: Bool
+            do {
+                try await self.threadPool.runIfActive {
+                    for block in commit.syncBlocks {
+                        let file = store.blockFile(block, for: key, generation: commit.record.generation)
+                        guard let handle = try? FileHandle(forUpdating: file) else { continue }
+                        defer { try? handle.close() }
+                        try handle.synchronize()
+                    }
+                    if commit.writesIndex {
+                        try store.writeIndex(commit.record)
+                    } else {
+                        store.removeIndex(for: key)
+                    }
+                    store.deleteBlocks(commit.deleting, for: key, generation: commit.record.generation)
+                    for generation in commit.oldGenerations { store.deleteGeneration(generation, for: key) }
+                }
+                succeeded = true
+            } catch {
+                self.logger.warning("cannot commit the cache index", metadata: ["key": "\(key)", "error": "\(error)"])
+                succeeded = false
+            }
+            self.committed(key, commit, succeeded: succeeded)
+        }
+    }
+
+    private func committed(_ key: String, _ commit: ResourceState.Commit, succeeded: Bool) {
+        self.committing.remove(key)
+        if succeeded {
+            self.states[key]?.committed(commit)
+        } else {
+            self.states[key]?.commitFailed(commit)
+        }
+        if self.commitPending.remove(key) != nil { self.scheduleCommit(key) }
+        self.wake(key)
+    }
+
+    /// Evicts the least recently used blocks (not pinned, not being written) until the cache is below its cap by
+    /// a twentieth (so that eviction runs in batches, not at every write).
+    private func evictIfNeeded() {
+        guard self.used > self.configuration.maxBytes else { return }
+        let target = self.configuration.maxBytes - self.configuration.maxBytes / 20
+        var candidates: [(key: String, block: Int64, lastUse: UInt64, bytes: Int64)] = []
+        for (key, state) in self.states {
+            for candidate in state.evictable() {
+                candidates.append((key, candidate.block, candidate.lastUse, candidate.bytes))
+            }
+        }
+        candidates.sort { ($0.lastUse, $0.key, $0.block) < ($1.lastUse, $1.key, $1.block) }
+        var touched = Set<String>()
+        for candidate in candidates {
+            guard self.used > target else { break }
+            self.states[candidate.key]!.evict(candidate.block)
+            self.used -= candidate.bytes
+            touched.insert(candidate.key)
+        }
+        for key in touched { self.scheduleCommit(key) }
+    }
+
+    // MARK: Revalidation
+
+    private func needsRevalidation(_ key: String, _ record: ResourceRecord) -> Bool {
+        let now = Date()
+        if let freshUntil = record.freshUntil, now < freshUntil { return false }
+        let last = [record.lastValidated, self.lastAttempt[key]].compactMap { $0 }.max()
+        guard let last else { return true }
+        return now.timeIntervalSince(last) >= self.configuration.revalidationInterval
+    }
+
+    private func revalidate(key: String, url: URL, forward: HTTPHeaders) async {
+        if let running = self.revalidations[key] {
+            await running.value
+            return
+        }
+        guard let record = self.states[key]?.record else { return }
+        let task = Task { await self.runRevalidation(key: key, record: record, url: url, forward: forward) }
+        self.revalidations[key] = task
+        await task.value
+        self.revalidations[key] = nil
+    }
+
+    private nonisolated func runRevalidation(key: String, record: ResourceRecord, url: URL, forward: HTTPHeaders) async
+    {
+        var headers = Self.forwarded(forward)
+        headers.add(name: "Range", value: "bytes=0-0")
+        if let etag = record.etag { headers.add(name: "If-None-Match", value: etag) }
+        if let lastModified = record.lastModified { headers.add(name: "If-Modified-Since", value: lastModified) }
+        do {
+            let response = try await self.origin.request(URL(string: record.url ?? "") ?? url, headers: headers)
+            // Only the head matters; an origin that ignores the range would send it all.
+            var iterator = response.body.makeAsyncIterator()
+            _ = try? await iterator.next()
+            await self.revalidated(key: key, record: record, response: response)
+        } catch {
+            await self.revalidationFailed(key: key, error)
+        }
+    }
+
+    private func revalidationFailed(key: String, _ error: any Error) {
+        self.logger.info("origin unreachable; serving cached bytes", metadata: ["key": "\(key)", "error": "\(error)"])
+        self.lastAttempt[key] = Date()
+    }
+
+    private func revalidated(key: String, record: ResourceRecord, response: OriginResponse) {
+        guard var state = self.states[key], state.generation == record.generation else { return }
+        let now = Date()
+        let headers = response.headers
+        let freshness = Freshness(headers: headers.map { ($0.name, $0.value) }, received: now)
+        switch response.status {
+        case 304:
+            state.update { record in
+                record.freshUntil = freshness.freshUntil
+                record.lastValidated = now
+            }
+        case 200, 206:
+            let total =
+                response.status == 206
+                ? headers.first(name: "Content-Range").flatMap(ContentRange.init)?.total
+                : headers.first(name: "Content-Length").flatMap { Int64($0) }
+            let etag = headers.first(name: "ETag")
+            let lastModified = headers.first(name: "Last-Modified")
+            let fill: (inout ResourceRecord) -> Void = { record in
+                record.url = response.url.absoluteString
+                record.totalLength = total
+                record.contentType = headers.first(name: "Content-Type")
+                record.etag = etag
+                record.lastModified = lastModified
+                record.freshUntil = freshness.freshUntil
+                record.lastValidated = now
+            }
+            if Self.changed(state.record, etag: etag, lastModified: lastModified, total: total) {
+                self.logger.info("origin changed; dropping cached bytes", metadata: ["key": "\(key)"])
+                self.used -= state.startGeneration(fill)
+                state.headSeen = total != nil
+            } else {
+                state.update(fill)
+            }
+        case 404, 410:
+            self.used -= state.startGeneration { _ in }
+            state.headSeen = false
+        default:
+            self.lastAttempt[key] = now
+            return
+        }
+        self.lastAttempt[key] = nil
+        self.states[key] = state
+        self.scheduleCommit(key)
+        self.wake(key)
+    }
+}
+
+/// Writes a fetch's bytes into block files, keeping the current block's file open.
+struct BlockWriter {
+    let engine: CacheEngine
+    let key: String
+    let generation: Int
+    private var block: Int64 = -1
+    private var handle: NIOFileHandle?
+
+    init(engine: CacheEngine, key: String, generation: Int) {
+        self.engine = engine
+        self.key = key
+        self.generation = generation
+    }
+
+    mutating func write(_ bytes: ByteBuffer, at offset: Int64) async throws {
+        var bytes = bytes
+        var offset = offset
+        let blockBytes = self.engine.configuration.blockBytes
+        while bytes.readableBytes > 0 {
+            let block = offset / blockBytes
+            let inBlock = offset - block * blockBytes
+            let count = Int(min(Int64(bytes.readableBytes), blockBytes - inBlock))
+            let slice = bytes.readSlice(length: count)!
+            if block != self.block || self.handle == nil {
+                try self.close()
+                let path = self.engine.blockFile(block, key: self.key, generation: self.generation).path
+                self.handle = try await self.engine.threadPool.runIfActive {
+                    try NIOFileHandle(_deprecatedPath: path, mode: .write, flags: .allowFileCreation(posixMode: 0o644))
+                }
+                self.block = block
+            }
+            try await self.engine.fileIO.write(fileHandle: self.handle!, toOffset: inBlock, buffer: slice)
+            offset += Int64(count)
+        }
+    }
+
+    mutating func close() throws {
+        if let handle = self.handle {
+            self.handle = nil
+            try handle.close()
+        }
+    }
+}
+
+/// A `Content-Range` header: `bytes first-last/total` (total may be `*`), or `bytes */total` on a 416.
+struct ContentRange: Hashable {
+    var first: Int64
+    var last: Int64
+    var total: Int64?
+
+    init?(_ text: String) {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        guard trimmed.lowercased().hasPrefix("bytes ") else { return nil }
+        let parts = trimmed.dropFirst(6).split(separator: "/", maxSplits: 1)
+        guard parts.count == 2 else { return nil }
+        let bounds = parts[0].split(separator: "-", maxSplits: 1)
+        guard bounds.count == 2, let first = Int64(bounds[0]), let last = Int64(bounds[1]), first <= last else {
+            return nil
+        }
+        self.first = first
+        self.last = last
+        if parts[1] == "*" {
+            self.total = nil
+        } else {
+            guard let total = Int64(parts[1]), total > last else { return nil }
+            self.total = total
+        }
+    }
+
+    /// The total of `bytes */total`.
+    static func unsatisfied(_ text: String) -> Int64? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        guard trimmed.lowercased().hasPrefix("bytes */") else { return nil }
+        return Int64(trimmed.dropFirst(8))
+    }
+}

@@ -1,0 +1,236 @@
+public import Foundation
+public import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+public import ServiceLifecycle
+import Synchronization
+
+/// The play-while-caching proxy: a local HTTP server a media player points at (``proxyURL(for:)``). It answers
+/// from the fragment cache, fetches only the missing bytes from the origin, and caches them while they stream.
+/// A `Service`: run it in a `ServiceGroup`.
+///
+/// Endpoints on the one port:
+/// - `GET`/`HEAD /?url=<origin URL>` and `/r/<base64url origin>/<name>`: the resource (see docs/MEDIACACHE.md);
+/// - `GET /_key?url=`: an HLS key (from the app's ``MediaCacheConfiguration/keyProvider`` or the origin; memory only);
+/// - `GET /_stats`, `GET /_cache`, `DELETE /_cache?url=`, `POST /_preload?url=&bytes=&segments=`.
+public final class CacheProxy: Service, Sendable {
+    public let configuration: MediaCacheConfiguration
+    let engine: CacheEngine
+    let origin: OriginClient
+    let keys: KeyStore
+    let logger: Logger
+    private let bound = Mutex<(port: Result<Int, any Error>?, waiters: [CheckedContinuation<Int, any Error>])>(
+        (nil, [])
+    )
+    private let connections = Atomic<Int>(0)
+
+    /// Opens the cache folder (its index is read now; nothing listens until ``run()``).
+    public init(configuration: MediaCacheConfiguration, logger: Logger = Logger(label: "courier.proxy")) throws {
+        self.configuration = configuration
+        self.logger = logger
+        self.origin = OriginClient(configuration: configuration)
+        self.engine = try CacheEngine(configuration: configuration, origin: self.origin, logger: logger)
+        self.keys = KeyStore(capacity: configuration.maxKeysInMemory)
+    }
+
+    /// The port the proxy listens on, once it does.
+    public func listeningPort() async throws -> Int {
+        try await withCheckedThrowingContinuation { continuation in
+            let port = self.bound.withLock { state -> Result<Int, any Error>? in
+                if let port = state.port { return port }
+                state.waiters.append(continuation)
+                return nil
+            }
+            if let port { continuation.resume(with: port) }
+        }
+    }
+
+    /// The URL a player is given for an origin URL: the path form, which keeps the origin's file name.
+    public func proxyURL(for origin: URL) async throws -> URL {
+        ProxyURL(host: self.configuration.host, port: try await self.listeningPort()).path(for: origin)
+    }
+
+    /// What the cache has done and holds.
+    public func statistics() async -> CacheStatistics {
+        await self.engine.statisticsNow()
+    }
+
+    public func run() async throws {
+        await self.engine.start()
+        let server: NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>, Never>
+        do {
+            server = try await self.bind()
+        } catch {
+            self.publish(.failure(error))
+            await self.origin.shutdown()
+            throw error
+        }
+        let port = server.channel.localAddress?.port ?? self.configuration.port
+        self.publish(.success(port))
+        self.logger.info("listening", metadata: ["host": "\(self.configuration.host)", "port": "\(port)"])
+        do {
+            try await withGracefulShutdownHandler {
+                try await server.executeThenClose { inbound in
+                    try await withThrowingDiscardingTaskGroup { group in
+                        for try await connection in inbound {
+                            group.addTask { await self.serve(connection) }
+                        }
+                    }
+                }
+            } onGracefulShutdown: {
+                server.channel.close(promise: nil)
+            }
+        } catch {
+            await self.engine.stop()
+            await self.origin.shutdown()
+            throw error
+        }
+        await self.engine.stop()
+        await self.origin.shutdown()
+        self.logger.info("stopped")
+    }
+
+    private func publish(_ port: Result<Int, any Error>) {
+        let waiters = self.bound.withLock { state in
+            state.port = port
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume(with: port) }
+    }
+
+    private func bind() async throws -> NIOAsyncChannel<
+        NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>, Never
+    > {
+        let idle = self.configuration.idleConnectionTimeout
+        return try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelOption(.backlog, value: 256)
+            .bind(host: self.configuration.host, port: self.configuration.port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(IdleStateHandler(allTimeout: idle))
+                    try channel.pipeline.syncOperations.addHandler(CloseWhenIdle())
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
+                    return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
+                        wrappingChannelSynchronously: channel
+                    )
+                }
+            }
+    }
+
+    /// One player connection: its requests in turn. Whatever goes wrong ends this connection only.
+    private func serve(_ connection: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>) async {
+        let count = self.connections.wrappingAdd(1, ordering: .relaxed).newValue
+        defer { self.connections.wrappingSubtract(1, ordering: .relaxed) }
+        do {
+            try await connection.executeThenClose { inbound, _ in
+                var parts = inbound.makeAsyncIterator()
+                while let part = try await parts.next() {
+                    guard case .head(let head) = part else { continue }
+                    // Request bodies are not used by any endpoint: skip them.
+                    while let part = try await parts.next() {
+                        if case .end = part { break }
+                    }
+                    let writer = ResponseWriter(
+                        channel: connection.channel,
+                        version: head.version,
+                        keepAlive: head.isKeepAlive && count <= self.configuration.maxConnections
+                    )
+                    if count > self.configuration.maxConnections {
+                        try await writer.error(.serviceUnavailable, "too many connections to the proxy")
+                        return
+                    }
+                    let keepGoing = try await self.respond(to: head, writer: writer)
+                    guard keepGoing, head.isKeepAlive else { return }
+                }
+            }
+        } catch {
+            self.logger.debug("connection ended", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Answers one request; false when the connection must close after it (an aborted response).
+    private func respond(to head: HTTPRequestHead, writer: ResponseWriter) async throws -> Bool {
+        let (path, query) = Self.split(head.uri)
+        let headOnly = head.method == .HEAD
+        switch (head.method, path) {
+        case (.GET, "/_stats"), (.HEAD, "/_stats"):
+            try await writer.json(await self.engine.statisticsNow(), headOnly: headOnly)
+        case (.GET, "/_cache"), (.HEAD, "/_cache"):
+            try await writer.json(await self.engine.resources(), headOnly: headOnly)
+        case (.DELETE, "/_cache"):
+            guard let url = Self.parameter("url", in: query).flatMap(URL.init(string:)) else {
+                try await writer.error(.badRequest, "DELETE /_cache needs ?url=<origin URL>")
+                return true
+            }
+            let removed = await self.engine.remove(key: self.configuration.cacheKey(url))
+            if removed {
+                try await writer.respond(.noContent)
+            } else {
+                try await writer.error(.notFound, "nothing is cached for \(url.absoluteString)")
+            }
+        case (.POST, "/_preload"):
+            try await self.preload(query: query, forward: head.headers, writer: writer)
+        case (.GET, "/_key"), (.HEAD, "/_key"):
+            try await self.serveKey(query: query, request: head, writer: writer)
+        case (.GET, _), (.HEAD, _):
+            guard let url = ProxyURL.origin(path: path, query: query) else {
+                try await writer.error(
+                    .notFound,
+                    "no such endpoint; resources are at /?url=<origin URL> or /r/<base64url origin>/<name>",
+                    headOnly: headOnly
+                )
+                return true
+            }
+            return try await self.serveResource(url, request: head, writer: writer)
+        default:
+            try await writer.error(.methodNotAllowed, "\(head.method) \(path) is not supported")
+        }
+        return true
+    }
+
+    static func split(_ uri: String) -> (path: String, query: String?) {
+        guard let mark = uri.firstIndex(of: "?") else { return (uri, nil) }
+        return (String(uri[..<mark]), String(uri[uri.index(after: mark)...]))
+    }
+
+    /// A query parameter's value, percent-decoded.
+    static func parameter(_ name: String, in query: String?) -> String? {
+        guard let query else { return nil }
+        for pair in query.split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1)
+            if parts.count == 2, parts[0] == name {
+                return String(parts[1]).replacingOccurrences(of: "+", with: " ").removingPercentEncoding
+            }
+        }
+        return nil
+    }
+}
+
+/// Closes a player's connection that has neither sent nor received for the configured time.
+final class CloseWhenIdle: ChannelInboundHandler, Sendable {
+    typealias InboundIn = NIOAny
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is IdleStateHandler.IdleStateEvent {
+            context.close(promise: nil)
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+}
+
+extension ResponseWriter {
+    func json(_ value: some Encodable, headOnly: Bool = false) async throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        let data = try encoder.encode(value)
+        try await self.respond(
+            .ok,
+            headers: ["Content-Type": "application/json", "Cache-Control": "no-store"],
+            body: ByteBuffer(bytes: data),
+            headOnly: headOnly
+        )
+    }
+}

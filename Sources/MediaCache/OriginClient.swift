@@ -1,0 +1,96 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+
+/// A response from an origin, after redirects.
+struct OriginResponse: Sendable {
+    var status: Int
+    var headers: HTTPHeaders
+    var body: HTTPClientResponse.Body
+    /// The URL that answered: relative URIs in a playlist resolve against it.
+    var url: URL
+}
+
+/// Requests to origins: only http and https, only allowed hosts, redirects followed here (so each hop is checked)
+/// up to the configured limit, identity encoding asked for.
+struct OriginClient: Sendable {
+    let client: HTTPClient
+    let configuration: MediaCacheConfiguration
+
+    /// The player's headers an origin sees (a signed-in player's cookies and credentials, its identity).
+    static let forwardedHeaders = ["Cookie", "Authorization", "Referer", "User-Agent"]
+    /// The ones dropped when a redirect leaves the origin's host, as browsers do.
+    static let credentialHeaders = ["Cookie", "Authorization"]
+
+    init(configuration: MediaCacheConfiguration) {
+        self.configuration = configuration
+        var client = HTTPClient.Configuration(
+            redirectConfiguration: .disallow,
+            timeout: .init(connect: configuration.originConnectTimeout, read: configuration.originReadTimeout),
+            decompression: .disabled
+        )
+        // A refused connection fails the request at once (the cached bytes are then served as they are), instead of
+        // being retried until the connect timeout.
+        client.connectionPool.retryConnectionEstablishment = false
+        client.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = configuration.maxOriginConnectionsPerHost
+        self.client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: client)
+    }
+
+    func shutdown() async {
+        try? await self.client.shutdown()
+    }
+
+    /// Throws ``MediaCacheError/Code/notAllowed`` unless the URL may be fetched.
+    func check(_ url: URL) throws {
+        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
+            throw MediaCacheError(.notAllowed, "only http and https origins are fetched, not \(url.scheme ?? "none")")
+        }
+        guard let host = url.host?.lowercased(), !host.isEmpty else {
+            throw MediaCacheError(.badOrigin, "the origin URL has no host")
+        }
+        if let allowed = self.configuration.allowedHosts, !allowed.contains(where: { $0.lowercased() == host }) {
+            throw MediaCacheError(.notAllowed, "the origin host \(host) is not in the allow-list")
+        }
+    }
+
+    /// Sends a request, following redirects.
+    /// - Parameters:
+    ///   - headers: the request's headers besides `Accept-Encoding` (always `identity`, so offsets mean bytes of the
+    ///     resource itself).
+    func request(_ url: URL, method: HTTPMethod = .GET, headers: HTTPHeaders) async throws -> OriginResponse {
+        var url = url
+        var headers = headers
+        headers.replaceOrAdd(name: "Accept-Encoding", value: "identity")
+        for _ in 0...self.configuration.maxRedirects {
+            try self.check(url)
+            var request = HTTPClientRequest(url: url.absoluteString)
+            request.method = method
+            request.headers = headers
+            let response: HTTPClientResponse
+            do {
+                // No overall deadline: a long film takes long; a silent origin is cut off by the read timeout.
+                response = try await self.client.execute(request, deadline: .distantFuture)
+            } catch {
+                throw MediaCacheError(.upstream, "\(url.host ?? "the origin"): \(error)")
+            }
+            let status = Int(response.status.code)
+            guard [301, 302, 303, 307, 308].contains(status), let location = response.headers.first(name: "Location")
+            else {
+                return OriginResponse(status: status, headers: response.headers, body: response.body, url: url)
+            }
+            _ = try? await response.body.collect(upTo: 64 << 10)
+            guard let next = URL(string: location, relativeTo: url)?.absoluteURL else {
+                throw MediaCacheError(.upstream, "the origin redirected to an unusable location: \(location)")
+            }
+            if next.host?.lowercased() != url.host?.lowercased() {
+                for name in Self.credentialHeaders { headers.remove(name: name) }
+            }
+            url = next
+        }
+        throw MediaCacheError(
+            .tooManyRedirects,
+            "more than \(self.configuration.maxRedirects) redirects from \(url.absoluteString)"
+        )
+    }
+}

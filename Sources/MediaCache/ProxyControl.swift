@@ -1,0 +1,61 @@
+import AsyncHTTPClient
+public import Foundation
+import NIOCore
+import NIOHTTP1
+
+/// Talks to a running ``CacheProxy``'s control endpoints (what `courier proxy preload` and `stats` use).
+public struct ProxyControl: Sendable {
+    public var address: ProxyURL
+
+    public init(address: ProxyURL) {
+        self.address = address
+    }
+
+    /// `POST /_preload`.
+    public func preload(_ url: URL, bytes: Int64? = nil, segments: Int? = nil) async throws -> PreloadResult {
+        var query = "url=" + ProxyURL.percentEncode(url.absoluteString)
+        if let bytes { query += "&bytes=\(bytes)" }
+        if let segments { query += "&segments=\(segments)" }
+        return try await self.call(.POST, "/_preload?" + query)
+    }
+
+    /// `GET /_stats`.
+    public func statistics() async throws -> CacheStatistics {
+        try await self.call(.GET, "/_stats")
+    }
+
+    /// `GET /_cache`.
+    public func resources() async throws -> [CachedResource] {
+        try await self.call(.GET, "/_cache")
+    }
+
+    /// `DELETE /_cache?url=`; false when nothing was cached.
+    public func remove(_ url: URL) async throws -> Bool {
+        let (status, _) = try await self.send(.DELETE, "/_cache?url=" + ProxyURL.percentEncode(url.absoluteString))
+        return status == 204
+    }
+
+    private func call<Result: Decodable>(_ method: HTTPMethod, _ path: String) async throws -> Result {
+        let (status, body) = try await self.send(method, path)
+        guard status == 200 else {
+            throw MediaCacheError(.upstream, "the proxy answered \(status): \(String(decoding: body, as: UTF8.self))")
+        }
+        return try JSONDecoder().decode(Result.self, from: body)
+    }
+
+    private func send(_ method: HTTPMethod, _ path: String) async throws -> (Int, Data) {
+        var request = HTTPClientRequest(url: "http://\(self.address.host):\(self.address.port)\(path)")
+        request.method = method
+        let response: HTTPClientResponse
+        do {
+            response = try await HTTPClient.shared.execute(request, timeout: .hours(1))
+        } catch {
+            throw MediaCacheError(
+                .upstream,
+                "cannot reach the proxy at \(self.address.host):\(self.address.port): \(error)"
+            )
+        }
+        let body = try await response.body.collect(upTo: 64 << 20)
+        return (Int(response.status.code), Data(body.readableBytesView))
+    }
+}

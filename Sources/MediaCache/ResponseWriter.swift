@@ -1,0 +1,59 @@
+import NIOCore
+import NIOHTTP1
+
+/// Writes one response to a player's connection, each part awaited until the connection has taken it (so a file
+/// region's file can be closed after it, and a slow player slows the writer instead of filling memory).
+struct ResponseWriter: Sendable {
+    let channel: any Channel
+    let version: HTTPVersion
+    let keepAlive: Bool
+
+    func head(_ status: HTTPResponseStatus, _ headers: HTTPHeaders) async throws {
+        var headers = headers
+        if !self.keepAlive { headers.replaceOrAdd(name: "Connection", value: "close") }
+        try await self.channel.writeAndFlush(
+            HTTPServerResponsePart.head(HTTPResponseHead(version: self.version, status: status, headers: headers))
+        )
+    }
+
+    func body(_ buffer: ByteBuffer) async throws {
+        try await self.channel.writeAndFlush(HTTPServerResponsePart.body(.byteBuffer(buffer)))
+    }
+
+    func body(_ region: FileRegion) async throws {
+        try await self.channel.writeAndFlush(HTTPServerResponsePart.body(.fileRegion(region)))
+    }
+
+    func end() async throws {
+        try await self.channel.writeAndFlush(HTTPServerResponsePart.end(nil))
+    }
+
+    /// A whole response with a small body.
+    func respond(
+        _ status: HTTPResponseStatus,
+        headers: HTTPHeaders = [:],
+        body: ByteBuffer? = nil,
+        headOnly: Bool = false
+    ) async throws {
+        var headers = headers
+        headers.replaceOrAdd(name: "Content-Length", value: String(body?.readableBytes ?? 0))
+        try await self.head(status, headers)
+        if let body, !headOnly, body.readableBytes > 0 { try await self.body(body) }
+        try await self.end()
+    }
+
+    /// A plain-text error response.
+    func error(_ status: HTTPResponseStatus, _ message: String, headOnly: Bool = false) async throws {
+        try await self.respond(
+            status,
+            headers: ["Content-Type": "text/plain; charset=utf-8", "Cache-Control": "no-store"],
+            body: ByteBuffer(string: message + "\n"),
+            headOnly: headOnly
+        )
+    }
+
+    /// Cuts the response off: the player sees a short body, never padding or bytes of another version.
+    func abort() {
+        self.channel.close(promise: nil)
+    }
+}

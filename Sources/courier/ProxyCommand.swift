@@ -1,0 +1,210 @@
+import ArgumentParser
+import Foundation
+import Logging
+import MediaCache
+import ServiceLifecycle
+
+/// `courier proxy`: the play-while-caching proxy, and commands that talk to a running one.
+struct ProxyCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "proxy",
+        abstract: "Run the play-while-caching media proxy, or talk to a running one.",
+        discussion: """
+            A local HTTP proxy a media player points at: http://127.0.0.1:6990/?url=<percent-encoded origin URL>, or \
+            the path form `courier proxy url` prints. It serves byte ranges from its cache, fetches only the missing \
+            ones from the origin (one fetch however many players ask), and caches them while they stream; HLS \
+            playlists are rewritten to come back through it, and their keys are held in memory only. Control: \
+            GET /_stats, GET /_cache, DELETE /_cache?url=, POST /_preload?url=&bytes=. See docs/MEDIACACHE.md.
+            """,
+        subcommands: [ProxyServe.self, ProxyPreload.self, ProxyStats.self, ProxyURLCommand.self],
+        defaultSubcommand: ProxyServe.self
+    )
+}
+
+/// Where a running proxy listens.
+struct ProxyAddressOptions: ParsableArguments {
+    @Option(help: "The proxy's address.")
+    var host: String = "127.0.0.1"
+
+    @Option(help: "The proxy's port.")
+    var port: Int = 6990
+
+    var address: ProxyURL { ProxyURL(host: self.host, port: self.port) }
+}
+
+struct ProxyServe: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Run the proxy (the default subcommand: `courier proxy --port 6990` runs it).",
+        discussion: """
+            Listens on 127.0.0.1 (other machines cannot use the cache) until SIGTERM or SIGINT. The cache keeps \
+            its bytes in --cache-dir, in blocks of --block-bytes, evicting the least recently used blocks beyond \
+            --max-bytes; a resource larger than that streams through uncached. What is cached survives a restart \
+            (and a crash: the index lists only bytes that reached the disk).
+            """
+    )
+
+    @Option(help: "The address to listen on.")
+    var host: String = "127.0.0.1"
+
+    @Option(help: "The port to listen on; 0 picks a free one (printed at start).")
+    var port: Int = 6990
+
+    @Option(help: ArgumentHelp("The cache folder (created if missing).", valueName: "folder"))
+    var cacheDir: String = "courier-cache"
+
+    @Option(help: ArgumentHelp("The most bytes cached: a number with an optional K, M or G.", valueName: "size"))
+    var maxBytes: String = "2G"
+
+    @Option(help: ArgumentHelp("The block size: the unit of eviction (K, M or G).", valueName: "size"))
+    var blockBytes: String = "1M"
+
+    @Option(
+        name: .customLong("allow-host"),
+        help: ArgumentHelp("Fetch only from this origin host (repeatable; default: any host).", valueName: "host")
+    )
+    var allowedHosts: [String] = []
+
+    @Option(help: "Seconds between revalidations of a resource whose freshness has run out.")
+    var revalidateInterval: Double = 60
+
+    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical (default: info).")
+    var logLevel: String = "info"
+
+    func run() async throws {
+        var configuration = MediaCacheConfiguration(
+            cacheDirectory: URL(fileURLWithPath: self.cacheDir, isDirectory: true)
+        )
+        configuration.host = self.host
+        configuration.port = self.port
+        configuration.maxBytes = try ByteSize.parse(self.maxBytes, option: "--max-bytes")
+        configuration.blockBytes = try ByteSize.parse(self.blockBytes, option: "--block-bytes")
+        configuration.coalesceBytes = configuration.blockBytes * 2
+        configuration.revalidationInterval = self.revalidateInterval
+        if !self.allowedHosts.isEmpty { configuration.allowedHosts = Set(self.allowedHosts) }
+        guard let level = Logger.Level(rawValue: self.logLevel) else {
+            throw ValidationError("unknown log level \(self.logLevel)")
+        }
+        var logger = Logger(label: "courier.proxy")
+        logger.logLevel = level
+        let proxy: CacheProxy
+        do {
+            proxy = try CacheProxy(configuration: configuration, logger: logger)
+        } catch {
+            throw CommandFailure(description: "cannot open the cache in \(self.cacheDir): \(error)")
+        }
+        let group = ServiceGroup(
+            configuration: .init(
+                services: [.init(service: proxy)],
+                gracefulShutdownSignals: [.sigterm, .sigint],
+                logger: logger
+            )
+        )
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            tasks.addTask {
+                guard let port = try? await proxy.listeningPort() else { return }
+                print("courier proxy listening on http://\(self.host):\(port)/?url=<origin URL>")
+            }
+            try await tasks.waitForAll()
+        }
+    }
+}
+
+struct ProxyPreload: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "preload",
+        abstract: "Have a running proxy cache the start of a resource, or a playlist's first segments and keys."
+    )
+
+    @Argument(help: "The origin URL.")
+    var url: String
+
+    @Option(help: ArgumentHelp("Bytes of a resource to cache (K, M or G; default: one block).", valueName: "size"))
+    var bytes: String?
+
+    @Option(help: "Segments of a playlist to cache (default: the proxy's, 3).")
+    var segments: Int?
+
+    @OptionGroup var proxy: ProxyAddressOptions
+
+    func run() async throws {
+        guard let url = URL(string: self.url), url.scheme != nil else {
+            throw ValidationError("\(self.url) is not an absolute URL")
+        }
+        let bytes = try self.bytes.map { try ByteSize.parse($0, option: "--bytes") }
+        do {
+            let result = try await ProxyControl(address: self.proxy.address).preload(
+                url,
+                bytes: bytes,
+                segments: self.segments
+            )
+            var line = "cached \(result.bytes) bytes"
+            if result.playlists > 0 {
+                line += " of \(result.segments) segments (\(result.playlists) playlists, \(result.keys) keys)"
+            }
+            print(line)
+        } catch {
+            throw CommandFailure(description: "\(error)")
+        }
+    }
+}
+
+struct ProxyStats: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "stats",
+        abstract: "Print a running proxy's statistics (GET /_stats) as JSON."
+    )
+
+    @OptionGroup var proxy: ProxyAddressOptions
+
+    func run() async throws {
+        do {
+            let statistics = try await ProxyControl(address: self.proxy.address).statistics()
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            print(String(decoding: try encoder.encode(statistics), as: UTF8.self))
+        } catch {
+            throw CommandFailure(description: "\(error)")
+        }
+    }
+}
+
+struct ProxyURLCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "url",
+        abstract: "Print the proxy URL to give a player for an origin URL."
+    )
+
+    @Argument(help: "The origin URL.")
+    var url: String
+
+    @Flag(help: "Print the query form (/?url=…) instead of the path form (/r/…/name).")
+    var query = false
+
+    @OptionGroup var proxy: ProxyAddressOptions
+
+    func run() async throws {
+        guard let url = URL(string: self.url), url.scheme != nil else {
+            throw ValidationError("\(self.url) is not an absolute URL")
+        }
+        print(self.query ? self.proxy.address.query(for: url) : self.proxy.address.path(for: url))
+    }
+}
+
+/// Sizes on the command line: `1048576`, `512K`, `100M`, `2G` (powers of 1024).
+enum ByteSize {
+    static func parse(_ text: String, option: String) throws -> Int64 {
+        let units: [Character: Int64] = ["K": 1 << 10, "M": 1 << 20, "G": 1 << 30]
+        var digits = text.uppercased()
+        var scale: Int64 = 1
+        if let last = digits.last, let unit = units[last] {
+            scale = unit
+            digits.removeLast()
+        }
+        guard let value = Int64(digits), value > 0, value <= Int64.max / scale else {
+            throw ValidationError("\(option) \(text): expected a positive size such as 1048576, 512K, 100M or 2G")
+        }
+        return value * scale
+    }
+}

@@ -1,0 +1,112 @@
+import Testing
+
+@testable import MediaCache
+
+@Suite("MediaCache: a resource's readers and fetches, without sockets")
+struct ResourceStateTests {
+    static let block: Int64 = 100
+
+    func state(total: Int64? = 1000, cached: [Range<Int64>] = []) -> ResourceState {
+        var record = ResourceRecord(key: "k")
+        record.totalLength = total
+        record.ranges = ByteRangeSet(cached)
+        record.lastValidated = .now
+        return ResourceState(record: record, blockBytes: Self.block, coalesceBytes: 2 * Self.block)
+    }
+
+    @Test("a reader starts a fetch up to the next cached byte, rounded to a block only when nothing is cached there")
+    func fetchBounds() {
+        var state = self.state(cached: [450..<500])
+        #expect(state.step(reader: 1, generation: 0, position: 10, upper: nil) == .fetch(id: 0, range: 10..<450))
+        var other = self.state()
+        #expect(other.step(reader: 1, generation: 0, position: 10, upper: 21) == .fetch(id: 0, range: 10..<100))
+        #expect(other.step(reader: 2, generation: 0, position: 990, upper: nil) == .fetch(id: 1, range: 990..<1000))
+    }
+
+    @Test("cached bytes are served as they are; the end of what was asked is the end")
+    func serveAndEnd() {
+        var state = self.state(cached: [0..<300])
+        #expect(state.step(reader: 1, generation: 0, position: 20, upper: 250) == .serve(20..<250))
+        #expect(state.step(reader: 1, generation: 0, position: 250, upper: 250) == .end)
+        #expect(state.step(reader: 1, generation: 0, position: 1000, upper: nil) == .end)
+    }
+
+    @Test("a second reader near a running fetch waits on it; one far ahead starts its own and stops the first there")
+    func coalescing() {
+        var state = self.state()
+        #expect(state.step(reader: 1, generation: 0, position: 0, upper: nil) == .fetch(id: 0, range: 0..<1000))
+        #expect(state.step(reader: 2, generation: 0, position: 0, upper: nil) == .wait)
+        _ = state.wrote(0, 0..<50, clock: 1)
+        #expect(state.step(reader: 3, generation: 0, position: 60, upper: nil) == .wait)
+        #expect(state.fetches[0]?.readers == [1, 2, 3])
+        // A seek beyond the coalescing distance: a new fetch; the first now stops where it starts.
+        #expect(state.step(reader: 4, generation: 0, position: 600, upper: nil) == .fetch(id: 1, range: 600..<1000))
+        #expect(state.fetches[0]?.end == 600)
+        // Bytes the first fetch wrote are served to a reader that comes later, whoever fetched them.
+        #expect(state.step(reader: 5, generation: 0, position: 10, upper: nil) == .serve(10..<50))
+    }
+
+    @Test("a fetch nobody reads any longer stops at its next block boundary")
+    func abandonedFetchStops() {
+        var state = self.state()
+        #expect(state.step(reader: 1, generation: 0, position: 0, upper: 2) == .fetch(id: 0, range: 0..<100))
+        _ = state.wrote(0, 0..<30, clock: 1)
+        #expect(state.stop(for: 0) == 100)
+        state.leave(reader: 1)
+        #expect(state.stop(for: 0) == 100)
+        var open = self.state()
+        #expect(open.step(reader: 1, generation: 0, position: 0, upper: nil) == .fetch(id: 0, range: 0..<1000))
+        _ = open.wrote(0, 0..<230, clock: 1)
+        #expect(open.stop(for: 0) == 1000)
+        open.leave(reader: 1)
+        #expect(open.stop(for: 0) == 300)
+        _ = open.wrote(0, 230..<300, clock: 2)
+        #expect(open.stop(for: 0) == nil)
+    }
+
+    @Test("a failed fetch fails its readers once; a changed resource tells old readers, never serves them new bytes")
+    func failureAndChange() {
+        var state = self.state(cached: [0..<100])
+        #expect(state.step(reader: 1, generation: 0, position: 100, upper: nil) == .fetch(id: 0, range: 100..<1000))
+        state.failed(0, .unreachable("reset"))
+        #expect(state.step(reader: 1, generation: 0, position: 100, upper: nil) == .failed(.unreachable("reset")))
+        #expect(state.step(reader: 1, generation: 0, position: 100, upper: nil) == .fetch(id: 1, range: 100..<1000))
+        let dropped = state.startGeneration(keeping: 1) { $0.etag = "\"new\"" }
+        #expect(dropped == 100)
+        #expect(state.generation == 1 && state.available.isEmpty && state.record.etag == "\"new\"")
+        #expect(state.step(reader: 1, generation: 0, position: 0, upper: nil) == .changed)
+        #expect(state.oldGenerations == [0])
+    }
+
+    @Test("eviction skips pinned blocks and blocks a fetch is writing; evicted bytes are neither served nor listed")
+    func evictionRules() {
+        var state = self.state(cached: [0..<300])
+        state.touchAll(clock: 0)
+        state.pin(0..<50, clock: 5)
+        #expect(state.step(reader: 1, generation: 0, position: 300, upper: nil) == .fetch(id: 0, range: 300..<1000))
+        _ = state.wrote(0, 300..<350, clock: 6)
+        let candidates = state.evictable().map(\.block).sorted()
+        #expect(candidates == [1, 2])
+        state.evict(1)
+        #expect(!state.available.contains(100..<200) && !state.record.ranges.contains(100..<200))
+        #expect(state.deleting == [1])
+        // Not fetched again until its file is gone.
+        #expect(state.step(reader: 2, generation: 0, position: 120, upper: 180) == .wait)
+        let commit = state.commit()
+        #expect(commit.deleting == [1])
+        #expect(commit.record.ranges.ranges == [0..<100, 200..<350])
+        state.committed(commit)
+        #expect(state.deleting.isEmpty)
+        #expect(state.step(reader: 2, generation: 0, position: 120, upper: 180) == .fetch(id: 1, range: 120..<200))
+    }
+
+    @Test("an origin without a length: the fetch's natural end is the length")
+    func unknownLength() {
+        var state = self.state(total: nil)
+        #expect(state.step(reader: 1, generation: 0, position: 0, upper: nil) == .fetch(id: 0, range: 0..<Int64.max))
+        _ = state.wrote(0, 0..<777, clock: 1)
+        state.finished(0, lengthKnown: true)
+        #expect(state.record.totalLength == 777)
+        #expect(state.step(reader: 1, generation: 0, position: 777, upper: nil) == .end)
+    }
+}
