@@ -13,7 +13,7 @@ public struct PreloadResult: Sendable, Codable, Hashable {
 }
 
 extension CacheProxy {
-    /// Serves a playlist rewritten so that every URI in it comes back to the proxy. A complete (VOD) playlist stays
+    /// Serves a playlist rewritten so that every URI in it comes back to the proxy. A VOD or master playlist stays
     /// cached; a live one is dropped after serving, so the next request fetches it fresh.
     func servePlaylist(
         _ url: URL,
@@ -91,7 +91,7 @@ extension CacheProxy {
             }
         }
         let text = String(decoding: buffer.readableBytesView, as: UTF8.self)
-        if !HLSPlaylist.isComplete(text) {
+        if HLSPlaylist.isLive(text) {
             _ = await self.engine.remove(key: head.key)
         }
         return text

@@ -20,11 +20,6 @@ public enum HLSPlaylist {
         return url.pathExtension.lowercased() == "m3u8"
     }
 
-    /// Whether a playlist is complete (video on demand: `EXT-X-ENDLIST`), so it may be cached; a live one is not.
-    public static func isComplete(_ text: String) -> Bool {
-        text.split(whereSeparator: \.isNewline).contains { $0.trimmingCharacters(in: .whitespaces) == "#EXT-X-ENDLIST" }
-    }
-
     /// What a URI in a playlist names.
     public enum Reference: Hashable, Sendable {
         /// A media segment (a URI line of a media playlist, possibly with `EXT-X-BYTERANGE`).
@@ -37,6 +32,14 @@ public enum HLSPlaylist {
         case map
         /// A rendition playlist (`EXT-X-MEDIA`), an I-frame playlist, or another tag's URI.
         case other
+    }
+
+    /// Whether a playlist changes as it is played: a media playlist (with segments) without `EXT-X-ENDLIST`. A live
+    /// playlist is fetched fresh each time; a VOD playlist, or a master playlist (variants only), is cached.
+    public static func isLive(_ text: String) -> Bool {
+        let lines = text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
+        let isMedia = lines.contains { $0.hasPrefix("#EXTINF") || $0.hasPrefix("#EXT-X-TARGETDURATION") }
+        return isMedia && !lines.contains("#EXT-X-ENDLIST")
     }
 
     /// Rewrites a playlist: each URI line (segments, variant playlists) and each `URI="…"` attribute (keys, maps,

@@ -46,16 +46,27 @@ public struct ProxyControl: Sendable {
     private func send(_ method: HTTPMethod, _ path: String) async throws -> (Int, Data) {
         var request = HTTPClientRequest(url: "http://\(self.address.host):\(self.address.port)\(path)")
         request.method = method
-        let response: HTTPClientResponse
+        // A client of its own, which fails at once when nothing listens (the shared one retries until a timeout).
+        var configuration = HTTPClient.Configuration(timeout: .init(connect: .seconds(5)))
+        configuration.connectionPool.retryConnectionEstablishment = false
+        let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
         do {
-            response = try await HTTPClient.shared.execute(request, timeout: .hours(1))
+            let response: HTTPClientResponse
+            do {
+                // A preload takes as long as the origin takes.
+                response = try await client.execute(request, timeout: .hours(1))
+            } catch {
+                throw MediaCacheError(
+                    .upstream,
+                    "cannot reach the proxy at \(self.address.host):\(self.address.port): \(error)"
+                )
+            }
+            let body = try await response.body.collect(upTo: 64 << 20)
+            try? await client.shutdown()
+            return (Int(response.status.code), Data(body.readableBytesView))
         } catch {
-            throw MediaCacheError(
-                .upstream,
-                "cannot reach the proxy at \(self.address.host):\(self.address.port): \(error)"
-            )
+            try? await client.shutdown()
+            throw error
         }
-        let body = try await response.body.collect(upTo: 64 << 20)
-        return (Int(response.status.code), Data(body.readableBytesView))
     }
 }

@@ -51,7 +51,16 @@ struct HLSPlaylistTests {
         #expect(lines[7] == "#EXT-X-BYTERANGE:1000@2000")
         #expect(lines[6].hasPrefix("http://127.0.0.1:6990/r/") && lines[6].hasSuffix("/seg0.ts"))
         #expect(lines[13].isEmpty && lines[14] == "# a comment" && lines[15] == "#EXT-X-ENDLIST")
-        #expect(HLSPlaylist.isComplete(text))
+        #expect(!HLSPlaylist.isLive(text))
+        #expect(HLSPlaylist.isLive(text.replacingOccurrences(of: "#EXT-X-ENDLIST", with: "")))
+        let kinds = HLSPlaylist.references(
+            in: text,
+            base: URL(string: "https://media.example.com/vod/movie/index.m3u8")!
+        )
+        #expect(kinds.map(\.url) == origins)
+        #expect(kinds.filter { $0.reference == .key }.count == 2)
+        #expect(kinds.filter { $0.reference == .map }.count == 1)
+        #expect(kinds.filter { $0.reference == .segment }.count == origins.count - 3)
         // Every rewritten URI leads back to its origin.
         var found: [URL] = []
         for line in lines {
@@ -70,7 +79,7 @@ struct HLSPlaylistTests {
         #expect(found == origins)
     }
 
-    @Test("a master playlist: variants, audio renditions, I-frame playlists; live playlists are not complete")
+    @Test("a master playlist: variants, audio renditions, I-frame playlists; a master playlist is not live")
     func masterPlaylist() {
         let text = """
             #EXTM3U
@@ -91,7 +100,9 @@ struct HLSPlaylistTests {
         )
         #expect(output.contains("#EXT-X-MEDIA:TYPE=CLOSED-CAPTIONS,GROUP-ID=\"cc\",NAME=\"CC\",INSTREAM-ID=\"CC1\""))
         #expect(output.contains("#EXT-X-STREAM-INF:BANDWIDTH=1280000,AUDIO=\"aac\"\n"))
-        #expect(!HLSPlaylist.isComplete(text))
+        #expect(!HLSPlaylist.isLive(text))
+        let kinds = HLSPlaylist.references(in: text, base: URL(string: "http://o.example/live/master.m3u8")!)
+        #expect(kinds.map(\.reference) == [.other, .variant, .other])
     }
 
     @Test("playlists are told by Content-Type, else by extension; proxy URLs in both forms read back")
