@@ -87,19 +87,45 @@ public final class NginxOrigin: @unchecked Sendable {
     public func stop() async {
         guard self.process.isRunning else { return }
         self.process.terminate()
-        while self.process.isRunning { try? await Task.sleep(for: .milliseconds(10)) }
+        await self.waitForExit()
     }
 
-    /// Kills nginx's processes with SIGKILL: open connections are reset mid-response.
+    /// Kills nginx's processes with SIGKILL: open connections are reset mid-response. The master is stopped first
+    /// (so it cannot start new workers), then the workers are killed (found in /proc by their parent), then the
+    /// master: a worker left behind would keep the master's pipe to this process open, and Foundation would never
+    /// see the master end.
     public func kill() async {
-        if let pids = try? await ExternalProgram.output(
-            "/usr/bin/pgrep",
-            ["-P", String(self.process.processIdentifier)]
-        ) {
-            for pid in pids.split(separator: "\n").compactMap({ Int32($0) }) { Foundation.kill(pid, SIGKILL) }
+        let master = self.process.processIdentifier
+        Foundation.kill(master, SIGSTOP)
+        for _ in 0..<50 {
+            let workers = Self.children(of: master)
+            if workers.isEmpty { break }
+            for worker in workers { Foundation.kill(worker, SIGKILL) }
+            try? await Task.sleep(for: .milliseconds(10))
         }
-        Foundation.kill(self.process.processIdentifier, SIGKILL)
-        while self.process.isRunning { try? await Task.sleep(for: .milliseconds(10)) }
+        Foundation.kill(master, SIGKILL)
+        await self.waitForExit()
+    }
+
+    private func waitForExit() async {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while self.process.isRunning && ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    /// The processes whose parent is `parent` (Linux: /proc/PID/stat).
+    static func children(of parent: Int32) -> [Int32] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return names.compactMap { name -> Int32? in
+            guard let pid = Int32(name),
+                let stat = try? String(contentsOfFile: "/proc/\(name)/stat", encoding: .utf8),
+                let close = stat.lastIndex(of: ")")
+            else { return nil }
+            // After "pid (comm) state ppid …": the comm may hold spaces, so split after its closing parenthesis.
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            return fields.count > 1 && Int32(fields[1]) == parent ? pid : nil
+        }
     }
 
     /// One line of the access log.
