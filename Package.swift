@@ -108,6 +108,7 @@ let package = Package(
                 "CourierProtocol",
                 "CourierStore",
                 "CourierServer",
+                "CourierBench",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -225,7 +226,7 @@ let package = Package(
         ),
         .testTarget(
             name: "MediaCacheTests",
-            dependencies: ["MediaCache", "CourierTesting"],
+            dependencies: ["MediaCache", "CourierTesting", "CourierBench"],
             swiftSettings: strictSettings
         ),
         .testTarget(

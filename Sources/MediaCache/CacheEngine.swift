@@ -391,38 +391,79 @@ actor CacheEngine {
             headers: response.headers,
             url: response.url
         )
-        guard case .write(var position, let generation, var stop) = verdict else { return }
-        var writer = BlockWriter(engine: self, key: key, generation: generation)
-        var complete = false
+        guard case .write(let start, let generation, let stop) = verdict else { return }
+        let pipe = FetchPipe(stop: stop, limit: Self.pipeBytes)
+        async let written = self.writeLoop(pipe, key: key, id: id, generation: generation, start: start)
+        // Receive: clip to where the engine says the fetch stops, hand over, go on.
+        var position = start
+        var stoppedEarly = false
+        var receiveError: (any Error)?
         do {
-            try await self.threadPool.runIfActive { try self.store.prepare(key: key, generation: generation) }
-            body: for try await var chunk in response.body {
-                var received = Int64(chunk.readableBytes)
-                while chunk.readableBytes > 0 {
-                    let count = Int(min(Int64(chunk.readableBytes), stop - position))
-                    guard count > 0, let slice = chunk.readSlice(length: count) else { break body }
-                    try await writer.write(slice, at: position)
-                    let next = await self.wrote(
-                        key: key,
-                        id: id,
-                        generation: generation,
-                        range: position..<(position + Int64(count)),
-                        received: received
-                    )
-                    received = 0
-                    position += Int64(count)
-                    guard let next else { break body }
-                    stop = next
+            for try await var chunk in response.body {
+                let received = Int64(chunk.readableBytes)
+                guard let stop = pipe.stop, position < stop else {
+                    stoppedEarly = true
+                    break
+                }
+                let count = Int(min(Int64(chunk.readableBytes), stop - position))
+                let slice = chunk.readSlice(length: count)!
+                position += Int64(count)
+                guard await pipe.push(slice, received: received), count == Int(received) else {
+                    stoppedEarly = true
+                    break
                 }
             }
-            complete = true
         } catch {
-            try? writer.close()
+            receiveError = error
+        }
+        pipe.finish()
+        let (end, writeError) = await written
+        if let error = receiveError ?? writeError {
             await self.fetchFailed(key: key, id: id, generation: generation, .unreachable("\(error)"))
             return
         }
-        try? writer.close()
-        await self.fetchEnded(key: key, id: id, generation: generation, position: position, bodyComplete: complete)
+        await self.fetchEnded(key: key, id: id, generation: generation, position: end, bodyComplete: !stoppedEarly)
+    }
+
+    /// How many bytes a fetch may have received and not yet written.
+    static let pipeBytes = 4 << 20
+
+    /// Writes what a fetch receives, in batches, and tells the engine after each; returns where the written bytes
+    /// end, and the error that stopped it, if any.
+    private nonisolated func writeLoop(
+        _ pipe: FetchPipe,
+        key: String,
+        id: Int,
+        generation: Int,
+        start: Int64
+    ) async -> (Int64, (any Error)?) {
+        let folder = self.store.generationFolder(for: key, generation: generation).path
+        let files = BlockFiles(folder: folder, blockBytes: self.configuration.blockBytes)
+        var position = start
+        do {
+            try await self.threadPool.runIfActive { try self.store.prepare(key: key, generation: generation) }
+            while let (chunks, received) = await pipe.take() {
+                let count = chunks.reduce(0) { $0 + Int64($1.readableBytes) }
+                let at = position
+                try await self.threadPool.runIfActive { try files.write(chunks, at: at) }
+                let next = await self.wrote(
+                    key: key,
+                    id: id,
+                    generation: generation,
+                    range: position..<(position + count),
+                    received: received
+                )
+                position += count
+                pipe.setStop(next)
+                if next == nil { break }
+            }
+            try? files.close()
+            return (position, nil)
+        } catch {
+            try? files.close()
+            pipe.setStop(nil)
+            return (position, error)
+        }
     }
 
     private static func forwarded(_ forward: HTTPHeaders) -> HTTPHeaders {
@@ -564,6 +605,8 @@ actor CacheEngine {
         guard var state = self.states[key], state.generation == generation, let fetch = state.fetches[id] else {
             return
         }
+        // A body that ended by itself before the bytes asked for: cut short (a reader waiting for them must not wait
+        // for ever, nor be sent anything else).
         if bodyComplete, fetch.end != .max, position < fetch.end, position < (state.record.totalLength ?? .max) {
             self.fail(&state, key: key, id: id, .unreachable("the origin's response ended early"))
             self.scheduleCommit(key)
@@ -742,50 +785,6 @@ actor CacheEngine {
         self.states[key] = state
         self.scheduleCommit(key)
         self.wake(key)
-    }
-}
-
-/// Writes a fetch's bytes into block files, keeping the current block's file open.
-struct BlockWriter {
-    let engine: CacheEngine
-    let key: String
-    let generation: Int
-    private var block: Int64 = -1
-    private var handle: NIOFileHandle?
-
-    init(engine: CacheEngine, key: String, generation: Int) {
-        self.engine = engine
-        self.key = key
-        self.generation = generation
-    }
-
-    mutating func write(_ bytes: ByteBuffer, at offset: Int64) async throws {
-        var bytes = bytes
-        var offset = offset
-        let blockBytes = self.engine.configuration.blockBytes
-        while bytes.readableBytes > 0 {
-            let block = offset / blockBytes
-            let inBlock = offset - block * blockBytes
-            let count = Int(min(Int64(bytes.readableBytes), blockBytes - inBlock))
-            let slice = bytes.readSlice(length: count)!
-            if block != self.block || self.handle == nil {
-                try self.close()
-                let path = self.engine.blockFile(block, key: self.key, generation: self.generation).path
-                self.handle = try await self.engine.threadPool.runIfActive {
-                    try NIOFileHandle(_deprecatedPath: path, mode: .write, flags: .allowFileCreation(posixMode: 0o644))
-                }
-                self.block = block
-            }
-            try await self.engine.fileIO.write(fileHandle: self.handle!, toOffset: inBlock, buffer: slice)
-            offset += Int64(count)
-        }
-    }
-
-    mutating func close() throws {
-        if let handle = self.handle {
-            self.handle = nil
-            try handle.close()
-        }
     }
 }
 

@@ -153,6 +153,12 @@ extension CacheProxy {
         let key = head.key
         let upperBound = bytes.upperBound == .max ? nil : bytes.upperBound
         var position = bytes.lowerBound
+        let sender = BlockSender(
+            folder: self.engine.store.generationFolder(for: key, generation: head.generation).path,
+            blockBytes: self.configuration.blockBytes,
+            threadPool: self.engine.threadPool
+        )
+        defer { sender.close() }
         while upperBound.map({ position < $0 }) ?? true {
             let read = await self.engine.next(
                 key: key,
@@ -164,9 +170,9 @@ extension CacheProxy {
                 forward: request.headers
             )
             switch read {
-            case .serve(let piece, let generation):
+            case .serve(let piece, _):
                 do {
-                    try await self.send(piece, key: key, generation: generation, writer: writer)
+                    try await sender.send(piece, writer: writer)
                 } catch {
                     await self.engine.release(key, range: piece)
                     throw error
@@ -189,23 +195,6 @@ extension CacheProxy {
         }
         try await writer.end()
         return true
-    }
-
-    /// Sends cached bytes straight from their block files.
-    func send(_ range: Range<Int64>, key: String, generation: Int, writer: ResponseWriter) async throws {
-        for piece in self.engine.store.pieces(of: range) {
-            let path = self.engine.blockFile(piece.block, key: key, generation: generation).path
-            let handle = try await self.engine.threadPool.runIfActive {
-                try NIOFileHandle(_deprecatedPath: path, mode: .read)
-            }
-            defer { try? handle.close() }
-            let region = FileRegion(
-                fileHandle: handle,
-                readerIndex: Int(piece.offset),
-                endIndex: Int(piece.offset) + piece.range.count
-            )
-            try await writer.body(region)
-        }
     }
 
     /// Reads cached bytes into memory (playlists, preloads).

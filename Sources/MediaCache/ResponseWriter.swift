@@ -1,5 +1,6 @@
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 
 /// Writes one response to a player's connection, each part awaited until the connection has taken it (so a file
 /// region's file can be closed after it, and a slow player slows the writer instead of filling memory).
@@ -55,5 +56,53 @@ struct ResponseWriter: Sendable {
     /// Cuts the response off: the player sees a short body, never padding or bytes of another version.
     func abort() {
         self.channel.close(promise: nil)
+    }
+}
+
+/// Sends a response's cached bytes straight from one generation's block files, as file regions (sendfile), keeping
+/// the current block's file open from one piece to the next. Used by one response at a time.
+final class BlockSender: @unchecked Sendable {
+    let folder: String
+    let blockBytes: Int64
+    let threadPool: NIOThreadPool
+    private var block: Int64 = -1
+    private var handle: NIOFileHandle?
+
+    init(folder: String, blockBytes: Int64, threadPool: NIOThreadPool) {
+        self.folder = folder
+        self.blockBytes = blockBytes
+        self.threadPool = threadPool
+    }
+
+    /// Sends `range`, each block's part as one file region, each awaited until the connection has taken it.
+    func send(_ range: Range<Int64>, writer: ResponseWriter) async throws {
+        var position = range.lowerBound
+        while position < range.upperBound {
+            let block = position / self.blockBytes
+            let inBlock = position - block * self.blockBytes
+            let count = min(range.upperBound - position, self.blockBytes - inBlock)
+            if block != self.block || self.handle == nil {
+                self.close()
+                let path = self.folder + "/" + String(block)
+                self.handle = try await self.threadPool.runIfActive {
+                    try NIOFileHandle(_deprecatedPath: path, mode: .read)
+                }
+                self.block = block
+            }
+            let region = FileRegion(
+                fileHandle: self.handle!,
+                readerIndex: Int(inBlock),
+                endIndex: Int(inBlock + count)
+            )
+            try await writer.body(region)
+            position += count
+        }
+    }
+
+    func close() {
+        if let handle = self.handle {
+            self.handle = nil
+            try? handle.close()
+        }
     }
 }

@@ -29,6 +29,15 @@ struct Bench: AsyncParsableCommand {
             server's fsync and digest check), the server's peak RSS growth, the same download over HTTP with curl, \
             and the ceilings of this machine for as many bytes: a write with one fsync, and SHA-256.
 
+            With --pattern proxy the bench writes one file of --size bytes (default 256 MiB) and starts nginx \
+            (Debian's package) twice over, serving it directly and as a caching proxy (proxy_cache with slice 1m \
+            and proxy_cache_lock, what one would otherwise deploy), and `courier proxy` (this executable) in front \
+            of the direct one. Each of --runs rounds GETs the whole file on a new connection from nginx direct, \
+            then from each cache cold (a new URL: an empty cache) and warm (the same URL again), timing the first \
+            byte and the throughput; medians and ratios to nginx direct are reported. Then --readers concurrent \
+            cold readers go through each cache, and the bytes nginx logged as sent by the origin tell how many \
+            copies each cache fetched.
+
             With --server HOST:PORT --data FOLDER the bench loads a server started apart (under perf or valgrind, \
             with other flags), adding its users to that server's data folder while it runs; --server-pid gives its \
             CPU and memory.
@@ -36,7 +45,7 @@ struct Bench: AsyncParsableCommand {
     )
 
     enum Pattern: String, ExpressibleByArgument, CaseIterable {
-        case pairs, group, idle, media
+        case pairs, group, idle, media, proxy
     }
 
     @Option(help: "Connections, one user each.")
@@ -45,7 +54,8 @@ struct Bench: AsyncParsableCommand {
     @Option(
         help: """
             pairs (each sends to its partner), group (groups of --group-size), idle (only logged in), media (one \
-            file of --size bytes uploaded by one client and downloaded by another).
+            file of --size bytes uploaded by one client and downloaded by another), proxy (courier proxy against \
+            nginx, direct and caching, on one file of --size bytes).
             """
     )
     var pattern = Pattern.pairs
@@ -56,8 +66,21 @@ struct Bench: AsyncParsableCommand {
     @Option(help: "Messages each connection sends.")
     var messages = 1_000
 
-    @Option(help: "Each message's size in bytes; with --pattern media, the file's.")
-    var size = 100
+    @Option(
+        help: "Each message's size in bytes (default 100); with --pattern media or proxy, the file's (proxy: 256 MiB)."
+    )
+    var size: Int?
+
+    @Option(help: "With --pattern proxy: rounds of cold and warm GETs.")
+    var runs = 5
+
+    @Option(help: "With --pattern proxy: concurrent cold readers through each cache (0: none).")
+    var readers = 100
+
+    /// --size, or its default for the pattern.
+    var bytes: Int {
+        self.size ?? (self.pattern == .proxy ? 256 << 20 : 100)
+    }
 
     @Option(help: "Total send rate in messages/s (open loop); without it, as fast as acknowledgements allow.")
     var rate: Double?
@@ -107,8 +130,8 @@ struct Bench: AsyncParsableCommand {
 
     func validate() throws {
         guard self.connections > 0 else { throw ValidationError("--connections must be positive") }
-        guard self.messages >= 0, self.size > 0, self.window > 0 else {
-            throw ValidationError("--messages, --size and --window must be positive")
+        guard self.messages >= 0, self.bytes > 0, self.window > 0, self.runs > 0, self.readers >= 0 else {
+            throw ValidationError("--messages, --size, --window and --runs must be positive")
         }
         if self.pattern == .pairs, !self.connections.isMultiple(of: 2) {
             throw ValidationError("--pattern pairs needs an even number of connections")
@@ -119,8 +142,8 @@ struct Bench: AsyncParsableCommand {
             }
         }
         if let rate, rate <= 0 { throw ValidationError("--rate must be positive") }
-        if self.pattern == .media, self.server != nil {
-            throw ValidationError("--pattern media starts its own server")
+        if self.pattern == .media || self.pattern == .proxy, self.server != nil {
+            throw ValidationError("--pattern \(self.pattern.rawValue) starts its own server")
         }
         if let server {
             _ = try ClientOptions.address(server)
@@ -138,10 +161,10 @@ struct Bench: AsyncParsableCommand {
             switch self.pattern {
             case .pairs: .pairs
             case .group: .groups(size: self.groupSize)
-            case .idle, .media: .idle
+            case .idle, .media, .proxy: .idle
             }
         configuration.messagesPerConnection = self.messages
-        configuration.messageBytes = self.size
+        configuration.messageBytes = self.bytes
         configuration.rate = self.rate
         configuration.window = self.window
         configuration.settle = .milliseconds(Int(self.settle * 1000))
@@ -162,11 +185,24 @@ struct Bench: AsyncParsableCommand {
             FileHandle.standardError.write(Data("bench: \(line)\n".utf8))
         }
         if self.pattern == .media {
-            let result = try await MediaBench(bytes: Int64(self.size), folder: folder, say: say).run(
+            let result = try await MediaBench(bytes: Int64(self.bytes), folder: folder, say: say).run(
                 limits: self.limits
             )
             if self.keepData { say("kept \(folder.path)") }
             print(self.json ? try MediaBench.json(result) : MediaBench.text(result))
+            return
+        }
+        if self.pattern == .proxy {
+            let bench = ProxyBench(
+                bytes: Int64(self.bytes),
+                runs: self.runs,
+                readers: self.readers,
+                folder: folder,
+                say: say
+            )
+            let result = try await bench.run()
+            if self.keepData { say("kept \(folder.path)") }
+            print(self.json ? try ProxyBench.json(result) : ProxyBench.text(result))
             return
         }
         var logger = Logger(label: "courier.bench")
@@ -273,19 +309,13 @@ struct BenchServer {
     /// One start; nil when the server exited before listening (its ports taken meanwhile).
     private static func attempt(data: URL, log: URL, limits: [String]) async throws -> BenchServer? {
         let ports = try (0..<3).map { _ in try Self.freePort() }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments =
+        let process = try Self.launch(
             [
                 "serve", "--data", data.path, "--port", String(ports[0]), "--compat-port", String(ports[1]),
                 "--http-port", String(ports[2]), "--log-level", "warning",
-            ] + limits.flatMap { ["--limit", $0] }
-        _ = FileManager.default.createFile(atPath: log.path, contents: nil)
-        let handle = try FileHandle(forWritingTo: log)
-        process.standardOutput = handle
-        process.standardError = handle
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
+            ] + limits.flatMap { ["--limit", $0] },
+            log: log
+        )
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {
             if Self.accepts(port: ports[0]) { return BenchServer(process: process, port: ports[0], httpPort: ports[2]) }
@@ -299,6 +329,20 @@ struct BenchServer {
     func stop() {
         self.process.terminate()
         self.process.waitUntilExit()
+    }
+
+    /// Runs this executable with `arguments`, its output going to `log`.
+    static func launch(_ arguments: [String], log: URL) throws -> Process {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        process.arguments = arguments
+        _ = FileManager.default.createFile(atPath: log.path, contents: nil)
+        let handle = try FileHandle(forWritingTo: log)
+        process.standardOutput = handle
+        process.standardError = handle
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        return process
     }
 
     /// A port nothing listens on now, from the kernel.
