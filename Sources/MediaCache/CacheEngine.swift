@@ -73,6 +73,9 @@ actor CacheEngine {
     let origin: OriginClient
     let fileIO: NonBlockingFileIO
     let threadPool: NIOThreadPool
+    /// A thread of its own for commits (fsync and the index), so a slow sync never delays the bytes in flight on
+    /// ``threadPool``. Started by ``start()``, stopped by ``stop()``.
+    let commitPool = NIOThreadPool(numberOfThreads: 1)
     let logger: Logger
 
     private var states: [String: ResourceState] = [:]
@@ -112,15 +115,19 @@ actor CacheEngine {
         self.statistics.maxBytes = configuration.maxBytes
     }
 
-    /// Evicts down to the cap (after a restart with a smaller one).
+    /// Starts the commit thread, and evicts down to the cap (after a restart with a smaller one).
     func start() {
+        self.commitPool.start()
         self.evictIfNeeded()
     }
 
-    /// Stops every fetch (at shutdown).
-    func stop() {
+    /// Stops every fetch, lets the commits under way finish, and stops the commit thread (at shutdown).
+    func stop() async {
         for tasks in self.fetchTasks.values { for task in tasks.values { task.cancel() } }
         for key in Array(self.waiters.keys) { self.wake(key) }
+        for tasks in self.fetchTasks.values { for task in tasks.values { await task.value } }
+        while !self.committing.isEmpty { try? await Task.sleep(for: .milliseconds(5)) }
+        try? await self.commitPool.shutdownGracefully()
     }
 
     // MARK: Readers
@@ -639,7 +646,7 @@ actor CacheEngine {
         Task {
             let succeeded: Bool
             do {
-                try await self.threadPool.runIfActive {
+                try await self.commitPool.runIfActive {
                     for block in commit.syncBlocks {
                         let file = store.blockFile(block, for: key, generation: commit.record.generation)
                         guard let handle = try? FileHandle(forUpdating: file) else { continue }

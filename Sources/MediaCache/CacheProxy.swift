@@ -63,6 +63,7 @@ public final class CacheProxy: Service, Sendable {
             server = try await self.bind()
         } catch {
             self.publish(.failure(error))
+            await self.engine.stop()
             await self.origin.shutdown()
             throw error
         }

@@ -9,11 +9,14 @@ struct ResponseWriter: Sendable {
     let version: HTTPVersion
     let keepAlive: Bool
 
+    /// Queues the head: it leaves with the first part of the body (or the end), one write fewer per response. A
+    /// failure to write it shows in that part's write.
     func head(_ status: HTTPResponseStatus, _ headers: HTTPHeaders) async throws {
         var headers = headers
         if !self.keepAlive { headers.replaceOrAdd(name: "Connection", value: "close") }
-        try await self.channel.writeAndFlush(
-            HTTPServerResponsePart.head(HTTPResponseHead(version: self.version, status: status, headers: headers))
+        self.channel.write(
+            HTTPServerResponsePart.head(HTTPResponseHead(version: self.version, status: status, headers: headers)),
+            promise: nil
         )
     }
 

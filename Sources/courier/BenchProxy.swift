@@ -23,13 +23,19 @@ struct ProxyBench {
         var courierCold: [HTTPTiming.Result] = []
         var courierWarm: [HTTPTiming.Result] = []
         var readers: Int
-        /// Concurrent cold readers: the wall time until the last finished, and the body bytes the origin sent.
-        var courierReadersSeconds = 0.0
-        var courierReadersOriginBytes: Int64 = 0
-        var nginxReadersSeconds = 0.0
-        var nginxReadersOriginBytes: Int64 = 0
+        /// Concurrent cold readers: the wall time until the last finished, how many got the whole file, and the
+        /// body bytes the origin sent.
+        var courierReaders = Readers()
+        var nginxReaders = Readers()
         var courierCPUSeconds: Double?
         var courierPeakRSS: Int?
+    }
+
+    struct Readers: Sendable {
+        var seconds = 0.0
+        var complete = 0
+        var firstFailure: String?
+        var originBytes: Int64 = 0
     }
 
     func run() async throws -> Result {
@@ -90,11 +96,11 @@ struct ProxyBench {
         result.courierPeakRSS = ProcessMonitor.peakResidentBytes(of: pid)
         if self.readers > 0 {
             self.say("\(self.readers) concurrent cold readers through courier")
-            result.courierReadersSeconds = try await self.concurrent(proxy.port, courierPath("readers=1"))
-            result.courierReadersOriginBytes = Self.originBytes(nginx, query: "readers=1")
+            result.courierReaders = await self.concurrent(proxy.port, courierPath("readers=1"))
+            result.courierReaders.originBytes = Self.originBytes(nginx, query: "readers=1")
             self.say("\(self.readers) concurrent cold readers through nginx's cache")
-            result.nginxReadersSeconds = try await self.concurrent(caching, "/files/film.bin?readers=2")
-            result.nginxReadersOriginBytes = Self.originBytes(nginx, query: "readers=2")
+            result.nginxReaders = await self.concurrent(caching, "/files/film.bin?readers=2")
+            result.nginxReaders.originBytes = Self.originBytes(nginx, query: "readers=2")
         }
         return result
     }
@@ -109,17 +115,32 @@ struct ProxyBench {
         return result
     }
 
-    /// Starts every reader at once; returns the seconds until the last one has the whole file.
-    private func concurrent(_ port: Int, _ path: String) async throws -> Double {
+    /// Starts every reader at once; returns the seconds until the last one is done, and how many got it all.
+    private func concurrent(_ port: Int, _ path: String) async -> Readers {
         let start = ContinuousClock.now
-        try await withThrowingTaskGroup(of: Void.self) { group in
+        var readers = Readers()
+        await withTaskGroup(of: String?.self) { group in
             for _ in 0..<self.readers {
-                group.addTask { _ = try await self.get(port, path, "a concurrent reader") }
+                group.addTask {
+                    do {
+                        _ = try await self.get(port, path, "a concurrent reader")
+                        return nil
+                    } catch {
+                        return "\(error)"
+                    }
+                }
             }
-            try await group.waitForAll()
+            for await failure in group {
+                if let failure {
+                    readers.firstFailure = readers.firstFailure ?? failure
+                } else {
+                    readers.complete += 1
+                }
+            }
         }
         let elapsed = ContinuousClock.now - start
-        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        readers.seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        return readers
     }
 
     /// The body bytes the origin server sent for requests whose query contains `query`.
@@ -203,18 +224,18 @@ struct ProxyBench {
             )
         }
         if result.readers > 0 {
-            let size = Double(result.bytes)
-            lines.append(
-                String(
-                    format: "%d concurrent cold readers: courier %.2f s, the origin sent %.2f copies; "
-                        + "nginx cache %.2f s, the origin sent %.2f copies",
-                    result.readers,
-                    result.courierReadersSeconds,
-                    Double(result.courierReadersOriginBytes) / size,
-                    result.nginxReadersSeconds,
-                    Double(result.nginxReadersOriginBytes) / size
-                )
-            )
+            for (name, readers) in [("courier proxy", result.courierReaders), ("nginx cache", result.nginxReaders)] {
+                var line =
+                    "\(result.readers) concurrent cold readers, \(name): "
+                    + String(
+                        format: "%.2f s, %d got the whole file, the origin sent %.2f copies",
+                        readers.seconds,
+                        readers.complete,
+                        Double(readers.originBytes) / Double(result.bytes)
+                    )
+                if let failure = readers.firstFailure { line += " (first failure: \(failure))" }
+                lines.append(line)
+            }
         }
         return lines.joined(separator: "\n")
     }
@@ -233,10 +254,12 @@ struct ProxyBench {
             "courier_cold": measures(result.courierCold),
             "courier_warm": measures(result.courierWarm),
             "readers": result.readers,
-            "courier_readers_seconds": result.courierReadersSeconds,
-            "courier_readers_origin_bytes": result.courierReadersOriginBytes,
-            "nginx_readers_seconds": result.nginxReadersSeconds,
-            "nginx_readers_origin_bytes": result.nginxReadersOriginBytes,
+            "courier_readers_seconds": result.courierReaders.seconds,
+            "courier_readers_complete": result.courierReaders.complete,
+            "courier_readers_origin_bytes": result.courierReaders.originBytes,
+            "nginx_readers_seconds": result.nginxReaders.seconds,
+            "nginx_readers_complete": result.nginxReaders.complete,
+            "nginx_readers_origin_bytes": result.nginxReaders.originBytes,
         ]
         object["courier_cpu_seconds"] = result.courierCPUSeconds
         object["courier_peak_rss_bytes"] = result.courierPeakRSS
