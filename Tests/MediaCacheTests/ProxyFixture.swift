@@ -23,6 +23,8 @@ struct ProxyFixture {
         var revalidationInterval: TimeInterval?
         var allowedHosts: Set<String>?
         var keyProvider: (@Sendable (URL) async throws -> [UInt8]?)?
+        var cacheKey: (@Sendable (URL) -> String)?
+        var originReadTimeout: Duration?
     }
 
     /// Runs `body` with an nginx serving `files` (name → bytes) and a proxy with `settings`.
@@ -53,6 +55,10 @@ struct ProxyFixture {
             configuration.revalidationInterval = settings.revalidationInterval ?? configuration.revalidationInterval
             configuration.allowedHosts = settings.allowedHosts
             configuration.keyProvider = settings.keyProvider
+            if let cacheKey = settings.cacheKey { configuration.cacheKey = cacheKey }
+            if let timeout = settings.originReadTimeout {
+                configuration.originReadTimeout = .milliseconds(Int64(timeout / .milliseconds(1)))
+            }
             do {
                 try await Self.running(configuration) { proxy, port in
                     try await body(ProxyFixture(folder: folder, media: media, nginx: nginx, proxy: proxy, port: port))

@@ -1,0 +1,144 @@
+import CourierTesting
+import Foundation
+import MediaCache
+import Testing
+
+@Suite("MediaCache proxy: freshness, revalidation, the cache-key hook and origin faults, against nginx", .serialized)
+struct FreshnessProxyTests {
+    @Test("bytes fresh by the origin's max-age are served without asking it, even once the file changed")
+    func freshIsServedUnasked() async throws {
+        let old = randomData(100_000, seed: 101)
+        let extra = "location /fresh/ { alias {root}/; add_header Cache-Control max-age=3600; }"
+        try await ProxyFixture.with(
+            files: ["f.bin": old],
+            nginxExtra: extra,
+            settings: .init(revalidationInterval: 0)
+        ) { fixture in
+            let url = fixture.url("f.bin", location: "fresh")
+            #expect(try await Curl.get(url, in: fixture.folder).body == old)
+            try randomData(100_000, seed: 102).write(to: fixture.media.appendingPathComponent("f.bin"))
+            let before = fixture.nginx.log().count
+            for _ in 0..<3 {
+                #expect(try await Curl.get(url, range: "0-999", in: fixture.folder).body == old[0..<1000])
+            }
+            #expect(fixture.nginx.log().count == before, "the origin was not asked")
+        }
+    }
+
+    @Test("without freshness, a resource is revalidated at most once per interval, with a conditional request")
+    func revalidationInterval() async throws {
+        let data = randomData(50_000, seed: 103)
+        try await ProxyFixture.with(files: ["r.bin": data], settings: .init(revalidationInterval: 2.5)) { fixture in
+            let url = fixture.url("r.bin")
+            #expect(try await Curl.get(url, in: fixture.folder).body == data)
+            let before = fixture.nginx.log().count
+            for _ in 0..<4 {
+                #expect(try await Curl.get(url, range: "10-19", in: fixture.folder).body == data[10..<20])
+            }
+            #expect(fixture.nginx.log().count == before, "within the interval: not asked")
+            try await Task.sleep(for: .milliseconds(2600))
+            for _ in 0..<3 {
+                #expect(try await Curl.get(url, range: "10-19", in: fixture.folder).body == data[10..<20])
+            }
+            let asked = fixture.nginx.log().dropFirst(before)
+            #expect(asked.count == 1, "one revalidation: \(asked)")
+            #expect(asked.first?.status == 304, "a conditional request, answered 304")
+        }
+    }
+
+    @Test("a change caught by a fetch's If-Range between revalidations cuts the old response off; then all is new")
+    func ifRangeCatchesAChange() async throws {
+        let old = randomData(600_000, seed: 104)
+        let new = randomData(600_000, seed: 105)
+        try await ProxyFixture.with(files: ["c.bin": old], settings: .init(revalidationInterval: 3600)) { fixture in
+            let url = fixture.url("c.bin")
+            #expect(try await Curl.get(url, range: "0-99999", in: fixture.folder).body == old[0..<100_000])
+            try await Task.sleep(for: .milliseconds(1100))  // a new mtime second: a new ETag
+            try new.write(to: fixture.media.appendingPathComponent("c.bin"))
+            // Cached bytes first, then a fetch for the rest with If-Range: the origin answers with the new file.
+            let cut = try await Curl.get(url, in: fixture.folder)
+            #expect(cut.body.count < 600_000 && cut.exitStatus != 0, "cut off, not mixed")
+            #expect(cut.body == old.prefix(cut.body.count))
+            let whole = try await Curl.get(url, in: fixture.folder)
+            #expect(whole.status == 200 && whole.body == new)
+            let range = try await Curl.get(url, range: "0-99999", in: fixture.folder)
+            #expect(range.body == new[0..<100_000])
+        }
+    }
+
+    @Test("the cache-key hook: URLs that differ only in their signature share one cached resource")
+    func cacheKeyHook() async throws {
+        let data = randomData(200_000, seed: 106)
+        let dropQuery: @Sendable (URL) -> String = { url in
+            var components = URLComponents(url: url, resolvingAgainstBaseURL: false)!
+            components.query = nil
+            return components.string!
+        }
+        try await ProxyFixture.with(files: ["s.bin": data], settings: .init(cacheKey: dropQuery)) { fixture in
+            let origin = fixture.nginx.url("s.bin")
+            for signature in ["a1", "b2", "c3"] {
+                let signed = URL(string: origin.absoluteString + "?sig=\(signature)&exp=9")!
+                let url = ProxyURL(port: fixture.port).query(for: signed).absoluteString
+                #expect(try await Curl.get(url, in: fixture.folder).body == data)
+            }
+            let sent = fixture.nginx.log().filter { $0.uri.hasPrefix("/files/s.bin?sig=") }.map(\.bodyBytes)
+            #expect(sent == [200_000], "fetched once")
+            let resources = try await fixture.resources()
+            #expect(resources.map(\.key) == [origin.absoluteString])
+            // DELETE uses the hook too.
+            let delete = ProxyURL(port: fixture.port).query(for: URL(string: origin.absoluteString + "?sig=zz")!)
+            let deleted = try await Curl.get(
+                delete.absoluteString.replacingOccurrences(of: "/?url=", with: "/_cache?url="),
+                method: "DELETE",
+                in: fixture.folder
+            )
+            #expect(deleted.status == 204)
+            #expect(try await fixture.resources().isEmpty)
+        }
+    }
+
+    @Test("an origin silent mid-response past the read timeout, or failing a later piece, cuts the response off")
+    func originFaultsMidResponse() async throws {
+        let data = randomData(400_000, seed: 107)
+        let extra = """
+                    location /stall/ { alias {root}/; limit_rate_after 150k; limit_rate 1; }
+                    location /flaky/ { alias {root}/; if (-f {root}/broken) { return 500; } }
+            """
+        try await ProxyFixture.with(
+            files: ["t.bin": data],
+            nginxExtra: extra,
+            settings: .init(originReadTimeout: .milliseconds(700))
+        ) { fixture in
+            let started = ContinuousClock.now
+            let stalled = try await Curl.get(fixture.url("t.bin", location: "stall"), in: fixture.folder)
+            #expect(ContinuousClock.now - started < .seconds(20))
+            #expect(stalled.status == 200 && stalled.headers["content-length"] == "400000")
+            #expect(stalled.body.count < 400_000 && stalled.exitStatus == 18)
+            #expect(stalled.body == data.prefix(stalled.body.count))
+
+            let flaky = fixture.url("t.bin", location: "flaky")
+            #expect(try await Curl.get(flaky, range: "0-99999", in: fixture.folder).body == data[0..<100_000])
+            try Data().write(to: fixture.media.appendingPathComponent("broken"))
+            let failed = try await Curl.get(flaky, in: fixture.folder)
+            #expect(failed.status == 200 && failed.exitStatus == 18)
+            #expect(failed.body.count >= 100_000 && failed.body.count < 400_000)
+            #expect(failed.body == data.prefix(failed.body.count))
+            // Nothing cached and the origin failing from the start: its status, relayed.
+            let fresh = try await Curl.get(fixture.url("other", location: "flaky"), in: fixture.folder)
+            #expect(fresh.status == 500)
+        }
+    }
+
+    @Test("a playlist reached through a redirect is rewritten against its final URL")
+    func playlistAfterRedirect() async throws {
+        let playlist = "#EXTM3U\n#EXT-X-TARGETDURATION:4\n#EXTINF:4,\nseg/a.ts\n#EXT-X-ENDLIST\n"
+        try await ProxyFixture.with(files: ["p.m3u8": Data(playlist.utf8)]) { fixture in
+            let response = try await Curl.get(fixture.pathURL("p.m3u8", location: "moved"), in: fixture.folder)
+            let text = String(decoding: response.body, as: UTF8.self)
+            let line = try #require(text.split(separator: "\n").first { $0.hasPrefix("http://") })
+            let proxied = try #require(URL(string: String(line)))
+            let origin = try #require(ProxyURL.origin(path: proxied.path, query: proxied.query))
+            #expect(origin.absoluteString == "http://127.0.0.1:\(fixture.nginx.port)/files/seg/a.ts")
+        }
+    }
+}
