@@ -123,6 +123,8 @@ extension CacheProxy {
         }
         await self.engine.leave(key, reader: reader)
         await self.engine.account(cached: tally.cached, fetched: tally.fetched)
+        // The end goes out after the statistics count the request: whoever reads /_stats after the response sees it.
+        if completed { try await writer.end() }
         return completed
     }
 
@@ -139,8 +141,8 @@ extension CacheProxy {
         }
     }
 
-    /// Sends `bytes` of a resource (to its end when the range is open), as they become available; false when the
-    /// response was cut off.
+    /// Sends `bytes` of a resource (to its end when the range is open), as they become available, all but the
+    /// response's end; false when the response was cut off.
     private func stream(
         _ bytes: Range<Int64>,
         of head: ResourceHead,
@@ -185,7 +187,6 @@ extension CacheProxy {
                     writer.abort()
                     return false
                 }
-                try await writer.end()
                 return true
             case .changed, .failed:
                 self.logger.info("response cut off", metadata: ["url": "\(url)", "why": "\(read)"])
@@ -193,7 +194,6 @@ extension CacheProxy {
                 return false
             }
         }
-        try await writer.end()
         return true
     }
 
