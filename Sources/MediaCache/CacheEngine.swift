@@ -86,6 +86,8 @@ actor CacheEngine {
     /// When an origin last failed to answer a revalidation: the cached bytes are served as they are meanwhile.
     private var lastAttempt: [String: Date] = [:]
     private var passthroughUntil: [String: Date] = [:]
+    /// Playlists seen to be live: fetched from the origin at every request, never cached.
+    private var livePlaylists: Set<String> = []
     private var fetchTasks: [String: [Int: Task<Void, Never>]] = [:]
     private var clock: UInt64 = 1
     private var nextReader = 0
@@ -174,8 +176,13 @@ actor CacheEngine {
                 await self.wait(key, reader)
             case .failed(let failure):
                 return .failed(failure)
-            case .changed, .serve, .end:
+            case .changed:
                 continue
+            case .serve, .end:
+                // Bytes without a head, or a start past any length: nothing to answer but "unsatisfiable" (and
+                // never a loop that holds the actor).
+                self.leave(key, reader: reader)
+                return .failed(.upstream(status: 416))
             }
         }
         self.leave(key, reader: reader)
@@ -242,6 +249,21 @@ actor CacheEngine {
         default: self.statistics.misses += 1
         }
         self.statistics.bytesFromCache += cached
+    }
+
+    /// Whether a key is a live playlist (fetched fresh at every request).
+    func isLive(_ key: String) -> Bool {
+        self.livePlaylists.contains(key)
+    }
+
+    /// Marks a playlist live (its cached copy dropped), or no longer live.
+    func setLive(_ key: String, _ live: Bool) {
+        if live {
+            self.livePlaylists.insert(key)
+            _ = self.remove(key: key)
+        } else {
+            self.livePlaylists.remove(key)
+        }
     }
 
     /// Counts bytes an origin sent that did not go through a fetch (streamed through).
@@ -360,8 +382,14 @@ actor CacheEngine {
                 forward: forward,
                 validator: validator
             )
+            self.fetchTaskEnded(key, id)
         }
         self.fetchTasks[key, default: [:]][id] = task
+    }
+
+    private func fetchTaskEnded(_ key: String, _ id: Int) {
+        self.fetchTasks[key]?[id] = nil
+        if self.fetchTasks[key]?.isEmpty == true { self.fetchTasks[key] = nil }
     }
 
     private enum HeadVerdict {
@@ -645,39 +673,59 @@ actor CacheEngine {
         let store = self.store
         Task {
             let succeeded: Bool
+            var missing = Set<Int64>()
             do {
-                try await self.commitPool.runIfActive {
+                missing = try await self.commitPool.runIfActive {
+                    // A block file that is not there (deleted by a commit before this one) lists nothing.
+                    var missing = Set<Int64>()
+                    var record = commit.record
                     for block in commit.syncBlocks {
                         let file = store.blockFile(block, for: key, generation: commit.record.generation)
-                        guard let handle = try? FileHandle(forUpdating: file) else { continue }
+                        guard let handle = try? FileHandle(forUpdating: file) else {
+                            missing.insert(block)
+                            let blockBytes = store.blockBytes
+                            for range in commit.syncing {
+                                record.ranges.remove(
+                                    range.clamped(to: (block * blockBytes)..<((block + 1) * blockBytes))
+                                )
+                            }
+                            continue
+                        }
                         defer { try? handle.close() }
                         try handle.synchronize()
                     }
                     if commit.writesIndex {
-                        try store.writeIndex(commit.record)
+                        try store.writeIndex(record)
                     } else {
                         store.removeIndex(for: key)
                     }
                     store.deleteBlocks(commit.deleting, for: key, generation: commit.record.generation)
                     for generation in commit.oldGenerations { store.deleteGeneration(generation, for: key) }
+                    return missing
                 }
                 succeeded = true
             } catch {
                 self.logger.warning("cannot commit the cache index", metadata: ["key": "\(key)", "error": "\(error)"])
                 succeeded = false
             }
-            self.committed(key, commit, succeeded: succeeded)
+            self.committed(key, commit, succeeded: succeeded, missing: missing)
         }
     }
 
-    private func committed(_ key: String, _ commit: ResourceState.Commit, succeeded: Bool) {
+    private func committed(_ key: String, _ commit: ResourceState.Commit, succeeded: Bool, missing: Set<Int64>) {
         self.committing.remove(key)
         if succeeded {
-            self.states[key]?.committed(commit)
+            self.states[key]?.committed(commit, missing: missing)
+            if self.commitPending.remove(key) != nil { self.scheduleCommit(key) }
         } else {
+            // Tried again in a second (a full disk may free up); meanwhile the bytes stay served from this process.
             self.states[key]?.commitFailed(commit)
+            self.commitPending.remove(key)
+            Task {
+                try? await Task.sleep(for: .seconds(1))
+                self.scheduleCommit(key)
+            }
         }
-        if self.commitPending.remove(key) != nil { self.scheduleCommit(key) }
         self.wake(key)
     }
 
@@ -767,7 +815,7 @@ actor CacheEngine {
             let lastModified = headers.first(name: "Last-Modified")
             let fill: (inout ResourceRecord) -> Void = { record in
                 record.url = response.url.absoluteString
-                record.totalLength = total
+                record.totalLength = total ?? record.totalLength
                 record.contentType = headers.first(name: "Content-Type")
                 record.etag = etag
                 record.lastModified = lastModified

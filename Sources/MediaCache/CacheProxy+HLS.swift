@@ -91,10 +91,55 @@ extension CacheProxy {
             }
         }
         let text = String(decoding: buffer.readableBytesView, as: UTF8.self)
-        if HLSPlaylist.isLive(text) {
-            _ = await self.engine.remove(key: head.key)
-        }
+        if HLSPlaylist.isLive(text) { await self.engine.setLive(head.key, true) }
         return text
+    }
+
+    /// Serves a live playlist straight from the origin, rewritten; once it has ended (`EXT-X-ENDLIST`), the next
+    /// request caches it again.
+    func serveLivePlaylist(_ url: URL, key: String, request: HTTPRequestHead, writer: ResponseWriter) async throws {
+        let headOnly = request.method == .HEAD
+        var headers = HTTPHeaders()
+        for name in OriginClient.forwardedHeaders {
+            for value in request.headers[name] { headers.add(name: name, value: value) }
+        }
+        let response: OriginResponse
+        let body: ByteBuffer
+        do {
+            response = try await self.origin.request(url, headers: headers)
+            body = try await response.body.collect(upTo: self.configuration.maxPlaylistBytes)
+        } catch let error as MediaCacheError {
+            try await writer.error(.badGateway, error.message, headOnly: headOnly)
+            return
+        } catch {
+            try await writer.error(.badGateway, "the live playlist could not be read: \(error)", headOnly: headOnly)
+            return
+        }
+        await self.engine.countOriginBytes(Int64(body.readableBytes))
+        await self.engine.account(cached: 0, fetched: Int64(body.readableBytes))
+        guard response.status == 200 else {
+            try await writer.error(
+                HTTPResponseStatus(statusCode: response.status),
+                "the origin answered \(response.status)",
+                headOnly: headOnly
+            )
+            return
+        }
+        let text = String(decoding: body.readableBytesView, as: UTF8.self)
+        if !HLSPlaylist.isLive(text) { await self.engine.setLive(key, false) }
+        let proxy = self.proxyBase(request)
+        let rewritten = HLSPlaylist.rewrite(text, base: response.url) { resolved, reference in
+            reference == .key ? proxy.key(for: resolved) : proxy.path(for: resolved)
+        }
+        try await writer.respond(
+            .ok,
+            headers: [
+                "Content-Type": response.headers.first(name: "Content-Type") ?? "application/vnd.apple.mpegurl",
+                "Cache-Control": "no-cache",
+            ],
+            body: ByteBuffer(string: rewritten),
+            headOnly: headOnly
+        )
     }
 
     /// Where the rewritten URIs point: the address the player used (its Host header), else the configured one.

@@ -24,13 +24,20 @@ extension CacheProxy {
             return true
         }
         let key = self.configuration.cacheKey(url)
+        if await self.engine.isLive(key) {
+            try await self.serveLivePlaylist(url, key: key, request: request, writer: writer)
+            return true
+        }
         var range = RangeRequest(header: request.headers.first(name: "Range"))
         let blockBytes = self.configuration.blockBytes
+        // Where a first fetch starts, for a resource the cache has not seen. Numbers past any real length (a Range
+        // header may say anything up to Int64.max) are kept from overflowing.
         let (start, upper): (Int64, Int64?) =
             switch range {
             case _ where headOnly: (0, blockBytes)
             case .whole: (0, nil)
-            case .from(let first, let last): (first, last.map { $0 + 1 })
+            case .from(let first, let last):
+                (min(first, Int64.max / 2), last.flatMap { $0 >= Int64.max / 2 ? nil : $0 + 1 })
             case .suffix: (0, blockBytes)
             }
         let opening = await self.engine.open(
@@ -62,8 +69,11 @@ extension CacheProxy {
         if HLSPlaylist.isPlaylist(contentType: head.contentType, url: url) {
             return try await self.servePlaylist(url, head: head, reader: reader, request: request, writer: writer)
         }
-        // If-Range: a validator other than the cached one asks for the whole resource.
-        if let ifRange = request.headers.first(name: "If-Range"), ifRange != head.etag, ifRange != head.lastModified {
+        // If-Range: a validator other than the cached one asks for the whole resource (a strong comparison: a weak
+        // ETag never matches).
+        if let ifRange = request.headers.first(name: "If-Range"),
+            ifRange.hasPrefix("W/") || (ifRange != head.etag && ifRange != head.lastModified)
+        {
             range = .whole
         }
         var headers = HTTPHeaders()

@@ -15,7 +15,8 @@ public struct MediaCacheConfiguration: Sendable {
     public var maxBytes: Int64 = 2 << 30
     /// The size of a block: the unit of eviction and of an origin fetch's rounding.
     public var blockBytes: Int64 = 1 << 20
-    /// How far ahead of a reader a running fetch may be for the reader to wait on it instead of starting its own.
+    /// How far a running fetch may still be from a reader's position (behind it) for the reader to wait for that fetch
+    /// to get there instead of starting a fetch of its own.
     public var coalesceBytes: Int64 = 2 << 20
     /// How often, at most, a resource whose freshness has run out is revalidated with the origin.
     public var revalidationInterval: TimeInterval = 60
@@ -40,7 +41,7 @@ public struct MediaCacheConfiguration: Sendable {
     public var preloadSegments: Int = 3
     /// How long a player's connection may stay idle between requests.
     public var idleConnectionTimeout: TimeAmount = .seconds(60)
-    /// The most player connections served at once; more wait for the kernel's accept queue.
+    /// The most player connections served at once; more get a 503 and are closed.
     public var maxConnections: Int = 512
     /// Turns an origin URL into its cache key: the default keeps the whole URL; an app can drop, say, the signature
     /// parameters of signed CDN URLs so that each new signature does not start a new resource.

@@ -5,11 +5,13 @@
 /// The rules:
 /// - A reader at `position` is served whatever contiguous bytes are available there (written in this process, or
 ///   listed in the index), whoever fetched them.
-/// - Otherwise it waits on a running fetch that will reach `position` soon: one that started at or before it and has
-///   at most ``coalesceBytes`` left to go. Ten players starting the same video thus share one fetch.
-/// - Otherwise it starts a fetch at `position`, up to the next available byte or the end of what it asked for
-///   rounded up to a block boundary. A running fetch that would reach `position` only later stops there instead, so
-///   no byte is fetched twice; a seek far ahead keeps what is cached behind it.
+/// - Otherwise it waits on a running fetch that will reach `position` soon: one that started at or before it, has not
+///   passed it, and has at most ``coalesceBytes`` left to go. Ten players starting the same video thus share one
+///   fetch.
+/// - Otherwise it starts a fetch at `position`, up to the next available byte, the next running fetch's start, or the
+///   end of what it asked for rounded up to a block boundary. A running fetch that would reach `position` only later
+///   stops there instead, so running fetches do not bring the same bytes; a seek far ahead keeps what is cached
+///   behind it.
 /// - A fetch nobody waits on any longer stops at its next block boundary.
 struct ResourceState {
     /// Why a fetch gave a reader nothing.
@@ -89,32 +91,40 @@ struct ResourceState {
             self.leave(reader: reader)
             return .changed
         }
-        if let failure = self.failures.removeValue(forKey: reader) {
-            self.leave(reader: reader)
-            return .failed(failure)
-        }
         let limit = min(upper ?? .max, self.record.totalLength ?? .max)
         if position >= limit {
             self.leave(reader: reader)
             return .end
         }
         // The reader stays registered on the fetch it waited on: the fetch goes on for it while it catches up.
+        // Bytes on disk are served even when that fetch has failed since.
         if let run = self.available.run(containing: position) {
             return .serve(position..<min(run.upperBound, limit))
         }
-        // Already waiting on a fetch that will bring this byte.
+        if let failure = self.failures.removeValue(forKey: reader) {
+            self.leave(reader: reader)
+            return .failed(failure)
+        }
+        // Already waiting on a fetch that will bring this byte: one that has not passed it yet.
         for (id, fetch) in self.fetches where fetch.readers.contains(reader) {
-            if fetch.start <= position && position < fetch.end { return .wait }
+            if fetch.start <= position && fetch.position <= position && position < fetch.end { return .wait }
             self.fetches[id]?.readers.remove(reader)
         }
         for (id, fetch) in self.fetches.sorted(by: { $0.key < $1.key })
-        where fetch.start <= position && position < fetch.end && position - fetch.position <= self.coalesceBytes {
+        where fetch.start <= position && fetch.position <= position && position < fetch.end
+            && position - fetch.position <= self.coalesceBytes
+        {
             self.fetches[id]?.readers.insert(reader)
             return .wait
         }
+        // Up to the next byte on disk, or the next running fetch's start, whichever comes first.
         var end = self.available.firstStart(after: position) ?? .max
+        for fetch in self.fetches.values where fetch.start > position { end = min(end, fetch.start) }
         if limit != .max {
-            let rounded = (limit + self.blockBytes - 1) / self.blockBytes * self.blockBytes
+            // Rounded up to a block (without overflowing, whatever a Range header said).
+            let rounded =
+                limit > Int64.max - self.blockBytes
+                ? Int64.max : (limit + self.blockBytes - 1) / self.blockBytes * self.blockBytes
             end = min(end, rounded, self.record.totalLength ?? .max)
         }
         if end != .max, !self.deleting.isDisjoint(with: Self.blocks(of: position..<end, size: self.blockBytes)) {
@@ -133,6 +143,7 @@ struct ResourceState {
 
     /// A reader is gone (done, aborted, or its player disconnected).
     mutating func leave(reader: Int) {
+        self.failures[reader] = nil
         for (id, fetch) in self.fetches where fetch.readers.contains(reader) {
             self.fetches[id]?.readers.remove(reader)
         }
@@ -162,14 +173,23 @@ struct ResourceState {
         return fetch.position < stop ? stop : nil
     }
 
-    /// A fetch wrote bytes; returns how many of them are new to the cache.
+    /// A fetch wrote bytes; returns how many of them are new to the cache. Only the part up to the fetch's end
+    /// counts, and none of it in a block waiting to be deleted: a fetch whose end was moved back (or that the origin
+    /// sent from the start) may still have been writing bytes received before, perhaps into a block evicted since.
+    /// Those are written but never listed.
     mutating func wrote(_ id: Int, _ range: Range<Int64>, clock: UInt64) -> Int64 {
-        guard !range.isEmpty else { return 0 }
+        guard let fetch = self.fetches[id] else { return 0 }
+        self.fetches[id]!.position = max(fetch.position, range.upperBound)
+        let clipped = range.lowerBound..<min(range.upperBound, max(range.lowerBound, fetch.end))
+        guard !clipped.isEmpty else { return 0 }
+        var kept = ByteRangeSet([clipped])
+        for block in self.deleting { kept.remove((block * self.blockBytes)..<((block + 1) * self.blockBytes)) }
         let before = self.available.count
-        self.available.insert(range)
-        if self.fetches[id] != nil { self.fetches[id]!.position = max(self.fetches[id]!.position, range.upperBound) }
-        self.unsynced.insert(range)
-        for block in Self.blocks(of: range, size: self.blockBytes) { self.lastUse[block] = clock }
+        for piece in kept.ranges {
+            self.available.insert(piece)
+            self.unsynced.insert(piece)
+            for block in Self.blocks(of: piece, size: self.blockBytes) { self.lastUse[block] = clock }
+        }
         return self.available.count - before
     }
 
@@ -205,11 +225,18 @@ struct ResourceState {
     }
 
     /// A commit's index is in place: its synced bytes are listed (those still available: not evicted since), its
-    /// blocks and old generations are gone.
-    mutating func committed(_ commit: Commit) {
+    /// blocks and old generations are gone. Bytes of blocks whose file was missing at the sync were not listed, and
+    /// are no longer served.
+    mutating func committed(_ commit: Commit, missing: Set<Int64> = []) {
         self.deleting.subtract(commit.deleting)
         self.oldGenerations.subtract(commit.oldGenerations)
         guard commit.record.generation == self.generation else { return }
+        for block in missing {
+            let range = (block * self.blockBytes)..<((block + 1) * self.blockBytes)
+            for synced in commit.syncing where synced.overlaps(range) {
+                self.available.remove(synced.clamped(to: range))
+            }
+        }
         for range in commit.syncing {
             for piece in self.available.pieces(of: range) {
                 if case .cached(let cached) = piece { self.record.ranges.insert(cached) }

@@ -40,7 +40,10 @@ struct ResponseWriter: Sendable {
         headOnly: Bool = false
     ) async throws {
         var headers = headers
-        headers.replaceOrAdd(name: "Content-Length", value: String(body?.readableBytes ?? 0))
+        // A 204 has no body, and says no length (RFC 9110).
+        if status != .noContent {
+            headers.replaceOrAdd(name: "Content-Length", value: String(body?.readableBytes ?? 0))
+        }
         try await self.head(status, headers)
         if let body, !headOnly, body.readableBytes > 0 { try await self.body(body) }
         try await self.end()

@@ -92,7 +92,7 @@ struct FreshnessProxyTests {
                 method: "DELETE",
                 in: fixture.folder
             )
-            #expect(deleted.status == 204)
+            #expect(deleted.status == 204 && deleted.headers["content-length"] == nil)
             #expect(try await fixture.resources().isEmpty)
         }
     }

@@ -181,6 +181,22 @@ struct PlaybackTests {
             let second = String(decoding: try await Curl.get(url, in: fixture.folder).body, as: UTF8.self)
             #expect(second.contains("/b.ts"))
             #expect(try await fixture.resources().isEmpty, "a live playlist is not kept")
+            // Players reading it at once all get it.
+            let together = try await withThrowingTaskGroup(of: Int.self) { group in
+                for _ in 0..<4 { group.addTask { try await Curl.get(url, in: fixture.folder).status } }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(together == [200, 200, 200, 200])
+            // Once it has ended, it is cached like a VOD playlist.
+            try Data((live + "#EXTINF:4,\nb.ts\n#EXT-X-ENDLIST\n").utf8)
+                .write(to: fixture.media.appendingPathComponent("live.m3u8"))
+            let ended = String(decoding: try await Curl.get(url, in: fixture.folder).body, as: UTF8.self)
+            #expect(ended.contains("#EXT-X-ENDLIST"))
+            _ = try await Curl.get(url, in: fixture.folder)
+            #expect(try await fixture.resources().count == 1)
+            await fixture.nginx.stop()
+            let offline = String(decoding: try await Curl.get(url, in: fixture.folder).body, as: UTF8.self)
+            #expect(offline == ended)
         }
     }
 

@@ -77,6 +77,19 @@ struct ProxyTests {
             #expect(several.body == data)
             let malformed = try await Curl.get(url, range: "x-y", in: fixture.folder)
             #expect(malformed.status == 200 && malformed.body == data)
+            // Numbers past any length, even past Int64, on a resource not yet cached: answered, not a hang or a
+            // crash.
+            let huge = fixture.url("b.bin")
+            try data.write(to: fixture.media.appendingPathComponent("b.bin"))
+            let farStart = try await Curl.get(huge, range: "9223372036854775807-", in: fixture.folder)
+            #expect(farStart.status == 416)
+            let pastInt64 = try await Curl.get(huge, range: "99999999999999999999-", in: fixture.folder)
+            #expect(pastInt64.status == 416)
+            let farEnd = try await Curl.get(huge, range: "5-9223372036854775807", in: fixture.folder)
+            #expect(farEnd.status == 206 && farEnd.body == data[5...])
+            // A weak validator in If-Range never matches: the whole resource.
+            let weak = try await Curl.get(url, range: "0-9", headers: ["If-Range: W/\"x\""], in: fixture.folder)
+            #expect(weak.status == 200 && weak.body == data)
         }
     }
 

@@ -100,6 +100,40 @@ struct ResourceStateTests {
         #expect(state.step(reader: 2, generation: 0, position: 120, upper: 180) == .fetch(id: 1, range: 120..<200))
     }
 
+    @Test("a reader behind a fetch's frontier, its bytes evicted, starts its own fetch instead of waiting on that one")
+    func readerBehindTheFrontier() {
+        var state = self.state()
+        #expect(state.step(reader: 1, generation: 0, position: 0, upper: nil) == .fetch(id: 0, range: 0..<1000))
+        _ = state.wrote(0, 0..<450, clock: 1)
+        state.evict(2)
+        state.committed(state.commit())
+        // Reader 1 read up to 200; its next bytes were evicted; the fetch is at 450.
+        #expect(state.step(reader: 1, generation: 0, position: 200, upper: nil) == .fetch(id: 1, range: 200..<300))
+        // A reader arriving before a running fetch's start fetches up to that start, not over it.
+        var other = self.state()
+        #expect(other.step(reader: 1, generation: 0, position: 600, upper: nil) == .fetch(id: 0, range: 600..<1000))
+        #expect(other.step(reader: 2, generation: 0, position: 100, upper: nil) == .fetch(id: 1, range: 100..<600))
+    }
+
+    @Test("bytes written past a fetch's moved end, or into a block waiting to be deleted, are never listed")
+    func strayWritesAreNotListed() {
+        var state = self.state(cached: [400..<500])
+        state.touchAll(clock: 0)
+        #expect(state.step(reader: 1, generation: 0, position: 0, upper: nil) == .fetch(id: 0, range: 0..<400))
+        #expect(state.step(reader: 2, generation: 0, position: 300, upper: nil) == .fetch(id: 1, range: 300..<400))
+        #expect(state.fetches[0]?.end == 300)
+        // The first fetch had received bytes up to 350 before its end moved back to 300.
+        #expect(state.wrote(0, 0..<350, clock: 1) == 300)
+        #expect(state.available.ranges == [0..<300, 400..<500])
+        state.evict(4)
+        #expect(state.wrote(1, 300..<400, clock: 2) == 100)
+        // An origin that ignored Range sends from 0 again, over the evicted block 4: not listed.
+        state.extend(1, to: 1000)
+        #expect(state.wrote(1, 400..<520, clock: 3) == 20)
+        #expect(state.available.ranges == [0..<400, 500..<520])
+        #expect(state.commit().record.ranges.ranges == [0..<400, 500..<520])
+    }
+
     @Test("an origin without a length: the fetch's natural end is the length")
     func unknownLength() {
         var state = self.state(total: nil)
