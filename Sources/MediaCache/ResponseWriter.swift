@@ -28,6 +28,16 @@ struct ResponseWriter: Sendable {
         try await self.channel.writeAndFlush(HTTPServerResponsePart.body(.fileRegion(region)))
     }
 
+    /// Writes file regions back to back and flushes them together, then waits until the connection has taken the
+    /// last (the socket never sits idle between two of them).
+    func body(_ regions: [FileRegion]) async throws {
+        guard let last = regions.last else { return }
+        for region in regions.dropLast() {
+            self.channel.write(HTTPServerResponsePart.body(.fileRegion(region)), promise: nil)
+        }
+        try await self.channel.writeAndFlush(HTTPServerResponsePart.body(.fileRegion(last)))
+    }
+
     func end() async throws {
         try await self.channel.writeAndFlush(HTTPServerResponsePart.end(nil))
     }
@@ -80,29 +90,32 @@ final class BlockSender: @unchecked Sendable {
         self.threadPool = threadPool
     }
 
-    /// Sends `range`, each block's part as one file region, each awaited until the connection has taken it.
+    /// Sends `range`, each block's part as one file region, written back to back; returns once the connection has
+    /// taken them all (the files of all but the last block are then closed).
     func send(_ range: Range<Int64>, writer: ResponseWriter) async throws {
         var position = range.lowerBound
+        var regions: [FileRegion] = []
+        var done: [NIOFileHandle] = []
+        defer { for handle in done { try? handle.close() } }
         while position < range.upperBound {
             let block = position / self.blockBytes
             let inBlock = position - block * self.blockBytes
             let count = min(range.upperBound - position, self.blockBytes - inBlock)
             if block != self.block || self.handle == nil {
-                self.close()
+                if let handle = self.handle { done.append(handle) }
+                self.handle = nil
                 let path = self.folder + "/" + String(block)
                 self.handle = try await self.threadPool.runIfActive {
                     try NIOFileHandle(_deprecatedPath: path, mode: .read)
                 }
                 self.block = block
             }
-            let region = FileRegion(
-                fileHandle: self.handle!,
-                readerIndex: Int(inBlock),
-                endIndex: Int(inBlock + count)
+            regions.append(
+                FileRegion(fileHandle: self.handle!, readerIndex: Int(inBlock), endIndex: Int(inBlock + count))
             )
-            try await writer.body(region)
             position += count
         }
+        try await writer.body(regions)
     }
 
     func close() {
