@@ -548,15 +548,7 @@ actor CacheEngine {
             }
             let etag = headers.first(name: "ETag")
             let lastModified = headers.first(name: "Last-Modified")
-            let fill: (inout ResourceRecord) -> Void = { record in
-                record.url = url.absoluteString
-                record.totalLength = total ?? record.totalLength
-                record.contentType = headers.first(name: "Content-Type")
-                record.etag = etag
-                record.lastModified = lastModified
-                record.freshUntil = freshness.freshUntil
-                record.lastValidated = now
-            }
+            let fill = Self.fill(headers, url: url, total: total, freshness: freshness, now: now)
             if state.headSeen && Self.changed(state.record, etag: etag, lastModified: lastModified, total: total) {
                 self.logger.info("origin changed; dropping cached bytes", metadata: ["key": "\(key)"])
                 self.used -= state.startGeneration(keeping: id, fill)
@@ -600,6 +592,26 @@ actor CacheEngine {
         default:
             self.fail(&state, key: key, id: id, .upstream(status: status))
             return .stop
+        }
+    }
+
+    /// What an origin's 200 or 206 says of a resource, as a change to its record (a length it does not give is
+    /// kept).
+    private static func fill(
+        _ headers: HTTPHeaders,
+        url: URL,
+        total: Int64?,
+        freshness: Freshness,
+        now: Date
+    ) -> (inout ResourceRecord) -> Void {
+        { record in
+            record.url = url.absoluteString
+            record.totalLength = total ?? record.totalLength
+            record.contentType = headers.first(name: "Content-Type")
+            record.etag = headers.first(name: "ETag")
+            record.lastModified = headers.first(name: "Last-Modified")
+            record.freshUntil = freshness.freshUntil
+            record.lastValidated = now
         }
     }
 
@@ -813,15 +825,7 @@ actor CacheEngine {
                 : headers.first(name: "Content-Length").flatMap { Int64($0) }
             let etag = headers.first(name: "ETag")
             let lastModified = headers.first(name: "Last-Modified")
-            let fill: (inout ResourceRecord) -> Void = { record in
-                record.url = response.url.absoluteString
-                record.totalLength = total ?? record.totalLength
-                record.contentType = headers.first(name: "Content-Type")
-                record.etag = etag
-                record.lastModified = lastModified
-                record.freshUntil = freshness.freshUntil
-                record.lastValidated = now
-            }
+            let fill = Self.fill(headers, url: response.url, total: total, freshness: freshness, now: now)
             if Self.changed(state.record, etag: etag, lastModified: lastModified, total: total) {
                 self.logger.info("origin changed; dropping cached bytes", metadata: ["key": "\(key)"])
                 self.used -= state.startGeneration(fill)
