@@ -126,9 +126,12 @@ struct PlaybackTests {
             #expect(segments.count >= 7)
             #expect(segments.allSatisfy { $0.hasPrefix("http://127.0.0.1:\(fixture.port)/r/") && $0.hasSuffix(".ts") })
 
+            let duration = try await TestMedia.probedDuration(master)
+            #expect(abs(duration - 30) < 0.5, "ffprobe read \(duration) s")
             #expect(try await TestMedia.decodedMD5(master) == direct)
             await fixture.nginx.stop()
             #expect(try await TestMedia.decodedMD5(master) == direct)
+            #expect(try await TestMedia.probedDuration(master) == duration)
 
             // The key is in no file of the cache.
             let enumerator = FileManager.default.enumerator(at: fixture.cacheDirectory, includingPropertiesForKeys: nil)
