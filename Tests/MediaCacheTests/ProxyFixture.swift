@@ -25,6 +25,10 @@ struct ProxyFixture {
         var keyProvider: (@Sendable (URL) async throws -> [UInt8]?)?
         var cacheKey: (@Sendable (URL) -> String)?
         var originReadTimeout: Duration?
+        var maxPlaylistBytes: Int?
+        var maxKeyBytes: Int?
+        var maxConnections: Int?
+        var idleConnectionTimeout: Duration?
     }
 
     /// Runs `body` with an nginx serving `files` (name → bytes) and a proxy with `settings`.
@@ -59,6 +63,12 @@ struct ProxyFixture {
             if let timeout = settings.originReadTimeout {
                 configuration.originReadTimeout = .milliseconds(Int64(timeout / .milliseconds(1)))
             }
+            if let timeout = settings.idleConnectionTimeout {
+                configuration.idleConnectionTimeout = .milliseconds(Int64(timeout / .milliseconds(1)))
+            }
+            configuration.maxPlaylistBytes = settings.maxPlaylistBytes ?? configuration.maxPlaylistBytes
+            configuration.maxKeyBytes = settings.maxKeyBytes ?? configuration.maxKeyBytes
+            configuration.maxConnections = settings.maxConnections ?? configuration.maxConnections
             do {
                 try await Self.running(configuration) { proxy, port in
                     try await body(ProxyFixture(folder: folder, media: media, nginx: nginx, proxy: proxy, port: port))
