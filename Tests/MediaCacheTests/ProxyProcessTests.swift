@@ -42,14 +42,23 @@ struct ProxyProcessTests {
                     // Seek somewhere, so that the cache holds several pieces over the rounds.
                     let start = round == 0 ? 0 : Int(random.next() % UInt64(size - 1))
                     async let partial = Curl.get(url, range: "\(start)-", in: folder)
-                    let moment = 150 + Int(random.next() % 900)
+                    // Killed at a seeded moment after the index first lists bytes of this round (so the check below
+                    // always has bytes to check, however slow the machine).
+                    let store = try FragmentStore(folder: cache, blockBytes: 64 << 10)
+                    let already = store.record(for: origin.absoluteString)?.ranges.count ?? 0
+                    let deadline = ContinuousClock.now + .seconds(30)
+                    while (store.record(for: origin.absoluteString)?.ranges.count ?? 0) <= already,
+                        ContinuousClock.now < deadline
+                    {
+                        try await Task.sleep(for: .milliseconds(10))
+                    }
+                    let moment = Int(random.next() % 600)
                     try await Task.sleep(for: .milliseconds(moment))
                     await proxy.kill()
                     let cut = try await partial
                     #expect(cut.body == data[start..<(start + cut.body.count)], "round \(round): bytes served before")
 
                     // On disk: whatever the index lists is the origin's bytes.
-                    let store = try FragmentStore(folder: cache, blockBytes: 64 << 10)
                     if let record = store.record(for: origin.absoluteString) {
                         listed += record.ranges.count
                         for range in record.ranges.ranges {
