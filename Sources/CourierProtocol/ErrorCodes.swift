@@ -57,7 +57,10 @@ public enum ErrorCodes {
         (authTimeout, true, "no `hello` within the authentication timeout"),
         (envelopeInvalid, true, "a frame's payload is not a valid envelope"),
         (unsupported, false, "a request this server does not know (a newer client)"),
-        (invalidRequest, false, "a request missing a required field, or with one out of range"),
+        (
+            invalidRequest, false,
+            "a request missing a required field, or with one out of range (a `hello` with a bad device name is closed)"
+        ),
         (invalidName, false, "a group name that breaks the naming rule"),
         (nameTaken, false, "a group of that name exists"),
         (textTooLarge, false, "a text longer than the server's `max_text_bytes`"),
@@ -87,7 +90,10 @@ public enum ErrorCodes {
         ),
         (idleTimeout, true, "nothing received for the idle timeout (send pings)"),
         (slowConsumer, true, "the client stopped reading; it resyncs from its acknowledged cursor on reconnect"),
-        (serverFull, true, "the server is at its connection limit"),
+        (
+            serverFull, true,
+            "the server is at its connection limit, or this address has too many connections not logged in"
+        ),
         (shuttingDown, true, "the server is stopping; reconnect later"),
         (packetSkipped, false, "a corrupt compat packet was skipped up to its end marker (with the end marker on)"),
         (framingError, true, "bytes that break the framing (the native port follows it with a `goaway`)"),

@@ -30,6 +30,7 @@ public final class CourierServer: Service, Sendable {
     private let commits: CommitQueue
     private let metrics: ServerMetrics
     private let media: MediaService
+    private let logins: LoginGuard
     /// The TLS context all ports share, when ``ServerConfiguration/tls`` is set.
     private let tls: NIOSSLContext?
     private let bound = Mutex<(ports: Ports?, waiters: [CheckedContinuation<Ports, Never>])>((nil, []))
@@ -39,7 +40,8 @@ public final class CourierServer: Service, Sendable {
     /// - Throws: ``CourierStoreError`` with code `storage-failed` if the database cannot be opened;
     ///   `NIOSSLError` if the TLS configuration is unusable (for example a key that does not match the certificate).
     public init(configuration: ServerConfiguration, version: String = "dev", logger: Logger) throws {
-        self.configuration = configuration
+        self.configuration = Self.fitted(configuration, openFiles: ProcessSetup.openFileLimit(), logger: logger)
+        self.logins = LoginGuard(configuration.limits)
         self.version = version
         self.logger = logger
         self.tls = try configuration.tls.map { try NIOSSLContext(configuration: $0) }
@@ -69,6 +71,29 @@ public final class CourierServer: Service, Sendable {
         )
     }
 
+    /// The configuration with its connection limits lowered, if need be, so that both ports' connections and the
+    /// reserved descriptors fit in the open-file limit: a flood on one port then cannot take the descriptors the
+    /// others, the database and media files need.
+    static func fitted(_ configuration: ServerConfiguration, openFiles: Int?, logger: Logger) -> ServerConfiguration {
+        guard let openFiles else { return configuration }
+        var fitted = configuration
+        let available = max(2, openFiles - configuration.reservedDescriptors)
+        let wanted = configuration.limits.maxConnections + configuration.http.maxConnections
+        guard wanted > available else { return configuration }
+        // Shared in proportion, at least one each.
+        let http = max(1, available * configuration.http.maxConnections / wanted)
+        fitted.http.maxConnections = http
+        fitted.limits.maxConnections = max(1, available - http)
+        logger.warning(
+            "connection limits lowered to fit the open-file limit",
+            metadata: [
+                "open-files": "\(openFiles)", "reserved": "\(configuration.reservedDescriptors)",
+                "max-connections": "\(fitted.limits.maxConnections)", "http-max-connections": "\(http)",
+            ]
+        )
+        return fitted
+    }
+
     /// The bound ports, waiting until the server has bound them.
     public func ports() async -> Ports {
         await withCheckedContinuation { continuation in
@@ -89,6 +114,7 @@ public final class CourierServer: Service, Sendable {
             hub: self.hub,
             metrics: self.metrics,
             media: self.media,
+            logins: self.logins,
             logger: self.logger
         )
         let (httpPorts, httpRunning) = AsyncStream.makeStream(of: Int.self)
@@ -96,6 +122,7 @@ public final class CourierServer: Service, Sendable {
             configuration: self.configuration,
             metrics: self.metrics,
             media: self.media,
+            logins: self.logins,
             version: self.version,
             logger: self.logger
         ) { port in httpRunning.yield(port) }

@@ -10,17 +10,19 @@ import NIOCore
 struct MediaEndpoint: Sendable {
     let store: SQLiteStore
     let media: MediaService
+    let logins: LoginGuard
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<CourierRequestContext>) {
         router.get("/media/{sha256}") { request, context in
-            try await self.respond(to: request, sha256: context.parameters.get("sha256") ?? "", bodyless: false)
+            try await self.respond(to: request, context: context, bodyless: false)
         }
         router.head("/media/{sha256}") { request, context in
-            try await self.respond(to: request, sha256: context.parameters.get("sha256") ?? "", bodyless: true)
+            try await self.respond(to: request, context: context, bodyless: true)
         }
     }
 
-    private func respond(to request: Request, sha256: String, bodyless: Bool) async throws -> Response {
+    private func respond(to request: Request, context: CourierRequestContext, bodyless: Bool) async throws -> Response {
+        let sha256 = context.parameters.get("sha256") ?? ""
         guard let token = Self.token(of: request) else {
             return Self.plain(
                 .unauthorized,
@@ -28,10 +30,17 @@ struct MediaEndpoint: Sendable {
                 bearer: true
             )
         }
+        // Unknown tokens count against the address, as failed logins do on the other ports.
+        let address = AddressKey.of(ip: context.remoteAddress?.ipAddress ?? "?")
+        guard case .admitted(let ticket) = self.logins.admit(user: nil, address: address) else {
+            return Self.plain(.tooManyRequests, "throttled: too many failed logins from this address; retry later")
+        }
         let session: DeviceSession
         do {
             session = try await self.store.authenticate(token: token, nowMs: SessionContext.nowMs())
+            self.logins.finish(ticket, failed: false)
         } catch let error as CourierStoreError {
+            self.logins.finish(ticket, failed: error.code == .authFailed)
             return Self.plain(.unauthorized, "\(error.code): \(error.message)", bearer: true)
         }
         guard SessionStateMachine.isDigest(sha256),

@@ -32,7 +32,7 @@ final class MediaService: Sendable {
         blobConfiguration.maxBlobBytes = configuration.maxMediaBytes
         blobConfiguration.abandonedUploadAge = configuration.abandonedUploadAge
         blobConfiguration.readChunkBytes = configuration.maxChunkBytes
-        self.blobs = try BlobStore(folder: folder, configuration: blobConfiguration)
+        self.blobs = try BlobStore(folder: folder, configuration: blobConfiguration, logger: logger)
         self.store = store
         self.configuration = configuration
         self.metrics = metrics

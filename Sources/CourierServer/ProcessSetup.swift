@@ -1,3 +1,4 @@
+import CourierStore
 public import Foundation
 
 #if canImport(Glibc)
@@ -24,6 +25,15 @@ public enum ProcessSetup {
         return (before, UInt64(limit.rlim_cur))
     }
 
+    /// The process's soft limit on open files, or nil if it cannot be read (or is unlimited).
+    public static func openFileLimit() -> Int? {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < rlim_t(Int.max) else {
+            return nil
+        }
+        return Int(clamping: limit.rlim_cur)
+    }
+
     /// The environment variable the Swift runtime's backtracer reads at process start.
     public static let backtraceVariable = "SWIFT_BACKTRACE"
 
@@ -35,7 +45,7 @@ public enum ProcessSetup {
         let environment = ProcessInfo.processInfo.environment
         guard environment[Self.backtraceVariable] == nil else { return }
         do {
-            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            try PrivateFiles.createFolder(folder)
         } catch {
             return
         }

@@ -20,6 +20,8 @@ public struct ServerConfiguration: Sendable {
 
     /// The session limits, the same on both ports.
     public var limits: Limits = .init()
+    /// The HTTP port's own limits.
+    public var http: HTTP = .init()
     /// The compat port's framing options.
     public var compat: Compat = .init()
     /// Media: size limit, quota, upload clean-up, and the flow control of media streams.
@@ -33,8 +35,11 @@ public struct ServerConfiguration: Sendable {
 
     /// Limits that protect the server and its other clients from one client.
     public struct Limits: Sendable {
-        /// Open connections, all ports together; one more is closed at once.
+        /// Open connections, the native and compat ports together; one more is closed at once with `server-full`.
         public var maxConnections: Int = 10_000
+        /// Connections from one address (an IPv4 address, or an IPv6 /64) that have not logged in yet; one more is
+        /// closed at once with `server-full`, so idle sockets from one address cannot take the others' places.
+        public var maxUnauthenticatedPerAddress: Int = 128
         /// Sends a connection may have waiting for their commit; the server reads nothing more from the connection
         /// until one is acknowledged (backpressure, nothing refused).
         public var maxUnackedSends: Int = 256
@@ -64,9 +69,12 @@ public struct ServerConfiguration: Sendable {
         public var maxEventsBytes: Int = 256 * 1024
         /// The most messages one history page returns.
         public var maxHistoryPage: Int = 200
-        /// Failed logins per user name within `loginWindow` before more are refused with `throttled`.
+        /// Failed logins per user name within `loginWindow`, attempts still being checked counted as failures,
+        /// before more are refused with `throttled` (before any password is hashed).
         public var maxFailedLoginsPerUser: Int = 5
-        /// Failed logins per client address within `loginWindow` before more are refused with `throttled`.
+        /// Failed logins (password or token) per client address (an IPv4 address, or an IPv6 /64) within
+        /// `loginWindow`, attempts still being checked counted as failures, before more are refused with `throttled`
+        /// (before any password is hashed).
         public var maxFailedLoginsPerAddress: Int = 20
         /// The window the failed-login counts cover.
         public var loginWindow: Duration = .seconds(60)
@@ -76,6 +84,25 @@ public struct ServerConfiguration: Sendable {
 
         public init() {}
     }
+
+    /// The HTTP port (`/health`, `/metrics`, `/media`): its connections are counted apart from the native and
+    /// compat ports', so that one port cannot take the file descriptors the others need.
+    public struct HTTP: Sendable {
+        /// Open HTTP connections; past it the server accepts no more until one closes (they wait in the listen
+        /// backlog, then are refused by the system).
+        public var maxConnections: Int = 1_000
+        /// A connection with no request in progress for this long is closed. The timer restarts only when a request
+        /// head has arrived whole or a response has ended, so it is also the time a request head may take to
+        /// arrive (a client sending one byte at a time cannot hold a connection longer).
+        public var idleTimeout: Duration = .seconds(20)
+
+        public init() {}
+    }
+
+    /// Descriptors kept free of connections: the database, media files, logs. With the ports' connection limits,
+    /// this must fit in the process's open-file limit; ``CourierServer`` lowers the connection limits at start
+    /// (saying so in the log) when it does not.
+    public var reservedDescriptors: Int = 512
 
     /// Media messages: their bytes live in the data folder's `media/` blob store.
     public struct Media: Sendable {

@@ -18,6 +18,9 @@ final class ServerMetrics: Sendable {
     /// Media bytes taken from clients (written to the blob store) and sent to them (fetches, compat packets, HTTP).
     let mediaBytesIn: CoreMetrics.Counter
     let mediaBytesOut: CoreMetrics.Counter
+    /// Password checks that ran (each costs a full hash), and logins refused with `throttled` before any check.
+    let passwordChecks: CoreMetrics.Counter
+    let loginsThrottled: CoreMetrics.Counter
     private let open = Atomic<Int>(0)
 
     init() {
@@ -43,6 +46,8 @@ final class ServerMetrics: Sendable {
         self.refusals = CoreMetrics.Counter(label: "courier_refusals_total", factory: factory)
         self.mediaBytesIn = CoreMetrics.Counter(label: "courier_media_bytes_in_total", factory: factory)
         self.mediaBytesOut = CoreMetrics.Counter(label: "courier_media_bytes_out_total", factory: factory)
+        self.passwordChecks = CoreMetrics.Counter(label: "courier_password_checks_total", factory: factory)
+        self.loginsThrottled = CoreMetrics.Counter(label: "courier_logins_throttled_total", factory: factory)
     }
 
     func connectionOpened() {

@@ -1,3 +1,6 @@
+internal import Foundation
+internal import GRDB
+
 /// A refused store operation, or a failure of the database underneath.
 ///
 /// Refusals (`not-member`, `unknown-user`, …) are about the request and leave the store unchanged. `storage-failed`
@@ -25,6 +28,7 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
             case unknownMedia = "unknown-media"
             case quotaExceeded = "quota-exceeded"
             case uploadBusy = "upload-busy"
+            case throttled = "throttled"
         }
         private let value: Value
         private init(_ value: Value) { self.value = value }
@@ -67,6 +71,8 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
         public static let quotaExceeded = Code(.quotaExceeded)
         /// Another stream is sending this upload now.
         public static let uploadBusy = Code(.uploadBusy)
+        /// Too much work of this kind is waiting (password checks): nothing was done; retry later.
+        public static let throttled = Code(.throttled)
 
         public var description: String { self.value.rawValue }
 
@@ -83,4 +89,26 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
     }
 
     public var description: String { "\(self.code): \(self.message)" }
+}
+
+extension CourierStoreError {
+    /// A `storage-failed` error in plain words for a client, from an error of the database or the file system, whose
+    /// details (paths, SQL) stay in the server's log: "the server's disk is full" when it is, else that `doing`
+    /// failed. A ``CourierStoreError`` passes through unchanged.
+    public static func plain(_ error: any Error, doing: String) -> CourierStoreError {
+        if let error = error as? CourierStoreError { return error }
+        if Self.isDiskFull(error) {
+            return CourierStoreError(.storageFailed, "the server's disk is full: could not \(doing); try again later")
+        }
+        return CourierStoreError(.storageFailed, "the server could not \(doing); try again later")
+    }
+
+    private static func isDiskFull(_ error: any Error) -> Bool {
+        if let error = error as? DatabaseError { return error.resultCode == .SQLITE_FULL }
+        let error = error as NSError
+        if error.domain == NSPOSIXErrorDomain, error.code == Int(POSIXErrorCode.ENOSPC.rawValue) { return true }
+        if error.domain == NSCocoaErrorDomain, error.code == CocoaError.fileWriteOutOfSpace.rawValue { return true }
+        if let underlying = error.userInfo[NSUnderlyingErrorKey] as? NSError { return Self.isDiskFull(underlying) }
+        return false
+    }
 }

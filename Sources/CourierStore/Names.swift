@@ -4,6 +4,12 @@ public enum Names {
     /// The longest name, in bytes.
     public static let maxLength = 32
 
+    /// Whether a string follows the rule. A string that does not names no user and no group, whatever a lookup by it
+    /// would find (SQLite reads a string with a NUL only up to the NUL).
+    public static func isValid(_ name: String) -> Bool {
+        (try? self.validate(name)) != nil
+    }
+
     /// Checks a name against the rule.
     ///
     /// - Throws: ``CourierStoreError`` with code `invalid-name`, saying what is wrong.
@@ -25,6 +31,44 @@ public enum Names {
                 .invalidName,
                 "a \(what) has only letters, digits, '.', '_' and '-', not \(String(decoding: [byte], as: UTF8.self).debugDescription)"
             )
+        }
+    }
+}
+
+/// The rule for other strings a client chooses and the store keeps or looks up (message ids, device names): no
+/// control characters (C0, DEL, C1), NUL above all, which SQLite would take as the string's end, so that two
+/// different ids could be stored as one.
+public enum StoreText {
+    /// Whether a string has no control characters.
+    public static func isClean(_ text: String) -> Bool {
+        !text.unicodeScalars.contains { $0.properties.generalCategory == .control }
+    }
+
+    /// Checks a string against the rule and a length in UTF-8 bytes.
+    ///
+    /// - Throws: ``CourierStoreError`` with code `invalid-request`, naming `what`.
+    public static func check(_ text: String, what: String, maxBytes: Int) throws {
+        guard text.utf8.count <= maxBytes else {
+            throw CourierStoreError(.invalidRequest, "a \(what) has at most \(maxBytes) bytes")
+        }
+        guard self.isClean(text) else {
+            throw CourierStoreError(.invalidRequest, "a \(what) has no control characters")
+        }
+    }
+}
+
+extension ConversationAddress {
+    /// Refuses an address whose name breaks the naming rule before any lookup: it names no user and no group.
+    ///
+    /// - Throws: `unknown-user` or `unknown-group`.
+    func checkNames() throws {
+        switch self {
+        case .user(let name) where !Names.isValid(name):
+            throw CourierStoreError(.unknownUser, "no user named \(name.debugDescription)")
+        case .group(let name) where !Names.isValid(name):
+            throw CourierStoreError(.unknownGroup, "no group named \(name.debugDescription)")
+        default:
+            return
         }
     }
 }

@@ -10,7 +10,7 @@ extension SQLiteStore {
     /// - Throws: `invalid-name`, `name-taken`, `storage-failed`.
     public func addUser(name: String, password: String, nowMs: Int64) async throws -> User {
         try Names.validate(name, what: "user name")
-        let hash = try self.configuration.passwordHasher.hash(password)
+        let hash = try await self.hashPassword(password)
         return try await self.write { db in
             if try Int64.fetchOne(db, sql: "SELECT id FROM users WHERE name = ?", arguments: [name]) != nil {
                 throw CourierStoreError(.nameTaken, "a user named \(name) exists or existed")
@@ -36,7 +36,10 @@ extension SQLiteStore {
     }
 
     static func user(named name: String, _ db: Database) throws -> User? {
-        try Row.fetchOne(
+        // A string that breaks the naming rule names nobody: checked before SQLite sees it, which would read a
+        // string with a NUL only up to the NUL ("alice\0x" would find alice).
+        guard Names.isValid(name) else { return nil }
+        return try Row.fetchOne(
             db,
             sql: "SELECT id, name, created_ms, removed_ms FROM users WHERE name = ?",
             arguments: [name]
@@ -57,7 +60,7 @@ extension SQLiteStore {
     ///
     /// - Throws: `unknown-user`, `storage-failed`.
     public func setPassword(user name: String, password: String, nowMs: Int64) async throws {
-        let hash = try self.configuration.passwordHasher.hash(password)
+        let hash = try await self.hashPassword(password)
         try await self.write { db in
             let user = try Self.activeUser(named: name, db)
             try db.execute(sql: "UPDATE users SET password_hash = ? WHERE id = ?", arguments: [hash, user.id.rawValue])
@@ -118,16 +121,19 @@ extension SQLiteStore {
 
     /// Checks a user's password and makes a new device with a fresh token.
     ///
-    /// The password check costs the hash's full price whether or not the user exists, so timing does not tell
-    /// which names exist.
+    /// The password check costs the hash's full price whether or not the user exists (and whether or not the name
+    /// is a valid one), so timing does not tell which names exist. It runs on the store's password threads
+    /// (``Configuration/passwordThreads``), never on the caller's.
     ///
-    /// - Throws: `auth-failed` (unknown user, removed user or wrong password: one code for all), `storage-failed`.
+    /// - Throws: `auth-failed` (unknown user, removed user or wrong password: one code for all), `invalid-request`
+    ///   (a device name with control characters), `throttled` (too many password checks waiting), `storage-failed`.
     public func login(
         user name: String,
         password: String,
         deviceName: String,
         nowMs: Int64
     ) async throws -> DeviceSession {
+        try StoreText.check(deviceName, what: "device name", maxBytes: Self.maxDeviceNameBytes)
         let candidate = try await self.read { db -> (User, String)? in
             guard let user = try Self.user(named: name, db), user.removedMs == nil,
                 let hash = try String.fetchOne(
@@ -138,11 +144,12 @@ extension SQLiteStore {
             else { return nil }
             return (user, hash)
         }
-        guard let (user, hash) = candidate else {
-            _ = PasswordHasher.verify(password, against: self.decoyHash())
-            throw CourierStoreError(.authFailed, "wrong user name or password")
+        let verified = try await self.passwordWork.run {
+            // The decoy is made before either branch, so that the first check costs the same for any name.
+            let decoy = self.decoyHash()
+            return PasswordHasher.verify(password, against: candidate?.1 ?? decoy) && candidate != nil
         }
-        guard PasswordHasher.verify(password, against: hash) else {
+        guard verified, let (user, _) = candidate else {
             throw CourierStoreError(.authFailed, "wrong user name or password")
         }
         let token = SessionToken.make()
@@ -179,6 +186,15 @@ extension SQLiteStore {
             )
         }
         return DeviceSession(user: user, device: device, token: token)
+    }
+
+    /// The longest device name, in UTF-8 bytes.
+    public static let maxDeviceNameBytes = 64
+
+    /// Hashes a password on the store's password threads.
+    private func hashPassword(_ password: String) async throws -> String {
+        let hasher = self.configuration.passwordHasher
+        return try await self.passwordWork.run { Result { try hasher.hash(password) } }.get()
     }
 
     /// A hash of a random password at the configured cost, checked against when the user does not exist, made on

@@ -62,7 +62,8 @@ extension SQLiteStore {
         remove: [String] = [],
         nowMs: Int64
     ) async throws -> [UserID: UInt64] {
-        try await self.write { db in
+        guard Names.isValid(group) else { throw CourierStoreError(.unknownGroup, "no group named \(group)") }
+        return try await self.write { db in
             guard
                 let row = try Row.fetchOne(
                     db,
@@ -104,7 +105,8 @@ extension SQLiteStore {
     ///
     /// - Throws: `unknown-group`, `storage-failed`.
     public func group(named name: String) async throws -> Group {
-        try await self.read { db in
+        guard Names.isValid(name) else { throw CourierStoreError(.unknownGroup, "no group named \(name)") }
+        return try await self.read { db in
             guard
                 let row = try Row.fetchOne(
                     db,

@@ -218,6 +218,7 @@ extension SQLiteStore {
     /// conversation that has no message yet.
     private func membership(of user: UserID, in address: ConversationAddress, _ db: Database) throws -> (Int64, Int64)?
     {
+        try address.checkNames()
         switch address {
         case .group(let name):
             guard

@@ -85,9 +85,7 @@ struct WriteBatch {
     // MARK: Requests
 
     private mutating func send(_ send: WriteRequest.Send, _ db: Database) throws -> WriteOutcome {
-        guard send.id.utf8.count <= SQLiteStore.maxMessageIDBytes else {
-            throw CourierStoreError(.invalidRequest, "a message id has at most \(SQLiteStore.maxMessageIDBytes) bytes")
-        }
+        try StoreText.check(send.id, what: "message id", maxBytes: SQLiteStore.maxMessageIDBytes)
         let id = send.id.isEmpty ? Self.assignedID() : send.id
         if let row = try Row.fetchOne(
             db.cachedStatement(
@@ -243,7 +241,7 @@ struct WriteBatch {
         _ db: Database
     ) throws -> WriteOutcome {
         let key = try self.resolve(address, for: user, createDirect: false, db)
-        guard
+        guard StoreText.isClean(id),
             let row = try Row.fetchOne(
                 db.cachedStatement(
                     sql:
@@ -339,6 +337,7 @@ struct WriteBatch {
         createDirect: Bool,
         _ db: Database
     ) throws -> Int64 {
+        try address.checkNames()
         switch address {
         case .group(let name):
             let key: Int64

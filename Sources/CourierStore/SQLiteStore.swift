@@ -27,6 +27,11 @@ public final class SQLiteStore: Sendable {
         /// The largest the database file may grow, in bytes; nil for no limit but the disk's. A write that would
         /// pass it fails like one on a full disk: `storage-failed`, nothing committed.
         public var maxDatabaseBytes: Int? = nil
+        /// Threads that hash and check passwords (scrypt costs about 32 MiB and 0.1 s each), apart from the threads
+        /// that deliver messages. The default is a quarter of the processors, at least one.
+        public var passwordThreads: Int = max(1, ProcessInfo.processInfo.activeProcessorCount / 4)
+        /// Password checks that may wait for a thread; one more is refused at once with `throttled`.
+        public var maxQueuedPasswordChecks: Int = 16
 
         public init() {}
     }
@@ -39,6 +44,7 @@ public final class SQLiteStore: Sendable {
     let logger: Logger
     let names: Mutex<[UserID: String]> = Mutex([:])
     let decoy: Mutex<String?> = Mutex(nil)
+    let passwordWork: PasswordWork
 
     /// Opens (creating if needed) the database of a data folder and brings its schema up to date.
     ///
@@ -49,7 +55,7 @@ public final class SQLiteStore: Sendable {
     /// - Throws: ``CourierStoreError`` with code `storage-failed` if the file cannot be opened or migrated.
     public convenience init(folder: URL, configuration: Configuration = .init(), logger: Logger) throws {
         do {
-            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            try PrivateFiles.createFolder(folder)
         } catch {
             throw CourierStoreError(.storageFailed, "cannot create the data folder \(folder.path): \(error)")
         }
@@ -74,6 +80,9 @@ public final class SQLiteStore: Sendable {
         }
         config.label = "courier"
         do {
+            // Made private before SQLite opens it: SQLite gives the -wal and -shm files the database's permissions.
+            try PrivateFiles.createFile(atPath: path)
+            for suffix in ["-wal", "-shm"] { try PrivateFiles.restrict(path + suffix) }
             self.pool = try DatabasePool(path: path, configuration: config)
             try Schema.migrator.migrate(self.pool)
         } catch {
@@ -81,6 +90,10 @@ public final class SQLiteStore: Sendable {
         }
         self.configuration = configuration
         self.logger = logger
+        self.passwordWork = PasswordWork(
+            threads: configuration.passwordThreads,
+            maxQueued: configuration.maxQueuedPasswordChecks
+        )
     }
 
     /// Writes a consistent copy of the database to a new file while other connections go on reading and writing.
@@ -92,6 +105,7 @@ public final class SQLiteStore: Sendable {
             throw CourierStoreError(.storageFailed, "\(path) exists; a backup does not overwrite")
         }
         do {
+            try PrivateFiles.createFile(atPath: path)
             let destination = try DatabaseQueue(path: path)
             try self.pool.backup(to: destination)
             try destination.close()
@@ -114,7 +128,7 @@ public final class SQLiteStore: Sendable {
             throw error
         } catch {
             self.logger.error("write failed", metadata: ["error": "\(error)"])
-            throw CourierStoreError(.storageFailed, "the database refused the write: \(error)")
+            throw CourierStoreError.plain(error, doing: "store it")
         }
     }
 
@@ -125,7 +139,8 @@ public final class SQLiteStore: Sendable {
         } catch let error as CourierStoreError {
             throw error
         } catch {
-            throw CourierStoreError(.storageFailed, "the database refused the read: \(error)")
+            self.logger.error("read failed", metadata: ["error": "\(error)"])
+            throw CourierStoreError.plain(error, doing: "read it")
         }
     }
 

@@ -104,6 +104,21 @@ public actor CompatTestClient {
         }
     }
 
+    /// The next packet (one read before comes first), or nil when the server closed the connection.
+    public func next(timeout: Duration = .seconds(10)) async throws -> CompatFrame? {
+        if !self.backlog.isEmpty { return self.backlog.removeFirst() }
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            let left = deadline - .now
+            guard left > .zero else { throw TestClientTimeout(description: "no packet within \(timeout)") }
+            switch try await self.inbox.next(timeout: left) {
+            case .frame(let frame)?: return frame
+            case .skipped?: continue
+            case nil: return nil
+            }
+        }
+    }
+
     /// Reads until the server closes the connection; returns every packet not read before.
     public func expectClose(timeout: Duration = .seconds(10)) async throws -> [CompatFrame] {
         var frames = self.backlog

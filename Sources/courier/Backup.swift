@@ -18,7 +18,7 @@ struct Backup: AsyncParsableCommand {
     func run() async throws {
         let folder = URL(fileURLWithPath: self.out, isDirectory: true)
         do {
-            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            try PrivateFiles.createFolder(folder)
         } catch {
             throw CommandFailure(description: "cannot create \(self.out): \(error)")
         }

@@ -6,6 +6,10 @@ enum LimitOption {
     /// Each limit's name on the command line, and how to set it.
     static let setters: [(name: String, apply: @Sendable (inout ServerConfiguration, String) throws -> Void)] = [
         ("max-connections", { $0.limits.maxConnections = try int($1) }),
+        ("max-unauthenticated-per-address", { $0.limits.maxUnauthenticatedPerAddress = try int($1) }),
+        ("http-max-connections", { $0.http.maxConnections = try int($1) }),
+        ("http-idle-timeout", { $0.http.idleTimeout = try duration($1) }),
+        ("reserved-descriptors", { $0.reservedDescriptors = try int($1) }),
         ("max-unacked-sends", { $0.limits.maxUnackedSends = try int($1) }),
         ("sends-per-second", { $0.limits.sendsPerSecond = try double($1) }),
         ("send-burst", { $0.limits.sendBurst = try double($1) }),
@@ -21,6 +25,8 @@ enum LimitOption {
         ("max-failed-logins-per-user", { $0.limits.maxFailedLoginsPerUser = try int($1) }),
         ("max-failed-logins-per-address", { $0.limits.maxFailedLoginsPerAddress = try int($1) }),
         ("login-window", { $0.limits.loginWindow = try duration($1) }),
+        ("password-threads", { $0.store.passwordThreads = try int($1) }),
+        ("max-queued-password-checks", { $0.store.maxQueuedPasswordChecks = try int($1) }),
         ("change-poll-interval", { $0.limits.changePollInterval = try duration($1) }),
         ("token-lifetime", { $0.store.tokenLifetime = try duration($1) }),
         ("recall-window", { $0.store.recallWindow = try duration($1) }),

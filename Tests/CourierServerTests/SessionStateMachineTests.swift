@@ -49,7 +49,7 @@ struct SessionStateMachineTests {
     static func active(_ configure: (inout ServerConfiguration.Limits) -> Void = { _ in }) -> SessionStateMachine {
         var machine = machine(configure)
         _ = machine.received(hello(), now: start)
-        machine.authenticated(session, now: start)
+        machine.authenticated(session, now: start, nowMs: 0)
         return machine
     }
 
@@ -114,6 +114,9 @@ struct SessionStateMachineTests {
             (Self.send(String(repeating: "x", count: 11)), ErrorCodes.textTooLarge),
             (Self.send(""), ErrorCodes.emptyMessage),
             (Self.send("x", id: String(repeating: "i", count: 129)), ErrorCodes.idTooLong),
+            // SQLite would store "m\0one" and "m\0two" as one id "m": control characters are refused.
+            (Self.send("x", id: "m\u{0}one"), ErrorCodes.invalidRequest),
+            (Self.send("x", id: "m\u{1B}[2J"), ErrorCodes.invalidRequest),
             (
                 {
                     var envelope = Self.send("x")
@@ -189,6 +192,22 @@ struct SessionStateMachineTests {
             Issue.record("no idle timeout")
             return
         }
+    }
+
+    @Test("a session whose token expires while connected is closed with token-expired at the expiry")
+    func tokenExpiry() {
+        var machine = Self.machine { $0.idleTimeout = .seconds(3600) }
+        _ = machine.received(Self.hello(), now: Self.start)
+        var session = Self.session
+        session.device.expiresMs = 10_000
+        // Logged in at 6 s of wall-clock time: 4 s left.
+        machine.authenticated(session, now: Self.start, nowMs: 6_000)
+        #expect(machine.tick(now: Self.start + .milliseconds(3_999)) == .none)
+        guard case .close(ErrorCodes.tokenExpired, _) = machine.tick(now: Self.start + .seconds(4)) else {
+            Issue.record("the session outlived its token")
+            return
+        }
+        #expect(machine.session == nil)
     }
 
     @Test("an envelope with no known request is unsupported, not fatal")

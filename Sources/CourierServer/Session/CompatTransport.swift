@@ -347,6 +347,11 @@ final class CompatTransport: SessionTransport {
         }
     }
 
+    func closingFrames(framingError: any Error) -> [CompatOutput] {
+        if (framingError as? CourierWireError)?.code == .truncated { return [] }
+        return self.closingFrames(code: ErrorCodes.framingError, message: "\(framingError)")
+    }
+
     func closingFrames(code: String, message: String) -> [CompatOutput] {
         [
             .packet(

@@ -1,5 +1,6 @@
 import CourierProtocol
 import CourierStore
+import CourierWire
 import Logging
 import NIOCore
 import Synchronization
@@ -16,23 +17,28 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
     let transport: Transport
     /// The client's address and port, for logs.
     let remoteAddress: String
-    /// The client's IP address alone, for the per-address login throttle.
+    /// The client's IP address alone.
     let clientIP: String
+
+    /// The key the client's address counts under in per-address limits.
+    var addressKey: String { AddressKey.of(ip: self.clientIP) }
 
     /// Runs the connection until the client leaves or the session closes it. Never throws: one bad client ends
     /// only its own connection.
     func run(_ channel: NIOAsyncChannel<Transport.Inbound, Transport.Outbound>) async {
         let logger = self.logger
-        guard self.context.admit() else {
+        if let refusal = self.context.admit(address: self.addressKey) {
+            let message =
+                switch refusal {
+                case .serverFull: "the server is at its connection limit"
+                case .addressFull: "too many connections from this address are not logged in"
+                }
             try? await channel.executeThenClose { _, outbound in
-                for frame in self.transport.closingFrames(
-                    code: ErrorCodes.serverFull,
-                    message: "the server is at its connection limit"
-                ) {
+                for frame in self.transport.closingFrames(code: ErrorCodes.serverFull, message: message) {
                     try await outbound.write(frame)
                 }
             }
-            logger.notice("refused a connection: at the connection limit")
+            logger.notice("refused a connection", metadata: ["reason": "\(message)"])
             return
         }
         let session = SessionShared(
@@ -67,8 +73,13 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         // The socket is closed: its slot is free. Then the bookkeeping (last seen, presence), however it ended.
         for upload in session.streams.closeAll() { await self.context.media.release(upload.upload) }
         if let inline = session.inlineUpload { await self.context.media.release(inline, discard: true) }
-        self.context.release()
+        self.context.release(address: self.addressKey, authenticated: session.handle != nil)
         if let handle = session.handle { await self.disconnected(handle) }
+    }
+
+    /// A name a client chose, made safe for a log line: at most 64 characters, control characters escaped.
+    static func printable(_ text: String) -> String {
+        String(text.prefix(64)).debugDescription
     }
 
     var logger: Logger {
@@ -95,10 +106,19 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             do {
                 frame = try await iterator.next()
             } catch {
-                // Bytes that break the framing: say which error where the transport can, then close.
-                let code = ErrorCodes.framingError
-                self.logger.info("closing: framing error", metadata: ["error": "\(error)"])
-                try? await self.close(outbound, session: session, code: code, message: "\(error)")
+                // Bytes that break the framing: say which error where the transport can, then close. A peer that
+                // left inside a frame is not an error worth more than a debug line.
+                let truncated = (error as? CourierWireError)?.code == .truncated
+                self.logger.log(
+                    level: truncated ? .debug : .info,
+                    truncated ? "the client left inside a frame" : "closing: framing error",
+                    metadata: ["error": "\(error)"]
+                )
+                session.withMachine { $0.close() }
+                for frame in self.transport.closingFrames(framingError: error) {
+                    try? await session.write(frame, to: outbound)
+                }
+                session.closeChannel()
                 return
             }
             guard let frame else { return }
@@ -270,29 +290,38 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         session: SessionShared,
         group: inout ThrowingDiscardingTaskGroup<any Error>
     ) async throws -> Bool {
-        let now = SessionContext.nowMs()
         let store = self.context.store
-        var throttleKey = ""
-        let result: Result<DeviceSession, CourierStoreError>
-        switch hello.credentials {
-        case .password(let password)?:
-            throttleKey = password.user
-            if let wait = self.context.loginWait(user: password.user, address: self.clientIP) {
-                self.logger.notice("login throttled", metadata: ["user": "\(password.user)"])
-                var envelope = self.errorEnvelope(
-                    requestID,
-                    code: ErrorCodes.throttled,
-                    message: "too many failed logins; retry later",
-                    id: "",
-                    retryAfter: wait
-                )
-                envelope.requestID = requestID
-                try? await session.write(envelope, transport: self.transport, to: outbound)
-                try? await self.close(outbound, session: session, code: ErrorCodes.throttled, message: "throttled")
-                return false
+        let userName: String? =
+            switch hello.credentials {
+            case .password(let password)?: password.user
+            default: nil
             }
-            let deviceName = String(hello.deviceName.utf8.prefix(64)) ?? "device"
-            do {
+        // Checked and counted in one step, before any password is hashed.
+        let ticket: LoginGate.Ticket
+        switch self.context.logins.admit(user: userName, address: self.addressKey) {
+        case .throttled(let wait):
+            self.logger.notice("login throttled", metadata: ["user": "\(userName.map(Self.printable) ?? "(token)")"])
+            self.context.metrics.refusals.increment()
+            self.context.metrics.loginsThrottled.increment()
+            let envelope = self.errorEnvelope(
+                requestID,
+                code: ErrorCodes.throttled,
+                message: "too many failed logins; retry later",
+                id: "",
+                retryAfter: wait
+            )
+            try? await session.write(envelope, transport: self.transport, to: outbound)
+            try? await self.close(outbound, session: session, code: ErrorCodes.throttled, message: "throttled")
+            return false
+        case .admitted(let admitted):
+            ticket = admitted
+        }
+        let result: Result<DeviceSession, CourierStoreError>
+        do {
+            let now = SessionContext.nowMs()
+            switch hello.credentials {
+            case .password(let password)?:
+                let deviceName = String(hello.deviceName.utf8.prefix(SQLiteStore.maxDeviceNameBytes)) ?? ""
                 result = .success(
                     try await store.login(
                         user: password.user,
@@ -301,27 +330,41 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                         nowMs: now
                     )
                 )
-            } catch let error as CourierStoreError {
-                result = .failure(error)
-            }
-        case .token(let token)?:
-            do {
+            case .token(let token)?:
                 result = .success(try await store.authenticate(token: token, nowMs: now))
-            } catch let error as CourierStoreError {
-                result = .failure(error)
+            case nil:
+                result = .failure(CourierStoreError(.authFailed, "no credentials"))
             }
-        case nil:
-            result = .failure(CourierStoreError(.authFailed, "no credentials"))
+        } catch let error as CourierStoreError {
+            result = .failure(error)
         }
+        let failed = if case .failure(let error) = result { error.code == .authFailed } else { false }
+        self.context.logins.finish(ticket, failed: failed)
+        if userName != nil, failed || (try? result.get()) != nil { self.context.metrics.passwordChecks.increment() }
 
         let deviceSession: DeviceSession
         switch result {
         case .failure(let error):
-            if error.code == .authFailed, !throttleKey.isEmpty {
-                self.context.loginFailed(user: throttleKey, address: self.clientIP)
+            // Never the password or the token: the user name only, escaped.
+            self.logger.notice(
+                "login failed",
+                metadata: ["code": "\(error.code)", "user": "\(userName.map(Self.printable) ?? "(token)")"]
+            )
+            if error.code == .throttled {
+                // The password threads' queue is full: refused before any hashing, like the limits above.
+                self.context.metrics.refusals.increment()
+                self.context.metrics.loginsThrottled.increment()
+                let envelope = self.errorEnvelope(
+                    requestID,
+                    code: ErrorCodes.throttled,
+                    message: error.message,
+                    id: "",
+                    retryAfter: .seconds(1)
+                )
+                try? await session.write(envelope, transport: self.transport, to: outbound)
+                try? await self.close(outbound, session: session, code: ErrorCodes.throttled, message: "throttled")
+                return false
             }
-            // Never the password or the token: the user name only.
-            self.logger.notice("login failed", metadata: ["code": "\(error.code)", "user": "\(throttleKey)"])
             let action = session.withMachine { $0.authenticationFailed(code: "\(error.code)", message: error.message) }
             _ = try await self.perform(action, outbound: outbound, session: session, group: &group)
             return false
@@ -344,8 +387,9 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             )
             return false
         }
-        session.withMachine { $0.authenticated(deviceSession, now: .now) }
+        session.withMachine { $0.authenticated(deviceSession, now: .now, nowMs: SessionContext.nowMs()) }
         session.handle = handle
+        self.context.authenticated(address: self.addressKey)
         self.logger.info(
             "authenticated",
             metadata: ["user": "\(deviceSession.user.name)", "device": "\(deviceSession.device.id.rawValue)"]

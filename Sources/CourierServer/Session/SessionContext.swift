@@ -13,8 +13,10 @@ final class SessionContext: Sendable {
     let logger: Logger
     let metrics: ServerMetrics
     let media: MediaService
-    private let throttle: Mutex<LoginThrottle>
+    let logins: LoginGuard
     private let connections = Atomic<Int>(0)
+    /// Connections not yet authenticated, by address key.
+    private let unauthenticated = Mutex<[String: Int]>([:])
 
     init(
         configuration: ServerConfiguration,
@@ -23,8 +25,10 @@ final class SessionContext: Sendable {
         hub: Hub,
         metrics: ServerMetrics,
         media: MediaService,
+        logins: LoginGuard,
         logger: Logger
     ) {
+        self.logins = logins
         self.media = media
         self.configuration = configuration
         self.store = store
@@ -32,42 +36,59 @@ final class SessionContext: Sendable {
         self.hub = hub
         self.metrics = metrics
         self.logger = logger
-        self.throttle = Mutex(
-            LoginThrottle(
-                perUser: configuration.limits.maxFailedLoginsPerUser,
-                perAddress: configuration.limits.maxFailedLoginsPerAddress,
-                window: configuration.limits.loginWindow
-            )
-        )
     }
 
-    /// Counts a connection in; nil when the server is at its connection limit.
-    func admit() -> Bool {
+    /// Why a connection was not let in.
+    enum Refusal {
+        /// All ports together are at `maxConnections`.
+        case serverFull
+        /// Its address has `maxUnauthenticatedPerAddress` connections that have not logged in.
+        case addressFull
+    }
+
+    /// Counts a new, unauthenticated connection in, against the server's limit and its address's share.
+    ///
+    /// - Returns: nil when admitted (then ``authenticated(address:)`` or ``release(address:authenticated:)``
+    ///   follow); otherwise why not.
+    func admit(address: String) -> Refusal? {
         let (_, new) = self.connections.add(1, ordering: .relaxed)
         if new > self.configuration.limits.maxConnections {
             self.connections.subtract(1, ordering: .relaxed)
-            return false
+            return .serverFull
+        }
+        let limit = self.configuration.limits.maxUnauthenticatedPerAddress
+        let admitted = self.unauthenticated.withLock { counts in
+            guard counts[address, default: 0] < limit else { return false }
+            counts[address, default: 0] += 1
+            return true
+        }
+        guard admitted else {
+            self.connections.subtract(1, ordering: .relaxed)
+            return .addressFull
         }
         self.metrics.connectionOpened()
-        return true
+        return nil
+    }
+
+    /// A connection of this address logged in: it no longer counts against the address's unauthenticated share.
+    func authenticated(address: String) {
+        self.unauthenticated.withLock { Self.decrement(&$0, address) }
     }
 
     /// Counts a connection out.
-    func release() {
+    func release(address: String, authenticated: Bool) {
+        if !authenticated { self.unauthenticated.withLock { Self.decrement(&$0, address) } }
         self.connections.subtract(1, ordering: .relaxed)
         self.metrics.connectionClosed()
+    }
+
+    private static func decrement(_ counts: inout [String: Int], _ address: String) {
+        let left = counts[address, default: 0] - 1
+        counts[address] = left > 0 ? left : nil
     }
 
     /// The server's clock, in milliseconds since 1970.
     static func nowMs() -> Int64 {
         Int64((Date().timeIntervalSince1970 * 1000).rounded())
-    }
-
-    func loginWait(user: String, address: String) -> Duration? {
-        self.throttle.withLock { $0.check(user: user, address: address, now: .now) }
-    }
-
-    func loginFailed(user: String, address: String) {
-        self.throttle.withLock { $0.recordFailure(user: user, address: address, now: .now) }
     }
 }

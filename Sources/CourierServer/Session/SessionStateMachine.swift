@@ -33,7 +33,7 @@ struct SessionStateMachine {
     enum Action: Equatable {
         /// Nothing.
         case none
-        /// Check these credentials with the store, then call ``authenticated(_:now:)`` or ``authenticationFailed(_:)``.
+        /// Check these credentials with the store, then call ``authenticated(_:now:nowMs:)`` or ``authenticationFailed(_:)``.
         case authenticate(Courier_V1_Hello, requestID: UInt64)
         /// Submit a durable write to the group commit and answer with its outcome; ``writeFinished()`` after.
         case write(WriteRequest, requestID: UInt64, answers: Bool)
@@ -71,6 +71,8 @@ struct SessionStateMachine {
     private struct Active {
         var session: DeviceSession
         var bucket: TokenBucket
+        /// When the session's token expires: the connection closes then with `token-expired`.
+        var expires: ContinuousClock.Instant
     }
 
     let configuration: Configuration
@@ -333,6 +335,9 @@ struct SessionStateMachine {
         if send.id.utf8.count > SQLiteStore.maxMessageIDBytes {
             return refuse(ErrorCodes.idTooLong, "a message id has at most \(SQLiteStore.maxMessageIDBytes) bytes")
         }
+        if !StoreText.isClean(send.id) {
+            return refuse(ErrorCodes.invalidRequest, "a message id has no control characters")
+        }
         switch send.body.content {
         case .text(let text)?:
             if text.isEmpty { return refuse(ErrorCodes.emptyMessage, "the text is empty") }
@@ -387,8 +392,13 @@ struct SessionStateMachine {
     }
 
     /// The store accepted the credentials.
-    mutating func authenticated(_ session: DeviceSession, now: ContinuousClock.Instant) {
+    ///
+    /// - Parameters:
+    ///   - now: The session's clock.
+    ///   - nowMs: The wall clock, in milliseconds since 1970, against which the token's expiry is read.
+    mutating func authenticated(_ session: DeviceSession, now: ContinuousClock.Instant, nowMs: Int64) {
         guard case .authenticating = self.state else { return }
+        let left = min(max(0, session.device.expiresMs - nowMs), 100 * 365 * 86_400_000)
         self.state = .active(
             Active(
                 session: session,
@@ -396,7 +406,8 @@ struct SessionStateMachine {
                     rate: self.configuration.sendsPerSecond,
                     burst: self.configuration.sendBurst,
                     now: now
-                )
+                ),
+                expires: now + .milliseconds(left)
             )
         )
     }
@@ -425,7 +436,11 @@ struct SessionStateMachine {
                     message: "no hello within \(self.configuration.authTimeout)"
                 )
             }
-        case .active:
+        case .active(let active):
+            if now >= active.expires {
+                self.state = .closed
+                return .close(code: ErrorCodes.tokenExpired, message: "the token expired: log in again")
+            }
             if now - self.lastReceived >= self.configuration.idleTimeout {
                 self.state = .closed
                 return .close(

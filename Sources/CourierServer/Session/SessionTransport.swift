@@ -65,6 +65,9 @@ protocol SessionTransport: Sendable {
     /// The frames sent before closing for a reason: an error, and where the framing has one, a goodbye.
     func closingFrames(code: String, message: String) -> [Outbound]
 
+    /// What to send before closing a connection whose bytes broke the framing (the decoder's error).
+    func closingFrames(framingError: any Error) -> [Outbound]
+
     /// Whether media goes inline in the connection's byte stream (then an envelope's outputs must not be interleaved
     /// with other writes); false when it travels on streams of its own.
     var streamsMediaInline: Bool { get }
@@ -139,11 +142,36 @@ struct NativeTransport: SessionTransport {
         envelope.error.message = message
         let goawayCode: NativeErrorCode =
             switch code {
-            case ErrorCodes.envelopeInvalid, ErrorCodes.unsupported, ErrorCodes.notAuthenticated: .protocolError
+            case ErrorCodes.envelopeInvalid, ErrorCodes.unsupported, ErrorCodes.notAuthenticated,
+                ErrorCodes.framingError:
+                .protocolError
             case ErrorCodes.internalError: .internalError
             default: .noError
             }
         return ((try? NativeFrame(envelope: envelope)).map { [$0] } ?? [])
             + [.goaway(lastStreamID: 0, code: goawayCode, message: code)]
+    }
+
+    /// As docs/PROTOCOL.md says: a peer whose preface is not Courier's gets nothing more (it would understand
+    /// nothing); another version gets a `goaway` with `unsupportedVersion` alone (after the preface already sent);
+    /// a frame over the limit `frameTooLarge`, any other broken frame `protocolError`, each after a `framing-error`.
+    func closingFrames(framingError: any Error) -> [NativeFrame] {
+        let code = (framingError as? CourierWireError)?.code
+        let goawayCode: NativeErrorCode
+        switch code {
+        case .badPreface?, .truncated?:
+            return []
+        case .unsupportedVersion?:
+            return [.goaway(lastStreamID: 0, code: .unsupportedVersion, message: "this server speaks version 1")]
+        case .frameTooLarge?:
+            goawayCode = .frameTooLarge
+        default:
+            goawayCode = .protocolError
+        }
+        var envelope = ServerEnvelope()
+        envelope.error.code = ErrorCodes.framingError
+        envelope.error.message = "\(framingError)"
+        return ((try? NativeFrame(envelope: envelope)).map { [$0] } ?? [])
+            + [.goaway(lastStreamID: 0, code: goawayCode, message: code.map { "\($0)" } ?? ErrorCodes.framingError)]
     }
 }

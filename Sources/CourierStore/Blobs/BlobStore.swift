@@ -1,6 +1,7 @@
 internal import Crypto
 public import Foundation
 internal import Glibc
+public import Logging
 
 /// Media bytes on disk, addressed by their SHA-256: an upload is written chunk by chunk to `uploads/ID.part`
 /// (never held in memory), checked against the size and digest it declared, and only then moved to
@@ -32,17 +33,22 @@ public final class BlobStore: Sendable {
     public let folder: URL
     public let configuration: Configuration
     private let queue = DispatchQueue(label: "courier.blobs", attributes: .concurrent)
+    private let logger: Logger
 
     /// Opens (creating if needed) a blob store in `folder`.
-    public init(folder: URL, configuration: Configuration = .init()) throws {
+    ///
+    /// - Parameter logger: Where the details of storage failures go (clients get plain words).
+    public init(
+        folder: URL,
+        configuration: Configuration = .init(),
+        logger: Logger = Logger(label: "courier.blobs")
+    ) throws {
         self.folder = folder
         self.configuration = configuration
-        for sub in ["objects", "uploads"] {
+        self.logger = logger
+        for sub in ["", "objects", "uploads"] {
             do {
-                try FileManager.default.createDirectory(
-                    at: folder.appendingPathComponent(sub),
-                    withIntermediateDirectories: true
-                )
+                try PrivateFiles.createFolder(sub.isEmpty ? folder : folder.appendingPathComponent(sub))
             } catch {
                 throw CourierStoreError(.storageFailed, "cannot create \(folder.path)/\(sub): \(error)")
             }
@@ -81,8 +87,11 @@ public final class BlobStore: Sendable {
                     throw CourierStoreError(.invalidRequest, "upload \(id) was started with another size or digest")
                 }
             } else {
-                try self.storage { try Data(declaration.utf8).write(to: meta, options: .atomic) }
-                _ = FileManager.default.createFile(atPath: self.partFile(id).path, contents: nil)
+                try self.storage {
+                    try Data(declaration.utf8).write(to: meta, options: .atomic)
+                    try PrivateFiles.restrict(meta.path)
+                    try PrivateFiles.createFile(atPath: self.partFile(id).path)
+                }
             }
             return Upload(id: id, size: size, sha256: digest, offset: try self.length(of: self.partFile(id)))
         }
@@ -159,10 +168,7 @@ public final class BlobStore: Sendable {
                 if FileManager.default.fileExists(atPath: object.path) {
                     try FileManager.default.removeItem(at: part)
                 } else {
-                    try FileManager.default.createDirectory(
-                        at: object.deletingLastPathComponent(),
-                        withIntermediateDirectories: true
-                    )
+                    try PrivateFiles.createFolder(object.deletingLastPathComponent())
                     try FileManager.default.moveItem(at: part, to: object)
                     Self.syncFolder(object.deletingLastPathComponent())
                 }
@@ -350,7 +356,8 @@ public final class BlobStore: Sendable {
         } catch let error as CourierStoreError {
             throw error
         } catch {
-            throw CourierStoreError(.storageFailed, "\(error)")
+            self.logger.error("media storage failed", metadata: ["error": "\(error)"])
+            throw CourierStoreError.plain(error, doing: "store the media")
         }
     }
 

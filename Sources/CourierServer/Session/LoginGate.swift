@@ -1,0 +1,167 @@
+import Foundation
+import Synchronization
+
+/// Admits login attempts per user name and per client address.
+///
+/// Against each limit count the failures in a sliding window *and* the attempts still in flight, and an attempt is
+/// checked and counted in one step (``admit(user:address:now:)``), so a hundred attempts that arrive at once for one
+/// user cannot all pass a check made before any of them has failed: at most `perUser` of them run, and once they
+/// have failed the rest wait for the window. Attempts for names that do not exist count the same as the others.
+///
+/// Memory is bounded: each key keeps at most its limit of timestamps, and keys with no attempt in flight and no
+/// failure left in the window are dropped when the table grows past `maxKeys`.
+struct LoginGate: Sendable {
+    let perUser: Int
+    let perAddress: Int
+    let window: Duration
+    let maxKeys: Int
+    /// How long a client is told to wait when the limit is taken by attempts still in flight (their outcome is
+    /// not known yet; a password check takes about a tenth of a second).
+    let inFlightRetry: Duration
+    private var entries: [Key: Entry] = [:]
+
+    private enum Key: Hashable {
+        case user(String)
+        case address(String)
+    }
+
+    private struct Entry {
+        var failures: [ContinuousClock.Instant] = []
+        var inFlight = 0
+    }
+
+    /// An admitted attempt; hand it back to ``finish(_:failed:now:)`` exactly once.
+    struct Ticket: Sendable, Hashable {
+        /// The user name, lowercased; nil for a token.
+        fileprivate let user: String?
+        fileprivate let address: String
+    }
+
+    enum Admission: Equatable {
+        case admitted(Ticket)
+        /// Refused; the client may try again after this long.
+        case throttled(retryAfter: Duration)
+    }
+
+    init(
+        perUser: Int,
+        perAddress: Int,
+        window: Duration,
+        maxKeys: Int = 100_000,
+        inFlightRetry: Duration = .seconds(1)
+    ) {
+        self.perUser = perUser
+        self.perAddress = perAddress
+        self.window = window
+        self.maxKeys = maxKeys
+        self.inFlightRetry = inFlightRetry
+    }
+
+    /// Checks both limits and, if the attempt may go ahead, counts it in flight against both.
+    ///
+    /// - Parameters:
+    ///   - user: The user name tried (compared without regard to case), or nil for a token. A token is checked
+    ///     against the address's failures only and is not counted in flight: checking one costs a lookup, not a
+    ///     hash, and a token cannot be guessed, so reconnecting devices behind one address are not held up by each
+    ///     other; its failure counts against the address like any other.
+    ///   - address: The client's address key (``AddressKey``).
+    mutating func admit(user: String?, address: String, now: ContinuousClock.Instant) -> Admission {
+        var keys = [(Key.address(address), self.perAddress)]
+        if let user { keys.append((.user(user.lowercased()), self.perUser)) }
+        var wait: Duration?
+        for (key, limit) in keys {
+            guard let entry = self.entries[key] else { continue }
+            let recent = entry.failures.filter { now - $0 < self.window }
+            let inFlight = user == nil ? 0 : entry.inFlight
+            guard recent.count + inFlight >= limit else { continue }
+            let keyWait =
+                recent.count >= limit
+                ? self.window - (now - recent[recent.count - limit]) : self.inFlightRetry
+            wait = max(wait ?? .zero, keyWait)
+        }
+        if let wait { return .throttled(retryAfter: wait) }
+        if self.entries.count >= self.maxKeys { self.prune(now: now) }
+        if user != nil {
+            for (key, _) in keys { self.entries[key, default: Entry()].inFlight += 1 }
+        }
+        return .admitted(Ticket(user: user?.lowercased(), address: address))
+    }
+
+    /// An admitted attempt ended; a failure is recorded against both its keys.
+    mutating func finish(_ ticket: Ticket, failed: Bool, now: ContinuousClock.Instant) {
+        var keys = [(Key.address(ticket.address), self.perAddress)]
+        if let user = ticket.user { keys.append((.user(user), self.perUser)) }
+        guard ticket.user != nil || failed else { return }
+        for (key, limit) in keys {
+            var entry = self.entries[key] ?? Entry()
+            if ticket.user != nil { entry.inFlight = max(0, entry.inFlight - 1) }
+            if failed {
+                entry.failures = Array((entry.failures.filter { now - $0 < self.window } + [now]).suffix(limit))
+            }
+            self.entries[key] = entry
+        }
+    }
+
+    /// Attempts in flight for a user name, for tests.
+    func inFlight(user: String) -> Int {
+        self.entries[.user(user.lowercased())]?.inFlight ?? 0
+    }
+
+    private mutating func prune(now: ContinuousClock.Instant) {
+        self.entries = self.entries.filter { _, entry in
+            entry.inFlight > 0 || entry.failures.contains { now - $0 < self.window }
+        }
+    }
+}
+
+/// The key a client address counts under in per-address limits: an IPv4 address whole, an IPv6 address by its
+/// /64 prefix (one host is commonly given a whole /64, so counting single IPv6 addresses would let one client
+/// appear as billions).
+enum AddressKey {
+    static func of(ip: String) -> String {
+        guard ip.contains(":") else { return ip }
+        // An IPv4-mapped address (::ffff:1.2.3.4) counts as the IPv4 address.
+        if let last = ip.split(separator: ":").last, last.contains(".") { return String(last) }
+        let expanded = Self.expand(ip)
+        guard expanded.count == 8 else { return ip }
+        return expanded.prefix(4).joined(separator: ":") + "::/64"
+    }
+
+    /// The eight groups of an IPv6 address, `::` filled in; fewer when the text is not an IPv6 address.
+    private static func expand(_ ip: String) -> [String] {
+        let halves = ip.components(separatedBy: "::")
+        let head = halves[0].split(separator: ":").map(String.init)
+        guard halves.count == 2 else { return head }
+        let tail = halves[1].split(separator: ":").map(String.init)
+        let missing = 8 - head.count - tail.count
+        guard missing >= 0 else { return [] }
+        return head + Array(repeating: "0", count: missing) + tail
+    }
+}
+
+/// The server's one ``LoginGate``, shared by every port that checks credentials (native, compat, HTTP).
+final class LoginGuard: Sendable {
+    private let gate: Mutex<LoginGate>
+
+    init(_ limits: ServerConfiguration.Limits) {
+        self.gate = Mutex(
+            LoginGate(
+                perUser: limits.maxFailedLoginsPerUser,
+                perAddress: limits.maxFailedLoginsPerAddress,
+                window: limits.loginWindow
+            )
+        )
+    }
+
+    func admit(user: String?, address: String) -> LoginGate.Admission {
+        self.gate.withLock { $0.admit(user: user, address: address, now: .now) }
+    }
+
+    func finish(_ ticket: LoginGate.Ticket, failed: Bool) {
+        self.gate.withLock { $0.finish(ticket, failed: failed, now: .now) }
+    }
+
+    func inFlight(user: String) -> Int {
+        self.gate.withLock { $0.inFlight(user: user) }
+    }
+}

@@ -1,0 +1,109 @@
+import Logging
+import Testing
+
+@testable import CourierServer
+
+@Suite("Login gate (no sockets)")
+struct LoginGateTests {
+    static let start = ContinuousClock.now
+
+    @Test("attempts in flight count against the limit: a burst for one user admits only the limit")
+    func burst() {
+        var gate = LoginGate(perUser: 5, perAddress: 1_000, window: .seconds(60))
+        var tickets: [LoginGate.Ticket] = []
+        var refused = 0
+        for _ in 0..<100 {
+            switch gate.admit(user: "alice", address: "10.0.0.1", now: Self.start) {
+            case .admitted(let ticket): tickets.append(ticket)
+            case .throttled(let wait):
+                #expect(wait == gate.inFlightRetry)
+                refused += 1
+            }
+        }
+        #expect(tickets.count == 5 && refused == 95)
+        #expect(gate.inFlight(user: "ALICE") == 5)
+        // They fail: the user is throttled for the window, counted from the failures.
+        for ticket in tickets { gate.finish(ticket, failed: true, now: Self.start + .seconds(1)) }
+        #expect(gate.inFlight(user: "alice") == 0)
+        guard case .throttled(let wait) = gate.admit(user: "Alice", address: "10.0.0.2", now: Self.start + .seconds(2))
+        else {
+            Issue.record("admitted after five failures")
+            return
+        }
+        #expect(wait == .seconds(59))
+        // After the window, one may try again.
+        guard case .admitted = gate.admit(user: "alice", address: "10.0.0.2", now: Self.start + .seconds(61)) else {
+            Issue.record("still throttled after the window")
+            return
+        }
+    }
+
+    @Test("a success frees its place; the address limit counts every name and failed token from that address")
+    func addressLimit() {
+        var gate = LoginGate(perUser: 2, perAddress: 3, window: .seconds(60))
+        for _ in 0..<10 {
+            guard case .admitted(let ticket) = gate.admit(user: "bob", address: "a", now: Self.start) else {
+                Issue.record("a success should not use up the limit")
+                return
+            }
+            gate.finish(ticket, failed: false, now: Self.start)
+        }
+        for name in ["x", "y"] {
+            guard case .admitted(let ticket) = gate.admit(user: name, address: "a", now: Self.start) else {
+                Issue.record("refused \(name)")
+                return
+            }
+            gate.finish(ticket, failed: true, now: Self.start)
+        }
+        // Tokens are not counted in flight: any number may be checked at once.
+        var tokens: [LoginGate.Ticket] = []
+        for _ in 0..<50 {
+            guard case .admitted(let token) = gate.admit(user: nil, address: "a", now: Self.start) else {
+                Issue.record("refused a token")
+                return
+            }
+            tokens.append(token)
+        }
+        // Two failures and a password check in flight take the address's three places.
+        guard case .admitted(let password) = gate.admit(user: "w", address: "a", now: Self.start) else {
+            Issue.record("refused w")
+            return
+        }
+        #expect(gate.admit(user: "z", address: "a", now: Self.start) == .throttled(retryAfter: gate.inFlightRetry))
+        gate.finish(password, failed: false, now: Self.start)
+        // A failed token counts against the address: three failures now refuse names and tokens alike.
+        gate.finish(tokens[0], failed: true, now: Self.start)
+        for token in tokens.dropFirst() { gate.finish(token, failed: false, now: Self.start) }
+        #expect(gate.admit(user: "z", address: "a", now: Self.start) == .throttled(retryAfter: .seconds(60)))
+        #expect(gate.admit(user: nil, address: "a", now: Self.start) == .throttled(retryAfter: .seconds(60)))
+        // Another address is not affected.
+        guard case .admitted = gate.admit(user: "z", address: "b", now: Self.start) else {
+            Issue.record("another address refused")
+            return
+        }
+    }
+
+    @Test("IPv6 addresses count by their /64; IPv4-mapped ones as IPv4")
+    func addressKeys() {
+        #expect(AddressKey.of(ip: "127.0.0.1") == "127.0.0.1")
+        #expect(AddressKey.of(ip: "2001:db8:1:2:aaaa::1") == AddressKey.of(ip: "2001:db8:1:2:bbbb:cccc:dddd:eeee"))
+        #expect(AddressKey.of(ip: "2001:db8:1:2::1") == "2001:db8:1:2::/64")
+        #expect(AddressKey.of(ip: "2001:db8:1:3::1") != AddressKey.of(ip: "2001:db8:1:2::1"))
+        #expect(AddressKey.of(ip: "::1") == "0:0:0:0::/64")
+        #expect(AddressKey.of(ip: "::ffff:10.1.2.3") == "10.1.2.3")
+    }
+
+    @Test("the connection limits shrink to fit the open-file limit, in proportion, and are kept when they fit")
+    func descriptorBudget() {
+        var configuration = ServerConfiguration()
+        configuration.limits.maxConnections = 10_000
+        configuration.http.maxConnections = 1_000
+        configuration.reservedDescriptors = 500
+        let logger = Logger(label: "test")
+        let kept = CourierServer.fitted(configuration, openFiles: 20_000, logger: logger)
+        #expect(kept.limits.maxConnections == 10_000 && kept.http.maxConnections == 1_000)
+        let fitted = CourierServer.fitted(configuration, openFiles: 1_600, logger: logger)
+        #expect(fitted.limits.maxConnections + fitted.http.maxConnections == 1_100)
+        #expect(fitted.http.maxConnections == 100)
+    }
+}

@@ -1,0 +1,244 @@
+import CourierProtocol
+import CourierServer
+import CourierStore
+import CourierTesting
+import CourierWire
+import Foundation
+import Testing
+
+/// Logins under attack: many at once for one user, storms of unknown names, idle sockets from one address, strings
+/// that SQLite would cut short, tokens that expire while connected.
+@Suite("Logins under attack", .serialized)
+struct LoginStormTests {
+    /// Connects `count` compat clients, then writes every `auth` packet at once, and returns what each got first:
+    /// `welcome`, or the error's code.
+    static func compatStorm(
+        _ fixture: ServerFixture,
+        count: Int,
+        login: @Sendable (Int) -> (user: String, password: String)
+    ) async throws -> [String] {
+        var clients: [CompatTestClient] = []
+        for _ in 0..<count { clients.append(try await CompatTestClient.connect(port: fixture.ports.compat)) }
+        let packets = try (0..<count).map { index -> [UInt8] in
+            let (user, password) = login(index)
+            return try CompatTestClient.packet("auth", ["user": .string(user), "password": .string(password)])
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (client, packet) in zip(clients, packets) { group.addTask { try await client.write(packet) } }
+            try await group.waitForAll()
+        }
+        var outcomes: [String] = []
+        for client in clients {
+            let first = try await client.next(timeout: .seconds(60))
+            switch first?.header.type {
+            case "welcome"?: outcomes.append("welcome")
+            case "error"?: outcomes.append(first.flatMap { CompatTests.string($0, "code") } ?? "?")
+            default: outcomes.append("\(String(describing: first))")
+            }
+            await client.close()
+        }
+        return outcomes
+    }
+
+    @Test("100 logins for one user at once, the right password among them: no more checks run than the limit")
+    func oneUserRace() async throws {
+        var random = SeededRandom(seed: TestSeed.make(for: "oneUserRace"))
+        let right = Int.random(in: 0..<100, using: &random)
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            let outcomes = try await Self.compatStorm(fixture, count: 100) { index in
+                ("alice", index == right ? "pw-alice" : "guess-\(index)")
+            }
+            let checked = outcomes.filter { $0 == "welcome" || $0 == ErrorCodes.authFailed }.count
+            print("oneUserRace: \(checked) checked, \(outcomes.filter { $0 == ErrorCodes.throttled }.count) throttled")
+            let expected: Set = [ErrorCodes.authFailed, ErrorCodes.throttled, "welcome"]
+            #expect(Set(outcomes).isSubset(of: expected), "\(Set(outcomes))")
+            #expect(checked <= 5, "\(outcomes)")
+            #expect(try await fixture.metric("courier_password_checks_total") <= 5)
+            #expect(try await fixture.metric("courier_logins_throttled_total") >= 95)
+        } configure: {
+            $0.limits.maxFailedLoginsPerUser = 5
+            $0.limits.maxFailedLoginsPerAddress = 1_000
+        }
+    }
+
+    @Test("a storm of unknown names from one address is cut at the address limit before any hashing")
+    func addressStorm() async throws {
+        try await ServerFixture.with { fixture in
+            let outcomes = try await Self.compatStorm(fixture, count: 100) { index in ("ghost\(index)", "x") }
+            #expect(outcomes.filter { $0 == ErrorCodes.authFailed }.count <= 20, "\(outcomes)")
+            #expect(outcomes.filter { $0 == ErrorCodes.throttled }.count >= 80, "\(outcomes)")
+            #expect(try await fixture.metric("courier_password_checks_total") <= 20)
+        }
+    }
+
+    @Test("password checks beyond the pool's queue are refused at once; other users' messages keep flowing")
+    func hashingQueue() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            try await fixture.user("bob")
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+            let (bob, _) = try await NativeTestClient.login(fixture, "bob")
+            // The storm, and a conversation while it runs.
+            async let storm = Self.compatStorm(fixture, count: 150) { index in ("ghost\(index)", "x") }
+            for index in 0..<20 {
+                #expect(try await alice.sendText("during the storm \(index)", to: .user("bob")).ack != nil)
+            }
+            let received = try await bob.messages(20)
+            #expect(received.map(\.body.text) == (0..<20).map { "during the storm \($0)" })
+            let outcomes = try await storm
+            let throttled = outcomes.filter { $0 == ErrorCodes.throttled }.count
+            let checked = outcomes.filter { $0 == ErrorCodes.authFailed }.count
+            print("hashingQueue: \(checked) checked, \(throttled) throttled")
+            #expect(throttled + checked == 150, "\(outcomes)")
+            // One thread and four waiting: most of 150 at once are turned away without a hash.
+            #expect(throttled >= 100)
+            await alice.close()
+            await bob.close()
+        } configure: {
+            // A real cost (16 MiB, tens of milliseconds each), one thread, a queue of four.
+            $0.store.passwordHasher = PasswordHasher(
+                logN: 14,
+                blockSize: 8,
+                parallelism: 1,
+                saltBytes: 16,
+                keyBytes: 32
+            )
+            $0.store.passwordThreads = 1
+            $0.store.maxQueuedPasswordChecks = 4
+            $0.limits.maxFailedLoginsPerAddress = 10_000
+            $0.limits.maxFailedLoginsPerUser = 10_000
+            $0.limits.maxUnauthenticatedPerAddress = 1_000
+        }
+    }
+
+    @Test("idle unauthenticated sockets from one address get server-full past their share; logged-in ones don't count")
+    func unauthenticatedShare() async throws {
+        try await ServerFixture.with { fixture in
+            for name in ["alice", "bob", "carol"] { try await fixture.user(name) }
+            // Logged-in connections are not in the share.
+            var logged: [NativeTestClient] = []
+            for name in ["alice", "bob", "carol"] { logged.append(try await NativeTestClient.login(fixture, name).0) }
+            var idle: [RawConnection] = []
+            for _ in 0..<4 { idle.append(try await RawConnection.connect(port: fixture.ports.native)) }
+            // The share is taken: a fifth socket is closed with server-full, even to log in.
+            let refused = try await NativeTestClient.connect(port: fixture.ports.native)
+            #expect(try await refused.expectClose().last?.failure?.code == ErrorCodes.serverFull)
+            let compat = try await CompatTestClient.connect(port: fixture.ports.compat)
+            #expect(try await compat.expectClose().last.flatMap { CompatTests.string($0, "code") } == "server-full")
+            // The logged-in users are served meanwhile.
+            #expect(try await logged[0].sendText("hello", to: .user("bob")).ack != nil)
+            // One idle socket leaves: a login fits again (the server notices the close a moment later: retry).
+            await idle.removeFirst().close()
+            let deadline = ContinuousClock.now + .seconds(10)
+            var welcomed = false
+            while !welcomed, ContinuousClock.now < deadline {
+                if let (again, _) = try? await NativeTestClient.login(fixture, "alice") {
+                    welcomed = true
+                    await again.close()
+                } else {
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+            }
+            #expect(welcomed)
+            for connection in idle { await connection.close() }
+            for client in logged { await client.close() }
+        } configure: {
+            $0.limits.maxUnauthenticatedPerAddress = 4
+        }
+    }
+
+    @Test("the HTTP port closes a client that sends its request head a byte at a time")
+    func httpSlowHead() async throws {
+        try await ServerFixture.with { fixture in
+            let drip = try await RawConnection.connect(port: fixture.ports.http)
+            let head =
+                Array("GET /health HTTP/1.1\r\nHost: x\r\nX-Padding: ".utf8) + Array(repeating: 0x61, count: 10_000)
+            let dripping = Task {
+                for byte in head {
+                    guard (try? await drip.write([byte])) != nil else { return }
+                    try? await Task.sleep(for: .milliseconds(100))
+                }
+            }
+            // Closed without an answer while the bytes still come (10,000 of them would take over 15 minutes).
+            #expect(try await drip.readUntilClosed(timeout: .seconds(120)).isEmpty)
+            dripping.cancel()
+        } configure: {
+            $0.http.idleTimeout = .seconds(1)
+        }
+    }
+
+    @Test("the HTTP port has its own connection cap; the native port is not affected by it")
+    func httpCap() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            // Three idle connections take the cap: a fourth is not served until one leaves.
+            var idle: [RawConnection] = []
+            for _ in 0..<3 { idle.append(try await RawConnection.connect(port: fixture.ports.http)) }
+            let health = "http://127.0.0.1:\(fixture.ports.http)/health"
+            await #expect(throws: (any Error).self) {
+                _ = try await ExternalProgram.output(
+                    "/usr/bin/curl",
+                    ["--silent", "--fail", "--max-time", "2", health]
+                )
+            }
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+            await alice.close()
+            await idle.removeFirst().close()
+            let answer = try await ExternalProgram.output(
+                "/usr/bin/curl",
+                ["--silent", "--fail", "--max-time", "30", health]
+            )
+            #expect(answer.contains("\"status\":\"ok\""))
+            for connection in idle { await connection.close() }
+        } configure: {
+            $0.http.maxConnections = 3
+        }
+    }
+
+    @Test("a connection whose token expires is closed with token-expired")
+    func tokenExpiresWhileConnected() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+            let closing = try await alice.expectClose(timeout: .seconds(30))
+            #expect(closing.compactMap(\.failure).map(\.code) == [ErrorCodes.tokenExpired])
+        } configure: {
+            $0.store.tokenLifetime = .seconds(2)
+        }
+    }
+
+    @Test("strings with NUL or other control characters never match a shorter one")
+    func controlCharacters() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            try await fixture.user("bob")
+            // A user name with a NUL is not alice, even with alice's password.
+            let failed = try await AuthTests.failedLogin(fixture, user: "alice\u{0}x", password: "pw-alice")
+            #expect(failed.code == ErrorCodes.authFailed)
+            // A device name with a control character is refused.
+            let device = try await NativeTestClient.connect(port: fixture.ports.native)
+            var hello = ClientEnvelope()
+            hello.hello.password.user = "alice"
+            hello.hello.password.password = "pw-alice"
+            hello.hello.deviceName = "phone\u{1B}]0;owned\u{7}"
+            try await device.send(hello)
+            #expect(try await device.expectClose().compactMap(\.failure).map(\.code) == [ErrorCodes.invalidRequest])
+
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+            // Two ids that differ after a NUL: both refused, neither stored as "m".
+            #expect(
+                try await alice.sendText("one", to: .user("bob"), id: "m\u{0}one").failure?.code == "invalid-request"
+            )
+            #expect(
+                try await alice.sendText("two", to: .user("bob"), id: "m\u{0}two").failure?.code == "invalid-request"
+            )
+            // A recipient with a NUL is nobody, not bob; a group likewise.
+            #expect(try await alice.sendText("x", to: .user("bob\u{0}x")).failure?.code == ErrorCodes.unknownUser)
+            try await fixture.store.createGroup(name: "team", owner: "alice", members: ["bob"], nowMs: 0)
+            #expect(try await alice.sendText("x", to: .group("team\u{0}x")).failure?.code == ErrorCodes.unknownGroup)
+            #expect(try await alice.sendText("fine", to: .user("bob"), id: "m").ack?.duplicate == false)
+            await alice.close()
+        }
+    }
+}
