@@ -82,7 +82,7 @@ actor CacheEngine {
     private var waiters: [String: [Int: CheckedContinuation<Void, Never>]] = [:]
     private var committing: Set<String> = []
     private var commitPending: Set<String> = []
-    private var revalidations: [String: Task<Void, Never>] = [:]
+    private var revalidations: [String: Task<Revalidation, Never>] = [:]
     /// When an origin last failed to answer a revalidation: the cached bytes are served as they are meanwhile.
     private var lastAttempt: [String: Date] = [:]
     private var passthroughUntil: [String: Date] = [:]
@@ -152,10 +152,18 @@ actor CacheEngine {
             let state = self.states[key]!
             if state.headSeen {
                 // Revalidated at most once per request: after it, the record is fresh, or changed, or the origin is
-                // unreachable and the cached bytes are served as they are.
+                // unreachable and the cached bytes are served as they are. Private bytes (a request with credentials,
+                // or `Cache-Control: private`) are served only once the origin has confirmed them for this request.
                 if !revalidated, self.needsRevalidation(key, state.record) {
                     revalidated = true
-                    await self.revalidate(key: key, url: url, forward: forward)
+                    let outcome = await self.revalidate(key: key, url: url, forward: forward)
+                    if Self.isPrivate(key, state.record) {
+                        switch outcome {
+                        case .confirmed: break
+                        case .refused(let status): return .failed(.upstream(status: status))
+                        case .unreachable(let reason): return .failed(.unreachable(reason))
+                        }
+                    }
                     continue
                 }
                 return .resource(Self.head(state.record), reader: reader)
@@ -548,7 +556,7 @@ actor CacheEngine {
             }
             let etag = headers.first(name: "ETag")
             let lastModified = headers.first(name: "Last-Modified")
-            let fill = Self.fill(headers, url: url, total: total, freshness: freshness, now: now)
+            let fill = self.fill(headers, url: url, total: total, freshness: freshness, now: now)
             if state.headSeen && Self.changed(state.record, etag: etag, lastModified: lastModified, total: total) {
                 self.logger.info("origin changed; dropping cached bytes", metadata: ["key": "\(key)"])
                 self.used -= state.startGeneration(keeping: id, fill)
@@ -575,7 +583,7 @@ actor CacheEngine {
                 if !state.headSeen || state.record.totalLength == total {
                     // The length only: a 416's type and validators (if any) are those of an error page.
                     state.update { record in
-                        record.url = url.absoluteString
+                        record.url = self.storedURL(url)
                         record.totalLength = total
                         record.lastValidated = now
                     }
@@ -597,15 +605,22 @@ actor CacheEngine {
 
     /// What an origin's 200 or 206 says of a resource, as a change to its record (a length it does not give is
     /// kept).
-    private static func fill(
+    private func fill(
         _ headers: HTTPHeaders,
         url: URL,
         total: Int64?,
         freshness: Freshness,
         now: Date
     ) -> (inout ResourceRecord) -> Void {
-        { record in
-            record.url = url.absoluteString
+        let stored = self.storedURL(url)
+        let isPrivate = headers["Cache-Control"].contains { value in
+            value.lowercased().split(separator: ",").contains {
+                $0.trimmingCharacters(in: .whitespaces).hasPrefix("private")
+            }
+        }
+        return { record in
+            record.url = stored
+            record.isPrivate = isPrivate ? true : nil
             record.totalLength = total ?? record.totalLength
             record.contentType = headers.first(name: "Content-Type")
             record.etag = headers.first(name: "ETag")
@@ -613,6 +628,11 @@ actor CacheEngine {
             record.freshUntil = freshness.freshUntil
             record.lastValidated = now
         }
+    }
+
+    /// A URL as the cache keeps it on disk and lists it: without credential parameters.
+    private func storedURL(_ url: URL) -> String {
+        Credentials.stripped(url, parameters: self.configuration.credentialParameters).absoluteString
     }
 
     /// Whether an origin's answer describes other bytes than the cached ones: another length, or another
@@ -765,7 +785,14 @@ actor CacheEngine {
 
     // MARK: Revalidation
 
+    /// Whether a resource's bytes are someone's: a request with credentials cached them, or the origin marked them
+    /// `private`. They are confirmed with the origin, with the request's own credentials, at every request.
+    private static func isPrivate(_ key: String, _ record: ResourceRecord) -> Bool {
+        Credentials.isPrivate(key: key) || record.isPrivate == true
+    }
+
     private func needsRevalidation(_ key: String, _ record: ResourceRecord) -> Bool {
+        if Self.isPrivate(key, record) { return true }
         let now = Date()
         if let freshUntil = record.freshUntil, now < freshUntil { return false }
         let last = [record.lastValidated, self.lastAttempt[key]].compactMap { $0 }.max()
@@ -773,32 +800,49 @@ actor CacheEngine {
         return now.timeIntervalSince(last) >= self.configuration.revalidationInterval
     }
 
-    private func revalidate(key: String, url: URL, forward: HTTPHeaders) async {
-        if let running = self.revalidations[key] {
-            await running.value
-            return
-        }
-        guard let record = self.states[key]?.record else { return }
-        let task = Task { await self.runRevalidation(key: key, record: record, url: url, forward: forward) }
-        self.revalidations[key] = task
-        await task.value
-        self.revalidations[key] = nil
+    /// What a revalidation found.
+    enum Revalidation: Sendable {
+        /// The origin answered for the bytes (304, or 200/206, the record updated or its bytes dropped if changed).
+        case confirmed
+        /// The origin refused (401, 403, 404, …).
+        case refused(Int)
+        case unreachable(String)
     }
 
-    private nonisolated func runRevalidation(key: String, record: ResourceRecord, url: URL, forward: HTTPHeaders) async
-    {
+    private func revalidate(key: String, url: URL, forward: HTTPHeaders) async -> Revalidation {
+        // A private resource is confirmed with each request's own credentials: never by another request's check.
+        if !Credentials.isPrivate(key: key), let running = self.revalidations[key] {
+            return await running.value
+        }
+        guard let record = self.states[key]?.record else { return .confirmed }
+        // A private resource's record holds its URL without credentials: the request's URL carries them.
+        let target = Self.isPrivate(key, record) ? url : (URL(string: record.url ?? "") ?? url)
+        let task = Task { await self.runRevalidation(key: key, record: record, url: target, forward: forward) }
+        if !Credentials.isPrivate(key: key) { self.revalidations[key] = task }
+        let outcome = await task.value
+        if !Credentials.isPrivate(key: key) { self.revalidations[key] = nil }
+        return outcome
+    }
+
+    private nonisolated func runRevalidation(
+        key: String,
+        record: ResourceRecord,
+        url: URL,
+        forward: HTTPHeaders
+    ) async -> Revalidation {
         var headers = Self.forwarded(forward)
         headers.add(name: "Range", value: "bytes=0-0")
         if let etag = record.etag { headers.add(name: "If-None-Match", value: etag) }
         if let lastModified = record.lastModified { headers.add(name: "If-Modified-Since", value: lastModified) }
         do {
-            let response = try await self.origin.request(URL(string: record.url ?? "") ?? url, headers: headers)
+            let response = try await self.origin.request(url, headers: headers)
             // Only the head matters; an origin that ignores the range would send it all.
             var iterator = response.body.makeAsyncIterator()
             _ = try? await iterator.next()
-            await self.revalidated(key: key, record: record, response: response)
+            return await self.revalidated(key: key, record: record, response: response)
         } catch {
             await self.revalidationFailed(key: key, error)
+            return .unreachable("\(error)")
         }
     }
 
@@ -807,8 +851,8 @@ actor CacheEngine {
         self.lastAttempt[key] = Date()
     }
 
-    private func revalidated(key: String, record: ResourceRecord, response: OriginResponse) {
-        guard var state = self.states[key], state.generation == record.generation else { return }
+    private func revalidated(key: String, record: ResourceRecord, response: OriginResponse) -> Revalidation {
+        guard var state = self.states[key], state.generation == record.generation else { return .confirmed }
         let now = Date()
         let headers = response.headers
         let freshness = Freshness(headers: headers.map { ($0.name, $0.value) }, received: now)
@@ -825,7 +869,7 @@ actor CacheEngine {
                 : headers.first(name: "Content-Length").flatMap { Int64($0) }
             let etag = headers.first(name: "ETag")
             let lastModified = headers.first(name: "Last-Modified")
-            let fill = Self.fill(headers, url: response.url, total: total, freshness: freshness, now: now)
+            let fill = self.fill(headers, url: response.url, total: total, freshness: freshness, now: now)
             if Self.changed(state.record, etag: etag, lastModified: lastModified, total: total) {
                 self.logger.info("origin changed; dropping cached bytes", metadata: ["key": "\(key)"])
                 self.used -= state.startGeneration(fill)
@@ -836,14 +880,19 @@ actor CacheEngine {
         case 404, 410:
             self.used -= state.startGeneration { _ in }
             state.headSeen = false
+            self.states[key] = state
+            self.scheduleCommit(key)
+            self.wake(key)
+            return .refused(Int(response.status))
         default:
             self.lastAttempt[key] = now
-            return
+            return .refused(Int(response.status))
         }
         self.lastAttempt[key] = nil
         self.states[key] = state
         self.scheduleCommit(key)
         self.wake(key)
+        return .confirmed
     }
 }
 

@@ -243,7 +243,7 @@ extension CacheProxy {
         depth: Int,
         into result: inout PreloadResult
     ) async throws {
-        let key = self.configuration.cacheKey(url)
+        let key = self.cacheKey(for: url, headers: forward)
         let opening = await self.engine.open(key: key, url: url, forward: forward, start: 0, upper: bytes)
         guard case .resource(let head, let reader) = opening else {
             if case .failed(let failure) = opening, failure != .passthrough {
@@ -281,7 +281,7 @@ extension CacheProxy {
             case .map, .segment:
                 if reference.reference == .segment { segmentsLeft -= 1 }
                 guard seen.insert(reference.url).inserted else { continue }
-                let segmentKey = self.configuration.cacheKey(reference.url)
+                let segmentKey = self.cacheKey(for: reference.url, headers: forward)
                 let opened = await self.engine.open(
                     key: segmentKey,
                     url: reference.url,

@@ -23,7 +23,7 @@ extension CacheProxy {
             )
             return true
         }
-        let key = self.configuration.cacheKey(url)
+        let key = self.cacheKey(for: url, headers: request.headers)
         if await self.engine.isLive(key) {
             try await self.serveLivePlaylist(url, key: key, request: request, writer: writer)
             return true

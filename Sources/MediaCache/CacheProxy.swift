@@ -24,6 +24,8 @@ public final class CacheProxy: Service, Sendable {
         (nil, [])
     )
     private let connections = Atomic<Int>(0)
+    /// The port listened on, once bound (for the `Host` check).
+    private let listening = Mutex<Int?>(nil)
 
     /// Opens the cache folder (its index is read now; nothing listens until ``run()``).
     public init(configuration: MediaCacheConfiguration, logger: Logger = Logger(label: "courier.proxy")) throws {
@@ -68,6 +70,8 @@ public final class CacheProxy: Service, Sendable {
             throw error
         }
         let port = server.channel.localAddress?.port ?? self.configuration.port
+        self.listening.withLock { $0 = port }
+        self.writeControlSecret()
         self.publish(.success(port))
         self.logger.info("listening", metadata: ["host": "\(self.configuration.host)", "port": "\(port)"])
         do {
@@ -89,7 +93,79 @@ public final class CacheProxy: Service, Sendable {
         }
         await self.engine.stop()
         await self.origin.shutdown()
+        if self.configuration.controlSecret != nil {
+            try? FileManager.default.removeItem(at: self.controlSecretFile)
+        }
         self.logger.info("stopped")
+    }
+
+    /// Where the control secret is kept while the proxy runs.
+    var controlSecretFile: URL {
+        self.configuration.cacheDirectory.appendingPathComponent(MediaCacheConfiguration.controlSecretFileName)
+    }
+
+    /// Writes the control secret for the `courier proxy` commands of the same user: mode 0600, replaced atomically.
+    private func writeControlSecret() {
+        guard let secret = self.configuration.controlSecret else { return }
+        let aside = self.controlSecretFile.appendingPathExtension("new")
+        try? FileManager.default.removeItem(at: aside)
+        guard
+            FileManager.default.createFile(
+                atPath: aside.path,
+                contents: Data(secret.utf8),
+                attributes: [.posixPermissions: 0o600]
+            ), rename(aside.path, self.controlSecretFile.path) == 0
+        else {
+            self.logger.warning(
+                "could not write the control secret",
+                metadata: ["file": "\(self.controlSecretFile.path)"]
+            )
+            return
+        }
+    }
+
+    /// Whether a request's `Host` names this proxy: its configured host, a loopback name, or one of
+    /// ``MediaCacheConfiguration/hostNames``, with this port or none. A request without `Host` (HTTP/1.0) passes.
+    func acceptsHost(_ header: String?) -> Bool {
+        guard let header else { return true }
+        let port = self.listening.withLock { $0 }
+        var name = header.lowercased()
+        if let colon = name.lastIndex(of: ":"), !name.hasSuffix("]") {
+            guard Int(name[name.index(after: colon)...]) == port else { return false }
+            name = String(name[..<colon])
+        }
+        let own: Set<String> = ["127.0.0.1", "localhost", "[::1]", self.configuration.host.lowercased()]
+        return own.contains(name) || self.configuration.hostNames.contains(name)
+    }
+
+    /// Why a control request (`/_stats`, `/_cache`, `/_preload`) is refused, or nil: one from a web page (any
+    /// `Origin` but the proxy's own), or one without the control secret when there is one.
+    func controlRefusal(_ headers: HTTPHeaders) -> (HTTPResponseStatus, String)? {
+        if let origin = headers.first(name: "Origin") {
+            let host = URL(string: origin).flatMap { url in url.host.map { "\($0)" + (url.port.map { ":\($0)" } ?? "") }
+            }
+            guard let host, self.acceptsHost(host) else {
+                return (.forbidden, "control requests from web pages are refused")
+            }
+        }
+        guard let secret = self.configuration.controlSecret else { return nil }
+        let presented = headers["Authorization"].compactMap { value -> String? in
+            let parts = value.split(separator: " ", maxSplits: 1)
+            return parts.count == 2 && parts[0].lowercased() == "bearer" ? String(parts[1]) : nil
+        }
+        guard presented.contains(where: { Self.constantTimeEqual($0, secret) }) else {
+            return (
+                .unauthorized,
+                "control requests need Authorization: Bearer <the secret in the cache folder's \(MediaCacheConfiguration.controlSecretFileName)>"
+            )
+        }
+        return nil
+    }
+
+    private static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+        let (x, y) = (Array(a.utf8), Array(b.utf8))
+        guard x.count == y.count else { return false }
+        return zip(x, y).reduce(0) { $0 | ($1.0 ^ $1.1) } == 0
     }
 
     private func publish(_ port: Result<Int, any Error>) {
@@ -105,6 +181,7 @@ public final class CacheProxy: Service, Sendable {
         NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>, Never
     > {
         let idle = self.configuration.idleConnectionTimeout
+        let headTimeout = self.configuration.requestHeadTimeout
         return try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelOption(.backlog, value: 256)
@@ -113,6 +190,7 @@ public final class CacheProxy: Service, Sendable {
                     try channel.pipeline.syncOperations.addHandler(IdleStateHandler(allTimeout: idle))
                     try channel.pipeline.syncOperations.addHandler(CloseWhenIdle())
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
+                    try channel.pipeline.syncOperations.addHandler(RequestHeadTimeout(timeout: headTimeout))
                     return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
                         wrappingChannelSynchronously: channel
                     )
@@ -155,6 +233,16 @@ public final class CacheProxy: Service, Sendable {
     private func respond(to head: HTTPRequestHead, writer: ResponseWriter) async throws -> Bool {
         let (path, query) = Self.split(head.uri)
         let headOnly = head.method == .HEAD
+        // A page that rebinds its own name to this address reaches the proxy with that name in Host.
+        guard self.acceptsHost(head.headers.first(name: "Host")) else {
+            try await writer.error(.forbidden, "this proxy answers to its own names only", headOnly: headOnly)
+            return false
+        }
+        if ["/_stats", "/_cache", "/_preload"].contains(path), let (status, message) = self.controlRefusal(head.headers)
+        {
+            try await writer.error(status, message, headOnly: headOnly)
+            return true
+        }
         switch (head.method, path) {
         case (.GET, "/_stats"), (.HEAD, "/_stats"):
             try await writer.json(await self.engine.statisticsNow(), headOnly: headOnly)
@@ -165,14 +253,19 @@ public final class CacheProxy: Service, Sendable {
                 try await writer.error(.badRequest, "DELETE /_cache needs ?url=<origin URL>")
                 return true
             }
-            let removed = await self.engine.remove(key: self.configuration.cacheKey(url))
+            // The request's Authorization is the control secret, not the origin's credential: the URL alone says
+            // which copy (a credential in it names that credential's copy).
+            let removed = await self.engine.remove(key: self.cacheKey(for: url, headers: HTTPHeaders()))
             if removed {
                 try await writer.respond(.noContent)
             } else {
                 try await writer.error(.notFound, "nothing is cached for \(url.absoluteString)")
             }
         case (.POST, "/_preload"):
-            try await self.preload(query: query, forward: head.headers, writer: writer)
+            // The control secret is for the proxy: never forwarded to an origin, never part of a key.
+            var forward = head.headers
+            forward.remove(name: "Authorization")
+            try await self.preload(query: query, forward: forward, writer: writer)
         case (.GET, "/_key"), (.HEAD, "/_key"):
             try await self.serveKey(query: query, request: head, writer: writer)
         case (.GET, _), (.HEAD, _):
@@ -189,6 +282,14 @@ public final class CacheProxy: Service, Sendable {
             try await writer.error(.methodNotAllowed, "\(head.method) \(path) is not supported")
         }
         return true
+    }
+
+    /// The cache key of a request for `url`: the app's key of the URL without its credentials, plus a digest of
+    /// the credentials the URL and the headers carry (``Credentials``).
+    func cacheKey(for url: URL, headers: HTTPHeaders) -> String {
+        let parameters = self.configuration.credentialParameters
+        return Credentials(url: url, headers: headers, parameters: parameters)
+            .key(self.configuration.cacheKey(Credentials.stripped(url, parameters: parameters)))
     }
 
     static func split(_ uri: String) -> (path: String, query: String?) {

@@ -142,7 +142,7 @@ final class BlockFiles: @unchecked Sendable {
                     self.handle = try NIOFileHandle(
                         _deprecatedPath: self.folder + "/" + String(block),
                         mode: .write,
-                        flags: .allowFileCreation(posixMode: 0o644)
+                        flags: .allowFileCreation(posixMode: 0o600)
                     )
                     self.block = block
                 }

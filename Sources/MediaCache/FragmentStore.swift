@@ -23,6 +23,9 @@ public struct ResourceRecord: Hashable, Sendable, Codable {
     /// confirmed them.
     public var freshUntil: Date?
     public var lastValidated: Date?
+    /// Whether the origin said `Cache-Control: private`: the bytes are then confirmed with the origin at every
+    /// request, as those of a request with credentials are.
+    public var isPrivate: Bool?
     /// The byte ranges held, each durable on disk before it is listed here.
     public var ranges: ByteRangeSet
 
@@ -58,7 +61,19 @@ public struct FragmentStore: Sendable {
         precondition(blockBytes > 0, "blocks hold at least one byte")
         self.folder = folder
         self.blockBytes = blockBytes
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        try Self.createFolder(folder)
+        // A cache folder an older version left readable is closed to others as it opens (what is inside is then
+        // out of their reach whatever its own permissions).
+        try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: folder.path)
+    }
+
+    /// Creates a folder only its owner may read (0700): cached media can be private.
+    static func createFolder(_ folder: URL) throws {
+        try FileManager.default.createDirectory(
+            at: folder,
+            withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o700]
+        )
     }
 
     /// The folder of a key: the SHA-256 of its UTF-8 bytes, in hex.
@@ -128,10 +143,8 @@ public struct FragmentStore: Sendable {
 
     /// Creates the folders a generation's blocks are written in.
     public func prepare(key: String, generation: Int) throws {
-        try FileManager.default.createDirectory(
-            at: self.generationFolder(for: key, generation: generation),
-            withIntermediateDirectories: true
-        )
+        try Self.createFolder(self.resourceFolder(for: key))
+        try Self.createFolder(self.generationFolder(for: key, generation: generation))
     }
 
     /// Writes bytes of a resource at their offset. They are not listed (served after a restart) until
@@ -142,7 +155,13 @@ public struct FragmentStore: Sendable {
         for piece in self.pieces(of: offset..<(offset + Int64(data.count))) {
             let file = self.blockFile(piece.block, for: key, generation: generation)
             if !FileManager.default.fileExists(atPath: file.path) {
-                guard FileManager.default.createFile(atPath: file.path, contents: nil) else {
+                guard
+                    FileManager.default.createFile(
+                        atPath: file.path,
+                        contents: nil,
+                        attributes: [.posixPermissions: 0o600]
+                    )
+                else {
                     throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: file.path])
                 }
             }
@@ -175,12 +194,13 @@ public struct FragmentStore: Sendable {
     /// Replaces a resource's index with `record` atomically and durably.
     public func writeIndex(_ record: ResourceRecord) throws {
         let folder = self.resourceFolder(for: record.key)
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        try Self.createFolder(folder)
         var record = record
         record.blockBytes = self.blockBytes
         let encoded = try JSONEncoder().encode(record)
         let aside = folder.appendingPathComponent("index.new")
         try encoded.write(to: aside)
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: aside.path)
         let handle = try FileHandle(forUpdating: aside)
         try handle.synchronize()
         try handle.close()

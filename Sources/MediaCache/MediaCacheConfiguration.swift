@@ -44,8 +44,30 @@ public struct MediaCacheConfiguration: Sendable {
     /// The most player connections served at once; more get a 503 and are closed.
     public var maxConnections: Int = 512
     /// Turns an origin URL into its cache key: the default keeps the whole URL; an app can drop, say, the signature
-    /// parameters of signed CDN URLs so that each new signature does not start a new resource.
+    /// parameters of signed CDN URLs so that each new signature does not start a new resource. The hook is given the
+    /// URL with its ``credentialParameters`` already removed: credentials never become part of a key, a listing or
+    /// the cache's files. (A request that carries credentials is cached under the key plus a digest of them: see
+    /// docs/MEDIACACHE.md, "Credentials".)
     public var cacheKey: @Sendable (URL) -> String = { $0.absoluteString }
+    /// Query parameters that carry credentials (compared without regard to case): removed from cache keys, listings
+    /// and the cache's files; a request with one (or with `Authorization` or `Cookie`) is cached apart for each
+    /// credential and revalidated with the origin at every request.
+    public var credentialParameters: Set<String> = [
+        "token", "access_token", "auth", "auth_token", "api_key", "apikey", "key_token", "password", "secret",
+        "session", "sessionid", "signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token",
+    ]
+    /// The secret the control endpoints (`/_stats`, `/_cache`, `/_preload`) need, in an `Authorization: Bearer`
+    /// header: by default a fresh random one per configuration, which ``CacheProxy`` writes (mode 0600) to
+    /// `control-secret` in the cache folder for the `courier proxy` commands of the same user. Nil opens the control
+    /// endpoints to any local client that passes the `Host` and `Origin` checks (`courier proxy --open-control`).
+    public var controlSecret: String? = MediaCacheConfiguration.makeSecret()
+    /// Names a request's `Host` may carry besides the proxy's own (`host`, `127.0.0.1`, `localhost`, `[::1]`, with or
+    /// without the port). Any other is refused with 403: a web page that rebinds its own name to 127.0.0.1 cannot use
+    /// the proxy.
+    public var hostNames: Set<String> = []
+    /// How long a player's request head may take to arrive whole, from the connection's start or the previous
+    /// response's end; a client that sends it a byte at a time is closed then.
+    public var requestHeadTimeout: TimeAmount = .seconds(10)
     /// Supplies the key of a key URI itself (for a custom scheme, say): the bytes, or nil to fetch it from the origin
     /// (http and https only). Keys are held in memory only, never written to disk.
     public var keyProvider: (@Sendable (URL) async throws -> [UInt8]?)?
@@ -53,4 +75,17 @@ public struct MediaCacheConfiguration: Sendable {
     public init(cacheDirectory: URL) {
         self.cacheDirectory = cacheDirectory
     }
+
+    /// 32 random bytes, base64url.
+    public static func makeSecret() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+        return Data(bytes).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    /// The name of the file in the cache folder that holds ``controlSecret`` while the proxy runs.
+    public static let controlSecretFileName = "control-secret"
 }

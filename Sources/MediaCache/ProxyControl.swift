@@ -6,9 +6,19 @@ import NIOHTTP1
 /// Talks to a running ``CacheProxy``'s control endpoints (what `courier proxy preload` and `stats` use).
 public struct ProxyControl: Sendable {
     public var address: ProxyURL
+    /// The proxy's control secret (``MediaCacheConfiguration/controlSecret``), or nil for a proxy without one.
+    public var secret: String?
 
-    public init(address: ProxyURL) {
+    public init(address: ProxyURL, secret: String?) {
         self.address = address
+        self.secret = secret
+    }
+
+    /// The control secret a proxy running on a cache folder wrote there, or nil when there is none.
+    public static func secret(inCacheDirectory folder: URL) -> String? {
+        let file = folder.appendingPathComponent(MediaCacheConfiguration.controlSecretFileName)
+        guard let data = try? Data(contentsOf: file) else { return nil }
+        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     /// `POST /_preload`.
@@ -46,6 +56,7 @@ public struct ProxyControl: Sendable {
     private func send(_ method: HTTPMethod, _ path: String) async throws -> (Int, Data) {
         var request = HTTPClientRequest(url: "http://\(self.address.host):\(self.address.port)\(path)")
         request.method = method
+        if let secret { request.headers.add(name: "Authorization", value: "Bearer \(secret)") }
         // A client of its own, which fails at once when nothing listens (the shared one retries until a timeout).
         var configuration = HTTPClient.Configuration(timeout: .init(connect: .seconds(5)))
         configuration.connectionPool.retryConnectionEstablishment = false

@@ -316,7 +316,8 @@ struct History: AsyncParsableCommand {
         let text =
             message.recalled
             ? "(recalled)" : message.media.map { ChatState.describe($0) + " " + $0.sha256 } ?? message.text
-        return "\(Self.time(message.time))  #\(message.seq)  \(message.from): \(text)"
+        // Others' words reach a terminal: control characters in caret notation (no retitling, clearing, moving).
+        return "\(Self.time(message.time))  #\(message.seq)  \(message.from): \(ChatScreen.printable(text))"
     }
 
     static func jsonLine(_ message: ChatMessage, me: String) throws -> String {

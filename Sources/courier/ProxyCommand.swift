@@ -29,7 +29,23 @@ struct ProxyAddressOptions: ParsableArguments {
     @Option(help: "The proxy's port.")
     var port: Int = 6990
 
+    @Option(
+        help: ArgumentHelp(
+            "The running proxy's cache folder, where it keeps the secret its control endpoints need.",
+            valueName: "folder"
+        )
+    )
+    var cacheDir: String = "courier-cache"
+
     var address: ProxyURL { ProxyURL(host: self.host, port: self.port) }
+
+    /// A client of the running proxy's control endpoints, with the secret from its cache folder.
+    var control: ProxyControl {
+        ProxyControl(
+            address: self.address,
+            secret: ProxyControl.secret(inCacheDirectory: URL(fileURLWithPath: self.cacheDir, isDirectory: true))
+        )
+    }
 }
 
 struct ProxyServe: AsyncParsableCommand {
@@ -68,6 +84,23 @@ struct ProxyServe: AsyncParsableCommand {
     @Option(help: "Seconds between revalidations of a resource whose freshness has run out.")
     var revalidateInterval: Double = 60
 
+    @Option(
+        name: .customLong("host-name"),
+        help: ArgumentHelp(
+            "Another name players may reach the proxy by, in the Host header (repeatable; default: its own "
+                + "address, 127.0.0.1, localhost and [::1]).",
+            valueName: "name"
+        )
+    )
+    var hostNames: [String] = []
+
+    @Flag(
+        help: """
+            Open the control endpoints (/_stats, /_cache, /_preload) to any local client. By default they need the             secret the proxy writes to the cache folder's control-secret file (the proxy commands read it).
+            """
+    )
+    var openControl = false
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical (default: info).")
     var logLevel: String = "info"
 
@@ -82,6 +115,8 @@ struct ProxyServe: AsyncParsableCommand {
         configuration.coalesceBytes = configuration.blockBytes * 2
         configuration.revalidationInterval = self.revalidateInterval
         if !self.allowedHosts.isEmpty { configuration.allowedHosts = Set(self.allowedHosts) }
+        configuration.hostNames = Set(self.hostNames.map { $0.lowercased() })
+        if self.openControl { configuration.controlSecret = nil }
         guard let level = Logger.Level(rawValue: self.logLevel) else {
             throw ValidationError("unknown log level \(self.logLevel)")
         }
@@ -134,7 +169,7 @@ struct ProxyPreload: AsyncParsableCommand {
         }
         let bytes = try self.bytes.map { try ByteSize.parse($0, option: "--bytes") }
         do {
-            let result = try await ProxyControl(address: self.proxy.address).preload(
+            let result = try await self.proxy.control.preload(
                 url,
                 bytes: bytes,
                 segments: self.segments
@@ -160,7 +195,7 @@ struct ProxyStats: AsyncParsableCommand {
 
     func run() async throws {
         do {
-            let statistics = try await ProxyControl(address: self.proxy.address).statistics()
+            let statistics = try await self.proxy.control.statistics()
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
             print(String(decoding: try encoder.encode(statistics), as: UTF8.self))

@@ -98,6 +98,7 @@ struct FreshnessProxyTests {
             let deleted = try await Curl.get(
                 delete.absoluteString.replacingOccurrences(of: "/?url=", with: "/_cache?url="),
                 method: "DELETE",
+                headers: ["Authorization: Bearer \(fixture.proxy.configuration.controlSecret ?? "")"],
                 in: fixture.folder
             )
             #expect(deleted.status == 204 && deleted.headers["content-length"] == nil)

@@ -217,7 +217,10 @@ struct PlaybackTests {
                 keyFile: fixture.media.appendingPathComponent("enc.key"),
                 seed: 9
             )
-            let control = ProxyControl(address: ProxyURL(port: fixture.port))
+            let control = ProxyControl(
+                address: ProxyURL(port: fixture.port),
+                secret: fixture.proxy.configuration.controlSecret
+            )
             let result = try await control.preload(fixture.nginx.url("master.m3u8"), segments: 2)
             #expect(result.playlists == 2 && result.segments == 2 && result.keys == 1)
             let first = try fixture.file("seg00.ts")

@@ -29,6 +29,7 @@ struct ProxyFixture {
         var maxKeyBytes: Int?
         var maxConnections: Int?
         var idleConnectionTimeout: Duration?
+        var requestHeadTimeout: Duration?
     }
 
     /// Runs `body` with an nginx serving `files` (name → bytes) and a proxy with `settings`.
@@ -69,6 +70,9 @@ struct ProxyFixture {
             configuration.maxPlaylistBytes = settings.maxPlaylistBytes ?? configuration.maxPlaylistBytes
             configuration.maxKeyBytes = settings.maxKeyBytes ?? configuration.maxKeyBytes
             configuration.maxConnections = settings.maxConnections ?? configuration.maxConnections
+            if let timeout = settings.requestHeadTimeout {
+                configuration.requestHeadTimeout = .milliseconds(Int64(timeout / .milliseconds(1)))
+            }
             do {
                 try await Self.running(configuration) { proxy, port in
                     try await body(ProxyFixture(folder: folder, media: media, nginx: nginx, proxy: proxy, port: port))
@@ -118,11 +122,13 @@ struct ProxyFixture {
     }
 
     func statistics() async throws -> CacheStatistics {
-        try await ProxyControl(address: ProxyURL(port: self.port)).statistics()
+        try await ProxyControl(address: ProxyURL(port: self.port), secret: self.proxy.configuration.controlSecret)
+            .statistics()
     }
 
     func resources() async throws -> [CachedResource] {
-        try await ProxyControl(address: ProxyURL(port: self.port)).resources()
+        try await ProxyControl(address: ProxyURL(port: self.port), secret: self.proxy.configuration.controlSecret)
+            .resources()
     }
 
     /// Body bytes nginx logged as sent for a location's file.

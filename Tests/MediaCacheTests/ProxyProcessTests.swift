@@ -115,11 +115,17 @@ struct ProxyProcessTests {
                 let query = try await CourierExecutable.run(["proxy", "url", origin, "--query", "--port", String(port)])
                 #expect(query.output.hasPrefix("http://127.0.0.1:\(port)/?url=http%3A%2F%2F127.0.0.1"))
 
+                let cache = folder.appendingPathComponent("cache").path
+                // Without the secret in the cache folder, the control endpoints refuse.
+                let refused = try await CourierExecutable.run(["proxy", "stats", "--port", String(port)])
+                #expect(refused.status != 0 && refused.output.contains("401"), "\(refused.output)")
                 let preload = try await CourierExecutable.run([
-                    "proxy", "preload", origin, "--bytes", "100K", "--port", String(port),
+                    "proxy", "preload", origin, "--bytes", "100K", "--port", String(port), "--cache-dir", cache,
                 ])
                 #expect(preload.status == 0 && preload.output.contains("cached 102400 bytes"), "\(preload.output)")
-                let stats = try await CourierExecutable.run(["proxy", "stats", "--port", String(port)])
+                let stats = try await CourierExecutable.run([
+                    "proxy", "stats", "--port", String(port), "--cache-dir", cache,
+                ])
                 let statistics = try JSONDecoder().decode(CacheStatistics.self, from: Data(stats.output.utf8))
                 #expect(statistics.bytesUsed >= 102_400 && statistics.resources == 1)
 

@@ -27,7 +27,7 @@ struct ProxyTests {
             // HEAD on a raw socket: the headers, then nothing.
             let raw = try await RawConnection.connect(port: fixture.port)
             let path = String(url.dropFirst("http://127.0.0.1:\(fixture.port)".count))
-            try await raw.write(Array("HEAD \(path) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8))
+            try await raw.write(Array("HEAD \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8))
             let answer = String(decoding: try await raw.readUntilClosed(), as: UTF8.self)
             #expect(answer.hasPrefix("HTTP/1.1 200 OK\r\n"))
             #expect(answer.contains("\r\nContent-Length: \(size)\r\n"))
