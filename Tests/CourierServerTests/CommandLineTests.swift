@@ -321,6 +321,28 @@ struct CommandLineTests {
         }
     }
 
+    @Test("history shows others' control characters in caret notation, never raw to the terminal")
+    func historyEscapes() async throws {
+        try await withTemporaryDirectory(prefix: "courier-cli") { folder in
+            let cli = try await CLIFixture(folder: folder, users: ["alice", "bob"])
+            let server = try await cli.serve()
+            let hostile = "hi\u{1B}]0;owned\u{07}\u{1B}[2J\u{9B}x"
+            var result = try await cli.run(
+                ["send", "--as", "bob", "--to", "alice", hostile],
+                environment: ["COURIER_PASSWORD": "pw-bob"]
+            )
+            #expect(result.status == 0, "\(result)")
+            result = try await cli.run(
+                ["history", "--as", "alice", "--with", "bob"],
+                environment: ["COURIER_PASSWORD": "pw-alice"]
+            )
+            #expect(result.status == 0, "\(result)")
+            #expect(result.output.contains("bob: hi^[]0;owned^G^[[2J^?x"), "\(result)")
+            #expect(!result.output.unicodeScalars.contains { $0.value == 0x1B || $0.value == 0x07 || $0.value == 0x9B })
+            #expect(await server.terminate() == 0)
+        }
+    }
+
     @Test("send --file uploads with progress lines; history --json names the media; media get writes the same bytes")
     func mediaCommands() async throws {
         try await withTemporaryDirectory(prefix: "courier-cli") { folder in
