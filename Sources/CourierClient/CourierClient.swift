@@ -185,14 +185,21 @@ public final class CourierClient: Sendable {
         return (page.messages.map(ChatMessage.init), page.more)
     }
 
-    /// Unread counts of every conversation.
+    /// Unread counts of every conversation, most recently active first (asked for a page at a time).
     public func unreadCounts() async throws -> [UnreadCount] {
-        var envelope = ClientEnvelope()
-        envelope.unread = .init()
-        let answer = try await self.request(envelope)
-        guard case .unread(let counts)? = answer.body else { throw Self.unexpected(answer) }
-        return counts.entries.map {
-            UnreadCount(conversation: Conversation($0.conversation), unread: $0.unread, lastSeq: $0.lastSeq)
+        var counts: [UnreadCount] = []
+        var offset: UInt32 = 0
+        while true {
+            var envelope = ClientEnvelope()
+            envelope.unread.offset = offset
+            let answer = try await self.request(envelope)
+            guard case .unread(let page)? = answer.body else { throw Self.unexpected(answer) }
+            counts += page.entries.map {
+                UnreadCount(conversation: Conversation($0.conversation), unread: $0.unread, lastSeq: $0.lastSeq)
+            }
+            // A server that does not page sends everything at once (no `more`).
+            guard page.more, page.nextOffset > offset else { return counts }
+            offset = page.nextOffset
         }
     }
 

@@ -69,6 +69,9 @@ public struct ServerConfiguration: Sendable {
         public var maxEventsBytes: Int = 256 * 1024
         /// The most messages one history page returns.
         public var maxHistoryPage: Int = 200
+        /// The most bytes of one answer that lists (a history page, unread counts): fewer entries are sent, with
+        /// `more` set, so that no answer comes near the native frame limit (1 MiB). At least one entry always goes.
+        public var maxAnswerBytes: Int = 512 * 1024
         /// Failed logins per user name within `loginWindow`, attempts still being checked counted as failures,
         /// before more are refused with `throttled` (before any password is hashed).
         public var maxFailedLoginsPerUser: Int = 5

@@ -22,6 +22,7 @@ enum LimitOption {
         ("events-per-page", { $0.limits.eventsPerPage = try int($1) }),
         ("max-events-bytes", { $0.limits.maxEventsBytes = try int($1) }),
         ("max-history-page", { $0.limits.maxHistoryPage = try int($1) }),
+        ("max-answer-bytes", { $0.limits.maxAnswerBytes = try int($1) }),
         ("max-failed-logins-per-user", { $0.limits.maxFailedLoginsPerUser = try int($1) }),
         ("max-failed-logins-per-address", { $0.limits.maxFailedLoginsPerAddress = try int($1) }),
         ("login-window", { $0.limits.loginWindow = try duration($1) }),

@@ -1034,10 +1034,14 @@ public nonisolated struct Courier_V1_Recall: Sendable {
   fileprivate var _conversation: Courier_V1_Conversation? = nil
 }
 
+/// Unread counts, most recently active conversations first, a page at a time: the server answers as many entries
+/// as fit its answer limit from `offset` on, with `more` and the `next_offset` to ask from.
 public nonisolated struct Courier_V1_UnreadRequest: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
+
+  public var offset: UInt32 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1230,6 +1234,11 @@ public nonisolated struct Courier_V1_UnreadCounts: Sendable {
   // methods supported on all messages.
 
   public var entries: [Courier_V1_UnreadCounts.Entry] = []
+
+  /// True when more conversations follow: ask again from `next_offset`.
+  public var more: Bool = false
+
+  public var nextOffset: UInt32 = 0
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -2955,18 +2964,29 @@ nonisolated extension Courier_V1_Recall: SwiftProtobuf.Message, SwiftProtobuf._M
 
 nonisolated extension Courier_V1_UnreadRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".UnreadRequest"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}offset\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    // Load everything into unknown fields
-    while try decoder.nextFieldNumber() != nil {}
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.offset) }()
+      default: break
+      }
+    }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.offset != 0 {
+      try visitor.visitSingularUInt32Field(value: self.offset, fieldNumber: 1)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Courier_V1_UnreadRequest, rhs: Courier_V1_UnreadRequest) -> Bool {
+    if lhs.offset != rhs.offset {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3344,7 +3364,7 @@ nonisolated extension Courier_V1_ManageGroup.Leave: SwiftProtobuf.Message, Swift
 
 nonisolated extension Courier_V1_UnreadCounts: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".UnreadCounts"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}entries\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}entries\0\u{1}more\0\u{3}next_offset\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3353,6 +3373,8 @@ nonisolated extension Courier_V1_UnreadCounts: SwiftProtobuf.Message, SwiftProto
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeRepeatedMessageField(value: &self.entries) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.more) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.nextOffset) }()
       default: break
       }
     }
@@ -3362,11 +3384,19 @@ nonisolated extension Courier_V1_UnreadCounts: SwiftProtobuf.Message, SwiftProto
     if !self.entries.isEmpty {
       try visitor.visitRepeatedMessageField(value: self.entries, fieldNumber: 1)
     }
+    if self.more != false {
+      try visitor.visitSingularBoolField(value: self.more, fieldNumber: 2)
+    }
+    if self.nextOffset != 0 {
+      try visitor.visitSingularUInt32Field(value: self.nextOffset, fieldNumber: 3)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Courier_V1_UnreadCounts, rhs: Courier_V1_UnreadCounts) -> Bool {
     if lhs.entries != rhs.entries {return false}
+    if lhs.more != rhs.more {return false}
+    if lhs.nextOffset != rhs.nextOffset {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

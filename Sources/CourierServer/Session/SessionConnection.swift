@@ -505,10 +505,18 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                     beforeSeq: beforeSeq,
                     limit: limit
                 )
-                reply.history.messages = page.messages.map(Courier_V1_Message.init)
-                reply.history.more = page.more
-            case .unread:
-                reply.unread.entries = try await self.context.store.unreadCounts(for: user.id).map { count in
+                // Newest first: a page cut to the answer limit keeps the newest, and `more` sends the client on
+                // from the oldest it got.
+                let messages = page.messages.map(Courier_V1_Message.init)
+                let fitting = Self.fitting(
+                    sizes: messages.map { (try? $0.serializedBytes() as [UInt8])?.count ?? 0 },
+                    within: self.context.configuration.limits.maxAnswerBytes
+                )
+                reply.history.messages = Array(messages.prefix(fitting))
+                reply.history.more = page.more || fitting < messages.count
+            case .unread(let offset):
+                let counts = try await self.context.store.unreadCounts(for: user.id)
+                let entries = counts.dropFirst(offset).map { count in
                     var entry = Courier_V1_UnreadCounts.Entry()
                     entry.conversation = Courier_V1_Conversation(count.conversation)
                     entry.unread = count.unread
@@ -516,6 +524,13 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                     entry.readSeq = count.readSeq
                     return entry
                 }
+                let fitting = Self.fitting(
+                    sizes: entries.map { (try? $0.serializedBytes() as [UInt8])?.count ?? 0 },
+                    within: self.context.configuration.limits.maxAnswerBytes
+                )
+                reply.unread.entries = Array(entries.prefix(fitting))
+                reply.unread.more = fitting < entries.count
+                reply.unread.nextOffset = UInt32(clamping: min(counts.count, offset + fitting))
             case .typing(let address, let typing):
                 let members = try await self.context.store.members(of: address, for: user.id)
                 for handle in self.context.hub.connections(of: members) where handle !== session.handle {
@@ -582,6 +597,18 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         }
         try await session.write(reply, transport: self.transport, to: outbound)
         return true
+    }
+
+    /// How many items of these encoded sizes, from the first, fit in `limit` bytes of an answer (at least one,
+    /// when there is one).
+    static func fitting(sizes: [Int], within limit: Int) -> Int {
+        var bytes = 0
+        for (index, size) in sizes.enumerated() {
+            // The field's tag and length prefix: a few bytes more than the item.
+            bytes += size + 6
+            if bytes > limit { return max(1, index) }
+        }
+        return sizes.count
     }
 
     private func peerName(_ address: ConversationAddress) -> String {

@@ -51,7 +51,7 @@ struct SessionStateMachine {
     /// Requests that read or notify but do not go through the group commit.
     enum Request: Equatable {
         case history(ConversationAddress, beforeSeq: UInt64, limit: Int)
-        case unread
+        case unread(offset: Int)
         case typing(ConversationAddress, Bool)
         case manageGroup(Courier_V1_ManageGroup)
         case logout
@@ -217,8 +217,8 @@ struct SessionStateMachine {
                 .history(address, beforeSeq: history.beforeSeq, limit: min(limit, self.configuration.maxHistoryPage)),
                 requestID: requestID
             )
-        case .unread:
-            return .request(.unread, requestID: requestID)
+        case .unread(let unread):
+            return .request(.unread(offset: Int(unread.offset)), requestID: requestID)
         case .typing(let typing):
             guard let address = typing.conversation.address else { return self.missingConversation(requestID) }
             return .request(.typing(address, typing.typing), requestID: requestID)

@@ -1,0 +1,80 @@
+import CourierProtocol
+import CourierServer
+import CourierTesting
+import Testing
+
+/// Answers that list things are bounded by bytes as well as by count: none may come near the frame limit and close
+/// the connection.
+@Suite("Answers bounded by bytes", .serialized)
+struct AnswerSizeTests {
+    @Test("17 texts of 64 KiB: the default history page is cut to fit, and paging gets each message once")
+    func largeHistory() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            try await fixture.user("bob")
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+            for index in 0..<17 {
+                let text = String(index) + String(repeating: "x", count: 64 * 1024 - 8)
+                #expect(try await alice.sendText(text, to: .user("bob")).ack != nil)
+            }
+            let (bob, _) = try await NativeTestClient.login(fixture, "bob")
+            var seen: [UInt64] = []
+            var before: UInt64 = 0
+            var pages = 0
+            while true {
+                var request = ClientEnvelope()
+                request.history.conversation.user = "alice"
+                request.history.beforeSeq = before
+                let id = try await bob.send(request)
+                let answer = try await bob.expect { $0.requestID == id ? $0 : nil }
+                guard case .history(let page)? = answer.body else {
+                    Issue.record("\(answer)")
+                    return
+                }
+                pages += 1
+                #expect(try (answer.serializedBytes() as [UInt8]).count <= 512 * 1024 + 1024)
+                seen += page.messages.map(\.seq)
+                guard page.more, let oldest = page.messages.last?.seq else { break }
+                before = oldest
+            }
+            #expect(pages > 1, "one page of 17 x 64 KiB would be over 1 MiB")
+            #expect(seen == (1...17).reversed().map { UInt64($0) })
+            await alice.close()
+            await bob.close()
+        }
+    }
+
+    @Test("unread counts of many conversations come in pages; the SDK's way gets them all, each once")
+    func manyConversations() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            for index in 0..<60 {
+                try await fixture.store.createGroup(name: "g\(index)", owner: "alice", members: [], nowMs: 0)
+            }
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+            var groups: [String] = []
+            var offset: UInt32 = 0
+            var pages = 0
+            while true {
+                var request = ClientEnvelope()
+                request.unread.offset = offset
+                let id = try await alice.send(request)
+                let answer = try await alice.expect { $0.requestID == id ? $0 : nil }
+                guard case .unread(let page)? = answer.body else {
+                    Issue.record("\(answer)")
+                    return
+                }
+                pages += 1
+                #expect(try (answer.serializedBytes() as [UInt8]).count <= 600)
+                groups += page.entries.map(\.conversation.group)
+                guard page.more else { break }
+                offset = page.nextOffset
+            }
+            #expect(pages > 1)
+            #expect(Set(groups) == Set((0..<60).map { "g\($0)" }) && groups.count == 60)
+            await alice.close()
+        } configure: {
+            $0.limits.maxAnswerBytes = 500
+        }
+    }
+}
