@@ -23,6 +23,7 @@ public enum ErrorCodes {
     public static let unknownGroup = "unknown-group"
     public static let notMember = "not-member"
     public static let notOwner = "not-owner"
+    public static let notContact = "not-contact"
     public static let unknownMessage = "unknown-message"
     public static let recallWindowPassed = "recall-window-passed"
     public static let storageFailed = "storage-failed"
@@ -70,6 +71,7 @@ public enum ErrorCodes {
         (unknownGroup, false, "no such group"),
         (notMember, false, "the sender is not a member of the conversation"),
         (notOwner, false, "only the group's owner may add or remove others"),
+        (notContact, false, "only contacts (both have written in their direct conversation) can be added to a group"),
         (unknownMessage, false, "a recall of a message this user did not send there"),
         (recallWindowPassed, false, "a recall after the recall window"),
         (storageFailed, false, "the server could not commit (disk full, I/O error): not stored, resend later"),

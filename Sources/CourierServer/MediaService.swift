@@ -20,6 +20,10 @@ final class MediaService: Sendable {
     /// Uploads start one at a time: the quota check and the upload's record on disk (which later checks count) go
     /// together, so concurrent starts by one user cannot all pass the same check.
     private let starting = AsyncLock()
+    /// The uploads in progress (started, neither finished nor deleted) of each user, with their declared sizes: what
+    /// counts against the user's quota and upload count. Read from the blob store's folder once, then kept up to
+    /// date, so that starting an upload never lists the whole folder (nil until the first start).
+    private let inProgress = Mutex<[UserID: [String: Int64]]?>(nil)
 
     init(
         folder: URL,
@@ -82,10 +86,15 @@ final class MediaService: Sendable {
         await self.starting.lock()
         defer { self.starting.unlock() }
         do {
-            let pending = try await self.blobs.declaredBytes(
-                ofUploadsStartingWith: ["n\(user.rawValue)-", "c\(user.rawValue)-"],
-                excluding: id
-            )
+            let others = try await self.uploads(of: user).filter { $0.key != id }
+            guard others.count < self.configuration.maxUploadsPerUser else {
+                throw CourierStoreError(
+                    .quotaExceeded,
+                    "\(others.count) uploads of this user are in progress (at most \(self.configuration.maxUploadsPerUser)): "
+                        + "finish them, or wait until the unfinished ones are removed"
+                )
+            }
+            let pending = others.values.reduce(0, +)
             let left = try await self.quotaLeft(for: user) - pending
             guard size <= left else {
                 throw CourierStoreError(
@@ -94,7 +103,9 @@ final class MediaService: Sendable {
                         + (pending > 0 ? " (\(pending) bytes are reserved by uploads in progress)" : "")
                 )
             }
-            return try await self.started(id: id, user: user, size: size, sha256: sha256)
+            let upload = try await self.started(id: id, user: user, size: size, sha256: sha256)
+            self.inProgress.withLock { $0?[user, default: [:]][id] = size }
+            return upload
         } catch {
             self.claims.withLock { _ = $0.remove(id) }
             throw error
@@ -106,7 +117,40 @@ final class MediaService: Sendable {
     /// - Parameter discard: Whether to delete what was received (an upload that can never be resumed).
     func release(_ upload: Upload, discard: Bool = false) async {
         if discard { await self.blobs.abandon(upload: upload.id) }
+        // An upload the blob store dropped (discarded, or refused for its bytes) no longer counts.
+        var gone = discard
+        if !gone { gone = (try? await self.blobs.upload(upload.id)) == nil }
+        if gone { self.forget(upload.id, of: upload.user) }
         self.claims.withLock { _ = $0.remove(upload.id) }
+    }
+
+    /// The uploads in progress of a user, with their declared sizes.
+    private func uploads(of user: UserID) async throws -> [String: Int64] {
+        if let known = self.inProgress.withLock({ $0 }) { return known[user] ?? [:] }
+        var index: [UserID: [String: Int64]] = [:]
+        for (id, size) in try await self.blobs.uploadsInProgress() {
+            guard let owner = Self.owner(ofUpload: id) else { continue }
+            index[owner, default: [:]][id] = size
+        }
+        return self.inProgress.withLock { state in
+            if state == nil { state = index }
+            return state?[user] ?? [:]
+        }
+    }
+
+    private func forget(_ id: String, of user: UserID) {
+        self.inProgress.withLock { state in
+            state?[user]?[id] = nil
+            if state?[user]?.isEmpty == true { state?[user] = nil }
+        }
+    }
+
+    /// The user an upload id belongs to (``nativeUploadID(user:sha256:)``, ``compatUploadID(user:)``).
+    static func owner(ofUpload id: String) -> UserID? {
+        guard let first = id.first, first == "n" || first == "c", let dash = id.firstIndex(of: "-"),
+            let raw = Int64(id[id.index(after: id.startIndex)..<dash])
+        else { return nil }
+        return UserID(rawValue: raw)
     }
 
     private func started(id: String, user: UserID, size: Int64, sha256: String?) async throws -> Upload {
@@ -140,7 +184,15 @@ final class MediaService: Sendable {
     func finish(_ upload: Upload) async throws -> (sha256: String, quotaLeft: Int64) {
         defer { self.claims.withLock { _ = $0.remove(upload.id) } }
         let known = upload.hasher.map { hasher in hasher.finalize().map { String(format: "%02x", $0) }.joined() }
-        let digest = try await self.blobs.finish(upload: upload.id, digest: known)
+        let digest: String
+        do {
+            digest = try await self.blobs.finish(upload: upload.id, digest: known)
+            self.forget(upload.id, of: upload.user)
+        } catch let error as CourierStoreError where error.code == .mediaMismatch {
+            // The blob store deleted it.
+            self.forget(upload.id, of: upload.user)
+            throw error
+        }
         let left = try await self.store.recordUpload(
             user: upload.user,
             sha256: digest,
@@ -164,6 +216,9 @@ final class MediaService: Sendable {
         repeat {
             do {
                 let removed = try await self.blobs.removeAbandoned()
+                for id in removed {
+                    if let owner = Self.owner(ofUpload: id) { self.forget(id, of: owner) }
+                }
                 if !removed.isEmpty {
                     self.logger.info("removed abandoned uploads", metadata: ["count": "\(removed.count)"])
                 }

@@ -48,6 +48,12 @@ public struct ServerConfiguration: Sendable {
         public var sendsPerSecond: Double = 2_000
         /// Sends a connection may make at once above the sustained rate.
         public var sendBurst: Double = 4_000
+        /// Deliveries per second one user's messages may cause, all its connections together: a message costs one
+        /// per member of its conversation (the sender included). Past it (after a burst of `fanoutBurst`) the
+        /// server holds that user's next send, reading nothing more from the connection, until the rate has paid
+        /// for what was sent: a flood to a large group slows its sender, not everyone else.
+        public var fanoutPerSecond: Double = 10_000
+        public var fanoutBurst: Double = 20_000
         /// The largest message text, in UTF-8 bytes; more is refused with `text-too-large`.
         public var maxTextBytes: Int = 64 * 1024
         /// A connection that sends nothing (not even a ping) for this long is closed with `idle-timeout`.
@@ -114,6 +120,9 @@ public struct ServerConfiguration: Sendable {
         /// The most bytes of media one user may have stored (each file counted once, however often sent); an upload
         /// past it is refused with `quota-exceeded`.
         public var quotaBytesPerUser: Int64 = 20 * 1024 * 1024 * 1024
+        /// Uploads one user may have in progress (started, not finished, not yet removed as abandoned); one more is
+        /// refused with `quota-exceeded`.
+        public var maxUploadsPerUser: Int = 32
         /// An upload that has not grown for this long is abandoned and deleted (a client may resume before then).
         public var abandonedUploadAge: Duration = .seconds(24 * 3600)
         /// How often abandoned uploads are looked for.

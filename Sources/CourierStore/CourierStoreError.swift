@@ -29,6 +29,7 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
             case quotaExceeded = "quota-exceeded"
             case uploadBusy = "upload-busy"
             case throttled = "throttled"
+            case notContact = "not-contact"
         }
         private let value: Value
         private init(_ value: Value) { self.value = value }
@@ -73,6 +74,9 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
         public static let uploadBusy = Code(.uploadBusy)
         /// Too much work of this kind is waiting (password checks): nothing was done; retry later.
         public static let throttled = Code(.throttled)
+        /// A user added to a group by someone who is not its contact (they have not both written in a direct
+        /// conversation).
+        public static let notContact = Code(.notContact)
 
         public var description: String { self.value.rawValue }
 

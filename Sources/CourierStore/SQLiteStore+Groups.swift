@@ -7,13 +7,16 @@ extension SQLiteStore {
     ///   - name: The group's name (see ``Names``); unique.
     ///   - owner: The owner's user name; a member.
     ///   - members: The other members' user names.
+    ///   - byOwner: True when the owner asks (over a session): then every other member must be a contact of the
+    ///     owner (``contacts(of:)``), who has agreed by writing to the owner. False for the administrator.
     /// - Returns: The users whose event logs grew, with their newest cursors.
-    /// - Throws: `invalid-name`, `name-taken`, `unknown-user`, `storage-failed`.
+    /// - Throws: `invalid-name`, `name-taken`, `unknown-user`, `not-contact`, `storage-failed`.
     @discardableResult
     public func createGroup(
         name: String,
         owner: String,
         members: [String],
+        byOwner: Bool = false,
         nowMs: Int64
     ) async throws -> [UserID: UInt64] {
         try Names.validate(name, what: "group name")
@@ -31,6 +34,7 @@ extension SQLiteStore {
                 let user = try Self.activeUser(named: member, db)
                 if !users.contains(user.id) { users.append(user.id) }
             }
+            if byOwner { try Self.checkConsent(of: Array(users.dropFirst()), to: ownerUser.id, db) }
             try db.execute(
                 sql: "INSERT INTO conversations (kind, name, owner_id, created_ms) VALUES (2, ?, ?, ?)",
                 arguments: [name, ownerUser.id.rawValue, nowMs]
@@ -89,6 +93,7 @@ extension SQLiteStore {
                 guard owner == actor.rawValue || leavingOnly else {
                     throw CourierStoreError(.notOwner, "only the owner of \(group) adds and removes members")
                 }
+                try Self.checkConsent(of: adding, to: actor, db)
             }
             var log = EventLogWriter()
             try Self.addMembers(adding, to: conversation, atSeq: row["last_seq"], log: &log, db)
@@ -99,6 +104,22 @@ extension SQLiteStore {
             for user in log.appended.keys { try Self.recordChange(.logAppended(user), nowMs: nowMs, db) }
             return log.appended
         }
+    }
+
+    /// Refuses to add users to a group by someone they have not agreed to: each must be a contact of the actor.
+    static func checkConsent(of users: [UserID], to actor: UserID, _ db: Database) throws {
+        guard !users.isEmpty else { return }
+        let contacts = try Self.contacts(of: actor, db)
+        for user in users where !contacts.contains(user) {
+            throw CourierStoreError(
+                .notContact,
+                "\(try Self.userName(user, db)) has not written to you: only contacts can be added to a group"
+            )
+        }
+    }
+
+    private static func userName(_ user: UserID, _ db: Database) throws -> String {
+        try String.fetchOne(db, sql: "SELECT name FROM users WHERE id = ?", arguments: [user.rawValue]) ?? "?"
     }
 
     /// A group by name, with its members' names.

@@ -284,16 +284,18 @@ extension SQLiteStore {
         }
     }
 
-    /// The users who share at least one conversation with a user: who sees its presence and typing.
+    /// Who sees a user's presence (and last seen): its contacts (``contacts(of:)``) and the members of its groups.
+    /// A message nobody answered makes no one a peer.
     public func peers(of user: UserID) async throws -> Set<UserID> {
         try await self.read { db in
             Set(
                 try Int64.fetchAll(
                     db,
                     sql: """
-                        SELECT DISTINCT other.user_id FROM members mine
+                        SELECT other.user_id FROM members mine
+                        JOIN conversations c ON c.id = mine.conversation_id
                         JOIN members other ON other.conversation_id = mine.conversation_id
-                        WHERE mine.user_id = ? AND other.user_id != ?
+                        WHERE mine.user_id = ? AND other.user_id != ? AND (c.kind = 2 OR (mine.sent AND other.sent))
                         """,
                     arguments: [user.rawValue, user.rawValue]
                 ).map(UserID.init(rawValue:))
@@ -301,16 +303,57 @@ extension SQLiteStore {
         }
     }
 
-    /// The members of the conversation a user names, if the user is one of them.
+    /// A user's contacts: the users with whom it has a direct conversation in which both have written. Only a
+    /// contact may add a user to a group.
+    public func contacts(of user: UserID) async throws -> Set<UserID> {
+        try await self.read { db in try Self.contacts(of: user, db) }
+    }
+
+    static func contacts(of user: UserID, _ db: Database) throws -> Set<UserID> {
+        Set(
+            try Int64.fetchAll(
+                db,
+                sql: """
+                    SELECT other.user_id FROM members mine
+                    JOIN conversations c ON c.id = mine.conversation_id AND c.kind = 1
+                    JOIN members other ON other.conversation_id = mine.conversation_id AND other.user_id != mine.user_id
+                    WHERE mine.user_id = ? AND mine.sent AND other.sent
+                    """,
+                arguments: [user.rawValue]
+            ).map(UserID.init(rawValue:))
+        )
+    }
+
+    /// Who a user's typing in a conversation reaches: the members of a group it is in; in a direct conversation, the
+    /// other user only when the two are peers (``peers(of:)``: contacts, or members of one group), else the user's
+    /// own devices only.
     ///
     /// - Throws: `unknown-group`, `unknown-user`, `not-member`, `storage-failed`.
     public func members(of address: ConversationAddress, for user: UserID) async throws -> [UserID] {
         try await self.read { db in
-            guard let (key, _) = try self.membership(of: user, in: address, db) else {
-                guard case .user(let name) = address, let peer = try Self.user(named: name, db) else { return [] }
-                return [user, peer.id]
+            switch address {
+            case .group:
+                guard let (key, _) = try self.membership(of: user, in: address, db) else { return [user] }
+                return try Self.memberIDs(of: key, db)
+            case .user(let name):
+                try address.checkNames()
+                guard let peer = try Self.user(named: name, db) else {
+                    throw CourierStoreError(.unknownUser, "no user named \(name)")
+                }
+                let shared = try Bool.fetchOne(
+                    db,
+                    sql: """
+                        SELECT EXISTS (
+                            SELECT 1 FROM members mine
+                            JOIN conversations c ON c.id = mine.conversation_id
+                            JOIN members other ON other.conversation_id = mine.conversation_id
+                            WHERE mine.user_id = ? AND other.user_id = ? AND (c.kind = 2 OR (mine.sent AND other.sent))
+                        )
+                        """,
+                    arguments: [user.rawValue, peer.id.rawValue]
+                )
+                return shared == true ? [user, peer.id] : [user]
             }
-            return try Self.memberIDs(of: key, db)
         }
     }
 }

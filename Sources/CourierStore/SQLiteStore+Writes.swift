@@ -40,6 +40,8 @@ struct WriteBatch {
         var joinedSeq: Int64
         var readSeq: Int64
         var deliveredSeq: Int64
+        /// Whether the member has sent a message here (``SQLiteStore/contacts(of:)``).
+        var sent: Bool
         var dirty = false
     }
 
@@ -136,6 +138,7 @@ struct WriteBatch {
         conversation.dirty = true
         // Sending implies having read everything before: the sender's unread count for it drops to zero.
         conversation.members[send.sender]?.readSeq = seq
+        conversation.members[send.sender]?.sent = true
         conversation.members[send.sender]?.dirty = true
         self.conversations[key] = conversation
         for member in conversation.members.keys.sorted() {
@@ -147,7 +150,8 @@ struct WriteBatch {
                 conversation: try self.address(of: conversation, for: send.sender, db),
                 seq: UInt64(seq),
                 timeMs: time,
-                duplicate: false
+                duplicate: false,
+                recipients: conversation.members.count
             )
         )
     }
@@ -279,7 +283,8 @@ struct WriteBatch {
             sql: "UPDATE conversations SET last_seq = ?, last_ms = ? WHERE id = ?"
         )
         let memberUpdate = try db.cachedStatement(
-            sql: "UPDATE members SET read_seq = ?, delivered_seq = ? WHERE conversation_id = ? AND user_id = ?"
+            sql:
+                "UPDATE members SET read_seq = ?, delivered_seq = ?, sent = ? WHERE conversation_id = ? AND user_id = ?"
         )
         for conversation in self.conversations.values {
             if conversation.dirty {
@@ -287,7 +292,7 @@ struct WriteBatch {
             }
             for (user, member) in conversation.members where member.dirty {
                 try memberUpdate.execute(arguments: [
-                    member.readSeq, member.deliveredSeq, conversation.id, user.rawValue,
+                    member.readSeq, member.deliveredSeq, member.sent, conversation.id, user.rawValue,
                 ])
             }
         }
@@ -307,14 +312,16 @@ struct WriteBatch {
         var members: [UserID: Member] = [:]
         for member in try Row.fetchAll(
             db.cachedStatement(
-                sql: "SELECT user_id, joined_seq, read_seq, delivered_seq FROM members WHERE conversation_id = ?"
+                sql:
+                    "SELECT user_id, joined_seq, read_seq, delivered_seq, sent FROM members WHERE conversation_id = ?"
             ),
             arguments: [id]
         ) {
             members[UserID(rawValue: member["user_id"])] = Member(
                 joinedSeq: member["joined_seq"],
                 readSeq: member["read_seq"],
-                deliveredSeq: member["delivered_seq"]
+                deliveredSeq: member["delivered_seq"],
+                sent: member["sent"]
             )
         }
         let conversation = Conversation(

@@ -118,6 +118,20 @@ enum Schema {
                     """
             )
         }
+        migrator.registerMigration("v3-contacts") { db in
+            try db.execute(
+                sql: """
+                    -- Whether the member has sent a message in the conversation: two users who have both written in
+                    -- their direct conversation are contacts (they see each other's presence and typing, and may
+                    -- add each other to groups).
+                    ALTER TABLE members ADD COLUMN sent INTEGER NOT NULL DEFAULT 0;
+                    UPDATE members SET sent = 1 WHERE EXISTS (
+                        SELECT 1 FROM messages m WHERE m.conversation_id = members.conversation_id
+                        AND m.sender_id = members.user_id
+                    );
+                    """
+            )
+        }
         return migrator
     }
 }

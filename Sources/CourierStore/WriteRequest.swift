@@ -77,6 +77,9 @@ public struct SendReceipt: Hashable, Sendable {
     public var timeMs: Int64
     /// True when this answers a resend of an id committed earlier.
     public var duplicate: Bool
+    /// The event rows the message added (one per member of the conversation, the sender included): its fan-out
+    /// cost. 0 for a duplicate.
+    public var recipients: Int = 0
 }
 
 /// The result of one group commit.

@@ -70,6 +70,21 @@ public struct ServerFixture: Sendable {
     public func user(_ name: String) async throws -> User {
         try await self.store.addUser(name: name, password: "pw-" + name, nowMs: 0)
     }
+
+    /// Makes two users contacts (each writes to the other in their direct conversation), as a user must be before
+    /// another puts it in a group. Devices that log in afterwards do not receive these messages.
+    public func contacts(_ first: String, _ second: String) async throws {
+        guard let a = try await self.store.user(named: first), let b = try await self.store.user(named: second) else {
+            throw CourierStoreError(.unknownUser, "no \(first) or \(second)")
+        }
+        _ = try await self.store.apply(
+            [
+                .send(.init(sender: a.id, id: "", to: .user(second), body: [])),
+                .send(.init(sender: b.id, id: "", to: .user(first), body: [])),
+            ],
+            nowMs: 0
+        )
+    }
 }
 
 extension ServerFixture {

@@ -13,6 +13,8 @@ enum LimitOption {
         ("max-unacked-sends", { $0.limits.maxUnackedSends = try int($1) }),
         ("sends-per-second", { $0.limits.sendsPerSecond = try double($1) }),
         ("send-burst", { $0.limits.sendBurst = try double($1) }),
+        ("fanout-per-second", { $0.limits.fanoutPerSecond = try double($1) }),
+        ("fanout-burst", { $0.limits.fanoutBurst = try double($1) }),
         ("max-text-bytes", { $0.limits.maxTextBytes = try int($1) }),
         ("idle-timeout", { $0.limits.idleTimeout = try duration($1) }),
         ("heartbeat-interval", { $0.limits.heartbeatInterval = try duration($1) }),
@@ -32,6 +34,7 @@ enum LimitOption {
         ("token-lifetime", { $0.store.tokenLifetime = try duration($1) }),
         ("recall-window", { $0.store.recallWindow = try duration($1) }),
         ("max-batch-requests", { $0.commit.maxBatchRequests = try int($1) }),
+        ("max-uploads-per-user", { $0.media.maxUploadsPerUser = try int($1) }),
     ]
 
     static var help: String {

@@ -199,12 +199,6 @@ struct ChatTerminalTests {
         #expect(screen.contains { $0.hasSuffix(" just now") }, "a relative time shows")
         Self.expectAligned(screen, columns: 100, message: "bob: 你好")
 
-        // Now that they share a conversation, bob's typing shows on alice's screen, and goes when he clears it.
-        try await tmux.type("bob", "x")
-        _ = try await tmux.wait("alice", for: "bob is typing") { $0[1].contains("bob is typing…") }
-        try await tmux.press("bob", "C-u")
-        _ = try await tmux.wait("alice", for: "bob stopped typing") { !$0[1].contains("typing") }
-
         // alice finishes her line and sends it; bob reads it, so alice's line is marked read.
         try await tmux.type("alice", "ne 完")
         try await tmux.press("alice", "Enter")
@@ -216,6 +210,13 @@ struct ChatTerminalTests {
         }
         #expect(screen.last == ">", "the input is empty after sending")
         #expect(try await tmux.value("alice", "cursor_x") == "2")
+
+        // Now that both have written in their conversation, bob's typing shows on alice's screen, and goes when he
+        // clears it.
+        try await tmux.type("bob", "x")
+        _ = try await tmux.wait("alice", for: "bob is typing") { $0[1].contains("bob is typing…") }
+        try await tmux.press("bob", "C-u")
+        _ = try await tmux.wait("alice", for: "bob stopped typing") { !$0[1].contains("typing") }
 
         // alice sends a photo: both sides show it as a line with its kind, name and size.
         let photo = URL(fileURLWithPath: environment["HOME"]!).appendingPathComponent("photo.png")

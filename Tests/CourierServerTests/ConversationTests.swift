@@ -21,6 +21,8 @@ struct ConversationTests {
         try await ServerFixture.with { fixture in
             let names = ["alice", "bob", "carol", "dave", "erin"]
             for name in names { try await fixture.user(name) }
+            // Only contacts can be put in a group by its owner.
+            for name in names.dropFirst() { try await fixture.contacts("alice", name) }
             var clients: [String: NativeTestClient] = [:]
             var tokens: [String: String] = [:]
             for name in names {

@@ -583,6 +583,9 @@ struct MediaTests {
     func nonMembers() async throws {
         try await ServerFixture.with { fixture in
             for name in ["alice", "bob", "carol", "dave"] { try await fixture.user(name) }
+            // alice puts bob and carol in a group below: they are her contacts.
+            try await fixture.contacts("alice", "bob")
+            try await fixture.contacts("alice", "carol")
             let (alice, _) = try await NativeTestClient.login(fixture, "alice")
             let (carol, carolWelcome) = try await NativeTestClient.login(fixture, "carol")
             let secret = Self.randomBytes(100_000, "nonMembers")

@@ -219,6 +219,11 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         session: SessionShared,
         group: inout ThrowingDiscardingTaskGroup<any Error>
     ) async throws -> Bool {
+        // Over the user's fan-out budget (all its connections together): hold its next send, reading nothing more,
+        // until the budget has paid for what was sent.
+        if case .send? = envelope.body, let user = session.withMachine({ $0.session?.user.id }) {
+            while let wait = self.context.fanoutWait(of: user) { try await Task.sleep(for: wait) }
+        }
         var action = session.withMachine { $0.received(envelope, now: .now) }
         // Over the send rate: hold the request (and read nothing more) until the rate allows it.
         while case .pause(let wait) = action {
@@ -469,6 +474,9 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         envelope.requestID = requestID
         switch outcome {
         case .sent(let receipt):
+            if let user = request.sender, !receipt.duplicate {
+                self.context.chargeFanout(of: user, deliveries: receipt.recipients)
+            }
             envelope.sendAck.id = receipt.id
             envelope.sendAck.conversation = Courier_V1_Conversation(receipt.conversation)
             envelope.sendAck.seq = receipt.seq
@@ -621,7 +629,13 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         let now = SessionContext.nowMs()
         switch manage.action {
         case .create(let members)?:
-            return try await store.createGroup(name: manage.group, owner: user.name, members: members.users, nowMs: now)
+            return try await store.createGroup(
+                name: manage.group,
+                owner: user.name,
+                members: members.users,
+                byOwner: true,
+                nowMs: now
+            )
         case .add(let members)?:
             return try await store.changeMembers(of: manage.group, actor: user.id, add: members.users, nowMs: now)
         case .remove(let members)?:
@@ -823,6 +837,11 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
 }
 
 extension WriteRequest {
+    /// The user who sent a message.
+    var sender: UserID? {
+        if case .send(let send) = self { send.sender } else { nil }
+    }
+
     /// The message id a refusal is about.
     var messageID: String {
         switch self {

@@ -17,6 +17,8 @@ final class SessionContext: Sendable {
     private let connections = Atomic<Int>(0)
     /// Connections not yet authenticated, by address key.
     private let unauthenticated = Mutex<[String: Int]>([:])
+    /// Each sending user's fan-out budget, shared by its connections (buckets that refilled are dropped).
+    private let fanout = Mutex<[UserID: TokenBucket]>([:])
 
     init(
         configuration: ServerConfiguration,
@@ -80,6 +82,27 @@ final class SessionContext: Sendable {
         if !authenticated { self.unauthenticated.withLock { Self.decrement(&$0, address) } }
         self.connections.subtract(1, ordering: .relaxed)
         self.metrics.connectionClosed()
+    }
+
+    /// Charges a user's fan-out budget for a committed message's deliveries.
+    func chargeFanout(of user: UserID, deliveries: Int) {
+        let limits = self.configuration.limits
+        let now = ContinuousClock.now
+        self.fanout.withLock { buckets in
+            if buckets.count > 10_000 {
+                buckets = buckets.filter { _, bucket in
+                    var bucket = bucket
+                    return !bucket.isFull(now: now)
+                }
+            }
+            buckets[user, default: TokenBucket(rate: limits.fanoutPerSecond, burst: limits.fanoutBurst, now: now)]
+                .charge(Double(deliveries), now: now)
+        }
+    }
+
+    /// How long a user's next send must wait for its fan-out budget; nil when it may go now.
+    func fanoutWait(of user: UserID) -> Duration? {
+        self.fanout.withLock { buckets in buckets[user]?.debt(now: .now) }
     }
 
     private static func decrement(_ counts: inout [String: Int], _ address: String) {

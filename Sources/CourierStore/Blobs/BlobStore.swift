@@ -184,27 +184,21 @@ public final class BlobStore: Sendable {
         _ = try? await self.run { self.discard(id) }
     }
 
-    /// The sizes declared by the uploads in progress whose id starts with one of `prefixes`, except `excluded`:
-    /// the disk they may come to take.
-    public func declaredBytes(
-        ofUploadsStartingWith prefixes: [String],
-        excluding excluded: String
-    ) async throws
-        -> Int64
-    {
+    /// Every upload in progress with its declared size: the disk they may come to take. It lists the uploads
+    /// folder: a caller keeps the answer and follows the changes itself rather than asking at every start.
+    public func uploadsInProgress() async throws -> [String: Int64] {
         try await self.run {
             let uploads = self.folder.appendingPathComponent("uploads")
             let names = try self.storage { try FileManager.default.contentsOfDirectory(atPath: uploads.path) }
-            var total: Int64 = 0
+            var sizes: [String: Int64] = [:]
             for name in names where name.hasSuffix(".meta") {
                 let id = String(name.dropLast(".meta".count))
-                guard id != excluded, prefixes.contains(where: { id.hasPrefix($0) }),
-                    let meta = try? String(contentsOf: self.metaFile(id), encoding: .utf8),
+                guard let meta = try? String(contentsOf: self.metaFile(id), encoding: .utf8),
                     let size = meta.split(separator: " ").first.flatMap({ Int64($0) })
                 else { continue }
-                total += size
+                sizes[id] = size
             }
-            return total
+            return sizes
         }
     }
 

@@ -1,0 +1,116 @@
+import CourierProtocol
+import CourierServer
+import CourierStore
+import CourierTesting
+import Testing
+
+/// What one user can do to others: type at strangers, put them in groups, flood a large group.
+@Suite("One user against the others", .serialized)
+struct AbuseTests {
+    @Test("a stranger's typing reaches nobody; a stranger cannot add anyone to a group over the protocol")
+    func strangers() async throws {
+        try await ServerFixture.with { fixture in
+            for name in ["alice", "mallory"] { try await fixture.user(name) }
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice", ephemeral: true)
+            let (mallory, _) = try await NativeTestClient.login(fixture, "mallory", ephemeral: true)
+            var typing = ClientEnvelope()
+            typing.typing.conversation.user = "alice"
+            typing.typing.typing = true
+            let typed = try await mallory.send(typing)
+            _ = try await mallory.expect { $0.requestID == typed ? $0 : nil }
+            var create = ClientEnvelope()
+            create.manageGroup.group = "trap"
+            create.manageGroup.create.users = ["alice"]
+            let created = try await mallory.send(create)
+            let refused = try await mallory.expect { $0.requestID == created ? $0 : nil }
+            #expect(refused.failure?.code == ErrorCodes.notContact)
+            // What alice gets next is mallory's message: no typing notice, no presence, no group came before it.
+            #expect(try await mallory.sendText("hi alice", to: .user("alice")).ack != nil)
+            let first = try await alice.expect("the first notice or message") { envelope -> ServerEnvelope? in
+                switch envelope.body {
+                case .typing?, .presence?: envelope
+                case .events(let events)? where !events.events.isEmpty: envelope
+                default: nil
+                }
+            }
+            guard case .events(let events)? = first.body else {
+                Issue.record("alice heard from a stranger before any message: \(first)")
+                return
+            }
+            #expect(events.events.first?.message.body.text == "hi alice")
+            await alice.close()
+            await mallory.close()
+        }
+    }
+
+    @Test("a flood to a large group is paced by the sender's fan-out budget, across its connections")
+    func groupFlood() async throws {
+        try await ServerFixture.with { fixture in
+            let members = (0..<9).map { "m\($0)" }
+            for name in ["alice", "bob", "carol"] + members { try await fixture.user(name) }
+            try await fixture.store.createGroup(name: "big", owner: "alice", members: members, nowMs: 0)
+            let (first, _) = try await NativeTestClient.login(fixture, "alice")
+            let (second, _) = try await NativeTestClient.login(fixture, "alice")
+            let (bob, _) = try await NativeTestClient.login(fixture, "bob")
+            let (carol, _) = try await NativeTestClient.login(fixture, "carol")
+            // 30 messages to 10 members: 300 deliveries, at 100 a second after a burst of 100.
+            let start = ContinuousClock.now
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for (client, prefix) in [(first, "a"), (second, "b")] {
+                    group.addTask {
+                        for index in 0..<15 {
+                            let answer = try await client.sendText("flood \(prefix)\(index)", to: .group("big"))
+                            #expect(answer.ack != nil)
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            let elapsed = ContinuousClock.now - start
+            print("groupFlood: 300 deliveries in \(elapsed)")
+            #expect(elapsed >= .milliseconds(1_500), "the budget paid back 200 deliveries at 100/s")
+            // Others were not held: bob and carol talk as before (and they were never paced themselves).
+            #expect(try await bob.sendText("unaffected", to: .user("carol")).ack != nil)
+            #expect(try await carol.messages(1).map(\.body.text) == ["unaffected"])
+            for client in [first, second, bob, carol] { await client.close() }
+        } configure: {
+            $0.limits.fanoutPerSecond = 100
+            $0.limits.fanoutBurst = 100
+        }
+    }
+
+    @Test("a user's uploads in progress are capped; finishing one frees a place; other users are not affected")
+    func uploadsInProgress() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            try await fixture.user("bob")
+            let files = (0..<5).map { MediaTests.randomBytes(10_000, "uploadsInProgress-\($0)") }
+            var (alice, _) = try await NativeTestClient.login(fixture, "alice")
+            // Three uploads started and left (a client that went away mid-file).
+            for index in 0..<3 {
+                guard case .cut = try await alice.upload(files[index], stream: UInt32(2 * index + 1), upTo: 0) else {
+                    Issue.record("upload \(index) did not start")
+                    return
+                }
+            }
+            let refused = try await alice.upload(files[3], stream: 7, upTo: 0)
+            #expect(refused.error?.code == ErrorCodes.quotaExceeded, "\(refused)")
+            #expect(refused.error?.message.contains("in progress") == true)
+            let (bob, _) = try await NativeTestClient.login(fixture, "bob")
+            #expect(try await bob.upload(files[4], stream: 1).done != nil)
+            // They still count on another connection; resuming one of them is allowed, and finishing it frees a place.
+            await alice.close()
+            (alice, _) = try await NativeTestClient.login(fixture, "alice")
+            #expect(try await alice.upload(files[3], stream: 1, upTo: 0).error?.code == ErrorCodes.quotaExceeded)
+            #expect(try await alice.upload(files[0], stream: 3).done != nil)
+            guard case .cut = try await alice.upload(files[3], stream: 5, upTo: 0) else {
+                Issue.record("no place after an upload finished")
+                return
+            }
+            await alice.close()
+            await bob.close()
+        } configure: {
+            $0.media.maxUploadsPerUser = 3
+        }
+    }
+}

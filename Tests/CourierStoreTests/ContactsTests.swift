@@ -1,0 +1,77 @@
+import CourierStore
+import CourierTesting
+import Foundation
+import Testing
+
+/// Who sees whom (presence, typing) and who may add whom to a group: contacts are users who have both written in
+/// their direct conversation; group members (who joined with consent) see each other.
+@Suite("Contacts, peers and consent to groups")
+struct ContactsTests {
+    @Test("an unanswered message makes no peer and no contact; a reply makes both")
+    func unanswered() async throws {
+        try await withTemporaryDirectory(prefix: "contacts") { folder in
+            let fixture = try StoreFixture(folder: folder)
+            let ids = try await fixture.users("alice", "bob", "carol")
+            let (alice, bob, carol) = (ids["alice"]!, ids["bob"]!, ids["carol"]!)
+            _ = try await fixture.sent(alice, "m1", to: .user("bob"), "hello?")
+            #expect(try await fixture.store.peers(of: alice).isEmpty)
+            #expect(try await fixture.store.peers(of: bob).isEmpty)
+            #expect(try await fixture.store.members(of: .user("bob"), for: alice) == [alice])
+            #expect(try await fixture.store.members(of: .user("alice"), for: bob) == [bob])
+            // A typing notice to someone never written to reaches only the typist's own devices.
+            #expect(try await fixture.store.members(of: .user("carol"), for: alice) == [alice])
+
+            _ = try await fixture.sent(bob, "m2", to: .user("alice"), "hi")
+            #expect(try await fixture.store.peers(of: alice) == [bob])
+            #expect(try await fixture.store.contacts(of: bob) == [alice])
+            #expect(Set(try await fixture.store.members(of: .user("bob"), for: alice)) == [alice, bob])
+            #expect(try await fixture.store.peers(of: carol).isEmpty)
+        }
+    }
+
+    @Test("only contacts may be added to a group by its owner; the administrator may add anyone")
+    func consent() async throws {
+        try await withTemporaryDirectory(prefix: "contacts") { folder in
+            let fixture = try StoreFixture(folder: folder)
+            let ids = try await fixture.users("alice", "bob", "carol", "dave")
+            let (alice, bob) = (ids["alice"]!, ids["bob"]!)
+            func code(_ body: () async throws -> Void) async -> CourierStoreError.Code? {
+                do {
+                    try await body()
+                    return nil
+                } catch let error as CourierStoreError {
+                    return error.code
+                } catch {
+                    return nil
+                }
+            }
+            // carol never wrote to alice: alice cannot put her in a group, at creation or later.
+            #expect(
+                await code {
+                    try await fixture.store.createGroup(
+                        name: "team",
+                        owner: "alice",
+                        members: ["carol"],
+                        byOwner: true,
+                        nowMs: 1
+                    )
+                } == .notContact
+            )
+            _ = try await fixture.sent(alice, "a1", to: .user("bob"), "join us?")
+            _ = try await fixture.sent(bob, "b1", to: .user("alice"), "sure")
+            try await fixture.store.createGroup(name: "team", owner: "alice", members: ["bob"], byOwner: true, nowMs: 2)
+            #expect(
+                await code {
+                    try await fixture.store.changeMembers(of: "team", actor: alice, add: ["carol"], nowMs: 3)
+                } == .notContact
+            )
+            #expect(try await fixture.store.group(named: "team").members == ["alice", "bob"])
+            // The administrator (no actor) adds anyone; group members then see each other.
+            try await fixture.store.changeMembers(of: "team", actor: nil, add: ["dave"], nowMs: 4)
+            #expect(try await fixture.store.peers(of: ids["dave"]!) == [alice, bob])
+            // A group message's fan-out cost: one delivery per member.
+            let receipt = try await fixture.sent(bob, "b2", to: .group("team"), "hello team")
+            #expect(receipt.recipients == 3)
+        }
+    }
+}
