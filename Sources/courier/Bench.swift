@@ -38,6 +38,11 @@ struct Bench: AsyncParsableCommand {
             cold readers go through each cache, and the bytes nginx logged as sent by the origin tell how many \
             copies each cache fetched.
 
+            With --storm N (pairs or group) the load runs a second time, with new users, while N connections from \
+            127.0.0.2 send password logins for names that do not exist (at --storm-rate logins/s in total, or as \
+            fast as they are answered); the report gives both runs' latencies, their ratio, and how the storm was \
+            answered (throttled before any hash, password checks, refused connections).
+
             With --server HOST:PORT --data FOLDER the bench loads a server started apart (under perf or valgrind, \
             with other flags), adding its users to that server's data folder while it runs; --server-pid gives its \
             CPU and memory.
@@ -87,6 +92,21 @@ struct Bench: AsyncParsableCommand {
 
     @Option(help: "Sends each connection keeps waiting for acknowledgement in closed loop.")
     var window = 16
+
+    @Option(
+        help: """
+            With --pattern pairs or group: after the load, run it again with new users while this many connections \
+            at once send password logins for names that do not exist (a login storm from one address), and report \
+            the latencies of both runs and what the storm got.
+            """
+    )
+    var storm = 0
+
+    @Option(
+        help:
+            "With --storm: the storm's logins per second, all its connections together (default: as fast as answered)."
+    )
+    var stormRate: Double?
 
     @Option(help: "Seconds idle connections are held before the server's memory is read.")
     var settle = 5.0
@@ -142,6 +162,13 @@ struct Bench: AsyncParsableCommand {
             }
         }
         if let rate, rate <= 0 { throw ValidationError("--rate must be positive") }
+        if self.storm < 0 { throw ValidationError("--storm must not be negative") }
+        if let stormRate, stormRate <= 0 || self.storm == 0 {
+            throw ValidationError("--storm-rate must be positive, with --storm")
+        }
+        if self.storm > 0, self.pattern != .pairs && self.pattern != .group || self.server != nil {
+            throw ValidationError("--storm goes with --pattern pairs or group, on a server the bench starts")
+        }
         if self.pattern == .media || self.pattern == .proxy, self.server != nil {
             throw ValidationError("--pattern \(self.pattern.rawValue) starts its own server")
         }
@@ -208,6 +235,7 @@ struct Bench: AsyncParsableCommand {
         var logger = Logger(label: "courier.bench")
         logger.logLevel = .warning
         let result: BenchResult
+        var stormResult: StormResult?
         if let address = self.server, let serverData = self.data {
             // A server started apart: users go into its data folder while it runs.
             let (host, port) = try ClientOptions.address(address)
@@ -235,12 +263,35 @@ struct Bench: AsyncParsableCommand {
             )
             do {
                 say("server \(server.process.processIdentifier) on 127.0.0.1:\(server.port); connecting")
-                result = try await BenchRun(
+                let run = BenchRun(
                     configuration: configuration,
                     host: "127.0.0.1",
                     port: server.port,
                     serverProcess: server.process.processIdentifier
-                ).run(users: users, progress: say)
+                )
+                result = try await run.run(users: users, progress: say)
+                if self.storm > 0 {
+                    say("the same load again, with new users, during a login storm of \(self.storm) connections")
+                    let others = try await BenchProvisioning.provision(configuration, dataFolder: data, logger: logger)
+                    let storm = LoginStorm(
+                        host: "127.0.0.1",
+                        port: server.port,
+                        workers: self.storm,
+                        rate: self.stormRate
+                    )
+                    let started = ContinuousClock.now
+                    let storming = Task { await storm.run() }
+                    let during = try await run.run(users: others, progress: say)
+                    let elapsed = ContinuousClock.now - started
+                    storming.cancel()
+                    await storming.value
+                    stormResult = StormResult(
+                        workers: self.storm,
+                        tally: storm.counts,
+                        seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18,
+                        during: during
+                    )
+                }
             } catch {
                 server.stop()
                 throw error
@@ -260,9 +311,9 @@ struct Bench: AsyncParsableCommand {
         }
         if self.keepData { say("kept \(folder.path)") }
         if self.json {
-            print(try BenchReport.json(result, ceilings: ceilings))
+            print(try BenchReport.json(result, ceilings: ceilings, storm: stormResult))
         } else {
-            print(BenchReport.text(result, ceilings: ceilings))
+            print(BenchReport.text(result, ceilings: ceilings, storm: stormResult))
         }
         if result.failures > 0 {
             throw CommandFailure(
@@ -278,6 +329,16 @@ struct Bench: AsyncParsableCommand {
                     + "\(configuration.expectedDeliveries) delivered"
             )
         }
+        if let during = stormResult?.during,
+            during.failures > 0 || during.acknowledged != configuration.expectedSends
+                || during.delivered != configuration.expectedDeliveries
+        {
+            throw CommandFailure(
+                description: "the load during the storm was incomplete: \(during.acknowledged) of "
+                    + "\(configuration.expectedSends) acknowledged, \(during.delivered) of "
+                    + "\(configuration.expectedDeliveries) delivered, \(during.failures) failures"
+            )
+        }
     }
 
     /// Raises this process's open-file limit to its hard limit (the server, started from here, inherits it).
@@ -287,6 +348,14 @@ struct Bench: AsyncParsableCommand {
         limit.rlim_cur = limit.rlim_max
         _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
     }
+}
+
+/// The load run again during a login storm (`--storm`), and what the storm got.
+struct StormResult {
+    var workers: Int
+    var tally: LoginStorm.Tally
+    var seconds: Double
+    var during: BenchResult
 }
 
 /// The `courier serve` a bench runs against: this executable, on free ports, logging to a file.
@@ -397,7 +466,7 @@ enum BenchReport {
         bytes.map { String(format: "%.1f MiB", Double($0) / 1_048_576) } ?? "unknown"
     }
 
-    static func text(_ result: BenchResult, ceilings: Ceilings?) -> String {
+    static func text(_ result: BenchResult, ceilings: Ceilings?, storm: StormResult? = nil) -> String {
         let configuration = result.configuration
         let seconds = max(result.seconds, 1e-9)
         var lines = [
@@ -446,10 +515,25 @@ enum BenchReport {
         if result.failures > 0 {
             lines.append("failures:      \(result.failures); the first: \(result.firstFailure ?? "")")
         }
+        if let storm {
+            let tally = storm.tally
+            let quiet = Double(result.endToEnd.valueAtPercentile(99))
+            let stormy = Double(storm.during.endToEnd.valueAtPercentile(99))
+            lines += [
+                "login storm:   \(storm.workers) connections at once, \(tally.attempts) logins "
+                    + "(\(Int(Double(tally.attempts) / max(storm.seconds, 1e-9)))/s): \(tally.throttled) throttled "
+                    + "before any hash, \(tally.authFailed) password checks, \(tally.other) other",
+                "during it:     acknowledged \(storm.during.acknowledged), delivered \(storm.during.delivered); "
+                    + "end to end \(Self.percentiles(storm.during.endToEnd)); server CPU "
+                    + String(format: "%.2f", (storm.during.serverCPUSeconds ?? 0) / max(storm.during.seconds, 1e-9))
+                    + " cores busy",
+                "p99 end to end, storm/quiet = " + String(format: "%.2f", stormy / max(quiet, 1)),
+            ]
+        }
         return lines.joined(separator: "\n")
     }
 
-    static func json(_ result: BenchResult, ceilings: Ceilings?) throws -> String {
+    static func json(_ result: BenchResult, ceilings: Ceilings?, storm: StormResult? = nil) throws -> String {
         func latency(_ histogram: LatencyHistogram) -> [String: Double] {
             [
                 "p50_ms": Double(histogram.valueAtPercentile(50)) / 1000,
@@ -480,6 +564,22 @@ enum BenchReport {
         if let ceilings {
             object["ceiling_fsync"] = latency(ceilings.fsync)
             object["ceiling_insert_messages_per_second"] = ceilings.insertMessagesPerSecond
+        }
+        if let storm {
+            object["storm"] =
+                [
+                    "workers": storm.workers,
+                    "seconds": storm.seconds,
+                    "attempts": storm.tally.attempts,
+                    "throttled": storm.tally.throttled,
+                    "password_checks": storm.tally.authFailed,
+                    "other": storm.tally.other,
+                    "acknowledged": storm.during.acknowledged,
+                    "delivered": storm.during.delivered,
+                    "failures": storm.during.failures,
+                    "end_to_end_latency": latency(storm.during.endToEnd),
+                    "server_cpu_seconds": storm.during.serverCPUSeconds ?? 0,
+                ] as [String: Any]
         }
         let data = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])
         return String(decoding: data, as: UTF8.self)

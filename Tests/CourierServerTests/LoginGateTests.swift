@@ -38,7 +38,7 @@ struct LoginGateTests {
         }
     }
 
-    @Test("a success frees its place; the address limit counts every name and failed token from that address")
+    @Test("a success frees its place; an address's limit counts every name tried from it, and its failed tokens apart")
     func addressLimit() {
         var gate = LoginGate(perUser: 2, perAddress: 3, window: .seconds(60))
         for _ in 0..<10 {
@@ -70,11 +70,17 @@ struct LoginGateTests {
             return
         }
         #expect(gate.admit(user: "z", address: "a", now: Self.start) == .throttled(retryAfter: gate.inFlightRetry))
-        gate.finish(password, failed: false, now: Self.start)
-        // A failed token counts against the address: three failures now refuse names and tokens alike.
-        gate.finish(tokens[0], failed: true, now: Self.start)
-        for token in tokens.dropFirst() { gate.finish(token, failed: false, now: Self.start) }
+        gate.finish(password, failed: true, now: Self.start)
+        // Three password failures refuse names from "a", not tokens: a password storm does not lock out the devices
+        // behind that address. Failed tokens count apart, three of them refuse tokens from "a".
         #expect(gate.admit(user: "z", address: "a", now: Self.start) == .throttled(retryAfter: .seconds(60)))
+        guard case .admitted(let reconnect) = gate.admit(user: nil, address: "a", now: Self.start) else {
+            Issue.record("a token refused for password failures")
+            return
+        }
+        gate.finish(reconnect, failed: false, now: Self.start)
+        for token in tokens.prefix(3) { gate.finish(token, failed: true, now: Self.start) }
+        for token in tokens.dropFirst(3) { gate.finish(token, failed: false, now: Self.start) }
         #expect(gate.admit(user: nil, address: "a", now: Self.start) == .throttled(retryAfter: .seconds(60)))
         // Another address is not affected.
         guard case .admitted = gate.admit(user: "z", address: "b", now: Self.start) else {

@@ -22,7 +22,11 @@ struct LoginGate: Sendable {
 
     private enum Key: Hashable {
         case user(String)
+        /// Password attempts from an address.
         case address(String)
+        /// Token attempts from an address: counted apart, so that a password storm from an address (a NAT, a
+        /// shared network) does not lock out the devices there that reconnect with their tokens.
+        case tokens(String)
     }
 
     private struct Entry {
@@ -61,13 +65,17 @@ struct LoginGate: Sendable {
     ///
     /// - Parameters:
     ///   - user: The user name tried (compared without regard to case), or nil for a token. A token is checked
-    ///     against the address's failures only and is not counted in flight: checking one costs a lookup, not a
-    ///     hash, and a token cannot be guessed, so reconnecting devices behind one address are not held up by each
-    ///     other; its failure counts against the address like any other.
+    ///     against the failed tokens of its address only and is not counted in flight: checking one costs a lookup,
+    ///     not a hash, and a token cannot be guessed, so reconnecting devices behind one address are held up neither
+    ///     by each other nor by a password storm from there.
     ///   - address: The client's address key (``AddressKey``).
     mutating func admit(user: String?, address: String, now: ContinuousClock.Instant) -> Admission {
-        var keys = [(Key.address(address), self.perAddress)]
-        if let user { keys.append((.user(user.lowercased()), self.perUser)) }
+        let keys = Self.keys(
+            user: user?.lowercased(),
+            address: address,
+            perUser: self.perUser,
+            perAddress: self.perAddress
+        )
         var wait: Duration?
         for (key, limit) in keys {
             guard let entry = self.entries[key] else { continue }
@@ -89,8 +97,12 @@ struct LoginGate: Sendable {
 
     /// An admitted attempt ended; a failure is recorded against both its keys.
     mutating func finish(_ ticket: Ticket, failed: Bool, now: ContinuousClock.Instant) {
-        var keys = [(Key.address(ticket.address), self.perAddress)]
-        if let user = ticket.user { keys.append((.user(user), self.perUser)) }
+        let keys = Self.keys(
+            user: ticket.user,
+            address: ticket.address,
+            perUser: self.perUser,
+            perAddress: self.perAddress
+        )
         guard ticket.user != nil || failed else { return }
         for (key, limit) in keys {
             var entry = self.entries[key] ?? Entry()
@@ -100,6 +112,13 @@ struct LoginGate: Sendable {
             }
             self.entries[key] = entry
         }
+    }
+
+    /// The keys an attempt counts under, with their limits: a password attempt under its address and its user name
+    /// (lowercased), a token under its address's token key.
+    private static func keys(user: String?, address: String, perUser: Int, perAddress: Int) -> [(Key, Int)] {
+        guard let user else { return [(.tokens(address), perAddress)] }
+        return [(.address(address), perAddress), (.user(user), perUser)]
     }
 
     /// Attempts in flight for a user name, for tests.
