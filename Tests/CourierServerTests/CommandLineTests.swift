@@ -487,6 +487,25 @@ struct CommandLineTests {
         #expect((report["http_seconds"] as? Double ?? 0) > 0, "curl downloaded the same file")
     }
 
+    @Test("courier bench --storm runs the load again during a login storm; the storm is throttled, nothing is lost")
+    func benchStorm() async throws {
+        let result = try await CourierExecutable.run([
+            "bench", "--json", "--no-ceilings", "--pattern", "pairs", "--connections", "4", "--messages", "20",
+            "--rate", "100", "--storm", "30",
+        ])
+        #expect(result.status == 0, "\(result.output)")
+        let line = try #require(result.output.split(separator: "\n").last { $0.hasPrefix("{") }, "\(result.output)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        let storm = try #require(report["storm"] as? [String: Any], "\(report)")
+        let attempts = try #require(storm["attempts"] as? Int)
+        // The address's limit: 20 failed logins a minute are checked, whatever the storm sends.
+        #expect(attempts > 20 && (storm["password_checks"] as? Int ?? 99) <= 20, "\(storm)")
+        #expect((storm["throttled"] as? Int ?? 0) > 0)
+        #expect(
+            storm["acknowledged"] as? Int == 80 && storm["delivered"] as? Int == 80 && storm["failures"] as? Int == 0
+        )
+    }
+
     @Test("courier bench --pattern idle holds its connections and reports the server's memory before and after")
     func benchIdle() async throws {
         let result = try await CourierExecutable.run([
