@@ -342,6 +342,9 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             }
         } catch let error as CourierStoreError {
             result = .failure(error)
+        } catch {
+            // Whatever else went wrong, the attempt ends here: its place in the gate is given back below.
+            result = .failure(CourierStoreError(.storageFailed, "the login could not be checked; try again later"))
         }
         let failed = if case .failure(let error) = result { error.code == .authFailed } else { false }
         self.context.logins.finish(ticket, failed: failed)
