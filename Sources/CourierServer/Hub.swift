@@ -17,18 +17,25 @@ final class Hub: Sendable {
 
     private let state = Mutex(State())
 
-    /// Registers a connection.
-    ///
-    /// - Returns: Whether it is the user's first connection (the user just came online), or nil when the server is
-    ///   shutting down and takes no more connections.
-    func register(user: UserID, device: DeviceID, ephemeral: Bool) -> (ConnectionHandle, firstForUser: Bool)? {
+    enum Registration {
+        /// Registered; `firstForUser`: the user just came online.
+        case registered(ConnectionHandle, firstForUser: Bool)
+        /// The server is shutting down and takes no more connections.
+        case shuttingDown
+        /// The user has `maxPerUser` connections already.
+        case userFull
+    }
+
+    /// Registers a connection, unless its user has `maxPerUser` already.
+    func register(user: UserID, device: DeviceID, ephemeral: Bool, maxPerUser: Int = .max) -> Registration {
         self.state.withLock { state in
-            guard !state.shuttingDown else { return nil }
+            guard !state.shuttingDown else { return .shuttingDown }
+            guard (state.byUser[user]?.count ?? 0) < maxPerUser else { return .userFull }
             let handle = ConnectionHandle(id: state.nextID, user: user, device: device, wantsEphemeral: ephemeral)
             state.nextID += 1
             let first = state.byUser[user]?.isEmpty ?? true
             state.byUser[user, default: [:]][handle.id] = handle
-            return (handle, first)
+            return .registered(handle, firstForUser: first)
         }
     }
 

@@ -189,8 +189,9 @@ final class MediaService: Sendable {
             digest = try await self.blobs.finish(upload: upload.id, digest: known)
             self.forget(upload.id, of: upload.user)
         } catch let error as CourierStoreError where error.code == .mediaMismatch {
-            // The blob store deleted it.
-            self.forget(upload.id, of: upload.user)
+            // A digest that disagrees deletes the upload; one cut short keeps its bytes (it may be resumed) and so
+            // stays counted against the user's uploads and quota until it is finished or abandoned.
+            if (try? await self.blobs.upload(upload.id)) == nil { self.forget(upload.id, of: upload.user) }
             throw error
         }
         let left = try await self.store.recordUpload(

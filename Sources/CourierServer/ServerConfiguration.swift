@@ -40,6 +40,9 @@ public struct ServerConfiguration: Sendable {
         /// Connections from one address (an IPv4 address, or an IPv6 /64) that have not logged in yet; one more is
         /// closed at once with `server-full`, so idle sockets from one address cannot take the others' places.
         public var maxUnauthenticatedPerAddress: Int = 128
+        /// Logged-in connections of one user, all its devices and ports together; one more login is answered
+        /// `server-full` and closed (a stolen password cannot take the server's connections).
+        public var maxConnectionsPerUser: Int = 64
         /// Sends a connection may have waiting for their commit; the server reads nothing more from the connection
         /// until one is acknowledged (backpressure, nothing refused).
         public var maxUnackedSends: Int = 256

@@ -14,10 +14,12 @@ public enum Names {
     ///
     /// - Throws: ``CourierStoreError`` with code `invalid-name`, saying what is wrong.
     public static func validate(_ name: String, what: String = "name") throws {
-        let bytes = Array(name.utf8)
-        guard !bytes.isEmpty, bytes.count <= maxLength else {
-            throw CourierStoreError(.invalidName, "a \(what) has 1 to \(maxLength) characters, not \(bytes.count)")
+        // The length first, without copying: a hostile name may be a megabyte long.
+        let count = name.utf8.count
+        guard count >= 1, count <= maxLength else {
+            throw CourierStoreError(.invalidName, "a \(what) has 1 to \(maxLength) characters, not \(count)")
         }
+        let bytes = Array(name.utf8)
         func isAlphanumeric(_ byte: UInt8) -> Bool {
             (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
                 || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)

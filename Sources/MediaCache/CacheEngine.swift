@@ -92,10 +92,39 @@ actor CacheEngine {
     private var clock: UInt64 = 1
     private var nextReader = 0
     private var used: Int64 = 0
+    /// Bytes evicted or dropped whose files the commits have not deleted yet: on disk, and so under the cap.
+    private var doomed: Int64 = 0
+    /// Fetches waiting for room under the cap (or for their readers to catch up).
+    private var roomWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+    private var nextRoomWaiter: UInt64 = 0
+    /// Resources whose last commit failed (a full disk): their doomed files may stay a while, and nobody waits for
+    /// them.
+    private var failingCommits: Set<String> = []
     private var statistics = CacheStatistics()
 
-    /// The most bytes one answer of ``next(key:reader:generation:position:upper:url:forward:)`` pins.
-    private var maxServeBytes: Int64 { max(self.configuration.blockBytes * 4, 256 << 10) }
+    /// The most bytes one answer of ``next(key:reader:generation:position:upper:url:forward:)`` pins: four blocks
+    /// (at least 256 KiB), but no more than a thirty-second of the cap (at least a block), since pinned bytes
+    /// cannot be evicted.
+    private var maxServeBytes: Int64 {
+        let blockBytes = self.configuration.blockBytes
+        return max(blockBytes, min(max(blockBytes * 4, 256 << 10), self.configuration.maxBytes / 32))
+    }
+
+    /// How far a fetch may run ahead of the furthest of its readers: ``MediaCacheConfiguration/readAheadBytes``,
+    /// at most a quarter of the cap, and at least what one answer pins and a block more (so that a reader sending
+    /// its last answer does not hold the fetch up).
+    private var readAhead: Int64 {
+        max(
+            self.maxServeBytes + self.configuration.blockBytes,
+            min(self.configuration.readAheadBytes, self.configuration.maxBytes / 4)
+        )
+    }
+
+    /// How many bytes a fetch may have received and not yet written: a sixteenth of the cap, from a block to
+    /// ``pipeBytes``.
+    private nonisolated var pipeLimit: Int {
+        Int(min(Int64(Self.pipeBytes), max(self.configuration.blockBytes, self.configuration.maxBytes / 16)))
+    }
 
     init(configuration: MediaCacheConfiguration, origin: OriginClient, logger: Logger) throws {
         self.configuration = configuration
@@ -128,6 +157,7 @@ actor CacheEngine {
         for tasks in self.fetchTasks.values { for task in tasks.values { task.cancel() } }
         for key in Array(self.waiters.keys) { self.wake(key) }
         for tasks in self.fetchTasks.values { for task in tasks.values { await task.value } }
+        self.wakeRoomWaiters()
         while !self.committing.isEmpty { try? await Task.sleep(for: .milliseconds(5)) }
         try? await self.commitPool.shutdownGracefully()
     }
@@ -210,7 +240,10 @@ actor CacheEngine {
     ) async -> Read {
         while !Task.isCancelled {
             guard self.states[key] != nil else { return .changed }
-            switch self.states[key]!.step(reader: reader, generation: generation, position: position, upper: upper) {
+            let step = self.states[key]!.step(reader: reader, generation: generation, position: position, upper: upper)
+            // A reader that moved on may let a fetch held back for it go on.
+            self.wakeRoomWaiters()
+            switch step {
             case .serve(let range):
                 let capped = range.lowerBound..<min(range.upperBound, range.lowerBound + self.maxServeBytes)
                 self.states[key]!.pin(capped, clock: self.tick())
@@ -236,12 +269,14 @@ actor CacheEngine {
     func release(_ key: String, range: Range<Int64>) {
         self.states[key]?.unpin(range)
         self.evictIfNeeded()
+        self.wakeRoomWaiters()
     }
 
     /// A reader is done (or gone): the fetches it waited on may stop at their next block boundary.
     func leave(_ key: String, reader: Int) {
         self.states[key]?.leave(reader: reader)
         self.waiters[key]?.removeValue(forKey: reader)?.resume()
+        self.wakeRoomWaiters()
     }
 
     /// The bytes of a resource available now (a reader's snapshot at its start, to tell cached bytes from fetched).
@@ -308,8 +343,44 @@ actor CacheEngine {
     }
 
     private func wake(_ key: String) {
+        self.wakeRoomWaiters()
         guard let waiting = self.waiters.removeValue(forKey: key) else { return }
         for continuation in waiting.values { continuation.resume() }
+    }
+
+    /// Waits until something may have made room: a reader moved or left, a write or a commit ended, a fetch stopped.
+    private func waitForRoom() async {
+        let id = self.nextRoomWaiter
+        self.nextRoomWaiter += 1
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                if Task.isCancelled {
+                    continuation.resume()
+                } else {
+                    self.roomWaiters[id] = continuation
+                }
+            }
+        } onCancel: {
+            Task { await self.wakeRoomWaiter(id) }
+        }
+    }
+
+    private func wakeRoomWaiter(_ id: UInt64) {
+        self.roomWaiters.removeValue(forKey: id)?.resume()
+    }
+
+    private func wakeRoomWaiters() {
+        guard !self.roomWaiters.isEmpty else { return }
+        let waiting = self.roomWaiters
+        self.roomWaiters = [:]
+        for continuation in waiting.values { continuation.resume() }
+    }
+
+    /// Bytes a resource's state no longer counts as used went on the doomed list (their files are deleted by its
+    /// next commit).
+    private func dropped(_ bytes: Int64) {
+        self.used -= bytes
+        self.doomed += bytes
     }
 
     private static func head(_ record: ResourceRecord) -> ResourceHead {
@@ -353,7 +424,7 @@ actor CacheEngine {
     func remove(key: String) -> Bool {
         guard var state = self.states[key], state.headSeen else { return false }
         for task in (self.fetchTasks.removeValue(forKey: key) ?? [:]).values { task.cancel() }
-        self.used -= state.startGeneration { _ in }
+        self.dropped(state.startGeneration { _ in })
         state.headSeen = false
         self.states[key] = state
         self.passthroughUntil[key] = nil
@@ -435,7 +506,7 @@ actor CacheEngine {
             url: response.url
         )
         guard case .write(let start, let generation, let stop) = verdict else { return }
-        let pipe = FetchPipe(stop: stop, limit: Self.pipeBytes)
+        let pipe = FetchPipe(stop: stop, limit: self.pipeLimit)
         async let written = self.writeLoop(pipe, key: key, id: id, generation: generation, start: start)
         // Receive: clip to where the engine says the fetch stops, hand over, go on.
         var position = start
@@ -487,6 +558,10 @@ actor CacheEngine {
             try await self.threadPool.runIfActive { try self.store.prepare(key: key, generation: generation) }
             while let (chunks, received) = await pipe.take() {
                 let count = chunks.reduce(0) { $0 + Int64($1.readableBytes) }
+                guard await self.admitWrite(key: key, id: id, generation: generation, count: count) else {
+                    pipe.setStop(nil)
+                    break
+                }
                 let at = position
                 try await self.threadPool.runIfActive { try files.write(chunks, at: at) }
                 let next = await self.wrote(
@@ -549,7 +624,7 @@ actor CacheEngine {
             let freshness = Freshness(headers: headers.map { ($0.name, $0.value) }, received: now)
             if freshness.noStore || (total ?? 0) > self.configuration.maxBytes {
                 self.passthroughUntil[key] = now.addingTimeInterval(self.configuration.revalidationInterval)
-                if state.headSeen { self.used -= state.startGeneration { _ in } }
+                if state.headSeen { self.dropped(state.startGeneration { _ in }) }
                 state.headSeen = false
                 self.fail(&state, key: key, id: id, .passthrough)
                 return .stop
@@ -559,7 +634,7 @@ actor CacheEngine {
             let fill = self.fill(headers, url: url, total: total, freshness: freshness, now: now)
             if state.headSeen && Self.changed(state.record, etag: etag, lastModified: lastModified, total: total) {
                 self.logger.info("origin changed; dropping cached bytes", metadata: ["key": "\(key)"])
-                self.used -= state.startGeneration(keeping: id, fill)
+                self.dropped(state.startGeneration(keeping: id, fill))
             } else {
                 state.update(fill)
             }
@@ -688,6 +763,16 @@ actor CacheEngine {
     private func fetchFailed(key: String, id: Int, generation: Int, _ failure: ResourceState.Failure) {
         self.logger.debug("fetch failed", metadata: ["key": "\(key)", "reason": "\(failure)"])
         guard var state = self.states[key], state.generation == generation else { return }
+        if state.isAheadOfReaders(id) {
+            // Held back for readers that have not caught up (a paused player), its origin may have given up on it:
+            // it just ends, and a reader that gets to its end starts another fetch there.
+            state.finished(id, lengthKnown: false)
+            self.states[key] = state
+            self.fetchTasks[key]?[id] = nil
+            self.scheduleCommit(key)
+            self.wake(key)
+            return
+        }
         self.fail(&state, key: key, id: id, failure)
         self.scheduleCommit(key)
     }
@@ -747,10 +832,12 @@ actor CacheEngine {
     private func committed(_ key: String, _ commit: ResourceState.Commit, succeeded: Bool, missing: Set<Int64>) {
         self.committing.remove(key)
         if succeeded {
-            self.states[key]?.committed(commit, missing: missing)
+            self.failingCommits.remove(key)
+            if let freed = self.states[key]?.committed(commit, missing: missing) { self.doomed -= freed }
             if self.commitPending.remove(key) != nil { self.scheduleCommit(key) }
         } else {
             // Tried again in a second (a full disk may free up); meanwhile the bytes stay served from this process.
+            self.failingCommits.insert(key)
             self.states[key]?.commitFailed(commit)
             self.commitPending.remove(key)
             Task {
@@ -761,11 +848,12 @@ actor CacheEngine {
         self.wake(key)
     }
 
-    /// Evicts the least recently used blocks (not pinned, not being written) until the cache is below its cap by
-    /// a twentieth (so that eviction runs in batches, not at every write).
-    private func evictIfNeeded() {
-        guard self.used > self.configuration.maxBytes else { return }
-        let target = self.configuration.maxBytes - self.configuration.maxBytes / 20
+    /// Evicts the least recently used blocks (not pinned, not being written, not waiting for a reader) until the
+    /// cache, with `incoming` bytes more, is below its cap by a twentieth (so that eviction runs in batches, not at
+    /// every write).
+    private func evictIfNeeded(incoming: Int64 = 0) {
+        guard self.used + incoming > self.configuration.maxBytes else { return }
+        let target = self.configuration.maxBytes - self.configuration.maxBytes / 20 - incoming
         var candidates: [(key: String, block: Int64, lastUse: UInt64, bytes: Int64)] = []
         for (key, state) in self.states {
             for candidate in state.evictable() {
@@ -777,10 +865,39 @@ actor CacheEngine {
         for candidate in candidates {
             guard self.used > target else { break }
             self.states[candidate.key]!.evict(candidate.block)
-            self.used -= candidate.bytes
+            self.dropped(candidate.bytes)
             touched.insert(candidate.key)
         }
         for key in touched { self.scheduleCommit(key) }
+    }
+
+    /// Whether a fetch may write its next `count` bytes, waiting until it may; false when it should stop instead.
+    ///
+    /// The cap holds on disk while fetches write, not only after: bytes in use, bytes evicted whose files are not
+    /// deleted yet (a commit deletes them) and the bytes about to be written stay within it. Short of room, a fetch
+    /// first evicts, then waits for the commits to delete what was evicted. When nothing is left to wait for (what
+    /// remains is pinned by players, or unread by the readers of a fetch), a fetch a reader waits for writes anyway
+    /// (that excess is bounded by what readers hold), one running ahead of its readers waits for them to catch up,
+    /// and one nobody reads stops. Independently of the cap, a fetch never runs more than the read-ahead ahead of
+    /// the furthest of its readers.
+    private func admitWrite(key: String, id: Int, generation: Int, count: Int64) async -> Bool {
+        let cap = self.configuration.maxBytes
+        while !Task.isCancelled {
+            guard let state = self.states[key], state.generation == generation, state.fetches[id] != nil else {
+                return false
+            }
+            let need = state.writeNeed(id, count: count, readAhead: self.readAhead)
+            if need != .tooFarAhead {
+                self.evictIfNeeded(incoming: count)
+                if self.used + self.doomed + count <= cap { return true }
+                if self.doomed <= 0 || !self.failingCommits.isEmpty {
+                    if need == .waited { return true }
+                    if need == .unread { return false }
+                }
+            }
+            await self.waitForRoom()
+        }
+        return false
     }
 
     // MARK: Revalidation
@@ -872,13 +989,13 @@ actor CacheEngine {
             let fill = self.fill(headers, url: response.url, total: total, freshness: freshness, now: now)
             if Self.changed(state.record, etag: etag, lastModified: lastModified, total: total) {
                 self.logger.info("origin changed; dropping cached bytes", metadata: ["key": "\(key)"])
-                self.used -= state.startGeneration(fill)
+                self.dropped(state.startGeneration(fill))
                 state.headSeen = total != nil
             } else {
                 state.update(fill)
             }
         case 404, 410:
-            self.used -= state.startGeneration { _ in }
+            self.dropped(state.startGeneration { _ in })
             state.headSeen = false
             self.states[key] = state
             self.scheduleCommit(key)

@@ -189,7 +189,10 @@ extension CacheProxy {
                 throw MediaCacheError(.upstream, "the key provider failed: \(error)")
             }
         }
-        if let key = await self.keys.key(for: url.absoluteString) { return key }
+        // Held under the cache key: without the URL's credentials, and apart for each credential (a key fetched
+        // with one request's token or cookie is never handed to a request without it).
+        let memoryKey = self.cacheKey(for: url, headers: forward)
+        if let key = await self.keys.key(for: memoryKey) { return key }
         try self.origin.check(url)
         var headers = HTTPHeaders()
         for name in OriginClient.forwardedHeaders {
@@ -206,7 +209,12 @@ extension CacheProxy {
             throw MediaCacheError(.tooLarge, "the key is larger than \(self.configuration.maxKeyBytes) bytes")
         }
         let key = Array(body.readableBytesView)
-        await self.keys.store(key, for: url.absoluteString)
+        // A key someone's credentials fetched, or one the origin marks private, is fetched again at every request
+        // (as cached private media is revalidated): a revoked token gets no key from memory.
+        let isPrivate = response.headers["Cache-Control"].contains { $0.lowercased().contains("private") }
+        if !Credentials.isPrivate(key: memoryKey) && !isPrivate {
+            await self.keys.store(key, for: memoryKey)
+        }
         return key
     }
 

@@ -199,7 +199,7 @@ extension CacheProxy {
                 }
                 return true
             case .changed, .failed:
-                self.logger.info("response cut off", metadata: ["url": "\(url)", "why": "\(read)"])
+                self.logger.info("response cut off", metadata: ["key": "\(head.key)", "why": "\(read)"])
                 writer.abort()
                 return false
             }

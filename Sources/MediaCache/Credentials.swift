@@ -16,9 +16,12 @@ struct Credentials: Sendable, Hashable {
         for name in ["Authorization", "Cookie"] {
             for value in headers[name] { material.append("\(name.lowercased()):\(value)") }
         }
-        let items = URLComponents(url: url, resolvingAgainstBaseURL: false)?.queryItems ?? []
-        for item in items where parameters.contains(item.name.lowercased()) {
-            material.append("\(item.name.lowercased())=\(item.value ?? "")")
+        let components = URLComponents(url: url, resolvingAgainstBaseURL: false)
+        if let user = components?.percentEncodedUser {
+            material.append("userinfo:\(user):\(components?.percentEncodedPassword ?? "")")
+        }
+        for item in components?.percentEncodedQueryItems ?? [] where Self.isCredential(item.name, parameters) {
+            material.append("\(Self.decoded(item.name))=\(item.value.map(Self.decoded) ?? "")")
         }
         guard !material.isEmpty else {
             self.digest = nil
@@ -38,14 +41,30 @@ struct Credentials: Sendable, Hashable {
         key.contains("#credential-sha256=")
     }
 
-    /// A URL without its credential parameters (the rest of the query kept in order).
+    /// A URL without its credential parameters (the rest of the query kept in order) and without a user name or
+    /// password before its host.
     static func stripped(_ url: URL, parameters: Set<String>) -> URL {
-        guard var components = URLComponents(url: url, resolvingAgainstBaseURL: false),
-            let items = components.percentEncodedQueryItems,
-            items.contains(where: { parameters.contains($0.name.lowercased()) })
-        else { return url }
-        let kept = items.filter { !parameters.contains($0.name.lowercased()) }
-        components.percentEncodedQueryItems = kept.isEmpty ? nil : kept
+        guard var components = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return url }
+        let items = components.percentEncodedQueryItems ?? []
+        let hasUser = components.percentEncodedUser != nil || components.percentEncodedPassword != nil
+        guard hasUser || items.contains(where: { Self.isCredential($0.name, parameters) }) else { return url }
+        components.percentEncodedUser = nil
+        components.percentEncodedPassword = nil
+        if !items.isEmpty {
+            let kept = items.filter { !Self.isCredential($0.name, parameters) }
+            components.percentEncodedQueryItems = kept.isEmpty ? nil : kept
+        }
         return components.url ?? url
+    }
+
+    /// Whether a query parameter's name, as the URL spells it (`%74oken` is `token`; `+` is a space), is one of the
+    /// credential parameters.
+    static func isCredential(_ encodedName: String, _ parameters: Set<String>) -> Bool {
+        parameters.contains(Self.decoded(encodedName).lowercased())
+    }
+
+    private static func decoded(_ text: String) -> String {
+        let spaced = text.replacingOccurrences(of: "+", with: " ")
+        return spaced.removingPercentEncoding ?? spaced
     }
 }

@@ -18,6 +18,10 @@ public struct MediaCacheConfiguration: Sendable {
     /// How far a running fetch may still be from a reader's position (behind it) for the reader to wait for that fetch
     /// to get there instead of starting a fetch of its own.
     public var coalesceBytes: Int64 = 2 << 20
+    /// How far an origin fetch may run ahead of the furthest player reading it (at most a quarter of `maxBytes`,
+    /// at least four blocks and one more): beyond it the fetch waits for the player, and its origin for it. The
+    /// bytes between a player and its fetch are not evicted.
+    public var readAheadBytes: Int64 = 32 << 20
     /// How often, at most, a resource whose freshness has run out is revalidated with the origin.
     public var revalidationInterval: TimeInterval = 60
     /// How many redirects an origin request follows.

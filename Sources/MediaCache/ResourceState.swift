@@ -13,6 +13,9 @@
 ///   stops there instead, so running fetches do not bring the same bytes; a seek far ahead keeps what is cached
 ///   behind it.
 /// - A fetch nobody waits on any longer stops at its next block boundary.
+/// - A fetch runs at most a read-ahead ahead of the furthest of its readers (``writeNeed(_:count:readAhead:)``), and
+///   the bytes between its readers and it are not evicted (``evictable()``): a slow player's next bytes are neither
+///   thrown away before it reads them nor fetched faster than the cache can hold them.
 struct ResourceState {
     /// Why a fetch gave a reader nothing.
     enum Failure: Equatable, Sendable {
@@ -68,6 +71,13 @@ struct ResourceState {
     var headSeen: Bool
     /// Readers whose fetch failed, with why.
     private var failures: [Int: Failure] = [:]
+    /// Where each reader of the current generation last asked for bytes.
+    private(set) var readerPositions: [Int: Int64] = [:]
+    /// Bytes of evicted blocks, and of dropped generations, whose files are still on disk (deleted by the next
+    /// commit): they count against the cap on disk until then.
+    private(set) var doomedBytes: Int64 = 0
+    private var blockDoom: [Int64: Int64] = [:]
+    private var generationDoom: [Int: Int64] = [:]
     private var nextFetchID = 0
 
     let blockBytes: Int64
@@ -91,6 +101,7 @@ struct ResourceState {
             self.leave(reader: reader)
             return .changed
         }
+        self.readerPositions[reader] = position
         let limit = min(upper ?? .max, self.record.totalLength ?? .max)
         if position >= limit {
             self.leave(reader: reader)
@@ -144,6 +155,7 @@ struct ResourceState {
     /// A reader is gone (done, aborted, or its player disconnected).
     mutating func leave(reader: Int) {
         self.failures[reader] = nil
+        self.readerPositions[reader] = nil
         for (id, fetch) in self.fetches where fetch.readers.contains(reader) {
             self.fetches[id]?.readers.remove(reader)
         }
@@ -171,6 +183,34 @@ struct ResourceState {
             stop = min(stop, fetch.position % self.blockBytes == 0 ? fetch.position : boundary)
         }
         return fetch.position < stop ? stop : nil
+    }
+
+    /// How much a fetch's next bytes are wanted, for the cache to weigh against its cap.
+    enum WriteNeed: Equatable {
+        /// A reader waits for them now.
+        case waited
+        /// Its readers are behind it, and these bytes stay within the read-ahead of the furthest.
+        case ahead
+        /// Beyond the read-ahead: the fetch waits for its readers.
+        case tooFarAhead
+        /// Nobody reads the fetch (it fills up its block).
+        case unread
+    }
+
+    /// How much the `count` bytes a fetch writes next are wanted.
+    func writeNeed(_ id: Int, count: Int64, readAhead: Int64) -> WriteNeed {
+        guard let fetch = self.fetches[id],
+            let furthest = fetch.readers.compactMap({ self.readerPositions[$0] }).max()
+        else { return .unread }
+        if furthest >= fetch.position { return .waited }
+        return fetch.position + count - furthest <= readAhead ? .ahead : .tooFarAhead
+    }
+
+    /// Whether a fetch's readers are all behind it (it was held back for them).
+    func isAheadOfReaders(_ id: Int) -> Bool {
+        guard let fetch = self.fetches[id] else { return false }
+        let positions = fetch.readers.compactMap { self.readerPositions[$0] }
+        return !positions.isEmpty && positions.allSatisfy { $0 < fetch.position }
     }
 
     /// A fetch wrote bytes; returns how many of them are new to the cache. Only the part up to the fetch's end
@@ -227,10 +267,18 @@ struct ResourceState {
     /// A commit's index is in place: its synced bytes are listed (those still available: not evicted since), its
     /// blocks and old generations are gone. Bytes of blocks whose file was missing at the sync were not listed, and
     /// are no longer served.
-    mutating func committed(_ commit: Commit, missing: Set<Int64> = []) {
-        self.deleting.subtract(commit.deleting)
+    ///
+    /// - Returns: How many doomed bytes the commit deleted.
+    @discardableResult
+    mutating func committed(_ commit: Commit, missing: Set<Int64> = []) -> Int64 {
+        var freed: Int64 = 0
         self.oldGenerations.subtract(commit.oldGenerations)
-        guard commit.record.generation == self.generation else { return }
+        for generation in commit.oldGenerations { freed += self.generationDoom.removeValue(forKey: generation) ?? 0 }
+        defer { self.doomedBytes -= freed }
+        // Block numbers of another generation name other files.
+        guard commit.record.generation == self.generation else { return freed }
+        self.deleting.subtract(commit.deleting)
+        for block in commit.deleting { freed += self.blockDoom.removeValue(forKey: block) ?? 0 }
         for block in missing {
             let range = (block * self.blockBytes)..<((block + 1) * self.blockBytes)
             for synced in commit.syncing where synced.overlaps(range) {
@@ -242,6 +290,7 @@ struct ResourceState {
                 if case .cached(let cached) = piece { self.record.ranges.insert(cached) }
             }
         }
+        return freed
     }
 
     /// A commit failed (a full disk, say): its bytes stay available in this process and are synced again next time.
@@ -297,6 +346,11 @@ struct ResourceState {
         }
         self.lastUse = [:]
         self.deleting = []
+        self.readerPositions = [:]
+        // The old folder goes whole: its doomed blocks with it.
+        self.generationDoom[old, default: 0] += dropped + self.blockDoom.values.reduce(0, +)
+        self.blockDoom = [:]
+        self.doomedBytes += dropped
         self.oldGenerations.insert(old)
         return dropped
     }
@@ -315,16 +369,24 @@ struct ResourceState {
     }
 
     /// Blocks that may be evicted, with their last use and the bytes they hold: not pinned, not where a running
-    /// fetch will write.
+    /// fetch will write, not between a fetch and a reader of it that has yet to read them.
     func evictable() -> [(block: Int64, lastUse: UInt64, bytes: Int64)] {
         var result: [(block: Int64, lastUse: UInt64, bytes: Int64)] = []
+        var unread: [Range<Int64>] = []
+        for fetch in self.fetches.values {
+            for reader in fetch.readers {
+                if let position = self.readerPositions[reader], position < fetch.position {
+                    unread.append(position..<fetch.position)
+                }
+            }
+        }
         for (block, used) in self.lastUse where self.pins[block] == nil && !self.deleting.contains(block) {
             let range = (block * self.blockBytes)..<((block + 1) * self.blockBytes)
             let written = self.fetches.values.contains { fetch in
                 (fetch.position < range.upperBound && fetch.end > range.lowerBound)
                     || fetch.position / self.blockBytes == block
             }
-            if written { continue }
+            if written || unread.contains(where: { $0.overlaps(range) }) { continue }
             let bytes = self.available.intersection(count: range)
             if bytes > 0 { result.append((block, used, bytes)) }
         }
@@ -334,6 +396,9 @@ struct ResourceState {
     /// Evicts a block: its bytes are no longer available nor listed; its file is deleted after the next index write.
     mutating func evict(_ block: Int64) {
         let range = (block * self.blockBytes)..<((block + 1) * self.blockBytes)
+        let bytes = self.available.intersection(count: range)
+        self.blockDoom[block, default: 0] += bytes
+        self.doomedBytes += bytes
         self.available.remove(range)
         self.unsynced.remove(range)
         self.record.ranges.remove(range)

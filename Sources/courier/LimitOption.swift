@@ -7,6 +7,7 @@ enum LimitOption {
     static let setters: [(name: String, apply: @Sendable (inout ServerConfiguration, String) throws -> Void)] = [
         ("max-connections", { $0.limits.maxConnections = try int($1) }),
         ("max-unauthenticated-per-address", { $0.limits.maxUnauthenticatedPerAddress = try int($1) }),
+        ("max-connections-per-user", { $0.limits.maxConnectionsPerUser = try int($1) }),
         ("http-max-connections", { $0.http.maxConnections = try int($1) }),
         ("http-idle-timeout", { $0.http.idleTimeout = try duration($1) }),
         ("reserved-descriptors", { $0.reservedDescriptors = try int($1) }),

@@ -113,4 +113,28 @@ struct AbuseTests {
             $0.media.maxUploadsPerUser = 3
         }
     }
+
+    @Test("an upload finished short keeps its place among the user's uploads until it is completed")
+    func shortUploadKeepsItsPlace() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            let files = (0..<2).map { MediaTests.randomBytes(10_000, "shortUploadKeepsItsPlace-\($0)") }
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+            // Half the file, then the end of the stream: refused, but its bytes stay on disk to be resumed.
+            let short = try await alice.upload(files[0], stream: 1, upTo: 5_000, endingThere: true)
+            #expect(short.error?.code == ErrorCodes.mediaMismatch, "\(short)")
+            let refused = try await alice.upload(files[1], stream: 3, upTo: 0)
+            #expect(refused.error?.code == ErrorCodes.quotaExceeded, "\(refused)")
+            // Resumed where it stopped and completed, it frees the place.
+            guard case .done(_, let startedAt) = try await alice.upload(files[0], stream: 5) else {
+                Issue.record("the short upload could not be resumed")
+                return
+            }
+            #expect(startedAt == 5_000)
+            #expect(try await alice.upload(files[1], stream: 7).done != nil)
+            await alice.close()
+        } configure: {
+            $0.media.maxUploadsPerUser = 1
+        }
+    }
 }

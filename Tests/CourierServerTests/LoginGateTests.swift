@@ -89,6 +89,44 @@ struct LoginGateTests {
         }
     }
 
+    @Test("the table stays small: names no user can have share one key, old keys go, a full table refuses new ones")
+    func boundedTable() {
+        var gate = LoginGate(perUser: 5, perAddress: 1_000_000, window: .seconds(60), maxKeys: 100)
+        // A thousand different long (or otherwise invalid) names: one key for them all, and the per-user
+        // limit applies to them together.
+        var admitted = 0
+        for index in 0..<1_000 {
+            let name = index % 2 == 0 ? String(repeating: "n", count: 100_000) + "\(index)" : "bad\u{0}\(index)"
+            if case .admitted(let ticket) = gate.admit(user: name, address: "a", now: Self.start) {
+                admitted += 1
+                gate.finish(ticket, failed: true, now: Self.start)
+            }
+        }
+        #expect(admitted == 5)
+        #expect(gate.keyCount == 2, "the address and the one key of invalid names")
+        // Valid names fill the table; once it is full, a new name is refused, a known one is not.
+        for index in 0..<98 {
+            guard case .admitted(let ticket) = gate.admit(user: "user\(index)", address: "a", now: Self.start) else {
+                Issue.record("user\(index) refused")
+                return
+            }
+            gate.finish(ticket, failed: true, now: Self.start)
+        }
+        #expect(gate.keyCount == 100)
+        #expect(gate.admit(user: "newcomer", address: "a", now: Self.start) == .throttled(retryAfter: gate.inFlightRetry))
+        guard case .admitted(let known) = gate.admit(user: "user1", address: "a", now: Self.start) else {
+            Issue.record("a known name refused while the table is full")
+            return
+        }
+        gate.finish(known, failed: false, now: Self.start)
+        // After the window the failures are old: the next attempt prunes them.
+        guard case .admitted = gate.admit(user: "newcomer", address: "a", now: Self.start + .seconds(61)) else {
+            Issue.record("still full after the window")
+            return
+        }
+        #expect(gate.keyCount == 2, "only the attempt in flight's keys are left")
+    }
+
     @Test("IPv6 addresses count by their /64; IPv4-mapped ones as IPv4")
     func addressKeys() {
         #expect(AddressKey.of(ip: "127.0.0.1") == "127.0.0.1")

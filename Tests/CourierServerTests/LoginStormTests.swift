@@ -152,6 +152,47 @@ struct LoginStormTests {
         }
     }
 
+    @Test("a user past maxConnectionsPerUser gets server-full; others are not affected; a freed place is reused")
+    func connectionsPerUser() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            try await fixture.user("bob")
+            let (first, _) = try await NativeTestClient.login(fixture, "alice", device: "one")
+            let compat = try await CompatTestClient.connect(port: fixture.ports.compat)
+            try await compat.write(try CompatTestClient.packet("auth", ["user": "alice", "password": "pw-alice"]))
+            _ = try await compat.expect("welcome")
+            // A third connection of alice's, right password and all: refused, closed.
+            let third = try await NativeTestClient.connect(port: fixture.ports.native)
+            var hello = ClientEnvelope()
+            hello.hello.password.user = "alice"
+            hello.hello.password.password = "pw-alice"
+            try await third.send(hello)
+            let closed = try await third.expectClose()
+            #expect(closed.last?.failure?.code == ErrorCodes.serverFull, "\(closed)")
+            // Bob is not affected, and alice's two connections are served.
+            let (bob, _) = try await NativeTestClient.login(fixture, "bob")
+            #expect(try await first.sendText("still here", to: .user("bob")).ack != nil)
+            #expect(try await bob.messages(1).map(\.body.text) == ["still here"])
+            // One of alice's leaves: a login fits again (the server notices the close a moment later: retry).
+            await first.close()
+            let deadline = ContinuousClock.now + .seconds(10)
+            var welcomed = false
+            while !welcomed, ContinuousClock.now < deadline {
+                if let (again, _) = try? await NativeTestClient.login(fixture, "alice") {
+                    welcomed = true
+                    await again.close()
+                } else {
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+            }
+            #expect(welcomed)
+            await compat.close()
+            await bob.close()
+        } configure: {
+            $0.limits.maxConnectionsPerUser = 2
+        }
+    }
+
     @Test("the HTTP port closes a client that sends its request head a byte at a time")
     func httpSlowHead() async throws {
         try await ServerFixture.with { fixture in

@@ -45,11 +45,12 @@ extension NativeTestClient {
     }
 
     /// Uploads `bytes` on a stream, chunk by chunk within the server's window; with `upTo`, stops once that many
-    /// bytes of the file are sent.
+    /// bytes of the file are sent (with `endingThere`, ending the stream there: an upload cut short).
     func upload(
         _ bytes: [UInt8],
         stream: UInt32,
         upTo limit: Int? = nil,
+        endingThere: Bool = false,
         chunk: Int = 64 * 1024
     ) async throws
         -> UploadResult
@@ -74,7 +75,7 @@ extension NativeTestClient {
                 continue
             }
             let count = min(chunk, window, end - offset)
-            let last = offset + count == bytes.count
+            let last = offset + count == (endingThere ? end : bytes.count)
             try await self.send(
                 frame: NativeFrame(
                     kind: .mediaChunk,
@@ -86,7 +87,7 @@ extension NativeTestClient {
             offset += count
             window -= count
         }
-        if offset < bytes.count { return .cut(startedAt: start, offset: offset) }
+        if offset < bytes.count && !endingThere { return .cut(startedAt: start, offset: offset) }
         let answer = try await self.expect("upload_done") { $0.requestID == id ? $0 : nil }
         switch answer.body {
         case .uploadDone(let done)?: return .done(done, startedAt: start)

@@ -154,6 +154,7 @@ enum Curl {
         head: Bool = false,
         method: String? = nil,
         headers extra: [String] = [],
+        options: [String] = [],
         in folder: URL
     ) async throws -> Response {
         let name = UUID().uuidString
@@ -168,6 +169,7 @@ enum Curl {
         if head { arguments.append("-I") }
         if let method { arguments += ["-X", method] }
         for header in extra { arguments += ["-H", header] }
+        arguments += options
         arguments.append(url)
         let result = try await ExternalProgram.run("/usr/bin/curl", arguments)
         let headerText = (try? String(contentsOf: headerFile, encoding: .utf8)) ?? ""

@@ -72,7 +72,21 @@ struct ProxySecurityTests {
     @Test("a foreign Host is refused (DNS rebinding); control requests need the secret and no foreign Origin")
     func webPages() async throws {
         let data = randomData(10_000, seed: 12)
-        try await ProxyFixture.with(files: ["f.bin": data]) { fixture in
+        let page = Data("<html><script>fetch('/_cache')</script></html>".utf8)
+        try await ProxyFixture.with(
+            files: ["f.bin": data, "page.html": page],
+            nginxExtra: "location /pages/ { alias {root}/; default_type text/html; }"
+        ) { fixture in
+            // An origin's HTML page, cached or not, is never a script-running page of the proxy's own origin.
+            let pageURL = ProxyURL(port: fixture.port).query(for: fixture.nginx.url("page.html", location: "pages"))
+            for attempt in ["fetched", "cached"] {
+                let shown = try await Curl.get(pageURL.absoluteString, in: fixture.folder)
+                #expect(shown.status == 200 && shown.body == page, "\(attempt)")
+                #expect(shown.headers["content-type"]?.hasPrefix("text/html") == true, "\(attempt)")
+                #expect(shown.headers["content-security-policy"] == "sandbox", "\(attempt): \(shown.headers)")
+                #expect(shown.headers["x-content-type-options"] == "nosniff", "\(attempt)")
+            }
+
             let resource = ProxyURL(port: fixture.port).query(for: fixture.nginx.url("f.bin")).absoluteString
             let rebound = try await Curl.get(resource, headers: ["Host: evil.example"], in: fixture.folder)
             #expect(rebound.status == 403 && rebound.body != data)

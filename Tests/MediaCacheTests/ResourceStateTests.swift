@@ -100,6 +100,47 @@ struct ResourceStateTests {
         #expect(state.step(reader: 2, generation: 0, position: 120, upper: 180) == .fetch(id: 1, range: 120..<200))
     }
 
+    @Test("a fetch runs at most the read-ahead ahead of its furthest reader; what the reader has not read stays")
+    func readAhead() {
+        var state = self.state(total: nil)
+        #expect(state.step(reader: 1, generation: 0, position: 0, upper: nil) == .fetch(id: 0, range: 0..<Int64.max))
+        #expect(state.writeNeed(0, count: 50, readAhead: 300) == .waited)
+        _ = state.wrote(0, 0..<250, clock: 1)
+        // The reader has not asked again: it is at 0, the fetch at 250.
+        #expect(state.writeNeed(0, count: 50, readAhead: 300) == .ahead)
+        #expect(state.writeNeed(0, count: 51, readAhead: 300) == .tooFarAhead)
+        #expect(state.evictable().isEmpty, "every block holds bytes the reader has yet to read")
+        // Read up to 200: blocks 0 and 1 may go, block 2 is unread (and being written).
+        #expect(state.step(reader: 1, generation: 0, position: 200, upper: nil) == .serve(200..<250))
+        #expect(state.evictable().map(\.block).sorted() == [0, 1])
+        #expect(state.writeNeed(0, count: 250, readAhead: 300) == .ahead)
+        #expect(state.isAheadOfReaders(0))
+        // At the fetch's position, the reader waits for it.
+        #expect(state.step(reader: 1, generation: 0, position: 250, upper: nil) == .wait)
+        #expect(state.writeNeed(0, count: 1_000, readAhead: 300) == .waited)
+        #expect(!state.isAheadOfReaders(0))
+        state.leave(reader: 1)
+        #expect(state.writeNeed(0, count: 1, readAhead: 300) == .unread)
+    }
+
+    @Test("evicted and dropped bytes count as on disk until the commit that deletes their files")
+    func doomedBytes() {
+        var state = self.state(cached: [0..<300])
+        state.touchAll(clock: 0)
+        state.evict(1)
+        #expect(state.doomedBytes == 100)
+        let commit = state.commit()
+        state.evict(2)
+        // The commit taken before block 2 was evicted deletes block 1 only.
+        #expect(state.committed(commit) == 100)
+        #expect(state.doomedBytes == 100)
+        #expect(state.startGeneration { _ in } == 100, "block 0 was still in use")
+        #expect(state.doomedBytes == 200)
+        // The old generation's folder goes whole, block 2's file with it.
+        #expect(state.committed(state.commit()) == 200)
+        #expect(state.doomedBytes == 0)
+    }
+
     @Test("a reader behind a fetch's frontier, its bytes evicted, starts its own fetch instead of waiting on that one")
     func readerBehindTheFrontier() {
         var state = self.state()

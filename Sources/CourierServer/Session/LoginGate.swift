@@ -1,3 +1,4 @@
+import CourierStore
 import Foundation
 import Synchronization
 
@@ -8,8 +9,10 @@ import Synchronization
 /// user cannot all pass a check made before any of them has failed: at most `perUser` of them run, and once they
 /// have failed the rest wait for the window. Attempts for names that do not exist count the same as the others.
 ///
-/// Memory is bounded: each key keeps at most its limit of timestamps, and keys with no attempt in flight and no
-/// failure left in the window are dropped when the table grows past `maxKeys`.
+/// Memory is bounded: a name that breaks the name rule (which no user has: a megabyte of text, say) counts under one
+/// shared key, each key keeps at most its limit of timestamps, keys with no attempt in flight and no failure left in
+/// the window are dropped once a window (and whenever the table reaches `maxKeys`), and while the table is still
+/// full an attempt that needs a new key is refused.
 struct LoginGate: Sendable {
     let perUser: Int
     let perAddress: Int
@@ -19,6 +22,7 @@ struct LoginGate: Sendable {
     /// not known yet; a password check takes about a tenth of a second).
     let inFlightRetry: Duration
     private var entries: [Key: Entry] = [:]
+    private var lastPrune: ContinuousClock.Instant?
 
     private enum Key: Hashable {
         case user(String)
@@ -70,12 +74,8 @@ struct LoginGate: Sendable {
     ///     by each other nor by a password storm from there.
     ///   - address: The client's address key (``AddressKey``).
     mutating func admit(user: String?, address: String, now: ContinuousClock.Instant) -> Admission {
-        let keys = Self.keys(
-            user: user?.lowercased(),
-            address: address,
-            perUser: self.perUser,
-            perAddress: self.perAddress
-        )
+        let userKey = user.map(Self.userKey)
+        let keys = Self.keys(user: userKey, address: address, perUser: self.perUser, perAddress: self.perAddress)
         var wait: Duration?
         for (key, limit) in keys {
             guard let entry = self.entries[key] else { continue }
@@ -88,11 +88,16 @@ struct LoginGate: Sendable {
             wait = max(wait ?? .zero, keyWait)
         }
         if let wait { return .throttled(retryAfter: wait) }
-        if self.entries.count >= self.maxKeys { self.prune(now: now) }
+        if self.entries.count >= self.maxKeys || self.lastPrune.map({ now - $0 >= self.window }) ?? true {
+            self.prune(now: now)
+        }
+        if self.entries.count >= self.maxKeys, keys.contains(where: { self.entries[$0.0] == nil }) {
+            return .throttled(retryAfter: self.inFlightRetry)
+        }
         if user != nil {
             for (key, _) in keys { self.entries[key, default: Entry()].inFlight += 1 }
         }
-        return .admitted(Ticket(user: user?.lowercased(), address: address))
+        return .admitted(Ticket(user: userKey, address: address))
     }
 
     /// An admitted attempt ended; a failure is recorded against both its keys.
@@ -114,6 +119,12 @@ struct LoginGate: Sendable {
         }
     }
 
+    /// The key a user name counts under: the name lowercased, or, for a name that breaks the name rule, one key
+    /// shared by all such names (none of them can log in, so throttling them together costs nobody anything).
+    static func userKey(_ user: String) -> String {
+        Names.isValid(user) ? user.lowercased() : ""
+    }
+
     /// The keys an attempt counts under, with their limits: a password attempt under its address and its user name
     /// (lowercased), a token under its address's token key.
     private static func keys(user: String?, address: String, perUser: Int, perAddress: Int) -> [(Key, Int)] {
@@ -123,10 +134,14 @@ struct LoginGate: Sendable {
 
     /// Attempts in flight for a user name, for tests.
     func inFlight(user: String) -> Int {
-        self.entries[.user(user.lowercased())]?.inFlight ?? 0
+        self.entries[.user(Self.userKey(user))]?.inFlight ?? 0
     }
 
+    /// How many keys the table holds, for tests.
+    var keyCount: Int { self.entries.count }
+
     private mutating func prune(now: ContinuousClock.Instant) {
+        self.lastPrune = now
         self.entries = self.entries.filter { _, entry in
             entry.inFlight > 0 || entry.failures.contains { now - $0 < self.window }
         }

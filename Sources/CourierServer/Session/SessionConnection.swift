@@ -380,18 +380,34 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             deviceSession = success
         }
 
-        guard
-            let (handle, first) = self.context.hub.register(
-                user: deviceSession.user.id,
-                device: deviceSession.device.id,
-                ephemeral: hello.ephemeral
-            )
-        else {
+        let handle: ConnectionHandle
+        let first: Bool
+        switch self.context.hub.register(
+            user: deviceSession.user.id,
+            device: deviceSession.device.id,
+            ephemeral: hello.ephemeral,
+            maxPerUser: self.context.configuration.limits.maxConnectionsPerUser
+        ) {
+        case .registered(let registered, let firstForUser):
+            handle = registered
+            first = firstForUser
+        case .shuttingDown:
             try? await self.close(
                 outbound,
                 session: session,
                 code: ErrorCodes.shuttingDown,
                 message: "the server is stopping"
+            )
+            return false
+        case .userFull:
+            self.context.metrics.refusals.increment()
+            let limit = self.context.configuration.limits.maxConnectionsPerUser
+            self.logger.notice("refused a login: the user is at its connection limit")
+            try? await self.close(
+                outbound,
+                session: session,
+                code: ErrorCodes.serverFull,
+                message: "this user has \(limit) connections already"
             )
             return false
         }

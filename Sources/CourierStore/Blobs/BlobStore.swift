@@ -140,8 +140,8 @@ public final class BlobStore: Sendable {
     ///   - digest: The SHA-256 of every byte of the part file, when the caller hashed them as they were appended
     ///     (it saw the upload from offset 0): the file is then not read again. Nil: the file is read and hashed.
     /// - Returns: The digest the blob is stored under.
-    /// - Throws: `unknown-upload`, `media-mismatch` (short, or another digest: the upload is deleted, nothing is
-    ///   stored), `storage-failed`.
+    /// - Throws: `unknown-upload`, `media-mismatch` (nothing is stored; a short upload is kept to be resumed,
+    ///   one with another digest is deleted), `storage-failed`.
     public func finish(upload id: String, digest known: String? = nil) async throws -> String {
         try Self.validate(id: id)
         return try await self.run {

@@ -1,0 +1,43 @@
+import Foundation
+import NIOHTTP1
+import Testing
+
+@testable import MediaCache
+
+@Suite("MediaCache credentials (no sockets)")
+struct CredentialsTests {
+    static let parameters = MediaCacheConfiguration(cacheDirectory: URL(fileURLWithPath: "/nonexistent")).credentialParameters
+
+    @Test("credential parameters go however the URL spells their names, and so do a user and password")
+    func stripped() throws {
+        let cases: [(String, String)] = [
+            ("https://o.example/v.mp4?token=s3cret&q=1", "https://o.example/v.mp4?q=1"),
+            ("https://o.example/v.mp4?%74oken=s3cret&q=1", "https://o.example/v.mp4?q=1"),
+            ("https://o.example/v.mp4?TOKEN=s3cret", "https://o.example/v.mp4"),
+            ("https://o.example/v.mp4?access%5Ftoken=s3cret&q=1", "https://o.example/v.mp4?q=1"),
+            ("https://me:s3cret@o.example/v.mp4?q=1", "https://o.example/v.mp4?q=1"),
+            ("https://o.example/v.mp4?q=%74oken", "https://o.example/v.mp4?q=%74oken"),
+        ]
+        for (given, expected) in cases {
+            let url = try #require(URL(string: given))
+            let result = Credentials.stripped(url, parameters: Self.parameters).absoluteString
+            #expect(result == expected, "\(given)")
+            #expect(!result.contains("s3cret"))
+        }
+    }
+
+    @Test("every spelling of a credential gives its own key; the same credential gives the same key")
+    func digests() throws {
+        func digest(_ text: String, _ headers: HTTPHeaders = [:]) throws -> String? {
+            Credentials(url: try #require(URL(string: text)), headers: headers, parameters: Self.parameters).digest
+        }
+        #expect(try digest("https://o.example/v.mp4?q=1") == nil)
+        let token = try digest("https://o.example/v.mp4?token=a")
+        #expect(token != nil)
+        #expect(try digest("https://o.example/v.mp4?%74oken=a") == token)
+        #expect(try digest("https://o.example/v.mp4?token=b") != token)
+        #expect(try digest("https://me:a@o.example/v.mp4") != nil)
+        #expect(try digest("https://me:a@o.example/v.mp4") != digest("https://me:b@o.example/v.mp4"))
+        #expect(try digest("https://o.example/v.mp4", ["Cookie": "s=1"]) != nil)
+    }
+}
