@@ -221,8 +221,12 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
     ) async throws -> Bool {
         // Over the user's fan-out budget (all its connections together): hold its next send, reading nothing more,
         // until the budget has paid for what was sent.
+        // The hold is the server's doing, not the client's silence: it does not count towards `idleTimeout`.
         if case .send? = envelope.body, let user = session.withMachine({ $0.session?.user.id }) {
-            while let wait = self.context.fanoutWait(of: user) { try await Task.sleep(for: wait) }
+            while let wait = self.context.fanoutWait(of: user) {
+                try await Task.sleep(for: min(wait, .seconds(1)))
+                session.withMachine { $0.receivedBytes(now: .now) }
+            }
         }
         var action = session.withMachine { $0.received(envelope, now: .now) }
         // Over the send rate: hold the request (and read nothing more) until the rate allows it.
@@ -270,9 +274,23 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             if case .send = request { self.context.metrics.messagesIn.increment() }
             // Enqueued here, in arrival order; the answering loop awaits the outcomes in the same order, so answers
             // go out in the order the requests came while more requests are read meanwhile.
+            // A send reserves what it is expected to cost from its sender's fan-out budget now, before its commit:
+            // sends in flight count at once, so a flood is held after the budget's worth, not after
+            // `maxUnackedSends` of them per connection. The commit settles the difference.
+            var reserved = 0
+            if case .send(let send) = request {
+                reserved = session.fanoutEstimate(for: send.to)
+                self.context.chargeFanout(of: send.sender, deliveries: reserved)
+            }
             let ticket = self.context.commits.enqueue(request)
             session.answer(
-                SessionShared.Answer(request: request, ticket: ticket, requestID: requestID, answers: answers)
+                SessionShared.Answer(
+                    request: request,
+                    ticket: ticket,
+                    requestID: requestID,
+                    answers: answers,
+                    reservedFanout: reserved
+                )
             )
             return true
         case .request(let request, let requestID):
@@ -465,7 +483,13 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
     /// Awaits each write's outcome in order and sends its answer.
     private func answer(_ session: SessionShared, outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>) async {
         for await answer in session.answers {
-            let reply = await self.commit(answer.request, ticket: answer.ticket, requestID: answer.requestID)
+            let reply = await self.commit(
+                answer.request,
+                ticket: answer.ticket,
+                requestID: answer.requestID,
+                reservedFanout: answer.reservedFanout,
+                session: session
+            )
             if answer.answers, let reply {
                 try? await session.write(reply, transport: self.transport, to: outbound)
             }
@@ -474,27 +498,32 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
     }
 
     /// Submits a write to the group commit and makes its answer.
-    private func commit(_ request: WriteRequest, ticket: CommitTicket, requestID: UInt64) async -> ServerEnvelope? {
+    private func commit(
+        _ request: WriteRequest,
+        ticket: CommitTicket,
+        requestID: UInt64,
+        reservedFanout: Int,
+        session: SessionShared
+    ) async -> ServerEnvelope? {
         let outcome: WriteOutcome
         do {
             outcome = try await ticket.outcome()
-        } catch let error as CourierStoreError {
-            self.logger.warning("write failed", metadata: ["code": "\(error.code)"])
-            return self.errorEnvelope(requestID, code: "\(error.code)", message: error.message, id: request.messageID)
         } catch {
-            return self.errorEnvelope(
-                requestID,
-                code: ErrorCodes.internalError,
-                message: "\(error)",
-                id: request.messageID
-            )
+            // Nothing was delivered: the reservation is given back.
+            if case .send(let send) = request, reservedFanout > 0 {
+                self.context.chargeFanout(of: send.sender, deliveries: -reservedFanout)
+            }
+            return self.failedWrite(request, requestID: requestID, error)
         }
         var envelope = ServerEnvelope()
         envelope.requestID = requestID
         switch outcome {
         case .sent(let receipt):
-            if let user = request.sender, !receipt.duplicate {
-                self.context.chargeFanout(of: user, deliveries: receipt.recipients)
+            if case .send(let send) = request {
+                // The reservation becomes the real cost (none for a duplicate: it was delivered before).
+                let cost = receipt.duplicate ? 0 : receipt.recipients
+                self.context.chargeFanout(of: send.sender, deliveries: cost - reservedFanout)
+                if !receipt.duplicate { session.learnFanout(receipt.recipients, for: send.to) }
             }
             envelope.sendAck.id = receipt.id
             envelope.sendAck.conversation = Courier_V1_Conversation(receipt.conversation)
@@ -504,10 +533,22 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         case .done:
             envelope.done = Courier_V1_Done()
         case .refused(let error):
+            if case .send(let send) = request, reservedFanout > 0 {
+                self.context.chargeFanout(of: send.sender, deliveries: -reservedFanout)
+            }
             self.context.metrics.refusals.increment()
             return self.errorEnvelope(requestID, code: "\(error.code)", message: error.message, id: request.messageID)
         }
         return envelope
+    }
+
+    /// The answer to a write whose commit failed.
+    private func failedWrite(_ request: WriteRequest, requestID: UInt64, _ error: any Error) -> ServerEnvelope {
+        if let error = error as? CourierStoreError {
+            self.logger.warning("write failed", metadata: ["code": "\(error.code)"])
+            return self.errorEnvelope(requestID, code: "\(error.code)", message: error.message, id: request.messageID)
+        }
+        return self.errorEnvelope(requestID, code: ErrorCodes.internalError, message: "\(error)", id: request.messageID)
     }
 
     // MARK: Other requests

@@ -11,6 +11,8 @@ final class SessionShared: Sendable {
         var ticket: CommitTicket
         var requestID: UInt64
         var answers: Bool
+        /// The deliveries reserved from the sender's fan-out budget when the send was enqueued (0 for other writes).
+        var reservedFanout: Int = 0
     }
 
     /// The writes in flight, in the order they were enqueued; bounded by the limit on writes in flight, since the
@@ -24,7 +26,12 @@ final class SessionShared: Sendable {
         var pendingWrites: [Int: ContinuousClock.Instant] = [:]
         var nextWrite = 0
         var inlineUpload: MediaService.Upload?
+        /// What this connection's last send to each conversation cost in deliveries.
+        var fanoutEstimates: [ConversationAddress: Int] = [:]
     }
+
+    /// The most conversations whose fan-out cost a connection remembers.
+    static let maxFanoutEstimates = 1_024
 
     private let machine: Mutex<SessionStateMachine>
     private let state = Mutex(State())
@@ -68,6 +75,20 @@ final class SessionShared: Sendable {
     var inlineUpload: MediaService.Upload? {
         get { self.state.withLock { $0.inlineUpload } }
         set { self.state.withLock { $0.inlineUpload = newValue } }
+    }
+
+    /// What a send to `conversation` is expected to cost in deliveries: what the last one cost, or 2 (a direct
+    /// message) for a conversation this connection has not sent to yet.
+    func fanoutEstimate(for conversation: ConversationAddress) -> Int {
+        self.state.withLock { $0.fanoutEstimates[conversation] ?? 2 }
+    }
+
+    /// A send to `conversation` cost `deliveries`.
+    func learnFanout(_ deliveries: Int, for conversation: ConversationAddress) {
+        self.state.withLock { state in
+            if state.fanoutEstimates.count >= Self.maxFanoutEstimates { state.fanoutEstimates = [:] }
+            state.fanoutEstimates[conversation] = deliveries
+        }
     }
 
     /// The connection's entry in the hub, once authenticated.
