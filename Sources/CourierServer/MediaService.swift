@@ -191,7 +191,8 @@ final class MediaService: Sendable {
         } catch let error as CourierStoreError where error.code == .mediaMismatch {
             // A digest that disagrees deletes the upload; one cut short keeps its bytes (it may be resumed) and so
             // stays counted against the user's uploads and quota until it is finished or abandoned.
-            if (try? await self.blobs.upload(upload.id)) == nil { self.forget(upload.id, of: upload.user) }
+            // (A store that cannot tell keeps it counted: the cleanup forgets it once it is gone.)
+            if case .some(.none) = try? await self.blobs.upload(upload.id) { self.forget(upload.id, of: upload.user) }
             throw error
         }
         let left = try await self.store.recordUpload(

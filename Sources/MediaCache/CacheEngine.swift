@@ -94,6 +94,8 @@ actor CacheEngine {
     private var used: Int64 = 0
     /// Bytes evicted or dropped whose files the commits have not deleted yet: on disk, and so under the cap.
     private var doomed: Int64 = 0
+    /// Bytes fetches were let write that are not counted in `used` yet (their writes are under way).
+    private var admitted: Int64 = 0
     /// Fetches waiting for room under the cap (or for their readers to catch up).
     private var roomWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
     private var nextRoomWaiter: UInt64 = 0
@@ -170,6 +172,21 @@ actor CacheEngine {
         if let until = self.passthroughUntil[key], until > Date() { return .passthrough }
         let reader = self.nextReader
         self.nextReader += 1
+        let opening = await self.open(key: key, reader: reader, url: url, forward: forward, start: start, upper: upper)
+        // A reader that is not served is no fetch's reader any longer (a fetch must not go on, nor keep bytes, for
+        // it).
+        if case .resource = opening {} else { self.leave(key, reader: reader) }
+        return opening
+    }
+
+    private func open(
+        key: String,
+        reader: Int,
+        url: URL,
+        forward: HTTPHeaders,
+        start: Int64,
+        upper: Int64?
+    ) async -> Opening {
         var revalidated = false
         while !Task.isCancelled {
             if self.states[key] == nil {
@@ -348,10 +365,17 @@ actor CacheEngine {
         for continuation in waiting.values { continuation.resume() }
     }
 
-    /// Waits until something may have made room: a reader moved or left, a write or a commit ended, a fetch stopped.
-    private func waitForRoom() async {
+    /// Waits until something may have made room (a reader moved or left, a write or a commit ended, a fetch
+    /// stopped), or until `deadline`.
+    private func waitForRoom(until deadline: ContinuousClock.Instant? = nil) async {
         let id = self.nextRoomWaiter
         self.nextRoomWaiter += 1
+        let timer = deadline.map { deadline in
+            Task {
+                try? await Task.sleep(until: deadline)
+                self.wakeRoomWaiter(id)
+            }
+        }
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 if Task.isCancelled {
@@ -363,6 +387,7 @@ actor CacheEngine {
         } onCancel: {
             Task { await self.wakeRoomWaiter(id) }
         }
+        timer?.cancel()
     }
 
     private func wakeRoomWaiter(_ id: UInt64) {
@@ -531,26 +556,33 @@ actor CacheEngine {
             receiveError = error
         }
         pipe.finish()
-        let (end, writeError) = await written
+        let (end, writeError, writerStopped) = await written
         if let error = receiveError ?? writeError {
             await self.fetchFailed(key: key, id: id, generation: generation, .unreachable("\(error)"))
             return
         }
-        await self.fetchEnded(key: key, id: id, generation: generation, position: end, bodyComplete: !stoppedEarly)
+        await self.fetchEnded(
+            key: key,
+            id: id,
+            generation: generation,
+            position: end,
+            bodyComplete: !stoppedEarly && !writerStopped
+        )
     }
 
     /// How many bytes a fetch may have received and not yet written.
     static let pipeBytes = 4 << 20
 
     /// Writes what a fetch receives, in batches, and tells the engine after each; returns where the written bytes
-    /// end, and the error that stopped it, if any.
+    /// end, the error that stopped it, if any, and whether it stopped before the bytes received ran out (then the
+    /// body did not end there).
     private nonisolated func writeLoop(
         _ pipe: FetchPipe,
         key: String,
         id: Int,
         generation: Int,
         start: Int64
-    ) async -> (Int64, (any Error)?) {
+    ) async -> (Int64, (any Error)?, Bool) {
         let folder = self.store.generationFolder(for: key, generation: generation).path
         let files = BlockFiles(folder: folder, blockBytes: self.configuration.blockBytes)
         var position = start
@@ -560,27 +592,34 @@ actor CacheEngine {
                 let count = chunks.reduce(0) { $0 + Int64($1.readableBytes) }
                 guard await self.admitWrite(key: key, id: id, generation: generation, count: count) else {
                     pipe.setStop(nil)
-                    break
+                    try? files.close()
+                    return (position, nil, true)
                 }
                 let at = position
-                try await self.threadPool.runIfActive { try files.write(chunks, at: at) }
+                do {
+                    try await self.threadPool.runIfActive { try files.write(chunks, at: at) }
+                } catch {
+                    await self.admittedWriteFailed(count)
+                    throw error
+                }
                 let next = await self.wrote(
                     key: key,
                     id: id,
                     generation: generation,
                     range: position..<(position + count),
-                    received: received
+                    received: received,
+                    admitted: count
                 )
                 position += count
                 pipe.setStop(next)
                 if next == nil { break }
             }
             try? files.close()
-            return (position, nil)
+            return (position, nil, false)
         } catch {
             try? files.close()
             pipe.setStop(nil)
-            return (position, error)
+            return (position, error, false)
         }
     }
 
@@ -627,6 +666,8 @@ actor CacheEngine {
                 if state.headSeen { self.dropped(state.startGeneration { _ in }) }
                 state.headSeen = false
                 self.fail(&state, key: key, id: id, .passthrough)
+                // The dropped generation's folder goes with this commit.
+                self.scheduleCommit(key)
                 return .stop
             }
             let etag = headers.first(name: "ETag")
@@ -640,6 +681,7 @@ actor CacheEngine {
             }
             state.headSeen = true
             if start != requested.lowerBound { state.fetch(id, startsAt: start) }
+            if status == 206 { state.honoursRanges(id) }
             // An origin that ignores Range sends the whole body whatever is asked: any later fetch would cost the
             // bytes before it again, so this one goes on to the end (while anyone reads).
             if status == 200 { state.extend(id, to: total ?? .max) }
@@ -729,7 +771,15 @@ actor CacheEngine {
     }
 
     /// A fetch wrote bytes: they are served from now on. Returns where the fetch stops now (nil: stop here).
-    private func wrote(key: String, id: Int, generation: Int, range: Range<Int64>, received: Int64) -> Int64? {
+    private func wrote(
+        key: String,
+        id: Int,
+        generation: Int,
+        range: Range<Int64>,
+        received: Int64,
+        admitted: Int64
+    ) -> Int64? {
+        self.admitted -= admitted
         self.statistics.bytesFromOrigin += received
         guard self.states[key]?.generation == generation, self.states[key]?.fetches[id] != nil else { return nil }
         self.used += self.states[key]!.wrote(id, range, clock: self.tick())
@@ -833,7 +883,10 @@ actor CacheEngine {
         self.committing.remove(key)
         if succeeded {
             self.failingCommits.remove(key)
-            if let freed = self.states[key]?.committed(commit, missing: missing) { self.doomed -= freed }
+            if let outcome = self.states[key]?.committed(commit, missing: missing) {
+                self.doomed -= outcome.freed
+                self.used -= outcome.lost
+            }
             if self.commitPending.remove(key) != nil { self.scheduleCommit(key) }
         } else {
             // Tried again in a second (a full disk may free up); meanwhile the bytes stay served from this process.
@@ -856,7 +909,7 @@ actor CacheEngine {
         let target = self.configuration.maxBytes - self.configuration.maxBytes / 20 - incoming
         var candidates: [(key: String, block: Int64, lastUse: UInt64, bytes: Int64)] = []
         for (key, state) in self.states {
-            for candidate in state.evictable() {
+            for candidate in state.evictable(readAhead: self.readAhead) {
                 candidates.append((key, candidate.block, candidate.lastUse, candidate.bytes))
             }
         }
@@ -874,30 +927,56 @@ actor CacheEngine {
     /// Whether a fetch may write its next `count` bytes, waiting until it may; false when it should stop instead.
     ///
     /// The cap holds on disk while fetches write, not only after: bytes in use, bytes evicted whose files are not
-    /// deleted yet (a commit deletes them) and the bytes about to be written stay within it. Short of room, a fetch
-    /// first evicts, then waits for the commits to delete what was evicted. When nothing is left to wait for (what
-    /// remains is pinned by players, or unread by the readers of a fetch), a fetch a reader waits for writes anyway
-    /// (that excess is bounded by what readers hold), one running ahead of its readers waits for them to catch up,
-    /// and one nobody reads stops. Independently of the cap, a fetch never runs more than the read-ahead ahead of
-    /// the furthest of its readers.
+    /// deleted yet (a commit deletes them), bytes other fetches were let write and the bytes about to be written
+    /// stay within it. Short of room, a fetch first evicts, then waits for the commits under way to delete what was
+    /// evicted. When nothing is left to wait for (what remains is pinned by players, or unread by the readers of a
+    /// fetch), a fetch a reader waits for writes anyway (that excess is bounded by what readers hold), one running
+    /// ahead of its readers waits for them to catch up, and one nobody reads stops. Independently of the cap, a
+    /// fetch never runs more than the read-ahead ahead of the furthest of its readers; held there for
+    /// ``MediaCacheConfiguration/heldFetchTimeout`` by an origin that honours ranges, it stops (the reader starts
+    /// another where it ends), so paused players do not hold origin connections.
     private func admitWrite(key: String, id: Int, generation: Int, count: Int64) async -> Bool {
         let cap = self.configuration.maxBytes
+        let heldLimit = Duration.nanoseconds(self.configuration.heldFetchTimeout.nanoseconds)
+        var heldSince: ContinuousClock.Instant?
         while !Task.isCancelled {
-            guard let state = self.states[key], state.generation == generation, state.fetches[id] != nil else {
+            guard let state = self.states[key], state.generation == generation, let fetch = state.fetches[id] else {
                 return false
             }
             let need = state.writeNeed(id, count: count, readAhead: self.readAhead)
-            if need != .tooFarAhead {
-                self.evictIfNeeded(incoming: count)
-                if self.used + self.doomed + count <= cap { return true }
-                if self.doomed <= 0 || !self.failingCommits.isEmpty {
-                    if need == .waited { return true }
-                    if need == .unread { return false }
+            if need == .tooFarAhead {
+                let since = heldSince ?? .now
+                heldSince = since
+                if fetch.rangesHonoured, ContinuousClock.now - since >= heldLimit {
+                    return false
                 }
+                await self.waitForRoom(until: since + heldLimit)
+                continue
+            }
+            heldSince = nil
+            self.evictIfNeeded(incoming: self.admitted + count)
+            if self.used + self.doomed + self.admitted + count <= cap {
+                self.admitted += count
+                return true
+            }
+            // Waiting frees something only while commits are under way (they delete what was evicted).
+            let commitsUnderWay = !self.committing.isEmpty || !self.commitPending.isEmpty
+            if !commitsUnderWay || self.doomed <= 0 || !self.failingCommits.isEmpty {
+                if need == .waited {
+                    self.admitted += count
+                    return true
+                }
+                if need == .unread { return false }
             }
             await self.waitForRoom()
         }
         return false
+    }
+
+    /// A write that was let through failed: its bytes are not coming.
+    private func admittedWriteFailed(_ count: Int64) {
+        self.admitted -= count
+        self.wakeRoomWaiters()
     }
 
     // MARK: Revalidation

@@ -189,9 +189,12 @@ extension CacheProxy {
                 throw MediaCacheError(.upstream, "the key provider failed: \(error)")
             }
         }
-        // Held under the cache key: without the URL's credentials, and apart for each credential (a key fetched
-        // with one request's token or cookie is never handed to a request without it).
-        let memoryKey = self.cacheKey(for: url, headers: forward)
+        // Held under the URL without its credentials, apart for each credential (a key fetched with one request's
+        // token or cookie is never handed to a request without it); not under the app's cache-key hook, which may
+        // merge URLs that name different keys.
+        let parameters = self.configuration.credentialParameters
+        let memoryKey = Credentials(url: url, headers: forward, parameters: parameters)
+            .key(Credentials.stripped(url, parameters: parameters).absoluteString)
         if let key = await self.keys.key(for: memoryKey) { return key }
         try self.origin.check(url)
         var headers = HTTPHeaders()

@@ -142,7 +142,12 @@ public final class CacheProxy: Service, Sendable {
     /// `Origin` but the proxy's own), or one without the control secret when there is one.
     func controlRefusal(_ headers: HTTPHeaders) -> (HTTPResponseStatus, String)? {
         if let origin = headers.first(name: "Origin") {
-            let host = URL(string: origin).flatMap { url in url.host.map { "\($0)" + (url.port.map { ":\($0)" } ?? "") }
+            // The page's origin must be the proxy itself, port included (a port left out is the scheme's default:
+            // a page on http://localhost is not the proxy on another port). `null` (a sandboxed page) never is.
+            let host = URL(string: origin).flatMap { url -> String? in
+                guard let host = url.host, let scheme = url.scheme?.lowercased() else { return nil }
+                let port = url.port ?? (scheme == "https" ? 443 : 80)
+                return (host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host) + ":\(port)"
             }
             guard let host, self.acceptsHost(host) else {
                 return (.forbidden, "control requests from web pages are refused")

@@ -54,7 +54,10 @@ struct Credentials: Sendable, Hashable {
             let kept = items.filter { !Self.isCredential($0.name, parameters) }
             components.percentEncodedQueryItems = kept.isEmpty ? nil : kept
         }
-        return components.url ?? url
+        if let stripped = components.url { return stripped }
+        // Never the URL with its credentials: a name of its own that holds none.
+        let digest = SHA256.hash(data: Array(url.absoluteString.utf8)).map { String(format: "%02x", $0) }.joined()
+        return URL(string: "urn:courier-stripped:\(digest)")!
     }
 
     /// Whether a query parameter's name, as the URL spells it (`%74oken` is `token`; `+` is a space), is one of the

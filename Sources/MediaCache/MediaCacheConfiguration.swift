@@ -22,6 +22,10 @@ public struct MediaCacheConfiguration: Sendable {
     /// at least four blocks and one more): beyond it the fetch waits for the player, and its origin for it. The
     /// bytes between a player and its fetch are not evicted.
     public var readAheadBytes: Int64 = 32 << 20
+    /// How long a fetch held at the read-ahead (its player paused) keeps its origin connection when the origin
+    /// honours ranges; then it stops, and the player starts another fetch where it ended. (A fetch from an origin
+    /// that ignores ranges waits as long as its player: another would start from the first byte.)
+    public var heldFetchTimeout: TimeAmount = .seconds(5)
     /// How often, at most, a resource whose freshness has run out is revalidated with the origin.
     public var revalidationInterval: TimeInterval = 60
     /// How many redirects an origin request follows.

@@ -14,7 +14,8 @@
 ///   behind it.
 /// - A fetch nobody waits on any longer stops at its next block boundary.
 /// - A fetch runs at most a read-ahead ahead of the furthest of its readers (``writeNeed(_:count:readAhead:)``), and
-///   the bytes between its readers and it are not evicted (``evictable()``): a slow player's next bytes are neither
+///   the read-ahead's worth of bytes after each of its readers is not evicted (``evictable(readAhead:)``): a slow
+///   player's next bytes are neither
 ///   thrown away before it reads them nor fetched faster than the cache can hold them.
 struct ResourceState {
     /// Why a fetch gave a reader nothing.
@@ -34,6 +35,9 @@ struct ResourceState {
         /// Where the fetch stops (`Int64.max` while the resource's length is unknown).
         var end: Int64
         var readers: Set<Int> = []
+        /// Whether its origin answered with the range asked for (206): stopping it costs nothing, another fetch
+        /// can go on where it stopped.
+        var rangesHonoured = false
     }
 
     /// What a reader does next.
@@ -167,6 +171,11 @@ struct ResourceState {
         self.fetches[id]?.position = start
     }
 
+    /// A fetch's origin answered with the range asked for.
+    mutating func honoursRanges(_ id: Int) {
+        self.fetches[id]?.rangesHonoured = true
+    }
+
     /// A fetch goes on to `end` (its response holds the whole resource anyway).
     mutating func extend(_ id: Int, to end: Int64) {
         guard let fetch = self.fetches[id], fetch.end < end else { return }
@@ -268,29 +277,32 @@ struct ResourceState {
     /// blocks and old generations are gone. Bytes of blocks whose file was missing at the sync were not listed, and
     /// are no longer served.
     ///
-    /// - Returns: How many doomed bytes the commit deleted.
+    /// - Returns: How many doomed bytes the commit deleted, and how many available bytes were lost with missing
+    ///   block files (no longer in use).
     @discardableResult
-    mutating func committed(_ commit: Commit, missing: Set<Int64> = []) -> Int64 {
+    mutating func committed(_ commit: Commit, missing: Set<Int64> = []) -> (freed: Int64, lost: Int64) {
         var freed: Int64 = 0
         self.oldGenerations.subtract(commit.oldGenerations)
         for generation in commit.oldGenerations { freed += self.generationDoom.removeValue(forKey: generation) ?? 0 }
         defer { self.doomedBytes -= freed }
         // Block numbers of another generation name other files.
-        guard commit.record.generation == self.generation else { return freed }
+        guard commit.record.generation == self.generation else { return (freed, 0) }
         self.deleting.subtract(commit.deleting)
         for block in commit.deleting { freed += self.blockDoom.removeValue(forKey: block) ?? 0 }
+        let before = self.available.count
         for block in missing {
             let range = (block * self.blockBytes)..<((block + 1) * self.blockBytes)
             for synced in commit.syncing where synced.overlaps(range) {
                 self.available.remove(synced.clamped(to: range))
             }
         }
+        let lost = before - self.available.count
         for range in commit.syncing {
             for piece in self.available.pieces(of: range) {
                 if case .cached(let cached) = piece { self.record.ranges.insert(cached) }
             }
         }
-        return freed
+        return (freed, lost)
     }
 
     /// A commit failed (a full disk, say): its bytes stay available in this process and are synced again next time.
@@ -369,14 +381,16 @@ struct ResourceState {
     }
 
     /// Blocks that may be evicted, with their last use and the bytes they hold: not pinned, not where a running
-    /// fetch will write, not between a fetch and a reader of it that has yet to read them.
-    func evictable() -> [(block: Int64, lastUse: UInt64, bytes: Int64)] {
+    /// fetch will write, not among the next `readAhead` bytes of a fetch's reader that it has yet to read (a
+    /// reader far behind — a paused player — keeps a read-ahead's worth, not everything since).
+    func evictable(readAhead: Int64) -> [(block: Int64, lastUse: UInt64, bytes: Int64)] {
         var result: [(block: Int64, lastUse: UInt64, bytes: Int64)] = []
         var unread: [Range<Int64>] = []
         for fetch in self.fetches.values {
             for reader in fetch.readers {
                 if let position = self.readerPositions[reader], position < fetch.position {
-                    unread.append(position..<fetch.position)
+                    let end = position > Int64.max - readAhead ? fetch.position : min(fetch.position, position + readAhead)
+                    unread.append(position..<end)
                 }
             }
         }

@@ -12,14 +12,19 @@ struct ResponseWriter: Sendable {
     /// Queues the head: it leaves with the first part of the body (or the end), one write fewer per response. A
     /// failure to write it shows in that part's write.
     ///
-    /// Every response says `Content-Security-Policy: sandbox` and `X-Content-Type-Options: nosniff`: whatever an
-    /// origin sends (an HTML page, an SVG with a script) is shown by a browser, if at all, without scripts and from
-    /// an origin of its own, never as a page of the proxy's that could call its control endpoints. Players ignore
-    /// both.
+    /// Every response says `Content-Security-Policy: sandbox`: whatever an origin sends (an HTML page, an SVG with
+    /// a script) is shown by a browser, if at all, without scripts and from an origin of its own, never as a page of
+    /// the proxy's that could call its control endpoints. Text, JSON and XML also say `X-Content-Type-Options:
+    /// nosniff` (never guessed to be a page); media does not (a browser's cross-origin checks would refuse media
+    /// with it whose type the origin got wrong). Players ignore both.
     func head(_ status: HTTPResponseStatus, _ headers: HTTPHeaders) async throws {
         var headers = headers
         headers.replaceOrAdd(name: "Content-Security-Policy", value: "sandbox")
-        headers.replaceOrAdd(name: "X-Content-Type-Options", value: "nosniff")
+        if let type = headers.first(name: "Content-Type")?.lowercased(),
+            type.hasPrefix("text/") || type.contains("json") || type.contains("xml")
+        {
+            headers.replaceOrAdd(name: "X-Content-Type-Options", value: "nosniff")
+        }
         if !self.keepAlive { headers.replaceOrAdd(name: "Connection", value: "close") }
         self.channel.write(
             HTTPServerResponsePart.head(HTTPResponseHead(version: self.version, status: status, headers: headers)),

@@ -114,6 +114,13 @@ struct LoginGateTests {
         }
         #expect(gate.keyCount == 100)
         #expect(gate.admit(user: "newcomer", address: "a", now: Self.start) == .throttled(retryAfter: gate.inFlightRetry))
+        // A token from a new address is still checked (and its failure, with no room, not recorded).
+        guard case .admitted(let token) = gate.admit(user: nil, address: "b", now: Self.start) else {
+            Issue.record("a token refused because the table is full")
+            return
+        }
+        gate.finish(token, failed: true, now: Self.start)
+        #expect(gate.keyCount == 100)
         guard case .admitted(let known) = gate.admit(user: "user1", address: "a", now: Self.start) else {
             Issue.record("a known name refused while the table is full")
             return

@@ -76,7 +76,8 @@ struct DiskCapTests {
 
     @Test("a slow player of a resource larger than the cache gets it whole from one origin response")
     func slowPlayer() async throws {
-        let data = randomData(6 << 20, seed: 95)
+        // Larger than what the sockets between the proxy and the player hold (the proxy counts those bytes as read).
+        let data = randomData(16 << 20, seed: 95)
         try await ProxyFixture.with(
             files: ["slow.bin": data],
             limitRate: "0",
@@ -84,10 +85,10 @@ struct DiskCapTests {
         ) { fixture in
             let sampler = DiskPeak()
             let sampling = sampler.sample(fixture.cacheDirectory)
-            // The origin is as fast as loopback; the player reads at 3 MB/s.
+            // The origin is as fast as loopback; the player reads at 8 MB/s.
             let response = try await Curl.get(
                 fixture.url("slow.bin", location: "chunked"),
-                options: ["--limit-rate", "3M"],
+                options: ["--limit-rate", "8M"],
                 in: fixture.folder
             )
             sampler.done.withLock { $0 = true }
@@ -99,6 +100,45 @@ struct DiskCapTests {
             // Its unread bytes were kept: the origin (which ignores ranges) was not asked again from the start.
             let fetched = fixture.nginx.log().filter { $0.uri.contains("/chunked/") }
             #expect(fetched.count == 1, "\(fetched)")
+        }
+    }
+
+    @Test("a fetch held at the read-ahead by a slow player stops after a while when its origin honours ranges")
+    func heldFetchStops() async throws {
+        // Smaller than the cache (a larger one would stream through uncached), and larger than what the sockets
+        // between the proxy and the player hold (the proxy counts those bytes as read).
+        let data = randomData(40 << 20, seed: 96)
+        let block: Int64 = 1 << 20
+        try await ProxyFixture.with(
+            files: ["held.bin": data],
+            limitRate: "0",
+            settings: .init(
+                blockBytes: block,
+                coalesceBytes: 2 * block,
+                maxBytes: 64 << 20,
+                heldFetchTimeout: .milliseconds(100),
+                readAheadBytes: 4 << 20
+            )
+        ) { fixture in
+            // The player reads at 10 MB/s, the origin as fast as loopback: the fetch is held at the read-ahead.
+            let response = try await Curl.get(
+                fixture.url("held.bin"),
+                options: ["--limit-rate", "10M"],
+                in: fixture.folder
+            )
+            #expect(response.body == data)
+            let fetched = fixture.nginx.log().filter { $0.uri.contains("held.bin") }
+            print("heldFetchStops: \(fetched.count) origin requests, \(fetched.map(\.range))")
+            // Several origin requests, each a range going on further than the one before, to the end.
+            #expect(fetched.count > 1, "\(fetched)")
+            let starts = fetched.dropFirst().compactMap { logged -> Int64? in
+                guard logged.status == 206, logged.range.hasPrefix("bytes="),
+                    logged.range.hasSuffix("-\(data.count - 1)")
+                else { return nil }
+                return Int64(logged.range.dropFirst(6).prefix { $0 != "-" })
+            }
+            #expect(starts.count == fetched.count - 1, "\(fetched)")
+            #expect(starts == starts.sorted() && Set(starts).count == starts.count && (starts.first ?? 0) > 0)
         }
     }
 }

@@ -29,6 +29,8 @@ struct ProxyFixture {
         var maxKeyBytes: Int?
         var maxConnections: Int?
         var idleConnectionTimeout: Duration?
+        var heldFetchTimeout: Duration?
+        var readAheadBytes: Int64?
         var requestHeadTimeout: Duration?
     }
 
@@ -70,6 +72,10 @@ struct ProxyFixture {
             configuration.maxPlaylistBytes = settings.maxPlaylistBytes ?? configuration.maxPlaylistBytes
             configuration.maxKeyBytes = settings.maxKeyBytes ?? configuration.maxKeyBytes
             configuration.maxConnections = settings.maxConnections ?? configuration.maxConnections
+            configuration.readAheadBytes = settings.readAheadBytes ?? configuration.readAheadBytes
+            if let timeout = settings.heldFetchTimeout {
+                configuration.heldFetchTimeout = .milliseconds(Int64(timeout / .milliseconds(1)))
+            }
             if let timeout = settings.requestHeadTimeout {
                 configuration.requestHeadTimeout = .milliseconds(Int64(timeout / .milliseconds(1)))
             }

@@ -85,7 +85,7 @@ struct ResourceStateTests {
         state.pin(0..<50, clock: 5)
         #expect(state.step(reader: 1, generation: 0, position: 300, upper: nil) == .fetch(id: 0, range: 300..<1000))
         _ = state.wrote(0, 300..<350, clock: 6)
-        let candidates = state.evictable().map(\.block).sorted()
+        let candidates = state.evictable(readAhead: 1_000).map(\.block).sorted()
         #expect(candidates == [1, 2])
         state.evict(1)
         #expect(!state.available.contains(100..<200) && !state.record.ranges.contains(100..<200))
@@ -109,18 +109,25 @@ struct ResourceStateTests {
         // The reader has not asked again: it is at 0, the fetch at 250.
         #expect(state.writeNeed(0, count: 50, readAhead: 300) == .ahead)
         #expect(state.writeNeed(0, count: 51, readAhead: 300) == .tooFarAhead)
-        #expect(state.evictable().isEmpty, "every block holds bytes the reader has yet to read")
+        #expect(state.evictable(readAhead: 1_000).isEmpty, "every block holds bytes the reader has yet to read")
         // Read up to 200: blocks 0 and 1 may go, block 2 is unread (and being written).
         #expect(state.step(reader: 1, generation: 0, position: 200, upper: nil) == .serve(200..<250))
-        #expect(state.evictable().map(\.block).sorted() == [0, 1])
+        #expect(state.evictable(readAhead: 1_000).map(\.block).sorted() == [0, 1])
         #expect(state.writeNeed(0, count: 250, readAhead: 300) == .ahead)
         #expect(state.isAheadOfReaders(0))
         // At the fetch's position, the reader waits for it.
         #expect(state.step(reader: 1, generation: 0, position: 250, upper: nil) == .wait)
         #expect(state.writeNeed(0, count: 1_000, readAhead: 300) == .waited)
         #expect(!state.isAheadOfReaders(0))
+        // A reader far behind keeps only a read-ahead's worth: here 100 bytes after it, its block.
+        #expect(state.step(reader: 2, generation: 0, position: 0, upper: nil) == .serve(0..<250))
         state.leave(reader: 1)
-        #expect(state.writeNeed(0, count: 1, readAhead: 300) == .unread)
+        #expect(state.writeNeed(0, count: 1, readAhead: 300) == .unread, "reader 2 reads cached bytes, no fetch")
+        var far = self.state(total: nil)
+        #expect(far.step(reader: 1, generation: 0, position: 0, upper: nil) == .fetch(id: 0, range: 0..<Int64.max))
+        _ = far.wrote(0, 0..<450, clock: 1)
+        #expect(far.evictable(readAhead: 100).map(\.block).sorted() == [1, 2, 3])
+        #expect(far.evictable(readAhead: 1_000).isEmpty)
     }
 
     @Test("evicted and dropped bytes count as on disk until the commit that deletes their files")
@@ -132,12 +139,12 @@ struct ResourceStateTests {
         let commit = state.commit()
         state.evict(2)
         // The commit taken before block 2 was evicted deletes block 1 only.
-        #expect(state.committed(commit) == 100)
+        #expect(state.committed(commit).freed == 100)
         #expect(state.doomedBytes == 100)
         #expect(state.startGeneration { _ in } == 100, "block 0 was still in use")
         #expect(state.doomedBytes == 200)
         // The old generation's folder goes whole, block 2's file with it.
-        #expect(state.committed(state.commit()) == 200)
+        #expect(state.committed(state.commit()).freed == 200)
         #expect(state.doomedBytes == 0)
     }
 

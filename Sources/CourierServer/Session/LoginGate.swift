@@ -12,7 +12,7 @@ import Synchronization
 /// Memory is bounded: a name that breaks the name rule (which no user has: a megabyte of text, say) counts under one
 /// shared key, each key keeps at most its limit of timestamps, keys with no attempt in flight and no failure left in
 /// the window are dropped once a window (and whenever the table reaches `maxKeys`), and while the table is still
-/// full an attempt that needs a new key is refused.
+/// full a password attempt that needs a new key is refused (a token attempt is not).
 struct LoginGate: Sendable {
     let perUser: Int
     let perAddress: Int
@@ -91,7 +91,10 @@ struct LoginGate: Sendable {
         if self.entries.count >= self.maxKeys || self.lastPrune.map({ now - $0 >= self.window }) ?? true {
             self.prune(now: now)
         }
-        if self.entries.count >= self.maxKeys, keys.contains(where: { self.entries[$0.0] == nil }) {
+        // A full table refuses password attempts that need a new key. Tokens are not refused for it: a token
+        // attempt makes no key unless it fails (and a token cannot be guessed), so devices reconnecting from new
+        // addresses are not locked out by whoever filled the table.
+        if user != nil, self.entries.count >= self.maxKeys, keys.contains(where: { self.entries[$0.0] == nil }) {
             return .throttled(retryAfter: self.inFlightRetry)
         }
         if user != nil {
@@ -110,6 +113,8 @@ struct LoginGate: Sendable {
         )
         guard ticket.user != nil || failed else { return }
         for (key, limit) in keys {
+            // A failed token from a new address is not recorded in a full table.
+            if ticket.user == nil, self.entries[key] == nil, self.entries.count >= self.maxKeys { continue }
             var entry = self.entries[key] ?? Entry()
             if ticket.user != nil { entry.inFlight = max(0, entry.inFlight - 1) }
             if failed {

@@ -77,6 +77,19 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         if let handle = session.handle { await self.disconnected(handle) }
     }
 
+    /// The longest prefix of `text` of at most `maxBytes` UTF-8 bytes that ends at a character boundary.
+    static func prefix(_ text: String, maxBytes: Int) -> String {
+        var count = 0
+        var end = text.startIndex
+        for index in text.indices {
+            let size = text[index].utf8.count
+            guard count + size <= maxBytes else { break }
+            count += size
+            end = text.index(after: index)
+        }
+        return String(text[..<end])
+    }
+
     /// A name a client chose, made safe for a log line: at most 64 characters, control characters escaped.
     static func printable(_ text: String) -> String {
         String(text.prefix(64)).debugDescription
@@ -344,7 +357,7 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             let now = SessionContext.nowMs()
             switch hello.credentials {
             case .password(let password)?:
-                let deviceName = String(hello.deviceName.utf8.prefix(SQLiteStore.maxDeviceNameBytes)) ?? ""
+                let deviceName = Self.prefix(hello.deviceName, maxBytes: SQLiteStore.maxDeviceNameBytes)
                 result = .success(
                     try await store.login(
                         user: password.user,
