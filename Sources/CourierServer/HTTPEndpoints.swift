@@ -3,6 +3,7 @@ import HummingbirdCore
 import HummingbirdTLS
 import Logging
 import NIOCore
+import Synchronization
 
 /// The HTTP port: `GET /health`, `GET /metrics`, and media (``MediaEndpoint``).
 enum HTTPEndpoints {
@@ -32,7 +33,11 @@ enum HTTPEndpoints {
             )
         }
         MediaEndpoint(store: media.store, media: media, logins: logins).register(on: router)
-        let http1 = HTTP1Channel.Configuration(idleTimeout: TimeAmount(configuration.http.idleTimeout))
+        let share = AddressShare(limit: configuration.http.maxConnectionsPerAddress)
+        let http1 = HTTP1Channel.Configuration(
+            additionalChannelHandlers: [AddressShareHandler(share: share)],
+            idleTimeout: TimeAmount(configuration.http.idleTimeout)
+        )
         return Application(
             router: router,
             server: try configuration.tls.map { try .tls(.http1(configuration: http1), tlsConfiguration: $0) }
@@ -56,5 +61,58 @@ struct CourierRequestContext: RequestContext, RemoteAddressRequestContext {
     init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)
         self.remoteAddress = source.channel.remoteAddress
+    }
+}
+
+/// The HTTP port's connections per client address (``AddressKey``).
+final class AddressShare: Sendable {
+    let limit: Int
+    private let counts = Mutex<[String: Int]>([:])
+
+    init(limit: Int) {
+        self.limit = limit
+    }
+
+    /// Counts a connection in; false when its address has `limit` already.
+    func take(_ key: String) -> Bool {
+        self.counts.withLock { counts in
+            guard counts[key, default: 0] < self.limit else { return false }
+            counts[key, default: 0] += 1
+            return true
+        }
+    }
+
+    func give(_ key: String) {
+        self.counts.withLock { counts in
+            let left = counts[key, default: 0] - 1
+            counts[key] = left > 0 ? left : nil
+        }
+    }
+}
+
+/// Closes an HTTP connection whose address has its share of connections already; counts it out when it closes.
+final class AddressShareHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = NIOAny
+    let share: AddressShare
+    private var key: String?
+
+    init(share: AddressShare) {
+        self.share = share
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        let key = AddressKey.of(ip: context.channel.remoteAddress?.ipAddress ?? "")
+        if self.share.take(key) {
+            self.key = key
+        } else {
+            context.close(promise: nil)
+        }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        if let key = self.key {
+            self.key = nil
+            self.share.give(key)
+        }
     }
 }

@@ -103,6 +103,9 @@ public struct ServerConfiguration: Sendable {
         /// Open HTTP connections; past it the server accepts no more until one closes (they wait in the listen
         /// backlog, then are refused by the system).
         public var maxConnections: Int = 1_000
+        /// Open HTTP connections from one address (an IPv4 address, or an IPv6 /64); one more is closed at once, so
+        /// one client cannot take the port's places.
+        public var maxConnectionsPerAddress: Int = 100
         /// A connection with no request in progress for this long is closed. The timer restarts only when a request
         /// head has arrived whole or a response has ended, so it is also the time a request head may take to
         /// arrive (a client sending one byte at a time cannot hold a connection longer).

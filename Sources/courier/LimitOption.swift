@@ -9,6 +9,7 @@ enum LimitOption {
         ("max-unauthenticated-per-address", { $0.limits.maxUnauthenticatedPerAddress = try int($1) }),
         ("max-connections-per-user", { $0.limits.maxConnectionsPerUser = try int($1) }),
         ("http-max-connections", { $0.http.maxConnections = try int($1) }),
+        ("http-max-connections-per-address", { $0.http.maxConnectionsPerAddress = try int($1) }),
         ("http-idle-timeout", { $0.http.idleTimeout = try duration($1) }),
         ("reserved-descriptors", { $0.reservedDescriptors = try int($1) }),
         ("max-unacked-sends", { $0.limits.maxUnackedSends = try int($1) }),

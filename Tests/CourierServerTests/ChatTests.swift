@@ -26,6 +26,20 @@ extension NativeTestClient {
         return (client, welcome)
     }
 
+    /// Logs `user` in as soon as the server has a place again (it notices a close a moment after it happens),
+    /// trying for up to ten seconds; closes the connection at once. Whether a login got in.
+    static func loginOnceThereIsRoom(_ fixture: ServerFixture, _ user: String) async throws -> Bool {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            if let (client, _) = try? await NativeTestClient.login(fixture, user) {
+                await client.close()
+                return true
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return false
+    }
+
     /// Connects with a token, resuming from a cursor.
     static func resume(
         _ fixture: ServerFixture,

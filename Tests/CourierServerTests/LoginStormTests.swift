@@ -134,17 +134,7 @@ struct LoginStormTests {
             #expect(try await logged[0].sendText("hello", to: .user("bob")).ack != nil)
             // One idle socket leaves: a login fits again (the server notices the close a moment later: retry).
             await idle.removeFirst().close()
-            let deadline = ContinuousClock.now + .seconds(10)
-            var welcomed = false
-            while !welcomed, ContinuousClock.now < deadline {
-                if let (again, _) = try? await NativeTestClient.login(fixture, "alice") {
-                    welcomed = true
-                    await again.close()
-                } else {
-                    try await Task.sleep(for: .milliseconds(50))
-                }
-            }
-            #expect(welcomed)
+            #expect(try await NativeTestClient.loginOnceThereIsRoom(fixture, "alice"))
             for connection in idle { await connection.close() }
             for client in logged { await client.close() }
         } configure: {
@@ -169,23 +159,16 @@ struct LoginStormTests {
             try await third.send(hello)
             let closed = try await third.expectClose()
             #expect(closed.last?.failure?.code == ErrorCodes.serverFull, "\(closed)")
+            // The device that password login made is revoked: it is never used.
+            let devices = try await fixture.store.devices(of: "alice")
+            #expect(devices.count == 3 && devices.filter { $0.revokedMs != nil }.count == 1, "\(devices)")
             // Bob is not affected, and alice's two connections are served.
             let (bob, _) = try await NativeTestClient.login(fixture, "bob")
             #expect(try await first.sendText("still here", to: .user("bob")).ack != nil)
             #expect(try await bob.messages(1).map(\.body.text) == ["still here"])
             // One of alice's leaves: a login fits again (the server notices the close a moment later: retry).
             await first.close()
-            let deadline = ContinuousClock.now + .seconds(10)
-            var welcomed = false
-            while !welcomed, ContinuousClock.now < deadline {
-                if let (again, _) = try? await NativeTestClient.login(fixture, "alice") {
-                    welcomed = true
-                    await again.close()
-                } else {
-                    try await Task.sleep(for: .milliseconds(50))
-                }
-            }
-            #expect(welcomed)
+            #expect(try await NativeTestClient.loginOnceThereIsRoom(fixture, "alice"))
             await compat.close()
             await bob.close()
         } configure: {
@@ -210,6 +193,37 @@ struct LoginStormTests {
             dripping.cancel()
         } configure: {
             $0.http.idleTimeout = .seconds(1)
+        }
+    }
+
+    @Test("the HTTP port closes a connection past its address's share; other addresses are served; a freed one is reused")
+    func httpPerAddress() async throws {
+        try await ServerFixture.with { fixture in
+            var idle: [RawConnection] = []
+            for _ in 0..<2 { idle.append(try await RawConnection.connect(port: fixture.ports.http)) }
+            // A third from 127.0.0.1 is closed at once, before any request.
+            let third = try await RawConnection.connect(port: fixture.ports.http)
+            #expect(try await third.readUntilClosed(timeout: .seconds(10)).isEmpty)
+            let health = "http://127.0.0.1:\(fixture.ports.http)/health"
+            // Another address is served.
+            let other = try await ExternalProgram.output(
+                "/usr/bin/curl",
+                ["--silent", "--fail", "--max-time", "10", "--interface", "127.0.0.2", health]
+            )
+            #expect(other.contains("\"status\":\"ok\""))
+            // One leaves: 127.0.0.1 is served again (the server notices the close a moment later: retry).
+            await idle.removeFirst().close()
+            let deadline = ContinuousClock.now + .seconds(10)
+            var served = false
+            while !served, ContinuousClock.now < deadline {
+                let answer = try? await ExternalProgram.output("/usr/bin/curl", ["--silent", "--fail", "--max-time", "2", health])
+                served = answer?.contains("\"status\":\"ok\"") == true
+                if !served { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(served)
+            for connection in idle { await connection.close() }
+        } configure: {
+            $0.http.maxConnectionsPerAddress = 2
         }
     }
 

@@ -433,6 +433,14 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         case .userFull:
             self.context.metrics.refusals.increment()
             let limit = self.context.configuration.limits.maxConnectionsPerUser
+            // A password login made a device for this connection: it never gets to use it.
+            if deviceSession.token != nil {
+                try? await store.revokeDevice(
+                    deviceSession.device.id,
+                    of: deviceSession.user.name,
+                    nowMs: SessionContext.nowMs()
+                )
+            }
             self.logger.notice("refused a login: the user is at its connection limit")
             try? await self.close(
                 outbound,
