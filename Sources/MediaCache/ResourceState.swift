@@ -389,7 +389,8 @@ struct ResourceState {
         for fetch in self.fetches.values {
             for reader in fetch.readers {
                 if let position = self.readerPositions[reader], position < fetch.position {
-                    let end = position > Int64.max - readAhead ? fetch.position : min(fetch.position, position + readAhead)
+                    let end =
+                        position > Int64.max - readAhead ? fetch.position : min(fetch.position, position + readAhead)
                     unread.append(position..<end)
                 }
             }

@@ -101,7 +101,9 @@ struct AbuseTests {
             lock.standardInput = input
             lock.standardOutput = FileHandle.nullDevice
             try lock.run()
-            input.fileHandleForWriting.write(Data("BEGIN IMMEDIATE;\n.shell touch \(marker)\n.shell sleep 1.5\nCOMMIT;\n".utf8))
+            input.fileHandleForWriting.write(
+                Data("BEGIN IMMEDIATE;\n.shell touch \(marker)\n.shell sleep 1.5\nCOMMIT;\n".utf8)
+            )
             try input.fileHandleForWriting.close()
             let deadline = ContinuousClock.now + .seconds(10)
             while !FileManager.default.fileExists(atPath: marker), ContinuousClock.now < deadline {

@@ -113,7 +113,9 @@ struct LoginGateTests {
             gate.finish(ticket, failed: true, now: Self.start)
         }
         #expect(gate.keyCount == 100)
-        #expect(gate.admit(user: "newcomer", address: "a", now: Self.start) == .throttled(retryAfter: gate.inFlightRetry))
+        #expect(
+            gate.admit(user: "newcomer", address: "a", now: Self.start) == .throttled(retryAfter: gate.inFlightRetry)
+        )
         // A token from a new address is still checked (and its failure, with no room, not recorded).
         guard case .admitted(let token) = gate.admit(user: nil, address: "b", now: Self.start) else {
             Issue.record("a token refused because the table is full")

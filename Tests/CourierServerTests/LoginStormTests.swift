@@ -196,7 +196,9 @@ struct LoginStormTests {
         }
     }
 
-    @Test("the HTTP port closes a connection past its address's share; other addresses are served; a freed one is reused")
+    @Test(
+        "the HTTP port closes a connection past its address's share; other addresses are served; a freed one is reused"
+    )
     func httpPerAddress() async throws {
         try await ServerFixture.with { fixture in
             var idle: [RawConnection] = []
@@ -216,7 +218,10 @@ struct LoginStormTests {
             let deadline = ContinuousClock.now + .seconds(10)
             var served = false
             while !served, ContinuousClock.now < deadline {
-                let answer = try? await ExternalProgram.output("/usr/bin/curl", ["--silent", "--fail", "--max-time", "2", health])
+                let answer = try? await ExternalProgram.output(
+                    "/usr/bin/curl",
+                    ["--silent", "--fail", "--max-time", "2", health]
+                )
                 served = answer?.contains("\"status\":\"ok\"") == true
                 if !served { try await Task.sleep(for: .milliseconds(50)) }
             }

@@ -6,7 +6,8 @@ import Testing
 
 @Suite("MediaCache credentials (no sockets)")
 struct CredentialsTests {
-    static let parameters = MediaCacheConfiguration(cacheDirectory: URL(fileURLWithPath: "/nonexistent")).credentialParameters
+    static let parameters = MediaCacheConfiguration(cacheDirectory: URL(fileURLWithPath: "/nonexistent"))
+        .credentialParameters
 
     @Test("credential parameters go however the URL spells their names, and so do a user and password")
     func stripped() throws {

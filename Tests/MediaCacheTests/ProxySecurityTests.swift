@@ -87,7 +87,6 @@ struct ProxySecurityTests {
                 #expect(shown.headers["x-content-type-options"] == "nosniff", "\(attempt)")
             }
 
-
             let resource = ProxyURL(port: fixture.port).query(for: fixture.nginx.url("f.bin")).absoluteString
             let rebound = try await Curl.get(resource, headers: ["Host: evil.example"], in: fixture.folder)
             #expect(rebound.status == 403 && rebound.body != data)
@@ -115,11 +114,21 @@ struct ProxySecurityTests {
             // The proxy's own name on another port (a default one left out) is another origin; so is a sandboxed
             // page's `null`. The proxy's own origin, [::1] included, passes the Origin check (then needs the secret).
             for foreign in ["http://localhost", "http://127.0.0.1:1", "null"] {
-                let refused = try await Curl.get(preload, method: "POST", headers: ["Origin: \(foreign)"], in: fixture.folder)
+                let refused = try await Curl.get(
+                    preload,
+                    method: "POST",
+                    headers: ["Origin: \(foreign)"],
+                    in: fixture.folder
+                )
                 #expect(refused.status == 403, "\(foreign)")
             }
             for own in ["http://localhost:\(fixture.port)", "http://[::1]:\(fixture.port)"] {
-                let passed = try await Curl.get(preload, method: "POST", headers: ["Origin: \(own)"], in: fixture.folder)
+                let passed = try await Curl.get(
+                    preload,
+                    method: "POST",
+                    headers: ["Origin: \(own)"],
+                    in: fixture.folder
+                )
                 #expect(passed.status == 401, "\(own): no secret, but not refused as a web page")
             }
             let noSecret = try await Curl.get(preload, method: "POST", in: fixture.folder)
