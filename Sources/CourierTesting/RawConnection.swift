@@ -7,10 +7,14 @@ public final class RawConnection: Sendable {
     public let channel: any Channel
     private let received: ByteCollector
 
-    /// Connects to a port on 127.0.0.1.
-    public static func connect(port: Int, host: String = "127.0.0.1") async throws -> RawConnection {
+    /// Connects to a port on 127.0.0.1; with `reading` false, reads nothing until ``resumeReading()`` (a client
+    /// that stops reading: the kernel's buffers fill, then the peer's writes wait).
+    public static func connect(port: Int, host: String = "127.0.0.1", reading: Bool = true) async throws
+        -> RawConnection
+    {
         let collector = ByteCollector()
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .channelOption(.autoRead, value: reading)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(collector)
@@ -33,6 +37,15 @@ public final class RawConnection: Sendable {
     /// Everything received so far.
     public var bytes: [UInt8] { self.received.bytes }
 
+    /// How many bytes were received so far.
+    public var count: Int { self.received.count }
+
+    /// Starts reading (after a connection made with `reading` false).
+    public func resumeReading() async throws {
+        try await self.channel.setOption(.autoRead, value: true).get()
+        self.channel.read()
+    }
+
     /// Waits until the server closes the connection (or `timeout` passes) and returns everything received.
     public func readUntilClosed(timeout: Duration = .seconds(10)) async throws -> [UInt8] {
         try await self.channel.closeFuture.get()
@@ -42,7 +55,7 @@ public final class RawConnection: Sendable {
     /// Waits until at least `count` bytes have arrived, or the connection closed, or `timeout` passed.
     public func read(atLeast count: Int, timeout: Duration = .seconds(10)) async throws -> [UInt8] {
         let deadline = ContinuousClock.now + timeout
-        while self.received.bytes.count < count, self.channel.isActive, ContinuousClock.now < deadline {
+        while self.received.count < count, self.channel.isActive, ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(10))
         }
         return self.received.bytes
@@ -59,6 +72,7 @@ private final class ByteCollector: ChannelInboundHandler, Sendable {
     private let storage = Mutex<[UInt8]>([])
 
     var bytes: [UInt8] { self.storage.withLock { $0 } }
+    var count: Int { self.storage.withLock { $0.count } }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let buffer = self.unwrapInboundIn(data)
