@@ -9,7 +9,11 @@ public final class RawConnection: Sendable {
 
     /// Connects to a port on 127.0.0.1; with `reading` false, reads nothing until ``resumeReading()`` (a client
     /// that stops reading: the kernel's buffers fill, then the peer's writes wait).
-    public static func connect(port: Int, host: String = "127.0.0.1", reading: Bool = true) async throws
+    public static func connect(
+        port: Int,
+        host: String = "127.0.0.1",
+        reading: Bool = true
+    ) async throws
         -> RawConnection
     {
         let collector = ByteCollector()
