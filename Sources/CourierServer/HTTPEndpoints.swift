@@ -70,7 +70,7 @@ final class AddressShare: Sendable {
     private let counts = Mutex<[String: Int]>([:])
 
     init(limit: Int) {
-        self.limit = limit
+        self.limit = max(1, limit)
     }
 
     /// Counts a connection in; false when its address has `limit` already.

@@ -781,7 +781,10 @@ actor CacheEngine {
     ) -> Int64? {
         self.admitted -= admitted
         self.statistics.bytesFromOrigin += received
-        guard self.states[key]?.generation == generation, self.states[key]?.fetches[id] != nil else { return nil }
+        guard self.states[key]?.generation == generation, self.states[key]?.fetches[id] != nil else {
+            self.wakeRoomWaiters()
+            return nil
+        }
         self.used += self.states[key]!.wrote(id, range, clock: self.tick())
         let blockBytes = self.configuration.blockBytes
         if range.upperBound % blockBytes == 0 || range.upperBound / blockBytes != range.lowerBound / blockBytes {

@@ -134,7 +134,8 @@ public final class CacheProxy: Service, Sendable {
             guard Int(name[name.index(after: colon)...]) == port else { return false }
             name = String(name[..<colon])
         }
-        let own: Set<String> = ["127.0.0.1", "localhost", "[::1]", self.configuration.host.lowercased()]
+        let host = self.configuration.host.lowercased()
+        let own: Set<String> = ["127.0.0.1", "localhost", "[::1]", host.contains(":") ? "[\(host)]" : host]
         return own.contains(name) || self.configuration.hostNames.contains(name)
     }
 

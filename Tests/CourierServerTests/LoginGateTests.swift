@@ -104,8 +104,17 @@ struct LoginGateTests {
         }
         #expect(admitted == 5)
         #expect(gate.keyCount == 2, "the address and the one key of invalid names")
-        // Valid names fill the table; once it is full, a new name is refused, a known one is not.
-        for index in 0..<98 {
+        // Failed tokens from many addresses take at most a quarter of the table.
+        for index in 0..<100 {
+            guard case .admitted(let token) = gate.admit(user: nil, address: "t\(index)", now: Self.start) else {
+                Issue.record("a token refused")
+                return
+            }
+            gate.finish(token, failed: true, now: Self.start)
+        }
+        #expect(gate.keyCount == 2 + 25)
+        // Valid names fill the rest (75 keys); once it is full, a new name is refused, a known one is not.
+        for index in 0..<73 {
             guard case .admitted(let ticket) = gate.admit(user: "user\(index)", address: "a", now: Self.start) else {
                 Issue.record("user\(index) refused")
                 return

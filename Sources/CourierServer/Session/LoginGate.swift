@@ -11,8 +11,9 @@ import Synchronization
 ///
 /// Memory is bounded: a name that breaks the name rule (which no user has: a megabyte of text, say) counts under one
 /// shared key, each key keeps at most its limit of timestamps, keys with no attempt in flight and no failure left in
-/// the window are dropped once a window (and whenever the table reaches `maxKeys`), and while the table is still
-/// full a password attempt that needs a new key is refused (a token attempt is not).
+/// the window are dropped once a window (and whenever the table is full), failed tokens take at most a quarter of
+/// `maxKeys` (beyond it a failed token from a new address is not recorded), and while the rest is still full a
+/// password attempt that needs a new key is refused (a token attempt never is).
 struct LoginGate: Sendable {
     let perUser: Int
     let perAddress: Int
@@ -22,6 +23,9 @@ struct LoginGate: Sendable {
     /// not known yet; a password check takes about a tenth of a second).
     let inFlightRetry: Duration
     private var entries: [Key: Entry] = [:]
+    /// How many of `entries` are token keys: at most a quarter of `maxKeys`, so that failed tokens (a lookup each,
+    /// no hash: cheap to send from many addresses) cannot fill the table that password attempts need.
+    private var tokenKeys = 0
     private var lastPrune: ContinuousClock.Instant?
 
     private enum Key: Hashable {
@@ -88,13 +92,17 @@ struct LoginGate: Sendable {
             wait = max(wait ?? .zero, keyWait)
         }
         if let wait { return .throttled(retryAfter: wait) }
-        if self.entries.count >= self.maxKeys || self.lastPrune.map({ now - $0 >= self.window }) ?? true {
+        if self.entries.count - self.tokenKeys >= self.maxKeys - self.maxKeys / 4
+            || self.lastPrune.map({ now - $0 >= self.window }) ?? true
+        {
             self.prune(now: now)
         }
         // A full table refuses password attempts that need a new key. Tokens are not refused for it: a token
         // attempt makes no key unless it fails (and a token cannot be guessed), so devices reconnecting from new
         // addresses are not locked out by whoever filled the table.
-        if user != nil, self.entries.count >= self.maxKeys, keys.contains(where: { self.entries[$0.0] == nil }) {
+        if user != nil, self.entries.count - self.tokenKeys >= self.maxKeys - self.maxKeys / 4,
+            keys.contains(where: { self.entries[$0.0] == nil })
+        {
             return .throttled(retryAfter: self.inFlightRetry)
         }
         if user != nil {
@@ -113,8 +121,11 @@ struct LoginGate: Sendable {
         )
         guard ticket.user != nil || failed else { return }
         for (key, limit) in keys {
-            // A failed token from a new address is not recorded in a full table.
-            if ticket.user == nil, self.entries[key] == nil, self.entries.count >= self.maxKeys { continue }
+            // A failed token from a new address is not recorded once token keys have their share of the table.
+            if ticket.user == nil, self.entries[key] == nil {
+                guard self.tokenKeys < self.maxKeys / 4 else { continue }
+                self.tokenKeys += 1
+            }
             var entry = self.entries[key] ?? Entry()
             if ticket.user != nil { entry.inFlight = max(0, entry.inFlight - 1) }
             if failed {
@@ -150,6 +161,7 @@ struct LoginGate: Sendable {
         self.entries = self.entries.filter { _, entry in
             entry.inFlight > 0 || entry.failures.contains { now - $0 < self.window }
         }
+        self.tokenKeys = self.entries.keys.filter { if case .tokens = $0 { true } else { false } }.count
     }
 }
 

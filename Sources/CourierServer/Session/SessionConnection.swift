@@ -238,6 +238,8 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         if case .send? = envelope.body, let user = session.withMachine({ $0.session?.user.id }) {
             while let wait = self.context.fanoutWait(of: user) {
                 try await Task.sleep(for: min(wait, .seconds(1)))
+                // A connection closed meanwhile (the ticker, a revocation, shutdown) stops waiting at once.
+                guard !session.withMachine({ $0.isClosed }), session.isOpen else { return false }
                 session.withMachine { $0.receivedBytes(now: .now) }
             }
         }
@@ -292,7 +294,7 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             // `maxUnackedSends` of them per connection. The commit settles the difference.
             var reserved = 0
             if case .send(let send) = request {
-                reserved = session.fanoutEstimate(for: send.to)
+                reserved = self.context.fanoutEstimate(of: send.sender, to: send.to)
                 self.context.chargeFanout(of: send.sender, deliveries: reserved)
             }
             let ticket = self.context.commits.enqueue(request)
@@ -544,7 +546,9 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                 // The reservation becomes the real cost (none for a duplicate: it was delivered before).
                 let cost = receipt.duplicate ? 0 : receipt.recipients
                 self.context.chargeFanout(of: send.sender, deliveries: cost - reservedFanout)
-                if !receipt.duplicate { session.learnFanout(receipt.recipients, for: send.to) }
+                if !receipt.duplicate {
+                    self.context.learnFanout(of: send.sender, to: send.to, deliveries: receipt.recipients)
+                }
             }
             envelope.sendAck.id = receipt.id
             envelope.sendAck.conversation = Courier_V1_Conversation(receipt.conversation)

@@ -19,6 +19,28 @@ final class SessionContext: Sendable {
     private let unauthenticated = Mutex<[String: Int]>([:])
     /// Each sending user's fan-out budget, shared by its connections (buckets that refilled are dropped).
     private let fanout = Mutex<[UserID: TokenBucket]>([:])
+    /// What each user's last send to each conversation cost in deliveries, for the reservation of the next.
+    private let fanoutEstimates = Mutex<[FanoutKey: Int]>([:])
+
+    private struct FanoutKey: Hashable {
+        var user: UserID
+        /// The conversation as the store resolves it: names without regard to case.
+        var conversation: ConversationAddress
+
+        init(_ user: UserID, _ conversation: ConversationAddress) {
+            self.user = user
+            self.conversation =
+                switch conversation {
+                case .user(let name): .user(name.lowercased())
+                case .group(let name): .group(name.lowercased())
+                }
+        }
+    }
+
+    /// The most (user, conversation) costs remembered; past it the table starts afresh.
+    static let maxFanoutEstimates = 100_000
+    /// What a send to a group no send of this user's has reached yet is taken to cost until its commit says.
+    static let unknownGroupFanout = 100
 
     init(
         configuration: ServerConfiguration,
@@ -97,6 +119,23 @@ final class SessionContext: Sendable {
             }
             buckets[user, default: TokenBucket(rate: limits.fanoutPerSecond, burst: limits.fanoutBurst, now: now)]
                 .charge(Double(deliveries), now: now)
+        }
+    }
+
+    /// What a user's send to `conversation` is expected to cost in deliveries: what the last one cost (on any of its
+    /// connections), or 2 for a direct message and ``unknownGroupFanout`` for a group before any.
+    func fanoutEstimate(of user: UserID, to conversation: ConversationAddress) -> Int {
+        let known = self.fanoutEstimates.withLock { $0[FanoutKey(user, conversation)] }
+        if let known { return known }
+        if case .group = conversation { return Self.unknownGroupFanout }
+        return 2
+    }
+
+    /// A user's send to `conversation` cost `deliveries`.
+    func learnFanout(of user: UserID, to conversation: ConversationAddress, deliveries: Int) {
+        self.fanoutEstimates.withLock { estimates in
+            if estimates.count >= Self.maxFanoutEstimates { estimates = [:] }
+            estimates[FanoutKey(user, conversation)] = deliveries
         }
     }
 

@@ -26,12 +26,7 @@ final class SessionShared: Sendable {
         var pendingWrites: [Int: ContinuousClock.Instant] = [:]
         var nextWrite = 0
         var inlineUpload: MediaService.Upload?
-        /// What this connection's last send to each conversation cost in deliveries.
-        var fanoutEstimates: [ConversationAddress: Int] = [:]
     }
-
-    /// The most conversations whose fan-out cost a connection remembers.
-    static let maxFanoutEstimates = 1_024
 
     private let machine: Mutex<SessionStateMachine>
     private let state = Mutex(State())
@@ -77,19 +72,8 @@ final class SessionShared: Sendable {
         set { self.state.withLock { $0.inlineUpload = newValue } }
     }
 
-    /// What a send to `conversation` is expected to cost in deliveries: what the last one cost, or 2 (a direct
-    /// message) for a conversation this connection has not sent to yet.
-    func fanoutEstimate(for conversation: ConversationAddress) -> Int {
-        self.state.withLock { $0.fanoutEstimates[conversation] ?? 2 }
-    }
-
-    /// A send to `conversation` cost `deliveries`.
-    func learnFanout(_ deliveries: Int, for conversation: ConversationAddress) {
-        self.state.withLock { state in
-            if state.fanoutEstimates.count >= Self.maxFanoutEstimates { state.fanoutEstimates = [:] }
-            state.fanoutEstimates[conversation] = deliveries
-        }
-    }
+    /// Whether the connection's channel is still open.
+    var isOpen: Bool { self.channel.isActive }
 
     /// The connection's entry in the hub, once authenticated.
     var handle: ConnectionHandle? {

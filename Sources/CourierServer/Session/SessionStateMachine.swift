@@ -77,6 +77,12 @@ struct SessionStateMachine {
 
     let configuration: Configuration
     private var state: State = .awaitingHello
+
+    /// Whether the session has closed (the connection is going away).
+    var isClosed: Bool {
+        if case .closed = self.state { return true }
+        return false
+    }
     private let connected: ContinuousClock.Instant
     private var lastReceived: ContinuousClock.Instant
 
