@@ -31,15 +31,19 @@ public final class CourierServer: Service, Sendable {
     private let metrics: ServerMetrics
     private let media: MediaService
     private let logins: LoginGuard
+    /// This server's hold on its data folder, from `init` until `run()` ends.
+    private let folderLock: DataFolderLock
     /// The TLS context all ports share, when ``ServerConfiguration/tls`` is set.
     private let tls: NIOSSLContext?
     private let bound = Mutex<(ports: Ports?, waiters: [CheckedContinuation<Ports, Never>])>((nil, []))
 
     /// Opens the data folder's store; the ports are bound by ``run()``.
     ///
-    /// - Throws: ``CourierStoreError`` with code `storage-failed` if the database cannot be opened;
-    ///   `NIOSSLError` if the TLS configuration is unusable (for example a key that does not match the certificate).
+    /// - Throws: ``DataFolderInUse`` if another server (in this process or another) runs on the data folder;
+    ///   ``CourierStoreError`` with code `storage-failed` if the database cannot be opened; `NIOSSLError` if the TLS
+    ///   configuration is unusable (for example a key that does not match the certificate).
     public init(configuration: ServerConfiguration, version: String = "dev", logger: Logger) throws {
+        self.folderLock = try DataFolderLock(folder: configuration.dataFolder)
         self.configuration = Self.fitted(configuration, openFiles: ProcessSetup.openFileLimit(), logger: logger)
         self.logins = LoginGuard(configuration.limits)
         self.version = version
@@ -106,7 +110,9 @@ public final class CourierServer: Service, Sendable {
         }
     }
 
+    /// Serves until shutdown; the data folder is free for another server once it returns.
     public func run() async throws {
+        defer { self.folderLock.release() }
         let context = SessionContext(
             configuration: self.configuration,
             store: self.store,

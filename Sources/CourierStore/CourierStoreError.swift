@@ -6,6 +6,9 @@ internal import GRDB
 /// Refusals (`not-member`, `unknown-user`, …) are about the request and leave the store unchanged. `storage-failed`
 /// means the database could not complete the write (disk full, I/O error): nothing of that write was committed.
 public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The message of a `token-revoked` whose user was removed (not only the device): no login can work.
+    public static let accountRemovedMessage = "the account was removed"
+
     /// What went wrong, as a stable code (the same strings the protocol's `Error.code` uses).
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Value: String, Hashable, Sendable, CaseIterable {

@@ -226,7 +226,10 @@ extension SQLiteStore {
                 )
             else { throw CourierStoreError(.authFailed, "unknown token") }
             let device = Self.device(row)
-            if device.revokedMs != nil || row["user_removed_ms"] as Int64? != nil {
+            if row["user_removed_ms"] as Int64? != nil {
+                throw CourierStoreError(.tokenRevoked, CourierStoreError.accountRemovedMessage)
+            }
+            if device.revokedMs != nil {
                 throw CourierStoreError(.tokenRevoked, "the token was revoked")
             }
             if device.expiresMs <= nowMs {

@@ -9,7 +9,8 @@ struct Login: AsyncParsableCommand {
         discussion: """
             The token goes to $XDG_CONFIG_HOME/courier/HOST_PORT/NAME.token (default ~/.config), readable by you \
             alone; the local message store and outbox to $XDG_DATA_HOME/courier/HOST_PORT/NAME.sqlite (default \
-            ~/.local/share). Each login is a new device; `courier user devices NAME` lists them on the server.
+            ~/.local/share). Each login is a new device; `courier user devices NAME` lists them on the server. A \
+            refused password keeps the token saved before.
             """
     )
 

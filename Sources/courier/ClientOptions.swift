@@ -157,3 +157,17 @@ struct ClientPaths {
         try? FileManager.default.removeItem(at: self.tokenFile)
     }
 }
+
+/// The rule for port flags.
+enum PortNumber {
+    /// Checks a port flag's value: 1 to 65535, or 0 too where 0 picks a free port.
+    static func check(_ port: Int, flag: String, allowsZero: Bool) throws {
+        let range = allowsZero ? 0...65535 : 1...65535
+        guard range.contains(port) else {
+            throw ValidationError(
+                "\(flag) \(port) is not a port number: \(range.lowerBound) to 65535"
+                    + (allowsZero ? " (0 picks a free one)" : "")
+            )
+        }
+    }
+}

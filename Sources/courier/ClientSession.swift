@@ -1,5 +1,6 @@
 import ArgumentParser
 import CourierClient
+import CourierStore
 import Foundation
 import Logging
 
@@ -13,6 +14,8 @@ final class ClientSession: @unchecked Sendable {
     let options: ClientOptions
     let paths: ClientPaths
     let client: CourierClient
+    /// Whether this session logs in with the password (`courier login`): a refusal then keeps the saved token.
+    let freshLogin: Bool
     private var events: AsyncStream<ClientEvent>.AsyncIterator
     private let running: Task<Void, Never>
     /// How long to wait for the first connection (the SDK's connect timeout covers TCP; this also the login).
@@ -78,10 +81,10 @@ final class ClientSession: @unchecked Sendable {
         } catch {
             throw CommandFailure(description: "cannot open \(self.paths.storeFile.path): \(error)")
         }
-        if freshLogin {
-            try client.forgetDeviceToken()
-            self.paths.removeToken()
-        }
+        // A fresh login forgets the device the client's store holds (it logs in with the password), but not the
+        // saved token: a mistyped password must not cost a working token; a successful login replaces it.
+        if freshLogin { try client.forgetDeviceToken() }
+        self.freshLogin = freshLogin
         self.client = client
         self.events = client.events.makeAsyncIterator()
         self.running = Task { await client.run() }
@@ -119,10 +122,23 @@ final class ClientSession: @unchecked Sendable {
         }
     }
 
-    /// The server refused the login: forgets the saved token, and says what to do.
+    /// The server refused the login, and says what to do: a refused password keeps the saved token (it may
+    /// still work); a refused token is forgotten.
     func refused(code: String, message: String) -> CommandFailure {
+        if self.freshLogin {
+            let kept = self.paths.savedToken() != nil ? " (the saved token is kept)" : ""
+            return CommandFailure(
+                description: "login refused for \(self.options.user): \(code): \(message)\(kept)"
+            )
+        }
         let hadToken = self.paths.savedToken() != nil
         self.paths.removeToken()
+        if code == "\(CourierStoreError.Code.tokenRevoked)", message == CourierStoreError.accountRemovedMessage {
+            return CommandFailure(
+                description: "the account \(self.options.user) was removed from the server: no login can work "
+                    + "(its saved token is forgotten)"
+            )
+        }
         return CommandFailure(
             description: hadToken
                 ? "the saved token for \(self.options.user) was refused (\(code)); log in again: "

@@ -41,7 +41,7 @@ enum LimitOption {
 
     static var help: String {
         "Set a limit, NAME=VALUE, repeatable. Names: \(setters.map(\.name).joined(separator: ", ")). "
-            + "Durations take ms, s or m (250ms, 30s, 2m)."
+            + "Durations take ms, s, m, h or d (250ms, 30s, 2m, 12h, 7d)."
     }
 
     static func apply(_ assignments: [String], to configuration: inout ServerConfiguration) throws {
@@ -68,16 +68,20 @@ enum LimitOption {
     }
 
     static func double(_ text: String) throws -> Double {
-        guard let value = Double(text), value > 0 else {
+        guard let value = Double(text), value.isFinite, value > 0 else {
             throw BadValue(description: "\(text) is not a positive number")
         }
         return value
     }
 
     static func duration(_ text: String) throws -> Duration {
-        for (suffix, scale) in [("ms", 1), ("s", 1000), ("m", 60_000)] where text.hasSuffix(suffix) {
-            if let value = Int(text.dropLast(suffix.count)), value >= 0 { return .milliseconds(value * scale) }
+        let scales = [("ms", 1), ("s", 1000), ("m", 60_000), ("h", 3_600_000), ("d", 86_400_000)]
+        for (suffix, scale) in scales where text.hasSuffix(suffix) {
+            guard let value = Int(text.dropLast(suffix.count)), value >= 0 else { continue }
+            let (milliseconds, overflow) = value.multipliedReportingOverflow(by: scale)
+            guard !overflow else { throw BadValue(description: "\(text) is too long a duration") }
+            return .milliseconds(milliseconds)
         }
-        throw BadValue(description: "\(text) is not a duration like 250ms, 30s or 2m")
+        throw BadValue(description: "\(text) is not a duration like 250ms, 30s, 2m, 12h or 7d")
     }
 }

@@ -26,8 +26,12 @@ struct ProxyAddressOptions: ParsableArguments {
     @Option(help: "The proxy's address.")
     var host: String = "127.0.0.1"
 
-    @Option(help: "The proxy's port.")
+    @Option(parsing: .unconditional, help: "The proxy's port.")
     var port: Int = 6990
+
+    func validate() throws {
+        try PortNumber.check(self.port, flag: "--port", allowsZero: false)
+    }
 
     @Option(
         help: ArgumentHelp(
@@ -63,7 +67,7 @@ struct ProxyServe: AsyncParsableCommand {
     @Option(help: "The address to listen on.")
     var host: String = "127.0.0.1"
 
-    @Option(help: "The port to listen on; 0 picks a free one (printed at start).")
+    @Option(parsing: .unconditional, help: "The port to listen on; 0 picks a free one (printed at start).")
     var port: Int = 6990
 
     @Option(help: ArgumentHelp("The cache folder (created if missing).", valueName: "folder"))
@@ -103,6 +107,15 @@ struct ProxyServe: AsyncParsableCommand {
 
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical (default: info).")
     var logLevel: String = "info"
+
+    func validate() throws {
+        try PortNumber.check(self.port, flag: "--port", allowsZero: true)
+        guard self.revalidateInterval.isFinite, self.revalidateInterval > 0 else {
+            throw ValidationError(
+                "--revalidate-interval \(self.revalidateInterval) must be a positive number of seconds"
+            )
+        }
+    }
 
     func run() async throws {
         var configuration = MediaCacheConfiguration(
@@ -158,8 +171,12 @@ struct ProxyPreload: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Bytes of a resource to cache (K, M or G; default: one block).", valueName: "size"))
     var bytes: String?
 
-    @Option(help: "Segments of a playlist to cache (default: the proxy's, 3).")
+    @Option(parsing: .unconditional, help: "Segments of a playlist to cache (default: the proxy's, 3).")
     var segments: Int?
+
+    func validate() throws {
+        if let segments, segments < 0 { throw ValidationError("--segments \(segments) must not be negative") }
+    }
 
     @OptionGroup var proxy: ProxyAddressOptions
 

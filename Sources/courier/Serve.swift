@@ -11,23 +11,37 @@ struct Serve: AsyncParsableCommand {
             Listens on 127.0.0.1 by default: the native port (6970, Courier's binary framing), the compat port \
             (6969, the source notes' JSON-header framing) and the HTTP port (6980: /health, /metrics). Data goes to \
             ./courier-data (courier.sqlite, in WAL mode with synchronous=FULL: an acknowledged message survives a \
-            crash of the process or the machine). Every flag has an environment variable; the flag wins. SIGTERM \
+            crash of the process or the machine). The address, port, TLS and data flags have environment variables \
+            (named in each flag's help); the flag wins. SIGTERM \
             or SIGINT stops the server gracefully: no new connections, writes in flight are committed and \
             acknowledged, then the connections close. At start the server raises its open-file limit to the hard \
-            limit, and a crash leaves its backtrace in <data>/crashes/ (unless SWIFT_BACKTRACE is already set).
+            limit, and a crash leaves its backtrace in <data>/crashes/ (unless SWIFT_BACKTRACE is already set). One \
+            server per data folder: it holds <data>/server.lock, and a second one on the folder exits with an error \
+            (the admin commands run beside it).
             """
     )
 
     @Option(help: "The address to bind (default: $COURIER_HOST, else 127.0.0.1).")
     var host: String?
 
-    @Option(help: "The native port; 0 picks a free one (default: $COURIER_PORT, else 6970).")
+    @Option(
+        parsing: .unconditional,
+        help: "The native port; 0 picks a free one (default: $COURIER_PORT, else 6970)."
+    )
     var port: Int?
 
-    @Option(name: .customLong("compat-port"), help: "The compat port (default: $COURIER_COMPAT_PORT, else 6969).")
+    @Option(
+        name: .customLong("compat-port"),
+        parsing: .unconditional,
+        help: "The compat port (default: $COURIER_COMPAT_PORT, else 6969)."
+    )
     var compatPort: Int?
 
-    @Option(name: .customLong("http-port"), help: "The HTTP port (default: $COURIER_HTTP_PORT, else 6980).")
+    @Option(
+        name: .customLong("http-port"),
+        parsing: .unconditional,
+        help: "The HTTP port (default: $COURIER_HTTP_PORT, else 6980)."
+    )
     var httpPort: Int?
 
     @Option(
@@ -52,6 +66,13 @@ struct Serve: AsyncParsableCommand {
 
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical (default: info).")
     var logLevel: String = "info"
+
+    func validate() throws {
+        for (flag, port) in [("--port", self.port), ("--compat-port", self.compatPort), ("--http-port", self.httpPort)]
+        {
+            if let port { try PortNumber.check(port, flag: flag, allowsZero: true) }
+        }
+    }
 
     func run() async throws {
         let environment = ProcessInfo.processInfo.environment

@@ -212,6 +212,20 @@ struct CommandLineTests {
             #expect(result.status != 0 && result.output.contains("lots is not a positive integer"), "\(result)")
             result = try await Self.courier("serve", "--data", data.path, "--limit", "idle-timeout=5 minutes")
             #expect(result.status != 0 && result.output.contains("is not a duration"), "\(result)")
+            result = try await Self.courier("serve", "--data", data.path, "--limit", "idle-timeout=106751991167301d")
+            #expect(result.status != 0 && result.output.contains("too long a duration"), "\(result)")
+            // Ports out of range are refused by name, negative ones too (not taken for a flag, not wrapped around).
+            for (flag, value) in [("--port", "70000"), ("--http-port", "-1"), ("--compat-port", "65536")] {
+                result = try await Self.courier("serve", "--data", data.path, flag, value)
+                #expect(
+                    result.status != 0 && result.output.contains("\(flag) \(value) is not a port number"),
+                    "\(result)"
+                )
+            }
+            for arguments in [["proxy", "--port", "70000"], ["proxy", "stats", "--port", "0"]] {
+                result = try await CourierExecutable.run(arguments)
+                #expect(result.status != 0 && result.output.contains("is not a port number"), "\(result)")
+            }
 
             try await CourierExecutable.addUsers(["alice", "bob"], data: data)
             let (server, native, http) = try await Self.serve(
@@ -232,6 +246,22 @@ struct CommandLineTests {
                 ["--cacert", certificate.certificateFile, "https://127.0.0.1:\(http)/health"]
             )
             #expect(health.contains("\"status\":\"ok\""), "\(health)")
+            // A second server on the same data folder does not start beside the first.
+            result = try await Self.courier(
+                "serve",
+                "--data",
+                data.path,
+                "--port",
+                "0",
+                "--compat-port",
+                "0",
+                "--http-port",
+                "0"
+            )
+            #expect(
+                result.status != 0 && result.output.contains("is already using the data folder \(data.path)"),
+                "\(result)"
+            )
             await alice.close()
             #expect(await server.terminate() == 0)
         }
@@ -310,6 +340,15 @@ struct CommandLineTests {
             let texts = try json(result.output).compactMap { $0["text"] as? String }
             #expect(texts == ["hello bob", "你好, alice 👋", "while you were away"], "\(result)")
 
+            // A mistyped password at `login` keeps the saved, working token.
+            let token = try String(contentsOf: tokenFile, encoding: .utf8)
+            result = try await client("login", "--as", "alice", "--password", "not-alice's")
+            #expect(result.status != 0 && result.output.contains("login refused for alice"), "\(result)")
+            #expect(result.output.contains("the saved token is kept"), "\(result)")
+            #expect(try String(contentsOf: tokenFile, encoding: .utf8) == token)
+            result = try await client("history", "--as", "alice", "--with", "bob", "--json")
+            #expect(result.status == 0 && !result.output.isEmpty, "the kept token still works: \(result)")
+
             // A revoked token: a clear message, and the saved token is gone.
             result = try await Self.courier("user", "devices", "alice", "--data", data.path)
             let device = try #require(result.output.split(separator: "\t").first.map(String.init), "\(result)")
@@ -317,6 +356,13 @@ struct CommandLineTests {
             result = try await client("history", "--as", "alice", "--with", "bob")
             #expect(result.status == 1 && result.output.contains("courier login --as alice"), "\(result)")
             #expect(!FileManager.default.fileExists(atPath: tokenFile.path))
+            // A removed account is said to be gone, not to need a login.
+            result = try await client("login", "--as", "bob", "--password", "pw-bob")
+            #expect(result.status == 0, "\(result)")
+            _ = try await Self.courier("user", "remove", "bob", "--data", data.path)
+            result = try await client("history", "--as", "bob", "--with", "alice")
+            #expect(result.status == 1 && result.output.contains("the account bob was removed"), "\(result)")
+            #expect(!result.output.contains("courier login"), "\(result)")
             #expect(await server.terminate() == 0)
         }
     }
