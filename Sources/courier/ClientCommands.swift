@@ -52,7 +52,8 @@ struct Send: AsyncParsableCommand {
             "Send a text or a file; exits once the server has committed it (a text is queued while the server is away).",
         discussion: """
             A message queued in the outbox (the server unreachable) keeps its id and is sent, once, by the next \
-            client command that connects as the same user.
+            client command that connects as the same user. Only a server this user has reached from here before \
+            queues: for one never reached (a wrong address, an unchecked password) the command fails instead.
 
             --file sends an image, voice clip, video or any file as a media message (its kind and MIME type from \
             its extension, unless --kind and --mime say). It is uploaded in chunks, with a progress bar on a \
@@ -96,6 +97,19 @@ struct Send: AsyncParsableCommand {
         let text = self.text ?? ""
         let (id, outcomes) = try await ClientSession.run(self.options) {
             session -> (String, [String: ClientEvent]?) in
+            // Queued for later only for a server this user has reached from here (a saved token): for one never
+            // reached, the address or the password may be wrong, and a queue would hide it.
+            guard session.paths.savedToken() != nil else {
+                guard case .connected = try await session.connect() else {
+                    throw CommandFailure(
+                        description:
+                            "cannot reach the server at \(self.options.serverText()), which \(self.options.user) "
+                            + "has never reached from here: nothing is queued"
+                    )
+                }
+                let id = try session.client.send(text, to: conversation)
+                return (id, try await session.flushOutbox(including: [id]))
+            }
             let id = try session.client.send(text, to: conversation)
             guard case .connected = try await session.connect() else { return (id, nil) }
             return (id, try await session.flushOutbox(including: [id]))

@@ -288,7 +288,15 @@ struct CommandLineTests {
             }
             var server = try await serve()
 
-            var result = try await client("login", "--as", "alice", "--password", "pw-alice")
+            // A server never reached from here (a wrong address): the send fails, nothing is queued.
+            let nowhere = try await FreePort.pick()
+            var result = try await CourierExecutable.run(
+                ["send", "--as", "alice", "--to", "bob", "lost?", "--server", "127.0.0.1:\(nowhere)"],
+                environment: cli.home.merging(["COURIER_PASSWORD": "pw-alice"]) { $1 }
+            )
+            #expect(result.status != 0 && result.output.contains("has never reached from here"), "\(result)")
+
+            result = try await client("login", "--as", "alice", "--password", "pw-alice")
             #expect(result.status == 0 && result.output.hasPrefix("logged in as alice"), "\(result)")
             let tokenFile = folder.appendingPathComponent("config/courier/127.0.0.1_\(ports.0)/alice.token")
             let permissions = try FileManager.default.attributesOfItem(atPath: tokenFile.path)[.posixPermissions]

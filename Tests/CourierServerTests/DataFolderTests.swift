@@ -27,7 +27,7 @@ struct DataFolderTests {
         }
         // The first has stopped: the folder is free (and its own lock file is no obstacle).
         try await ServerFixture.with(folder: folder.url) { fixture in
-            try await fixture.user("alice")
+            _ = try await fixture.user("alice")
         }
     }
 }
