@@ -4,10 +4,12 @@ import Foundation
 
 struct Backup: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Copy a data folder's database consistently, also while the server runs.",
+        abstract: "Copy a data folder's database and media consistently, also while the server runs.",
         discussion: """
             Writes OUT/\(SQLiteStore.databaseFileName), a complete database as of one moment; the server goes on \
-            reading and writing meanwhile. To restore, start the server on the copy: courier serve --data OUT.
+            reading and writing meanwhile. Then copies the stored media files to OUT/media/objects/: every file \
+            that database names is there (stored files never change nor go), uploads still in progress are not. \
+            To restore, start the server on the copy: courier serve --data OUT.
             """
     )
 
@@ -24,6 +26,15 @@ struct Backup: AsyncParsableCommand {
         }
         let target = folder.appendingPathComponent(SQLiteStore.databaseFileName).path
         try await options.withStore { try $0.backup(to: target) }
-        print("backed up \(options.folder.path) to \(target)")
+        let media: (files: Int, bytes: Int64)
+        do {
+            media = try BlobStore.copyObjects(
+                from: options.folder.appendingPathComponent("media", isDirectory: true),
+                to: folder.appendingPathComponent("media", isDirectory: true)
+            )
+        } catch {
+            throw CommandFailure(description: "the database is backed up to \(target), the media not: \(error)")
+        }
+        print("backed up \(options.folder.path) to \(target), and \(media.files) media files (\(media.bytes) bytes)")
     }
 }

@@ -132,6 +132,9 @@ struct CommandLineTests {
             try await CourierExecutable.addUsers(["alice", "bob"], data: data)
             let (server, native, _) = try await Self.serve(folder, data: data)
             let (alice, _) = try await PortOnly(native: native).login("alice")
+            // A stored file before the backup: the copy has it too.
+            let file = MediaTests.randomBytes(300_000, "backupRestores")
+            let stored = try #require(try await alice.upload(file, stream: 1).done, "the upload")
             for index in 1...100 { #expect(try await alice.sendText("m\(index)", to: .user("bob")).ack != nil) }
             // More sends go on while the backup runs.
             let more = Task {
@@ -164,6 +167,13 @@ struct CommandLineTests {
             print("backupRestores: the copy holds \(seqs.count) of 180 messages")
             #expect(try await bob.sendText("after restore", to: .user("alice")).ack != nil)
             await bob.close()
+            let (owner, _) = try await PortOnly(native: restoredNative).login("alice")
+            guard case .success(let (_, fetched)) = try await owner.fetch(stored.sha256, stream: 1) else {
+                Issue.record("the restored server cannot serve the file")
+                return
+            }
+            #expect(fetched == file)
+            await owner.close()
             #expect(await restored.terminate() == 0)
         }
     }

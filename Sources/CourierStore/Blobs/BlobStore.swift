@@ -55,6 +55,49 @@ public final class BlobStore: Sendable {
         }
     }
 
+    /// Copies the stored files (`objects/`, not uploads in progress) of the blob store in `folder` into the one in
+    /// `destination`, each written aside and renamed into place, private. Files are stored once and never changed
+    /// or deleted, so a copy made after a database backup holds every file that backup names.
+    ///
+    /// - Returns: How many files were copied, and their bytes.
+    /// - Throws: ``CourierStoreError`` with code `storage-failed`, naming the file.
+    public static func copyObjects(from folder: URL, to destination: URL) throws -> (files: Int, bytes: Int64) {
+        let objects = folder.appendingPathComponent("objects", isDirectory: true)
+        var files = 0
+        var bytes: Int64 = 0
+        let manager = FileManager.default
+        guard manager.fileExists(atPath: objects.path) else { return (0, 0) }
+        for sub in ["", "objects"] {
+            let target = sub.isEmpty ? destination : destination.appendingPathComponent(sub)
+            do { try PrivateFiles.createFolder(target) } catch {
+                throw CourierStoreError(.storageFailed, "cannot create \(target.path): \(error)")
+            }
+        }
+        let prefixes = (try? manager.contentsOfDirectory(atPath: objects.path)) ?? []
+        for prefix in prefixes.sorted() {
+            let source = objects.appendingPathComponent(prefix, isDirectory: true)
+            let target = destination.appendingPathComponent("objects/\(prefix)", isDirectory: true)
+            for name in ((try? manager.contentsOfDirectory(atPath: source.path)) ?? []).sorted() {
+                let file = target.appendingPathComponent(name)
+                guard !manager.fileExists(atPath: file.path) else { continue }
+                let aside = target.appendingPathComponent(".\(name).copy")
+                do {
+                    try PrivateFiles.createFolder(target)
+                    try? manager.removeItem(at: aside)
+                    try manager.copyItem(at: source.appendingPathComponent(name), to: aside)
+                    try PrivateFiles.restrict(aside.path)
+                    try manager.moveItem(at: aside, to: file)
+                } catch {
+                    try? manager.removeItem(at: aside)
+                    throw CourierStoreError(.storageFailed, "cannot copy \(name) to \(target.path): \(error)")
+                }
+                files += 1
+                bytes += Int64((try? manager.attributesOfItem(atPath: file.path)[.size] as? NSNumber)?.int64Value ?? 0)
+            }
+        }
+        return (files, bytes)
+    }
+
     // MARK: Uploading
 
     /// Starts an upload, or finds it again to resume it.
