@@ -204,7 +204,12 @@ extension CourierClient {
                     )
                     throw StoredTokenRefused()
                 }
-                throw LoginRefused(code: error.code, message: error.message)
+                // A throttled login says when it may be tried again (the server's retry_after_ms).
+                var message = error.message
+                if error.code == ErrorCodes.throttled, error.retryAfterMs > 0 {
+                    message += "; try again in \((error.retryAfterMs + 999) / 1000) s"
+                }
+                throw LoginRefused(code: error.code, message: message)
             default:
                 continue
             }

@@ -293,7 +293,7 @@ struct History: AsyncParsableCommand {
     @Flag(help: "Print JSON lines.")
     var json = false
 
-    @Option(help: "The most messages to print (the server caps a page at its max-history-page, 200 by default).")
+    @Option(help: "The most messages to print (asked for a page at a time, as the server allows).")
     var limit = 50
 
     @Option(help: ArgumentHelp("Only messages before this sequence number (for paging back).", valueName: "seq"))
@@ -313,17 +313,38 @@ struct History: AsyncParsableCommand {
                 throw CommandFailure(description: "cannot reach the server at \(self.options.serverText())")
             }
             try await session.flushOutbox()
+            // Page after page (the server caps each, by count and by bytes) until --limit or the first message.
+            var messages: [ChatMessage] = []
+            var before = self.before
+            var more = false
             do {
-                return try await session.client.history(of: conversation, beforeSeq: self.before, limit: self.limit)
+                while messages.count < self.limit {
+                    let page = try await session.client.history(
+                        of: conversation,
+                        beforeSeq: before,
+                        limit: self.limit - messages.count
+                    )
+                    messages += page.messages
+                    more = page.more
+                    guard page.more, let oldest = page.messages.last else { break }
+                    before = oldest.seq
+                }
             } catch let error as CourierClientError {
                 throw CommandFailure(description: "\(error.code): \(error.message)")
             }
+            return (messages: messages, more: more)
         }
         for message in page.messages.reversed() {
             print(self.json ? try Self.jsonLine(message, me: self.options.user) : Self.line(message))
         }
-        if page.more, !self.json, let oldest = page.messages.last {
-            print("(older: --before \(oldest.seq))")
+        if page.more, let oldest = page.messages.last {
+            // With --json, on standard error: the lines on standard output stay JSON.
+            if self.json {
+                var standardError = StandardError()
+                print("(older: --before \(oldest.seq))", to: &standardError)
+            } else {
+                print("(older: --before \(oldest.seq))")
+            }
         }
     }
 

@@ -282,7 +282,8 @@ struct CommandLineTests {
         try await withTemporaryDirectory(prefix: "courier-cli") { folder in
             let cli = try await CLIFixture(folder: folder, users: ["alice", "bob"])
             let (data, ports) = (cli.data, cli.ports)
-            func serve() async throws -> ServerProcess { try await cli.serve() }
+            // A page of one message: `history` pages through the server's cap by itself.
+            func serve() async throws -> ServerProcess { try await cli.serve(["--limit", "max-history-page=1"]) }
             func client(
                 _ arguments: String...,
                 environment: [String: String] = [:]
@@ -291,8 +292,9 @@ struct CommandLineTests {
             ) {
                 try await cli.run(arguments, environment: environment)
             }
+            // JSON lines only (standard error, merged in, may say where older messages are).
             func json(_ output: String) throws -> [[String: Any]] {
-                try output.split(separator: "\n").map {
+                try output.split(separator: "\n").filter { $0.hasPrefix("{") }.map {
                     try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any], "\($0)")
                 }
             }
@@ -339,6 +341,7 @@ struct CommandLineTests {
             )
             result = try await client("history", "--as", "bob", "--with", "alice", "--json", "--limit", "1")
             #expect(try json(result.output).map { $0["seq"] as? Int } == [2], "\(result)")
+            #expect(result.output.contains("(older: --before 2)"), "the hint, on standard error: \(result)")
             result = try await client("history", "--as", "bob", "--with", "alice", "--json", "--before", "2")
             #expect(try json(result.output).map { $0["seq"] as? Int } == [1], "\(result)")
             result = try await client("history", "--as", "bob", "--with", "alice")
@@ -366,6 +369,13 @@ struct CommandLineTests {
             #expect(try String(contentsOf: tokenFile, encoding: .utf8) == token)
             result = try await client("history", "--as", "alice", "--with", "bob", "--json")
             #expect(result.status == 0 && !result.output.isEmpty, "the kept token still works: \(result)")
+            // Wrong again and again: throttled, and told when to try again.
+            var throttled: (status: Int32, output: String)?
+            for _ in 0..<10 where throttled == nil {
+                result = try await client("login", "--as", "alice", "--password", "wrong")
+                if result.output.contains("throttled") { throttled = result }
+            }
+            #expect(throttled?.output.contains("try again in ") == true, "\(String(describing: throttled))")
 
             // A revoked token: a clear message, and the saved token is gone.
             result = try await Self.courier("user", "devices", "alice", "--data", data.path)
@@ -660,13 +670,14 @@ struct CLIFixture {
         ]
     }
 
-    func serve() async throws -> ServerProcess {
+    func serve(_ arguments: [String] = []) async throws -> ServerProcess {
         try await ServerProcess.start(
             data: self.data,
             native: self.ports.native,
             compat: self.ports.compat,
             http: self.ports.http,
-            log: self.folder.appendingPathComponent("server.log")
+            log: self.folder.appendingPathComponent("server.log"),
+            arguments: arguments
         )
     }
 
