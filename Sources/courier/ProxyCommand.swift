@@ -152,7 +152,10 @@ struct ProxyServe: AsyncParsableCommand {
             tasks.addTask { try await group.run() }
             tasks.addTask {
                 guard let port = try? await proxy.listeningPort() else { return }
-                print("courier proxy listening on http://\(self.host):\(port)/?url=<origin URL>")
+                // Written at once (not through print's buffer), also when standard output is a pipe or a file: a
+                // script waits for this line.
+                let line = "courier proxy listening on http://\(self.host):\(port)/?url=<origin URL>\n"
+                FileHandle.standardOutput.write(Data(line.utf8))
             }
             try await tasks.waitForAll()
         }
@@ -237,8 +240,11 @@ struct ProxyURLCommand: AsyncParsableCommand {
     @OptionGroup var proxy: ProxyAddressOptions
 
     func run() async throws {
-        guard let url = URL(string: self.url), url.scheme != nil else {
+        guard let url = URL(string: self.url), let scheme = url.scheme?.lowercased(), url.host != nil else {
             throw ValidationError("\(self.url) is not an absolute URL")
+        }
+        guard scheme == "http" || scheme == "https" else {
+            throw ValidationError("\(self.url): the proxy fetches http and https URLs only")
         }
         print(self.query ? self.proxy.address.query(for: url) : self.proxy.address.path(for: url))
     }

@@ -107,7 +107,18 @@ struct ProxyProcessTests {
                 log: folder.appendingPathComponent("proxy.log")
             )
             do {
+                // The listening line reaches a log file at once (standard output is not a terminal here).
+                let log = folder.appendingPathComponent("proxy.log")
+                let deadline = ContinuousClock.now + .seconds(10)
+                while ContinuousClock.now < deadline,
+                    !((try? String(contentsOf: log, encoding: .utf8)) ?? "").contains("courier proxy listening on")
+                {
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                #expect(((try? String(contentsOf: log, encoding: .utf8)) ?? "").contains("listening on"))
                 let origin = nginx.url("clip.mp4").absoluteString
+                let other = try await CourierExecutable.run(["proxy", "url", "ftp://127.0.0.1/clip.mp4"])
+                #expect(other.status != 0 && other.output.contains("http and https URLs only"), "\(other)")
                 let printed = try await CourierExecutable.run(["proxy", "url", origin, "--port", String(port)])
                 #expect(printed.status == 0)
                 let proxyURL = printed.output.trimmingCharacters(in: .whitespacesAndNewlines)

@@ -120,13 +120,16 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                 frame = try await iterator.next()
             } catch {
                 // Bytes that break the framing: say which error where the transport can, then close. A peer that
-                // left inside a frame is not an error worth more than a debug line.
-                let truncated = (error as? CourierWireError)?.code == .truncated
-                self.logger.log(
-                    level: truncated ? .debug : .info,
-                    truncated ? "the client left inside a frame" : "closing: framing error",
-                    metadata: ["error": "\(error)"]
-                )
+                // left (inside a frame, or resetting the connection) is not an error worth more than a debug line.
+                let wire = error as? CourierWireError
+                if let wire, wire.code != .truncated {
+                    self.logger.info("closing: framing error", metadata: ["error": "\(error)"])
+                } else {
+                    self.logger.debug(
+                        wire == nil ? "the connection failed" : "the client left inside a frame",
+                        metadata: ["error": "\(error)"]
+                    )
+                }
                 session.withMachine { $0.close() }
                 for frame in self.transport.closingFrames(framingError: error) {
                     try? await session.write(frame, to: outbound)
