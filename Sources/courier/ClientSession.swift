@@ -70,7 +70,7 @@ final class ClientSession: @unchecked Sendable {
             credentials: credentials,
             storePath: self.paths.storeFile.path
         )
-        configuration.deviceName = "courier-cli"
+        configuration.deviceName = Self.deviceName(user: options.user)
         configuration.ephemeral = notices
         configuration.tls = options.tlsConfiguration()
         var logger = Logger(label: "courier.client")
@@ -88,6 +88,28 @@ final class ClientSession: @unchecked Sendable {
         self.client = client
         self.events = client.events.makeAsyncIterator()
         self.running = Task { await client.run() }
+    }
+
+    /// The name a password login gives its new device: the user, this machine and the command, such as
+    /// `alice@laptop (chat)`, so that `courier user devices` tells the logins apart.
+    static func deviceName(
+        user: String,
+        host: String = ClientSession.hostName(),
+        command: String? = CommandLine.arguments.dropFirst().first
+    ) -> String {
+        let machine = host.split(separator: ".").first.map(String.init) ?? host
+        let name = "\(user)@\(machine.isEmpty ? "unknown" : machine) (\(command ?? "courier"))"
+        // No control characters (the server refuses them in device names).
+        return String(
+            String.UnicodeScalarView(name.unicodeScalars.filter { $0.properties.generalCategory != .control })
+        )
+    }
+
+    /// This machine's name as the system knows it (`gethostname`: no name lookup).
+    static func hostName() -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count - 1) == 0 else { return "" }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// Waits for the first connection. A refused login is an error that says what to do.

@@ -377,8 +377,14 @@ struct CommandLineTests {
             }
             #expect(throttled?.output.contains("try again in ") == true, "\(String(describing: throttled))")
 
-            // A revoked token: a clear message, and the saved token is gone.
+            // A revoked token: a clear message, and the saved token is gone. Devices are named after the user, the
+            // machine and the command that logged in.
             result = try await Self.courier("user", "devices", "alice", "--data", data.path)
+            var buffer = [CChar](repeating: 0, count: 256)
+            _ = gethostname(&buffer, buffer.count - 1)
+            let host = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            let machine = host.split(separator: ".").first.map(String.init) ?? host
+            #expect(result.output.contains("alice@\(machine) (login)"), "\(result)")
             let device = try #require(result.output.split(separator: "\t").first.map(String.init), "\(result)")
             _ = try await Self.courier("user", "revoke", "alice", device, "--data", data.path)
             result = try await client("history", "--as", "alice", "--with", "bob")
