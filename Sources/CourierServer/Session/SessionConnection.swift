@@ -513,8 +513,7 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                 answer.request,
                 ticket: answer.ticket,
                 requestID: answer.requestID,
-                reservedFanout: answer.reservedFanout,
-                session: session
+                reservedFanout: answer.reservedFanout
             )
             if answer.answers, let reply {
                 try? await session.write(reply, transport: self.transport, to: outbound)
@@ -528,8 +527,7 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         _ request: WriteRequest,
         ticket: CommitTicket,
         requestID: UInt64,
-        reservedFanout: Int,
-        session: SessionShared
+        reservedFanout: Int
     ) async -> ServerEnvelope? {
         let outcome: WriteOutcome
         do {
