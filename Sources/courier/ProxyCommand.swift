@@ -105,7 +105,7 @@ struct ProxyServe: AsyncParsableCommand {
     )
     var openControl = false
 
-    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical (default: info).")
+    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
     func validate() throws {

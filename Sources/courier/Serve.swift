@@ -64,7 +64,7 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("limit"), help: ArgumentHelp(LimitOption.help, valueName: "name=value"))
     var limits: [String] = []
 
-    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical (default: info).")
+    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
     func validate() throws {

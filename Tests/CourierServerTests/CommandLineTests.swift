@@ -232,6 +232,12 @@ struct CommandLineTests {
                     "\(result)"
                 )
             }
+            // No help says a default twice (ours in the text, then ArgumentParser's).
+            for command in [["serve"], ["proxy", "serve"], ["send"], ["history"], ["bench"], ["backup"]] {
+                let help = try await CourierExecutable.run(command + ["--help"])
+                let flat = help.output.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+                #expect(flat.firstMatch(of: /\(default: [^)]*\)\.? \(default:/) == nil, "\(command): \(flat)")
+            }
             for arguments in [["proxy", "--port", "70000"], ["proxy", "stats", "--port", "0"]] {
                 result = try await CourierExecutable.run(arguments)
                 #expect(result.status != 0 && result.output.contains("is not a port number"), "\(result)")
