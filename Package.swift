@@ -19,6 +19,7 @@ let package = Package(
         .library(name: "CourierServer", targets: ["CourierServer"]),
         .library(name: "CourierClient", targets: ["CourierClient"]),
         .library(name: "CourierTesting", targets: ["CourierTesting"]),
+        .library(name: "CourierServerTesting", targets: ["CourierServerTesting"]),
         .library(name: "MediaCache", targets: ["MediaCache"]),
         .executable(name: "courier", targets: ["courier"]),
     ],
@@ -98,23 +99,34 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strictSettings
         ),
-        // Helpers shared by the tests (and, later, by downstream users' tests).
+        // Helpers shared by the tests, and by downstream users' tests of their clients: wire-level test clients, free
+        // ports, temporary folders, external programs, the `courier` executable. Nothing of the server.
         .target(
             name: "CourierTesting",
             dependencies: [
                 "CourierWire",
                 "CourierProtocol",
-                "CourierStore",
-                "CourierServer",
-                "CourierBench",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // A real server in the test's process (ServerFixture), for tests that need one.
+        .target(
+            name: "CourierServerTesting",
+            dependencies: [
+                "CourierServer",
+                "CourierStore",
+                "CourierTesting",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strictSettings
         ),
@@ -197,6 +209,7 @@ let package = Package(
                 "CourierProtocol",
                 "CourierStore",
                 "CourierTesting",
+                "CourierServerTesting",
                 "CourierWire",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -211,6 +224,7 @@ let package = Package(
                 "CourierServer",
                 "CourierStore",
                 "CourierTesting",
+                "CourierServerTesting",
                 "CourierWire",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -218,11 +232,17 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        // The command-line tool's own logic (the chat's state and screen), through @testable import of the executable,
-        // and the chat run under tmux.
+        // The command-line tool as a user runs it: real `courier` processes against real servers (the chat under
+        // tmux among them), and the option parsing and help through @testable import of the executable.
         .testTarget(
             name: "CourierCLITests",
-            dependencies: ["courier", "CourierClient", "CourierTesting"],
+            dependencies: [
+                "courier",
+                "CourierClient",
+                "CourierProtocol",
+                "CourierTesting",
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
             swiftSettings: strictSettings
         ),
         .testTarget(

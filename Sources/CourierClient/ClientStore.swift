@@ -5,6 +5,11 @@ import GRDB
 /// The client's local database: the outbox of messages not yet acknowledged, the messages received, and the
 /// session state (token, event cursor). One SQLite file in WAL mode with `synchronous=FULL`, so that what the client
 /// acknowledges to the server is on its disk first.
+///
+/// Several processes of one app may share the file (a chat window and a command sending beside it): SQLite
+/// serializes their writes, each waiting up to `busyTimeout` for the others' (never failing at once with "database is
+/// locked"). Every outbox row names the instance that sends it (``InstanceLock``); the others leave it alone until
+/// that instance is gone. All work runs on GRDB's own threads: the async calls never block a task.
 final class ClientStore: Sendable {
     struct OutboxEntry: Sendable, Hashable {
         var id: String
@@ -13,17 +18,23 @@ final class ClientStore: Sendable {
         var media: MediaInfo? = nil
     }
 
-    let queue: DatabaseQueue
+    /// An outbox row: its place in the order written, and the message.
+    struct OutboxRow: Sendable, Hashable {
+        var position: Int64
+        var entry: OutboxEntry
+    }
 
-    init(path: String) throws {
+    let pool: DatabasePool
+
+    init(path: String, busyTimeout: Duration) throws {
         var configuration = Configuration()
+        configuration.busyMode = .timeout(
+            Double(busyTimeout.components.seconds) + Double(busyTimeout.components.attoseconds) / 1e18
+        )
         configuration.prepareDatabase { db in
             try db.execute(sql: "PRAGMA synchronous = FULL")
         }
-        self.queue = try DatabaseQueue(path: path, configuration: configuration)
-        try self.queue.writeWithoutTransaction { db in
-            try db.execute(sql: "PRAGMA journal_mode = WAL")
-        }
+        self.pool = try DatabasePool(path: path, configuration: configuration)
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1") { db in
             try db.execute(
@@ -62,19 +73,39 @@ final class ClientStore: Sendable {
                     """
             )
         }
-        try migrator.migrate(self.queue)
+        migrator.registerMigration("v3-instances") { db in
+            // The instance (InstanceLock.id) that sends a row; NULL (rows written before): whoever connects next.
+            try db.execute(
+                sql: """
+                    ALTER TABLE outbox ADD COLUMN instance TEXT;
+                    CREATE INDEX outbox_by_instance ON outbox (instance, position);
+                    """
+            )
+        }
+        // Processes opening a store at once (the first commands after an upgrade) can race for a migration: GRDB
+        // checks what is applied before its transaction, so the loser's ALTER fails. It finds it applied on retry.
+        var attempt = 1
+        while true {
+            do {
+                try migrator.migrate(self.pool)
+                break
+            } catch  where attempt < 5 {
+                attempt += 1
+                Thread.sleep(forTimeInterval: 0.05 * Double(attempt))
+            }
+        }
     }
 
     // MARK: State
 
-    func value(_ key: String) throws -> String? {
-        try self.queue.read { db in
+    func value(_ key: String) async throws -> String? {
+        try await self.pool.read { db in
             try String.fetchOne(db, sql: "SELECT value FROM state WHERE key = ?", arguments: [key])
         }
     }
 
-    func setValue(_ value: String?, for key: String) throws {
-        try self.queue.write { db in
+    func setValue(_ value: String?, for key: String) async throws {
+        try await self.pool.write { db in
             if let value {
                 try db.execute(sql: "INSERT OR REPLACE INTO state (key, value) VALUES (?, ?)", arguments: [key, value])
             } else {
@@ -83,39 +114,107 @@ final class ClientStore: Sendable {
         }
     }
 
-    var cursor: UInt64 {
-        get throws { UInt64(try self.value("cursor") ?? "0") ?? 0 }
+    /// The cursor up to which this store holds the user's events (whichever process stored them); nil before any.
+    func storedCursor() throws -> UInt64? {
+        try self.pool.read { db in
+            try String.fetchOne(db, sql: "SELECT value FROM state WHERE key = 'cursor'").flatMap { UInt64($0) }
+        }
+    }
+
+    /// Sets the cursor if the store has none yet (where a new device starts).
+    func setCursorIfAbsent(_ cursor: UInt64) async throws {
+        try await self.pool.write { db in
+            try db.execute(
+                sql: "INSERT OR IGNORE INTO state (key, value) VALUES ('cursor', ?)",
+                arguments: [String(cursor)]
+            )
+        }
     }
 
     // MARK: Outbox
 
-    func enqueue(_ entry: OutboxEntry) throws {
-        try self.enqueue([entry])
-    }
-
-    func enqueue(_ entries: [OutboxEntry]) throws {
-        try self.queue.write { db in
+    /// Writes messages to the outbox, in order, as `instance`'s to send.
+    func enqueue(_ entries: [OutboxEntry], instance: String) async throws {
+        try await self.pool.write { db in
             let now = Date().timeIntervalSince1970
             for entry in entries {
                 let (kind, peer) = Self.columns(entry.conversation)
                 try db.execute(
-                    sql: "INSERT INTO outbox (id, kind, peer, text, media, created) VALUES (?, ?, ?, ?, ?, ?)",
-                    arguments: [entry.id, kind, peer, entry.text, Self.blob(entry.media), now]
+                    sql: """
+                        INSERT INTO outbox (id, kind, peer, text, media, created, instance)
+                        VALUES (?, ?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [entry.id, kind, peer, entry.text, Self.blob(entry.media), now, instance]
                 )
             }
         }
     }
 
-    func outbox() throws -> [OutboxEntry] {
-        try self.queue.read { db in
-            try Row.fetchAll(db, sql: "SELECT id, kind, peer, text, media FROM outbox ORDER BY position").map { row in
-                OutboxEntry(
-                    id: row["id"],
-                    conversation: Self.conversation(row["kind"], row["peer"]),
-                    text: row["text"],
-                    media: Self.media(row["media"])
+    /// `instance`'s outbox rows after `position`, in order, at most `limit`.
+    func outbox(of instance: String, after position: Int64, limit: Int) async throws -> [OutboxRow] {
+        try await self.pool.read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT position, id, kind, peer, text, media FROM outbox
+                    WHERE instance = ? AND position > ? ORDER BY position LIMIT ?
+                    """,
+                arguments: [instance, position, limit]
+            ).map(Self.outboxRow)
+        }
+    }
+
+    /// One outbox row, if it is still there and still `instance`'s.
+    func outboxRow(id: String, of instance: String) async throws -> OutboxRow? {
+        try await self.pool.read { db in
+            try Row.fetchOne(
+                db,
+                sql: "SELECT position, id, kind, peer, text, media FROM outbox WHERE id = ? AND instance = ?",
+                arguments: [id, instance]
+            ).map(Self.outboxRow)
+        }
+    }
+
+    /// Every outbox message, whoever sends it, oldest first.
+    func outbox() async throws -> [OutboxEntry] {
+        try await self.pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT position, id, kind, peer, text, media FROM outbox ORDER BY position")
+                .map { Self.outboxRow($0).entry }
+        }
+    }
+
+    /// The instances other than `instance` that have rows in the outbox (nil: rows no instance owns).
+    func otherInstances(than instance: String) async throws -> [String?] {
+        try await self.pool.read { db in
+            try String?.fetchAll(
+                db,
+                sql: "SELECT DISTINCT instance FROM outbox WHERE instance IS NULL OR instance != ?",
+                arguments: [instance]
+            )
+        }
+    }
+
+    /// Makes `instance` the sender of the rows of instances found gone (nil: rows no instance owns).
+    ///
+    /// - Returns: The rows taken over, in order.
+    func takeOver(_ gone: [String?], for instance: String) async throws -> [OutboxRow] {
+        guard !gone.isEmpty else { return [] }
+        return try await self.pool.write { db in
+            var taken: [OutboxRow] = []
+            for old in gone {
+                let condition = old == nil ? "instance IS NULL" : "instance = ?"
+                let arguments: StatementArguments = old.map { [$0] } ?? []
+                taken += try Row.fetchAll(
+                    db,
+                    sql: "SELECT position, id, kind, peer, text, media FROM outbox WHERE \(condition)",
+                    arguments: arguments
+                ).map(Self.outboxRow)
+                try db.execute(
+                    sql: "UPDATE outbox SET instance = ? WHERE \(condition)",
+                    arguments: [instance] + arguments
                 )
             }
+            return taken.sorted { $0.position < $1.position }
         }
     }
 
@@ -128,18 +227,16 @@ final class ClientStore: Sendable {
         var from: String
     }
 
-    /// The server committed these outbox messages: they move to the messages, in one transaction.
+    /// The server committed these outbox messages: they move to the messages, in one transaction. A message
+    /// another process of this store moved already (it sent it too) is left as it is.
     ///
     /// This bookkeeping is committed without its own fsync (`synchronous=NORMAL` for the transaction; the next
     /// `FULL` commit carries it to disk): if a crash loses it, the messages are still in the outbox, are resent,
     /// and the server answers with the original acknowledgements.
-    ///
-    /// - Returns: The acknowledgements whose message was in the outbox (a repeated acknowledgement is not).
-    func acknowledged(_ acknowledgements: [Acknowledgement]) throws -> [Acknowledgement] {
-        try self.queue.writeWithoutTransaction { db in
+    func acknowledged(_ acknowledgements: [Acknowledgement]) async throws {
+        try await self.pool.writeWithoutTransaction { db in
             try db.execute(sql: "PRAGMA synchronous = NORMAL")
             defer { try? db.execute(sql: "PRAGMA synchronous = FULL") }
-            var moved: [Acknowledgement] = []
             try db.inTransaction {
                 for acknowledgement in acknowledgements {
                     guard
@@ -161,29 +258,34 @@ final class ClientStore: Sendable {
                         recalled: false
                     )
                     try Self.insert(message, db)
-                    moved.append(acknowledgement)
                 }
                 return .commit
             }
-            return moved
         }
     }
 
-    func remove(id: String) throws {
-        try self.queue.write { db in try db.execute(sql: "DELETE FROM outbox WHERE id = ?", arguments: [id]) }
+    func remove(id: String) async throws {
+        try await self.pool.write { db in try db.execute(sql: "DELETE FROM outbox WHERE id = ?", arguments: [id]) }
+    }
+
+    /// Removes `instance`'s outbox row with this id, if it is there and still `instance`'s.
+    ///
+    /// - Returns: Whether a row went.
+    func remove(id: String, of instance: String) async throws -> Bool {
+        try await self.pool.write { db in
+            try db.execute(sql: "DELETE FROM outbox WHERE id = ? AND instance = ?", arguments: [id, instance])
+            return db.changesCount > 0
+        }
     }
 
     // MARK: Messages
 
-    /// Stores a page of received messages and the cursor after them in one transaction.
-    ///
-    /// - Returns: The messages that were new (a message already stored, by conversation and sequence number, is
-    ///   dropped).
-    func store(_ messages: [ChatMessage], recalls: [(Conversation, UInt64)], cursor: UInt64) throws -> [ChatMessage] {
-        try self.queue.write { db in
-            var new: [ChatMessage] = []
-            for message in messages where try Self.insert(message, db) {
-                new.append(message)
+    /// Stores a page of received messages, and raises the cursor to the page's end, in one transaction. A message
+    /// stored already (by conversation and sequence number, by this process or another) is left as it is.
+    func store(_ messages: [ChatMessage], recalls: [(Conversation, UInt64)], cursor: UInt64) async throws {
+        try await self.pool.write { db in
+            for message in messages {
+                try Self.insert(message, db)
             }
             for (conversation, seq) in recalls {
                 try db.execute(
@@ -191,16 +293,19 @@ final class ClientStore: Sendable {
                     arguments: [conversation.key, seq]
                 )
             }
-            try db.execute(
-                sql: "INSERT OR REPLACE INTO state (key, value) VALUES ('cursor', ?)",
-                arguments: [String(cursor)]
-            )
-            return new
+            // Raised, never lowered: another process may have stored further already.
+            let stored =
+                UInt64(try String.fetchOne(db, sql: "SELECT value FROM state WHERE key = 'cursor'") ?? "0") ?? 0
+            if cursor > stored {
+                try db.execute(
+                    sql: "INSERT OR REPLACE INTO state (key, value) VALUES ('cursor', ?)",
+                    arguments: [String(cursor)]
+                )
+            }
         }
     }
 
-    @discardableResult
-    private static func insert(_ message: ChatMessage, _ db: Database) throws -> Bool {
+    private static func insert(_ message: ChatMessage, _ db: Database) throws {
         let (kind, peer) = Self.columns(message.conversation)
         try db.execute(
             sql: """
@@ -212,12 +317,11 @@ final class ClientStore: Sendable {
                 message.time.timeIntervalSince1970, message.text, Self.blob(message.media), message.recalled,
             ]
         )
-        return db.changesCount > 0
     }
 
     /// The messages of a conversation stored on this device, oldest first: all of them, or the newest `limit`.
-    func messages(in conversation: Conversation, limit: Int? = nil) throws -> [ChatMessage] {
-        try self.queue.read { db in
+    func messages(in conversation: Conversation, limit: Int? = nil) async throws -> [ChatMessage] {
+        try await self.pool.read { db in
             try Row.fetchAll(
                 db,
                 sql: "SELECT * FROM messages WHERE conversation = ? ORDER BY seq DESC LIMIT ?",
@@ -227,8 +331,8 @@ final class ClientStore: Sendable {
     }
 
     /// The conversations with messages on this device, each with its newest message.
-    func conversations() throws -> [ChatMessage] {
-        try self.queue.read { db in
+    func conversations() async throws -> [ChatMessage] {
+        try await self.pool.read { db in
             try Row.fetchAll(
                 db,
                 sql: """
@@ -250,6 +354,18 @@ final class ClientStore: Sendable {
             text: row["text"],
             media: Self.media(row["media"]),
             recalled: row["recalled"]
+        )
+    }
+
+    private static func outboxRow(_ row: Row) -> OutboxRow {
+        OutboxRow(
+            position: row["position"],
+            entry: OutboxEntry(
+                id: row["id"],
+                conversation: Self.conversation(row["kind"], row["peer"]),
+                text: row["text"],
+                media: Self.media(row["media"])
+            )
         )
     }
 

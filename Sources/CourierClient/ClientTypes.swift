@@ -102,23 +102,55 @@ public struct PendingMessage: Hashable, Sendable {
     public var media: MediaInfo? = nil
 }
 
+/// Why a connection ended, or could not start.
+public struct Disconnection: Hashable, Sendable, CustomStringConvertible {
+    public enum Cause: Hashable, Sendable {
+        /// The server could not be reached: refused, timed out, no route, or the TLS handshake failed.
+        case unreachable
+        /// The server answered but took no connection for now (`server-full`, `shutting-down`, or `auth-timeout`
+        /// when this side was too slow to log in): a later attempt can succeed.
+        case refused(code: String)
+        /// A connection that was up ended.
+        case closed
+        /// ``CourierClient/stop()`` was called (or the task running the client was cancelled).
+        case stopped
+    }
+
+    public var cause: Cause
+    /// What happened, in plain words.
+    public var reason: String
+
+    public init(_ cause: Cause, _ reason: String) {
+        self.cause = cause
+        self.reason = reason
+    }
+
+    public var description: String { self.reason }
+}
+
 /// What happens on the connection and in the user's conversations, in order.
 public enum ClientEvent: Sendable, Hashable {
     /// Authenticated; `caughtUp` follows when the backlog has been received.
     case connected(user: String)
     /// Every event missed while offline has been received and stored.
     case caughtUp
-    /// The connection ended; the client reconnects after a jittered backoff unless stopped.
-    case disconnected(reason: String)
+    /// The connection ended, or an attempt failed; ``reconnecting(after:)`` follows unless the client stopped.
+    case disconnected(Disconnection)
+    /// The next attempt to connect starts after this delay (a jittered backoff that grows with each failure).
+    case reconnecting(after: Duration)
     /// The server refused the configured credentials (`auth-failed`, `token-expired`, `token-revoked`,
     /// `throttled`): ``CourierClient/run()`` returns, since trying them again cannot succeed (or would be
     /// throttled). A stored token that stops working is forgotten instead, and the client logs in again with the
     /// configured credentials.
     case loginRefused(code: String, message: String)
-    /// A message from someone else, or the user's own from another device, stored locally (each once).
+    /// A message of the user's event log: from someone else, or the user's own written by another device or by
+    /// another client of the same store (also one this client took over from a client that is gone, once the
+    /// server acknowledged it). Each once per client, from where the store stood when the client was made: it may
+    /// also be among what ``CourierClient/storedMessages(in:limit:)`` and ``CourierClient/pendingMessages()``
+    /// return, so an app that shows both drops repeats by id (or by conversation and sequence number).
     case message(ChatMessage)
-    /// A message from this device is committed by the server, and moved from the local outbox to the local
-    /// messages. The client records acknowledgements in batches (one local transaction for all that arrived
+    /// A message written through this client is committed by the server, and moved from the local outbox to the
+    /// local messages. The client records acknowledgements in batches (one local transaction for all that arrived
     /// meanwhile), so this event may follow events that arrived after the acknowledgement.
     case sent(id: String, conversation: Conversation, seq: UInt64, time: Date)
     /// The server refused a message for good (`not-member`, `text-too-large`, …); it left the outbox.
@@ -131,7 +163,7 @@ public enum ClientEvent: Sendable, Hashable {
     case membership(group: String, user: String, joined: Bool)
     /// A peer is typing (or stopped).
     case typing(conversation: Conversation, user: String, typing: Bool)
-    /// A peer came online or went offline.
+    /// A peer came online or went offline (`lastSeen`: when it went, if the server says).
     case presence(user: String, online: Bool, lastSeen: Date?)
 }
 

@@ -72,7 +72,10 @@ extension CourierClient {
                     continuation.yield(.uploading(sent: sent, total: size))
                 }
                 try Task.checkCancellation()
-                try self.store.enqueue(.init(id: id, conversation: conversation, text: "", media: media))
+                try await self.store.enqueue(
+                    [.init(id: id, conversation: conversation, text: "", media: media)],
+                    instance: self.instance.id
+                )
                 self.outboxChanged()
                 continuation.yield(.queued(id: id, media: media))
                 continuation.finish()

@@ -4,19 +4,39 @@ import Foundation
 import NIOCore
 import NIOPosix
 import NIOSSL
+import ServiceLifecycle
 
 extension CourierClient {
     /// Connects, syncs, sends the outbox and delivers events; reconnects with a jittered exponential backoff after
-    /// any failure, until ``stop()`` (or the task running it is cancelled). Then it finishes ``events`` and returns.
+    /// any failure, until ``stop()``, a graceful shutdown of the service group running it, or the cancellation of
+    /// its task. Then it finishes ``events`` and returns, and the client's outbox messages not yet acknowledged go
+    /// to the next client of the store that connects.
     public func run() async {
+        await withGracefulShutdownHandler {
+            await self.connectUntilStopped()
+        } onGracefulShutdown: {
+            self.stop()
+        }
+        await self.instance.releaseInBackground()
+        self.emit(.disconnected(Disconnection(.stopped, "stopped")))
+        self.finishEvents()
+    }
+
+    private func connectUntilStopped() async {
         await withDiscardingTaskGroup { group in
             group.addTask { await self.recordAcknowledgements() }
             var failures = 0
             // Until stopped, or until the task running it is cancelled.
             while !self.state.withLock({ $0.stopped }), !Task.isCancelled {
+                var welcomed = false
                 do {
-                    try await self.session { failures = 0 }
-                    self.emit(.disconnected(reason: "the server closed the connection"))
+                    try await self.session {
+                        welcomed = true
+                        failures = 0
+                    }
+                    if !self.state.withLock({ $0.stopped }) {
+                        self.emit(.disconnected(Disconnection(.closed, "the server closed the connection")))
+                    }
                 } catch let refusal as LoginRefused {
                     self.emit(.loginRefused(code: refusal.code, message: refusal.message))
                     self.state.withLock { $0.stopped = true }
@@ -26,24 +46,101 @@ extension CourierClient {
                     continue
                 } catch {
                     self.logger.debug("connection ended", metadata: ["error": "\(error)"])
-                    self.emit(.disconnected(reason: "\(error)"))
+                    if !self.state.withLock({ $0.stopped }) {
+                        self.emit(.disconnected(self.disconnection(for: error, welcomed: welcomed)))
+                    }
                 }
                 if self.state.withLock({ $0.stopped }) || Task.isCancelled { break }
                 failures += 1
-                await self.pause(self.backoff(after: failures))
+                let delay = self.backoff(after: failures)
+                self.emit(.reconnecting(after: delay))
+                await self.pause(delay)
             }
             self.acknowledgements.finish()
         }
-        self.emit(.disconnected(reason: "stopped"))
-        self.finishEvents()
+    }
+
+    /// What ended a connection (or kept it from starting), in plain words.
+    func disconnection(for error: any Error, welcomed: Bool) -> Disconnection {
+        let server = "\(self.configuration.host):\(self.configuration.port)"
+        if let error = error as? CourierClientError {
+            switch error.code {
+            case ErrorCodes.serverFull, ErrorCodes.shuttingDown, ErrorCodes.authTimeout:
+                return Disconnection(.refused(code: error.code), "the server at \(server) refused: \(error.message)")
+            case CourierClientError.notConnected.code:
+                return Disconnection(welcomed ? .closed : .unreachable, "the connection to \(server) broke")
+            default:
+                return Disconnection(
+                    welcomed ? .closed : .unreachable,
+                    "the server at \(server) ended the connection: \(error.code): \(error.message)"
+                )
+            }
+        }
+        if welcomed {
+            return Disconnection(.closed, "the connection to \(server) broke (\(Self.plainWords(error)))")
+        }
+        return Disconnection(.unreachable, "cannot reach the server at \(server): \(Self.plainWords(error))")
+    }
+
+    /// A connection error as people say it.
+    static func plainWords(_ error: any Error) -> String {
+        if let error = error as? ChannelError, case .connectTimeout = error { return "no answer (timed out)" }
+        if let error = error as? NIOConnectionError {
+            return error.connectionErrors.first.map { Self.plainWords($0.error) } ?? "no address to connect to"
+        }
+        if let error = error as? IOError {
+            switch error.errnoCode {
+            case POSIXErrorCode.ECONNREFUSED.rawValue: return "connection refused (is the server running?)"
+            case POSIXErrorCode.ENETUNREACH.rawValue, POSIXErrorCode.EHOSTUNREACH.rawValue: return "no route to it"
+            case POSIXErrorCode.ECONNRESET.rawValue: return "the connection was reset"
+            case POSIXErrorCode.ETIMEDOUT.rawValue: return "no answer (timed out)"
+            default: return "\(error)"
+            }
+        }
+        if error is NIOSSLError { return "the TLS handshake failed (\(error))" }
+        if let error = error as? SocketAddressError, case .unknown(let host, _) = error {
+            return "unknown host \(host)"
+        }
+        return "\(error)"
     }
 
     /// Moves acknowledged messages from the outbox to the messages, a batch per transaction (whatever arrived
     /// while the last one committed), then emits their `.sent` events.
     private func recordAcknowledgements() async {
         while let batch = await self.acknowledgements.takeAll() {
+            let recorded: Bool
             do {
-                for acknowledgement in try self.store.acknowledged(batch) {
+                try await self.store.acknowledged(batch)
+                recorded = true
+            } catch {
+                // The messages stay in the outbox and are resent on the next connection; the server answers with
+                // the original acknowledgements, and `.sent` follows then.
+                self.logger.warning("recording acknowledgements failed", metadata: ["error": "\(error)"])
+                recorded = false
+            }
+            let takenOver = self.state.withLock { state in
+                state.recording.subtract(batch.map(\.id))
+                return recorded ? batch.compactMap { state.takenOver.removeValue(forKey: $0.id) } : []
+            }
+            guard recorded else { continue }
+            let byID = Dictionary(takenOver.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+            for acknowledgement in batch {
+                if let entry = byID[acknowledgement.id] {
+                    // Written by a client that is gone: a message of the user's, as another device's would be.
+                    self.emit(
+                        .message(
+                            ChatMessage(
+                                id: entry.id,
+                                from: acknowledgement.from,
+                                conversation: acknowledgement.conversation,
+                                seq: acknowledgement.seq,
+                                time: acknowledgement.time,
+                                text: entry.text,
+                                media: entry.media
+                            )
+                        )
+                    )
+                } else {
                     self.emit(
                         .sent(
                             id: acknowledgement.id,
@@ -53,10 +150,6 @@ extension CourierClient {
                         )
                     )
                 }
-            } catch {
-                // The messages stay in the outbox and are resent on the next connection; the server answers with
-                // the original acknowledgements.
-                self.logger.warning("recording acknowledgements failed", metadata: ["error": "\(error)"])
             }
         }
     }
@@ -118,16 +211,42 @@ extension CourierClient {
                 link.failAll()
             }
             if stopped { return }
+            if self.configuration.receivesEvents {
+                // Where this client's events start, when it knew of none (a new device: the present).
+                let first = self.state.withLock { state -> Bool in
+                    defer { state.cursor = state.cursor ?? welcome.cursor }
+                    return state.cursor == nil
+                }
+                if first { try await self.store.setCursorIfAbsent(welcome.cursor) }
+            }
+            // Before `.connected`: from then on, `sendingMessageIDs()` includes what was taken over.
+            let taken = try await self.takeOverOutboxes()
             self.emit(.connected(user: welcome.user))
             let heartbeat = Duration.milliseconds(Int64(max(1000, welcome.limits.heartbeatIntervalMs)))
             try await withThrowingTaskGroup(of: Void.self) { group in
+                // Either failing ends the session (closing the link ends the reader below).
                 group.addTask {
-                    while true {
-                        try await Task.sleep(for: heartbeat)
-                        try await link.write(frame: .ping(UInt64.random(in: 0...UInt64.max)))
+                    do {
+                        while true {
+                            try await Task.sleep(for: heartbeat)
+                            try await link.write(frame: .ping(UInt64.random(in: 0...UInt64.max)))
+                        }
+                    } catch {
+                        link.close()
+                        throw error
                     }
                 }
-                group.addTask { try await self.sendOutbox(on: link) }
+                group.addTask {
+                    do {
+                        try await self.sendOutbox(on: link, takenOver: taken)
+                    } catch {
+                        if !(error is CancellationError) {
+                            self.logger.warning("sending the outbox failed", metadata: ["error": "\(error)"])
+                        }
+                        link.close()
+                        throw error
+                    }
+                }
                 defer {
                     // Wake a send waiting for a slot on this dead link before waiting for the tasks.
                     link.failAll()
@@ -154,11 +273,10 @@ extension CourierClient {
         hello.requestID = 1
         hello.hello.deviceName = self.configuration.deviceName
         hello.hello.ephemeral = self.configuration.ephemeral
-        let storedToken = try self.store.value("token")
+        hello.hello.noEvents = !self.configuration.receivesEvents
+        let storedToken = try await self.store.value("token")
         if let storedToken {
             hello.hello.token = storedToken
-            hello.hello.cursor = try self.store.cursor
-            hello.hello.resume = true
         } else {
             switch self.configuration.credentials {
             case .password(let user, let password):
@@ -167,10 +285,12 @@ extension CourierClient {
             case .token(let token):
                 hello.hello.token = token
             }
-            if let cursor = try self.store.value("cursor"), let value = UInt64(cursor) {
-                hello.hello.cursor = value
-                hello.hello.resume = true
-            }
+        }
+        // From where this client stands (where the store stood when it was made, then its own); knowing neither, the
+        // server starts where the device acknowledged (a new device: at the present).
+        if self.configuration.receivesEvents, let cursor = self.state.withLock({ $0.cursor }) {
+            hello.hello.cursor = cursor
+            hello.hello.resume = true
         }
         do {
             try await outbound.write(try NativeFrame(envelope: hello))
@@ -185,7 +305,7 @@ extension CourierClient {
             let answer = try frame.envelope(as: ServerEnvelope.self)
             switch answer.body {
             case .welcome(let welcome):
-                if !welcome.token.isEmpty { try self.store.setValue(welcome.token, for: "token") }
+                if !welcome.token.isEmpty { try await self.store.setValue(welcome.token, for: "token") }
                 return welcome
             case .error(let error):
                 let refused = [
@@ -197,7 +317,7 @@ extension CourierClient {
                 // A stored token that stopped working: forget it, so the next attempt logs in with the configured
                 // credentials. The configured credentials refused: give up.
                 if storedToken != nil, error.code != ErrorCodes.throttled {
-                    try self.store.setValue(nil, for: "token")
+                    try await self.store.setValue(nil, for: "token")
                     self.logger.notice(
                         "the stored token was refused; logging in again",
                         metadata: ["code": "\(error.code)"]
@@ -217,40 +337,125 @@ extension CourierClient {
         throw CourierClientError(code: "not-connected", message: "the server closed the connection before welcoming")
     }
 
-    /// Sends every outbox message not yet sent on this connection, in order, and waits for more.
-    private func sendOutbox(on link: Link) async throws {
+    /// The most outbox rows read at a time.
+    static let outboxBatch = 256
+
+    /// Sends this client's outbox messages in the order written, each once per connection, then each new one as it
+    /// is written; takes over the outbox of clients of the store that are gone (on connecting, then every
+    /// `takeoverInterval`); sends again what the server refused with a retryable code, when it said.
+    private func sendOutbox(on link: Link, takenOver: [ClientStore.OutboxRow]) async throws {
+        let me = self.instance.id
+        var position: Int64 = 0
+        var nextTakeover = ContinuousClock.now + self.configuration.takeoverInterval
+        for row in takenOver where self.willSend(row.entry.id, on: link) {
+            try await link.send(row.entry)
+        }
         while true {
-            let (dirty, stopped) = self.state.withLock { state in
-                defer { state.outboxDirty = false }
-                return (state.outboxDirty, state.stopped)
+            let stopped = self.state.withLock { state in
+                state.outboxDirty = false
+                return state.stopped
             }
             // Stopped: the connection is closing and the reader ends the session.
             if stopped { return }
-            if dirty {
-                for entry in try self.store.outbox() where !link.wasSent(entry.id) {
-                    try await link.send(entry)
+            if ContinuousClock.now >= nextTakeover {
+                for row in try await self.takeOverOutboxes() where self.willSend(row.entry.id, on: link) {
+                    try await link.send(row.entry)
                 }
-                continue
+                nextTakeover = .now + self.configuration.takeoverInterval
             }
-            await withTaskCancellationHandler {
-                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                    // Checked under the lock the cancellation handler takes: a cancellation either is seen here or
-                    // finds the stored continuation.
-                    let now = self.state.withLock { state -> Bool in
-                        if state.outboxDirty || state.stopped || Task.isCancelled { return true }
-                        state.outboxSignal = continuation
-                        return false
-                    }
-                    if now { continuation.resume() }
+            for id in self.dueRetries() {
+                link.forget(id)
+                if let row = try await self.store.outboxRow(id: id, of: me), self.willSend(id, on: link) {
+                    try await link.send(row.entry)
                 }
-            } onCancel: {
-                let signal = self.state.withLock { state in
-                    defer { state.outboxSignal = nil }
-                    return state.outboxSignal
-                }
-                signal?.resume()
             }
+            let rows = try await self.store.outbox(of: me, after: position, limit: Self.outboxBatch)
+            for row in rows {
+                position = row.position
+                if self.willSend(row.entry.id, on: link) { try await link.send(row.entry) }
+            }
+            if rows.count == Self.outboxBatch { continue }
+            let wake = self.state.withLock { state in state.retries.values.min() }.map { min($0, nextTakeover) }
+            await self.waitForOutbox(until: wake ?? nextTakeover)
             try Task.checkCancellation()
+        }
+    }
+
+    /// Whether an outbox message is due on this link: not sent on it yet, not waiting for a retry, not acknowledged
+    /// already (its bookkeeping under way), not withdrawn. If so, it counts as sent by this client from now on
+    /// (decided in one step with ``withdraw(id:)``).
+    private func willSend(_ id: String, on link: Link) -> Bool {
+        guard !link.wasSent(id) else { return false }
+        return self.state.withLock { state in
+            guard state.retries[id] == nil, !state.recording.contains(id), !state.withdrawn.contains(id) else {
+                return false
+            }
+            state.sentByThisClient.insert(id)
+            return true
+        }
+    }
+
+    /// The retries whose time has come (taken out of the list).
+    private func dueRetries() -> [String] {
+        let now = ContinuousClock.now
+        return self.state.withLock { state in
+            let due = state.retries.filter { $0.value <= now }.map(\.key)
+            for id in due { state.retries[id] = nil }
+            return due
+        }
+    }
+
+    /// Makes this client the sender of the outbox rows of the store's clients that are gone.
+    ///
+    /// - Returns: The rows taken over, in the order written.
+    private func takeOverOutboxes() async throws -> [ClientStore.OutboxRow] {
+        let others = try await self.store.otherInstances(than: self.instance.id)
+        let alive = await InstanceLock.held(others.compactMap { $0 }, in: self.instancesFolder)
+        let gone = others.filter { other in other.map { !alive.contains($0) } ?? true }
+        // Marks of clients that are gone go too (those of commands killed with nothing left in the outbox).
+        await InstanceLock.sweep(self.instancesFolder, keeping: self.instance.id)
+        guard !gone.isEmpty else { return [] }
+        let rows = try await self.store.takeOver(gone, for: self.instance.id)
+        self.state.withLock { state in
+            for row in rows { state.takenOver[row.entry.id] = row.entry }
+        }
+        if !rows.isEmpty {
+            self.logger.debug(
+                "took over outbox messages of clients that are gone",
+                metadata: ["count": "\(rows.count)"]
+            )
+        }
+        return rows
+    }
+
+    /// Waits until the outbox changes, the client stops, the task is cancelled, or `deadline`.
+    private func waitForOutbox(until deadline: ContinuousClock.Instant) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.waitForOutboxSignal() }
+            group.addTask { try? await Task.sleep(until: deadline) }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    private func waitForOutboxSignal() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                // Checked under the lock the cancellation handler takes: a cancellation either is seen here or
+                // finds the stored continuation.
+                let now = self.state.withLock { state -> Bool in
+                    if state.outboxDirty || state.stopped || Task.isCancelled { return true }
+                    state.outboxSignal = continuation
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+        } onCancel: {
+            let signal = self.state.withLock { state in
+                defer { state.outboxSignal = nil }
+                return state.outboxSignal
+            }
+            signal?.resume()
         }
     }
 
@@ -286,14 +491,14 @@ extension CourierClient {
         case .request?:
             return
         case .send(let id)?:
-            try self.handleSendAnswer(envelope, id: id, link: link, user: user)
+            try await self.handleSendAnswer(envelope, id: id, link: link, user: user)
             return
         case nil:
             break
         }
         switch envelope.body {
         case .events(let events):
-            try await self.handle(events, link: link)
+            try await self.handle(events, link: link, user: user)
         case .typing(let notice):
             self.emit(
                 .typing(conversation: Conversation(notice.conversation), user: notice.user, typing: notice.typing)
@@ -320,10 +525,11 @@ extension CourierClient {
     /// Codes after which resending the same message later can succeed.
     static let retryableCodes: Set<String> = [ErrorCodes.storageFailed, ErrorCodes.internalError]
 
-    private func handleSendAnswer(_ envelope: ServerEnvelope, id: String, link: Link, user: String) throws {
+    private func handleSendAnswer(_ envelope: ServerEnvelope, id: String, link: Link, user: String) async throws {
         switch envelope.body {
         case .sendAck(let ack):
             // Recorded in batches by recordAcknowledgements(), which then emits `.sent`.
+            self.state.withLock { _ = $0.recording.insert(id) }
             self.acknowledgements.append(
                 .init(
                     id: id,
@@ -334,22 +540,21 @@ extension CourierClient {
                 )
             )
         case .error(let error) where Self.retryableCodes.contains(error.code):
+            // Sent again by the outbox loop when the server said (at least 100 ms on).
             let delay = Duration.milliseconds(Int64(max(error.retryAfterMs, 100)))
-            Task {
-                try? await Task.sleep(for: delay)
-                link.forget(id)
-                self.outboxChanged()
-            }
+            self.state.withLock { $0.retries[id] = .now + delay }
+            self.outboxChanged()
         case .error(let error):
-            try self.store.remove(id: id)
+            try await self.store.remove(id: id)
+            self.state.withLock { _ = $0.takenOver.removeValue(forKey: id) }
             self.emit(.sendFailed(id: id, code: error.code, message: error.message))
         default:
             break
         }
     }
 
-    /// Stores a page of events, then acknowledges it.
-    private func handle(_ events: Courier_V1_Events, link: Link) async throws {
+    /// Stores a page of events, then acknowledges it, and reports each.
+    private func handle(_ events: Courier_V1_Events, link: Link, user: String) async throws {
         if let last = events.events.last {
             var messages: [ChatMessage] = []
             var recalls: [(Conversation, UInt64)] = []
@@ -378,8 +583,22 @@ extension CourierClient {
                 }
             }
             // Durably stored first, then acknowledged: an event is never acked before it is on this disk.
-            let new = try self.store.store(messages, recalls: recalls, cursor: last.cursor)
-            for message in new { self.emit(.message(message)) }
+            try await self.store.store(messages, recalls: recalls, cursor: last.cursor)
+            self.state.withLock { $0.cursor = max($0.cursor ?? 0, last.cursor) }
+            // Every message is new to this client (the page follows its own cursor), even where another client of
+            // the store stored it first; one this client sent, which the server passes back when it has lost track
+            // of it (a later connection, a resend), is reported by `.sent` instead.
+            let own = self.state.withLock { state in
+                Set(
+                    messages.filter {
+                        $0.from.lowercased() == user.lowercased() && state.sentByThisClient.contains($0.id)
+                    }
+                    .map(\.id)
+                )
+            }
+            for message in messages where !own.contains(message.id) {
+                self.emit(.message(message))
+            }
             for event in others { self.emit(event) }
             var ack = ClientEnvelope()
             ack.ack.cursor = last.cursor

@@ -5,16 +5,22 @@ public import Logging
 import NIOCore
 import NIOPosix
 public import NIOSSL
+public import ServiceLifecycle
 import Synchronization
 
 /// A Courier client: connects to a server's native port, keeps a local SQLite outbox and message store, and
 /// reconnects with a jittered backoff until stopped.
 ///
-/// Call ``run()`` (or run it as a ServiceLifecycle service) and read ``events``. ``send(_:to:id:)`` writes a
-/// message to the outbox first: it is sent whenever the client is connected, resent with the same id after a
-/// reconnect or a restart of the process until the server acknowledges it, and the server never stores it twice.
-/// Received messages are stored once each, by conversation and sequence number, before they are acknowledged.
-public final class CourierClient: Sendable {
+/// Call ``run()`` (or run it as a ServiceLifecycle service: a graceful shutdown stops it) and read ``events``.
+/// ``send(_:to:id:)`` writes a message to the outbox first: it is sent whenever the client is connected, resent with
+/// the same id after a reconnect or a restart of the process until the server acknowledges it, and the server never
+/// stores it twice.
+///
+/// Several clients may share one local store, in one process or in several (a chat window and commands run beside
+/// it): they are one device of the user, with a connection each. Each client sends the messages written through it,
+/// takes over those of a client that is gone (a process that ended before they were acknowledged), and reports
+/// every message of the user's event log it receives, the user's own from the other clients included.
+public final class CourierClient: Service, Sendable {
     /// Settings of a client.
     public struct Configuration: Sendable {
         public enum Credentials: Sendable {
@@ -26,11 +32,20 @@ public final class CourierClient: Sendable {
         public var port: Int
         /// How to log in the first time; afterwards the client uses the token it stored.
         public var credentials: Credentials
-        /// Where the local database lives (created if missing).
+        /// Where the local database lives (created if missing). Clients of one user on one machine may share it.
         public var storePath: String
         public var deviceName: String = "courier-client"
         /// Whether to receive typing and presence notices.
         public var ephemeral: Bool = false
+        /// Whether to receive the user's events (messages, receipts, recalls). False for a client that only sends
+        /// and asks, beside another client of the same store that receives them: the server then sends it none, and
+        /// ``ClientEvent/caughtUp`` never comes.
+        public var receivesEvents: Bool = true
+        /// How long a write to the local store may wait for other processes' writes to the same store.
+        public var storeBusyTimeout: Duration = .seconds(60)
+        /// How often a connected client looks for outbox messages of clients that are gone (a process killed, or
+        /// one that stopped before its messages were acknowledged), and sends them. It also looks on connecting.
+        public var takeoverInterval: Duration = .seconds(5)
         /// The first reconnect delay; each failure doubles it up to `maxBackoff`, and each delay is drawn at
         /// random between zero and it (full jitter).
         public var minBackoff: Duration = .milliseconds(100)
@@ -66,6 +81,10 @@ public final class CourierClient: Sendable {
     private let eventSink: AsyncStream<ClientEvent>.Continuation
     let configuration: Configuration
     let store: ClientStore
+    /// This client's mark among the clients of its store: the outbox rows it sends carry its id.
+    let instance: InstanceLock
+    /// Where the marks of the store's clients are.
+    let instancesFolder: URL
     let logger: Logger
     /// Acknowledged sends waiting for their bookkeeping (see `recordAcknowledgements()`).
     let acknowledgements = Handoff<ClientStore.Acknowledgement>()
@@ -81,16 +100,40 @@ public final class CourierClient: Sendable {
         var user: String?
         var outboxSignal: CheckedContinuation<Void, Never>?
         var outboxDirty = false
+        /// The cursor up to which this client has received (and stored) events; nil before its first page. It
+        /// starts the next connection, whatever other clients of the store have stored meanwhile: this client
+        /// reports every event after it.
+        var cursor: UInt64?
+        /// Sends acknowledged whose local bookkeeping is under way: not sent again meanwhile.
+        var recording: Set<String> = []
+        /// Sends refused with a retryable code, and when to send them again.
+        var retries: [String: ContinuousClock.Instant] = [:]
+        /// The newest messages this client sent, on any of its connections: their events, should the server pass
+        /// them back, are reported by `.sent` (or as taken over), not as messages.
+        var sentByThisClient = RecentSet<String>(capacity: CourierClient.recentSends)
+        /// Messages taken back by ``withdraw(id:)`` before they were sent: never sent now.
+        var withdrawn: Set<String> = []
+        /// Outbox messages taken over from clients of the store that are gone: reported, once acknowledged, as
+        /// messages of the user's (this client did not write them), with what they hold.
+        var takenOver: [String: ClientStore.OutboxEntry] = [:]
     }
 
-    /// Opens the local store.
+    /// How many of its newest sends a client remembers as its own.
+    static let recentSends = 4096
+
+    /// Opens the local store (creating it if needed) and marks this client alive among its clients.
     ///
     /// - Throws: if the local database cannot be opened, or `NIOSSLError` if the TLS configuration is unusable.
     public init(configuration: Configuration, logger: Logger = Logger(label: "courier.client")) throws {
         self.configuration = configuration
         self.logger = logger
         self.tls = try configuration.tls.map { try NIOSSLContext(configuration: $0) }
-        self.store = try ClientStore(path: configuration.storePath)
+        self.store = try ClientStore(path: configuration.storePath, busyTimeout: configuration.storeBusyTimeout)
+        self.instancesFolder = URL(fileURLWithPath: configuration.storePath + ".clients", isDirectory: true)
+        self.instance = try InstanceLock(folder: self.instancesFolder)
+        // This client reports the events after where the store stands now: what is stored is the app's to load.
+        let cursor = try self.store.storedCursor()
+        self.state.withLock { $0.cursor = cursor }
         self.media = try MediaFileCache(
             folder: URL(fileURLWithPath: configuration.mediaFolder ?? configuration.storePath + ".media"),
             maxBytes: configuration.mediaCacheBytes,
@@ -118,54 +161,84 @@ public final class CourierClient: Sendable {
     ///   - conversation: Where to.
     ///   - id: The message id (at most 128 bytes); by default a new UUID.
     @discardableResult
-    public func send(_ text: String, to conversation: Conversation, id: String = UUID().uuidString) throws -> String {
-        try self.store.enqueue(.init(id: id, conversation: conversation, text: text))
+    public func send(
+        _ text: String,
+        to conversation: Conversation,
+        id: String = UUID().uuidString
+    ) async throws
+        -> String
+    {
+        try await self.store.enqueue(
+            [.init(id: id, conversation: conversation, text: text)],
+            instance: self.instance.id
+        )
         self.outboxChanged()
         return id
     }
 
     /// Writes many texts to the outbox in one local transaction, in order, and returns their ids.
     @discardableResult
-    public func send(contentsOf messages: [(text: String, conversation: Conversation)]) throws -> [String] {
+    public func send(contentsOf messages: [(text: String, conversation: Conversation)]) async throws -> [String] {
         let entries = messages.map {
             ClientStore.OutboxEntry(id: UUID().uuidString, conversation: $0.conversation, text: $0.text)
         }
-        try self.store.enqueue(entries)
+        try await self.store.enqueue(entries, instance: self.instance.id)
         self.outboxChanged()
         return entries.map(\.id)
     }
 
-    /// The device token the server gave this client at its last password login, if it still holds one.
-    public func deviceToken() throws -> String? {
-        try self.store.value("token")
+    /// Takes a message written through this client back out of the outbox, if it has not been sent yet: then it
+    /// never is. A message sent already (on any connection) stays, and may be stored by the server.
+    ///
+    /// - Returns: Whether the message was withdrawn.
+    public func withdraw(id: String) async throws -> Bool {
+        let unsent = self.state.withLock { state -> Bool in
+            guard !state.sentByThisClient.contains(id) else { return false }
+            state.withdrawn.insert(id)
+            return true
+        }
+        guard unsent else { return false }
+        return try await self.store.remove(id: id, of: self.instance.id)
+    }
+
+    /// The device token the server gave this client's store at its last password login, if it still holds one.
+    public func deviceToken() async throws -> String? {
+        try await self.store.value("token")
     }
 
     /// Forgets the stored device token: the next connection logs in with the configured credentials (a password
     /// login makes a new device).
-    public func forgetDeviceToken() throws {
-        try self.store.setValue(nil, for: "token")
+    public func forgetDeviceToken() async throws {
+        try await self.store.setValue(nil, for: "token")
     }
 
-    /// The messages not yet acknowledged by the server, oldest first.
-    public func pendingMessageIDs() throws -> [String] {
-        try self.store.outbox().map(\.id)
+    /// The messages not yet acknowledged by the server, oldest first (whichever client of the store sends them).
+    public func pendingMessageIDs() async throws -> [String] {
+        try await self.store.outbox().map(\.id)
     }
 
-    /// The messages not yet acknowledged by the server, oldest first.
-    public func pendingMessages() throws -> [PendingMessage] {
-        try self.store.outbox().map {
+    /// The messages not yet acknowledged by the server, oldest first (whichever client of the store sends them).
+    public func pendingMessages() async throws -> [PendingMessage] {
+        try await self.store.outbox().map {
             PendingMessage(id: $0.id, conversation: $0.conversation, text: $0.text, media: $0.media)
         }
     }
 
+    /// The messages this client sends that the server has not acknowledged: those written through it, and those it
+    /// took over from clients of the store that are gone (on connecting, before ``ClientEvent/connected(user:)``,
+    /// and every `takeoverInterval` after).
+    public func sendingMessageIDs() async throws -> [String] {
+        try await self.store.outbox(of: self.instance.id, after: 0, limit: .max).map(\.entry.id)
+    }
+
     /// The messages of a conversation stored on this device, oldest first: all of them, or the newest `limit`.
-    public func storedMessages(in conversation: Conversation, limit: Int? = nil) throws -> [ChatMessage] {
-        try self.store.messages(in: conversation, limit: limit)
+    public func storedMessages(in conversation: Conversation, limit: Int? = nil) async throws -> [ChatMessage] {
+        try await self.store.messages(in: conversation, limit: limit)
     }
 
     /// The newest stored message of every conversation this device holds messages of.
-    public func storedConversations() throws -> [ChatMessage] {
-        try self.store.conversations()
+    public func storedConversations() async throws -> [ChatMessage] {
+        try await self.store.conversations()
     }
 
     /// A page of a conversation's history from the server, newest first.

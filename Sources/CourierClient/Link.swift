@@ -11,8 +11,9 @@ final class Link: Sendable {
         var waiting: [UInt64: CheckedContinuation<ServerEnvelope, any Error>] = [:]
         /// Request id → message id, for sends waiting for their acknowledgement.
         var sends: [UInt64: String] = [:]
-        /// Message ids sent on this connection (so the outbox loop sends each once per connection).
-        var sent: Set<String> = []
+        /// The newest message ids sent on this connection (so that a send is made once per connection, and its own
+        /// event, if the server passes it back, is known for ours).
+        var sent = RecentSet<String>(capacity: Link.recentSends)
         var slotWaiter: CheckedContinuation<Void, Never>?
         var closed = false
         /// Requests answered twice (uploads): the second answer, or who waits for it.
@@ -36,6 +37,9 @@ final class Link: Sendable {
         var bytes: ByteBuffer
         var end: Bool
     }
+
+    /// How many of the newest message ids sent a link remembers.
+    static let recentSends = 4096
 
     let outbound: NIOAsyncChannelOutboundWriter<NativeFrame>
     private let channel: any Channel
@@ -265,14 +269,14 @@ final class Link: Sendable {
         try await self.write(envelope)
     }
 
-    /// Whether a message was already sent on this connection.
+    /// Whether a message was sent on this connection (waiting for its answer, or among the newest sent).
     func wasSent(_ id: String) -> Bool {
-        self.state.withLock { $0.sent.contains(id) }
+        self.state.withLock { $0.sent.contains(id) || $0.sends.values.contains(id) }
     }
 
     /// Lets the outbox loop send a message again on this connection (after a retryable refusal).
     func forget(_ id: String) {
-        _ = self.state.withLock { $0.sent.remove(id) }
+        self.state.withLock { $0.sent.remove(id) }
     }
 
     /// Hands an answer to the request waiting for it.

@@ -27,11 +27,25 @@ final class Hub: Sendable {
     }
 
     /// Registers a connection, unless its user has `maxPerUser` already.
-    func register(user: UserID, device: DeviceID, ephemeral: Bool, maxPerUser: Int = .max) -> Registration {
+    func register(
+        user: UserID,
+        device: DeviceID,
+        ephemeral: Bool,
+        events: Bool = true,
+        maxOwnSends: Int = 1024,
+        maxPerUser: Int = .max
+    ) -> Registration {
         self.state.withLock { state in
             guard !state.shuttingDown else { return .shuttingDown }
             guard (state.byUser[user]?.count ?? 0) < maxPerUser else { return .userFull }
-            let handle = ConnectionHandle(id: state.nextID, user: user, device: device, wantsEphemeral: ephemeral)
+            let handle = ConnectionHandle(
+                id: state.nextID,
+                user: user,
+                device: device,
+                wantsEphemeral: ephemeral,
+                wantsEvents: events,
+                maxOwnSends: maxOwnSends
+            )
             state.nextID += 1
             let first = state.byUser[user]?.isEmpty ?? true
             state.byUser[user, default: [:]][handle.id] = handle
@@ -116,6 +130,8 @@ final class ConnectionHandle: Sendable {
         var presence: [String: Courier_V1_PresenceNotice] = [:]
         var termination: (code: String, message: String)?
         var waiter: CheckedContinuation<Void, Never>?
+        /// The ids of this connection's sends whose events its delivery has not passed yet (see ``willSend(id:)``).
+        var ownSends: Set<String> = []
     }
 
     private struct TypingKey: Hashable {
@@ -127,17 +143,55 @@ final class ConnectionHandle: Sendable {
     let user: UserID
     let device: DeviceID
     let wantsEphemeral: Bool
+    /// False for a connection that asked for no events (`Hello.no_events`): it only sends and asks.
+    let wantsEvents: Bool
+    /// The most send ids ``willSend(id:)`` remembers; past it, a send's own event is delivered back to its
+    /// connection (clients drop it by id: it answers a send of theirs).
+    let maxOwnSends: Int
     private let state = Mutex(State())
 
-    init(id: Int, user: UserID, device: DeviceID, wantsEphemeral: Bool) {
+    init(
+        id: Int,
+        user: UserID,
+        device: DeviceID,
+        wantsEphemeral: Bool,
+        wantsEvents: Bool = true,
+        maxOwnSends: Int = 1024
+    ) {
         self.id = id
         self.user = user
         self.device = device
         self.wantsEphemeral = wantsEphemeral
+        self.wantsEvents = wantsEvents
+        self.maxOwnSends = maxOwnSends
     }
 
-    /// Raises the cursor the connection has to catch up to.
+    /// This connection is about to submit a send with this id: its own delivery will skip the message's event
+    /// (the connection has the acknowledgement), while the device's other connections receive it like any other
+    /// device of the user. Called before the send is committed, so the event can never overtake it.
+    func willSend(id: String) {
+        // A connection that gets no events has nothing to skip.
+        guard self.wantsEvents else { return }
+        self.state.withLock { state in
+            guard state.ownSends.count < self.maxOwnSends else { return }
+            state.ownSends.insert(id)
+        }
+    }
+
+    /// The send was refused, or answered a resend of an id stored earlier: no new event of it will come.
+    func forgetSend(id: String) {
+        _ = self.state.withLock { $0.ownSends.remove(id) }
+    }
+
+    /// Whether an event's message is one this connection sent (and forgets it: each event is read once).
+    func isOwnSend(id: String, from device: DeviceID?) -> Bool {
+        guard device == self.device else { return false }
+        return self.state.withLock { $0.ownSends.remove(id) != nil }
+    }
+
+    /// Raises the cursor the connection has to catch up to (nothing for a connection that asked for no events).
     func notify(cursor: UInt64) {
+        guard self.wantsEvents else { return }
         self.wake { state in
             guard cursor > state.latest else { return false }
             state.latest = cursor

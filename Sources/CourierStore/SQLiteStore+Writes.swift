@@ -88,7 +88,7 @@ struct WriteBatch {
 
     private mutating func send(_ send: WriteRequest.Send, _ db: Database) throws -> WriteOutcome {
         try StoreText.check(send.id, what: "message id", maxBytes: SQLiteStore.maxMessageIDBytes)
-        let id = send.id.isEmpty ? Self.assignedID() : send.id
+        let id = send.id.isEmpty ? WriteRequest.Send.assignedID() : send.id
         if let row = try Row.fetchOne(
             db.cachedStatement(
                 sql: "SELECT conversation_id, seq, time_ms FROM messages WHERE sender_id = ? AND client_id = ?"
@@ -409,12 +409,5 @@ struct WriteBatch {
         if let name = conversation.groupName { return .group(name) }
         let peer = conversation.userA == user ? conversation.userB! : conversation.userA!
         return .user(try self.store.name(of: peer, db))
-    }
-
-    /// An id for a message sent without one: 16 random bytes in hex, prefixed `s-`.
-    private static func assignedID() -> String {
-        var generator = SystemRandomNumberGenerator()
-        let hex = (0..<2).map { _ in String(generator.next() as UInt64, radix: 16) }
-        return "s-" + hex.map { String(repeating: "0", count: 16 - $0.count) + $0 }.joined()
     }
 }

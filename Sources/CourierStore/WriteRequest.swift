@@ -14,7 +14,7 @@ public enum WriteRequest: Hashable, Sendable {
     /// A message to store.
     public struct Send: Hashable, Sendable {
         public var sender: UserID
-        /// The device that sent it: its own delivery skips the message (it has the acknowledgement).
+        /// The device that sent it.
         public var device: DeviceID?
         /// The id the client chose; empty for one the store assigns.
         public var id: String
@@ -23,6 +23,13 @@ public enum WriteRequest: Hashable, Sendable {
         public var body: [UInt8]
         /// The media the body carries, which the sender must have uploaded.
         public var media: MediaReference?
+
+        /// An id for a message sent without one: 16 random bytes in hex, prefixed `s-`.
+        public static func assignedID() -> String {
+            var generator = SystemRandomNumberGenerator()
+            let hex = (0..<2).map { _ in String(generator.next() as UInt64, radix: 16) }
+            return "s-" + hex.map { String(repeating: "0", count: 16 - $0.count) + $0 }.joined()
+        }
 
         public init(
             sender: UserID,

@@ -48,6 +48,52 @@ public enum CourierExecutable {
 }
 
 extension CourierExecutable {
+    /// A `courier` command started with ``start(_:environment:output:)``.
+    public final class Command: Sendable {
+        public let process: Process
+        private let output: URL
+        private let ended: AsyncStream<Int32>
+
+        fileprivate init(process: Process, output: URL, ended: AsyncStream<Int32>) {
+            self.process = process
+            self.output = output
+            self.ended = ended
+        }
+
+        /// Waits until the command has exited: its status, and what it wrote (stdout and stderr together).
+        public func result() async throws -> (status: Int32, output: String) {
+            var statuses = self.ended.makeAsyncIterator()
+            let status = await statuses.next() ?? self.process.terminationStatus
+            return (status, try String(contentsOf: self.output, encoding: .utf8))
+        }
+    }
+
+    /// Starts `courier` with arguments, its output going to the file `output` (so that many can run at once
+    /// without a thread each); ``Command/result()`` waits for it.
+    public static func start(
+        _ arguments: [String],
+        environment: [String: String] = [:],
+        output: URL
+    ) throws -> Command {
+        let process = Process()
+        process.executableURL = Self.url
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        process.standardInput = FileHandle.nullDevice
+        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
+        let handle = try FileHandle(forWritingTo: output)
+        process.standardOutput = handle
+        process.standardError = handle
+        let (ended, exit) = AsyncStream.makeStream(of: Int32.self, bufferingPolicy: .bufferingNewest(1))
+        process.terminationHandler = { process in
+            exit.yield(process.terminationStatus)
+            exit.finish()
+        }
+        try process.run()
+        try handle.close()
+        return Command(process: process, output: output, ended: ended)
+    }
+
     /// Adds users with the password "pw-" + name through `courier user add`, throwing if one is refused.
     public static func addUsers(_ names: [String], data: URL) async throws {
         for name in names {
@@ -63,6 +109,40 @@ extension CourierExecutable {
 public final class ServerProcess: @unchecked Sendable {
     public let process: Process
     public let log: URL
+
+    /// Starts `courier serve` on `data` with three free ports, its log in `folder` (named after the native port).
+    ///
+    /// - Returns: The server, and its native and HTTP ports.
+    public static func start(
+        data: URL,
+        logFolder folder: URL,
+        arguments: [String] = []
+    ) async throws -> (server: ServerProcess, native: Int, http: Int) {
+        // A port free a moment ago can be taken meanwhile by another test: a server that cannot bind tries others.
+        var attempt = 1
+        while true {
+            let ports = (try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick())
+            do {
+                let server = try await Self.start(
+                    data: data,
+                    native: ports.0,
+                    compat: ports.1,
+                    http: ports.2,
+                    log: folder.appendingPathComponent("server-\(ports.0).log"),
+                    arguments: arguments
+                )
+                return (server, ports.0, ports.2)
+            } catch let error as ServerDidNotStart where error.exited && attempt < 3 {
+                attempt += 1
+            }
+        }
+    }
+
+    /// `courier serve` did not come up: it exited (`exited`: it could not bind, say), or never said it listens.
+    public struct ServerDidNotStart: Error, CustomStringConvertible {
+        public var exited: Bool
+        public var description: String
+    }
 
     /// Starts `courier serve` and waits until its native port accepts connections.
     public static func start(
@@ -102,19 +182,39 @@ public final class ServerProcess: @unchecked Sendable {
         try handle.seekToEnd()
         process.standardOutput = handle
         process.standardError = handle
+        let logged = (try? FileManager.default.attributesOfItem(atPath: log.path)[.size] as? Int) ?? 0
         try process.run()
         let server = ServerProcess(process: process, log: log)
+        // Up when this process says it listens on the port (its log, from where it starts), and the port answers:
+        // a port another test's server took meanwhile answers too, but not in this log.
         let deadline = ContinuousClock.now + .seconds(30)
-        while ContinuousClock.now < deadline {
-            if let connection = try? await RawConnection.connect(port: readyPort) {
+        while ContinuousClock.now < deadline, process.isRunning {
+            if server.saysListening(on: readyPort, after: logged),
+                let connection = try? await RawConnection.connect(port: readyPort)
+            {
                 await connection.close()
                 return server
             }
-            guard process.isRunning else { break }
             try await Task.sleep(for: .milliseconds(20))
         }
+        let exited = !process.isRunning
         process.terminate()
-        throw TestClientTimeout(description: "courier serve did not come up; see \(log.path)")
+        let tail = (try? String(contentsOf: log, encoding: .utf8)).map { String($0.suffix(2000)) } ?? ""
+        throw ServerDidNotStart(
+            exited: exited,
+            description:
+                "courier \(arguments.first ?? "") did not come up (\(exited ? "it exited" : "no listening line"));"
+                + " \(log.path) ends with:\n\(tail)"
+        )
+    }
+
+    /// Whether the log, after its first `offset` bytes, has a "listening" line naming `port` (any of the three).
+    private func saysListening(on port: Int, after offset: Int) -> Bool {
+        guard let data = FileManager.default.contents(atPath: self.log.path), data.count > offset else { return false }
+        let text = String(decoding: data.dropFirst(offset), as: UTF8.self)
+        return text.split(separator: "\n").contains { line in
+            line.hasSuffix(" listening") && line.split(separator: " ").contains { $0.hasSuffix("=\(port)") }
+        }
     }
 
     private init(process: Process, log: URL) {

@@ -60,6 +60,11 @@ public enum ExternalProgram {
         }
     }
 
+    /// Runs curl quietly (errors shown, at most ten seconds) and returns what it printed.
+    public static func curl(_ arguments: [String]) async throws -> String {
+        try await Self.output("/usr/bin/curl", ["--silent", "--show-error", "--max-time", "10"] + arguments)
+    }
+
     /// Runs `path` and returns its output, throwing ``Failure`` unless it exits with 0.
     public static func output(_ path: String, _ arguments: [String]) async throws -> String {
         let result = try await Self.run(path, arguments)

@@ -33,6 +33,16 @@ public struct SeededRandom: RandomNumberGenerator, Sendable {
 
 /// The seed of a randomized test: `COURIER_TEST_SEED` if set (to replay a failure), otherwise a fresh one.
 /// Either way it is printed, so any failing run can be replayed.
+extension SeededRandom {
+    /// `count` random bytes from the seed of the test named `name` (printed; see ``TestSeed/make(for:)``).
+    public static func bytes(_ count: Int, seededFor name: String) -> [UInt8] {
+        var random = SeededRandom(seed: TestSeed.make(for: name))
+        var bytes: [UInt8] = []
+        random.appendBytes(count, to: &bytes)
+        return bytes
+    }
+}
+
 public enum TestSeed {
     /// Returns the seed for the test named `name`, printing it.
     public static func make(for name: String) -> UInt64 {

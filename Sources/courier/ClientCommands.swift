@@ -18,10 +18,10 @@ struct Login: AsyncParsableCommand {
 
     func run() async throws {
         try await ClientSession.run(self.options, freshLogin: true) { session in
-            guard case .connected = try await session.connect() else {
-                throw CommandFailure(description: "cannot reach the server at \(self.options.serverText())")
-            }
+            try await session.connectOrFail()
             print("logged in as \(self.options.user); token saved to \(session.paths.tokenFile.path)")
+            // Messages queued by earlier commands go now.
+            try await session.flushOutbox()
         }
     }
 }
@@ -95,43 +95,71 @@ struct Send: AsyncParsableCommand {
             return
         }
         let text = self.text ?? ""
-        let (id, outcomes) = try await ClientSession.run(self.options) {
-            session -> (String, [String: ClientEvent]?) in
+        let (id, outcomes) = try await ClientSession.run(self.options) { session -> (String, Outcome) in
             // Queued for later only for a server this user has reached from here (a saved token): for one never
             // reached, the address or the password may be wrong, and a queue would hide it.
             guard session.paths.savedToken() != nil else {
-                guard case .connected = try await session.connect() else {
+                if case .unreachable(let reason) = try await session.connect() {
                     throw CommandFailure(
-                        description:
-                            "cannot reach the server at \(self.options.serverText()), which \(self.options.user) "
-                            + "has never reached from here: nothing is queued"
+                        description: "\(reason); \(self.options.user) has never reached this server from here, so "
+                            + "nothing is queued"
                     )
                 }
-                let id = try session.client.send(text, to: conversation)
-                return (id, try await session.flushOutbox(including: [id]))
+                let id = try await session.client.send(text, to: conversation)
+                return (id, .flushed(try await session.flushOutbox(including: [id])))
             }
-            let id = try session.client.send(text, to: conversation)
-            guard case .connected = try await session.connect() else { return (id, nil) }
-            return (id, try await session.flushOutbox(including: [id]))
+            let id = try await session.client.send(text, to: conversation)
+            let connected: ClientSession.Outcome
+            do {
+                connected = try await session.connect()
+            } catch {
+                // The login was refused before anything was sent: the text leaves the outbox (a retry would send it
+                // twice otherwise).
+                _ = try? await session.client.withdraw(id: id)
+                throw error
+            }
+            switch connected {
+            case .connected:
+                do {
+                    return (id, .flushed(try await session.flushOutbox(including: [id])))
+                } catch let failure as CommandFailure {
+                    throw CommandFailure(
+                        description: "\(failure.description); \(id) stays queued (it may have reached the server: "
+                            + "the next command after a login sends it, once)"
+                    )
+                }
+            case .unreachable(let reason): return (id, .unreachable(reason))
+            }
         }
-        guard let outcomes else {
-            print(
-                "queued \(id) for \(conversation): the server is unreachable; the next command that connects sends it"
-            )
-            return
-        }
-        switch outcomes[id] {
+        let flushed: [String: ClientEvent]? = if case .flushed(let flushed) = outcomes { flushed } else { nil }
+        switch flushed?[id] {
         case .sent(_, _, let seq, _)?:
             print("sent to \(conversation): seq \(seq), id \(id)")
         case .sendFailed(_, let code, let message)?:
             throw CommandFailure(description: "\(code): \(message)")
         default:
-            throw CommandFailure(description: "no answer for \(id); it stays in the outbox")
+            // Not refused: it stays in the outbox, which the next command (or a chat open meanwhile) sends.
+            let why =
+                if case .unreachable(let reason) = outcomes { reason } else {
+                    "the server has not confirmed it within \(ClientSession.outboxTimeout)"
+                }
+            print(
+                "queued \(id) for \(conversation): \(why); the next courier command for \(self.options.user) that "
+                    + "connects (or a chat open meanwhile) sends it, once"
+            )
         }
     }
 }
 
 extension Send {
+    /// What came of a text's send.
+    enum Outcome: Sendable {
+        /// Connected: the acknowledgements and refusals that came (the text's among them, unless not yet).
+        case flushed([String: ClientEvent])
+        /// The server could not be reached, for this reason: the text stays queued.
+        case unreachable(String)
+    }
+
     private func sendFile(_ file: URL, to conversation: Conversation) async throws {
         guard FileManager.default.isReadableFile(atPath: file.path) else {
             throw CommandFailure(description: "cannot read \(file.path)")
@@ -139,9 +167,7 @@ extension Send {
         let (kind, mime) = (self.kind.flatMap(MediaInfo.Kind.init(rawValue:)), self.mime)
         let (id, media, outcomes) = try await ClientSession.run(self.options) {
             session -> (String, MediaInfo?, [String: ClientEvent]) in
-            guard case .connected = try await session.connect() else {
-                throw CommandFailure(description: "cannot reach the server at \(self.options.serverText())")
-            }
+            try await session.connectOrFail()
             let bar = ProgressBar(label: "sending \(file.lastPathComponent)")
             var queued: (String, MediaInfo)?
             do {
@@ -160,15 +186,18 @@ extension Send {
             guard let (id, media) = queued else { throw CommandFailure(description: "the upload did not finish") }
             return (id, media, try await session.flushOutbox(including: [id]))
         }
+        let what = media.map(ChatState.describe) ?? file.lastPathComponent
         switch outcomes[id] {
         case .sent(_, _, let seq, _)?:
-            print(
-                "sent \(media.map(ChatState.describe) ?? file.lastPathComponent) to \(conversation): seq \(seq), id \(id)"
-            )
+            print("sent \(what) to \(conversation): seq \(seq), id \(id)")
         case .sendFailed(_, let code, let message)?:
             throw CommandFailure(description: "\(code): \(message)")
         default:
-            throw CommandFailure(description: "no answer for \(id); it stays in the outbox")
+            print(
+                "queued \(what) as \(id) for \(conversation): the server has not confirmed it within "
+                    + "\(ClientSession.outboxTimeout); the next courier command for \(self.options.user) that connects "
+                    + "(or a chat open meanwhile) sends it, once"
+            )
         }
     }
 }
@@ -207,9 +236,7 @@ struct MediaCommand: AsyncParsableCommand {
             let id = self.id.lowercased()
             let destination = URL(fileURLWithPath: self.output)
             let size = try await ClientSession.run(self.options) { session -> Int64 in
-                guard case .connected = try await session.connect() else {
-                    throw CommandFailure(description: "cannot reach the server at \(self.options.serverText())")
-                }
+                try await session.connectOrFail()
                 let bar = ProgressBar(label: "fetching \(id.prefix(12))…")
                 var cached: URL?
                 do {
@@ -309,9 +336,7 @@ struct History: AsyncParsableCommand {
     func run() async throws {
         let conversation: Conversation = if let with { .user(with) } else { .group(self.group ?? "") }
         let page = try await ClientSession.run(self.options) { session in
-            guard case .connected = try await session.connect() else {
-                throw CommandFailure(description: "cannot reach the server at \(self.options.serverText())")
-            }
+            try await session.connectOrFail()
             try await session.flushOutbox()
             // Page after page (the server caps each, by count and by bytes) until --limit or the first message.
             var messages: [ChatMessage] = []

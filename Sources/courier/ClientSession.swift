@@ -9,6 +9,11 @@ import Logging
 /// It logs in with the saved token when there is one, else with the password, and saves the token it gets. Once
 /// connected it sends whatever the outbox holds (messages queued while the server was away) before the command's
 /// own work.
+///
+/// Every command of a user on this machine opens the same local store, and they may run at once (a chat window, and
+/// scripts sending beside it): each is a client of its own on the same device. SQLite serializes their writes; each
+/// sends the messages written through it and takes over those of a command that is gone; the chat receives every
+/// message, those the commands beside it sent included (the SDK's "Several clients may share one local store").
 /// Events are read by one task at a time (the command's, or the chat's event reader).
 final class ClientSession: @unchecked Sendable {
     let options: ClientOptions
@@ -16,41 +21,65 @@ final class ClientSession: @unchecked Sendable {
     let client: CourierClient
     /// Whether this session logs in with the password (`courier login`): a refusal then keeps the saved token.
     let freshLogin: Bool
-    private var events: AsyncStream<ClientEvent>.AsyncIterator
-    private let running: Task<Void, Never>
-    /// How long to wait for the first connection (the SDK's connect timeout covers TCP; this also the login).
-    static let connectTimeout: Duration = .seconds(20)
-    /// How long to wait for the server to acknowledge what the outbox holds.
-    static let outboxTimeout: Duration = .seconds(30)
+    private var inputs: AsyncStream<Input>.AsyncIterator
+    private let sink: AsyncStream<Input>.Continuation
+    /// How long to wait for the first connection (the SDK's connect timeout covers TCP; this also the login, and
+    /// waiting while the server is full).
+    static let connectTimeout: Duration = .seconds(30)
+    /// How long to wait for the server to acknowledge what the outbox holds; what is not acknowledged by then stays
+    /// queued.
+    static let outboxTimeout: Duration = .seconds(60)
+    /// How often the session's clock ticks (the granularity of its deadlines).
+    static let tick: Duration = .milliseconds(200)
+
+    /// The client's events, and the session's clock.
+    private enum Input: Sendable {
+        case event(ClientEvent)
+        case tick
+    }
 
     /// What came of connecting.
     enum Outcome {
         case connected
-        /// The server could not be reached (the reason is the first failure's).
+        /// The server could not be reached (the reason is the first failure's, in plain words).
         case unreachable(String)
     }
 
     /// Runs `body` with a session, and closes it (stopping the client) however `body` ends.
-    static func run<T>(
+    ///
+    /// - Parameters:
+    ///   - freshLogin: Forgets the store's token and logs in with the password (a new device).
+    ///   - notices: Asks the server for typing, presence and receipt notices.
+    ///   - events: Receives the user's events (the chat); a command that only sends or asks does not.
+    static func run<T: Sendable>(
         _ options: ClientOptions,
         freshLogin: Bool = false,
         notices: Bool = false,
+        events: Bool = false,
         _ body: (ClientSession) async throws -> T
     ) async throws -> T {
-        let session = try ClientSession(options, freshLogin: freshLogin, notices: notices)
-        do {
-            let result = try await body(session)
-            await session.close()
-            return result
-        } catch {
-            await session.close()
-            throw error
+        let session = try await ClientSession(options, freshLogin: freshLogin, notices: notices, events: events)
+        let client = session.client
+        let sink = session.sink
+        return try await withThrowingTaskGroup(of: Void.self, returning: T.self) { group in
+            group.addTask { await client.run() }
+            group.addTask {
+                for await event in client.events { sink.yield(.event(event)) }
+                sink.finish()
+            }
+            group.addTask {
+                while (try? await Task.sleep(for: Self.tick)) != nil { sink.yield(.tick) }
+            }
+            defer {
+                client.stop()
+                group.cancelAll()
+            }
+            return try await body(session)
         }
     }
 
-    /// Opens the user's store and starts connecting. `freshLogin` forgets any saved token and logs in with the
-    /// password (a new device); `notices` asks the server for typing, presence and receipt notices.
-    private init(_ options: ClientOptions, freshLogin: Bool, notices: Bool) throws {
+    /// Opens the user's store and makes its client.
+    private init(_ options: ClientOptions, freshLogin: Bool, notices: Bool, events: Bool) async throws {
         self.options = options
         self.paths = try options.paths()
         let saved = freshLogin ? nil : self.paths.savedToken()
@@ -72,22 +101,25 @@ final class ClientSession: @unchecked Sendable {
         )
         configuration.deviceName = Self.deviceName(user: options.user)
         configuration.ephemeral = notices
+        configuration.receivesEvents = events
         configuration.tls = options.tlsConfiguration()
         var logger = Logger(label: "courier.client")
         logger.logLevel = .critical
         let client: CourierClient
         do {
             client = try CourierClient(configuration: configuration, logger: logger)
+            // A fresh login forgets the device the client's store holds (it logs in with the password), but not the
+            // saved token: a mistyped password must not cost a working token; a successful login replaces it.
+            if freshLogin { try await client.forgetDeviceToken() }
         } catch {
             throw CommandFailure(description: "cannot open \(self.paths.storeFile.path): \(error)")
         }
-        // A fresh login forgets the device the client's store holds (it logs in with the password), but not the
-        // saved token: a mistyped password must not cost a working token; a successful login replaces it.
-        if freshLogin { try client.forgetDeviceToken() }
         self.freshLogin = freshLogin
         self.client = client
-        self.events = client.events.makeAsyncIterator()
-        self.running = Task { await client.run() }
+        (self.inputs, self.sink) = {
+            let (stream, sink) = AsyncStream.makeStream(of: Input.self)
+            return (stream.makeAsyncIterator(), sink)
+        }()
     }
 
     /// The name a password login gives its new device: the user, this machine and the command, such as
@@ -112,34 +144,58 @@ final class ClientSession: @unchecked Sendable {
         return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
-    /// Waits for the first connection. A refused login is an error that says what to do.
+    /// Waits for the first connection. A refused login is an error that says what to do; a server that answers
+    /// but is full (or stopping) is waited for, up to ``connectTimeout``.
     func connect() async throws -> Outcome {
-        try await self.within(Self.connectTimeout, doing: "connecting") {
-            while let event = await self.events.next() {
-                switch event {
-                case .connected:
-                    try self.saveToken()
-                    return .connected
-                case .disconnected(let reason):
-                    return .unreachable(reason)
-                case .loginRefused(let code, let message):
-                    throw self.refused(code: code, message: message)
-                default:
+        let deadline = ContinuousClock.now + Self.connectTimeout
+        var refusal: String?
+        while let event = await self.nextEvent(before: deadline) {
+            switch event {
+            case .connected:
+                try await self.saveToken()
+                return .connected
+            case .disconnected(let disconnection):
+                if case .refused = disconnection.cause {
+                    refusal = disconnection.reason
                     continue
                 }
+                return .unreachable(disconnection.reason)
+            case .loginRefused(let code, let message):
+                throw self.refused(code: code, message: message)
+            default:
+                continue
             }
-            return nil
         }
+        return .unreachable(
+            refusal.map { "\($0) (tried for \(Self.connectTimeout))" }
+                ?? "no connection within \(Self.connectTimeout)"
+        )
+    }
+
+    /// Waits for the first connection, or fails saying why there is none.
+    func connectOrFail() async throws {
+        if case .unreachable(let reason) = try await self.connect() { throw CommandFailure(description: reason) }
     }
 
     /// The client's next event; nil once it has stopped.
     func nextEvent() async -> ClientEvent? {
-        await self.events.next()
+        while let input = await self.inputs.next() {
+            if case .event(let event) = input { return event }
+        }
+        return nil
+    }
+
+    /// The client's next event before a deadline; nil at the deadline, or once the client has stopped.
+    private func nextEvent(before deadline: ContinuousClock.Instant) async -> ClientEvent? {
+        while ContinuousClock.now < deadline, let input = await self.inputs.next() {
+            if case .event(let event) = input { return event }
+        }
+        return nil
     }
 
     /// Saves the device token the client holds, once connected, for the next command.
-    func saveToken() throws {
-        if let token = try self.client.deviceToken(), token != self.paths.savedToken() {
+    func saveToken() async throws {
+        if let token = try await self.client.deviceToken(), token != self.paths.savedToken() {
             try self.paths.save(token: token)
         }
     }
@@ -169,56 +225,35 @@ final class ClientSession: @unchecked Sendable {
         )
     }
 
-    /// Waits until the server has acknowledged every message the outbox holds (or refused it for good), and the
-    /// messages `ids` names: those may have been acknowledged already, their events not yet read (events are read
-    /// from the start of the session, so none is missed).
+    /// Waits until the server has acknowledged (or refused for good) the messages `ids` names and every other message
+    /// this command's client sends (those it took over from commands that are gone: queued while the server was
+    /// away), until ``outboxTimeout``: through reconnects, as the client makes them. Those may have been
+    /// acknowledged already, their events not yet read (events are read from the start of the session, so none is
+    /// missed).
     ///
-    /// - Returns: The acknowledgements and refusals, by message id.
+    /// - Returns: The acknowledgements and refusals, by message id; the messages missing are still queued.
+    /// A refusal of a message queued by an earlier command is said on standard error (that command said "queued").
     @discardableResult
     func flushOutbox(including ids: [String] = []) async throws -> [String: ClientEvent] {
-        var waiting = Set(try self.client.pendingMessageIDs()).union(ids)
-        return try await self.within(Self.outboxTimeout, doing: "waiting for the server to acknowledge the outbox") {
-            var outcomes: [String: ClientEvent] = [:]
-            while !waiting.isEmpty {
-                guard let event = await self.events.next() else { return nil }
-                switch event {
-                case .sent(let id, _, _, _), .sendFailed(let id, _, _):
-                    outcomes[id] = event
-                    waiting.remove(id)
-                case .disconnected(let reason):
-                    throw CommandFailure(
-                        description: "the connection ended: \(reason); the outbox keeps what is unsent"
-                    )
-                default:
-                    continue
-                }
+        let deadline = ContinuousClock.now + Self.outboxTimeout
+        var waiting = Set(ids).union(try await self.client.sendingMessageIDs())
+        var outcomes: [String: ClientEvent] = [:]
+        while !waiting.isEmpty, let event = await self.nextEvent(before: deadline) {
+            let id: String
+            switch event {
+            case .sent(let sent, _, _, _), .sendFailed(let sent, _, _): id = sent
+            // A message taken over from an earlier command comes back as a message of the user's.
+            case .message(let message): id = message.id
+            case .loginRefused(let code, let message): throw self.refused(code: code, message: message)
+            default: continue
             }
-            return outcomes
+            guard waiting.remove(id) != nil else { continue }
+            outcomes[id] = event
+            if case .sendFailed(_, let code, let message) = event, !ids.contains(id) {
+                var standardError = StandardError()
+                print("a message queued earlier (\(id)) was refused: \(code): \(message)", to: &standardError)
+            }
         }
-    }
-
-    /// Runs `body`, stopping the client if it takes longer than `timeout` (the events then end, and `body`
-    /// returns nil, which becomes a failure naming what timed out).
-    private func within<T>(
-        _ timeout: Duration,
-        doing what: String,
-        _ body: () async throws -> T?
-    ) async throws -> T {
-        let client = self.client
-        let watchdog = Task {
-            try await Task.sleep(for: timeout)
-            client.stop()
-        }
-        defer { watchdog.cancel() }
-        guard let result = try await body() else {
-            throw CommandFailure(description: "timed out after \(timeout) \(what)")
-        }
-        return result
-    }
-
-    /// Stops the client and waits for it.
-    private func close() async {
-        self.client.stop()
-        await self.running.value
+        return outcomes
     }
 }

@@ -129,15 +129,8 @@ struct ChatTerminalTests {
         try await withTemporaryDirectory(prefix: "courier-chat") { folder in
             let data = folder.appendingPathComponent("data")
             try await CourierExecutable.addUsers(["alice", "bob"], data: data)
-            let ports = (try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick())
-            let server = try await ServerProcess.start(
-                data: data,
-                native: ports.0,
-                compat: ports.1,
-                http: ports.2,
-                log: folder.appendingPathComponent("server.log")
-            )
-            let address = "127.0.0.1:\(ports.0)"
+            let (server, native, _) = try await ServerProcess.start(data: data, logFolder: folder)
+            let address = "127.0.0.1:\(native)"
             let environment = [
                 "HOME": folder.path,
                 "XDG_CONFIG_HOME": folder.appendingPathComponent("config").path,

@@ -51,8 +51,8 @@ struct CrashRecoveryTests {
             }
             let clients = try ["alice", "bob", "carol"].map(client)
             let tallies = clients.map { _ in Tally() }
-            let aliceIDs = try clients[0].send(contentsOf: (0..<perSender).map { ("a\($0)", .user("bob")) })
-            let carolIDs = try clients[2].send(contentsOf: (0..<perSender).map { ("c\($0)", .group("trio")) })
+            let aliceIDs = try await clients[0].send(contentsOf: (0..<perSender).map { ("a\($0)", .user("bob")) })
+            let carolIDs = try await clients[2].send(contentsOf: (0..<perSender).map { ("c\($0)", .group("trio")) })
 
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for (client, tally) in zip(clients, tallies) {
@@ -109,14 +109,16 @@ struct CrashRecoveryTests {
                 // Wait until both outboxes are empty and bob has every message.
                 let deadline = ContinuousClock.now + .seconds(300)
                 var lastReport = ContinuousClock.now
-                while try !clients[0].pendingMessageIDs().isEmpty || !clients[2].pendingMessageIDs().isEmpty
-                    || tallies[1].received.withLock({ $0.count }) < total
-                {
+                while true {
+                    let pending = (
+                        try await clients[0].pendingMessageIDs().count, try await clients[2].pendingMessageIDs().count
+                    )
+                    if pending == (0, 0), tallies[1].received.withLock({ $0.count }) >= total { break }
                     if ContinuousClock.now - lastReport > .seconds(10) {
                         lastReport = .now
                         print(
-                            "killAndRestart: pending \(try clients[0].pendingMessageIDs().count)"
-                                + " + \(try clients[2].pendingMessageIDs().count), bob has \(tallies[1].received.withLock { $0.count })"
+                            "killAndRestart: pending \(pending.0) + \(pending.1), bob has "
+                                + "\(tallies[1].received.withLock { $0.count })"
                         )
                     }
                     guard ContinuousClock.now < deadline else {
@@ -152,10 +154,12 @@ struct CrashRecoveryTests {
             let received = tallies[1].received.withLock { $0 }
             #expect(Set(received.keys) == Set(aliceIDs + carolIDs))
             #expect(received.values.allSatisfy { $0 == 1 })
-            #expect(try clients[1].storedMessages(in: .user("alice")).map(\.seq) == Array(1...UInt64(perSender)))
-            #expect(try clients[1].storedMessages(in: .group("trio")).map(\.seq) == Array(1...UInt64(perSender)))
+            #expect(try await clients[1].storedMessages(in: .user("alice")).map(\.seq) == Array(1...UInt64(perSender)))
+            #expect(try await clients[1].storedMessages(in: .group("trio")).map(\.seq) == Array(1...UInt64(perSender)))
             // Messages from one sender keep their order.
-            #expect(try clients[1].storedMessages(in: .user("alice")).map(\.text) == (0..<perSender).map { "a\($0)" })
+            #expect(
+                try await clients[1].storedMessages(in: .user("alice")).map(\.text) == (0..<perSender).map { "a\($0)" }
+            )
         }
     }
 }

@@ -1,5 +1,6 @@
 import CourierProtocol
 import CourierServer
+import CourierServerTesting
 import CourierTesting
 import CourierWire
 import Crypto
@@ -75,7 +76,7 @@ struct MediaClientTests {
                     #expect(sent.last == Int64(bytes.count))
                     #expect(sent == sent.sorted(), "progress never goes back")
                     // A text sent after the file follows it.
-                    try alice.send("did you get it?", to: .user("bob"))
+                    try await alice.send("did you get it?", to: .user("bob"))
                     _ = try await aliceEvents.next("sent") { event -> Bool? in
                         if case .sent(id, _, _, _) = event { true } else { nil }
                     }
@@ -88,8 +89,8 @@ struct MediaClientTests {
                         if case .message(let message) = event, message.media == nil { message } else { nil }
                     }
                     #expect(text.seq == received.seq + 1)
-                    #expect(try bob.storedMessages(in: .user("alice")).first?.media == media)
-                    #expect(try alice.storedMessages(in: .user("bob")).first?.media == media)
+                    #expect(try await bob.storedMessages(in: .user("alice")).first?.media == media)
+                    #expect(try await alice.storedMessages(in: .user("bob")).first?.media == media)
 
                     var finished: URL?
                     var received_: [Int64] = []
@@ -189,7 +190,7 @@ struct MediaClientTests {
                         } catch let error as CourierClientError {
                             #expect(error.code == "quota-exceeded", "\(error)")
                         }
-                        #expect(try alice.pendingMessages().isEmpty, "nothing queued")
+                        #expect(try await alice.pendingMessages().isEmpty, "nothing queued")
                     }
                 },
                 configure: { $0.media.quotaBytesPerUser = 200_000 }

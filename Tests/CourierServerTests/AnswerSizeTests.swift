@@ -1,5 +1,6 @@
 import CourierProtocol
 import CourierServer
+import CourierServerTesting
 import CourierTesting
 import Testing
 

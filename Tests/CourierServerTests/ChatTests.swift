@@ -1,11 +1,12 @@
 import CourierProtocol
 import CourierServer
+import CourierServerTesting
 import CourierStore
 import CourierTesting
 import NIOSSL
 import Testing
 
-/// Helpers that speak the session protocol through a bare native client.
+/// Helpers that speak the session protocol to a fixture's server through a bare native client.
 extension NativeTestClient {
     /// Connects and logs in with the fixture's password for `user`.
     static func login(
@@ -15,15 +16,7 @@ extension NativeTestClient {
         ephemeral: Bool = false,
         tls: TLSConfiguration? = nil
     ) async throws -> (NativeTestClient, Courier_V1_Welcome) {
-        let client = try await NativeTestClient.connect(port: fixture.ports.native, tls: tls)
-        var hello = ClientEnvelope()
-        hello.hello.password.user = user
-        hello.hello.password.password = "pw-" + user
-        hello.hello.deviceName = device
-        hello.hello.ephemeral = ephemeral
-        try await client.send(hello)
-        let welcome = try await client.expect("a welcome") { $0.body.welcome }
-        return (client, welcome)
+        try await Self.login(port: fixture.ports.native, user, device: device, ephemeral: ephemeral, tls: tls)
     }
 
     /// Logs `user` in as soon as the server has a place again (it notices a close a moment after it happens),
@@ -48,56 +41,8 @@ extension NativeTestClient {
     ) async throws -> (
         NativeTestClient, Courier_V1_Welcome
     ) {
-        let client = try await NativeTestClient.connect(port: fixture.ports.native)
-        var hello = ClientEnvelope()
-        hello.hello.token = token
-        if let cursor {
-            hello.hello.cursor = cursor
-            hello.hello.resume = true
-        }
-        try await client.send(hello)
-        let welcome = try await client.expect("a welcome") { $0.body.welcome }
-        return (client, welcome)
+        try await Self.resume(port: fixture.ports.native, token: token, cursor: cursor)
     }
-
-    /// Sends a text and waits for its answer.
-    func sendText(_ text: String, to peer: ConversationAddress, id: String = "") async throws -> ServerEnvelope {
-        var envelope = ClientEnvelope()
-        envelope.send.id = id
-        switch peer {
-        case .user(let name): envelope.send.to.user = name
-        case .group(let name): envelope.send.to.group = name
-        }
-        envelope.send.body.text = text
-        let requestID = try await self.send(envelope)
-        return try await self.expect("the answer to request \(requestID)") { $0.requestID == requestID ? $0 : nil }
-    }
-
-    /// Reads events until `count` messages have arrived, acknowledging each page.
-    func messages(_ count: Int, ack: Bool = true) async throws -> [Courier_V1_Message] {
-        var messages: [Courier_V1_Message] = []
-        while messages.count < count {
-            let events = try await self.expect("events") { envelope -> [Courier_V1_Event]? in
-                guard case .events(let events)? = envelope.body, !events.events.isEmpty else { return nil }
-                return events.events
-            }
-            messages += events.compactMap {
-                $0.kind.flatMap { if case .message(let message) = $0 { message } else { nil } }
-            }
-            if ack, let last = events.last {
-                var envelope = ClientEnvelope()
-                envelope.ack.cursor = last.cursor
-                try await self.send(envelope)
-            }
-        }
-        return messages
-    }
-}
-
-extension ServerEnvelope {
-    var welcome: Courier_V1_Welcome? { if case .welcome(let welcome)? = self.body { welcome } else { nil } }
-    var ack: Courier_V1_SendAck? { if case .sendAck(let ack)? = self.body { ack } else { nil } }
-    var failure: Courier_V1_Error? { if case .error(let error)? = self.body { error } else { nil } }
 }
 
 extension Optional where Wrapped == ServerEnvelope.OneOf_Body {

@@ -1,5 +1,6 @@
 import CourierProtocol
 import CourierServer
+import CourierServerTesting
 import CourierStore
 import CourierTesting
 import CourierWire
@@ -159,7 +160,7 @@ struct CompatTests {
             }
             let (alice, _) = try await NativeTestClient.login(fixture, "alice", ephemeral: true)
             try await aliceBeing(online: true)
-            let typed = try await ConversationTests.request(alice) {
+            let typed = try await alice.request {
                 $0.typing.conversation.group = "trio"
                 $0.typing.typing = true
             }

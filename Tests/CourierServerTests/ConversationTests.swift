@@ -1,21 +1,12 @@
 import CourierProtocol
 import CourierServer
+import CourierServerTesting
 import CourierStore
 import CourierTesting
 import Testing
 
 @Suite("Groups, devices, receipts, recall, typing and presence", .serialized)
 struct ConversationTests {
-    static func request(
-        _ client: NativeTestClient,
-        _ build: (inout ClientEnvelope) -> Void
-    ) async throws -> ServerEnvelope {
-        var envelope = ClientEnvelope()
-        build(&envelope)
-        let requestID = try await client.send(envelope)
-        return try await client.expect("the answer to \(requestID)") { $0.requestID == requestID ? $0 : nil }
-    }
-
     @Test("a group of 5 made over the protocol; 2 members offline sync the messages later")
     func groupWithOfflineMembers() async throws {
         try await ServerFixture.with { fixture in
@@ -30,7 +21,7 @@ struct ConversationTests {
                 clients[name] = client
                 tokens[name] = welcome.token
             }
-            let created = try await Self.request(clients["alice"]!) {
+            let created = try await clients["alice"]!.request {
                 $0.manageGroup.group = "five"
                 $0.manageGroup.create.users = ["bob", "carol", "dave", "erin"]
             }
@@ -54,12 +45,12 @@ struct ConversationTests {
                 await back.close()
             }
             // Only the owner removes others; a member leaves.
-            let denied = try await Self.request(clients["bob"]!) {
+            let denied = try await clients["bob"]!.request {
                 $0.manageGroup.group = "five"
                 $0.manageGroup.remove.users = ["carol"]
             }
             #expect(denied.failure?.code == ErrorCodes.notOwner)
-            let left = try await Self.request(clients["bob"]!) {
+            let left = try await clients["bob"]!.request {
                 $0.manageGroup.group = "five"
                 $0.manageGroup.leave = .init()
             }
@@ -92,6 +83,54 @@ struct ConversationTests {
         }
     }
 
+    @Test("two connections of one device each get the other's sends, not their own; no_events gets no events")
+    func connectionsOfOneDevice() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            try await fixture.user("bob")
+            let (chat, welcome) = try await NativeTestClient.login(fixture, "alice", device: "laptop")
+            let (script, _) = try await NativeTestClient.resume(fixture, token: welcome.token)
+            // A third connection of the same device that asks for no events.
+            let quiet = try await NativeTestClient.connect(port: fixture.ports.native)
+            var hello = ClientEnvelope()
+            hello.hello.token = welcome.token
+            hello.hello.noEvents = true
+            try await quiet.send(hello)
+            _ = try await quiet.expect("a welcome") { $0.body.welcome }
+            let (bob, _) = try await NativeTestClient.login(fixture, "bob")
+
+            // The script sends: the chat gets the message, the script only its ack. Without an id too (the
+            // server's own), as compat clients send.
+            #expect(try await script.sendText("from the script", to: .user("bob"), id: "s1").ack?.seq == 1)
+            #expect(try await script.sendText("no id", to: .user("bob")).ack?.seq == 2)
+            #expect(try await chat.sendText("from the chat", to: .user("bob"), id: "c1").ack?.seq == 3)
+            _ = try await bob.sendText("from bob", to: .user("alice"))
+            // Events come in log order: whatever either reads before bob's message is everything before it.
+            let chatSaw = try await chat.messages(3)
+            #expect(chatSaw.map(\.body.text) == ["from the script", "no id", "from bob"], "\(chatSaw)")
+            #expect(chatSaw[0].id == "s1" && chatSaw[0].from == "alice" && chatSaw[1].id.hasPrefix("s-"))
+            let scriptSaw = try await script.messages(2)
+            #expect(scriptSaw.map(\.body.text) == ["from the chat", "from bob"], "\(scriptSaw)")
+
+            // A resend of an id stored before (duplicate) is acknowledged and delivers nothing anew.
+            #expect(try await chat.sendText("from the script", to: .user("bob"), id: "s1").ack?.duplicate == true)
+            _ = try await bob.sendText("again from bob", to: .user("alice"))
+            #expect(try await chat.messages(1).map(\.body.text) == ["again from bob"])
+
+            // The quiet connection still answers requests, but never got an event: its first envelope after the
+            // welcome is the answer to its history request, though five messages were committed meanwhile.
+            var history = ClientEnvelope()
+            history.history.conversation.user = "bob"
+            let requestID = try await quiet.send(history)
+            guard case .envelope(let first) = try await quiet.receive(), case .history? = first.body else {
+                Issue.record("the quiet connection's first envelope is not the history page")
+                return
+            }
+            #expect(first.requestID == requestID)
+            for client in [chat, script, quiet, bob] { await client.close() }
+        }
+    }
+
     @Test("unread counts, mark read with read receipts, and recall reach the peers")
     func unreadReadAndRecall() async throws {
         try await ServerFixture.with { fixture in
@@ -101,14 +140,14 @@ struct ConversationTests {
             let (bob, _) = try await NativeTestClient.login(fixture, "bob")
             for index in 1...3 { _ = try await alice.sendText("m\(index)", to: .user("bob"), id: "m\(index)") }
             _ = try await bob.messages(3)
-            let unread = try await Self.request(bob) { $0.unread = .init() }
+            let unread = try await bob.request { $0.unread = .init() }
             guard case .unread(let counts)? = unread.body else {
                 Issue.record("\(unread)")
                 return
             }
             #expect(counts.entries.map(\.unread) == [3] && counts.entries[0].conversation.user == "alice")
 
-            let marked = try await Self.request(bob) {
+            let marked = try await bob.request {
                 $0.markRead.conversation.user = "alice"
                 $0.markRead.upToSeq = 2
             }
@@ -121,7 +160,7 @@ struct ConversationTests {
             }
             #expect(receipt.user == "bob" && receipt.upToSeq == 2)
 
-            let recalled = try await Self.request(alice) {
+            let recalled = try await alice.request {
                 $0.recall.conversation.user = "bob"
                 $0.recall.id = "m3"
             }
@@ -131,13 +170,13 @@ struct ConversationTests {
                 return events.events.compactMap { if case .recall(let recall)? = $0.kind { recall } else { nil } }.first
             }
             #expect(notice.id == "m3" && notice.seq == 3 && notice.by == "alice")
-            let notMine = try await Self.request(bob) {
+            let notMine = try await bob.request {
                 $0.recall.conversation.user = "alice"
                 $0.recall.id = "m1"
             }
             #expect(notMine.failure?.code == ErrorCodes.unknownMessage)
 
-            let history = try await Self.request(bob) {
+            let history = try await bob.request {
                 $0.history.conversation.user = "alice"
                 $0.history.limit = 2
             }
@@ -173,7 +212,7 @@ struct ConversationTests {
                     nil
                 }
             }
-            let typed = try await Self.request(alice) {
+            let typed = try await alice.request {
                 $0.typing.conversation.user = "bob"
                 $0.typing.typing = true
             }

@@ -1,4 +1,5 @@
 import CourierServer
+import CourierServerTesting
 import CourierTesting
 import Foundation
 import Logging

@@ -1,3 +1,4 @@
+import CourierServerTesting
 import CourierTesting
 import Foundation
 import Testing
@@ -6,7 +7,7 @@ import Testing
 struct HTTPTests {
     /// Runs curl (a real HTTP client nobody here wrote) and returns its output.
     static func curl(_ arguments: [String]) async throws -> String {
-        try await ExternalProgram.output("/usr/bin/curl", ["--silent", "--show-error", "--max-time", "10"] + arguments)
+        try await ExternalProgram.curl(arguments)
     }
 
     @Test("/health answers with the version and open connections; /metrics counts messages and commits")

@@ -1,5 +1,6 @@
 import CourierProtocol
 import CourierServer
+import CourierServerTesting
 import CourierTesting
 import CourierWire
 import Testing
@@ -142,7 +143,7 @@ struct LimitsTests {
                 let received = try await bob.messages(acknowledged.count)
                 #expect(received.map(\.id) == acknowledged)
                 #expect(received.map(\.seq) == Array(1...UInt64(acknowledged.count)))
-                let unread = try await ConversationTests.request(alice) { $0.unread = .init() }
+                let unread = try await alice.request { $0.unread = .init() }
                 #expect(unread.failure == nil, "\(unread)")
                 await alice.close()
                 await bob.close()

@@ -1,5 +1,6 @@
 import CourierProtocol
 import CourierServer
+import CourierServerTesting
 import CourierStore
 import CourierTesting
 import CourierWire

@@ -1,4 +1,5 @@
 import CourierProtocol
+import CourierServerTesting
 import CourierTesting
 import CourierWire
 import NIOCore

@@ -17,10 +17,10 @@ struct SlowReaderTests {
         try await withTemporaryDirectory { folder in
             let data = folder.appendingPathComponent("data")
             try await CourierExecutable.addUsers(["alice", "bob"], data: data)
-            let (server, native, _) = try await CommandLineTests.serve(
-                folder,
+            let (server, native, _) = try await ServerProcess.start(
                 data: data,
-                ["--limit", "slow-consumer-timeout=3s"]
+                logFolder: folder,
+                arguments: ["--limit", "slow-consumer-timeout=3s"]
             )
             let fixture = PortOnly(native: native)
             let (bob, welcome) = try await fixture.login("bob")
@@ -102,19 +102,10 @@ struct PortOnly {
     var tls: TLSConfiguration? = nil
 
     func login(_ user: String, password: String? = nil) async throws -> (NativeTestClient, Courier_V1_Welcome) {
-        let client = try await NativeTestClient.connect(port: self.native, tls: self.tls)
-        var hello = ClientEnvelope()
-        hello.hello.password.user = user
-        hello.hello.password.password = password ?? "pw-" + user
-        try await client.send(hello)
-        return (client, try await client.expect("a welcome") { $0.welcome })
+        try await NativeTestClient.login(port: self.native, user, password: password, tls: self.tls)
     }
 
     func resume(token: String) async throws -> (NativeTestClient, Courier_V1_Welcome) {
-        let client = try await NativeTestClient.connect(port: self.native, tls: self.tls)
-        var hello = ClientEnvelope()
-        hello.hello.token = token
-        try await client.send(hello)
-        return (client, try await client.expect("a welcome") { $0.welcome })
+        try await NativeTestClient.resume(port: self.native, token: token, tls: self.tls)
     }
 }

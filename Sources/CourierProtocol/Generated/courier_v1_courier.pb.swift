@@ -328,6 +328,10 @@ public nonisolated struct Courier_V1_Hello: Sendable {
   /// Such a client gets each event once, but one lost in a broken connection is not sent again.
   public var ackedOnWrite: Bool = false
 
+  /// For a connection that only sends and asks (a command beside another connection of the same device that syncs):
+  /// the server sends it no `events`. It still answers requests, and sends notices if `ephemeral`.
+  public var noEvents: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Credentials: Equatable, Sendable {
@@ -1836,7 +1840,7 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
 
 nonisolated extension Courier_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Hello"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}password\0\u{1}token\0\u{3}device_name\0\u{1}cursor\0\u{1}resume\0\u{1}ephemeral\0\u{3}acked_on_write\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}password\0\u{1}token\0\u{3}device_name\0\u{1}cursor\0\u{1}resume\0\u{1}ephemeral\0\u{3}acked_on_write\0\u{3}no_events\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1870,6 +1874,7 @@ nonisolated extension Courier_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Me
       case 5: try { try decoder.decodeSingularBoolField(value: &self.resume) }()
       case 6: try { try decoder.decodeSingularBoolField(value: &self.ephemeral) }()
       case 7: try { try decoder.decodeSingularBoolField(value: &self.ackedOnWrite) }()
+      case 8: try { try decoder.decodeSingularBoolField(value: &self.noEvents) }()
       default: break
       }
     }
@@ -1906,6 +1911,9 @@ nonisolated extension Courier_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Me
     if self.ackedOnWrite != false {
       try visitor.visitSingularBoolField(value: self.ackedOnWrite, fieldNumber: 7)
     }
+    if self.noEvents != false {
+      try visitor.visitSingularBoolField(value: self.noEvents, fieldNumber: 8)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1916,6 +1924,7 @@ nonisolated extension Courier_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Me
     if lhs.resume != rhs.resume {return false}
     if lhs.ephemeral != rhs.ephemeral {return false}
     if lhs.ackedOnWrite != rhs.ackedOnWrite {return false}
+    if lhs.noEvents != rhs.noEvents {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

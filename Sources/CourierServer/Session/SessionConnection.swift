@@ -288,8 +288,17 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                 session: session,
                 group: &group
             )
-        case .write(let request, let requestID, let answers):
-            if case .send = request { self.context.metrics.messagesIn.increment() }
+        case .write(var request, let requestID, let answers):
+            if case .send(var send) = request {
+                self.context.metrics.messagesIn.increment()
+                // The id is settled here, not in the store, so that this connection's delivery can tell the
+                // message's event apart from its other connections' (it has the acknowledgement; they do not).
+                if send.id.isEmpty {
+                    send.id = WriteRequest.Send.assignedID()
+                    request = .send(send)
+                }
+                session.handle?.willSend(id: send.id)
+            }
             // Enqueued here, in arrival order; the answering loop awaits the outcomes in the same order, so answers
             // go out in the order the requests came while more requests are read meanwhile.
             // A send reserves what it is expected to cost from its sender's fan-out budget now, before its commit:
@@ -422,6 +431,8 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             user: deviceSession.user.id,
             device: deviceSession.device.id,
             ephemeral: hello.ephemeral,
+            events: !hello.noEvents,
+            maxOwnSends: 4 * self.context.configuration.limits.maxUnackedSends,
             maxPerUser: self.context.configuration.limits.maxConnectionsPerUser
         ) {
         case .registered(let registered, let firstForUser):
@@ -513,7 +524,8 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                 answer.request,
                 ticket: answer.ticket,
                 requestID: answer.requestID,
-                reservedFanout: answer.reservedFanout
+                reservedFanout: answer.reservedFanout,
+                handle: session.handle
             )
             if answer.answers, let reply {
                 try? await session.write(reply, transport: self.transport, to: outbound)
@@ -527,12 +539,14 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         _ request: WriteRequest,
         ticket: CommitTicket,
         requestID: UInt64,
-        reservedFanout: Int
+        reservedFanout: Int,
+        handle: ConnectionHandle?
     ) async -> ServerEnvelope? {
         let outcome: WriteOutcome
         do {
             outcome = try await ticket.outcome()
         } catch {
+            if case .send(let send) = request { handle?.forgetSend(id: send.id) }
             // Nothing was delivered: the reservation is given back.
             if case .send(let send) = request, reservedFanout > 0 {
                 self.context.chargeFanout(of: send.sender, deliveries: -reservedFanout)
@@ -547,7 +561,9 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                 // The reservation becomes the real cost (none for a duplicate: it was delivered before).
                 let cost = receipt.duplicate ? 0 : receipt.recipients
                 self.context.chargeFanout(of: send.sender, deliveries: cost - reservedFanout)
-                if !receipt.duplicate {
+                if receipt.duplicate {
+                    handle?.forgetSend(id: send.id)
+                } else {
                     self.context.learnFanout(of: send.sender, to: send.to, deliveries: receipt.recipients)
                 }
             }
@@ -559,8 +575,9 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         case .done:
             envelope.done = Courier_V1_Done()
         case .refused(let error):
-            if case .send(let send) = request, reservedFanout > 0 {
-                self.context.chargeFanout(of: send.sender, deliveries: -reservedFanout)
+            if case .send(let send) = request {
+                handle?.forgetSend(id: send.id)
+                if reservedFanout > 0 { self.context.chargeFanout(of: send.sender, deliveries: -reservedFanout) }
             }
             self.context.metrics.refusals.increment()
             return self.errorEnvelope(requestID, code: "\(error.code)", message: error.message, id: request.messageID)
@@ -751,7 +768,9 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         var caughtUp = false
         handle.delivered(upTo: start)
         do {
-            if latest <= start {
+            if !handle.wantsEvents {
+                // Asked for no events: only notices and the end reach this loop.
+            } else if latest <= start {
                 var envelope = ServerEnvelope()
                 envelope.events.caughtUp = true
                 try await session.write(envelope, transport: self.transport, to: outbound)
@@ -774,9 +793,12 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                     while sent < upTo {
                         let events = try await self.context.store.events(for: user.id, after: sent, limit: pageSize)
                         guard let last = events.last else { break }
-                        // The device that sent a message has its acknowledgement; it does not get it again.
+                        // The connection that sent a message has its acknowledgement; it does not get it again.
+                        // Other connections of the same device do (another process of the same app).
                         let outgoing = events.compactMap { event -> Courier_V1_Event? in
-                            if case .message(let message) = event.kind, message.fromDevice == handle.device {
+                            if case .message(let message) = event.kind,
+                                handle.isOwnSend(id: message.id, from: message.fromDevice)
+                            {
                                 return nil
                             }
                             return Courier_V1_Event(event)

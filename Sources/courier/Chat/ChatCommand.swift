@@ -41,7 +41,7 @@ struct Chat: AsyncParsableCommand {
             )
         }
         let initial: Conversation? = if let with { .user(with) } else { self.group.map(Conversation.group) }
-        try await ClientSession.run(self.options, notices: true) { session in
+        try await ClientSession.run(self.options, notices: true, events: true) { session in
             try await ChatLoop(session: session, options: self.options).run(opening: initial)
         }
     }
@@ -74,13 +74,11 @@ struct ChatLoop {
         let client = self.session.client
         var state = ChatState(me: self.options.user, server: self.options.serverText())
         let now = Date()
-        state.load(
-            stored: try client.storedConversations().flatMap {
-                try client.storedMessages(in: $0.conversation, limit: Self.storedPerConversation)
-            },
-            pending: try client.pendingMessages(),
-            now: now
-        )
+        var stored: [ChatMessage] = []
+        for conversation in try await client.storedConversations() {
+            stored += try await client.storedMessages(in: conversation.conversation, limit: Self.storedPerConversation)
+        }
+        state.load(stored: stored, pending: try await client.pendingMessages(), now: now)
         if let initial { _ = state.select(initial, now: now) }
 
         let terminal: Terminal = try .open()
@@ -89,7 +87,18 @@ struct ChatLoop {
         terminal.draw(ChatScreen(state, now: now))
 
         let (inputs, sink) = AsyncStream<Input>.makeStream(bufferingPolicy: .unbounded)
+        // Texts go to the outbox one after the other, in the order written.
+        let (outgoing, outbox) = AsyncStream<(id: String, text: String, to: Conversation)>.makeStream()
         let failure = await withTaskGroup(of: Void.self, returning: CommandFailure?.self) { group in
+            group.addTask {
+                for await message in outgoing {
+                    do {
+                        try await client.send(message.text, to: message.to, id: message.id)
+                    } catch {
+                        sink.yield(.failed("not sent: \(error)"))
+                    }
+                }
+            }
             group.addTask {
                 for await input in terminal.inputs { sink.yield(.terminal(input)) }
                 sink.yield(.terminal(.hangUp))
@@ -101,7 +110,10 @@ struct ChatLoop {
             group.addTask {
                 while (try? await Task.sleep(for: .seconds(1))) != nil { sink.yield(.tick) }
             }
-            defer { group.cancelAll() }
+            defer {
+                outbox.finish()
+                group.cancelAll()
+            }
 
             var lastDrawn = Date.distantPast
             var drawScheduled = false
@@ -121,7 +133,7 @@ struct ChatLoop {
                     return self.session.refused(code: code, message: message)
                 case .event(let event):
                     if case .connected = event {
-                        do { try self.session.saveToken() } catch { state.notice = "token not saved: \(error)" }
+                        do { try await self.session.saveToken() } catch { state.notice = "token not saved: \(error)" }
                     }
                     actions = state.apply(event, now: now)
                 case .eventsEnded:
@@ -148,7 +160,7 @@ struct ChatLoop {
                     case .redraw:
                         full = true
                     default:
-                        Self.perform(action, client: client, state: &state, in: &group, sink: sink)
+                        Self.perform(action, client: client, in: &group, sink: sink, outbox: outbox)
                     }
                 }
                 // Draw now, or soon if a screen was just drawn (a burst of events draws once).
@@ -174,17 +186,13 @@ struct ChatLoop {
     private static func perform(
         _ action: ChatAction,
         client: CourierClient,
-        state: inout ChatState,
         in group: inout TaskGroup<Void>,
-        sink: AsyncStream<Input>.Continuation
+        sink: AsyncStream<Input>.Continuation,
+        outbox: AsyncStream<(id: String, text: String, to: Conversation)>.Continuation
     ) {
         switch action {
         case .send(let id, let text, let conversation):
-            do {
-                try client.send(text, to: conversation, id: id)
-            } catch {
-                state.notice = "not sent: \(error)"
-            }
+            outbox.yield((id, text, conversation))
         case .sendFile(let id, let path, let conversation):
             group.addTask {
                 do {

@@ -62,7 +62,7 @@ struct ChatScreen: Equatable {
 
         var title = Row()
         title.append(
-            " courier · \(state.me) @ \(state.server) · \(Self.describe(state.connection))",
+            " courier · \(state.me) @ \(state.server) · \(Self.describe(state.connection, reconnectAt: state.reconnectAt, now: now))",
             .reverse,
             limit: columns
         )
@@ -105,11 +105,15 @@ struct ChatScreen: Equatable {
         min(28, max(14, columns / 4))
     }
 
-    static func describe(_ connection: ChatState.Connection) -> String {
+    /// The connection in words: "connected", or "offline: why · reconnecting in 3 s".
+    static func describe(_ connection: ChatState.Connection, reconnectAt: Date?, now: Date) -> String {
         switch connection {
-        case .connecting: "connecting…"
-        case .connected: "connected"
-        case .offline(let reason): "offline (\(reason)); reconnecting…"
+        case .connecting: return "connecting…"
+        case .connected: return "connected"
+        case .offline(let reason):
+            guard let reconnectAt else { return "offline: \(reason)" }
+            let seconds = Int(reconnectAt.timeIntervalSince(now).rounded(.up))
+            return "offline: \(reason) · " + (seconds > 0 ? "reconnecting in \(seconds) s" : "reconnecting…")
         }
     }
 

@@ -55,6 +55,8 @@ struct ChatState {
     /// How many rows the open conversation is scrolled up from its newest message.
     var scroll = 0
     var connection = Connection.connecting
+    /// When the client tries to connect again, while offline.
+    var reconnectAt: Date?
     /// Users seen online (true) or offline, by lowercased name.
     var online: [String: Bool] = [:]
     /// A one-line notice shown above the input (an error, a help text); cleared by the next key.
@@ -396,8 +398,14 @@ struct ChatState {
             return actions
         case .caughtUp, .loginRefused:
             return []
-        case .disconnected(let reason):
-            self.connection = .offline(reason)
+        case .disconnected(let disconnection):
+            self.connection = .offline(disconnection.reason)
+            self.reconnectAt = nil
+            return []
+        case .reconnecting(let delay):
+            self.reconnectAt = now.addingTimeInterval(
+                Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18
+            )
             return []
         case .message(let message):
             let added = self.add(message)

@@ -1,5 +1,6 @@
-public import CourierBench
-public import Foundation
+import CourierBench
+import CourierTesting
+import Foundation
 
 /// nginx (Debian's package) on 127.0.0.1 as an origin for the media cache's tests and benchmark, serving a folder,
 /// each request logged with the bytes it sent.
@@ -9,13 +10,13 @@ public import Foundation
 /// `/norange/` (`max_ranges 0`: Range ignored, 200 with the whole file), `/moved/` (a 302 to `/files/`),
 /// `/loop` (a redirect to itself), plus whatever `extra` adds inside the server block (`{root}` in it is replaced
 /// by the served folder).
-public final class NginxOrigin: Sendable {
-    public let root: URL
-    public let port: Int
-    public let nginx: Nginx
+final class NginxOrigin: Sendable {
+    let root: URL
+    let port: Int
+    let nginx: Nginx
 
     /// Starts nginx serving `root`, its configuration and logs in `folder`, and waits until it accepts connections.
-    public static func start(
+    static func start(
         root: URL,
         folder: URL,
         port: Int? = nil,
@@ -48,22 +49,22 @@ public final class NginxOrigin: Sendable {
     }
 
     /// The origin URL of a file under a location (`files`, `slow`, `nostore`, `chunked`, `norange`, `moved`).
-    public func url(_ name: String, location: String = "files") -> URL {
+    func url(_ name: String, location: String = "files") -> URL {
         URL(string: "http://127.0.0.1:\(self.port)/\(location)/\(name)")!
     }
 
     /// Stops nginx (fast shutdown: open connections are closed) and waits until it has exited.
-    public func stop() async {
+    func stop() async {
         await self.nginx.stop()
     }
 
     /// Kills nginx's processes with SIGKILL: open connections are reset mid-response.
-    public func kill() async {
+    func kill() async {
         await self.nginx.kill()
     }
 
     /// The requests logged so far.
-    public func log() -> [Nginx.Logged] {
+    func log() -> [Nginx.Logged] {
         self.nginx.log()
     }
 

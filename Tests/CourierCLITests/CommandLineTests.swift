@@ -1,5 +1,4 @@
 import CourierProtocol
-import CourierServer
 import CourierTesting
 import Foundation
 import NIOSSL
@@ -20,16 +19,7 @@ struct CommandLineTests {
         data: URL,
         _ arguments: [String] = []
     ) async throws -> (server: ServerProcess, native: Int, http: Int) {
-        let ports = (try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick())
-        let server = try await ServerProcess.start(
-            data: data,
-            native: ports.0,
-            compat: ports.1,
-            http: ports.2,
-            log: folder.appendingPathComponent("server-\(ports.0).log"),
-            arguments: arguments
-        )
-        return (server, ports.0, ports.2)
+        try await ServerProcess.start(data: data, logFolder: folder, arguments: arguments)
     }
 
     @Test("user and group commands print what they did and refuse bad input with a one-line error")
@@ -98,9 +88,8 @@ struct CommandLineTests {
             let data = folder.appendingPathComponent("data")
             try await CourierExecutable.addUsers(["alice", "bob"], data: data)
             let (server, native, _) = try await Self.serve(folder, data: data)
-            let port = PortOnly(native: native)
-            let (alice, _) = try await port.login("alice")
-            let (bob, _) = try await port.login("bob")
+            let (alice, _) = try await NativeTestClient.login(port: native, "alice")
+            let (bob, _) = try await NativeTestClient.login(port: native, "bob")
 
             var result = try await Self.courier("user", "devices", "alice", "--data", data.path)
             let columns = result.output.split(separator: "\n").map { $0.split(separator: "\t") }
@@ -120,7 +109,7 @@ struct CommandLineTests {
             _ = try await Self.courier("user", "remove", "bob", "--data", data.path)
             let bobLast = try await bob.expectClose(timeout: .seconds(5))
             #expect(bobLast.last?.failure?.code == ErrorCodes.tokenRevoked, "\(bobLast)")
-            await #expect(throws: (any Error).self) { _ = try await port.login("bob") }
+            await #expect(throws: (any Error).self) { _ = try await NativeTestClient.login(port: native, "bob") }
             #expect(await server.terminate() == 0)
         }
     }
@@ -131,9 +120,9 @@ struct CommandLineTests {
             let data = folder.appendingPathComponent("data")
             try await CourierExecutable.addUsers(["alice", "bob"], data: data)
             let (server, native, _) = try await Self.serve(folder, data: data)
-            let (alice, _) = try await PortOnly(native: native).login("alice")
+            let (alice, _) = try await NativeTestClient.login(port: native, "alice")
             // A stored file before the backup: the copy has it too.
-            let file = MediaTests.randomBytes(300_000, "backupRestores")
+            let file = SeededRandom.bytes(300_000, seededFor: "backupRestores")
             let stored = try #require(try await alice.upload(file, stream: 1).done, "the upload")
             for index in 1...100 { #expect(try await alice.sendText("m\(index)", to: .user("bob")).ack != nil) }
             // More sends go on while the backup runs.
@@ -151,8 +140,8 @@ struct CommandLineTests {
 
             // The copy is a data folder a server runs on.
             let (restored, restoredNative, _) = try await Self.serve(folder, data: copy)
-            let (bob, _) = try await PortOnly(native: restoredNative).login("bob")
-            let history = try await ConversationTests.request(bob) {
+            let (bob, _) = try await NativeTestClient.login(port: restoredNative, "bob")
+            let history = try await bob.request {
                 $0.history.conversation.user = "alice"
                 $0.history.limit = 200
             }
@@ -167,7 +156,7 @@ struct CommandLineTests {
             print("backupRestores: the copy holds \(seqs.count) of 180 messages")
             #expect(try await bob.sendText("after restore", to: .user("alice")).ack != nil)
             await bob.close()
-            let (owner, _) = try await PortOnly(native: restoredNative).login("alice")
+            let (owner, _) = try await NativeTestClient.login(port: restoredNative, "alice")
             guard case .success(let (_, fetched)) = try await owner.fetch(stored.sha256, stream: 1) else {
                 Issue.record("the restored server cannot serve the file")
                 return
@@ -252,13 +241,16 @@ struct CommandLineTests {
                     "--limit", "max-text-bytes=16",
                 ]
             )
-            let port = PortOnly(native: native, tls: certificate.trustingClient)
-            let (alice, welcome) = try await port.login("alice")
+            let (alice, welcome) = try await NativeTestClient.login(
+                port: native,
+                "alice",
+                tls: certificate.trustingClient
+            )
             #expect(welcome.limits.maxTextBytes == 16)
             #expect(try await alice.sendText(String(repeating: "a", count: 16), to: .user("bob")).ack != nil)
             let refused = try await alice.sendText(String(repeating: "a", count: 17), to: .user("bob"))
             #expect(refused.failure?.code == ErrorCodes.textTooLarge, "\(refused)")
-            let health = try await HTTPTests.curl(
+            let health = try await ExternalProgram.curl(
                 ["--cacert", certificate.certificateFile, "https://127.0.0.1:\(http)/health"]
             )
             #expect(health.contains("\"status\":\"ok\""), "\(health)")
@@ -312,7 +304,10 @@ struct CommandLineTests {
                 ["send", "--as", "alice", "--to", "bob", "lost?", "--server", "127.0.0.1:\(nowhere)"],
                 environment: cli.home.merging(["COURIER_PASSWORD": "pw-alice"]) { $1 }
             )
-            #expect(result.status != 0 && result.output.contains("has never reached from here"), "\(result)")
+            #expect(
+                result.status != 0 && result.output.contains("has never reached this server from here"),
+                "\(result)"
+            )
 
             result = try await client("login", "--as", "alice", "--password", "pw-alice")
             #expect(result.status == 0 && result.output.hasPrefix("logged in as alice"), "\(result)")
@@ -500,7 +495,7 @@ struct CommandLineTests {
                 log: folder.appendingPathComponent("server.log")
             )
             // The native port and the data folder came from the environment: alice (in that folder) logs in.
-            let (alice, welcome) = try await PortOnly(native: ports.0).login("alice")
+            let (alice, welcome) = try await NativeTestClient.login(port: ports.0, "alice")
             #expect(welcome.user == "alice")
             await alice.close()
             let compat = try await CompatTestClient.connect(port: ports.1)
@@ -508,7 +503,7 @@ struct CommandLineTests {
             _ = try await compat.expect("welcome")
             await compat.close()
             // --http-port beat COURIER_HTTP_PORT.
-            let health = try await HTTPTests.curl(["http://127.0.0.1:\(flagged)/health"])
+            let health = try await ExternalProgram.curl(["http://127.0.0.1:\(flagged)/health"])
             #expect(health.contains("\"status\":\"ok\""), "\(health)")
             let unused = try await ExternalProgram.run(
                 "/usr/bin/curl",

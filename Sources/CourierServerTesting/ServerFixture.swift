@@ -1,5 +1,6 @@
 public import CourierServer
 public import CourierStore
+import CourierTesting
 public import Foundation
 public import Logging
 import ServiceLifecycle
