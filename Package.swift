@@ -161,10 +161,18 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // The terminal chat behind `courier chat`: a value-type state that keys and client events change, a screen
+        // laid out by display width, a key decoder, the raw-mode terminal, and the loop joining them to the SDK.
+        .target(
+            name: "CourierChat",
+            dependencies: ["CourierClient"],
+            swiftSettings: strictSettings
+        ),
         // The one command-line tool.
         .executableTarget(
             name: "courier",
             dependencies: [
+                "CourierChat",
                 "CourierWire",
                 "CourierStore",
                 "CourierServer",
@@ -234,10 +242,17 @@ let package = Package(
         ),
         // The command-line tool as a user runs it: real `courier` processes against real servers (the chat under
         // tmux among them), and the option parsing and help through @testable import of the executable.
+        // The terminal chat's state, screen, keys and texts, without a terminal or a server.
+        .testTarget(
+            name: "CourierChatTests",
+            dependencies: ["CourierChat", "CourierClient", "CourierTesting"],
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "CourierCLITests",
             dependencies: [
                 "courier",
+                "CourierChat",
                 "CourierClient",
                 "CourierProtocol",
                 "CourierTesting",

@@ -365,4 +365,33 @@ extension SQLiteStore {
     public func userName(of id: UserID) async throws -> String {
         try await self.read { db in try self.name(of: id, db) }
     }
+
+    /// Users' names, and when each was last seen: the latest disconnect of any of its devices (nil if never).
+    public func namesAndLastSeen(
+        of users: some Collection<UserID>
+    ) async throws -> [UserID: (
+        name: String, lastSeenMs: Int64?
+    )] {
+        let ids = users.map(\.rawValue)
+        return try await self.read { db in
+            var result: [UserID: (name: String, lastSeenMs: Int64?)] = [:]
+            // In slices, within SQLite's limit on parameters.
+            for start in stride(from: 0, to: ids.count, by: 500) {
+                let slice = Array(ids[start..<min(ids.count, start + 500)])
+                let marks = slice.map { _ in "?" }.joined(separator: ",")
+                for row in try Row.fetchAll(
+                    db,
+                    sql: """
+                        SELECT u.id, u.name, MAX(d.last_seen_ms) AS seen FROM users u
+                        LEFT JOIN devices d ON d.user_id = u.id
+                        WHERE u.id IN (\(marks)) GROUP BY u.id
+                        """,
+                    arguments: StatementArguments(slice)
+                ) {
+                    result[UserID(rawValue: row["id"])] = (row["name"], row["seen"])
+                }
+            }
+            return result
+        }
+    }
 }

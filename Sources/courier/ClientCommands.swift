@@ -1,4 +1,5 @@
 import ArgumentParser
+import CourierChat
 import CourierClient
 import Foundation
 
@@ -186,7 +187,7 @@ extension Send {
             guard let (id, media) = queued else { throw CommandFailure(description: "the upload did not finish") }
             return (id, media, try await session.flushOutbox(including: [id]))
         }
-        let what = media.map(ChatState.describe) ?? file.lastPathComponent
+        let what = media.map(ChatText.describe) ?? file.lastPathComponent
         switch outcomes[id] {
         case .sent(_, _, let seq, _)?:
             print("sent \(what) to \(conversation): seq \(seq), id \(id)")
@@ -259,7 +260,7 @@ struct MediaCommand: AsyncParsableCommand {
                         .int64Value ?? 0
                 )
             }
-            print("wrote \(self.output): \(ChatState.size(size)), sha256 \(id)")
+            print("wrote \(self.output): \(ChatText.size(size)), sha256 \(id)")
         }
     }
 }
@@ -282,7 +283,7 @@ final class ProgressBar {
             let width = 30
             let filled = Int(fraction * Double(width))
             let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
-            let line = "\r\(self.label) [\(bar)] \(percent)% \(ChatState.size(done)) / \(ChatState.size(total))\u{1B}[K"
+            let line = "\r\(self.label) [\(bar)] \(percent)% \(ChatText.size(done)) / \(ChatText.size(total))\u{1B}[K"
             FileHandle.standardError.write(Data(line.utf8))
             self.drawn = true
         } else if percent / 10 > self.lastStep {
@@ -376,9 +377,9 @@ struct History: AsyncParsableCommand {
     static func line(_ message: ChatMessage) -> String {
         let text =
             message.recalled
-            ? "(recalled)" : message.media.map { ChatState.describe($0) + " " + $0.sha256 } ?? message.text
+            ? "(recalled)" : message.media.map { ChatText.describe($0) + " " + $0.sha256 } ?? message.text
         // Others' words reach a terminal: control characters in caret notation (no retitling, clearing, moving).
-        return "\(Self.time(message.time))  #\(message.seq)  \(message.from): \(ChatScreen.printable(text))"
+        return "\(Self.time(message.time))  #\(message.seq)  \(message.from): \(ChatText.printable(text))"
     }
 
     static func jsonLine(_ message: ChatMessage, me: String) throws -> String {

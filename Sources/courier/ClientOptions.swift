@@ -1,4 +1,5 @@
 import ArgumentParser
+import CourierChat
 import CourierClient
 import Foundation
 import Logging
@@ -106,6 +107,10 @@ struct ClientPaths {
     let tokenFile: URL
     /// The SDK's store (outbox, messages): `$XDG_DATA_HOME/courier/SERVER/USER.sqlite` (default `~/.local/share`).
     let storeFile: URL
+    /// What the chat keeps between runs (closed conversations): beside the store, `USER.chat.json`.
+    var chatSettingsFile: URL {
+        self.storeFile.deletingPathExtension().appendingPathExtension("chat.json")
+    }
 
     init(server: String, user: String) {
         let environment = ProcessInfo.processInfo.environment

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CourierChat
 import CourierStore
 import Foundation
 
@@ -98,7 +99,7 @@ struct UserCommand: AsyncParsableCommand {
             for device in devices {
                 let state = device.revokedMs != nil ? "revoked" : device.expiresMs <= now ? "expired" : "active"
                 print(
-                    "\(device.id.rawValue)\t\(ChatScreen.printable(device.name))\t\(state)\tcreated \(formatTime(device.createdMs))\t"
+                    "\(device.id.rawValue)\t\(ChatText.printable(device.name))\t\(state)\tcreated \(formatTime(device.createdMs))\t"
                         + "expires \(formatTime(device.expiresMs))\tlast seen \(formatTime(device.lastSeenMs))"
                 )
             }

@@ -2,7 +2,7 @@ import CourierTesting
 import Foundation
 import Testing
 
-@testable import courier
+@testable import CourierChat
 
 /// glibc's posix_spawn_file_actions_addclosefrom_np (2.34+), which Swift's Glibc module does not export.
 @_silgen_name("posix_spawn_file_actions_addclosefrom_np")
@@ -199,7 +199,7 @@ struct ChatTerminalTests {
             rows.contains { $0.contains("alice: half a line 完") }
         }
         screen = try await tmux.wait("alice", for: "read mark") { rows in
-            rows.contains { $0.contains("alice: half a line 完 ✓✓\u{A0}read") }
+            rows.contains { $0.contains("you: half a line 完 ✓✓\u{A0}read") }
         }
         #expect(screen.last == ">", "the input is empty after sending")
         #expect(try await tmux.value("alice", "cursor_x") == "2")
@@ -220,17 +220,18 @@ struct ChatTerminalTests {
             rows.contains { $0.contains("alice: [image photo.png, 2.0 kB]") }
         }
         _ = try await tmux.wait("alice", for: "the photo committed") { rows in
-            rows.contains { $0.contains("alice: [image photo.png, 2.0 kB] ✓") }
+            rows.contains { $0.contains("you: [image photo.png, 2.0 kB] ✓") }
         }
 
         // bob's terminal shrinks: the screen is laid out again at the new size.
         try await tmux.run("resize-window", "-t", "bob", "-x", "60", "-y", "20")
         screen = try await tmux.wait("bob", for: "the narrower layout") { rows in
             rows.count == 20 && rows[1].hasSuffix("│ @alice")
-                && rows[1].firstIndex(of: "│").map { ChatScreenTests.wcwidth(rows[1][..<$0]) }
+                && rows[1].firstIndex(of: "│").map { CLibraryWidth.of(rows[1][..<$0]) }
                     == ChatScreen.listWidth(columns: 60)
         }
-        Self.expectAligned(screen, columns: 60, message: "bob: 你好")
+        // On bob's own screen, his message is "you".
+        Self.expectAligned(screen, columns: 60, message: "you: 你好")
 
         // Ctrl-C leaves the chat: the normal screen is back, the terminal's settings as they were.
         try await tmux.press("alice", "C-c")
@@ -244,17 +245,141 @@ struct ChatTerminalTests {
         #expect(screen.contains("EXITED 0") && screen.contains("TERMINAL RESTORED"), "\(screen)")
     }
 
+    @Test("the chat's commands: /help, /save, /view, /recall, /close; sends from other commands; last seen; offline")
+    func commands() async throws {
+        try await withTemporaryDirectory(prefix: "courier-chat-commands") { folder in
+            let data = folder.appendingPathComponent("data")
+            try await CourierExecutable.addUsers(["alice", "bob"], data: data)
+            let (server, native, _) = try await ServerProcess.start(data: data, logFolder: folder)
+            let address = "127.0.0.1:\(native)"
+            let downloads = folder.appendingPathComponent("Downloads")
+            try FileManager.default.createDirectory(at: downloads, withIntermediateDirectories: true)
+            let environment = [
+                "HOME": folder.path,
+                "XDG_CONFIG_HOME": folder.appendingPathComponent("config").path,
+                "XDG_DATA_HOME": folder.appendingPathComponent("share").path,
+                "TZ": "UTC",
+                // No display to open files on: /view says so.
+                "DISPLAY": "",
+                "WAYLAND_DISPLAY": "",
+            ]
+            func courier(_ arguments: String...) async throws -> (status: Int32, output: String) {
+                try await CourierExecutable.run(arguments + ["--server", address], environment: environment)
+            }
+            for user in ["alice", "bob"] {
+                let login = try await courier("login", "--as", user, "--password", "pw-" + user)
+                #expect(login.status == 0, "\(login)")
+            }
+            let tmux = Tmux()
+            do {
+                let command =
+                    "'\(CourierExecutable.url.path)' chat --as alice --with bob --server \(address); sleep 600"
+                // Wide enough for the notices' paths.
+                try await tmux.start("alice", columns: 220, rows: 30, environment: environment, command: command)
+                _ = try await tmux.wait("alice", for: "connected") { $0.first?.contains("· connected") == true }
+
+                // bob writes and sends a file from his commands: alice's chat shows both.
+                #expect(try await courier("send", "--as", "bob", "--to", "alice", "here are the notes").status == 0)
+                let notes = folder.appendingPathComponent("notes.txt")
+                try Data("the notes\n".utf8).write(to: notes)
+                #expect(try await courier("send", "--as", "bob", "--to", "alice", "--file", notes.path).status == 0)
+                _ = try await tmux.wait("alice", for: "bob's file") { rows in
+                    rows.contains { $0.contains("bob: [file notes.txt, 10 B]") }
+                }
+
+                // /save: into ~/Downloads under its name; again: beside it, not over it.
+                try await tmux.type("alice", "/save")
+                try await tmux.press("alice", "Enter")
+                _ = try await tmux.wait("alice", for: "saved") { rows in
+                    rows.contains { $0.contains("saved [file notes.txt, 10 B] to \(downloads.path)/notes.txt") }
+                }
+                #expect(try Data(contentsOf: downloads.appendingPathComponent("notes.txt")) == Data("the notes\n".utf8))
+                try await tmux.type("alice", "/save")
+                try await tmux.press("alice", "Enter")
+                _ = try await tmux.wait("alice", for: "saved again") { rows in
+                    rows.contains { $0.contains("notes (2).txt") }
+                }
+                #expect(FileManager.default.fileExists(atPath: downloads.appendingPathComponent("notes (2).txt").path))
+                // /view: no opener without a display.
+                try await tmux.type("alice", "/view")
+                try await tmux.press("alice", "Enter")
+                _ = try await tmux.wait("alice", for: "no opener") { rows in
+                    rows.contains { $0.contains("no system opener here") }
+                }
+
+                // /help lists the keys and commands over the conversation; Esc closes it.
+                try await tmux.type("alice", "/help")
+                try await tmux.press("alice", "Enter")
+                _ = try await tmux.wait("alice", for: "the help") { rows in
+                    rows.contains { $0.contains("Keys and commands") } && rows.contains { $0.contains("/recall") }
+                        && rows.contains { $0.contains("Ctrl-W") }
+                }
+                try await tmux.press("alice", "Escape")
+                _ = try await tmux.wait("alice", for: "the help closed") { rows in
+                    !rows.contains { $0.contains("Keys and commands") } && rows.contains { $0.contains("bob: here") }
+                }
+
+                // A send from a command of alice's, beside her chat, shows in it as hers.
+                #expect(try await courier("send", "--as", "alice", "--to", "bob", "from a script").status == 0)
+                _ = try await tmux.wait("alice", for: "her script's message") { rows in
+                    rows.contains { $0.contains("you: from a script") }
+                }
+                // /recall takes back her newest message, the script's.
+                try await tmux.type("alice", "/recall")
+                try await tmux.press("alice", "Enter")
+                _ = try await tmux.wait("alice", for: "recalled") { rows in
+                    rows.contains { $0.contains("you: (recalled)") } && !rows.contains { $0.contains("from a script") }
+                }
+
+                // Now contacts, bob's next command comes and goes: alice sees when he was last seen.
+                #expect(try await courier("send", "--as", "bob", "--to", "alice", "still there?").status == 0)
+                _ = try await tmux.wait("alice", for: "bob last seen") { rows in
+                    rows[1].contains("@bob · offline, last seen just now")
+                }
+
+                // /close: the conversation leaves the list until its next message.
+                try await tmux.type("alice", "/close")
+                try await tmux.press("alice", "Enter")
+                _ = try await tmux.wait("alice", for: "closed") { rows in
+                    rows.contains { $0.contains("closed @bob") } && rows.contains { $0.contains("No conversations.") }
+                }
+                #expect(try await courier("send", "--as", "bob", "--to", "alice", "back again").status == 0)
+                _ = try await tmux.wait("alice", for: "back in the list") { rows in
+                    rows.contains { $0.hasPrefix(" @bob") || $0.hasPrefix("›@bob") }
+                }
+
+                try await tmux.type("alice", "/open bob")
+                try await tmux.press("alice", "Enter")
+                _ = try await tmux.wait("alice", for: "bob's conversation open") { rows in
+                    rows.contains { $0.contains("bob: back again") }
+                }
+
+                // The server goes: alice's title says so and when she tries again; bob shows offline.
+                _ = await server.terminate()
+                _ = try await tmux.wait("alice", for: "offline") { rows in
+                    rows.first?.contains("· offline, reconnecting in ") == true && rows[1].contains("@bob · offline")
+                }
+                try await tmux.press("alice", "C-c")
+            } catch {
+                await tmux.stop()
+                _ = await server.terminate()
+                throw error
+            }
+            await tmux.stop()
+        }
+    }
+
     /// Checks, with glibc's widths (the ones tmux draws by), that the list's border is in one column on every row
     /// of the body, no row overflows, and a wrapped message's second row starts under its first's text.
     static func expectAligned(_ screen: [String], columns: Int, message: String) {
         let border = ChatScreen.listWidth(columns: columns)
         let body = screen.dropFirst().dropLast(2)
         for row in screen {
-            #expect(ChatScreenTests.wcwidth(row) <= columns, "\(row)")
+            #expect(CLibraryWidth.of(row) <= columns, "\(row)")
         }
         for row in body {
             let index = row.firstIndex(of: "│")
-            #expect(index.map { ChatScreenTests.wcwidth(row[..<$0]) } == border, "border misplaced: \(row)")
+            #expect(index.map { CLibraryWidth.of(row[..<$0]) } == border, "border misplaced: \(row)")
         }
         guard let first = body.firstIndex(where: { $0.contains(message) }), first + 1 < body.endIndex else {
             Issue.record("\(message) not on screen: \(screen)")
@@ -263,11 +388,11 @@ struct ChatTerminalTests {
         let row = body[first]
         // The text starts after the sender's name and ": ".
         let name = row.range(of: message).flatMap { row[$0].range(of: ": ") }
-        let textColumn = name.map { ChatScreenTests.wcwidth(row[..<$0.upperBound]) }
+        let textColumn = name.map { CLibraryWidth.of(row[..<$0.upperBound]) }
         let next = body[first + 1]
         let start = next.firstIndex(of: "│").flatMap { border in
             next[next.index(after: border)...].firstIndex { $0 != " " }
         }
-        #expect(start.map { ChatScreenTests.wcwidth(next[..<$0]) } == textColumn, "\(row)\n\(next)")
+        #expect(start.map { CLibraryWidth.of(next[..<$0]) } == textColumn, "\(row)\n\(next)")
     }
 }

@@ -875,12 +875,17 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             notice.lastSeenMs = online ? 0 : lastSeenMs
             for peer in self.context.hub.connections(of: peers) { peer.post(presence: notice) }
         }
-        if let handle, handle.wantsEphemeral {
-            for peer in peers where self.context.hub.isOnline(peer) {
-                guard let name = try? await self.context.store.userName(of: peer) else { continue }
+        // A new connection that asked for notices learns who is online, and when the others were last seen.
+        if let handle, handle.wantsEphemeral, !peers.isEmpty,
+            let known = try? await self.context.store.namesAndLastSeen(of: peers)
+        {
+            for (peer, (name, lastSeenMs)) in known {
+                let online = self.context.hub.isOnline(peer)
+                guard online || lastSeenMs != nil else { continue }
                 var notice = Courier_V1_PresenceNotice()
                 notice.user = name
-                notice.online = true
+                notice.online = online
+                notice.lastSeenMs = online ? 0 : lastSeenMs ?? 0
                 handle.post(presence: notice)
             }
         }

@@ -1,12 +1,9 @@
 import CourierClient
+import CourierTesting
 import Foundation
-import Glibc
 import Testing
 
-@testable import courier
-
-/// glibc's wcwidth(3), which Swift's Glibc module does not export.
-@_silgen_name("wcwidth") private func cWidth(_ character: Int32) -> Int32
+@testable import CourierChat
 
 @Suite("The terminal chat's screen: widths checked against the C library's wcwidth, wrapping, marks")
 struct ChatScreenTests {
@@ -14,8 +11,7 @@ struct ChatScreenTests {
 
     /// Display width by glibc's wcwidth(3), the table terminals use, summed over the scalars.
     static func wcwidth(_ text: some StringProtocol) -> Int {
-        _ = setlocale(LC_CTYPE, "C.UTF-8")
-        return text.unicodeScalars.reduce(0) { $0 + max(0, Int(cWidth(Int32(bitPattern: $1.value)))) }
+        CLibraryWidth.of(text)
     }
 
     @Test("DisplayWidth agrees with glibc's wcwidth on CJK, kana, hangul, fullwidth forms, emoji and accents")
@@ -169,8 +165,10 @@ struct ChatScreenTests {
         _ = state.apply(.receipt(conversation: .user("bob"), user: "bob", read: false, upToSeq: 2), now: Self.now)
         _ = state.apply(.receipt(conversation: .user("bob"), user: "bob", read: true, upToSeq: 1), now: Self.now)
         let rows = ChatScreen(state, now: Self.now).rows.map { $0.plain.split(separator: "│").last ?? "" }
-        let marked = rows.filter { $0.hasPrefix(" alice: ") }.map { $0.trimmingCharacters(in: .whitespaces) }
-        #expect(marked == ["alice: one ✓✓\u{A0}read", "alice: two ✓✓", "alice: three ✓", "alice: four …"])
+        // Ours are "you", as in the list.
+        let marked = rows.filter { $0.hasPrefix(" you: ") }.map { $0.trimmingCharacters(in: .whitespaces) }
+        #expect(marked == ["you: one ✓✓\u{A0}read", "you: two ✓✓", "you: three ✓", "you: four …"])
+        #expect(!rows.contains { $0.contains("alice:") })
         #expect(rows.contains { $0.contains(" just now ") })
     }
 }

@@ -14,6 +14,8 @@ struct ChatState {
         /// The server's time, or when it was written while it waits.
         var time: Date
         var text: String
+        /// The file the message carries, if it does (`/save`, `/view`).
+        var media: MediaInfo?
         var recalled = false
         /// Why the server refused it, if it did.
         var failure: String?
@@ -57,25 +59,30 @@ struct ChatState {
     var connection = Connection.connecting
     /// When the client tries to connect again, while offline.
     var reconnectAt: Date?
-    /// Users seen online (true) or offline, by lowercased name.
+    /// Users seen online (true) or offline, by lowercased name. While this side is offline, everyone shows offline.
     var online: [String: Bool] = [:]
-    /// A one-line notice shown above the input (an error, a help text); cleared by the next key.
+    /// When users were last seen online, by lowercased name, as the server said.
+    var lastSeen: [String: Date] = [:]
+    /// Conversations closed with `/close`, by key, with their newest sequence number then: hidden from the list
+    /// until a newer message comes (or `/open`).
+    var closed: [String: UInt64] = [:]
+    /// Whether the help (keys and commands) covers the open conversation, until the next key.
+    var helpShown = false
+    /// A one-line notice shown above the input (an error, what a command did); cleared by the next key.
     var notice: String?
     /// The terminal's size; the screen lays out to it.
     var columns = 80
     var rows = 24
     /// The files `/send` is uploading: message id → file name.
-    private var uploads: [String: String] = [:]
+    var uploads: [String: String] = [:]
     /// When this user last said it is typing, and where.
-    private var typingSent: (conversation: Conversation, at: Date)?
+    var typingSent: (conversation: Conversation, at: Date)?
 
     /// How long a typing notice shows without a renewal, and how often ours is renewed while typing.
     static let typingShownFor: TimeInterval = 6
     static let typingRenewal: TimeInterval = 3
     /// The messages asked of the server when a conversation opens or scrolls past its oldest.
     static let historyPage = 50
-    static let help =
-        "Enter sends · Tab/Shift-Tab switch · PgUp/PgDn scroll · /open NAME or #GROUP · /send PATH · Ctrl-C quits"
 
     init(me: String, server: String) {
         self.me = me
@@ -86,11 +93,20 @@ struct ChatState {
         conversation.description.lowercased()
     }
 
-    /// The conversations in the order listed: the most recently active first.
+    /// The conversations in the order listed: the most recently active first; closed ones not (the open one
+    /// always).
     var ordered: [Thread] {
-        self.threads.values.sorted {
+        self.threads.values.filter { thread in
+            let key = Self.key(thread.conversation)
+            return key == self.open || self.closed[key].map { thread.lastSeq > $0 } ?? true
+        }.sorted {
             ($0.lastActivity, Self.key($1.conversation)) > ($1.lastActivity, Self.key($0.conversation))
         }
+    }
+
+    /// Whether this user wrote a line (ours are labelled "you").
+    func isMine(_ line: Line) -> Bool {
+        line.from.lowercased() == self.me.lowercased()
     }
 
     var openThread: Thread? { self.open.flatMap { self.threads[$0] } }
@@ -109,28 +125,11 @@ struct ChatState {
                     from: self.me,
                     seq: nil,
                     time: now,
-                    text: message.media.map(Self.describe) ?? message.text
+                    text: message.media.map(ChatText.describe) ?? message.text,
+                    media: message.media
                 )
             )
         }
-    }
-
-    /// A media message as its line shows it: kind, name and size.
-    static func describe(_ media: MediaInfo) -> String {
-        "[\(media.kind.rawValue) \(media.name.isEmpty ? media.sha256.prefix(12) + "…" : media.name), \(Self.size(media.size))]"
-    }
-
-    /// A byte count for people: `512 B`, `2.4 MB`, `1.1 GB` (decimal units).
-    static func size(_ bytes: Int64) -> String {
-        if bytes < 1000 { return "\(bytes) B" }
-        let units = ["kB", "MB", "GB", "TB"]
-        var value = Double(bytes) / 1000
-        var unit = 0
-        while value >= 999.5, unit < units.count - 1 {
-            value /= 1000
-            unit += 1
-        }
-        return String(format: value < 10 ? "%.1f %@" : "%.0f %@", value, units[unit])
     }
 
     /// How an upload started by `/send` goes: its line shows the progress, then the media.
@@ -146,7 +145,8 @@ struct ChatState {
             self.threads[key]!.lines[index].text = "[sending \(self.uploads[id] ?? "") \(percent)%]"
         case .queued(_, let media):
             self.uploads[id] = nil
-            self.threads[key]!.lines[index].text = Self.describe(media)
+            self.threads[key]!.lines[index].text = ChatText.describe(media)
+            self.threads[key]!.lines[index].media = media
         }
     }
 
@@ -182,205 +182,6 @@ struct ChatState {
         }
     }
 
-    // MARK: Keys
-
-    mutating func handle(_ key: Key, now: Date) -> [ChatAction] {
-        if key != .escape, self.notice != nil, !self.isEditing(key) { self.notice = nil }
-        switch key {
-        case .character(let character):
-            self.input.insert(String(character))
-            return self.typed(now: now)
-        case .paste(let text):
-            self.input.insert(text)
-            return self.typed(now: now)
-        case .enter: return self.submit(now: now)
-        case .backspace:
-            self.input.backspace()
-            return self.typed(now: now)
-        case .delete:
-            self.input.delete()
-            return self.typed(now: now)
-        case .left, .control("b"): self.input.left()
-        case .right, .control("f"): self.input.right()
-        case .home, .control("a"): self.input.home()
-        case .end, .control("e"): self.input.end()
-        case .control("u"):
-            self.input.deleteToStart()
-            return self.typed(now: now)
-        case .control("k"):
-            self.input.deleteToEnd()
-            return self.typed(now: now)
-        case .control("w"):
-            self.input.deleteWord()
-            return self.typed(now: now)
-        case .tab, .altDown, .control("n"): return self.switchConversation(by: 1, now: now)
-        case .backTab, .altUp, .control("p"): return self.switchConversation(by: -1, now: now)
-        case .up: return self.scroll(by: 1, now: now)
-        case .down: self.scroll = max(0, self.scroll - 1)
-        case .pageUp: return self.scroll(by: max(1, self.messageRows - 1), now: now)
-        case .pageDown: self.scroll = max(0, self.scroll - max(1, self.messageRows - 1))
-        case .escape: self.notice = nil
-        case .control("c"): return [.quit]
-        case .control("d") where self.input.isEmpty: return [.quit]
-        case .control("l"): return [.redraw]
-        default: break
-        }
-        return []
-    }
-
-    private func isEditing(_ key: Key) -> Bool {
-        switch key {
-        case .character, .paste, .backspace, .delete: true
-        default: false
-        }
-    }
-
-    /// After the input changed: says we are typing (renewed every few seconds), or that we stopped.
-    private mutating func typed(now: Date) -> [ChatAction] {
-        guard let thread = self.openThread else { return [] }
-        if self.input.isEmpty || self.input.text.hasPrefix("/") { return self.stopTyping() }
-        if let sent = self.typingSent, Self.key(sent.conversation) == Self.key(thread.conversation),
-            now.timeIntervalSince(sent.at) < Self.typingRenewal
-        {
-            return []
-        }
-        self.typingSent = (thread.conversation, now)
-        return [.typing(true, thread.conversation)]
-    }
-
-    private mutating func stopTyping() -> [ChatAction] {
-        guard let sent = self.typingSent else { return [] }
-        self.typingSent = nil
-        return [.typing(false, sent.conversation)]
-    }
-
-    private mutating func submit(now: Date) -> [ChatAction] {
-        let text = self.input.text
-        if text.hasPrefix("/") {
-            _ = self.input.take()
-            return self.stopTyping() + self.command(text, now: now)
-        }
-        guard !text.trimmingCharacters(in: .whitespaces).isEmpty else { return [] }
-        guard let thread = self.openThread else {
-            self.notice = "open a conversation first: /open NAME or /open #GROUP"
-            return []
-        }
-        _ = self.input.take()
-        let id = UUID().uuidString
-        self.threads[Self.key(thread.conversation)]?.lines.append(
-            Line(id: id, from: self.me, seq: nil, time: now, text: text)
-        )
-        self.scroll = 0
-        self.typingSent = nil
-        return [.send(id: id, text: text, to: thread.conversation)]
-    }
-
-    private mutating func command(_ line: String, now: Date) -> [ChatAction] {
-        let words = line.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
-        switch words.first {
-        case "/open", "/o":
-            guard words.count == 2, let target = Self.conversation(named: words[1]) else {
-                self.notice = "usage: /open NAME (a user) or /open #GROUP"
-                return []
-            }
-            if let existing = self.threads.values.first(where: { Self.key($0.conversation) == Self.key(target) }) {
-                return self.select(existing.conversation, now: now)
-            }
-            self[thread: target].historyRequested = false
-            return self.select(target, now: now)
-        case "/send", "/s":
-            let path = line.drop { $0 != " " }.trimmingCharacters(in: .whitespaces)
-            guard !path.isEmpty else {
-                self.notice = "usage: /send PATH (an image, voice clip, video or any file)"
-                return []
-            }
-            guard let thread = self.openThread else {
-                self.notice = "open a conversation first: /open NAME or /open #GROUP"
-                return []
-            }
-            let expanded = path.hasPrefix("~/") ? NSHomeDirectory() + path.dropFirst() : path
-            let id = UUID().uuidString
-            let name = (expanded as NSString).lastPathComponent
-            self.uploads[id] = name
-            self.threads[Self.key(thread.conversation)]?.lines.append(
-                Line(id: id, from: self.me, seq: nil, time: now, text: "[sending \(name)]")
-            )
-            self.scroll = 0
-            return [.sendFile(id: id, path: expanded, to: thread.conversation)]
-        case "/quit", "/q":
-            return [.quit]
-        case "/help", "/h", "/?":
-            self.notice = Self.help
-            return []
-        default:
-            self.notice = "unknown command \(words.first ?? line); try /help"
-            return []
-        }
-    }
-
-    /// `#team` is a group, `@bob` or `bob` a user.
-    static func conversation(named name: String) -> Conversation? {
-        if name.hasPrefix("#") {
-            let group = String(name.dropFirst())
-            return group.isEmpty ? nil : .group(group)
-        }
-        let user = name.hasPrefix("@") ? String(name.dropFirst()) : name
-        return user.isEmpty ? nil : .user(user)
-    }
-
-    private mutating func switchConversation(by step: Int, now: Date) -> [ChatAction] {
-        let ordered = self.ordered
-        guard !ordered.isEmpty else {
-            self.notice = "no conversations yet: /open NAME or /open #GROUP"
-            return []
-        }
-        let current = ordered.firstIndex { Self.key($0.conversation) == self.open }
-        let next =
-            if let current { (current + step + ordered.count) % ordered.count } else {
-                step > 0 ? 0 : ordered.count - 1
-            }
-        return self.select(ordered[next].conversation, now: now)
-    }
-
-    /// Opens a conversation: its unread messages are read, and its history is asked for the first time.
-    mutating func select(_ conversation: Conversation, now: Date) -> [ChatAction] {
-        var actions = self.stopTyping()
-        let key = Self.key(conversation)
-        self.open = key
-        self.scroll = 0
-        var thread = self[thread: conversation]
-        thread.unread = 0
-        if thread.lastSeq > thread.readUpTo {
-            thread.readUpTo = thread.lastSeq
-            actions.append(.markRead(conversation, upToSeq: thread.lastSeq))
-        }
-        if !thread.historyRequested, self.connection == .connected {
-            thread.historyRequested = true
-            actions.append(.loadHistory(conversation, beforeSeq: 0))
-        }
-        self.threads[key] = thread
-        if !self.input.isEmpty, !self.input.text.hasPrefix("/") { actions += self.typed(now: now) }
-        return actions
-    }
-
-    private mutating func scroll(by rows: Int, now: Date) -> [ChatAction] {
-        self.scroll += rows
-        guard let thread = self.openThread else { return [] }
-        let total = ChatScreen.messageRows(of: thread, state: self, now: now).count
-        self.scroll = max(0, min(self.scroll, total - self.messageRows))
-        // Near the top of what is loaded: ask for the page before it.
-        if self.scroll + self.messageRows >= total, thread.moreHistory, self.connection == .connected,
-            let oldest = thread.lines.lazy.compactMap(\.seq).min()
-        {
-            self.threads[Self.key(thread.conversation)]?.moreHistory = false
-            return [.loadHistory(thread.conversation, beforeSeq: oldest)]
-        }
-        return []
-    }
-
-    /// The rows the open conversation's messages have on screen.
-    var messageRows: Int { max(1, self.rows - 5) }
-
     // MARK: Events
 
     mutating func apply(_ event: ClientEvent, now: Date) -> [ChatAction] {
@@ -401,6 +202,8 @@ struct ChatState {
         case .disconnected(let disconnection):
             self.connection = .offline(disconnection.reason)
             self.reconnectAt = nil
+            // Nobody can be seen online from here while offline; presence comes again on connecting.
+            for user in self.online.keys { self.online[user] = false }
             return []
         case .reconnecting(let delay):
             self.reconnectAt = now.addingTimeInterval(
@@ -411,14 +214,20 @@ struct ChatState {
             let added = self.add(message)
             let key = Self.key(message.conversation)
             self.threads[key]?.typing[message.from.lowercased()] = nil
-            guard added, message.from.lowercased() != self.me.lowercased() else { return [] }
+            // A closed conversation comes back with its next message.
+            var reopened: [ChatAction] = []
+            if let closedAt = self.closed[key], message.seq > closedAt {
+                self.closed[key] = nil
+                reopened = [.closedChanged(self.closed)]
+            }
+            guard added, message.from.lowercased() != self.me.lowercased() else { return reopened }
             if key == self.open {
                 let readUpTo = self.threads[key]?.readUpTo ?? 0
                 self.threads[key]?.readUpTo = max(readUpTo, message.seq)
-                return [.markRead(message.conversation, upToSeq: message.seq)]
+                return reopened + [.markRead(message.conversation, upToSeq: message.seq)]
             }
             self.threads[key]?.unread += 1
-            return []
+            return reopened
         case .sent(let id, let conversation, let seq, let time):
             let key = Self.key(conversation)
             guard let index = self.threads[key]?.lines.firstIndex(where: { $0.id == id }) else { return [] }
@@ -456,6 +265,7 @@ struct ChatState {
             if let index = self.threads[key]?.lines.firstIndex(where: { $0.seq == seq }) {
                 self.threads[key]?.lines[index].recalled = true
                 self.threads[key]?.lines[index].text = ""
+                self.threads[key]?.lines[index].media = nil
             }
             return []
         case .membership(let group, let user, let joined):
@@ -470,8 +280,9 @@ struct ChatState {
             self[thread: conversation].typing[user.lowercased()] =
                 typing ? now.addingTimeInterval(Self.typingShownFor) : nil
             return []
-        case .presence(let user, let online, _):
+        case .presence(let user, let online, let lastSeen):
             self.online[user.lowercased()] = online
+            if let lastSeen { self.lastSeen[user.lowercased()] = lastSeen }
             return []
         }
     }
@@ -493,7 +304,11 @@ struct ChatState {
             thread.lines[index].seq = message.seq
             thread.lines[index].time = message.time
             thread.lines[index].recalled = message.recalled
-            if message.recalled { thread.lines[index].text = "" }
+            if thread.lines[index].media == nil { thread.lines[index].media = message.media }
+            if message.recalled {
+                thread.lines[index].text = ""
+                thread.lines[index].media = nil
+            }
             thread.lines.sort(by: Self.order)
             return false
         }
@@ -503,7 +318,8 @@ struct ChatState {
                 from: message.from,
                 seq: message.seq,
                 time: message.time,
-                text: message.recalled ? "" : message.media.map(Self.describe) ?? message.text,
+                text: message.recalled ? "" : message.media.map(ChatText.describe) ?? message.text,
+                media: message.recalled ? nil : message.media,
                 recalled: message.recalled
             )
         )
@@ -521,7 +337,7 @@ struct ChatState {
     }
 
     /// The thread of a conversation, made if new.
-    private subscript(thread conversation: Conversation) -> Thread {
+    subscript(thread conversation: Conversation) -> Thread {
         get { self.threads[Self.key(conversation), default: Thread(conversation: conversation)] }
         set { self.threads[Self.key(conversation)] = newValue }
     }
@@ -536,6 +352,13 @@ enum ChatAction: Hashable {
     case typing(Bool, Conversation)
     case loadHistory(Conversation, beforeSeq: UInt64)
     case refreshUnread
+    /// Recall one of this user's messages.
+    case recall(id: String, in: Conversation)
+    /// Save a file (to a path given, else to the downloads folder), or open it with the system's opener.
+    case save(MediaInfo, to: String?)
+    case view(MediaInfo)
+    /// The closed conversations changed: keep them for the next chat.
+    case closedChanged([String: UInt64])
     case redraw
     case quit
 }

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import courier
+@testable import CourierChat
 
 @Suite("What the terminal chat shows: relative times and display widths")
 struct ChatFormattingTests {

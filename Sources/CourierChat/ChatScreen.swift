@@ -18,7 +18,7 @@ struct ChatScreen: Equatable {
 
         /// Appends `text` (made printable) in `style`, cut to keep the row within `limit` columns.
         mutating func append(_ text: String, _ style: Style = .plain, limit: Int) {
-            let cut = ChatScreen.fit(ChatScreen.printable(text), width: limit - self.width)
+            let cut = ChatScreen.fit(ChatText.printable(text), width: limit - self.width)
             guard !cut.isEmpty else { return }
             self.text += style == .plain ? cut : "\u{1B}[\(style.rawValue)m\(cut)\u{1B}[0m"
             self.width += DisplayWidth.of(cut)
@@ -88,7 +88,7 @@ struct ChatScreen: Equatable {
         } else if state.scroll > 0 {
             status.append(" ↑ \(state.scroll) rows up · PgDn or ↓ to come back", .dim, limit: columns)
         } else {
-            status.append(" " + ChatState.help, .dim, limit: columns)
+            status.append(" " + ChatHelp.hint, .dim, limit: columns)
         }
         rows.append(status)
 
@@ -105,15 +105,16 @@ struct ChatScreen: Equatable {
         min(28, max(14, columns / 4))
     }
 
-    /// The connection in words: "connected", or "offline: why · reconnecting in 3 s".
+    /// The connection in words: "connected", or "offline, reconnecting in 3 s: why".
     static func describe(_ connection: ChatState.Connection, reconnectAt: Date?, now: Date) -> String {
         switch connection {
         case .connecting: return "connecting…"
         case .connected: return "connected"
         case .offline(let reason):
+            // When it tries again first: the reason may not fit.
             guard let reconnectAt else { return "offline: \(reason)" }
             let seconds = Int(reconnectAt.timeIntervalSince(now).rounded(.up))
-            return "offline: \(reason) · " + (seconds > 0 ? "reconnecting in \(seconds) s" : "reconnecting…")
+            return (seconds > 0 ? "offline, reconnecting in \(seconds) s: " : "offline, reconnecting…: ") + reason
         }
     }
 
@@ -155,8 +156,9 @@ struct ChatScreen: Equatable {
         if !thread.typing.isEmpty { return "typing…" }
         guard let last = thread.lines.last else { return "" }
         let text = last.recalled ? "(recalled)" : last.text.replacing("\n", with: " ")
-        if case .group = thread.conversation { return "\(last.from): \(text)" }
-        return last.from.lowercased() == me.lowercased() ? "you: \(text)" : text
+        let mine = last.from.lowercased() == me.lowercased()
+        if case .group = thread.conversation { return "\(mine ? "you" : last.from): \(text)" }
+        return mine ? "you: \(text)" : text
     }
 
     // MARK: The open conversation
@@ -166,12 +168,22 @@ struct ChatScreen: Equatable {
     /// The header (name, online, who is typing), a rule, then the newest messages that fit, bottom-aligned.
     private static func pane(_ state: ChatState, width: Int, rows: Int, now: Date) -> [Pieces] {
         guard let thread = state.openThread else {
+            if state.helpShown {
+                return Array((Self.help(width: width) + Array(repeating: [], count: rows)).prefix(rows))
+            }
             return [[(" Open a conversation with Tab or /open NAME.", .dim)]]
                 + Array(repeating: [], count: rows - 1)
         }
         var header: Pieces = [(" " + thread.conversation.description, .bold)]
-        if case .user(let user) = thread.conversation, let online = state.online[user.lowercased()] {
-            header.append((online ? " · online" : " · offline", .dim))
+        if case .user(let user) = thread.conversation {
+            let name = user.lowercased()
+            if state.online[name] == true {
+                header.append((" · online", .dim))
+            } else if let seen = state.lastSeen[name] {
+                header.append((" · offline, last seen \(RelativeTime().format(seen, now: now))", .dim))
+            } else if state.online[name] == false || state.connection != .connected {
+                header.append((" · offline", .dim))
+            }
         }
         let typing = thread.typing.keys.sorted()
         if !typing.isEmpty {
@@ -179,6 +191,10 @@ struct ChatScreen: Equatable {
             header.append((" · \(names) \(typing.count == 1 ? "is" : "are") typing…", .plain))
         }
         let rule: Pieces = [(String(repeating: "─", count: width), .dim)]
+        if state.helpShown {
+            let help = Self.help(width: width)
+            return [header, rule] + Array((help + Array(repeating: [], count: rows)).prefix(rows - 2))
+        }
         let messages = Self.messageRows(of: thread, state: state, now: now, width: width)
         let visible = rows - 2
         let end = max(0, messages.count - state.scroll)
@@ -214,9 +230,9 @@ struct ChatScreen: Equatable {
                 result.append([(String(repeating: " ", count: side) + label, .dim)])
             }
             previous = line.time
-            let name = " \(line.from): "
             let ours = line.from.lowercased() == me
-            var text = line.recalled ? "(recalled)" : Self.printable(line.text)
+            let name = ours ? " you: " : " \(line.from): "
+            var text = line.recalled ? "(recalled)" : ChatText.printable(line.text)
             if ours {
                 if let failure = line.failure {
                     text += " ✗ \(failure)"
@@ -246,24 +262,38 @@ struct ChatScreen: Equatable {
         return result
     }
 
-    // MARK: Text
-
-    /// Text made safe to print: control characters (which could move the cursor or change the terminal) shown in
-    /// caret notation, `^[` for ESC; tabs as spaces.
-    static func printable(_ text: String) -> String {
-        var result = ""
-        for scalar in text.unicodeScalars {
-            switch scalar.value {
-            case 0x09: result += "    "
-            case 0x0A: result.unicodeScalars.append(scalar)
-            case 0x00..<0x20: result += "^" + String(Unicode.Scalar(UInt8(scalar.value + 0x40)))
-            case 0x7F: result += "^?"
-            case 0x80..<0xA0: result += "^?"
-            default: result.unicodeScalars.append(scalar)
+    /// The keys and commands (``ChatHelp``), a row each: the keys, then what they do, wrapped under it.
+    static func help(width: Int) -> [Pieces] {
+        var rows: [Pieces] = [[(" Keys and commands (Esc closes; any other key closes and does what it does)", .bold)]]
+        // Commands first: on a small terminal, the keys are what gets cut.
+        let sections: [[(String, String)]] = [
+            ChatHelp.commands.map { ($0.command, $0.does) }, ChatHelp.keys.map { ($0.keys, $0.does) },
+        ]
+        for entries in sections {
+            rows.append([])
+            // Short labels in a column of their own; longer ones on a row of their own, what they do under them.
+            let column = min(max(8, width / 3), 22, (entries.map { DisplayWidth.of($0.0) }.max() ?? 0) + 3)
+            for (keys, does) in entries {
+                let left = " " + keys
+                let pad = max(1, column - DisplayWidth.of(left))
+                let wrapped = Self.wrap(does, width: max(8, width - column))
+                if DisplayWidth.of(left) >= column {
+                    rows.append([(left, .bold)])
+                    for part in wrapped {
+                        rows.append([(String(repeating: " ", count: column), .plain), (part, .plain)])
+                    }
+                } else {
+                    rows.append([(left + String(repeating: " ", count: pad), .bold), (wrapped.first ?? "", .plain)])
+                    for part in wrapped.dropFirst() {
+                        rows.append([(String(repeating: " ", count: column), .plain), (part, .plain)])
+                    }
+                }
             }
         }
-        return result
+        return rows
     }
+
+    // MARK: Text
 
     /// Cuts text to at most `width` display columns (never splitting a character), line breaks as spaces.
     static func fit(_ text: String, width: Int) -> String {

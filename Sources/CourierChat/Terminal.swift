@@ -1,11 +1,16 @@
 import Dispatch
 import Foundation
+
+#if canImport(Glibc)
 import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// The terminal the chat runs in: raw mode on the alternate screen while it is open, restored as it was by
 /// ``restore()`` however the chat ends (a key, Ctrl-C, SIGTERM or SIGHUP; the keyboard's Ctrl-C arrives as a key,
 /// since raw mode turns off the signals it would send).
-final class Terminal: @unchecked Sendable {
+public final class Terminal: @unchecked Sendable {
     /// What the terminal reports: keys, a new size, or a signal asking the chat to end.
     enum Input: Sendable {
         case keys([Key])
@@ -26,7 +31,7 @@ final class Terminal: @unchecked Sendable {
 
     /// Reads a line from standard input with echo off, after a prompt on standard error; nil when standard input
     /// is not a terminal.
-    static func readSecret(prompt: String) -> String? {
+    public static func readSecret(prompt: String) -> String? {
         guard isatty(STDIN_FILENO) == 1 else { return nil }
         var saved = termios()
         guard tcgetattr(STDIN_FILENO, &saved) == 0 else { return nil }
@@ -42,7 +47,7 @@ final class Terminal: @unchecked Sendable {
     }
 
     /// Whether standard input and output are both a terminal.
-    static var isInteractive: Bool { isatty(STDIN_FILENO) == 1 && isatty(STDOUT_FILENO) == 1 }
+    public static var isInteractive: Bool { isatty(STDIN_FILENO) == 1 && isatty(STDOUT_FILENO) == 1 }
 
     /// Puts the terminal in raw mode on the alternate screen and starts reading keys and signals.
     static func open() throws -> Terminal {
@@ -57,7 +62,7 @@ final class Terminal: @unchecked Sendable {
 
     private func start() throws {
         guard tcgetattr(STDIN_FILENO, &self.original) == 0 else {
-            throw CommandFailure(
+            throw ChatError(
                 description: "cannot read the terminal's settings: \(String(cString: strerror(errno)))"
             )
         }
@@ -66,7 +71,7 @@ final class Terminal: @unchecked Sendable {
         // Keep output processing, so a stray newline from elsewhere still starts its line at the left.
         raw.c_oflag |= tcflag_t(OPOST)
         guard tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0 else {
-            throw CommandFailure(
+            throw ChatError(
                 description: "cannot set the terminal to raw mode: \(String(cString: strerror(errno)))"
             )
         }

@@ -2,7 +2,7 @@ import CourierClient
 import Foundation
 import Testing
 
-@testable import courier
+@testable import CourierChat
 
 @Suite("The terminal chat's keys, input line and state, without a terminal")
 struct ChatStateTests {
@@ -166,9 +166,9 @@ struct ChatStateTests {
         )
         _ = state.apply(.message(voice), now: Self.now)
         #expect(state.threads["@bob"]?.lines.last?.text == "[voice bbbbbbbbbbbb…, 999 B]")
-        #expect(ChatState.size(999_949) == "1.0 MB")
-        #expect(ChatState.size(12_345) == "12 kB")
-        #expect(ChatState.size(1_500_000_000) == "1.5 GB")
+        #expect(ChatText.size(999_949) == "1.0 MB")
+        #expect(ChatText.size(12_345) == "12 kB")
+        #expect(ChatText.size(1_500_000_000) == "1.5 GB")
     }
 
     @Test("a sent line waits with its id, then takes its sequence number; a refusal marks it and says why")

@@ -1,0 +1,270 @@
+import CourierClient
+import Foundation
+
+/// Keys and the commands typed in the line.
+extension ChatState {
+    mutating func handle(_ key: Key, now: Date) -> [ChatAction] {
+        if key != .escape, self.notice != nil, !self.isEditing(key) { self.notice = nil }
+        // The help closes at the next key (which then does what it does, Esc aside).
+        if self.helpShown {
+            self.helpShown = false
+            if key == .escape { return [] }
+        }
+        switch key {
+        case .character(let character):
+            self.input.insert(String(character))
+            return self.typed(now: now)
+        case .paste(let text):
+            self.input.insert(text)
+            return self.typed(now: now)
+        case .enter: return self.submit(now: now)
+        case .backspace:
+            self.input.backspace()
+            return self.typed(now: now)
+        case .delete:
+            self.input.delete()
+            return self.typed(now: now)
+        case .left, .control("b"): self.input.left()
+        case .right, .control("f"): self.input.right()
+        case .home, .control("a"): self.input.home()
+        case .end, .control("e"): self.input.end()
+        case .control("u"):
+            self.input.deleteToStart()
+            return self.typed(now: now)
+        case .control("k"):
+            self.input.deleteToEnd()
+            return self.typed(now: now)
+        case .control("w"):
+            self.input.deleteWord()
+            return self.typed(now: now)
+        case .tab, .altDown, .control("n"): return self.switchConversation(by: 1, now: now)
+        case .backTab, .altUp, .control("p"): return self.switchConversation(by: -1, now: now)
+        case .up: return self.scroll(by: 1, now: now)
+        case .down: self.scroll = max(0, self.scroll - 1)
+        case .pageUp: return self.scroll(by: max(1, self.messageRows - 1), now: now)
+        case .pageDown: self.scroll = max(0, self.scroll - max(1, self.messageRows - 1))
+        case .escape: self.notice = nil
+        case .control("c"): return [.quit]
+        case .control("d") where self.input.isEmpty: return [.quit]
+        case .control("l"): return [.redraw]
+        default: break
+        }
+        return []
+    }
+
+    private func isEditing(_ key: Key) -> Bool {
+        switch key {
+        case .character, .paste, .backspace, .delete: true
+        default: false
+        }
+    }
+
+    /// After the input changed: says we are typing (renewed every few seconds), or that we stopped.
+    private mutating func typed(now: Date) -> [ChatAction] {
+        guard let thread = self.openThread else { return [] }
+        if self.input.isEmpty || self.input.text.hasPrefix("/") { return self.stopTyping() }
+        if let sent = self.typingSent, Self.key(sent.conversation) == Self.key(thread.conversation),
+            now.timeIntervalSince(sent.at) < Self.typingRenewal
+        {
+            return []
+        }
+        self.typingSent = (thread.conversation, now)
+        return [.typing(true, thread.conversation)]
+    }
+
+    private mutating func stopTyping() -> [ChatAction] {
+        guard let sent = self.typingSent else { return [] }
+        self.typingSent = nil
+        return [.typing(false, sent.conversation)]
+    }
+
+    private mutating func submit(now: Date) -> [ChatAction] {
+        let text = self.input.text
+        if text.hasPrefix("/") {
+            _ = self.input.take()
+            return self.stopTyping() + self.command(text, now: now)
+        }
+        guard !text.trimmingCharacters(in: .whitespaces).isEmpty else { return [] }
+        guard let thread = self.openThread else {
+            self.notice = "open a conversation first: /open NAME or /open #GROUP"
+            return []
+        }
+        _ = self.input.take()
+        let id = UUID().uuidString
+        self.threads[Self.key(thread.conversation)]?.lines.append(
+            Line(id: id, from: self.me, seq: nil, time: now, text: text)
+        )
+        self.scroll = 0
+        self.typingSent = nil
+        return [.send(id: id, text: text, to: thread.conversation)]
+    }
+
+    private mutating func command(_ line: String, now: Date) -> [ChatAction] {
+        let words = line.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+        switch words.first {
+        case "/open", "/o":
+            guard words.count == 2, let target = Self.conversation(named: words[1]) else {
+                self.notice = "usage: /open NAME (a user) or /open #GROUP"
+                return []
+            }
+            self.closed[Self.key(target)] = nil
+            if let existing = self.threads.values.first(where: { Self.key($0.conversation) == Self.key(target) }) {
+                return self.select(existing.conversation, now: now) + [.closedChanged(self.closed)]
+            }
+            self[thread: target].historyRequested = false
+            return self.select(target, now: now)
+        case "/send", "/s":
+            let path = line.drop { $0 != " " }.trimmingCharacters(in: .whitespaces)
+            guard !path.isEmpty else {
+                self.notice = "usage: /send PATH (an image, voice clip, video or any file)"
+                return []
+            }
+            guard let thread = self.openThread else {
+                self.notice = "open a conversation first: /open NAME or /open #GROUP"
+                return []
+            }
+            let expanded = path.hasPrefix("~/") ? NSHomeDirectory() + path.dropFirst() : path
+            let id = UUID().uuidString
+            let name = (expanded as NSString).lastPathComponent
+            self.uploads[id] = name
+            self.threads[Self.key(thread.conversation)]?.lines.append(
+                Line(id: id, from: self.me, seq: nil, time: now, text: "[sending \(name)]")
+            )
+            self.scroll = 0
+            return [.sendFile(id: id, path: expanded, to: thread.conversation)]
+        case "/close":
+            return self.closeOpen(now: now)
+        case "/recall":
+            return self.recallNewest()
+        case "/save":
+            let path = line.drop { $0 != " " }.trimmingCharacters(in: .whitespaces)
+            guard let media = self.newestMedia(for: "/save") else { return [] }
+            return [.save(media, to: path.isEmpty ? nil : path)]
+        case "/view":
+            guard let media = self.newestMedia(for: "/view") else { return [] }
+            return [.view(media)]
+        case "/quit", "/q":
+            return [.quit]
+        case "/help", "/h", "/?":
+            self.helpShown = true
+            return []
+        default:
+            self.notice = "unknown command \(words.first ?? line); try /help"
+            return []
+        }
+    }
+
+    /// `/close`: the open conversation leaves the list until a message newer than its newest comes (or `/open`);
+    /// the next one in the list opens.
+    private mutating func closeOpen(now: Date) -> [ChatAction] {
+        guard let thread = self.openThread else {
+            self.notice = "no conversation is open"
+            return []
+        }
+        let key = Self.key(thread.conversation)
+        let next = self.ordered.first { Self.key($0.conversation) != key }
+        self.closed[key] = thread.lastSeq
+        var actions = self.stopTyping()
+        if let next {
+            actions += self.select(next.conversation, now: now)
+        } else {
+            self.open = nil
+        }
+        self.notice = "closed \(thread.conversation); /open \(thread.conversation) brings it back"
+        return actions + [.closedChanged(self.closed)]
+    }
+
+    /// `/recall`: this user's newest committed message in the open conversation that is not recalled yet.
+    private mutating func recallNewest() -> [ChatAction] {
+        guard let thread = self.openThread else {
+            self.notice = "open a conversation first: /open NAME or /open #GROUP"
+            return []
+        }
+        guard
+            let line = thread.lines.last(where: {
+                $0.from.lowercased() == self.me.lowercased() && $0.seq != nil && !$0.recalled
+            })
+        else {
+            self.notice = "nothing of yours to recall in \(thread.conversation)"
+            return []
+        }
+        self.notice = "recalling your message #\(line.seq ?? 0)…"
+        return [.recall(id: line.id, in: thread.conversation)]
+    }
+
+    /// The newest file in the open conversation, or nil with a notice saying why.
+    private mutating func newestMedia(for command: String) -> MediaInfo? {
+        guard let thread = self.openThread else {
+            self.notice = "open a conversation first: /open NAME or /open #GROUP"
+            return nil
+        }
+        guard let media = thread.lines.last(where: { $0.media != nil && !$0.recalled })?.media else {
+            self.notice = "no file in \(thread.conversation) to \(command.dropFirst())"
+            return nil
+        }
+        return media
+    }
+
+    /// `#team` is a group, `@bob` or `bob` a user.
+    static func conversation(named name: String) -> Conversation? {
+        if name.hasPrefix("#") {
+            let group = String(name.dropFirst())
+            return group.isEmpty ? nil : .group(group)
+        }
+        let user = name.hasPrefix("@") ? String(name.dropFirst()) : name
+        return user.isEmpty ? nil : .user(user)
+    }
+
+    private mutating func switchConversation(by step: Int, now: Date) -> [ChatAction] {
+        let ordered = self.ordered
+        guard !ordered.isEmpty else {
+            self.notice = "no conversations yet: /open NAME or /open #GROUP"
+            return []
+        }
+        let current = ordered.firstIndex { Self.key($0.conversation) == self.open }
+        let next =
+            if let current { (current + step + ordered.count) % ordered.count } else {
+                step > 0 ? 0 : ordered.count - 1
+            }
+        return self.select(ordered[next].conversation, now: now)
+    }
+
+    /// Opens a conversation: its unread messages are read, and its history is asked for the first time.
+    mutating func select(_ conversation: Conversation, now: Date) -> [ChatAction] {
+        var actions = self.stopTyping()
+        let key = Self.key(conversation)
+        self.open = key
+        self.scroll = 0
+        var thread = self[thread: conversation]
+        thread.unread = 0
+        if thread.lastSeq > thread.readUpTo {
+            thread.readUpTo = thread.lastSeq
+            actions.append(.markRead(conversation, upToSeq: thread.lastSeq))
+        }
+        if !thread.historyRequested, self.connection == .connected {
+            thread.historyRequested = true
+            actions.append(.loadHistory(conversation, beforeSeq: 0))
+        }
+        self.threads[key] = thread
+        if !self.input.isEmpty, !self.input.text.hasPrefix("/") { actions += self.typed(now: now) }
+        return actions
+    }
+
+    private mutating func scroll(by rows: Int, now: Date) -> [ChatAction] {
+        self.scroll += rows
+        guard let thread = self.openThread else { return [] }
+        let total = ChatScreen.messageRows(of: thread, state: self, now: now).count
+        self.scroll = max(0, min(self.scroll, total - self.messageRows))
+        // Near the top of what is loaded: ask for the page before it.
+        if self.scroll + self.messageRows >= total, thread.moreHistory, self.connection == .connected,
+            let oldest = thread.lines.lazy.compactMap(\.seq).min()
+        {
+            self.threads[Self.key(thread.conversation)]?.moreHistory = false
+            return [.loadHistory(thread.conversation, beforeSeq: oldest)]
+        }
+        return []
+    }
+
+    /// The rows the open conversation's messages have on screen.
+    var messageRows: Int { max(1, self.rows - 5) }
+}
