@@ -30,7 +30,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
-        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
@@ -76,7 +75,6 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -103,6 +101,16 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // Local processes and ports: `courier serve` / `courier proxy` started as processes and waited for, free ports,
+        // whether a port listens, a process's CPU time and memory. For the tests and the load generator alike.
+        .target(
+            name: "CourierProcess",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: strictSettings
+        ),
         // Helpers shared by the tests, and by downstream users' tests of their clients: wire-level test clients, free
         // ports, temporary folders, external programs, the `courier` executable. Nothing of the server.
         .target(
@@ -110,6 +118,7 @@ let package = Package(
             dependencies: [
                 "CourierWire",
                 "CourierProtocol",
+                "CourierProcess",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -138,6 +147,10 @@ let package = Package(
                 "CourierWire",
                 "CourierProtocol",
                 "CourierStore",
+                "CourierClient",
+                "CourierProcess",
+                "MediaCache",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -228,6 +241,7 @@ let package = Package(
             name: "CourierClientTests",
             dependencies: [
                 "CourierClient",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 "CourierProtocol",
                 "CourierServer",
                 "CourierStore",

@@ -1,3 +1,4 @@
+import CourierProcess
 public import Foundation
 import NIOCore
 import NIOPosix
@@ -35,7 +36,7 @@ public final class Nginx: @unchecked Sendable {
         var waiting = ports
         while ContinuousClock.now < deadline, process.isRunning {
             var still: [Int] = []
-            for port in waiting where !(await Self.accepts(port: port)) { still.append(port) }
+            for port in waiting where !(await PortProbe.accepts(port: port)) { still.append(port) }
             waiting = still
             if waiting.isEmpty { return nginx }
             try await Task.sleep(for: .milliseconds(20))
@@ -100,16 +101,6 @@ public final class Nginx: @unchecked Sendable {
             guard fields.count >= 4, let status = Int(fields[1]), let bytes = Int64(fields[2]) else { return nil }
             return Logged(uri: String(fields[0]), status: status, bodyBytes: bytes, range: String(fields[3]))
         }
-    }
-
-    /// Whether something accepts connections on 127.0.0.1:`port`.
-    public static func accepts(port: Int) async -> Bool {
-        guard
-            let channel = try? await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-                .connect(host: "127.0.0.1", port: port).get()
-        else { return false }
-        try? await channel.close().get()
-        return true
     }
 
     /// The processes whose parent is `parent` (Linux: /proc/PID/stat).

@@ -114,6 +114,13 @@ final class ClientStore: Sendable {
         }
     }
 
+    /// Forgets the stored token if it is still this one (a refused token; not one another process saved since).
+    func forgetToken(_ token: String) async throws {
+        try await self.pool.write { db in
+            try db.execute(sql: "DELETE FROM state WHERE key = 'token' AND value = ?", arguments: [token])
+        }
+    }
+
     /// The cursor up to which this store holds the user's events (whichever process stored them); nil before any.
     func storedCursor() throws -> UInt64? {
         try self.pool.read { db in

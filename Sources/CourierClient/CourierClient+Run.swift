@@ -274,7 +274,12 @@ extension CourierClient {
         hello.hello.deviceName = self.configuration.deviceName
         hello.hello.ephemeral = self.configuration.ephemeral
         hello.hello.noEvents = !self.configuration.receivesEvents
-        let storedToken = try await self.store.value("token")
+        let stored = try await self.store.value("token")
+        // The password first (until a password login succeeds) when configured so: it renews the stored token's
+        // device rather than making a new one.
+        var passwordFirst = self.configuration.passwordFirst && !self.state.withLock { $0.passwordLoginDone }
+        if case .token = self.configuration.credentials { passwordFirst = false }
+        let storedToken = passwordFirst ? nil : stored
         if let storedToken {
             hello.hello.token = storedToken
         } else {
@@ -282,6 +287,7 @@ extension CourierClient {
             case .password(let user, let password):
                 hello.hello.password.user = user
                 hello.hello.password.password = password
+                if let stored { hello.hello.renewToken = stored }
             case .token(let token):
                 hello.hello.token = token
             }
@@ -306,6 +312,7 @@ extension CourierClient {
             switch answer.body {
             case .welcome(let welcome):
                 if !welcome.token.isEmpty { try await self.store.setValue(welcome.token, for: "token") }
+                if case .password = hello.hello.credentials { self.state.withLock { $0.passwordLoginDone = true } }
                 return welcome
             case .error(let error):
                 let refused = [
@@ -316,8 +323,10 @@ extension CourierClient {
                 }
                 // A stored token that stopped working: forget it, so the next attempt logs in with the configured
                 // credentials. The configured credentials refused: give up.
-                if storedToken != nil, error.code != ErrorCodes.throttled {
-                    try await self.store.setValue(nil, for: "token")
+                if let storedToken, error.code != ErrorCodes.throttled {
+                    // Unless another client of the store has put a new one there meanwhile (a login renewing the
+                    // device): then the next attempt uses that.
+                    try await self.store.forgetToken(storedToken)
                     self.logger.notice(
                         "the stored token was refused; logging in again",
                         metadata: ["code": "\(error.code)"]

@@ -32,6 +32,10 @@ public final class CourierClient: Service, Sendable {
         public var port: Int
         /// How to log in the first time; afterwards the client uses the token it stored.
         public var credentials: Credentials
+        /// Log in with the configured password even when the store holds a token (`courier login`): the device the
+        /// stored token names is renewed (it gets a new token, and stays one device) unless it was revoked, in which
+        /// case the login makes a new device. A refused password leaves the stored token as it was.
+        public var passwordFirst: Bool = false
         /// Where the local database lives (created if missing). Clients of one user on one machine may share it.
         public var storePath: String
         public var deviceName: String = "courier-client"
@@ -111,6 +115,8 @@ public final class CourierClient: Service, Sendable {
         /// The newest messages this client sent, on any of its connections: their events, should the server pass
         /// them back, are reported by `.sent` (or as taken over), not as messages.
         var sentByThisClient = RecentSet<String>(capacity: CourierClient.recentSends)
+        /// Whether a password login succeeded (with ``Configuration/passwordFirst``, the first does).
+        var passwordLoginDone = false
         /// Messages taken back by ``withdraw(id:)`` before they were sent: never sent now.
         var withdrawn: Set<String> = []
         /// Outbox messages taken over from clients of the store that are gone: reported, once acknowledged, as

@@ -8,6 +8,14 @@ import NIOSSL
 public import ServiceLifecycle
 import Synchronization
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// The Courier server: the native and compat ports, the group commit, and the watcher that applies the admin
 /// commands' changes. A `Service`: run it in a `ServiceGroup`, which shuts it down gracefully on SIGTERM/SIGINT.
 ///
@@ -35,7 +43,9 @@ public final class CourierServer: Service, Sendable {
     private let folderLock: DataFolderLock
     /// The TLS context all ports share, when ``ServerConfiguration/tls`` is set.
     private let tls: NIOSSLContext?
-    private let bound = Mutex<(ports: Ports?, waiters: [CheckedContinuation<Ports, Never>])>((nil, []))
+    private let bound = Mutex<(ports: Ports?, stopped: Bool, waiters: [CheckedContinuation<Ports?, Never>])>(
+        (nil, false, [])
+    )
 
     /// Opens the data folder's store; the ports are bound by ``run()``.
     ///
@@ -44,7 +54,7 @@ public final class CourierServer: Service, Sendable {
     ///   configuration is unusable (for example a key that does not match the certificate).
     public init(configuration: ServerConfiguration, version: String = "dev", logger: Logger) throws {
         self.folderLock = try DataFolderLock(folder: configuration.dataFolder)
-        self.configuration = Self.fitted(configuration, openFiles: ProcessSetup.openFileLimit(), logger: logger)
+        self.configuration = Self.fitted(configuration, openFiles: Self.openFileLimit(), logger: logger)
         self.logins = LoginGuard(configuration.limits)
         self.version = version
         self.logger = logger
@@ -98,21 +108,43 @@ public final class CourierServer: Service, Sendable {
         return fitted
     }
 
-    /// The bound ports, waiting until the server has bound them.
-    public func ports() async -> Ports {
+    /// The process's soft limit on open files (each connection takes one), or nil if it cannot be read or is
+    /// unlimited.
+    static func openFileLimit() -> Int? {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < rlim_t(Int.max) else {
+            return nil
+        }
+        return Int(clamping: limit.rlim_cur)
+    }
+
+    /// The bound ports, waiting until the server has bound them; nil if ``run()`` ended without listening (a port
+    /// in use, say: `run()` throws why).
+    public func ports() async -> Ports? {
         await withCheckedContinuation { continuation in
-            let ports = self.bound.withLock { state -> Ports? in
-                if let ports = state.ports { return ports }
+            let ready = self.bound.withLock { state -> Ports?? in
+                if let ports = state.ports { return .some(ports) }
+                if state.stopped { return .some(nil) }
                 state.waiters.append(continuation)
-                return nil
+                return .none
             }
-            if let ports { continuation.resume(returning: ports) }
+            if let ready { continuation.resume(returning: ready) }
         }
     }
 
     /// Serves until shutdown; the data folder is free for another server once it returns.
     public func run() async throws {
-        defer { self.folderLock.release() }
+        defer {
+            self.folderLock.release()
+            let waiters = self.bound.withLock { state in
+                state.stopped = true
+                defer { state.waiters = [] }
+                return state.waiters
+            }
+            for waiter in waiters { waiter.resume(returning: nil) }
+        }
+        // This server holds the data folder (its lock): no device is connected yet, whatever one that was killed left.
+        try await self.store.clearConnectedDevices()
         let context = SessionContext(
             configuration: self.configuration,
             store: self.store,
@@ -132,13 +164,28 @@ public final class CourierServer: Service, Sendable {
             version: self.version,
             logger: self.logger
         ) { port in httpRunning.yield(port) }
-        let native = try await self.bindNative()
+        let native: NIOAsyncChannel<NIOAsyncChannel<NativeFrame, NativeFrame>, Never>
+        do {
+            native = try await self.bindNative()
+        } catch {
+            throw ListenFailed(
+                port: .native,
+                number: self.configuration.nativePort,
+                host: self.configuration.host,
+                error
+            )
+        }
         let compat: NIOAsyncChannel<NIOAsyncChannel<CompatInput, CompatOutput>, Never>
         do {
             compat = try await self.bindCompat()
         } catch {
             try? await native.channel.close()
-            throw error
+            throw ListenFailed(
+                port: .compat,
+                number: self.configuration.compatPort,
+                host: self.configuration.host,
+                error
+            )
         }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.commits.run() }
@@ -146,14 +193,26 @@ public final class CourierServer: Service, Sendable {
             group.addTask { await self.media.removeAbandonedUploads() }
             group.addTask {
                 defer { httpRunning.finish() }
-                try await http.run()
+                do {
+                    try await http.run()
+                } catch {
+                    // Before it listened, a failure is the port's.
+                    guard self.bound.withLock({ $0.ports }) == nil else { throw error }
+                    throw ListenFailed(
+                        port: .http,
+                        number: self.configuration.httpPort,
+                        host: self.configuration.host,
+                        error
+                    )
+                }
             }
             var running = httpPorts.makeAsyncIterator()
             guard let httpPort = await running.next() else {
-                // The HTTP server failed to start: its error ends the group.
+                // The HTTP server failed to start: its error ends the group (the other tasks stop).
                 native.channel.close(promise: nil)
                 compat.channel.close(promise: nil)
                 self.commits.finish()
+                group.cancelAll()
                 try await group.waitForAll()
                 return
             }
@@ -323,5 +382,39 @@ public final class CourierServer: Service, Sendable {
                 self.logger.warning("reading changes failed", metadata: ["error": "\(error)"])
             }
         }
+    }
+}
+
+/// A port the server could not listen on, and why, in plain words.
+public struct ListenFailed: Error, CustomStringConvertible {
+    public enum Port: String, Sendable {
+        case native, compat, http
+    }
+
+    public var port: Port
+    public var number: Int
+    public var host: String
+    /// Why: "the port is in use", "the port needs privileges", …
+    public var reason: String
+
+    init(port: Port, number: Int, host: String, _ error: any Error) {
+        self.port = port
+        self.number = number
+        self.host = host
+        self.reason = Self.reason(for: error, host: host)
+    }
+
+    /// Why a bind failed, in plain words.
+    public static func reason(for error: any Error, host: String) -> String {
+        switch (error as? IOError)?.errnoCode {
+        case EADDRINUSE?: "the port is in use (another program listens on it)"
+        case EACCES?: "ports below 1024 need privileges"
+        case EADDRNOTAVAIL?: "\(host) is not an address of this machine"
+        default: "\(error)"
+        }
+    }
+
+    public var description: String {
+        "cannot listen on the \(self.port.rawValue) port \(self.number) of \(self.host): \(self.reason)"
     }
 }

@@ -18,8 +18,8 @@ final class Hub: Sendable {
     private let state = Mutex(State())
 
     enum Registration {
-        /// Registered; `firstForUser`: the user just came online.
-        case registered(ConnectionHandle, firstForUser: Bool)
+        /// Registered; `firstForUser`: the user just came online; `firstForDevice`: the device did.
+        case registered(ConnectionHandle, firstForUser: Bool, firstForDevice: Bool)
         /// The server is shutting down and takes no more connections.
         case shuttingDown
         /// The user has `maxPerUser` connections already.
@@ -48,22 +48,24 @@ final class Hub: Sendable {
             )
             state.nextID += 1
             let first = state.byUser[user]?.isEmpty ?? true
+            let firstForDevice = !(state.byUser[user]?.values.contains { $0.device == device } ?? false)
             state.byUser[user, default: [:]][handle.id] = handle
-            return .registered(handle, firstForUser: first)
+            return .registered(handle, firstForUser: first, firstForDevice: firstForDevice)
         }
     }
 
     /// Removes a connection.
     ///
-    /// - Returns: Whether it was the user's last connection (the user just went offline).
-    func unregister(_ handle: ConnectionHandle) -> Bool {
+    /// - Returns: Whether it was the user's last connection (the user just went offline), and its device's.
+    func unregister(_ handle: ConnectionHandle) -> (lastForUser: Bool, lastForDevice: Bool) {
         self.state.withLock { state in
             state.byUser[handle.user]?[handle.id] = nil
+            let lastForDevice = !(state.byUser[handle.user]?.values.contains { $0.device == handle.device } ?? false)
             if state.byUser[handle.user]?.isEmpty ?? false {
                 state.byUser[handle.user] = nil
-                return true
+                return (true, true)
             }
-            return false
+            return (false, lastForDevice)
         }
     }
 

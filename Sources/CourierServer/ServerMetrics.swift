@@ -1,79 +1,143 @@
-import CoreMetrics
 import CourierStore
 import Prometheus
 import Synchronization
 
-/// The figures `/metrics` shows: swift-metrics instruments on the server's own Prometheus registry (no global
-/// bootstrap, so several servers can run in one process, as the tests do).
+/// The figures `/metrics` shows, each with its `# HELP` line: instruments of the server's own Prometheus registry
+/// (no global bootstrap, so several servers can run in one process, as the tests do).
 final class ServerMetrics: Sendable {
     let registry = PrometheusCollectorRegistry()
-    let connectionsOpen: CoreMetrics.Gauge
-    let connectionsTotal: CoreMetrics.Counter
-    let messagesIn: CoreMetrics.Counter
-    let eventsOut: CoreMetrics.Counter
-    let commitDuration: CoreMetrics.Timer
-    let commitBatchSize: CoreMetrics.Recorder
-    let commitFailures: CoreMetrics.Counter
-    let refusals: CoreMetrics.Counter
+    let connectionsOpen: Gauge
+    let connectionsTotal: Counter
+    let messagesIn: Counter
+    let eventsOut: Counter
+    let commitDuration: DurationHistogram
+    let commitBatchSize: ValueHistogram
+    let commitFailures: Counter
+    let refusals: Counter
     /// Media bytes taken from clients (written to the blob store) and sent to them (fetches, compat packets, HTTP).
-    let mediaBytesIn: CoreMetrics.Counter
-    let mediaBytesOut: CoreMetrics.Counter
+    let mediaBytesIn: Counter
+    let mediaBytesOut: Counter
     /// Password checks that ran (each costs a full hash), and logins refused with `throttled` before any check.
-    let passwordChecks: CoreMetrics.Counter
-    let loginsThrottled: CoreMetrics.Counter
+    let passwordChecks: Counter
+    let loginsThrottled: Counter
     private let open = Atomic<Int>(0)
 
     init() {
-        var factory = PrometheusMetricsFactory(registry: self.registry)
-        factory.durationHistogramBuckets["courier_commit_duration_seconds"] = [
-            .microseconds(250), .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10),
-            .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250), .seconds(1),
-        ]
-        factory.valueHistogramBuckets["courier_commit_batch_size"] = [
-            1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096,
-        ]
-        self.connectionsOpen = CoreMetrics.Gauge(label: "courier_connections_open", factory: factory)
-        self.connectionsTotal = CoreMetrics.Counter(label: "courier_connections_total", factory: factory)
-        self.messagesIn = CoreMetrics.Counter(label: "courier_messages_in_total", factory: factory)
-        self.eventsOut = CoreMetrics.Counter(label: "courier_events_out_total", factory: factory)
-        self.commitDuration = CoreMetrics.Timer(label: "courier_commit_duration_seconds", factory: factory)
-        self.commitBatchSize = CoreMetrics.Recorder(
-            label: "courier_commit_batch_size",
-            aggregate: true,
-            factory: factory
+        let registry = self.registry
+        self.connectionsOpen = registry.makeGauge(
+            descriptor: Self.name(
+                "courier_connections_open",
+                "Connections open now, the native and compat ports together."
+            )
         )
-        self.commitFailures = CoreMetrics.Counter(label: "courier_commit_failures_total", factory: factory)
-        self.refusals = CoreMetrics.Counter(label: "courier_refusals_total", factory: factory)
-        self.mediaBytesIn = CoreMetrics.Counter(label: "courier_media_bytes_in_total", factory: factory)
-        self.mediaBytesOut = CoreMetrics.Counter(label: "courier_media_bytes_out_total", factory: factory)
-        self.passwordChecks = CoreMetrics.Counter(label: "courier_password_checks_total", factory: factory)
-        self.loginsThrottled = CoreMetrics.Counter(label: "courier_logins_throttled_total", factory: factory)
+        self.connectionsTotal = registry.makeCounter(
+            descriptor: Self.name(
+                "courier_connections_total",
+                "Connections accepted since the server started, native and compat."
+            )
+        )
+        self.messagesIn = registry.makeCounter(
+            descriptor: Self.name(
+                "courier_messages_in_total",
+                "Messages clients sent (each send request, before its commit)."
+            )
+        )
+        self.eventsOut = registry.makeCounter(
+            descriptor: Self.name("courier_events_out_total", "Events of users' logs written to their connections.")
+        )
+        self.commitDuration = registry.makeDurationHistogram(
+            descriptor: Self.name(
+                "courier_commit_duration_seconds",
+                "How long each group commit took, its fsync included."
+            ),
+            buckets: [
+                .microseconds(250), .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10),
+                .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250), .seconds(1),
+            ]
+        )
+        self.commitBatchSize = registry.makeValueHistogram(
+            descriptor: Self.name(
+                "courier_commit_batch_size",
+                "Writes in each group commit (one fsync acknowledges them all)."
+            ),
+            buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096]
+        )
+        self.commitFailures = registry.makeCounter(
+            descriptor: Self.name(
+                "courier_commit_failures_total",
+                "Group commits that failed (their writes answered storage-failed)."
+            )
+        )
+        self.refusals = registry.makeCounter(
+            descriptor: Self.name(
+                "courier_refusals_total",
+                "Requests and connections refused with an error code (limits, bad input, failed logins)."
+            )
+        )
+        self.mediaBytesIn = registry.makeCounter(
+            descriptor: Self.name(
+                "courier_media_bytes_in_total",
+                "Media bytes taken from clients and written to the blob store."
+            )
+        )
+        self.mediaBytesOut = registry.makeCounter(
+            descriptor: Self.name(
+                "courier_media_bytes_out_total",
+                "Media bytes sent to clients: fetches, compat packets and HTTP."
+            )
+        )
+        self.passwordChecks = registry.makeCounter(
+            descriptor: Self.name("courier_password_checks_total", "Password checks that ran, each a full scrypt hash.")
+        )
+        self.loginsThrottled = registry.makeCounter(
+            descriptor: Self.name(
+                "courier_logins_throttled_total",
+                "Logins refused with throttled before any password was checked."
+            )
+        )
+    }
+
+    /// A metric's name (`courier_NAME_UNIT`) with its help text, as the registry takes them.
+    private static func name(_ full: String, _ help: String) -> MetricNameDescriptor {
+        var parts = full.split(separator: "_").map(String.init)
+        let namespace = parts.removeFirst()
+        let unit = parts.removeLast()
+        return MetricNameDescriptor(
+            namespace: namespace,
+            metricName: parts.joined(separator: "_"),
+            unitName: unit,
+            helpText: help
+        )
     }
 
     func connectionOpened() {
         let (_, now) = self.open.add(1, ordering: .relaxed)
         self.connectionsTotal.increment()
-        self.connectionsOpen.record(now)
+        self.connectionsOpen.set(to: Double(now))
     }
 
     func connectionClosed() {
         let (_, now) = self.open.subtract(1, ordering: .relaxed)
-        self.connectionsOpen.record(now)
+        self.connectionsOpen.set(to: Double(now))
     }
 
     /// Connections open now.
     var openConnections: Int { self.open.load(ordering: .relaxed) }
 
     func committed(_ report: CommitQueue.BatchReport) {
-        self.commitDuration.recordNanoseconds(
-            report.duration.components.seconds * 1_000_000_000 + report.duration.components.attoseconds / 1_000_000_000
-        )
-        self.commitBatchSize.record(report.requests)
+        self.commitDuration.record(report.duration)
+        self.commitBatchSize.record(Double(report.requests))
         if report.failed { self.commitFailures.increment() }
     }
 
     /// The Prometheus text exposition of every figure.
     func exposition() -> String {
         self.registry.emitToString()
+    }
+}
+
+extension Counter {
+    func increment(by amount: Int) {
+        self.increment(by: Int64(amount))
     }
 }

@@ -51,7 +51,11 @@ public struct ServerFixture: Sendable {
                 try await group.run()
                 return nil
             }
-            let ports = await server.ports()
+            guard let ports = await server.ports() else {
+                // The server stopped before it listened: its error ends the group.
+                try await tasks.waitForAll()
+                throw CourierStoreError(.storageFailed, "the test server stopped before it listened")
+            }
             let fixture = ServerFixture(server: server, ports: ports, folder: configuration.dataFolder)
             do {
                 let result = try await body(fixture)

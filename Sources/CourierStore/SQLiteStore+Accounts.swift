@@ -119,7 +119,8 @@ extension SQLiteStore {
 
     // MARK: Devices and sessions
 
-    /// Checks a user's password and makes a new device with a fresh token.
+    /// Checks a user's password and makes a new device with a fresh token; or, given the token a client held
+    /// (`renewing`, expired or not), gives that device of the user's the fresh token instead, unless it was revoked.
     ///
     /// The password check costs the hash's full price whether or not the user exists (and whether or not the name
     /// is a valid one), so timing does not tell which names exist. It runs on the store's password threads
@@ -131,6 +132,7 @@ extension SQLiteStore {
         user name: String,
         password: String,
         deviceName: String,
+        renewing previous: String? = nil,
         nowMs: Int64
     ) async throws -> DeviceSession {
         try StoreText.check(deviceName, what: "device name", maxBytes: Self.maxDeviceNameBytes)
@@ -157,6 +159,26 @@ extension SQLiteStore {
         let device = try await self.write { db in
             // The user may have been removed between the read and this write.
             let current = try Self.activeUser(named: user.name, db)
+            // The device the client held a token of, if it is this user's and not revoked (expired is fine): it gets
+            // the new token (the old one stops working), and stays the same device.
+            if let previous,
+                let row = try Row.fetchOne(
+                    db,
+                    sql: """
+                        SELECT d.*, u.name AS user_name FROM devices d JOIN users u ON u.id = d.user_id
+                        WHERE d.token_hash = ? AND d.user_id = ? AND d.revoked_ms IS NULL
+                        """,
+                    arguments: [SessionToken.hash(previous), current.id.rawValue]
+                )
+            {
+                var device = Self.device(row)
+                try db.execute(
+                    sql: "UPDATE devices SET token_hash = ?, expires_ms = ? WHERE id = ?",
+                    arguments: [SessionToken.hash(token), expiresMs, device.id.rawValue]
+                )
+                device.expiresMs = expiresMs
+                return device
+            }
             // A new device starts at the present: it receives what happens from now on, and reads older
             // messages through history, rather than replaying the user's whole log.
             let cursor =
@@ -246,7 +268,7 @@ extension SQLiteStore {
     }
 
     static func device(_ row: Row) -> Device {
-        Device(
+        var device = Device(
             id: DeviceID(rawValue: row["id"]),
             userID: UserID(rawValue: row["user_id"]),
             userName: row["user_name"],
@@ -257,6 +279,8 @@ extension SQLiteStore {
             lastSeenMs: row["last_seen_ms"],
             ackedCursor: UInt64(row["acked_cursor"] as Int64)
         )
+        device.connectedSinceMs = row["connected_since_ms"]
+        return device
     }
 
     /// A user's devices, revoked ones included, oldest first.
@@ -297,6 +321,36 @@ extension SQLiteStore {
             try db.execute(
                 sql: "UPDATE devices SET last_seen_ms = ? WHERE id = ?",
                 arguments: [nowMs, device.rawValue]
+            )
+        }
+    }
+
+    /// A device's first connection came (`connected`), or its last one ended: `user devices` shows it connected
+    /// since then, or when it was last seen.
+    public func deviceConnection(_ device: DeviceID, connected: Bool, nowMs: Int64) async throws {
+        try await self.write { db in
+            if connected {
+                try db.execute(
+                    sql: "UPDATE devices SET connected_since_ms = ? WHERE id = ?",
+                    arguments: [nowMs, device.rawValue]
+                )
+            } else {
+                try db.execute(
+                    sql: "UPDATE devices SET connected_since_ms = NULL, last_seen_ms = ? WHERE id = ?",
+                    arguments: [nowMs, device.rawValue]
+                )
+            }
+        }
+    }
+
+    /// No device is connected (a server starting): what a server that stopped without saying so left, goes.
+    public func clearConnectedDevices() async throws {
+        try await self.write { db in
+            try db.execute(
+                sql: """
+                    UPDATE devices SET last_seen_ms = MAX(COALESCE(last_seen_ms, 0), connected_since_ms),
+                    connected_since_ms = NULL WHERE connected_since_ms IS NOT NULL
+                    """
             )
         }
     }

@@ -54,11 +54,7 @@ public final class SQLiteStore: Sendable {
     ///   - logger: Where the store logs (info and below).
     /// - Throws: ``CourierStoreError`` with code `storage-failed` if the file cannot be opened or migrated.
     public convenience init(folder: URL, configuration: Configuration = .init(), logger: Logger) throws {
-        do {
-            try PrivateFiles.createFolder(folder)
-        } catch {
-            throw CourierStoreError(.storageFailed, "cannot create the data folder \(folder.path): \(error)")
-        }
+        try PrivateFiles.createFolder(folder)
         try self.init(
             path: folder.appendingPathComponent(Self.databaseFileName).path,
             configuration: configuration,

@@ -132,6 +132,11 @@ enum Schema {
                     """
             )
         }
+        migrator.registerMigration("v4-connected") { db in
+            // When the device's first connection to the running server came (NULL: none now). Cleared at each start
+            // of a server, which holds no connection then.
+            try db.execute(sql: "ALTER TABLE devices ADD COLUMN connected_since_ms INTEGER")
+        }
         return migrator
     }
 }

@@ -52,7 +52,10 @@ public struct Device: Hashable, Sendable {
     public var createdMs: Int64
     public var expiresMs: Int64
     public var revokedMs: Int64?
+    /// When its last connection ended.
     public var lastSeenMs: Int64?
+    /// When its first connection to the running server came, while it has one.
+    public var connectedSinceMs: Int64? = nil
     /// Every event at or below this cursor is durably stored by the device.
     public var ackedCursor: UInt64
 

@@ -1,3 +1,4 @@
+@_exported public import CourierProcess
 public import Foundation
 
 /// The `courier` executable built beside the tests, run as a real process.
@@ -105,11 +106,8 @@ extension CourierExecutable {
     }
 }
 
-/// A `courier serve` process on a data folder and fixed ports, with its output in a log file.
-public final class ServerProcess: @unchecked Sendable {
-    public let process: Process
-    public let log: URL
-
+/// `courier serve` (or `courier proxy`) from the build beside the tests: ``ServerProcess`` with this executable.
+extension ServerProcess {
     /// Starts `courier serve` on `data` with three free ports, its log in `folder` (named after the native port).
     ///
     /// - Returns: The server, and its native and HTTP ports.
@@ -118,33 +116,10 @@ public final class ServerProcess: @unchecked Sendable {
         logFolder folder: URL,
         arguments: [String] = []
     ) async throws -> (server: ServerProcess, native: Int, http: Int) {
-        // A port free a moment ago can be taken meanwhile by another test: a server that cannot bind tries others.
-        var attempt = 1
-        while true {
-            let ports = (try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick())
-            do {
-                let server = try await Self.start(
-                    data: data,
-                    native: ports.0,
-                    compat: ports.1,
-                    http: ports.2,
-                    log: folder.appendingPathComponent("server-\(ports.0).log"),
-                    arguments: arguments
-                )
-                return (server, ports.0, ports.2)
-            } catch let error as ServerDidNotStart where error.exited && attempt < 3 {
-                attempt += 1
-            }
-        }
+        try await Self.start(executable: CourierExecutable.url, data: data, logFolder: folder, arguments: arguments)
     }
 
-    /// `courier serve` did not come up: it exited (`exited`: it could not bind, say), or never said it listens.
-    public struct ServerDidNotStart: Error, CustomStringConvertible {
-        public var exited: Bool
-        public var description: String
-    }
-
-    /// Starts `courier serve` and waits until its native port accepts connections.
+    /// Starts `courier serve` and waits until it listens on its native port.
     public static func start(
         data: URL,
         native: Int,
@@ -154,113 +129,30 @@ public final class ServerProcess: @unchecked Sendable {
         arguments extra: [String] = []
     ) async throws -> ServerProcess {
         try await Self.start(
-            arguments: [
-                "serve", "--data", data.path, "--port", String(native), "--compat-port", String(compat),
-                "--http-port", String(http),
-            ] + extra,
-            readyPort: native,
-            log: log
+            executable: CourierExecutable.url,
+            data: data,
+            native: native,
+            compat: compat,
+            http: http,
+            log: log,
+            arguments: extra
         )
     }
 
-    /// Runs `courier` with these arguments (and `environment` added to this process's) and waits until
-    /// `readyPort` accepts connections.
+    /// Runs `courier` with these arguments (and `environment` added to this process's) and waits until it says it
+    /// listens on `readyPort`.
     public static func start(
         arguments: [String],
         environment: [String: String] = [:],
         readyPort: Int,
         log: URL
     ) async throws -> ServerProcess {
-        let process = Process()
-        process.executableURL = CourierExecutable.url
-        process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        if !FileManager.default.fileExists(atPath: log.path) {
-            _ = FileManager.default.createFile(atPath: log.path, contents: nil)
-        }
-        let handle = try FileHandle(forWritingTo: log)
-        try handle.seekToEnd()
-        process.standardOutput = handle
-        process.standardError = handle
-        let logged = (try? FileManager.default.attributesOfItem(atPath: log.path)[.size] as? Int) ?? 0
-        try process.run()
-        let server = ServerProcess(process: process, log: log)
-        // Up when this process says it listens on the port (its log, from where it starts), and the port answers:
-        // a port another test's server took meanwhile answers too, but not in this log.
-        let deadline = ContinuousClock.now + .seconds(30)
-        while ContinuousClock.now < deadline, process.isRunning {
-            if server.saysListening(on: readyPort, after: logged),
-                let connection = try? await RawConnection.connect(port: readyPort)
-            {
-                await connection.close()
-                return server
-            }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        let exited = !process.isRunning
-        process.terminate()
-        let tail = (try? String(contentsOf: log, encoding: .utf8)).map { String($0.suffix(2000)) } ?? ""
-        throw ServerDidNotStart(
-            exited: exited,
-            description:
-                "courier \(arguments.first ?? "") did not come up (\(exited ? "it exited" : "no listening line"));"
-                + " \(log.path) ends with:\n\(tail)"
+        try await Self.start(
+            executable: CourierExecutable.url,
+            arguments: arguments,
+            environment: environment,
+            readyPort: readyPort,
+            log: log
         )
-    }
-
-    /// Whether the log, after its first `offset` bytes, has a "listening" line naming `port` (any of the three).
-    private func saysListening(on port: Int, after offset: Int) -> Bool {
-        guard let data = FileManager.default.contents(atPath: self.log.path), data.count > offset else { return false }
-        let text = String(decoding: data.dropFirst(offset), as: UTF8.self)
-        return text.split(separator: "\n").contains { line in
-            line.hasSuffix(" listening") && line.split(separator: " ").contains { $0.hasSuffix("=\(port)") }
-        }
-    }
-
-    private init(process: Process, log: URL) {
-        self.process = process
-        self.log = log
-    }
-
-    /// The process's resident memory, in bytes (Linux: VmRSS in /proc).
-    public var residentBytes: Int? {
-        guard
-            let status = try? String(contentsOfFile: "/proc/\(self.process.processIdentifier)/status", encoding: .utf8),
-            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
-            let kilobytes = Int(line.split(separator: " ").dropFirst().first ?? "")
-        else { return nil }
-        return kilobytes * 1024
-    }
-
-    /// SIGKILL: no chance to finish anything.
-    public func kill() async {
-        Foundation.kill(self.process.processIdentifier, SIGKILL)
-        await self.waitForExit()
-    }
-
-    /// Sends a signal and waits until the process has exited.
-    public func crash(with signal: Int32, timeout: Duration = .seconds(120)) async throws {
-        Foundation.kill(self.process.processIdentifier, signal)
-        let deadline = ContinuousClock.now + timeout
-        while self.process.isRunning {
-            guard ContinuousClock.now < deadline else {
-                throw TestClientTimeout(description: "still running \(timeout) after signal \(signal)")
-            }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-    }
-
-    /// SIGTERM: a graceful shutdown; returns the exit status.
-    @discardableResult
-    public func terminate() async -> Int32 {
-        self.process.terminate()
-        await self.waitForExit()
-        return self.process.terminationStatus
-    }
-
-    private func waitForExit() async {
-        while self.process.isRunning {
-            try? await Task.sleep(for: .milliseconds(10))
-        }
     }
 }

@@ -518,7 +518,7 @@ actor CacheEngine {
         do {
             response = try await self.origin.request(url, headers: headers)
         } catch {
-            await self.fetchFailed(key: key, id: id, generation: generation, .unreachable("\(error)"))
+            await self.fetchFailed(key: key, id: id, generation: generation, .unreachable(Self.words(error)))
             return
         }
         let verdict = await self.fetchHead(
@@ -557,8 +557,13 @@ actor CacheEngine {
         }
         pipe.finish()
         let (end, writeError, writerStopped) = await written
-        if let error = receiveError ?? writeError {
-            await self.fetchFailed(key: key, id: id, generation: generation, .unreachable("\(error)"))
+        if let error = receiveError {
+            let why = "the origin \(OriginClient.origin(of: url)) broke off: \(OriginClient.plainWords(error))"
+            await self.fetchFailed(key: key, id: id, generation: generation, .unreachable(why))
+            return
+        }
+        if let error = writeError {
+            await self.fetchFailed(key: key, id: id, generation: generation, .unreachable(Self.words(error)))
             return
         }
         await self.fetchEnded(
@@ -1041,8 +1046,13 @@ actor CacheEngine {
             return await self.revalidated(key: key, record: record, response: response)
         } catch {
             await self.revalidationFailed(key: key, error)
-            return .unreachable("\(error)")
+            return .unreachable(Self.words(error))
         }
+    }
+
+    /// An error in words: a media cache error's message (its code aside), else the error's own description.
+    static func words(_ error: any Error) -> String {
+        (error as? MediaCacheError)?.message ?? "\(error)"
     }
 
     private func revalidationFailed(key: String, _ error: any Error) {

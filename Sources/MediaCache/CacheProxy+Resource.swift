@@ -58,12 +58,16 @@ extension CacheProxy {
         case .failed(.upstream(let status)):
             try await writer.error(
                 HTTPResponseStatus(statusCode: status),
-                "the origin answered \(status)",
+                "the origin \(OriginClient.origin(of: url)) answered \(status)",
                 headOnly: headOnly
             )
             return true
         case .failed(.unreachable(let reason)):
-            try await writer.error(.badGateway, "the origin failed: \(reason)", headOnly: headOnly)
+            self.logger.notice(
+                "origin failed",
+                metadata: ["origin": "\(OriginClient.origin(of: url))", "why": "\(reason)"]
+            )
+            try await writer.error(.badGateway, reason, headOnly: headOnly)
             return true
         }
         if HLSPlaylist.isPlaylist(contentType: head.contentType, url: url) {

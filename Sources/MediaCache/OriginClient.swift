@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 
 /// A response from an origin, after redirects.
 struct OriginResponse: Sendable {
@@ -41,6 +42,50 @@ struct OriginClient: Sendable {
         try? await self.client.shutdown()
     }
 
+    /// An origin as logs and answers name it: scheme, host and port, never a path or credentials.
+    static func origin(of url: URL) -> String {
+        let host = url.host.map { $0.contains(":") ? "[\($0)]" : $0 } ?? "?"
+        return "\(url.scheme ?? "http")://\(host)" + (url.port.map { ":\($0)" } ?? "")
+    }
+
+    /// Why a request to an origin failed, as people say it.
+    static func plainWords(_ error: any Error) -> String {
+        if let error = error as? HTTPClientError {
+            switch error {
+            case .connectTimeout: return "no answer (the connection timed out)"
+            case .readTimeout: return "it stopped sending (read timeout)"
+            case .remoteConnectionClosed: return "it closed the connection"
+            default: return "\(error)"
+            }
+        }
+        if let error = error as? NIOConnectionError {
+            if error.dnsAError != nil || error.dnsAAAAError != nil, error.connectionErrors.isEmpty {
+                return "no such host (the name does not resolve)"
+            }
+            return error.connectionErrors.first.map { Self.plainWords($0.error) } ?? "no address to connect to"
+        }
+        if let error = error as? IOError {
+            switch error.errnoCode {
+            case POSIXErrorCode.ECONNREFUSED.rawValue: return "connection refused"
+            case POSIXErrorCode.ECONNRESET.rawValue: return "the connection was reset"
+            case POSIXErrorCode.ETIMEDOUT.rawValue: return "no answer (timed out)"
+            case POSIXErrorCode.ENETUNREACH.rawValue, POSIXErrorCode.EHOSTUNREACH.rawValue: return "no route to it"
+            default: return "\(error)"
+            }
+        }
+        if let error = error as? SocketAddressError, case .unknown = error {
+            return "no such host (the name does not resolve)"
+        }
+        let text = "\(error)"
+        if text.contains("UnknownHost") || text.contains("Name or service not known") {
+            return "no such host (the name does not resolve)"
+        }
+        if text.contains("SSL") || text.contains("TLS") || text.contains("certificate") {
+            return "the TLS handshake failed (\(text))"
+        }
+        return text
+    }
+
     /// Throws ``MediaCacheError/Code/notAllowed`` unless the URL may be fetched.
     func check(_ url: URL) throws {
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
@@ -72,7 +117,10 @@ struct OriginClient: Sendable {
                 // No overall deadline: a long film takes long; a silent origin is cut off by the read timeout.
                 response = try await self.client.execute(request, deadline: .distantFuture)
             } catch {
-                throw MediaCacheError(.upstream, "\(url.host ?? "the origin"): \(error)")
+                throw MediaCacheError(
+                    .upstream,
+                    "the origin \(Self.origin(of: url)) could not be reached: \(Self.plainWords(error))"
+                )
             }
             let status = Int(response.status.code)
             guard [301, 302, 303, 307, 308].contains(status), let location = response.headers.first(name: "Location")

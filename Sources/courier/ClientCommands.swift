@@ -10,8 +10,9 @@ struct Login: AsyncParsableCommand {
         discussion: """
             The token goes to $XDG_CONFIG_HOME/courier/HOST_PORT/NAME.token (default ~/.config), readable by you \
             alone; the local message store and outbox to $XDG_DATA_HOME/courier/HOST_PORT/NAME.sqlite (default \
-            ~/.local/share). Each login is a new device; `courier user devices NAME` lists them on the server. A \
-            refused password keeps the token saved before.
+            ~/.local/share). A login from here again renews this machine's device (a new token; the old one stops \
+            working) rather than adding one; `courier user devices NAME` lists the devices on the server. A refused \
+            password keeps the token saved before.
             """
     )
 
@@ -361,7 +362,10 @@ struct History: AsyncParsableCommand {
             return (messages: messages, more: more)
         }
         for message in page.messages.reversed() {
-            print(self.json ? try Self.jsonLine(message, me: self.options.user) : Self.line(message))
+            print(
+                self.json
+                    ? try Self.jsonLine(message, me: self.options.user) : Self.line(message, me: self.options.user)
+            )
         }
         if page.more, let oldest = page.messages.last {
             // With --json, on standard error: the lines on standard output stay JSON.
@@ -374,12 +378,14 @@ struct History: AsyncParsableCommand {
         }
     }
 
-    static func line(_ message: ChatMessage) -> String {
+    /// A message as the terminal shows it; this user's own are "you", as in the chat (`--json` names everyone).
+    static func line(_ message: ChatMessage, me: String) -> String {
         let text =
             message.recalled
             ? "(recalled)" : message.media.map { ChatText.describe($0) + " " + $0.sha256 } ?? message.text
         // Others' words reach a terminal: control characters in caret notation (no retitling, clearing, moving).
-        return "\(Self.time(message.time))  #\(message.seq)  \(message.from): \(ChatText.printable(text))"
+        return
+            "\(Self.time(message.time))  #\(message.seq)  \(message.from.lowercased() == me.lowercased() ? "you" : message.from): \(ChatText.printable(text))"
     }
 
     static func jsonLine(_ message: ChatMessage, me: String) throws -> String {

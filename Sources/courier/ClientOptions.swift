@@ -59,12 +59,12 @@ struct ClientOptions: ParsableArguments {
         try Self.address(self.serverText())
     }
 
-    /// Parses HOST:PORT (an IPv6 host in brackets).
-    static func address(_ text: String) throws -> (host: String, port: Int) {
+    /// Parses HOST:PORT (an IPv6 host in brackets), the form of every flag that names where to connect.
+    static func address(_ text: String, flag: String = "--server") throws -> (host: String, port: Int) {
         guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
             (1...65535).contains(port), colon > text.startIndex
         else {
-            throw ValidationError("--server \(text): expected HOST:PORT, such as \(Self.defaultServer)")
+            throw ValidationError("\(flag) \(text): expected HOST:PORT, such as 127.0.0.1:6970 or [::1]:6970")
         }
         var host = String(text[..<colon])
         if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }

@@ -48,7 +48,8 @@ final class ClientSession: @unchecked Sendable {
     /// Runs `body` with a session, and closes it (stopping the client) however `body` ends.
     ///
     /// - Parameters:
-    ///   - freshLogin: Forgets the store's token and logs in with the password (a new device).
+    ///   - freshLogin: Logs in with the password even when a token is saved, renewing the device the store holds a
+    ///     token of (a new token for the same device) or making one.
     ///   - notices: Asks the server for typing, presence and receipt notices.
     ///   - events: Receives the user's events (the chat); a command that only sends or asks does not.
     static func run<T: Sendable>(
@@ -100,6 +101,7 @@ final class ClientSession: @unchecked Sendable {
             storePath: self.paths.storeFile.path
         )
         configuration.deviceName = Self.deviceName(user: options.user)
+        configuration.passwordFirst = freshLogin
         configuration.ephemeral = notices
         configuration.receivesEvents = events
         configuration.tls = options.tlsConfiguration()
@@ -108,9 +110,6 @@ final class ClientSession: @unchecked Sendable {
         let client: CourierClient
         do {
             client = try CourierClient(configuration: configuration, logger: logger)
-            // A fresh login forgets the device the client's store holds (it logs in with the password), but not the
-            // saved token: a mistyped password must not cost a working token; a successful login replaces it.
-            if freshLogin { try await client.forgetDeviceToken() }
         } catch {
             throw CommandFailure(description: "cannot open \(self.paths.storeFile.path): \(error)")
         }

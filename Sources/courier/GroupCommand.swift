@@ -20,7 +20,7 @@ struct GroupCommand: AsyncParsableCommand {
         @Argument(help: "The group name: 1 to 32 letters, digits, '.', '_' or '-', unique regardless of case.")
         var name: String
         @Option(help: "The owner's user name (a member).") var owner: String
-        @Option(help: "Other members, comma-separated: a,b,c.") var members: String = ""
+        @Option(help: "Other members: a,b,c or repeated (--members a --members b).") var members: [String] = []
 
         func run() async throws {
             try await options.withStore { store in
@@ -39,13 +39,14 @@ struct GroupCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Add members to a group.")
         @OptionGroup var options: DataOptions
         @Argument(help: "The group name.") var name: String
-        @Argument(help: "User names to add.") var users: [String]
+        @Argument(help: "User names to add: a b c, or a,b,c.") var users: [String]
 
         func run() async throws {
+            let users = splitNames(self.users)
             try await options.withStore { store in
-                try await store.changeMembers(of: self.name, actor: nil, add: self.users, nowMs: nowMs())
+                try await store.changeMembers(of: self.name, actor: nil, add: users, nowMs: nowMs())
             }
-            print("added \(self.users.joined(separator: ", ")) to \(self.name)")
+            print("added \(users.joined(separator: ", ")) to \(self.name)")
         }
     }
 
@@ -53,13 +54,14 @@ struct GroupCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Remove members from a group.")
         @OptionGroup var options: DataOptions
         @Argument(help: "The group name.") var name: String
-        @Argument(help: "User names to remove.") var users: [String]
+        @Argument(help: "User names to remove: a b c, or a,b,c.") var users: [String]
 
         func run() async throws {
+            let users = splitNames(self.users)
             try await options.withStore { store in
-                try await store.changeMembers(of: self.name, actor: nil, remove: self.users, nowMs: nowMs())
+                try await store.changeMembers(of: self.name, actor: nil, remove: users, nowMs: nowMs())
             }
-            print("removed \(self.users.joined(separator: ", ")) from \(self.name)")
+            print("removed \(users.joined(separator: ", ")) from \(self.name)")
         }
     }
 
@@ -87,7 +89,8 @@ struct GroupCommand: AsyncParsableCommand {
     }
 }
 
-/// "a, b,,c" → ["a", "b", "c"].
-func splitNames(_ list: String) -> [String] {
-    list.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+/// Names as lists are written on the command line, comma-separated or as separate words, or both:
+/// ["a, b,,c", "d"] → ["a", "b", "c", "d"].
+func splitNames(_ lists: [String]) -> [String] {
+    lists.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
 }

@@ -17,16 +17,16 @@ enum LimitOption {
         ("send-burst", { $0.limits.sendBurst = try double($1) }),
         ("fanout-per-second", { $0.limits.fanoutPerSecond = try double($1) }),
         ("fanout-burst", { $0.limits.fanoutBurst = try double($1) }),
-        ("max-text-bytes", { $0.limits.maxTextBytes = try int($1) }),
+        ("max-text-bytes", { $0.limits.maxTextBytes = try bytes($1) }),
         ("idle-timeout", { $0.limits.idleTimeout = try duration($1) }),
         ("heartbeat-interval", { $0.limits.heartbeatInterval = try duration($1) }),
         ("auth-timeout", { $0.limits.authTimeout = try duration($1) }),
         ("slow-consumer-timeout", { $0.limits.slowConsumerTimeout = try duration($1) }),
-        ("outbound-buffer-bytes", { $0.limits.outboundBufferBytes = try int($1) }),
+        ("outbound-buffer-bytes", { $0.limits.outboundBufferBytes = try bytes($1) }),
         ("events-per-page", { $0.limits.eventsPerPage = try int($1) }),
-        ("max-events-bytes", { $0.limits.maxEventsBytes = try int($1) }),
+        ("max-events-bytes", { $0.limits.maxEventsBytes = try bytes($1) }),
         ("max-history-page", { $0.limits.maxHistoryPage = try int($1) }),
-        ("max-answer-bytes", { $0.limits.maxAnswerBytes = try int($1) }),
+        ("max-answer-bytes", { $0.limits.maxAnswerBytes = try bytes($1) }),
         ("max-failed-logins-per-user", { $0.limits.maxFailedLoginsPerUser = try int($1) }),
         ("max-failed-logins-per-address", { $0.limits.maxFailedLoginsPerAddress = try int($1) }),
         ("login-window", { $0.limits.loginWindow = try duration($1) }),
@@ -36,12 +36,23 @@ enum LimitOption {
         ("token-lifetime", { $0.store.tokenLifetime = try duration($1) }),
         ("recall-window", { $0.store.recallWindow = try duration($1) }),
         ("max-batch-requests", { $0.commit.maxBatchRequests = try int($1) }),
+        ("compat-max-header-bytes", { $0.compat.maxHeaderBytes = try bytes($1) }),
+        ("max-media-bytes", { $0.media.maxMediaBytes = try bytes64($1) }),
+        ("media-quota-bytes", { $0.media.quotaBytesPerUser = try bytes64($1) }),
         ("max-uploads-per-user", { $0.media.maxUploadsPerUser = try int($1) }),
+        ("abandoned-upload-age", { $0.media.abandonedUploadAge = try duration($1) }),
+        ("upload-cleanup-interval", { $0.media.cleanupInterval = try duration($1) }),
+        ("upload-window-bytes", { $0.media.uploadWindowBytes = try bytes($1) }),
+        ("max-chunk-bytes", { $0.media.maxChunkBytes = try bytes($1) }),
+        ("default-fetch-window-bytes", { $0.media.defaultFetchWindowBytes = try bytes($1) }),
+        ("max-fetch-window-bytes", { $0.media.maxFetchWindowBytes = try bytes($1) }),
+        ("max-streams-per-connection", { $0.media.maxStreamsPerConnection = try int($1) }),
     ]
 
     static var help: String {
-        "Set a limit, NAME=VALUE, repeatable. Names: \(setters.map(\.name).joined(separator: ", ")). "
-            + "Durations take ms, s, m, h or d (250ms, 30s, 2m, 12h, 7d)."
+        "Set a limit, NAME=VALUE, repeatable (docs/PROTOCOL.md, \"Limits\", says what each does). Names: "
+            + "\(setters.map(\.name).joined(separator: ", ")). Sizes take K, M, G or T (64K, 2G); durations ms, s, m, "
+            + "h or d (250ms, 30s, 2m, 12h, 7d)."
     }
 
     static func apply(_ assignments: [String], to configuration: inout ServerConfiguration) throws {
@@ -67,6 +78,20 @@ enum LimitOption {
         return value
     }
 
+    /// A size in bytes: digits, with K, M, G or T for binary multiples.
+    static func bytes64(_ text: String) throws -> Int64 {
+        guard let value = ByteSize.value(text) else {
+            throw BadValue(description: "\(text) is not a size like 65536, 64K, 100M or 2G")
+        }
+        return value
+    }
+
+    static func bytes(_ text: String) throws -> Int {
+        let value = try Self.bytes64(text)
+        guard let fits = Int(exactly: value) else { throw BadValue(description: "\(text) is too large") }
+        return fits
+    }
+
     static func double(_ text: String) throws -> Double {
         guard let value = Double(text), value.isFinite, value > 0 else {
             throw BadValue(description: "\(text) is not a positive number")
@@ -84,4 +109,65 @@ enum LimitOption {
         }
         throw BadValue(description: "\(text) is not a duration like 250ms, 30s, 2m, 12h or 7d")
     }
+}
+
+/// Sizes on the command line: digits, with K, M, G or T for binary multiples (`512K`, `100M`, `2G`).
+enum ByteSize {
+    /// The size, or nil when the text is not a positive size that fits 64 bits.
+    static func value(_ text: String) -> Int64? {
+        let units: [Character: Int64] = ["K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40]
+        var digits = text.uppercased()
+        var scale: Int64 = 1
+        if let last = digits.last, let unit = units[last] {
+            scale = unit
+            digits.removeLast()
+        }
+        guard let value = Int64(digits), value > 0, value <= Int64.max / scale else { return nil }
+        return value * scale
+    }
+
+    /// The size an option gives, or a validation error naming the option.
+    static func parse(_ text: String, option: String) throws -> Int64 {
+        guard let value = Self.value(text) else {
+            throw ValidationError("\(option) \(text): expected a positive size such as 1048576, 512K, 100M or 2G")
+        }
+        return value
+    }
+}
+
+/// A duration on the command line, written as everywhere in Courier: `250ms`, `30s`, `2m`, `12h`, `7d` (a bare
+/// number is seconds).
+struct DurationValue: ExpressibleByArgument, CustomStringConvertible {
+    var duration: Duration
+
+    init(_ duration: Duration) {
+        self.duration = duration
+    }
+
+    init?(argument: String) {
+        if let seconds = Double(argument), seconds.isFinite, seconds >= 0, seconds < 1e12 {
+            self.duration = .milliseconds(Int64((seconds * 1000).rounded()))
+        } else if let duration = try? LimitOption.duration(argument) {
+            self.duration = duration
+        } else {
+            return nil
+        }
+    }
+
+    var seconds: Double {
+        Double(self.duration.components.seconds) + Double(self.duration.components.attoseconds) / 1e18
+    }
+
+    /// As it would be written: `60s`, `250ms`, `5m`.
+    var description: String {
+        let milliseconds =
+            self.duration.components.seconds * 1000 + self.duration.components.attoseconds / 1_000_000_000_000_000
+        for (suffix, scale) in [("d", Int64(86_400_000)), ("h", 3_600_000), ("m", 60_000), ("s", 1000)]
+        where milliseconds >= scale && milliseconds % scale == 0 {
+            return "\(milliseconds / scale)\(suffix)"
+        }
+        return "\(milliseconds)ms"
+    }
+
+    var defaultValueDescription: String { self.description }
 }

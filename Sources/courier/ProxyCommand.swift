@@ -1,7 +1,9 @@
 import ArgumentParser
+import CourierServer
 import Foundation
 import Logging
 import MediaCache
+import NIOCore
 import ServiceLifecycle
 
 /// `courier proxy`: the play-while-caching proxy, and commands that talk to a running one.
@@ -23,14 +25,24 @@ struct ProxyCommand: AsyncParsableCommand {
 
 /// Where a running proxy listens.
 struct ProxyAddressOptions: ParsableArguments {
-    @Option(help: "The proxy's address.")
-    var host: String = "127.0.0.1"
+    /// The proxy used when neither `--proxy` nor `COURIER_PROXY` names one.
+    static let defaultProxy = "127.0.0.1:6990"
 
-    @Option(parsing: .unconditional, help: "The proxy's port.")
-    var port: Int = 6990
+    @Option(
+        help: ArgumentHelp(
+            "The running proxy (default: $COURIER_PROXY, else \(ProxyAddressOptions.defaultProxy)).",
+            valueName: "host:port"
+        )
+    )
+    var proxy: String?
+
+    /// The proxy as given: `--proxy`, else `COURIER_PROXY`, else the default.
+    var proxyText: String {
+        self.proxy ?? ProcessInfo.processInfo.environment["COURIER_PROXY"] ?? Self.defaultProxy
+    }
 
     func validate() throws {
-        try PortNumber.check(self.port, flag: "--port", allowsZero: false)
+        _ = try ClientOptions.address(self.proxyText, flag: "--proxy")
     }
 
     @Option(
@@ -41,7 +53,10 @@ struct ProxyAddressOptions: ParsableArguments {
     )
     var cacheDir: String = "courier-cache"
 
-    var address: ProxyURL { ProxyURL(host: self.host, port: self.port) }
+    var address: ProxyURL {
+        let (host, port) = (try? ClientOptions.address(self.proxyText, flag: "--proxy")) ?? ("127.0.0.1", 6990)
+        return ProxyURL(host: host.contains(":") ? "[\(host)]" : host, port: port)
+    }
 
     /// A client of the running proxy's control endpoints, with the secret from its cache folder.
     var control: ProxyControl {
@@ -85,8 +100,13 @@ struct ProxyServe: AsyncParsableCommand {
     )
     var allowedHosts: [String] = []
 
-    @Option(help: "Seconds between revalidations of a resource whose freshness has run out.")
-    var revalidateInterval: Double = 60
+    @Option(
+        help: ArgumentHelp(
+            "The least time between two revalidations of a resource whose freshness has run out (250ms, 30s, 2m…).",
+            valueName: "duration"
+        )
+    )
+    var revalidateInterval = DurationValue(.seconds(60))
 
     @Option(
         name: .customLong("host-name"),
@@ -100,7 +120,8 @@ struct ProxyServe: AsyncParsableCommand {
 
     @Flag(
         help: """
-            Open the control endpoints (/_stats, /_cache, /_preload) to any local client. By default they need the             secret the proxy writes to the cache folder's control-secret file (the proxy commands read it).
+            Open the control endpoints (/_stats, /_cache, /_preload) to any local client. By default they need \
+            the secret the proxy writes to the cache folder's control-secret file (the proxy commands read it).
             """
     )
     var openControl = false
@@ -110,10 +131,8 @@ struct ProxyServe: AsyncParsableCommand {
 
     func validate() throws {
         try PortNumber.check(self.port, flag: "--port", allowsZero: true)
-        guard self.revalidateInterval.isFinite, self.revalidateInterval > 0 else {
-            throw ValidationError(
-                "--revalidate-interval \(self.revalidateInterval) must be a positive number of seconds"
-            )
+        guard self.revalidateInterval.duration > .zero else {
+            throw ValidationError("--revalidate-interval \(self.revalidateInterval) must be longer than zero")
         }
     }
 
@@ -126,7 +145,7 @@ struct ProxyServe: AsyncParsableCommand {
         configuration.maxBytes = try ByteSize.parse(self.maxBytes, option: "--max-bytes")
         configuration.blockBytes = try ByteSize.parse(self.blockBytes, option: "--block-bytes")
         configuration.coalesceBytes = configuration.blockBytes * 2
-        configuration.revalidationInterval = self.revalidateInterval
+        configuration.revalidationInterval = self.revalidateInterval.seconds
         if !self.allowedHosts.isEmpty { configuration.allowedHosts = Set(self.allowedHosts) }
         configuration.hostNames = Set(self.hostNames.map { $0.lowercased() })
         if self.openControl { configuration.controlSecret = nil }
@@ -149,7 +168,16 @@ struct ProxyServe: AsyncParsableCommand {
             )
         )
         try await withThrowingTaskGroup(of: Void.self) { tasks in
-            tasks.addTask { try await group.run() }
+            tasks.addTask {
+                do {
+                    try await group.run()
+                } catch let error as IOError {
+                    throw CommandFailure(
+                        description: "cannot listen on port \(self.port) of \(self.host): "
+                            + "\(ListenFailed.reason(for: error, host: self.host)); choose another with --port"
+                    )
+                }
+            }
             tasks.addTask {
                 guard let port = try? await proxy.listeningPort() else { return }
                 // Written at once (not through print's buffer), also when standard output is a pipe or a file: a
@@ -247,22 +275,5 @@ struct ProxyURLCommand: AsyncParsableCommand {
             throw ValidationError("\(self.url): the proxy fetches http and https URLs only")
         }
         print(self.query ? self.proxy.address.query(for: url) : self.proxy.address.path(for: url))
-    }
-}
-
-/// Sizes on the command line: `1048576`, `512K`, `100M`, `2G` (powers of 1024).
-enum ByteSize {
-    static func parse(_ text: String, option: String) throws -> Int64 {
-        let units: [Character: Int64] = ["K": 1 << 10, "M": 1 << 20, "G": 1 << 30]
-        var digits = text.uppercased()
-        var scale: Int64 = 1
-        if let last = digits.last, let unit = units[last] {
-            scale = unit
-            digits.removeLast()
-        }
-        guard let value = Int64(digits), value > 0, value <= Int64.max / scale else {
-            throw ValidationError("\(option) \(text): expected a positive size such as 1048576, 512K, 100M or 2G")
-        }
-        return value * scale
     }
 }

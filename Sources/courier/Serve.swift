@@ -12,8 +12,9 @@ struct Serve: AsyncParsableCommand {
             (6969, the source notes' JSON-header framing) and the HTTP port (6980: /health, /metrics). Data goes to \
             ./courier-data (courier.sqlite, in WAL mode with synchronous=FULL: an acknowledged message survives a \
             crash of the process or the machine). The address, port, TLS and data flags have environment variables \
-            (named in each flag's help); the flag wins. SIGTERM \
-            or SIGINT stops the server gracefully: no new connections, writes in flight are committed and \
+            (named in each flag's help); the flag wins. Once it listens it prints "courier serve listening on \
+            native HOST:PORT, compat HOST:PORT, http HOST:PORT" on standard output (ports picked with 0 included), \
+            whatever the log level. SIGTERM or SIGINT stops the server gracefully: no new connections, writes in flight are committed and \
             acknowledged, then the connections close. At start the server raises its open-file limit to the hard \
             limit, and a crash leaves its backtrace in <data>/crashes/ (unless SWIFT_BACKTRACE is already set). One \
             server per data folder: it holds <data>/server.lock, and a second one on the folder exits with an error \
@@ -128,7 +129,25 @@ struct Serve: AsyncParsableCommand {
                 logger: logger
             )
         )
-        try await group.run()
+        do {
+            try await withThrowingTaskGroup(of: Void.self) { tasks in
+                tasks.addTask { try await group.run() }
+                // Said at once on standard output (not through print's buffer), whatever the log level: a script
+                // waits for this line, and learns the ports it asked to be picked (0).
+                if let ports = await server.ports() {
+                    let host = configuration.host.contains(":") ? "[\(configuration.host)]" : configuration.host
+                    let line =
+                        "courier serve listening on native \(host):\(ports.native), compat \(host):\(ports.compat), "
+                        + "http \(host):\(ports.http)\n"
+                    FileHandle.standardOutput.write(Data(line.utf8))
+                }
+                try await tasks.waitForAll()
+            }
+        } catch let error as ListenFailed {
+            let flag =
+                ["native": "--port", "compat": "--compat-port", "http": "--http-port"][error.port.rawValue] ?? ""
+            throw CommandFailure(description: "\(error); choose another with \(flag)")
+        }
     }
 }
 

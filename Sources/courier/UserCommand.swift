@@ -88,7 +88,10 @@ struct UserCommand: AsyncParsableCommand {
 
     struct Devices: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "List a user's devices (logins): id, name, times, state."
+            abstract: "List a user's devices (logins): id, name, state, times, and whether connected now.",
+            discussion: """
+                One device a line, tab-separated: id, name, state (active, expired or revoked), created, expires,                 and "connected since TIME" while a running server holds a connection of it, else "last seen TIME"                 (when its last connection ended; "-" for one that never connected).
+                """
         )
         @OptionGroup var options: DataOptions
         @Argument(help: "The user name.") var name: String
@@ -98,9 +101,12 @@ struct UserCommand: AsyncParsableCommand {
             let now = nowMs()
             for device in devices {
                 let state = device.revokedMs != nil ? "revoked" : device.expiresMs <= now ? "expired" : "active"
+                let seen =
+                    device.connectedSinceMs.map { "connected since \(formatTime($0))" }
+                    ?? "last seen \(formatTime(device.lastSeenMs))"
                 print(
-                    "\(device.id.rawValue)\t\(ChatText.printable(device.name))\t\(state)\tcreated \(formatTime(device.createdMs))\t"
-                        + "expires \(formatTime(device.expiresMs))\tlast seen \(formatTime(device.lastSeenMs))"
+                    "\(device.id.rawValue)\t\(ChatText.printable(device.name))\t\(state)\t"
+                        + "created \(formatTime(device.createdMs))\texpires \(formatTime(device.expiresMs))\t\(seen)"
                 )
             }
         }

@@ -4,6 +4,8 @@ import Foundation
 import NIOSSL
 import Testing
 
+@testable import courier
+
 /// The `courier` executable as a user runs it: the admin commands' output and errors, `serve`'s flags, backups,
 /// and crash reports.
 @Suite("The courier command", .serialized)
@@ -11,6 +13,21 @@ struct CommandLineTests {
     /// Runs `courier` and returns its status and output (stdout and stderr together).
     static func courier(_ arguments: String...) async throws -> (status: Int32, output: String) {
         try await CourierExecutable.run(arguments)
+    }
+
+    /// The `--limit` names of docs/PROTOCOL.md's "Limits" table (its second column).
+    static func documentedLimits() throws -> [String] {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let text = try String(contentsOf: root.appendingPathComponent("docs/PROTOCOL.md"), encoding: .utf8)
+        let table = try #require(text.range(of: "| field | `--limit` | default | past it |"))
+        var names: [String] = []
+        for line in text[table.upperBound...].split(separator: "\n").dropFirst() {
+            guard line.hasPrefix("|") else { break }
+            let column = line.split(separator: "|", omittingEmptySubsequences: false)[2]
+            names += column.matches(of: /`([a-z-]+)`/).map { String($0.1) }
+        }
+        return names
     }
 
     /// Starts `courier serve` on `data` with free ports and its log in `folder`.
@@ -94,6 +111,8 @@ struct CommandLineTests {
             var result = try await Self.courier("user", "devices", "alice", "--data", data.path)
             let columns = result.output.split(separator: "\n").map { $0.split(separator: "\t") }
             #expect(columns.count == 1 && columns.first?[2] == "active", "\(result)")
+            // Connected now (not "last seen" at some earlier time).
+            #expect(columns.first?.last?.hasPrefix("connected since 20") == true, "\(result)")
             let device = try #require(columns.first.map { String($0[0]) })
             let revokedAt = ContinuousClock.now
             result = try await Self.courier("user", "revoke", "alice", device, "--data", data.path)
@@ -105,6 +124,13 @@ struct CommandLineTests {
             #expect(aliceLast.last?.failure?.code == ErrorCodes.tokenRevoked, "\(aliceLast)")
             result = try await Self.courier("user", "devices", "alice", "--data", data.path)
             #expect(result.output.split(separator: "\t").dropFirst(2).first == "revoked", "\(result)")
+            // Its connection closed: last seen then (the server notes it a moment after the close).
+            let deadline = ContinuousClock.now + .seconds(10)
+            while !result.output.contains("\tlast seen 20"), ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(50))
+                result = try await Self.courier("user", "devices", "alice", "--data", data.path)
+            }
+            #expect(result.output.contains("\tlast seen 20"), "\(result)")
 
             _ = try await Self.courier("user", "remove", "bob", "--data", data.path)
             let bobLast = try await bob.expectClose(timeout: .seconds(5))
@@ -208,7 +234,9 @@ struct CommandLineTests {
                 "\(result)"
             )
             result = try await Self.courier("serve", "--data", data.path, "--limit", "max-text-bytes=lots")
-            #expect(result.status != 0 && result.output.contains("lots is not a positive integer"), "\(result)")
+            #expect(result.status != 0 && result.output.contains("lots is not a size like"), "\(result)")
+            result = try await Self.courier("serve", "--data", data.path, "--limit", "media-quota-bytes=9999999999T")
+            #expect(result.status != 0 && result.output.contains("is not a size like"), "\(result)")
             result = try await Self.courier("serve", "--data", data.path, "--limit", "idle-timeout=5 minutes")
             #expect(result.status != 0 && result.output.contains("is not a duration"), "\(result)")
             result = try await Self.courier("serve", "--data", data.path, "--limit", "idle-timeout=106751991167301d")
@@ -221,16 +249,50 @@ struct CommandLineTests {
                     "\(result)"
                 )
             }
+            // Every limit docs/PROTOCOL.md lists is a --limit name, and every --limit name is listed there.
+            #expect(Set(LimitOption.setters.map(\.name)) == Set(try Self.documentedLimits()))
             // No help says a default twice (ours in the text, then ArgumentParser's).
             for command in [["serve"], ["proxy", "serve"], ["send"], ["history"], ["bench"], ["backup"]] {
                 let help = try await CourierExecutable.run(command + ["--help"])
                 let flat = help.output.split(whereSeparator: \.isWhitespace).joined(separator: " ")
                 #expect(flat.firstMatch(of: /\(default: [^)]*\)\.? \(default:/) == nil, "\(command): \(flat)")
             }
-            for arguments in [["proxy", "--port", "70000"], ["proxy", "stats", "--port", "0"]] {
+            // A port in use is named, with the flag that changes it; a data folder that cannot be one is said so.
+            let taken = try await FreePort.hold()
+            for (flag, name) in [("--port", "native"), ("--compat-port", "compat"), ("--http-port", "http")] {
+                var arguments = ["serve", "--data", data.path, "--port", "0", "--compat-port", "0", "--http-port", "0"]
+                arguments[arguments.firstIndex(of: flag)! + 1] = String(taken.port)
                 result = try await CourierExecutable.run(arguments)
-                #expect(result.status != 0 && result.output.contains("is not a port number"), "\(result)")
+                #expect(
+                    result.status != 0
+                        && result.output.contains(
+                            "cannot listen on the \(name) port \(taken.port) of 127.0.0.1: the port is in use"
+                        ) && result.output.contains("choose another with \(flag)"),
+                    "\(result)"
+                )
             }
+            result = try await CourierExecutable.run(
+                ["proxy", "--port", String(taken.port), "--cache-dir", folder.appendingPathComponent("cache").path]
+            )
+            #expect(result.output.contains("cannot listen on port \(taken.port)") && result.status != 0, "\(result)")
+            await taken.close()
+            let aFile = folder.appendingPathComponent("a-file")
+            try Data().write(to: aFile)
+            result = try await Self.courier("serve", "--data", aFile.path)
+            #expect(result.status != 0 && result.output.contains("\(aFile.path) is a file, not a folder"), "\(result)")
+            result = try await Self.courier("user", "list", "--data", aFile.appendingPathComponent("data").path)
+            #expect(result.output.contains("a part of the path is a file, not a folder"), "\(result)")
+            #expect(!result.output.contains("NSCocoaErrorDomain"), "\(result)")
+            result = try await CourierExecutable.run(["proxy", "--port", "70000"])
+            #expect(result.status != 0 && result.output.contains("is not a port number"), "\(result)")
+            result = try await CourierExecutable.run(["proxy", "stats", "--proxy", "127.0.0.1:0"])
+            #expect(
+                result.status != 0 && result.output.contains("--proxy 127.0.0.1:0: expected HOST:PORT"),
+                "\(result)"
+            )
+            // Durations as everywhere (30s, 2m), bare numbers as seconds.
+            result = try await CourierExecutable.run(["proxy", "--revalidate-interval", "soon"])
+            #expect(result.status != 0 && result.output.contains("--revalidate-interval"), "\(result)")
 
             try await CourierExecutable.addUsers(["alice", "bob"], data: data)
             let (server, native, http) = try await Self.serve(
@@ -238,7 +300,7 @@ struct CommandLineTests {
                 data: data,
                 [
                     "--tls-cert", certificate.certificateFile, "--tls-key", certificate.keyFile,
-                    "--limit", "max-text-bytes=16",
+                    "--limit", "max-text-bytes=16", "--limit", "max-media-bytes=1K", "--limit", "media-quota-bytes=4K",
                 ]
             )
             let (alice, welcome) = try await NativeTestClient.login(
@@ -250,6 +312,10 @@ struct CommandLineTests {
             #expect(try await alice.sendText(String(repeating: "a", count: 16), to: .user("bob")).ack != nil)
             let refused = try await alice.sendText(String(repeating: "a", count: 17), to: .user("bob"))
             #expect(refused.failure?.code == ErrorCodes.textTooLarge, "\(refused)")
+            // The media limits from --limit: the size (1 KiB) and the quota (4 KiB) the welcome says.
+            #expect(welcome.limits.maxMediaBytes == 1024 && welcome.limits.mediaQuotaLeftBytes == 4096)
+            let tooLarge = try await alice.upload(SeededRandom.bytes(1025, seededFor: "serveFlags"), stream: 1)
+            #expect(tooLarge.error?.code == ErrorCodes.mediaTooLarge, "\(tooLarge)")
             let health = try await ExternalProgram.curl(
                 ["--cacert", certificate.certificateFile, "https://127.0.0.1:\(http)/health"]
             )
@@ -316,6 +382,13 @@ struct CommandLineTests {
             #expect((permissions as? Int) == 0o600, "the token file is the user's alone")
             result = try await client("send", "--as", "alice", "--to", "bob", "hello bob")
             #expect(result.status == 0 && result.output.hasPrefix("sent to @bob: seq 1, id "), "\(result)")
+            // Logging in again renews this machine's device (a new token) rather than adding one.
+            let firstToken = try String(contentsOf: tokenFile, encoding: .utf8)
+            result = try await client("login", "--as", "alice", "--password", "pw-alice")
+            #expect(result.status == 0, "\(result)")
+            #expect(try String(contentsOf: tokenFile, encoding: .utf8) != firstToken)
+            result = try await Self.courier("user", "devices", "alice", "--data", data.path)
+            #expect(result.output.split(separator: "\n").count == 1, "one device: \(result)")
             // bob has no token: no password and no terminal is a clear error; COURIER_PASSWORD works.
             result = try await client("send", "--as", "bob", "--to", "alice", "x")
             #expect(result.status == 1 && result.output.contains("no password for bob"), "\(result)")
@@ -347,6 +420,9 @@ struct CommandLineTests {
             #expect(try json(result.output).map { $0["seq"] as? Int } == [1], "\(result)")
             result = try await client("history", "--as", "bob", "--with", "alice")
             #expect(result.output.contains("  #1  alice: hello bob\n"), "\(result)")
+            // Her own are "you" to alice, as in the chat.
+            result = try await client("history", "--as", "alice", "--with", "bob")
+            #expect(result.output.contains("  #1  you: hello bob\n"), "\(result)")
             result = try await client("history", "--as", "bob", "--json")
             #expect(result.status != 0 && result.output.contains("name one conversation"), "\(result)")
 
@@ -590,7 +666,7 @@ struct CommandLineTests {
     @Test("courier bench --pattern idle holds its connections and reports the server's memory before and after")
     func benchIdle() async throws {
         let result = try await CourierExecutable.run([
-            "bench", "--json", "--pattern", "idle", "--connections", "50", "--settle", "0.5",
+            "bench", "--json", "--pattern", "idle", "--connections", "50", "--settle", "500ms",
         ])
         #expect(result.status == 0, "\(result.output)")
         let line = try #require(result.output.split(separator: "\n").last { $0.hasPrefix("{") }, "\(result.output)")

@@ -4,7 +4,9 @@ import CourierServerTesting
 import CourierStore
 import CourierTesting
 import Foundation
+import Logging
 import NIOSSL
+import ServiceLifecycle
 import Synchronization
 import Testing
 
@@ -116,6 +118,34 @@ struct ClientTests {
                     alice.stop()
                     bob.stop()
                     try await group.waitForAll()
+                }
+            }
+        }
+    }
+
+    @Test("the client is a ServiceLifecycle service: a graceful shutdown of its group stops it")
+    func service() async throws {
+        try await withTemporaryDirectory { folder in
+            try await ServerFixture.with { fixture in
+                try await fixture.user("alice")
+                let alice = try Self.client(fixture, "alice", folder: folder)
+                let events = EventReader(alice)
+                let group = ServiceGroup(services: [alice], logger: Logger(label: "test"))
+                try await withThrowingTaskGroup(of: Void.self) { tasks in
+                    tasks.addTask { try await group.run() }
+                    _ = try await events.next("connected") { event -> Bool? in
+                        if case .connected = event { true } else { nil }
+                    }
+                    await group.triggerGracefulShutdown()
+                    let last = try await events.next("the stop") { event -> Disconnection? in
+                        if case .disconnected(let disconnection) = event, disconnection.cause == .stopped {
+                            disconnection
+                        } else {
+                            nil
+                        }
+                    }
+                    #expect(last.reason == "stopped")
+                    try await tasks.waitForAll()
                 }
             }
         }

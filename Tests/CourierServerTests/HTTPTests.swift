@@ -29,6 +29,11 @@ struct HTTPTests {
             #expect(metrics.contains("courier_connections_total 1"))
             #expect(metrics.contains("courier_commit_duration_seconds_count"))
             #expect(metrics.contains("courier_commit_batch_size_bucket"))
+            // Every family says what it counts.
+            let lines = metrics.split(separator: "\n")
+            let typed = lines.filter { $0.hasPrefix("# TYPE ") }.map { $0.split(separator: " ")[2] }
+            let helped = Set(lines.filter { $0.hasPrefix("# HELP ") }.map { $0.split(separator: " ")[2] })
+            #expect(typed.count >= 12 && typed.allSatisfy { helped.contains($0) }, "\(metrics)")
             let headers = try await Self.curl(["--dump-header", "-", "--output", "/dev/null", "\(base)/metrics"])
             #expect(headers.lowercased().contains("content-type: text/plain; version=0.0.4"), "\(headers)")
             let missing = try await Self.curl([

@@ -98,6 +98,67 @@ struct AccountTests {
         }
     }
 
+    @Test("a login with the token it held renews that device (even expired); a revoked or another user's does not")
+    func renewal() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder) { $0.tokenLifetime = .seconds(60) }
+            try await fixture.users("alice", "bob")
+            let now = StoreFixture.start
+            let first = try await fixture.store.login(
+                user: "alice",
+                password: "pw-alice",
+                deviceName: "laptop",
+                nowMs: now
+            )
+            let old = try #require(first.token)
+            // Past the old token's expiry: the login renews the same device, with a new token and expiry.
+            let renewed = try await fixture.store.login(
+                user: "alice",
+                password: "pw-alice",
+                deviceName: "laptop (again)",
+                renewing: old,
+                nowMs: now + 120_000
+            )
+            let new = try #require(renewed.token)
+            #expect(renewed.device.id == first.device.id && renewed.device.name == "laptop" && new != old)
+            #expect(renewed.device.expiresMs == now + 180_000)
+            await expectCode(.authFailed) { _ = try await fixture.store.authenticate(token: old, nowMs: now + 120_001) }
+            #expect(try await fixture.store.authenticate(token: new, nowMs: now + 120_001).device.id == first.device.id)
+            #expect(try await fixture.store.devices(of: "alice").count == 1)
+            // A wrong password renews nothing: the token still works.
+            await expectCode(.authFailed) {
+                _ = try await fixture.store.login(
+                    user: "alice",
+                    password: "wrong",
+                    deviceName: "x",
+                    renewing: new,
+                    nowMs: now + 120_002
+                )
+            }
+            #expect(try await fixture.store.authenticate(token: new, nowMs: now + 120_003).device.id == first.device.id)
+            // Another user's token, or a revoked device's: a new device.
+            let bobs = try await fixture.store.login(
+                user: "bob",
+                password: "pw-bob",
+                deviceName: "bob's",
+                renewing: new,
+                nowMs: now + 120_004
+            )
+            #expect(bobs.device.id != first.device.id)
+            #expect(try await fixture.store.authenticate(token: new, nowMs: now + 120_005).device.id == first.device.id)
+            try await fixture.store.revokeDevice(first.device.id, of: "alice", nowMs: now + 120_006)
+            let fresh = try await fixture.store.login(
+                user: "alice",
+                password: "pw-alice",
+                deviceName: "laptop",
+                renewing: new,
+                nowMs: now + 120_007
+            )
+            #expect(fresh.device.id != first.device.id)
+            #expect(try await fixture.store.devices(of: "alice").count == 2)
+        }
+    }
+
     @Test("wrong passwords, unknown and removed users all fail with auth-failed")
     func wrongCredentials() async throws {
         try await withTemporaryDirectory { folder in

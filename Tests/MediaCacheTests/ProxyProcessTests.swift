@@ -119,33 +119,37 @@ struct ProxyProcessTests {
                 let origin = nginx.url("clip.mp4").absoluteString
                 let other = try await CourierExecutable.run(["proxy", "url", "ftp://127.0.0.1/clip.mp4"])
                 #expect(other.status != 0 && other.output.contains("http and https URLs only"), "\(other)")
-                let printed = try await CourierExecutable.run(["proxy", "url", origin, "--port", String(port)])
+                let printed = try await CourierExecutable.run(["proxy", "url", origin, "--proxy", "127.0.0.1:\(port)"])
                 #expect(printed.status == 0)
                 let proxyURL = printed.output.trimmingCharacters(in: .whitespacesAndNewlines)
                 #expect(proxyURL.hasPrefix("http://127.0.0.1:\(port)/r/") && proxyURL.hasSuffix("/clip.mp4"))
-                let query = try await CourierExecutable.run(["proxy", "url", origin, "--query", "--port", String(port)])
+                let query = try await CourierExecutable.run([
+                    "proxy", "url", origin, "--query", "--proxy", "127.0.0.1:\(port)",
+                ])
                 #expect(query.output.hasPrefix("http://127.0.0.1:\(port)/?url=http%3A%2F%2F127.0.0.1"))
 
                 let cache = folder.appendingPathComponent("cache").path
                 // Without the secret in the cache folder, the control endpoints refuse.
-                let refused = try await CourierExecutable.run(["proxy", "stats", "--port", String(port)])
+                let refused = try await CourierExecutable.run(["proxy", "stats", "--proxy", "127.0.0.1:\(port)"])
                 #expect(refused.status != 0 && refused.output.contains("401"), "\(refused.output)")
                 let preload = try await CourierExecutable.run([
-                    "proxy", "preload", origin, "--bytes", "100K", "--port", String(port), "--cache-dir", cache,
+                    "proxy", "preload", origin, "--bytes", "100K", "--proxy", "127.0.0.1:\(port)", "--cache-dir", cache,
                 ])
                 #expect(preload.status == 0 && preload.output.contains("cached 102400 bytes"), "\(preload.output)")
                 let stats = try await CourierExecutable.run([
-                    "proxy", "stats", "--port", String(port), "--cache-dir", cache,
+                    "proxy", "stats", "--proxy", "127.0.0.1:\(port)", "--cache-dir", cache,
                 ])
                 let statistics = try JSONDecoder().decode(CacheStatistics.self, from: Data(stats.output.utf8))
                 #expect(statistics.bytesUsed >= 102_400 && statistics.resources == 1)
 
                 let fetched = try await Curl.get(proxyURL, range: "0-102399", in: folder)
                 #expect(fetched.body == data.prefix(102_400))
-                let bad = try await CourierExecutable.run(["proxy", "preload", "not a url", "--port", String(port)])
+                let bad = try await CourierExecutable.run([
+                    "proxy", "preload", "not a url", "--proxy", "127.0.0.1:\(port)",
+                ])
                 #expect(bad.status != 0)
                 let down = try await CourierExecutable.run([
-                    "proxy", "stats", "--port", String(try await FreePort.pick()),
+                    "proxy", "stats", "--proxy", "127.0.0.1:\(try await FreePort.pick())",
                 ])
                 #expect(down.status != 0 && down.output.contains("cannot reach the proxy"))
                 #expect(await proxy.terminate() == 0)

@@ -177,9 +177,14 @@ struct ProxyTests {
             let whole = try await Curl.get(url, in: fixture.folder)
             #expect(whole.status == 200 && whole.body == data)
             #expect(try await fixture.statistics().hits == hitsBefore + 2)
-            // Nothing cached and no origin: a clear 502, not a hang.
+            // Nothing cached and no origin: a clear 502 naming the origin and why, not a hang.
             let missing = try await Curl.get(fixture.url("other.bin"), in: fixture.folder)
             #expect(missing.status == 502)
+            let said = String(decoding: missing.body, as: UTF8.self).trimmingCharacters(in: .newlines)
+            #expect(
+                said == "the origin http://127.0.0.1:\(fixture.nginx.port) could not be reached: connection refused",
+                "\(said)"
+            )
         }
     }
 
@@ -330,6 +335,8 @@ struct ProxyTests {
             #expect(nothing.status == 404)
             let missing = try await Curl.get(fixture.url("absent.bin"), in: fixture.folder)
             #expect(missing.status == 404)
+            let said = String(decoding: missing.body, as: UTF8.self).trimmingCharacters(in: .newlines)
+            #expect(said == "the origin http://127.0.0.1:\(fixture.nginx.port) answered 404", "\(said)")
         }
     }
 

@@ -332,6 +332,11 @@ public nonisolated struct Courier_V1_Hello: Sendable {
   /// the server sends it no `events`. It still answers requests, and sends notices if `ephemeral`.
   public var noEvents: Bool = false
 
+  /// With a password: the token this client held for its device, even expired. The login renews that device (a new
+  /// token; the old one stops working) instead of making a new one, unless the device was revoked or is another
+  /// user's.
+  public var renewToken: String = String()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Credentials: Equatable, Sendable {
@@ -1840,7 +1845,7 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
 
 nonisolated extension Courier_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Hello"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}password\0\u{1}token\0\u{3}device_name\0\u{1}cursor\0\u{1}resume\0\u{1}ephemeral\0\u{3}acked_on_write\0\u{3}no_events\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}password\0\u{1}token\0\u{3}device_name\0\u{1}cursor\0\u{1}resume\0\u{1}ephemeral\0\u{3}acked_on_write\0\u{3}no_events\0\u{3}renew_token\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1875,6 +1880,7 @@ nonisolated extension Courier_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Me
       case 6: try { try decoder.decodeSingularBoolField(value: &self.ephemeral) }()
       case 7: try { try decoder.decodeSingularBoolField(value: &self.ackedOnWrite) }()
       case 8: try { try decoder.decodeSingularBoolField(value: &self.noEvents) }()
+      case 9: try { try decoder.decodeSingularStringField(value: &self.renewToken) }()
       default: break
       }
     }
@@ -1914,6 +1920,9 @@ nonisolated extension Courier_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Me
     if self.noEvents != false {
       try visitor.visitSingularBoolField(value: self.noEvents, fieldNumber: 8)
     }
+    if !self.renewToken.isEmpty {
+      try visitor.visitSingularStringField(value: self.renewToken, fieldNumber: 9)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -1925,6 +1934,7 @@ nonisolated extension Courier_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Me
     if lhs.ephemeral != rhs.ephemeral {return false}
     if lhs.ackedOnWrite != rhs.ackedOnWrite {return false}
     if lhs.noEvents != rhs.noEvents {return false}
+    if lhs.renewToken != rhs.renewToken {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -377,6 +377,7 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                         user: password.user,
                         password: password.password,
                         deviceName: deviceName.isEmpty ? "device" : deviceName,
+                        renewing: hello.renewToken.isEmpty ? nil : hello.renewToken,
                         nowMs: now
                     )
                 )
@@ -435,9 +436,12 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             maxOwnSends: 4 * self.context.configuration.limits.maxUnackedSends,
             maxPerUser: self.context.configuration.limits.maxConnectionsPerUser
         ) {
-        case .registered(let registered, let firstForUser):
+        case .registered(let registered, let firstForUser, let firstForDevice):
             handle = registered
             first = firstForUser
+            if firstForDevice {
+                try? await store.deviceConnection(registered.device, connected: true, nowMs: SessionContext.nowMs())
+            }
         case .shuttingDown:
             try? await self.close(
                 outbound,
@@ -846,8 +850,12 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
     private func disconnected(_ handle: ConnectionHandle) async {
         let last = self.context.hub.unregister(handle)
         let now = SessionContext.nowMs()
-        try? await self.context.store.touchDevice(handle.device, nowMs: now)
-        guard last, let user = try? await self.context.store.userName(of: handle.user) else { return }
+        if last.lastForDevice {
+            try? await self.context.store.deviceConnection(handle.device, connected: false, nowMs: now)
+        } else {
+            try? await self.context.store.touchDevice(handle.device, nowMs: now)
+        }
+        guard last.lastForUser, let user = try? await self.context.store.userName(of: handle.user) else { return }
         await self.announcePresence(
             of: handle.user,
             named: user,

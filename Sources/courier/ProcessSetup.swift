@@ -1,5 +1,5 @@
 import CourierStore
-public import Foundation
+import Foundation
 
 #if canImport(Glibc)
 import Glibc
@@ -9,13 +9,13 @@ import Musl
 import Darwin
 #endif
 
-/// What `courier serve` does to its own process before it starts the server.
-public enum ProcessSetup {
+/// What `courier serve` (and `courier bench`, which starts servers) do to their own process first.
+enum ProcessSetup {
     /// Raises the soft limit on open files to the hard limit: each connection is a file descriptor.
     ///
     /// - Returns: The soft limit before and after, or nil if the limits could not be read or set.
     @discardableResult
-    public static func raiseOpenFileLimit() -> (before: UInt64, after: UInt64)? {
+    static func raiseOpenFileLimit() -> (before: UInt64, after: UInt64)? {
         var limit = rlimit()
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return nil }
         let before = UInt64(limit.rlim_cur)
@@ -25,23 +25,14 @@ public enum ProcessSetup {
         return (before, UInt64(limit.rlim_cur))
     }
 
-    /// The process's soft limit on open files, or nil if it cannot be read (or is unlimited).
-    public static func openFileLimit() -> Int? {
-        var limit = rlimit()
-        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < rlim_t(Int.max) else {
-            return nil
-        }
-        return Int(clamping: limit.rlim_cur)
-    }
-
     /// The environment variable the Swift runtime's backtracer reads at process start.
-    public static let backtraceVariable = "SWIFT_BACKTRACE"
+    static let backtraceVariable = "SWIFT_BACKTRACE"
 
     /// Makes a crash leave its backtrace in `folder`: the Swift runtime's backtracer reads `SWIFT_BACKTRACE` when
     /// the process starts, so unless it is already set, this sets it (`enable=yes`, `interactive=no`,
     /// `output-to=` the folder) and re-executes the program with the same arguments. It returns only when no
     /// re-execution was needed (or possible).
-    public static func enableCrashReports(in folder: URL) {
+    static func enableCrashReports(in folder: URL) {
         let environment = ProcessInfo.processInfo.environment
         guard environment[Self.backtraceVariable] == nil else { return }
         do {

@@ -1,4 +1,4 @@
-import CourierBench
+import CourierProcess
 import Foundation
 import MediaCache
 
@@ -10,6 +10,7 @@ struct ProxyBench {
     let bytes: Int64
     let runs: Int
     let readers: Int
+    let executable: URL
     let folder: URL
     let say: @Sendable (String) -> Void
 
@@ -43,8 +44,8 @@ struct ProxyBench {
         try FileManager.default.createDirectory(at: media, withIntermediateDirectories: true)
         self.say("writing \(self.bytes) random bytes")
         try MediaBench.writeRandom(self.bytes, to: media.appendingPathComponent("film.bin"))
-        let origin = try BenchServer.freePort()
-        let caching = try BenchServer.freePort()
+        let origin = try await FreePort.pick()
+        let caching = try await FreePort.pick()
         let nginx = try await Nginx.start(
             servers: Self.servers(
                 origin: origin,
@@ -68,7 +69,8 @@ struct ProxyBench {
     }
 
     private func measure(nginx: Nginx, origin: Int, caching: Int) async throws -> Result {
-        let proxy = try await BenchProxyProcess.start(
+        let (proxy, proxyPort) = try await BenchServers.proxy(
+            executable: self.executable,
             folder: self.folder,
             maxBytes: self.bytes * Int64(self.runs + 3)
         )
@@ -86,8 +88,8 @@ struct ProxyBench {
             result.direct.append(try await self.get(origin, "/files/film.bin", "nginx direct"))
             result.nginxCold.append(try await self.get(caching, "/files/film.bin?run=\(run)", "nginx cache, cold"))
             result.nginxWarm.append(try await self.get(caching, "/files/film.bin?run=\(run)", "nginx cache, warm"))
-            result.courierCold.append(try await self.get(proxy.port, courierPath("run=\(run)"), "courier, cold"))
-            result.courierWarm.append(try await self.get(proxy.port, courierPath("run=\(run)"), "courier, warm"))
+            result.courierCold.append(try await self.get(proxyPort, courierPath("run=\(run)"), "courier, cold"))
+            result.courierWarm.append(try await self.get(proxyPort, courierPath("run=\(run)"), "courier, warm"))
             self.say("run \(run) of \(self.runs) done")
         }
         if let before = cpuBefore, let after = ProcessMonitor.cpuSeconds(of: pid) {
@@ -96,7 +98,7 @@ struct ProxyBench {
         result.courierPeakRSS = ProcessMonitor.peakResidentBytes(of: pid)
         if self.readers > 0 {
             self.say("\(self.readers) concurrent cold readers through courier")
-            result.courierReaders = await self.concurrent(proxy.port, courierPath("readers=1"))
+            result.courierReaders = await self.concurrent(proxyPort, courierPath("readers=1"))
             result.courierReaders.originBytes = Self.originBytes(nginx, query: "readers=1")
             self.say("\(self.readers) concurrent cold readers through nginx's cache")
             result.nginxReaders = await self.concurrent(caching, "/files/film.bin?readers=2")
@@ -108,9 +110,7 @@ struct ProxyBench {
     private func get(_ port: Int, _ path: String, _ what: String) async throws -> HTTPTiming.Result {
         let result = try await HTTPTiming.get(port: port, path: path)
         guard result.status == 200, result.bodyBytes == self.bytes else {
-            throw CommandFailure(
-                description: "\(what): status \(result.status), \(result.bodyBytes) of \(self.bytes) bytes"
-            )
+            throw BenchError("\(what): status \(result.status), \(result.bodyBytes) of \(self.bytes) bytes")
         }
         return result
     }
@@ -265,38 +265,5 @@ struct ProxyBench {
         object["courier_peak_rss_bytes"] = result.courierPeakRSS
         let data = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])
         return String(decoding: data, as: UTF8.self)
-    }
-}
-
-/// The `courier proxy` a proxy bench measures: this executable, on a free port, its cache in the bench's folder.
-struct BenchProxyProcess {
-    let process: Process
-    let port: Int
-
-    static func start(folder: URL, maxBytes: Int64) async throws -> BenchProxyProcess {
-        let log = folder.appendingPathComponent("proxy.log")
-        for _ in 1...3 {
-            let port = try BenchServer.freePort()
-            let process = try BenchServer.launch(
-                [
-                    "proxy", "--port", String(port), "--cache-dir",
-                    folder.appendingPathComponent("courier-cache").path, "--max-bytes", String(maxBytes),
-                    "--log-level", "warning",
-                ],
-                log: log
-            )
-            let deadline = ContinuousClock.now + .seconds(30)
-            while ContinuousClock.now < deadline, process.isRunning {
-                if await Nginx.accepts(port: port) { return BenchProxyProcess(process: process, port: port) }
-                try await Task.sleep(for: .milliseconds(20))
-            }
-            if process.isRunning { process.terminate() }
-        }
-        throw CommandFailure(description: "courier proxy did not start; see \(log.path)")
-    }
-
-    func stop() {
-        self.process.terminate()
-        self.process.waitUntilExit()
     }
 }

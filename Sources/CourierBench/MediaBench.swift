@@ -1,16 +1,22 @@
-import CourierBench
 import CourierClient
+import CourierProcess
 import Crypto
 import Foundation
-import Glibc
 import Logging
 import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 /// `courier bench --pattern media`: one file uploaded by one client and downloaded by another, through a fresh
 /// server, with the server's memory sampled throughout; then, in the same folder, what the machine can do at most
 /// (write + fsync, SHA-256, and the same download over HTTP with curl).
 struct MediaBench {
     let bytes: Int64
+    let executable: URL
     let folder: URL
     let say: @Sendable (String) -> Void
 
@@ -49,18 +55,19 @@ struct MediaBench {
         self.say("measuring the ceilings")
         let (diskWrite, sha) = try Self.ceilings(self.bytes, in: self.folder)
         sync()
-        let server = try await BenchServer.start(
+        let (server, port, httpPort) = try await BenchServers.serve(
+            executable: self.executable,
             data: data,
-            log: self.folder.appendingPathComponent("server.log"),
+            folder: self.folder,
             limits: limits
         )
         defer { server.stop() }
         let pid = server.process.processIdentifier
-        self.say("server \(pid) on 127.0.0.1:\(server.port)")
+        self.say("server \(pid) on 127.0.0.1:\(port)")
 
         func client(_ user: BenchUser) throws -> CourierClient {
             var settings = CourierClient.Configuration(
-                port: server.port,
+                port: port,
                 credentials: .token(user.token),
                 storePath: self.folder.appendingPathComponent("\(user.name).sqlite").path
             )
@@ -69,7 +76,7 @@ struct MediaBench {
         }
         let sender = try client(users[0])
         let receiver = try client(users[1])
-        guard case .user(let peer) = users[0].target else { throw CommandFailure(description: "no peer") }
+        guard case .user(let peer) = users[0].target else { throw BenchError("no peer") }
 
         // The server's memory, sampled until the end.
         let peak = Mutex<Int>(0)
@@ -102,7 +109,7 @@ struct MediaBench {
                 }
             }
             let uploaded = ContinuousClock.now
-            guard let media else { throw CommandFailure(description: "the upload did not finish") }
+            guard let media else { throw BenchError("the upload did not finish") }
 
             // The receiver has it once the message is committed and delivered.
             for await event in receiver.events {
@@ -122,13 +129,13 @@ struct MediaBench {
             guard let cached,
                 (try? FileManager.default.attributesOfItem(atPath: cached.path)[.size] as? NSNumber)??
                     .int64Value == self.bytes
-            else { throw CommandFailure(description: "the download is incomplete") }
+            else { throw BenchError("the download is incomplete") }
             let cpuAfter = ProcessMonitor.cpuSeconds(of: pid)
 
             var http: Double?
             if FileManager.default.isExecutableFile(atPath: "/usr/bin/curl") {
                 self.say("downloading over HTTP with curl")
-                http = try Self.curl(port: server.httpPort, sha256: media.sha256, token: users[1].token)
+                http = try Self.curl(port: httpPort, sha256: media.sha256, token: users[1].token)
             }
             sampler.cancel()
             return Result(
@@ -214,7 +221,7 @@ struct MediaBench {
         let output = pipe.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         guard process.terminationStatus == 0, let seconds = Double(String(decoding: output, as: UTF8.self)) else {
-            throw CommandFailure(description: "curl failed with \(process.terminationStatus)")
+            throw BenchError("curl failed with \(process.terminationStatus)")
         }
         return seconds
     }

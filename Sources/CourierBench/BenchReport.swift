@@ -1,0 +1,148 @@
+import Foundation
+import Histogram
+
+/// The load run again during a login storm (`--storm`), and what the storm got.
+public struct StormResult: Sendable {
+    public var workers: Int
+    public var tally: LoginStorm.Tally
+    public var seconds: Double
+    public var during: BenchResult
+}
+
+/// The bench's report: text for people, JSON for scripts and tests.
+public enum BenchReport {
+    static func milliseconds(_ microseconds: UInt64) -> String {
+        String(format: "%.2f", Double(microseconds) / 1000)
+    }
+
+    static func percentiles(_ histogram: LatencyHistogram) -> String {
+        guard histogram.totalCount > 0 else { return "none" }
+        return "p50 \(Self.milliseconds(histogram.valueAtPercentile(50))) ms, "
+            + "p99 \(Self.milliseconds(histogram.valueAtPercentile(99))) ms, "
+            + "p99.9 \(Self.milliseconds(histogram.valueAtPercentile(99.9))) ms, "
+            + "max \(Self.milliseconds(histogram.max)) ms"
+    }
+
+    static func mebibytes(_ bytes: Int?) -> String {
+        bytes.map { String(format: "%.1f MiB", Double($0) / 1_048_576) } ?? "unknown"
+    }
+
+    public static func text(_ result: BenchResult, ceilings: Ceilings?, storm: StormResult? = nil) -> String {
+        let configuration = result.configuration
+        let seconds = max(result.seconds, 1e-9)
+        var lines = [
+            "courier bench: \(configuration.connections) connections, \(configuration.pattern), "
+                + (configuration.pattern == .idle
+                    ? "held \(configuration.settle)"
+                    : "\(configuration.messagesPerConnection) messages of \(configuration.messageBytes) B each, "
+                        + (configuration.rate.map { "open loop at \(Int($0)) msg/s" }
+                            ?? "closed loop, window \(configuration.window)"))
+        ]
+        lines.append("connected:     \(result.connected)")
+        if configuration.pattern == .idle {
+            if let before = result.serverRSSBefore, let after = result.serverRSSAfter {
+                let perConnection = Double(after - before) / Double(max(1, result.connected))
+                lines.append(
+                    "server RSS:    \(Self.mebibytes(before)) before, \(Self.mebibytes(after)) after settling: "
+                        + String(format: "%.1f KiB per connection", perConnection / 1024)
+                )
+            }
+        } else {
+            lines += [
+                "sent:          \(result.sent) (\(Int(Double(result.sent) / seconds)) msg/s)",
+                "acknowledged:  \(result.acknowledged) (\(Int(Double(result.acknowledged) / seconds)) msg/s)",
+                "delivered:     \(result.delivered) of \(configuration.expectedDeliveries) "
+                    + "(\(Int(Double(result.delivered) / seconds)) msg/s)",
+                "duration:      \(String(format: "%.2f", result.seconds)) s",
+                "ack latency:   \(Self.percentiles(result.acknowledgement))",
+                "end to end:    \(Self.percentiles(result.endToEnd))",
+            ]
+        }
+        if let cpu = result.serverCPUSeconds {
+            lines.append(
+                "server CPU:    \(String(format: "%.1f", cpu)) s (\(String(format: "%.2f", cpu / seconds)) cores busy)"
+            )
+        }
+        lines.append("server peak RSS: \(Self.mebibytes(result.serverPeakRSS))")
+        if let ceilings {
+            let ratio = Double(result.acknowledged) / seconds / ceilings.insertMessagesPerSecond
+            lines += [
+                "ceiling fsync: \(Self.percentiles(ceilings.fsync)) (4 KiB write + fsync)",
+                "ceiling insert: \(Int(ceilings.insertMessagesPerSecond)) msg/s (bare GRDB, WAL, synchronous=FULL, "
+                    + "\(ceilings.batchMessages) messages a transaction); acknowledged/ceiling = "
+                    + String(format: "%.2f", ratio),
+            ]
+        }
+        if result.failures > 0 {
+            lines.append("failures:      \(result.failures); the first: \(result.firstFailure ?? "")")
+        }
+        if let storm {
+            let tally = storm.tally
+            let quiet = Double(result.endToEnd.valueAtPercentile(99))
+            let stormy = Double(storm.during.endToEnd.valueAtPercentile(99))
+            lines += [
+                "login storm:   \(storm.workers) connections at once, \(tally.attempts) logins "
+                    + "(\(Int(Double(tally.attempts) / max(storm.seconds, 1e-9)))/s): \(tally.throttled) throttled "
+                    + "before any hash, \(tally.authFailed) password checks, \(tally.other) other",
+                "during it:     acknowledged \(storm.during.acknowledged), delivered \(storm.during.delivered); "
+                    + "end to end \(Self.percentiles(storm.during.endToEnd)); server CPU "
+                    + String(format: "%.2f", (storm.during.serverCPUSeconds ?? 0) / max(storm.during.seconds, 1e-9))
+                    + " cores busy",
+                "p99 end to end, storm/quiet = " + String(format: "%.2f", stormy / max(quiet, 1)),
+            ]
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    public static func json(_ result: BenchResult, ceilings: Ceilings?, storm: StormResult? = nil) throws -> String {
+        func latency(_ histogram: LatencyHistogram) -> [String: Double] {
+            [
+                "p50_ms": Double(histogram.valueAtPercentile(50)) / 1000,
+                "p99_ms": Double(histogram.valueAtPercentile(99)) / 1000,
+                "p999_ms": Double(histogram.valueAtPercentile(99.9)) / 1000,
+                "max_ms": Double(histogram.max) / 1000,
+                "count": Double(histogram.totalCount),
+            ]
+        }
+        var object: [String: Any] = [
+            "connections": result.configuration.connections,
+            "pattern": "\(result.configuration.pattern)",
+            "connected": result.connected,
+            "sent": result.sent,
+            "acknowledged": result.acknowledged,
+            "delivered": result.delivered,
+            "expected_deliveries": result.configuration.expectedDeliveries,
+            "failures": result.failures,
+            "seconds": result.seconds,
+            "ack_latency": latency(result.acknowledgement),
+            "end_to_end_latency": latency(result.endToEnd),
+        ]
+        object["server_cpu_seconds"] = result.serverCPUSeconds
+        object["server_peak_rss_bytes"] = result.serverPeakRSS
+        object["server_rss_before_bytes"] = result.serverRSSBefore
+        object["server_rss_after_bytes"] = result.serverRSSAfter
+        object["first_failure"] = result.firstFailure
+        if let ceilings {
+            object["ceiling_fsync"] = latency(ceilings.fsync)
+            object["ceiling_insert_messages_per_second"] = ceilings.insertMessagesPerSecond
+        }
+        if let storm {
+            object["storm"] =
+                [
+                    "workers": storm.workers,
+                    "seconds": storm.seconds,
+                    "attempts": storm.tally.attempts,
+                    "throttled": storm.tally.throttled,
+                    "password_checks": storm.tally.authFailed,
+                    "other": storm.tally.other,
+                    "acknowledged": storm.during.acknowledged,
+                    "delivered": storm.during.delivered,
+                    "failures": storm.during.failures,
+                    "end_to_end_latency": latency(storm.during.endToEnd),
+                    "server_cpu_seconds": storm.during.serverCPUSeconds ?? 0,
+                ] as [String: Any]
+        }
+        let data = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])
+        return String(decoding: data, as: UTF8.self)
+    }
+}

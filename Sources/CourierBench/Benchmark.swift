@@ -1,0 +1,213 @@
+public import Foundation
+import Logging
+
+/// Everything a bench is asked to do: the load, and where and how it runs.
+public struct BenchPlan: Sendable {
+    public enum Scenario: Sendable {
+        /// Messages (pairs, groups) or idle connections, as ``BenchConfiguration`` says.
+        case messages
+        /// One file of `fileBytes` uploaded by one client and downloaded by another.
+        case media
+        /// `courier proxy` against nginx, direct and caching, on one file of `fileBytes`: `runs` rounds of cold and
+        /// warm GETs, then `readers` concurrent cold readers.
+        case proxy(runs: Int, readers: Int)
+    }
+
+    /// A server started apart (under a profiler, say): the bench adds its users to its data folder while it runs.
+    public struct ExternalServer: Sendable {
+        public var host: String
+        public var port: Int
+        public var dataFolder: URL
+        /// Its process, for its CPU time and memory.
+        public var pid: Int32?
+
+        public init(host: String, port: Int, dataFolder: URL, pid: Int32?) {
+            self.host = host
+            self.port = port
+            self.dataFolder = dataFolder
+            self.pid = pid
+        }
+    }
+
+    public var configuration: BenchConfiguration
+    public var scenario: Scenario = .messages
+    /// The file's size, for the media and proxy scenarios.
+    public var fileBytes: Int64 = 256 << 20
+    /// The `courier` program the servers and proxies are started from.
+    public var executable: URL
+    public var externalServer: ExternalServer?
+    /// Connections of a login storm during a second run of the load (0: none), and their logins per second.
+    public var storm = 0
+    public var stormRate: Double?
+    /// `--limit NAME=VALUE`s for a server the bench starts.
+    public var serverLimits: [String] = []
+    /// Whether to measure the machine's ceilings (fsync, a bare insert of the same rows) after the load.
+    public var measureCeilings = true
+    /// Whether to keep the bench's folder (data, logs) instead of removing it.
+    public var keepData = false
+
+    public init(configuration: BenchConfiguration, executable: URL) {
+        self.configuration = configuration
+        self.executable = executable
+    }
+}
+
+/// What a bench found: its report as text and as JSON, and what went wrong, if anything did (a run with failures
+/// or missing messages is not a measurement).
+public struct BenchOutcome: Sendable {
+    public var text: String
+    public var json: String
+    public var problem: String?
+}
+
+/// The load generator behind `courier bench`: provisions users, starts the server (or uses one started apart),
+/// runs the load, measures the ceilings, and reports.
+public enum Benchmark {
+    /// Runs a plan in a fresh folder in `$TMPDIR`.
+    ///
+    /// - Parameter say: Progress, a line at a time.
+    public static func run(_ plan: BenchPlan, say: @escaping @Sendable (String) -> Void) async throws -> BenchOutcome {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("courier-bench-\(UUID().uuidString)")
+        let data = folder.appendingPathComponent("data")
+        try FileManager.default.createDirectory(at: data, withIntermediateDirectories: true)
+        defer {
+            if plan.keepData {
+                say("kept \(folder.path)")
+            } else {
+                try? FileManager.default.removeItem(at: folder)
+            }
+        }
+        switch plan.scenario {
+        case .media:
+            let bench = MediaBench(bytes: plan.fileBytes, executable: plan.executable, folder: folder, say: say)
+            let result = try await bench.run(limits: plan.serverLimits)
+            return BenchOutcome(text: MediaBench.text(result), json: try MediaBench.json(result))
+        case .proxy(let runs, let readers):
+            let bench = ProxyBench(
+                bytes: plan.fileBytes,
+                runs: runs,
+                readers: readers,
+                executable: plan.executable,
+                folder: folder,
+                say: say
+            )
+            let result = try await bench.run()
+            return BenchOutcome(text: ProxyBench.text(result), json: try ProxyBench.json(result))
+        case .messages:
+            return try await Self.messages(plan, folder: folder, data: data, say: say)
+        }
+    }
+
+    private static func messages(
+        _ plan: BenchPlan,
+        folder: URL,
+        data: URL,
+        say: @escaping @Sendable (String) -> Void
+    ) async throws -> BenchOutcome {
+        let configuration = plan.configuration
+        var logger = Logger(label: "courier.bench")
+        logger.logLevel = .warning
+        let result: BenchResult
+        var stormResult: StormResult?
+        if let external = plan.externalServer {
+            say("provisioning \(configuration.connections) users in \(external.dataFolder.path)")
+            let users = try await BenchProvisioning.provision(
+                configuration,
+                dataFolder: external.dataFolder,
+                logger: logger
+            )
+            say("server at \(external.host):\(external.port); connecting")
+            result = try await BenchRun(
+                configuration: configuration,
+                host: external.host,
+                port: external.port,
+                serverProcess: external.pid
+            )
+            .run(users: users, progress: say)
+        } else {
+            say("provisioning \(configuration.connections) users in \(folder.path)")
+            let users = try await BenchProvisioning.provision(configuration, dataFolder: data, logger: logger)
+            let (server, port, _) = try await BenchServers.serve(
+                executable: plan.executable,
+                data: data,
+                folder: folder,
+                limits: ["max-connections=\(configuration.connections + 100)"] + plan.serverLimits
+            )
+            defer { server.stop() }
+            say("server \(server.process.processIdentifier) on 127.0.0.1:\(port); connecting")
+            let run = BenchRun(
+                configuration: configuration,
+                host: "127.0.0.1",
+                port: port,
+                serverProcess: server.process.processIdentifier
+            )
+            result = try await run.run(users: users, progress: say)
+            if plan.storm > 0 {
+                say("the same load again, with new users, during a login storm of \(plan.storm) connections")
+                let others = try await BenchProvisioning.provision(configuration, dataFolder: data, logger: logger)
+                let storm = LoginStorm(host: "127.0.0.1", port: port, workers: plan.storm, rate: plan.stormRate)
+                let started = ContinuousClock.now
+                // The storm runs until the load is done.
+                let during = try await withThrowingTaskGroup(of: BenchResult?.self) { group in
+                    group.addTask {
+                        await storm.run()
+                        return nil
+                    }
+                    group.addTask { try await run.run(users: others, progress: say) }
+                    defer { group.cancelAll() }
+                    while let finished = try await group.next() {
+                        if let finished { return finished }
+                    }
+                    throw BenchError("the load during the storm did not finish")
+                }
+                let elapsed = ContinuousClock.now - started
+                stormResult = StormResult(
+                    workers: plan.storm,
+                    tally: storm.counts,
+                    seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18,
+                    during: during
+                )
+            }
+        }
+        var ceilings: Ceilings?
+        if plan.measureCeilings, configuration.pattern != .idle {
+            say("measuring the ceilings")
+            ceilings = try Ceilings.measure(
+                in: folder,
+                messages: min(max(result.acknowledged, 10_000), 200_000),
+                batchMessages: min(4096, configuration.connections * configuration.window),
+                members: configuration.recipientsPerMessage + 1,
+                messageBytes: configuration.messageBytes
+            )
+        }
+        return BenchOutcome(
+            text: BenchReport.text(result, ceilings: ceilings, storm: stormResult),
+            json: try BenchReport.json(result, ceilings: ceilings, storm: stormResult),
+            problem: Self.problem(result, storm: stormResult)
+        )
+    }
+
+    /// What makes a run not a measurement: failures, or messages missing.
+    static func problem(_ result: BenchResult, storm: StormResult?) -> String? {
+        let configuration = result.configuration
+        if result.failures > 0 {
+            return "\(result.failures) failures; the first: \(result.firstFailure ?? "unknown")"
+        }
+        guard result.acknowledged == configuration.expectedSends,
+            result.delivered == configuration.expectedDeliveries
+        else {
+            return "incomplete after \(configuration.timeout): \(result.acknowledged) of "
+                + "\(configuration.expectedSends) acknowledged, \(result.delivered) of "
+                + "\(configuration.expectedDeliveries) delivered"
+        }
+        if let during = storm?.during,
+            during.failures > 0 || during.acknowledged != configuration.expectedSends
+                || during.delivered != configuration.expectedDeliveries
+        {
+            return "the load during the storm was incomplete: \(during.acknowledged) of "
+                + "\(configuration.expectedSends) acknowledged, \(during.delivered) of "
+                + "\(configuration.expectedDeliveries) delivered, \(during.failures) failures"
+        }
+        return nil
+    }
+}
