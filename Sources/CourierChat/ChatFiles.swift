@@ -1,3 +1,4 @@
+import CourierClient
 public import Foundation
 
 /// Where the chat puts the files it saves (`/save`) and opens (`/view`).
@@ -20,14 +21,35 @@ public enum ChatFiles {
         return URL(fileURLWithPath: FileManager.default.currentDirectoryPath, isDirectory: true)
     }
 
-    /// A file name from a sender's name for it, safe as one path component here: its last component, without
-    /// control characters or a leading dot, at most 200 bytes; "file" when nothing is left.
+    /// A file name from a sender's name for it, safe as one path component here: what follows its last `/` or `\`
+    /// (scalar by scalar: a `/` joined to a combining mark is still one), without control characters (C0, C1) or
+    /// direction overrides (which could make `exe.jpg` read as `gpj.exe`), without leading dots, at most 200 bytes
+    /// with its extension kept; "file" when nothing is left.
     static func safeName(_ name: String) -> String {
-        let last = name.split(separator: "/").last.map(String.init) ?? ""
-        var kept = String(String.UnicodeScalarView(last.unicodeScalars.filter { $0.value >= 0x20 && $0.value != 0x7F }))
+        var scalars = String.UnicodeScalarView()
+        for scalar in name.unicodeScalars {
+            let value = scalar.value
+            if scalar == "/" || scalar == "\\" {
+                scalars.removeAll()
+                continue
+            }
+            let control = value < 0x20 || (0x7F...0x9F).contains(value)
+            let direction =
+                (0x202A...0x202E).contains(value) || (0x2066...0x2069).contains(value)
+                || [0x200E, 0x200F, 0x061C].contains(value)
+            if control || direction { continue }
+            scalars.append(scalar)
+        }
+        var kept = String(scalars).trimmingCharacters(in: .whitespaces)
         while kept.hasPrefix(".") { kept.removeFirst() }
-        while kept.utf8.count > 200 { kept.removeLast() }
-        return kept.trimmingCharacters(in: .whitespaces).isEmpty ? "file" : kept
+        if kept.utf8.count > 200 {
+            let pathExtension = (kept as NSString).pathExtension
+            let suffix = pathExtension.isEmpty || pathExtension.utf8.count > 16 ? "" : "." + pathExtension
+            var base = String(kept.dropLast(suffix.count))
+            while base.utf8.count + suffix.utf8.count > 200 { base.removeLast() }
+            kept = base + suffix
+        }
+        return kept.isEmpty ? "file" : kept
     }
 
     /// Copies a downloaded file for the user: to `path` if given (a folder: into it under the file's name; else that
@@ -73,18 +95,32 @@ public enum ChatFiles {
         return candidate
     }
 
-    /// A private copy of a downloaded file under its own name (openers go by the extension), in a folder of its own
-    /// in the temporary folder.
-    static func viewable(_ file: URL, named name: String) throws -> URL {
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("courier-view-\(UUID().uuidString)")
+    /// The extension a file opened with `/view` gets: from its MIME type, for the kinds of media a chat shows (an
+    /// image, a video, a voice clip) in common formats only, never from the sender's file name (an opener picks the
+    /// program by it: `.desktop`, `.jar` or `.terminal` must never come from a peer). Nil: not to be opened.
+    static func viewableExtension(for media: MediaInfo) -> String? {
+        guard media.kind != .file else { return nil }
+        let extensions = [
+            "image/jpeg": "jpg", "image/png": "png", "image/gif": "gif", "image/webp": "webp", "image/heic": "heic",
+            "video/mp4": "mp4", "video/webm": "webm", "video/quicktime": "mov", "audio/mpeg": "mp3",
+            "audio/mp4": "m4a", "audio/aac": "aac", "audio/ogg": "ogg", "audio/opus": "opus", "audio/wav": "wav",
+        ]
+        return extensions[media.mime.lowercased()]
+    }
+
+    /// A private copy of a downloaded file to open (`courier-SHA.EXT`, one per file), in `folder` (made 0700 if
+    /// missing; the chat removes it when it ends).
+    static func viewable(_ file: URL, media: MediaInfo, extension suffix: String, in folder: URL) throws -> URL {
         try FileManager.default.createDirectory(
             at: folder,
             withIntermediateDirectories: true,
             attributes: [.posixPermissions: 0o700]
         )
-        let copy = folder.appendingPathComponent(Self.safeName(name))
-        try FileManager.default.copyItem(at: file, to: copy)
-        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: copy.path)
+        let copy = folder.appendingPathComponent("courier-\(media.sha256.prefix(16)).\(suffix)")
+        if !FileManager.default.fileExists(atPath: copy.path) {
+            try FileManager.default.copyItem(at: file, to: copy)
+            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: copy.path)
+        }
         return copy
     }
 }

@@ -28,8 +28,9 @@ public struct ChatLoop: Sendable {
     let settings: ChatSettings?
     /// Where `/save` puts files when not told.
     let downloads: URL
-    /// What `/view` opens files with, if anything.
+    /// What `/view` opens files with, if anything, and where it puts their copies (removed when the chat ends).
     let opener: SystemOpener?
+    let viewFolder = FileManager.default.temporaryDirectory.appendingPathComponent("courier-view-\(UUID().uuidString)")
 
     /// The least time between two screens drawn while events stream in.
     static let frameInterval: TimeInterval = 0.03
@@ -120,6 +121,7 @@ public struct ChatLoop: Sendable {
         outbox.finish()
         await sending
         sink.finish()
+        try? FileManager.default.removeItem(at: self.viewFolder)
         if let failure { throw failure }
     }
 
@@ -284,11 +286,20 @@ public struct ChatLoop: Sendable {
                 )
                 return
             }
+            guard let suffix = ChatFiles.viewableExtension(for: media) else {
+                sink.yield(
+                    .notice(
+                        "/view opens images, videos and voice clips of common types, not \(media.mime); /save it instead"
+                    )
+                )
+                return
+            }
+            let folder = self.viewFolder
             group.addTask {
                 sink.yield(.notice("fetching \(ChatText.describe(media))…"))
                 do {
                     let cached = try await Self.download(media, client: client)
-                    let copy = try ChatFiles.viewable(cached, named: media.name)
+                    let copy = try ChatFiles.viewable(cached, media: media, extension: suffix, in: folder)
                     try opener.open(copy)
                     sink.yield(.notice("opened \(ChatText.describe(media)) with \(opener.name)"))
                 } catch {

@@ -287,7 +287,10 @@ extension CourierClient {
             case .password(let user, let password):
                 hello.hello.password.user = user
                 hello.hello.password.password = password
-                if let stored { hello.hello.renewToken = stored }
+                // The device this store holds a token of (an expired one too) is renewed, not replaced.
+                if let renewing = stored ?? self.state.withLock({ $0.expiredToken }) {
+                    hello.hello.renewToken = renewing
+                }
             case .token(let token):
                 hello.hello.token = token
             }
@@ -327,6 +330,7 @@ extension CourierClient {
                     // Unless another client of the store has put a new one there meanwhile (a login renewing the
                     // device): then the next attempt uses that.
                     try await self.store.forgetToken(storedToken)
+                    if error.code == ErrorCodes.tokenExpired { self.state.withLock { $0.expiredToken = storedToken } }
                     self.logger.notice(
                         "the stored token was refused; logging in again",
                         metadata: ["code": "\(error.code)"]

@@ -117,6 +117,8 @@ public final class CourierClient: Service, Sendable {
         var sentByThisClient = RecentSet<String>(capacity: CourierClient.recentSends)
         /// Whether a password login succeeded (with ``Configuration/passwordFirst``, the first does).
         var passwordLoginDone = false
+        /// A stored token the server refused as expired: the password login that follows renews its device.
+        var expiredToken: String?
         /// Messages taken back by ``withdraw(id:)`` before they were sent: never sent now.
         var withdrawn: Set<String> = []
         /// Outbox messages taken over from clients of the store that are gone: reported, once acknowledged, as

@@ -1,6 +1,7 @@
 import CourierProtocol
 public import CourierStore
 import CourierWire
+public import Foundation
 public import Logging
 import NIOCore
 import NIOPosix
@@ -108,6 +109,12 @@ public final class CourierServer: Service, Sendable {
         return fitted
     }
 
+    /// Whether a server runs on a data folder now (holds its lock): what the store says of connected devices is
+    /// true only then.
+    public static func isRunning(on folder: URL) -> Bool {
+        DataFolderLock.isHeld(folder)
+    }
+
     /// The process's soft limit on open files (each connection takes one), or nil if it cannot be read or is
     /// unlimited.
     static func openFileLimit() -> Int? {
@@ -145,11 +152,13 @@ public final class CourierServer: Service, Sendable {
         }
         // This server holds the data folder (its lock): no device is connected yet, whatever one that was killed left.
         try await self.store.clearConnectedDevices()
+        let activity = DeviceActivity()
         let context = SessionContext(
             configuration: self.configuration,
             store: self.store,
             commits: self.commits,
             hub: self.hub,
+            activity: activity,
             metrics: self.metrics,
             media: self.media,
             logins: self.logins,
@@ -187,6 +196,9 @@ public final class CourierServer: Service, Sendable {
                 error
             )
         }
+        // Written until every connection has gone (their last edges included), then it ends.
+        async let activityWritten: Void = activity.run(hub: self.hub, store: self.store)
+        defer { activity.finish() }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.commits.run() }
             group.addTask { await self.watchChanges() }
@@ -242,6 +254,8 @@ public final class CourierServer: Service, Sendable {
             group.cancelAll()
             try await group.waitForAll()
         }
+        activity.finish()
+        await activityWritten
         try? self.store.close()
         self.logger.info("stopped")
     }

@@ -62,6 +62,16 @@ final class DataFolderLock: Sendable {
         close(self.descriptor)
     }
 
+    /// Whether a server holds the folder now (its lock is taken), without making or taking anything.
+    static func isHeld(_ folder: URL) -> Bool {
+        let descriptor = open(folder.appendingPathComponent(Self.fileName).path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return false }
+        defer { close(descriptor) }
+        guard flock(descriptor, LOCK_SH | LOCK_NB) == 0 else { return true }
+        flock(descriptor, LOCK_UN)
+        return false
+    }
+
     deinit {
         self.release()
     }

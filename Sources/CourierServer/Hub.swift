@@ -69,6 +69,11 @@ final class Hub: Sendable {
         }
     }
 
+    /// Whether a device of a user has a connection.
+    func isConnected(_ device: DeviceID, of user: UserID) -> Bool {
+        self.state.withLock { $0.byUser[user]?.values.contains { $0.device == device } ?? false }
+    }
+
     /// Whether a user has a connection.
     func isOnline(_ user: UserID) -> Bool {
         self.state.withLock { $0.byUser[user] != nil }

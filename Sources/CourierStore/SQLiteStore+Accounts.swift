@@ -156,7 +156,7 @@ extension SQLiteStore {
         }
         let token = SessionToken.make()
         let expiresMs = nowMs + Int64(self.configuration.tokenLifetime.components.seconds) * 1000
-        let device = try await self.write { db in
+        let device = try await self.write { db -> (Device, Bool) in
             // The user may have been removed between the read and this write.
             let current = try Self.activeUser(named: user.name, db)
             // The device the client held a token of, if it is this user's and not revoked (expired is fine): it gets
@@ -166,18 +166,34 @@ extension SQLiteStore {
                     db,
                     sql: """
                         SELECT d.*, u.name AS user_name FROM devices d JOIN users u ON u.id = d.user_id
-                        WHERE d.token_hash = ? AND d.user_id = ? AND d.revoked_ms IS NULL
+                        WHERE (d.token_hash = ? OR (d.previous_token_hash = ? AND d.previous_token_until_ms > ?))
+                        AND d.user_id = ? AND d.revoked_ms IS NULL
                         """,
-                    arguments: [SessionToken.hash(previous), current.id.rawValue]
+                    arguments: [
+                        SessionToken.hash(previous), SessionToken.hash(previous), nowMs, current.id.rawValue,
+                    ]
                 )
             {
                 var device = Self.device(row)
+                // The token it held stays good for a while (see the previous_token_hash column), until its own
+                // expiry at the latest. A renewal offering the previous token (the client never got the last new
+                // one) keeps that previous token as it was.
+                let graceMs = Int64(self.configuration.renewalGrace.components.seconds) * 1000
                 try db.execute(
-                    sql: "UPDATE devices SET token_hash = ?, expires_ms = ? WHERE id = ?",
-                    arguments: [SessionToken.hash(token), expiresMs, device.id.rawValue]
+                    sql: """
+                        UPDATE devices SET
+                        previous_token_until_ms = CASE WHEN token_hash = ? THEN ? ELSE previous_token_until_ms END,
+                        previous_expires_ms = CASE WHEN token_hash = ? THEN expires_ms ELSE previous_expires_ms END,
+                        previous_token_hash = CASE WHEN token_hash = ? THEN token_hash ELSE previous_token_hash END,
+                        token_hash = ?, expires_ms = ? WHERE id = ?
+                        """,
+                    arguments: [
+                        SessionToken.hash(previous), nowMs + graceMs, SessionToken.hash(previous),
+                        SessionToken.hash(previous), SessionToken.hash(token), expiresMs, device.id.rawValue,
+                    ]
                 )
                 device.expiresMs = expiresMs
-                return device
+                return (device, true)
             }
             // A new device starts at the present: it receives what happens from now on, and reads older
             // messages through history, rather than replaying the user's whole log.
@@ -195,7 +211,7 @@ extension SQLiteStore {
                     """,
                 arguments: [current.id.rawValue, deviceName, SessionToken.hash(token), nowMs, expiresMs, cursor]
             )
-            return Device(
+            let device = Device(
                 id: DeviceID(rawValue: db.lastInsertedRowID),
                 userID: current.id,
                 userName: current.name,
@@ -206,8 +222,9 @@ extension SQLiteStore {
                 lastSeenMs: nil,
                 ackedCursor: UInt64(cursor)
             )
+            return (device, false)
         }
-        return DeviceSession(user: user, device: device, token: token)
+        return DeviceSession(user: user, device: device.0, token: token, renewed: device.1)
     }
 
     /// The longest device name, in UTF-8 bytes.
@@ -236,18 +253,25 @@ extension SQLiteStore {
     ///   `storage-failed`.
     public func authenticate(token: String, nowMs: Int64) async throws -> DeviceSession {
         let hash = SessionToken.hash(token)
-        return try await self.read { db in
+        let (session, replacesPrevious) = try await self.read { db -> (DeviceSession, Bool) in
             guard
                 let row = try Row.fetchOne(
                     db,
                     sql: """
-                        SELECT d.*, u.name AS user_name, u.created_ms AS user_created_ms, u.removed_ms AS user_removed_ms
-                        FROM devices d JOIN users u ON u.id = d.user_id WHERE d.token_hash = ?
+                        SELECT d.*, u.name AS user_name, u.created_ms AS user_created_ms, u.removed_ms AS user_removed_ms,
+                        d.token_hash = ? AS current
+                        FROM devices d JOIN users u ON u.id = d.user_id
+                        WHERE d.token_hash = ? OR (d.previous_token_hash = ? AND d.previous_token_until_ms > ?)
                         """,
-                    arguments: [hash]
+                    arguments: [hash, hash, hash, nowMs]
                 )
             else { throw CourierStoreError(.authFailed, "unknown token") }
-            let device = Self.device(row)
+            let current: Bool = row["current"]
+            var device = Self.device(row)
+            if !current {
+                // The previous token of a renewed device: its own expiry applies.
+                device.expiresMs = row["previous_expires_ms"]
+            }
             if row["user_removed_ms"] as Int64? != nil {
                 throw CourierStoreError(.tokenRevoked, CourierStoreError.accountRemovedMessage)
             }
@@ -263,7 +287,36 @@ extension SQLiteStore {
                 createdMs: row["user_created_ms"],
                 removedMs: nil
             )
-            return DeviceSession(user: user, device: device, token: nil)
+            let pending = !((row["previous_token_hash"] as DatabaseValue?)?.isNull ?? true)
+            return (DeviceSession(user: user, device: device, token: nil), current && pending)
+        }
+        // The renewed token in use: the one it replaced stops working now.
+        if replacesPrevious {
+            try await self.write { db in
+                try db.execute(
+                    sql: """
+                        UPDATE devices SET previous_token_hash = NULL, previous_token_until_ms = NULL,
+                        previous_expires_ms = NULL WHERE id = ? AND token_hash = ?
+                        """,
+                    arguments: [session.device.id.rawValue, hash]
+                )
+            }
+        }
+        return session
+    }
+
+    /// A renewal whose new token never reached its client (the login was refused after it, for a full server or a
+    /// shutdown): the device's previous token is its token again.
+    public func abandonRenewal(of device: DeviceID) async throws {
+        try await self.write { db in
+            try db.execute(
+                sql: """
+                    UPDATE devices SET token_hash = previous_token_hash, expires_ms = previous_expires_ms,
+                    previous_token_hash = NULL, previous_token_until_ms = NULL, previous_expires_ms = NULL
+                    WHERE id = ? AND previous_token_hash IS NOT NULL
+                    """,
+                arguments: [device.rawValue]
+            )
         }
     }
 
@@ -315,30 +368,22 @@ extension SQLiteStore {
         }
     }
 
-    /// Records that a device was seen (on disconnect), for admin listings and presence's "last seen".
-    public func touchDevice(_ device: DeviceID, nowMs: Int64) async throws {
+    /// Devices whose first connection came (`connected`), or whose last one ended, in one transaction: `user
+    /// devices` shows each connected since then, or when it was last seen.
+    public func recordDeviceActivity(_ changes: [DeviceActivityChange]) async throws {
         try await self.write { db in
-            try db.execute(
-                sql: "UPDATE devices SET last_seen_ms = ? WHERE id = ?",
-                arguments: [nowMs, device.rawValue]
-            )
-        }
-    }
-
-    /// A device's first connection came (`connected`), or its last one ended: `user devices` shows it connected
-    /// since then, or when it was last seen.
-    public func deviceConnection(_ device: DeviceID, connected: Bool, nowMs: Int64) async throws {
-        try await self.write { db in
-            if connected {
-                try db.execute(
-                    sql: "UPDATE devices SET connected_since_ms = ? WHERE id = ?",
-                    arguments: [nowMs, device.rawValue]
-                )
-            } else {
-                try db.execute(
-                    sql: "UPDATE devices SET connected_since_ms = NULL, last_seen_ms = ? WHERE id = ?",
-                    arguments: [nowMs, device.rawValue]
-                )
+            for change in changes {
+                if change.connected {
+                    try db.execute(
+                        sql: "UPDATE devices SET connected_since_ms = ? WHERE id = ?",
+                        arguments: [change.ms, change.device.rawValue]
+                    )
+                } else {
+                    try db.execute(
+                        sql: "UPDATE devices SET connected_since_ms = NULL, last_seen_ms = ? WHERE id = ?",
+                        arguments: [change.ms, change.device.rawValue]
+                    )
+                }
             }
         }
     }

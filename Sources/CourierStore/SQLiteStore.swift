@@ -18,6 +18,9 @@ public final class SQLiteStore: Sendable {
         public var busyTimeout: Duration = .seconds(5)
         /// How long a session token lasts after the login that made it.
         public var tokenLifetime: Duration = .seconds(30 * 24 * 3600)
+        /// After a device is renewed (a password login with the token it held), how long its previous token still
+        /// works unless the new one is used first.
+        public var renewalGrace: Duration = .seconds(600)
         /// How long after sending a sender may recall a message.
         public var recallWindow: Duration = .seconds(120)
         /// The cost of password hashes written from now on.

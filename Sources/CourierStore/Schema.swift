@@ -132,10 +132,23 @@ enum Schema {
                     """
             )
         }
-        migrator.registerMigration("v4-connected") { db in
-            // When the device's first connection to the running server came (NULL: none now). Cleared at each start
-            // of a server, which holds no connection then.
-            try db.execute(sql: "ALTER TABLE devices ADD COLUMN connected_since_ms INTEGER")
+        migrator.registerMigration("v4-devices") { db in
+            try db.execute(
+                sql: """
+                    -- When the device's first connection to the running server came (NULL: none now). Cleared at
+                    -- each start of a server, which holds no connection then.
+                    ALTER TABLE devices ADD COLUMN connected_since_ms INTEGER;
+                    -- After a renewal (a password login with the token the device held), the token it replaced: still
+                    -- good until the new one is first used, or until previous_token_until_ms (a client that lost the
+                    -- new token in a broken connection, or another process of the same app, is not locked out).
+                    ALTER TABLE devices ADD COLUMN previous_token_hash BLOB;
+                    ALTER TABLE devices ADD COLUMN previous_token_until_ms INTEGER;
+                    -- The previous token's own expiry: the grace never makes an expired token good again.
+                    ALTER TABLE devices ADD COLUMN previous_expires_ms INTEGER;
+                    CREATE UNIQUE INDEX devices_by_previous_token ON devices(previous_token_hash)
+                        WHERE previous_token_hash IS NOT NULL;
+                    """
+            )
         }
         return migrator
     }

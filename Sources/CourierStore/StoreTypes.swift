@@ -149,13 +149,17 @@ public struct UnreadCount: Hashable, Sendable {
 public struct DeviceSession: Hashable, Sendable {
     public var user: User
     public var device: Device
-    /// The token, present only right after a password login made the device (it is stored only as a hash).
+    /// The token, present only right after a password login made or renewed the device (it is stored only as a
+    /// hash).
     public var token: String?
+    /// Whether the password login renewed a device the client held (rather than making one).
+    public var renewed = false
 
-    public init(user: User, device: Device, token: String?) {
+    public init(user: User, device: Device, token: String?, renewed: Bool = false) {
         self.user = user
         self.device = device
         self.token = token
+        self.renewed = renewed
     }
 }
 
@@ -167,4 +171,17 @@ public enum StoreChange: Hashable, Sendable {
     case deviceRevoked(DeviceID)
     /// A user was removed: all its connections must close.
     case userRemoved(UserID)
+}
+
+/// A device that came online (its first connection) or went (its last), and when.
+public struct DeviceActivityChange: Hashable, Sendable {
+    public var device: DeviceID
+    public var connected: Bool
+    public var ms: Int64
+
+    public init(device: DeviceID, connected: Bool, ms: Int64) {
+        self.device = device
+        self.connected = connected
+        self.ms = ms
+    }
 }

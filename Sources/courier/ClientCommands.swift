@@ -10,9 +10,10 @@ struct Login: AsyncParsableCommand {
         discussion: """
             The token goes to $XDG_CONFIG_HOME/courier/HOST_PORT/NAME.token (default ~/.config), readable by you \
             alone; the local message store and outbox to $XDG_DATA_HOME/courier/HOST_PORT/NAME.sqlite (default \
-            ~/.local/share). A login from here again renews this machine's device (a new token; the old one stops \
-            working) rather than adding one; `courier user devices NAME` lists the devices on the server. A refused \
-            password keeps the token saved before.
+            ~/.local/share). A login from here again renews this machine's device (a new token, the old one good \
+            until the new one is used or for ten minutes; connections already open stay) rather than adding one; \
+            `courier user devices NAME` lists the devices on the server, and `courier user revoke` ends one. A \
+            refused password keeps the token saved before.
             """
     )
 

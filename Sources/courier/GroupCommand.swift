@@ -43,6 +43,7 @@ struct GroupCommand: AsyncParsableCommand {
 
         func run() async throws {
             let users = splitNames(self.users)
+            guard !users.isEmpty else { throw ValidationError("name at least one user") }
             try await options.withStore { store in
                 try await store.changeMembers(of: self.name, actor: nil, add: users, nowMs: nowMs())
             }
@@ -58,6 +59,7 @@ struct GroupCommand: AsyncParsableCommand {
 
         func run() async throws {
             let users = splitNames(self.users)
+            guard !users.isEmpty else { throw ValidationError("name at least one user") }
             try await options.withStore { store in
                 try await store.changeMembers(of: self.name, actor: nil, remove: users, nowMs: nowMs())
             }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import CourierServer
+import CourierWire
 
 /// `--limit NAME=VALUE`: sets any of the server's limits by name (docs/PROTOCOL.md, "Limits").
 enum LimitOption {
@@ -19,7 +20,7 @@ enum LimitOption {
         ("fanout-burst", { $0.limits.fanoutBurst = try double($1) }),
         ("max-text-bytes", { $0.limits.maxTextBytes = try bytes($1) }),
         ("idle-timeout", { $0.limits.idleTimeout = try duration($1) }),
-        ("heartbeat-interval", { $0.limits.heartbeatInterval = try duration($1) }),
+        ("heartbeat-interval", { $0.limits.heartbeatInterval = try seconds($1) }),
         ("auth-timeout", { $0.limits.authTimeout = try duration($1) }),
         ("slow-consumer-timeout", { $0.limits.slowConsumerTimeout = try duration($1) }),
         ("outbound-buffer-bytes", { $0.limits.outboundBufferBytes = try bytes($1) }),
@@ -33,14 +34,14 @@ enum LimitOption {
         ("password-threads", { $0.store.passwordThreads = try int($1) }),
         ("max-queued-password-checks", { $0.store.maxQueuedPasswordChecks = try int($1) }),
         ("change-poll-interval", { $0.limits.changePollInterval = try duration($1) }),
-        ("token-lifetime", { $0.store.tokenLifetime = try duration($1) }),
-        ("recall-window", { $0.store.recallWindow = try duration($1) }),
+        ("token-lifetime", { $0.store.tokenLifetime = try seconds($1) }),
+        ("recall-window", { $0.store.recallWindow = try seconds($1) }),
         ("max-batch-requests", { $0.commit.maxBatchRequests = try int($1) }),
         ("compat-max-header-bytes", { $0.compat.maxHeaderBytes = try bytes($1) }),
         ("max-media-bytes", { $0.media.maxMediaBytes = try bytes64($1) }),
         ("media-quota-bytes", { $0.media.quotaBytesPerUser = try bytes64($1) }),
         ("max-uploads-per-user", { $0.media.maxUploadsPerUser = try int($1) }),
-        ("abandoned-upload-age", { $0.media.abandonedUploadAge = try duration($1) }),
+        ("abandoned-upload-age", { $0.media.abandonedUploadAge = try seconds($1) }),
         ("upload-cleanup-interval", { $0.media.cleanupInterval = try duration($1) }),
         ("upload-window-bytes", { $0.media.uploadWindowBytes = try bytes($1) }),
         ("max-chunk-bytes", { $0.media.maxChunkBytes = try bytes($1) }),
@@ -52,7 +53,7 @@ enum LimitOption {
     static var help: String {
         "Set a limit, NAME=VALUE, repeatable (docs/PROTOCOL.md, \"Limits\", says what each does). Names: "
             + "\(setters.map(\.name).joined(separator: ", ")). Sizes take K, M, G or T (64K, 2G); durations ms, s, m, "
-            + "h or d (250ms, 30s, 2m, 12h, 7d)."
+            + "h or d (250ms, 30s, 2m, 12h, 7d; a bare number is seconds)."
     }
 
     static func apply(_ assignments: [String], to configuration: inout ServerConfiguration) throws {
@@ -67,6 +68,7 @@ enum LimitOption {
                 throw ValidationError("--limit \(assignment): \(error)")
             }
         }
+        try Self.checkFit(configuration)
     }
 
     struct BadValue: Error, CustomStringConvertible {
@@ -99,15 +101,54 @@ enum LimitOption {
         return value
     }
 
+    /// The longest duration any flag takes: 100 years.
+    static let longestDuration: Duration = .seconds(36_500 * 86_400)
+
+    /// A duration as every flag writes it: a number (decimals allowed) with ms, s, m, h or d, or bare for seconds;
+    /// longer than zero, at most ``longestDuration``, in whole milliseconds.
     static func duration(_ text: String) throws -> Duration {
-        let scales = [("ms", 1), ("s", 1000), ("m", 60_000), ("h", 3_600_000), ("d", 86_400_000)]
-        for (suffix, scale) in scales where text.hasSuffix(suffix) {
-            guard let value = Int(text.dropLast(suffix.count)), value >= 0 else { continue }
-            let (milliseconds, overflow) = value.multipliedReportingOverflow(by: scale)
-            guard !overflow else { throw BadValue(description: "\(text) is too long a duration") }
-            return .milliseconds(milliseconds)
+        let scales: [(String, Double)] = [("ms", 1), ("s", 1000), ("m", 60_000), ("h", 3_600_000), ("d", 86_400_000)]
+        let (digits, scale) =
+            scales.first { text.hasSuffix($0.0) }.map { (String(text.dropLast($0.0.count)), $0.1) } ?? (text, 1000)
+        guard let value = Double(digits), value.isFinite, !digits.isEmpty,
+            digits.allSatisfy({ $0.isNumber || $0 == "." })
+        else {
+            throw BadValue(description: "\(text) is not a duration like 250ms, 30s, 2m, 12h or 7d")
         }
-        throw BadValue(description: "\(text) is not a duration like 250ms, 30s, 2m, 12h or 7d")
+        let milliseconds = value * scale
+        guard milliseconds >= 1 else { throw BadValue(description: "\(text) is not longer than zero") }
+        guard milliseconds <= Double(Self.longestDuration.components.seconds) * 1000 else {
+            throw BadValue(description: "\(text) is too long a duration (at most 100 years)")
+        }
+        guard milliseconds == milliseconds.rounded() else {
+            throw BadValue(description: "\(text) is not a whole number of milliseconds")
+        }
+        return .milliseconds(Int64(milliseconds))
+    }
+
+    /// A duration the server counts in whole seconds (token lifetimes, the recall window, …).
+    static func seconds(_ text: String) throws -> Duration {
+        let duration = try Self.duration(text)
+        guard duration.components.attoseconds == 0 else {
+            throw BadValue(description: "\(text) is not a whole number of seconds (this limit counts seconds)")
+        }
+        return duration
+    }
+
+    /// Limits that must fit the native frame (1 MiB of payload), checked once all are set.
+    static func checkFit(_ configuration: ServerConfiguration) throws {
+        let frame = NativeFraming.Configuration().maxFramePayloadBytes
+        if configuration.media.maxChunkBytes > frame {
+            throw ValidationError("--limit max-chunk-bytes must be at most \(frame) (a chunk travels in one frame)")
+        }
+        for (name, value) in [
+            ("max-events-bytes", configuration.limits.maxEventsBytes),
+            ("max-answer-bytes", configuration.limits.maxAnswerBytes),
+        ] where value > frame * 3 / 4 {
+            throw ValidationError(
+                "--limit \(name) must be at most \(frame * 3 / 4) (an answer travels in one frame of \(frame) bytes)"
+            )
+        }
     }
 }
 
@@ -135,8 +176,8 @@ enum ByteSize {
     }
 }
 
-/// A duration on the command line, written as everywhere in Courier: `250ms`, `30s`, `2m`, `12h`, `7d` (a bare
-/// number is seconds).
+/// A duration on the command line, written as everywhere in Courier (``LimitOption/duration(_:)``): `250ms`, `30s`,
+/// `2m`, `12h`, `7d`, `1.5s`; a bare number is seconds.
 struct DurationValue: ExpressibleByArgument, CustomStringConvertible {
     var duration: Duration
 
@@ -145,13 +186,8 @@ struct DurationValue: ExpressibleByArgument, CustomStringConvertible {
     }
 
     init?(argument: String) {
-        if let seconds = Double(argument), seconds.isFinite, seconds >= 0, seconds < 1e12 {
-            self.duration = .milliseconds(Int64((seconds * 1000).rounded()))
-        } else if let duration = try? LimitOption.duration(argument) {
-            self.duration = duration
-        } else {
-            return nil
-        }
+        guard let duration = try? LimitOption.duration(argument) else { return nil }
+        self.duration = duration
     }
 
     var seconds: Double {

@@ -25,6 +25,18 @@ enum ProcessSetup {
         return (before, UInt64(limit.rlim_cur))
     }
 
+    /// Writing to a closed standard output (a daemon's, or a pipe whose reader went) is an error, not a SIGPIPE that
+    /// ends the process.
+    static func ignoreBrokenPipes() {
+        signal(SIGPIPE, SIG_IGN)
+    }
+
+    /// Writes a line to standard output at once (not through print's buffer), also when it is a pipe or a file; a
+    /// closed one is ignored.
+    static func say(_ line: String) {
+        try? FileHandle.standardOutput.write(contentsOf: Data((line + "\n").utf8))
+    }
+
     /// The environment variable the Swift runtime's backtracer reads at process start.
     static let backtraceVariable = "SWIFT_BACKTRACE"
 

@@ -152,6 +152,7 @@ struct ProxyServe: AsyncParsableCommand {
         guard let level = Logger.Level(rawValue: self.logLevel) else {
             throw ValidationError("unknown log level \(self.logLevel)")
         }
+        ProcessSetup.ignoreBrokenPipes()
         var logger = Logger(label: "courier.proxy")
         logger.logLevel = level
         let proxy: CacheProxy
@@ -182,8 +183,8 @@ struct ProxyServe: AsyncParsableCommand {
                 guard let port = try? await proxy.listeningPort() else { return }
                 // Written at once (not through print's buffer), also when standard output is a pipe or a file: a
                 // script waits for this line.
-                let line = "courier proxy listening on http://\(self.host):\(port)/?url=<origin URL>\n"
-                FileHandle.standardOutput.write(Data(line.utf8))
+                let host = self.host.contains(":") ? "[\(self.host)]" : self.host
+                ProcessSetup.say("courier proxy listening on http://\(host):\(port)/?url=<origin URL>")
             }
             try await tasks.waitForAll()
         }

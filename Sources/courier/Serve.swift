@@ -111,6 +111,7 @@ struct Serve: AsyncParsableCommand {
         // A crash leaves its backtrace in <data>/crashes/ (this re-executes the program once to set that up).
         ProcessSetup.enableCrashReports(in: configuration.dataFolder.appendingPathComponent("crashes"))
         let files = ProcessSetup.raiseOpenFileLimit()
+        ProcessSetup.ignoreBrokenPipes()
         var logger = Logger(label: "courier")
         logger.logLevel = level
         if let files {
@@ -136,10 +137,10 @@ struct Serve: AsyncParsableCommand {
                 // waits for this line, and learns the ports it asked to be picked (0).
                 if let ports = await server.ports() {
                     let host = configuration.host.contains(":") ? "[\(configuration.host)]" : configuration.host
-                    let line =
+                    ProcessSetup.say(
                         "courier serve listening on native \(host):\(ports.native), compat \(host):\(ports.compat), "
-                        + "http \(host):\(ports.http)\n"
-                    FileHandle.standardOutput.write(Data(line.utf8))
+                            + "http \(host):\(ports.http)"
+                    )
                 }
                 try await tasks.waitForAll()
             }

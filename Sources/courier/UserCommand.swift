@@ -1,5 +1,6 @@
 import ArgumentParser
 import CourierChat
+import CourierServer
 import CourierStore
 import Foundation
 
@@ -90,7 +91,9 @@ struct UserCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "List a user's devices (logins): id, name, state, times, and whether connected now.",
             discussion: """
-                One device a line, tab-separated: id, name, state (active, expired or revoked), created, expires,                 and "connected since TIME" while a running server holds a connection of it, else "last seen TIME"                 (when its last connection ended; "-" for one that never connected).
+                One device a line, tab-separated: id, name, state (active, expired or revoked), created, expires, \
+                and "connected since TIME" while a running server holds a connection of it, else "last seen TIME" \
+                (when its last connection ended; "-" for one that never connected).
                 """
         )
         @OptionGroup var options: DataOptions
@@ -99,11 +102,16 @@ struct UserCommand: AsyncParsableCommand {
         func run() async throws {
             let devices = try await options.withStore { try await $0.devices(of: self.name) }
             let now = nowMs()
+            // "Connected" only while a server runs on the folder: one that was killed left it behind.
+            let running = CourierServer.isRunning(on: self.options.folder)
             for device in devices {
                 let state = device.revokedMs != nil ? "revoked" : device.expiresMs <= now ? "expired" : "active"
                 let seen =
-                    device.connectedSinceMs.map { "connected since \(formatTime($0))" }
-                    ?? "last seen \(formatTime(device.lastSeenMs))"
+                    if let since = device.connectedSinceMs, running {
+                        "connected since \(formatTime(since))"
+                    } else {
+                        "last seen \(formatTime([device.lastSeenMs, device.connectedSinceMs].compactMap { $0 }.max()))"
+                    }
                 print(
                     "\(device.id.rawValue)\t\(ChatText.printable(device.name))\t\(state)\t"
                         + "created \(formatTime(device.createdMs))\texpires \(formatTime(device.expiresMs))\t\(seen)"

@@ -134,7 +134,33 @@ struct ChatCommandsTests {
         #expect(ChatFiles.safeName(".hidden") == "hidden")
         #expect(ChatFiles.safeName("a\u{1B}[2Jb\u{7}.txt") == "a[2Jb.txt")
         #expect(ChatFiles.safeName("") == "file" && ChatFiles.safeName("/") == "file")
+        // A slash joined to a combining mark is still a slash; a right-to-left override cannot turn the extension.
+        #expect(ChatFiles.safeName("..\u{2F}\u{301}etc\\x") == "x")
+        #expect(ChatFiles.safeName("a/\u{301}b.txt") == "\u{301}b.txt")
+        #expect(ChatFiles.safeName("photo\u{202E}gpj.exe") == "photogpj.exe")
+        #expect(ChatFiles.safeName("\u{85}\u{9B}x") == "x")
+        // Long names keep their extension within 200 bytes.
+        let long = ChatFiles.safeName(String(repeating: "é", count: 300) + ".jpeg")
+        #expect(long.utf8.count <= 200 && long.hasSuffix("é.jpeg"))
+        // Only common image, video and audio types open, by their MIME type, never by the sender's name.
+        let sha = String(repeating: "ab", count: 32)
+        let image = MediaInfo(kind: .image, sha256: sha, size: 5, mime: "image/PNG", name: "x.desktop")
+        #expect(ChatFiles.viewableExtension(for: image) == "png")
+        for (kind, mime) in [
+            (MediaInfo.Kind.file, "image/png"), (.image, "application/x-desktop"), (.video, "text/html"),
+            (.voice, "application/java-archive"),
+        ] {
+            let media = MediaInfo(kind: kind, sha256: sha, size: 5, mime: mime, name: "x.png")
+            #expect(ChatFiles.viewableExtension(for: media) == nil, "\(kind) \(mime)")
+        }
         try await withTemporaryDirectory { folder in
+            let viewing = folder.appendingPathComponent("view")
+            let downloaded = folder.appendingPathComponent("downloaded")
+            try Data("img".utf8).write(to: downloaded)
+            let opened = try ChatFiles.viewable(downloaded, media: image, extension: "png", in: viewing)
+            #expect(opened.lastPathComponent == "courier-abababababababab.png")
+            let folderMode = try FileManager.default.attributesOfItem(atPath: viewing.path)[.posixPermissions] as? Int
+            #expect(folderMode == 0o700)
             let source = folder.appendingPathComponent("source")
             try Data("bytes".utf8).write(to: source)
             let downloads = folder.appendingPathComponent("Downloads")

@@ -54,15 +54,6 @@ struct SharedStoreTests {
         }
     }
 
-    /// Waits until `condition` holds, for up to a minute.
-    static func waitUntil(_ what: String, _ condition: () async throws -> Bool) async throws {
-        let deadline = ContinuousClock.now + .seconds(60)
-        while try await !condition() {
-            guard ContinuousClock.now < deadline else { throw TestClientTimeout(description: "never: \(what)") }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-    }
-
     @Test("two clients of one store each report every message once, the other's sends included, not their own")
     func twoWindows() async throws {
         try await withTemporaryDirectory { folder in
@@ -79,11 +70,11 @@ struct SharedStoreTests {
                     group.addTask { await first.run() }
                     group.addTask { await bob.run() }
                     // The second window opens once the first has logged in: it uses the store's token.
-                    try await Self.waitUntil("the first logged in") { try await first.deviceToken() != nil }
+                    try await waitUntil("the first logged in") { try await first.deviceToken() != nil }
                     let second = try Self.client(fixture, "alice", store: shared)
                     group.addTask { for await event in second.events { tallies.1.count(event) } }
                     group.addTask { await second.run() }
-                    try await Self.waitUntil("both connected") {
+                    try await waitUntil("both connected") {
                         tallies.0.connected.withLock { $0 } > 0 && tallies.1.connected.withLock { $0 } > 0
                             && tallies.2.connected.withLock { $0 } > 0
                     }
@@ -96,7 +87,7 @@ struct SharedStoreTests {
                         fromFirst.append(try await first.send("first \(index)", to: .user("bob")))
                         fromSecond.append(try await second.send("second \(index)", to: .user("bob")))
                     }
-                    try await Self.waitUntil("every message reported") {
+                    try await waitUntil("every message reported") {
                         tallies.0.messages.withLock { $0.count } == 30 && tallies.1.messages.withLock { $0.count } == 30
                             && tallies.0.sent.withLock { $0.count } == 10 && tallies.1.sent.withLock { $0.count } == 10
                     }
@@ -136,7 +127,7 @@ struct SharedStoreTests {
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask { for await event in chat.events { tally.count(event) } }
                     group.addTask { await chat.run() }
-                    try await Self.waitUntil("connected") { tally.connected.withLock { $0 } > 0 }
+                    try await waitUntil("connected") { tally.connected.withLock { $0 } > 0 }
                     // A client that lives but never connects (a command still starting), and one that wrote and
                     // went (a command killed before it connected).
                     let living = try Self.client(fixture, "alice", store: shared)
@@ -151,7 +142,7 @@ struct SharedStoreTests {
                     // The chat's next look takes over the gone one's messages (and its look covers the living one's,
                     // written before): they are sent, once, in order, and reported as messages of alice's (the
                     // chat did not write them), not as its own acknowledgements.
-                    try await Self.waitUntil("the gone client's messages sent") {
+                    try await waitUntil("the gone client's messages sent") {
                         tally.messageIDs.withLock { Set($0.keys) } == Set(goneIDs)
                     }
                     #expect(tally.sent.withLock { $0.isEmpty })
@@ -165,7 +156,7 @@ struct SharedStoreTests {
                     #expect(try await chat.pendingMessageIDs() == [alive])
                     // Once the living one is gone too, its message follows.
                     _ = consume living
-                    try await Self.waitUntil("the last message sent") {
+                    try await waitUntil("the last message sent") {
                         tally.messageIDs.withLock { $0[alive] } == 1
                     }
                     chat.stop()
@@ -193,19 +184,19 @@ struct SharedStoreTests {
                     group.addTask { for await event in bob.events { tallies.2.count(event) } }
                     group.addTask { await first.run() }
                     group.addTask { await bob.run() }
-                    try await Self.waitUntil("connected") {
+                    try await waitUntil("connected") {
                         tallies.0.connected.withLock { $0 } > 0 && tallies.2.connected.withLock { $0 } > 0
                     }
                     // Made now, connecting later: meanwhile the first stores bob's message.
                     let late = try Self.client(fixture, "alice", store: shared)
                     try await bob.send("before the late one connects", to: .user("alice"))
-                    try await Self.waitUntil("the first stored it") {
+                    try await waitUntil("the first stored it") {
                         tallies.0.messages.withLock { $0["before the late one connects"] } == 1
                     }
                     group.addTask { for await event in late.events { tallies.1.count(event) } }
                     group.addTask { await late.run() }
                     try await bob.send("after", to: .user("alice"))
-                    try await Self.waitUntil("the late one reported both") {
+                    try await waitUntil("the late one reported both") {
                         tallies.1.messages.withLock { $0.count } == 2
                     }
                     #expect(
@@ -233,7 +224,7 @@ struct SharedStoreTests {
                     group.addTask { for await event in client.events { tally.count(event) } }
                     group.addTask { await client.run() }
                     let sent = try await client.send("this one goes", to: .user("bob"))
-                    try await Self.waitUntil("acknowledged") { tally.sent.withLock { $0[sent] } == 1 }
+                    try await waitUntil("acknowledged") { tally.sent.withLock { $0[sent] } == 1 }
                     #expect(try await !client.withdraw(id: sent))
                     client.stop()
                     try await group.waitForAll()
@@ -258,7 +249,7 @@ struct SharedStoreTests {
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask { for await event in reader.events { readerTally.count(event) } }
                     group.addTask { await reader.run() }
-                    try await Self.waitUntil("connected") { readerTally.connected.withLock { $0 } > 0 }
+                    try await waitUntil("connected") { readerTally.connected.withLock { $0 } > 0 }
                     let writers = try (0..<20).map { _ in
                         try Self.client(fixture, "alice", store: shared, events: false)
                     }
@@ -272,7 +263,7 @@ struct SharedStoreTests {
                             }
                         }
                     }
-                    try await Self.waitUntil("500 acknowledged and reported") {
+                    try await waitUntil("500 acknowledged and reported") {
                         tallies.map { $0.sent.withLock { $0.count } }.reduce(0, +) == 500
                             && readerTally.messages.withLock { $0.count } == 500
                     }

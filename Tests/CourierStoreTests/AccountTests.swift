@@ -122,8 +122,12 @@ struct AccountTests {
             let new = try #require(renewed.token)
             #expect(renewed.device.id == first.device.id && renewed.device.name == "laptop" && new != old)
             #expect(renewed.device.expiresMs == now + 180_000)
-            await expectCode(.authFailed) { _ = try await fixture.store.authenticate(token: old, nowMs: now + 120_001) }
+            // The renewal never makes the expired token good again.
+            await expectCode(.tokenExpired) {
+                _ = try await fixture.store.authenticate(token: old, nowMs: now + 120_001)
+            }
             #expect(try await fixture.store.authenticate(token: new, nowMs: now + 120_001).device.id == first.device.id)
+            await expectCode(.authFailed) { _ = try await fixture.store.authenticate(token: old, nowMs: now + 120_001) }
             #expect(try await fixture.store.devices(of: "alice").count == 1)
             // A wrong password renews nothing: the token still works.
             await expectCode(.authFailed) {
@@ -156,6 +160,66 @@ struct AccountTests {
             )
             #expect(fresh.device.id != first.device.id)
             #expect(try await fixture.store.devices(of: "alice").count == 2)
+        }
+    }
+
+    @Test("after a renewal the previous token works until the new one is used, the grace ends, or it expires")
+    func renewalGrace() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder) {
+                $0.tokenLifetime = .seconds(3600)
+                $0.renewalGrace = .seconds(60)
+            }
+            try await fixture.users("alice")
+            let now = StoreFixture.start
+            let first = try await fixture.store.login(user: "alice", password: "pw-alice", deviceName: "d", nowMs: now)
+            let a = try #require(first.token)
+            func renew(_ token: String, at ms: Int64) async throws -> DeviceSession {
+                try await fixture.store.login(
+                    user: "alice",
+                    password: "pw-alice",
+                    deviceName: "d",
+                    renewing: token,
+                    nowMs: ms
+                )
+            }
+            func device(_ token: String, at ms: Int64) async throws -> DeviceID {
+                try await fixture.store.authenticate(token: token, nowMs: ms).device.id
+            }
+            // Renewed while good: both tokens work, the old one with its own expiry.
+            let second = try await renew(a, at: now + 1_000)
+            let b = try #require(second.token)
+            #expect(second.renewed && second.device.id == first.device.id)
+            let viaOld = try await fixture.store.authenticate(token: a, nowMs: now + 2_000)
+            #expect(viaOld.device.id == first.device.id && viaOld.device.expiresMs == now + 3_600_000)
+            // The answer was lost: the client renews with the old token again; the old one still works, the lost
+            // one does not.
+            let third = try await renew(a, at: now + 3_000)
+            let c = try #require(third.token)
+            #expect(third.device.id == first.device.id)
+            #expect(try await device(a, at: now + 4_000) == first.device.id)
+            await expectCode(.authFailed) { _ = try await device(b, at: now + 4_000) }
+            // Past the grace, the old token stops working.
+            await expectCode(.authFailed) { _ = try await device(a, at: now + 1_000 + 60_000) }
+            #expect(try await device(c, at: now + 1_000 + 60_000) == first.device.id)
+
+            // Renewed, then abandoned (the new token never reached the client): the old token is the token again,
+            // with its own expiry, past the grace; the new one is gone.
+            let fourth = try await renew(c, at: now + 100_000)
+            let d = try #require(fourth.token)
+            try await fixture.store.abandonRenewal(of: first.device.id)
+            await expectCode(.authFailed) { _ = try await device(d, at: now + 100_001) }
+            let back = try await fixture.store.authenticate(token: c, nowMs: now + 500_000)
+            #expect(back.device.id == first.device.id && back.device.expiresMs == now + 3_000 + 3_600_000)
+            await expectCode(.tokenExpired) { _ = try await device(c, at: now + 3_000 + 3_600_000) }
+
+            // Renewed, then the new token used: the old one stops at once, inside the grace.
+            let fifth = try await renew(c, at: now + 600_000)
+            let e = try #require(fifth.token)
+            #expect(try await device(c, at: now + 600_001) == first.device.id)
+            #expect(try await device(e, at: now + 600_002) == first.device.id)
+            await expectCode(.authFailed) { _ = try await device(c, at: now + 600_003) }
+            #expect(try await fixture.store.devices(of: "alice").count == 1)
         }
     }
 

@@ -440,9 +440,15 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             handle = registered
             first = firstForUser
             if firstForDevice {
-                try? await store.deviceConnection(registered.device, connected: true, nowMs: SessionContext.nowMs())
+                self.context.activity.note(
+                    registered.device,
+                    of: registered.user,
+                    connected: true,
+                    ms: SessionContext.nowMs()
+                )
             }
         case .shuttingDown:
+            if deviceSession.renewed { try? await store.abandonRenewal(of: deviceSession.device.id) }
             try? await self.close(
                 outbound,
                 session: session,
@@ -453,8 +459,11 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         case .userFull:
             self.context.metrics.refusals.increment()
             let limit = self.context.configuration.limits.maxConnectionsPerUser
-            // A password login made a device for this connection: it never gets to use it.
-            if deviceSession.token != nil {
+            // A password login made a device for this connection: it never gets to use it. One that renewed the
+            // device the client held gives it its previous token back (the client never got the new one).
+            if deviceSession.renewed {
+                try? await store.abandonRenewal(of: deviceSession.device.id)
+            } else if deviceSession.token != nil {
                 try? await store.revokeDevice(
                     deviceSession.device.id,
                     of: deviceSession.user.name,
@@ -851,9 +860,7 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         let last = self.context.hub.unregister(handle)
         let now = SessionContext.nowMs()
         if last.lastForDevice {
-            try? await self.context.store.deviceConnection(handle.device, connected: false, nowMs: now)
-        } else {
-            try? await self.context.store.touchDevice(handle.device, nowMs: now)
+            self.context.activity.note(handle.device, of: handle.user, connected: false, ms: now)
         }
         guard last.lastForUser, let user = try? await self.context.store.userName(of: handle.user) else { return }
         await self.announcePresence(

@@ -10,6 +10,8 @@ final class SessionContext: Sendable {
     let store: SQLiteStore
     let commits: CommitQueue
     let hub: Hub
+    /// Which devices are connected, for `courier user devices`.
+    let activity: DeviceActivity
     let logger: Logger
     let metrics: ServerMetrics
     let media: MediaService
@@ -47,11 +49,13 @@ final class SessionContext: Sendable {
         store: SQLiteStore,
         commits: CommitQueue,
         hub: Hub,
+        activity: DeviceActivity,
         metrics: ServerMetrics,
         media: MediaService,
         logins: LoginGuard,
         logger: Logger
     ) {
+        self.activity = activity
         self.logins = logins
         self.media = media
         self.configuration = configuration
