@@ -31,7 +31,7 @@ public final class CourierServer: Service, Sendable {
     }
 
     public let configuration: ServerConfiguration
-    public let store: SQLiteStore
+    public let store: any CourierDatabase
     /// The version `/health` reports.
     public let version: String
     private let logger: Logger

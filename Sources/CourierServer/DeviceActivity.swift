@@ -41,7 +41,7 @@ final class DeviceActivity: Sendable {
     }
 
     /// Writes the edges as they gather, until ``finish()``.
-    func run(hub: Hub, store: SQLiteStore) async {
+    func run(hub: Hub, store: any CourierDatabase) async {
         while true {
             let (batch, finished) = await self.take()
             let changes = batch.compactMap { device, edge -> DeviceActivityChange? in

@@ -8,7 +8,7 @@ import NIOCore
 /// The token comes in `Authorization: Bearer <token>` or the `token` query parameter. Media the user may not see is
 /// 404, exactly like media that does not exist.
 struct MediaEndpoint: Sendable {
-    let store: SQLiteStore
+    let store: any CourierDatabase
     let media: MediaService
     let logins: LoginGuard
 
@@ -53,7 +53,7 @@ struct MediaEndpoint: Sendable {
         // SVG, scripts…) is a download, so a message cannot plant a page on the server's origin.
         let inert = Self.isInert(access.mime)
         var headers: HTTPFields = [
-            .contentType: inert ? access.mime : SQLiteStore.defaultMediaType,
+            .contentType: inert ? access.mime : MediaAccess.defaultType,
             .init("X-Content-Type-Options")!: "nosniff",
             .contentSecurityPolicy: "sandbox",
             .eTag: etag,
@@ -113,7 +113,7 @@ struct MediaEndpoint: Sendable {
         guard let type else { return false }
         if type == "image/svg+xml" { return false }
         return type.hasPrefix("image/") || type.hasPrefix("audio/") || type.hasPrefix("video/")
-            || type == "text/plain" || type == SQLiteStore.defaultMediaType
+            || type == "text/plain" || type == MediaAccess.defaultType
     }
 
     private static func token(of request: Request) -> String? {

@@ -10,7 +10,7 @@ import Synchronization
 /// clean-up of abandoned uploads. Both ports and the HTTP port use it.
 final class MediaService: Sendable {
     let blobs: BlobStore
-    let store: SQLiteStore
+    let store: any CourierDatabase
     let configuration: ServerConfiguration.Media
     let metrics: ServerMetrics
     let logger: Logger
@@ -27,7 +27,7 @@ final class MediaService: Sendable {
 
     init(
         folder: URL,
-        store: SQLiteStore,
+        store: any CourierDatabase,
         configuration: ServerConfiguration.Media,
         metrics: ServerMetrics,
         logger: Logger

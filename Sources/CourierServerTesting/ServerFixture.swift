@@ -15,7 +15,7 @@ public struct ServerFixture: Sendable {
     public let ports: CourierServer.Ports
     public let folder: URL
 
-    public var store: SQLiteStore { self.server.store }
+    public var store: any CourierDatabase { self.server.store }
 
     /// Runs `body` against a running server on a fresh data folder (or `folder`, to restart on the same data).
     /// The server logs to `logger`, else (at the level `COURIER_TEST_LOG` names, default critical) to the console.

@@ -37,7 +37,7 @@ public final class CommitQueue: Sendable {
         var finished = false
     }
 
-    private let store: SQLiteStore
+    private let store: any CourierDatabase
     private let configuration: Configuration
     private let clock: @Sendable () -> Int64
     private let onCommit: @Sendable (BatchReport) -> Void
@@ -52,7 +52,7 @@ public final class CommitQueue: Sendable {
     ///   - onCommit: Called after each batch (committed or failed), before the submitters resume: the server wakes
     ///     the connections of users whose logs grew from here.
     public init(
-        store: SQLiteStore,
+        store: any CourierDatabase,
         configuration: Configuration = .init(),
         clock: @escaping @Sendable () -> Int64,
         onCommit: @escaping @Sendable (BatchReport) -> Void = { _ in }

@@ -132,10 +132,10 @@ extension SQLiteStore {
         user name: String,
         password: String,
         deviceName: String,
-        renewing previous: String? = nil,
+        renewing previous: String?,
         nowMs: Int64
     ) async throws -> DeviceSession {
-        try StoreText.check(deviceName, what: "device name", maxBytes: Self.maxDeviceNameBytes)
+        try StoreText.check(deviceName, what: "device name", maxBytes: self.limits.maxDeviceNameBytes)
         let candidate = try await self.read { db -> (User, String)? in
             guard let user = try Self.user(named: name, db), user.removedMs == nil,
                 let hash = try String.fetchOne(
@@ -155,7 +155,7 @@ extension SQLiteStore {
             throw CourierStoreError(.authFailed, "wrong user name or password")
         }
         let token = SessionToken.make()
-        let expiresMs = nowMs + Int64(self.configuration.tokenLifetime.components.seconds) * 1000
+        let expiresMs = nowMs + StoreLimits.milliseconds(self.limits.tokenLifetime)
         let device = try await self.write { db -> (Device, Bool) in
             // The user may have been removed between the read and this write.
             let current = try Self.activeUser(named: user.name, db)
@@ -178,7 +178,7 @@ extension SQLiteStore {
                 // The token it held stays good for a while (see the previous_token_hash column), until its own
                 // expiry at the latest. A renewal offering the previous token (the client never got the last new
                 // one) keeps that previous token as it was.
-                let graceMs = Int64(self.configuration.renewalGrace.components.seconds) * 1000
+                let graceMs = StoreLimits.milliseconds(self.limits.renewalGrace)
                 try db.execute(
                     sql: """
                         UPDATE devices SET
@@ -226,9 +226,6 @@ extension SQLiteStore {
         }
         return DeviceSession(user: user, device: device.0, token: token, renewed: device.1)
     }
-
-    /// The longest device name, in UTF-8 bytes.
-    public static let maxDeviceNameBytes = 64
 
     /// Hashes a password on the store's password threads.
     private func hashPassword(_ password: String) async throws -> String {

@@ -16,7 +16,7 @@ extension SQLiteStore {
         name: String,
         owner: String,
         members: [String],
-        byOwner: Bool = false,
+        byOwner: Bool,
         nowMs: Int64
     ) async throws -> [UserID: UInt64] {
         try Names.validate(name, what: "group name")

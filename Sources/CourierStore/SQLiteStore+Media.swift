@@ -9,10 +9,12 @@ public struct MediaAccess: Hashable, Sendable {
     public var name: String
 }
 
-extension SQLiteStore {
+extension MediaAccess {
     /// The MIME type served for media whose sender gave none.
-    public static let defaultMediaType = "application/octet-stream"
+    public static let defaultType = "application/octet-stream"
+}
 
+extension SQLiteStore {
     /// Records that a user finished uploading a file: it may now send it, and it counts against its quota (once,
     /// however often it is uploaded).
     ///
@@ -93,7 +95,7 @@ extension SQLiteStore {
                 arguments: [user.rawValue, sha256]
             ) {
                 let mime: String = row[1]
-                return MediaAccess(size: row[0], mime: mime.isEmpty ? Self.defaultMediaType : mime, name: row[2])
+                return MediaAccess(size: row[0], mime: mime.isEmpty ? MediaAccess.defaultType : mime, name: row[2])
             }
             guard
                 let size = try Int64.fetchOne(
@@ -101,7 +103,7 @@ extension SQLiteStore {
                     arguments: [user.rawValue, sha256]
                 )
             else { return nil }
-            return MediaAccess(size: size, mime: Self.defaultMediaType, name: "")
+            return MediaAccess(size: size, mime: MediaAccess.defaultType, name: "")
         }
     }
 }

@@ -12,7 +12,7 @@ extension SQLiteStore {
     ///   - cursor: Events after this cursor.
     ///   - limit: At most this many (capped by ``Configuration/maxEventsPerRead``).
     public func events(for user: UserID, after cursor: UInt64, limit: Int) async throws -> [StoredEvent] {
-        let limit = max(1, min(limit, self.configuration.maxEventsPerRead))
+        let limit = max(1, min(limit, self.limits.maxEventsPerRead))
         return try await self.read { db in
             let rows = try Row.fetchAll(
                 db.cachedStatement(sql: Self.eventsSQL),

@@ -2,9 +2,6 @@ internal import Foundation
 internal import GRDB
 
 extension SQLiteStore {
-    /// The longest message id a client may choose, in bytes.
-    public static let maxMessageIDBytes = 128
-
     /// Applies many writes in one transaction: one fsync for all (group commit).
     ///
     /// Each request is checked before it writes anything, so a refused request changes nothing while the others
@@ -16,7 +13,7 @@ extension SQLiteStore {
     ///   - nowMs: The server's clock, in milliseconds since 1970; a conversation's times never go backwards.
     /// - Throws: ``CourierStoreError`` with code `storage-failed`.
     public func apply(_ requests: [WriteRequest], nowMs: Int64) async throws -> AppliedBatch {
-        let recallWindowMs = Int64(self.configuration.recallWindow.components.seconds) * 1000
+        let recallWindowMs = StoreLimits.milliseconds(self.limits.recallWindow)
         return try await self.write { db in
             var batch = WriteBatch(nowMs: nowMs, recallWindowMs: recallWindowMs, store: self)
             var outcomes: [WriteOutcome] = []
@@ -87,7 +84,7 @@ struct WriteBatch {
     // MARK: Requests
 
     private mutating func send(_ send: WriteRequest.Send, _ db: Database) throws -> WriteOutcome {
-        try StoreText.check(send.id, what: "message id", maxBytes: SQLiteStore.maxMessageIDBytes)
+        try StoreText.check(send.id, what: "message id", maxBytes: self.store.limits.maxMessageIDBytes)
         let id = send.id.isEmpty ? WriteRequest.Send.assignedID() : send.id
         if let row = try Row.fetchOne(
             db.cachedStatement(

@@ -11,22 +11,15 @@ internal import Synchronization
 ///
 /// Several processes may open the same file: the server, and the admin commands (`courier user …`) while it runs.
 /// Writes of the admin commands are recorded in a `changes` table that the server reads with ``changes(after:)``.
-public final class SQLiteStore: Sendable {
+public final class SQLiteStore: CourierDatabase {
     /// Settings of the store.
     public struct Configuration: Sendable {
         /// How long a write waits for another process's write to finish before failing.
         public var busyTimeout: Duration = .seconds(5)
-        /// How long a session token lasts after the login that made it.
-        public var tokenLifetime: Duration = .seconds(30 * 24 * 3600)
-        /// After a device is renewed (a password login with the token it held), how long its previous token still
-        /// works unless the new one is used first.
-        public var renewalGrace: Duration = .seconds(600)
-        /// How long after sending a sender may recall a message.
-        public var recallWindow: Duration = .seconds(120)
+        /// The limits and policies every store applies alike.
+        public var limits: StoreLimits = .init()
         /// The cost of password hashes written from now on.
         public var passwordHasher: PasswordHasher = .standard
-        /// Rows read per query when paging through an event log.
-        public var maxEventsPerRead: Int = 512
         /// The largest the database file may grow, in bytes; nil for no limit but the disk's. A write that would
         /// pass it fails like one on a full disk: `storage-failed`, nothing committed.
         public var maxDatabaseBytes: Int? = nil
@@ -44,6 +37,7 @@ public final class SQLiteStore: Sendable {
 
     let pool: DatabasePool
     public let configuration: Configuration
+    public var limits: StoreLimits { self.configuration.limits }
     let logger: Logger
     let names: Mutex<[UserID: String]> = Mutex([:])
     let decoy: Mutex<String?> = Mutex(nil)

@@ -140,7 +140,7 @@ struct AuthTests {
             try await again.send(hello)
             #expect(try await again.expectClose().compactMap(\.failure).map(\.code) == [ErrorCodes.tokenExpired])
         } configure: {
-            $0.store.tokenLifetime = .seconds(1)
+            $0.store.limits.tokenLifetime = .seconds(1)
         }
     }
 

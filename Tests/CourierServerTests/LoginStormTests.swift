@@ -277,7 +277,7 @@ struct LoginStormTests {
             let closing = try await alice.expectClose(timeout: .seconds(30))
             #expect(closing.compactMap(\.failure).map(\.code) == [ErrorCodes.tokenExpired])
         } configure: {
-            $0.store.tokenLifetime = .seconds(2)
+            $0.store.limits.tokenLifetime = .seconds(2)
         }
     }
 

@@ -52,7 +52,7 @@ struct AccountTests {
     @Test("a password login makes a device whose token authenticates until it expires or is revoked")
     func tokens() async throws {
         try await withTemporaryDirectory { folder in
-            let fixture = try StoreFixture(folder: folder) { $0.tokenLifetime = .seconds(60) }
+            let fixture = try StoreFixture(folder: folder) { $0.limits.tokenLifetime = .seconds(60) }
             let ids = try await fixture.users("alice")
             let now = StoreFixture.start
             let phone = try await fixture.store.login(
@@ -101,7 +101,7 @@ struct AccountTests {
     @Test("a login with the token it held renews that device (even expired); a revoked or another user's does not")
     func renewal() async throws {
         try await withTemporaryDirectory { folder in
-            let fixture = try StoreFixture(folder: folder) { $0.tokenLifetime = .seconds(60) }
+            let fixture = try StoreFixture(folder: folder) { $0.limits.tokenLifetime = .seconds(60) }
             try await fixture.users("alice", "bob")
             let now = StoreFixture.start
             let first = try await fixture.store.login(
@@ -167,8 +167,8 @@ struct AccountTests {
     func renewalGrace() async throws {
         try await withTemporaryDirectory { folder in
             let fixture = try StoreFixture(folder: folder) {
-                $0.tokenLifetime = .seconds(3600)
-                $0.renewalGrace = .seconds(60)
+                $0.limits.tokenLifetime = .seconds(3600)
+                $0.limits.renewalGrace = .seconds(60)
             }
             try await fixture.users("alice")
             let now = StoreFixture.start

@@ -291,7 +291,7 @@ struct MessagingTests {
     @Test("the sender recalls within the window; the recall reaches every member and empties the body")
     func recall() async throws {
         try await withTemporaryDirectory { folder in
-            let fixture = try StoreFixture(folder: folder) { $0.recallWindow = .seconds(60) }
+            let fixture = try StoreFixture(folder: folder) { $0.limits.recallWindow = .seconds(60) }
             let ids = try await fixture.users("alice", "bob")
             let (alice, bob) = (ids["alice"]!, ids["bob"]!)
             let now = StoreFixture.start

@@ -307,7 +307,7 @@ final class CompatTransport: SessionTransport {
                 // The header of a media packet; the caller streams its bytes.
                 let type = Self.mediaTypes.first { $0.value == media.kind }?.key ?? "file"
                 fields["sha256"] = .string(media.sha256)
-                fields["mime"] = .string(media.mime.isEmpty ? SQLiteStore.defaultMediaType : media.mime)
+                fields["mime"] = .string(media.mime.isEmpty ? MediaAccess.defaultType : media.mime)
                 if !media.name.isEmpty { fields["name"] = .string(media.name) }
                 if media.durationMs > 0 { fields["duration_ms"] = .integer(Int64(media.durationMs)) }
                 if media.width > 0 { fields["width"] = .integer(Int64(media.width)) }

@@ -43,7 +43,11 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         }
         let session = SessionShared(
             machine: SessionStateMachine(
-                configuration: .init(self.context.configuration.limits, media: self.context.configuration.media),
+                configuration: .init(
+                    self.context.configuration.limits,
+                    media: self.context.configuration.media,
+                    store: self.context.store.limits
+                ),
                 now: .now
             ),
             channel: channel.channel,
@@ -371,7 +375,7 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             let now = SessionContext.nowMs()
             switch hello.credentials {
             case .password(let password)?:
-                let deviceName = Self.prefix(hello.deviceName, maxBytes: SQLiteStore.maxDeviceNameBytes)
+                let deviceName = Self.prefix(hello.deviceName, maxBytes: store.limits.maxDeviceNameBytes)
                 result = .success(
                     try await store.login(
                         user: password.user,
@@ -753,11 +757,29 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                 nowMs: now
             )
         case .add(let members)?:
-            return try await store.changeMembers(of: manage.group, actor: user.id, add: members.users, nowMs: now)
+            return try await store.changeMembers(
+                of: manage.group,
+                actor: user.id,
+                add: members.users,
+                remove: [],
+                nowMs: now
+            )
         case .remove(let members)?:
-            return try await store.changeMembers(of: manage.group, actor: user.id, remove: members.users, nowMs: now)
+            return try await store.changeMembers(
+                of: manage.group,
+                actor: user.id,
+                add: [],
+                remove: members.users,
+                nowMs: now
+            )
         case .leave?:
-            return try await store.changeMembers(of: manage.group, actor: user.id, remove: [user.name], nowMs: now)
+            return try await store.changeMembers(
+                of: manage.group,
+                actor: user.id,
+                add: [],
+                remove: [user.name],
+                nowMs: now
+            )
         case nil:
             throw CourierStoreError(.invalidRequest, "manage_group needs an action")
         }

@@ -7,7 +7,7 @@ import Synchronization
 /// What every session shares: the store, the group commit, the map of connections, the login throttle.
 final class SessionContext: Sendable {
     let configuration: ServerConfiguration
-    let store: SQLiteStore
+    let store: any CourierDatabase
     let commits: CommitQueue
     let hub: Hub
     /// Which devices are connected, for `courier user devices`.
@@ -46,7 +46,7 @@ final class SessionContext: Sendable {
 
     init(
         configuration: ServerConfiguration,
-        store: SQLiteStore,
+        store: any CourierDatabase,
         commits: CommitQueue,
         hub: Hub,
         activity: DeviceActivity,

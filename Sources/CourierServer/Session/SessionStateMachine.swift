@@ -16,9 +16,15 @@ struct SessionStateMachine {
         var idleTimeout: Duration
         var authTimeout: Duration
         var maxMediaBytes: Int64
+        var maxMessageIDBytes: Int
 
-        init(_ limits: ServerConfiguration.Limits, media: ServerConfiguration.Media = .init()) {
+        init(
+            _ limits: ServerConfiguration.Limits,
+            media: ServerConfiguration.Media = .init(),
+            store: StoreLimits = .init()
+        ) {
             self.maxMediaBytes = media.maxMediaBytes
+            self.maxMessageIDBytes = store.maxMessageIDBytes
             self.maxUnackedSends = limits.maxUnackedSends
             self.sendsPerSecond = limits.sendsPerSecond
             self.sendBurst = limits.sendBurst
@@ -338,8 +344,11 @@ struct SessionStateMachine {
         func refuse(_ code: String, _ message: String) -> Action {
             .refuse(requestID: requestID, code: code, message: message, id: send.id, retryAfter: nil)
         }
-        if send.id.utf8.count > SQLiteStore.maxMessageIDBytes {
-            return refuse(ErrorCodes.idTooLong, "a message id has at most \(SQLiteStore.maxMessageIDBytes) bytes")
+        if send.id.utf8.count > self.configuration.maxMessageIDBytes {
+            return refuse(
+                ErrorCodes.idTooLong,
+                "a message id has at most \(self.configuration.maxMessageIDBytes) bytes"
+            )
         }
         if !StoreText.isClean(send.id) {
             return refuse(ErrorCodes.invalidRequest, "a message id has no control characters")

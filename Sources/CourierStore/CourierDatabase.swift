@@ -1,0 +1,151 @@
+/// What a Courier server keeps in its database, whichever it is: ``SQLiteStore`` (one file, one node), and the
+/// PostgreSQL store that several nodes share. The server, the admin commands and the conformance tests see only
+/// this.
+///
+/// Every method is one transaction (or one read); every write that returns is durable. Errors are
+/// ``CourierStoreError``s: `storage-failed` when the database itself failed (nothing of that call was written),
+/// another code when the request was refused. The rules each method follows are documented on ``SQLiteStore``'s,
+/// and hold for every implementation.
+public protocol CourierDatabase: Sendable {
+    /// The limits the store enforces, which the server also checks before it asks.
+    var limits: StoreLimits { get }
+
+    // MARK: Accounts (admin)
+
+    func addUser(name: String, password: String, nowMs: Int64) async throws -> User
+    func users() async throws -> [User]
+    func user(named name: String) async throws -> User?
+    func setPassword(user name: String, password: String, nowMs: Int64) async throws
+    func removeUser(named name: String, nowMs: Int64) async throws
+    func devices(of name: String) async throws -> [Device]
+    func revokeDevice(_ device: DeviceID, of name: String, nowMs: Int64) async throws
+
+    // MARK: Devices and sessions
+
+    func login(
+        user name: String,
+        password: String,
+        deviceName: String,
+        renewing previous: String?,
+        nowMs: Int64
+    ) async throws -> DeviceSession
+    func authenticate(token: String, nowMs: Int64) async throws -> DeviceSession
+    func abandonRenewal(of device: DeviceID) async throws
+    func recordDeviceActivity(_ changes: [DeviceActivityChange]) async throws
+    func clearConnectedDevices() async throws
+
+    // MARK: Changes made by others (admin commands, other nodes)
+
+    func latestChangeID() async throws -> Int64
+    func changes(after id: Int64) async throws -> (changes: [StoreChange], latest: Int64)
+    func pruneChanges(olderThanMs: Int64) async throws
+
+    // MARK: Groups
+
+    @discardableResult
+    func createGroup(
+        name: String,
+        owner: String,
+        members: [String],
+        byOwner: Bool,
+        nowMs: Int64
+    ) async throws -> [UserID: UInt64]
+    @discardableResult
+    func changeMembers(
+        of group: String,
+        actor: UserID?,
+        add: [String],
+        remove: [String],
+        nowMs: Int64
+    ) async throws -> [UserID: UInt64]
+    func group(named name: String) async throws -> Group
+    func groupNames() async throws -> [String]
+
+    // MARK: Writes (the group commit)
+
+    func apply(_ requests: [WriteRequest], nowMs: Int64) async throws -> AppliedBatch
+
+    // MARK: Reads
+
+    func events(for user: UserID, after cursor: UInt64, limit: Int) async throws -> [StoredEvent]
+    func logCursor(of user: UserID) async throws -> UInt64
+    func ackedCursor(of device: DeviceID) async throws -> UInt64
+    func history(
+        for user: UserID,
+        in conversation: ConversationAddress,
+        beforeSeq: UInt64,
+        limit: Int
+    ) async throws -> HistoryPage
+    func unreadCounts(for user: UserID) async throws -> [UnreadCount]
+    func peers(of user: UserID) async throws -> Set<UserID>
+    func contacts(of user: UserID) async throws -> Set<UserID>
+    func members(of address: ConversationAddress, for user: UserID) async throws -> [UserID]
+    func userName(of id: UserID) async throws -> String
+    func namesAndLastSeen(
+        of users: some Collection<UserID>
+    ) async throws -> [UserID: (name: String, lastSeenMs: Int64?)]
+
+    // MARK: Media
+
+    @discardableResult
+    func recordUpload(user: UserID, sha256: String, size: Int64, quota: Int64, nowMs: Int64) async throws -> Int64
+    func mediaUsage(of user: UserID) async throws -> Int64
+    func uploadedSize(by user: UserID, sha256: String) async throws -> Int64?
+    func mediaAccess(for user: UserID, sha256: String) async throws -> MediaAccess?
+
+    /// Lets go of the database; nothing may be asked afterwards.
+    func close() throws
+}
+
+extension CourierDatabase {
+    /// A password login that makes a new device.
+    public func login(
+        user name: String,
+        password: String,
+        deviceName: String,
+        nowMs: Int64
+    ) async throws
+        -> DeviceSession
+    {
+        try await self.login(user: name, password: password, deviceName: deviceName, renewing: nil, nowMs: nowMs)
+    }
+
+    /// A group made by an admin (not by its owner's request).
+    @discardableResult
+    public func createGroup(
+        name: String,
+        owner: String,
+        members: [String],
+        nowMs: Int64
+    ) async throws
+        -> [UserID: UInt64]
+    {
+        try await self.createGroup(name: name, owner: owner, members: members, byOwner: false, nowMs: nowMs)
+    }
+
+}
+
+/// The limits a store enforces and the policies it applies, the same for every ``CourierDatabase``.
+public struct StoreLimits: Sendable, Hashable {
+    /// How long a session token lasts after the login that made it.
+    public var tokenLifetime: Duration = .seconds(30 * 24 * 3600)
+    /// After a device is renewed (a password login with the token it held), how long its previous token still
+    /// works unless the new one is used first (never past its own expiry).
+    public var renewalGrace: Duration = .seconds(600)
+    /// How long after sending a sender may recall a message.
+    public var recallWindow: Duration = .seconds(120)
+    /// Rows read per query when paging through an event log.
+    public var maxEventsPerRead: Int = 512
+    /// The longest message id a client may choose, in UTF-8 bytes.
+    public var maxMessageIDBytes: Int = 128
+    /// The longest device name, in UTF-8 bytes.
+    public var maxDeviceNameBytes: Int = 64
+
+    public init() {}
+
+    /// A duration in whole milliseconds.
+    static func milliseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    }
+}
