@@ -158,9 +158,7 @@ public struct BenchRun: Sendable {
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let pipeline = channel.pipeline.syncOperations
-                    try pipeline.addHandler(NativePrefaceHandler())
-                    try pipeline.addHandler(ByteToMessageHandler(NativeFrameDecoder()))
-                    try pipeline.addHandler(MessageToByteHandler(NativeFrameEncoder()))
+                    try pipeline.addNativeHandlers()
                     try pipeline.addHandler(handler)
                 }
             }

@@ -88,9 +88,7 @@ public final class LoginStorm: Sendable {
                 .connect(host: self.host, port: self.port) { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let pipeline = channel.pipeline.syncOperations
-                        try pipeline.addHandler(NativePrefaceHandler())
-                        try pipeline.addHandler(ByteToMessageHandler(NativeFrameDecoder()))
-                        try pipeline.addHandler(MessageToByteHandler(NativeFrameEncoder()))
+                        try pipeline.addNativeHandlers()
                         return try NIOAsyncChannel<NativeFrame, NativeFrame>(wrappingChannelSynchronously: channel)
                     }
                 }

@@ -179,14 +179,9 @@ extension CourierClient {
             .connectTimeout(.nanoseconds(Int64(self.configuration.connectTimeout.components.seconds) * 1_000_000_000))
             .connect(host: self.configuration.host, port: self.configuration.port) { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    if let tls {
-                        try channel.pipeline.syncOperations.addHandler(
-                            NIOSSLClientHandler(context: tls, serverHostname: serverName)
-                        )
-                    }
-                    try channel.pipeline.syncOperations.addHandler(NativePrefaceHandler())
-                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(NativeFrameDecoder()))
-                    try channel.pipeline.syncOperations.addHandler(MessageToByteHandler(NativeFrameEncoder()))
+                    try channel.pipeline.syncOperations.addNativeHandlers(
+                        tls: try tls.map { try NIOSSLClientHandler(context: $0, serverHostname: serverName) }
+                    )
                     return try NIOAsyncChannel<NativeFrame, NativeFrame>(wrappingChannelSynchronously: channel)
                 }
             }

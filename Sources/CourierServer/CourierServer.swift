@@ -277,16 +277,8 @@ public final class CourierServer: Service, Sendable {
     }
 
     private func bindNative() async throws -> NIOAsyncChannel<NIOAsyncChannel<NativeFrame, NativeFrame>, Never> {
-        let framing = NativeFraming.Configuration()
-        return try await self.bind(port: self.configuration.nativePort) { pipeline in
-            try pipeline.addHandler(NativePrefaceHandler())
-            try pipeline.addHandler(
-                ByteToMessageHandler(
-                    NativeFrameDecoder(configuration: framing),
-                    maximumBufferSize: framing.maxFramePayloadBytes + 2 * NativeFraming.frameHeaderLength
-                )
-            )
-            try pipeline.addHandler(MessageToByteHandler(NativeFrameEncoder(configuration: framing)))
+        try await self.bind(port: self.configuration.nativePort) { pipeline, tls in
+            try pipeline.addNativeHandlers(tls: tls)
         }
     }
 
@@ -300,7 +292,8 @@ public final class CourierServer: Service, Sendable {
         // the session goes on (the framing has no way to skip them unread).
         framing.maxPayloadBytes = 1 << 62
         let streamed = Set(CompatTransport.mediaTypes.keys)
-        return try await self.bind(port: self.configuration.compatPort) { [framing] pipeline in
+        return try await self.bind(port: self.configuration.compatPort) { [framing] pipeline, tls in
+            if let tls { try pipeline.addHandler(tls) }
             try pipeline.addHandler(
                 ByteToMessageHandler(
                     CompatSelectiveDecoder(streamedTypes: streamed, configuration: framing),
@@ -311,10 +304,11 @@ public final class CourierServer: Service, Sendable {
         }
     }
 
-    /// Binds a listener whose connections get TLS (when configured), then the framing `handlers` add.
+    /// Binds a listener whose connections get the handlers `handlers` adds, given a TLS handler to put first when
+    /// TLS is configured.
     private func bind<Inbound: Sendable, Outbound: Sendable>(
         port: Int,
-        handlers: @escaping @Sendable (ChannelPipeline.SynchronousOperations) throws -> Void
+        handlers: @escaping @Sendable (ChannelPipeline.SynchronousOperations, (any ChannelHandler)?) throws -> Void
     ) async throws -> NIOAsyncChannel<NIOAsyncChannel<Inbound, Outbound>, Never> {
         let limits = self.configuration.limits
         let tls = self.tls
@@ -327,10 +321,7 @@ public final class CourierServer: Service, Sendable {
             )
             .bind(host: self.configuration.host, port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    if let tls {
-                        try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls))
-                    }
-                    try handlers(channel.pipeline.syncOperations)
+                    try handlers(channel.pipeline.syncOperations, tls.map { NIOSSLServerHandler(context: $0) })
                     return try NIOAsyncChannel<Inbound, Outbound>(
                         wrappingChannelSynchronously: channel,
                         configuration: .init(backPressureStrategy: .init(lowWatermark: 4, highWatermark: 32))

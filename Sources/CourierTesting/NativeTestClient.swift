@@ -39,14 +39,9 @@ public actor NativeTestClient {
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    if let context {
-                        try channel.pipeline.syncOperations.addHandler(
-                            NIOSSLClientHandler(context: context, serverHostname: nil)
-                        )
-                    }
-                    try channel.pipeline.syncOperations.addHandler(NativePrefaceHandler())
-                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(NativeFrameDecoder()))
-                    try channel.pipeline.syncOperations.addHandler(MessageToByteHandler(NativeFrameEncoder()))
+                    try channel.pipeline.syncOperations.addNativeHandlers(
+                        tls: try context.map { try NIOSSLClientHandler(context: $0, serverHostname: nil) }
+                    )
                     try channel.pipeline.syncOperations.addHandler(FrameCollector(inbox))
                 }
             }

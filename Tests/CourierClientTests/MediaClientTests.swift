@@ -232,8 +232,9 @@ struct MediaClientTests {
                         return steps
                     }
                     // Refused as busy (and retried) while the old connection holds the upload...
-                    try await Task.sleep(for: .milliseconds(1500))
-                    #expect(try await fixture.metric("courier_refusals_total") >= 1)
+                    try await waitUntil("the upload refused as busy") {
+                        try await fixture.metric("courier_refusals_total") >= 1
+                    }
                     #expect(!sending.withLock { $0 }, "nothing sent while the upload is another connection's")
                     // ...and taken up from where it stands once that connection is gone.
                     await holder.close()
