@@ -13,6 +13,7 @@ let package = Package(
     name: "courier",
     platforms: [.macOS(.v15)],
     products: [
+        .library(name: "CourierVocabulary", targets: ["CourierVocabulary"]),
         .library(name: "CourierWire", targets: ["CourierWire"]),
         .library(name: "CourierProtocol", targets: ["CourierProtocol"]),
         .library(name: "CourierStore", targets: ["CourierStore"]),
@@ -38,6 +39,9 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
     ],
     targets: [
+        // The words both sides share and nothing else (no dependencies, so the proxy may use them and still stand
+        // alone): a conversation, a SHA-256 digest's spelling, HTTP byte ranges.
+        .target(name: "CourierVocabulary", swiftSettings: strictSettings),
         // Bytes <-> frames: the compat (JSON header + CRLF) framing and the native binary framing.
         .target(
             name: "CourierWire",
@@ -48,6 +52,7 @@ let package = Package(
         .target(
             name: "CourierProtocol",
             dependencies: [
+                "CourierVocabulary",
                 "CourierWire",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
@@ -58,6 +63,7 @@ let package = Package(
         .target(
             name: "CourierStore",
             dependencies: [
+                "CourierVocabulary",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
@@ -69,6 +75,7 @@ let package = Package(
         .target(
             name: "CourierServer",
             dependencies: [
+                "CourierVocabulary",
                 "CourierWire",
                 "CourierProtocol",
                 "CourierStore",
@@ -89,6 +96,7 @@ let package = Package(
         .target(
             name: "CourierClient",
             dependencies: [
+                "CourierVocabulary",
                 "CourierWire",
                 "CourierProtocol",
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -116,6 +124,7 @@ let package = Package(
         .target(
             name: "CourierTesting",
             dependencies: [
+                "CourierVocabulary",
                 "CourierWire",
                 "CourierProtocol",
                 "CourierProcess",
@@ -164,6 +173,7 @@ let package = Package(
         .target(
             name: "MediaCache",
             dependencies: [
+                "CourierVocabulary",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -185,6 +195,7 @@ let package = Package(
         .executableTarget(
             name: "courier",
             dependencies: [
+                "CourierVocabulary",
                 "CourierChat",
                 "CourierWire",
                 "CourierStore",
@@ -199,6 +210,11 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "CourierVocabularyTests",
+            dependencies: ["CourierVocabulary"],
             swiftSettings: strictSettings
         ),
         .testTarget(

@@ -1,17 +1,8 @@
+// An app using the SDK names conversations with the type the whole system shares.
+@_exported public import CourierVocabulary
 public import Foundation
 
-/// A conversation as this client's user names it: a direct conversation by the other user, a group by its name.
-public enum Conversation: Hashable, Sendable, CustomStringConvertible {
-    case user(String)
-    case group(String)
-
-    public var description: String {
-        switch self {
-        case .user(let name): "@\(name)"
-        case .group(let name): "#\(name)"
-        }
-    }
-
+extension Conversation {
     /// The key the local store files the conversation under.
     var key: String {
         switch self {

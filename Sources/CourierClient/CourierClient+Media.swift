@@ -175,7 +175,7 @@ extension CourierClient {
             size += Int64(chunk.count)
             await Task.yield()
         }
-        return (hasher.finalize().map { String(format: "%02x", $0) }.joined(), size)
+        return (SHA256Hex.string(hasher.finalize()), size)
     }
 
     /// Waits until the client is connected.
@@ -208,7 +208,7 @@ extension CourierClient {
         )
         let task = Task {
             do {
-                guard MediaFileCache.isDigest(sha256) else {
+                guard SHA256Hex.isValid(sha256) else {
                     throw CourierClientError(code: "invalid-request", message: "a media id is 64 lowercase hex digits")
                 }
                 // One download of a file at a time: a second waits for the first, then finds it in the cache.
@@ -309,7 +309,7 @@ extension CourierClient {
         try handle.close()
         let digest: String
         if let hasher {
-            digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
+            digest = SHA256Hex.string(hasher.finalize())
         } else {
             digest = try await Self.digest(of: part).0
         }

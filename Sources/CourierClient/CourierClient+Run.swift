@@ -509,7 +509,11 @@ extension CourierClient {
             try await self.handle(events, link: link, user: user)
         case .typing(let notice):
             self.emit(
-                .typing(conversation: Conversation(notice.conversation), user: notice.user, typing: notice.typing)
+                .typing(
+                    conversation: Conversation(received: notice.conversation),
+                    user: notice.user,
+                    typing: notice.typing
+                )
             )
         case .presence(let notice):
             self.emit(
@@ -541,7 +545,7 @@ extension CourierClient {
             self.acknowledgements.append(
                 .init(
                     id: id,
-                    conversation: Conversation(ack.conversation),
+                    conversation: Conversation(received: ack.conversation),
                     seq: ack.seq,
                     time: Date(timeIntervalSince1970: Double(ack.timeMs) / 1000),
                     from: user
@@ -572,13 +576,13 @@ extension CourierClient {
                 case .message(let message)?:
                     messages.append(ChatMessage(message))
                 case .recall(let recall)?:
-                    let conversation = Conversation(recall.conversation)
+                    let conversation = Conversation(received: recall.conversation)
                     recalls.append((conversation, recall.seq))
                     others.append(.recalled(conversation: conversation, seq: recall.seq, id: recall.id, by: recall.by))
                 case .receipt(let receipt)?:
                     others.append(
                         .receipt(
-                            conversation: Conversation(receipt.conversation),
+                            conversation: Conversation(received: receipt.conversation),
                             user: receipt.user,
                             read: receipt.kind == .read,
                             upToSeq: receipt.upToSeq

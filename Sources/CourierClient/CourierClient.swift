@@ -276,7 +276,11 @@ public final class CourierClient: Service, Sendable {
             let answer = try await self.request(envelope)
             guard case .unread(let page)? = answer.body else { throw Self.unexpected(answer) }
             counts += page.entries.map {
-                UnreadCount(conversation: Conversation($0.conversation), unread: $0.unread, lastSeq: $0.lastSeq)
+                UnreadCount(
+                    conversation: Conversation(received: $0.conversation),
+                    unread: $0.unread,
+                    lastSeq: $0.lastSeq
+                )
             }
             // A server that does not page sends everything at once (no `more`).
             guard page.more, page.nextOffset > offset else { return counts }
@@ -347,22 +351,10 @@ public final class CourierClient: Service, Sendable {
 }
 
 extension Conversation {
-    init(_ conversation: Courier_V1_Conversation) {
-        switch conversation.peer {
-        case .group(let name)?: self = .group(name)
-        case .user(let name)?: self = .user(name)
-        case nil: self = .user("")
-        }
-    }
-}
-
-extension Courier_V1_Conversation {
-    init(_ conversation: Conversation) {
-        self.init()
-        switch conversation {
-        case .user(let name): self.user = name
-        case .group(let name): self.group = name
-        }
+    /// The conversation the server named (one that names none, which a correct server never sends, reads as a user
+    /// with an empty name, which matches nothing).
+    init(received conversation: Courier_V1_Conversation) {
+        self = Conversation(conversation) ?? .user("")
     }
 }
 
@@ -371,7 +363,7 @@ extension ChatMessage {
         self.init(
             id: message.id,
             from: message.from,
-            conversation: Conversation(message.conversation),
+            conversation: Conversation(received: message.conversation),
             seq: message.seq,
             time: Date(timeIntervalSince1970: Double(message.timeMs) / 1000),
             text: message.body.text,

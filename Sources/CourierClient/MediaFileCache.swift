@@ -44,7 +44,7 @@ final class MediaFileCache: Sendable {
         let contents = try FileManager.default.contentsOfDirectory(at: folder, includingPropertiesForKeys: keys)
         let found = contents.compactMap { url -> (String, Int64, Date)? in
             let name = url.lastPathComponent
-            guard Self.isDigest(name), let values = try? url.resourceValues(forKeys: Set(keys)) else { return nil }
+            guard SHA256Hex.isValid(name), let values = try? url.resourceValues(forKeys: Set(keys)) else { return nil }
             return (name, Int64(values.fileSize ?? 0), values.contentModificationDate ?? .distantPast)
         }.sorted { $0.2 < $1.2 }
         self.state.withLock { state in
@@ -53,10 +53,6 @@ final class MediaFileCache: Sendable {
                 state.total += size
             }
         }
-    }
-
-    static func isDigest(_ text: String) -> Bool {
-        text.utf8.count == 64 && text.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
     }
 
     /// The file of a downloaded media, marked as just used; nil when it is not here.

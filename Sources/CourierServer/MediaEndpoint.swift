@@ -43,7 +43,7 @@ struct MediaEndpoint: Sendable {
             self.logins.finish(ticket, failed: error.code == .authFailed)
             return Self.plain(.unauthorized, "\(error.code): \(error.message)", bearer: true)
         }
-        guard SessionStateMachine.isDigest(sha256),
+        guard SHA256Hex.isValid(sha256),
             let access = try await self.store.mediaAccess(for: session.user.id, sha256: sha256)
         else {
             return Self.plain(.notFound, "no such media")
@@ -74,14 +74,15 @@ struct MediaEndpoint: Sendable {
         // If-Range with another validator: the whole file (the client's piece is of other bytes).
         let ifRange = request.headers[.ifRange]
         if let header = request.headers[.range], ifRange == nil || ifRange == etag {
-            switch ByteRange.parse(header, size: access.size) {
-            case .whole:
-                break
-            case .partial(let part):
+            let requested = RangeRequest(header: header)
+            switch requested.bytes(of: access.size) {
+            case let part? where requested.isPartial:
                 status = .partialContent
                 range = part
                 headers[.contentRange] = "bytes \(part.lowerBound)-\(part.upperBound - 1)/\(access.size)"
-            case .unsatisfiable:
+            case _?:
+                break
+            case nil:
                 headers[.contentRange] = "bytes */\(access.size)"
                 headers[.contentType] = "text/plain; charset=utf-8"
                 return Response(
@@ -130,40 +131,5 @@ struct MediaEndpoint: Sendable {
         ]
         if bearer { headers[.wwwAuthenticate] = "Bearer" }
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: text + "\n")))
-    }
-}
-
-/// A `Range` header's meaning for a file of a given size (RFC 9110 §14): one byte range, or the whole file for what
-/// the server may ignore (another unit, several ranges, bad syntax), or unsatisfiable.
-enum ByteRange: Equatable {
-    case whole
-    case partial(Range<Int64>)
-    case unsatisfiable
-
-    static func parse(_ header: String, size: Int64) -> ByteRange {
-        let trimmed = header.trimmingCharacters(in: .whitespaces)
-        guard trimmed.lowercased().hasPrefix("bytes=") else { return .whole }
-        let spec = trimmed.dropFirst("bytes=".count).trimmingCharacters(in: .whitespaces)
-        guard !spec.contains(","), let dash = spec.firstIndex(of: "-") else { return .whole }
-        let first = spec[..<dash].trimmingCharacters(in: .whitespaces)
-        let last = spec[spec.index(after: dash)...].trimmingCharacters(in: .whitespaces)
-        func number(_ text: String) -> Int64? {
-            guard !text.isEmpty, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else { return nil }
-            return Int64(text) ?? Int64.max
-        }
-        if first.isEmpty {
-            // A suffix: the last N bytes.
-            guard let count = number(last) else { return .whole }
-            guard count > 0, size > 0 else { return .unsatisfiable }
-            return .partial(max(0, size - count)..<size)
-        }
-        guard let start = number(first) else { return .whole }
-        var end = size - 1
-        if !last.isEmpty {
-            guard let value = number(last), value >= start else { return .whole }
-            end = min(value, size - 1)
-        }
-        guard start < size else { return .unsatisfiable }
-        return .partial(start..<(end + 1))
     }
 }

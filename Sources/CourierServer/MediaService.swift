@@ -183,7 +183,7 @@ final class MediaService: Sendable {
     /// - Throws: `media-mismatch` (nothing is stored), `quota-exceeded`, `storage-failed`.
     func finish(_ upload: Upload) async throws -> (sha256: String, quotaLeft: Int64) {
         defer { self.claims.withLock { _ = $0.remove(upload.id) } }
-        let known = upload.hasher.map { hasher in hasher.finalize().map { String(format: "%02x", $0) }.joined() }
+        let known = upload.hasher.map { hasher in SHA256Hex.string(hasher.finalize()) }
         let digest: String
         do {
             digest = try await self.blobs.finish(upload: upload.id, digest: known)

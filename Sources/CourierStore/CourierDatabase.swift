@@ -72,14 +72,14 @@ public protocol CourierDatabase: Sendable {
     func ackedCursor(of device: DeviceID) async throws -> UInt64
     func history(
         for user: UserID,
-        in conversation: ConversationAddress,
+        in conversation: Conversation,
         beforeSeq: UInt64,
         limit: Int
     ) async throws -> HistoryPage
     func unreadCounts(for user: UserID) async throws -> [UnreadCount]
     func peers(of user: UserID) async throws -> Set<UserID>
     func contacts(of user: UserID) async throws -> Set<UserID>
-    func members(of address: ConversationAddress, for user: UserID) async throws -> [UserID]
+    func members(of address: Conversation, for user: UserID) async throws -> [UserID]
     func userName(of id: UserID) async throws -> String
     func namesAndLastSeen(
         of users: some Collection<UserID>

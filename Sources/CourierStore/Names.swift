@@ -59,7 +59,7 @@ public enum StoreText {
     }
 }
 
-extension ConversationAddress {
+extension Conversation {
     /// Refuses an address whose name breaks the naming rule before any lookup: it names no user and no group.
     ///
     /// - Throws: `unknown-user` or `unknown-group`.

@@ -128,7 +128,7 @@ extension SQLiteStore {
     }
 
     /// A message of a history page.
-    private func message(_ row: Row, in conversation: ConversationAddress, _ db: Database) throws -> StoredMessage {
+    private func message(_ row: Row, in conversation: Conversation, _ db: Database) throws -> StoredMessage {
         let seq: Int64 = row["seq"]
         return StoredMessage(
             id: row["client_id"],
@@ -148,7 +148,7 @@ extension SQLiteStore {
         userB: Int64?,
         for user: UserID,
         _ db: Database
-    ) throws -> ConversationAddress {
+    ) throws -> Conversation {
         if let groupName { return .group(groupName) }
         guard let userA, let userB else {
             throw CourierStoreError(.storageFailed, "a direct conversation without users")
@@ -190,7 +190,7 @@ extension SQLiteStore {
     /// - Throws: `unknown-group`, `unknown-user`, `not-member`, `storage-failed`.
     public func history(
         for user: UserID,
-        in conversation: ConversationAddress,
+        in conversation: Conversation,
         beforeSeq: UInt64,
         limit: Int
     ) async throws -> HistoryPage {
@@ -216,8 +216,7 @@ extension SQLiteStore {
 
     /// The conversation an address names for a user and the sequence number the user joined at; nil for a direct
     /// conversation that has no message yet.
-    private func membership(of user: UserID, in address: ConversationAddress, _ db: Database) throws -> (Int64, Int64)?
-    {
+    private func membership(of user: UserID, in address: Conversation, _ db: Database) throws -> (Int64, Int64)? {
         try address.checkNames()
         switch address {
         case .group(let name):
@@ -329,7 +328,7 @@ extension SQLiteStore {
     /// own devices only.
     ///
     /// - Throws: `unknown-group`, `unknown-user`, `not-member`, `storage-failed`.
-    public func members(of address: ConversationAddress, for user: UserID) async throws -> [UserID] {
+    public func members(of address: Conversation, for user: UserID) async throws -> [UserID] {
         try await self.read { db in
             switch address {
             case .group:

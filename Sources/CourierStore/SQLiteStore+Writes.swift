@@ -42,7 +42,7 @@ struct WriteBatch {
         var dirty = false
     }
 
-    struct Conversation {
+    struct ConversationRow {
         var id: Int64
         var groupName: String?
         var userA: UserID?
@@ -57,7 +57,7 @@ struct WriteBatch {
     let recallWindowMs: Int64
     let store: SQLiteStore
     var log = EventLogWriter()
-    private var conversations: [Int64: Conversation] = [:]
+    private var conversations: [Int64: ConversationRow] = [:]
     private var groupIDs: [String: Int64] = [:]
     private var directIDs: [Pair: Int64] = [:]
 
@@ -208,7 +208,7 @@ struct WriteBatch {
 
     private mutating func markRead(
         user: UserID,
-        _ address: ConversationAddress,
+        _ address: Conversation,
         upTo: UInt64,
         _ db: Database
     ) throws -> WriteOutcome {
@@ -237,7 +237,7 @@ struct WriteBatch {
 
     private mutating func recall(
         user: UserID,
-        _ address: ConversationAddress,
+        _ address: Conversation,
         id: String,
         _ db: Database
     ) throws -> WriteOutcome {
@@ -296,7 +296,7 @@ struct WriteBatch {
         try self.log.finish(db)
     }
 
-    private mutating func conversation(_ id: Int64, _ db: Database) throws -> Conversation {
+    private mutating func conversation(_ id: Int64, _ db: Database) throws -> ConversationRow {
         if let conversation = self.conversations[id] { return conversation }
         guard
             let row = try Row.fetchOne(
@@ -321,7 +321,7 @@ struct WriteBatch {
                 sent: member["sent"]
             )
         }
-        let conversation = Conversation(
+        let conversation = ConversationRow(
             id: id,
             groupName: row["name"],
             userA: (row["user_a"] as Int64?).map(UserID.init(rawValue:)),
@@ -336,7 +336,7 @@ struct WriteBatch {
 
     /// The conversation a user means by an address, which the user must be a member of.
     private mutating func resolve(
-        _ address: ConversationAddress,
+        _ address: Conversation,
         for user: UserID,
         createDirect: Bool,
         _ db: Database
@@ -401,8 +401,7 @@ struct WriteBatch {
     }
 
     /// How a user names a conversation.
-    private func address(of conversation: Conversation, for user: UserID, _ db: Database) throws -> ConversationAddress
-    {
+    private func address(of conversation: ConversationRow, for user: UserID, _ db: Database) throws -> Conversation {
         if let name = conversation.groupName { return .group(name) }
         let peer = conversation.userA == user ? conversation.userB! : conversation.userA!
         return .user(try self.store.name(of: peer, db))

@@ -1,3 +1,6 @@
+// The store speaks of conversations and digests in the words both sides share.
+@_exported public import CourierVocabulary
+
 /// A user's row id. Stable for the life of the data folder; never reused.
 public struct UserID: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible {
     public var rawValue: Int64
@@ -12,19 +15,6 @@ public struct DeviceID: RawRepresentable, Hashable, Comparable, Sendable, Custom
     public init(rawValue: Int64) { self.rawValue = rawValue }
     public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
     public var description: String { "device#\(self.rawValue)" }
-}
-
-/// A conversation as one user names it: a direct conversation by the other user's name, a group by its name.
-public enum ConversationAddress: Hashable, Sendable, CustomStringConvertible {
-    case user(String)
-    case group(String)
-
-    public var description: String {
-        switch self {
-        case .user(let name): "@\(name)"
-        case .group(let name): "#\(name)"
-        }
-    }
 }
 
 /// An account.
@@ -98,7 +88,7 @@ public struct StoredMessage: Hashable, Sendable {
     /// The device it was sent from, when known.
     public var fromDevice: DeviceID?
     /// The conversation as the reading user names it.
-    public var conversation: ConversationAddress
+    public var conversation: Conversation
     public var seq: UInt64
     public var timeMs: Int64
     /// The serialized message body (a `courier.v1.Body`); empty once recalled.
@@ -122,8 +112,8 @@ public enum MembershipChange: Int64, Hashable, Sendable {
 public struct StoredEvent: Hashable, Sendable {
     public enum Kind: Hashable, Sendable {
         case message(StoredMessage)
-        case recall(conversation: ConversationAddress, seq: UInt64, id: String, by: String)
-        case receipt(conversation: ConversationAddress, user: String, kind: ReceiptKind, upToSeq: UInt64)
+        case recall(conversation: Conversation, seq: UInt64, id: String, by: String)
+        case receipt(conversation: Conversation, user: String, kind: ReceiptKind, upToSeq: UInt64)
         case membership(group: String, user: String, change: MembershipChange, seq: UInt64)
     }
     public var cursor: UInt64
@@ -139,7 +129,7 @@ public struct HistoryPage: Hashable, Sendable {
 
 /// A conversation's unread count for one user.
 public struct UnreadCount: Hashable, Sendable {
-    public var conversation: ConversationAddress
+    public var conversation: Conversation
     public var unread: UInt64
     public var lastSeq: UInt64
     public var readSeq: UInt64

@@ -7,9 +7,9 @@ public enum WriteRequest: Hashable, Sendable {
     case ack(user: UserID, device: DeviceID, cursor: UInt64)
     /// A user has read a conversation up to a sequence number; its members (the reader's other devices included)
     /// get a `read` receipt.
-    case markRead(user: UserID, conversation: ConversationAddress, upToSeq: UInt64)
+    case markRead(user: UserID, conversation: Conversation, upToSeq: UInt64)
     /// The sender withdraws a message for everyone, within the store's recall window.
-    case recall(user: UserID, conversation: ConversationAddress, id: String)
+    case recall(user: UserID, conversation: Conversation, id: String)
 
     /// A message to store.
     public struct Send: Hashable, Sendable {
@@ -18,7 +18,7 @@ public enum WriteRequest: Hashable, Sendable {
         public var device: DeviceID?
         /// The id the client chose; empty for one the store assigns.
         public var id: String
-        public var to: ConversationAddress
+        public var to: Conversation
         /// The serialized body.
         public var body: [UInt8]
         /// The media the body carries, which the sender must have uploaded.
@@ -35,7 +35,7 @@ public enum WriteRequest: Hashable, Sendable {
             sender: UserID,
             device: DeviceID? = nil,
             id: String,
-            to: ConversationAddress,
+            to: Conversation,
             body: [UInt8],
             media: MediaReference? = nil
         ) {
@@ -79,7 +79,7 @@ public enum WriteOutcome: Hashable, Sendable {
 public struct SendReceipt: Hashable, Sendable {
     public var id: String
     /// The conversation as the sender names it.
-    public var conversation: ConversationAddress
+    public var conversation: Conversation
     public var seq: UInt64
     public var timeMs: Int64
     /// True when this answers a resend of an id committed earlier.

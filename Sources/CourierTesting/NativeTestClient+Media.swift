@@ -1,4 +1,5 @@
 public import CourierProtocol
+import CourierVocabulary
 import CourierWire
 import Crypto
 import Foundation
@@ -33,11 +34,11 @@ extension [UInt8] {
 /// Uploads and fetches as the protocol says: from the server's offset, within the windows.
 extension NativeTestClient {
     public static func sha256(_ bytes: [UInt8]) -> String {
-        bytes.withUnsafeBytes { SHA256.hash(data: $0) }.map { String(format: "%02x", $0) }.joined()
+        SHA256Hex.string(bytes.withUnsafeBytes { SHA256.hash(data: $0) })
     }
 
     public static func sha256(_ buffer: ByteBuffer) -> String {
-        buffer.withUnsafeReadableBytes { SHA256.hash(data: $0) }.map { String(format: "%02x", $0) }.joined()
+        SHA256Hex.string(buffer.withUnsafeReadableBytes { SHA256.hash(data: $0) })
     }
 
     /// Uploads `bytes` on a stream, chunk by chunk within the server's window; with `upTo`, stops once that many

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import CourierVocabulary
 import Foundation
 import Logging
 import NIOCore
@@ -1102,38 +1103,5 @@ actor CacheEngine {
         self.scheduleCommit(key)
         self.wake(key)
         return .confirmed
-    }
-}
-
-/// A `Content-Range` header: `bytes first-last/total` (total may be `*`), or `bytes */total` on a 416.
-struct ContentRange: Hashable {
-    var first: Int64
-    var last: Int64
-    var total: Int64?
-
-    init?(_ text: String) {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
-        guard trimmed.lowercased().hasPrefix("bytes ") else { return nil }
-        let parts = trimmed.dropFirst(6).split(separator: "/", maxSplits: 1)
-        guard parts.count == 2 else { return nil }
-        let bounds = parts[0].split(separator: "-", maxSplits: 1)
-        guard bounds.count == 2, let first = Int64(bounds[0]), let last = Int64(bounds[1]), first <= last else {
-            return nil
-        }
-        self.first = first
-        self.last = last
-        if parts[1] == "*" {
-            self.total = nil
-        } else {
-            guard let total = Int64(parts[1]), total > last else { return nil }
-            self.total = total
-        }
-    }
-
-    /// The total of `bytes */total`.
-    static func unsatisfied(_ text: String) -> Int64? {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
-        guard trimmed.lowercased().hasPrefix("bytes */") else { return nil }
-        return Int64(trimmed.dropFirst(8))
     }
 }

@@ -1,3 +1,4 @@
+import CourierVocabulary
 import Foundation
 import NIOCore
 import NIOHTTP1

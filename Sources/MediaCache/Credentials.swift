@@ -1,3 +1,4 @@
+import CourierVocabulary
 import Crypto
 import Foundation
 import NIOHTTP1
@@ -28,7 +29,7 @@ struct Credentials: Sendable, Hashable {
             return
         }
         let hash = SHA256.hash(data: Array(material.sorted().joined(separator: "\n").utf8))
-        self.digest = hash.map { String(format: "%02x", $0) }.joined()
+        self.digest = SHA256Hex.string(hash)
     }
 
     /// The cache key of a request: the app's key of the URL without credentials, and the credentials' digest.
@@ -56,7 +57,7 @@ struct Credentials: Sendable, Hashable {
         }
         if let stripped = components.url { return stripped }
         // Never the URL with its credentials: a name of its own that holds none.
-        let digest = SHA256.hash(data: Array(url.absoluteString.utf8)).map { String(format: "%02x", $0) }.joined()
+        let digest = SHA256Hex.string(SHA256.hash(data: Array(url.absoluteString.utf8)))
         return URL(string: "urn:courier-stripped:\(digest)")!
     }
 

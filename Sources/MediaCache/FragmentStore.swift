@@ -1,3 +1,4 @@
+import CourierVocabulary
 import Crypto
 public import Foundation
 
@@ -78,7 +79,7 @@ public struct FragmentStore: Sendable {
 
     /// The folder of a key: the SHA-256 of its UTF-8 bytes, in hex.
     public func resourceFolder(for key: String) -> URL {
-        let digest = SHA256.hash(data: Data(key.utf8)).map { String(format: "%02x", $0) }.joined()
+        let digest = SHA256Hex.string(SHA256.hash(data: Data(key.utf8)))
         return self.folder.appendingPathComponent(digest, isDirectory: true)
     }
 
@@ -119,7 +120,7 @@ public struct FragmentStore: Sendable {
     public func loadAll() -> [ResourceRecord] {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: self.folder.path)) ?? []
         var records: [ResourceRecord] = []
-        for name in names where name.count == 64 && name.allSatisfy(\.isHexDigit) {
+        for name in names where SHA256Hex.isValid(name) {
             let folder = self.folder.appendingPathComponent(name, isDirectory: true)
             guard let record = self.record(at: folder), self.resourceFolder(for: record.key) == folder,
                 record.blockBytes == nil || record.blockBytes == self.blockBytes

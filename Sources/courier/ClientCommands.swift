@@ -1,6 +1,7 @@
 import ArgumentParser
 import CourierChat
 import CourierClient
+import CourierVocabulary
 import Foundation
 
 /// `courier login`: a password login that saves the device token for later commands.
@@ -230,7 +231,7 @@ struct MediaCommand: AsyncParsableCommand {
         var output: String
 
         func validate() throws {
-            guard self.id.utf8.count == 64, self.id.allSatisfy(\.isHexDigit) else {
+            guard SHA256Hex.isValid(self.id.lowercased()) else {
                 throw ValidationError("a media id is 64 hex digits")
             }
         }

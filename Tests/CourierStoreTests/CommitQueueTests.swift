@@ -34,7 +34,7 @@ struct CommitQueueTests {
                         var receipts: [SendReceipt] = []
                         for message in 0..<perSender {
                             // Half to the group, half to the next user.
-                            let to: ConversationAddress =
+                            let to: Conversation =
                                 message.isMultiple(of: 2) ? .group("all") : .user(names[(index + 1) % names.count])
                             let outcome = try await queue.submit(
                                 .send(.init(sender: sender, id: "\(index)-\(message)", to: to, body: [1]))

@@ -33,7 +33,7 @@ struct StoreFixture {
     func send(
         _ sender: UserID,
         _ id: String,
-        to: ConversationAddress,
+        to: Conversation,
         _ text: String,
         nowMs: Int64 = start
     ) async throws -> WriteOutcome {
@@ -47,7 +47,7 @@ struct StoreFixture {
     func sent(
         _ sender: UserID,
         _ id: String,
-        to: ConversationAddress,
+        to: Conversation,
         _ text: String,
         nowMs: Int64 = start
     ) async throws -> SendReceipt {

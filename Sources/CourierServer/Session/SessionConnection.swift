@@ -739,7 +739,7 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         return sizes.count
     }
 
-    private func peerName(_ address: ConversationAddress) -> String {
+    private func peerName(_ address: Conversation) -> String {
         if case .user(let name) = address { return name }
         return ""
     }

@@ -27,9 +27,9 @@ final class SessionContext: Sendable {
     private struct FanoutKey: Hashable {
         var user: UserID
         /// The conversation as the store resolves it: names without regard to case.
-        var conversation: ConversationAddress
+        var conversation: Conversation
 
-        init(_ user: UserID, _ conversation: ConversationAddress) {
+        init(_ user: UserID, _ conversation: Conversation) {
             self.user = user
             self.conversation =
                 switch conversation {
@@ -128,7 +128,7 @@ final class SessionContext: Sendable {
 
     /// What a user's send to `conversation` is expected to cost in deliveries: what the last one cost (on any of its
     /// connections), or 2 for a direct message and ``unknownGroupFanout`` for a group before any.
-    func fanoutEstimate(of user: UserID, to conversation: ConversationAddress) -> Int {
+    func fanoutEstimate(of user: UserID, to conversation: Conversation) -> Int {
         let known = self.fanoutEstimates.withLock { $0[FanoutKey(user, conversation)] }
         if let known { return known }
         if case .group = conversation { return Self.unknownGroupFanout }
@@ -136,7 +136,7 @@ final class SessionContext: Sendable {
     }
 
     /// A user's send to `conversation` cost `deliveries`.
-    func learnFanout(of user: UserID, to conversation: ConversationAddress, deliveries: Int) {
+    func learnFanout(of user: UserID, to conversation: Conversation, deliveries: Int) {
         self.fanoutEstimates.withLock { estimates in
             if estimates.count >= Self.maxFanoutEstimates { estimates = [:] }
             estimates[FanoutKey(user, conversation)] = deliveries

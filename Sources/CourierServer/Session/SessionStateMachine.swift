@@ -56,9 +56,9 @@ struct SessionStateMachine {
 
     /// Requests that read or notify but do not go through the group commit.
     enum Request: Equatable {
-        case history(ConversationAddress, beforeSeq: UInt64, limit: Int)
+        case history(Conversation, beforeSeq: UInt64, limit: Int)
         case unread(offset: Int)
-        case typing(ConversationAddress, Bool)
+        case typing(Conversation, Bool)
         case manageGroup(Courier_V1_ManageGroup)
         case logout
         /// Start or resume an upload of media bytes on a stream.
@@ -162,7 +162,7 @@ struct SessionStateMachine {
             )
         case .send(let send):
             if let refusal = self.validate(send, requestID: requestID) { return refusal }
-            guard let address = send.to.address else {
+            guard let address = Conversation(send.to) else {
                 return .refuse(
                     requestID: requestID,
                     code: ErrorCodes.invalidRequest,
@@ -207,7 +207,7 @@ struct SessionStateMachine {
                 answers: false
             )
         case .markRead(let mark):
-            guard let address = mark.conversation.address else { return self.missingConversation(requestID) }
+            guard let address = Conversation(mark.conversation) else { return self.missingConversation(requestID) }
             self.writesInFlight += 1
             return .write(
                 .markRead(user: user, conversation: address, upToSeq: mark.upToSeq),
@@ -215,7 +215,7 @@ struct SessionStateMachine {
                 answers: true
             )
         case .recall(let recall):
-            guard let address = recall.conversation.address else { return self.missingConversation(requestID) }
+            guard let address = Conversation(recall.conversation) else { return self.missingConversation(requestID) }
             self.writesInFlight += 1
             return .write(
                 .recall(user: user, conversation: address, id: recall.id),
@@ -223,7 +223,7 @@ struct SessionStateMachine {
                 answers: true
             )
         case .history(let history):
-            guard let address = history.conversation.address else { return self.missingConversation(requestID) }
+            guard let address = Conversation(history.conversation) else { return self.missingConversation(requestID) }
             let limit = history.limit == 0 ? 50 : Int(history.limit)
             return .request(
                 .history(address, beforeSeq: history.beforeSeq, limit: min(limit, self.configuration.maxHistoryPage)),
@@ -232,7 +232,7 @@ struct SessionStateMachine {
         case .unread(let unread):
             return .request(.unread(offset: Int(unread.offset)), requestID: requestID)
         case .typing(let typing):
-            guard let address = typing.conversation.address else { return self.missingConversation(requestID) }
+            guard let address = Conversation(typing.conversation) else { return self.missingConversation(requestID) }
             return .request(.typing(address, typing.typing), requestID: requestID)
         case .manageGroup(let manage):
             guard manage.action != nil, !manage.group.isEmpty else {
@@ -301,7 +301,7 @@ struct SessionStateMachine {
 
     /// A media digest must be 64 lowercase hex digits, and a stream a client opens an odd id.
     private static func validate(digest: String, stream: UInt32, requestID: UInt64) -> Action? {
-        guard Self.isDigest(digest) else {
+        guard SHA256Hex.isValid(digest) else {
             return .refuse(
                 requestID: requestID,
                 code: ErrorCodes.invalidRequest,
@@ -320,10 +320,6 @@ struct SessionStateMachine {
             )
         }
         return nil
-    }
-
-    static func isDigest(_ text: String) -> Bool {
-        text.utf8.count == 64 && text.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
     }
 
     /// The longest MIME type and file name a media message may carry, in bytes.
@@ -364,7 +360,7 @@ struct SessionStateMachine {
             }
             return nil
         case .media(let media)?:
-            guard Self.isDigest(media.sha256) else {
+            guard SHA256Hex.isValid(media.sha256) else {
                 return refuse(ErrorCodes.invalidRequest, "media.sha256 is 64 lowercase hex digits")
             }
             guard media.kind != .unspecified, Courier_V1_Media.Kind.allCases.contains(media.kind) else {
@@ -472,24 +468,5 @@ struct SessionStateMachine {
     /// The connection is closing for a reason of its own (revoked, shutting down, a framing error).
     mutating func close() {
         self.state = .closed
-    }
-}
-
-extension Courier_V1_Conversation {
-    /// The store's address for this conversation, or nil when neither a user nor a group is set.
-    var address: ConversationAddress? {
-        switch self.peer {
-        case .user(let name)?: .user(name)
-        case .group(let name)?: .group(name)
-        case nil: nil
-        }
-    }
-
-    init(_ address: ConversationAddress) {
-        self.init()
-        switch address {
-        case .user(let name): self.user = name
-        case .group(let name): self.group = name
-        }
     }
 }

@@ -112,7 +112,7 @@ public final class BlobStore: Sendable {
     public func start(upload id: String, size: Int64, sha256: String?) async throws -> Upload {
         try Self.validate(id: id)
         let digest = sha256?.lowercased()
-        if let digest, !Self.isDigest(digest) {
+        if let digest, !SHA256Hex.isValid(digest) {
             throw CourierStoreError(.invalidRequest, "sha256 must be 64 hex digits")
         }
         guard size >= 0 else { throw CourierStoreError(.invalidRequest, "a negative size") }
@@ -271,7 +271,7 @@ public final class BlobStore: Sendable {
 
     /// The size of a stored blob, or nil when there is none with that digest.
     public func size(of sha256: String) async throws -> Int64? {
-        guard let object = Self.isDigest(sha256) ? self.objectFile(sha256.lowercased()) : nil else { return nil }
+        guard let object = SHA256Hex.isValid(sha256) ? self.objectFile(sha256.lowercased()) : nil else { return nil }
         return try await self.run {
             FileManager.default.fileExists(atPath: object.path) ? try self.length(of: object) : nil
         }
@@ -285,7 +285,7 @@ public final class BlobStore: Sendable {
         range: Range<Int64>,
         _ body: (Data) async throws -> Void
     ) async throws {
-        guard Self.isDigest(sha256), let size = try await self.size(of: sha256) else {
+        guard SHA256Hex.isValid(sha256), let size = try await self.size(of: sha256) else {
             throw CourierStoreError(.unknownMedia, "no media \(sha256)")
         }
         guard range.lowerBound >= 0, range.upperBound <= size else {
@@ -357,7 +357,7 @@ public final class BlobStore: Sendable {
         while let chunk = try handle.read(upToCount: self.configuration.readChunkBytes), !chunk.isEmpty {
             hasher.update(data: chunk)
         }
-        return hasher.finalize().map { String(format: "%02x", $0) }.joined()
+        return SHA256Hex.string(hasher.finalize())
     }
 
     private static func sync(_ file: URL) throws {
@@ -379,11 +379,6 @@ public final class BlobStore: Sendable {
         else {
             throw CourierStoreError(.invalidRequest, "an upload id is 1 to 128 letters, digits, - or _")
         }
-    }
-
-    /// Whether a text is a SHA-256 in hex (64 hex digits).
-    public static func isDigest(_ text: String) -> Bool {
-        text.utf8.count == 64 && text.allSatisfy(\.isHexDigit)
     }
 
     /// A file operation's error as `storage-failed`.

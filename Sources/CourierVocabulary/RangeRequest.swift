@@ -1,9 +1,9 @@
-/// A player's `Range` header (RFC 9110 §14.1.2), as the proxy answers it.
+/// A `Range` header (RFC 9110 §14.1.2), as the server's media endpoint and the proxy answer it.
 ///
 /// One byte range — `bytes=a-b`, `bytes=a-` or `bytes=-n` — is answered with 206 and `Content-Range: bytes a-b/total`
 /// (the resource's whole length, never the piece's). A request with several ranges, another unit, or a header that does
 /// not parse is answered with the whole resource (200), as the RFC allows a server to ignore `Range`: players send one
-/// range, and a multipart answer would have to be assembled from pieces that may not be cached yet.
+/// range, and a multipart answer would have to be assembled from pieces (the proxy's may not be cached yet).
 public enum RangeRequest: Hashable, Sendable {
     /// No range (or one the proxy ignores): the whole resource.
     case whole
@@ -74,5 +74,49 @@ extension String {
         while let first = view.first, set.contains(first) { view = view.dropFirst() }
         while let last = view.last, set.contains(last) { view = view.dropLast() }
         return String(view)
+    }
+}
+
+/// A `Content-Range` header (RFC 9110 §14.4): `bytes first-last/total` (total may be `*`), or `bytes */total` on a
+/// 416.
+public struct ContentRange: Hashable, Sendable {
+    public var first: Int64
+    public var last: Int64
+    /// The whole resource's length, nil for `*`.
+    public var total: Int64?
+
+    public init(first: Int64, last: Int64, total: Int64?) {
+        self.first = first
+        self.last = last
+        self.total = total
+    }
+
+    /// Parses `bytes first-last/total`; nil for anything else (a range whose last is before its first, or past the
+    /// total, included).
+    public init?(_ text: String) {
+        let trimmed = text.trimmingCharacters(in: " \t")
+        guard trimmed.lowercased().hasPrefix("bytes ") else { return nil }
+        let parts = trimmed.dropFirst(6).split(separator: "/", maxSplits: 1)
+        guard parts.count == 2 else { return nil }
+        let bounds = parts[0].split(separator: "-", maxSplits: 1)
+        guard bounds.count == 2, let first = Int64(bounds[0]), let last = Int64(bounds[1]), first >= 0, first <= last
+        else {
+            return nil
+        }
+        self.first = first
+        self.last = last
+        if parts[1] == "*" {
+            self.total = nil
+        } else {
+            guard let total = Int64(parts[1]), total > last else { return nil }
+            self.total = total
+        }
+    }
+
+    /// The total of `bytes */total` (an unsatisfiable range's answer).
+    public static func unsatisfied(_ text: String) -> Int64? {
+        let trimmed = text.trimmingCharacters(in: " \t")
+        guard trimmed.lowercased().hasPrefix("bytes */") else { return nil }
+        return Int64(trimmed.dropFirst(8))
     }
 }

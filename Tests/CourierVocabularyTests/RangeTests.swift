@@ -1,9 +1,8 @@
+import CourierVocabulary
 import Testing
 
-@testable import MediaCache
-
-@Suite("MediaCache: a player's Range header")
-struct RangeRequestTests {
+@Suite("HTTP byte ranges: Range and Content-Range, for the server's media endpoint and the proxy alike")
+struct RangeTests {
     @Test("one range in its three forms, the players' bytes=0-1 probe, and what is unsatisfiable")
     func forms() {
         let total: Int64 = 1000
@@ -21,6 +20,7 @@ struct RangeRequestTests {
         #expect(RangeRequest(header: "bytes=-0").bytes(of: total) == nil)
         #expect(RangeRequest(header: "bytes=0-").bytes(of: 0) == nil)
         #expect(RangeRequest(header: "bytes=99999999999999999999-").bytes(of: total) == nil)
+        #expect(RangeRequest(header: "bytes=999-999").bytes(of: total) == 999..<1000)
     }
 
     @Test("no header, several ranges, another unit or bad syntax: the whole resource")
@@ -31,5 +31,16 @@ struct RangeRequestTests {
             #expect(request.bytes(of: 10) == 0..<10)
             #expect(!request.isPartial)
         }
+    }
+
+    @Test("Content-Range: a range of a known or unknown total; malformed or impossible ones are refused")
+    func contentRange() {
+        #expect(ContentRange("bytes 0-99/1000") == ContentRange(first: 0, last: 99, total: 1000))
+        #expect(ContentRange(" Bytes 5-5/*") == ContentRange(first: 5, last: 5, total: nil))
+        for bad in ["bytes 9-5/10", "bytes 0-10/10", "bytes 0-9", "items 0-9/10", "bytes a-9/10", "bytes */10", ""] {
+            #expect(ContentRange(bad) == nil, "\(bad)")
+        }
+        #expect(ContentRange.unsatisfied("bytes */1000") == 1000)
+        #expect(ContentRange.unsatisfied("bytes 0-9/1000") == nil)
     }
 }
