@@ -81,7 +81,7 @@ public final class CourierServer: Service, Sendable {
             clock: { SessionContext.nowMs() },
             onCommit: { report in
                 metrics.committed(report)
-                hub.logsAppended(report.appended)
+                hub.logsGrew(report.appended)
             }
         )
     }
@@ -158,6 +158,7 @@ public final class CourierServer: Service, Sendable {
             store: self.store,
             commits: self.commits,
             hub: self.hub,
+            fanout: self.hub,
             activity: activity,
             metrics: self.metrics,
             media: self.media,
@@ -368,7 +369,7 @@ public final class CourierServer: Service, Sendable {
                     switch change {
                     case .logAppended(let user):
                         guard self.hub.isOnline(user) else { continue }
-                        self.hub.logsAppended([user: try await self.store.logCursor(of: user)])
+                        self.hub.logsGrew([user: try await self.store.logCursor(of: user)])
                     case .deviceRevoked(let device):
                         self.hub.terminate(
                             device: device,

@@ -2,13 +2,14 @@ import CourierProtocol
 import CourierStore
 import Synchronization
 
-/// The server's map of who is connected: each user's connections, and a way to wake or close them.
+/// The server's map of who is connected: each user's connections, and a way to wake or close them. It is also the
+/// in-process ``Fanout``.
 ///
 /// Waking a connection never queues data: ``ConnectionHandle/notify(cursor:)`` only raises the cursor the
 /// connection has to catch up to, and the connection reads the events from the store at its own pace. Typing and
 /// presence notices are coalesced to the latest state per conversation and user, so a connection's pending notices
 /// are bounded by its conversations, not by how much happens.
-final class Hub: Sendable {
+final class Hub: Fanout {
     private struct State {
         var byUser: [UserID: [Int: ConnectionHandle]] = [:]
         var nextID = 1
@@ -85,12 +86,26 @@ final class Hub: Sendable {
     }
 
     /// Tells the connections of users whose logs grew that there are events up to these cursors.
-    func logsAppended(_ appended: [UserID: UInt64]) {
-        guard !appended.isEmpty else { return }
+    func logsGrew(_ cursors: [UserID: UInt64]) {
+        guard !cursors.isEmpty else { return }
         let targets = self.state.withLock { state in
-            appended.flatMap { user, cursor in (state.byUser[user]?.values).map { $0.map { ($0, cursor) } } ?? [] }
+            cursors.flatMap { user, cursor in (state.byUser[user]?.values).map { $0.map { ($0, cursor) } } ?? [] }
         }
         for (handle, cursor) in targets { handle.notify(cursor: cursor) }
+    }
+
+    func typing(_ notice: TypingHint, to members: [UserID]) {
+        for handle in self.connections(of: members) where handle.id != notice.fromConnection {
+            handle.post(typing: notice.notice(for: handle.user))
+        }
+    }
+
+    func presence(of name: String, online: Bool, lastSeenMs: Int64, to peers: Set<UserID>) {
+        var notice = Courier_V1_PresenceNotice()
+        notice.user = name
+        notice.online = online
+        notice.lastSeenMs = online ? 0 : lastSeenMs
+        for handle in self.connections(of: peers) { handle.post(presence: notice) }
     }
 
     /// Closes every connection of a device.
@@ -227,6 +242,16 @@ final class ConnectionHandle: Sendable {
             state.presence[notice.user] = notice
             return true
         }
+    }
+
+    /// The typing and presence notices waiting to be sent.
+    var pendingNotices: Int {
+        self.state.withLock { $0.typing.count + $0.presence.count }
+    }
+
+    /// The cursor the connection has to catch up to.
+    var pendingCursor: UInt64 {
+        self.state.withLock { $0.latest }
     }
 
     /// Asks the connection to send an error and close.

@@ -661,21 +661,20 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                 reply.unread.nextOffset = UInt32(clamping: min(counts.count, offset + fitting))
             case .typing(let address, let typing):
                 let members = try await self.context.store.members(of: address, for: user.id)
-                for handle in self.context.hub.connections(of: members) where handle !== session.handle {
-                    var notice = Courier_V1_TypingNotice()
-                    // Each recipient names the conversation its own way.
-                    switch address {
-                    case .group: notice.conversation = Courier_V1_Conversation(address)
-                    case .user: notice.conversation.user = handle.user == user.id ? self.peerName(address) : user.name
-                    }
-                    notice.user = user.name
-                    notice.typing = typing
-                    handle.post(typing: notice)
-                }
+                self.context.fanout.typing(
+                    TypingHint(
+                        user: user.id,
+                        name: user.name,
+                        conversation: address,
+                        typing: typing,
+                        fromConnection: session.handle?.id
+                    ),
+                    to: members
+                )
                 reply.done = Courier_V1_Done()
             case .manageGroup(let manage):
                 let appended = try await self.manageGroup(manage, by: user)
-                self.context.hub.logsAppended(appended)
+                self.context.fanout.logsGrew(appended)
                 reply.done = Courier_V1_Done()
             case .logout:
                 try await self.context.store.revokeDevice(
@@ -737,11 +736,6 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             if bytes > limit { return max(1, index) }
         }
         return sizes.count
-    }
-
-    private func peerName(_ address: Conversation) -> String {
-        if case .user(let name) = address { return name }
-        return ""
     }
 
     private func manageGroup(_ manage: Courier_V1_ManageGroup, by user: User) async throws -> [UserID: UInt64] {
@@ -906,18 +900,14 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
     ) async {
         guard let peers = try? await self.context.store.peers(of: user) else { return }
         if first {
-            var notice = Courier_V1_PresenceNotice()
-            notice.user = name
-            notice.online = online
-            notice.lastSeenMs = online ? 0 : lastSeenMs
-            for peer in self.context.hub.connections(of: peers) { peer.post(presence: notice) }
+            self.context.fanout.presence(of: name, online: online, lastSeenMs: lastSeenMs, to: peers)
         }
         // A new connection that asked for notices learns who is online, and when the others were last seen.
         if let handle, handle.wantsEphemeral, !peers.isEmpty,
             let known = try? await self.context.store.namesAndLastSeen(of: peers)
         {
             for (peer, (name, lastSeenMs)) in known {
-                let online = self.context.hub.isOnline(peer)
+                let online = self.context.fanout.isOnline(peer)
                 guard online || lastSeenMs != nil else { continue }
                 var notice = Courier_V1_PresenceNotice()
                 notice.user = name

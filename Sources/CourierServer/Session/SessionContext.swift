@@ -9,7 +9,10 @@ final class SessionContext: Sendable {
     let configuration: ServerConfiguration
     let store: any CourierDatabase
     let commits: CommitQueue
+    /// This node's connections: registration, and the handles sessions deliver through.
     let hub: Hub
+    /// How news reaches other connections (and nodes); sessions tell it what happened.
+    let fanout: any Fanout
     /// Which devices are connected, for `courier user devices`.
     let activity: DeviceActivity
     let logger: Logger
@@ -20,7 +23,7 @@ final class SessionContext: Sendable {
     /// Connections not yet authenticated, by address key.
     private let unauthenticated = Mutex<[String: Int]>([:])
     /// Each sending user's fan-out budget, shared by its connections (buckets that refilled are dropped).
-    private let fanout = Mutex<[UserID: TokenBucket]>([:])
+    private let fanoutBudgets = Mutex<[UserID: TokenBucket]>([:])
     /// What each user's last send to each conversation cost in deliveries, for the reservation of the next.
     private let fanoutEstimates = Mutex<[FanoutKey: Int]>([:])
 
@@ -49,6 +52,7 @@ final class SessionContext: Sendable {
         store: any CourierDatabase,
         commits: CommitQueue,
         hub: Hub,
+        fanout: any Fanout,
         activity: DeviceActivity,
         metrics: ServerMetrics,
         media: MediaService,
@@ -62,6 +66,7 @@ final class SessionContext: Sendable {
         self.store = store
         self.commits = commits
         self.hub = hub
+        self.fanout = fanout
         self.metrics = metrics
         self.logger = logger
     }
@@ -114,7 +119,7 @@ final class SessionContext: Sendable {
     func chargeFanout(of user: UserID, deliveries: Int) {
         let limits = self.configuration.limits
         let now = ContinuousClock.now
-        self.fanout.withLock { buckets in
+        self.fanoutBudgets.withLock { buckets in
             if buckets.count > 10_000 {
                 buckets = buckets.filter { _, bucket in
                     var bucket = bucket
@@ -145,7 +150,7 @@ final class SessionContext: Sendable {
 
     /// How long a user's next send must wait for its fan-out budget; nil when it may go now.
     func fanoutWait(of user: UserID) -> Duration? {
-        self.fanout.withLock { buckets in buckets[user]?.debt(now: .now) }
+        self.fanoutBudgets.withLock { buckets in buckets[user]?.debt(now: .now) }
     }
 
     private static func decrement(_ counts: inout [String: Int], _ address: String) {

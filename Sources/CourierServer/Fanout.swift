@@ -1,0 +1,57 @@
+import CourierProtocol
+import CourierStore
+
+/// How news reaches the connections it concerns: in this process today (``Hub``), across nodes once several
+/// servers share one database. A session speaks to this protocol only and never knows which it has.
+///
+/// Everything it carries is a hint. The store is the truth: a connection woken with a cursor reads its events from
+/// the store at its own pace, so a hint that is lost (a node that restarts, a notification dropped) costs latency,
+/// never a message. Typing and presence notices are ephemeral: at most once, coalesced per user and conversation.
+protocol Fanout: Sendable {
+    /// These users' logs grew to these cursors. Called after the commit that grew them, never inside it.
+    func logsGrew(_ cursors: [UserID: UInt64])
+
+    /// A user is typing (or stopped) in a conversation: the members' connections that want notices learn it, each
+    /// with the conversation named its own way (a direct conversation by the other side's name), except the
+    /// connection the notice came from.
+    func typing(_ notice: TypingHint, to members: [UserID])
+
+    /// A user came online or went offline: its peers' connections that want notices learn it.
+    func presence(of name: String, online: Bool, lastSeenMs: Int64, to peers: Set<UserID>)
+
+    /// Whether a user has a connection (on any node).
+    func isOnline(_ user: UserID) -> Bool
+
+    /// Closes every connection of a device (revoked) with an error.
+    func terminate(device: DeviceID, code: String, message: String)
+
+    /// Closes every connection of a user (removed) with an error.
+    func terminate(user: UserID, code: String, message: String)
+}
+
+/// A typing notice before it is addressed to each recipient.
+struct TypingHint: Sendable, Hashable {
+    /// The one typing, by id and by name.
+    var user: UserID
+    var name: String
+    /// The conversation as the one typing names it.
+    var conversation: Conversation
+    var typing: Bool
+    /// The connection the notice came from (on this node), which does not get it back.
+    var fromConnection: Int?
+
+    /// The notice as `recipient` sees it: a group by its name, a direct conversation by the other side's name (the
+    /// typing user's other devices see the peer, the peer sees the typing user).
+    func notice(for recipient: UserID) -> Courier_V1_TypingNotice {
+        var notice = Courier_V1_TypingNotice()
+        switch self.conversation {
+        case .group:
+            notice.conversation = Courier_V1_Conversation(self.conversation)
+        case .user(let peer):
+            notice.conversation.user = recipient == self.user ? peer : self.name
+        }
+        notice.user = self.name
+        notice.typing = self.typing
+        return notice
+    }
+}
