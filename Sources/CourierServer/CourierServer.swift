@@ -81,7 +81,7 @@ public final class CourierServer: Service, Sendable {
             clock: { SessionContext.nowMs() },
             onCommit: { report in
                 metrics.committed(report)
-                hub.logsGrew(report.appended)
+                hub.logsGrew(report.appended, fresh: report.fresh)
             }
         )
     }

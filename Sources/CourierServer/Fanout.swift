@@ -8,8 +8,10 @@ import CourierStore
 /// the store at its own pace, so a hint that is lost (a node that restarts, a notification dropped) costs latency,
 /// never a message. Typing and presence notices are ephemeral: at most once, coalesced per user and conversation.
 protocol Fanout: Sendable {
-    /// These users' logs grew to these cursors. Called after the commit that grew them, never inside it.
-    func logsGrew(_ cursors: [UserID: UInt64])
+    /// These users' logs grew to these cursors. Called after the commit that grew them, never inside it. `fresh`
+    /// has the new events as written, for some of the users: a connection that is caught up may be handed them
+    /// instead of reading them back (a bounded optimisation; the cursor alone is always enough).
+    func logsGrew(_ cursors: [UserID: UInt64], fresh: [UserID: [StoredEvent]])
 
     /// A user is typing (or stopped) in a conversation: the members' connections that want notices learn it, each
     /// with the conversation named its own way (a direct conversation by the other side's name), except the
@@ -27,6 +29,13 @@ protocol Fanout: Sendable {
 
     /// Closes every connection of a user (removed) with an error.
     func terminate(user: UserID, code: String, message: String)
+}
+
+extension Fanout {
+    /// These users' logs grew to these cursors (their connections read the events from the store).
+    func logsGrew(_ cursors: [UserID: UInt64]) {
+        self.logsGrew(cursors, fresh: [:])
+    }
 }
 
 /// A typing notice before it is addressed to each recipient.

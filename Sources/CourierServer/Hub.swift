@@ -34,6 +34,7 @@ final class Hub: Fanout {
         ephemeral: Bool,
         events: Bool = true,
         maxOwnSends: Int = 1024,
+        maxHanded: Int = 0,
         maxPerUser: Int = .max
     ) -> Registration {
         self.state.withLock { state in
@@ -45,7 +46,8 @@ final class Hub: Fanout {
                 device: device,
                 wantsEphemeral: ephemeral,
                 wantsEvents: events,
-                maxOwnSends: maxOwnSends
+                maxOwnSends: maxOwnSends,
+                maxHanded: maxHanded
             )
             state.nextID += 1
             let first = state.byUser[user]?.isEmpty ?? true
@@ -85,13 +87,14 @@ final class Hub: Fanout {
         self.state.withLock { state in users.flatMap { state.byUser[$0].map { Array($0.values) } ?? [] } }
     }
 
-    /// Tells the connections of users whose logs grew that there are events up to these cursors.
-    func logsGrew(_ cursors: [UserID: UInt64]) {
+    /// Tells the connections of users whose logs grew that there are events up to these cursors, handing them the
+    /// fresh events where there are some.
+    func logsGrew(_ cursors: [UserID: UInt64], fresh: [UserID: [StoredEvent]]) {
         guard !cursors.isEmpty else { return }
         let targets = self.state.withLock { state in
             cursors.flatMap { user, cursor in (state.byUser[user]?.values).map { $0.map { ($0, cursor) } } ?? [] }
         }
-        for (handle, cursor) in targets { handle.notify(cursor: cursor) }
+        for (handle, cursor) in targets { handle.notify(cursor: cursor, fresh: fresh[handle.user] ?? []) }
     }
 
     func typing(_ notice: TypingHint, to members: [UserID]) {
@@ -154,6 +157,8 @@ final class ConnectionHandle: Sendable {
         var waiter: CheckedContinuation<Void, Never>?
         /// The ids of this connection's sends whose events its delivery has not passed yet (see ``willSend(id:)``).
         var ownSends: Set<String> = []
+        /// Fresh events handed over at commit, consecutive cursors, at most ``maxHanded`` (see ``notify(cursor:fresh:)``).
+        var handed: [StoredEvent] = []
     }
 
     private struct TypingKey: Hashable {
@@ -170,6 +175,8 @@ final class ConnectionHandle: Sendable {
     /// The most send ids ``willSend(id:)`` remembers; past it, a send's own event is delivered back to its
     /// connection (clients drop it by id: it answers a send of theirs).
     let maxOwnSends: Int
+    /// The most fresh events held for the delivery (0: none; everything is read from the store).
+    let maxHanded: Int
     private let state = Mutex(State())
 
     init(
@@ -178,7 +185,8 @@ final class ConnectionHandle: Sendable {
         device: DeviceID,
         wantsEphemeral: Bool,
         wantsEvents: Bool = true,
-        maxOwnSends: Int = 1024
+        maxOwnSends: Int = 1024,
+        maxHanded: Int = 0
     ) {
         self.id = id
         self.user = user
@@ -186,6 +194,7 @@ final class ConnectionHandle: Sendable {
         self.wantsEphemeral = wantsEphemeral
         self.wantsEvents = wantsEvents
         self.maxOwnSends = maxOwnSends
+        self.maxHanded = maxHanded
     }
 
     /// This connection is about to submit a send with this id: its own delivery will skip the message's event
@@ -211,13 +220,39 @@ final class ConnectionHandle: Sendable {
         return self.state.withLock { $0.ownSends.remove(id) != nil }
     }
 
-    /// Raises the cursor the connection has to catch up to (nothing for a connection that asked for no events).
-    func notify(cursor: UInt64) {
+    /// Raises the cursor the connection has to catch up to (nothing for a connection that asked for no events),
+    /// holding `fresh` (the new events, consecutive cursors) for the delivery to send without reading them back.
+    ///
+    /// What is held stays consecutive and bounded: events that do not follow the ones held replace them (the
+    /// delivery reads the gap from the store), and past ``maxHanded`` nothing is held (it reads them all). Holding
+    /// is never needed for correctness: the delivery reads whatever it is not handed.
+    func notify(cursor: UInt64, fresh: [StoredEvent] = []) {
         guard self.wantsEvents else { return }
         self.wake { state in
+            if let first = fresh.first, self.maxHanded > 0 {
+                if let last = state.handed.last, first.cursor != last.cursor + 1 { state.handed.removeAll() }
+                if state.handed.count + fresh.count <= self.maxHanded {
+                    state.handed.append(contentsOf: fresh)
+                } else {
+                    state.handed.removeAll()
+                }
+            }
             guard cursor > state.latest else { return false }
             state.latest = cursor
             return true
+        }
+    }
+
+    /// Up to `limit` handed events that follow `cursor` directly; none when what is held does not start there (the
+    /// delivery reads from the store). Held events at or before `cursor` are dropped: they were read already.
+    func takeHanded(after cursor: UInt64, limit: Int) -> [StoredEvent] {
+        self.state.withLock { state in
+            let stale = state.handed.prefix { $0.cursor <= cursor }.count
+            state.handed.removeFirst(stale)
+            guard let first = state.handed.first, first.cursor == cursor + 1 else { return [] }
+            let taken = Array(state.handed.prefix(max(1, limit)))
+            state.handed.removeFirst(taken.count)
+            return taken
         }
     }
 
@@ -247,6 +282,11 @@ final class ConnectionHandle: Sendable {
     /// The typing and presence notices waiting to be sent.
     var pendingNotices: Int {
         self.state.withLock { $0.typing.count + $0.presence.count }
+    }
+
+    /// The cursors of the fresh events held.
+    var handedCursors: [UInt64] {
+        self.state.withLock { $0.handed.map(\.cursor) }
     }
 
     /// The cursor the connection has to catch up to.

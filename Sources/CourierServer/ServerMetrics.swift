@@ -10,6 +10,8 @@ final class ServerMetrics: Sendable {
     let connectionsTotal: Counter
     let messagesIn: Counter
     let eventsOut: Counter
+    /// Events handed to a connection as committed rather than read back from the store.
+    let eventsHanded: Counter
     let commitDuration: DurationHistogram
     let commitBatchSize: ValueHistogram
     let commitFailures: Counter
@@ -44,6 +46,12 @@ final class ServerMetrics: Sendable {
         )
         self.eventsOut = registry.makeCounter(
             descriptor: Self.name("courier_events_out_total", "Events of users' logs written to their connections.")
+        )
+        self.eventsHanded = registry.makeCounter(
+            descriptor: Self.name(
+                "courier_events_handed_total",
+                "Events sent as the group commit wrote them, without reading them back from the store."
+            )
         )
         self.commitDuration = registry.makeDurationHistogram(
             descriptor: Self.name(

@@ -23,6 +23,8 @@ public final class CommitQueue: Sendable {
         public var requests: Int
         public var duration: Duration
         public var appended: [UserID: UInt64]
+        /// The events as written, for users with few enough (``AppliedBatch/fresh``).
+        public var fresh: [UserID: [StoredEvent]] = [:]
         public var failed: Bool
     }
 
@@ -114,6 +116,7 @@ public final class CommitQueue: Sendable {
                         requests: batch.count,
                         duration: clock.now - start,
                         appended: applied.appended,
+                        fresh: applied.fresh,
                         failed: false
                     )
                 )

@@ -140,6 +140,9 @@ public struct StoreLimits: Sendable, Hashable {
     public var maxMessageIDBytes: Int = 128
     /// The longest device name, in UTF-8 bytes.
     public var maxDeviceNameBytes: Int = 64
+    /// The most events of one user a group commit returns as they were written (``AppliedBatch/fresh``); a user
+    /// with more has them read back. 0 returns none.
+    public var maxFreshEventsPerUser: Int = 64
 
     public init() {}
 

@@ -13,6 +13,13 @@ struct EventLogWriter {
     /// The newest cursor of each user whose log grew.
     private(set) var appended: [UserID: UInt64] = [:]
     private var cursors: [UserID: Int64] = [:]
+    /// The events appended, as ``SQLiteStore/events(for:after:limit:)`` would read them back, for each user whose
+    /// every new event is here (contiguous from the user's first new cursor), at most ``maxFreshPerUser`` each.
+    private(set) var fresh: [UserID: [StoredEvent]] = [:]
+    /// Users with more new events than ``maxFreshPerUser``, or one appended without its event: read back instead.
+    private var unfresh: Set<UserID> = []
+    /// The most fresh events kept per user (0: none).
+    var maxFreshPerUser = 0
 
     mutating func append(
         to user: UserID,
@@ -21,6 +28,7 @@ struct EventLogWriter {
         seq: Int64,
         actor: UserID? = nil,
         detail: Int64? = nil,
+        event: StoredEvent.Kind? = nil,
         _ db: Database
     ) throws {
         let current: Int64
@@ -36,6 +44,14 @@ struct EventLogWriter {
         let cursor = current + 1
         self.cursors[user] = cursor
         self.appended[user] = UInt64(cursor)
+        if !self.unfresh.contains(user) {
+            if let event, self.fresh[user, default: []].count < self.maxFreshPerUser {
+                self.fresh[user, default: []].append(StoredEvent(cursor: UInt64(cursor), kind: event))
+            } else {
+                self.fresh[user] = nil
+                self.unfresh.insert(user)
+            }
+        }
         try db.cachedStatement(
             sql:
                 "INSERT INTO events (user_id, cursor, kind, conversation_id, seq, actor_id, detail) VALUES (?, ?, ?, ?, ?, ?, ?)"

@@ -16,6 +16,7 @@ extension SQLiteStore {
         let recallWindowMs = StoreLimits.milliseconds(self.limits.recallWindow)
         return try await self.write { db in
             var batch = WriteBatch(nowMs: nowMs, recallWindowMs: recallWindowMs, store: self)
+            batch.log.maxFreshPerUser = self.limits.maxFreshEventsPerUser
             var outcomes: [WriteOutcome] = []
             outcomes.reserveCapacity(requests.count)
             for request in requests {
@@ -26,7 +27,7 @@ extension SQLiteStore {
                 }
             }
             try batch.finish(db)
-            return AppliedBatch(outcomes: outcomes, appended: batch.log.appended)
+            return AppliedBatch(outcomes: outcomes, appended: batch.log.appended, fresh: batch.log.fresh)
         }
     }
 }
@@ -138,8 +139,19 @@ struct WriteBatch {
         conversation.members[send.sender]?.sent = true
         conversation.members[send.sender]?.dirty = true
         self.conversations[key] = conversation
+        let sender = try self.store.name(of: send.sender, db)
         for member in conversation.members.keys.sorted() {
-            try self.log.append(to: member, .message, conversation: key, seq: seq, db)
+            let message = StoredMessage(
+                id: id,
+                from: sender,
+                fromDevice: send.device,
+                conversation: try self.address(of: conversation, for: member, db),
+                seq: UInt64(seq),
+                timeMs: time,
+                body: send.body,
+                recalled: false
+            )
+            try self.log.append(to: member, .message, conversation: key, seq: seq, event: .message(message), db)
         }
         return .sent(
             SendReceipt(
@@ -191,6 +203,7 @@ struct WriteBatch {
             member.dirty = true
             conversation.members[user] = member
             self.conversations[key] = conversation
+            let reader = try self.store.name(of: user, db)
             for other in conversation.members.keys.sorted() where other != user {
                 try self.log.append(
                     to: other,
@@ -199,6 +212,12 @@ struct WriteBatch {
                     seq: seq,
                     actor: user,
                     detail: ReceiptKind.delivered.rawValue,
+                    event: .receipt(
+                        conversation: try self.address(of: conversation, for: other, db),
+                        user: reader,
+                        kind: .delivered,
+                        upToSeq: UInt64(seq)
+                    ),
                     db
                 )
             }
@@ -221,6 +240,7 @@ struct WriteBatch {
         conversation.members[user] = member
         self.conversations[key] = conversation
         // Everyone, the reader included: its other devices update their unread counts from it.
+        let reader = try self.store.name(of: user, db)
         for recipient in conversation.members.keys.sorted() {
             try self.log.append(
                 to: recipient,
@@ -229,6 +249,12 @@ struct WriteBatch {
                 seq: seq,
                 actor: user,
                 detail: ReceiptKind.read.rawValue,
+                event: .receipt(
+                    conversation: try self.address(of: conversation, for: recipient, db),
+                    user: reader,
+                    kind: .read,
+                    upToSeq: UInt64(seq)
+                ),
                 db
             )
         }
@@ -266,8 +292,23 @@ struct WriteBatch {
         // A recalled message's media is no longer anyone's to fetch (the bytes stay for other messages and the quota).
         try db.cachedStatement(sql: "DELETE FROM message_media WHERE conversation_id = ? AND seq = ?")
             .execute(arguments: [key, seq])
-        for member in self.conversations[key]!.members.keys.sorted() {
-            try self.log.append(to: member, .recall, conversation: key, seq: seq, actor: user, db)
+        let conversation = self.conversations[key]!
+        let by = try self.store.name(of: user, db)
+        for member in conversation.members.keys.sorted() {
+            try self.log.append(
+                to: member,
+                .recall,
+                conversation: key,
+                seq: seq,
+                actor: user,
+                event: .recall(
+                    conversation: try self.address(of: conversation, for: member, db),
+                    seq: UInt64(seq),
+                    id: id,
+                    by: by
+                ),
+                db
+            )
         }
         return .done
     }

@@ -118,6 +118,11 @@ public struct StoredEvent: Hashable, Sendable {
     }
     public var cursor: UInt64
     public var kind: Kind
+
+    public init(cursor: UInt64, kind: Kind) {
+        self.cursor = cursor
+        self.kind = kind
+    }
 }
 
 /// A page of a conversation's history, newest first.

@@ -95,4 +95,14 @@ public struct AppliedBatch: Sendable {
     public var outcomes: [WriteOutcome]
     /// The users whose event logs grew, with their newest cursors: their connected devices have events to fetch.
     public var appended: [UserID: UInt64]
+    /// The events the batch appended, as a read of each log would return them, for users with at most
+    /// ``StoreLimits/maxFreshEventsPerUser`` new ones: the server hands them to connections that are caught up
+    /// instead of reading them back. A user missing here has events all the same (``appended``): read them.
+    public var fresh: [UserID: [StoredEvent]] = [:]
+
+    public init(outcomes: [WriteOutcome], appended: [UserID: UInt64], fresh: [UserID: [StoredEvent]] = [:]) {
+        self.outcomes = outcomes
+        self.appended = appended
+        self.fresh = fresh
+    }
 }

@@ -25,6 +25,7 @@ enum LimitOption {
         ("slow-consumer-timeout", { $0.limits.slowConsumerTimeout = try duration($1) }),
         ("outbound-buffer-bytes", { $0.limits.outboundBufferBytes = try bytes($1) }),
         ("events-per-page", { $0.limits.eventsPerPage = try int($1) }),
+        ("max-handed-events", { $0.limits.maxHandedEvents = try count($1) }),
         ("max-events-bytes", { $0.limits.maxEventsBytes = try bytes($1) }),
         ("max-history-page", { $0.limits.maxHistoryPage = try int($1) }),
         ("max-answer-bytes", { $0.limits.maxAnswerBytes = try bytes($1) }),
@@ -77,6 +78,12 @@ enum LimitOption {
 
     static func int(_ text: String) throws -> Int {
         guard let value = Int(text), value > 0 else { throw BadValue(description: "\(text) is not a positive integer") }
+        return value
+    }
+
+    /// A count that may be zero (to turn something off).
+    static func count(_ text: String) throws -> Int {
+        guard let value = Int(text), value >= 0 else { throw BadValue(description: "\(text) is not 0 or more") }
         return value
     }
 

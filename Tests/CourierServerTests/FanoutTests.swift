@@ -72,4 +72,59 @@ struct FanoutTests {
     static func noticeCount(_ handle: ConnectionHandle) -> Int {
         handle.pendingNotices
     }
+
+    static func events(_ cursors: ClosedRange<UInt64>) -> [StoredEvent] {
+        cursors.map { cursor in
+            var event = StoredEvent.placeholder
+            event.cursor = cursor
+            return event
+        }
+    }
+
+    @Test("handed events: held while they follow each other and fit, taken only from where the delivery stands")
+    func handed() throws {
+        let hub = Hub()
+        guard
+            case .registered(let handle, _, _) = hub.register(
+                user: Self.alice,
+                device: DeviceID(rawValue: 1),
+                ephemeral: false,
+                maxHanded: 4
+            )
+        else { throw TestFailure(description: "not registered") }
+        hub.logsGrew([Self.alice: 2], fresh: [Self.alice: Self.events(1...2)])
+        hub.logsGrew([Self.alice: 3], fresh: [Self.alice: Self.events(3...3)])
+        #expect(handle.handedCursors == [1, 2, 3] && handle.pendingCursor == 3)
+        // Taken from where the delivery stands, a page at a time.
+        #expect(handle.takeHanded(after: 0, limit: 2).map(\.cursor) == [1, 2])
+        // A gap (an admin command's events, cursor only): the new run replaces what is held; the delivery reads
+        // the gap from the store, then takes the run.
+        hub.logsGrew([Self.alice: 4])
+        hub.logsGrew([Self.alice: 6], fresh: [Self.alice: Self.events(5...6)])
+        #expect(handle.handedCursors == [5, 6])
+        #expect(handle.takeHanded(after: 2, limit: 10).isEmpty, "4 must come from the store")
+        #expect(handle.takeHanded(after: 4, limit: 10).map(\.cursor) == [5, 6])
+        // Past the bound: nothing held, everything read from the store, and the cursor still raised.
+        hub.logsGrew([Self.alice: 11], fresh: [Self.alice: Self.events(7...11)])
+        #expect(handle.handedCursors.isEmpty && handle.pendingCursor == 11)
+        // Events the delivery read already are dropped when it takes.
+        hub.logsGrew([Self.alice: 13], fresh: [Self.alice: Self.events(12...13)])
+        #expect(handle.takeHanded(after: 12, limit: 10).map(\.cursor) == [13])
+        // A connection that asked for no events holds nothing.
+        guard
+            case .registered(let quiet, _, _) = hub.register(
+                user: Self.bob,
+                device: DeviceID(rawValue: 2),
+                ephemeral: false,
+                events: false,
+                maxHanded: 4
+            )
+        else { throw TestFailure(description: "not registered") }
+        hub.logsGrew([Self.bob: 1], fresh: [Self.bob: Self.events(1...1)])
+        #expect(quiet.handedCursors.isEmpty && quiet.pendingCursor == 0)
+    }
+}
+
+extension StoredEvent {
+    static let placeholder = StoredEvent(cursor: 0, kind: .recall(conversation: .user("x"), seq: 1, id: "x", by: "x"))
 }

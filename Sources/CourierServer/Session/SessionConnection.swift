@@ -438,6 +438,7 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
             ephemeral: hello.ephemeral,
             events: !hello.noEvents,
             maxOwnSends: 4 * self.context.configuration.limits.maxUnackedSends,
+            maxHanded: self.context.configuration.limits.maxHandedEvents,
             maxPerUser: self.context.configuration.limits.maxConnectionsPerUser
         ) {
         case .registered(let registered, let firstForUser, let firstForDevice):
@@ -820,7 +821,13 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                     for notice in notices { try await session.write(notice, transport: self.transport, to: outbound) }
                 case .events(let upTo):
                     while sent < upTo {
-                        let events = try await self.context.store.events(for: user.id, after: sent, limit: pageSize)
+                        // Handed over at commit when this connection kept up; else read back from the store.
+                        var events = handle.takeHanded(after: sent, limit: pageSize)
+                        if events.isEmpty {
+                            events = try await self.context.store.events(for: user.id, after: sent, limit: pageSize)
+                        } else {
+                            self.context.metrics.eventsHanded.increment(by: events.count)
+                        }
                         guard let last = events.last else { break }
                         // The connection that sent a message has its acknowledgement; it does not get it again.
                         // Other connections of the same device do (another process of the same app).

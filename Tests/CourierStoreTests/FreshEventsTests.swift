@@ -1,0 +1,98 @@
+import CourierStore
+import CourierTesting
+import Foundation
+import Testing
+
+@Suite("Fresh events: what a group commit returns as it wrote it is what a read of the log returns")
+struct FreshEventsTests {
+    @Test("messages, receipts and recalls, direct and in a group: fresh events equal the log read back")
+    func equalToTheLog() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder)
+            let ids = try await fixture.users("alice", "bob", "carol")
+            let (alice, bob, carol) = (ids["alice"]!, ids["bob"]!, ids["carol"]!)
+            try await fixture.store.createGroup(
+                name: "team",
+                owner: "alice",
+                members: ["bob", "carol"],
+                nowMs: StoreFixture.start
+            )
+            let bobDevice = try await fixture.store.login(user: "bob", password: "pw-bob", deviceName: "b", nowMs: 1)
+            let now = StoreFixture.start + 10
+            // One batch: a direct message each way, a group message, a read mark, and a recall.
+            let first = try await fixture.store.apply(
+                [
+                    .send(.init(sender: alice, id: "a1", to: .user("bob"), body: Array("hi bob".utf8))),
+                    .send(.init(sender: bob, id: "b1", to: .user("alice"), body: Array("hi alice".utf8))),
+                    .send(.init(sender: carol, id: "c1", to: .group("team"), body: Array("hello team".utf8))),
+                    .markRead(user: alice, conversation: .user("bob"), upToSeq: 2),
+                    .send(.init(sender: alice, id: "a2", to: .group("team"), body: Array("oops".utf8))),
+                    .recall(user: alice, conversation: .group("team"), id: "a2"),
+                ],
+                nowMs: now
+            )
+            // A second: bob's device acknowledges everything (delivered receipts for the others).
+            let second = try await fixture.store.apply(
+                [.ack(user: bob, device: bobDevice.device.id, cursor: first.appended[bob]!)],
+                nowMs: now + 1
+            )
+            // Every kind is there: messages, a read receipt, a recall; then delivered receipts.
+            let kinds = first.fresh[bob]!.map { event -> String in
+                switch event.kind {
+                case .message: "message"
+                case .receipt(_, _, let kind, _): "\(kind)"
+                case .recall: "recall"
+                case .membership: "membership"
+                }
+            }
+            #expect(kinds == ["message", "message", "message", "read", "message", "recall"], "\(kinds)")
+            #expect(second.fresh[alice]?.count == 2 && second.fresh[carol]?.count == 1)
+            for (batch, name) in [(first, "first"), (second, "second")] {
+                #expect(!batch.fresh.isEmpty, "\(name)")
+                #expect(Set(batch.fresh.keys) == Set(batch.appended.keys), "\(name): every user's events are fresh")
+                for (user, fresh) in batch.fresh {
+                    let before = fresh.first!.cursor - 1
+                    let read = try await fixture.log(user, after: before).filter { $0.cursor <= batch.appended[user]! }
+                    // The log read now shows a2 recalled; as written it was a message, then its recall.
+                    let expected = read.map { event -> StoredEvent in
+                        guard case .message(var message) = event.kind, message.id == "a2", batch.outcomes.count > 1
+                        else { return event }
+                        message.recalled = false
+                        message.body = Array("oops".utf8)
+                        var written = event
+                        written.kind = .message(message)
+                        return written
+                    }
+                    #expect(fresh == expected, "\(name), user \(user)")
+                    #expect(fresh.last?.cursor == batch.appended[user])
+                }
+            }
+        }
+    }
+
+    @Test("a user with more new events than the limit has none fresh (read back instead); 0 returns none")
+    func bounded() async throws {
+        for limit in [0, 3] {
+            try await withTemporaryDirectory { folder in
+                let fixture = try StoreFixture(folder: folder) { $0.limits.maxFreshEventsPerUser = limit }
+                let ids = try await fixture.users("alice", "bob")
+                let (alice, bob) = (ids["alice"]!, ids["bob"]!)
+                let sends: [WriteRequest] = (1...4).map {
+                    .send(.init(sender: alice, id: "m\($0)", to: .user("bob"), body: Array("\($0)".utf8)))
+                }
+                let four = try await fixture.store.apply(sends, nowMs: StoreFixture.start)
+                #expect(four.fresh.isEmpty, "limit \(limit): 4 events each")
+                #expect(four.appended[alice] != nil && four.appended[bob] != nil)
+                let two = try await fixture.store.apply(
+                    Array(sends.prefix(2)).map { request in
+                        guard case .send(var send) = request else { return request }
+                        send.id += "-again"
+                        return .send(send)
+                    },
+                    nowMs: StoreFixture.start + 1
+                )
+                #expect(two.fresh[bob]?.count == (limit == 0 ? nil : 2), "limit \(limit)")
+            }
+        }
+    }
+}
