@@ -7,6 +7,8 @@ import Synchronization
 /// Counts shared by every connection of a run (each connection's own figures stay on its event loop).
 final class BenchTally: Sendable {
     let ready = Atomic<Int>(0)
+    /// Connections that closed before their login was answered (the server refused them).
+    let closedBeforeReady = Atomic<Int>(0)
     let sent = Atomic<Int>(0)
     let acknowledged = Atomic<Int>(0)
     let delivered = Atomic<Int>(0)
@@ -63,6 +65,8 @@ final class BenchHandler: ChannelInboundHandler, @unchecked Sendable {
     private var sent = 0
     private var startedAt: UInt64 = 0
     private var pinger: RepeatedTask?
+    /// Whether the server answered the login.
+    private var welcomed = false
     private var pacer: Scheduled<Void>?
     private(set) var acknowledgement = LatencyHistogram.latencies()
     private(set) var endToEnd = LatencyHistogram.latencies()
@@ -98,7 +102,10 @@ final class BenchHandler: ChannelInboundHandler, @unchecked Sendable {
     func channelInactive(context: ChannelHandlerContext) {
         self.pinger?.cancel()
         self.pacer?.cancel()
-        if self.sent < self.plan.messages || !self.waiting.isEmpty {
+        if !self.welcomed {
+            self.tally.closedBeforeReady.add(1, ordering: .relaxed)
+            self.tally.fail("\(self.plan.user.name): the server closed the connection before answering its login")
+        } else if self.sent < self.plan.messages || !self.waiting.isEmpty {
             self.tally.fail("\(self.plan.user.name): the connection closed")
         }
         context.fireChannelInactive()
@@ -127,6 +134,7 @@ final class BenchHandler: ChannelInboundHandler, @unchecked Sendable {
         let now = NIODeadline.now().uptimeNanoseconds
         switch envelope.body {
         case .welcome(let welcome)?:
+            self.welcomed = true
             self.tally.ready.add(1, ordering: .relaxed)
             let interval = TimeAmount.milliseconds(Int64(welcome.limits.heartbeatIntervalMs))
             if interval > .zero {

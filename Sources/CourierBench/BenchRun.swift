@@ -72,7 +72,14 @@ public struct BenchRun: Sendable {
                 for try await connection in tasks { channels.append(connection) }
             }
             try await self.waitUntil(timeout: configuration.timeout) {
-                tally.ready.load(ordering: .relaxed) >= channels.count
+                tally.ready.load(ordering: .relaxed) + tally.closedBeforeReady.load(ordering: .relaxed)
+                    >= channels.count
+            }
+            if tally.closedBeforeReady.load(ordering: .relaxed) > 0 {
+                throw BenchError(
+                    "\(tally.closedBeforeReady.load(ordering: .relaxed)) connections were closed before their login "
+                        + "was answered; the first: \(tally.failure ?? "?")"
+                )
             }
             progress("connected \(channels.count) of \(users.count)")
         }

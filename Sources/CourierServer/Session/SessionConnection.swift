@@ -818,7 +818,7 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                     try? await self.close(outbound, session: session, code: code, message: message)
                     return
                 case .notices(let notices):
-                    for notice in notices { try await session.write(notice, transport: self.transport, to: outbound) }
+                    try await session.write(notices, transport: self.transport, to: outbound)
                 case .events(let upTo):
                     while sent < upTo {
                         // Handed over at commit when this connection kept up; else read back from the store.
@@ -858,9 +858,7 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                         }
                         current.events.caughtUp = reachesLatest
                         if !current.events.events.isEmpty || reachesLatest { envelopes.append(current) }
-                        for envelope in envelopes {
-                            try await session.write(envelope, transport: self.transport, to: outbound)
-                        }
+                        try await session.write(envelopes, transport: self.transport, to: outbound)
                         self.context.metrics.eventsOut.increment(by: events.count)
                         sent = last.cursor
                         handle.delivered(upTo: sent)

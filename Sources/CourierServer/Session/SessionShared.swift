@@ -153,6 +153,36 @@ final class SessionShared: Sendable {
         }
     }
 
+    /// Writes several envelopes with one write and one flush (a page of events split in envelopes, the notices that
+    /// gathered), tracking how long the write waits for the client to read. Envelopes that stream media (compat)
+    /// go one at a time.
+    func write<Transport: SessionTransport>(
+        _ envelopes: [ServerEnvelope],
+        transport: Transport,
+        to outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>
+    ) async throws {
+        var frames: [Transport.Outbound] = []
+        for envelope in envelopes {
+            for output in try transport.frames(for: envelope) {
+                guard case .frame(let frame) = output else {
+                    for envelope in envelopes { try await self.write(envelope, transport: transport, to: outbound) }
+                    return
+                }
+                frames.append(frame)
+            }
+        }
+        guard !frames.isEmpty else { return }
+        await self.writeLock?.lock()
+        defer { self.writeLock?.unlock() }
+        let id = self.state.withLock { state in
+            state.nextWrite += 1
+            state.pendingWrites[state.nextWrite] = .now
+            return state.nextWrite
+        }
+        defer { _ = self.state.withLock { $0.pendingWrites.removeValue(forKey: id) } }
+        try await outbound.write(contentsOf: frames)
+    }
+
     /// Writes one frame, tracking how long it waits for the client to read.
     func write<Outbound: Sendable>(_ frame: Outbound, to outbound: NIOAsyncChannelOutboundWriter<Outbound>) async throws
     {
