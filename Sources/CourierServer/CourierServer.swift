@@ -60,9 +60,12 @@ public final class CourierServer: Service, Sendable {
         self.version = version
         self.logger = logger
         self.tls = try configuration.tls.map { try NIOSSLContext(configuration: $0) }
+        var storeConfiguration = configuration.store
+        // Nothing is handed to connections: the group commit need not return what it wrote.
+        if configuration.limits.maxHandedEvents == 0 { storeConfiguration.limits.maxFreshEventsPerUser = 0 }
         self.store = try SQLiteStore(
             folder: configuration.dataFolder,
-            configuration: configuration.store,
+            configuration: storeConfiguration,
             logger: logger
         )
         let hub = self.hub

@@ -231,6 +231,19 @@ final class ConnectionHandle: Sendable {
         self.wake { state in
             if let first = fresh.first, self.maxHanded > 0 {
                 if let last = state.handed.last, first.cursor != last.cursor + 1 { state.handed.removeAll() }
+                // A recall of a message still held: it goes out recalled, without its body, as a read would send it.
+                for case .recall(let conversation, let seq, let id, _) in fresh.map(\.kind) {
+                    state.handed = state.handed.map { event in
+                        guard case .message(var message) = event.kind, message.id == id, message.seq == seq,
+                            message.conversation == conversation
+                        else { return event }
+                        message.recalled = true
+                        message.body = []
+                        var recalled = event
+                        recalled.kind = .message(message)
+                        return recalled
+                    }
+                }
                 if state.handed.count + fresh.count <= self.maxHanded {
                     state.handed.append(contentsOf: fresh)
                 } else {

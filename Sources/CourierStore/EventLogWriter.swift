@@ -28,7 +28,7 @@ struct EventLogWriter {
         seq: Int64,
         actor: UserID? = nil,
         detail: Int64? = nil,
-        event: StoredEvent.Kind? = nil,
+        event: @autoclosure () -> StoredEvent.Kind? = nil,
         _ db: Database
     ) throws {
         let current: Int64
@@ -44,8 +44,9 @@ struct EventLogWriter {
         let cursor = current + 1
         self.cursors[user] = cursor
         self.appended[user] = UInt64(cursor)
+        // The event is made only for a user whose new events are all still kept.
         if !self.unfresh.contains(user) {
-            if let event, self.fresh[user, default: []].count < self.maxFreshPerUser {
+            if self.fresh[user, default: []].count < self.maxFreshPerUser, let event = event() {
                 self.fresh[user, default: []].append(StoredEvent(cursor: UInt64(cursor), kind: event))
             } else {
                 self.fresh[user] = nil
@@ -56,6 +57,32 @@ struct EventLogWriter {
             sql:
                 "INSERT INTO events (user_id, cursor, kind, conversation_id, seq, actor_id, detail) VALUES (?, ?, ?, ?, ?, ?, ?)"
         ).execute(arguments: [user.rawValue, cursor, kind.rawValue, conversation, seq, actor?.rawValue, detail])
+    }
+
+    /// A message this batch appended was recalled in it too: its fresh events say so, without its body, as a read
+    /// after the commit would.
+    mutating func markRecalled(id: String, from sender: String) {
+        for (user, events) in self.fresh {
+            guard
+                events.contains(where: {
+                    if case .message(let message) = $0.kind {
+                        message.id == id && message.from == sender
+                    } else {
+                        false
+                    }
+                })
+            else { continue }
+            self.fresh[user] = events.map { event in
+                guard case .message(var message) = event.kind, message.id == id, message.from == sender else {
+                    return event
+                }
+                message.recalled = true
+                message.body = []
+                var recalled = event
+                recalled.kind = .message(message)
+                return recalled
+            }
+        }
     }
 
     /// Stores every grown log's newest cursor.

@@ -118,6 +118,9 @@ struct WriteBatch {
         }
         let key = try self.resolve(send.to, for: send.sender, createDirect: true, db)
         var conversation = self.conversations[key]!
+        // Names first: nothing below may fail once the message is written.
+        let sender = try self.store.name(of: send.sender, db)
+        let naming = try self.naming(of: conversation, db)
         let seq = conversation.lastSeq + 1
         let time = max(self.nowMs, conversation.lastMs)
         try db.cachedStatement(
@@ -139,19 +142,26 @@ struct WriteBatch {
         conversation.members[send.sender]?.sent = true
         conversation.members[send.sender]?.dirty = true
         self.conversations[key] = conversation
-        let sender = try self.store.name(of: send.sender, db)
         for member in conversation.members.keys.sorted() {
-            let message = StoredMessage(
-                id: id,
-                from: sender,
-                fromDevice: send.device,
-                conversation: try self.address(of: conversation, for: member, db),
-                seq: UInt64(seq),
-                timeMs: time,
-                body: send.body,
-                recalled: false
+            try self.log.append(
+                to: member,
+                .message,
+                conversation: key,
+                seq: seq,
+                event: .message(
+                    StoredMessage(
+                        id: id,
+                        from: sender,
+                        fromDevice: send.device,
+                        conversation: naming(member),
+                        seq: UInt64(seq),
+                        timeMs: time,
+                        body: send.body,
+                        recalled: false
+                    )
+                ),
+                db
             )
-            try self.log.append(to: member, .message, conversation: key, seq: seq, event: .message(message), db)
         }
         return .sent(
             SendReceipt(
@@ -179,6 +189,7 @@ struct WriteBatch {
             ) ?? 0
         let new = min(Int64(clamping: cursor), newest)
         guard new > old else { return .done }
+        let reader = try self.store.name(of: user, db)
         try db.cachedStatement(sql: "UPDATE devices SET acked_cursor = ? WHERE id = ?").execute(arguments: [
             new, device.rawValue,
         ])
@@ -203,7 +214,7 @@ struct WriteBatch {
             member.dirty = true
             conversation.members[user] = member
             self.conversations[key] = conversation
-            let reader = try self.store.name(of: user, db)
+            let naming = try self.naming(of: conversation, db)
             for other in conversation.members.keys.sorted() where other != user {
                 try self.log.append(
                     to: other,
@@ -213,7 +224,7 @@ struct WriteBatch {
                     actor: user,
                     detail: ReceiptKind.delivered.rawValue,
                     event: .receipt(
-                        conversation: try self.address(of: conversation, for: other, db),
+                        conversation: naming(other),
                         user: reader,
                         kind: .delivered,
                         upToSeq: UInt64(seq)
@@ -241,6 +252,7 @@ struct WriteBatch {
         self.conversations[key] = conversation
         // Everyone, the reader included: its other devices update their unread counts from it.
         let reader = try self.store.name(of: user, db)
+        let naming = try self.naming(of: conversation, db)
         for recipient in conversation.members.keys.sorted() {
             try self.log.append(
                 to: recipient,
@@ -250,7 +262,7 @@ struct WriteBatch {
                 actor: user,
                 detail: ReceiptKind.read.rawValue,
                 event: .receipt(
-                    conversation: try self.address(of: conversation, for: recipient, db),
+                    conversation: naming(recipient),
                     user: reader,
                     kind: .read,
                     upToSeq: UInt64(seq)
@@ -285,6 +297,9 @@ struct WriteBatch {
             )
         }
         let seq: Int64 = row["seq"]
+        let conversation = self.conversations[key]!
+        let by = try self.store.name(of: user, db)
+        let naming = try self.naming(of: conversation, db)
         try db.cachedStatement(
             sql: "UPDATE messages SET recalled = 1, body = x'' WHERE conversation_id = ? AND seq = ?"
         )
@@ -292,8 +307,8 @@ struct WriteBatch {
         // A recalled message's media is no longer anyone's to fetch (the bytes stay for other messages and the quota).
         try db.cachedStatement(sql: "DELETE FROM message_media WHERE conversation_id = ? AND seq = ?")
             .execute(arguments: [key, seq])
-        let conversation = self.conversations[key]!
-        let by = try self.store.name(of: user, db)
+        // Sent in this batch: its fresh events show it recalled, as a read after the commit would.
+        self.log.markRecalled(id: id, from: by)
         for member in conversation.members.keys.sorted() {
             try self.log.append(
                 to: member,
@@ -302,7 +317,7 @@ struct WriteBatch {
                 seq: seq,
                 actor: user,
                 event: .recall(
-                    conversation: try self.address(of: conversation, for: member, db),
+                    conversation: naming(member),
                     seq: UInt64(seq),
                     id: id,
                     by: by
@@ -439,6 +454,15 @@ struct WriteBatch {
             _ = try self.conversation(key, db)
             return key
         }
+    }
+
+    /// How each member names a conversation, with the names looked up now (so that making events later cannot
+    /// fail half-way through a request's writes).
+    private func naming(of conversation: ConversationRow, _ db: Database) throws -> (UserID) -> Conversation {
+        if let name = conversation.groupName { return { _ in .group(name) } }
+        let (a, b) = (conversation.userA!, conversation.userB!)
+        let (nameA, nameB) = (try self.store.name(of: a, db), try self.store.name(of: b, db))
+        return { user in .user(user == a ? nameB : nameA) }
     }
 
     /// How a user names a conversation.

@@ -94,6 +94,26 @@ public struct StoredMessage: Hashable, Sendable {
     /// The serialized message body (a `courier.v1.Body`); empty once recalled.
     public var body: [UInt8]
     public var recalled: Bool
+
+    public init(
+        id: String,
+        from: String,
+        fromDevice: DeviceID?,
+        conversation: Conversation,
+        seq: UInt64,
+        timeMs: Int64,
+        body: [UInt8],
+        recalled: Bool
+    ) {
+        self.id = id
+        self.from = from
+        self.fromDevice = fromDevice
+        self.conversation = conversation
+        self.seq = seq
+        self.timeMs = timeMs
+        self.body = body
+        self.recalled = recalled
+    }
 }
 
 /// Whether a receipt says "delivered to a device" or "read".

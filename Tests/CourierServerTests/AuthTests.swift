@@ -127,16 +127,19 @@ struct AuthTests {
     func expiredToken() async throws {
         try await ServerFixture.with { fixture in
             try await fixture.user("alice")
-            let (client, welcome) = try await NativeTestClient.login(fixture, "alice")
-            await client.close()
-            // Past the token's expiry (a second after the login; a lifetime of zero could close the first session
-            // before its welcome was written, on a loaded machine).
-            while Int64(Date().timeIntervalSince1970 * 1000) <= welcome.tokenExpiresMs {
-                try await Task.sleep(for: .milliseconds(50))
-            }
+            // A device logged in ten seconds ago with a one-second token (through the store, whose clock is given:
+            // no waiting, and no session of the server's that the expiry could cut short on a loaded machine).
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            let device = try await fixture.store.login(
+                user: "alice",
+                password: "pw-alice",
+                deviceName: "old",
+                nowMs: now - 10_000
+            )
+            let token = try #require(device.token)
             let again = try await NativeTestClient.connect(port: fixture.ports.native)
             var hello = ClientEnvelope()
-            hello.hello.token = welcome.token
+            hello.hello.token = token
             try await again.send(hello)
             #expect(try await again.expectClose().compactMap(\.failure).map(\.code) == [ErrorCodes.tokenExpired])
         } configure: {

@@ -125,6 +125,46 @@ struct FanoutTests {
     }
 }
 
+extension FanoutTests {
+    @Test("a recall of a message still held makes it go out recalled, without its body")
+    func recallOfHeld() throws {
+        let hub = Hub()
+        guard
+            case .registered(let handle, _, _) = hub.register(
+                user: Self.alice,
+                device: DeviceID(rawValue: 1),
+                ephemeral: false,
+                maxHanded: 8
+            )
+        else { throw TestFailure(description: "not registered") }
+        let message = StoredMessage(
+            id: "m1",
+            from: "bob",
+            fromDevice: nil,
+            conversation: .user("bob"),
+            seq: 3,
+            timeMs: 1,
+            body: Array("secret".utf8),
+            recalled: false
+        )
+        hub.logsGrew([Self.alice: 1], fresh: [Self.alice: [StoredEvent(cursor: 1, kind: .message(message))]])
+        hub.logsGrew(
+            [Self.alice: 2],
+            fresh: [
+                Self.alice: [
+                    StoredEvent(cursor: 2, kind: .recall(conversation: .user("bob"), seq: 3, id: "m1", by: "bob"))
+                ]
+            ]
+        )
+        let taken = handle.takeHanded(after: 0, limit: 10)
+        guard case .message(let held)? = taken.first?.kind else {
+            Issue.record("\(taken)")
+            return
+        }
+        #expect(held.recalled && held.body.isEmpty && taken.count == 2)
+    }
+}
+
 extension StoredEvent {
     static let placeholder = StoredEvent(cursor: 0, kind: .recall(conversation: .user("x"), seq: 1, id: "x", by: "x"))
 }

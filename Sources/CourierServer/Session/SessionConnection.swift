@@ -858,7 +858,11 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
                         }
                         current.events.caughtUp = reachesLatest
                         if !current.events.events.isEmpty || reachesLatest { envelopes.append(current) }
-                        try await session.write(envelopes, transport: self.transport, to: outbound)
+                        // One at a time: a page of large texts in several envelopes must not pass the write buffer's
+                        // bound at once (a page of small ones is one envelope).
+                        for envelope in envelopes {
+                            try await session.write(envelope, transport: self.transport, to: outbound)
+                        }
                         self.context.metrics.eventsOut.increment(by: events.count)
                         sent = last.cursor
                         handle.delivered(upTo: sent)

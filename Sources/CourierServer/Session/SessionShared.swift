@@ -130,7 +130,14 @@ final class SessionShared: Sendable {
         transport: Transport,
         to outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>
     ) async throws {
-        let outputs = try transport.frames(for: envelope)
+        try await self.write(outputs: try transport.frames(for: envelope), to: outbound)
+    }
+
+    /// Writes a transport's outputs in order, tracking how long each write waits for the client to read.
+    private func write<Outbound: Sendable>(
+        outputs: [TransportOutput<Outbound>],
+        to outbound: NIOAsyncChannelOutboundWriter<Outbound>
+    ) async throws {
         await self.writeLock?.lock()
         defer { self.writeLock?.unlock() }
         do {
@@ -153,23 +160,21 @@ final class SessionShared: Sendable {
         }
     }
 
-    /// Writes several envelopes with one write and one flush (a page of events split in envelopes, the notices that
-    /// gathered), tracking how long the write waits for the client to read. Envelopes that stream media (compat)
-    /// go one at a time.
+    /// Writes several small envelopes (the typing and presence notices that gathered) with one write and one
+    /// flush, tracking how long the write waits for the client to read.
     func write<Transport: SessionTransport>(
         _ envelopes: [ServerEnvelope],
         transport: Transport,
         to outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>
     ) async throws {
-        var frames: [Transport.Outbound] = []
-        for envelope in envelopes {
-            for output in try transport.frames(for: envelope) {
-                guard case .frame(let frame) = output else {
-                    for envelope in envelopes { try await self.write(envelope, transport: transport, to: outbound) }
-                    return
-                }
-                frames.append(frame)
-            }
+        let outputs = try envelopes.flatMap { try transport.frames(for: $0) }
+        let frames = outputs.compactMap { output -> Transport.Outbound? in
+            if case .frame(let frame) = output { frame } else { nil }
+        }
+        // One that streams media (none of the notices does): the outputs in order, one write each.
+        guard frames.count == outputs.count else {
+            try await self.write(outputs: outputs, to: outbound)
+            return
         }
         guard !frames.isEmpty else { return }
         await self.writeLock?.lock()
