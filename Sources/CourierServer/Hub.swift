@@ -232,16 +232,10 @@ final class ConnectionHandle: Sendable {
             if let first = fresh.first, self.maxHanded > 0 {
                 if let last = state.handed.last, first.cursor != last.cursor + 1 { state.handed.removeAll() }
                 // A recall of a message still held: it goes out recalled, without its body, as a read would send it.
-                for case .recall(let conversation, let seq, let id, _) in fresh.map(\.kind) {
-                    state.handed = state.handed.map { event in
-                        guard case .message(var message) = event.kind, message.id == id, message.seq == seq,
-                            message.conversation == conversation
-                        else { return event }
-                        message.recalled = true
-                        message.body = []
-                        var recalled = event
-                        recalled.kind = .message(message)
-                        return recalled
+                for event in fresh where !state.handed.isEmpty {
+                    guard case .recall(let conversation, let seq, let id, _) = event.kind else { continue }
+                    state.handed = state.handed.map {
+                        $0.recalled { $0.id == id && $0.seq == seq && $0.conversation == conversation }
                     }
                 }
                 if state.handed.count + fresh.count <= self.maxHanded {

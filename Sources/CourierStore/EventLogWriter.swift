@@ -63,25 +63,7 @@ struct EventLogWriter {
     /// after the commit would.
     mutating func markRecalled(id: String, from sender: String) {
         for (user, events) in self.fresh {
-            guard
-                events.contains(where: {
-                    if case .message(let message) = $0.kind {
-                        message.id == id && message.from == sender
-                    } else {
-                        false
-                    }
-                })
-            else { continue }
-            self.fresh[user] = events.map { event in
-                guard case .message(var message) = event.kind, message.id == id, message.from == sender else {
-                    return event
-                }
-                message.recalled = true
-                message.body = []
-                var recalled = event
-                recalled.kind = .message(message)
-                return recalled
-            }
+            self.fresh[user] = events.map { $0.recalled { $0.id == id && $0.from == sender } }
         }
     }
 

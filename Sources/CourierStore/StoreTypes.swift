@@ -143,6 +143,15 @@ public struct StoredEvent: Hashable, Sendable {
         self.cursor = cursor
         self.kind = kind
     }
+
+    /// This event as a read returns it once its message was recalled: a message event matching `matches` without
+    /// its body and marked recalled; any other event as it is.
+    public func recalled(where matches: (StoredMessage) -> Bool) -> StoredEvent {
+        guard case .message(var message) = self.kind, matches(message) else { return self }
+        message.recalled = true
+        message.body = []
+        return StoredEvent(cursor: self.cursor, kind: .message(message))
+    }
 }
 
 /// A page of a conversation's history, newest first.

@@ -10,12 +10,21 @@ struct FanoutTests {
     static let bob = UserID(rawValue: 2)
     static let carol = UserID(rawValue: 3)
 
-    static func register(_ hub: Hub, _ user: UserID, device: Int64, ephemeral: Bool = true) throws -> ConnectionHandle {
+    static func register(
+        _ hub: Hub,
+        _ user: UserID,
+        device: Int64,
+        ephemeral: Bool = true,
+        events: Bool = true,
+        maxHanded: Int = 0
+    ) throws -> ConnectionHandle {
         guard
             case .registered(let handle, _, _) = hub.register(
                 user: user,
                 device: DeviceID(rawValue: device),
-                ephemeral: ephemeral
+                ephemeral: ephemeral,
+                events: events,
+                maxHanded: maxHanded
             )
         else {
             throw TestFailure(description: "not registered")
@@ -84,14 +93,7 @@ struct FanoutTests {
     @Test("handed events: held while they follow each other and fit, taken only from where the delivery stands")
     func handed() throws {
         let hub = Hub()
-        guard
-            case .registered(let handle, _, _) = hub.register(
-                user: Self.alice,
-                device: DeviceID(rawValue: 1),
-                ephemeral: false,
-                maxHanded: 4
-            )
-        else { throw TestFailure(description: "not registered") }
+        let handle = try Self.register(hub, Self.alice, device: 1, ephemeral: false, maxHanded: 4)
         hub.logsGrew([Self.alice: 2], fresh: [Self.alice: Self.events(1...2)])
         hub.logsGrew([Self.alice: 3], fresh: [Self.alice: Self.events(3...3)])
         #expect(handle.handedCursors == [1, 2, 3] && handle.pendingCursor == 3)
@@ -111,15 +113,7 @@ struct FanoutTests {
         hub.logsGrew([Self.alice: 13], fresh: [Self.alice: Self.events(12...13)])
         #expect(handle.takeHanded(after: 12, limit: 10).map(\.cursor) == [13])
         // A connection that asked for no events holds nothing.
-        guard
-            case .registered(let quiet, _, _) = hub.register(
-                user: Self.bob,
-                device: DeviceID(rawValue: 2),
-                ephemeral: false,
-                events: false,
-                maxHanded: 4
-            )
-        else { throw TestFailure(description: "not registered") }
+        let quiet = try Self.register(hub, Self.bob, device: 2, ephemeral: false, events: false, maxHanded: 4)
         hub.logsGrew([Self.bob: 1], fresh: [Self.bob: Self.events(1...1)])
         #expect(quiet.handedCursors.isEmpty && quiet.pendingCursor == 0)
     }
@@ -129,14 +123,7 @@ extension FanoutTests {
     @Test("a recall of a message still held makes it go out recalled, without its body")
     func recallOfHeld() throws {
         let hub = Hub()
-        guard
-            case .registered(let handle, _, _) = hub.register(
-                user: Self.alice,
-                device: DeviceID(rawValue: 1),
-                ephemeral: false,
-                maxHanded: 8
-            )
-        else { throw TestFailure(description: "not registered") }
+        let handle = try Self.register(hub, Self.alice, device: 1, ephemeral: false, maxHanded: 8)
         let message = StoredMessage(
             id: "m1",
             from: "bob",
