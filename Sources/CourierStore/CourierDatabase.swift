@@ -145,10 +145,4 @@ public struct StoreLimits: Sendable, Hashable {
     public var maxFreshEventsPerUser: Int = 64
 
     public init() {}
-
-    /// A duration in whole milliseconds.
-    static func milliseconds(_ duration: Duration) -> Int64 {
-        let (seconds, attoseconds) = duration.components
-        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
-    }
 }

@@ -155,7 +155,7 @@ extension SQLiteStore {
             throw CourierStoreError(.authFailed, "wrong user name or password")
         }
         let token = SessionToken.make()
-        let expiresMs = nowMs + StoreLimits.milliseconds(self.limits.tokenLifetime)
+        let expiresMs = nowMs + self.limits.tokenLifetime.wholeMilliseconds
         let device = try await self.write { db -> (Device, Bool) in
             // The user may have been removed between the read and this write.
             let current = try Self.activeUser(named: user.name, db)
@@ -178,7 +178,7 @@ extension SQLiteStore {
                 // The token it held stays good for a while (see the previous_token_hash column), until its own
                 // expiry at the latest. A renewal offering the previous token (the client never got the last new
                 // one) keeps that previous token as it was.
-                let graceMs = StoreLimits.milliseconds(self.limits.renewalGrace)
+                let graceMs = self.limits.renewalGrace.wholeMilliseconds
                 try db.execute(
                     sql: """
                         UPDATE devices SET

@@ -13,7 +13,7 @@ extension SQLiteStore {
     ///   - nowMs: The server's clock, in milliseconds since 1970; a conversation's times never go backwards.
     /// - Throws: ``CourierStoreError`` with code `storage-failed`.
     public func apply(_ requests: [WriteRequest], nowMs: Int64) async throws -> AppliedBatch {
-        let recallWindowMs = StoreLimits.milliseconds(self.limits.recallWindow)
+        let recallWindowMs = self.limits.recallWindow.wholeMilliseconds
         return try await self.write { db in
             var batch = WriteBatch(nowMs: nowMs, recallWindowMs: recallWindowMs, store: self)
             batch.log.maxFreshPerUser = self.limits.maxFreshEventsPerUser

@@ -203,8 +203,7 @@ struct DurationValue: ExpressibleByArgument, CustomStringConvertible {
 
     /// As it would be written: `60s`, `250ms`, `5m`.
     var description: String {
-        let milliseconds =
-            self.duration.components.seconds * 1000 + self.duration.components.attoseconds / 1_000_000_000_000_000
+        let milliseconds = self.duration.wholeMilliseconds
         for (suffix, scale) in [("d", Int64(86_400_000)), ("h", 3_600_000), ("m", 60_000), ("s", 1000)]
         where milliseconds >= scale && milliseconds % scale == 0 {
             return "\(milliseconds / scale)\(suffix)"

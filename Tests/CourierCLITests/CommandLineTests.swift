@@ -249,6 +249,7 @@ struct CommandLineTests {
                 ("login-window=0s", "is not longer than zero"),
                 ("token-lifetime=500ms", "not a whole number of seconds"),
                 ("max-chunk-bytes=2M", "must be at most 1048576"), ("max-answer-bytes=1M", "must be at most"),
+                ("max-handed-events=-1", "is not 0 or more"),
             ] {
                 result = try await Self.courier("serve", "--data", data.path, "--limit", limit)
                 #expect(result.status != 0 && result.output.contains(said), "\(limit): \(result)")

@@ -16,6 +16,14 @@ struct VocabularyTests {
         #expect(SHA256Hex.string([0x00, 0x0F, 0xA0, 0xFF]) == "000fa0ff")
     }
 
+    @Test("durations in whole milliseconds, rounded towards zero")
+    func milliseconds() {
+        #expect(Duration.seconds(2).wholeMilliseconds == 2000)
+        #expect(Duration.microseconds(1999).wholeMilliseconds == 1)
+        #expect(Duration.milliseconds(-1500).wholeMilliseconds == -1500)
+        #expect(Duration.seconds(30 * 24 * 3600).wholeMilliseconds == 2_592_000_000)
+    }
+
     @Test("conversations are written @user and #group")
     func conversations() {
         #expect(Conversation.user("bob").description == "@bob")

@@ -976,10 +976,7 @@ struct SessionConnection<Transport: SessionTransport>: Sendable {
         envelope.error.message = message
         envelope.error.id = id
         if let retryAfter {
-            envelope.error.retryAfterMs = UInt32(
-                clamping: retryAfter.components.seconds * 1000 + retryAfter.components.attoseconds
-                    / 1_000_000_000_000_000
-            )
+            envelope.error.retryAfterMs = UInt32(clamping: retryAfter.wholeMilliseconds)
         }
         return envelope
     }

@@ -111,9 +111,9 @@ public final class BlobStore: Sendable {
     ///   `media-too-large`, `storage-failed`.
     public func start(upload id: String, size: Int64, sha256: String?) async throws -> Upload {
         try Self.validate(id: id)
-        let digest = sha256?.lowercased()
+        let digest = sha256
         if let digest, !SHA256Hex.isValid(digest) {
-            throw CourierStoreError(.invalidRequest, "sha256 must be 64 hex digits")
+            throw CourierStoreError(.invalidRequest, "sha256 must be 64 lowercase hex digits")
         }
         guard size >= 0 else { throw CourierStoreError(.invalidRequest, "a negative size") }
         guard size <= self.configuration.maxBlobBytes else {
@@ -271,7 +271,7 @@ public final class BlobStore: Sendable {
 
     /// The size of a stored blob, or nil when there is none with that digest.
     public func size(of sha256: String) async throws -> Int64? {
-        guard let object = SHA256Hex.isValid(sha256) ? self.objectFile(sha256.lowercased()) : nil else { return nil }
+        guard let object = SHA256Hex.isValid(sha256) ? self.objectFile(sha256) : nil else { return nil }
         return try await self.run {
             FileManager.default.fileExists(atPath: object.path) ? try self.length(of: object) : nil
         }
@@ -291,7 +291,7 @@ public final class BlobStore: Sendable {
         guard range.lowerBound >= 0, range.upperBound <= size else {
             throw CourierStoreError(.invalidRequest, "\(range) is outside the \(size) bytes of \(sha256)")
         }
-        let object = self.objectFile(sha256.lowercased())
+        let object = self.objectFile(sha256)
         var position = range.lowerBound
         while position < range.upperBound {
             let count = Int(min(Int64(self.configuration.readChunkBytes), range.upperBound - position))
