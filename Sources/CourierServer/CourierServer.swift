@@ -177,9 +177,9 @@ public final class CourierServer: Service, Sendable {
             version: self.version,
             logger: self.logger
         ) { port in httpRunning.yield(port) }
-        let native: NIOAsyncChannel<NIOAsyncChannel<NativeFrame, NativeFrame>, Never>
+        let native: any Channel
         do {
-            native = try await self.bindNative()
+            native = try await self.bindNative(context: context)
         } catch {
             throw ListenFailed(
                 port: .native,
@@ -188,11 +188,11 @@ public final class CourierServer: Service, Sendable {
                 error
             )
         }
-        let compat: NIOAsyncChannel<NIOAsyncChannel<CompatInput, CompatOutput>, Never>
+        let compat: any Channel
         do {
-            compat = try await self.bindCompat()
+            compat = try await self.bindCompat(context: context)
         } catch {
-            try? await native.channel.close()
+            try? await native.close()
             throw ListenFailed(
                 port: .compat,
                 number: self.configuration.compatPort,
@@ -225,8 +225,9 @@ public final class CourierServer: Service, Sendable {
             var running = httpPorts.makeAsyncIterator()
             guard let httpPort = await running.next() else {
                 // The HTTP server failed to start: its error ends the group (the other tasks stop).
-                native.channel.close(promise: nil)
-                compat.channel.close(promise: nil)
+                native.close(promise: nil)
+                compat.close(promise: nil)
+                await context.sessionsEnded()
                 self.commits.finish()
                 group.cancelAll()
                 try await group.waitForAll()
@@ -234,26 +235,30 @@ public final class CourierServer: Service, Sendable {
             }
             self.publish(
                 Ports(
-                    native: native.channel.localAddress?.port ?? 0,
-                    compat: compat.channel.localAddress?.port ?? 0,
+                    native: native.localAddress?.port ?? 0,
+                    compat: compat.localAddress?.port ?? 0,
                     http: httpPort
                 )
             )
-            try await withGracefulShutdownHandler {
-                try await withThrowingDiscardingTaskGroup { listeners in
-                    listeners.addTask {
-                        try await self.accept(on: native, context: context) { NativeTransport() }
-                    }
-                    listeners.addTask {
-                        try await self.accept(on: compat, context: context) { CompatTransport() }
-                    }
-                }
-            } onGracefulShutdown: {
+            // The listeners run until shutdown closes them; the sessions live in their channels' pipelines.
+            let stop: @Sendable () -> Void = {
                 self.logger.info("shutting down: no new connections; finishing the ones open")
-                native.channel.close(promise: nil)
-                compat.channel.close(promise: nil)
+                native.close(promise: nil)
+                compat.close(promise: nil)
                 self.hub.shutDown()
+                context.shutDownSessions()
             }
+            await withTaskCancellationHandler {
+                await withGracefulShutdownHandler {
+                    try? await native.closeFuture.get()
+                    try? await compat.closeFuture.get()
+                } onGracefulShutdown: {
+                    stop()
+                }
+            } onCancel: {
+                stop()
+            }
+            await context.sessionsEnded()
             self.commits.finish()
             group.cancelAll()
             try await group.waitForAll()
@@ -280,13 +285,15 @@ public final class CourierServer: Service, Sendable {
         )
     }
 
-    private func bindNative() async throws -> NIOAsyncChannel<NIOAsyncChannel<NativeFrame, NativeFrame>, Never> {
-        try await self.bind(port: self.configuration.nativePort) { pipeline, tls in
+    private func bindNative(context: SessionContext) async throws -> any Channel {
+        try await self.bind(port: self.configuration.nativePort) { channel, tls in
+            let pipeline = channel.pipeline.syncOperations
             try pipeline.addNativeHandlers(tls: tls)
+            try pipeline.addHandler(SessionHandler(requests: Self.requests(context, NativeTransport(), channel)))
         }
     }
 
-    private func bindCompat() async throws -> NIOAsyncChannel<NIOAsyncChannel<CompatInput, CompatOutput>, Never> {
+    private func bindCompat(context: SessionContext) async throws -> any Channel {
         var framing = CompatFraming.Configuration(endMarker: self.configuration.compat.endMarker)
         framing.maxHeaderBytes = self.configuration.compat.maxHeaderBytes
         // A text or command packet is collected whole, bounded by the text limit (a larger `size` is refused from the
@@ -296,7 +303,8 @@ public final class CourierServer: Service, Sendable {
         // the session goes on (the framing has no way to skip them unread).
         framing.maxPayloadBytes = 1 << 62
         let streamed = Set(CompatTransport.mediaTypes.keys)
-        return try await self.bind(port: self.configuration.compatPort) { [framing] pipeline, tls in
+        return try await self.bind(port: self.configuration.compatPort) { [framing] channel, tls in
+            let pipeline = channel.pipeline.syncOperations
             if let tls { try pipeline.addHandler(tls) }
             try pipeline.addHandler(
                 ByteToMessageHandler(
@@ -305,15 +313,31 @@ public final class CourierServer: Service, Sendable {
                 )
             )
             try pipeline.addHandler(MessageToByteHandler(CompatOutputEncoder(configuration: framing)))
+            try pipeline.addHandler(SessionHandler(requests: Self.requests(context, CompatTransport(), channel)))
         }
+    }
+
+    private static func requests<Transport: SessionTransport>(
+        _ context: SessionContext,
+        _ transport: Transport,
+        _ channel: any Channel
+    ) -> SessionRequests<Transport> {
+        let address = channel.remoteAddress
+        let ip = address?.ipAddress ?? "?"
+        return SessionRequests(
+            context: context,
+            transport: transport,
+            remoteAddress: "\(ip):\(address?.port ?? 0)",
+            clientIP: ip
+        )
     }
 
     /// Binds a listener whose connections get the handlers `handlers` adds, given a TLS handler to put first when
     /// TLS is configured.
-    private func bind<Inbound: Sendable, Outbound: Sendable>(
+    private func bind(
         port: Int,
-        handlers: @escaping @Sendable (ChannelPipeline.SynchronousOperations, (any ChannelHandler)?) throws -> Void
-    ) async throws -> NIOAsyncChannel<NIOAsyncChannel<Inbound, Outbound>, Never> {
+        handlers: @escaping @Sendable (any Channel, (any ChannelHandler)?) throws -> Void
+    ) async throws -> any Channel {
         let limits = self.configuration.limits
         let tls = self.tls
         return try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -323,40 +347,13 @@ public final class CourierServer: Service, Sendable {
                 .writeBufferWaterMark,
                 value: .init(low: limits.outboundBufferBytes / 2, high: limits.outboundBufferBytes)
             )
-            .bind(host: self.configuration.host, port: port) { channel in
+            .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try handlers(channel.pipeline.syncOperations, tls.map { NIOSSLServerHandler(context: $0) })
-                    return try NIOAsyncChannel<Inbound, Outbound>(
-                        wrappingChannelSynchronously: channel,
-                        configuration: .init(backPressureStrategy: .init(lowWatermark: 4, highWatermark: 32))
-                    )
+                    try handlers(channel, tls.map { NIOSSLServerHandler(context: $0) })
                 }
             }
-    }
-
-    private func accept<Transport: SessionTransport>(
-        on listener: NIOAsyncChannel<NIOAsyncChannel<Transport.Inbound, Transport.Outbound>, Never>,
-        context: SessionContext,
-        makeTransport: @escaping @Sendable () -> Transport
-    ) async throws {
-        try await listener.executeThenClose { connections in
-            try await withThrowingDiscardingTaskGroup { group in
-                for try await connection in connections {
-                    let address = connection.channel.remoteAddress
-                    let ip = address?.ipAddress ?? "?"
-                    let remote = "\(ip):\(address?.port ?? 0)"
-                    group.addTask {
-                        await SessionConnection(
-                            context: context,
-                            transport: makeTransport(),
-                            remoteAddress: remote,
-                            clientIP: ip
-                        )
-                        .run(connection)
-                    }
-                }
-            }
-        }
+            .bind(host: self.configuration.host, port: port)
+            .get()
     }
 
     /// Applies what the admin commands changed in the data folder: closes revoked devices' and removed users'

@@ -154,7 +154,10 @@ final class ConnectionHandle: Sendable {
         var typing: [TypingKey: Courier_V1_TypingNotice] = [:]
         var presence: [String: Courier_V1_PresenceNotice] = [:]
         var termination: (code: String, message: String)?
-        var waiter: CheckedContinuation<Void, Never>?
+        /// Called (once until the next ``take()`` that finds nothing) when there is something to do.
+        var waker: (@Sendable () -> Void)?
+        /// The waker was called and the connection has not found the handle empty since.
+        var woken = false
         /// The ids of this connection's sends whose events its delivery has not passed yet (see ``willSend(id:)``).
         var ownSends: Set<String> = []
         /// Fresh events handed over at commit, consecutive cursors, at most ``maxHanded`` (see ``notify(cursor:fresh:)``).
@@ -263,7 +266,7 @@ final class ConnectionHandle: Sendable {
         }
     }
 
-    /// Marks events up to a cursor as sent, so that the next ``next()`` waits for newer ones.
+    /// Marks events up to a cursor as sent, so that ``take()`` asks for newer ones only.
     func delivered(upTo cursor: UInt64) {
         self.state.withLock { $0.delivered = max($0.delivered, cursor) }
     }
@@ -309,32 +312,25 @@ final class ConnectionHandle: Sendable {
         }
     }
 
-    /// Waits for something to do: termination first, then notices, then events.
-    ///
-    /// - Returns: nil once the calling task is cancelled (after ``interrupt()`` woke it).
-    func next() async -> Wake? {
-        while true {
-            if let wake = self.state.withLock({ Self.take(&$0) }) { return wake }
-            if Task.isCancelled { return nil }
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                // Cancellation checked under the lock interrupt() takes: it is seen here or finds the waiter.
-                let ready = self.state.withLock { state -> Bool in
-                    if Self.hasWork(state) || Task.isCancelled { return true }
-                    state.waiter = continuation
-                    return false
-                }
-                if ready { continuation.resume() }
-            }
+    /// Sets what wakes the connection when there is something to do, and calls it at once if there is.
+    func setWaker(_ waker: @escaping @Sendable () -> Void) {
+        let call = self.state.withLock { state -> Bool in
+            state.waker = waker
+            guard Self.hasWork(state), !state.woken else { return false }
+            state.woken = true
+            return true
         }
+        if call { waker() }
     }
 
-    /// Wakes a waiting ``next()`` so it can return (on cancellation of the delivery loop).
-    func interrupt() {
-        let waiter = self.state.withLock { state in
-            defer { state.waiter = nil }
-            return state.waiter
+    /// What the connection has to do next: termination first, then notices, then events. Nil when nothing; the
+    /// waker is then called again for whatever comes next.
+    func take() -> Wake? {
+        self.state.withLock { state in
+            let wake = Self.take(&state)
+            if wake == nil { state.woken = false }
+            return wake
         }
-        waiter?.resume()
     }
 
     private static func hasWork(_ state: State) -> Bool {
@@ -366,11 +362,11 @@ final class ConnectionHandle: Sendable {
     }
 
     private func wake(_ change: (inout State) -> Bool) {
-        let waiter = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
-            guard change(&state) else { return nil }
-            defer { state.waiter = nil }
-            return state.waiter
+        let waker = self.state.withLock { state -> (@Sendable () -> Void)? in
+            guard change(&state), !state.woken, let waker = state.waker else { return nil }
+            state.woken = true
+            return waker
         }
-        waiter?.resume()
+        waker?()
     }
 }

@@ -68,6 +68,9 @@ public struct ServerConfiguration: Sendable {
         /// A write to a client that has stopped reading may wait this long; then the connection is closed with
         /// `slow-consumer`, and the device resyncs from its acknowledged cursor when it comes back.
         public var slowConsumerTimeout: Duration = .seconds(30)
+        /// How precisely the deadlines above are kept: each event loop checks its sessions' timers (one wheel per
+        /// loop, not a timer per session) this often, so a deadline fires at most this late.
+        public var deadlineResolution: Duration = .milliseconds(100)
         /// Bytes the server buffers for a connection before it waits for the client to read (the channel's write
         /// buffer high-water mark). Together with one events page this bounds a connection's memory.
         public var outboundBufferBytes: Int = 256 * 1024

@@ -168,22 +168,40 @@ public final class CommitQueue: Sendable {
     }
 }
 
-/// The outcome of one enqueued write, to be awaited once.
+/// The outcome of one enqueued write, to be awaited once (``outcome()``) or taken by a callback
+/// (``whenComplete(_:)``), not both.
 public final class CommitTicket: Sendable {
     private struct State {
         var result: Result<WriteOutcome, any Error>?
         var waiter: CheckedContinuation<Result<WriteOutcome, any Error>, Never>?
+        var callback: (@Sendable (Result<WriteOutcome, any Error>) -> Void)?
     }
 
     private let state = Mutex(State())
 
     fileprivate func complete(_ result: Result<WriteOutcome, any Error>) {
-        let waiter = self.state.withLock { state in
+        let (waiter, callback) = self.state.withLock { state in
             state.result = result
-            defer { state.waiter = nil }
-            return state.waiter
+            defer {
+                state.waiter = nil
+                state.callback = nil
+            }
+            return (state.waiter, state.callback)
         }
         waiter?.resume(returning: result)
+        callback?(result)
+    }
+
+    /// Calls `body` with the write's outcome once it is known: at once (on the caller's thread) if it is already,
+    /// else on the committing task's thread, after the batch. For callers that hold no task while they wait (a
+    /// connection's channel handler).
+    public func whenComplete(_ body: @escaping @Sendable (Result<WriteOutcome, any Error>) -> Void) {
+        let ready = self.state.withLock { state -> Result<WriteOutcome, any Error>? in
+            if let result = state.result { return result }
+            state.callback = body
+            return nil
+        }
+        if let ready { body(ready) }
     }
 
     /// Waits for the write's outcome.

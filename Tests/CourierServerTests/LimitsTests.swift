@@ -46,8 +46,10 @@ struct LimitsTests {
         // to another, so a loaded machine's slow login cannot meet that deadline.
         try await ServerFixture.with(
             { fixture in
-                let silent = try await NativeTestClient.connect(port: fixture.ports.native)
+                // Taken before connecting: the server's deadline runs from its accepting the connection, which the
+                // client's connect may report a moment later.
                 let started = ContinuousClock.now
+                let silent = try await NativeTestClient.connect(port: fixture.ports.native)
                 let unauthenticated = try await silent.expectClose(timeout: .seconds(10))
                 #expect(unauthenticated.last?.failure?.code == ErrorCodes.authTimeout, "\(unauthenticated)")
                 #expect(ContinuousClock.now - started >= .seconds(1))

@@ -3,7 +3,8 @@ import Synchronization
 /// The media streams open on one native connection: uploads (the client sends `mediaChunk` frames under a window
 /// the server grants) and fetches (the server sends them under a window the client grants).
 ///
-/// The reader works the uploads and the windows; each fetch has its own task, which waits here for window.
+/// The connection's handler works the uploads and the windows; each fetch has its own task, which waits here for
+/// window.
 final class MediaStreams: Sendable {
     /// An upload stream: where the upload stands, the request its answers go to, and how many more bytes the client
     /// may send before the server grants more.

@@ -2,6 +2,7 @@ import CourierProtocol
 import CourierStore
 import Foundation
 import Logging
+import NIOCore
 import Synchronization
 
 /// What every session shares: the store, the group commit, the map of connections, the login throttle.
@@ -20,6 +21,12 @@ final class SessionContext: Sendable {
     let media: MediaService
     let logins: LoginGuard
     private let connections = Atomic<Int>(0)
+    /// The deadlines of the sessions, one wheel per event loop.
+    let deadlines: LoopDeadlinesTable
+    /// Every open session's channel, until its end's bookkeeping is done; and who waits for there to be none.
+    private let sessions = Mutex<(open: [ObjectIdentifier: any Channel], waiters: [CheckedContinuation<Void, Never>])>(
+        ([:], [])
+    )
     /// Connections not yet authenticated, by address key.
     private let unauthenticated = Mutex<[String: Int]>([:])
     /// Each sending user's fan-out budget, shared by its connections (buckets that refilled are dropped).
@@ -60,6 +67,7 @@ final class SessionContext: Sendable {
         logger: Logger
     ) {
         self.activity = activity
+        self.deadlines = LoopDeadlinesTable(resolution: configuration.limits.deadlineResolution)
         self.logins = logins
         self.media = media
         self.configuration = configuration
@@ -113,6 +121,40 @@ final class SessionContext: Sendable {
         if !authenticated { self.unauthenticated.withLock { Self.decrement(&$0, address) } }
         self.connections.subtract(1, ordering: .relaxed)
         self.metrics.connectionClosed()
+    }
+
+    /// A session began on this channel.
+    func sessionOpened(_ channel: any Channel) {
+        self.sessions.withLock { $0.open[ObjectIdentifier(channel)] = channel }
+    }
+
+    /// A session's end is fully accounted for.
+    func sessionClosed(_ channel: any Channel) {
+        let waiters = self.sessions.withLock { sessions -> [CheckedContinuation<Void, Never>] in
+            sessions.open[ObjectIdentifier(channel)] = nil
+            guard sessions.open.isEmpty else { return [] }
+            defer { sessions.waiters = [] }
+            return sessions.waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// The server is stopping: sessions not logged in close now (the hub tells the others, after their answers).
+    func shutDownSessions() {
+        let channels = self.sessions.withLock { Array($0.open.values) }
+        for channel in channels { channel.triggerUserOutboundEvent(SessionShutdown(), promise: nil) }
+    }
+
+    /// Returns once no session is open and every ended one is accounted for.
+    func sessionsEnded() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = self.sessions.withLock { sessions -> Bool in
+                if sessions.open.isEmpty { return true }
+                sessions.waiters.append(continuation)
+                return false
+            }
+            if done { continuation.resume() }
+        }
     }
 
     /// Charges a user's fan-out budget for a committed message's deliveries.

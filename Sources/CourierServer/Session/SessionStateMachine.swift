@@ -434,6 +434,20 @@ struct SessionStateMachine {
         self.writesInFlight = max(0, self.writesInFlight - 1)
     }
 
+    /// The earliest instant at which ``tick(now:)`` may close the session: the end of the time to authenticate, or
+    /// the token's expiry or the idle timeout, whichever comes first; nil once closed. A connection arms its timer
+    /// for this instant and asks again when it fires (activity since then moves it later).
+    var nextDeadline: ContinuousClock.Instant? {
+        switch self.state {
+        case .awaitingHello, .authenticating:
+            self.connected + self.configuration.authTimeout
+        case .active(let active):
+            min(active.expires, self.lastReceived + self.configuration.idleTimeout)
+        case .closed:
+            nil
+        }
+    }
+
     /// Checks the connection's deadlines.
     ///
     /// - Returns: `.close` when the client did not authenticate in time or has been silent for the idle timeout.

@@ -12,20 +12,19 @@ struct InlineUpload: Sendable {
     var upload: MediaService.Upload?
 }
 
-extension SessionConnection {
+extension SessionRequests {
     // MARK: Native uploads
 
     /// Starts or resumes an upload on a stream: answers `upload_ready` with the offset to send from, then takes the
-    /// stream's chunks as they come (``receive(_:on:end:outbound:session:group:)``).
+    /// stream's chunks as they come (``receive(_:on:end:session:writer:)``).
     func startUpload(
         sha256: String,
         size: Int64,
         streamID: UInt32,
         requestID: UInt64,
         user: UserID,
-        outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>,
         session: SessionShared,
-        group: inout ThrowingDiscardingTaskGroup<any Error>
+        writer: SessionWriter<Transport>
     ) async throws {
         if let refusal = session.streams.refusal(toOpen: streamID) {
             throw CourierStoreError(.invalidRequest, refusal)
@@ -36,13 +35,13 @@ extension SessionConnection {
         if try await self.context.store.uploadedSize(by: user, sha256: sha256) == size {
             // This user stored this file before: nothing to send.
             ready.uploadReady.offset = UInt64(size)
-            try await session.write(ready, transport: self.transport, to: outbound)
+            try await writer.write(ready)
             var done = ServerEnvelope()
             done.requestID = requestID
             done.uploadDone.sha256 = sha256
             done.uploadDone.size = UInt64(size)
             done.uploadDone.quotaLeftBytes = UInt64(try await media.quotaLeft(for: user))
-            try await session.write(done, transport: self.transport, to: outbound)
+            try await writer.write(done)
             return
         }
         let id = MediaService.nativeUploadID(user: user, sha256: sha256)
@@ -51,17 +50,15 @@ extension SessionConnection {
         if let (previousID, previous) = session.streams.takeUpload(withID: id) {
             await media.release(previous.upload)
             if let frame = self.transport.frame(for: .reset(streamID: previousID, code: .cancel)) {
-                try await session.write(frame, to: outbound)
+                try await writer.write(frame)
             }
-            try await session.write(
+            try await writer.write(
                 self.errorEnvelope(
                     previous.requestID,
                     code: ErrorCodes.uploadBusy,
                     message: "stream \(streamID) took this upload over",
                     id: ""
-                ),
-                transport: self.transport,
-                to: outbound
+                )
             )
         }
         let upload = try await media.begin(id: id, user: user, size: size, sha256: sha256)
@@ -70,15 +67,13 @@ extension SessionConnection {
         ready.uploadReady.windowBytes = upload.isComplete ? 0 : UInt32(clamping: window)
         if upload.isComplete {
             do {
-                try await session.write(ready, transport: self.transport, to: outbound)
+                try await writer.write(ready)
             } catch {
                 await media.release(upload)
                 throw error
             }
             // Every byte arrived before the connection broke: only the check is left.
-            group.addTask {
-                await self.finishUpload(upload, requestID: requestID, session: session, outbound: outbound)
-            }
+            session.spawn { await self.finishUpload(upload, requestID: requestID, writer: writer) }
         } else {
             // On the connection's books before the answer goes out: if the write fails, the connection's end
             // releases the upload.
@@ -86,7 +81,7 @@ extension SessionConnection {
                 streamID,
                 MediaStreams.UploadStream(upload: upload, requestID: requestID, window: window)
             )
-            try await session.write(ready, transport: self.transport, to: outbound)
+            try await writer.write(ready)
         }
     }
 
@@ -96,9 +91,8 @@ extension SessionConnection {
         _ bytes: ByteBuffer,
         on streamID: UInt32,
         end: Bool,
-        outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>,
         session: SessionShared,
-        group: inout ThrowingDiscardingTaskGroup<any Error>
+        writer: SessionWriter<Transport>
     ) async throws {
         guard var stream = session.streams.takeUpload(streamID) else { return }
         let count = bytes.readableBytes
@@ -108,12 +102,10 @@ extension SessionConnection {
             self.context.metrics.refusals.increment()
             self.logger.info("upload refused", metadata: ["code": "\(code)", "reason": "\(message)"])
             if let frame = self.transport.frame(for: .reset(streamID: streamID, code: reset)) {
-                try await session.write(frame, to: outbound)
+                try await writer.write(frame)
             }
-            try await session.write(
-                self.errorEnvelope(stream.requestID, code: code, message: message, id: ""),
-                transport: self.transport,
-                to: outbound
+            try await writer.write(
+                self.errorEnvelope(stream.requestID, code: code, message: message, id: "")
             )
         }
         let maxChunk = self.context.media.configuration.maxChunkBytes
@@ -134,16 +126,14 @@ extension SessionConnection {
         // The window shrinks by what arrived and grows by what is granted back below, once it is on disk.
         stream.window -= count
         guard !end else {
-            let upload = stream.upload
-            group.addTask {
-                await self.finishUpload(upload, requestID: stream.requestID, session: session, outbound: outbound)
-            }
+            let (upload, requestID) = (stream.upload, stream.requestID)
+            session.spawn { await self.finishUpload(upload, requestID: requestID, writer: writer) }
             return
         }
         if count > 0, let frame = self.transport.frame(for: .window(streamID: streamID, increment: UInt32(count))) {
             stream.window += count
             session.streams.openUpload(streamID, stream)
-            try await session.write(frame, to: outbound)
+            try await writer.write(frame)
         } else {
             session.streams.openUpload(streamID, stream)
         }
@@ -153,8 +143,7 @@ extension SessionConnection {
     private func finishUpload(
         _ upload: MediaService.Upload,
         requestID: UInt64,
-        session: SessionShared,
-        outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>
+        writer: SessionWriter<Transport>
     ) async {
         var answer = ServerEnvelope()
         answer.requestID = requestID
@@ -169,7 +158,7 @@ extension SessionConnection {
         } catch {
             answer = self.errorEnvelope(requestID, code: ErrorCodes.internalError, message: "\(error)", id: "")
         }
-        try? await session.write(answer, transport: self.transport, to: outbound)
+        try? await writer.write(answer)
     }
 
     // MARK: Native fetches
@@ -182,9 +171,8 @@ extension SessionConnection {
         window: Int,
         requestID: UInt64,
         user: UserID,
-        outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>,
         session: SessionShared,
-        group: inout ThrowingDiscardingTaskGroup<any Error>
+        writer: SessionWriter<Transport>
     ) async throws {
         if let refusal = session.streams.refusal(toOpen: streamID) {
             throw CourierStoreError(.invalidRequest, refusal)
@@ -212,10 +200,10 @@ extension SessionConnection {
         ready.fetchReady.length = UInt64(end - range.offset)
         ready.fetchReady.mime = access.mime
         ready.fetchReady.name = access.name
-        try await session.write(ready, transport: self.transport, to: outbound)
+        try await writer.write(ready)
         let bytes = range.offset..<end
-        group.addTask {
-            await self.send(sha256, bytes, on: streamID, generation: generation, session: session, outbound: outbound)
+        session.spawn {
+            await self.send(sha256, bytes, on: streamID, generation: generation, session: session, writer: writer)
         }
     }
 
@@ -227,7 +215,7 @@ extension SessionConnection {
         on streamID: UInt32,
         generation: UInt64,
         session: SessionShared,
-        outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>
+        writer: SessionWriter<Transport>
     ) async {
         defer { session.streams.finishFetch(streamID, generation: generation) }
         let chunk = Int64(self.context.media.configuration.maxChunkBytes)
@@ -236,7 +224,7 @@ extension SessionConnection {
             if range.isEmpty,
                 let frame = self.transport.frame(for: .chunk(streamID: streamID, bytes: .init(), end: true))
             {
-                try await session.write(frame, to: outbound)
+                try await writer.write(frame)
             }
             while position < range.upperBound {
                 guard
@@ -252,14 +240,14 @@ extension SessionConnection {
                     // Reset while this chunk was read: the id may be another stream's now.
                     guard session.streams.isCurrent(streamID, generation: generation) else { return }
                     if let frame = self.transport.frame(for: .chunk(streamID: streamID, bytes: bytes, end: last)) {
-                        try await session.write(frame, to: outbound)
+                        try await writer.write(frame)
                     }
                 }
             }
         } catch {
             self.logger.info("fetch ended", metadata: ["stream": "\(streamID)", "error": "\(error)"])
             if let frame = self.transport.frame(for: .reset(streamID: streamID, code: .internalError)) {
-                try? await session.write(frame, to: outbound)
+                try? await writer.write(frame)
             }
         }
     }
@@ -270,77 +258,96 @@ extension SessionConnection {
     func beginInline(
         _ envelope: ClientEnvelope,
         size: Int64,
-        user: UserID,
         session: SessionShared,
-        _ outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>
-    ) async throws -> InlineUpload {
+        writer: SessionWriter<Transport>
+    ) async throws -> SessionHandler<Transport>.StepEnd {
+        guard let device = session.withMachine({ $0.session }) else {
+            writer.close(code: ErrorCodes.notAuthenticated, message: "the first request must be auth")
+            return .stop
+        }
         var inline = InlineUpload(envelope: envelope, upload: nil)
         do {
-            let id = MediaService.compatUploadID(user: user)
-            inline.upload = try await self.context.media.begin(id: id, user: user, size: size, sha256: nil)
+            let user = device.user.id
+            inline.upload = try await self.context.media.begin(
+                id: MediaService.compatUploadID(user: user),
+                user: user,
+                size: size,
+                sha256: nil
+            )
         } catch let error as CourierStoreError {
-            try await self.refuseInline(inline, error, session: session, outbound)
+            try await self.refuseInline(inline, error, writer: writer)
         }
-        return inline
+        session.inline = inline
+        return .goOn
     }
 
-    /// The next bytes of a compat media packet.
+    /// The next bytes of a compat media packet; once the last are stored, the packet's send.
     func receiveInline(
         _ bytes: ByteBuffer,
-        into inline: inout InlineUpload,
+        isLast: Bool,
         session: SessionShared,
-        _ outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>
-    ) async throws {
-        guard var upload = inline.upload else { return }
-        do {
-            try await self.context.media.write(bytes, to: &upload)
-            inline.upload = upload
-        } catch let error as CourierStoreError {
-            // A compat packet cannot be resumed: what came of it goes.
-            await self.context.media.release(upload, discard: true)
-            inline.upload = nil
-            try await self.refuseInline(inline, error, session: session, outbound)
+        writer: SessionWriter<Transport>
+    ) async throws -> SessionHandler<Transport>.StepEnd {
+        guard var inline = session.inline else { return .goOn }
+        if var upload = inline.upload {
+            do {
+                try await self.context.media.write(bytes, to: &upload)
+                inline.upload = upload
+            } catch let error as CourierStoreError {
+                // A compat packet cannot be resumed: what came of it goes.
+                await self.context.media.release(upload, discard: true)
+                inline.upload = nil
+                try await self.refuseInline(inline, error, writer: writer)
+            }
         }
-    }
-
-    /// A compat media packet is complete: its upload is checked and filed, then it is sent as a message like any
-    /// other (answered with `ack` or `error`).
-    ///
-    /// - Returns: false when the connection must stop reading.
-    func finishInline(
-        _ envelope: ClientEnvelope,
-        upload: MediaService.Upload,
-        outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>,
-        session: SessionShared,
-        group: inout ThrowingDiscardingTaskGroup<any Error>
-    ) async throws -> Bool {
-        var envelope = envelope
+        guard isLast else {
+            session.inline = inline
+            return .goOn
+        }
+        session.inline = nil
+        guard let upload = inline.upload else { return .goOn }
+        // Complete: checked and filed, then sent as a message like any other (answered with `ack` or `error`).
+        var envelope = inline.envelope
         do {
             envelope.send.body.media.sha256 = try await self.context.media.finish(upload).sha256
         } catch let error as CourierStoreError {
-            try await self.refuseInline(InlineUpload(envelope: envelope), error, session: session, outbound)
-            return true
+            try await self.refuseInline(InlineUpload(envelope: envelope), error, writer: writer)
+            return .goOn
         }
-        return try await self.submit(envelope, outbound: outbound, session: session, group: &group)
+        return .submit(envelope)
+    }
+
+    /// The compat media packet was broken off: what came of it goes, and the error is answered.
+    func abandonInline(
+        code: String,
+        message: String,
+        session: SessionShared,
+        writer: SessionWriter<Transport>
+    ) async throws -> SessionHandler<Transport>.StepEnd {
+        let inline = session.inline
+        session.inline = nil
+        if let upload = inline?.upload { await self.context.media.release(upload, discard: true) }
+        self.context.metrics.refusals.increment()
+        try await writer.write(
+            self.errorEnvelope(inline?.envelope.requestID ?? 0, code: code, message: message, id: "")
+        )
+        return .goOn
     }
 
     private func refuseInline(
         _ inline: InlineUpload,
         _ error: CourierStoreError,
-        session: SessionShared,
-        _ outbound: NIOAsyncChannelOutboundWriter<Transport.Outbound>
+        writer: SessionWriter<Transport>
     ) async throws {
         self.context.metrics.refusals.increment()
         self.logger.info("media packet refused", metadata: ["code": "\(error.code)", "reason": "\(error.message)"])
-        try await session.write(
+        try await writer.write(
             self.errorEnvelope(
                 inline.envelope.requestID,
                 code: "\(error.code)",
                 message: error.message,
                 id: inline.envelope.send.id
-            ),
-            transport: self.transport,
-            to: outbound
+            )
         )
     }
 }
