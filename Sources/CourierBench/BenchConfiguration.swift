@@ -36,6 +36,9 @@ public struct BenchConfiguration: Sendable, Hashable {
     /// `maxUnauthenticatedPerAddress` (128), which closes the connections of one address past it that have not
     /// logged in yet (every bench connection comes from 127.0.0.1).
     public var connectConcurrency: Int = 100
+    /// For `.idle`: how many processes the connections come from (each from its own loopback source address); more
+    /// than one fills a server past one process's open-file limit.
+    public var processes: Int = 1
     /// For `.idle`: how long the connections are held before the server's memory is read.
     public var settle: Duration = .seconds(5)
     /// The longest the load may take before the run gives up and reports what it has.

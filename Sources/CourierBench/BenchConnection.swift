@@ -12,6 +12,8 @@ final class BenchTally: Sendable {
     let sent = Atomic<Int>(0)
     let acknowledged = Atomic<Int>(0)
     let delivered = Atomic<Int>(0)
+    /// Pongs to the bench's own pings (``BenchHandler/ping()``).
+    let pongs = Atomic<Int>(0)
     let failures = Atomic<Int>(0)
     let firstFailure = Mutex<String?>(nil)
 
@@ -122,6 +124,9 @@ final class BenchHandler: ChannelInboundHandler, @unchecked Sendable {
         case .ping:
             context.writeAndFlush(Self.wrapOutboundOut(.pong(frame.pingData ?? 0)), promise: nil)
             return
+        case .pong:
+            if frame.pingData == Self.benchPing { self.tally.pongs.add(1, ordering: .relaxed) }
+            return
         case .message:
             break
         default:
@@ -168,6 +173,14 @@ final class BenchHandler: ChannelInboundHandler, @unchecked Sendable {
         default:
             break
         }
+    }
+
+    /// The opaque data of the bench's own pings (the heartbeats carry 0).
+    static let benchPing: UInt64 = 0xBE4C
+
+    /// Pings the server; its pong is counted in the tally.
+    func ping() {
+        self.context?.writeAndFlush(Self.wrapOutboundOut(.ping(Self.benchPing)), promise: nil)
     }
 
     /// Starts sending: open loop on a timer, closed loop up to the window.

@@ -152,15 +152,19 @@ public struct BenchRun: Sendable {
         )
     }
 
-    private static func connect(
+    static func connect(
         host: String,
         port: Int,
+        source: SocketAddress? = nil,
         plan: BenchHandler.Plan,
         tally: BenchTally,
         group: any EventLoopGroup
     ) async throws -> (any Channel, BenchHandler) {
         let handler = BenchHandler(plan: plan, tally: tally)
-        let channel = try await ClientBootstrap(group: group)
+        var bootstrap = ClientBootstrap(group: group)
+        if let source { bootstrap = bootstrap.bind(to: source) }
+        let channel =
+            try await bootstrap
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {

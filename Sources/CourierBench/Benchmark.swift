@@ -63,6 +63,19 @@ public struct BenchOutcome: Sendable {
 /// The load generator behind `courier bench`: provisions users, starts the server (or uses one started apart),
 /// runs the load, measures the ceilings, and reports.
 public enum Benchmark {
+    /// The worker behind `courier bench --pattern idle --processes K` (`courier bench --idle-worker FILE`).
+    public static func idleWorker(
+        tokensFile: URL,
+        host: String,
+        port: Int,
+        source: String,
+        timeout: Duration
+    )
+        async throws
+    {
+        try await IdleFill.worker(tokensFile: tokensFile, host: host, port: port, source: source, timeout: timeout)
+    }
+
     /// Runs a plan in a fresh folder in `$TMPDIR`.
     ///
     /// - Parameter say: Progress, a line at a time.
@@ -124,6 +137,37 @@ public enum Benchmark {
                 serverProcess: external.pid
             )
             .run(users: users, progress: say)
+        } else if configuration.pattern == .idle, configuration.processes > 1 {
+            say("provisioning \(configuration.connections) users in \(folder.path)")
+            let users = try await BenchProvisioning.provision(configuration, dataFolder: data, logger: logger)
+            let (server, port, _) = try await BenchServers.serve(
+                executable: plan.executable,
+                data: data,
+                folder: folder,
+                limits: ["max-connections=\(configuration.connections + 100)"] + plan.serverLimits
+            )
+            defer { server.stop() }
+            say("server \(server.process.processIdentifier) on 127.0.0.1:\(port); connecting")
+            let fill = try await IdleFill.run(
+                users: users,
+                processes: configuration.processes,
+                host: "127.0.0.1",
+                port: port,
+                serverProcess: server.process.processIdentifier,
+                executable: plan.executable,
+                folder: folder,
+                settle: configuration.settle,
+                timeout: configuration.timeout,
+                say: say
+            )
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            return BenchOutcome(
+                text: IdleFill.text(fill),
+                json: String(decoding: try encoder.encode(fill), as: UTF8.self),
+                problem: fill.answeredPing < fill.connected
+                    ? "\(fill.connected - fill.answeredPing) connections did not answer a ping" : nil
+            )
         } else {
             say("provisioning \(configuration.connections) users in \(folder.path)")
             let users = try await BenchProvisioning.provision(configuration, dataFolder: data, logger: logger)

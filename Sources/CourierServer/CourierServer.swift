@@ -82,6 +82,8 @@ public final class CourierServer: Service, Sendable {
             store: self.store,
             configuration: configuration.commit,
             clock: { SessionContext.nowMs() },
+            // Fresh events only for users with a connection that can take them as they are.
+            freshRoom: { hub.freshRoom(for: $0) },
             onCommit: { report in
                 metrics.committed(report)
                 hub.logsGrew(report.appended, fresh: report.fresh)
@@ -227,6 +229,8 @@ public final class CourierServer: Service, Sendable {
                 // The HTTP server failed to start: its error ends the group (the other tasks stop).
                 native.close(promise: nil)
                 compat.close(promise: nil)
+                self.hub.shutDown()
+                context.shutDownSessions()
                 await context.sessionsEnded()
                 self.commits.finish()
                 group.cancelAll()

@@ -82,6 +82,13 @@ final class Hub: Fanout {
         self.state.withLock { $0.byUser[user] != nil }
     }
 
+    /// How many fresh events a user's connections can take as the group commit writes them: the most any of its
+    /// connections has room for (0 when none is connected, none is caught up, or none takes events).
+    func freshRoom(for user: UserID) -> Int {
+        let handles = self.state.withLock { state in state.byUser[user].map { Array($0.values) } ?? [] }
+        return handles.reduce(0) { max($0, $1.freshRoom) }
+    }
+
     /// The connections of some users.
     func connections(of users: some Sequence<UserID>) -> [ConnectionHandle] {
         self.state.withLock { state in users.flatMap { state.byUser[$0].map { Array($0.values) } ?? [] } }
@@ -289,6 +296,17 @@ final class ConnectionHandle: Sendable {
         }
     }
 
+    /// How many fresh events this connection can take as they are: room under ``maxHanded``, when everything it
+    /// has not sent yet is held (a connection that is behind reads from the store and cannot use them).
+    var freshRoom: Int {
+        guard self.wantsEvents, self.maxHanded > 0 else { return 0 }
+        return self.state.withLock { state in
+            let undelivered = state.latest > state.delivered ? state.latest - state.delivered : 0
+            guard undelivered <= UInt64(state.handed.count) else { return 0 }
+            return max(0, self.maxHanded - state.handed.count)
+        }
+    }
+
     /// The typing and presence notices waiting to be sent.
     var pendingNotices: Int {
         self.state.withLock { $0.typing.count + $0.presence.count }
@@ -321,6 +339,11 @@ final class ConnectionHandle: Sendable {
             return true
         }
         if call { waker() }
+    }
+
+    /// The connection is gone: nothing wakes it any more (and the handle no longer keeps what the waker holds).
+    func clearWaker() {
+        self.state.withLock { $0.waker = nil }
     }
 
     /// What the connection has to do next: termination first, then notices, then events. Nil when nothing; the

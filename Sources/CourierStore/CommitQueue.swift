@@ -43,6 +43,7 @@ public final class CommitQueue: Sendable {
     private let configuration: Configuration
     private let clock: @Sendable () -> Int64
     private let onCommit: @Sendable (BatchReport) -> Void
+    private let freshRoom: (@Sendable (UserID) -> Int)?
     private let state = Mutex(State())
 
     /// Creates a queue in front of a store.
@@ -57,11 +58,13 @@ public final class CommitQueue: Sendable {
         store: any CourierDatabase,
         configuration: Configuration = .init(),
         clock: @escaping @Sendable () -> Int64,
+        freshRoom: (@Sendable (UserID) -> Int)? = nil,
         onCommit: @escaping @Sendable (BatchReport) -> Void = { _ in }
     ) {
         self.store = store
         self.configuration = configuration
         self.clock = clock
+        self.freshRoom = freshRoom
         self.onCommit = onCommit
     }
 
@@ -110,7 +113,11 @@ public final class CommitQueue: Sendable {
         while let batch = await self.nextBatch() {
             let start = clock.now
             do {
-                let applied = try await self.store.apply(batch.map(\.request), nowMs: self.clock())
+                let applied = try await self.store.apply(
+                    batch.map(\.request),
+                    nowMs: self.clock(),
+                    freshRoom: self.freshRoom
+                )
                 self.onCommit(
                     BatchReport(
                         requests: batch.count,

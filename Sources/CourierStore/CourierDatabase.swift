@@ -63,7 +63,14 @@ public protocol CourierDatabase: Sendable {
 
     // MARK: Writes (the group commit)
 
-    func apply(_ requests: [WriteRequest], nowMs: Int64) async throws -> AppliedBatch
+    /// - Parameter freshRoom: How many fresh events (``AppliedBatch/fresh``) each user's connections can take as they
+    ///   are (0 for a user with none connected or none caught up): events are made only for that many, at most
+    ///   ``StoreLimits/maxFreshEventsPerUser``. Nil: that limit for every user.
+    func apply(
+        _ requests: [WriteRequest],
+        nowMs: Int64,
+        freshRoom: (@Sendable (UserID) -> Int)?
+    ) async throws -> AppliedBatch
 
     // MARK: Reads
 
@@ -145,4 +152,11 @@ public struct StoreLimits: Sendable, Hashable {
     public var maxFreshEventsPerUser: Int = 64
 
     public init() {}
+}
+
+extension CourierDatabase {
+    /// Applies writes, returning fresh events for every user up to ``StoreLimits/maxFreshEventsPerUser``.
+    public func apply(_ requests: [WriteRequest], nowMs: Int64) async throws -> AppliedBatch {
+        try await self.apply(requests, nowMs: nowMs, freshRoom: nil)
+    }
 }

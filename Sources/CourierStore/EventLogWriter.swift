@@ -20,6 +20,17 @@ struct EventLogWriter {
     private var unfresh: Set<UserID> = []
     /// The most fresh events kept per user (0: none).
     var maxFreshPerUser = 0
+    /// How many fresh events each user's connections can take (nil: ``maxFreshPerUser`` for all); asked once per
+    /// user and batch, before its first event is made.
+    var freshRoom: ((UserID) -> Int)?
+    private var freshLimits: [UserID: Int] = [:]
+
+    private mutating func freshLimit(of user: UserID) -> Int {
+        if let known = self.freshLimits[user] { return known }
+        let limit = min(self.maxFreshPerUser, self.freshRoom?(user) ?? self.maxFreshPerUser)
+        self.freshLimits[user] = limit
+        return limit
+    }
 
     mutating func append(
         to user: UserID,
@@ -46,7 +57,7 @@ struct EventLogWriter {
         self.appended[user] = UInt64(cursor)
         // The event is made only for a user whose new events are all still kept.
         if !self.unfresh.contains(user) {
-            if self.fresh[user, default: []].count < self.maxFreshPerUser, let event = event() {
+            if self.fresh[user, default: []].count < self.freshLimit(of: user), let event = event() {
                 self.fresh[user, default: []].append(StoredEvent(cursor: UInt64(cursor), kind: event))
             } else {
                 self.fresh[user] = nil

@@ -11,12 +11,18 @@ extension SQLiteStore {
     /// - Parameters:
     ///   - requests: The writes, applied in order.
     ///   - nowMs: The server's clock, in milliseconds since 1970; a conversation's times never go backwards.
+    ///   - freshRoom: How many fresh events each user can take (see ``CourierDatabase/apply(_:nowMs:freshRoom:)``).
     /// - Throws: ``CourierStoreError`` with code `storage-failed`.
-    public func apply(_ requests: [WriteRequest], nowMs: Int64) async throws -> AppliedBatch {
+    public func apply(
+        _ requests: [WriteRequest],
+        nowMs: Int64,
+        freshRoom: (@Sendable (UserID) -> Int)?
+    ) async throws -> AppliedBatch {
         let recallWindowMs = self.limits.recallWindow.wholeMilliseconds
         return try await self.write { db in
             var batch = WriteBatch(nowMs: nowMs, recallWindowMs: recallWindowMs, store: self)
             batch.log.maxFreshPerUser = self.limits.maxFreshEventsPerUser
+            batch.log.freshRoom = freshRoom
             var outcomes: [WriteOutcome] = []
             outcomes.reserveCapacity(requests.count)
             for request in requests {

@@ -147,12 +147,34 @@ struct Bench: AsyncParsableCommand {
     var serverPid: Int32?
 
     @Option(
+        help: """
+            With --pattern idle: the processes the connections come from, each from its own loopback address \
+            (127.0.0.2, 127.0.0.3, …) and with its own open-file limit, to fill a server up to its connection \
+            limit; the report adds how many were refused and how many answered a ping after --settle.
+            """
+    )
+    var processes = 1
+
+    @Option(help: .hidden)
+    var idleWorker: String?
+
+    @Option(help: .hidden)
+    var source: String?
+
+    @Option(
         name: .customLong("limit"),
         help: ArgumentHelp("A server limit, NAME=VALUE, passed to courier serve (repeatable).", valueName: "name=value")
     )
     var limits: [String] = []
 
     func validate() throws {
+        if self.idleWorker != nil {
+            guard let server, self.source != nil else {
+                throw ValidationError("--idle-worker needs --server and --source")
+            }
+            _ = try ClientOptions.address(server)
+            return
+        }
         guard self.connections > 0 else { throw ValidationError("--connections must be positive") }
         guard self.messages >= 0, self.bytes > 0, self.window > 0, self.runs > 0, self.readers >= 0 else {
             throw ValidationError("--messages, --size, --window and --runs must be positive")
@@ -166,6 +188,12 @@ struct Bench: AsyncParsableCommand {
             }
         }
         if let rate, rate <= 0 { throw ValidationError("--rate must be positive") }
+        guard self.processes >= 1, self.processes <= 250 else {
+            throw ValidationError("--processes must be between 1 and 250")
+        }
+        if self.processes > 1, self.pattern != .idle || self.server != nil {
+            throw ValidationError("--processes goes with --pattern idle, on a server the bench starts")
+        }
         if self.storm < 0 { throw ValidationError("--storm must not be negative") }
         if let stormRate, stormRate <= 0 || self.storm == 0 {
             throw ValidationError("--storm-rate must be positive, with --storm")
@@ -199,12 +227,24 @@ struct Bench: AsyncParsableCommand {
         configuration.rate = self.rate
         configuration.window = self.window
         configuration.settle = self.settle.duration
+        configuration.processes = self.processes
         configuration.timeout = self.timeout.duration
         return configuration
     }
 
     func run() async throws {
         ProcessSetup.raiseOpenFileLimit()
+        if let idleWorker, let server, let source {
+            let (host, port) = try ClientOptions.address(server)
+            try await Benchmark.idleWorker(
+                tokensFile: URL(fileURLWithPath: idleWorker),
+                host: host,
+                port: port,
+                source: source,
+                timeout: self.timeout.duration
+            )
+            return
+        }
         var plan = BenchPlan(
             configuration: self.benchConfiguration,
             executable: URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()

@@ -152,6 +152,34 @@ extension FanoutTests {
     }
 }
 
+extension FanoutTests {
+    @Test("fresh room: none offline or behind; what is left under maxHanded for a caught-up connection")
+    func freshRoom() throws {
+        let hub = Hub()
+        #expect(hub.freshRoom(for: Self.alice) == 0)
+        let handle = try Self.register(hub, Self.alice, device: 1, maxHanded: 8)
+        #expect(hub.freshRoom(for: Self.alice) == 8)
+        // Three held as committed: room for five more.
+        handle.notify(
+            cursor: 3,
+            fresh: (1...3).map {
+                StoredEvent(cursor: $0, kind: .membership(group: "g", user: "a", change: .joined, seq: $0))
+            }
+        )
+        #expect(hub.freshRoom(for: Self.alice) == 5)
+        // Behind: events past what is held (read from the store): no room.
+        handle.notify(cursor: 10)
+        #expect(hub.freshRoom(for: Self.alice) == 0)
+        // Caught up again.
+        handle.delivered(upTo: 10)
+        _ = handle.takeHanded(after: 10, limit: 64)
+        #expect(hub.freshRoom(for: Self.alice) == 8)
+        // A connection that takes no events has no room.
+        _ = try Self.register(hub, Self.bob, device: 2, events: false, maxHanded: 8)
+        #expect(hub.freshRoom(for: Self.bob) == 0)
+    }
+}
+
 extension StoredEvent {
     static let placeholder = StoredEvent(cursor: 0, kind: .recall(conversation: .user("x"), seq: 1, id: "x", by: "x"))
 }

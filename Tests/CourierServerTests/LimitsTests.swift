@@ -40,6 +40,25 @@ struct LimitsTests {
         )
     }
 
+    @Test("a goaway right after sends: every send is answered before the server closes")
+    func goawayKeepsAnswers() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            try await fixture.user("bob")
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+            var ids: [UInt64] = []
+            for index in 0..<20 {
+                var envelope = ClientEnvelope()
+                envelope.send.to.user = "bob"
+                envelope.send.body.text = "before goodbye \(index)"
+                ids.append(try await alice.send(envelope))
+            }
+            try await alice.send(frame: .goaway(lastStreamID: 0, code: .noError, message: "bye"))
+            let answered = try await alice.expectClose()
+            #expect(Set(answered.filter { $0.sendAck.seq > 0 }.map(\.requestID)) == Set(ids), "\(answered)")
+        }
+    }
+
     @Test("no hello within authTimeout closes with auth-timeout; silence past idleTimeout closes; pings keep it open")
     func timeouts() async throws {
         // A server whose authentication deadline is short, for a connection that says nothing; the logins below go

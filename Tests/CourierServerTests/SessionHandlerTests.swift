@@ -96,4 +96,20 @@ struct SessionHandlerTests {
             _ = try channel.finish(acceptAlreadyClosed: true)
         }
     }
+
+    @Test("a closed connection's handler is freed: nothing it registered (wheel, registry) keeps it")
+    func freedAfterClose() async throws {
+        let folder = try TemporaryDirectory(prefix: "courier-handler")
+        defer { folder.remove() }
+        weak var freed: SessionHandler<NativeTransport>?
+        try Self.withContext { context in
+            let (channel, _) = try Self.connected(context)
+            freed = try channel.pipeline.syncOperations.handler(type: SessionHandler<NativeTransport>.self)
+            #expect(freed != nil)
+            try channel.close().wait()
+            channel.embeddedEventLoop.run()
+        }
+        // The end's bookkeeping runs in a task; then nothing refers to the handler any more.
+        try await waitUntil("the handler is freed") { freed == nil }
+    }
 }

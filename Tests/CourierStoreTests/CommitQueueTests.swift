@@ -20,9 +20,11 @@ struct CommitQueueTests {
                 nowMs: 1
             )
             let batches = Mutex<[Int]>([])
-            let queue = CommitQueue(store: fixture.store, clock: { StoreFixture.start }) { report in
-                batches.withLock { $0.append(report.requests) }
-            }
+            let queue = CommitQueue(
+                store: fixture.store,
+                clock: { StoreFixture.start },
+                onCommit: { report in batches.withLock { $0.append(report.requests) } }
+            )
             let perSender = 250
             let receipts = try await withThrowingTaskGroup(of: [SendReceipt].self) { group in
                 group.addTask {

@@ -1,6 +1,7 @@
 import CourierStore
 import CourierTesting
 import Foundation
+import Synchronization
 import Testing
 
 @Suite("Fresh events: what a group commit returns as it wrote it is what a read of the log returns")
@@ -85,6 +86,41 @@ struct FreshEventsTests {
                 )
                 #expect(two.fresh[bob]?.count == (limit == 0 ? nil : 2), "limit \(limit)")
             }
+        }
+    }
+
+    @Test("fresh events are made only for the room the caller says each user has: none for 0, up to it otherwise")
+    func onlyWhereThereIsRoom() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try StoreFixture(folder: folder)
+            let ids = try await fixture.users("alice", "bob", "carol", "dave")
+            let (alice, bob, carol, dave) = (ids["alice"]!, ids["bob"]!, ids["carol"]!, ids["dave"]!)
+            try await fixture.store.createGroup(
+                name: "team",
+                owner: "alice",
+                members: ["bob", "carol", "dave"],
+                nowMs: StoreFixture.start
+            )
+            let sends: [WriteRequest] = (0..<3).map {
+                .send(.init(sender: alice, id: "t\($0)", to: .group("team"), body: Array("m\($0)".utf8)))
+            }
+            // bob is offline (no room), carol has room for 2 of the 3, dave for all.
+            let rooms: [UserID: Int] = [bob: 0, carol: 2, dave: 64, alice: 64]
+            let asked = Mutex<[UserID]>([])
+            let batch = try await fixture.store.apply(sends, nowMs: StoreFixture.start + 1) { user in
+                asked.withLock { $0.append(user) }
+                return rooms[user] ?? 0
+            }
+            #expect(batch.fresh[bob] == nil)
+            // More new events than room: none at all (a connection takes them only contiguous), read back instead.
+            #expect(batch.fresh[carol] == nil)
+            #expect(batch.fresh[dave]?.count == 3)
+            #expect(batch.appended[bob] != nil && batch.appended[carol] != nil)
+            // Asked once per user and batch.
+            let askedUsers = asked.withLock { $0 }
+            #expect(askedUsers.count == Set(askedUsers).count)
+            let readBack = try await fixture.store.events(for: dave, after: 0, limit: 100)
+            #expect(batch.fresh[dave] == Array(readBack.suffix(3)))
         }
     }
 }

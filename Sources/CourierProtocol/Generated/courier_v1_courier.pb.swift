@@ -1323,6 +1323,20 @@ public nonisolated struct Courier_V1_PresenceNotice: Sendable {
   public init() {}
 }
 
+/// ---------------------------------------------------------------------------------------------------------------
+/// The server's own: never sent. A Message's body field (6) as stored bytes, parsed into this message, which has no
+/// field 6, stays unparsed in its unknown fields; the server copies them into the Message it sends, so a body is
+/// never decoded and encoded again for each recipient.
+public nonisolated struct Courier_V1_RawBodyCarrier: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 /// The request succeeded and has nothing else to say (MarkRead, SetTyping, Recall, Logout).
 public nonisolated struct Courier_V1_Done: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
@@ -3549,6 +3563,25 @@ nonisolated extension Courier_V1_PresenceNotice: SwiftProtobuf.Message, SwiftPro
     if lhs.user != rhs.user {return false}
     if lhs.online != rhs.online {return false}
     if lhs.lastSeenMs != rhs.lastSeenMs {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_RawBodyCarrier: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RawBodyCarrier"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_RawBodyCarrier, rhs: Courier_V1_RawBodyCarrier) -> Bool {
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

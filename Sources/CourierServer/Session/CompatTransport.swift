@@ -42,6 +42,7 @@ final class CompatTransport: SessionTransport {
 
     var name: String { "compat" }
     var streamsMediaInline: Bool { true }
+    var sendsRawBodies: Bool { false }
 
     func interpret(_ input: CompatInput) -> TransportInput<CompatOutput> {
         switch input {

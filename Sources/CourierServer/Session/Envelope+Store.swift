@@ -1,9 +1,14 @@
 import CourierProtocol
 import CourierStore
+import SwiftProtobuf
 
 extension Courier_V1_Message {
     /// A stored message as the protocol carries it.
-    init(_ message: StoredMessage) {
+    ///
+    /// - Parameter rawBody: Whether the body goes out as the bytes the store holds, unparsed (see
+    ///   ``rawBodyField(_:)``), for a transport that only serializes the message; else it is decoded, for one that
+    ///   reads it (the compat port).
+    init(_ message: StoredMessage, rawBody: Bool = false) {
         self.init()
         self.id = message.id
         self.from = message.from
@@ -11,22 +16,41 @@ extension Courier_V1_Message {
         self.seq = message.seq
         self.timeMs = message.timeMs
         self.recalled = message.recalled
-        if !message.recalled {
-            // The store keeps the body as the client's serialized `Body`; a body this server cannot parse is
-            // delivered empty rather than dropped, so the sequence stays whole.
+        guard !message.recalled else { return }
+        // The store keeps the body as this server's serialization of the `Body` it parsed from the client's send, so
+        // its bytes can go out as they are. Decoded, a body this server cannot parse is delivered empty rather than
+        // dropped, so the sequence stays whole.
+        if rawBody, let field = Self.rawBodyField(message.body) {
+            self.unknownFields = field
+        } else {
             self.body = (try? Courier_V1_Body(serializedBytes: message.body)) ?? Courier_V1_Body()
         }
+    }
+
+    /// The `body` field (6) holding `bytes` as they are: parsed into a message without that field, they stay raw in
+    /// its unknown fields (copied, not decoded), and a `Message` carrying them serializes them verbatim.
+    static func rawBodyField(_ bytes: [UInt8]) -> SwiftProtobuf.UnknownStorage? {
+        var field: [UInt8] = [6 << 3 | 2]
+        field.reserveCapacity(bytes.count + 11)
+        var length = UInt64(bytes.count)
+        while length >= 0x80 {
+            field.append(UInt8(truncatingIfNeeded: length) | 0x80)
+            length >>= 7
+        }
+        field.append(UInt8(length))
+        field.append(contentsOf: bytes)
+        return try? Courier_V1_RawBodyCarrier(serializedBytes: field).unknownFields
     }
 }
 
 extension Courier_V1_Event {
-    /// A stored log entry as the protocol carries it.
-    init(_ event: StoredEvent) {
+    /// A stored log entry as the protocol carries it; `rawBody` as for ``Courier_V1_Message/init(_:rawBody:)``.
+    init(_ event: StoredEvent, rawBody: Bool = false) {
         self.init()
         self.cursor = event.cursor
         switch event.kind {
         case .message(let message):
-            self.message = Courier_V1_Message(message)
+            self.message = Courier_V1_Message(message, rawBody: rawBody)
         case .recall(let conversation, let seq, let id, let by):
             self.recall.conversation = Courier_V1_Conversation(conversation)
             self.recall.seq = seq

@@ -24,9 +24,9 @@ final class SessionContext: Sendable {
     /// The deadlines of the sessions, one wheel per event loop.
     let deadlines: LoopDeadlinesTable
     /// Every open session's channel, until its end's bookkeeping is done; and who waits for there to be none.
-    private let sessions = Mutex<(open: [ObjectIdentifier: any Channel], waiters: [CheckedContinuation<Void, Never>])>(
-        ([:], [])
-    )
+    private let sessions = Mutex<
+        (open: [ObjectIdentifier: any Channel], stopping: Bool, waiters: [CheckedContinuation<Void, Never>])
+    >(([:], false, []))
     /// Connections not yet authenticated, by address key.
     private let unauthenticated = Mutex<[String: Int]>([:])
     /// Each sending user's fan-out budget, shared by its connections (buckets that refilled are dropped).
@@ -123,9 +123,15 @@ final class SessionContext: Sendable {
         self.metrics.connectionClosed()
     }
 
-    /// A session began on this channel.
-    func sessionOpened(_ channel: any Channel) {
-        self.sessions.withLock { $0.open[ObjectIdentifier(channel)] = channel }
+    /// A session begins on this channel, unless the server is stopping.
+    ///
+    /// - Returns: false when the server is stopping: the channel is not served.
+    func sessionOpened(_ channel: any Channel) -> Bool {
+        self.sessions.withLock { sessions in
+            guard !sessions.stopping else { return false }
+            sessions.open[ObjectIdentifier(channel)] = channel
+            return true
+        }
     }
 
     /// A session's end is fully accounted for.
@@ -141,7 +147,11 @@ final class SessionContext: Sendable {
 
     /// The server is stopping: sessions not logged in close now (the hub tells the others, after their answers).
     func shutDownSessions() {
-        let channels = self.sessions.withLock { Array($0.open.values) }
+        // Under the same lock as `sessionOpened`: a session is either here to be told, or refused.
+        let channels = self.sessions.withLock { sessions in
+            sessions.stopping = true
+            return Array(sessions.open.values)
+        }
         for channel in channels { channel.triggerUserOutboundEvent(SessionShutdown(), promise: nil) }
     }
 

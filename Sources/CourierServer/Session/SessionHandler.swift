@@ -41,6 +41,10 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         var ackedOnWrite: Bool
         /// A page is being read back from the store.
         var reading = false
+        /// With `ackedOnWrite`: an acknowledgement is in the group commit, and the cursor of the next, if a page
+        /// was written meanwhile (one in flight per connection; the latest cursor is all the next needs).
+        var ackInFlight = false
+        var ackWaiting: UInt64?
     }
 
     /// What async work hands back to the loop when it ends.
@@ -59,7 +63,9 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     private var transport: Transport { self.requests.transport }
     private var server: SessionContext { self.requests.context }
 
+    /// Set from `handlerAdded` to `handlerRemoved` (then dropped: the context holds this handler).
     private var context: ChannelHandlerContext!
+    private var eventLoop: (any EventLoop)!
     private var shared: SessionShared!
     private var admitted = false
     private var closed = false
@@ -83,6 +89,8 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     /// A compat media packet is being streamed from the blob store: other writes wait behind it.
     private var streamingMedia = false
     private var deferred = SessionQueue<([TransportOutput<Transport.Outbound>], EventLoopPromise<Void>?)>()
+    /// Async work waiting for the client to read before it writes more (see ``SessionWriter``).
+    private var writableWaiters: [EventLoopPromise<Void>] = []
     /// Close once the writes in flight are answered: with this error, or quietly (`code` nil).
     private var closeAfterWrites: (code: String?, message: String)?
 
@@ -100,18 +108,25 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     }
 
     private var bound: NIOLoopBound<SessionHandler> {
-        NIOLoopBound(self, eventLoop: self.context.eventLoop)
+        NIOLoopBound(self, eventLoop: self.eventLoop)
     }
 
     /// How async work writes to this connection.
     var writer: SessionWriter<Transport> {
-        SessionWriter(eventLoop: self.context.eventLoop, handler: self.bound)
+        SessionWriter(eventLoop: self.eventLoop, handler: self.bound)
     }
 
     // MARK: Lifecycle
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        self.eventLoop = context.eventLoop
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        self.closed = true
+        self.stopped = true
+        self.context = nil
     }
 
     func channelActive(context: ChannelHandlerContext) {
@@ -127,6 +142,14 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
             self.writeClosing(self.transport.closingFrames(code: ErrorCodes.serverFull, message: message))
             return
         }
+        guard self.server.sessionOpened(context.channel) else {
+            // The server is stopping: a connection accepted as it did is not served.
+            self.server.release(address: self.requests.addressKey, authenticated: false)
+            self.closed = true
+            self.stopped = true
+            context.close(promise: nil)
+            return
+        }
         self.admitted = true
         self.shared = SessionShared(
             machine: SessionStateMachine(
@@ -139,7 +162,6 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
             ),
             media: self.server.media.configuration
         )
-        self.server.sessionOpened(context.channel)
         let deadlines = self.server.deadlines.forLoop(context.eventLoop)
         self.deadlines = deadlines
         self.deadlineKey = deadlines.register { [unowned self] now in self.deadlineFired(now) }
@@ -151,7 +173,12 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         self.closed = true
         self.stopped = true
         for (_, promise) in self.deferred.removeAll() { promise?.fail(ChannelError.ioOnClosedChannel) }
+        for waiter in self.writableWaiters { waiter.fail(ChannelError.ioOnClosedChannel) }
+        self.writableWaiters = []
         guard self.admitted else { return }
+        // The hub's handle must not keep this handler (nor this handler it) once the connection is gone.
+        self.delivery?.handle.clearWaker()
+        self.delivery = nil
         self.deadlines?.unregister(self.deadlineKey)
         self.deadlines = nil
         // The socket is closed: its slot is free once the work in flight has ended. Then the bookkeeping (uploads,
@@ -229,7 +256,14 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     /// Whether to read more from the socket: not while requests wait, nor while the client does not read what
     /// was written (its requests would only add answers it does not take).
     private var mayRead: Bool {
-        !self.stopped && self.inbox.isEmpty && self.context.channel.isWritable
+        !self.stopped && self.inbox.isEmpty && self.canWrite
+    }
+
+    /// Whether more may be written now: the client takes what was written (the channel's buffer is under its
+    /// high-water mark), and no compat media packet is being streamed (what waits behind it is not piled up).
+    private var canWrite: Bool {
+        guard let context = self.context else { return false }
+        return !self.streamingMedia && context.channel.isWritable
     }
 
     private func resumeReading() {
@@ -240,7 +274,7 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
 
     /// Takes requests from the inbox while none waits.
     private func drain() {
-        while !self.stepping, !self.holding, !self.stopped, !self.inbox.isEmpty {
+        while !self.stepping, !self.holding, !self.stopped, !self.inbox.isEmpty, self.canWrite {
             // As many writes in flight as a connection may have: the next request waits for an answer.
             guard self.shared.withMachine({ $0.mayReadMore }) else { break }
             guard let frame = self.inbox.popFirst() else { break }
@@ -340,7 +374,7 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     private func hold(for wait: Duration, _ envelope: ClientEnvelope) {
         self.holding = true
         let bound = self.bound
-        self.context.eventLoop.scheduleTask(in: .nanoseconds(Int64(wait.wholeMilliseconds) * 1_000_000 + 1)) {
+        self.eventLoop.scheduleTask(in: .nanoseconds(Int64(wait.wholeMilliseconds) * 1_000_000 + 1)) {
             let handler = bound.value
             handler.holding = false
             guard !handler.closed else { return }
@@ -358,7 +392,7 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     ) {
         self.stepping = true
         let (requests, shared, writer, bound, loop) = (
-            self.requests, self.shared!, self.writer, self.bound, self.context.eventLoop
+            self.requests, self.shared!, self.writer, self.bound, self.eventLoop!
         )
         shared.spawn {
             let end: StepEnd
@@ -422,7 +456,7 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
                 reservedFanout: reserved
             )
         )
-        let (shared, bound, loop) = (self.shared!, self.bound, self.context.eventLoop)
+        let (shared, bound, loop) = (self.shared!, self.bound, self.eventLoop!)
         self.server.commits.enqueue(request).whenComplete { result in
             // Outcomes of one batch come together: one turn of the loop answers them all.
             if shared.completed(serial, result) {
@@ -476,7 +510,7 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
             handle.notify(cursor: latest)
         }
         self.delivery = delivery
-        let (bound, loop) = (self.bound, self.context.eventLoop)
+        let (bound, loop) = (self.bound, self.eventLoop!)
         handle.setWaker { loop.execute { bound.value.pump() } }
     }
 
@@ -487,7 +521,7 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         guard var delivery = self.delivery, !delivery.reading, !self.closed else { return }
         defer { if !self.closed { self.delivery = delivery } }
         let pageSize = self.server.configuration.limits.eventsPerPage
-        while self.context.channel.isWritable, let wake = delivery.handle.take() {
+        while self.canWrite, let wake = delivery.handle.take() {
             switch wake {
             case .terminate(let code, let message):
                 self.stopped = true
@@ -496,7 +530,7 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
             case .notices(let notices):
                 self.emit(notices)
             case .events(let upTo):
-                while delivery.sent < upTo, self.context.channel.isWritable {
+                while delivery.sent < upTo, self.canWrite {
                     let events = delivery.handle.takeHanded(after: delivery.sent, limit: pageSize)
                     guard !events.isEmpty else {
                         delivery.reading = true
@@ -512,7 +546,7 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     }
 
     private func readPage(after cursor: UInt64, upTo: UInt64, user: UserID, limit: Int) {
-        let (store, logger, bound, loop) = (self.server.store, self.requests.logger, self.bound, self.context.eventLoop)
+        let (store, logger, bound, loop) = (self.server.store, self.requests.logger, self.bound, self.eventLoop!)
         self.shared.spawn {
             let result: Result<[StoredEvent], any Error>
             do {
@@ -553,11 +587,32 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         delivery.sent = last.cursor
         delivery.handle.delivered(upTo: last.cursor)
         if delivery.ackedOnWrite {
-            // Rides the group commit with everything else; nobody waits for it.
-            _ = self.server.commits.enqueue(
-                .ack(user: delivery.user.id, device: delivery.handle.device, cursor: last.cursor)
-            )
+            if delivery.ackInFlight {
+                delivery.ackWaiting = last.cursor
+            } else {
+                delivery.ackInFlight = true
+                self.acknowledge(last.cursor, delivery: delivery)
+            }
         }
+    }
+
+    /// Acknowledges delivered events for a connection that asked for `ackedOnWrite`: it rides the group commit
+    /// with everything else, one at a time per connection.
+    private func acknowledge(_ cursor: UInt64, delivery: Delivery) {
+        let (bound, loop) = (self.bound, self.eventLoop!)
+        self.server.commits.enqueue(.ack(user: delivery.user.id, device: delivery.handle.device, cursor: cursor))
+            .whenComplete { _ in loop.execute { bound.value.acknowledged() } }
+    }
+
+    private func acknowledged() {
+        guard var delivery = self.delivery else { return }
+        if let next = delivery.ackWaiting {
+            delivery.ackWaiting = nil
+            self.acknowledge(next, delivery: delivery)
+        } else {
+            delivery.ackInFlight = false
+        }
+        self.delivery = delivery
     }
 
     // MARK: Writing
@@ -580,8 +635,10 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         }
     }
 
-    /// Writes a transport's outputs in order; `promise` completes with the last. Media the compat port sends inline
-    /// is streamed from the blob store, and whatever is written meanwhile waits behind it.
+    /// Writes a transport's outputs in order; `promise` completes once they are written and the client is taking
+    /// what it is sent (as `NIOAsyncChannel`'s writer does: not when the bytes reach the socket, which a client that
+    /// stopped reading would never let happen). Media the compat port sends inline is streamed from the blob store,
+    /// and whatever is written meanwhile waits behind it.
     func emit(_ outputs: [TransportOutput<Transport.Outbound>], promise: EventLoopPromise<Void>?) {
         guard !self.closed else {
             promise?.fail(ChannelError.ioOnClosedChannel)
@@ -594,7 +651,7 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         for (index, output) in outputs.enumerated() {
             switch output {
             case .frame(let frame):
-                self.write(frame, promise: index == outputs.count - 1 ? promise : nil)
+                self.write(frame, promise: nil)
             case .media(let sha256, let size, let wrap, let end):
                 // The rest of this envelope goes right after the media, before anything else.
                 self.deferred.prepend((Array(outputs[(index + 1)...]), promise))
@@ -603,7 +660,18 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
                 return
             }
         }
-        if outputs.isEmpty { promise?.succeed() }
+        if let promise { self.whenWritable(promise) }
+    }
+
+    /// Completes `promise` now if the client takes what is written, else once it does (or fails it at the close).
+    private func whenWritable(_ promise: EventLoopPromise<Void>) {
+        if let context = self.context, context.channel.isWritable {
+            promise.succeed()
+        } else if self.closed {
+            promise.fail(ChannelError.ioOnClosedChannel)
+        } else {
+            self.writableWaiters.append(promise)
+        }
     }
 
     private func streamMedia(
@@ -612,7 +680,7 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         wrap: @escaping @Sendable (ByteBuffer) -> Transport.Outbound,
         end: Transport.Outbound
     ) {
-        let (media, writer, bound, loop) = (self.server.media, self.writer, self.bound, self.context.eventLoop)
+        let (media, writer, bound, loop) = (self.server.media, self.writer, self.bound, self.eventLoop!)
         self.shared.spawn {
             do {
                 try await media.read(sha256, range: 0..<size) { bytes in try await writer.writeDirect(wrap(bytes)) }
@@ -630,26 +698,30 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         while !self.streamingMedia, let (outputs, promise) = self.deferred.popFirst() {
             self.emit(outputs, promise: promise)
         }
+        // What waited for the packet: the delivery, and reading.
+        self.pump()
+        self.drain()
     }
 
     /// Writes a frame; the flush comes at the end of the read burst, or of this turn of the loop. Only ``emit(_:promise:)``
     /// and the media stream it starts call this: everything else goes through `emit`, which keeps a compat media
     /// packet whole.
     func write(_ frame: Transport.Outbound, promise: EventLoopPromise<Void>?) {
-        guard !self.closed || promise == nil else {
+        guard !self.closed, let context = self.context else {
             promise?.fail(ChannelError.ioOnClosedChannel)
             return
         }
-        self.context.write(self.wrapOutboundOut(frame), promise: promise)
+        context.write(self.wrapOutboundOut(frame), promise: nil)
+        if let promise { self.whenWritable(promise) }
         if self.inReadBurst {
             self.flushPending = true
         } else if !self.flushScheduled {
             self.flushScheduled = true
             let bound = self.bound
-            self.context.eventLoop.execute {
+            self.eventLoop.execute {
                 let handler = bound.value
                 handler.flushScheduled = false
-                handler.context.flush()
+                handler.context?.flush()
             }
         }
     }
@@ -657,8 +729,11 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     func channelWritabilityChanged(context: ChannelHandlerContext) {
         if context.channel.isWritable {
             self.unwritableSince = nil
+            let waiters = self.writableWaiters
+            self.writableWaiters = []
+            for waiter in waiters { waiter.succeed() }
             self.pump()
-            self.resumeReading()
+            self.drain()
         } else {
             self.unwritableSince = .now
             self.armDeadline()
@@ -683,7 +758,9 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         self.shared?.withMachine { $0.close() }
         self.stopped = true
         self.closed = true
-        self.context.close(promise: nil)
+        // What was written before goes out first, as far as the socket takes it now.
+        self.context?.flush()
+        self.context?.close(promise: nil)
     }
 
     /// Closes once the writes in flight are answered.
@@ -695,18 +772,27 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         if let code { self.close(code: code, message: message) } else { self.closeQuietly() }
     }
 
-    /// Writes the last frames (whatever was written before goes first) and closes once they are out; a client
-    /// that does not read them is closed by the slow-reader deadline.
+    /// Writes the last frames (whatever was written before goes first) and closes once they are out, or after
+    /// `slowConsumerTimeout` for a client that does not read them.
     private func writeClosing(_ frames: [Transport.Outbound]) {
-        let context = self.context!
-        guard let last = frames.last else {
+        guard let context = self.context else { return }
+        // In the middle of a compat media packet, a frame would land inside its bytes: the connection just ends.
+        guard let last = frames.last, !self.streamingMedia else {
+            context.flush()
             context.close(promise: nil)
             return
         }
         for frame in frames.dropLast() { context.write(self.wrapOutboundOut(frame), promise: nil) }
         let channel = context.channel
         context.writeAndFlush(self.wrapOutboundOut(last)).whenComplete { _ in channel.close(promise: nil) }
-        if !context.channel.isWritable { context.close(promise: nil) }
+        // A client that reads nothing more does not hold the connection open: closed after the slow-reader time.
+        let timeout = self.server.configuration.limits.slowConsumerTimeout
+        let hardClose = context.eventLoop.scheduleTask(
+            in: .nanoseconds(Int64(timeout.wholeMilliseconds) * 1_000_000)
+        ) {
+            channel.close(promise: nil)
+        }
+        channel.closeFuture.whenComplete { _ in hardClose.cancel() }
     }
 
     // MARK: Deadlines

@@ -73,7 +73,10 @@ extension SessionRequests {
                 throw error
             }
             // Every byte arrived before the connection broke: only the check is left.
-            session.spawn { await self.finishUpload(upload, requestID: requestID, writer: writer) }
+            // The connection ended meanwhile: the upload is released, as its end would have.
+            if !session.spawn({ await self.finishUpload(upload, requestID: requestID, writer: writer) }) {
+                await self.context.media.release(upload)
+            }
         } else {
             // On the connection's books before the answer goes out: if the write fails, the connection's end
             // releases the upload.
@@ -127,7 +130,10 @@ extension SessionRequests {
         stream.window -= count
         guard !end else {
             let (upload, requestID) = (stream.upload, stream.requestID)
-            session.spawn { await self.finishUpload(upload, requestID: requestID, writer: writer) }
+            // The connection ended meanwhile: the upload is released, as its end would have.
+            if !session.spawn({ await self.finishUpload(upload, requestID: requestID, writer: writer) }) {
+                await self.context.media.release(upload)
+            }
             return
         }
         if count > 0, let frame = self.transport.frame(for: .window(streamID: streamID, increment: UInt32(count))) {

@@ -313,7 +313,7 @@ struct SessionRequests<Transport: SessionTransport>: Sendable {
                 )
                 // Newest first: a page cut to the answer limit keeps the newest, and `more` sends the client on
                 // from the oldest it got.
-                let messages = page.messages.map(Courier_V1_Message.init)
+                let messages = page.messages.map { Courier_V1_Message($0, rawBody: self.transport.sendsRawBodies) }
                 let fitting = Self.fitting(
                     sizes: messages.map { (try? $0.serializedBytes() as [UInt8])?.count ?? 0 },
                     within: self.context.configuration.limits.maxAnswerBytes
@@ -544,8 +544,8 @@ struct SessionRequests<Transport: SessionTransport>: Sendable {
             if case .message(let message) = event.kind, handle.isOwnSend(id: message.id, from: message.fromDevice) {
                 continue
             }
-            let outgoing = Courier_V1_Event(event)
-            let size = outgoing.message.body.text.utf8.count + 128
+            let outgoing = Courier_V1_Event(event, rawBody: self.transport.sendsRawBodies)
+            let size = if case .message(let message) = event.kind { message.body.count + 128 } else { 128 }
             if bytes > 0, bytes + size > limit {
                 envelopes.append(current)
                 current = ServerEnvelope()

@@ -50,9 +50,13 @@ final class SessionShared: Sendable {
     }
 
     /// Runs async work for the connection; nothing once the connection has ended.
-    func spawn(_ work: @escaping @Sendable () async -> Void) {
+    ///
+    /// - Returns: Whether the work was started (false once the connection has ended: then whatever the work was to
+    ///   release is the caller's).
+    @discardableResult
+    func spawn(_ work: @escaping @Sendable () async -> Void) -> Bool {
         self.state.withLock { state in
-            guard !state.ended else { return }
+            guard !state.ended else { return false }
             let id = state.nextTask
             state.nextTask += 1
             // Made under the lock: the task's own end (which takes it) comes after it is on the books.
@@ -60,6 +64,7 @@ final class SessionShared: Sendable {
                 await work()
                 self.finished(id)
             }
+            return true
         }
     }
 

@@ -68,6 +68,10 @@ protocol SessionTransport: Sendable {
     /// What to send before closing a connection whose bytes broke the framing (the decoder's error).
     func closingFrames(framingError: any Error) -> [Outbound]
 
+    /// Whether event bodies may go out as the bytes the store holds (the transport only serializes the envelope);
+    /// false when it reads them to translate (the compat port).
+    var sendsRawBodies: Bool { get }
+
     /// Whether media goes inline in the connection's byte stream (then an envelope's outputs must not be interleaved
     /// with other writes); false when it travels on streams of its own.
     var streamsMediaInline: Bool { get }
@@ -77,6 +81,7 @@ protocol SessionTransport: Sendable {
 struct NativeTransport: SessionTransport {
     var name: String { "native" }
     var streamsMediaInline: Bool { false }
+    var sendsRawBodies: Bool { true }
 
     func interpret(_ frame: NativeFrame) -> TransportInput<NativeFrame> {
         switch frame.kind {
