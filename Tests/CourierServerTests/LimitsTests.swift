@@ -40,6 +40,35 @@ struct LimitsTests {
         )
     }
 
+    @Test("acknowledgements sent back to back are merged, and the last of them is what the device resumes from")
+    func mergedAcks() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            try await fixture.user("bob")
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+            let (bob, welcome) = try await NativeTestClient.login(fixture, "bob")
+            for index in 0..<40 { _ = try await alice.sendText("m\(index)", to: .user("bob")) }
+            let messages = try await bob.messages(40, ack: false)
+            #expect(messages.count == 40)
+            // One acknowledgement per event, back to back: one goes to the group commit, the others wait merged.
+            let bobID = try #require(try await fixture.store.user(named: "bob")).id
+            let latest = try await fixture.store.logCursor(of: bobID)
+            for cursor in (latest - 39)...latest {
+                var envelope = ClientEnvelope()
+                envelope.ack.cursor = cursor
+                _ = try await bob.send(envelope)
+            }
+            // A goaway: the server closes once every write is committed, merged ones included.
+            try await bob.send(frame: .goaway(lastStreamID: 0, code: .noError, message: "bye"))
+            _ = try await bob.expectClose()
+            // Back without a cursor of its own: nothing acknowledged comes again.
+            let (again, resumed) = try await NativeTestClient.resume(port: fixture.ports.native, token: welcome.token)
+            #expect(resumed.cursor == latest, "resumed from \(resumed.cursor), acknowledged \(latest)")
+            await again.close()
+            await alice.close()
+        }
+    }
+
     @Test("a goaway right after sends: every send is answered before the server closes")
     func goawayKeepsAnswers() async throws {
         try await ServerFixture.with { fixture in

@@ -26,6 +26,8 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         var answers: Bool
         /// The deliveries reserved from the sender's fan-out budget (0 for other writes).
         var reservedFanout: Int
+        /// Whether the state machine counts it in flight (a merged acknowledgement is not a request of its own).
+        var counted = true
         var result: Result<WriteOutcome, any Error>?
     }
 
@@ -91,6 +93,11 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     private var deferred = SessionQueue<([TransportOutput<Transport.Outbound>], EventLoopPromise<Void>?)>()
     /// Async work waiting for the client to read before it writes more (see ``SessionWriter``).
     private var writableWaiters: [EventLoopPromise<Void>] = []
+    /// An acknowledgement of this connection is in the group commit; `mergedAck` is the latest that came meanwhile
+    /// (acknowledgements are cumulative: one per commit batch and connection says all, and makes one set of
+    /// delivery receipts instead of one per acknowledgement).
+    private var ackInCommit = false
+    private var mergedAck: WriteRequest?
     /// Close once the writes in flight are answered: with this error, or quietly (`code` nil).
     private var closeAfterWrites: (code: String?, message: String)?
 
@@ -253,10 +260,21 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         }
     }
 
-    /// Whether to read more from the socket: not while requests wait, nor while the client does not read what
-    /// was written (its requests would only add answers it does not take).
+    /// Whether to read more from the socket: not while requests wait, nor while the client leaves what it was sent
+    /// unread (see ``mayTakeRequests``).
     private var mayRead: Bool {
-        !self.stopped && self.inbox.isEmpty && self.canWrite
+        !self.stopped && self.inbox.isEmpty && self.mayTakeRequests
+    }
+
+    /// Whether the client's requests may be taken: not while a compat media packet streams, nor while more than
+    /// four times the write buffer's high-water mark waits unread (its requests would only add answers it does not
+    /// take). Deliveries stop at the high-water mark itself (``canWrite``); requests go on past it, so that a busy
+    /// recipient's own sends and acknowledgements are not held up behind what it receives.
+    private var mayTakeRequests: Bool {
+        guard let context = self.context, !self.streamingMedia else { return false }
+        if context.channel.isWritable { return true }
+        let buffered = (try? context.channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? .max
+        return buffered < 4 * self.server.configuration.limits.outboundBufferBytes
     }
 
     /// Whether more may be written now: the client takes what was written (the channel's buffer is under its
@@ -274,7 +292,7 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
 
     /// Takes requests from the inbox while none waits.
     private func drain() {
-        while !self.stepping, !self.holding, !self.stopped, !self.inbox.isEmpty, self.canWrite {
+        while !self.stepping, !self.holding, !self.stopped, !self.inbox.isEmpty, self.mayTakeRequests {
             // As many writes in flight as a connection may have: the next request waits for an answer.
             guard self.shared.withMachine({ $0.mayReadMore }) else { break }
             guard let frame = self.inbox.popFirst() else { break }
@@ -367,6 +385,18 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
                 try await requests.handle(request, requestID: requestID, session: shared, writer: writer)
             }
         case .write(let request, let requestID, let answers):
+            if case .ack(_, _, let cursor) = request {
+                guard !self.ackInCommit else {
+                    if case .ack(_, _, let merged)? = self.mergedAck, merged >= cursor {
+                    } else {
+                        self.mergedAck = request
+                    }
+                    // Merged into the next: not a write of its own.
+                    self.shared.withMachine { $0.writeFinished() }
+                    return
+                }
+                self.ackInCommit = true
+            }
             self.enqueue(request, requestID: requestID, answers: answers)
         }
     }
@@ -427,7 +457,7 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
 
     // MARK: Writes to the group commit
 
-    private func enqueue(_ request: WriteRequest, requestID: UInt64, answers: Bool) {
+    private func enqueue(_ request: WriteRequest, requestID: UInt64, answers: Bool, counted: Bool = true) {
         var request = request
         var reserved = 0
         if case .send(var send) = request {
@@ -453,7 +483,8 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
                 request: request,
                 requestID: requestID,
                 answers: answers,
-                reservedFanout: reserved
+                reservedFanout: reserved,
+                counted: counted
             )
         )
         let (shared, bound, loop) = (self.shared!, self.bound, self.eventLoop!)
@@ -475,8 +506,18 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
             _ = self.writes.popFirst()
             // Settled even when the connection has closed: the fan-out budget and the own-send list.
             let reply = self.requests.answer(first, result: result, handle: self.shared.handle)
-            self.shared.withMachine { $0.writeFinished() }
+            if first.counted { self.shared.withMachine { $0.writeFinished() } }
             if first.answers, let reply, !self.closed { self.emit(reply) }
+            if case .ack = first.request {
+                self.ackInCommit = false
+                // The acknowledgements that came meanwhile, as one (also after the close: nothing acknowledged is
+                // forgotten).
+                if let merged = self.mergedAck {
+                    self.mergedAck = nil
+                    self.ackInCommit = true
+                    self.enqueue(merged, requestID: 0, answers: false, counted: false)
+                }
+            }
         }
         if self.writes.isEmpty, let (code, message) = self.closeAfterWrites {
             self.closeAfterWrites = nil
