@@ -351,6 +351,14 @@ public final class CourierServer: Service, Sendable {
                 .writeBufferWaterMark,
                 value: .init(low: limits.outboundBufferBytes / 2, high: limits.outboundBufferBytes)
             )
+            .childChannelOption(
+                .recvAllocator,
+                value: AdaptiveRecvByteBufferAllocator(
+                    minimum: 64,
+                    initial: min(max(limits.initialReadBytes, 64), 65_536),
+                    maximum: 65_536
+                )
+            )
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try handlers(channel, tls.map { NIOSSLServerHandler(context: $0) })

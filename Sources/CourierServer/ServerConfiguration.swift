@@ -71,6 +71,9 @@ public struct ServerConfiguration: Sendable {
         /// How precisely the deadlines above are kept: each event loop checks its sessions' timers (one wheel per
         /// loop, not a timer per session) this often, so a deadline fires at most this late.
         public var deadlineResolution: Duration = .milliseconds(100)
+        /// The first read buffer of a connection, in bytes: it grows while reads fill it (up to 64 KiB) and shrinks
+        /// back, and an idle connection keeps one of about this size, so it is small by default.
+        public var initialReadBytes: Int = 256
         /// Bytes the server buffers for a connection before it waits for the client to read (the channel's write
         /// buffer high-water mark). Together with one events page this bounds a connection's memory.
         public var outboundBufferBytes: Int = 256 * 1024

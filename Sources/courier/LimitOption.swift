@@ -24,6 +24,7 @@ enum LimitOption {
         ("auth-timeout", { $0.limits.authTimeout = try duration($1) }),
         ("slow-consumer-timeout", { $0.limits.slowConsumerTimeout = try duration($1) }),
         ("deadline-resolution", { $0.limits.deadlineResolution = try duration($1) }),
+        ("initial-read-bytes", { $0.limits.initialReadBytes = try bytes($1) }),
         ("outbound-buffer-bytes", { $0.limits.outboundBufferBytes = try bytes($1) }),
         ("events-per-page", { $0.limits.eventsPerPage = try int($1) }),
         ("max-handed-events", { $0.limits.maxHandedEvents = try count($1) }),
