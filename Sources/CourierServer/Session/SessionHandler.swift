@@ -183,6 +183,12 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         for waiter in self.writableWaiters { waiter.fail(ChannelError.ioOnClosedChannel) }
         self.writableWaiters = []
         guard self.admitted else { return }
+        // An acknowledgement waiting to be merged goes to the group commit now, before the connection's end is
+        // accounted for (a server stopping finishes its commit queue after that).
+        if let merged = self.mergedAck {
+            self.mergedAck = nil
+            self.enqueue(merged, requestID: 0, answers: false, counted: false)
+        }
         // The hub's handle must not keep this handler (nor this handler it) once the connection is gone.
         self.delivery?.handle.clearWaker()
         self.delivery = nil
@@ -274,7 +280,8 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         guard let context = self.context, !self.streamingMedia else { return false }
         if context.channel.isWritable { return true }
         let buffered = (try? context.channel.syncOptions?.getOption(.bufferedWritableBytes)) ?? .max
-        return buffered < 4 * self.server.configuration.limits.outboundBufferBytes
+        let (bound, overflow) = self.server.configuration.limits.outboundBufferBytes.multipliedReportingOverflow(by: 4)
+        return buffered < (overflow ? .max : bound)
     }
 
     /// Whether more may be written now: the client takes what was written (the channel's buffer is under its
@@ -385,6 +392,13 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
                 try await requests.handle(request, requestID: requestID, session: shared, writer: writer)
             }
         case .write(let request, let requestID, let answers):
+            if case .ack = request {
+            } else if let merged = self.mergedAck {
+                // Another write: a waiting acknowledgement goes first, so receipts keep their order (delivered up to a
+                // message before read up to it).
+                self.mergedAck = nil
+                self.enqueue(merged, requestID: 0, answers: false, counted: false)
+            }
             if case .ack(_, _, let cursor) = request {
                 guard !self.ackInCommit else {
                     if case .ack(_, _, let merged)? = self.mergedAck, merged >= cursor {
