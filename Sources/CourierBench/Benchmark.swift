@@ -1,3 +1,4 @@
+import CourierProcess
 public import Foundation
 import Logging
 
@@ -138,16 +139,8 @@ public enum Benchmark {
             )
             .run(users: users, progress: say)
         } else if configuration.pattern == .idle, configuration.processes > 1 {
-            say("provisioning \(configuration.connections) users in \(folder.path)")
-            let users = try await BenchProvisioning.provision(configuration, dataFolder: data, logger: logger)
-            let (server, port, _) = try await BenchServers.serve(
-                executable: plan.executable,
-                data: data,
-                folder: folder,
-                limits: ["max-connections=\(configuration.connections + 100)"] + plan.serverLimits
-            )
+            let (users, server, port) = try await Self.provisionAndServe(plan, folder: folder, data: data, say: say)
             defer { server.stop() }
-            say("server \(server.process.processIdentifier) on 127.0.0.1:\(port); connecting")
             let fill = try await IdleFill.run(
                 users: users,
                 processes: configuration.processes,
@@ -169,16 +162,8 @@ public enum Benchmark {
                     ? "\(fill.connected - fill.answeredPing) connections did not answer a ping" : nil
             )
         } else {
-            say("provisioning \(configuration.connections) users in \(folder.path)")
-            let users = try await BenchProvisioning.provision(configuration, dataFolder: data, logger: logger)
-            let (server, port, _) = try await BenchServers.serve(
-                executable: plan.executable,
-                data: data,
-                folder: folder,
-                limits: ["max-connections=\(configuration.connections + 100)"] + plan.serverLimits
-            )
+            let (users, server, port) = try await Self.provisionAndServe(plan, folder: folder, data: data, say: say)
             defer { server.stop() }
-            say("server \(server.process.processIdentifier) on 127.0.0.1:\(port); connecting")
             let run = BenchRun(
                 configuration: configuration,
                 host: "127.0.0.1",
@@ -230,6 +215,28 @@ public enum Benchmark {
             json: try BenchReport.json(result, ceilings: ceilings, storm: stormResult),
             problem: Self.problem(result, storm: stormResult)
         )
+    }
+
+    /// Makes the run's users in `data`, then starts `courier serve` on it (with room for every connection).
+    private static func provisionAndServe(
+        _ plan: BenchPlan,
+        folder: URL,
+        data: URL,
+        say: @Sendable (String) -> Void
+    ) async throws -> (users: [BenchUser], server: ServerProcess, port: Int) {
+        let configuration = plan.configuration
+        var logger = Logger(label: "courier.bench")
+        logger.logLevel = .warning
+        say("provisioning \(configuration.connections) users in \(folder.path)")
+        let users = try await BenchProvisioning.provision(configuration, dataFolder: data, logger: logger)
+        let (server, port, _) = try await BenchServers.serve(
+            executable: plan.executable,
+            data: data,
+            folder: folder,
+            limits: ["max-connections=\(configuration.connections + 100)"] + plan.serverLimits
+        )
+        say("server \(server.process.processIdentifier) on 127.0.0.1:\(port); connecting")
+        return (users, server, port)
     }
 
     /// What makes a run not a measurement: failures, or messages missing.

@@ -99,8 +99,6 @@ struct SessionHandlerTests {
 
     @Test("a closed connection's handler is freed: nothing it registered (wheel, registry) keeps it")
     func freedAfterClose() async throws {
-        let folder = try TemporaryDirectory(prefix: "courier-handler")
-        defer { folder.remove() }
         weak var freed: SessionHandler<NativeTransport>?
         try Self.withContext { context in
             let (channel, _) = try Self.connected(context)

@@ -115,7 +115,7 @@ final class LoopDeadlines {
         defer { self.nextKey += 1 }
         self.targets[self.nextKey] = fire
         if self.ticker == nil {
-            let resolution = TimeAmount.nanoseconds(Int64(self.wheel.resolution.wholeMilliseconds) * 1_000_000)
+            let resolution = TimeAmount(self.wheel.resolution)
             let bound = NIOLoopBound(self, eventLoop: self.loop)
             self.ticker = self.loop.scheduleRepeatedTask(initialDelay: resolution, delay: resolution) { _ in
                 bound.value.advance()

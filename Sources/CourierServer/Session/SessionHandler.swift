@@ -418,7 +418,7 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     private func hold(for wait: Duration, _ envelope: ClientEnvelope) {
         self.holding = true
         let bound = self.bound
-        self.eventLoop.scheduleTask(in: .nanoseconds(Int64(wait.wholeMilliseconds) * 1_000_000 + 1)) {
+        self.eventLoop.scheduleTask(in: TimeAmount(wait)) {
             let handler = bound.value
             handler.holding = false
             guard !handler.closed else { return }
@@ -842,11 +842,7 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         context.writeAndFlush(self.wrapOutboundOut(last)).whenComplete { _ in channel.close(promise: nil) }
         // A client that reads nothing more does not hold the connection open: closed after the slow-reader time.
         let timeout = self.server.configuration.limits.slowConsumerTimeout
-        let hardClose = context.eventLoop.scheduleTask(
-            in: .nanoseconds(Int64(timeout.wholeMilliseconds) * 1_000_000)
-        ) {
-            channel.close(promise: nil)
-        }
+        let hardClose = context.eventLoop.scheduleTask(in: TimeAmount(timeout)) { channel.close(promise: nil) }
         channel.closeFuture.whenComplete { _ in hardClose.cancel() }
     }
 
