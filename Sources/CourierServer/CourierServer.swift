@@ -208,6 +208,7 @@ public final class CourierServer: Service, Sendable {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.commits.run() }
             group.addTask { await self.watchChanges() }
+            group.addTask { await self.maintainStore() }
             group.addTask { await self.media.removeAbandonedUploads() }
             group.addTask {
                 defer { httpRunning.finish() }
@@ -366,6 +367,18 @@ public final class CourierServer: Service, Sendable {
             }
             .bind(host: self.configuration.host, port: port)
             .get()
+    }
+
+    /// The store's own upkeep, apart from the writes, until the server stops.
+    private func maintainStore() async {
+        guard let interval = self.store.maintenanceInterval else { return }
+        while (try? await Task.sleep(for: interval)) != nil {
+            do {
+                try await self.store.maintain()
+            } catch {
+                self.logger.warning("store upkeep failed", metadata: ["error": "\(error)"])
+            }
+        }
     }
 
     /// Applies what the admin commands changed in the data folder: closes revoked devices' and removed users'

@@ -100,6 +100,7 @@ extension ServerFixture {
             ["--silent", "--show-error", "--max-time", "10", "http://127.0.0.1:\(self.ports.http)/metrics"]
         )
         let line = metrics.split(separator: "\n").first { $0.hasPrefix(name + " ") }
-        return line.flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
+        // Gauges print as decimals ("2.0"), counters as integers.
+        return line.flatMap { Double($0.split(separator: " ").last ?? "") }.map { Int($0) } ?? 0
     }
 }

@@ -100,6 +100,15 @@ public protocol CourierDatabase: Sendable {
     func uploadedSize(by user: UserID, sha256: String) async throws -> Int64?
     func mediaAccess(for user: UserID, sha256: String) async throws -> MediaAccess?
 
+    // MARK: Upkeep
+
+    /// How often the server calls ``maintain()`` while it runs; nil for a store that needs no upkeep of its own.
+    var maintenanceInterval: Duration? { get }
+
+    /// Work the store does apart from the writes, so that no write waits for it (``SQLiteStore``: copying the
+    /// write-ahead log back into the database file). Quick when there is nothing to do.
+    func maintain() async throws
+
     /// Lets go of the database; nothing may be asked afterwards.
     func close() throws
 }
@@ -129,7 +138,13 @@ extension CourierDatabase {
     {
         try await self.createGroup(name: name, owner: owner, members: members, byOwner: false, nowMs: nowMs)
     }
+}
 
+extension CourierDatabase {
+    /// No upkeep of its own.
+    public var maintenanceInterval: Duration? { nil }
+
+    public func maintain() async throws {}
 }
 
 /// The limits a store enforces and the policies it applies, the same for every ``CourierDatabase``.

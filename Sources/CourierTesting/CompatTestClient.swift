@@ -92,7 +92,13 @@ public actor CompatTestClient {
             guard left > .zero else {
                 throw TestClientTimeout(description: "no \(type) packet within \(timeout); have \(self.backlog)")
             }
-            switch try await self.inbox.next(timeout: left) {
+            let next: CompatMessage?
+            do {
+                next = try await self.inbox.next(timeout: left)
+            } catch is TestClientTimeout {
+                throw TestClientTimeout(description: "no \(type) packet within \(timeout); have \(self.backlog)")
+            }
+            switch next {
             case .frame(let frame)?:
                 if frame.header.type == type { return frame }
                 self.backlog.append(frame)

@@ -80,6 +80,12 @@ struct CompatTests {
             _ = try await alice.sendText("once", to: .user("bob"))
             #expect(String(buffer: try await compat.expect("txt").payload) == "once")
             await compat.close()
+            // Without acks, what is written to the connection counts as received: a message sent before the server
+            // has seen the close would be written to the closed socket and count as delivered (at most once, as
+            // PROTOCOL.md says). The server must have seen it before the next message is sent.
+            try await waitUntil("the server saw the compat connection close") {
+                try await fixture.metric("courier_connections_open") == 1
+            }
             _ = try await alice.sendText("twice?", to: .user("bob"))
 
             let again = try await CompatTestClient.connect(port: fixture.ports.compat)

@@ -232,7 +232,7 @@ struct SessionRequests<Transport: SessionTransport>: Sendable {
     /// The answer to a write whose outcome came back from the group commit (nil for one that is not answered),
     /// after settling what the write had reserved: its sender's fan-out budget and the connection's own-send list.
     func answer(
-        _ write: SessionHandler<Transport>.PendingWrite,
+        _ write: SessionWrites.Pending,
         result: Result<WriteOutcome, any Error>,
         handle: ConnectionHandle?
     ) -> ServerEnvelope? {
