@@ -84,10 +84,10 @@ public final class SQLiteStore: CourierDatabase {
         config.prepareDatabase { db in
             try db.execute(sql: "PRAGMA synchronous = FULL")
             if let writerCheckpointPages {
+                // The log's file keeps the largest size it reached, as with SQLite's defaults (bounded here by this
+                // many pages): truncating it after each copy (`journal_size_limit`) made every fsync of the regrown
+                // file write its size too, and the open loop's p99 at 1,000/s went from 9 ms to 74.
                 try db.execute(sql: "PRAGMA wal_autocheckpoint = \(max(1, writerCheckpointPages))")
-                // Once copied back, the log's file shrinks to the size SQLite's default would keep it at (1,000
-                // pages), rather than staying as large as it ever grew.
-                try db.execute(sql: "PRAGMA journal_size_limit = \(4 << 20)")
             }
             if let maxDatabaseBytes {
                 let pageSize = try Int.fetchOne(db, sql: "PRAGMA page_size") ?? 4096
