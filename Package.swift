@@ -17,6 +17,7 @@ let package = Package(
         .library(name: "CourierWire", targets: ["CourierWire"]),
         .library(name: "CourierProtocol", targets: ["CourierProtocol"]),
         .library(name: "CourierStore", targets: ["CourierStore"]),
+        .library(name: "CourierStorePostgres", targets: ["CourierStorePostgres"]),
         .library(name: "CourierServer", targets: ["CourierServer"]),
         .library(name: "CourierClient", targets: ["CourierClient"]),
         .library(name: "CourierTesting", targets: ["CourierTesting"]),
@@ -37,6 +38,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
         // The words both sides share and nothing else (no dependencies, so the proxy may use them and still stand
@@ -68,6 +70,18 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // Persistence on PostgreSQL, which several server nodes share (a target of its own: SQLite users do not build
+        // postgres-nio). So far the connection pool and the schema's versioned migrations.
+        .target(
+            name: "CourierStorePostgres",
+            dependencies: [
+                "CourierStore",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strictSettings
         ),
@@ -237,6 +251,16 @@ let package = Package(
                 "CourierWire",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "CourierStorePostgresTests",
+            dependencies: [
+                "CourierStore",
+                "CourierStorePostgres",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
         ),

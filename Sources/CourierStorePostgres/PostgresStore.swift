@@ -1,0 +1,178 @@
+internal import CourierStore
+internal import Foundation
+public import Logging
+internal import PostgresNIO
+public import ServiceLifecycle
+
+/// Courier's store on PostgreSQL, which any number of `courier serve` nodes share (issue 17).
+///
+/// What is here so far: the connection pool (a ServiceLifecycle `Service`: run it while the store is used) and the
+/// schema, brought up to date by ``migrate()`` at a node's start. Nodes starting together on an empty database do
+/// not race: the migrations run in one transaction under an advisory lock, so one node applies them and the others
+/// wait and then find them applied. The ``CourierDatabase`` conformance, the group commit and the fan-out between
+/// nodes build on this.
+public final class PostgresStore: Service {
+    /// Settings of the connection pool.
+    public struct Configuration: Sendable {
+        /// The most connections this node opens to the database.
+        public var maxConnections: Int = 20
+        /// How long opening a connection may take before the request waiting for it fails.
+        public var connectTimeout: Duration = .seconds(10)
+
+        public init() {}
+    }
+
+    /// Where the database is (its ``PostgresLocation/description`` leaves the password out).
+    public let location: PostgresLocation
+    let client: PostgresClient
+    /// For one-off connections outside the pool (the migrations at start), which fail at once where the pool would
+    /// retry: a wrong password, a database that does not exist.
+    let connection: PostgresConnection.Configuration
+    let logger: Logger
+
+    /// The key of the advisory lock that migrations take (the bytes of "courierm"): one node migrates at a time.
+    static let migrationLock: Int64 = 0x636F_7572_6965_726D
+
+    public init(location: PostgresLocation, configuration: Configuration = .init(), logger: Logger) {
+        var client = PostgresClient.Configuration(
+            host: location.host,
+            port: location.port,
+            username: location.user,
+            password: location.password,
+            database: location.database,
+            tls: .disable
+        )
+        client.options.maximumConnections = max(1, configuration.maxConnections)
+        client.options.connectTimeout = configuration.connectTimeout
+        var connection = PostgresConnection.Configuration(
+            host: location.host,
+            port: location.port,
+            username: location.user,
+            password: location.password,
+            database: location.database,
+            tls: .disable
+        )
+        connection.options.connectTimeout = TimeAmount(configuration.connectTimeout)
+        self.location = location
+        self.client = PostgresClient(configuration: client, backgroundLogger: logger)
+        self.connection = connection
+        self.logger = logger
+    }
+
+    /// Keeps the pool's connections until the task is cancelled (or the service group shuts down).
+    public func run() async throws {
+        await cancelWhenGracefulShutdown {
+            await self.client.run()
+        }
+    }
+
+    /// Runs the pool for the time of `body`: for commands and tests, which use the store once (a server runs it as
+    /// a service instead). A store's pool runs once: either this or ``run()``, one time.
+    public func withRunning<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await self.client.run() }
+            defer { group.cancelAll() }
+            return try await body()
+        }
+    }
+
+    /// Brings the schema up to date: applies the migrations the database lacks, in one transaction under the
+    /// migration lock (another node migrating at the same time waits for it, then finds them applied). It uses a
+    /// connection of its own, not the pool (which need not run yet): a database that cannot be reached, or refuses
+    /// the password, fails it at once.
+    ///
+    /// - Returns: The versions this call applied (none when the schema was up to date).
+    /// - Throws: ``CourierStoreError`` with code `storage-failed`: the database cannot be reached, a statement
+    ///   failed (nothing of the migration is applied), or a newer Courier has migrated the database to a version this
+    ///   one does not know.
+    @discardableResult
+    public func migrate() async throws -> [String] {
+        let logger = self.logger
+        let connection: PostgresConnection
+        do {
+            connection = try await PostgresConnection.connect(configuration: self.connection, id: 0, logger: logger)
+        } catch {
+            throw Self.storageFailed(error, doing: "connect to \(self.location)")
+        }
+        do {
+            let applied = try await Self.migrate(on: connection, logger: logger)
+            try? await connection.close()
+            return applied
+        } catch let error as CourierStoreError {
+            try? await connection.close()
+            throw error
+        } catch {
+            try? await connection.close()
+            throw Self.storageFailed(error, doing: "migrate \(self.location)")
+        }
+    }
+
+    private static func migrate(on connection: PostgresConnection, logger: Logger) async throws -> [String] {
+        do {
+            return try await connection.withTransaction(logger: logger) { connection in
+                try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
+                try await connection.query(
+                    """
+                    CREATE TABLE IF NOT EXISTS courier_migrations (
+                        version TEXT PRIMARY KEY,
+                        applied_ms BIGINT NOT NULL
+                    )
+                    """,
+                    logger: logger
+                )
+                var applied: Set<String> = []
+                let rows = try await connection.query("SELECT version FROM courier_migrations", logger: logger)
+                for try await version in rows.decode(String.self) { applied.insert(version) }
+                let known = Set(PostgresSchema.migrations.map(\.version))
+                if let unknown = applied.subtracting(known).sorted().first {
+                    throw CourierStoreError(
+                        .storageFailed,
+                        "the database's schema has migration \(unknown), which this courier does not know: a newer "
+                            + "courier migrated it"
+                    )
+                }
+                var now: [String] = []
+                let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
+                for migration in PostgresSchema.migrations where !applied.contains(migration.version) {
+                    for statement in migration.statements {
+                        try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                    }
+                    try await connection.query(
+                        "INSERT INTO courier_migrations (version, applied_ms) VALUES (\(migration.version), \(nowMs))",
+                        logger: logger
+                    )
+                    now.append(migration.version)
+                }
+                return now
+            }
+        } catch let error as PostgresTransactionError {
+            // The statement's own error, not the rollback's.
+            throw error.closureError ?? error.beginError ?? error.commitError ?? error
+        }
+    }
+
+    /// The migrations the database has, in the order they are applied (any this Courier does not know last).
+    public func appliedMigrations() async throws -> [String] {
+        do {
+            var applied: [String] = []
+            let rows = try await self.client.query("SELECT version FROM courier_migrations", logger: self.logger)
+            for try await version in rows.decode(String.self) { applied.append(version) }
+            let order = Dictionary(
+                uniqueKeysWithValues: PostgresSchema.migrations.enumerated().map { ($1.version, $0) }
+            )
+            return applied.sorted { (order[$0] ?? .max, $0) < (order[$1] ?? .max, $1) }
+        } catch {
+            throw Self.storageFailed(error, doing: "read the migrations of \(self.location)")
+        }
+    }
+
+    /// A database error as `storage-failed`, with what PostgreSQL said (its message, never the connection's
+    /// password: postgres-nio's errors do not carry it).
+    static func storageFailed(_ error: any Error, doing: String) -> CourierStoreError {
+        if let error = error as? PSQLError {
+            let said = error.serverInfo?[.message].map { ": \($0)" } ?? ""
+            return CourierStoreError(.storageFailed, "could not \(doing) (\(error.code)\(said))")
+        }
+        return CourierStoreError(.storageFailed, "could not \(doing): \(error)")
+    }
+}

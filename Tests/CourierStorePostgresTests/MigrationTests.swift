@@ -1,0 +1,83 @@
+import CourierStore
+import CourierStorePostgres
+import Logging
+import PostgresNIO
+import Synchronization
+import Testing
+
+@Suite("PostgreSQL: the schema's migrations, on a real server")
+struct MigrationTests {
+    static func store(_ location: PostgresLocation) -> PostgresStore {
+        PostgresStore(location: location, logger: TestDatabase.logger)
+    }
+
+    static func tables(_ location: PostgresLocation) async throws -> Set<String> {
+        let found = Mutex<Set<String>>([])
+        try await TestDatabase.admin(location) { client in
+            let rows = try await client.query(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'",
+                logger: TestDatabase.logger
+            )
+            for try await name in rows.decode(String.self) { found.withLock { _ = $0.insert(name) } }
+        }
+        return found.withLock { $0 }
+    }
+
+    @Test("five nodes migrating one empty database at once: one applies each migration, all find the schema")
+    func concurrentMigrations() async throws {
+        try await TestDatabase.with { location in
+            let results = try await withThrowingTaskGroup(of: ([String], [String]).self) { group in
+                for _ in 0..<5 {
+                    let store = Self.store(location)
+                    group.addTask {
+                        try await store.withRunning { (try await store.migrate(), try await store.appliedMigrations()) }
+                    }
+                }
+                return try await group.reduce(into: [([String], [String])]()) { $0.append($1) }
+            }
+            // Exactly one node applied v1; the others waited for it and found it applied.
+            #expect(results.map(\.0).filter { !$0.isEmpty } == [["v1"]])
+            #expect(results.allSatisfy { $0.1 == ["v1"] })
+            let tables = try await Self.tables(location)
+            for table in ["users", "devices", "conversations", "members", "messages", "events", "changes"] {
+                #expect(tables.contains(table), "no table \(table) in \(tables.sorted())")
+            }
+        }
+    }
+
+    @Test("migrating again applies nothing; a database a newer courier migrated is refused")
+    func againAndNewer() async throws {
+        try await TestDatabase.with { location in
+            let store = Self.store(location)
+            let (first, second) = try await store.withRunning {
+                (try await store.migrate(), try await store.migrate())
+            }
+            #expect(first == ["v1"] && second == [])
+            try await TestDatabase.admin(location) { client in
+                try await client.query(
+                    "INSERT INTO courier_migrations (version, applied_ms) VALUES ('v999', 0)",
+                    logger: TestDatabase.logger
+                )
+            }
+            let newer = Self.store(location)
+            let error = await #expect(throws: CourierStoreError.self) {
+                try await newer.withRunning { try await newer.migrate() }
+            }
+            #expect(error?.code == .storageFailed && error?.message.contains("v999") == true)
+        }
+    }
+
+    @Test("a server that refuses the password: storage-failed, and the password appears nowhere in the error")
+    func wrongPassword() async throws {
+        var location = try TestDatabase.cluster()
+        location.password = "not-the-password-\(UInt32.random(in: 0...UInt32.max))"
+        var configuration = PostgresStore.Configuration()
+        configuration.connectTimeout = .seconds(5)
+        let store = PostgresStore(location: location, configuration: configuration, logger: TestDatabase.logger)
+        let error = await #expect(throws: CourierStoreError.self) {
+            try await store.withRunning { try await store.migrate() }
+        }
+        #expect(error?.code == .storageFailed)
+        #expect(error.map { !"\($0)".contains(location.password!) } == true)
+    }
+}
