@@ -1,12 +1,14 @@
 internal import Foundation
 
-/// Where a PostgreSQL database is, as `--database` and `COURIER_DATABASE` spell it:
-/// `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE` (`postgresql://` too; the port defaults to 5432, and the user
-/// and password may be percent-encoded).
+/// Where a PostgreSQL database is: `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE` (`postgresql://` too; the port
+/// defaults to 5432, and the user and password may be percent-encoded), the form the server's `--database` option
+/// is to take.
 ///
-/// The password never appears in ``description`` nor in an error: the location may be logged, shown in `/health` and
-/// printed by `--help` examples; its password may not.
-public struct PostgresLocation: Sendable, Hashable, CustomStringConvertible {
+/// The password never appears in ``description``, in a reflection (`dump`, the debugger's summary) nor in an error:
+/// the location may be logged; its password may not.
+public struct PostgresLocation: Sendable, Hashable, CustomStringConvertible, CustomDebugStringConvertible,
+    CustomReflectable
+{
     public var host: String
     public var port: Int
     public var user: String
@@ -42,11 +44,12 @@ public struct PostgresLocation: Sendable, Hashable, CustomStringConvertible {
         guard let user = components.percentEncodedUser?.removingPercentEncoding, !user.isEmpty else {
             throw Invalid(description: "the URL names no user (postgres://USER@HOST/DATABASE)")
         }
-        let password = try components.percentEncodedPassword.map { encoded in
+        let password = try components.percentEncodedPassword.flatMap { encoded -> String? in
             guard let password = encoded.removingPercentEncoding else {
                 throw Invalid(description: "the URL's password is not percent-encoded properly")
             }
-            return password
+            // `user:@host` names no password.
+            return password.isEmpty ? nil : password
         }
         let path = components.percentEncodedPath.drop { $0 == "/" }
         guard let database = String(path).removingPercentEncoding, !database.isEmpty, !database.contains("/") else {
@@ -66,5 +69,18 @@ public struct PostgresLocation: Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         let host = self.host.contains(":") ? "[\(self.host)]" : self.host
         return "postgres://\(self.user)@\(host):\(self.port)/\(self.database)"
+    }
+
+    public var debugDescription: String { self.description }
+
+    /// Everything but the password.
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: [
+                "host": self.host, "port": self.port, "user": self.user, "database": self.database,
+                "password": self.password == nil ? "(none)" : "(hidden)",
+            ]
+        )
     }
 }

@@ -11,13 +11,16 @@ public import ServiceLifecycle
 /// not race: the migrations run in one transaction under an advisory lock, so one node applies them and the others
 /// wait and then find them applied. The ``CourierDatabase`` conformance, the group commit and the fan-out between
 /// nodes build on this.
-public final class PostgresStore: Service {
+public final class PostgresStore: Service, CustomReflectable {
     /// Settings of the connection pool.
     public struct Configuration: Sendable {
         /// The most connections this node opens to the database.
         public var maxConnections: Int = 20
         /// How long opening a connection may take before the request waiting for it fails.
         public var connectTimeout: Duration = .seconds(10)
+        /// How long ``migrate()`` waits for another node's migration (or anything else holding the tables it
+        /// changes) before it fails, rather than holding the node's start for ever.
+        public var migrationLockTimeout: Duration = .seconds(60)
 
         public init() {}
     }
@@ -28,6 +31,7 @@ public final class PostgresStore: Service {
     /// For one-off connections outside the pool (the migrations at start), which fail at once where the pool would
     /// retry: a wrong password, a database that does not exist.
     let connection: PostgresConnection.Configuration
+    let migrationLockTimeout: Duration
     let logger: Logger
 
     /// The key of the advisory lock that migrations take (the bytes of "courierm"): one node migrates at a time.
@@ -56,6 +60,7 @@ public final class PostgresStore: Service {
         self.location = location
         self.client = PostgresClient(configuration: client, backgroundLogger: logger)
         self.connection = connection
+        self.migrationLockTimeout = configuration.migrationLockTimeout
         self.logger = logger
     }
 
@@ -95,7 +100,11 @@ public final class PostgresStore: Service {
             throw Self.storageFailed(error, doing: "connect to \(self.location)")
         }
         do {
-            let applied = try await Self.migrate(on: connection, logger: logger)
+            let applied = try await Self.migrate(
+                on: connection,
+                lockTimeout: self.migrationLockTimeout,
+                logger: logger
+            )
             try? await connection.close()
             return applied
         } catch let error as CourierStoreError {
@@ -107,9 +116,18 @@ public final class PostgresStore: Service {
         }
     }
 
-    private static func migrate(on connection: PostgresConnection, logger: Logger) async throws -> [String] {
+    private static func migrate(
+        on connection: PostgresConnection,
+        lockTimeout: Duration,
+        logger: Logger
+    ) async throws -> [String] {
+        let timeoutMs = max(
+            1,
+            lockTimeout.components.seconds * 1000 + lockTimeout.components.attoseconds / 1_000_000_000_000_000
+        )
         do {
             return try await connection.withTransaction(logger: logger) { connection in
+                try await connection.query("SET LOCAL lock_timeout = \(unescaped: String(timeoutMs))", logger: logger)
                 try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
                 try await connection.query(
                     """
@@ -170,9 +188,18 @@ public final class PostgresStore: Service {
     /// password: postgres-nio's errors do not carry it).
     static func storageFailed(_ error: any Error, doing: String) -> CourierStoreError {
         if let error = error as? PSQLError {
-            let said = error.serverInfo?[.message].map { ": \($0)" } ?? ""
-            return CourierStoreError(.storageFailed, "could not \(doing) (\(error.code)\(said))")
+            // What the server said, or what went wrong under the connection (refused, no such host, a timeout).
+            let said = error.serverInfo?[.message] ?? error.underlying.map { "\($0)" }
+            return CourierStoreError(
+                .storageFailed,
+                "could not \(doing) (\(error.code)\(said.map { ": \($0)" } ?? ""))"
+            )
         }
         return CourierStoreError(.storageFailed, "could not \(doing): \(error)")
+    }
+
+    /// The location without its password, and nothing of the connections' settings (which hold it).
+    public var customMirror: Mirror {
+        Mirror(self, children: ["location": self.location])
     }
 }

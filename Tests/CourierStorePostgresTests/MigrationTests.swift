@@ -1,9 +1,11 @@
 import CourierStore
-import CourierStorePostgres
+import Foundation
 import Logging
 import PostgresNIO
 import Synchronization
 import Testing
+
+@testable import CourierStorePostgres
 
 @Suite("PostgreSQL: the schema's migrations, on a real server")
 struct MigrationTests {
@@ -26,22 +28,85 @@ struct MigrationTests {
     @Test("five nodes migrating one empty database at once: one applies each migration, all find the schema")
     func concurrentMigrations() async throws {
         try await TestDatabase.with { location in
-            let results = try await withThrowingTaskGroup(of: ([String], [String]).self) { group in
-                for _ in 0..<5 {
-                    let store = Self.store(location)
-                    group.addTask {
-                        try await store.withRunning { (try await store.migrate(), try await store.appliedMigrations()) }
+            // The migration lock is held from elsewhere until all five wait for it: they do overlap.
+            let results = try await Self.holdingMigrationLock(location, untilWaiting: 5) {
+                try await withThrowingTaskGroup(of: ([String], [String]).self) { group in
+                    for _ in 0..<5 {
+                        let store = Self.store(location)
+                        group.addTask {
+                            try await store.withRunning {
+                                (try await store.migrate(), try await store.appliedMigrations())
+                            }
+                        }
                     }
+                    return try await group.reduce(into: [([String], [String])]()) { $0.append($1) }
                 }
-                return try await group.reduce(into: [([String], [String])]()) { $0.append($1) }
             }
             // Exactly one node applied v1; the others waited for it and found it applied.
             #expect(results.map(\.0).filter { !$0.isEmpty } == [["v1"]])
             #expect(results.allSatisfy { $0.1 == ["v1"] })
             let tables = try await Self.tables(location)
-            for table in ["users", "devices", "conversations", "members", "messages", "events", "changes"] {
+            for table in [
+                "users", "devices", "conversations", "members", "messages", "events", "changes", "media_owners",
+                "message_media", "courier_migrations",
+            ] {
                 #expect(tables.contains(table), "no table \(table) in \(tables.sorted())")
             }
+        }
+    }
+
+    /// Runs `body` while an admin session holds the migration lock, releasing it once `count` sessions wait for it.
+    static func holdingMigrationLock<T: Sendable>(
+        _ location: PostgresLocation,
+        untilWaiting count: Int,
+        _ body: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        let result = Mutex<Result<T, any Error>?>(nil)
+        try await TestDatabase.admin(location) { client in
+            try await client.withConnection { connection in
+                try await connection.query(
+                    "SELECT pg_advisory_lock(\(PostgresStore.migrationLock))",
+                    logger: TestDatabase.logger
+                )
+                async let outcome = Result { try await body() }
+                var waiting = 0
+                let deadline = ContinuousClock.now + .seconds(60)
+                while waiting < count, ContinuousClock.now < deadline {
+                    let rows = try await connection.query(
+                        """
+                        SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+                            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                        """,
+                        logger: TestDatabase.logger
+                    )
+                    for try await found in rows.decode(Int64.self) { waiting = Int(found) }
+                    if waiting < count { try await Task.sleep(for: .milliseconds(20)) }
+                }
+                try await connection.query(
+                    "SELECT pg_advisory_unlock(\(PostgresStore.migrationLock))",
+                    logger: TestDatabase.logger
+                )
+                #expect(waiting == count, "\(waiting) of \(count) sessions waited for the migration lock")
+                let finished = await outcome
+                result.withLock { $0 = finished }
+            }
+        }
+        return try result.withLock { $0 }!.get()
+    }
+
+    @Test("a migration that fails part way leaves nothing of it behind")
+    func failedMigrationRollsBack() async throws {
+        try await TestDatabase.with { location in
+            // A table in the way of v1's: its CREATE TABLE fails after others of v1 have run.
+            try await TestDatabase.admin(location) { client in
+                try await client.query("CREATE TABLE members (x INT)", logger: TestDatabase.logger)
+            }
+            let store = Self.store(location)
+            let error = await #expect(throws: CourierStoreError.self) {
+                try await store.withRunning { try await store.migrate() }
+            }
+            #expect(error?.code == .storageFailed && error?.message.contains("members") == true)
+            #expect(try await Self.tables(location) == ["members"])
         }
     }
 

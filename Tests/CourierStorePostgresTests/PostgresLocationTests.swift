@@ -1,4 +1,5 @@
 import CourierStorePostgres
+import Logging
 import Testing
 
 @Suite("PostgreSQL locations (postgres:// URLs)")
@@ -20,6 +21,8 @@ struct PostgresLocationTests {
         #expect(
             short == PostgresLocation(host: "127.0.0.1", port: 5432, user: "me", password: nil, database: "courier")
         )
+        let upper = try PostgresLocation(url: "POSTGRES://me:@localhost/courier")
+        #expect(upper.password == nil && upper.host == "localhost")
         let v6 = try PostgresLocation(url: "postgres://me:pw@[::1]:5433/courier")
         #expect(v6.host == "::1" && v6.port == 5433)
         #expect(v6.description == "postgres://me@[::1]:5433/courier")
@@ -30,7 +33,7 @@ struct PostgresLocationTests {
         arguments: [
             "mysql://me@host/db", "postgres://host/db", "postgres://me@/db", "postgres://me@host",
             "postgres://me@host/",
-            "postgres://me@host/db?sslmode=require", "postgres://me@host:0/db", "not a url",
+            "postgres://me@host/db?sslmode=require", "postgres://me@host:0/db", "not a url", "postgres://me@host/db/",
         ]
     )
     func refused(url: String) {
@@ -46,5 +49,14 @@ struct PostgresLocationTests {
             try PostgresLocation(url: "postgres://courier:hunter2-secret@host:5432/")
         }
         #expect(error.map { !$0.description.contains("hunter2") } == true)
+        // Nor in what reflection prints (dump, the debugger).
+        var dumped = ""
+        dump(location, to: &dumped)
+        #expect(!dumped.contains("hunter2") && dumped.contains("(hidden)"))
+        #expect(!String(reflecting: location).contains("hunter2"))
+        let store = PostgresStore(location: location, logger: Logger(label: "test"))
+        var dumpedStore = ""
+        dump(store, to: &dumpedStore)
+        #expect(!dumpedStore.contains("hunter2"))
     }
 }

@@ -31,10 +31,14 @@ enum TestDatabase {
             try await client.query("CREATE DATABASE \(unescaped: name)", logger: Self.logger)
         }
         let result = await Result { try await body(location) }
-        try await Self.admin(cluster) { client in
-            try await client.query("DROP DATABASE \(unescaped: name) WITH (FORCE)", logger: Self.logger)
+        let dropped = await Result {
+            try await Self.admin(cluster) { client in
+                try await client.query("DROP DATABASE \(unescaped: name) WITH (FORCE)", logger: Self.logger)
+            }
         }
+        // The test's own failure first: a failed drop only when the test passed.
         try result.get()
+        try dropped.get()
     }
 
     /// Runs `body` with a client of a database, for statements the store does not make.
