@@ -38,24 +38,10 @@ public final class PostgresStore: Service, CustomReflectable {
     static let migrationLock: Int64 = 0x636F_7572_6965_726D
 
     public init(location: PostgresLocation, configuration: Configuration = .init(), logger: Logger) {
-        var client = PostgresClient.Configuration(
-            host: location.host,
-            port: location.port,
-            username: location.user,
-            password: location.password,
-            database: location.database,
-            tls: .disable
-        )
+        var client = location.clientConfiguration
         client.options.maximumConnections = max(1, configuration.maxConnections)
         client.options.connectTimeout = configuration.connectTimeout
-        var connection = PostgresConnection.Configuration(
-            host: location.host,
-            port: location.port,
-            username: location.user,
-            password: location.password,
-            database: location.database,
-            tls: .disable
-        )
+        var connection = location.connectionConfiguration
         connection.options.connectTimeout = TimeAmount(configuration.connectTimeout)
         self.location = location
         self.client = PostgresClient(configuration: client, backgroundLogger: logger)
@@ -201,5 +187,31 @@ public final class PostgresStore: Service, CustomReflectable {
     /// The location without its password, and nothing of the connections' settings (which hold it).
     public var customMirror: Mirror {
         Mirror(self, children: ["location": self.location])
+    }
+}
+
+extension PostgresLocation {
+    /// postgres-nio's settings for a pool on this database (without TLS, which is not supported yet).
+    var clientConfiguration: PostgresClient.Configuration {
+        .init(
+            host: self.host,
+            port: self.port,
+            username: self.user,
+            password: self.password,
+            database: self.database,
+            tls: .disable
+        )
+    }
+
+    /// postgres-nio's settings for one connection to this database.
+    var connectionConfiguration: PostgresConnection.Configuration {
+        .init(
+            host: self.host,
+            port: self.port,
+            username: self.user,
+            password: self.password,
+            database: self.database,
+            tls: .disable
+        )
     }
 }

@@ -1,7 +1,8 @@
-import CourierStorePostgres
 import Foundation
 import Logging
 import PostgresNIO
+
+@testable import CourierStorePostgres
 
 /// A database of its own for a test, in the private PostgreSQL cluster that `scripts/test` starts (in a temporary
 /// folder, on a free port, as an unprivileged user) and names in `COURIER_TEST_POSTGRES`; dropped afterwards.
@@ -46,17 +47,7 @@ enum TestDatabase {
         _ location: PostgresLocation,
         _ body: @Sendable (PostgresClient) async throws -> Void
     ) async throws {
-        let client = PostgresClient(
-            configuration: .init(
-                host: location.host,
-                port: location.port,
-                username: location.user,
-                password: location.password,
-                database: location.database,
-                tls: .disable
-            ),
-            backgroundLogger: Self.logger
-        )
+        let client = PostgresClient(configuration: location.clientConfiguration, backgroundLogger: Self.logger)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await client.run() }
             defer { group.cancelAll() }
