@@ -78,6 +78,7 @@ let package = Package(
         .target(
             name: "CourierStorePostgres",
             dependencies: [
+                "CourierVocabulary",
                 "CourierStore",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),

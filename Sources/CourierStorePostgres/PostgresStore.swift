@@ -1,4 +1,5 @@
 internal import CourierStore
+internal import CourierVocabulary
 internal import Foundation
 public import Logging
 internal import PostgresNIO
@@ -107,15 +108,12 @@ public final class PostgresStore: Service, CustomReflectable {
         lockTimeout: Duration,
         logger: Logger
     ) async throws -> [String] {
-        let timeoutMs = max(
-            1,
-            lockTimeout.components.seconds * 1000 + lockTimeout.components.attoseconds / 1_000_000_000_000_000
-        )
+        let timeoutMs = max(1, lockTimeout.wholeMilliseconds)
         do {
             return try await connection.withTransaction(logger: logger) { connection in
-                try await connection.query("SET LOCAL lock_timeout = \(unescaped: String(timeoutMs))", logger: logger)
-                try await connection.query("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
-                try await connection.query(
+                try await connection.run("SET LOCAL lock_timeout = \(unescaped: String(timeoutMs))", logger: logger)
+                try await connection.run("SELECT pg_advisory_xact_lock(\(Self.migrationLock))", logger: logger)
+                try await connection.run(
                     """
                     CREATE TABLE IF NOT EXISTS courier_migrations (
                         version TEXT PRIMARY KEY,
@@ -139,9 +137,9 @@ public final class PostgresStore: Service, CustomReflectable {
                 let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
                 for migration in PostgresSchema.migrations where !applied.contains(migration.version) {
                     for statement in migration.statements {
-                        try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                        try await connection.run(PostgresQuery(unsafeSQL: statement), logger: logger)
                     }
-                    try await connection.query(
+                    try await connection.run(
                         "INSERT INTO courier_migrations (version, applied_ms) VALUES (\(migration.version), \(nowMs))",
                         logger: logger
                     )
@@ -213,5 +211,13 @@ extension PostgresLocation {
             database: self.database,
             tls: .disable
         )
+    }
+}
+
+extension PostgresConnection {
+    /// Runs a statement to its end: a query's error may come with its rows, so they are read (and dropped) here,
+    /// where the statement that failed is the one named, not the next one ("current transaction is aborted").
+    func run(_ query: PostgresQuery, logger: Logger) async throws {
+        for try await _ in try await self.query(query, logger: logger) {}
     }
 }

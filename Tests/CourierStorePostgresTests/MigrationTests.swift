@@ -94,6 +94,40 @@ struct MigrationTests {
         return try result.withLock { $0 }!.get()
     }
 
+    @Test("a node that waits for the migration lock past migrationLockTimeout fails instead of waiting for ever")
+    func lockTimeout() async throws {
+        try await TestDatabase.with { location in
+            var configuration = PostgresStore.Configuration()
+            configuration.migrationLockTimeout = .milliseconds(300)
+            let store = PostgresStore(location: location, configuration: configuration, logger: TestDatabase.logger)
+            let failed = Mutex<CourierStoreError?>(nil)
+            try await TestDatabase.admin(location) { client in
+                try await client.withConnection { connection in
+                    // Another node's migration, stuck.
+                    try await connection.query(
+                        "SELECT pg_advisory_lock(\(PostgresStore.migrationLock))",
+                        logger: TestDatabase.logger
+                    )
+                    do {
+                        try await store.migrate()
+                    } catch let error as CourierStoreError {
+                        failed.withLock { $0 = error }
+                    }
+                    try await connection.query(
+                        "SELECT pg_advisory_unlock(\(PostgresStore.migrationLock))",
+                        logger: TestDatabase.logger
+                    )
+                }
+            }
+            let error = try #require(failed.withLock { $0 })
+            #expect(error.code == .storageFailed && error.message.contains("lock timeout"), "\(error)")
+            // Nothing of it was applied; once the lock is free, it goes through.
+            #expect(try await Self.tables(location).isEmpty)
+            let again = Self.store(location)
+            #expect(try await again.migrate() == ["v1"])
+        }
+    }
+
     @Test("a migration that fails part way leaves nothing of it behind")
     func failedMigrationRollsBack() async throws {
         try await TestDatabase.with { location in
