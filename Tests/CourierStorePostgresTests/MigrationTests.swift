@@ -15,8 +15,8 @@ struct MigrationTests {
 
     static func tables(_ location: PostgresLocation) async throws -> Set<String> {
         let found = Mutex<Set<String>>([])
-        try await TestDatabase.admin(location) { client in
-            let rows = try await client.query(
+        try await TestDatabase.admin(location) { connection in
+            let rows = try await connection.query(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'",
                 logger: TestDatabase.logger
             )
@@ -62,34 +62,32 @@ struct MigrationTests {
         _ body: @escaping @Sendable () async throws -> T
     ) async throws -> T {
         let result = Mutex<Result<T, any Error>?>(nil)
-        try await TestDatabase.admin(location) { client in
-            try await client.withConnection { connection in
-                try await connection.query(
-                    "SELECT pg_advisory_lock(\(PostgresStore.migrationLock))",
+        try await TestDatabase.admin(location) { connection in
+            try await connection.run(
+                "SELECT pg_advisory_lock(\(PostgresStore.migrationLock))",
+                logger: TestDatabase.logger
+            )
+            async let outcome = Result { try await body() }
+            var waiting = 0
+            let deadline = ContinuousClock.now + .seconds(60)
+            while waiting < count, ContinuousClock.now < deadline {
+                let rows = try await connection.query(
+                    """
+                    SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+                        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                    """,
                     logger: TestDatabase.logger
                 )
-                async let outcome = Result { try await body() }
-                var waiting = 0
-                let deadline = ContinuousClock.now + .seconds(60)
-                while waiting < count, ContinuousClock.now < deadline {
-                    let rows = try await connection.query(
-                        """
-                        SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-                            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                        """,
-                        logger: TestDatabase.logger
-                    )
-                    for try await found in rows.decode(Int64.self) { waiting = Int(found) }
-                    if waiting < count { try await Task.sleep(for: .milliseconds(20)) }
-                }
-                try await connection.query(
-                    "SELECT pg_advisory_unlock(\(PostgresStore.migrationLock))",
-                    logger: TestDatabase.logger
-                )
-                #expect(waiting == count, "\(waiting) of \(count) sessions waited for the migration lock")
-                let finished = await outcome
-                result.withLock { $0 = finished }
+                for try await found in rows.decode(Int64.self) { waiting = Int(found) }
+                if waiting < count { try await Task.sleep(for: .milliseconds(20)) }
             }
+            try await connection.run(
+                "SELECT pg_advisory_unlock(\(PostgresStore.migrationLock))",
+                logger: TestDatabase.logger
+            )
+            #expect(waiting == count, "\(waiting) of \(count) sessions waited for the migration lock")
+            let finished = await outcome
+            result.withLock { $0 = finished }
         }
         return try result.withLock { $0 }!.get()
     }
@@ -101,23 +99,21 @@ struct MigrationTests {
             configuration.migrationLockTimeout = .milliseconds(300)
             let store = PostgresStore(location: location, configuration: configuration, logger: TestDatabase.logger)
             let failed = Mutex<CourierStoreError?>(nil)
-            try await TestDatabase.admin(location) { client in
-                try await client.withConnection { connection in
-                    // Another node's migration, stuck.
-                    try await connection.query(
-                        "SELECT pg_advisory_lock(\(PostgresStore.migrationLock))",
-                        logger: TestDatabase.logger
-                    )
-                    do {
-                        try await store.migrate()
-                    } catch let error as CourierStoreError {
-                        failed.withLock { $0 = error }
-                    }
-                    try await connection.query(
-                        "SELECT pg_advisory_unlock(\(PostgresStore.migrationLock))",
-                        logger: TestDatabase.logger
-                    )
+            try await TestDatabase.admin(location) { connection in
+                // Another node's migration, stuck.
+                try await connection.run(
+                    "SELECT pg_advisory_lock(\(PostgresStore.migrationLock))",
+                    logger: TestDatabase.logger
+                )
+                do {
+                    try await store.migrate()
+                } catch let error as CourierStoreError {
+                    failed.withLock { $0 = error }
                 }
+                try await connection.run(
+                    "SELECT pg_advisory_unlock(\(PostgresStore.migrationLock))",
+                    logger: TestDatabase.logger
+                )
             }
             let error = try #require(failed.withLock { $0 })
             #expect(error.code == .storageFailed && error.message.contains("lock timeout"), "\(error)")
@@ -132,8 +128,8 @@ struct MigrationTests {
     func failedMigrationRollsBack() async throws {
         try await TestDatabase.with { location in
             // A table in the way of v1's: its CREATE TABLE fails after others of v1 have run.
-            try await TestDatabase.admin(location) { client in
-                try await client.query("CREATE TABLE members (x INT)", logger: TestDatabase.logger)
+            try await TestDatabase.admin(location) { connection in
+                try await connection.run("CREATE TABLE members (x INT)", logger: TestDatabase.logger)
             }
             let store = Self.store(location)
             let error = await #expect(throws: CourierStoreError.self) {
@@ -152,8 +148,8 @@ struct MigrationTests {
                 (try await store.migrate(), try await store.migrate())
             }
             #expect(first == ["v1"] && second == [])
-            try await TestDatabase.admin(location) { client in
-                try await client.query(
+            try await TestDatabase.admin(location) { connection in
+                try await connection.run(
                     "INSERT INTO courier_migrations (version, applied_ms) VALUES ('v999', 0)",
                     logger: TestDatabase.logger
                 )

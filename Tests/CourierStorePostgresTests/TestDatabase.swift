@@ -28,13 +28,13 @@ enum TestDatabase {
         let name = "courier_test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
         var location = cluster
         location.database = name
-        try await Self.admin(cluster) { client in
-            try await client.query("CREATE DATABASE \(unescaped: name)", logger: Self.logger)
+        try await Self.admin(cluster) { connection in
+            try await connection.run("CREATE DATABASE \(unescaped: name)", logger: Self.logger)
         }
         let result = await Result { try await body(location) }
         let dropped = await Result {
-            try await Self.admin(cluster) { client in
-                try await client.query("DROP DATABASE \(unescaped: name) WITH (FORCE)", logger: Self.logger)
+            try await Self.admin(cluster) { connection in
+                try await connection.run("DROP DATABASE \(unescaped: name) WITH (FORCE)", logger: Self.logger)
             }
         }
         // The test's own failure first: a failed drop only when the test passed.
@@ -42,17 +42,19 @@ enum TestDatabase {
         try dropped.get()
     }
 
-    /// Runs `body` with a client of a database, for statements the store does not make.
+    /// Runs `body` with a connection of its own to a database, for statements the store does not make.
     static func admin(
         _ location: PostgresLocation,
-        _ body: @Sendable (PostgresClient) async throws -> Void
+        _ body: (PostgresConnection) async throws -> Void
     ) async throws {
-        let client = PostgresClient(configuration: location.clientConfiguration, backgroundLogger: Self.logger)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await client.run() }
-            defer { group.cancelAll() }
-            try await body(client)
-        }
+        let connection = try await PostgresConnection.connect(
+            configuration: location.connectionConfiguration,
+            id: 1,
+            logger: Self.logger
+        )
+        let result = await Result { try await body(connection) }
+        try? await connection.close()
+        try result.get()
     }
 }
 
