@@ -74,10 +74,12 @@ public struct ServerConfiguration: Sendable {
         /// `slow-consumer`, and the device resyncs from its acknowledged cursor when it comes back.
         public var slowConsumerTimeout: Duration = .seconds(30)
         /// How precisely the deadlines above are kept: each event loop checks its sessions' timers (one wheel per
-        /// loop, not a timer per session) this often, so a deadline fires at most this late.
+        /// loop, not a timer per session) this often, so a deadline fires at most this late. Taken between 1 ms and
+        /// 10 s.
         public var deadlineResolution: Duration = .milliseconds(100)
         /// The first read buffer of a connection, in bytes: it grows while reads fill it (up to 64 KiB) and shrinks
-        /// back, and an idle connection keeps one of about this size, so it is small by default.
+        /// back, and an idle connection keeps one of about this size, so it is small by default. Taken between 64
+        /// bytes and 64 KiB.
         public var initialReadBytes: Int = 256
         /// Bytes the server buffers for a connection before it waits for the client to read (the channel's write
         /// buffer high-water mark). Together with one events page this bounds a connection's memory.

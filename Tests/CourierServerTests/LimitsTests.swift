@@ -88,6 +88,31 @@ struct LimitsTests {
         }
     }
 
+    @Test(
+        "a deadline resolution of zero and read buffers out of range are taken within bounds: logins, sends, deadlines"
+    )
+    func resolutionAndReadBufferBounds() async throws {
+        for initialReadBytes in [0, Int.max] {
+            try await ServerFixture.with(
+                { fixture in
+                    try await fixture.user("alice")
+                    let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+                    #expect(try await alice.sendText("within bounds", to: .user("alice")).ack != nil)
+                    let silent = try await NativeTestClient.connect(port: fixture.ports.native)
+                    let closing = try await silent.expectClose(timeout: .seconds(10))
+                    #expect(closing.last?.failure?.code == ErrorCodes.authTimeout, "\(closing)")
+                    await alice.close()
+                },
+                configure: {
+                    $0.limits.deadlineResolution = .zero
+                    $0.limits.initialReadBytes = initialReadBytes
+                    // Long enough for a login on a loaded machine.
+                    $0.limits.authTimeout = .seconds(3)
+                }
+            )
+        }
+    }
+
     @Test("no hello within authTimeout closes with auth-timeout; silence past idleTimeout closes; pings keep it open")
     func timeouts() async throws {
         // A server whose authentication deadline is short, for a connection that says nothing; the logins below go
