@@ -144,11 +144,13 @@ let package = Package(
                 "CourierWire",
                 "CourierProtocol",
                 "CourierProcess",
+                "CourierStorePostgres",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             swiftSettings: strictSettings
         ),
@@ -260,6 +262,7 @@ let package = Package(
             dependencies: [
                 "CourierStore",
                 "CourierStorePostgres",
+                "CourierTesting",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -327,6 +330,7 @@ let package = Package(
             name: "CourierStoreTests",
             dependencies: [
                 "CourierStore",
+                "CourierStorePostgres",
                 "CourierTesting",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),

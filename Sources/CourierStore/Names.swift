@@ -63,7 +63,7 @@ extension Conversation {
     /// Refuses an address whose name breaks the naming rule before any lookup: it names no user and no group.
     ///
     /// - Throws: `unknown-user` or `unknown-group`.
-    func checkNames() throws {
+    package func checkNames() throws {
         switch self {
         case .user(let name) where !Names.isValid(name):
             throw CourierStoreError(.unknownUser, "no user named \(name.debugDescription)")

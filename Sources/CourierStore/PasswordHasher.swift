@@ -86,10 +86,10 @@ public struct PasswordHasher: Hashable, Sendable {
 }
 
 /// Session tokens: 32 random bytes, base64url, prefixed `ct_`; the store keeps only their SHA-256.
-enum SessionToken {
+package enum SessionToken {
     static let prefix = "ct_"
 
-    static func make() -> String {
+    package static func make() -> String {
         var generator = SystemRandomNumberGenerator()
         let bytes = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
         let base64 = Data(bytes).base64EncodedString()
@@ -100,6 +100,11 @@ enum SessionToken {
     }
 
     static func hash(_ token: String) -> Data {
-        Data(SHA256.hash(data: Array(token.utf8)))
+        Data(self.digest(token))
+    }
+
+    /// The token's SHA-256: what a store keeps of it.
+    package static func digest(_ token: String) -> [UInt8] {
+        Array(SHA256.hash(data: Array(token.utf8)))
     }
 }

@@ -6,7 +6,7 @@ internal import Synchronization
 ///
 /// Threads are started when work arrives and end when the queue is empty: an idle pool holds no thread. A job that
 /// finds `threads` jobs running and `maxQueued` waiting is refused at once with `throttled`.
-final class PasswordWork: Sendable {
+package final class PasswordWork: Sendable {
     private struct State {
         var queue: [@Sendable () -> Void] = []
         var workers = 0

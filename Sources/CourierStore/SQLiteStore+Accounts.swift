@@ -10,7 +10,7 @@ extension SQLiteStore {
     /// - Throws: `invalid-name`, `name-taken`, `storage-failed`.
     public func addUser(name: String, password: String, nowMs: Int64) async throws -> User {
         try Names.validate(name, what: "user name")
-        let hash = try await self.hashPassword(password)
+        let hash = try await self.passwords.hash(password)
         return try await self.write { db in
             if try Int64.fetchOne(db, sql: "SELECT id FROM users WHERE name = ?", arguments: [name]) != nil {
                 throw CourierStoreError(.nameTaken, "a user named \(name) exists or existed")
@@ -60,7 +60,7 @@ extension SQLiteStore {
     ///
     /// - Throws: `unknown-user`, `storage-failed`.
     public func setPassword(user name: String, password: String, nowMs: Int64) async throws {
-        let hash = try await self.hashPassword(password)
+        let hash = try await self.passwords.hash(password)
         try await self.write { db in
             let user = try Self.activeUser(named: name, db)
             try db.execute(sql: "UPDATE users SET password_hash = ? WHERE id = ?", arguments: [hash, user.id.rawValue])
@@ -146,11 +146,7 @@ extension SQLiteStore {
             else { return nil }
             return (user, hash)
         }
-        let verified = try await self.passwordWork.run {
-            // The decoy is made before either branch, so that the first check costs the same for any name.
-            let decoy = self.decoyHash()
-            return PasswordHasher.verify(password, against: candidate?.1 ?? decoy) && candidate != nil
-        }
+        let verified = try await self.passwords.verify(password, against: candidate?.1)
         guard verified, let (user, _) = candidate else {
             throw CourierStoreError(.authFailed, "wrong user name or password")
         }
@@ -225,23 +221,6 @@ extension SQLiteStore {
             return (device, false)
         }
         return DeviceSession(user: user, device: device.0, token: token, renewed: device.1)
-    }
-
-    /// Hashes a password on the store's password threads.
-    private func hashPassword(_ password: String) async throws -> String {
-        let hasher = self.configuration.passwordHasher
-        return try await self.passwordWork.run { Result { try hasher.hash(password) } }.get()
-    }
-
-    /// A hash of a random password at the configured cost, checked against when the user does not exist, made on
-    /// first use (outside the lock: two first uses at once may both hash; the first stored wins).
-    private func decoyHash() -> String {
-        if let decoy = self.decoy.withLock({ $0 }) { return decoy }
-        let hash = (try? self.configuration.passwordHasher.hash(SessionToken.make())) ?? ""
-        return self.decoy.withLock { decoy in
-            if decoy == nil { decoy = hash }
-            return decoy!
-        }
     }
 
     /// Finds the device a token belongs to.

@@ -7,6 +7,12 @@ public struct MediaAccess: Hashable, Sendable {
     /// was given, or when the user sees it only as its uploader).
     public var mime: String
     public var name: String
+
+    public init(size: Int64, mime: String, name: String) {
+        self.size = size
+        self.mime = mime
+        self.name = name
+    }
 }
 
 extension MediaAccess {

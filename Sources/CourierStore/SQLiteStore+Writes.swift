@@ -21,8 +21,8 @@ extension SQLiteStore {
         let recallWindowMs = self.limits.recallWindow.wholeMilliseconds
         return try await self.write { db in
             var batch = WriteBatch(nowMs: nowMs, recallWindowMs: recallWindowMs, store: self)
-            batch.log.maxFreshPerUser = self.limits.maxFreshEventsPerUser
-            batch.log.freshRoom = freshRoom
+            batch.log.book.maxFreshPerUser = self.limits.maxFreshEventsPerUser
+            batch.log.book.freshRoom = freshRoom
             var outcomes: [WriteOutcome] = []
             outcomes.reserveCapacity(requests.count)
             for request in requests {
@@ -40,25 +40,8 @@ extension SQLiteStore {
 
 /// The state of one group commit: conversations, members and logs read once and written back once.
 struct WriteBatch {
-    struct Member {
-        var joinedSeq: Int64
-        var readSeq: Int64
-        var deliveredSeq: Int64
-        /// Whether the member has sent a message here (``SQLiteStore/contacts(of:)``).
-        var sent: Bool
-        var dirty = false
-    }
-
-    struct ConversationRow {
-        var id: Int64
-        var groupName: String?
-        var userA: UserID?
-        var userB: UserID?
-        var lastSeq: Int64
-        var lastMs: Int64
-        var members: [UserID: Member]
-        var dirty = false
-    }
+    typealias Member = BatchConversation.Member
+    typealias ConversationRow = BatchConversation
 
     let nowMs: Int64
     let recallWindowMs: Int64
@@ -127,8 +110,7 @@ struct WriteBatch {
         // Names first: nothing below may fail once the message is written.
         let sender = try self.store.name(of: send.sender, db)
         let naming = try self.naming(of: conversation, db)
-        let seq = conversation.lastSeq + 1
-        let time = max(self.nowMs, conversation.lastMs)
+        let (seq, time) = conversation.send(by: send.sender, nowMs: self.nowMs)
         try db.cachedStatement(
             sql: """
                 INSERT INTO messages (conversation_id, seq, sender_id, sender_device_id, client_id, time_ms, body)
@@ -140,13 +122,6 @@ struct WriteBatch {
                 sql: "INSERT INTO message_media (sha256, conversation_id, seq, mime, name) VALUES (?, ?, ?, ?, ?)"
             ).execute(arguments: [media.sha256, key, seq, media.mime, media.name])
         }
-        conversation.lastSeq = seq
-        conversation.lastMs = time
-        conversation.dirty = true
-        // Sending implies having read everything before: the sender's unread count for it drops to zero.
-        conversation.members[send.sender]?.readSeq = seq
-        conversation.members[send.sender]?.sent = true
-        conversation.members[send.sender]?.dirty = true
         self.conversations[key] = conversation
         for member in conversation.members.keys.sorted() {
             try self.log.append(
@@ -314,7 +289,7 @@ struct WriteBatch {
         try db.cachedStatement(sql: "DELETE FROM message_media WHERE conversation_id = ? AND seq = ?")
             .execute(arguments: [key, seq])
         // Sent in this batch: its fresh events show it recalled, as a read after the commit would.
-        self.log.markRecalled(id: id, from: by)
+        self.log.book.markRecalled(id: id, from: by)
         for member in conversation.members.keys.sorted() {
             try self.log.append(
                 to: member,
@@ -465,16 +440,16 @@ struct WriteBatch {
     /// How each member names a conversation, with the names looked up now (so that making events later cannot
     /// fail half-way through a request's writes).
     private func naming(of conversation: ConversationRow, _ db: Database) throws -> (UserID) -> Conversation {
-        if let name = conversation.groupName { return { _ in .group(name) } }
-        let (a, b) = (conversation.userA!, conversation.userB!)
-        let (nameA, nameB) = (try self.store.name(of: a, db), try self.store.name(of: b, db))
-        return { user in .user(user == a ? nameB : nameA) }
+        if conversation.groupName != nil { return conversation.naming(nameA: nil, nameB: nil) }
+        return conversation.naming(
+            nameA: try self.store.name(of: conversation.userA!, db),
+            nameB: try self.store.name(of: conversation.userB!, db)
+        )
     }
 
     /// How a user names a conversation.
     private func address(of conversation: ConversationRow, for user: UserID, _ db: Database) throws -> Conversation {
-        if let name = conversation.groupName { return .group(name) }
-        let peer = conversation.userA == user ? conversation.userB! : conversation.userA!
+        guard let peer = conversation.peer(of: user) else { return .group(conversation.groupName!) }
         return .user(try self.store.name(of: peer, db))
     }
 }

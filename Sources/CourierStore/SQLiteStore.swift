@@ -56,8 +56,7 @@ public final class SQLiteStore: CourierDatabase {
     public var limits: StoreLimits { self.configuration.limits }
     let logger: Logger
     let names: Mutex<[UserID: String]> = Mutex([:])
-    let decoy: Mutex<String?> = Mutex(nil)
-    let passwordWork: PasswordWork
+    let passwords: Passwords
 
     /// Opens (creating if needed) the database of a data folder and brings its schema up to date.
     ///
@@ -115,7 +114,8 @@ public final class SQLiteStore: CourierDatabase {
         }
         self.configuration = configuration
         self.logger = logger
-        self.passwordWork = PasswordWork(
+        self.passwords = Passwords(
+            hasher: configuration.passwordHasher,
             threads: configuration.passwordThreads,
             maxQueued: configuration.maxQueuedPasswordChecks
         )

@@ -78,6 +78,13 @@ public struct Group: Hashable, Sendable {
     public var owner: String?
     public var members: [String]
     public var lastSeq: UInt64
+
+    package init(name: String, owner: String?, members: [String], lastSeq: UInt64) {
+        self.name = name
+        self.owner = owner
+        self.members = members
+        self.lastSeq = lastSeq
+    }
 }
 
 /// A stored message, as one user sees it.
@@ -159,6 +166,11 @@ public struct HistoryPage: Hashable, Sendable {
     public var messages: [StoredMessage]
     /// True when older messages visible to the reader remain.
     public var more: Bool
+
+    package init(messages: [StoredMessage], more: Bool) {
+        self.messages = messages
+        self.more = more
+    }
 }
 
 /// A conversation's unread count for one user.
@@ -167,6 +179,13 @@ public struct UnreadCount: Hashable, Sendable {
     public var unread: UInt64
     public var lastSeq: UInt64
     public var readSeq: UInt64
+
+    package init(conversation: Conversation, unread: UInt64, lastSeq: UInt64, readSeq: UInt64) {
+        self.conversation = conversation
+        self.unread = unread
+        self.lastSeq = lastSeq
+        self.readSeq = readSeq
+    }
 }
 
 /// A device session established by a login or a token.

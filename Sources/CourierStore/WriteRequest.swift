@@ -87,6 +87,22 @@ public struct SendReceipt: Hashable, Sendable {
     /// The event rows the message added (one per member of the conversation, the sender included): its fan-out
     /// cost. 0 for a duplicate.
     public var recipients: Int = 0
+
+    package init(
+        id: String,
+        conversation: Conversation,
+        seq: UInt64,
+        timeMs: Int64,
+        duplicate: Bool,
+        recipients: Int = 0
+    ) {
+        self.id = id
+        self.conversation = conversation
+        self.seq = seq
+        self.timeMs = timeMs
+        self.duplicate = duplicate
+        self.recipients = recipients
+    }
 }
 
 /// The result of one group commit.

@@ -1,18 +1,24 @@
-internal import CourierStore
+public import CourierStore
 internal import CourierVocabulary
 internal import Foundation
 public import Logging
-internal import PostgresNIO
+package import PostgresNIO
 public import ServiceLifecycle
+internal import Synchronization
 
 /// Courier's store on PostgreSQL, which any number of `courier serve` nodes share (issue 17).
 ///
-/// What is here so far: the connection pool (a ServiceLifecycle `Service`: run it while the store is used) and the
-/// schema, brought up to date by ``migrate()`` at a node's start. Nodes starting together on an empty database do
-/// not race: the migrations run in one transaction under an advisory lock, so one node applies them and the others
-/// wait and then find them applied. The ``CourierDatabase`` conformance, the group commit and the fan-out between
-/// nodes build on this.
-public final class PostgresStore: Service, CustomReflectable {
+/// It keeps what ``SQLiteStore`` keeps, with the same rules (the same conformance tests run on both), and holds
+/// them with several writers at once: every write is one transaction on a pooled connection (a ServiceLifecycle
+/// `Service`: run it while the store is used). Each user's event log stays gap-free and in order because the
+/// transaction that appends to it holds the user's row (`users.log_cursor`) until it commits. A transaction locks
+/// rows in one order: conversations, then users, then devices, each by id, so that two group commits never wait
+/// for each other in a circle (PostgreSQL breaks one that does anyway, and the write is retried).
+///
+/// The schema is brought up to date by ``migrate()`` at a node's start. Nodes starting together on an empty
+/// database do not race: the migrations run in one transaction under an advisory lock, so one node applies them and
+/// the others wait and then find them applied.
+public final class PostgresStore: CourierDatabase, Service, CustomReflectable {
     /// Settings of the connection pool.
     public struct Configuration: Sendable {
         /// The most connections this node opens to the database.
@@ -22,6 +28,18 @@ public final class PostgresStore: Service, CustomReflectable {
         /// How long ``migrate()`` waits for another node's migration (or anything else holding the tables it
         /// changes) before it fails, rather than holding the node's start for ever.
         public var migrationLockTimeout: Duration = .seconds(60)
+        /// How many times a write that PostgreSQL aborted for a deadlock or a serialization failure (nothing of it
+        /// was committed) is tried again before it fails with `storage-failed`.
+        public var maxWriteRetries: Int = 3
+        /// The limits and policies every store applies alike.
+        public var limits: StoreLimits = .init()
+        /// The cost of password hashes written from now on.
+        public var passwordHasher: PasswordHasher = .standard
+        /// Threads that hash and check passwords, apart from the threads that deliver messages (as
+        /// ``SQLiteStore/Configuration-swift.struct/passwordThreads``).
+        public var passwordThreads: Int = max(1, ProcessInfo.processInfo.activeProcessorCount / 4)
+        /// Password checks that may wait for a thread; one more is refused at once with `throttled`.
+        public var maxQueuedPasswordChecks: Int = 16
 
         public init() {}
     }
@@ -34,6 +52,11 @@ public final class PostgresStore: Service, CustomReflectable {
     let connection: PostgresConnection.Configuration
     let migrationLockTimeout: Duration
     let logger: Logger
+    public let configuration: Configuration
+    public var limits: StoreLimits { self.configuration.limits }
+    let passwords: Passwords
+    /// Users' names by id: names never change and users are never deleted.
+    let names: Mutex<[UserID: String]> = Mutex([:])
 
     /// The key of the advisory lock that migrations take (the bytes of "courierm"): one node migrates at a time.
     static let migrationLock: Int64 = 0x636F_7572_6965_726D
@@ -49,7 +72,16 @@ public final class PostgresStore: Service, CustomReflectable {
         self.connection = connection
         self.migrationLockTimeout = configuration.migrationLockTimeout
         self.logger = logger
+        self.configuration = configuration
+        self.passwords = Passwords(
+            hasher: configuration.passwordHasher,
+            threads: configuration.passwordThreads,
+            maxQueued: configuration.maxQueuedPasswordChecks
+        )
     }
+
+    /// Nothing to let go of: the pool's connections close when ``run()`` ends.
+    public func close() throws {}
 
     /// Keeps the pool's connections until the task is cancelled (or the service group shuts down).
     public func run() async throws {
@@ -202,7 +234,7 @@ extension PostgresLocation {
     }
 
     /// postgres-nio's settings for one connection to this database.
-    var connectionConfiguration: PostgresConnection.Configuration {
+    package var connectionConfiguration: PostgresConnection.Configuration {
         .init(
             host: self.host,
             port: self.port,
@@ -217,7 +249,7 @@ extension PostgresLocation {
 extension PostgresConnection {
     /// Runs a statement to its end: a query's error may come with its rows, so they are read (and dropped) here,
     /// where the statement that failed is the one named, not the next one ("current transaction is aborted").
-    func run(_ query: PostgresQuery, logger: Logger) async throws {
+    package func run(_ query: PostgresQuery, logger: Logger) async throws {
         for try await _ in try await self.query(query, logger: logger) {}
     }
 }

@@ -1,4 +1,5 @@
 import CourierStore
+import CourierTesting
 import Foundation
 import Logging
 import PostgresNIO

@@ -9,7 +9,7 @@ struct CheckpointTests {
     func backgroundCheckpoints() async throws {
         try await withTemporaryDirectory { folder in
             // The writes' own fallback well out of reach of this test's pages.
-            let fixture = try StoreFixture(folder: folder) {
+            let fixture = try SQLiteFixture(folder: folder) {
                 $0.backgroundCheckpoints = true
                 $0.writerCheckpointPages = 1_000_000
             }
@@ -33,7 +33,7 @@ struct CheckpointTests {
     @Test("without them, the store asks for no upkeep and checkpoint() does nothing")
     func noBackgroundCheckpoints() async throws {
         try await withTemporaryDirectory { folder in
-            let fixture = try StoreFixture(folder: folder)
+            let fixture = try SQLiteFixture(folder: folder)
             try await fixture.users("alice")
             #expect(fixture.store.maintenanceInterval == nil)
             #expect(try await fixture.store.checkpoint() == nil)

@@ -9,7 +9,7 @@ struct CommitQueueTests {
     @Test("concurrent senders share transactions, and every conversation's numbers stay gap-free")
     func groupCommit() async throws {
         try await withTemporaryDirectory { folder in
-            let fixture = try StoreFixture(folder: folder)
+            let fixture = try SQLiteFixture(folder: folder)
             let names = (0..<8).map { "user\($0)" }
             var ids: [UserID] = []
             for name in names { ids.append(try await fixture.store.addUser(name: name, password: "x", nowMs: 1).id) }
@@ -79,7 +79,7 @@ struct CommitQueueTests {
     @Test("a full disk refuses the batch: nothing of it is stored, nothing acknowledged, earlier messages intact")
     func fullDisk() async throws {
         try await withTemporaryDirectory { folder in
-            let fixture = try StoreFixture(folder: folder) { $0.maxDatabaseBytes = 256 * 1024 }
+            let fixture = try SQLiteFixture(folder: folder) { $0.maxDatabaseBytes = 256 * 1024 }
             let ids = try await fixture.users("alice", "bob")
             let alice = ids["alice"]!
             var committed = 0
@@ -116,7 +116,7 @@ struct CommitQueueTests {
     @Test("the queue commits what is waiting when finished, then refuses new writes")
     func finishDrains() async throws {
         try await withTemporaryDirectory { folder in
-            let fixture = try StoreFixture(folder: folder)
+            let fixture = try SQLiteFixture(folder: folder)
             let ids = try await fixture.users("alice", "bob")
             let queue = CommitQueue(store: fixture.store, clock: { 1 })
             // Submitted before run() starts, then finish(): still committed.
@@ -137,7 +137,7 @@ struct CommitQueueTests {
     @Test("a backup taken while messages are written is a consistent, openable copy")
     func onlineBackup() async throws {
         try await withTemporaryDirectory { folder in
-            let fixture = try StoreFixture(folder: folder)
+            let fixture = try SQLiteFixture(folder: folder)
             let ids = try await fixture.users("alice", "bob")
             for index in 0..<100 {
                 _ = try await fixture.sent(ids["alice"]!, "b\(index)", to: .user("bob"), "\(index)")
@@ -155,7 +155,7 @@ struct CommitQueueTests {
                 try await group.waitForAll()
             }
             await expectCode(.storageFailed) { try fixture.store.backup(to: copy) }
-            let restored = try StoreFixture(folder: backup)
+            let restored = try SQLiteFixture(folder: backup)
             let log = try await restored.log(ids["bob"]!)
             // A prefix of the writes, whole: cursors and sequence numbers gap-free, the user's cursor matching.
             #expect(log.count >= 100)

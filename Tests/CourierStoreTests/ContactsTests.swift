@@ -7,10 +7,9 @@ import Testing
 /// their direct conversation; group members (who joined with consent) see each other.
 @Suite("Contacts, peers and consent to groups")
 struct ContactsTests {
-    @Test("an unanswered message makes no peer and no contact; a reply makes both")
-    func unanswered() async throws {
-        try await withTemporaryDirectory(prefix: "contacts") { folder in
-            let fixture = try StoreFixture(folder: folder)
+    @Test("an unanswered message makes no peer and no contact; a reply makes both", arguments: StoreKind.allCases)
+    func unanswered(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
             let ids = try await fixture.users("alice", "bob", "carol")
             let (alice, bob, carol) = (ids["alice"]!, ids["bob"]!, ids["carol"]!)
             _ = try await fixture.sent(alice, "m1", to: .user("bob"), "hello?")
@@ -29,10 +28,12 @@ struct ContactsTests {
         }
     }
 
-    @Test("only contacts may be added to a group by its owner; the administrator may add anyone")
-    func consent() async throws {
-        try await withTemporaryDirectory(prefix: "contacts") { folder in
-            let fixture = try StoreFixture(folder: folder)
+    @Test(
+        "only contacts may be added to a group by its owner; the administrator may add anyone",
+        arguments: StoreKind.allCases
+    )
+    func consent(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
             let ids = try await fixture.users("alice", "bob", "carol", "dave")
             let (alice, bob) = (ids["alice"]!, ids["bob"]!)
             func code(_ body: () async throws -> Void) async -> CourierStoreError.Code? {
@@ -62,12 +63,18 @@ struct ContactsTests {
             try await fixture.store.createGroup(name: "team", owner: "alice", members: ["bob"], byOwner: true, nowMs: 2)
             #expect(
                 await code {
-                    try await fixture.store.changeMembers(of: "team", actor: alice, add: ["carol"], nowMs: 3)
+                    try await fixture.store.changeMembers(
+                        of: "team",
+                        actor: alice,
+                        add: ["carol"],
+                        remove: [],
+                        nowMs: 3
+                    )
                 } == .notContact
             )
             #expect(try await fixture.store.group(named: "team").members == ["alice", "bob"])
             // The administrator (no actor) adds anyone; group members then see each other.
-            try await fixture.store.changeMembers(of: "team", actor: nil, add: ["dave"], nowMs: 4)
+            try await fixture.store.changeMembers(of: "team", actor: nil, add: ["dave"], remove: [], nowMs: 4)
             #expect(try await fixture.store.peers(of: ids["dave"]!) == [alice, bob])
             // A group message's fan-out cost: one delivery per member.
             let receipt = try await fixture.sent(bob, "b2", to: .group("team"), "hello team")

@@ -6,10 +6,12 @@ import Testing
 
 @Suite("Fresh events: what a group commit returns as it wrote it is what a read of the log returns")
 struct FreshEventsTests {
-    @Test("messages, receipts and recalls, direct and in a group: fresh events equal the log read back")
-    func equalToTheLog() async throws {
-        try await withTemporaryDirectory { folder in
-            let fixture = try StoreFixture(folder: folder)
+    @Test(
+        "messages, receipts and recalls, direct and in a group: fresh events equal the log read back",
+        arguments: StoreKind.allCases
+    )
+    func equalToTheLog(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
             let ids = try await fixture.users("alice", "bob", "carol")
             let (alice, bob, carol) = (ids["alice"]!, ids["bob"]!, ids["carol"]!)
             try await fixture.store.createGroup(
@@ -63,11 +65,13 @@ struct FreshEventsTests {
         }
     }
 
-    @Test("a user with more new events than the limit has none fresh (read back instead); 0 returns none")
-    func bounded() async throws {
+    @Test(
+        "a user with more new events than the limit has none fresh (read back instead); 0 returns none",
+        arguments: StoreKind.allCases
+    )
+    func bounded(kind: StoreKind) async throws {
         for limit in [0, 3] {
-            try await withTemporaryDirectory { folder in
-                let fixture = try StoreFixture(folder: folder) { $0.limits.maxFreshEventsPerUser = limit }
+            try await StoreFixture.with(kind, { $0.limits.maxFreshEventsPerUser = limit }) { fixture in
                 let ids = try await fixture.users("alice", "bob")
                 let (alice, bob) = (ids["alice"]!, ids["bob"]!)
                 let sends: [WriteRequest] = (1...4).map {
@@ -89,10 +93,12 @@ struct FreshEventsTests {
         }
     }
 
-    @Test("fresh events are made only for the room the caller says each user has: none for 0, up to it otherwise")
-    func onlyWhereThereIsRoom() async throws {
-        try await withTemporaryDirectory { folder in
-            let fixture = try StoreFixture(folder: folder)
+    @Test(
+        "fresh events are made only for the room the caller says each user has: none for 0, up to it otherwise",
+        arguments: StoreKind.allCases
+    )
+    func onlyWhereThereIsRoom(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
             let ids = try await fixture.users("alice", "bob", "carol", "dave")
             let (alice, bob, carol, dave) = (ids["alice"]!, ids["bob"]!, ids["carol"]!, ids["dave"]!)
             try await fixture.store.createGroup(

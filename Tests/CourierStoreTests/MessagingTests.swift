@@ -5,10 +5,12 @@ import Testing
 
 @Suite("Messages, sequence numbers and event logs")
 struct MessagingTests {
-    @Test("direct messages get gap-free sequence numbers and reach both users' logs, named from each side")
-    func directMessages() async throws {
-        try await withTemporaryDirectory { folder in
-            let fixture = try StoreFixture(folder: folder)
+    @Test(
+        "direct messages get gap-free sequence numbers and reach both users' logs, named from each side",
+        arguments: StoreKind.allCases
+    )
+    func directMessages(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
             let ids = try await fixture.users("alice", "bob")
             let (alice, bob) = (ids["alice"]!, ids["bob"]!)
             let first = try await fixture.sent(alice, "m1", to: .user("bob"), "hi bob")
@@ -38,10 +40,9 @@ struct MessagingTests {
         }
     }
 
-    @Test("a resend of a committed id returns the original receipt and stores nothing")
-    func idempotentResend() async throws {
-        try await withTemporaryDirectory { folder in
-            let fixture = try StoreFixture(folder: folder)
+    @Test("a resend of a committed id returns the original receipt and stores nothing", arguments: StoreKind.allCases)
+    func idempotentResend(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
             let ids = try await fixture.users("alice", "bob")
             let original = try await fixture.sent(ids["alice"]!, "m1", to: .user("bob"), "once")
             let resend = try await fixture.sent(
@@ -83,10 +84,9 @@ struct MessagingTests {
         }
     }
 
-    @Test("a refused request in a batch changes nothing and does not hold up the others")
-    func refusalsInBatch() async throws {
-        try await withTemporaryDirectory { folder in
-            let fixture = try StoreFixture(folder: folder)
+    @Test("a refused request in a batch changes nothing and does not hold up the others", arguments: StoreKind.allCases)
+    func refusalsInBatch(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
             let ids = try await fixture.users("alice", "bob", "carol")
             try await fixture.store.createGroup(
                 name: "team",
@@ -114,10 +114,12 @@ struct MessagingTests {
         }
     }
 
-    @Test("groups: members get every message, a new member sees history from joining, non-members see nothing")
-    func groups() async throws {
-        try await withTemporaryDirectory { folder in
-            let fixture = try StoreFixture(folder: folder)
+    @Test(
+        "groups: members get every message, a new member sees history from joining, non-members see nothing",
+        arguments: StoreKind.allCases
+    )
+    func groups(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
             let ids = try await fixture.users("alice", "bob", "carol", "dave", "erin", "frank")
             try await fixture.store.createGroup(
                 name: "five",
@@ -151,18 +153,36 @@ struct MessagingTests {
             _ = try await fixture.sent(ids["frank"]!, "to-alice", to: .user("alice"), "hi alice")
             let before = try await fixture.log(ids["frank"]!).last?.cursor ?? 0
             await expectCode(.notOwner) {
-                try await fixture.store.changeMembers(of: "five", actor: ids["bob"]!, add: ["frank"], nowMs: 1)
+                try await fixture.store.changeMembers(
+                    of: "five",
+                    actor: ids["bob"]!,
+                    add: ["frank"],
+                    remove: [],
+                    nowMs: 1
+                )
             }
-            try await fixture.store.changeMembers(of: "five", actor: ids["alice"]!, add: ["frank"], nowMs: 1)
+            try await fixture.store.changeMembers(
+                of: "five",
+                actor: ids["alice"]!,
+                add: ["frank"],
+                remove: [],
+                nowMs: 1
+            )
             _ = try await fixture.sent(ids["bob"]!, "g4", to: .group("five"), "late")
             #expect(try await fixture.texts(ids["frank"]!, after: before) == ["late"])
             let page = try await fixture.store.history(for: ids["frank"]!, in: .group("five"), beforeSeq: 0, limit: 10)
             #expect(page.messages.map(\.seq) == [4] && !page.more)
             // A member may leave but not remove others.
             await expectCode(.notOwner) {
-                try await fixture.store.changeMembers(of: "five", actor: ids["bob"]!, remove: ["carol"], nowMs: 1)
+                try await fixture.store.changeMembers(
+                    of: "five",
+                    actor: ids["bob"]!,
+                    add: [],
+                    remove: ["carol"],
+                    nowMs: 1
+                )
             }
-            try await fixture.store.changeMembers(of: "five", actor: ids["bob"]!, remove: ["bob"], nowMs: 1)
+            try await fixture.store.changeMembers(of: "five", actor: ids["bob"]!, add: [], remove: ["bob"], nowMs: 1)
             #expect(refusal(try await fixture.send(ids["bob"]!, "g5", to: .group("five"), "still here?")) == .notMember)
             #expect(
                 try await fixture.store.group(named: "five").members == ["alice", "carol", "dave", "erin", "frank"]
@@ -173,10 +193,9 @@ struct MessagingTests {
         }
     }
 
-    @Test("history pages backwards by sequence number")
-    func historyPages() async throws {
-        try await withTemporaryDirectory { folder in
-            let fixture = try StoreFixture(folder: folder)
+    @Test("history pages backwards by sequence number", arguments: StoreKind.allCases)
+    func historyPages(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
             let ids = try await fixture.users("alice", "bob", "carol")
             for index in 1...25 {
                 _ = try await fixture.sent(
@@ -211,10 +230,12 @@ struct MessagingTests {
         }
     }
 
-    @Test("acks produce delivered receipts, read marks produce read receipts and set unread counts")
-    func receiptsAndUnread() async throws {
-        try await withTemporaryDirectory { folder in
-            let fixture = try StoreFixture(folder: folder)
+    @Test(
+        "acks produce delivered receipts, read marks produce read receipts and set unread counts",
+        arguments: StoreKind.allCases
+    )
+    func receiptsAndUnread(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
             let ids = try await fixture.users("alice", "bob")
             let (alice, bob) = (ids["alice"]!, ids["bob"]!)
             let bobDevice = try await fixture.store.login(
@@ -274,10 +295,12 @@ struct MessagingTests {
         }
     }
 
-    @Test("a device made by a new login starts at the user's present cursor; older messages come from history")
-    func newDeviceStartsAtPresent() async throws {
-        try await withTemporaryDirectory { folder in
-            let fixture = try StoreFixture(folder: folder)
+    @Test(
+        "a device made by a new login starts at the user's present cursor; older messages come from history",
+        arguments: StoreKind.allCases
+    )
+    func newDeviceStartsAtPresent(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
             let ids = try await fixture.users("alice", "bob")
             let old = try await fixture.store.login(user: "bob", password: "pw-bob", deviceName: "old", nowMs: 1).device
             for index in 1...4 { _ = try await fixture.sent(ids["alice"]!, "n\(index)", to: .user("bob"), "\(index)") }
@@ -288,10 +311,12 @@ struct MessagingTests {
         }
     }
 
-    @Test("the sender recalls within the window; the recall reaches every member and empties the body")
-    func recall() async throws {
-        try await withTemporaryDirectory { folder in
-            let fixture = try StoreFixture(folder: folder) { $0.limits.recallWindow = .seconds(60) }
+    @Test(
+        "the sender recalls within the window; the recall reaches every member and empties the body",
+        arguments: StoreKind.allCases
+    )
+    func recall(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind, { $0.limits.recallWindow = .seconds(60) }) { fixture in
             let ids = try await fixture.users("alice", "bob")
             let (alice, bob) = (ids["alice"]!, ids["bob"]!)
             let now = StoreFixture.start
@@ -323,7 +348,7 @@ struct MessagingTests {
     @Test("a sync reads the event log by its primary key from the cursor on, whatever the history")
     func syncQueryPlan() async throws {
         try await withTemporaryDirectory { folder in
-            let fixture = try StoreFixture(folder: folder)
+            let fixture = try SQLiteFixture(folder: folder)
             let ids = try await fixture.users("alice", "bob")
             for index in 1...300 {
                 _ = try await fixture.sent(ids["alice"]!, "s\(index)", to: .user("bob"), "\(index)")

@@ -1,31 +1,157 @@
 import CourierStore
+import CourierStorePostgres
 import CourierTesting
 import Foundation
 import Logging
+import PostgresNIO
+import Testing
 
-/// A store on a real SQLite file in a temporary folder, with cheap password hashes (the tests that are about
-/// hashing use the standard cost).
-struct StoreFixture {
+/// The stores the conformance tests run on: every test given `StoreKind.allCases` holds for both.
+enum StoreKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    /// A real SQLite file in a temporary folder.
+    case sqlite
+    /// A database of its own in the private PostgreSQL cluster that `scripts/test` starts.
+    case postgres
+
+    var testDescription: String { self.rawValue }
+}
+
+/// A store of either kind, with cheap password hashes (the tests that are about hashing use the standard cost).
+struct StoreFixture: StoreTestHelpers, Sendable {
     static let cheapHasher = PasswordHasher(logN: 4, blockSize: 8, parallelism: 1, saltBytes: 16, keyBytes: 32)
     static let start: Int64 = 1_800_000_000_000
 
+    /// What a test may set of a store.
+    struct Settings: Sendable {
+        var limits = StoreLimits()
+    }
+
+    let kind: StoreKind
+    let store: any CourierDatabase
+    /// Opens another store on the same database for the time of its body: another process (the admin commands)
+    /// on SQLite's file, another node on PostgreSQL.
+    let another: @Sendable (@Sendable (any CourierDatabase) async throws -> Void) async throws -> Void
+    /// Whether the database holds a text as it is anywhere (SQLite: in the bytes of its file and its write-ahead log;
+    /// PostgreSQL: in the users' and devices' rows, as text or as bytes).
+    let holdsText: @Sendable (String) async throws -> Bool
+
+    /// Runs `body` with a new, empty store of a kind, closed (or dropped) afterwards.
+    static func with(
+        _ kind: StoreKind,
+        _ configure: (inout Settings) -> Void = { _ in },
+        _ body: @Sendable (StoreFixture) async throws -> Void
+    ) async throws {
+        var settings = Settings()
+        configure(&settings)
+        switch kind {
+        case .sqlite:
+            var sqlite = SQLiteStore.Configuration()
+            sqlite.passwordHasher = Self.cheapHasher
+            sqlite.limits = settings.limits
+            let configuration = sqlite
+            try await withTemporaryDirectory(prefix: "store") { folder in
+                let store = try SQLiteStore(folder: folder, configuration: configuration, logger: Logger(label: "test"))
+                defer { try? store.close() }
+                let fixture = StoreFixture(
+                    kind: kind,
+                    store: store,
+                    another: { body in
+                        let other = try SQLiteStore(
+                            folder: folder,
+                            configuration: configuration,
+                            logger: Logger(label: "test")
+                        )
+                        defer { try? other.close() }
+                        try await body(other)
+                    },
+                    holdsText: { text in
+                        // The database file and its write-ahead log, where the newest writes are.
+                        try ["", "-wal"].contains { suffix in
+                            let path = folder.appendingPathComponent(SQLiteStore.databaseFileName + suffix).path
+                            guard FileManager.default.fileExists(atPath: path) else { return false }
+                            return try Data(contentsOf: URL(fileURLWithPath: path)).range(of: Data(text.utf8)) != nil
+                        }
+                    }
+                )
+                try await body(fixture)
+            }
+        case .postgres:
+            var postgres = PostgresStore.Configuration()
+            postgres.passwordHasher = Self.cheapHasher
+            postgres.limits = settings.limits
+            postgres.maxConnections = 4
+            let configuration = postgres
+            try await TestDatabase.with { location in
+                let store = PostgresStore(location: location, configuration: configuration, logger: TestDatabase.logger)
+                try await store.migrate()
+                try await store.withRunning {
+                    let fixture = StoreFixture(
+                        kind: kind,
+                        store: store,
+                        another: { body in
+                            let other = PostgresStore(
+                                location: location,
+                                configuration: configuration,
+                                logger: TestDatabase.logger
+                            )
+                            try await other.withRunning { try await body(other) }
+                        },
+                        holdsText: { text in
+                            var found = false
+                            try await TestDatabase.admin(location) { connection in
+                                let rows = try await connection.query(
+                                    """
+                                    SELECT EXISTS (SELECT 1 FROM users t WHERE strpos(t::text, \(text)) > 0
+                                        OR strpos(t::text, encode(convert_to(\(text), 'UTF8'), 'hex')) > 0)
+                                    OR EXISTS (SELECT 1 FROM devices t WHERE strpos(t::text, \(text)) > 0
+                                        OR strpos(t::text, encode(convert_to(\(text), 'UTF8'), 'hex')) > 0)
+                                    """,
+                                    logger: TestDatabase.logger
+                                )
+                                for try await exists in rows.decode(Bool.self) { found = exists }
+                            }
+                            return found
+                        }
+                    )
+                    try await body(fixture)
+                }
+            }
+        }
+    }
+
+    var database: any CourierDatabase { self.store }
+}
+
+/// A SQLite store in a temporary folder, for the tests of what only SQLite has (its files, its query plans, its
+/// checkpoints).
+struct SQLiteFixture: StoreTestHelpers {
     let folder: URL
     let store: SQLiteStore
 
     init(folder: URL, configure: (inout SQLiteStore.Configuration) -> Void = { _ in }) throws {
         var configuration = SQLiteStore.Configuration()
-        configuration.passwordHasher = Self.cheapHasher
+        configuration.passwordHasher = StoreFixture.cheapHasher
         configure(&configuration)
         self.folder = folder
         self.store = try SQLiteStore(folder: folder, configuration: configuration, logger: Logger(label: "test"))
     }
 
+    var database: any CourierDatabase { self.store }
+}
+
+/// Users, messages and logs, through the protocol every store implements.
+protocol StoreTestHelpers {
+    var database: any CourierDatabase { get }
+}
+
+extension StoreTestHelpers {
     /// Creates users with the password "pw-" + name.
     @discardableResult
     func users(_ names: String...) async throws -> [String: UserID] {
         var ids: [String: UserID] = [:]
         for name in names {
-            ids[name] = try await self.store.addUser(name: name, password: "pw-" + name, nowMs: Self.start).id
+            ids[name] = try await self.database.addUser(name: name, password: "pw-" + name, nowMs: StoreFixture.start)
+                .id
         }
         return ids
     }
@@ -35,9 +161,9 @@ struct StoreFixture {
         _ id: String,
         to: Conversation,
         _ text: String,
-        nowMs: Int64 = start
+        nowMs: Int64 = StoreFixture.start
     ) async throws -> WriteOutcome {
-        let batch = try await self.store.apply(
+        let batch = try await self.database.apply(
             [.send(.init(sender: sender, id: id, to: to, body: Array(text.utf8)))],
             nowMs: nowMs
         )
@@ -49,7 +175,7 @@ struct StoreFixture {
         _ id: String,
         to: Conversation,
         _ text: String,
-        nowMs: Int64 = start
+        nowMs: Int64 = StoreFixture.start
     ) async throws -> SendReceipt {
         let outcome = try await self.send(sender, id, to: to, text, nowMs: nowMs)
         guard case .sent(let receipt) = outcome else {
@@ -63,7 +189,7 @@ struct StoreFixture {
         var events: [StoredEvent] = []
         var cursor = cursor
         while true {
-            let page = try await self.store.events(for: user, after: cursor, limit: 100)
+            let page = try await self.database.events(for: user, after: cursor, limit: 100)
             guard let last = page.last else { return events }
             events += page
             cursor = last.cursor

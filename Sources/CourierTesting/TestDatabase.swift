@@ -1,29 +1,28 @@
+public import CourierStorePostgres
 import Foundation
-import Logging
-import PostgresNIO
-
-@testable import CourierStorePostgres
+public import Logging
+public import PostgresNIO
 
 /// A database of its own for a test, in the private PostgreSQL cluster that `scripts/test` starts (in a temporary
 /// folder, on a free port, as an unprivileged user) and names in `COURIER_TEST_POSTGRES`; dropped afterwards.
-enum TestDatabase {
-    struct NoCluster: Error, CustomStringConvertible {
-        var description: String {
+public enum TestDatabase {
+    public struct NoCluster: Error, CustomStringConvertible {
+        public var description: String {
             "COURIER_TEST_POSTGRES is not set: run scripts/test, which starts a private PostgreSQL cluster for these "
                 + "tests (or set it to postgres://USER:PASSWORD@127.0.0.1:PORT/postgres of a cluster of your own)"
         }
     }
 
-    static let logger = Logger(label: "courier.test-postgres")
+    public static let logger = Logger(label: "courier.test-postgres")
 
     /// The cluster's maintenance database.
-    static func cluster() throws -> PostgresLocation {
+    public static func cluster() throws -> PostgresLocation {
         guard let url = ProcessInfo.processInfo.environment["COURIER_TEST_POSTGRES"] else { throw NoCluster() }
         return try PostgresLocation(url: url)
     }
 
     /// Runs `body` with a new, empty database, and drops it afterwards (its connections too).
-    static func with(_ body: @Sendable (PostgresLocation) async throws -> Void) async throws {
+    public static func with(_ body: @Sendable (PostgresLocation) async throws -> Void) async throws {
         let cluster = try Self.cluster()
         let name = "courier_test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
         var location = cluster
@@ -43,7 +42,7 @@ enum TestDatabase {
     }
 
     /// Runs `body` with a connection of its own to a database, for statements the store does not make.
-    static func admin(
+    public static func admin(
         _ location: PostgresLocation,
         _ body: (PostgresConnection) async throws -> Void
     ) async throws {
@@ -59,7 +58,7 @@ enum TestDatabase {
 }
 
 extension Result where Failure == any Error {
-    init(catching body: () async throws -> Success) async {
+    public init(catching body: () async throws -> Success) async {
         do {
             self = .success(try await body())
         } catch {

@@ -1,0 +1,74 @@
+/// What a group commit reads once of a conversation and writes back once, whatever the database.
+package struct BatchConversation: Sendable {
+    /// A member as the batch sees it.
+    package struct Member: Sendable {
+        package var joinedSeq: Int64
+        package var readSeq: Int64
+        package var deliveredSeq: Int64
+        /// Whether the member has sent a message here (see ``CourierDatabase/contacts(of:)``).
+        package var sent: Bool
+        package var dirty = false
+
+        package init(joinedSeq: Int64, readSeq: Int64, deliveredSeq: Int64, sent: Bool) {
+            self.joinedSeq = joinedSeq
+            self.readSeq = readSeq
+            self.deliveredSeq = deliveredSeq
+            self.sent = sent
+        }
+    }
+
+    package var id: Int64
+    package var groupName: String?
+    package var userA: UserID?
+    package var userB: UserID?
+    package var lastSeq: Int64
+    package var lastMs: Int64
+    package var members: [UserID: Member]
+    package var dirty = false
+
+    package init(
+        id: Int64,
+        groupName: String?,
+        userA: UserID?,
+        userB: UserID?,
+        lastSeq: Int64,
+        lastMs: Int64,
+        members: [UserID: Member]
+    ) {
+        self.id = id
+        self.groupName = groupName
+        self.userA = userA
+        self.userB = userB
+        self.lastSeq = lastSeq
+        self.lastMs = lastMs
+        self.members = members
+    }
+
+    /// How each member names the conversation, given both sides' names of a direct one.
+    package func naming(nameA: String?, nameB: String?) -> @Sendable (UserID) -> Conversation {
+        if let name = self.groupName { return { _ in .group(name) } }
+        let a = self.userA
+        let (nameA, nameB) = (nameA ?? "", nameB ?? "")
+        return { user in .user(user == a ? nameB : nameA) }
+    }
+
+    /// The other side of a direct conversation for one of its users (itself for notes to oneself); nil for a group.
+    package func peer(of user: UserID) -> UserID? {
+        guard self.groupName == nil, let a = self.userA, let b = self.userB else { return nil }
+        return a == user ? b : a
+    }
+
+    /// A message sent now by a member: the conversation's next sequence number and time (never before the last),
+    /// with the sender's read mark moved to it (sending implies having read everything before).
+    package mutating func send(by sender: UserID, nowMs: Int64) -> (seq: Int64, time: Int64) {
+        let seq = self.lastSeq + 1
+        let time = max(nowMs, self.lastMs)
+        self.lastSeq = seq
+        self.lastMs = time
+        self.dirty = true
+        self.members[sender]?.readSeq = seq
+        self.members[sender]?.sent = true
+        self.members[sender]?.dirty = true
+        return (seq, time)
+    }
+}

@@ -1,0 +1,127 @@
+internal import CourierStore
+internal import Logging
+internal import PostgresNIO
+
+extension PostgresStore {
+    /// Runs one write transaction on a pooled connection, turning database errors into `storage-failed` and passing
+    /// refusals through. A transaction PostgreSQL aborted for a deadlock or a serialization failure committed
+    /// nothing, and runs again from the start, up to ``Configuration-swift.struct/maxWriteRetries`` times; `body`
+    /// must read everything it decides on inside the transaction.
+    func write<T: Sendable>(
+        doing: String,
+        _ body: @Sendable (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        var attempt = 0
+        while true {
+            do {
+                return try await self.client.withTransaction(logger: self.logger) { connection in
+                    try await body(connection)
+                }
+            } catch let error as PostgresTransactionError {
+                // The statement's own error, not the rollback's.
+                let cause = error.closureError ?? error.beginError ?? error.commitError ?? error
+                if let refusal = cause as? CourierStoreError { throw refusal }
+                if Self.isRetryable(cause), attempt < self.configuration.maxWriteRetries {
+                    attempt += 1
+                    self.logger.debug("write retried", metadata: ["doing": "\(doing)", "error": "\(cause)"])
+                    continue
+                }
+                self.logger.error("write failed", metadata: ["doing": "\(doing)", "error": "\(cause)"])
+                throw Self.storageFailed(cause, doing: doing)
+            } catch let error as CourierStoreError {
+                throw error
+            } catch {
+                self.logger.error("write failed", metadata: ["doing": "\(doing)", "error": "\(error)"])
+                throw Self.storageFailed(error, doing: doing)
+            }
+        }
+    }
+
+    /// Runs reads on one pooled connection, outside a transaction (each statement sees what was committed when it
+    /// began), turning database errors into `storage-failed` and passing refusals through.
+    func read<T: Sendable>(
+        doing: String,
+        _ body: @Sendable (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        do {
+            return try await self.client.withConnection { connection in try await body(connection) }
+        } catch let error as CourierStoreError {
+            throw error
+        } catch {
+            self.logger.error("read failed", metadata: ["doing": "\(doing)", "error": "\(error)"])
+            throw Self.storageFailed(error, doing: doing)
+        }
+    }
+
+    /// Whether PostgreSQL aborted a transaction that may succeed when run again: a deadlock (40P01) or a
+    /// serialization failure (40001).
+    static func isRetryable(_ error: any Error) -> Bool {
+        guard let error = error as? PSQLError, let state = error.serverInfo?[.sqlState] else { return false }
+        return state == "40P01" || state == "40001"
+    }
+
+    /// Whether an error is PostgreSQL refusing a row that breaks a unique index (23505).
+    static func isUniqueViolation(_ error: any Error) -> Bool {
+        (error as? PSQLError)?.serverInfo?[.sqlState] == "23505"
+    }
+
+    /// A user's name by id, cached.
+    ///
+    /// - Throws: `unknown-user`.
+    func name(of id: UserID, _ connection: PostgresConnection) async throws -> String {
+        if let name = self.names.withLock({ $0[id] }) { return name }
+        guard
+            let name = try await connection.value(
+                "SELECT name FROM users WHERE id = \(id.rawValue)",
+                as: String.self,
+                logger: self.logger
+            )
+        else { throw CourierStoreError(.unknownUser, "no user with id \(id.rawValue)") }
+        self.names.withLock { $0[id] = name }
+        return name
+    }
+}
+
+extension PostgresConnection {
+    /// Every row of a query, for reading by column name or position.
+    func rows(_ query: PostgresQuery, logger: Logger) async throws -> [PostgresRandomAccessRow] {
+        var rows: [PostgresRandomAccessRow] = []
+        for try await row in try await self.query(query, logger: logger) {
+            rows.append(row.makeRandomAccess())
+        }
+        return rows
+    }
+
+    /// The first row of a query (the others read and dropped), or nil.
+    func row(_ query: PostgresQuery, logger: Logger) async throws -> PostgresRandomAccessRow? {
+        try await self.rows(query, logger: logger).first
+    }
+
+    /// The first column of the first row, or nil when there is no row (or its value is NULL).
+    func value<T: PostgresDecodable>(
+        _ query: PostgresQuery,
+        as: T.Type,
+        logger: Logger
+    ) async throws -> T? where T._DecodableType == T {
+        guard let row = try await self.row(query, logger: logger) else { return nil }
+        return try row[0].decode(T?.self)
+    }
+
+    /// The first column of every row.
+    func values<T: PostgresDecodable>(_ query: PostgresQuery, as: T.Type, logger: Logger) async throws -> [T] {
+        try await self.rows(query, logger: logger).map { try $0[0].decode(T.self) }
+    }
+}
+
+extension PostgresRandomAccessRow {
+    /// A column's value.
+    func get<T: PostgresDecodable>(_ column: String, as: T.Type = T.self) throws -> T {
+        try self[column].decode(T.self)
+    }
+
+    /// A `bytea` column's bytes.
+    func bytes(_ column: String) throws -> [UInt8] {
+        var buffer = try self[column].decode(ByteBuffer.self)
+        return buffer.readBytes(length: buffer.readableBytes) ?? []
+    }
+}

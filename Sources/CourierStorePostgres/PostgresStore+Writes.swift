@@ -1,0 +1,586 @@
+public import CourierStore
+internal import Logging
+internal import PostgresNIO
+
+extension PostgresStore {
+    /// Applies many writes in one transaction (group commit), with ``SQLiteStore/apply(_:nowMs:freshRoom:)``'s rules.
+    ///
+    /// Before any request is applied, the batch locks every row it plans to write, in one order: the
+    /// conversations, then the users whose logs grow (their members, the senders, the acknowledging users), then
+    /// the acknowledging devices, each by id. Another node's batch touching the same users waits for this one's
+    /// commit, and no two batches wait for each other in a circle. What is applied is read again under the locks.
+    public func apply(
+        _ requests: [WriteRequest],
+        nowMs: Int64,
+        freshRoom: (@Sendable (UserID) -> Int)?
+    ) async throws -> AppliedBatch {
+        guard !requests.isEmpty else { return AppliedBatch(outcomes: [], appended: [:]) }
+        return try await self.write(doing: "store \(requests.count) writes") { connection in
+            var batch = PostgresWriteBatch(nowMs: nowMs, store: self)
+            batch.log.book.maxFreshPerUser = self.limits.maxFreshEventsPerUser
+            batch.log.book.freshRoom = freshRoom
+            try await batch.lock(for: requests, connection)
+            var outcomes: [WriteOutcome] = []
+            outcomes.reserveCapacity(requests.count)
+            for request in requests {
+                do {
+                    outcomes.append(try await batch.apply(request, connection))
+                } catch let error as CourierStoreError where error.code != .storageFailed {
+                    outcomes.append(.refused(error))
+                }
+            }
+            try await batch.finish(connection)
+            return AppliedBatch(outcomes: outcomes, appended: batch.log.book.appended, fresh: batch.log.book.fresh)
+        }
+    }
+}
+
+/// The state of one group commit on PostgreSQL: conversations, members and logs read once under their locks and
+/// written back once.
+struct PostgresWriteBatch {
+    typealias ConversationRow = BatchConversation
+
+    let nowMs: Int64
+    let store: PostgresStore
+    var log: PostgresEventLog
+    private var logger: Logger { self.store.logger }
+    private var limits: StoreLimits { self.store.limits }
+    private var conversations: [Int64: ConversationRow] = [:]
+    private var groupIDs: [String: Int64] = [:]
+    private var directIDs: [Pair: Int64] = [:]
+
+    private struct Pair: Hashable {
+        var a: UserID
+        var b: UserID
+    }
+
+    init(nowMs: Int64, store: PostgresStore) {
+        self.nowMs = nowMs
+        self.store = store
+        self.log = PostgresEventLog(logger: store.logger)
+    }
+
+    // MARK: Locks
+
+    /// Locks the rows the requests will write, in the order every write takes them.
+    mutating func lock(for requests: [WriteRequest], _ connection: PostgresConnection) async throws {
+        var conversations: Set<Int64> = []
+        var users: Set<UserID> = []
+        var devices: Set<Int64> = []
+        for request in requests {
+            switch request {
+            case .send(let send):
+                users.insert(send.sender)
+                let (conversation, peer) = try await self.planned(send.to, for: send.sender, connection)
+                if let conversation { conversations.insert(conversation) }
+                if let peer { users.insert(peer) }
+            case .markRead(let user, let address, _), .recall(let user, let address, _):
+                users.insert(user)
+                if let conversation = try await self.planned(address, for: user, connection).conversation {
+                    conversations.insert(conversation)
+                }
+            case .ack(let user, let device, let cursor):
+                users.insert(user)
+                devices.insert(device.rawValue)
+                // The conversations whose delivered receipts the ack would make.
+                conversations.formUnion(
+                    try await connection.values(
+                        """
+                        SELECT DISTINCT e.conversation_id FROM events e
+                        JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
+                        WHERE e.user_id = \(user.rawValue) AND e.kind = 1 AND m.sender_id != \(user.rawValue)
+                        AND e.cursor <= \(Int64(clamping: cursor)) AND e.cursor > (
+                            SELECT acked_cursor FROM devices WHERE id = \(device.rawValue)
+                        )
+                        """,
+                        as: Int64.self,
+                        logger: self.logger
+                    )
+                )
+            }
+        }
+        let locked = try await connection.values(
+            "SELECT id FROM conversations WHERE id = ANY(\(conversations.sorted())) ORDER BY id FOR UPDATE",
+            as: Int64.self,
+            logger: self.logger
+        )
+        try await self.log.lockMembers(of: locked, and: Array(users), connection)
+        if !devices.isEmpty {
+            try await connection.run(
+                "SELECT id FROM devices WHERE id = ANY(\(devices.sorted())) ORDER BY id FOR UPDATE",
+                logger: self.logger
+            )
+        }
+    }
+
+    /// The conversation a request addresses as it stands before the locks (nil when there is none yet, or the
+    /// address names nothing: the request is refused later), and for a direct one, the other user.
+    private func planned(
+        _ address: Conversation,
+        for user: UserID,
+        _ connection: PostgresConnection
+    ) async throws -> (conversation: Int64?, peer: UserID?) {
+        guard (try? address.checkNames()) != nil else { return (nil, nil) }
+        switch address {
+        case .group(let name):
+            let id = try await connection.value(
+                "SELECT id FROM conversations WHERE kind = 2 AND lower(name) = lower(\(name))",
+                as: Int64.self,
+                logger: self.logger
+            )
+            return (id, nil)
+        case .user(let name):
+            guard
+                let peer = try await connection.value(
+                    "SELECT id FROM users WHERE lower(name) = lower(\(name))",
+                    as: Int64.self,
+                    logger: self.logger
+                ).map(UserID.init(rawValue:))
+            else { return (nil, nil) }
+            let (a, b) = (min(user, peer), max(user, peer))
+            let id = try await connection.value(
+                "SELECT id FROM conversations WHERE user_a = \(a.rawValue) AND user_b = \(b.rawValue)",
+                as: Int64.self,
+                logger: self.logger
+            )
+            return (id, peer)
+        }
+    }
+
+    // MARK: Requests
+
+    mutating func apply(_ request: WriteRequest, _ connection: PostgresConnection) async throws -> WriteOutcome {
+        switch request {
+        case .send(let send): try await self.send(send, connection)
+        case .ack(let user, let device, let cursor):
+            try await self.ack(user: user, device: device, cursor: cursor, connection)
+        case .markRead(let user, let address, let upTo):
+            try await self.markRead(user: user, address, upTo: upTo, connection)
+        case .recall(let user, let address, let id): try await self.recall(user: user, address, id: id, connection)
+        }
+    }
+
+    private mutating func send(_ send: WriteRequest.Send, _ connection: PostgresConnection) async throws -> WriteOutcome
+    {
+        try StoreText.check(send.id, what: "message id", maxBytes: self.limits.maxMessageIDBytes)
+        let id = send.id.isEmpty ? WriteRequest.Send.assignedID() : send.id
+        // The sender's row is locked: no other transaction stores a message of this sender until this one ends.
+        if let row = try await connection.row(
+            """
+            SELECT conversation_id, seq, time_ms FROM messages
+            WHERE sender_id = \(send.sender.rawValue) AND client_id = \(id)
+            """,
+            logger: self.logger
+        ) {
+            let conversation = try await self.conversation(try row.get("conversation_id"), connection)
+            return .sent(
+                SendReceipt(
+                    id: id,
+                    conversation: try await self.address(of: conversation, for: send.sender, connection),
+                    seq: UInt64(try row.get("seq", as: Int64.self)),
+                    timeMs: try row.get("time_ms"),
+                    duplicate: true
+                )
+            )
+        }
+        if let media = send.media {
+            let size = try await connection.value(
+                """
+                SELECT size FROM media_owners WHERE user_id = \(send.sender.rawValue) AND sha256 = \(media.sha256)
+                """,
+                as: Int64.self,
+                logger: self.logger
+            )
+            guard size == media.size else {
+                throw CourierStoreError(
+                    .unknownMedia,
+                    "no upload of \(media.size) bytes with sha256 \(media.sha256) by this user: upload it first"
+                )
+            }
+        }
+        let key = try await self.resolve(send.to, for: send.sender, createDirect: true, connection)
+        var conversation = self.conversations[key]!
+        // Names first: nothing below may be refused once the message is written.
+        let sender = try await self.store.name(of: send.sender, connection)
+        let naming = try await self.naming(of: conversation, connection)
+        let (seq, time) = conversation.send(by: send.sender, nowMs: self.nowMs)
+        try await connection.run(
+            """
+            INSERT INTO messages (conversation_id, seq, sender_id, sender_device_id, client_id, time_ms, body)
+            VALUES (\(key), \(seq), \(send.sender.rawValue), \(send.device?.rawValue), \(id), \(time),
+                \(ByteBuffer(bytes: send.body)))
+            """,
+            logger: self.logger
+        )
+        if let media = send.media {
+            try await connection.run(
+                """
+                INSERT INTO message_media (sha256, conversation_id, seq, mime, name)
+                VALUES (\(media.sha256), \(key), \(seq), \(media.mime), \(media.name))
+                """,
+                logger: self.logger
+            )
+        }
+        self.conversations[key] = conversation
+        for member in conversation.members.keys.sorted() {
+            try await self.log.append(
+                to: member,
+                .message,
+                conversation: key,
+                seq: seq,
+                event: .message(
+                    StoredMessage(
+                        id: id,
+                        from: sender,
+                        fromDevice: send.device,
+                        conversation: naming(member),
+                        seq: UInt64(seq),
+                        timeMs: time,
+                        body: send.body,
+                        recalled: false
+                    )
+                ),
+                connection
+            )
+        }
+        return .sent(
+            SendReceipt(
+                id: id,
+                conversation: try await self.address(of: conversation, for: send.sender, connection),
+                seq: UInt64(seq),
+                timeMs: time,
+                duplicate: false,
+                recipients: conversation.members.count
+            )
+        )
+    }
+
+    private mutating func ack(
+        user: UserID,
+        device: DeviceID,
+        cursor: UInt64,
+        _ connection: PostgresConnection
+    ) async throws -> WriteOutcome {
+        guard
+            let old = try await connection.value(
+                "SELECT acked_cursor FROM devices WHERE id = \(device.rawValue) AND user_id = \(user.rawValue)",
+                as: Int64.self,
+                logger: self.logger
+            )
+        else { throw CourierStoreError(.invalidRequest, "no device \(device.rawValue) of user \(user.rawValue)") }
+        if self.log.stored[user] == nil { try await self.log.lock([user], connection) }
+        // What was stored before this batch: an acknowledgement covers nothing the batch itself appends.
+        let newest = self.log.stored[user] ?? 0
+        let new = min(Int64(clamping: cursor), newest)
+        guard new > old else { return .done }
+        let reader = try await self.store.name(of: user, connection)
+        try await connection.run(
+            "UPDATE devices SET acked_cursor = \(new) WHERE id = \(device.rawValue)",
+            logger: self.logger
+        )
+        let delivered = try await connection.rows(
+            """
+            SELECT e.conversation_id AS conversation, MAX(e.seq) AS seq FROM events e
+            JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
+            WHERE e.user_id = \(user.rawValue) AND e.cursor > \(old) AND e.cursor <= \(new) AND e.kind = 1
+            AND m.sender_id != \(user.rawValue)
+            GROUP BY e.conversation_id ORDER BY e.conversation_id
+            """,
+            logger: self.logger
+        )
+        for row in delivered {
+            let key: Int64 = try row.get("conversation")
+            let seq: Int64 = try row.get("seq")
+            var conversation = try await self.conversation(key, connection)
+            guard var member = conversation.members[user], seq > member.deliveredSeq else { continue }
+            member.deliveredSeq = seq
+            member.dirty = true
+            conversation.members[user] = member
+            self.conversations[key] = conversation
+            let naming = try await self.naming(of: conversation, connection)
+            for other in conversation.members.keys.sorted() where other != user {
+                try await self.log.append(
+                    to: other,
+                    .receipt,
+                    conversation: key,
+                    seq: seq,
+                    actor: user,
+                    detail: ReceiptKind.delivered.rawValue,
+                    event: .receipt(
+                        conversation: naming(other),
+                        user: reader,
+                        kind: .delivered,
+                        upToSeq: UInt64(seq)
+                    ),
+                    connection
+                )
+            }
+        }
+        return .done
+    }
+
+    private mutating func markRead(
+        user: UserID,
+        _ address: Conversation,
+        upTo: UInt64,
+        _ connection: PostgresConnection
+    ) async throws -> WriteOutcome {
+        let key = try await self.resolve(address, for: user, createDirect: false, connection)
+        var conversation = self.conversations[key]!
+        let seq = min(Int64(clamping: upTo), conversation.lastSeq)
+        guard var member = conversation.members[user], seq > member.readSeq else { return .done }
+        member.readSeq = seq
+        member.dirty = true
+        conversation.members[user] = member
+        self.conversations[key] = conversation
+        let reader = try await self.store.name(of: user, connection)
+        let naming = try await self.naming(of: conversation, connection)
+        for recipient in conversation.members.keys.sorted() {
+            try await self.log.append(
+                to: recipient,
+                .receipt,
+                conversation: key,
+                seq: seq,
+                actor: user,
+                detail: ReceiptKind.read.rawValue,
+                event: .receipt(
+                    conversation: naming(recipient),
+                    user: reader,
+                    kind: .read,
+                    upToSeq: UInt64(seq)
+                ),
+                connection
+            )
+        }
+        return .done
+    }
+
+    private mutating func recall(
+        user: UserID,
+        _ address: Conversation,
+        id: String,
+        _ connection: PostgresConnection
+    ) async throws -> WriteOutcome {
+        let key = try await self.resolve(address, for: user, createDirect: false, connection)
+        guard StoreText.isClean(id),
+            let row = try await connection.row(
+                """
+                SELECT seq, time_ms, recalled FROM messages
+                WHERE sender_id = \(user.rawValue) AND client_id = \(id) AND conversation_id = \(key)
+                """,
+                logger: self.logger
+            )
+        else { throw CourierStoreError(.unknownMessage, "you sent no message \(id.debugDescription) to \(address)") }
+        if try row.get("recalled", as: Bool.self) { return .done }
+        let recallWindowMs = self.limits.recallWindow.wholeMilliseconds
+        guard self.nowMs - (try row.get("time_ms", as: Int64.self)) <= recallWindowMs else {
+            throw CourierStoreError(
+                .recallWindowPassed,
+                "messages can be recalled for \(recallWindowMs / 1000) s after sending"
+            )
+        }
+        let seq: Int64 = try row.get("seq")
+        let conversation = self.conversations[key]!
+        let by = try await self.store.name(of: user, connection)
+        let naming = try await self.naming(of: conversation, connection)
+        try await connection.run(
+            "UPDATE messages SET recalled = true, body = '' WHERE conversation_id = \(key) AND seq = \(seq)",
+            logger: self.logger
+        )
+        try await connection.run(
+            "DELETE FROM message_media WHERE conversation_id = \(key) AND seq = \(seq)",
+            logger: self.logger
+        )
+        self.log.book.markRecalled(id: id, from: by)
+        for member in conversation.members.keys.sorted() {
+            try await self.log.append(
+                to: member,
+                .recall,
+                conversation: key,
+                seq: seq,
+                actor: user,
+                event: .recall(conversation: naming(member), seq: UInt64(seq), id: id, by: by),
+                connection
+            )
+        }
+        return .done
+    }
+
+    // MARK: State
+
+    /// Writes back what the batch changed.
+    func finish(_ connection: PostgresConnection) async throws {
+        let changed = self.conversations.values.filter(\.dirty).sorted { $0.id < $1.id }
+        if !changed.isEmpty {
+            try await connection.run(
+                """
+                UPDATE conversations SET last_seq = c.last_seq, last_ms = c.last_ms
+                FROM unnest(\(changed.map(\.id))::bigint[], \(changed.map(\.lastSeq))::bigint[],
+                    \(changed.map(\.lastMs))::bigint[]) AS c(id, last_seq, last_ms)
+                WHERE conversations.id = c.id
+                """,
+                logger: self.logger
+            )
+        }
+        var conversationIDs: [Int64] = []
+        var users: [Int64] = []
+        var reads: [Int64] = []
+        var delivered: [Int64] = []
+        var sent: [Bool] = []
+        for conversation in self.conversations.values {
+            for (user, member) in conversation.members where member.dirty {
+                conversationIDs.append(conversation.id)
+                users.append(user.rawValue)
+                reads.append(member.readSeq)
+                delivered.append(member.deliveredSeq)
+                sent.append(member.sent)
+            }
+        }
+        if !users.isEmpty {
+            try await connection.run(
+                """
+                UPDATE members SET read_seq = m.read_seq, delivered_seq = m.delivered_seq, sent = m.sent
+                FROM unnest(\(conversationIDs)::bigint[], \(users)::bigint[], \(reads)::bigint[],
+                    \(delivered)::bigint[], \(sent)::boolean[]) AS m(conversation_id, user_id, read_seq, delivered_seq, sent)
+                WHERE members.conversation_id = m.conversation_id AND members.user_id = m.user_id
+                """,
+                logger: self.logger
+            )
+        }
+        try await self.log.finish(connection)
+    }
+
+    /// A conversation with its members, read under its row's lock (taken by ``lock(for:_:)``, or here, out of
+    /// order, for one the plan did not foresee).
+    private mutating func conversation(_ id: Int64, _ connection: PostgresConnection) async throws -> ConversationRow {
+        if let conversation = self.conversations[id] { return conversation }
+        guard
+            let row = try await connection.row(
+                "SELECT id, name, user_a, user_b, last_seq, last_ms FROM conversations WHERE id = \(id) FOR UPDATE",
+                logger: self.logger
+            )
+        else { throw CourierStoreError(.storageFailed, "conversation \(id) is missing") }
+        var members: [UserID: ConversationRow.Member] = [:]
+        for member in try await connection.rows(
+            "SELECT user_id, joined_seq, read_seq, delivered_seq, sent FROM members WHERE conversation_id = \(id)",
+            logger: self.logger
+        ) {
+            members[UserID(rawValue: try member.get("user_id"))] = ConversationRow.Member(
+                joinedSeq: try member.get("joined_seq"),
+                readSeq: try member.get("read_seq"),
+                deliveredSeq: try member.get("delivered_seq"),
+                sent: try member.get("sent")
+            )
+        }
+        let conversation = ConversationRow(
+            id: id,
+            groupName: try row.get("name"),
+            userA: try row.get("user_a", as: Int64?.self).map(UserID.init(rawValue:)),
+            userB: try row.get("user_b", as: Int64?.self).map(UserID.init(rawValue:)),
+            lastSeq: try row.get("last_seq"),
+            lastMs: try row.get("last_ms"),
+            members: members
+        )
+        self.conversations[id] = conversation
+        return conversation
+    }
+
+    /// The conversation a user means by an address, which the user must be a member of.
+    private mutating func resolve(
+        _ address: Conversation,
+        for user: UserID,
+        createDirect: Bool,
+        _ connection: PostgresConnection
+    ) async throws -> Int64 {
+        try address.checkNames()
+        switch address {
+        case .group(let name):
+            let key: Int64
+            if let cached = self.groupIDs[name] {
+                key = cached
+            } else {
+                guard
+                    let found = try await connection.value(
+                        "SELECT id FROM conversations WHERE kind = 2 AND lower(name) = lower(\(name))",
+                        as: Int64.self,
+                        logger: self.logger
+                    )
+                else { throw CourierStoreError(.unknownGroup, "no group named \(name)") }
+                self.groupIDs[name] = found
+                key = found
+            }
+            guard try await self.conversation(key, connection).members[user] != nil else {
+                throw CourierStoreError(.notMember, "you are not a member of \(name)")
+            }
+            return key
+        case .user(let name):
+            guard
+                let row = try await connection.row(
+                    "SELECT id, removed_ms FROM users WHERE lower(name) = lower(\(name))",
+                    logger: self.logger
+                ), createDirect ? try row.get("removed_ms", as: Int64?.self) == nil : true
+            else { throw CourierStoreError(.unknownUser, "no user named \(name)") }
+            let peer = UserID(rawValue: try row.get("id"))
+            let pair = Pair(a: min(user, peer), b: max(user, peer))
+            if let key = self.directIDs[pair] { return key }
+            if let key = try await connection.value(
+                "SELECT id FROM conversations WHERE user_a = \(pair.a.rawValue) AND user_b = \(pair.b.rawValue)",
+                as: Int64.self,
+                logger: self.logger
+            ) {
+                self.directIDs[pair] = key
+                _ = try await self.conversation(key, connection)
+                return key
+            }
+            guard createDirect else {
+                throw CourierStoreError(.notMember, "you have no conversation with \(name)")
+            }
+            // Both users' rows are locked (the plan named them): no other transaction makes this pair's
+            // conversation meanwhile.
+            guard
+                let key = try await connection.value(
+                    """
+                    INSERT INTO conversations (kind, user_a, user_b, created_ms)
+                    VALUES (1, \(pair.a.rawValue), \(pair.b.rawValue), \(self.nowMs)) RETURNING id
+                    """,
+                    as: Int64.self,
+                    logger: self.logger
+                )
+            else { throw CourierStoreError(.storageFailed, "no id for a new conversation") }
+            let members = Set([pair.a, pair.b]).map(\.rawValue).sorted()
+            try await connection.run(
+                """
+                INSERT INTO members (conversation_id, user_id, joined_seq, read_seq, delivered_seq)
+                SELECT \(key), user_id, 0, 0, 0 FROM unnest(\(members)::bigint[]) AS m(user_id)
+                """,
+                logger: self.logger
+            )
+            self.directIDs[pair] = key
+            _ = try await self.conversation(key, connection)
+            return key
+        }
+    }
+
+    /// How each member names a conversation, with the names looked up now (so that making events later cannot
+    /// fail half-way through a request's writes).
+    private func naming(
+        of conversation: ConversationRow,
+        _ connection: PostgresConnection
+    ) async throws -> @Sendable (UserID) -> Conversation {
+        if conversation.groupName != nil { return conversation.naming(nameA: nil, nameB: nil) }
+        return conversation.naming(
+            nameA: try await self.store.name(of: conversation.userA!, connection),
+            nameB: try await self.store.name(of: conversation.userB!, connection)
+        )
+    }
+
+    /// How a user names a conversation.
+    private func address(
+        of conversation: ConversationRow,
+        for user: UserID,
+        _ connection: PostgresConnection
+    ) async throws -> Conversation {
+        guard let peer = conversation.peer(of: user) else { return .group(conversation.groupName!) }
+        return .user(try await self.store.name(of: peer, connection))
+    }
+}

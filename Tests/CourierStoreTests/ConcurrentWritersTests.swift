@@ -1,0 +1,188 @@
+import CourierStore
+import CourierTesting
+import Foundation
+import Synchronization
+import Testing
+
+@Suite("Several writers on one database (nodes on PostgreSQL, processes on SQLite)")
+struct ConcurrentWritersTests {
+    /// What one writer's batch was and what became of it.
+    struct Applied: Sendable {
+        var requests: [WriteRequest]
+        var outcomes: [WriteOutcome]
+    }
+
+    @Test(
+        "three stores writing at once: every log gap-free, every conversation gap-free, every id stored once",
+        arguments: StoreKind.allCases
+    )
+    func threeWriters(kind: StoreKind) async throws {
+        let seed = TestSeed.make(for: "threeWriters(\(kind.rawValue))")
+        try await StoreFixture.with(kind) { fixture in
+            let names = (0..<6).map { "user\($0)" }
+            let ids = try await names.asyncMap { try await fixture.store.addUser(name: $0, password: "x", nowMs: 1).id }
+            var devices: [DeviceID] = []
+            for name in names {
+                devices.append(
+                    try await fixture.store.login(user: name, password: "x", deviceName: "d", nowMs: 1).device.id
+                )
+            }
+            try await fixture.store.createGroup(name: "all", owner: names[0], members: names, nowMs: 1)
+            try await fixture.store.createGroup(name: "half", owner: names[0], members: ["user1", "user2"], nowMs: 1)
+            let plan = WritePlan(names: names, ids: ids, devices: devices)
+
+            let results = try await Self.write(fixture: fixture, plan: plan, seed: seed)
+
+            // Every conversation's messages, numbered 1...last without a gap, each id once.
+            var stored: [Conversation: [StoredMessage]] = [:]
+            for address in [Conversation.group("all"), .group("half")] + names.dropFirst().map({ .user($0) }) {
+                var page = try await fixture.store.history(for: ids[0], in: address, beforeSeq: 0, limit: 100_000)
+                if address == .group("half") {
+                    page = try await fixture.store.history(for: ids[1], in: address, beforeSeq: 0, limit: 100_000)
+                }
+                let seqs = page.messages.map(\.seq).reversed()
+                #expect(Array(seqs) == Array((0..<UInt64(seqs.count)).map { $0 + 1 }), "\(address)")
+                #expect(Set(page.messages.map { "\($0.from)/\($0.id)" }).count == page.messages.count, "\(address)")
+                stored[address] = page.messages
+            }
+            // Every receipt names a stored message; a resend of an id anywhere got the one original.
+            var originals: [String: SendReceipt] = [:]
+            var receipts = 0
+            for result in results {
+                for (request, outcome) in zip(result.requests, result.outcomes) {
+                    guard case .send(let send) = request else { continue }
+                    guard case .sent(let receipt) = outcome else {
+                        Issue.record("a send was refused: \(outcome)")
+                        continue
+                    }
+                    receipts += 1
+                    let key = "\(send.sender.rawValue)/\(send.id)"
+                    if !receipt.duplicate {
+                        #expect(originals[key] == nil, "\(key) stored twice")
+                        originals[key] = receipt
+                    }
+                }
+            }
+            for result in results {
+                for (request, outcome) in zip(result.requests, result.outcomes) {
+                    guard case .send(let send) = request, case .sent(let receipt) = outcome else { continue }
+                    let original = originals["\(send.sender.rawValue)/\(send.id)"]
+                    #expect(original?.seq == receipt.seq && original?.conversation == receipt.conversation)
+                }
+            }
+            #expect(originals.count == stored.values.map(\.count).reduce(0, +))
+            #expect(receipts > originals.count, "the shared ids were resent")
+            // As user0 sees them (user0 is in every conversation above): the message's conversation and number.
+            for (key, receipt) in originals where key.hasPrefix("\(ids[0].rawValue)/") {
+                let conversation = receipt.conversation
+                let found = stored[conversation]?.first { $0.seq == receipt.seq }
+                #expect(found.map { "\(ids[0].rawValue)/\($0.id)" } == key)
+            }
+
+            // Every user's log: cursors 1...n, each message once, and every message of its conversations there.
+            for (index, user) in ids.enumerated() {
+                let log = try await fixture.log(user)
+                #expect(log.map(\.cursor) == Array((0..<UInt64(log.count)).map { $0 + 1 }), "\(names[index])")
+                #expect(try await fixture.store.logCursor(of: user) == UInt64(log.count))
+                var messages: [String] = []
+                for event in log {
+                    guard case .message(let message) = event.kind else { continue }
+                    messages.append("\(message.conversation)#\(message.seq)")
+                }
+                #expect(Set(messages).count == messages.count, "\(names[index]) got a message twice")
+                var expected = 0
+                for (address, list) in stored {
+                    let member: Bool =
+                        switch address {
+                        case .group("half"): index <= 2
+                        case .group: true
+                        case .user(let peer): index == 0 || peer == names[index]
+                        }
+                    if member { expected += list.count }
+                }
+                #expect(messages.count == expected, "\(names[index])")
+            }
+        }
+    }
+}
+
+extension ConcurrentWritersTests {
+    /// Three writers on each of three stores on the fixture's database, 30 batches each, all at once.
+    static func write(fixture: StoreFixture, plan: WritePlan, seed: UInt64) async throws -> [Applied] {
+        let applied = Mutex<[Applied]>([])
+        try await fixture.another { second in
+            try await fixture.another { third in
+                let stores: [any CourierDatabase] = [fixture.store, second, third]
+                try await withThrowingTaskGroup(of: [Applied].self) { group in
+                    for (storeIndex, store) in stores.enumerated() {
+                        for writer in 0..<3 {
+                            let writerSeed = seed &+ UInt64(storeIndex * 3 + writer)
+                            group.addTask {
+                                var random = SeededRandom(seed: writerSeed)
+                                var applied: [Applied] = []
+                                for batch in 0..<30 {
+                                    let requests = plan.batch(
+                                        writer: "w\(storeIndex)-\(writer)-\(batch)",
+                                        shared: batch % 10,
+                                        using: &random
+                                    )
+                                    let result = try await store.apply(requests, nowMs: 1_000 + Int64(batch))
+                                    applied.append(Applied(requests: requests, outcomes: result.outcomes))
+                                }
+                                return applied
+                            }
+                        }
+                    }
+                    for try await batches in group {
+                        applied.withLock { $0 += batches }
+                    }
+                }
+            }
+        }
+        return applied.withLock { $0 }
+    }
+}
+
+/// The random writes of ``ConcurrentWritersTests``: sends to groups and between users, resends of ids shared by
+/// every writer, acknowledgements and read marks, in batches of 1 to 8.
+struct WritePlan: Sendable {
+    let names: [String]
+    let ids: [UserID]
+    let devices: [DeviceID]
+
+    func batch(writer: String, shared: Int, using random: inout SeededRandom) -> [WriteRequest] {
+        (0..<Int.random(in: 1...8, using: &random)).map { index in
+            let sender = Int.random(in: 0..<self.names.count, using: &random)
+            let user = self.ids[sender]
+            switch Int.random(in: 0..<10, using: &random) {
+            case 0:
+                // Every writer sends these: one copy is stored, the others are duplicates.
+                return .send(.init(sender: self.ids[0], id: "shared-\(shared)", to: .group("all"), body: [1]))
+            case 1:
+                return .ack(
+                    user: user,
+                    device: self.devices[sender],
+                    cursor: UInt64.random(in: 0...400, using: &random)
+                )
+            case 2:
+                return .markRead(user: user, conversation: .group("all"), upToSeq: .random(in: 0...200, using: &random))
+            case 3, 4:
+                let to: Conversation = sender <= 2 ? .group("half") : .group("all")
+                return .send(.init(sender: user, id: "\(writer)-\(index)", to: to, body: Array(writer.utf8)))
+            default:
+                // Between user0 and the others, both ways: conversations every log shares with user0's.
+                let to: Conversation =
+                    sender == 0 ? .user(self.names[Int.random(in: 1..<6, using: &random)]) : .user("user0")
+                return .send(.init(sender: user, id: "\(writer)-\(index)", to: to, body: Array(writer.utf8)))
+            }
+        }
+    }
+}
+
+extension Sequence {
+    func asyncMap<T>(_ transform: (Element) async throws -> T) async rethrows -> [T] {
+        var result: [T] = []
+        for element in self { result.append(try await transform(element)) }
+        return result
+    }
+}
