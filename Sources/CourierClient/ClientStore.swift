@@ -171,17 +171,6 @@ final class ClientStore: Sendable {
         }
     }
 
-    /// One outbox row, if it is still there and still `instance`'s.
-    func outboxRow(id: String, of instance: String) async throws -> OutboxRow? {
-        try await self.pool.read { db in
-            try Row.fetchOne(
-                db,
-                sql: "SELECT position, id, kind, peer, text, media FROM outbox WHERE id = ? AND instance = ?",
-                arguments: [id, instance]
-            ).map(Self.outboxRow)
-        }
-    }
-
     /// Every outbox message, whoever sends it, oldest first.
     func outbox() async throws -> [OutboxEntry] {
         try await self.pool.read { db in

@@ -350,7 +350,8 @@ extension CourierClient {
 
     /// Sends this client's outbox messages in the order written, each once per connection, then each new one as it
     /// is written; takes over the outbox of clients of the store that are gone (on connecting, then every
-    /// `takeoverInterval`); sends again what the server refused with a retryable code, when it said.
+    /// `takeoverInterval`); sends again what the server refused with a retryable code, when it said, and nothing
+    /// written after it before it.
     private func sendOutbox(on link: Link, takenOver: [ClientStore.OutboxRow]) async throws {
         let me = self.instance.id
         var position: Int64 = 0
@@ -371,18 +372,26 @@ extension CourierClient {
                 }
                 nextTakeover = .now + self.configuration.takeoverInterval
             }
-            for id in self.dueRetries() {
-                link.forget(id)
-                if let row = try await self.store.outboxRow(id: id, of: me), self.willSend(id, on: link) {
-                    try await link.send(row.entry)
-                }
+            // Retries come due: the outbox is read again from its start, so that they go in the order written
+            // (the server refuses, with the same retryable code, every send of a connection behind one it could not
+            // store), and what was sent on this link already is skipped.
+            let due = self.dueRetries()
+            if !due.isEmpty {
+                for id in due { link.forget(id) }
+                position = 0
             }
             let rows = try await self.store.outbox(of: me, after: position, limit: Self.outboxBatch)
+            var held = false
             for row in rows {
+                // Nothing written later goes before a message waiting to be sent again.
+                if self.isWaitingForRetry(row.entry.id) {
+                    held = true
+                    break
+                }
                 position = row.position
                 if self.willSend(row.entry.id, on: link) { try await link.send(row.entry) }
             }
-            if rows.count == Self.outboxBatch { continue }
+            if !held, rows.count == Self.outboxBatch { continue }
             let wake = self.state.withLock { state in state.retries.values.min() }.map { min($0, nextTakeover) }
             await self.waitForOutbox(until: wake ?? nextTakeover)
             try Task.checkCancellation()
@@ -401,6 +410,11 @@ extension CourierClient {
             state.sentByThisClient.insert(id)
             return true
         }
+    }
+
+    /// Whether a message waits to be sent again (a retryable refusal, until its time).
+    private func isWaitingForRetry(_ id: String) -> Bool {
+        self.state.withLock { $0.retries[id] != nil }
     }
 
     /// The retries whose time has come (taken out of the list).

@@ -36,6 +36,10 @@ public final class CourierServer: Service, Sendable {
     public let version: String
     private let logger: Logger
     private let hub = Hub()
+    /// The hub, or with a feed, the hub and the other nodes.
+    private let fanout: any Fanout
+    /// The news between the nodes that share the store; nil for a store of this server's own.
+    private let feed: (any StoreFeed)?
     private let commits: CommitQueue
     private let metrics: ServerMetrics
     private let media: MediaService
@@ -48,45 +52,98 @@ public final class CourierServer: Service, Sendable {
         (nil, false, [])
     )
 
-    /// Opens the data folder's store; the ports are bound by ``run()``.
+    /// Opens the data folder's store (SQLite); the ports are bound by ``run()``.
     ///
     /// - Throws: ``DataFolderInUse`` if another server (in this process or another) runs on the data folder;
     ///   ``CourierStoreError`` with code `storage-failed` if the database cannot be opened; `NIOSSLError` if the TLS
     ///   configuration is unusable (for example a key that does not match the certificate).
-    public init(configuration: ServerConfiguration, version: String = "dev", logger: Logger) throws {
-        self.folderLock = try DataFolderLock(folder: configuration.dataFolder)
+    public convenience init(configuration: ServerConfiguration, version: String = "dev", logger: Logger) throws {
+        let folderLock = try DataFolderLock(folder: configuration.dataFolder)
+        var storeConfiguration = configuration.store
+        // Nothing is handed to connections: the group commit need not return what it wrote.
+        if configuration.limits.maxHandedEvents == 0 { storeConfiguration.limits.maxFreshEventsPerUser = 0 }
+        let store: SQLiteStore
+        do {
+            store = try SQLiteStore(folder: configuration.dataFolder, configuration: storeConfiguration, logger: logger)
+        } catch {
+            folderLock.release()
+            throw error
+        }
+        try self.init(
+            configuration: configuration,
+            store: store,
+            feed: nil,
+            folderLock: folderLock,
+            version: version,
+            logger: logger
+        )
+    }
+
+    /// A server on a store opened elsewhere: a node on a database that others share, with the `feed` through
+    /// which the nodes hint at what each committed (nil for a store of its own). The data folder keeps the media,
+    /// the lock and the crash reports. The server closes the store when ``run()`` ends; a store that runs as a
+    /// service of its own (``CourierStorePostgres``'s pool) must run for as long as the server does.
+    ///
+    /// - Throws: ``DataFolderInUse``; `NIOSSLError`; ``CourierStoreError`` if the media folder cannot be opened.
+    public convenience init(
+        configuration: ServerConfiguration,
+        store: any CourierDatabase,
+        feed: (any StoreFeed)?,
+        version: String = "dev",
+        logger: Logger
+    ) throws {
+        try self.init(
+            configuration: configuration,
+            store: store,
+            feed: feed,
+            folderLock: try DataFolderLock(folder: configuration.dataFolder),
+            version: version,
+            logger: logger
+        )
+    }
+
+    private init(
+        configuration: ServerConfiguration,
+        store: any CourierDatabase,
+        feed: (any StoreFeed)?,
+        folderLock: DataFolderLock,
+        version: String,
+        logger: Logger
+    ) throws {
+        self.folderLock = folderLock
         self.configuration = Self.fitted(configuration, openFiles: Self.openFileLimit(), logger: logger)
         self.logins = LoginGuard(configuration.limits)
         self.version = version
         self.logger = logger
-        self.tls = try configuration.tls.map { try NIOSSLContext(configuration: $0) }
-        var storeConfiguration = configuration.store
-        // Nothing is handed to connections: the group commit need not return what it wrote.
-        if configuration.limits.maxHandedEvents == 0 { storeConfiguration.limits.maxFreshEventsPerUser = 0 }
-        self.store = try SQLiteStore(
-            folder: configuration.dataFolder,
-            configuration: storeConfiguration,
-            logger: logger
-        )
+        self.store = store
+        self.feed = feed
         let hub = self.hub
+        let fanout: any Fanout = feed.map { ClusterFanout(hub: hub, feed: $0) } ?? hub
+        self.fanout = fanout
         let metrics = ServerMetrics()
         self.metrics = metrics
-        self.media = try MediaService(
-            folder: configuration.dataFolder.appendingPathComponent("media", isDirectory: true),
-            store: self.store,
-            configuration: configuration.media,
-            metrics: metrics,
-            logger: logger
-        )
+        do {
+            self.tls = try configuration.tls.map { try NIOSSLContext(configuration: $0) }
+            self.media = try MediaService(
+                folder: configuration.dataFolder.appendingPathComponent("media", isDirectory: true),
+                store: store,
+                configuration: configuration.media,
+                metrics: metrics,
+                logger: logger
+            )
+        } catch {
+            folderLock.release()
+            throw error
+        }
         self.commits = CommitQueue(
-            store: self.store,
+            store: store,
             configuration: configuration.commit,
             clock: { SessionContext.nowMs() },
             // Fresh events only for users with a connection that can take them as they are.
             freshRoom: { hub.freshRoom(for: $0) },
             onCommit: { report in
                 metrics.committed(report)
-                hub.logsGrew(report.appended, fresh: report.fresh)
+                fanout.logsGrew(report.appended, fresh: report.fresh)
             }
         )
     }
@@ -163,7 +220,7 @@ public final class CourierServer: Service, Sendable {
             store: self.store,
             commits: self.commits,
             hub: self.hub,
-            fanout: self.hub,
+            fanout: self.fanout,
             activity: activity,
             metrics: self.metrics,
             media: self.media,
@@ -177,6 +234,7 @@ public final class CourierServer: Service, Sendable {
             media: self.media,
             logins: self.logins,
             version: self.version,
+            database: HTTPEndpoints.DatabaseHealth(store: self.store, feed: self.feed),
             logger: self.logger
         ) { port in httpRunning.yield(port) }
         let native: any Channel
@@ -208,6 +266,10 @@ public final class CourierServer: Service, Sendable {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.commits.run() }
             group.addTask { await self.watchChanges() }
+            if let feed = self.feed {
+                group.addTask { await self.followFeed(feed) }
+                group.addTask { await self.pollOnlineUsers() }
+            }
             group.addTask { await self.maintainStore() }
             group.addTask { await self.media.removeAbandonedUploads() }
             group.addTask {
@@ -377,6 +439,46 @@ public final class CourierServer: Service, Sendable {
                 try await self.store.maintain()
             } catch {
                 self.logger.warning("store upkeep failed", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    /// Passes the other nodes' news to this node's connections until the feed ends; reads every online user's
+    /// cursor when news may have been missed.
+    private func followFeed(_ feed: any StoreFeed) async {
+        for await news in feed.news {
+            switch news {
+            case .logs(let cursors):
+                self.hub.logsGrew(cursors)
+            case .notice(let bytes):
+                (self.fanout as? ClusterFanout)?.received(notice: bytes)
+            case .resync:
+                await self.catchUpOnlineUsers()
+            }
+        }
+    }
+
+    /// Reads the online users' cursors on an interval (``ServerConfiguration/Cluster-swift.struct/pollInterval``):
+    /// what a lost hint left behind arrives within it.
+    private func pollOnlineUsers() async {
+        while (try? await Task.sleep(for: self.configuration.cluster.pollInterval)) != nil {
+            await self.catchUpOnlineUsers()
+        }
+    }
+
+    /// Wakes every online user's connections with the user's newest cursor from the store (those that have it
+    /// already do nothing).
+    private func catchUpOnlineUsers() async {
+        let users = self.hub.onlineUsers()
+        guard !users.isEmpty else { return }
+        let slice = max(1, self.configuration.cluster.maxUsersPerPoll)
+        for start in stride(from: 0, to: users.count, by: slice) {
+            do {
+                let cursors = try await self.store.logCursors(of: Array(users[start..<min(users.count, start + slice)]))
+                self.hub.logsGrew(cursors)
+            } catch {
+                self.logger.warning("reading the online users' cursors failed", metadata: ["error": "\(error)"])
+                return
             }
         }
     }

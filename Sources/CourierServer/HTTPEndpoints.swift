@@ -1,3 +1,4 @@
+import CourierStore
 import Hummingbird
 import HummingbirdCore
 import HummingbirdTLS
@@ -7,18 +8,34 @@ import Synchronization
 
 /// The HTTP port: `GET /health`, `GET /metrics`, and media (``MediaEndpoint``).
 enum HTTPEndpoints {
+    /// What `/health` says of the database: its kind (`sqlite`, `postgres`), and for a node sharing it, whether
+    /// its listener for the other nodes' news is connected. Never where the database is: the port is public.
+    struct DatabaseHealth: Sendable {
+        let store: any CourierDatabase
+        let feed: (any StoreFeed)?
+
+        var json: String {
+            let kind = "\"database\":\"\(self.store.storeDescription.kind)\""
+            guard let feed = self.feed else { return kind }
+            return kind + ",\"listening\":\(feed.isListening)"
+        }
+    }
+
     static func application(
         configuration: ServerConfiguration,
         metrics: ServerMetrics,
         media: MediaService,
         logins: LoginGuard,
         version: String,
+        database: DatabaseHealth,
         logger: Logger,
         onRunning: @escaping @Sendable (Int) async -> Void
     ) throws -> some ApplicationProtocol {
         let router = Router(context: CourierRequestContext.self)
         router.get("/health") { _, _ -> Response in
-            let body = "{\"status\":\"ok\",\"version\":\"\(version)\",\"connections\":\(metrics.openConnections)}\n"
+            let body =
+                "{\"status\":\"ok\",\"version\":\"\(version)\",\"connections\":\(metrics.openConnections),"
+                + "\(database.json)}\n"
             return Response(
                 status: .ok,
                 headers: [.contentType: "application/json"],

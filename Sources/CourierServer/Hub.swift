@@ -77,6 +77,11 @@ final class Hub: Fanout {
         self.state.withLock { $0.byUser[user]?.values.contains { $0.device == device } ?? false }
     }
 
+    /// The users with a connection.
+    func onlineUsers() -> [UserID] {
+        self.state.withLock { Array($0.byUser.keys) }
+    }
+
     /// Whether a user has a connection.
     func isOnline(_ user: UserID) -> Bool {
         self.state.withLock { $0.byUser[user] != nil }

@@ -35,6 +35,19 @@ public struct ServerConfiguration: Sendable {
     }()
     /// The group commit's settings.
     public var commit: CommitQueue.Configuration = .init()
+    /// For a node sharing its database with others.
+    public var cluster: Cluster = .init()
+
+    /// The settings of a node that shares its database with other nodes (``CourierServer/init(configuration:store:feed:version:logger:)``).
+    public struct Cluster: Sendable {
+        /// How often the node reads its online users' cursors from the store: a hint from another node that was
+        /// lost (or never sent, with `--fanout poll`) is made up for within this.
+        public var pollInterval: Duration = .milliseconds(250)
+        /// The most users whose cursors one read asks for; more are read in several.
+        public var maxUsersPerPoll: Int = 5_000
+
+        public init() {}
+    }
 
     public init() {}
 

@@ -31,12 +31,16 @@ public final class CommitQueue: Sendable {
     private struct Pending {
         var request: WriteRequest
         var ticket: CommitTicket
+        var origin: Int?
     }
 
     private struct State {
         var pending: [Pending] = []
         var waiter: CheckedContinuation<Void, Never>?
         var finished = false
+        /// Origins with a write in a batch that failed: their later writes fail too, until ``forget(origin:)``.
+        var failedOrigins: Set<Int> = []
+        var nextOrigin = 1
     }
 
     private let store: any CourierDatabase
@@ -81,20 +85,52 @@ public final class CommitQueue: Sendable {
     ///
     /// Writes are applied in the order they are enqueued: a session enqueues its requests in the order they
     /// arrived, so one client's messages to a conversation get sequence numbers in the order it sent them.
-    public func enqueue(_ request: WriteRequest) -> CommitTicket {
+    ///
+    /// - Parameter origin: The writer (a connection, ``newOrigin()``), for the order to hold across a failure too:
+    ///   once a batch with one of its writes fails, its writes still waiting fail with it, and so do those it
+    ///   enqueues later, until ``forget(origin:)``. None of them can overtake the failed one; the writer sends them
+    ///   again, in order (a session closes its connection, and the client sends what was not acknowledged).
+    public func enqueue(_ request: WriteRequest, origin: Int? = nil) -> CommitTicket {
         let ticket = CommitTicket()
-        let (accepted, waiter) = self.state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
-            guard !state.finished else { return (false, nil) }
-            state.pending.append(Pending(request: request, ticket: ticket))
-            defer { state.waiter = nil }
-            return (true, state.waiter)
+        enum Admission {
+            case accepted(CheckedContinuation<Void, Never>?)
+            case finished
+            case failedBefore
         }
-        if accepted {
+        let admission = self.state.withLock { state -> Admission in
+            guard !state.finished else { return .finished }
+            if let origin, state.failedOrigins.contains(origin) { return .failedBefore }
+            state.pending.append(Pending(request: request, ticket: ticket, origin: origin))
+            defer { state.waiter = nil }
+            return .accepted(state.waiter)
+        }
+        switch admission {
+        case .accepted(let waiter):
             waiter?.resume()
-        } else {
+        case .finished:
             ticket.complete(.failure(CourierStoreError(.storageFailed, "the store is shutting down")))
+        case .failedBefore:
+            ticket.complete(.failure(Self.earlierFailure))
         }
         return ticket
+    }
+
+    static let earlierFailure = CourierStoreError(
+        .storageFailed,
+        "an earlier write of this connection was not stored: not stored either, send both again in order"
+    )
+
+    /// A new writer's mark for ``enqueue(_:origin:)``.
+    public func newOrigin() -> Int {
+        self.state.withLock { state in
+            defer { state.nextOrigin += 1 }
+            return state.nextOrigin
+        }
+    }
+
+    /// The writer is gone (its writes in flight have all come back): its mark is forgotten.
+    public func forget(origin: Int) {
+        _ = self.state.withLock { $0.failedOrigins.remove(origin) }
     }
 
     /// Stops taking writes; ``run()`` commits what is waiting, then returns.
@@ -134,8 +170,20 @@ public final class CommitQueue: Sendable {
                 self.onCommit(
                     BatchReport(requests: batch.count, duration: clock.now - start, appended: [:], failed: true)
                 )
+                // The writes waiting behind the failed ones of the same origins must not overtake them.
+                let origins = Set(batch.compactMap(\.origin))
+                let behind = self.state.withLock { state -> [Pending] in
+                    guard !origins.isEmpty else { return [] }
+                    state.failedOrigins.formUnion(origins)
+                    let behind = state.pending.filter { $0.origin.map(origins.contains) ?? false }
+                    state.pending.removeAll { $0.origin.map(origins.contains) ?? false }
+                    return behind
+                }
                 for pending in batch {
                     pending.ticket.complete(.failure(error))
+                }
+                for pending in behind {
+                    pending.ticket.complete(.failure(Self.earlierFailure))
                 }
             }
         }

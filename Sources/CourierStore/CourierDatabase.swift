@@ -10,6 +10,9 @@ public protocol CourierDatabase: Sendable {
     /// The limits the store enforces, which the server also checks before it asks.
     var limits: StoreLimits { get }
 
+    /// What the store is and where, without credentials.
+    var storeDescription: StoreDescription { get }
+
     // MARK: Accounts (admin)
 
     func addUser(name: String, password: String, nowMs: Int64) async throws -> User
@@ -76,6 +79,9 @@ public protocol CourierDatabase: Sendable {
 
     func events(for user: UserID, after cursor: UInt64, limit: Int) async throws -> [StoredEvent]
     func logCursor(of user: UserID) async throws -> UInt64
+    /// The newest cursors of several users' logs (users that do not exist are left out): what a server polls for
+    /// its online users when several share the database.
+    func logCursors(of users: [UserID]) async throws -> [UserID: UInt64]
     func ackedCursor(of device: DeviceID) async throws -> UInt64
     func history(
         for user: UserID,

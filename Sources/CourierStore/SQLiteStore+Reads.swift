@@ -166,6 +166,28 @@ extension SQLiteStore {
         }
     }
 
+    /// The newest cursors of several users' logs.
+    public func logCursors(of users: [UserID]) async throws -> [UserID: UInt64] {
+        let ids = users.map(\.rawValue)
+        guard !ids.isEmpty else { return [:] }
+        return try await self.read { db in
+            var cursors: [UserID: UInt64] = [:]
+            // In slices, within SQLite's limit on parameters.
+            for start in stride(from: 0, to: ids.count, by: 500) {
+                let slice = Array(ids[start..<min(ids.count, start + 500)])
+                let marks = slice.map { _ in "?" }.joined(separator: ",")
+                for row in try Row.fetchAll(
+                    db,
+                    sql: "SELECT id, log_cursor FROM users WHERE id IN (\(marks))",
+                    arguments: StatementArguments(slice)
+                ) {
+                    cursors[UserID(rawValue: row[0])] = UInt64(row[1] as Int64)
+                }
+            }
+            return cursors
+        }
+    }
+
     /// The cursor a device last acknowledged.
     public func ackedCursor(of device: DeviceID) async throws -> UInt64 {
         try await self.read { db in

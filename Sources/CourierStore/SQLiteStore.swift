@@ -54,6 +54,9 @@ public final class SQLiteStore: CourierDatabase {
     private let checkpointedWrites = Mutex<Int>(0)
     public let configuration: Configuration
     public var limits: StoreLimits { self.configuration.limits }
+    /// The database file's path.
+    public let path: String
+    public var storeDescription: StoreDescription { StoreDescription(kind: "sqlite", location: self.path) }
     let logger: Logger
     let names: Mutex<[UserID: String]> = Mutex([:])
     let passwords: Passwords
@@ -113,6 +116,7 @@ public final class SQLiteStore: CourierDatabase {
             throw CourierStoreError(.storageFailed, "cannot open \(path): \(error)")
         }
         self.configuration = configuration
+        self.path = path
         self.logger = logger
         self.passwords = Passwords(
             hasher: configuration.passwordHasher,

@@ -130,6 +130,16 @@ enum PostgresSchema {
                 """,
                 "CREATE INDEX message_media_by_message ON message_media (conversation_id, seq)",
             ]
-        )
+        ),
+        Migration(
+            version: "v2-nodes",
+            statements: [
+                """
+                -- The node through which the device connected (PostgresStore.Configuration.node): a node starting
+                -- again clears what it left, and only that (the other nodes still hold their devices).
+                ALTER TABLE devices ADD COLUMN connected_node TEXT
+                """
+            ]
+        ),
     ]
 }

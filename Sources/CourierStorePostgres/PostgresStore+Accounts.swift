@@ -103,6 +103,29 @@ extension PostgresStore {
             for group in groups {
                 try await Self.removeMember(user.id, from: group, log: &log, connection)
             }
+            // A group that took the user in a transaction that committed after the list above was read: with the
+            // user's row locked now, no other can (adding a member locks its row and finds it removed).
+            var handled = Set(groups)
+            while true {
+                let more = try await connection.values(
+                    """
+                    SELECT c.id FROM conversations c JOIN members m ON m.conversation_id = c.id
+                    WHERE m.user_id = \(user.id.rawValue) AND c.kind = 2 ORDER BY c.id
+                    """,
+                    as: Int64.self,
+                    logger: logger
+                ).filter { !handled.contains($0) }
+                guard !more.isEmpty else { break }
+                try await connection.run(
+                    "SELECT id FROM conversations WHERE id = ANY(\(more)) ORDER BY id FOR UPDATE",
+                    logger: logger
+                )
+                try await log.lockMembers(of: more, connection)
+                for group in more {
+                    try await Self.removeMember(user.id, from: group, log: &log, connection)
+                }
+                handled.formUnion(more)
+            }
             try await log.finish(connection)
             let revoked = try await Self.revokeAll(of: user.id, nowMs: nowMs, connection, logger: logger)
             try await connection.run(
@@ -116,6 +139,21 @@ extension PostgresStore {
                 connection,
                 logger: logger
             )
+        }
+    }
+
+    /// Refuses users removed meanwhile: called with their rows locked (a removal holds the row until it commits,
+    /// so what this reads is current).
+    ///
+    /// - Throws: `unknown-user`.
+    static func checkNotRemoved(_ users: [UserID], _ connection: PostgresConnection, logger: Logger) async throws {
+        guard !users.isEmpty else { return }
+        if let removed = try await connection.value(
+            "SELECT name FROM users WHERE id = ANY(\(users.map(\.rawValue))) AND removed_ms IS NOT NULL LIMIT 1",
+            as: String.self,
+            logger: logger
+        ) {
+            throw CourierStoreError(.unknownUser, "no user named \(removed)")
         }
     }
 
@@ -349,19 +387,23 @@ extension PostgresStore {
     public func recordDeviceActivity(_ changes: [DeviceActivityChange]) async throws {
         guard !changes.isEmpty else { return }
         let logger = self.logger
-        // One statement, in the devices' order (another node's writes lock devices in that order too); the last
-        // change of a device wins, as applying them one by one would.
+        // One statement; the last change of a device wins, as applying them one by one would. A device's last
+        // connection ending here leaves it connected if it has since connected through another node.
         var last: [DeviceID: DeviceActivityChange] = [:]
         for change in changes { last[change.device] = change }
         let ordered = last.values.sorted { $0.device < $1.device }
         let ids = ordered.map(\.device.rawValue)
         let connected = ordered.map(\.connected)
         let times = ordered.map(\.ms)
+        let node = self.configuration.node
         try await self.write(doing: "record device activity") { connection in
             try await connection.run(
                 """
                 UPDATE devices d SET
-                connected_since_ms = CASE WHEN c.connected THEN c.ms ELSE NULL END,
+                connected_since_ms = CASE WHEN c.connected THEN c.ms
+                    WHEN d.connected_node <> \(node) THEN d.connected_since_ms ELSE NULL END,
+                connected_node = CASE WHEN c.connected THEN \(node)
+                    WHEN d.connected_node <> \(node) THEN d.connected_node ELSE NULL END,
                 last_seen_ms = CASE WHEN c.connected THEN d.last_seen_ms ELSE c.ms END
                 FROM unnest(\(ids)::bigint[], \(connected)::boolean[], \(times)::bigint[]) AS c(id, connected, ms)
                 WHERE d.id = c.id
@@ -371,13 +413,17 @@ extension PostgresStore {
         }
     }
 
+    /// No device is connected through this node (it is starting): what it left when it stopped without saying
+    /// so, goes. The devices other nodes hold stay as they are.
     public func clearConnectedDevices() async throws {
         let logger = self.logger
+        let node = self.configuration.node
         try await self.write(doing: "clear connected devices") { connection in
             try await connection.run(
                 """
                 UPDATE devices SET last_seen_ms = GREATEST(COALESCE(last_seen_ms, 0), connected_since_ms),
-                connected_since_ms = NULL WHERE connected_since_ms IS NOT NULL
+                connected_since_ms = NULL, connected_node = NULL
+                WHERE connected_since_ms IS NOT NULL AND (connected_node = \(node) OR connected_node IS NULL)
                 """,
                 logger: logger
             )

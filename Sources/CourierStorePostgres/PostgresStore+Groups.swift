@@ -34,6 +34,7 @@ extension PostgresStore {
             else { throw CourierStoreError(.nameTaken, "a group named \(name) exists") }
             var log = PostgresEventLog(logger: logger)
             try await log.lock(users, connection)
+            try await Self.checkNotRemoved(users, connection, logger: logger)
             try await Self.addMembers(users, to: conversation, atSeq: 0, log: &log, connection)
             try await log.finish(connection)
             try await Self.recordChanges(
@@ -94,6 +95,7 @@ extension PostgresStore {
             }
             var log = PostgresEventLog(logger: logger)
             try await log.lock(Array(current) + adding, connection)
+            try await Self.checkNotRemoved(adding, connection, logger: logger)
             try await Self.addMembers(adding, to: conversation, atSeq: try row.get("last_seq"), log: &log, connection)
             for user in removing {
                 try await Self.removeMember(user, from: conversation, log: &log, connection)

@@ -124,6 +124,22 @@ extension PostgresStore {
         }
     }
 
+    public func logCursors(of users: [UserID]) async throws -> [UserID: UInt64] {
+        let ids = users.map(\.rawValue)
+        guard !ids.isEmpty else { return [:] }
+        let logger = self.logger
+        return try await self.read(doing: "read the cursors of \(ids.count) users") { connection in
+            var cursors: [UserID: UInt64] = [:]
+            for row in try await connection.rows(
+                "SELECT id, log_cursor FROM users WHERE id = ANY(\(ids))",
+                logger: logger
+            ) {
+                cursors[UserID(rawValue: try row.get("id"))] = UInt64(try row.get("log_cursor", as: Int64.self))
+            }
+            return cursors
+        }
+    }
+
     public func ackedCursor(of device: DeviceID) async throws -> UInt64 {
         let logger = self.logger
         return try await self.read(doing: "read the cursor of \(device)") { connection in

@@ -1,6 +1,8 @@
 internal import CourierStore
 internal import Logging
+internal import NIOCore
 internal import PostgresNIO
+internal import Synchronization
 
 extension PostgresStore {
     /// Runs one write transaction on a pooled connection, turning database errors into `storage-failed` and passing
@@ -9,13 +11,19 @@ extension PostgresStore {
     /// must read everything it decides on inside the transaction.
     func write<T: Sendable>(
         doing: String,
-        _ body: @Sendable (PostgresConnection) async throws -> T
+        _ body: @escaping @Sendable (PostgresConnection) async throws -> T
     ) async throws -> T {
+        await self.whenRunning()
         var attempt = 0
         while true {
             do {
-                return try await self.client.withTransaction(logger: self.logger) { connection in
-                    try await body(connection)
+                let logger = self.logger
+                return try await self.client.withConnection { connection in
+                    try await Self.untilClosed(connection) {
+                        try await connection.withTransaction(logger: logger) { connection in
+                            try await body(connection)
+                        }
+                    }
                 }
             } catch let error as PostgresTransactionError {
                 // The statement's own error, not the rollback's.
@@ -41,15 +49,88 @@ extension PostgresStore {
     /// began), turning database errors into `storage-failed` and passing refusals through.
     func read<T: Sendable>(
         doing: String,
-        _ body: @Sendable (PostgresConnection) async throws -> T
+        _ body: @escaping @Sendable (PostgresConnection) async throws -> T
     ) async throws -> T {
+        await self.whenRunning()
         do {
-            return try await self.client.withConnection { connection in try await body(connection) }
+            return try await self.client.withConnection { connection in
+                try await Self.untilClosed(connection) { try await body(connection) }
+            }
         } catch let error as CourierStoreError {
             throw error
         } catch {
             self.logger.error("read failed", metadata: ["doing": "\(doing)", "error": "\(error)"])
             throw Self.storageFailed(error, doing: doing)
+        }
+    }
+
+    /// The connection closed while a statement of `work` was unanswered. Nothing of it committed, unless that
+    /// statement was the `COMMIT` itself: a send reported failed then is stored all the same, and its resend
+    /// answers with the original (ids are unique per sender).
+    struct ConnectionLost: Error, CustomStringConvertible {
+        var description: String { "the connection to PostgreSQL closed" }
+    }
+
+    /// How often ``untilClosed(_:_:)`` looks whether the connection closed under a statement.
+    static let closedCheckInterval = TimeAmount.milliseconds(250)
+
+    /// Runs `work` on a connection, giving up on it if the connection closes first.
+    ///
+    /// postgres-nio (1.33) writes a statement to its channel without a promise: a statement written just after the
+    /// channel closed (PostgreSQL restarting, the connection ended by the server) is dropped, and its answer never
+    /// comes. Waiting for it held the group commit for good. Here a timer on the connection's event loop looks every
+    /// ``closedCheckInterval`` while `work` runs; once the connection is closed, this throws ``ConnectionLost``, and
+    /// the pool lets the connection go. The task still waiting for the dropped answer is left behind, with what
+    /// `work` holds (a batch's requests), each time this happens; it never holds a connection.
+    static func untilClosed<T: Sendable>(
+        _ connection: PostgresConnection,
+        _ work: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        let waiting = Mutex<CheckedContinuation<T, any Error>?>(nil)
+        let task = Mutex<(task: Task<Void, Never>?, cancelled: Bool)>((nil, false))
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+                waiting.withLock { $0 = continuation }
+                let finish: @Sendable (Result<T, any Error>) -> Void = { result in
+                    waiting.withLock { waiting in
+                        defer { waiting = nil }
+                        return waiting
+                    }?.resume(with: result)
+                }
+                let watchdog = connection.eventLoop.scheduleRepeatedTask(
+                    initialDelay: Self.closedCheckInterval,
+                    delay: Self.closedCheckInterval
+                ) { repeated in
+                    if waiting.withLock({ $0 == nil }) {
+                        repeated.cancel()
+                    } else if connection.isClosed {
+                        repeated.cancel()
+                        finish(.failure(ConnectionLost()))
+                    }
+                }
+                let started = Task {
+                    let result: Result<T, any Error>
+                    do {
+                        result = .success(try await work())
+                    } catch {
+                        result = .failure(error)
+                    }
+                    watchdog.cancel()
+                    finish(result)
+                }
+                // Cancelled before the task existed: it is cancelled now.
+                if task.withLock({ state in
+                    state.task = started
+                    return state.cancelled
+                }) {
+                    started.cancel()
+                }
+            }
+        } onCancel: {
+            task.withLock { state in
+                state.cancelled = true
+                return state.task
+            }?.cancel()
         }
     }
 

@@ -28,6 +28,15 @@ public final class PostgresStore: CourierDatabase, Service, CustomReflectable {
         /// How long ``migrate()`` waits for another node's migration (or anything else holding the tables it
         /// changes) before it fails, rather than holding the node's start for ever.
         public var migrationLockTimeout: Duration = .seconds(60)
+        /// This node's name, which must differ from every other node's on the database and stay the same when the
+        /// node starts again: what it recorded of its connected devices is its own to clear at its next start
+        /// (``clearConnectedDevices()``). `courier serve` names it after the host and its native port.
+        public var node: String = ProcessInfo.processInfo.hostName
+        /// How long PostgreSQL lets one of this node's transactions sit idle before it ends it (its
+        /// `idle_in_transaction_session_timeout`): a node cut off from the network in the middle of a write holds the
+        /// rows it locked, and every other node's writes to those users wait, until then. The node's own
+        /// transactions never wait for anything but the database.
+        public var abandonedTransactionTimeout: Duration = .seconds(30)
         /// How many times a write that PostgreSQL aborted for a deadlock or a serialization failure (nothing of it
         /// was committed) is tried again before it fails with `storage-failed`.
         public var maxWriteRetries: Int = 3
@@ -54,7 +63,12 @@ public final class PostgresStore: CourierDatabase, Service, CustomReflectable {
     let logger: Logger
     public let configuration: Configuration
     public var limits: StoreLimits { self.configuration.limits }
+    public var storeDescription: StoreDescription {
+        StoreDescription(kind: "postgres", location: self.location.description)
+    }
     let passwords: Passwords
+    /// Whether the pool runs yet, and what waits for it to.
+    private let pool = Mutex<(running: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
     /// Users' names by id: names never change and users are never deleted.
     let names: Mutex<[UserID: String]> = Mutex([:])
 
@@ -65,6 +79,12 @@ public final class PostgresStore: CourierDatabase, Service, CustomReflectable {
         var client = location.clientConfiguration
         client.options.maximumConnections = max(1, configuration.maxConnections)
         client.options.connectTimeout = configuration.connectTimeout
+        client.options.additionalStartupParameters = [
+            (
+                "idle_in_transaction_session_timeout",
+                String(max(1, configuration.abandonedTransactionTimeout.wholeMilliseconds))
+            )
+        ]
         var connection = location.connectionConfiguration
         connection.options.connectTimeout = TimeAmount(configuration.connectTimeout)
         self.location = location
@@ -86,6 +106,7 @@ public final class PostgresStore: CourierDatabase, Service, CustomReflectable {
     /// Keeps the pool's connections until the task is cancelled (or the service group shuts down).
     public func run() async throws {
         await cancelWhenGracefulShutdown {
+            self.poolStarted()
             await self.client.run()
         }
     }
@@ -94,9 +115,34 @@ public final class PostgresStore: CourierDatabase, Service, CustomReflectable {
     /// a service instead). A store's pool runs once: either this or ``run()``, one time.
     public func withRunning<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T {
         try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await self.client.run() }
+            group.addTask {
+                self.poolStarted()
+                await self.client.run()
+            }
             defer { group.cancelAll() }
             return try await body()
+        }
+    }
+
+    /// The pool is about to run: what waits for it goes on.
+    private func poolStarted() {
+        let waiters = self.pool.withLock { state in
+            state.running = true
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Waits until the pool runs (at once when it does): a query asked of a pool that does not run yet would wait
+    /// all the same, with a warning in the log.
+    func whenRunning() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let running = self.pool.withLock { state in
+                if !state.running { state.waiters.append(continuation) }
+                return state.running
+            }
+            if running { continuation.resume() }
         }
     }
 
@@ -187,6 +233,7 @@ public final class PostgresStore: CourierDatabase, Service, CustomReflectable {
 
     /// The migrations the database has, in the order they are applied (any this Courier does not know last).
     public func appliedMigrations() async throws -> [String] {
+        await self.whenRunning()
         do {
             var applied: [String] = []
             let rows = try await self.client.query("SELECT version FROM courier_migrations", logger: self.logger)

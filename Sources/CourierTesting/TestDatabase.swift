@@ -3,6 +3,12 @@ import Foundation
 public import Logging
 public import PostgresNIO
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// A database of its own for a test, in the private PostgreSQL cluster that `scripts/test` starts (in a temporary
 /// folder, on a free port, as an unprivileged user) and names in `COURIER_TEST_POSTGRES`; dropped afterwards.
 public enum TestDatabase {
@@ -22,7 +28,8 @@ public enum TestDatabase {
     }
 
     /// Runs `body` with a new, empty database, and drops it afterwards (its connections too).
-    public static func with(_ body: @Sendable (PostgresLocation) async throws -> Void) async throws {
+    @discardableResult
+    public static func with<T: Sendable>(_ body: (PostgresLocation) async throws -> T) async throws -> T {
         let cluster = try Self.cluster()
         let name = "courier_test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
         var location = cluster
@@ -37,8 +44,71 @@ public enum TestDatabase {
             }
         }
         // The test's own failure first: a failed drop only when the test passed.
-        try result.get()
+        let value = try result.get()
         try dropped.get()
+        return value
+    }
+
+    /// A location as a `postgres://` URL, password included: for a `courier` process's `COURIER_DATABASE` (an
+    /// environment variable, not an argument that `ps` would show).
+    public static func url(of location: PostgresLocation) -> String {
+        let allowed = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-._~"))
+        let user = location.user.addingPercentEncoding(withAllowedCharacters: allowed) ?? location.user
+        let password = location.password.map { ":" + ($0.addingPercentEncoding(withAllowedCharacters: allowed) ?? $0) }
+        return "postgres://\(user)\(password ?? "")@\(location.host):\(location.port)/\(location.database)"
+    }
+
+    /// Restarts the private cluster (`pg_ctl restart`, `fast`: every connection is ended, transactions in flight
+    /// roll back), for the tests that run alone and check that nothing acknowledged is lost across it.
+    /// `scripts/test` names the cluster's data folder in `COURIER_TEST_POSTGRES_DATA`, its programs' folder in
+    /// `COURIER_TEST_POSTGRES_BIN`, and the user it runs as in `COURIER_TEST_POSTGRES_USER` (when the tests run as
+    /// root), whose parent folder holds its log, `server.log`; it waits until the server accepts connections again.
+    public static func restartCluster() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        guard let data = environment["COURIER_TEST_POSTGRES_DATA"], let bin = environment["COURIER_TEST_POSTGRES_BIN"]
+        else {
+            throw ExternalProgram.Failure(
+                description: "COURIER_TEST_POSTGRES_DATA and COURIER_TEST_POSTGRES_BIN are not set: run scripts/test"
+            )
+        }
+        // Its log goes on into the cluster's file (without -l the server would write to, and hold open, this
+        // process's pipe, and the run would never end).
+        let log = URL(fileURLWithPath: data).deletingLastPathComponent().appendingPathComponent("server.log").path
+        let pgctl = [bin + "/pg_ctl", "-D", data, "-l", log, "-m", "fast", "-w", "restart"]
+        let command =
+            environment["COURIER_TEST_POSTGRES_USER"].map { ["runuser", "-u", $0, "--"] + pgctl } ?? pgctl
+        // pg_ctl's own output to a file, not a pipe: the server it starts would hold a pipe open after pg_ctl ends.
+        let output = FileManager.default.temporaryDirectory.appendingPathComponent("pg_ctl-\(UUID().uuidString).log")
+        defer { try? FileManager.default.removeItem(at: output) }
+        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
+            onOwnThread {
+                continuation.resume(
+                    with: Swift.Result {
+                        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
+                        let handle = try FileHandle(forWritingTo: output)
+                        defer { try? handle.close() }
+                        let process = Process()
+                        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+                        process.arguments = command
+                        process.standardInput = FileHandle.nullDevice
+                        process.standardOutput = handle
+                        process.standardError = handle
+                        try process.run()
+                        // Reaped here: Foundation's own wait did not notice runuser's end (it stayed a zombie).
+                        var status: Int32 = 0
+                        if waitpid(process.processIdentifier, &status, 0) == process.processIdentifier {
+                            return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+                        }
+                        process.waitUntilExit()
+                        return process.terminationStatus
+                    }
+                )
+            }
+        }
+        guard status == 0 else {
+            let said = (try? String(contentsOf: output, encoding: .utf8)) ?? ""
+            throw ExternalProgram.Failure(description: "pg_ctl restart failed (\(status)): \(said)")
+        }
     }
 
     /// Runs `body` with a connection of its own to a database, for statements the store does not make.

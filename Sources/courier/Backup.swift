@@ -25,7 +25,7 @@ struct Backup: AsyncParsableCommand {
             throw CommandFailure(description: "cannot create \(self.out): \(error)")
         }
         let target = folder.appendingPathComponent(SQLiteStore.databaseFileName).path
-        try await options.withStore { try $0.backup(to: target) }
+        try await options.withSQLiteStore { try $0.backup(to: target) }
         let media: (files: Int, bytes: Int64)
         do {
             media = try BlobStore.copyObjects(

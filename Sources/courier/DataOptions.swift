@@ -1,9 +1,10 @@
 import ArgumentParser
 import CourierStore
+import CourierStorePostgres
 import Foundation
 import Logging
 
-/// `--data`: the server's data folder, shared by `serve` and the admin commands.
+/// `--data` and `--database`: the server's data folder and its database, shared by `serve` and the admin commands.
 struct DataOptions: ParsableArguments {
     /// The folder used when neither `--data` nor `COURIER_DATA` names one.
     static let defaultFolder = "./courier-data"
@@ -17,18 +18,67 @@ struct DataOptions: ParsableArguments {
     )
     var data: String?
 
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "A PostgreSQL database that several servers share, postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE "
+                + "(default: $COURIER_DATABASE, else SQLite in the data folder). Give a URL with a password in "
+                + "$COURIER_DATABASE rather than here, where other users of the machine can read it (ps).",
+            valueName: "url"
+        )
+    )
+    var database: String?
+
+    /// The PostgreSQL database to use: `--database`, else `COURIER_DATABASE`, else none (SQLite).
+    func postgres() throws -> PostgresLocation? {
+        guard let url = self.database ?? ProcessInfo.processInfo.environment["COURIER_DATABASE"], !url.isEmpty else {
+            return nil
+        }
+        do {
+            return try PostgresLocation(url: url)
+        } catch {
+            throw ValidationError("--database: \(error)")
+        }
+    }
+
     /// The folder to use: `--data`, else `COURIER_DATA`, else the default.
     var folder: URL {
         let path = self.data ?? ProcessInfo.processInfo.environment["COURIER_DATA"] ?? Self.defaultFolder
         return URL(fileURLWithPath: path, isDirectory: true)
     }
 
-    /// Opens the data folder's store, as a second process beside a running server, and runs `body` on it. The
-    /// store's errors become one-line failures (`code: message`, exit status 1).
+    /// Opens the store (PostgreSQL's with `--database`, bringing its schema up to date; else the data folder's, as
+    /// a second process beside a running server) and runs `body` on it. The store's errors become one-line failures
+    /// (`code: message`, exit status 1).
     @discardableResult
-    func withStore<T>(_ body: (SQLiteStore) async throws -> T) async throws -> T {
+    func withStore<T: Sendable>(_ body: @Sendable (any CourierDatabase) async throws -> T) async throws -> T {
         do {
-            return try await body(try SQLiteStore(folder: self.folder, logger: Logger(label: "courier.admin")))
+            let logger = Logger(label: "courier.admin")
+            if let location = try self.postgres() {
+                let store = PostgresStore(location: location, logger: logger)
+                try await store.migrate()
+                return try await store.withRunning { try await body(store) }
+            }
+            let store = try SQLiteStore(folder: self.folder, logger: logger)
+            defer { try? store.close() }
+            return try await body(store)
+        } catch let error as CourierStoreError {
+            throw CommandFailure(description: "\(error.code): \(error.message)")
+        }
+    }
+
+    /// Opens the data folder's SQLite store, for what only it does (a backup), refusing with `--database`.
+    func withSQLiteStore<T>(_ body: (SQLiteStore) async throws -> T) async throws -> T {
+        guard try self.postgres() == nil else {
+            throw CommandFailure(
+                description: "this command works on the data folder's SQLite database; for PostgreSQL use its own "
+                    + "tools (pg_dump)"
+            )
+        }
+        do {
+            let store = try SQLiteStore(folder: self.folder, logger: Logger(label: "courier.admin"))
+            defer { try? store.close() }
+            return try await body(store)
         } catch let error as CourierStoreError {
             throw CommandFailure(description: "\(error.code): \(error.message)")
         }

@@ -5,7 +5,7 @@ import Foundation
 struct GroupCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "group",
-        abstract: "Manage groups in a data folder (also while the server runs).",
+        abstract: "Manage groups, in a data folder or a PostgreSQL database (also while servers run).",
         discussion: """
             Groups have unique names. A member added later sees the messages sent after joining, not before. \
             These commands act as the administrator: over the protocol, only a group's owner adds and removes \
@@ -45,7 +45,7 @@ struct GroupCommand: AsyncParsableCommand {
             let users = splitNames(self.users)
             guard !users.isEmpty else { throw ValidationError("name at least one user") }
             try await options.withStore { store in
-                try await store.changeMembers(of: self.name, actor: nil, add: users, nowMs: nowMs())
+                try await store.changeMembers(of: self.name, actor: nil, add: users, remove: [], nowMs: nowMs())
             }
             print("added \(users.joined(separator: ", ")) to \(self.name)")
         }
@@ -61,7 +61,7 @@ struct GroupCommand: AsyncParsableCommand {
             let users = splitNames(self.users)
             guard !users.isEmpty else { throw ValidationError("name at least one user") }
             try await options.withStore { store in
-                try await store.changeMembers(of: self.name, actor: nil, remove: users, nowMs: nowMs())
+                try await store.changeMembers(of: self.name, actor: nil, add: [], remove: users, nowMs: nowMs())
             }
             print("removed \(users.joined(separator: ", ")) from \(self.name)")
         }

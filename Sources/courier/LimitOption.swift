@@ -37,6 +37,7 @@ enum LimitOption {
         ("password-threads", { $0.store.passwordThreads = try int($1) }),
         ("max-queued-password-checks", { $0.store.maxQueuedPasswordChecks = try int($1) }),
         ("change-poll-interval", { $0.limits.changePollInterval = try duration($1) }),
+        ("cluster-poll-interval", { $0.cluster.pollInterval = try duration($1) }),
         ("token-lifetime", { $0.store.limits.tokenLifetime = try seconds($1) }),
         ("recall-window", { $0.store.limits.recallWindow = try seconds($1) }),
         ("max-batch-requests", { $0.commit.maxBatchRequests = try int($1) }),

@@ -1,12 +1,14 @@
 import ArgumentParser
 import CourierServer
+import CourierStore
+import CourierStorePostgres
 import Foundation
 import Logging
 import ServiceLifecycle
 
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run the Courier server on an embedded SQLite database.",
+        abstract: "Run the Courier server: on an embedded SQLite database, or as one node of several on PostgreSQL.",
         discussion: """
             Listens on 127.0.0.1 by default: the native port (6970, Courier's binary framing), the compat port \
             (6969, the source notes' JSON-header framing) and the HTTP port (6980: /health, /metrics). Data goes to \
@@ -19,6 +21,14 @@ struct Serve: AsyncParsableCommand {
             limit, and a crash leaves its backtrace in <data>/crashes/ (unless SWIFT_BACKTRACE is already set). One \
             server per data folder: it holds <data>/server.lock, and a second one on the folder exits with an error \
             (the admin commands run beside it).
+
+            With --database postgres://… (or $COURIER_DATABASE) the server is a node: any number of nodes share the \
+            database, each with a data folder of its own (media, lock, crash reports), and clients may connect to \
+            any of them. The node creates or migrates the schema at start (nodes starting together do not race). \
+            After each commit it tells the other nodes which users' logs grew (PostgreSQL's NOTIFY), and it reads \
+            its online users' cursors every cluster-poll-interval (--limit) and whenever its listener reconnects, \
+            so that a lost notification costs latency, never a message. /health says which database it uses and \
+            whether the listener is connected.
             """
     )
 
@@ -62,6 +72,24 @@ struct Serve: AsyncParsableCommand {
 
     @OptionGroup var data: DataOptions
 
+    @Option(
+        help: ArgumentHelp(
+            "With --database: how nodes learn of each other's messages: notify (PostgreSQL's NOTIFY, and polling to "
+                + "catch what it misses) or poll (polling alone, every cluster-poll-interval).",
+            valueName: "notify|poll"
+        )
+    )
+    var fanout: String = "notify"
+
+    @Option(
+        help: ArgumentHelp(
+            "With --database: this node's name, unique among the nodes and the same at each start (default: "
+                + "$COURIER_NODE, else HOSTNAME:PORT).",
+            valueName: "name"
+        )
+    )
+    var node: String?
+
     @Option(name: .customLong("limit"), help: ArgumentHelp(LimitOption.help, valueName: "name=value"))
     var limits: [String] = []
 
@@ -72,6 +100,9 @@ struct Serve: AsyncParsableCommand {
         for (flag, port) in [("--port", self.port), ("--compat-port", self.compatPort), ("--http-port", self.httpPort)]
         {
             if let port { try PortNumber.check(port, flag: flag, allowsZero: true) }
+        }
+        guard PostgresFeed.Mode(rawValue: self.fanout) != nil else {
+            throw ValidationError("--fanout is notify or poll, not \(self.fanout)")
         }
     }
 
@@ -118,14 +149,52 @@ struct Serve: AsyncParsableCommand {
             logger.info("open-file limit", metadata: ["before": "\(files.before)", "now": "\(files.after)"])
         }
         let server: CourierServer
-        do {
-            server = try CourierServer(configuration: configuration, version: CourierVersion.current, logger: logger)
-        } catch {
-            throw CommandFailure(description: "\(error)")
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
+        if let location = try self.data.postgres() {
+            let node =
+                self.node ?? environment["COURIER_NODE"]
+                ?? "\(ProcessInfo.processInfo.hostName):\(configuration.nativePort)"
+            let store = PostgresStore(
+                location: location,
+                configuration: Self.postgres(configuration, node: node),
+                logger: logger
+            )
+            var feedConfiguration = PostgresFeed.Configuration()
+            feedConfiguration.mode = PostgresFeed.Mode(rawValue: self.fanout) ?? .notify
+            let feed = PostgresFeed(store: store, configuration: feedConfiguration, logger: logger)
+            do {
+                let applied = try await store.migrate()
+                logger.info(
+                    "database",
+                    metadata: ["location": "\(location)", "node": "\(node)", "migrated": "\(applied)"]
+                )
+                server = try CourierServer(
+                    configuration: configuration,
+                    store: store,
+                    feed: feed,
+                    version: CourierVersion.current,
+                    logger: logger
+                )
+            } catch {
+                throw CommandFailure(description: "\(error)")
+            }
+            // Shut down in the reverse order: the server (its last commits), then the feed, then the pool.
+            services = [.init(service: store), .init(service: feed), .init(service: server)]
+        } else {
+            do {
+                server = try CourierServer(
+                    configuration: configuration,
+                    version: CourierVersion.current,
+                    logger: logger
+                )
+            } catch {
+                throw CommandFailure(description: "\(error)")
+            }
+            services = [.init(service: server)]
         }
         let group = ServiceGroup(
             configuration: .init(
-                services: [.init(service: server)],
+                services: services,
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger
             )
@@ -149,6 +218,21 @@ struct Serve: AsyncParsableCommand {
                 ["native": "--port", "compat": "--compat-port", "http": "--http-port"][error.port.rawValue] ?? ""
             throw CommandFailure(description: "\(error); choose another with \(flag)")
         }
+    }
+}
+
+extension Serve {
+    /// The PostgreSQL store's settings from the server's: the same limits and password work.
+    static func postgres(_ configuration: ServerConfiguration, node: String) -> PostgresStore.Configuration {
+        var postgres = PostgresStore.Configuration()
+        postgres.node = node
+        postgres.limits = configuration.store.limits
+        // Nothing is handed to connections: the group commit need not return what it wrote.
+        if configuration.limits.maxHandedEvents == 0 { postgres.limits.maxFreshEventsPerUser = 0 }
+        postgres.passwordHasher = configuration.store.passwordHasher
+        postgres.passwordThreads = configuration.store.passwordThreads
+        postgres.maxQueuedPasswordChecks = configuration.store.maxQueuedPasswordChecks
+        return postgres
     }
 }
 

@@ -7,7 +7,8 @@ import Foundation
 struct UserCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "user",
-        abstract: "Manage accounts and their devices in a data folder (also while the server runs).",
+        abstract:
+            "Manage accounts and their devices, in a data folder or a PostgreSQL database (also while servers run).",
         discussion: """
             Changes reach a running server within a second: a removed user's and a revoked device's connections \
             are closed. Passwords are stored only as scrypt hashes; tokens only as SHA-256 hashes.
@@ -102,8 +103,9 @@ struct UserCommand: AsyncParsableCommand {
         func run() async throws {
             let devices = try await options.withStore { try await $0.devices(of: self.name) }
             let now = nowMs()
-            // "Connected" only while a server runs on the folder: one that was killed left it behind.
-            let running = CourierServer.isRunning(on: self.options.folder)
+            // "Connected" only while a server runs on the folder: one that was killed left it behind. On PostgreSQL,
+            // each node clears what it left when it starts again.
+            let running = try self.options.postgres() != nil || CourierServer.isRunning(on: self.options.folder)
             for device in devices {
                 let state = device.revokedMs != nil ? "revoked" : device.expiresMs <= now ? "expired" : "active"
                 let seen =

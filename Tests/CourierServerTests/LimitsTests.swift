@@ -197,7 +197,9 @@ struct LimitsTests {
         )
     }
 
-    @Test("a full disk: the send is refused with storage-failed and never acknowledged; the peer gets only the others")
+    @Test(
+        "a full disk: the send is refused with storage-failed and never acknowledged, the connection closes (nothing may overtake the send), the peer gets only the others"
+    )
     func fullDisk() async throws {
         try await ServerFixture.with(
             { fixture in
@@ -220,13 +222,18 @@ struct LimitsTests {
                 let error = try #require(refusal, "the database limit was never reached")
                 #expect(error.code == ErrorCodes.storageFailed && error.id == "d\(acknowledged.count)", "\(error)")
                 #expect(!acknowledged.isEmpty)
-                // bob gets exactly the acknowledged messages; alice's connection is still usable.
+                // The connection closes with the same code: the client sends again, in order, what it did not get
+                // acknowledged, on a new one. A later send on this one could have been stored ahead of the refused.
+                let last = try await alice.expectClose()
+                #expect(last.last?.failure?.code == ErrorCodes.storageFailed, "\(last)")
+                // bob gets exactly the acknowledged messages; the server still answers alice.
                 let received = try await bob.messages(acknowledged.count)
                 #expect(received.map(\.id) == acknowledged)
                 #expect(received.map(\.seq) == Array(1...UInt64(acknowledged.count)))
-                let unread = try await alice.request { $0.unread = .init() }
+                let (again, _) = try await NativeTestClient.login(fixture, "alice")
+                let unread = try await again.request { $0.unread = .init() }
                 #expect(unread.failure == nil, "\(unread)")
-                await alice.close()
+                await again.close()
                 await bob.close()
             },
             configure: { $0.store.maxDatabaseBytes = 512 * 1024 }

@@ -53,7 +53,9 @@ struct AccountTests {
         arguments: StoreKind.allCases
     )
     func tokens(kind: StoreKind) async throws {
-        try await StoreFixture.with(kind, { $0.limits.tokenLifetime = .seconds(60) }) { fixture in
+        var limits = StoreLimits()
+        limits.tokenLifetime = .seconds(60)
+        try await StoreFixture.with(kind, limits: limits) { fixture in
             let ids = try await fixture.users("alice")
             let now = StoreFixture.start
             let phone = try await fixture.store.login(
@@ -104,7 +106,9 @@ struct AccountTests {
         arguments: StoreKind.allCases
     )
     func renewal(kind: StoreKind) async throws {
-        try await StoreFixture.with(kind, { $0.limits.tokenLifetime = .seconds(60) }) { fixture in
+        var limits = StoreLimits()
+        limits.tokenLifetime = .seconds(60)
+        try await StoreFixture.with(kind, limits: limits) { fixture in
             try await fixture.users("alice", "bob")
             let now = StoreFixture.start
             let first = try await fixture.store.login(
@@ -171,11 +175,10 @@ struct AccountTests {
         arguments: StoreKind.allCases
     )
     func renewalGrace(kind: StoreKind) async throws {
-        let settings: (inout StoreFixture.Settings) -> Void = {
-            $0.limits.tokenLifetime = .seconds(3600)
-            $0.limits.renewalGrace = .seconds(60)
-        }
-        try await StoreFixture.with(kind, settings) { fixture in
+        var limits = StoreLimits()
+        limits.tokenLifetime = .seconds(3600)
+        limits.renewalGrace = .seconds(60)
+        try await StoreFixture.with(kind, limits: limits) { fixture in
             try await fixture.users("alice")
             let now = StoreFixture.start
             let first = try await fixture.store.login(user: "alice", password: "pw-alice", deviceName: "d", nowMs: now)

@@ -113,6 +113,53 @@ struct CommitQueueTests {
         }
     }
 
+    @Test("after a failed write, the same origin's writes behind it fail too (none overtakes it); others commit")
+    func failedOriginKeepsOrder() async throws {
+        try await withTemporaryDirectory { folder in
+            let fixture = try SQLiteFixture(folder: folder) { $0.maxDatabaseBytes = 256 * 1024 }
+            let ids = try await fixture.users("alice", "bob")
+            let (alice, bob) = (ids["alice"]!, ids["bob"]!)
+            var configuration = CommitQueue.Configuration()
+            configuration.maxBatchRequests = 1
+            let queue = CommitQueue(store: fixture.store, configuration: configuration, clock: { StoreFixture.start })
+            let (a, b) = (queue.newOrigin(), queue.newOrigin())
+            func send(_ sender: UserID, _ id: String, bytes: Int = 10) -> WriteRequest {
+                .send(
+                    .init(
+                        sender: sender,
+                        id: id,
+                        to: .user(sender == alice ? "bob" : "alice"),
+                        body: .init(repeating: 0x61, count: bytes)
+                    )
+                )
+            }
+            // Queued before the queue runs, one write a batch: a1 cannot fit; a2 waits behind it; b1 is another's.
+            let a1 = queue.enqueue(send(alice, "a1", bytes: 300 * 1024), origin: a)
+            let a2 = queue.enqueue(send(alice, "a2"), origin: a)
+            let b1 = queue.enqueue(send(bob, "b1"), origin: b)
+            async let running: Void = queue.run()
+            func code(_ ticket: CommitTicket) async -> CourierStoreError.Code? {
+                do {
+                    _ = try await ticket.outcome()
+                    return nil
+                } catch {
+                    return (error as? CourierStoreError)?.code
+                }
+            }
+            #expect(await code(a1) == .storageFailed)
+            #expect(await code(a2) == .storageFailed, "a2 would have overtaken a1")
+            #expect(await code(b1) == nil)
+            // Until the origin is forgotten (its connection gone), its writes fail at once.
+            #expect(await code(queue.enqueue(send(alice, "a3"), origin: a)) == .storageFailed)
+            queue.forget(origin: a)
+            #expect(await code(queue.enqueue(send(alice, "a4"), origin: a)) == nil)
+            queue.finish()
+            await running
+            let stored = try await fixture.store.history(for: alice, in: .user("bob"), beforeSeq: 0, limit: 10)
+            #expect(stored.messages.map(\.id) == ["a4", "b1"])
+        }
+    }
+
     @Test("the queue commits what is waiting when finished, then refuses new writes")
     func finishDrains() async throws {
         try await withTemporaryDirectory { folder in

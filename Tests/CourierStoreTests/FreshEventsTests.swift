@@ -71,7 +71,9 @@ struct FreshEventsTests {
     )
     func bounded(kind: StoreKind) async throws {
         for limit in [0, 3] {
-            try await StoreFixture.with(kind, { $0.limits.maxFreshEventsPerUser = limit }) { fixture in
+            var limits = StoreLimits()
+            limits.maxFreshEventsPerUser = limit
+            try await StoreFixture.with(kind, limits: limits) { fixture in
                 let ids = try await fixture.users("alice", "bob")
                 let (alice, bob) = (ids["alice"]!, ids["bob"]!)
                 let sends: [WriteRequest] = (1...4).map {

@@ -316,7 +316,9 @@ struct MessagingTests {
         arguments: StoreKind.allCases
     )
     func recall(kind: StoreKind) async throws {
-        try await StoreFixture.with(kind, { $0.limits.recallWindow = .seconds(60) }) { fixture in
+        var limits = StoreLimits()
+        limits.recallWindow = .seconds(60)
+        try await StoreFixture.with(kind, limits: limits) { fixture in
             let ids = try await fixture.users("alice", "bob")
             let (alice, bob) = (ids["alice"]!, ids["bob"]!)
             let now = StoreFixture.start

@@ -21,11 +21,6 @@ struct StoreFixture: StoreTestHelpers, Sendable {
     static let cheapHasher = PasswordHasher(logN: 4, blockSize: 8, parallelism: 1, saltBytes: 16, keyBytes: 32)
     static let start: Int64 = 1_800_000_000_000
 
-    /// What a test may set of a store.
-    struct Settings: Sendable {
-        var limits = StoreLimits()
-    }
-
     let kind: StoreKind
     let store: any CourierDatabase
     /// Opens another store on the same database for the time of its body: another process (the admin commands)
@@ -38,16 +33,14 @@ struct StoreFixture: StoreTestHelpers, Sendable {
     /// Runs `body` with a new, empty store of a kind, closed (or dropped) afterwards.
     static func with(
         _ kind: StoreKind,
-        _ configure: (inout Settings) -> Void = { _ in },
+        limits: StoreLimits = StoreLimits(),
         _ body: @Sendable (StoreFixture) async throws -> Void
     ) async throws {
-        var settings = Settings()
-        configure(&settings)
         switch kind {
         case .sqlite:
             var sqlite = SQLiteStore.Configuration()
             sqlite.passwordHasher = Self.cheapHasher
-            sqlite.limits = settings.limits
+            sqlite.limits = limits
             let configuration = sqlite
             try await withTemporaryDirectory(prefix: "store") { folder in
                 let store = try SQLiteStore(folder: folder, configuration: configuration, logger: Logger(label: "test"))
@@ -78,7 +71,7 @@ struct StoreFixture: StoreTestHelpers, Sendable {
         case .postgres:
             var postgres = PostgresStore.Configuration()
             postgres.passwordHasher = Self.cheapHasher
-            postgres.limits = settings.limits
+            postgres.limits = limits
             postgres.maxConnections = 4
             let configuration = postgres
             try await TestDatabase.with { location in

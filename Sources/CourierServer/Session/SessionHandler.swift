@@ -42,6 +42,9 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     var eventLoop: (any EventLoop)!
     var shared: SessionShared!
     private var admitted = false
+    /// This connection's mark in the group commit: after a write of it fails, its later ones fail too (see
+    /// ``CommitQueue/enqueue(_:origin:)``), so none overtakes the failed one; the connection then closes.
+    private var origin = 0
     var closed = false
 
     // Reading.
@@ -126,6 +129,7 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
             return
         }
         self.admitted = true
+        self.origin = self.server.commits.newOrigin()
         self.shared = SessionShared(
             machine: SessionStateMachine(
                 configuration: .init(
@@ -166,7 +170,10 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         let shared = self.shared!
         let requests = self.requests
         let channel = context.channel
+        let origin = self.origin
         shared.ended {
+            // Every write of the connection has come back: its mark is done with.
+            requests.context.commits.forget(origin: origin)
             Task {
                 await requests.connectionEnded(shared)
                 requests.context.sessionClosed(channel)
@@ -447,7 +454,7 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
             isRequest: isRequest
         )
         let (shared, bound, loop) = (self.shared!, self.bound, self.eventLoop!)
-        self.server.commits.enqueue(request).whenComplete { result in
+        self.server.commits.enqueue(request, origin: self.origin).whenComplete { result in
             // Outcomes of one batch come together: one turn of the loop answers them all.
             if shared.completed(serial, result) {
                 loop.execute { bound.value.writesCompleted() }
@@ -458,13 +465,24 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     /// Answers the writes whose outcomes came back, in the order the requests came.
     private func writesCompleted() {
         self.writes.record(self.shared.takeCompleted())
+        var notStored = false
         while let (write, result, next) = self.writes.popAnswered() {
             // Settled even when the connection has closed: the fan-out budget and the own-send list.
             let reply = self.requests.answer(write, result: result, handle: self.shared.handle)
             if write.isRequest { self.shared.withMachine { $0.writeFinished() } }
             if write.answers, let reply, !self.closed { self.emit(reply) }
+            if case .failure(let error as CourierStoreError) = result, error.code == .storageFailed { notStored = true }
             // The acknowledgements that came meanwhile, as one.
             if let next { self.enqueue(next, requestID: 0, answers: false, isRequest: false) }
+        }
+        // The database failed a write: every later write of this connection fails too (none may overtake it), so
+        // the connection ends once they are answered, and the client sends again, in order, what was not
+        // acknowledged.
+        if notStored, !self.closed, self.closeAfterWrites == nil {
+            self.closeAfterWrites = (
+                ErrorCodes.storageFailed,
+                "the server could not store a write: connect again and send what was not acknowledged"
+            )
         }
         if self.writes.isEmpty, let (code, message) = self.closeAfterWrites {
             self.closeAfterWrites = nil

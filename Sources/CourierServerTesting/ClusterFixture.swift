@@ -1,0 +1,120 @@
+public import CourierServer
+public import CourierStore
+public import CourierStorePostgres
+import CourierTesting
+public import Foundation
+public import Logging
+import ServiceLifecycle
+
+/// Several real servers in the test's process, as nodes on one new PostgreSQL database (in the private cluster
+/// `scripts/test` starts), each with its own data folder, ports chosen by the system, cheap password hashes; all
+/// stopped gracefully when the test's body returns, and the database dropped.
+public struct ClusterFixture: Sendable {
+    /// One node: its server, ports and data folder.
+    public struct Node: Sendable {
+        public let server: CourierServer
+        public let ports: CourierServer.Ports
+        public let folder: URL
+        public let feed: PostgresFeed
+        public var store: any CourierDatabase { self.server.store }
+    }
+
+    public let nodes: [Node]
+    public let location: PostgresLocation
+
+    /// The first node's store: the database all share.
+    public var store: any CourierDatabase { self.nodes[0].store }
+
+    /// Runs `body` against `count` nodes on a new database.
+    public static func with<T: Sendable>(
+        nodes count: Int,
+        fanout: PostgresFeed.Mode = .notify,
+        feed: PostgresFeed.Configuration = .init(),
+        logger: Logger? = nil,
+        _ body: @Sendable (ClusterFixture) async throws -> T,
+        configure: (inout ServerConfiguration) -> Void = { _ in }
+    ) async throws -> T {
+        let logger =
+            logger
+            ?? {
+                var logger = Logger(label: "courier.test-cluster")
+                logger.logLevel =
+                    ProcessInfo.processInfo.environment["COURIER_TEST_LOG"].flatMap { Logger.Level(rawValue: $0) }
+                    ?? .critical
+                return logger
+            }()
+        return try await TestDatabase.with { location in
+            var folders: [TemporaryDirectory] = []
+            defer { for folder in folders { folder.remove() } }
+            var nodes: [(server: CourierServer, feed: PostgresFeed, folder: URL, group: ServiceGroup)] = []
+            for index in 0..<count {
+                let folder = try TemporaryDirectory(prefix: "courier-node\(index)")
+                folders.append(folder)
+                var configuration = ServerConfiguration()
+                configuration.host = "127.0.0.1"
+                configuration.nativePort = 0
+                configuration.compatPort = 0
+                configuration.httpPort = 0
+                configuration.dataFolder = folder.url
+                configuration.store.passwordHasher = ServerFixture.cheapHasher
+                configure(&configuration)
+                var storeConfiguration = PostgresStore.Configuration()
+                storeConfiguration.node = "node\(index)"
+                storeConfiguration.passwordHasher = configuration.store.passwordHasher
+                storeConfiguration.limits = configuration.store.limits
+                storeConfiguration.maxConnections = 8
+                let store = PostgresStore(location: location, configuration: storeConfiguration, logger: logger)
+                try await store.migrate()
+                var feedConfiguration = feed
+                feedConfiguration.mode = fanout
+                let feed = PostgresFeed(store: store, configuration: feedConfiguration, logger: logger)
+                let server = try CourierServer(configuration: configuration, store: store, feed: feed, logger: logger)
+                let group = ServiceGroup(services: [store, feed, server], logger: logger)
+                nodes.append((server, feed, folder.url, group))
+            }
+            let groups = nodes.map(\.group)
+            return try await withThrowingTaskGroup(of: T?.self, returning: T.self) { tasks in
+                for group in groups {
+                    tasks.addTask {
+                        try await group.run()
+                        return nil
+                    }
+                }
+                var running: [Node] = []
+                for node in nodes {
+                    guard let ports = await node.server.ports() else {
+                        for group in groups { await group.triggerGracefulShutdown() }
+                        try await tasks.waitForAll()
+                        throw CourierStoreError(.storageFailed, "a test node stopped before it listened")
+                    }
+                    running.append(Node(server: node.server, ports: ports, folder: node.folder, feed: node.feed))
+                }
+                let fixture = ClusterFixture(nodes: running, location: location)
+                do {
+                    let result = try await body(fixture)
+                    for group in groups { await group.triggerGracefulShutdown() }
+                    try await tasks.waitForAll()
+                    return result
+                } catch {
+                    for group in groups { await group.triggerGracefulShutdown() }
+                    try? await tasks.waitForAll()
+                    throw error
+                }
+            }
+        }
+    }
+
+    /// The `/health` of a node, read with curl.
+    public func health(of node: Int) async throws -> String {
+        try await ExternalProgram.output(
+            "/usr/bin/curl",
+            ["--silent", "--show-error", "--max-time", "10", "http://127.0.0.1:\(self.nodes[node].ports.http)/health"]
+        )
+    }
+
+    /// Creates a user with the password "pw-" + name.
+    @discardableResult
+    public func user(_ name: String) async throws -> User {
+        try await self.store.addUser(name: name, password: "pw-" + name, nowMs: 0)
+    }
+}

@@ -1,0 +1,43 @@
+/// News between the servers that share one database (the nodes on PostgreSQL): hints, never the truth. The store
+/// is the truth: a server that misses a hint (a notification dropped, a listener reconnecting) still finds every
+/// event in the store by reading its online users' cursors, which it does on an interval and after every
+/// ``FeedNews/resync``. A lost hint costs latency, never a message.
+public protocol StoreFeed: Sendable {
+    /// Tells the other servers that these users' logs grew to these cursors. Called after the commit, never inside
+    /// it; the feed sends what gathers while it is sending, together.
+    func publish(logs cursors: [UserID: UInt64])
+
+    /// Tells the other servers an ephemeral notice (typing, presence), at most once: never stored, never resent.
+    func publish(notice: [UInt8])
+
+    /// What the other servers sent, for one consumer, until the feed stops. A ``FeedNews/resync`` comes whenever
+    /// news may have been missed (the listener connected, or connected again): the server then reads its online
+    /// users' cursors from the store.
+    var news: AsyncStream<FeedNews> { get }
+
+    /// Whether news is received now; false while the listener is disconnected, and for a feed that only polls.
+    var isListening: Bool { get }
+}
+
+/// One piece of news from another server.
+public enum FeedNews: Sendable, Hashable {
+    /// These users' logs grew to these cursors.
+    case logs([UserID: UInt64])
+    /// An ephemeral notice, as another server published it.
+    case notice([UInt8])
+    /// News may have been missed: read the online users' cursors.
+    case resync
+}
+
+/// What a store is, for `/health` and the logs: its kind and where it is (never with a password).
+public struct StoreDescription: Sendable, Hashable {
+    /// `sqlite` or `postgres`.
+    public var kind: String
+    /// The database file's path, or the PostgreSQL URL without its password.
+    public var location: String
+
+    public init(kind: String, location: String) {
+        self.kind = kind
+        self.location = location
+    }
+}

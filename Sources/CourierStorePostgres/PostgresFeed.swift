@@ -1,0 +1,215 @@
+public import CourierStore
+internal import Foundation
+public import Logging
+internal import PostgresNIO
+public import ServiceLifecycle
+internal import Synchronization
+
+/// The news between the nodes on one PostgreSQL database (``StoreFeed``), through `LISTEN`/`NOTIFY` on one channel.
+///
+/// A node publishes, after each commit, which users' logs grew and to which cursors; what gathers while a
+/// notification is being sent goes in the next, so a busy node sends one `NOTIFY` per tick of its own pace, never
+/// one per message, and never inside a write transaction. Every node listens on a connection of its own, outside
+/// the pool. Notifications are hints: PostgreSQL drops them for a listener that is disconnected, so after every
+/// (re)connection the feed says ``FeedNews/resync``, and the server reads its online users' cursors, as it also does
+/// on an interval. In ``Mode/poll`` the feed neither listens nor publishes: the interval alone delivers (to compare).
+public final class PostgresFeed: StoreFeed, Service, CustomReflectable {
+    public enum Mode: String, Sendable, CaseIterable {
+        /// `LISTEN`/`NOTIFY` carry the hints; polling catches what they miss.
+        case notify
+        /// Only polling: no notifications at all.
+        case poll
+    }
+
+    public struct Configuration: Sendable {
+        public var mode: Mode = .notify
+        /// The channel the nodes of one database share.
+        public var channel: String = "courier_news"
+        /// How long the listener waits before connecting again after losing its connection (doubled on each
+        /// failure in a row, up to ``maxReconnectDelay``).
+        public var reconnectDelay: Duration = .milliseconds(100)
+        public var maxReconnectDelay: Duration = .seconds(2)
+        /// The most news waiting for the consumer; past it the oldest is dropped, and a resync follows.
+        public var maxQueuedNews: Int = 4096
+
+        public init() {}
+    }
+
+    /// PostgreSQL's limit on a notification's payload is 8,000 bytes; a batch is cut into payloads below it.
+    static let maxPayloadBytes = 7_900
+
+    let store: PostgresStore
+    public let configuration: Configuration
+    let logger: Logger
+    /// This process's mark on what it publishes: its own notifications come back to it and are skipped.
+    let origin: String
+    private let pending = Mutex<(logs: [UserID: UInt64], notices: [[UInt8]])>(([:], []))
+    private let wake: (stream: AsyncStream<Void>, continuation: AsyncStream<Void>.Continuation)
+    public let news: AsyncStream<FeedNews>
+    private let newsContinuation: AsyncStream<FeedNews>.Continuation
+    private let listening = Atomic<Bool>(false)
+
+    public init(store: PostgresStore, configuration: Configuration = .init(), logger: Logger) {
+        self.store = store
+        self.configuration = configuration
+        self.logger = logger
+        self.origin = String(UInt64.random(in: 0...UInt64.max), radix: 36)
+        self.wake = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        (self.news, self.newsContinuation) = AsyncStream.makeStream(
+            of: FeedNews.self,
+            bufferingPolicy: .bufferingNewest(max(1, configuration.maxQueuedNews))
+        )
+    }
+
+    public var isListening: Bool { self.listening.load(ordering: .relaxed) }
+
+    public func publish(logs cursors: [UserID: UInt64]) {
+        guard self.configuration.mode == .notify, !cursors.isEmpty else { return }
+        self.pending.withLock { pending in
+            pending.logs.merge(cursors, uniquingKeysWith: max)
+        }
+        self.wake.continuation.yield()
+    }
+
+    public func publish(notice: [UInt8]) {
+        // In base64, a third larger, beside the origin and kind.
+        guard self.configuration.mode == .notify, (notice.count + 2) / 3 * 4 < Self.maxPayloadBytes - 64 else { return }
+        self.pending.withLock { $0.notices.append(notice) }
+        self.wake.continuation.yield()
+    }
+
+    /// Listens and publishes until the task is cancelled or the service group shuts down; the news stream ends.
+    public func run() async throws {
+        defer { self.newsContinuation.finish() }
+        guard self.configuration.mode == .notify else {
+            self.newsContinuation.yield(.resync)
+            try? await gracefulShutdown()
+            return
+        }
+        await cancelWhenGracefulShutdown {
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await self.listen() }
+                group.addTask { await self.sendPending() }
+                await group.next()
+                group.cancelAll()
+            }
+        }
+    }
+
+    // MARK: Publishing
+
+    private func sendPending() async {
+        await self.store.whenRunning()
+        for await _ in self.wake.stream {
+            let (logs, notices) = self.pending.withLock { pending in
+                defer { pending = ([:], []) }
+                return pending
+            }
+            for payload in Self.payloads(origin: self.origin, logs: logs, notices: notices) {
+                do {
+                    let (channel, logger) = (self.configuration.channel, self.logger)
+                    try await self.store.client.withConnection { connection in
+                        try await PostgresStore.untilClosed(connection) {
+                            try await connection.run("SELECT pg_notify(\(channel), \(payload))", logger: logger)
+                        }
+                    }
+                } catch {
+                    // A hint lost: the other nodes' polling finds the events.
+                    self.logger.debug("notify failed", metadata: ["error": "\(error)"])
+                }
+            }
+            if Task.isCancelled { return }
+        }
+    }
+
+    /// The payloads for a batch: `ORIGIN L user:cursor,user:cursor…` for logs, `ORIGIN N base64` for each notice,
+    /// each under PostgreSQL's limit.
+    static func payloads(origin: String, logs: [UserID: UInt64], notices: [[UInt8]]) -> [String] {
+        var payloads: [String] = []
+        var current = ""
+        for (user, cursor) in logs.sorted(by: { $0.key < $1.key }) {
+            let item = "\(user.rawValue):\(cursor)"
+            if current.isEmpty {
+                current = "\(origin) L \(item)"
+            } else if current.utf8.count + 1 + item.utf8.count > Self.maxPayloadBytes {
+                payloads.append(current)
+                current = "\(origin) L \(item)"
+            } else {
+                current += "," + item
+            }
+        }
+        if !current.isEmpty { payloads.append(current) }
+        for notice in notices {
+            payloads.append("\(origin) N \(Data(notice).base64EncodedString())")
+        }
+        return payloads
+    }
+
+    /// A payload as news, nil for one of this process's own or one that is not Courier's.
+    static func news(from payload: String, skipping origin: String) -> FeedNews? {
+        let parts = payload.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[0] != origin else { return nil }
+        switch parts[1] {
+        case "L":
+            var logs: [UserID: UInt64] = [:]
+            for item in parts[2].split(separator: ",") {
+                let pair = item.split(separator: ":")
+                guard pair.count == 2, let user = Int64(pair[0]), let cursor = UInt64(pair[1]) else { return nil }
+                logs[UserID(rawValue: user), default: 0] = max(logs[UserID(rawValue: user), default: 0], cursor)
+            }
+            return logs.isEmpty ? nil : .logs(logs)
+        case "N":
+            guard let data = Data(base64Encoded: String(parts[2])) else { return nil }
+            return .notice([UInt8](data))
+        default:
+            return nil
+        }
+    }
+
+    // MARK: Listening
+
+    private func listen() async {
+        var delay = self.configuration.reconnectDelay
+        var id = 1_000
+        while !Task.isCancelled {
+            id += 1
+            do {
+                let connection = try await PostgresConnection.connect(
+                    configuration: self.store.connection,
+                    id: id,
+                    logger: self.logger
+                )
+                defer { Task { try? await connection.close() } }
+                try await connection.listen(on: self.configuration.channel) { notifications in
+                    // Listening from here on: whatever was published before is in the store.
+                    self.listening.store(true, ordering: .relaxed)
+                    delay = self.configuration.reconnectDelay
+                    self.logger.debug("listening for other nodes' news")
+                    self.newsContinuation.yield(.resync)
+                    for try await notification in notifications {
+                        if let news = Self.news(from: notification.payload, skipping: self.origin),
+                            case .dropped = self.newsContinuation.yield(news)
+                        {
+                            // The oldest news went: the newest says so.
+                            self.newsContinuation.yield(.resync)
+                        }
+                    }
+                }
+            } catch {
+                if Task.isCancelled { break }
+                self.logger.warning(
+                    "the listener for other nodes' news lost its connection",
+                    metadata: ["error": "\(error)"]
+                )
+            }
+            self.listening.store(false, ordering: .relaxed)
+            guard (try? await Task.sleep(for: delay)) != nil else { break }
+            delay = min(delay * 2, self.configuration.maxReconnectDelay)
+        }
+        self.listening.store(false, ordering: .relaxed)
+    }
+
+    public var customMirror: Mirror {
+        Mirror(self, children: ["mode": self.configuration.mode, "channel": self.configuration.channel])
+    }
+}

@@ -1,0 +1,176 @@
+import CourierClient
+import CourierStore
+import CourierStorePostgres
+import CourierTesting
+import Foundation
+import Logging
+import Synchronization
+import Testing
+
+/// Run alone by `scripts/test`, with the private PostgreSQL cluster it starts (which this test restarts).
+@Suite("Nodes on PostgreSQL: a node SIGKILLed and PostgreSQL restarted while clients send", .serialized)
+struct ClusterCrashTests {
+    /// The ids acknowledged to one client, and every message it received.
+    final class Tally: Sendable {
+        let acked = Mutex<[String: UInt64]>([:])
+        let received = Mutex<[String: Int]>([:])
+        let failures = Mutex<[String]>([])
+        let caughtUp = Mutex(false)
+    }
+
+    @Test(
+        "10,000 sends over three nodes, one node SIGKILLed and PostgreSQL restarted meanwhile: every acknowledged message is stored once and delivered once"
+    )
+    func killNodeAndRestartDatabase() async throws {
+        let seed = TestSeed.make(for: "killNodeAndRestartDatabase")
+        var random = SeededRandom(seed: seed)
+        let perSender = 5_000
+        try await TestDatabase.with { location in
+            try await withTemporaryDirectory { folder in
+                let environment = ["COURIER_DATABASE": TestDatabase.url(of: location)]
+                for user in ["alice", "bob", "carol"] {
+                    let (status, output) = try await CourierExecutable.run(
+                        ["user", "add", user, "--password", "pw-" + user],
+                        environment: environment
+                    )
+                    #expect(status == 0, "\(output)")
+                }
+                let (status, output) = try await CourierExecutable.run(
+                    ["group", "create", "trio", "--owner", "carol", "--members", "alice,bob"],
+                    environment: environment
+                )
+                #expect(status == 0, "\(output)")
+
+                // Three nodes, each on its own ports and data folder; a lost notification is made up for in 100 ms.
+                var ports: [(native: Int, compat: Int, http: Int)] = []
+                for _ in 0..<3 {
+                    ports.append((try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick()))
+                }
+                func start(_ node: Int) async throws -> ServerProcess {
+                    try await ServerProcess.start(
+                        arguments: [
+                            "serve", "--data", folder.appendingPathComponent("node\(node)").path,
+                            "--port", String(ports[node].native), "--compat-port", String(ports[node].compat),
+                            "--http-port", String(ports[node].http), "--node", "node\(node)",
+                            "--limit", "cluster-poll-interval=100ms",
+                        ],
+                        environment: environment,
+                        readyPort: ports[node].native,
+                        log: folder.appendingPathComponent("node\(node).log")
+                    )
+                }
+                var nodes: [ServerProcess] = []
+                for node in 0..<3 { nodes.append(try await start(node)) }
+
+                // alice on node 0 writes to bob, carol on node 1 to the group; bob reads on node 2.
+                func client(_ user: String, node: Int) throws -> CourierClient {
+                    var configuration = CourierClient.Configuration(
+                        port: ports[node].native,
+                        credentials: .password(user: user, password: "pw-" + user),
+                        storePath: folder.appendingPathComponent("\(user).sqlite").path
+                    )
+                    configuration.minBackoff = .milliseconds(10)
+                    configuration.maxBackoff = .milliseconds(300)
+                    return try CourierClient(configuration: configuration)
+                }
+                let clients = [try client("alice", node: 0), try client("bob", node: 2), try client("carol", node: 1)]
+                let (alice, bob, carol) = (clients[0], clients[1], clients[2])
+                let tallies = clients.map { _ in Tally() }
+                let aliceIDs = try await alice.send(contentsOf: (0..<perSender).map { ("a\($0)", .user("bob")) })
+                let carolIDs = try await carol.send(contentsOf: (0..<perSender).map { ("c\($0)", .group("trio")) })
+
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for (client, tally) in zip(clients, tallies) {
+                        group.addTask {
+                            for await event in client.events {
+                                switch event {
+                                case .sent(let id, _, let seq, _): tally.acked.withLock { $0[id] = seq }
+                                case .message(let message):
+                                    tally.received.withLock { $0[message.id, default: 0] += 1 }
+                                case .sendFailed(let id, let code, _):
+                                    tally.failures.withLock { $0.append("\(id): \(code)") }
+                                case .caughtUp:
+                                    tally.caughtUp.withLock { $0 = true }
+                                default: break
+                                }
+                            }
+                        }
+                    }
+                    // bob first: a device made by a login starts at the present.
+                    group.addTask { await bob.run() }
+                    try await waitUntil("bob caught up") { tallies[1].caughtUp.withLock { $0 } }
+                    group.addTask { await alice.run() }
+                    group.addTask { await carol.run() }
+
+                    // At two seeded counts of acknowledgements: node 0 SIGKILLed and started again, and
+                    // PostgreSQL restarted, in a seeded order.
+                    let total = 2 * perSender
+                    var marks = (0..<2).map { _ in Int.random(in: 200..<(total - 1_000), using: &random) }.sorted()
+                    if marks[1] <= marks[0] { marks[1] = marks[0] + 1 }
+                    let killFirst = Bool.random(using: &random)
+                    func acked() -> Int {
+                        tallies[0].acked.withLock { $0.count } + tallies[2].acked.withLock { $0.count }
+                    }
+                    for (index, mark) in marks.enumerated() {
+                        try await waitUntil("\(mark) acknowledgements", timeout: .seconds(180)) { acked() >= mark }
+                        if (index == 0) == killFirst {
+                            await nodes[0].kill()
+                            print("killNodeAndRestartDatabase: node 0 SIGKILLed after \(acked()) acknowledgements")
+                            nodes[0] = try await start(0)
+                        } else {
+                            print("killNodeAndRestartDatabase: restarting PostgreSQL after \(acked()) acknowledgements")
+                            try await TestDatabase.restartCluster()
+                        }
+                    }
+                    // Until both outboxes are empty and bob has every message.
+                    try await waitUntil("every message sent and received", timeout: .seconds(300)) {
+                        let pending = (
+                            try await alice.pendingMessageIDs().count, try await carol.pendingMessageIDs().count
+                        )
+                        return pending == (0, 0) && tallies[1].received.withLock({ $0.count }) >= total
+                    }
+                    for client in clients { client.stop() }
+                    try await group.waitForAll()
+                }
+                for node in nodes { #expect(await node.terminate() == 0, "a graceful stop exits 0") }
+
+                // Read from the database: every acknowledged message is stored, once.
+                let store = PostgresStore(location: location, logger: Logger(label: "verify"))
+                try await store.withRunning {
+                    let bobID = try #require(try await store.user(named: "bob")).id
+                    var direct: [String] = []
+                    var before: UInt64 = 0
+                    repeat {
+                        let page = try await store.history(
+                            for: bobID,
+                            in: .user("alice"),
+                            beforeSeq: before,
+                            limit: 1000
+                        )
+                        direct += page.messages.map(\.id)
+                        before = page.messages.last?.seq ?? 0
+                        if !page.more { break }
+                    } while true
+                    #expect(direct.count == perSender && Set(direct) == Set(aliceIDs))
+                    let trio = try await store.history(for: bobID, in: .group("trio"), beforeSeq: 0, limit: 200)
+                    #expect(trio.messages.first?.seq == UInt64(perSender), "the group holds exactly \(perSender)")
+                }
+                #expect(Set(tallies[0].acked.withLock { Array($0.keys) }) == Set(aliceIDs))
+                #expect(Set(tallies[2].acked.withLock { Array($0.keys) }) == Set(carolIDs))
+                #expect(tallies[0].failures.withLock { $0 }.isEmpty && tallies[2].failures.withLock { $0 }.isEmpty)
+                // bob received each message exactly once, and his device stored them gap-free and in order.
+                let received = tallies[1].received.withLock { $0 }
+                #expect(Set(received.keys) == Set(aliceIDs + carolIDs))
+                #expect(received.values.allSatisfy { $0 == 1 })
+                #expect(try await bob.storedMessages(in: .user("alice")).map(\.seq) == Array(1...UInt64(perSender)))
+                #expect(try await bob.storedMessages(in: .group("trio")).map(\.seq) == Array(1...UInt64(perSender)))
+                let texts = try await bob.storedMessages(in: .user("alice")).map(\.text)
+                let firstOutOfOrder = texts.indices.first { texts[$0] != "a\($0)" }
+                #expect(
+                    firstOutOfOrder == nil,
+                    "alice's messages out of order from \(firstOutOfOrder ?? 0): \(texts.dropFirst((firstOutOfOrder ?? 0) - 2).prefix(12))"
+                )
+            }
+        }
+    }
+}

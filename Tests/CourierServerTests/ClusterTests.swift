@@ -1,0 +1,124 @@
+import CourierProtocol
+import CourierServer
+import CourierServerTesting
+import CourierStore
+import CourierStorePostgres
+import CourierTesting
+import CourierWire
+import Foundation
+import PostgresNIO
+import Testing
+
+@Suite("Several nodes on one PostgreSQL database", .serialized)
+struct ClusterTests {
+    @Test(
+        "three nodes: native and compat clients spread over them chat 1:1 and in a group; every message arrives once, in order, on every device",
+        arguments: PostgresFeed.Mode.allCases
+    )
+    func threeNodes(fanout: PostgresFeed.Mode) async throws {
+        try await ClusterFixture.with(nodes: 3, fanout: fanout) { cluster in
+            for name in ["alice", "bob", "carol"] { try await cluster.user(name) }
+            try await cluster.store.createGroup(name: "trio", owner: "alice", members: ["bob", "carol"], nowMs: 0)
+            let (node0, node1, node2) = (cluster.nodes[0].ports, cluster.nodes[1].ports, cluster.nodes[2].ports)
+
+            let (phone, _) = try await NativeTestClient.login(port: node0.native, "alice", device: "phone")
+            let (laptop, _) = try await NativeTestClient.login(port: node2.native, "alice", device: "laptop")
+            let (carol, _) = try await NativeTestClient.login(port: node1.native, "carol")
+            let bob = try await CompatTestClient.connect(port: node1.compat)
+            try await bob.write(try CompatTestClient.packet("auth", ["user": "bob", "password": "pw-bob"]))
+            _ = try await bob.expect("welcome")
+
+            // Interleaved: alice (node 0) to bob, bob (compat, node 1) to the group, carol (node 1) to alice.
+            let count = 20
+            for index in 0..<count {
+                #expect(try await phone.sendText("a\(index)", to: .user("bob"), id: "a\(index)").body.isSent)
+                try await bob.write(
+                    try CompatTestClient.packet(
+                        "txt",
+                        ["group": "trio", "id": .string("b\(index)")],
+                        payload: Array("b\(index)".utf8)
+                    )
+                )
+                _ = try await bob.expect("ack")
+                #expect(try await carol.sendText("c\(index)", to: .user("alice"), id: "c\(index)").body.isSent)
+            }
+            let a = (0..<count).map { "a\($0)" }
+            let b = (0..<count).map { "b\($0)" }
+            let c = (0..<count).map { "c\($0)" }
+
+            // Each device: exactly the messages it should get, each sender's in the order sent.
+            func bySender(_ messages: [Courier_V1_Message]) -> [String: [String]] {
+                Dictionary(grouping: messages, by: \.from).mapValues { $0.map(\.id) }
+            }
+            let onPhone = try await phone.messages(2 * count)
+            #expect(bySender(onPhone) == ["bob": b, "carol": c])
+            let onLaptop = try await laptop.messages(3 * count)
+            #expect(bySender(onLaptop) == ["alice": a, "bob": b, "carol": c])
+            let onCarol = try await carol.messages(count)
+            #expect(bySender(onCarol) == ["bob": b])
+            var onBob: [String] = []
+            while onBob.count < count {
+                let frame = try await bob.expect("txt")
+                if case .string(let id)? = frame.header["id"] { onBob.append(id) }
+            }
+            #expect(onBob == a)
+
+            // Nothing more comes: a last message from each side arrives next, on every device.
+            _ = try await carol.sendText("last", to: .group("trio"), id: "last")
+            for client in [phone, laptop] {
+                #expect(try await client.messages(1).map(\.id) == ["last"])
+            }
+            let next = try await bob.expect("txt")
+            #expect(next.header["id"] == .string("last"))
+            for client in [phone, laptop, carol] { await client.close() }
+            await bob.close()
+        } configure: {
+            // Each way alone must deliver: notifications without polling (an hour), polling alone every 50 ms.
+            $0.cluster.pollInterval = fanout == .notify ? .seconds(3600) : .milliseconds(50)
+            // The devices that only read say nothing until the end: on a loaded machine that can pass a minute.
+            $0.limits.idleTimeout = .seconds(600)
+        }
+    }
+
+    @Test("a listener cut off catches up when it reconnects: what was sent meanwhile arrives; /health says so")
+    func listenerReconnects() async throws {
+        var feed = PostgresFeed.Configuration()
+        feed.reconnectDelay = .seconds(1)
+        try await ClusterFixture.with(nodes: 2, feed: feed) { cluster in
+            try await cluster.user("alice")
+            try await cluster.user("bob")
+            let (alice, _) = try await NativeTestClient.login(port: cluster.nodes[0].ports.native, "alice")
+            let (bob, _) = try await NativeTestClient.login(port: cluster.nodes[1].ports.native, "bob")
+            try await waitUntil("both nodes listen") { cluster.nodes.allSatisfy { $0.feed.isListening } }
+            #expect(try await cluster.health(of: 1).contains("\"database\":\"postgres\",\"listening\":true"))
+            _ = try await alice.sendText("before", to: .user("bob"), id: "m1")
+            #expect(try await bob.messages(1).map(\.id) == ["m1"])
+
+            // Every listener's connection is ended by the server; node 1 waits a second before it reconnects.
+            try await TestDatabase.admin(cluster.location) { connection in
+                _ = try await connection.query(
+                    """
+                    SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                    WHERE datname = current_database() AND query LIKE 'LISTEN%'
+                    """,
+                    logger: TestDatabase.logger
+                ).collect()
+            }
+            try await waitUntil("node 1 notices") { !cluster.nodes[1].feed.isListening }
+            #expect(try await cluster.health(of: 1).contains("\"listening\":false"))
+            // Its notification is lost: only the resync after reconnecting can bring it (no polling: an hour).
+            _ = try await alice.sendText("while away", to: .user("bob"), id: "m2")
+            #expect(try await bob.messages(1).map(\.id) == ["m2"])
+            #expect(cluster.nodes[1].feed.isListening)
+            await alice.close()
+            await bob.close()
+        } configure: {
+            $0.cluster.pollInterval = .seconds(3600)
+            $0.limits.idleTimeout = .seconds(600)
+        }
+    }
+}
+
+extension Optional where Wrapped == ServerEnvelope.OneOf_Body {
+    var isSent: Bool { if case .sendAck? = self { true } else { false } }
+}

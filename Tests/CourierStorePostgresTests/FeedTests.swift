@@ -1,0 +1,113 @@
+import CourierStore
+import CourierTesting
+import Foundation
+import Logging
+import PostgresNIO
+import Synchronization
+import Testing
+
+@testable import CourierStorePostgres
+
+@Suite("PostgreSQL: the news between nodes, and what each node owns")
+struct FeedTests {
+    @Test("a batch of cursors is cut into payloads under PostgreSQL's limit and read back whole; a node skips its own")
+    func payloads() throws {
+        var logs: [UserID: UInt64] = [:]
+        for user in 1...3_000 { logs[UserID(rawValue: Int64(user) * 7_919)] = UInt64(user) * 1_000_003 }
+        let notice: [UInt8] = Array("{\"typing\":true}".utf8)
+        let payloads = PostgresFeed.payloads(origin: "abc", logs: logs, notices: [notice])
+        #expect(payloads.count > 2, "3,000 cursors take several payloads")
+        #expect(payloads.allSatisfy { $0.utf8.count <= PostgresFeed.maxPayloadBytes })
+        var read: [UserID: UInt64] = [:]
+        var notices: [[UInt8]] = []
+        for payload in payloads {
+            #expect(PostgresFeed.news(from: payload, skipping: "abc") == nil, "its own payload")
+            switch PostgresFeed.news(from: payload, skipping: "other") {
+            case .logs(let cursors)?:
+                read.merge(cursors) { _, _ in
+                    Issue.record("a user twice")
+                    return 0
+                }
+            case .notice(let bytes)?: notices.append(bytes)
+            default: Issue.record("unreadable: \(payload.prefix(40))")
+            }
+        }
+        #expect(read == logs && notices == [notice])
+        for junk in ["", "abc", "x L", "x L 1:a", "x L 1:2:3", "x Z 1:2", "x N %%%", "x L -:1"] {
+            #expect(PostgresFeed.news(from: junk, skipping: "other") == nil, "\(junk)")
+        }
+    }
+
+    @Test("a node starting clears the devices it left connected, and no other node's; nor does a late disconnect")
+    func connectedDevicesPerNode() async throws {
+        try await TestDatabase.with { location in
+            func store(_ node: String) -> PostgresStore {
+                var configuration = PostgresStore.Configuration()
+                configuration.node = node
+                configuration.passwordHasher = PasswordHasher(
+                    logN: 4,
+                    blockSize: 8,
+                    parallelism: 1,
+                    saltBytes: 16,
+                    keyBytes: 32
+                )
+                return PostgresStore(location: location, configuration: configuration, logger: TestDatabase.logger)
+            }
+            let one = store("one")
+            let two = store("two")
+            try await one.migrate()
+            try await one.withRunning {
+                try await two.withRunning {
+                    _ = try await one.addUser(name: "alice", password: "pw", nowMs: 1)
+                    let phone = try await one.login(user: "alice", password: "pw", deviceName: "phone", nowMs: 1)
+                    let laptop = try await two.login(user: "alice", password: "pw", deviceName: "laptop", nowMs: 1)
+                    try await one.recordDeviceActivity([.init(device: phone.device.id, connected: true, ms: 10)])
+                    try await two.recordDeviceActivity([.init(device: laptop.device.id, connected: true, ms: 20)])
+                    // Node one starts again after a crash.
+                    try await one.clearConnectedDevices()
+                    let devices = try await two.devices(of: "alice")
+                    #expect(devices.map(\.connectedSinceMs) == [nil, 20])
+                    #expect(devices.map(\.lastSeenMs) == [10, nil])
+                    // The laptop's old connection through node one ends late: it stays connected through two.
+                    try await one.recordDeviceActivity([.init(device: laptop.device.id, connected: false, ms: 30)])
+                    let after = try await two.devices(of: "alice")
+                    #expect(after.map(\.connectedSinceMs) == [nil, 20] && after.map(\.lastSeenMs) == [10, 30])
+                }
+            }
+        }
+    }
+
+    @Test("work on a connection that closes under it ends with ConnectionLost, instead of waiting for ever")
+    func connectionClosedUnderWork() async throws {
+        try await TestDatabase.with { location in
+            let connection = try await PostgresConnection.connect(
+                configuration: location.connectionConfiguration,
+                id: 7,
+                logger: TestDatabase.logger
+            )
+            var backend: Int32 = 0
+            for try await pid in try await connection.query("SELECT pg_backend_pid()", logger: TestDatabase.logger)
+                .decode(Int32.self)
+            {
+                backend = pid
+            }
+            let started = Mutex(false)
+            async let outcome: Result<Void, any Error> = Result {
+                try await PostgresStore.untilClosed(connection) {
+                    started.withLock { $0 = true }
+                    // An answer that never comes, as for a statement postgres-nio dropped.
+                    try await Task.sleep(for: .seconds(3600))
+                }
+            }
+            try await waitUntil("the work started") { started.withLock { $0 } }
+            try await TestDatabase.admin(location) { admin in
+                try await admin.run("SELECT pg_terminate_backend(\(backend))", logger: TestDatabase.logger)
+            }
+            switch await outcome {
+            case .failure(let error): #expect(error is PostgresStore.ConnectionLost, "\(error)")
+            case .success: Issue.record("the work cannot have finished")
+            }
+            #expect(connection.isClosed)
+        }
+    }
+}
