@@ -34,15 +34,7 @@ public struct ClusterFixture: Sendable {
         _ body: @Sendable (ClusterFixture) async throws -> T,
         configure: (inout ServerConfiguration) -> Void = { _ in }
     ) async throws -> T {
-        let logger =
-            logger
-            ?? {
-                var logger = Logger(label: "courier.test-cluster")
-                logger.logLevel =
-                    ProcessInfo.processInfo.environment["COURIER_TEST_LOG"].flatMap { Logger.Level(rawValue: $0) }
-                    ?? .critical
-                return logger
-            }()
+        let logger = logger ?? ServerFixture.testLogger(label: "courier.test-cluster")
         return try await TestDatabase.with { location in
             var folders: [TemporaryDirectory] = []
             defer { for folder in folders { folder.remove() } }

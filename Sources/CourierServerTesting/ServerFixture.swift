@@ -35,15 +35,7 @@ public struct ServerFixture: Sendable {
         configuration.dataFolder = folder ?? temporary!.url
         configuration.store.passwordHasher = Self.cheapHasher
         configure(&configuration)
-        let logger =
-            logger
-            ?? {
-                var logger = Logger(label: "courier.test-server")
-                logger.logLevel =
-                    ProcessInfo.processInfo.environment["COURIER_TEST_LOG"].flatMap { Logger.Level(rawValue: $0) }
-                    ?? .critical
-                return logger
-            }()
+        let logger = logger ?? Self.testLogger(label: "courier.test-server")
         let server = try CourierServer(configuration: configuration, logger: logger)
         let group = ServiceGroup(services: [server], logger: logger)
         return try await withThrowingTaskGroup(of: T?.self) { tasks in
@@ -68,6 +60,14 @@ public struct ServerFixture: Sendable {
                 throw error
             }
         }
+    }
+
+    /// A logger for test servers: to the console, at the level `COURIER_TEST_LOG` names (default critical).
+    public static func testLogger(label: String) -> Logger {
+        var logger = Logger(label: label)
+        logger.logLevel =
+            ProcessInfo.processInfo.environment["COURIER_TEST_LOG"].flatMap { Logger.Level(rawValue: $0) } ?? .critical
+        return logger
     }
 
     /// Creates a user with the password "pw-" + name.

@@ -10,14 +10,6 @@ import Testing
 /// Run alone by `scripts/test`, with the private PostgreSQL cluster it starts (which this test restarts).
 @Suite("Nodes on PostgreSQL: a node SIGKILLed and PostgreSQL restarted while clients send", .serialized)
 struct ClusterCrashTests {
-    /// The ids acknowledged to one client, and every message it received.
-    final class Tally: Sendable {
-        let acked = Mutex<[String: UInt64]>([:])
-        let received = Mutex<[String: Int]>([:])
-        let failures = Mutex<[String]>([])
-        let caughtUp = Mutex(false)
-    }
-
     @Test(
         "10,000 sends over three nodes, one node SIGKILLed and PostgreSQL restarted meanwhile: every acknowledged message is stored once and delivered once"
     )
@@ -75,26 +67,13 @@ struct ClusterCrashTests {
                 }
                 let clients = [try client("alice", node: 0), try client("bob", node: 2), try client("carol", node: 1)]
                 let (alice, bob, carol) = (clients[0], clients[1], clients[2])
-                let tallies = clients.map { _ in Tally() }
+                let tallies = clients.map { _ in SendBurst.Tally() }
                 let aliceIDs = try await alice.send(contentsOf: (0..<perSender).map { ("a\($0)", .user("bob")) })
                 let carolIDs = try await carol.send(contentsOf: (0..<perSender).map { ("c\($0)", .group("trio")) })
 
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     for (client, tally) in zip(clients, tallies) {
-                        group.addTask {
-                            for await event in client.events {
-                                switch event {
-                                case .sent(let id, _, let seq, _): tally.acked.withLock { $0[id] = seq }
-                                case .message(let message):
-                                    tally.received.withLock { $0[message.id, default: 0] += 1 }
-                                case .sendFailed(let id, let code, _):
-                                    tally.failures.withLock { $0.append("\(id): \(code)") }
-                                case .caughtUp:
-                                    tally.caughtUp.withLock { $0 = true }
-                                default: break
-                                }
-                            }
-                        }
+                        group.addTask { await tally.follow(client) }
                     }
                     // bob first: a device made by a login starts at the present.
                     group.addTask { await bob.run() }
@@ -134,42 +113,20 @@ struct ClusterCrashTests {
                 }
                 for node in nodes { #expect(await node.terminate() == 0, "a graceful stop exits 0") }
 
-                // Read from the database: every acknowledged message is stored, once.
+                // Read from the database through a store of its own: every acknowledged message is stored, once.
                 let store = PostgresStore(location: location, logger: Logger(label: "verify"))
                 try await store.withRunning {
-                    let bobID = try #require(try await store.user(named: "bob")).id
-                    var direct: [String] = []
-                    var before: UInt64 = 0
-                    repeat {
-                        let page = try await store.history(
-                            for: bobID,
-                            in: .user("alice"),
-                            beforeSeq: before,
-                            limit: 1000
-                        )
-                        direct += page.messages.map(\.id)
-                        before = page.messages.last?.seq ?? 0
-                        if !page.more { break }
-                    } while true
-                    #expect(direct.count == perSender && Set(direct) == Set(aliceIDs))
-                    let trio = try await store.history(for: bobID, in: .group("trio"), beforeSeq: 0, limit: 200)
-                    #expect(trio.messages.first?.seq == UInt64(perSender), "the group holds exactly \(perSender)")
+                    try await SendBurst.check(
+                        store: store,
+                        perSender: perSender,
+                        aliceIDs: aliceIDs,
+                        carolIDs: carolIDs,
+                        alice: tallies[0],
+                        bob: tallies[1],
+                        carol: tallies[2],
+                        bobsClient: bob
+                    )
                 }
-                #expect(Set(tallies[0].acked.withLock { Array($0.keys) }) == Set(aliceIDs))
-                #expect(Set(tallies[2].acked.withLock { Array($0.keys) }) == Set(carolIDs))
-                #expect(tallies[0].failures.withLock { $0 }.isEmpty && tallies[2].failures.withLock { $0 }.isEmpty)
-                // bob received each message exactly once, and his device stored them gap-free and in order.
-                let received = tallies[1].received.withLock { $0 }
-                #expect(Set(received.keys) == Set(aliceIDs + carolIDs))
-                #expect(received.values.allSatisfy { $0 == 1 })
-                #expect(try await bob.storedMessages(in: .user("alice")).map(\.seq) == Array(1...UInt64(perSender)))
-                #expect(try await bob.storedMessages(in: .group("trio")).map(\.seq) == Array(1...UInt64(perSender)))
-                let texts = try await bob.storedMessages(in: .user("alice")).map(\.text)
-                let firstOutOfOrder = texts.indices.first { texts[$0] != "a\($0)" }
-                #expect(
-                    firstOutOfOrder == nil,
-                    "alice's messages out of order from \(firstOutOfOrder ?? 0): \(texts.dropFirst((firstOutOfOrder ?? 0) - 2).prefix(12))"
-                )
             }
         }
     }

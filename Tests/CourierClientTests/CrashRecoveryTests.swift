@@ -8,14 +8,6 @@ import Testing
 
 @Suite("SIGKILL of the server while clients send", .serialized)
 struct CrashRecoveryTests {
-    /// The ids acknowledged to one client, and every event it saw.
-    final class Tally: Sendable {
-        let acked = Mutex<[String: UInt64]>([:])
-        let received = Mutex<[String: Int]>([:])
-        let failures = Mutex<[String]>([])
-        let caughtUp = Mutex(false)
-    }
-
     @Test("after SIGKILLs at seeded random moments every acknowledged message is stored and delivered exactly once")
     func killAndRestart() async throws {
         let seed = TestSeed.make(for: "killAndRestart")
@@ -50,25 +42,13 @@ struct CrashRecoveryTests {
                 return try CourierClient(configuration: configuration)
             }
             let clients = try ["alice", "bob", "carol"].map(client)
-            let tallies = clients.map { _ in Tally() }
+            let tallies = clients.map { _ in SendBurst.Tally() }
             let aliceIDs = try await clients[0].send(contentsOf: (0..<perSender).map { ("a\($0)", .user("bob")) })
             let carolIDs = try await clients[2].send(contentsOf: (0..<perSender).map { ("c\($0)", .group("trio")) })
 
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for (client, tally) in zip(clients, tallies) {
-                    group.addTask {
-                        for await event in client.events {
-                            switch event {
-                            case .sent(let id, _, let seq, _): tally.acked.withLock { $0[id] = seq }
-                            case .message(let message): tally.received.withLock { $0[message.id, default: 0] += 1 }
-                            case .sendFailed(let id, let code, _):
-                                tally.failures.withLock { $0.append("\(id): \(code)") }
-                            case .caughtUp:
-                                tally.caughtUp.withLock { $0 = true }
-                            default: break
-                            }
-                        }
-                    }
+                    group.addTask { await tally.follow(client) }
                 }
                 // bob first: a device made by a login starts at the present, so bob must exist as a device before
                 // the first message to him is committed (older ones are history, not sync).
@@ -135,30 +115,15 @@ struct CrashRecoveryTests {
 
             // Every acknowledged message is stored, once; so is every message of the outboxes.
             let store = try SQLiteStore(folder: data, logger: Logger(label: "verify"))
-            let bob = try #require(try await store.user(named: "bob")).id
-            var direct: [String] = []
-            var before: UInt64 = 0
-            repeat {
-                let page = try await store.history(for: bob, in: .user("alice"), beforeSeq: before, limit: 1000)
-                direct += page.messages.map(\.id)
-                before = page.messages.last?.seq ?? 0
-                if !page.more { break }
-            } while true
-            #expect(direct.count == perSender && Set(direct) == Set(aliceIDs))
-            let group = try await store.history(for: bob, in: .group("trio"), beforeSeq: 0, limit: 200)
-            #expect(group.messages.first?.seq == UInt64(perSender), "the group holds exactly \(perSender) messages")
-            #expect(Set(tallies[0].acked.withLock { Array($0.keys) }) == Set(aliceIDs))
-            #expect(Set(tallies[2].acked.withLock { Array($0.keys) }) == Set(carolIDs))
-            #expect(tallies[0].failures.withLock { $0 }.isEmpty && tallies[2].failures.withLock { $0 }.isEmpty)
-            // bob received each message exactly once, and his device stored them gap-free.
-            let received = tallies[1].received.withLock { $0 }
-            #expect(Set(received.keys) == Set(aliceIDs + carolIDs))
-            #expect(received.values.allSatisfy { $0 == 1 })
-            #expect(try await clients[1].storedMessages(in: .user("alice")).map(\.seq) == Array(1...UInt64(perSender)))
-            #expect(try await clients[1].storedMessages(in: .group("trio")).map(\.seq) == Array(1...UInt64(perSender)))
-            // Messages from one sender keep their order.
-            #expect(
-                try await clients[1].storedMessages(in: .user("alice")).map(\.text) == (0..<perSender).map { "a\($0)" }
+            try await SendBurst.check(
+                store: store,
+                perSender: perSender,
+                aliceIDs: aliceIDs,
+                carolIDs: carolIDs,
+                alice: tallies[0],
+                bob: tallies[1],
+                carol: tallies[2],
+                bobsClient: clients[1]
             )
         }
     }
