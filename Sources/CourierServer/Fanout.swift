@@ -1,8 +1,8 @@
 import CourierProtocol
 import CourierStore
 
-/// How news reaches the connections it concerns: in this process today (``Hub``), across nodes once several
-/// servers share one database. A session speaks to this protocol only and never knows which it has.
+/// How news reaches the connections it concerns: in this process (``Hub``), and across the nodes that share one
+/// database (``ClusterFanout``). A session speaks to this protocol only and never knows which it has.
 ///
 /// Everything it carries is a hint. The store is the truth: a connection woken with a cursor reads its events from
 /// the store at its own pace, so a hint that is lost (a node that restarts, a notification dropped) costs latency,
