@@ -36,14 +36,7 @@ extension PostgresStore {
             try await log.lock(users, connection)
             try await Self.checkNotRemoved(users, connection, logger: logger)
             try await Self.addMembers(users, to: conversation, atSeq: 0, log: &log, connection)
-            try await log.finish(connection)
-            try await Self.recordChanges(
-                log.book.appended.keys.sorted().map(StoreChange.logAppended),
-                nowMs: nowMs,
-                connection,
-                logger: logger
-            )
-            return log.book.appended
+            return try await Self.finishRecordingChanges(log, nowMs: nowMs, connection)
         }
     }
 
@@ -100,15 +93,27 @@ extension PostgresStore {
             for user in removing {
                 try await Self.removeMember(user, from: conversation, log: &log, connection)
             }
-            try await log.finish(connection)
-            try await Self.recordChanges(
-                log.book.appended.keys.sorted().map(StoreChange.logAppended),
-                nowMs: nowMs,
-                connection,
-                logger: logger
-            )
-            return log.book.appended
+            return try await Self.finishRecordingChanges(log, nowMs: nowMs, connection)
         }
+    }
+
+    /// Writes a group change's log entries and records each grown log as a change, for the running servers (an
+    /// admin command's change, or another node's).
+    ///
+    /// - Returns: The users whose logs grew, with their newest cursors.
+    private static func finishRecordingChanges(
+        _ log: PostgresEventLog,
+        nowMs: Int64,
+        _ connection: PostgresConnection
+    ) async throws -> [UserID: UInt64] {
+        try await log.finish(connection)
+        try await Self.recordChanges(
+            log.book.appended.keys.sorted().map(StoreChange.logAppended),
+            nowMs: nowMs,
+            connection,
+            logger: log.logger
+        )
+        return log.book.appended
     }
 
     /// Refuses to add users to a group by someone they have not agreed to: each must be a contact of the actor.
