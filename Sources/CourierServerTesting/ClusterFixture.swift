@@ -49,6 +49,9 @@ public struct ClusterFixture: Sendable {
                 configuration.httpPort = 0
                 configuration.dataFolder = folder.url
                 configuration.store.passwordHasher = ServerFixture.cheapHasher
+                // A device that only reads says nothing until the test's end: on a loaded machine that can pass a minute
+                // (the tests of idle connections set their own).
+                configuration.limits.idleTimeout = .seconds(600)
                 configure(&configuration)
                 var storeConfiguration = PostgresStore.Configuration()
                 storeConfiguration.node = "node\(index)"

@@ -34,6 +34,9 @@ public struct ServerFixture: Sendable {
         configuration.httpPort = 0
         configuration.dataFolder = folder ?? temporary!.url
         configuration.store.passwordHasher = Self.cheapHasher
+        // A device that only reads says nothing until the test's end: on a loaded machine that can pass a minute
+        // (the tests of idle connections set their own).
+        configuration.limits.idleTimeout = .seconds(600)
         configure(&configuration)
         let logger = logger ?? Self.testLogger(label: "courier.test-server")
         let server = try CourierServer(configuration: configuration, logger: logger)

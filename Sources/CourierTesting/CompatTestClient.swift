@@ -82,7 +82,7 @@ public actor CompatTestClient {
     }
 
     /// Reads until a packet of a type arrives, keeping the others for later reads.
-    public func expect(_ type: String, timeout: Duration = .seconds(10)) async throws -> CompatFrame {
+    public func expect(_ type: String, timeout: Duration = Patience.reply) async throws -> CompatFrame {
         if let index = self.backlog.firstIndex(where: { $0.header.type == type }) {
             return self.backlog.remove(at: index)
         }
@@ -111,7 +111,7 @@ public actor CompatTestClient {
     }
 
     /// The next packet (one read before comes first), or nil when the server closed the connection.
-    public func next(timeout: Duration = .seconds(10)) async throws -> CompatFrame? {
+    public func next(timeout: Duration = Patience.reply) async throws -> CompatFrame? {
         if !self.backlog.isEmpty { return self.backlog.removeFirst() }
         let deadline = ContinuousClock.now + timeout
         while true {
@@ -126,7 +126,7 @@ public actor CompatTestClient {
     }
 
     /// Reads until the server closes the connection; returns every packet not read before.
-    public func expectClose(timeout: Duration = .seconds(10)) async throws -> [CompatFrame] {
+    public func expectClose(timeout: Duration = Patience.reply) async throws -> [CompatFrame] {
         var frames = self.backlog
         self.backlog = []
         let deadline = ContinuousClock.now + timeout

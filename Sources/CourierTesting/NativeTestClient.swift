@@ -81,7 +81,7 @@ public actor NativeTestClient {
     }
 
     /// The next thing the server sends, or `.closed`; throws ``Timeout`` after `timeout`.
-    public func receive(timeout: Duration = .seconds(10)) async throws -> Received {
+    public func receive(timeout: Duration = Patience.reply) async throws -> Received {
         if !self.backlog.isEmpty { return .envelope(self.backlog.removeFirst()) }
         guard let frame = try await self.inbox.next(timeout: timeout) else { return .closed }
         if frame.kind == .message, let envelope = try? frame.envelope(as: ServerEnvelope.self) {
@@ -92,7 +92,7 @@ public actor NativeTestClient {
 
     /// Reads until an envelope matches, keeping the others for later reads.
     public func expect<T: Sendable>(
-        timeout: Duration = .seconds(10),
+        timeout: Duration = Patience.reply,
         _ what: String = "an envelope",
         _ match: @Sendable (ServerEnvelope) -> T?
     ) async throws -> T {
@@ -119,7 +119,7 @@ public actor NativeTestClient {
 
     /// Reads until a frame that is not an envelope matches, keeping envelopes and other frames for later reads.
     public func expectFrame(
-        timeout: Duration = .seconds(10),
+        timeout: Duration = Patience.reply,
         _ what: String = "a frame",
         where match: @Sendable (NativeFrame) -> Bool
     ) async throws -> NativeFrame {
@@ -144,7 +144,7 @@ public actor NativeTestClient {
     }
 
     /// Reads until the server closes the connection, returning the envelopes it sent first.
-    public func expectClose(timeout: Duration = .seconds(10)) async throws -> [ServerEnvelope] {
+    public func expectClose(timeout: Duration = Patience.reply) async throws -> [ServerEnvelope] {
         var envelopes = self.backlog
         self.backlog = []
         let deadline = ContinuousClock.now + timeout

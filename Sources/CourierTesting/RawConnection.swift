@@ -51,13 +51,13 @@ public final class RawConnection: Sendable {
     }
 
     /// Waits until the server closes the connection (or `timeout` passes) and returns everything received.
-    public func readUntilClosed(timeout: Duration = .seconds(10)) async throws -> [UInt8] {
+    public func readUntilClosed(timeout: Duration = Patience.reply) async throws -> [UInt8] {
         try await self.channel.closeFuture.get()
         return self.received.bytes
     }
 
     /// Waits until at least `count` bytes have arrived, or the connection closed, or `timeout` passed.
-    public func read(atLeast count: Int, timeout: Duration = .seconds(10)) async throws -> [UInt8] {
+    public func read(atLeast count: Int, timeout: Duration = Patience.reply) async throws -> [UInt8] {
         let deadline = ContinuousClock.now + timeout
         while self.received.count < count, self.channel.isActive, ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(10))
