@@ -80,11 +80,12 @@ public final class CourierServer: Service, Sendable {
     }
 
     /// A server on a store opened elsewhere: a node on a database that others share, with the `feed` through
-    /// which the nodes hint at what each committed (nil for a store of its own). The data folder keeps the media,
-    /// the lock and the crash reports. The server closes the store when ``run()`` ends; a store that runs as a
+    /// which the nodes hint at what each committed (nil for a store of its own). The data folder keeps the lock and
+    /// the crash reports, and the media when the store keeps none
+    /// (``CourierDatabase/blobStorage(folder:configuration:logger:)``; PostgreSQL keeps it for every node). The server closes the store when ``run()`` ends; a store that runs as a
     /// service of its own (``CourierStorePostgres``'s pool) must run for as long as the server does.
     ///
-    /// - Throws: ``DataFolderInUse``; `NIOSSLError`; ``CourierStoreError`` if the media folder cannot be opened.
+    /// - Throws: ``DataFolderInUse``; `NIOSSLError`; ``CourierStoreError`` if the media storage cannot be opened.
     public convenience init(
         configuration: ServerConfiguration,
         store: any CourierDatabase,

@@ -6,10 +6,12 @@ import Logging
 import NIOCore
 import Synchronization
 
-/// The server's media: uploads into the blob store (size limit, quota, digest check), reads out of it, and the
-/// clean-up of abandoned uploads. Both ports and the HTTP port use it.
+/// The server's media: uploads into the blob storage (size limit, quota, digest check), reads out of it, and the
+/// clean-up of abandoned uploads. Both ports and the HTTP port use it. The storage is the database's
+/// (``CourierDatabase/blobStorage(folder:configuration:logger:)``): files in the data folder with SQLite, rows that
+/// every node reads with PostgreSQL.
 final class MediaService: Sendable {
-    let blobs: BlobStore
+    let blobs: any BlobStorage
     let store: any CourierDatabase
     let configuration: ServerConfiguration.Media
     let metrics: ServerMetrics
@@ -22,7 +24,8 @@ final class MediaService: Sendable {
     private let starting = AsyncLock()
     /// The uploads in progress (started, neither finished nor deleted) of each user, with their declared sizes: what
     /// counts against the user's quota and upload count. Read from the blob store's folder once, then kept up to
-    /// date, so that starting an upload never lists the whole folder (nil until the first start).
+    /// date, so that starting an upload never lists the whole folder (nil until the first start). Storage that other
+    /// nodes change too is asked for the user's uploads at each start instead.
     private let inProgress = Mutex<[UserID: [String: Int64]]?>(nil)
 
     init(
@@ -36,7 +39,7 @@ final class MediaService: Sendable {
         blobConfiguration.maxBlobBytes = configuration.maxMediaBytes
         blobConfiguration.abandonedUploadAge = configuration.abandonedUploadAge
         blobConfiguration.readChunkBytes = configuration.maxChunkBytes
-        self.blobs = try BlobStore(folder: folder, configuration: blobConfiguration, logger: logger)
+        self.blobs = try store.blobStorage(folder: folder, configuration: blobConfiguration, logger: logger)
         self.store = store
         self.configuration = configuration
         self.metrics = metrics
@@ -49,10 +52,15 @@ final class MediaService: Sendable {
         var id: String
         var user: UserID
         var size: Int64
+        /// The bytes received: those stored, and those gathered for storage that takes larger pieces
+        /// (``BlobStorage/preferredAppendBytes``).
         var offset: Int64
         var hasher: SHA256?
+        /// Bytes received and not yet stored: fewer than the storage's preferred piece, until the last.
+        var pending = Data()
 
         var isComplete: Bool { self.offset == self.size }
+        var stored: Int64 { self.offset - Int64(self.pending.count) }
     }
 
     /// The media bytes a user may still store.
@@ -116,7 +124,13 @@ final class MediaService: Sendable {
     ///
     /// - Parameter discard: Whether to delete what was received (an upload that can never be resumed).
     func release(_ upload: Upload, discard: Bool = false) async {
-        if discard { await self.blobs.abandon(upload: upload.id) }
+        if discard {
+            await self.blobs.abandon(upload: upload.id)
+        } else if !upload.pending.isEmpty {
+            // What came is kept for a resume, as far as it can be.
+            var upload = upload
+            try? await self.flush(&upload)
+        }
         // An upload the blob store dropped (discarded, or refused for its bytes) no longer counts.
         var gone = discard
         if !gone { gone = (try? await self.blobs.upload(upload.id)) == nil }
@@ -126,6 +140,9 @@ final class MediaService: Sendable {
 
     /// The uploads in progress of a user, with their declared sizes.
     private func uploads(of user: UserID) async throws -> [String: Int64] {
+        if self.blobs.isShared {
+            return try await self.blobs.uploadsInProgress(prefixes: Self.uploadPrefixes(of: user))
+        }
         if let known = self.inProgress.withLock({ $0 }) { return known[user] ?? [:] }
         var index: [UserID: [String: Int64]] = [:]
         for (id, size) in try await self.blobs.uploadsInProgress() {
@@ -144,6 +161,9 @@ final class MediaService: Sendable {
             if state?[user]?.isEmpty == true { state?[user] = nil }
         }
     }
+
+    /// The beginnings of a user's upload ids (``nativeUploadID(user:sha256:)``, ``compatUploadID(user:)``).
+    static func uploadPrefixes(of user: UserID) -> [String] { ["n\(user.rawValue)-", "c\(user.rawValue)-"] }
 
     /// The user an upload id belongs to (``nativeUploadID(user:sha256:)``, ``compatUploadID(user:)``).
     static func owner(ofUpload id: String) -> UserID? {
@@ -164,17 +184,47 @@ final class MediaService: Sendable {
         )
     }
 
-    /// Writes the next bytes of an upload.
+    /// Writes the next bytes of an upload, or gathers them until the storage's preferred piece is complete (or the
+    /// upload is).
     ///
-    /// - Throws: `media-mismatch` (more bytes than declared: the upload is deleted), `storage-failed`.
+    /// - Throws: `media-mismatch` (more bytes than declared: the upload is deleted), `upload-busy` (the upload moved
+    ///   on through another connection, on another node), `storage-failed`.
     func write(_ bytes: ByteBuffer, to upload: inout Upload) async throws {
         guard bytes.readableBytes > 0 else { return }
         let data = Data(bytes.readableBytesView)
-        // The write (on the blob store's queue) and the hashing (here) run at the same time, on two cores.
-        async let written = self.blobs.append(data, to: upload.id, at: upload.offset)
-        upload.hasher?.update(data: data)
-        upload.offset = try await written
+        let start = upload.offset
+        upload.offset += Int64(data.count)
+        let preferred = self.blobs.preferredAppendBytes
+        if upload.pending.isEmpty, data.count >= preferred || upload.offset >= upload.size {
+            // Straight to storage; the write (on the storage's threads) and the hashing (here) run at the same time.
+            async let written = self.append(data, to: upload.id, at: start)
+            upload.hasher?.update(data: data)
+            _ = try await written
+        } else {
+            upload.hasher?.update(data: data)
+            upload.pending.append(data)
+            if upload.pending.count >= preferred || upload.offset >= upload.size { try await self.flush(&upload) }
+        }
         self.metrics.mediaBytesIn.increment(by: bytes.readableBytes)
+    }
+
+    /// Stores the bytes an upload gathered.
+    private func flush(_ upload: inout Upload) async throws {
+        guard !upload.pending.isEmpty else { return }
+        let (pending, stored) = (upload.pending, upload.stored)
+        // Whether or not they are stored, they are no longer pending: after a failure the upload is released.
+        upload.pending = Data()
+        try await self.append(pending, to: upload.id, at: stored)
+    }
+
+    /// One append. The service knows where each upload it owns stands: an offset the storage disagrees with means
+    /// another node wrote the upload meanwhile (a node's own connections take turns through ``begin(id:user:size:sha256:)``).
+    private func append(_ data: Data, to id: String, at offset: Int64) async throws {
+        do {
+            try await self.blobs.append(data, to: id, at: offset)
+        } catch let error as CourierStoreError where error.code == .invalidRequest {
+            throw CourierStoreError(.uploadBusy, "this upload moved on through another connection (\(error.message))")
+        }
     }
 
     /// Finishes an upload: checks its size and digest, files it, records it as the user's, and releases it.
@@ -186,6 +236,8 @@ final class MediaService: Sendable {
         let known = upload.hasher.map { hasher in SHA256Hex.string(hasher.finalize()) }
         let digest: String
         do {
+            var upload = upload
+            try await self.flush(&upload)
             digest = try await self.blobs.finish(upload: upload.id, digest: known)
             self.forget(upload.id, of: upload.user)
         } catch let error as CourierStoreError where error.code == .mediaMismatch {

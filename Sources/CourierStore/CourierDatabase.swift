@@ -1,3 +1,6 @@
+public import Foundation
+public import Logging
+
 /// What a Courier server keeps in its database, whichever it is: ``SQLiteStore`` (one file, one node), and the
 /// PostgreSQL store that several nodes share. The server, the admin commands and the conformance tests see only
 /// this.
@@ -105,6 +108,11 @@ public protocol CourierDatabase: Sendable {
     func mediaUsage(of user: UserID) async throws -> Int64
     func uploadedSize(by user: UserID, sha256: String) async throws -> Int64?
     func mediaAccess(for user: UserID, sha256: String) async throws -> MediaAccess?
+    /// Where media bytes are kept with this store: a ``BlobStore`` in `folder` for a store one server owns (the
+    /// default); a store several nodes share keeps them where every node reads them (and leaves `folder` alone).
+    ///
+    /// - Throws: ``CourierStoreError`` with code `storage-failed` when the storage cannot be opened.
+    func blobStorage(folder: URL, configuration: BlobStore.Configuration, logger: Logger) throws -> any BlobStorage
 
     // MARK: Upkeep
 
@@ -120,6 +128,14 @@ public protocol CourierDatabase: Sendable {
 }
 
 extension CourierDatabase {
+    public func blobStorage(
+        folder: URL,
+        configuration: BlobStore.Configuration,
+        logger: Logger
+    ) throws -> any BlobStorage {
+        try BlobStore(folder: folder, configuration: configuration, logger: logger)
+    }
+
     /// A password login that makes a new device.
     public func login(
         user name: String,

@@ -141,5 +141,50 @@ enum PostgresSchema {
                 """
             ]
         ),
+        Migration(
+            version: "v3-media",
+            statements: [
+                """
+                -- Media bytes, in the database every node reads (PostgresBlobStore). An upload's chunks and a stored
+                -- blob's are the same rows: finishing an upload hands its content over to the blob, copying nothing.
+                CREATE SEQUENCE media_contents
+                """,
+                """
+                CREATE TABLE media_uploads (
+                    -- Byte order ("C"): the ids of one user's uploads (one prefix) are one range of the index.
+                    id TEXT COLLATE "C" PRIMARY KEY,
+                    size BIGINT NOT NULL,
+                    -- The declared digest, or NULL for one learnt from the bytes.
+                    sha256 TEXT,
+                    -- The bytes stored: where the next chunk starts.
+                    received BIGINT NOT NULL DEFAULT 0,
+                    content BIGINT NOT NULL UNIQUE,
+                    -- When the upload last grew (ms since 1970): one left alone long enough is abandoned.
+                    changed_ms BIGINT NOT NULL
+                )
+                """,
+                "CREATE INDEX media_uploads_by_change ON media_uploads (changed_ms)",
+                """
+                CREATE TABLE media_blobs (
+                    sha256 TEXT PRIMARY KEY,
+                    size BIGINT NOT NULL,
+                    content BIGINT NOT NULL UNIQUE,
+                    created_ms BIGINT NOT NULL
+                )
+                """,
+                """
+                CREATE TABLE media_chunks (
+                    content BIGINT NOT NULL,
+                    -- Where the chunk's first byte stands in its content.
+                    position BIGINT NOT NULL,
+                    bytes BYTEA NOT NULL,
+                    PRIMARY KEY (content, position)
+                )
+                """,
+                // Media is compressed already: PostgreSQL does not try again, and reads a range of a chunk without
+                // reading all of it.
+                "ALTER TABLE media_chunks ALTER COLUMN bytes SET STORAGE EXTERNAL",
+            ]
+        ),
     ]
 }

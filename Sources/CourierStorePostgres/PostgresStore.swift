@@ -49,6 +49,9 @@ public final class PostgresStore: CourierDatabase, Service, CustomReflectable {
         public var passwordThreads: Int = max(1, ProcessInfo.processInfo.activeProcessorCount / 4)
         /// Password checks that may wait for a thread; one more is refused at once with `throttled`.
         public var maxQueuedPasswordChecks: Int = 16
+        /// The bytes of media an upload gathers before they are written as one row (``PostgresBlobStore``): fewer
+        /// rows and transactions per file, at the cost of this much memory per upload being received.
+        public var mediaRowBytes: Int = 256 * 1024
 
         public init() {}
     }

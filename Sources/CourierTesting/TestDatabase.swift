@@ -112,18 +112,24 @@ public enum TestDatabase {
     }
 
     /// Runs `body` with a connection of its own to a database, for statements the store does not make.
-    public static func admin(
+    @discardableResult
+    public static func admin<T>(
         _ location: PostgresLocation,
-        _ body: (PostgresConnection) async throws -> Void
-    ) async throws {
+        _ body: (PostgresConnection) async throws -> T
+    ) async throws -> T {
         let connection = try await PostgresConnection.connect(
             configuration: location.connectionConfiguration,
             id: 1,
             logger: Self.logger
         )
-        let result = await Result { try await body(connection) }
+        let result: Result<T, any Error>
+        do {
+            result = .success(try await body(connection))
+        } catch {
+            result = .failure(error)
+        }
         try? await connection.close()
-        try result.get()
+        return try result.get()
     }
 }
 

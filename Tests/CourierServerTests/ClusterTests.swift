@@ -75,8 +75,79 @@ struct ClusterTests {
         } configure: {
             // Each way alone must deliver: notifications without polling (an hour), polling alone every 50 ms.
             $0.cluster.pollInterval = fanout == .notify ? .seconds(3600) : .milliseconds(50)
-            // The devices that only read say nothing until the end: on a loaded machine that can pass a minute.
-            $0.limits.idleTimeout = .seconds(600)
+        }
+    }
+
+    @Test(
+        "media on PostgreSQL: an upload cut on one node resumes on another, and every node serves it (native and HTTP); the same file again is stored once"
+    )
+    func mediaAcrossNodes() async throws {
+        try await ClusterFixture.with(nodes: 3) { cluster in
+            for name in ["alice", "bob"] { try await cluster.user(name) }
+            let carolID = try await cluster.user("carol").id
+            let ports = cluster.nodes.map(\.ports)
+            let file = SeededRandom.bytes(3 * 1024 * 1024 + 17, seededFor: "mediaAcrossNodes")
+            let sha = NativeTestClient.sha256(file)
+
+            let (bob, bobWelcome) = try await NativeTestClient.login(port: ports[2].native, "bob")
+            // Half of it through node 0, and the connection goes.
+            let (phone, welcome) = try await NativeTestClient.login(port: ports[0].native, "alice")
+            guard case .cut = try await phone.upload(file, stream: 1, upTo: file.count / 2) else {
+                Issue.record("the first half was not sent")
+                return
+            }
+            await phone.close()
+            // The rest through node 1, from where the database says it stands. Node 0 may still be storing what it
+            // gathered when the connection went: the upload is busy until then, and tried again (as the SDK does).
+            let (laptop, _) = try await NativeTestClient.resume(port: ports[1].native, token: welcome.token)
+            var stream: UInt32 = 1
+            var result = try await laptop.upload(file, stream: stream)
+            while result.error?.code == ErrorCodes.uploadBusy {
+                stream += 2
+                result = try await laptop.upload(file, stream: stream)
+            }
+            guard case .done(let done, let startedAt) = result else {
+                Issue.record("the upload did not finish: \(result)")
+                return
+            }
+            #expect(done.sha256 == sha)
+            #expect(startedAt > 0 && startedAt <= UInt64(file.count / 2), "resumed at \(startedAt)")
+            #expect(try await laptop.sendMedia(.of(file), to: .user("bob"), id: "m1").body.isSent)
+
+            // Bob, on node 2, gets the message and fetches the file there, whole and in part.
+            #expect(try await bob.messages(1).map(\.id) == ["m1"])
+            let whole = try await bob.fetch(sha, stream: 1, window: 1 << 20).get()
+            #expect(whole.1 == file)
+            let part = try await bob.fetch(sha, stream: 3, offset: 1_000_000, length: 70_000, window: 1 << 20).get()
+            #expect(part.1 == Array(file[1_000_000..<1_070_000]))
+            try await withTemporaryDirectory { folder in
+                let body = folder.appendingPathComponent("body")
+                for node in [0, 2] {
+                    let status = try await HTTPTests.curl([
+                        "--output", body.path, "--write-out", "%{http_code}", "--range", "5-2000004",
+                        "--header", "Authorization: Bearer \(bobWelcome.token)",
+                        "http://127.0.0.1:\(ports[node].http)/media/\(sha)",
+                    ])
+                    #expect(status == "206", "node \(node)")
+                    #expect(try Data(contentsOf: body) == Data(file[5...2_000_004]), "node \(node)")
+                }
+            }
+
+            // Carol uploads the same bytes through node 2: hers too, stored once.
+            let (carol, _) = try await NativeTestClient.login(port: ports[2].native, "carol")
+            let again = try await carol.upload(file, stream: 1)
+            #expect(again.done?.sha256 == sha, "\(again)")
+            var blobs: [Int64] = []
+            try await TestDatabase.admin(cluster.location) { connection in
+                let rows = try await connection.query(
+                    "SELECT count(*)::bigint FROM media_blobs UNION ALL SELECT count(*)::bigint FROM media_uploads",
+                    logger: TestDatabase.logger
+                )
+                for try await count in rows.decode(Int64.self) { blobs.append(count) }
+            }
+            #expect(blobs == [1, 0], "one blob, no upload left")
+            #expect(try await cluster.store.uploadedSize(by: carolID, sha256: sha) == Int64(file.count))
+            for client in [laptop, bob, carol] { await client.close() }
         }
     }
 
@@ -114,7 +185,6 @@ struct ClusterTests {
             await bob.close()
         } configure: {
             $0.cluster.pollInterval = .seconds(3600)
-            $0.limits.idleTimeout = .seconds(600)
         }
     }
 }

@@ -1,10 +1,134 @@
 import CourierStore
+import CourierStorePostgres
 import CourierTesting
 import Crypto
 import Foundation
+import Logging
+import PostgresNIO
 import Testing
 
-@Suite("The blob store: streamed uploads checked by size and SHA-256, resumable, deduplicated, range reads")
+/// Blob storage of either kind, and what the tests look at beneath it.
+struct BlobFixture: Sendable {
+    let storage: any BlobStorage
+    /// A new storage on the same place: a restarted server, or another node.
+    let reopen: @Sendable () async throws -> any BlobStorage
+    /// The digests stored.
+    let stored: @Sendable () async throws -> [String]
+    /// Bytes kept for neither a stored blob nor an upload in progress (files in the uploads folder without their
+    /// record; chunks whose content nothing names).
+    let strays: @Sendable () async throws -> Int
+    /// Makes an upload look as if it last grew `seconds` earlier.
+    let age: @Sendable (_ upload: String, _ seconds: Int) async throws -> Void
+    /// The database, for PostgreSQL.
+    var location: PostgresLocation? = nil
+
+    static func with(
+        _ kind: StoreKind,
+        configuration: BlobStore.Configuration = .init(),
+        _ body: @Sendable (BlobFixture) async throws -> Void
+    ) async throws {
+        switch kind {
+        case .sqlite:
+            try await withTemporaryDirectory(prefix: "blobs") { folder in
+                let open: @Sendable () throws -> any BlobStorage = {
+                    try BlobStore(folder: folder, configuration: configuration)
+                }
+                let fixture = BlobFixture(
+                    storage: try open(),
+                    reopen: open,
+                    stored: {
+                        let objects = folder.appendingPathComponent("objects")
+                        let files = FileManager.default.enumerator(atPath: objects.path)?.allObjects as? [String] ?? []
+                        return files.filter { $0.count > 3 }.map { String($0.dropFirst(3)) }.sorted()
+                    },
+                    strays: {
+                        let names = try FileManager.default.contentsOfDirectory(atPath: folder.path + "/uploads")
+                        return names.filter { $0.hasSuffix(".part") }.filter {
+                            !names.contains(String($0.dropLast(".part".count)) + ".meta")
+                        }.count
+                    },
+                    age: { upload, seconds in
+                        try FileManager.default.setAttributes(
+                            [.modificationDate: Date().addingTimeInterval(-Double(seconds))],
+                            ofItemAtPath: folder.path + "/uploads/\(upload).part"
+                        )
+                    }
+                )
+                try await body(fixture)
+            }
+        case .postgres:
+            var postgres = PostgresStore.Configuration()
+            postgres.maxConnections = 4
+            // Small rows: the tests' files span several, and reads cross their edges.
+            postgres.mediaRowBytes = 3_000
+            let settings = postgres
+            try await TestDatabase.with { location in
+                let store = PostgresStore(location: location, configuration: settings, logger: TestDatabase.logger)
+                try await store.migrate()
+                let folder = URL(fileURLWithPath: "/nonexistent")
+                try await store.withRunning {
+                    @Sendable func query<T: PostgresDecodable & Sendable>(
+                        _ sql: PostgresQuery,
+                        as: T.Type
+                    ) async throws -> [T]
+                    where T._DecodableType == T {
+                        var values: [T] = []
+                        try await TestDatabase.admin(location) { connection in
+                            for try await value in try await connection.query(sql, logger: TestDatabase.logger)
+                                .decode(T.self)
+                            {
+                                values.append(value)
+                            }
+                        }
+                        return values
+                    }
+                    let fixture = BlobFixture(
+                        storage: try store.blobStorage(
+                            folder: folder,
+                            configuration: configuration,
+                            logger: TestDatabase.logger
+                        ),
+                        reopen: {
+                            // Another node's store on the same database, for as long as the test runs.
+                            try store.blobStorage(
+                                folder: folder,
+                                configuration: configuration,
+                                logger: TestDatabase.logger
+                            )
+                        },
+                        stored: { try await query("SELECT sha256 FROM media_blobs ORDER BY sha256", as: String.self) },
+                        strays: {
+                            try await query(
+                                """
+                                SELECT count(*)::bigint FROM media_chunks c WHERE NOT EXISTS
+                                    (SELECT 1 FROM media_blobs b WHERE b.content = c.content)
+                                AND NOT EXISTS (SELECT 1 FROM media_uploads u WHERE u.content = c.content)
+                                """,
+                                as: Int64.self
+                            ).reduce(0) { $0 + Int($1) }
+                        },
+                        age: { upload, seconds in
+                            try await TestDatabase.admin(location) { connection in
+                                try await connection.run(
+                                    """
+                                    UPDATE media_uploads SET changed_ms = changed_ms - \(Int64(seconds) * 1000)
+                                    WHERE id = \(upload)
+                                    """,
+                                    logger: TestDatabase.logger
+                                )
+                            }
+                        },
+                        location: location
+                    )
+                    try await body(fixture)
+                }
+            }
+        }
+    }
+}
+
+/// The same tests on both kinds of blob storage: files in a server's folder, and rows in PostgreSQL.
+@Suite("Blob storage: streamed uploads checked by size and SHA-256, resumable, deduplicated, range reads")
 struct BlobStoreTests {
     static func digest(_ data: Data) -> String {
         SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
@@ -15,20 +139,17 @@ struct BlobStoreTests {
         return Data((0..<count).map { _ in UInt8.random(in: 0...255, using: &random) })
     }
 
-    static func objectFiles(_ folder: URL) -> [String] {
-        let objects = folder.appendingPathComponent("objects")
-        let enumerator = FileManager.default.enumerator(atPath: objects.path)
-        return (enumerator?.allObjects as? [String] ?? []).filter { $0.count > 3 }.sorted()
-    }
-
-    @Test("a file sent in chunks, cut and resumed, is stored under its digest and reads back in any range")
-    func uploadResumeAndRead() async throws {
-        try await withTemporaryDirectory(prefix: "blobs") { folder in
-            var configuration = BlobStore.Configuration()
-            configuration.readChunkBytes = 4096
+    @Test(
+        "a file sent in chunks, cut and resumed, is stored under its digest and reads back in any range",
+        arguments: StoreKind.allCases
+    )
+    func uploadResumeAndRead(kind: StoreKind) async throws {
+        var configuration = BlobStore.Configuration()
+        configuration.readChunkBytes = 4096
+        try await BlobFixture.with(kind, configuration: configuration) { fixture in
             let data = Self.bytes(100_000, seed: 7)
             let digest = Self.digest(data)
-            var store = try BlobStore(folder: folder, configuration: configuration)
+            var store = fixture.storage
             var upload = try await store.start(upload: "u1", size: Int64(data.count), sha256: digest)
             #expect(upload.offset == 0)
             var offset: Int64 = 0
@@ -37,8 +158,8 @@ struct BlobStoreTests {
                 offset = try await store.append(Data(chunk), to: "u1", at: offset)
             }
             #expect(offset == 50_000)
-            // A new store on the same folder (a restarted server): the upload resumes where it stood.
-            store = try BlobStore(folder: folder, configuration: configuration)
+            // A new store on the same place (a restarted server, another node): the upload resumes where it stood.
+            store = try await fixture.reopen()
             upload = try await store.start(upload: "u1", size: Int64(data.count), sha256: digest)
             #expect(upload.offset == 50_000)
             await #expect(throws: CourierStoreError(.invalidRequest, "upload u1 continues at 50000, not 0")) {
@@ -48,6 +169,7 @@ struct BlobStoreTests {
             #expect(try await store.finish(upload: "u1") == digest)
             #expect(try await store.upload("u1") == nil)
             #expect(try await store.size(of: digest) == 100_000)
+            #expect(try await fixture.stored() == [digest])
 
             var random = SeededRandom(seed: TestSeed.make(for: "blob range reads"))
             for _ in 0..<20 {
@@ -63,10 +185,10 @@ struct BlobStoreTests {
         }
     }
 
-    @Test("identical files are stored once")
-    func deduplicated() async throws {
-        try await withTemporaryDirectory(prefix: "blobs") { folder in
-            let store = try BlobStore(folder: folder)
+    @Test("identical files are stored once", arguments: StoreKind.allCases)
+    func deduplicated(kind: StoreKind) async throws {
+        try await BlobFixture.with(kind) { fixture in
+            let store = fixture.storage
             let data = Self.bytes(10_000, seed: 3)
             let digest = Self.digest(data)
             for id in ["a", "b"] {
@@ -74,17 +196,24 @@ struct BlobStoreTests {
                 try await store.append(data, to: id, at: 0)
                 #expect(try await store.finish(upload: id) == digest)
             }
-            #expect(Self.objectFiles(folder) == ["\(digest.prefix(2))/\(digest)"])
-            #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path + "/uploads").isEmpty)
+            #expect(try await fixture.stored() == [digest])
+            #expect(try await store.uploadsInProgress().isEmpty)
+            #expect(try await fixture.strays() == 0, "the second copy's bytes are gone")
+            var read = Data()
+            try await store.read(digest, range: 0..<10_000) { read.append($0) }
+            #expect(read == data)
         }
     }
 
-    @Test("wrong bytes, too many bytes and oversize files are refused with their codes, leaving nothing behind")
-    func refusals() async throws {
-        try await withTemporaryDirectory(prefix: "blobs") { folder in
-            var configuration = BlobStore.Configuration()
-            configuration.maxBlobBytes = 1_000
-            let store = try BlobStore(folder: folder, configuration: configuration)
+    @Test(
+        "wrong bytes, too many bytes and oversize files are refused with their codes, leaving nothing behind",
+        arguments: StoreKind.allCases
+    )
+    func refusals(kind: StoreKind) async throws {
+        var configuration = BlobStore.Configuration()
+        configuration.maxBlobBytes = 1_000
+        try await BlobFixture.with(kind, configuration: configuration) { fixture in
+            let store = fixture.storage
             let data = Self.bytes(500, seed: 5)
             let wrongDigest = Self.digest(Data(data.reversed()))
             func code(_ body: () async throws -> Void) async -> String? {
@@ -121,31 +250,102 @@ struct BlobStoreTests {
             )
             #expect(await code { try await store.read(wrongDigest, range: 0..<1) { _ in } } == "unknown-media")
             // The refused uploads are gone; the short one still waits to be finished.
-            #expect(Self.objectFiles(folder).isEmpty)
+            #expect(try await fixture.stored().isEmpty)
+            #expect(try await fixture.strays() == 0)
+            #expect(try await store.uploadsInProgress() == ["s": 500])
             #expect(try await store.upload("w") == nil)
             #expect(try await store.upload("x") == nil)
             #expect(try await store.upload("s")?.offset == 100)
         }
     }
 
-    @Test("uploads left alone past the abandoned age are removed; recent ones stay")
-    func abandonedUploads() async throws {
-        try await withTemporaryDirectory(prefix: "blobs") { folder in
-            var configuration = BlobStore.Configuration()
-            configuration.abandonedUploadAge = .seconds(3600)
-            let store = try BlobStore(folder: folder, configuration: configuration)
+    @Test("uploads left alone past the abandoned age are removed; recent ones stay", arguments: StoreKind.allCases)
+    func abandonedUploads(kind: StoreKind) async throws {
+        var configuration = BlobStore.Configuration()
+        configuration.abandonedUploadAge = .seconds(3600)
+        try await BlobFixture.with(kind, configuration: configuration) { fixture in
+            let store = fixture.storage
             let digest = Self.digest(Data([1]))
             for id in ["old", "new"] {
                 _ = try await store.start(upload: id, size: 10, sha256: digest)
                 try await store.append(Data([1, 2]), to: id, at: 0)
             }
-            try FileManager.default.setAttributes(
-                [.modificationDate: Date().addingTimeInterval(-7200)],
-                ofItemAtPath: folder.path + "/uploads/old.part"
-            )
+            try await fixture.age("old", 7200)
             #expect(try await store.removeAbandoned() == ["old"])
             #expect(try await store.upload("old") == nil)
             #expect(try await store.upload("new")?.offset == 2)
+            #expect(try await fixture.strays() == 0)
+        }
+    }
+
+    @Test("the uploads in progress of some id prefixes are those, and only those", arguments: StoreKind.allCases)
+    func uploadsByPrefix(kind: StoreKind) async throws {
+        try await BlobFixture.with(kind) { fixture in
+            let store = fixture.storage
+            let ids = ["n1-a", "n12-b", "c1-x", "n2-c", "c10-y", "n1-z"]
+            for (index, id) in ids.enumerated() {
+                _ = try await store.start(upload: id, size: Int64(index + 1), sha256: nil)
+            }
+            #expect(try await store.uploadsInProgress(prefixes: ["n1-", "c1-"]) == ["n1-a": 1, "c1-x": 3, "n1-z": 6])
+            #expect(try await store.uploadsInProgress(prefixes: ["n3-"]) == [:])
+            #expect(try await store.uploadsInProgress().count == ids.count)
+        }
+    }
+
+    /// The file store leaves this to its one server (``MediaService`` lets one connection at a time own an upload);
+    /// nodes sharing PostgreSQL have only the database between them.
+    @Test("two nodes appending to one upload at once: one is refused, and the bytes stored are the other's")
+    func racingAppends() async throws {
+        try await BlobFixture.with(.postgres) { fixture in
+            let first = fixture.storage
+            let second = try await fixture.reopen()
+            let location = try #require(fixture.location)
+            let seed = TestSeed.make(for: "racing appends")
+            var random = SeededRandom(seed: seed)
+            for round in 0..<3 {
+                let id = "race\(round)"
+                let one = Self.bytes(5_000, seed: random.next())
+                let other = Self.bytes(5_000, seed: random.next())
+                _ = try await first.start(upload: id, size: 10_000, sha256: nil)
+                // The upload's row held elsewhere until both appends wait on the database: they then meet for sure.
+                let appends = try await TestDatabase.admin(location) { connection in
+                    try await connection.run("BEGIN", logger: TestDatabase.logger)
+                    try await connection.run(
+                        "SELECT 1 FROM media_uploads WHERE id = \(id) FOR UPDATE",
+                        logger: TestDatabase.logger
+                    )
+                    let a = Task { try await first.append(one, to: id, at: 0) }
+                    let b = Task { try await second.append(other, to: id, at: 0) }
+                    try await waitUntil("both appends wait for the database") {
+                        var waiting: Int64 = 0
+                        // Statistics are read once per transaction unless cleared.
+                        try await connection.run("SELECT pg_stat_clear_snapshot()", logger: TestDatabase.logger)
+                        let rows = try await connection.query(
+                            """
+                            SELECT count(*)::bigint FROM pg_stat_activity
+                            WHERE datname = current_database() AND wait_event_type = 'Lock'
+                            """,
+                            logger: TestDatabase.logger
+                        )
+                        for try await count in rows.decode(Int64.self) { waiting = count }
+                        return waiting == 2
+                    }
+                    try await connection.run("COMMIT", logger: TestDatabase.logger)
+                    return [await a.result, await b.result]
+                }
+                let won = appends.compactMap { try? $0.get() }
+                #expect(won == [5_000], "round \(round): exactly one append lands")
+                for case .failure(let error) in appends {
+                    #expect((error as? CourierStoreError)?.code == .invalidRequest, "\(error)")
+                }
+                // The rest of the file follows the winner's bytes, and the whole reads back as one writer's.
+                let winner = (try? appends[0].get()) != nil ? one : other
+                try await first.append(winner, to: id, at: 5_000)
+                let digest = try await second.finish(upload: id)
+                var read = Data()
+                try await first.read(digest, range: 0..<10_000) { read.append($0) }
+                #expect(read == winner + winner, "round \(round)")
+            }
         }
     }
 }

@@ -6,8 +6,8 @@ public import Logging
 /// Media bytes on disk, addressed by their SHA-256: an upload is written chunk by chunk to `uploads/ID.part`
 /// (never held in memory), checked against the size and digest it declared, and only then moved to
 /// `objects/AB/ABCDEF…`, where identical files are stored once. A broken upload resumes from the length of its
-/// part file. File work runs on a Dispatch queue, off Swift's cooperative threads.
-public final class BlobStore: Sendable {
+/// part file. File work runs on a Dispatch queue, off Swift's cooperative threads. One server owns the folder.
+public final class BlobStore: BlobStorage {
     /// The limits of the blob store, with their defaults.
     public struct Configuration: Sendable, Hashable {
         /// The largest media file, in bytes; a larger declared size is refused with `media-too-large`.
@@ -21,17 +21,14 @@ public final class BlobStore: Sendable {
     }
 
     /// An upload in progress: what it declared, and how much of it is on disk.
-    public struct Upload: Sendable, Hashable {
-        public var id: String
-        public var size: Int64
-        /// The declared digest, or nil for an upload whose digest is learnt from its bytes (the compat port's).
-        public var sha256: String?
-        /// The bytes on disk: where the next chunk must start.
-        public var offset: Int64
-    }
+    public typealias Upload = BlobUpload
 
     public let folder: URL
     public let configuration: Configuration
+    /// A chunk is written where it lands in its part file, whatever its size.
+    public var preferredAppendBytes: Int { 0 }
+    /// The folder belongs to one server.
+    public var isShared: Bool { false }
     private let queue = DispatchQueue(label: "courier.blobs", attributes: .concurrent)
     private let logger: Logger
 
@@ -110,18 +107,8 @@ public final class BlobStore: Sendable {
     /// - Throws: `invalid-request` (a bad id or digest, or the same id declared with another size or digest),
     ///   `media-too-large`, `storage-failed`.
     public func start(upload id: String, size: Int64, sha256: String?) async throws -> Upload {
-        try Self.validate(id: id)
+        try self.validate(upload: id, size: size, sha256: sha256)
         let digest = sha256
-        if let digest, !SHA256Hex.isValid(digest) {
-            throw CourierStoreError(.invalidRequest, "sha256 must be 64 lowercase hex digits")
-        }
-        guard size >= 0 else { throw CourierStoreError(.invalidRequest, "a negative size") }
-        guard size <= self.configuration.maxBlobBytes else {
-            throw CourierStoreError(
-                .mediaTooLarge,
-                "\(size) bytes is over the limit of \(self.configuration.maxBlobBytes)"
-            )
-        }
         return try await self.run {
             let declaration = "\(size) \(digest ?? "-")"
             let meta = self.metaFile(id)
@@ -142,7 +129,7 @@ public final class BlobStore: Sendable {
 
     /// An upload in progress, or nil when there is none by that id.
     public func upload(_ id: String) async throws -> Upload? {
-        try Self.validate(id: id)
+        try Self.validate(uploadID: id)
         return try await self.run { try self.readUpload(id) }
     }
 
@@ -153,7 +140,7 @@ public final class BlobStore: Sendable {
     ///   bytes than declared: the upload is deleted), `storage-failed`.
     @discardableResult
     public func append(_ bytes: Data, to id: String, at offset: Int64) async throws -> Int64 {
-        try Self.validate(id: id)
+        try Self.validate(uploadID: id)
         return try await self.run {
             guard let upload = try self.readUpload(id) else {
                 throw CourierStoreError(.unknownUpload, "no upload \(id)")
@@ -185,8 +172,8 @@ public final class BlobStore: Sendable {
     /// - Returns: The digest the blob is stored under.
     /// - Throws: `unknown-upload`, `media-mismatch` (nothing is stored; a short upload is kept to be resumed,
     ///   one with another digest is deleted), `storage-failed`.
-    public func finish(upload id: String, digest known: String? = nil) async throws -> String {
-        try Self.validate(id: id)
+    public func finish(upload id: String, digest known: String?) async throws -> String {
+        try Self.validate(uploadID: id)
         return try await self.run {
             guard let upload = try self.readUpload(id) else {
                 throw CourierStoreError(.unknownUpload, "no upload \(id)")
@@ -223,20 +210,21 @@ public final class BlobStore: Sendable {
 
     /// Deletes an upload that will not be finished (nothing happens when there is none).
     public func abandon(upload id: String) async {
-        guard (try? Self.validate(id: id)) != nil else { return }
+        guard (try? Self.validate(uploadID: id)) != nil else { return }
         _ = try? await self.run { self.discard(id) }
     }
 
-    /// Every upload in progress with its declared size: the disk they may come to take. It lists the uploads
+    /// The uploads in progress with their declared sizes: the disk they may come to take. It lists the uploads
     /// folder: a caller keeps the answer and follows the changes itself rather than asking at every start.
-    public func uploadsInProgress() async throws -> [String: Int64] {
+    public func uploadsInProgress(prefixes: [String]?) async throws -> [String: Int64] {
         try await self.run {
             let uploads = self.folder.appendingPathComponent("uploads")
             let names = try self.storage { try FileManager.default.contentsOfDirectory(atPath: uploads.path) }
             var sizes: [String: Int64] = [:]
             for name in names where name.hasSuffix(".meta") {
                 let id = String(name.dropLast(".meta".count))
-                guard let meta = try? String(contentsOf: self.metaFile(id), encoding: .utf8),
+                guard prefixes?.contains(where: { id.hasPrefix($0) }) ?? true,
+                    let meta = try? String(contentsOf: self.metaFile(id), encoding: .utf8),
                     let size = meta.split(separator: " ").first.flatMap({ Int64($0) })
                 else { continue }
                 sizes[id] = size
@@ -249,7 +237,7 @@ public final class BlobStore: Sendable {
     ///
     /// - Returns: The ids deleted.
     @discardableResult
-    public func removeAbandoned(now: Date = Date()) async throws -> [String] {
+    public func removeAbandoned(now: Date) async throws -> [String] {
         let age = self.configuration.abandonedUploadAge
         let limit = now.addingTimeInterval(-Double(age.components.seconds))
         return try await self.run {
@@ -373,14 +361,6 @@ public final class BlobStore: Sendable {
         close(descriptor)
     }
 
-    private static func validate(id: String) throws {
-        guard (1...128).contains(id.utf8.count),
-            id.utf8.allSatisfy({ $0.isASCIILetterOrDigit || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") })
-        else {
-            throw CourierStoreError(.invalidRequest, "an upload id is 1 to 128 letters, digits, - or _")
-        }
-    }
-
     /// A file operation's error as `storage-failed`.
     private func storage<T>(_ body: () throws -> T) throws -> T {
         do {
@@ -398,11 +378,5 @@ public final class BlobStore: Sendable {
         try await withCheckedThrowingContinuation { continuation in
             self.queue.async { continuation.resume(with: Result(catching: body)) }
         }
-    }
-}
-
-extension UInt8 {
-    fileprivate var isASCIILetterOrDigit: Bool {
-        (0x30...0x39).contains(self) || (0x41...0x5A).contains(self) || (0x61...0x7A).contains(self)
     }
 }
