@@ -27,6 +27,8 @@ final class MediaService: Sendable {
     /// date, so that starting an upload never lists the whole folder (nil until the first start). Storage that other
     /// nodes change too is asked for the user's uploads at each start instead.
     private let inProgress = Mutex<[UserID: [String: Int64]]?>(nil)
+    /// The bytes every upload holds in ``Upload/pending``, against ``ServerConfiguration/Media/maxPendingUploadBytes``.
+    private let pendingBytes = Atomic<Int>(0)
 
     init(
         folder: URL,
@@ -58,6 +60,9 @@ final class MediaService: Sendable {
         var hasher: SHA256?
         /// Bytes received and not yet stored: fewer than the storage's preferred piece, until the last.
         var pending = Data()
+        /// The storage's name for the upload's bytes (``BlobUpload/content``), named at each append: bytes of a
+        /// connection that began an upload since deleted and started again elsewhere are refused.
+        var content: Int64?
 
         var isComplete: Bool { self.offset == self.size }
         var stored: Int64 { self.offset - Int64(self.pending.count) }
@@ -94,24 +99,20 @@ final class MediaService: Sendable {
         await self.starting.lock()
         defer { self.starting.unlock() }
         do {
-            let others = try await self.uploads(of: user).filter { $0.key != id }
-            guard others.count < self.configuration.maxUploadsPerUser else {
-                throw CourierStoreError(
-                    .quotaExceeded,
-                    "\(others.count) uploads of this user are in progress (at most \(self.configuration.maxUploadsPerUser)): "
-                        + "finish them, or wait until the unfinished ones are removed"
-                )
+            let maxUploads = self.configuration.maxUploadsPerUser
+            let quotaLeft = try await self.quotaLeft(for: user)
+            let admit: @Sendable ([String: Int64]) throws -> Void = { others in
+                try Self.admit(size: size, others: others, quotaLeft: quotaLeft, maxUploads: maxUploads)
             }
-            let pending = others.values.reduce(0, +)
-            let left = try await self.quotaLeft(for: user) - pending
-            guard size <= left else {
-                throw CourierStoreError(
-                    .quotaExceeded,
-                    "\(size) bytes is more than the \(max(0, left)) bytes left of this user's media quota"
-                        + (pending > 0 ? " (\(pending) bytes are reserved by uploads in progress)" : "")
-                )
+            let admission: BlobAdmission?
+            if self.blobs.isShared {
+                // Checked by the storage as it records the upload, with the user's starts on other nodes waiting.
+                admission = BlobAdmission(owner: user.rawValue, prefixes: Self.uploadPrefixes(of: user), admit: admit)
+            } else {
+                try admit(try await self.uploads(of: user).filter { $0.key != id })
+                admission = nil
             }
-            let upload = try await self.started(id: id, user: user, size: size, sha256: sha256)
+            let upload = try await self.started(id: id, user: user, size: size, sha256: sha256, admission: admission)
             self.inProgress.withLock { $0?[user, default: [:]][id] = size }
             return upload
         } catch {
@@ -120,15 +121,38 @@ final class MediaService: Sendable {
         }
     }
 
+    /// Refuses an upload of `size` bytes beside a user's `others` in progress past the user's limits.
+    ///
+    /// - Throws: `quota-exceeded`.
+    private static func admit(size: Int64, others: [String: Int64], quotaLeft: Int64, maxUploads: Int) throws {
+        guard others.count < maxUploads else {
+            throw CourierStoreError(
+                .quotaExceeded,
+                "\(others.count) uploads of this user are in progress (at most \(maxUploads)): "
+                    + "finish them, or wait until the unfinished ones are removed"
+            )
+        }
+        let pending = others.values.reduce(0, +)
+        let left = quotaLeft - pending
+        guard size <= left else {
+            throw CourierStoreError(
+                .quotaExceeded,
+                "\(size) bytes is more than the \(max(0, left)) bytes left of this user's media quota"
+                    + (pending > 0 ? " (\(pending) bytes are reserved by uploads in progress)" : "")
+            )
+        }
+    }
+
     /// The stream that owned an upload is done with it (finished, failed, reset, or its connection closed).
     ///
     /// - Parameter discard: Whether to delete what was received (an upload that can never be resumed).
     func release(_ upload: Upload, discard: Bool = false) async {
+        var upload = upload
         if discard {
+            _ = self.takePending(&upload)
             await self.blobs.abandon(upload: upload.id)
-        } else if !upload.pending.isEmpty {
+        } else {
             // What came is kept for a resume, as far as it can be.
-            var upload = upload
             try? await self.flush(&upload)
         }
         // An upload the blob store dropped (discarded, or refused for its bytes) no longer counts.
@@ -140,9 +164,6 @@ final class MediaService: Sendable {
 
     /// The uploads in progress of a user, with their declared sizes.
     private func uploads(of user: UserID) async throws -> [String: Int64] {
-        if self.blobs.isShared {
-            return try await self.blobs.uploadsInProgress(prefixes: Self.uploadPrefixes(of: user))
-        }
         if let known = self.inProgress.withLock({ $0 }) { return known[user] ?? [:] }
         var index: [UserID: [String: Int64]] = [:]
         for (id, size) in try await self.blobs.uploadsInProgress() {
@@ -173,14 +194,21 @@ final class MediaService: Sendable {
         return UserID(rawValue: raw)
     }
 
-    private func started(id: String, user: UserID, size: Int64, sha256: String?) async throws -> Upload {
-        let started = try await self.blobs.start(upload: id, size: size, sha256: sha256)
+    private func started(
+        id: String,
+        user: UserID,
+        size: Int64,
+        sha256: String?,
+        admission: BlobAdmission?
+    ) async throws -> Upload {
+        let started = try await self.blobs.start(upload: id, size: size, sha256: sha256, admission: admission)
         return Upload(
             id: id,
             user: user,
             size: size,
             offset: started.offset,
-            hasher: started.offset == 0 ? SHA256() : nil
+            hasher: started.offset == 0 ? SHA256() : nil,
+            content: started.content
         )
     }
 
@@ -197,31 +225,46 @@ final class MediaService: Sendable {
         let preferred = self.blobs.preferredAppendBytes
         if upload.pending.isEmpty, data.count >= preferred || upload.offset >= upload.size {
             // Straight to storage; the write (on the storage's threads) and the hashing (here) run at the same time.
-            async let written = self.append(data, to: upload.id, at: start)
+            async let written = self.append(data, to: upload.id, at: start, content: upload.content)
             upload.hasher?.update(data: data)
             _ = try await written
         } else {
             upload.hasher?.update(data: data)
             upload.pending.append(data)
-            if upload.pending.count >= preferred || upload.offset >= upload.size { try await self.flush(&upload) }
+            // Held past the node's budget: stored now, in a smaller piece.
+            let held = self.pendingBytes.add(data.count, ordering: .relaxed).newValue
+            if upload.pending.count >= preferred || upload.offset >= upload.size
+                || held > self.configuration.maxPendingUploadBytes
+            {
+                try await self.flush(&upload)
+            }
         }
         self.metrics.mediaBytesIn.increment(by: bytes.readableBytes)
     }
 
     /// Stores the bytes an upload gathered.
     private func flush(_ upload: inout Upload) async throws {
-        guard !upload.pending.isEmpty else { return }
-        let (pending, stored) = (upload.pending, upload.stored)
+        let stored = upload.stored
         // Whether or not they are stored, they are no longer pending: after a failure the upload is released.
-        upload.pending = Data()
-        try await self.append(pending, to: upload.id, at: stored)
+        let pending = self.takePending(&upload)
+        guard !pending.isEmpty else { return }
+        try await self.append(pending, to: upload.id, at: stored, content: upload.content)
     }
 
-    /// One append. The service knows where each upload it owns stands: an offset the storage disagrees with means
-    /// another node wrote the upload meanwhile (a node's own connections take turns through ``begin(id:user:size:sha256:)``).
-    private func append(_ data: Data, to id: String, at offset: Int64) async throws {
+    /// Empties what an upload gathered, and takes it off the node's count.
+    private func takePending(_ upload: inout Upload) -> Data {
+        let pending = upload.pending
+        upload.pending = Data()
+        if !pending.isEmpty { self.pendingBytes.subtract(pending.count, ordering: .relaxed) }
+        return pending
+    }
+
+    /// One append. The service knows where each upload it owns stands: an offset or content the storage disagrees
+    /// with means another node wrote (or deleted and started again) the upload meanwhile (a node's own connections
+    /// take turns through ``begin(id:user:size:sha256:)``).
+    private func append(_ data: Data, to id: String, at offset: Int64, content: Int64?) async throws {
         do {
-            try await self.blobs.append(data, to: id, at: offset)
+            try await self.blobs.append(data, to: id, at: offset, content: content)
         } catch let error as CourierStoreError where error.code == .invalidRequest {
             throw CourierStoreError(.uploadBusy, "this upload moved on through another connection (\(error.message))")
         }
@@ -230,7 +273,8 @@ final class MediaService: Sendable {
     /// Finishes an upload: checks its size and digest, files it, records it as the user's, and releases it.
     ///
     /// - Returns: The digest, and the quota the user has left.
-    /// - Throws: `media-mismatch` (nothing is stored), `quota-exceeded`, `storage-failed`.
+    /// - Throws: `media-mismatch` (nothing is stored), `quota-exceeded`, `upload-busy` (another node deleted the
+    ///   upload and started it again meanwhile), `storage-failed`.
     func finish(_ upload: Upload) async throws -> (sha256: String, quotaLeft: Int64) {
         defer { self.claims.withLock { _ = $0.remove(upload.id) } }
         let known = upload.hasher.map { hasher in SHA256Hex.string(hasher.finalize()) }
@@ -238,7 +282,7 @@ final class MediaService: Sendable {
         do {
             var upload = upload
             try await self.flush(&upload)
-            digest = try await self.blobs.finish(upload: upload.id, digest: known)
+            digest = try await self.blobs.finish(upload: upload.id, digest: known, content: upload.content)
             self.forget(upload.id, of: upload.user)
         } catch let error as CourierStoreError where error.code == .mediaMismatch {
             // A digest that disagrees deletes the upload; one cut short keeps its bytes (it may be resumed) and so

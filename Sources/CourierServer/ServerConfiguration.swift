@@ -175,6 +175,10 @@ public struct ServerConfiguration: Sendable {
         public var maxFetchWindowBytes: Int = 16 * 1024 * 1024
         /// Upload and fetch streams one connection may have open at once; one more is refused with `invalid-request`.
         public var maxStreamsPerConnection: Int = 16
+        /// The most upload bytes the server holds in memory, all uploads together, while it gathers them into the
+        /// larger pieces shared storage prefers (PostgreSQL's 256 KiB rows); past it, what an upload gathered is
+        /// stored at once, in a smaller piece. Uploads that stop part way cannot hold memory beyond it.
+        public var maxPendingUploadBytes: Int = 64 * 1024 * 1024
 
         public init() {}
     }

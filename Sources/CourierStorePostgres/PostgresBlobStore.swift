@@ -12,9 +12,13 @@ internal import PostgresNIO
 /// ``preferredAppendBytes`` makes a few hundred KiB), numbered by a content id. Finishing an upload checks its size
 /// and digest and hands its content over to a row of `media_blobs` under its digest, in one transaction that
 /// copies no bytes; when the same bytes are stored already, the upload's rows go instead. An append holds its
-/// upload's row while it writes, and writes only at the offset the row says: two nodes writing one upload at once
-/// cannot interleave (the second is refused with `invalid-request`), nor can an append land on an upload deleted
-/// meanwhile.
+/// upload's row while it writes, and writes only at the offset the row says and into the content its writer
+/// started on: two nodes writing one upload at once cannot interleave (the second is refused with
+/// `invalid-request`), nor can an append land on an upload deleted meanwhile, or on the upload started again
+/// after it (whose bytes a writer that hashed its own as it sent them would otherwise file under their digest).
+///
+/// Starts that name a ``BlobAdmission`` take turns per owner under an advisory lock held until their transaction
+/// commits, on every node, so the owner's limits see every upload recorded before.
 ///
 /// Reads fetch a range of one chunk at a time (`substring` of a column stored uncompressed, which PostgreSQL reads
 /// without reading the rest of it), so that memory holds at most ``BlobStore/Configuration/readChunkBytes``
@@ -27,8 +31,8 @@ public final class PostgresBlobStore: BlobStorage {
     private let store: PostgresStore
     private let logger: Logger
 
-    /// The most bytes one chunk row holds: a longer append is cut into several.
-    static let maxRowBytes = 1 << 20
+    /// The most bytes one chunk row holds (four preferred appends): a longer append is cut into several.
+    var maxRowBytes: Int { 4 * self.preferredAppendBytes }
 
     init(store: PostgresStore, configuration: BlobStore.Configuration, logger: Logger) {
         self.store = store
@@ -39,19 +43,42 @@ public final class PostgresBlobStore: BlobStorage {
 
     // MARK: Uploading
 
-    public func start(upload id: String, size: Int64, sha256: String?) async throws -> BlobUpload {
+    /// The class of the advisory locks under which one owner's uploads start (`pg_advisory_xact_lock(class, owner)`).
+    public static let admissionLockClass: Int32 = 0x4D45_4449
+
+    public func start(
+        upload id: String,
+        size: Int64,
+        sha256: String?,
+        admission: BlobAdmission?
+    ) async throws
+        -> BlobUpload
+    {
         try self.validate(upload: id, size: size, sha256: sha256)
         let now = Self.milliseconds(Date())
         let logger = self.logger
         let row = try await self.store.write(doing: "start an upload") { connection in
+            if let admission {
+                // The owner's starts take turns on every node until each commits: the check sees every upload
+                // recorded before it, and the next sees this one.
+                try await connection.run(
+                    """
+                    SELECT pg_advisory_xact_lock(\(Self.admissionLockClass), \(Int32(truncatingIfNeeded: admission.owner)))
+                    """,
+                    logger: logger
+                )
+                var others = try await Self.uploads(prefixes: admission.prefixes, connection, logger: logger)
+                others[id] = nil
+                try admission.admit(others)
+            }
             // The row whether it is new or not, in one statement (a second start of the same id, on any node,
             // finds the first's row and leaves it as it was).
-            try await connection.row(
+            return try await connection.row(
                 """
                 INSERT INTO media_uploads (id, size, sha256, received, content, changed_ms)
                 VALUES (\(id), \(size), \(sha256), 0, nextval('media_contents'), \(now))
                 ON CONFLICT (id) DO UPDATE SET changed_ms = media_uploads.changed_ms
-                RETURNING size, sha256, received
+                RETURNING size, sha256, received, content
                 """,
                 logger: logger
             )
@@ -69,7 +96,7 @@ public final class PostgresBlobStore: BlobStorage {
         let logger = self.logger
         let row = try await self.store.read(doing: "read an upload") { connection in
             try await connection.row(
-                "SELECT size, sha256, received FROM media_uploads WHERE id = \(id)",
+                "SELECT size, sha256, received, content FROM media_uploads WHERE id = \(id)",
                 logger: logger
             )
         }
@@ -82,11 +109,12 @@ public final class PostgresBlobStore: BlobStorage {
     }
 
     @discardableResult
-    public func append(_ bytes: Data, to id: String, at offset: Int64) async throws -> Int64 {
+    public func append(_ bytes: Data, to id: String, at offset: Int64, content expected: Int64?) async throws -> Int64 {
         try Self.validate(uploadID: id)
         let now = Self.milliseconds(Date())
         let logger = self.logger
         let count = Int64(bytes.count)
+        let rowLimit = self.maxRowBytes
         let appended = try await self.store.write(doing: "store a chunk of media") { connection in
             // The upload's row is held until the commit: appends to it (from any node), its completion and its
             // deletion come one after the other.
@@ -99,17 +127,20 @@ public final class PostgresBlobStore: BlobStorage {
             let size = try row.get("size", as: Int64.self)
             let received = try row.get("received", as: Int64.self)
             let content = try row.get("content", as: Int64.self)
+            guard expected == nil || expected == content else {
+                throw CourierStoreError(.invalidRequest, "upload \(id) was deleted and started again")
+            }
             guard offset == received else {
                 throw CourierStoreError(.invalidRequest, "upload \(id) continues at \(received), not \(offset)")
             }
             guard received + count <= size else {
-                try await Self.delete(upload: id, connection, logger: logger)
+                try await Self.delete(upload: id, content: content, connection, logger: logger)
                 return Appended.tooMany(size: size)
             }
             guard count > 0 else { return .offset(received) }
             var position = 0
             while position < bytes.count {
-                let end = min(bytes.count, position + Self.maxRowBytes)
+                let end = min(bytes.count, position + rowLimit)
                 let piece = ByteBuffer(bytes: bytes[bytes.startIndex + position..<bytes.startIndex + end])
                 try await connection.run(
                     """
@@ -139,7 +170,7 @@ public final class PostgresBlobStore: BlobStorage {
         case gone
     }
 
-    public func finish(upload id: String, digest known: String?) async throws -> String {
+    public func finish(upload id: String, digest known: String?, content expected: Int64?) async throws -> String {
         try Self.validate(uploadID: id)
         let logger = self.logger
         let found = try await self.store.read(doing: "read an upload") { connection in
@@ -151,6 +182,9 @@ public final class PostgresBlobStore: BlobStorage {
         guard let found else { throw CourierStoreError(.unknownUpload, "no upload \(id)") }
         let upload = try Self.upload(id, found)
         let content = try found.get("content", as: Int64.self)
+        guard expected == nil || expected == content else {
+            throw CourierStoreError(.uploadBusy, "upload \(id) was deleted and started again")
+        }
         guard upload.offset == upload.size else {
             throw CourierStoreError(.mediaMismatch, "upload \(id) has \(upload.offset) of \(upload.size) bytes")
         }
@@ -163,7 +197,10 @@ public final class PostgresBlobStore: BlobStorage {
             digest = SHA256Hex.string(hasher.finalize())
         }
         if let declared = upload.sha256, digest != declared {
-            await self.abandon(upload: id)
+            // Deleted only if it is still these bytes.
+            _ = try? await self.store.write(doing: "delete an upload") { connection in
+                try await Self.delete(upload: id, content: content, connection, logger: logger)
+            }
             throw CourierStoreError(.mediaMismatch, "upload \(id) has sha256 \(digest), not \(declared)")
         }
         let now = Self.milliseconds(Date())
@@ -196,7 +233,10 @@ public final class PostgresBlobStore: BlobStorage {
         }
         switch finished {
         case .stored: return digest
-        case .gone: throw CourierStoreError(.unknownUpload, "no upload \(id)")
+        case .gone:
+            // Finished meanwhile through another node (whose check of the same bytes passed): it is stored.
+            if try await self.size(of: digest) == upload.size { return digest }
+            throw CourierStoreError(.unknownUpload, "no upload \(id)")
         case .changed: throw CourierStoreError(.uploadBusy, "upload \(id) was started again while it was checked")
         }
     }
@@ -211,11 +251,18 @@ public final class PostgresBlobStore: BlobStorage {
 
     public func uploadsInProgress(prefixes: [String]?) async throws -> [String: Int64] {
         let logger = self.logger
-        let rows = try await self.store.read(doing: "list the uploads in progress") { connection in
-            guard let prefixes else {
-                return try await connection.rows("SELECT id, size FROM media_uploads", logger: logger)
-            }
-            var rows: [PostgresRandomAccessRow] = []
+        return try await self.store.read(doing: "list the uploads in progress") { connection in
+            try await Self.uploads(prefixes: prefixes, connection, logger: logger)
+        }
+    }
+
+    private static func uploads(
+        prefixes: [String]?,
+        _ connection: PostgresConnection,
+        logger: Logger
+    ) async throws -> [String: Int64] {
+        var rows: [PostgresRandomAccessRow] = []
+        if let prefixes {
             for prefix in Set(prefixes) {
                 // Ids are ASCII, compared byte by byte: those with the prefix sort from it to it followed by DEL.
                 rows += try await connection.rows(
@@ -223,26 +270,42 @@ public final class PostgresBlobStore: BlobStorage {
                     logger: logger
                 )
             }
-            return rows
+        } else {
+            rows = try await connection.rows("SELECT id, size FROM media_uploads", logger: logger)
         }
         var sizes: [String: Int64] = [:]
         for row in rows { sizes[try row.get("id", as: String.self)] = try row.get("size", as: Int64.self) }
         return sizes
     }
 
+    /// Uploads deleted per transaction by ``removeAbandoned(now:)``.
+    static let abandonedPerTransaction = 64
+
     @discardableResult
     public func removeAbandoned(now: Date) async throws -> [String] {
         let limit = Self.milliseconds(now) - Int64(self.configuration.abandonedUploadAge.components.seconds) * 1000
         let logger = self.logger
-        return try await self.store.write(doing: "delete abandoned uploads") { connection in
-            let rows = try await connection.rows(
-                "DELETE FROM media_uploads WHERE changed_ms < \(limit) RETURNING id, content",
-                logger: logger
-            )
-            guard !rows.isEmpty else { return [] }
-            let contents = try rows.map { try $0.get("content", as: Int64.self) }
-            try await connection.run("DELETE FROM media_chunks WHERE content = ANY(\(contents))", logger: logger)
-            return try rows.map { try $0.get("id", as: String.self) }.sorted()
+        var removed: [String] = []
+        while true {
+            // A few at a time, so that no transaction grows with the backlog; the rows other nodes are deleting
+            // now are theirs.
+            let batch = try await self.store.write(doing: "delete abandoned uploads") { connection in
+                let rows = try await connection.rows(
+                    """
+                    DELETE FROM media_uploads WHERE id IN (
+                        SELECT id FROM media_uploads WHERE changed_ms < \(limit)
+                        LIMIT \(Self.abandonedPerTransaction) FOR UPDATE SKIP LOCKED
+                    ) RETURNING id, content
+                    """,
+                    logger: logger
+                )
+                guard !rows.isEmpty else { return [String]() }
+                let contents = try rows.map { try $0.get("content", as: Int64.self) }
+                try await connection.run("DELETE FROM media_chunks WHERE content = ANY(\(contents))", logger: logger)
+                return try rows.map { try $0.get("id", as: String.self) }
+            }
+            removed += batch
+            if batch.count < Self.abandonedPerTransaction { return removed.sorted() }
         }
     }
 
@@ -320,15 +383,24 @@ public final class PostgresBlobStore: BlobStorage {
             id: id,
             size: try row.get("size", as: Int64.self),
             sha256: try row["sha256"].decode(String?.self),
-            offset: try row.get("received", as: Int64.self)
+            offset: try row.get("received", as: Int64.self),
+            content: try row.get("content", as: Int64.self)
         )
     }
 
-    /// Deletes an upload and its chunks (none when there is no such upload).
-    private static func delete(upload id: String, _ connection: PostgresConnection, logger: Logger) async throws {
+    /// Deletes an upload and its chunks (none when there is no such upload, or when it is no longer `content`).
+    private static func delete(
+        upload id: String,
+        content expected: Int64? = nil,
+        _ connection: PostgresConnection,
+        logger: Logger
+    ) async throws {
         guard
             let content = try await connection.value(
-                "DELETE FROM media_uploads WHERE id = \(id) RETURNING content",
+                """
+                DELETE FROM media_uploads WHERE id = \(id) AND (\(expected)::bigint IS NULL OR content = \(expected))
+                RETURNING content
+                """,
                 as: Int64.self,
                 logger: logger
             )

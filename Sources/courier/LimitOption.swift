@@ -52,6 +52,7 @@ enum LimitOption {
         ("default-fetch-window-bytes", { $0.media.defaultFetchWindowBytes = try bytes($1) }),
         ("max-fetch-window-bytes", { $0.media.maxFetchWindowBytes = try bytes($1) }),
         ("max-streams-per-connection", { $0.media.maxStreamsPerConnection = try int($1) }),
+        ("max-pending-upload-bytes", { $0.media.maxPendingUploadBytes = try bytes($1) }),
     ]
 
     static var help: String {

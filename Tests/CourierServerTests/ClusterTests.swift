@@ -103,6 +103,9 @@ struct ClusterTests {
             var stream: UInt32 = 1
             var result = try await laptop.upload(file, stream: stream)
             while result.error?.code == ErrorCodes.uploadBusy {
+                // Node 0 stores what it held once it sees the close: a few tries at most, never for ever.
+                try #require(stream < 200, "still busy after \(stream / 2) tries")
+                try await Task.sleep(for: .milliseconds(50))
                 stream += 2
                 result = try await laptop.upload(file, stream: stream)
             }
@@ -148,6 +151,39 @@ struct ClusterTests {
             #expect(blobs == [1, 0], "one blob, no upload left")
             #expect(try await cluster.store.uploadedSize(by: carolID, sha256: sha) == Int64(file.count))
             for client in [laptop, bob, carol] { await client.close() }
+        }
+    }
+
+    @Test(
+        "bytes gathered for PostgreSQL's rows are stored once the node holds maxPendingUploadBytes, though the upload stalls"
+    )
+    func pendingUploadBudget() async throws {
+        try await ClusterFixture.with(nodes: 1) { cluster in
+            try await cluster.user("alice")
+            let (alice, _) = try await NativeTestClient.login(port: cluster.nodes[0].ports.native, "alice")
+            let file = SeededRandom.bytes(1 << 20, seededFor: "pendingUploadBudget")
+            // 200 KB in 10 KB chunks, less than a row (256 KiB); then the client stops, its connection open.
+            guard case .cut = try await alice.upload(file, stream: 1, upTo: 200_000, chunk: 10_000) else {
+                Issue.record("the upload did not stop where asked")
+                return
+            }
+            // Nothing released it: only the budget can have stored what came, all but less than the budget and a
+            // chunk.
+            var received: Int64 = 0
+            try await waitUntil("the node stored what passed its budget") {
+                try await TestDatabase.admin(cluster.location) { connection in
+                    let rows = try await connection.query(
+                        "SELECT received FROM media_uploads",
+                        logger: TestDatabase.logger
+                    )
+                    for try await value in rows.decode(Int64.self) { received = value }
+                }
+                return received >= 200_000 - 50_000 - 10_000
+            }
+            #expect(received <= 200_000)
+            await alice.close()
+        } configure: {
+            $0.media.maxPendingUploadBytes = 50_000
         }
     }
 

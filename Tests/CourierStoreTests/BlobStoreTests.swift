@@ -59,7 +59,8 @@ struct BlobFixture: Sendable {
         case .postgres:
             var postgres = PostgresStore.Configuration()
             postgres.maxConnections = 4
-            // Small rows: the tests' files span several, and reads cross their edges.
+            // Small rows (an append is cut at four times this): the tests' files span several, and reads cross their
+            // edges.
             postgres.mediaRowBytes = 3_000
             let settings = postgres
             try await TestDatabase.with { location in
@@ -346,6 +347,76 @@ struct BlobStoreTests {
                 try await first.read(digest, range: 0..<10_000) { read.append($0) }
                 #expect(read == winner + winner, "round \(round)")
             }
+        }
+    }
+
+    @Test("an upload deleted and started again on another node: the first writer's appends and finish are refused")
+    func restartedUnderAWriter() async throws {
+        try await BlobFixture.with(.postgres) { fixture in
+            let (first, second) = (fixture.storage, try await fixture.reopen())
+            let file = Self.bytes(2_000, seed: 11)
+            let digest = Self.digest(file)
+            // A's upload, half sent.
+            let started = try await first.start(upload: "u", size: 2_000, sha256: digest)
+            try await first.append(file[0..<1_000], to: "u", at: 0, content: started.content)
+            // Elsewhere: too many bytes delete it; it starts again, and other bytes go in.
+            await #expect(throws: CourierStoreError.self) {
+                try await second.append(Self.bytes(1_500, seed: 12), to: "u", at: 1_000)
+            }
+            let again = try await second.start(upload: "u", size: 2_000, sha256: digest)
+            #expect(again.content != started.content && again.offset == 0)
+            try await second.append(Self.bytes(1_000, seed: 13), to: "u", at: 0, content: again.content)
+            // A goes on where it thinks it is: refused, and its hash of the real bytes files nothing.
+            await #expect(throws: CourierStoreError(.invalidRequest, "upload u was deleted and started again")) {
+                try await first.append(file[1_000...], to: "u", at: 1_000, content: started.content)
+            }
+            await #expect(throws: CourierStoreError(.uploadBusy, "upload u was deleted and started again")) {
+                try await first.finish(upload: "u", digest: digest, content: started.content)
+            }
+            #expect(try await fixture.stored().isEmpty)
+            #expect(try await first.upload("u")?.offset == 1_000)
+        }
+    }
+
+    @Test("one owner's uploads started on two nodes at once are admitted one after the other")
+    func admissionTakesTurns() async throws {
+        try await BlobFixture.with(.postgres) { fixture in
+            let (first, second) = (fixture.storage, try await fixture.reopen())
+            let location = try #require(fixture.location)
+            // At most one upload in progress.
+            let admission = BlobAdmission(owner: 7, prefixes: ["n7-"]) { others in
+                guard others.isEmpty else { throw CourierStoreError(.quotaExceeded, "one at a time") }
+            }
+            let starts = try await TestDatabase.admin(location) { connection in
+                // The owner's turn taken elsewhere until both starts wait for it.
+                try await connection.run("BEGIN", logger: TestDatabase.logger)
+                try await connection.run(
+                    "SELECT pg_advisory_xact_lock(\(PostgresBlobStore.admissionLockClass), \(Int32(7)))",
+                    logger: TestDatabase.logger
+                )
+                let a = Task { try await first.start(upload: "n7-a", size: 10, sha256: nil, admission: admission) }
+                let b = Task { try await second.start(upload: "n7-b", size: 10, sha256: nil, admission: admission) }
+                try await waitUntil("both starts wait for the owner's turn") {
+                    var waiting: Int64 = 0
+                    try await connection.run("SELECT pg_stat_clear_snapshot()", logger: TestDatabase.logger)
+                    let rows = try await connection.query(
+                        """
+                        SELECT count(*)::bigint FROM pg_stat_activity
+                        WHERE datname = current_database() AND wait_event_type = 'Lock'
+                        """,
+                        logger: TestDatabase.logger
+                    )
+                    for try await count in rows.decode(Int64.self) { waiting = count }
+                    return waiting == 2
+                }
+                try await connection.run("COMMIT", logger: TestDatabase.logger)
+                return [await a.result, await b.result]
+            }
+            #expect(starts.compactMap { try? $0.get() }.count == 1, "exactly one is admitted")
+            for case .failure(let error) in starts {
+                #expect((error as? CourierStoreError)?.code == .quotaExceeded, "\(error)")
+            }
+            #expect(try await first.uploadsInProgress().count == 1)
         }
     }
 }

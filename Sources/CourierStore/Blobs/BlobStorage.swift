@@ -8,12 +8,36 @@ public struct BlobUpload: Sendable, Hashable {
     public var sha256: String?
     /// The bytes stored: where the next chunk must start.
     public var offset: Int64
+    /// Which bytes these are, where an upload can be deleted and started again under the same id while a writer
+    /// still holds it (shared storage: another node): an append or a finish that names it is refused once the
+    /// upload is another. Nil where that cannot happen (``BlobStore``: one server, which lets one stream own an
+    /// upload).
+    public var content: Int64?
 
-    public init(id: String, size: Int64, sha256: String?, offset: Int64) {
+    public init(id: String, size: Int64, sha256: String?, offset: Int64, content: Int64? = nil) {
         self.id = id
         self.size = size
         self.sha256 = sha256
         self.offset = offset
+        self.content = content
+    }
+}
+
+/// What an upload must fit in to start: checked by the storage against the other uploads in progress of the same
+/// owner, at the moment it records the upload, with no other start of that owner's between (on any node).
+public struct BlobAdmission: Sendable {
+    /// Who the uploads belong to (a user's id): starts of the same owner take turns.
+    public var owner: Int64
+    /// The beginnings of the owner's upload ids.
+    public var prefixes: [String]
+    /// Given the owner's other uploads in progress (their ids and declared sizes), throws to refuse this one.
+    public var admit: @Sendable (_ others: [String: Int64]) throws -> Void
+
+    public init(owner: Int64, prefixes: [String], admit: @escaping @Sendable (_ others: [String: Int64]) throws -> Void)
+    {
+        self.owner = owner
+        self.prefixes = prefixes
+        self.admit = admit
     }
 }
 
@@ -41,31 +65,37 @@ public protocol BlobStorage: Sendable {
     ///   - id: The upload's id.
     ///   - size: The file's size in bytes.
     ///   - sha256: Its SHA-256, 64 lowercase hex digits, or nil to accept whatever digest the bytes have.
+    ///   - admission: What the upload must fit in, checked against the owner's other uploads (nil: nothing).
     /// - Returns: The upload, with the offset the next chunk must start at (0 when new).
     /// - Throws: `invalid-request` (a bad id or digest, or the same id declared with another size or digest),
-    ///   `media-too-large`, `storage-failed`.
-    func start(upload id: String, size: Int64, sha256: String?) async throws -> BlobUpload
+    ///   `media-too-large`, `storage-failed`, or what `admission` throws (nothing is recorded then).
+    func start(upload id: String, size: Int64, sha256: String?, admission: BlobAdmission?) async throws -> BlobUpload
 
     /// An upload in progress, or nil when there is none by that id.
     func upload(_ id: String) async throws -> BlobUpload?
 
     /// Writes a chunk of an upload at `offset`, which must be where the upload stands.
     ///
+    /// - Parameter content: The upload's ``BlobUpload/content`` when it was started, or nil.
     /// - Returns: The new offset.
-    /// - Throws: `unknown-upload`, `invalid-request` (another offset than the upload's), `media-mismatch` (more
-    ///   bytes than declared: the upload is deleted), `storage-failed`.
+    /// - Throws: `unknown-upload`, `invalid-request` (another offset than the upload's, or another content: the
+    ///   upload was deleted and started again), `media-mismatch` (more bytes than declared: the upload is deleted),
+    ///   `storage-failed`.
     @discardableResult
-    func append(_ bytes: Data, to id: String, at offset: Int64) async throws -> Int64
+    func append(_ bytes: Data, to id: String, at offset: Int64, content: Int64?) async throws -> Int64
 
     /// Finishes an upload: checks its size and SHA-256, makes it durable, and files it under its digest (once: when
     /// the same bytes are stored already, the upload is dropped).
     ///
-    /// - Parameter digest: The SHA-256 of every byte of the upload, when the caller hashed them as they were appended
-    ///   (it saw the upload from offset 0): they are then not read again. Nil: they are read back and hashed.
+    /// - Parameters:
+    ///   - digest: The SHA-256 of every byte of the upload, when the caller hashed them as they were appended (it
+    ///     saw the upload from offset 0): they are then not read again. Nil: they are read back and hashed.
+    ///   - content: The upload's ``BlobUpload/content`` when the caller started it, or nil.
     /// - Returns: The digest the blob is stored under.
     /// - Throws: `unknown-upload`, `media-mismatch` (nothing is stored; a short upload is kept to be resumed, one
-    ///   with another digest is deleted), `storage-failed`.
-    func finish(upload id: String, digest: String?) async throws -> String
+    ///   with another digest is deleted), `upload-busy` (the upload was deleted and started again meanwhile: its
+    ///   bytes are another's), `storage-failed`.
+    func finish(upload id: String, digest: String?, content: Int64?) async throws -> String
 
     /// Deletes an upload that will not be finished (nothing happens when there is none).
     func abandon(upload id: String) async
@@ -92,9 +122,25 @@ public protocol BlobStorage: Sendable {
 }
 
 extension BlobStorage {
+    /// Starts an upload with nothing to fit in.
+    public func start(upload id: String, size: Int64, sha256: String?) async throws -> BlobUpload {
+        try await self.start(upload: id, size: size, sha256: sha256, admission: nil)
+    }
+
+    /// Writes a chunk of an upload, whatever its content.
+    @discardableResult
+    public func append(_ bytes: Data, to id: String, at offset: Int64) async throws -> Int64 {
+        try await self.append(bytes, to: id, at: offset, content: nil)
+    }
+
+    /// Finishes an upload, whatever its content.
+    public func finish(upload id: String, digest: String?) async throws -> String {
+        try await self.finish(upload: id, digest: digest, content: nil)
+    }
+
     /// Finishes an upload, reading its bytes back to hash them.
     public func finish(upload id: String) async throws -> String {
-        try await self.finish(upload: id, digest: nil)
+        try await self.finish(upload: id, digest: nil, content: nil)
     }
 
     /// Every upload in progress, with its declared size.

@@ -97,18 +97,24 @@ public final class BlobStore: BlobStorage {
 
     // MARK: Uploading
 
-    /// Starts an upload, or finds it again to resume it.
-    ///
-    /// - Parameters:
-    ///   - id: The upload's id: 1 to 128 ASCII letters, digits, `-` or `_`.
-    ///   - size: The file's size in bytes.
-    ///   - sha256: Its SHA-256, 64 hex digits, or nil to accept whatever digest the bytes have.
-    /// - Returns: The upload, with the offset the next chunk must start at (0 when new).
-    /// - Throws: `invalid-request` (a bad id or digest, or the same id declared with another size or digest),
-    ///   `media-too-large`, `storage-failed`.
-    public func start(upload id: String, size: Int64, sha256: String?) async throws -> Upload {
+    /// Starts an upload, or finds it again to resume it (``BlobStorage/start(upload:size:sha256:admission:)``). The
+    /// admission is checked against a listing of the uploads folder: starts of one owner must take turns in the
+    /// caller (one server owns the folder).
+    public func start(
+        upload id: String,
+        size: Int64,
+        sha256: String?,
+        admission: BlobAdmission?
+    ) async throws
+        -> Upload
+    {
         try self.validate(upload: id, size: size, sha256: sha256)
         let digest = sha256
+        if let admission {
+            var others = try await self.uploadsInProgress(prefixes: admission.prefixes)
+            others[id] = nil
+            try admission.admit(others)
+        }
         return try await self.run {
             let declaration = "\(size) \(digest ?? "-")"
             let meta = self.metaFile(id)
@@ -133,13 +139,10 @@ public final class BlobStore: BlobStorage {
         return try await self.run { try self.readUpload(id) }
     }
 
-    /// Writes a chunk of an upload at `offset`, which must be where the upload stands.
-    ///
-    /// - Returns: The new offset.
-    /// - Throws: `unknown-upload`, `invalid-request` (another offset than the upload's), `media-mismatch` (more
-    ///   bytes than declared: the upload is deleted), `storage-failed`.
+    /// Writes a chunk of an upload at `offset` (``BlobStorage/append(_:to:at:content:)``; `content` is not used: the
+    /// caller lets one writer at a time own an upload).
     @discardableResult
-    public func append(_ bytes: Data, to id: String, at offset: Int64) async throws -> Int64 {
+    public func append(_ bytes: Data, to id: String, at offset: Int64, content: Int64?) async throws -> Int64 {
         try Self.validate(uploadID: id)
         return try await self.run {
             guard let upload = try self.readUpload(id) else {
@@ -162,17 +165,9 @@ public final class BlobStore: BlobStorage {
         }
     }
 
-    /// Finishes an upload: checks its size and SHA-256, makes it durable, and files it under its digest (once:
-    /// when the same bytes are stored already, the upload is dropped).
-    ///
-    /// - Parameters:
-    ///   - id: The upload.
-    ///   - digest: The SHA-256 of every byte of the part file, when the caller hashed them as they were appended
-    ///     (it saw the upload from offset 0): the file is then not read again. Nil: the file is read and hashed.
-    /// - Returns: The digest the blob is stored under.
-    /// - Throws: `unknown-upload`, `media-mismatch` (nothing is stored; a short upload is kept to be resumed,
-    ///   one with another digest is deleted), `storage-failed`.
-    public func finish(upload id: String, digest known: String?) async throws -> String {
+    /// Finishes an upload (``BlobStorage/finish(upload:digest:content:)``): checks its size and SHA-256, makes the part
+    /// file durable, and moves it under its digest, or drops it when the same bytes are stored already.
+    public func finish(upload id: String, digest known: String?, content: Int64?) async throws -> String {
         try Self.validate(uploadID: id)
         return try await self.run {
             guard let upload = try self.readUpload(id) else {
