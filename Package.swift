@@ -176,6 +176,7 @@ let package = Package(
                 "CourierWire",
                 "CourierProtocol",
                 "CourierStore",
+                "CourierStorePostgres",
                 "CourierClient",
                 "CourierProcess",
                 "MediaCache",
@@ -185,6 +186,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             swiftSettings: strictSettings
         ),
@@ -322,8 +324,10 @@ let package = Package(
                 "CourierChat",
                 "CourierClient",
                 "CourierProtocol",
+                "CourierStorePostgres",
                 "CourierTesting",
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             swiftSettings: strictSettings
         ),

@@ -1,4 +1,4 @@
-import CourierStore
+public import CourierStore
 public import Foundation
 public import Logging
 
@@ -30,6 +30,16 @@ public enum BenchProvisioning {
         storeConfiguration.passwordHasher = Self.hasher
         let store = try SQLiteStore(folder: dataFolder, configuration: storeConfiguration, logger: logger)
         defer { try? store.close() }
+        return try await Self.provision(configuration, store: store)
+    }
+
+    /// Makes the users, groups and tokens of a run in a store (a PostgreSQL database the nodes share).
+    public static func provision(
+        _ configuration: BenchConfiguration,
+        store: any CourierDatabase
+    ) async throws
+        -> [BenchUser]
+    {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         // A prefix of its own per run, so runs can share a data folder (a server started apart from the bench).
         let run = UUID().uuidString.prefix(6).lowercased()

@@ -68,9 +68,8 @@ public enum BenchReport {
             let ratio = Double(result.acknowledged) / seconds / ceilings.insertMessagesPerSecond
             lines += [
                 "ceiling fsync: \(Self.percentiles(ceilings.fsync)) (4 KiB write + fsync)",
-                "ceiling insert: \(Int(ceilings.insertMessagesPerSecond)) msg/s (bare GRDB, WAL, synchronous=FULL, "
-                    + "\(ceilings.batchMessages) messages a transaction); acknowledged/ceiling = "
-                    + String(format: "%.2f", ratio),
+                "ceiling insert: \(Int(ceilings.insertMessagesPerSecond)) msg/s (\(ceilings.insertDescription)); "
+                    + "acknowledged/ceiling = " + String(format: "%.2f", ratio),
             ]
         }
         if result.failures > 0 {

@@ -32,15 +32,36 @@ public struct BenchResult: Sendable {
 public struct BenchRun: Sendable {
     public var configuration: BenchConfiguration
     public var host: String
-    public var port: Int
-    /// The server's process id, for its CPU time and memory (Linux /proc).
-    public var serverProcess: Int32?
+    /// The nodes' native ports: user `i` connects to `ports[i % ports.count]`.
+    public var ports: [Int]
+    /// The servers' process ids, for their CPU time and memory (Linux /proc), added up.
+    public var serverProcesses: [Int32]
 
     public init(configuration: BenchConfiguration, host: String, port: Int, serverProcess: Int32?) {
+        self.init(
+            configuration: configuration,
+            host: host,
+            ports: [port],
+            serverProcesses: serverProcess.map { [$0] } ?? []
+        )
+    }
+
+    public init(configuration: BenchConfiguration, host: String, ports: [Int], serverProcesses: [Int32]) {
         self.configuration = configuration
         self.host = host
-        self.port = port
-        self.serverProcess = serverProcess
+        self.ports = ports
+        self.serverProcesses = serverProcesses
+    }
+
+    /// A figure of every server's process added up, or nil when there is none (or one cannot be read).
+    private func total<T: AdditiveArithmetic>(_ read: (Int32) -> T?) -> T? {
+        guard !self.serverProcesses.isEmpty else { return nil }
+        var sum = T.zero
+        for process in self.serverProcesses {
+            guard let value = read(process) else { return nil }
+            sum += value
+        }
+        return sum
     }
 
     public func run(users: [BenchUser], progress: @Sendable (String) -> Void = { _ in }) async throws -> BenchResult {
@@ -49,7 +70,7 @@ public struct BenchRun: Sendable {
         let group = MultiThreadedEventLoopGroup.singleton
         let perConnectionRate = configuration.rate.map { $0 / Double(max(1, users.count)) }
         let interval = perConnectionRate.map { UInt64(1e9 / max($0, 1e-3)) }
-        let rssBefore = self.serverProcess.flatMap { ProcessMonitor.residentBytes(of: $0) }
+        let rssBefore = self.total { ProcessMonitor.residentBytes(of: $0) }
 
         // Connect in waves, so the server's accept backlog is not overrun.
         var channels: [(any Channel, BenchHandler)] = []
@@ -65,8 +86,9 @@ public struct BenchRun: Sendable {
                         interval: interval,
                         phase: interval.map { $0 * UInt64(index) / UInt64(users.count) } ?? 0
                     )
+                    let port = self.ports[index % self.ports.count]
                     tasks.addTask {
-                        try await Self.connect(host: self.host, port: self.port, plan: plan, tally: tally, group: group)
+                        try await Self.connect(host: self.host, port: port, plan: plan, tally: tally, group: group)
                     }
                 }
                 for try await connection in tasks { channels.append(connection) }
@@ -89,13 +111,13 @@ public struct BenchRun: Sendable {
         let connected = tally.ready.load(ordering: .relaxed)
 
         var rssAfter: Int?
-        let cpuBefore = self.serverProcess.flatMap { ProcessMonitor.cpuSeconds(of: $0) }
+        let cpuBefore = self.total { ProcessMonitor.cpuSeconds(of: $0) }
         let clock = ContinuousClock()
         let start = clock.now
         var end = start
         if configuration.pattern == .idle {
             try await Task.sleep(for: configuration.settle)
-            rssAfter = self.serverProcess.flatMap { ProcessMonitor.residentBytes(of: $0) }
+            rssAfter = self.total { ProcessMonitor.residentBytes(of: $0) }
             end = clock.now
         } else {
             for (channel, handler) in channels {
@@ -120,9 +142,9 @@ public struct BenchRun: Sendable {
                 }
                 try await Task.sleep(for: .milliseconds(5))
             }
-            rssAfter = self.serverProcess.flatMap { ProcessMonitor.residentBytes(of: $0) }
+            rssAfter = self.total { ProcessMonitor.residentBytes(of: $0) }
         }
-        let cpuAfter = self.serverProcess.flatMap { ProcessMonitor.cpuSeconds(of: $0) }
+        let cpuAfter = self.total { ProcessMonitor.cpuSeconds(of: $0) }
 
         var acknowledgement = LatencyHistogram.latencies()
         var endToEnd = LatencyHistogram.latencies()
@@ -146,7 +168,7 @@ public struct BenchRun: Sendable {
             acknowledgement: acknowledgement,
             endToEnd: endToEnd,
             serverCPUSeconds: both(cpuBefore, cpuAfter).map { $1 - $0 },
-            serverPeakRSS: self.serverProcess.flatMap { ProcessMonitor.peakResidentBytes(of: $0) },
+            serverPeakRSS: self.total { ProcessMonitor.peakResidentBytes(of: $0) },
             serverRSSBefore: rssBefore,
             serverRSSAfter: rssAfter
         )

@@ -7,17 +7,26 @@ public enum BenchServers {
     /// Starts `courier serve` on `data` with `--limit`s, on free ports.
     ///
     /// - Returns: The server, its native port and its HTTP port.
+    ///
+    /// - Parameters:
+    ///   - database: A PostgreSQL URL the server runs on (passed in its environment, `COURIER_DATABASE`, so that its
+    ///     password is in no process listing), or nil for SQLite in `data`.
+    ///   - node: The node's name, with `database`.
     public static func serve(
         executable: URL,
         data: URL,
         folder: URL,
-        limits: [String]
+        limits: [String],
+        database: String? = nil,
+        node: String? = nil
     ) async throws -> (server: ServerProcess, port: Int, http: Int) {
         let (server, native, http) = try await ServerProcess.start(
             executable: executable,
             data: data,
             logFolder: folder,
             arguments: ["--log-level", "warning"] + limits.flatMap { ["--limit", $0] }
+                + (node.map { ["--node", $0] } ?? []),
+            environment: database.map { ["COURIER_DATABASE": $0] } ?? [:]
         )
         return (server, native, http)
     }

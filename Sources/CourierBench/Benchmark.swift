@@ -1,4 +1,5 @@
 import CourierProcess
+import CourierStorePostgres
 public import Foundation
 import Logging
 
@@ -46,6 +47,12 @@ public struct BenchPlan: Sendable {
     public var measureCeilings = true
     /// Whether to keep the bench's folder (data, logs) instead of removing it.
     public var keepData = false
+    /// A PostgreSQL database (URL) the servers share, instead of SQLite in the bench's folder; the run's users stay
+    /// in it afterwards.
+    public var database: String?
+    /// With `database`: how many `courier serve` nodes share it (user `i` connects to node `i % nodes`: with two or
+    /// more, each pair's partners are on different nodes).
+    public var nodes = 1
 
     public init(configuration: BenchConfiguration, executable: URL) {
         self.configuration = configuration
@@ -138,6 +145,21 @@ public enum Benchmark {
                 serverProcess: external.pid
             )
             .run(users: users, progress: say)
+        } else if let database = plan.database {
+            let (users, servers, ports) = try await Self.provisionAndServeNodes(
+                plan,
+                database: database,
+                folder: folder,
+                say: say
+            )
+            defer { for server in servers { server.stop() } }
+            result = try await BenchRun(
+                configuration: configuration,
+                host: "127.0.0.1",
+                ports: ports,
+                serverProcesses: servers.map(\.process.processIdentifier)
+            )
+            .run(users: users, progress: say)
         } else if configuration.pattern == .idle, configuration.processes > 1 {
             let (users, server, port) = try await Self.provisionAndServe(plan, folder: folder, data: data, say: say)
             defer { server.stop() }
@@ -202,13 +224,25 @@ public enum Benchmark {
         var ceilings: Ceilings?
         if plan.measureCeilings, configuration.pattern != .idle {
             say("measuring the ceilings")
-            ceilings = try Ceilings.measure(
-                in: folder,
-                messages: min(max(result.acknowledged, 10_000), 200_000),
-                batchMessages: min(4096, configuration.connections * configuration.window),
-                members: configuration.recipientsPerMessage + 1,
-                messageBytes: configuration.messageBytes
-            )
+            if let database = plan.database {
+                ceilings = try await Ceilings.measurePostgres(
+                    database,
+                    in: folder,
+                    clients: plan.nodes,
+                    messages: min(max(result.acknowledged, 10_000), 200_000),
+                    batchMessages: min(4096, configuration.connections * configuration.window / plan.nodes),
+                    members: configuration.recipientsPerMessage + 1,
+                    messageBytes: configuration.messageBytes
+                )
+            } else {
+                ceilings = try Ceilings.measure(
+                    in: folder,
+                    messages: min(max(result.acknowledged, 10_000), 200_000),
+                    batchMessages: min(4096, configuration.connections * configuration.window),
+                    members: configuration.recipientsPerMessage + 1,
+                    messageBytes: configuration.messageBytes
+                )
+            }
         }
         return BenchOutcome(
             text: BenchReport.text(result, ceilings: ceilings, storm: stormResult),
@@ -237,6 +271,54 @@ public enum Benchmark {
         )
         say("server \(server.process.processIdentifier) on 127.0.0.1:\(port); connecting")
         return (users, server, port)
+    }
+
+    /// Makes the run's users in a PostgreSQL database (migrating it first), then starts `plan.nodes` servers on it,
+    /// each with a data folder of its own.
+    private static func provisionAndServeNodes(
+        _ plan: BenchPlan,
+        database: String,
+        folder: URL,
+        say: @Sendable (String) -> Void
+    ) async throws -> (users: [BenchUser], servers: [ServerProcess], ports: [Int]) {
+        let configuration = plan.configuration
+        var logger = Logger(label: "courier.bench")
+        logger.logLevel = .warning
+        let location: PostgresLocation
+        do { location = try PostgresLocation(url: database) } catch { throw BenchError("--database: \(error)") }
+        var storeConfiguration = PostgresStore.Configuration()
+        storeConfiguration.passwordHasher = BenchProvisioning.hasher
+        storeConfiguration.maxConnections = 4
+        storeConfiguration.node = "bench-provisioning"
+        let store = PostgresStore(location: location, configuration: storeConfiguration, logger: logger)
+        try await store.migrate()
+        say("provisioning \(configuration.connections) users in \(location)")
+        let users = try await store.withRunning { try await BenchProvisioning.provision(configuration, store: store) }
+        var servers: [ServerProcess] = []
+        var ports: [Int] = []
+        do {
+            for node in 0..<plan.nodes {
+                let nodeFolder = folder.appendingPathComponent("node\(node)")
+                let data = nodeFolder.appendingPathComponent("data")
+                try FileManager.default.createDirectory(at: data, withIntermediateDirectories: true)
+                let (server, port, _) = try await BenchServers.serve(
+                    executable: plan.executable,
+                    data: data,
+                    folder: nodeFolder,
+                    limits: ["max-connections=\(configuration.connections + 100)"] + plan.serverLimits,
+                    database: database,
+                    node: "bench\(node)"
+                )
+                servers.append(server)
+                ports.append(port)
+                say("node \(node): server \(server.process.processIdentifier) on 127.0.0.1:\(port)")
+            }
+        } catch {
+            for server in servers { server.stop() }
+            throw error
+        }
+        say("connecting")
+        return (users, servers, ports)
     }
 
     /// What makes a run not a measurement: failures, or messages missing.

@@ -12,6 +12,8 @@ public struct Ceilings: Sendable {
     public var insertMessagesPerSecond: Double
     public var batchMessages: Int
     public var insertedMessages: Int
+    /// What the insert ceiling is, in words.
+    public var insertDescription: String
 
     /// Measures both in `folder` (files made there are removed).
     public static func measure(
@@ -32,7 +34,8 @@ public struct Ceilings: Sendable {
                 bytes: messageBytes
             ),
             batchMessages: batchMessages,
-            insertedMessages: messages
+            insertedMessages: messages,
+            insertDescription: "bare GRDB, WAL, synchronous=FULL, \(batchMessages) messages a transaction"
         )
     }
 

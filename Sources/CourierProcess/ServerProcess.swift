@@ -14,14 +14,16 @@ public final class ServerProcess: @unchecked Sendable {
     public let process: Process
     public let log: URL
 
-    /// Starts `courier serve` on `data` with three free ports, its log in `folder` (named after the native port).
+    /// Starts `courier serve` on `data` with three free ports, its log in `folder` (named after the native port), and
+    /// `environment` added to this process's (where a database's password goes, never the arguments anyone lists).
     ///
     /// - Returns: The server, and its native and HTTP ports.
     public static func start(
         executable: URL,
         data: URL,
         logFolder folder: URL,
-        arguments: [String] = []
+        arguments: [String] = [],
+        environment: [String: String] = [:]
     ) async throws -> (server: ServerProcess, native: Int, http: Int) {
         // A port free a moment ago can be taken meanwhile by another test: a server that cannot bind tries others.
         var attempt = 1
@@ -35,7 +37,8 @@ public final class ServerProcess: @unchecked Sendable {
                     compat: ports.1,
                     http: ports.2,
                     log: folder.appendingPathComponent("server-\(ports.0).log"),
-                    arguments: arguments
+                    arguments: arguments,
+                    environment: environment
                 )
                 return (server, ports.0, ports.2)
             } catch let error as ServerDidNotStart where error.exited && attempt < 3 {
@@ -63,7 +66,8 @@ public final class ServerProcess: @unchecked Sendable {
         compat: Int,
         http: Int,
         log: URL,
-        arguments extra: [String] = []
+        arguments extra: [String] = [],
+        environment: [String: String] = [:]
     ) async throws -> ServerProcess {
         try await Self.start(
             executable: executable,
@@ -71,6 +75,7 @@ public final class ServerProcess: @unchecked Sendable {
                 "serve", "--data", data.path, "--port", String(native), "--compat-port", String(compat),
                 "--http-port", String(http),
             ] + extra,
+            environment: environment,
             readyPort: native,
             log: log
         )

@@ -40,6 +40,14 @@ struct Bench: AsyncParsableCommand {
             fast as they are answered); the report gives both runs' latencies, their ratio, and how the storm was \
             answered (throttled before any hash, password checks, refused connections).
 
+            With --database postgres://… (pairs or group) the servers run on that PostgreSQL database instead: the \
+            bench migrates it, adds the run's users to it (they stay; use a database of its own), and starts \
+            --nodes servers on it, each with a data folder of its own; user i connects to node i mod --nodes, so \
+            with two nodes or more every pair's partners are on different nodes and every end-to-end latency is \
+            across nodes. The insert ceiling is then pgbench (PostgreSQL's own) inserting the same rows into tables \
+            of their own in that database, from as many clients as nodes. A password may be left out of the URL \
+            and given in $PGPASSWORD, out of sight of other users' process listings.
+
             With --server HOST:PORT --data FOLDER the bench loads a server started apart (under perf or valgrind, \
             with other flags), adding its users to that server's data folder while it runs; --server-pid gives its \
             CPU and memory.
@@ -155,6 +163,17 @@ struct Bench: AsyncParsableCommand {
     )
     var processes = 1
 
+    @Option(
+        help: ArgumentHelp(
+            "Run the servers on this PostgreSQL database (the run's users stay in it); the password may be in $PGPASSWORD.",
+            valueName: "postgres-url"
+        )
+    )
+    var database: String?
+
+    @Option(help: "With --database: how many servers (nodes) share it.")
+    var nodes = 1
+
     @Option(help: .hidden)
     var idleWorker: String?
 
@@ -203,6 +222,14 @@ struct Bench: AsyncParsableCommand {
         }
         if self.pattern == .media || self.pattern == .proxy, self.server != nil {
             throw ValidationError("--pattern \(self.pattern.rawValue) starts its own server")
+        }
+        guard (1...16).contains(self.nodes) else { throw ValidationError("--nodes must be between 1 and 16") }
+        if self.nodes > 1, self.database == nil { throw ValidationError("--nodes goes with --database") }
+        if self.database != nil {
+            guard self.pattern == .pairs || self.pattern == .group, self.server == nil, self.storm == 0 else {
+                throw ValidationError("--database goes with --pattern pairs or group, without --server or --storm")
+            }
+            _ = try self.databaseURL()
         }
         if let server {
             _ = try ClientOptions.address(server)
@@ -270,10 +297,26 @@ struct Bench: AsyncParsableCommand {
         plan.serverLimits = self.limits
         plan.measureCeilings = !self.noCeilings
         plan.keepData = self.keepData
+        plan.database = try self.databaseURL()
+        plan.nodes = self.nodes
         let outcome = try await Benchmark.run(plan) { line in
             FileHandle.standardError.write(Data("bench: \(line)\n".utf8))
         }
         print(self.json ? outcome.json : outcome.text)
         if let problem = outcome.problem { throw CommandFailure(description: problem) }
+    }
+
+    /// --database, with the password from `PGPASSWORD` when the URL has none.
+    func databaseURL() throws -> String? {
+        guard let database else { return nil }
+        guard var components = URLComponents(string: database),
+            components.scheme == "postgres" || components.scheme == "postgresql", components.host != nil
+        else {
+            throw ValidationError("--database must be a URL: postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE")
+        }
+        if components.password == nil, let password = ProcessInfo.processInfo.environment["PGPASSWORD"] {
+            components.password = password
+        }
+        return components.string ?? database
     }
 }

@@ -1,7 +1,9 @@
 import CourierProtocol
+import CourierStorePostgres
 import CourierTesting
 import Foundation
 import NIOSSL
+import PostgresNIO
 import Testing
 
 @testable import courier
@@ -638,6 +640,44 @@ struct CommandLineTests {
         if arguments.contains("--rate") {
             // 160 messages at 400/s take about 0.4 s: open loop keeps the pace rather than rushing.
             #expect((report["seconds"] as? Double ?? 0) >= 0.3, "\(report)")
+        }
+    }
+
+    @Test(
+        "bench --database --nodes 2: pairs split over two nodes on PostgreSQL, every message acknowledged and delivered; the password stays out of the arguments"
+    )
+    func benchOnPostgres() async throws {
+        try await TestDatabase.with { location in
+            var bare = location
+            bare.password = nil
+            let result = try await CourierExecutable.run(
+                [
+                    "bench", "--json", "--database", TestDatabase.url(of: bare), "--nodes", "2", "--connections", "6",
+                    "--messages", "30",
+                ],
+                environment: ["PGPASSWORD": location.password ?? ""]
+            )
+            #expect(result.status == 0, "\(result.output)")
+            let line = try #require(result.output.split(separator: "\n").last { $0.hasPrefix("{") }, "\(result.output)")
+            let report = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+            #expect(report["acknowledged"] as? Int == 180)
+            #expect(report["delivered"] as? Int == 180)
+            #expect(report["failures"] as? Int == 0)
+            // Both nodes' processes counted, the ceiling measured by pgbench in the same database.
+            #expect((report["server_cpu_seconds"] as? Double ?? 0) > 0)
+            #expect((report["ceiling_insert_messages_per_second"] as? Double ?? 0) > 0)
+            if let password = location.password { #expect(!result.output.contains(password)) }
+            // The users went into the database the nodes shared.
+            var users: Int64 = 0
+            try await TestDatabase.admin(location) { connection in
+                for try await count in try await connection.query(
+                    "SELECT count(*)::bigint FROM users",
+                    logger: TestDatabase.logger
+                ).decode(Int64.self) {
+                    users = count
+                }
+            }
+            #expect(users == 6)
         }
     }
 
