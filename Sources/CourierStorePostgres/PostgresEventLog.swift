@@ -12,6 +12,8 @@ struct PostgresEventLog {
     /// The cursor each locked user had when its row was locked: the newest of its events stored before this
     /// transaction (an acknowledgement covers no more).
     private(set) var stored: [UserID: Int64] = [:]
+    /// The locked users that were removed, as their rows said under the lock.
+    private(set) var removed: Set<UserID> = []
     private var users: [Int64] = []
     private var cursors: [Int64] = []
     private var kinds: [Int64] = []
@@ -32,12 +34,16 @@ struct PostgresEventLog {
         let ids = Set(users).filter { self.stored[$0] == nil }.map(\.rawValue).sorted()
         guard !ids.isEmpty else { return }
         for row in try await connection.rows(
-            "SELECT id, log_cursor FROM users WHERE id = ANY(\(ids)) ORDER BY id FOR UPDATE",
+            """
+            SELECT id, log_cursor, removed_ms IS NOT NULL AS removed FROM users WHERE id = ANY(\(ids))
+            ORDER BY id FOR UPDATE
+            """,
             logger: self.logger
         ) {
             let user = UserID(rawValue: try row.get("id"))
             let cursor: Int64 = try row.get("log_cursor")
             self.stored[user] = cursor
+            if try row.get("removed", as: Bool.self) { self.removed.insert(user) }
             self.book.start(user, at: cursor)
         }
         if let missing = ids.first(where: { self.stored[UserID(rawValue: $0)] == nil }) {

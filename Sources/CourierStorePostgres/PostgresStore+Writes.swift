@@ -46,13 +46,47 @@ struct PostgresWriteBatch {
     private var logger: Logger { self.store.logger }
     private var limits: StoreLimits { self.store.limits }
     private var conversations: [Int64: ConversationRow] = [:]
+    /// Groups by name (ASCII lowercased, as `lower(name)`), read by the plan or on first use.
     private var groupIDs: [String: Int64] = [:]
     private var directIDs: [Pair: Int64] = [:]
+    /// The users the requests name, by name (ASCII lowercased), as the plan read them in one query: names and ids
+    /// never change (a removed user's name is not given again). Whether one was removed is read under its lock.
+    private var userIDs: [String: UserID] = [:]
+    /// The messages the batch's senders stored before under the ids they send again, read in one query under the
+    /// senders' locks, and the messages this batch stores: a resend in the batch answers with the original.
+    private var sent: [Sent: (conversation: Int64, seq: Int64, timeMs: Int64)] = [:]
+    /// The (sender, id) pairs ``sent`` was read for.
+    private var looked: Set<Sent> = []
+    /// Message rows (and their media) to insert in one statement each: before the next request that is not a send
+    /// (which may read them), and at the end.
+    private var rows = MessageRows()
 
     private struct Pair: Hashable {
         var a: UserID
         var b: UserID
     }
+
+    private struct Sent: Hashable {
+        var sender: UserID
+        var id: String
+    }
+
+    private struct MessageRows {
+        var conversations: [Int64] = []
+        var seqs: [Int64] = []
+        var senders: [Int64] = []
+        /// 0 for none (ids start at 1), NULL in the table.
+        var devices: [Int64] = []
+        var ids: [String] = []
+        var times: [Int64] = []
+        var bodies: [ByteBuffer] = []
+        var media: (sha256: [String], conversations: [Int64], seqs: [Int64], mimes: [String], names: [String]) = (
+            [], [], [], [], []
+        )
+    }
+
+    /// A name as `lower(name)` makes it (names are ASCII).
+    private static func key(_ name: String) -> String { name.lowercased() }
 
     init(nowMs: Int64, store: PostgresStore) {
         self.nowMs = nowMs
@@ -64,6 +98,7 @@ struct PostgresWriteBatch {
 
     /// Locks the rows the requests will write, in the order every write takes them.
     mutating func lock(for requests: [WriteRequest], _ connection: PostgresConnection) async throws {
+        try await self.look(up: requests, connection)
         var conversations: Set<Int64> = []
         var users: Set<UserID> = []
         var devices: Set<Int64> = []
@@ -99,17 +134,101 @@ struct PostgresWriteBatch {
                 )
             }
         }
-        let locked = try await connection.values(
-            "SELECT id FROM conversations WHERE id = ANY(\(conversations.sorted())) ORDER BY id FOR UPDATE",
-            as: Int64.self,
-            logger: self.logger
-        )
-        try await self.log.lockMembers(of: locked, and: Array(users), connection)
+        // The conversations' rows locked and read with their members, two statements for the batch; then every
+        // member's row.
+        let members = try await self.load(conversations.sorted(), connection)
+        try await self.log.lock(members.union(users), connection)
         if !devices.isEmpty {
             try await connection.run(
                 "SELECT id FROM devices WHERE id = ANY(\(devices.sorted())) ORDER BY id FOR UPDATE",
                 logger: self.logger
             )
+        }
+        try await self.lookForResends(requests, connection)
+    }
+
+    /// Reads, in one query each, the users and groups the requests name and the direct conversations between
+    /// them and their senders: one round trip for the batch, not several for each request.
+    private mutating func look(up requests: [WriteRequest], _ connection: PostgresConnection) async throws {
+        var users: Set<String> = []
+        var groups: Set<String> = []
+        for request in requests {
+            let address: Conversation
+            switch request {
+            case .send(let send): address = send.to
+            case .markRead(_, let to, _), .recall(_, let to, _): address = to
+            case .ack: continue
+            }
+            guard (try? address.checkNames()) != nil else { continue }
+            switch address {
+            case .user(let name): users.insert(Self.key(name))
+            case .group(let name): groups.insert(Self.key(name))
+            }
+        }
+        if !users.isEmpty {
+            for row in try await connection.rows(
+                "SELECT id, lower(name) AS key FROM users WHERE lower(name) = ANY(\(users.sorted()))",
+                logger: self.logger
+            ) {
+                self.userIDs[try row.get("key", as: String.self)] = UserID(rawValue: try row.get("id"))
+            }
+        }
+        if !groups.isEmpty {
+            for row in try await connection.rows(
+                "SELECT id, lower(name) AS key FROM conversations WHERE kind = 2 AND lower(name) = ANY(\(groups.sorted()))",
+                logger: self.logger
+            ) {
+                self.groupIDs[try row.get("key", as: String.self)] = try row.get("id", as: Int64.self)
+            }
+        }
+        var pairs: Set<Pair> = []
+        for request in requests {
+            let (user, address): (UserID, Conversation)
+            switch request {
+            case .send(let send): (user, address) = (send.sender, send.to)
+            case .markRead(let by, let to, _), .recall(let by, let to, _): (user, address) = (by, to)
+            case .ack: continue
+            }
+            guard case .user(let name) = address, let peer = self.userIDs[Self.key(name)] else { continue }
+            pairs.insert(Pair(a: min(user, peer), b: max(user, peer)))
+        }
+        if !pairs.isEmpty {
+            let ordered = pairs.sorted { ($0.a, $0.b) < ($1.a, $1.b) }
+            for row in try await connection.rows(
+                """
+                SELECT id, user_a, user_b FROM conversations WHERE (user_a, user_b) IN (
+                    SELECT * FROM unnest(\(ordered.map(\.a.rawValue))::bigint[], \(ordered.map(\.b.rawValue))::bigint[]))
+                """,
+                logger: self.logger
+            ) {
+                let pair = Pair(
+                    a: UserID(rawValue: try row.get("user_a")),
+                    b: UserID(rawValue: try row.get("user_b"))
+                )
+                self.directIDs[pair] = try row.get("id", as: Int64.self)
+            }
+        }
+    }
+
+    /// Reads, in one query under the senders' locks, what they stored before under the ids they send now.
+    private mutating func lookForResends(_ requests: [WriteRequest], _ connection: PostgresConnection) async throws {
+        var senders: [Int64] = []
+        var ids: [String] = []
+        for case .send(let send) in requests where !send.id.isEmpty {
+            guard self.looked.insert(Sent(sender: send.sender, id: send.id)).inserted else { continue }
+            senders.append(send.sender.rawValue)
+            ids.append(send.id)
+        }
+        guard !senders.isEmpty else { return }
+        for row in try await connection.rows(
+            """
+            SELECT sender_id, client_id, conversation_id, seq, time_ms FROM messages
+            WHERE (sender_id, client_id) IN (SELECT * FROM unnest(\(senders)::bigint[], \(ids)::text[]))
+            """,
+            logger: self.logger
+        ) {
+            let key = Sent(sender: UserID(rawValue: try row.get("sender_id")), id: try row.get("client_id"))
+            self.sent[key] = (try row.get("conversation_id"), try row.get("seq"), try row.get("time_ms"))
         }
     }
 
@@ -123,34 +242,18 @@ struct PostgresWriteBatch {
         guard (try? address.checkNames()) != nil else { return (nil, nil) }
         switch address {
         case .group(let name):
-            let id = try await connection.value(
-                "SELECT id FROM conversations WHERE kind = 2 AND lower(name) = lower(\(name))",
-                as: Int64.self,
-                logger: self.logger
-            )
-            return (id, nil)
+            return (self.groupIDs[Self.key(name)], nil)
         case .user(let name):
-            guard
-                let peer = try await connection.value(
-                    "SELECT id FROM users WHERE lower(name) = lower(\(name))",
-                    as: Int64.self,
-                    logger: self.logger
-                ).map(UserID.init(rawValue:))
-            else { return (nil, nil) }
-            let (a, b) = (min(user, peer), max(user, peer))
-            let id = try await connection.value(
-                "SELECT id FROM conversations WHERE user_a = \(a.rawValue) AND user_b = \(b.rawValue)",
-                as: Int64.self,
-                logger: self.logger
-            )
-            return (id, peer)
+            guard let peer = self.userIDs[Self.key(name)] else { return (nil, nil) }
+            return (self.directIDs[Pair(a: min(user, peer), b: max(user, peer))], peer)
         }
     }
 
     // MARK: Requests
 
     mutating func apply(_ request: WriteRequest, _ connection: PostgresConnection) async throws -> WriteOutcome {
-        switch request {
+        if case .send = request {} else { try await self.writeMessages(connection) }
+        return switch request {
         case .send(let send): try await self.send(send, connection)
         case .ack(let user, let device, let cursor):
             try await self.ack(user: user, device: device, cursor: cursor, connection)
@@ -165,20 +268,28 @@ struct PostgresWriteBatch {
         try StoreText.check(send.id, what: "message id", maxBytes: self.limits.maxMessageIDBytes)
         let id = send.id.isEmpty ? WriteRequest.Send.assignedID() : send.id
         // The sender's row is locked: no other transaction stores a message of this sender until this one ends.
-        if let row = try await connection.row(
-            """
-            SELECT conversation_id, seq, time_ms FROM messages
-            WHERE sender_id = \(send.sender.rawValue) AND client_id = \(id)
-            """,
-            logger: self.logger
-        ) {
-            let conversation = try await self.conversation(try row.get("conversation_id"), connection)
+        let resend = Sent(sender: send.sender, id: id)
+        // (An id the store assigns is new: nothing to look for.)
+        if !send.id.isEmpty, !self.looked.contains(resend) {
+            self.looked.insert(resend)
+            if let row = try await connection.row(
+                """
+                SELECT conversation_id, seq, time_ms FROM messages
+                WHERE sender_id = \(send.sender.rawValue) AND client_id = \(id)
+                """,
+                logger: self.logger
+            ) {
+                self.sent[resend] = (try row.get("conversation_id"), try row.get("seq"), try row.get("time_ms"))
+            }
+        }
+        if let original = self.sent[resend] {
+            let conversation = try await self.conversation(original.conversation, connection)
             return .sent(
                 SendReceipt(
                     id: id,
                     conversation: try await self.address(of: conversation, for: send.sender, connection),
-                    seq: UInt64(try row.get("seq", as: Int64.self)),
-                    timeMs: try row.get("time_ms"),
+                    seq: UInt64(original.seq),
+                    timeMs: original.timeMs,
                     duplicate: true
                 )
             )
@@ -198,29 +309,28 @@ struct PostgresWriteBatch {
                 )
             }
         }
-        let key = try await self.resolve(send.to, for: send.sender, createDirect: true, connection)
-        var conversation = self.conversations[key]!
+        let conversationID = try await self.resolve(send.to, for: send.sender, createDirect: true, connection)
+        var conversation = self.conversations[conversationID]!
         // Names first: nothing below may be refused once the message is written.
         let sender = try await self.store.name(of: send.sender, connection)
         let naming = try await self.naming(of: conversation, connection)
         let (seq, time) = conversation.send(by: send.sender, nowMs: self.nowMs)
-        try await connection.run(
-            """
-            INSERT INTO messages (conversation_id, seq, sender_id, sender_device_id, client_id, time_ms, body)
-            VALUES (\(key), \(seq), \(send.sender.rawValue), \(send.device?.rawValue), \(id), \(time),
-                \(ByteBuffer(bytes: send.body)))
-            """,
-            logger: self.logger
-        )
+        let key = conversationID
+        self.rows.conversations.append(key)
+        self.rows.seqs.append(seq)
+        self.rows.senders.append(send.sender.rawValue)
+        self.rows.devices.append(send.device?.rawValue ?? 0)
+        self.rows.ids.append(id)
+        self.rows.times.append(time)
+        self.rows.bodies.append(ByteBuffer(bytes: send.body))
         if let media = send.media {
-            try await connection.run(
-                """
-                INSERT INTO message_media (sha256, conversation_id, seq, mime, name)
-                VALUES (\(media.sha256), \(key), \(seq), \(media.mime), \(media.name))
-                """,
-                logger: self.logger
-            )
+            self.rows.media.sha256.append(media.sha256)
+            self.rows.media.conversations.append(key)
+            self.rows.media.seqs.append(seq)
+            self.rows.media.mimes.append(media.mime)
+            self.rows.media.names.append(media.name)
         }
+        self.sent[resend] = (key, seq, time)
         self.conversations[key] = conversation
         for member in conversation.members.keys.sorted() {
             try await self.log.append(
@@ -409,7 +519,8 @@ struct PostgresWriteBatch {
     // MARK: State
 
     /// Writes back what the batch changed.
-    func finish(_ connection: PostgresConnection) async throws {
+    mutating func finish(_ connection: PostgresConnection) async throws {
+        try await self.writeMessages(connection)
         let changed = self.conversations.values.filter(\.dirty).sorted { $0.id < $1.id }
         if !changed.isEmpty {
             try await connection.run(
@@ -448,6 +559,78 @@ struct PostgresWriteBatch {
             )
         }
         try await self.log.finish(connection)
+    }
+
+    /// Inserts the message rows gathered since the last time, in one statement (and their media in another).
+    private mutating func writeMessages(_ connection: PostgresConnection) async throws {
+        let rows = self.rows
+        self.rows = MessageRows()
+        if !rows.ids.isEmpty {
+            try await connection.run(
+                """
+                INSERT INTO messages (conversation_id, seq, sender_id, sender_device_id, client_id, time_ms, body)
+                SELECT c, s, u, NULLIF(d, 0), i, t, b FROM unnest(\(rows.conversations)::bigint[],
+                    \(rows.seqs)::bigint[], \(rows.senders)::bigint[], \(rows.devices)::bigint[], \(rows.ids)::text[],
+                    \(rows.times)::bigint[], \(rows.bodies)::bytea[]) AS m(c, s, u, d, i, t, b)
+                """,
+                logger: self.logger
+            )
+        }
+        if !rows.media.sha256.isEmpty {
+            try await connection.run(
+                """
+                INSERT INTO message_media (sha256, conversation_id, seq, mime, name)
+                SELECT * FROM unnest(\(rows.media.sha256)::text[], \(rows.media.conversations)::bigint[],
+                    \(rows.media.seqs)::bigint[], \(rows.media.mimes)::text[], \(rows.media.names)::text[])
+                """,
+                logger: self.logger
+            )
+        }
+    }
+
+    /// Locks conversations' rows in the order of their ids and reads them with their members.
+    ///
+    /// - Returns: Every member of them.
+    private mutating func load(_ ids: [Int64], _ connection: PostgresConnection) async throws -> Set<UserID> {
+        guard !ids.isEmpty else { return [] }
+        var members: [Int64: [UserID: ConversationRow.Member]] = [:]
+        let rows = try await connection.rows(
+            """
+            SELECT id, name, user_a, user_b, last_seq, last_ms FROM conversations WHERE id = ANY(\(ids))
+            ORDER BY id FOR UPDATE
+            """,
+            logger: self.logger
+        )
+        var everyone: Set<UserID> = []
+        for member in try await connection.rows(
+            """
+            SELECT conversation_id, user_id, joined_seq, read_seq, delivered_seq, sent FROM members
+            WHERE conversation_id = ANY(\(ids))
+            """,
+            logger: self.logger
+        ) {
+            let user = UserID(rawValue: try member.get("user_id"))
+            everyone.insert(user)
+            members[try member.get("conversation_id", as: Int64.self), default: [:]][user] = ConversationRow.Member(
+                joinedSeq: try member.get("joined_seq"),
+                readSeq: try member.get("read_seq"),
+                deliveredSeq: try member.get("delivered_seq"),
+                sent: try member.get("sent")
+            )
+        }
+        for row in rows {
+            let id: Int64 = try row.get("id")
+            self.conversations[id] = ConversationRow(
+                id: id,
+                groupName: try row.get("name"),
+                userA: try row.get("user_a", as: Int64?.self).map(UserID.init(rawValue:)),
+                userB: try row.get("user_b", as: Int64?.self).map(UserID.init(rawValue:)),
+                lastSeq: try row.get("last_seq"),
+                lastMs: try row.get("last_ms"),
+                members: members[id] ?? [:]
+            )
+        }
+        return everyone
     }
 
     /// A conversation with its members, read under its row's lock (taken by ``lock(for:_:)``, or here, out of
@@ -496,7 +679,7 @@ struct PostgresWriteBatch {
         switch address {
         case .group(let name):
             let key: Int64
-            if let cached = self.groupIDs[name] {
+            if let cached = self.groupIDs[Self.key(name)] {
                 key = cached
             } else {
                 guard
@@ -506,7 +689,7 @@ struct PostgresWriteBatch {
                         logger: self.logger
                     )
                 else { throw CourierStoreError(.unknownGroup, "no group named \(name)") }
-                self.groupIDs[name] = found
+                self.groupIDs[Self.key(name)] = found
                 key = found
             }
             guard try await self.conversation(key, connection).members[user] != nil else {
@@ -514,15 +697,27 @@ struct PostgresWriteBatch {
             }
             return key
         case .user(let name):
-            guard
-                let row = try await connection.row(
-                    "SELECT id, removed_ms FROM users WHERE lower(name) = lower(\(name))",
-                    logger: self.logger
-                ), createDirect ? try row.get("removed_ms", as: Int64?.self) == nil : true
-            else { throw CourierStoreError(.unknownUser, "no user named \(name)") }
-            let peer = UserID(rawValue: try row.get("id"))
+            let peer: UserID
+            let removed: Bool
+            if let known = self.userIDs[Self.key(name)], self.log.stored[known] != nil {
+                // Read by the plan, and locked since: its row said then whether it was removed.
+                (peer, removed) = (known, self.log.removed.contains(known))
+            } else {
+                guard
+                    let row = try await connection.row(
+                        "SELECT id, removed_ms FROM users WHERE lower(name) = lower(\(name))",
+                        logger: self.logger
+                    )
+                else { throw CourierStoreError(.unknownUser, "no user named \(name)") }
+                peer = UserID(rawValue: try row.get("id"))
+                removed = try row.get("removed_ms", as: Int64?.self) != nil
+            }
+            guard !createDirect || !removed else { throw CourierStoreError(.unknownUser, "no user named \(name)") }
             let pair = Pair(a: min(user, peer), b: max(user, peer))
-            if let key = self.directIDs[pair] { return key }
+            if let key = self.directIDs[pair] {
+                _ = try await self.conversation(key, connection)
+                return key
+            }
             if let key = try await connection.value(
                 "SELECT id FROM conversations WHERE user_a = \(pair.a.rawValue) AND user_b = \(pair.b.rawValue)",
                 as: Int64.self,
