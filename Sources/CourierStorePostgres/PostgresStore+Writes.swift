@@ -46,11 +46,12 @@ struct PostgresWriteBatch {
     private var logger: Logger { self.store.logger }
     private var limits: StoreLimits { self.store.limits }
     private var conversations: [Int64: ConversationRow] = [:]
-    /// Groups by name (ASCII lowercased, as `lower(name)`), read by the plan or on first use.
+    /// Groups by name as the requests gave it, read by the plan or on first use.
     private var groupIDs: [String: Int64] = [:]
     private var directIDs: [Pair: Int64] = [:]
-    /// The users the requests name, by name (ASCII lowercased), as the plan read them in one query: names and ids
-    /// never change (a removed user's name is not given again). Whether one was removed is read under its lock.
+    /// The users the requests name, by name as given, as the plan read them in one query (matched with `lower()` on
+    /// both sides, in the database's own rules, as everywhere else): names and ids never change (a removed user's
+    /// name is not given again). Whether one was removed is read under its lock.
     private var userIDs: [String: UserID] = [:]
     /// The messages the batch's senders stored before under the ids they send again, read in one query under the
     /// senders' locks, and the messages this batch stores: a resend in the batch answers with the original.
@@ -66,9 +67,16 @@ struct PostgresWriteBatch {
         var b: UserID
     }
 
+    /// A sender's message id, compared byte for byte (as the databases compare it: Swift's `String` would take two
+    /// spellings of one accented letter for the same id).
     private struct Sent: Hashable {
         var sender: UserID
-        var id: String
+        var id: [UInt8]
+
+        init(sender: UserID, id: String) {
+            self.sender = sender
+            self.id = Array(id.utf8)
+        }
     }
 
     private struct MessageRows {
@@ -84,9 +92,6 @@ struct PostgresWriteBatch {
             [], [], [], [], []
         )
     }
-
-    /// A name as `lower(name)` makes it (names are ASCII).
-    private static func key(_ name: String) -> String { name.lowercased() }
 
     init(nowMs: Int64, store: PostgresStore) {
         self.nowMs = nowMs
@@ -161,24 +166,30 @@ struct PostgresWriteBatch {
             }
             guard (try? address.checkNames()) != nil else { continue }
             switch address {
-            case .user(let name): users.insert(Self.key(name))
-            case .group(let name): groups.insert(Self.key(name))
+            case .user(let name): users.insert(name)
+            case .group(let name): groups.insert(name)
             }
         }
         if !users.isEmpty {
             for row in try await connection.rows(
-                "SELECT id, lower(name) AS key FROM users WHERE lower(name) = ANY(\(users.sorted()))",
+                """
+                SELECT n.asked, u.id FROM unnest(\(users.sorted())::text[]) AS n(asked)
+                JOIN users u ON lower(u.name) = lower(n.asked)
+                """,
                 logger: self.logger
             ) {
-                self.userIDs[try row.get("key", as: String.self)] = UserID(rawValue: try row.get("id"))
+                self.userIDs[try row.get("asked", as: String.self)] = UserID(rawValue: try row.get("id"))
             }
         }
         if !groups.isEmpty {
             for row in try await connection.rows(
-                "SELECT id, lower(name) AS key FROM conversations WHERE kind = 2 AND lower(name) = ANY(\(groups.sorted()))",
+                """
+                SELECT n.asked, c.id FROM unnest(\(groups.sorted())::text[]) AS n(asked)
+                JOIN conversations c ON c.kind = 2 AND lower(c.name) = lower(n.asked)
+                """,
                 logger: self.logger
             ) {
-                self.groupIDs[try row.get("key", as: String.self)] = try row.get("id", as: Int64.self)
+                self.groupIDs[try row.get("asked", as: String.self)] = try row.get("id", as: Int64.self)
             }
         }
         var pairs: Set<Pair> = []
@@ -189,7 +200,7 @@ struct PostgresWriteBatch {
             case .markRead(let by, let to, _), .recall(let by, let to, _): (user, address) = (by, to)
             case .ack: continue
             }
-            guard case .user(let name) = address, let peer = self.userIDs[Self.key(name)] else { continue }
+            guard case .user(let name) = address, let peer = self.userIDs[name] else { continue }
             pairs.insert(Pair(a: min(user, peer), b: max(user, peer)))
         }
         if !pairs.isEmpty {
@@ -215,7 +226,11 @@ struct PostgresWriteBatch {
         var senders: [Int64] = []
         var ids: [String] = []
         for case .send(let send) in requests where !send.id.isEmpty {
-            guard self.looked.insert(Sent(sender: send.sender, id: send.id)).inserted else { continue }
+            // An id the send will be refused for goes nowhere near the database (PostgreSQL refuses a NUL in text,
+            // which would fail the whole batch).
+            guard (try? StoreText.check(send.id, what: "message id", maxBytes: self.limits.maxMessageIDBytes)) != nil,
+                self.looked.insert(Sent(sender: send.sender, id: send.id)).inserted
+            else { continue }
             senders.append(send.sender.rawValue)
             ids.append(send.id)
         }
@@ -242,9 +257,9 @@ struct PostgresWriteBatch {
         guard (try? address.checkNames()) != nil else { return (nil, nil) }
         switch address {
         case .group(let name):
-            return (self.groupIDs[Self.key(name)], nil)
+            return (self.groupIDs[name], nil)
         case .user(let name):
-            guard let peer = self.userIDs[Self.key(name)] else { return (nil, nil) }
+            guard let peer = self.userIDs[name] else { return (nil, nil) }
             return (self.directIDs[Pair(a: min(user, peer), b: max(user, peer))], peer)
         }
     }
@@ -637,34 +652,10 @@ struct PostgresWriteBatch {
     /// order, for one the plan did not foresee).
     private mutating func conversation(_ id: Int64, _ connection: PostgresConnection) async throws -> ConversationRow {
         if let conversation = self.conversations[id] { return conversation }
-        guard
-            let row = try await connection.row(
-                "SELECT id, name, user_a, user_b, last_seq, last_ms FROM conversations WHERE id = \(id) FOR UPDATE",
-                logger: self.logger
-            )
-        else { throw CourierStoreError(.storageFailed, "conversation \(id) is missing") }
-        var members: [UserID: ConversationRow.Member] = [:]
-        for member in try await connection.rows(
-            "SELECT user_id, joined_seq, read_seq, delivered_seq, sent FROM members WHERE conversation_id = \(id)",
-            logger: self.logger
-        ) {
-            members[UserID(rawValue: try member.get("user_id"))] = ConversationRow.Member(
-                joinedSeq: try member.get("joined_seq"),
-                readSeq: try member.get("read_seq"),
-                deliveredSeq: try member.get("delivered_seq"),
-                sent: try member.get("sent")
-            )
+        _ = try await self.load([id], connection)
+        guard let conversation = self.conversations[id] else {
+            throw CourierStoreError(.storageFailed, "conversation \(id) is missing")
         }
-        let conversation = ConversationRow(
-            id: id,
-            groupName: try row.get("name"),
-            userA: try row.get("user_a", as: Int64?.self).map(UserID.init(rawValue:)),
-            userB: try row.get("user_b", as: Int64?.self).map(UserID.init(rawValue:)),
-            lastSeq: try row.get("last_seq"),
-            lastMs: try row.get("last_ms"),
-            members: members
-        )
-        self.conversations[id] = conversation
         return conversation
     }
 
@@ -679,7 +670,7 @@ struct PostgresWriteBatch {
         switch address {
         case .group(let name):
             let key: Int64
-            if let cached = self.groupIDs[Self.key(name)] {
+            if let cached = self.groupIDs[name] {
                 key = cached
             } else {
                 guard
@@ -689,7 +680,7 @@ struct PostgresWriteBatch {
                         logger: self.logger
                     )
                 else { throw CourierStoreError(.unknownGroup, "no group named \(name)") }
-                self.groupIDs[Self.key(name)] = found
+                self.groupIDs[name] = found
                 key = found
             }
             guard try await self.conversation(key, connection).members[user] != nil else {
@@ -699,18 +690,22 @@ struct PostgresWriteBatch {
         case .user(let name):
             let peer: UserID
             let removed: Bool
-            if let known = self.userIDs[Self.key(name)], self.log.stored[known] != nil {
+            if let known = self.userIDs[name], self.log.stored[known] != nil {
                 // Read by the plan, and locked since: its row said then whether it was removed.
                 (peer, removed) = (known, self.log.removed.contains(known))
             } else {
+                // Not foreseen by the plan (a user made since): found now, and locked out of order before its removal
+                // is read and its conversation made.
                 guard
-                    let row = try await connection.row(
-                        "SELECT id, removed_ms FROM users WHERE lower(name) = lower(\(name))",
+                    let id = try await connection.value(
+                        "SELECT id FROM users WHERE lower(name) = lower(\(name))",
+                        as: Int64.self,
                         logger: self.logger
                     )
                 else { throw CourierStoreError(.unknownUser, "no user named \(name)") }
-                peer = UserID(rawValue: try row.get("id"))
-                removed = try row.get("removed_ms", as: Int64?.self) != nil
+                peer = UserID(rawValue: id)
+                try await self.log.lock([peer], connection)
+                removed = self.log.removed.contains(peer)
             }
             guard !createDirect || !removed else { throw CourierStoreError(.unknownUser, "no user named \(name)") }
             let pair = Pair(a: min(user, peer), b: max(user, peer))

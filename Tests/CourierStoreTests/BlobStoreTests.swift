@@ -135,6 +135,24 @@ struct BlobStoreTests {
         SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
     }
 
+    /// Waits until `count` sessions of the connection's database wait for a lock.
+    static func waitForLockWaiters(_ count: Int64, _ what: String, _ connection: PostgresConnection) async throws {
+        try await waitUntil(what) {
+            var waiting: Int64 = 0
+            // Statistics are read once per transaction unless cleared.
+            try await connection.run("SELECT pg_stat_clear_snapshot()", logger: TestDatabase.logger)
+            let rows = try await connection.query(
+                """
+                SELECT count(*)::bigint FROM pg_stat_activity
+                WHERE datname = current_database() AND wait_event_type = 'Lock'
+                """,
+                logger: TestDatabase.logger
+            )
+            for try await value in rows.decode(Int64.self) { waiting = value }
+            return waiting == count
+        }
+    }
+
     static func bytes(_ count: Int, seed: UInt64) -> Data {
         var random = SeededRandom(seed: seed)
         return Data((0..<count).map { _ in UInt8.random(in: 0...255, using: &random) })
@@ -317,20 +335,7 @@ struct BlobStoreTests {
                     )
                     let a = Task { try await first.append(one, to: id, at: 0) }
                     let b = Task { try await second.append(other, to: id, at: 0) }
-                    try await waitUntil("both appends wait for the database") {
-                        var waiting: Int64 = 0
-                        // Statistics are read once per transaction unless cleared.
-                        try await connection.run("SELECT pg_stat_clear_snapshot()", logger: TestDatabase.logger)
-                        let rows = try await connection.query(
-                            """
-                            SELECT count(*)::bigint FROM pg_stat_activity
-                            WHERE datname = current_database() AND wait_event_type = 'Lock'
-                            """,
-                            logger: TestDatabase.logger
-                        )
-                        for try await count in rows.decode(Int64.self) { waiting = count }
-                        return waiting == 2
-                    }
+                    try await Self.waitForLockWaiters(2, "both appends wait for the database", connection)
                     try await connection.run("COMMIT", logger: TestDatabase.logger)
                     return [await a.result, await b.result]
                 }
@@ -396,19 +401,7 @@ struct BlobStoreTests {
                 )
                 let a = Task { try await first.start(upload: "n7-a", size: 10, sha256: nil, admission: admission) }
                 let b = Task { try await second.start(upload: "n7-b", size: 10, sha256: nil, admission: admission) }
-                try await waitUntil("both starts wait for the owner's turn") {
-                    var waiting: Int64 = 0
-                    try await connection.run("SELECT pg_stat_clear_snapshot()", logger: TestDatabase.logger)
-                    let rows = try await connection.query(
-                        """
-                        SELECT count(*)::bigint FROM pg_stat_activity
-                        WHERE datname = current_database() AND wait_event_type = 'Lock'
-                        """,
-                        logger: TestDatabase.logger
-                    )
-                    for try await count in rows.decode(Int64.self) { waiting = count }
-                    return waiting == 2
-                }
+                try await Self.waitForLockWaiters(2, "both starts wait for the owner's turn", connection)
                 try await connection.run("COMMIT", logger: TestDatabase.logger)
                 return [await a.result, await b.result]
             }

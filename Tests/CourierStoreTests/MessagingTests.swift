@@ -363,4 +363,31 @@ struct MessagingTests {
             )
         }
     }
+
+    @Test(
+        "in one batch: an id with a NUL is refused alone, and two spellings of one accented letter are two ids",
+        arguments: StoreKind.allCases
+    )
+    func oddIDsInOneBatch(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let ids = try await fixture.users("alice", "bob")
+            func send(_ id: String, _ text: String) -> WriteRequest {
+                .send(.init(sender: ids["alice"]!, id: id, to: .user("bob"), body: Array(text.utf8)))
+            }
+            let batch = try await fixture.store.apply(
+                [
+                    send("before", "1"), send("m\u{0}x", "nul"), send("\u{E9}", "composed"),
+                    send("e\u{301}", "decomposed"),
+                ],
+                nowMs: StoreFixture.start
+            )
+            #expect(refusal(batch.outcomes[1]) == .invalidRequest, "\(batch.outcomes)")
+            let sent = batch.outcomes.compactMap { outcome -> SendReceipt? in
+                if case .sent(let receipt) = outcome { return receipt }
+                return nil
+            }
+            #expect(sent.map(\.seq) == [1, 2, 3] && !sent.contains(where: \.duplicate), "\(batch.outcomes)")
+            #expect(try await fixture.texts(ids["bob"]!) == ["1", "composed", "decomposed"])
+        }
+    }
 }
