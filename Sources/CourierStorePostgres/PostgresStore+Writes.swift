@@ -61,6 +61,18 @@ struct PostgresWriteBatch {
     /// Message rows (and their media) to insert in one statement each: before the next request that is not a send
     /// (which may read them), and at the end.
     private var rows = MessageRows()
+    /// Each acknowledgement's outcome, read for the whole batch under the locks, in the order of the requests.
+    private var acks: [AckPlan] = []
+    private var appliedAcks = 0
+    /// The devices' acknowledged cursors as the batch moves them, written back in one statement.
+    private var ackedCursors: [Int64: Int64] = [:]
+
+    /// What one acknowledgement does: refused (no such device of the user), or moves its device's cursor and makes
+    /// a delivered receipt for each conversation up to a seq.
+    private struct AckPlan {
+        var refused = false
+        var delivered: [(conversation: Int64, seq: Int64)] = []
+    }
 
     private struct Pair: Hashable {
         var a: UserID
@@ -106,7 +118,7 @@ struct PostgresWriteBatch {
         try await self.look(up: requests, connection)
         var conversations: Set<Int64> = []
         var users: Set<UserID> = []
-        var devices: Set<Int64> = []
+        var acks: [(user: UserID, device: DeviceID, cursor: Int64)] = []
         for request in requests {
             switch request {
             case .send(let send):
@@ -121,35 +133,87 @@ struct PostgresWriteBatch {
                 }
             case .ack(let user, let device, let cursor):
                 users.insert(user)
-                devices.insert(device.rawValue)
-                // The conversations whose delivered receipts the ack would make.
-                conversations.formUnion(
-                    try await connection.values(
-                        """
-                        SELECT DISTINCT e.conversation_id FROM events e
-                        JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
-                        WHERE e.user_id = \(user.rawValue) AND e.kind = 1 AND m.sender_id != \(user.rawValue)
-                        AND e.cursor <= \(Int64(clamping: cursor)) AND e.cursor > (
-                            SELECT acked_cursor FROM devices WHERE id = \(device.rawValue)
-                        )
-                        """,
-                        as: Int64.self,
-                        logger: self.logger
-                    )
-                )
+                acks.append((user, device, Int64(clamping: cursor)))
             }
+        }
+        if !acks.isEmpty {
+            // The conversations whose delivered receipts the acknowledgements would make, as they stand before the
+            // locks (read again under them).
+            conversations.formUnion(
+                try await connection.values(
+                    """
+                    SELECT DISTINCT e.conversation_id FROM unnest(\(acks.map(\.user.rawValue))::bigint[],
+                        \(acks.map(\.device.rawValue))::bigint[], \(acks.map(\.cursor))::bigint[]) AS a(u, d, c)
+                    JOIN devices v ON v.id = a.d AND v.user_id = a.u
+                    JOIN events e ON e.user_id = a.u AND e.kind = 1 AND e.cursor <= a.c AND e.cursor > v.acked_cursor
+                    JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
+                    WHERE m.sender_id != a.u
+                    """,
+                    as: Int64.self,
+                    logger: self.logger
+                )
+            )
         }
         // The conversations' rows locked and read with their members, two statements for the batch; then every
         // member's row.
         let members = try await self.load(conversations.sorted(), connection)
         try await self.log.lock(members.union(users), connection)
-        if !devices.isEmpty {
-            try await connection.run(
-                "SELECT id FROM devices WHERE id = ANY(\(devices.sorted())) ORDER BY id FOR UPDATE",
-                logger: self.logger
-            )
-        }
+        try await self.plan(acks, connection)
         try await self.lookForResends(requests, connection)
+    }
+
+    /// Locks the acknowledging devices and reads, in one query for the batch, the delivered receipts each
+    /// acknowledgement makes: the newest message from someone else in each conversation of the events it covers.
+    /// An acknowledgement covers only events stored before this batch (the users' cursors as their locks read them),
+    /// so what it reads cannot change while the batch runs.
+    private mutating func plan(
+        _ acks: [(user: UserID, device: DeviceID, cursor: Int64)],
+        _ connection: PostgresConnection
+    ) async throws {
+        guard !acks.isEmpty else { return }
+        var owners: [Int64: (user: UserID, cursor: Int64)] = [:]
+        for row in try await connection.rows(
+            """
+            SELECT id, user_id, acked_cursor FROM devices WHERE id = ANY(\(Set(acks.map(\.device.rawValue)).sorted()))
+            ORDER BY id FOR UPDATE
+            """,
+            logger: self.logger
+        ) {
+            owners[try row.get("id")] = (UserID(rawValue: try row.get("user_id")), try row.get("acked_cursor"))
+        }
+        var ranges: (acks: [Int64], users: [Int64], from: [Int64], to: [Int64]) = ([], [], [], [])
+        for ack in acks {
+            guard let owner = owners[ack.device.rawValue], owner.user == ack.user else {
+                self.acks.append(AckPlan(refused: true))
+                continue
+            }
+            self.acks.append(AckPlan())
+            // Acknowledgements of one device in a batch take turns: each starts where the one before left it.
+            let old = self.ackedCursors[ack.device.rawValue] ?? owner.cursor
+            let new = min(ack.cursor, self.log.stored[ack.user] ?? 0)
+            guard new > old else { continue }
+            self.ackedCursors[ack.device.rawValue] = new
+            ranges.acks.append(Int64(self.acks.count - 1))
+            ranges.users.append(ack.user.rawValue)
+            ranges.from.append(old)
+            ranges.to.append(new)
+        }
+        guard !ranges.acks.isEmpty else { return }
+        for row in try await connection.rows(
+            """
+            SELECT a.i AS ack, e.conversation_id AS conversation, MAX(e.seq) AS seq
+            FROM unnest(\(ranges.acks)::bigint[], \(ranges.users)::bigint[], \(ranges.from)::bigint[],
+                \(ranges.to)::bigint[]) AS a(i, u, o, n)
+            JOIN events e ON e.user_id = a.u AND e.cursor > a.o AND e.cursor <= a.n AND e.kind = 1
+            JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
+            WHERE m.sender_id != a.u
+            GROUP BY a.i, e.conversation_id ORDER BY a.i, e.conversation_id
+            """,
+            logger: self.logger
+        ) {
+            let ack = Int(try row.get("ack", as: Int64.self))
+            self.acks[ack].delivered.append((try row.get("conversation"), try row.get("seq")))
+        }
     }
 
     /// Reads, in one query each, the users and groups the requests name and the direct conversations between
@@ -267,11 +331,12 @@ struct PostgresWriteBatch {
     // MARK: Requests
 
     mutating func apply(_ request: WriteRequest, _ connection: PostgresConnection) async throws -> WriteOutcome {
-        if case .send = request {} else { try await self.writeMessages(connection) }
+        // A recall reads the messages table: the batch's own messages are inserted first. (The other requests read
+        // only what was stored before the batch, or what the batch holds.)
+        if case .recall = request { try await self.writeMessages(connection) }
         return switch request {
         case .send(let send): try await self.send(send, connection)
-        case .ack(let user, let device, let cursor):
-            try await self.ack(user: user, device: device, cursor: cursor, connection)
+        case .ack(let user, let device, _): try await self.ack(user: user, device: device, connection)
         case .markRead(let user, let address, let upTo):
             try await self.markRead(user: user, address, upTo: upTo, connection)
         case .recall(let user, let address, let id): try await self.recall(user: user, address, id: id, connection)
@@ -380,42 +445,22 @@ struct PostgresWriteBatch {
         )
     }
 
+    /// Applies an acknowledgement as ``plan(_:_:)`` read it.
     private mutating func ack(
         user: UserID,
         device: DeviceID,
-        cursor: UInt64,
         _ connection: PostgresConnection
-    ) async throws -> WriteOutcome {
-        guard
-            let old = try await connection.value(
-                "SELECT acked_cursor FROM devices WHERE id = \(device.rawValue) AND user_id = \(user.rawValue)",
-                as: Int64.self,
-                logger: self.logger
-            )
-        else { throw CourierStoreError(.invalidRequest, "no device \(device.rawValue) of user \(user.rawValue)") }
-        if self.log.stored[user] == nil { try await self.log.lock([user], connection) }
-        // What was stored before this batch: an acknowledgement covers nothing the batch itself appends.
-        let newest = self.log.stored[user] ?? 0
-        let new = min(Int64(clamping: cursor), newest)
-        guard new > old else { return .done }
+    ) async throws
+        -> WriteOutcome
+    {
+        let plan = self.acks[self.appliedAcks]
+        self.appliedAcks += 1
+        guard !plan.refused else {
+            throw CourierStoreError(.invalidRequest, "no device \(device.rawValue) of user \(user.rawValue)")
+        }
+        guard !plan.delivered.isEmpty else { return .done }
         let reader = try await self.store.name(of: user, connection)
-        try await connection.run(
-            "UPDATE devices SET acked_cursor = \(new) WHERE id = \(device.rawValue)",
-            logger: self.logger
-        )
-        let delivered = try await connection.rows(
-            """
-            SELECT e.conversation_id AS conversation, MAX(e.seq) AS seq FROM events e
-            JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
-            WHERE e.user_id = \(user.rawValue) AND e.cursor > \(old) AND e.cursor <= \(new) AND e.kind = 1
-            AND m.sender_id != \(user.rawValue)
-            GROUP BY e.conversation_id ORDER BY e.conversation_id
-            """,
-            logger: self.logger
-        )
-        for row in delivered {
-            let key: Int64 = try row.get("conversation")
-            let seq: Int64 = try row.get("seq")
+        for (key, seq) in plan.delivered {
             var conversation = try await self.conversation(key, connection)
             guard var member = conversation.members[user], seq > member.deliveredSeq else { continue }
             member.deliveredSeq = seq
@@ -569,6 +614,17 @@ struct PostgresWriteBatch {
                 FROM unnest(\(conversationIDs)::bigint[], \(users)::bigint[], \(reads)::bigint[],
                     \(delivered)::bigint[], \(sent)::boolean[]) AS m(conversation_id, user_id, read_seq, delivered_seq, sent)
                 WHERE members.conversation_id = m.conversation_id AND members.user_id = m.user_id
+                """,
+                logger: self.logger
+            )
+        }
+        if !self.ackedCursors.isEmpty {
+            let devices = self.ackedCursors.sorted { $0.key < $1.key }
+            try await connection.run(
+                """
+                UPDATE devices SET acked_cursor = d.cursor
+                FROM unnest(\(devices.map(\.key))::bigint[], \(devices.map(\.value))::bigint[]) AS d(id, cursor)
+                WHERE devices.id = d.id
                 """,
                 logger: self.logger
             )

@@ -296,6 +296,65 @@ struct MessagingTests {
     }
 
     @Test(
+        "several acknowledgements in one batch take turns, as if applied one by one, and cover only what was stored before it",
+        arguments: StoreKind.allCases
+    )
+    func acksInOneBatch(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let ids = try await fixture.users("alice", "bob", "carol")
+            let (alice, bob, carol) = (ids["alice"]!, ids["bob"]!, ids["carol"]!)
+            func device(_ user: String, _ name: String) async throws -> DeviceID {
+                try await fixture.store.login(
+                    user: user,
+                    password: "pw-" + user,
+                    deviceName: name,
+                    nowMs: StoreFixture.start
+                )
+                .device.id
+            }
+            let (phone, tablet) = (try await device("bob", "phone"), try await device("bob", "tablet"))
+            for index in 1...3 { _ = try await fixture.sent(alice, "a\(index)", to: .user("bob"), "\(index)") }
+            _ = try await fixture.sent(carol, "c1", to: .user("bob"), "c")
+            let stored = try await fixture.store.logCursor(of: bob)
+            #expect(stored == 4)
+            let aliceBefore = try await fixture.store.logCursor(of: alice)
+            let batch = try await fixture.store.apply(
+                [
+                    .ack(user: bob, device: phone, cursor: 2),
+                    .send(.init(sender: alice, id: "a4", to: .user("bob"), body: Array("4".utf8))),
+                    .ack(user: bob, device: phone, cursor: 1_000),
+                    .ack(user: alice, device: tablet, cursor: 3),
+                    .ack(user: bob, device: tablet, cursor: 3),
+                    .ack(user: bob, device: phone, cursor: 1),
+                ],
+                nowMs: StoreFixture.start
+            )
+            #expect(batch.outcomes.map(refusal) == [nil, nil, nil, .invalidRequest, nil, nil])
+            // The phone moved to 2, then to the end of what was stored before the batch (not past the batch's own
+            // message), and not back; the tablet to 3.
+            #expect(try await fixture.store.ackedCursor(of: phone) == stored)
+            #expect(try await fixture.store.ackedCursor(of: tablet) == 3)
+            // alice hears "delivered up to 2", her message, then "up to 3"; the tablet's ack adds nothing; carol
+            // hears "up to 1" (her only message, the fourth event of bob's log).
+            let heard = try await fixture.log(alice, after: aliceBefore).map(\.kind)
+            #expect(heard.count == 3, "\(heard)")
+            guard heard.count == 3,
+                case .receipt(.user("bob"), "bob", .delivered, 2) = heard[0],
+                case .message = heard[1],
+                case .receipt(.user("bob"), "bob", .delivered, 3) = heard[2]
+            else {
+                Issue.record("alice heard \(heard)")
+                return
+            }
+            let carolHeard = try await fixture.log(carol).map(\.kind)
+            guard case .receipt(.user("bob"), "bob", .delivered, 1)? = carolHeard.last else {
+                Issue.record("carol heard \(carolHeard)")
+                return
+            }
+        }
+    }
+
+    @Test(
         "a device made by a new login starts at the user's present cursor; older messages come from history",
         arguments: StoreKind.allCases
     )
