@@ -49,9 +49,12 @@ public struct ClusterFixture: Sendable {
                 configuration.httpPort = 0
                 configuration.dataFolder = folder.url
                 configuration.store.passwordHasher = ServerFixture.cheapHasher
-                // A device that only reads says nothing until the test's end: on a loaded machine that can pass a minute
-                // (the tests of idle connections set their own).
+                // A device that only reads says nothing until the test's end, a login can wait behind other tests' work, and a
+                // reader a test holds back can stay full while the test does more: on a loaded machine each can pass a minute.
+                // The timers are far away here; the tests of each timer set their own.
                 configuration.limits.idleTimeout = .seconds(600)
+                configuration.limits.authTimeout = .seconds(600)
+                configuration.limits.slowConsumerTimeout = .seconds(3600)
                 configure(&configuration)
                 var storeConfiguration = PostgresStore.Configuration()
                 storeConfiguration.node = "node\(index)"

@@ -116,8 +116,21 @@ extension ServerProcess {
         logFolder folder: URL,
         arguments: [String] = []
     ) async throws -> (server: ServerProcess, native: Int, http: Int) {
-        try await Self.start(executable: CourierExecutable.url, data: data, logFolder: folder, arguments: arguments)
+        try await Self.start(
+            executable: CourierExecutable.url,
+            data: data,
+            logFolder: folder,
+            arguments: Self.testLimits + arguments
+        )
     }
+
+    /// The session timers of a test's server, far away: a client that only reads says nothing until the test's end,
+    /// a login can wait behind other tests' work, and a reader a test holds back can stay full while the test does
+    /// more; on a loaded machine each can pass a minute. A test of one of these timers sets its own (the last
+    /// `--limit` of a name wins).
+    public static let testLimits = [
+        "--limit", "idle-timeout=1h", "--limit", "auth-timeout=10m", "--limit", "slow-consumer-timeout=1h",
+    ]
 
     /// Starts `courier serve` and waits until it listens on its native port.
     public static func start(
@@ -135,7 +148,7 @@ extension ServerProcess {
             compat: compat,
             http: http,
             log: log,
-            arguments: extra
+            arguments: Self.testLimits + extra
         )
     }
 

@@ -123,7 +123,7 @@ struct CommandLineTests {
             let revokedAt = ContinuousClock.now
             result = try await Self.courier("user", "revoke", "alice", device, "--data", data.path)
             #expect(result.output == "revoked device \(device) of alice\n", "\(result)")
-            let aliceLast = try await alice.expectClose(timeout: .seconds(5))
+            let aliceLast = try await alice.expectClose()
             print(
                 "changesReachTheServer: alice's connection closed \(ContinuousClock.now - revokedAt) after the revoke"
             )
@@ -137,7 +137,7 @@ struct CommandLineTests {
             }
 
             _ = try await Self.courier("user", "remove", "bob", "--data", data.path)
-            let bobLast = try await bob.expectClose(timeout: .seconds(5))
+            let bobLast = try await bob.expectClose()
             #expect(bobLast.last?.failure?.code == ErrorCodes.tokenRevoked, "\(bobLast)")
             await #expect(throws: (any Error).self) { _ = try await NativeTestClient.login(port: native, "bob") }
             #expect(await server.terminate() == 0)

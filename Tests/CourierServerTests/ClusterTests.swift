@@ -190,7 +190,9 @@ struct ClusterTests {
     @Test("a listener cut off catches up when it reconnects: what was sent meanwhile arrives; /health says so")
     func listenerReconnects() async throws {
         var feed = PostgresFeed.Configuration()
-        feed.reconnectDelay = .seconds(1)
+        // Long enough for /health to be asked while node 1 is away, however loaded the machine.
+        feed.reconnectDelay = .seconds(15)
+        feed.maxReconnectDelay = .seconds(15)
         try await ClusterFixture.with(nodes: 2, feed: feed) { cluster in
             try await cluster.user("alice")
             try await cluster.user("bob")
@@ -201,7 +203,7 @@ struct ClusterTests {
             _ = try await alice.sendText("before", to: .user("bob"), id: "m1")
             #expect(try await bob.messages(1).map(\.id) == ["m1"])
 
-            // Every listener's connection is ended by the server; node 1 waits a second before it reconnects.
+            // Every listener's connection is ended by the server; node 1 waits 15 s before it reconnects.
             try await TestDatabase.admin(cluster.location) { connection in
                 _ = try await connection.query(
                     """

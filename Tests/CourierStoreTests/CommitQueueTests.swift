@@ -166,13 +166,12 @@ struct CommitQueueTests {
             let fixture = try SQLiteFixture(folder: folder)
             let ids = try await fixture.users("alice", "bob")
             let queue = CommitQueue(store: fixture.store, clock: { 1 })
-            // Submitted before run() starts, then finish(): still committed.
-            async let first = queue.submit(.send(.init(sender: ids["alice"]!, id: "a", to: .user("bob"), body: [1])))
-            async let second = queue.submit(.send(.init(sender: ids["alice"]!, id: "b", to: .user("bob"), body: [2])))
-            try await Task.sleep(for: .milliseconds(50))
+            // Queued before run() starts, then finish(): still committed.
+            let first = queue.enqueue(.send(.init(sender: ids["alice"]!, id: "a", to: .user("bob"), body: [1])))
+            let second = queue.enqueue(.send(.init(sender: ids["alice"]!, id: "b", to: .user("bob"), body: [2])))
             queue.finish()
             await queue.run()
-            let outcomes = try await [first, second]
+            let outcomes = [try await first.outcome(), try await second.outcome()]
             #expect(outcomes.map(refusal) == [nil, nil])
             await expectCode(.storageFailed) {
                 _ = try await queue.submit(.send(.init(sender: ids["alice"]!, id: "c", to: .user("bob"), body: [3])))

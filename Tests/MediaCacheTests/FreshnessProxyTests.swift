@@ -50,8 +50,18 @@ struct FreshnessProxyTests {
             #expect(asked.count >= 1, "revalidated once the interval passed")
             let most = Int(seconds / interval) + 1
             #expect(asked.count <= most, "\(asked.count) checks in \(seconds) s, \(requests) requests")
-            #expect(requests > asked.count, "most requests were answered without asking")
             #expect(asked.allSatisfy { $0.status == 304 }, "conditional requests, answered 304: \(asked)")
+        }
+        // Within the interval nothing is asked, however long the requests take (an hour, here).
+        try await ProxyFixture.with(files: ["r.bin": data], settings: .init(revalidationInterval: 3600)) {
+            (fixture: ProxyFixture) async throws in
+            let url = fixture.url("r.bin")
+            #expect(try await Curl.get(url, in: fixture.folder).body == data)
+            let before = fixture.nginx.log().count
+            for _ in 0..<5 {
+                #expect(try await Curl.get(url, range: "10-19", in: fixture.folder).body == data[10..<20])
+            }
+            #expect(fixture.nginx.log().count == before, "answered without asking: \(fixture.nginx.log())")
         }
     }
 
@@ -117,11 +127,12 @@ struct FreshnessProxyTests {
         try await ProxyFixture.with(
             files: ["t.bin": data],
             nginxExtra: extra,
-            settings: .init(originReadTimeout: .milliseconds(700))
+            // After 150k the stalled origin holds back its next piece for many minutes (a byte a second, and nginx
+            // sends no less than a packet's worth): well past the timeout, however loaded the machine. (Were the
+            // timeout not kept, curl's own limit would fail the test.)
+            settings: .init(originReadTimeout: .seconds(3))
         ) { fixture in
-            let started = ContinuousClock.now
             let stalled = try await Curl.get(fixture.url("t.bin", location: "stall"), in: fixture.folder)
-            #expect(ContinuousClock.now - started < .seconds(20))
             #expect(stalled.status == 200 && stalled.headers["content-length"] == "400000")
             #expect(stalled.body.count < 400_000 && stalled.exitStatus == 18)
             #expect(stalled.body == data.prefix(stalled.body.count))

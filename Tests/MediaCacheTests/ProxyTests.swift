@@ -291,10 +291,12 @@ struct ProxyTests {
     func originDiesMidResponse() async throws {
         let size = 4 << 20
         let data = randomData(size, seed: 91)
-        try await ProxyFixture.with(files: ["cut.bin": data], limitRate: "1m") { fixture in
+        // Slow enough (16 s for the file) that the origin is killed mid-response however loaded the machine.
+        try await ProxyFixture.with(files: ["cut.bin": data], limitRate: "256k") { fixture in
             let url = fixture.url("cut.bin", location: "slow")
             async let response = Curl.get(url, in: fixture.folder)
-            try await Task.sleep(for: .milliseconds(1500))
+            // Killed once the origin's bytes flow, not after a fixed time the player's start could take.
+            try await waitUntil("the origin's bytes flow") { try await fixture.statistics().bytesFromOrigin > 0 }
             await fixture.nginx.kill()
             let cut = try await response
             #expect(cut.status == 200)
