@@ -29,17 +29,34 @@ struct PostgresEventLog {
 
     /// Locks users' rows, in the order of their ids, and reads their cursors (users locked already are skipped).
     ///
+    /// - Parameter nowait: For a lock taken out of the batch's order: a row another transaction holds is not waited
+    ///   for (PostgreSQL refuses at once with `lock_not_available`, and the write runs again from a new plan), so a
+    ///   lock taken out of order can never close a circle of waiting transactions.
     /// - Throws: `storage-failed` when one of them does not exist.
-    mutating func lock(_ users: some Sequence<UserID>, _ connection: PostgresConnection) async throws {
+    mutating func lock(
+        _ users: some Sequence<UserID>,
+        nowait: Bool = false,
+        _ connection: PostgresConnection
+    ) async throws {
         let ids = Set(users).filter { self.stored[$0] == nil }.map(\.rawValue).sorted()
         guard !ids.isEmpty else { return }
-        for row in try await connection.rows(
-            """
-            SELECT id, log_cursor, removed_ms IS NOT NULL AS removed FROM users WHERE id = ANY(\(ids))
-            ORDER BY id FOR UPDATE
-            """,
-            logger: self.logger
-        ) {
+        let rows =
+            nowait
+            ? try await connection.rows(
+                """
+                SELECT id, log_cursor, removed_ms IS NOT NULL AS removed FROM users WHERE id = ANY(\(ids))
+                ORDER BY id FOR UPDATE NOWAIT
+                """,
+                logger: self.logger
+            )
+            : try await connection.rows(
+                """
+                SELECT id, log_cursor, removed_ms IS NOT NULL AS removed FROM users WHERE id = ANY(\(ids))
+                ORDER BY id FOR UPDATE
+                """,
+                logger: self.logger
+            )
+        for row in rows {
             let user = UserID(rawValue: try row.get("id"))
             let cursor: Int64 = try row.get("log_cursor")
             self.stored[user] = cursor
@@ -68,9 +85,9 @@ struct PostgresEventLog {
         try await self.lock(members.map(UserID.init(rawValue:)) + others, connection)
     }
 
-    /// Appends an entry to a user's log. A user whose row is not locked yet is locked now, out of the ids' order:
-    /// this happens only when a conversation's members changed between a batch's plan and its locks; should two
-    /// transactions then wait for each other, PostgreSQL aborts one, and its write runs again.
+    /// Appends an entry to a user's log. A user whose row is not locked yet is locked now, out of the ids' order
+    /// and without waiting (`nowait`): this happens only when a conversation's members changed between a batch's
+    /// plan and its locks.
     mutating func append(
         to user: UserID,
         _ kind: LogEventKind,
@@ -81,7 +98,7 @@ struct PostgresEventLog {
         event: @autoclosure () -> StoredEvent.Kind? = nil,
         _ connection: PostgresConnection
     ) async throws {
-        if self.stored[user] == nil { try await self.lock([user], connection) }
+        if self.stored[user] == nil { try await self.lock([user], nowait: true, connection) }
         let cursor = self.book.next(for: user, event: event())
         self.users.append(user.rawValue)
         self.cursors.append(cursor)

@@ -31,7 +31,13 @@ extension PostgresStore {
                 if let refusal = cause as? CourierStoreError { throw refusal }
                 if Self.isRetryable(cause), attempt < self.configuration.maxWriteRetries {
                     attempt += 1
-                    self.logger.debug("write retried", metadata: ["doing": "\(doing)", "error": "\(cause)"])
+                    self.logger.debug(
+                        "write retried",
+                        metadata: [
+                            "doing": "\(doing)", "error": "\(cause)",
+                            "sqlstate": "\((cause as? PSQLError)?.serverInfo?[.sqlState] ?? "")",
+                        ]
+                    )
                     continue
                 }
                 self.logger.error("write failed", metadata: ["doing": "\(doing)", "error": "\(cause)"])
@@ -134,11 +140,12 @@ extension PostgresStore {
         }
     }
 
-    /// Whether PostgreSQL aborted a transaction that may succeed when run again: a deadlock (40P01) or a
-    /// serialization failure (40001).
+    /// Whether PostgreSQL aborted a transaction that may succeed when run again: a deadlock (40P01), a
+    /// serialization failure (40001), or a row lock a batch took out of its order with NOWAIT that another
+    /// transaction held (55P03).
     static func isRetryable(_ error: any Error) -> Bool {
         guard let error = error as? PSQLError, let state = error.serverInfo?[.sqlState] else { return false }
-        return state == "40P01" || state == "40001"
+        return state == "40P01" || state == "40001" || state == "55P03"
     }
 
     /// Whether an error is PostgreSQL refusing a row that breaks a unique index (23505).

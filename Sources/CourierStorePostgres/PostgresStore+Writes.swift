@@ -8,7 +8,11 @@ extension PostgresStore {
     /// Before any request is applied, the batch locks every row it plans to write, in one order: the
     /// conversations, then the users whose logs grow (their members, the senders, the acknowledging users), then
     /// the acknowledging devices, each by id. Another node's batch touching the same users waits for this one's
-    /// commit, and no two batches wait for each other in a circle. What is applied is read again under the locks.
+    /// commit, and no two batches wait for each other in a circle. What is applied is read again under the locks. A
+    /// row the plan did not foresee (a conversation another node made since the plan read, a member added since) is
+    /// locked out of order without waiting: when another transaction holds it, the batch is rolled back and runs
+    /// again from a new plan, which foresees it. (Waiting there could close a circle, which PostgreSQL breaks only
+    /// after its `deadlock_timeout`, a second by default.)
     public func apply(
         _ requests: [WriteRequest],
         nowMs: Int64,
@@ -22,9 +26,9 @@ extension PostgresStore {
             try await batch.lock(for: requests, connection)
             var outcomes: [WriteOutcome] = []
             outcomes.reserveCapacity(requests.count)
-            for request in requests {
+            for (index, request) in requests.enumerated() {
                 do {
-                    outcomes.append(try await batch.apply(request, connection))
+                    outcomes.append(try await batch.apply(request, at: index, connection))
                 } catch let error as CourierStoreError where error.code != .storageFailed {
                     outcomes.append(.refused(error))
                 }
@@ -58,12 +62,11 @@ struct PostgresWriteBatch {
     private var sent: [Sent: (conversation: Int64, seq: Int64, timeMs: Int64)] = [:]
     /// The (sender, id) pairs ``sent`` was read for.
     private var looked: Set<Sent> = []
-    /// Message rows (and their media) to insert in one statement each: before the next request that is not a send
-    /// (which may read them), and at the end.
+    /// Message rows (and their media) to insert in one statement each: before a recall (which reads them), and at
+    /// the end.
     private var rows = MessageRows()
-    /// Each acknowledgement's outcome, read for the whole batch under the locks, in the order of the requests.
-    private var acks: [AckPlan] = []
-    private var appliedAcks = 0
+    /// Each acknowledgement's outcome, read for the whole batch under the locks, by its place among the requests.
+    private var acks: [Int: AckPlan] = [:]
     /// The devices' acknowledged cursors as the batch moves them, written back in one statement.
     private var ackedCursors: [Int64: Int64] = [:]
 
@@ -72,6 +75,14 @@ struct PostgresWriteBatch {
     private struct AckPlan {
         var refused = false
         var delivered: [(conversation: Int64, seq: Int64)] = []
+    }
+
+    /// An acknowledgement as the plan reads it: its place among the batch's requests, and what it asks.
+    private struct PlannedAck {
+        var request: Int
+        var user: UserID
+        var device: DeviceID
+        var cursor: Int64
     }
 
     private struct Pair: Hashable {
@@ -118,8 +129,8 @@ struct PostgresWriteBatch {
         try await self.look(up: requests, connection)
         var conversations: Set<Int64> = []
         var users: Set<UserID> = []
-        var acks: [(user: UserID, device: DeviceID, cursor: Int64)] = []
-        for request in requests {
+        var acks: [PlannedAck] = []
+        for (index, request) in requests.enumerated() {
             switch request {
             case .send(let send):
                 users.insert(send.sender)
@@ -133,7 +144,7 @@ struct PostgresWriteBatch {
                 }
             case .ack(let user, let device, let cursor):
                 users.insert(user)
-                acks.append((user, device, Int64(clamping: cursor)))
+                acks.append(PlannedAck(request: index, user: user, device: device, cursor: Int64(clamping: cursor)))
             }
         }
         if !acks.isEmpty {
@@ -167,7 +178,7 @@ struct PostgresWriteBatch {
     /// An acknowledgement covers only events stored before this batch (the users' cursors as their locks read them),
     /// so what it reads cannot change while the batch runs.
     private mutating func plan(
-        _ acks: [(user: UserID, device: DeviceID, cursor: Int64)],
+        _ acks: [PlannedAck],
         _ connection: PostgresConnection
     ) async throws {
         guard !acks.isEmpty else { return }
@@ -184,16 +195,19 @@ struct PostgresWriteBatch {
         var ranges: (acks: [Int64], users: [Int64], from: [Int64], to: [Int64]) = ([], [], [], [])
         for ack in acks {
             guard let owner = owners[ack.device.rawValue], owner.user == ack.user else {
-                self.acks.append(AckPlan(refused: true))
+                self.acks[ack.request] = AckPlan(refused: true)
                 continue
             }
-            self.acks.append(AckPlan())
+            self.acks[ack.request] = AckPlan()
+            guard let stored = self.log.stored[ack.user] else {
+                throw CourierStoreError(.storageFailed, "user \(ack.user.rawValue) acknowledged without its lock")
+            }
             // Acknowledgements of one device in a batch take turns: each starts where the one before left it.
             let old = self.ackedCursors[ack.device.rawValue] ?? owner.cursor
-            let new = min(ack.cursor, self.log.stored[ack.user] ?? 0)
+            let new = min(ack.cursor, stored)
             guard new > old else { continue }
             self.ackedCursors[ack.device.rawValue] = new
-            ranges.acks.append(Int64(self.acks.count - 1))
+            ranges.acks.append(Int64(ack.request))
             ranges.users.append(ack.user.rawValue)
             ranges.from.append(old)
             ranges.to.append(new)
@@ -211,8 +225,8 @@ struct PostgresWriteBatch {
             """,
             logger: self.logger
         ) {
-            let ack = Int(try row.get("ack", as: Int64.self))
-            self.acks[ack].delivered.append((try row.get("conversation"), try row.get("seq")))
+            let request = Int(try row.get("ack", as: Int64.self))
+            self.acks[request]?.delivered.append((try row.get("conversation"), try row.get("seq")))
         }
     }
 
@@ -330,13 +344,20 @@ struct PostgresWriteBatch {
 
     // MARK: Requests
 
-    mutating func apply(_ request: WriteRequest, _ connection: PostgresConnection) async throws -> WriteOutcome {
+    /// Applies the request at `index` of the batch's requests (the ones ``lock(for:_:)`` was given).
+    mutating func apply(
+        _ request: WriteRequest,
+        at index: Int,
+        _ connection: PostgresConnection
+    ) async throws
+        -> WriteOutcome
+    {
         // A recall reads the messages table: the batch's own messages are inserted first. (The other requests read
         // only what was stored before the batch, or what the batch holds.)
         if case .recall = request { try await self.writeMessages(connection) }
         return switch request {
         case .send(let send): try await self.send(send, connection)
-        case .ack(let user, let device, _): try await self.ack(user: user, device: device, connection)
+        case .ack(let user, let device, _): try await self.ack(user: user, device: device, request: index, connection)
         case .markRead(let user, let address, let upTo):
             try await self.markRead(user: user, address, upTo: upTo, connection)
         case .recall(let user, let address, let id): try await self.recall(user: user, address, id: id, connection)
@@ -449,12 +470,12 @@ struct PostgresWriteBatch {
     private mutating func ack(
         user: UserID,
         device: DeviceID,
+        request: Int,
         _ connection: PostgresConnection
-    ) async throws
-        -> WriteOutcome
-    {
-        let plan = self.acks[self.appliedAcks]
-        self.appliedAcks += 1
+    ) async throws -> WriteOutcome {
+        guard let plan = self.acks[request] else {
+            throw CourierStoreError(.storageFailed, "acknowledgement \(request) of the batch was not planned")
+        }
         guard !plan.refused else {
             throw CourierStoreError(.invalidRequest, "no device \(device.rawValue) of user \(user.rawValue)")
         }
@@ -661,17 +682,31 @@ struct PostgresWriteBatch {
 
     /// Locks conversations' rows in the order of their ids and reads them with their members.
     ///
+    /// - Parameter nowait: For a lock taken out of the batch's order, as ``PostgresEventLog/lock(_:nowait:_:)``.
     /// - Returns: Every member of them.
-    private mutating func load(_ ids: [Int64], _ connection: PostgresConnection) async throws -> Set<UserID> {
+    private mutating func load(
+        _ ids: [Int64],
+        nowait: Bool = false,
+        _ connection: PostgresConnection
+    ) async throws -> Set<UserID> {
         guard !ids.isEmpty else { return [] }
         var members: [Int64: [UserID: ConversationRow.Member]] = [:]
-        let rows = try await connection.rows(
-            """
-            SELECT id, name, user_a, user_b, last_seq, last_ms FROM conversations WHERE id = ANY(\(ids))
-            ORDER BY id FOR UPDATE
-            """,
-            logger: self.logger
-        )
+        let rows =
+            nowait
+            ? try await connection.rows(
+                """
+                SELECT id, name, user_a, user_b, last_seq, last_ms FROM conversations WHERE id = ANY(\(ids))
+                ORDER BY id FOR UPDATE NOWAIT
+                """,
+                logger: self.logger
+            )
+            : try await connection.rows(
+                """
+                SELECT id, name, user_a, user_b, last_seq, last_ms FROM conversations WHERE id = ANY(\(ids))
+                ORDER BY id FOR UPDATE
+                """,
+                logger: self.logger
+            )
         var everyone: Set<UserID> = []
         for member in try await connection.rows(
             """
@@ -705,10 +740,10 @@ struct PostgresWriteBatch {
     }
 
     /// A conversation with its members, read under its row's lock (taken by ``lock(for:_:)``, or here, out of
-    /// order, for one the plan did not foresee).
+    /// order and without waiting, for one the plan did not foresee: made by another node since, say).
     private mutating func conversation(_ id: Int64, _ connection: PostgresConnection) async throws -> ConversationRow {
         if let conversation = self.conversations[id] { return conversation }
-        _ = try await self.load([id], connection)
+        _ = try await self.load([id], nowait: true, connection)
         guard let conversation = self.conversations[id] else {
             throw CourierStoreError(.storageFailed, "conversation \(id) is missing")
         }
@@ -760,7 +795,7 @@ struct PostgresWriteBatch {
                     )
                 else { throw CourierStoreError(.unknownUser, "no user named \(name)") }
                 peer = UserID(rawValue: id)
-                try await self.log.lock([peer], connection)
+                try await self.log.lock([peer], nowait: true, connection)
                 removed = self.log.removed.contains(peer)
             }
             guard !createDirect || !removed else { throw CourierStoreError(.unknownUser, "no user named \(name)") }

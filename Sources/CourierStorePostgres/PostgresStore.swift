@@ -37,8 +37,9 @@ public final class PostgresStore: CourierDatabase, Service, CustomReflectable {
         /// rows it locked, and every other node's writes to those users wait, until then. The node's own
         /// transactions never wait for anything but the database.
         public var abandonedTransactionTimeout: Duration = .seconds(30)
-        /// How many times a write that PostgreSQL aborted for a deadlock or a serialization failure (nothing of it
-        /// was committed) is tried again before it fails with `storage-failed`.
+        /// How many times a write that PostgreSQL aborted for a deadlock, a serialization failure or a row lock taken
+        /// out of order that would have waited (nothing of it was committed) is tried again before it fails with
+        /// `storage-failed`.
         public var maxWriteRetries: Int = 3
         /// The limits and policies every store applies alike.
         public var limits: StoreLimits = .init()

@@ -1,0 +1,125 @@
+import CourierStore
+import CourierTesting
+import Foundation
+import Logging
+import PostgresNIO
+import Testing
+
+@testable import CourierStorePostgres
+
+@Suite("PostgreSQL: the order in which a group commit takes its locks")
+struct LockOrderTests {
+    static let cheapHasher = PasswordHasher(logN: 4, blockSize: 8, parallelism: 1, saltBytes: 16, keyBytes: 32)
+
+    /// Waits until a statement whose text contains `statement` waits for a lock.
+    static func waitForLockWaiter(on statement: String, _ connection: PostgresConnection) async throws {
+        try await waitUntil("a statement on \(statement) waits for a lock") {
+            try await connection.run("SELECT pg_stat_clear_snapshot()", logger: TestDatabase.logger)
+            let waiting = try await connection.value(
+                """
+                SELECT count(*)::bigint FROM pg_stat_activity
+                WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query, \(statement)) > 0
+                """,
+                as: Int64.self,
+                logger: TestDatabase.logger
+            )
+            return waiting == 1
+        }
+    }
+
+    @Test(
+        "a conversation made elsewhere after a batch's plan is locked without waiting: held, the batch runs again"
+    )
+    func unforeseenConversation() async throws {
+        try await TestDatabase.with { location in
+            let capture = LogCapture()
+            var configuration = PostgresStore.Configuration()
+            configuration.passwordHasher = Self.cheapHasher
+            configuration.maxConnections = 4
+            let store = PostgresStore(
+                location: location,
+                configuration: configuration,
+                logger: capture.logger(label: "courier.store", level: .debug)
+            )
+            try await store.migrate()
+            try await store.withRunning {
+                let alice = try await store.addUser(name: "alice", password: "x", nowMs: 1).id
+                let bob = try await store.addUser(name: "bob", password: "x", nowMs: 1).id
+                let (a, b) = (min(alice, bob).rawValue, max(alice, bob).rawValue)
+                let logger = TestDatabase.logger
+                let (outcome, made) = try await TestDatabase.admin(location) { users in
+                    try await TestDatabase.admin(location) { other in
+                        // Both users' rows held (as far as a batch's FOR UPDATE goes): the batch plans (the pair has
+                        // no conversation yet) and waits for them.
+                        try await users.run("BEGIN", logger: logger)
+                        try await users.run(
+                            "SELECT id FROM users WHERE id IN (\(a), \(b)) FOR NO KEY UPDATE",
+                            logger: logger
+                        )
+                        let batch = Task {
+                            try await store.apply(
+                                [.send(.init(sender: alice, id: "m1", to: .user("bob"), body: Array("hi".utf8)))],
+                                nowMs: 2
+                            )
+                        }
+                        try await Self.waitForLockWaiter(on: "FROM users", other)
+                        // Meanwhile another node makes the pair's conversation, then holds its row as a batch that
+                        // foresaw it does, before that batch asks for the users.
+                        let made = try #require(
+                            try await other.value(
+                                """
+                                INSERT INTO conversations (kind, user_a, user_b, created_ms)
+                                VALUES (1, \(a), \(b), 1) RETURNING id
+                                """,
+                                as: Int64.self,
+                                logger: logger
+                            )
+                        )
+                        try await other.run(
+                            """
+                            INSERT INTO members (conversation_id, user_id, joined_seq, read_seq, delivered_seq)
+                            VALUES (\(made), \(a), 0, 0, 0), (\(made), \(b), 0, 0, 0)
+                            """,
+                            logger: logger
+                        )
+                        try await other.run("BEGIN", logger: logger)
+                        try await other.run(
+                            "SELECT id FROM conversations WHERE id = \(made) FOR UPDATE",
+                            logger: logger
+                        )
+                        // The users go to the batch, which finds the conversation it did not foresee, held.
+                        try await users.run("COMMIT", logger: logger)
+                        try await Self.waitForLockWaiter(on: "FROM conversations", users)
+                        // The other node's batch asks for the users now. Had the batch waited for the conversation
+                        // with the users held, the two would wait for each other until PostgreSQL's
+                        // deadlock_timeout (a second) aborted one.
+                        try await other.run(
+                            "SELECT id FROM users WHERE id IN (\(a), \(b)) ORDER BY id FOR UPDATE",
+                            logger: logger
+                        )
+                        try await other.run("COMMIT", logger: logger)
+                        return (try await batch.value.outcomes, made)
+                    }
+                }
+                guard case .sent(let receipt) = outcome.first, outcome.count == 1 else {
+                    Issue.record("the send was not stored: \(outcome)")
+                    return
+                }
+                #expect(receipt.seq == 1 && !receipt.duplicate)
+                let stored = try await store.history(for: bob, in: .user("alice"), beforeSeq: 0, limit: 10).messages
+                #expect(stored.map(\.id) == ["m1"])
+                let log = capture.text
+                #expect(log.contains("sqlstate=55P03"), "the batch ran again after a lock it would have waited for")
+                #expect(!log.contains("sqlstate=40P01"), "no deadlock")
+                let conversation = try await TestDatabase.admin(location) { connection in
+                    try await connection.value(
+                        "SELECT conversation_id FROM messages WHERE client_id = 'm1'",
+                        as: Int64.self,
+                        logger: logger
+                    )
+                }
+                #expect(conversation == made, "the message is in the conversation the other node made")
+            }
+        }
+    }
+}
