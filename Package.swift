@@ -277,6 +277,8 @@ let package = Package(
             name: "CourierServerTests",
             dependencies: [
                 "CourierServer",
+                "CourierBench",
+                "CourierProcess",
                 "CourierProtocol",
                 "CourierStore",
                 "CourierTesting",

@@ -14,15 +14,27 @@ public final class Nginx: @unchecked Sendable {
         ProcessInfo.processInfo.environment["COURIER_NGINX"] ?? "/usr/sbin/nginx"
     }
 
-    /// Starts nginx with `servers` (the `server { … }` blocks, and any other `http` directives) and waits until every
-    /// port in `ports` accepts connections.
-    public static func start(servers: String, ports: [Int], folder: URL, workers: String = "1") async throws -> Nginx {
+    /// Starts nginx with `servers` (the `server { … }` blocks, and any other `http` directives) and `stream` (the
+    /// directives of a `stream` block: TCP proxying, with Debian's `libnginx-mod-stream`), and waits until every port
+    /// in `ports` accepts connections.
+    public static func start(
+        servers: String = "",
+        stream: String = "",
+        ports: [Int],
+        folder: URL,
+        workers: String = "1"
+    ) async throws -> Nginx {
         guard FileManager.default.isExecutableFile(atPath: Self.executable) else {
             throw BenchError("nginx is not installed at \(Self.executable) (apt-get install nginx)")
         }
+        guard stream.isEmpty || FileManager.default.fileExists(atPath: Self.streamModule) else {
+            throw BenchError(
+                "nginx's stream module is not installed at \(Self.streamModule) (apt-get install libnginx-mod-stream)"
+            )
+        }
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         let file = folder.appendingPathComponent("nginx.conf")
-        try Self.configuration(servers: servers, folder: folder, workers: workers)
+        try Self.configuration(servers: servers, stream: stream, folder: folder, workers: workers)
             .write(to: file, atomically: true, encoding: .utf8)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.executable)
@@ -117,10 +129,15 @@ public final class Nginx: @unchecked Sendable {
         }
     }
 
-    private static func configuration(servers: String, folder: URL, workers: String) -> String {
+    /// Debian's build of nginx loads its stream module from here.
+    static let streamModule = "/usr/lib/nginx/modules/ngx_stream_module.so"
+
+    private static func configuration(servers: String, stream: String, folder: URL, workers: String) -> String {
         let user = getuid() == 0 ? "user root;" : ""
         let path = folder.path
+        let streamBlock = stream.isEmpty ? "" : "stream {\n\(stream)\n}"
         return """
+            \(stream.isEmpty ? "" : "load_module \(Self.streamModule);")
             \(user)
             daemon off;
             worker_processes \(workers);
@@ -145,6 +162,7 @@ public final class Nginx: @unchecked Sendable {
                 keepalive_requests 100000;
             \(servers)
             }
+            \(streamBlock)
             """
     }
 }

@@ -1,3 +1,5 @@
+import CourierBench
+import CourierProcess
 import CourierProtocol
 import CourierServer
 import CourierServerTesting
@@ -184,6 +186,64 @@ struct ClusterTests {
             await alice.close()
         } configure: {
             $0.media.maxPendingUploadBytes = 50_000
+        }
+    }
+
+    @Test(
+        "behind nginx's stream module as the README has it: clients of one address are spread over both nodes and chat"
+    )
+    func behindNginx() async throws {
+        try await ClusterFixture.with(nodes: 2) { cluster in
+            for name in ["alice", "bob", "carol", "dave"] { try await cluster.user(name) }
+            let (native, compat) = (try await FreePort.pick(), try await FreePort.pick())
+            let nodes = cluster.nodes.map(\.ports)
+            // README's example, with this test's ports.
+            let stream = """
+                upstream courier_native { least_conn; server 127.0.0.1:\(nodes[0].native); server 127.0.0.1:\(nodes[1].native); }
+                upstream courier_compat { least_conn; server 127.0.0.1:\(nodes[0].compat); server 127.0.0.1:\(nodes[1].compat); }
+                server { listen 127.0.0.1:\(native); proxy_pass courier_native; proxy_timeout 10m; }
+                server { listen 127.0.0.1:\(compat); proxy_pass courier_compat; proxy_timeout 10m; }
+                """
+            let folder = try TemporaryDirectory(prefix: "courier-nginx")
+            defer { folder.remove() }
+            let nginx = try await Nginx.start(stream: stream, ports: [native, compat], folder: folder.url)
+            do {
+                let (alice, _) = try await NativeTestClient.login(port: native, "alice")
+                let (bob, _) = try await NativeTestClient.login(port: native, "bob")
+                var compats: [CompatTestClient] = []
+                for name in ["carol", "dave"] {
+                    let client = try await CompatTestClient.connect(port: compat)
+                    try await client.write(
+                        try CompatTestClient.packet("auth", ["user": .string(name), "password": .string("pw-" + name)])
+                    )
+                    _ = try await client.expect("welcome")
+                    compats.append(client)
+                }
+                // Least connections: each node holds one connection of each port.
+                for node in 0..<2 {
+                    try await waitUntil("node \(node) holds two connections") {
+                        try await cluster.health(of: node).contains("\"connections\":2,")
+                    }
+                }
+                // Whichever node each is on, every message arrives, through nginx both ways.
+                #expect(try await alice.sendText("to bob", to: .user("bob"), id: "a1").body.isSent)
+                #expect(try await bob.messages(1).map(\.id) == ["a1"])
+                #expect(try await bob.sendText("to carol", to: .user("carol"), id: "b1").body.isSent)
+                let carolGot = try await compats[0].expect("txt")
+                #expect(CompatTests.string(carolGot, "id") == "b1")
+                try await compats[1].write(
+                    try CompatTestClient.packet("txt", ["to": "alice", "id": .string("d1")], payload: Array("hi".utf8))
+                )
+                _ = try await compats[1].expect("ack")
+                #expect(try await alice.messages(1).map(\.id) == ["d1"])
+                await alice.close()
+                await bob.close()
+                for client in compats { await client.close() }
+            } catch {
+                await nginx.stop()
+                throw error
+            }
+            await nginx.stop()
         }
     }
 
