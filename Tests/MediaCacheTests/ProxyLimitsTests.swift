@@ -31,6 +31,18 @@ struct ProxyLimitsTests {
         }
     }
 
+    /// GETs `url` until it is not refused for want of a connection slot (the proxy counts a connection out when its
+    /// task ends, just after the close the client saw).
+    static func getOnceThereIsRoom(_ url: String, _ fixture: ProxyFixture) async throws -> Curl.Response {
+        var response = try await Curl.get(url, in: fixture.folder)
+        let deadline = ContinuousClock.now + Patience.reply
+        while response.status == 503, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+            response = try await Curl.get(url, in: fixture.folder)
+        }
+        return response
+    }
+
     @Test("connections beyond maxConnections get a 503; a slot freed by a close is served again")
     func connections() async throws {
         let data = randomData(1000, seed: 3)
@@ -54,14 +66,8 @@ struct ProxyLimitsTests {
             // A third is turned away: its request answered with a 503, then closed.
             let refused = try await Curl.get(fixture.url("c.bin"), in: fixture.folder)
             #expect(refused.status == 503)
-            // The proxy counts a connection out when its task ends, just after the close: wait for the slot.
             await held[0].close()
-            var served = try await Curl.get(fixture.url("c.bin"), in: fixture.folder)
-            let deadline = ContinuousClock.now + Patience.reply
-            while served.status == 503, ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(50))
-                served = try await Curl.get(fixture.url("c.bin"), in: fixture.folder)
-            }
+            let served = try await Self.getOnceThereIsRoom(fixture.url("c.bin"), fixture)
             #expect(served.status == 200 && served.body == data)
             await held[1].close()
         }
@@ -78,12 +84,7 @@ struct ProxyLimitsTests {
             let idle = try await RawConnection.connect(port: fixture.port)
             _ = try await idle.readUntilClosed()
             #expect(ContinuousClock.now - opened >= .seconds(2))
-            var served = try await Curl.get(fixture.url("c.bin"), in: fixture.folder)
-            let deadline = ContinuousClock.now + Patience.reply
-            while served.status == 503, ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(50))
-                served = try await Curl.get(fixture.url("c.bin"), in: fixture.folder)
-            }
+            let served = try await Self.getOnceThereIsRoom(fixture.url("c.bin"), fixture)
             #expect(served.status == 200 && served.body == data)
         }
     }
