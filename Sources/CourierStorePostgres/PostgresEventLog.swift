@@ -86,8 +86,8 @@ struct PostgresEventLog {
     }
 
     /// Appends an entry to a user's log. A user whose row is not locked yet is locked now, out of the ids' order
-    /// and without waiting (`nowait`): this happens only when a conversation's members changed between a batch's
-    /// plan and its locks.
+    /// and without waiting (`nowait`): this happens only for the members of a conversation a batch's plan did not
+    /// foresee (itself locked out of order).
     mutating func append(
         to user: UserID,
         _ kind: LogEventKind,

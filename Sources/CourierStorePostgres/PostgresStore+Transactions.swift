@@ -6,9 +6,10 @@ internal import Synchronization
 
 extension PostgresStore {
     /// Runs one write transaction on a pooled connection, turning database errors into `storage-failed` and passing
-    /// refusals through. A transaction PostgreSQL aborted for a deadlock or a serialization failure committed
-    /// nothing, and runs again from the start, up to ``Configuration-swift.struct/maxWriteRetries`` times; `body`
-    /// must read everything it decides on inside the transaction.
+    /// refusals through. A transaction PostgreSQL aborted for a deadlock, a serialization failure or a row lock that
+    /// would have waited (``isRetryable(_:)``) committed nothing, and runs again from the start, up to
+    /// ``Configuration-swift.struct/maxWriteRetries`` times; `body` must read everything it decides on inside the
+    /// transaction.
     func write<T: Sendable>(
         doing: String,
         _ body: @escaping @Sendable (PostgresConnection) async throws -> T

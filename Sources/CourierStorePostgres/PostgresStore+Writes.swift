@@ -384,11 +384,10 @@ struct PostgresWriteBatch {
             }
         }
         if let original = self.sent[resend] {
-            let conversation = try await self.conversation(original.conversation, connection)
             return .sent(
                 SendReceipt(
                     id: id,
-                    conversation: try await self.address(of: conversation, for: send.sender, connection),
+                    conversation: try await self.address(of: original.conversation, for: send.sender, connection),
                     seq: UInt64(original.seq),
                     timeMs: original.timeMs,
                     duplicate: true
@@ -780,13 +779,10 @@ struct PostgresWriteBatch {
             return key
         case .user(let name):
             let peer: UserID
-            let removed: Bool
-            if let known = self.userIDs[name], self.log.stored[known] != nil {
-                // Read by the plan, and locked since: its row said then whether it was removed.
-                (peer, removed) = (known, self.log.removed.contains(known))
+            if let known = self.userIDs[name] {
+                peer = known
             } else {
-                // Not foreseen by the plan (a user made since): found now, and locked out of order before its removal
-                // is read and its conversation made.
+                // Not foreseen by the plan (a user made since).
                 guard
                     let id = try await connection.value(
                         "SELECT id FROM users WHERE lower(name) = lower(\(name))",
@@ -795,10 +791,16 @@ struct PostgresWriteBatch {
                     )
                 else { throw CourierStoreError(.unknownUser, "no user named \(name)") }
                 peer = UserID(rawValue: id)
-                try await self.log.lock([peer], nowait: true, connection)
-                removed = self.log.removed.contains(peer)
             }
-            guard !createDirect || !removed else { throw CourierStoreError(.unknownUser, "no user named \(name)") }
+            if createDirect {
+                // A conversation may be made with the user: its row is locked (by the plan, or here out of order)
+                // before its removal is read. A request that only names an existing conversation (a read mark, a
+                // recall) needs no lock on the other user: the conversation's row is the one it writes.
+                if self.log.stored[peer] == nil { try await self.log.lock([peer], nowait: true, connection) }
+                guard !self.log.removed.contains(peer) else {
+                    throw CourierStoreError(.unknownUser, "no user named \(name)")
+                }
+            }
             let pair = Pair(a: min(user, peer), b: max(user, peer))
             if let key = self.directIDs[pair] {
                 _ = try await self.conversation(key, connection)
@@ -863,5 +865,28 @@ struct PostgresWriteBatch {
     ) async throws -> Conversation {
         guard let peer = conversation.peer(of: user) else { return .group(conversation.groupName!) }
         return .user(try await self.store.name(of: peer, connection))
+    }
+
+    /// How a user names a conversation, by id: read without its row's lock when the batch does not hold it (a
+    /// resend's original may be in a conversation the batch does not write; its name and users never change).
+    private func address(
+        of id: Int64,
+        for user: UserID,
+        _ connection: PostgresConnection
+    ) async throws
+        -> Conversation
+    {
+        if let conversation = self.conversations[id] {
+            return try await self.address(of: conversation, for: user, connection)
+        }
+        guard
+            let row = try await connection.row(
+                "SELECT name, user_a, user_b FROM conversations WHERE id = \(id)",
+                logger: self.logger
+            )
+        else { throw CourierStoreError(.storageFailed, "conversation \(id) is missing") }
+        if let name = try row.get("name", as: String?.self) { return .group(name) }
+        let (a, b) = (try row.get("user_a", as: Int64.self), try row.get("user_b", as: Int64.self))
+        return .user(try await self.store.name(of: UserID(rawValue: a == user.rawValue ? b : a), connection))
     }
 }

@@ -3,6 +3,7 @@ import CourierTesting
 import Foundation
 import Logging
 import PostgresNIO
+import Synchronization
 import Testing
 
 @testable import CourierStorePostgres
@@ -31,6 +32,137 @@ struct LockOrderTests {
         "a conversation made elsewhere after a batch's plan is locked without waiting: held, the batch runs again"
     )
     func unforeseenConversation() async throws {
+        try await Self.withStore { location, store, capture in
+            let alice = try await store.addUser(name: "alice", password: "x", nowMs: 1).id
+            let bob = try await store.addUser(name: "bob", password: "x", nowMs: 1).id
+            let (a, b) = (min(alice, bob).rawValue, max(alice, bob).rawValue)
+            let logger = TestDatabase.logger
+            let (outcome, made) = try await TestDatabase.admin(location) { users in
+                try await TestDatabase.admin(location) { other in
+                    // Both users' rows held (as far as a batch's FOR UPDATE goes): the batch plans (the pair has
+                    // no conversation yet) and waits for them.
+                    try await users.run("BEGIN", logger: logger)
+                    try await users.run(
+                        "SELECT id FROM users WHERE id IN (\(a), \(b)) FOR NO KEY UPDATE",
+                        logger: logger
+                    )
+                    let batch = Task {
+                        try await store.apply(
+                            [.send(.init(sender: alice, id: "m1", to: .user("bob"), body: Array("hi".utf8)))],
+                            nowMs: 2
+                        )
+                    }
+                    try await Self.waitForLockWaiter(on: "FROM users", other)
+                    // Meanwhile another node makes the pair's conversation, then holds its row as a batch that
+                    // foresaw it does, before that batch asks for the users.
+                    let made = try #require(
+                        try await other.value(
+                            """
+                            INSERT INTO conversations (kind, user_a, user_b, created_ms)
+                            VALUES (1, \(a), \(b), 1) RETURNING id
+                            """,
+                            as: Int64.self,
+                            logger: logger
+                        )
+                    )
+                    try await other.run(
+                        """
+                        INSERT INTO members (conversation_id, user_id, joined_seq, read_seq, delivered_seq)
+                        VALUES (\(made), \(a), 0, 0, 0), (\(made), \(b), 0, 0, 0)
+                        """,
+                        logger: logger
+                    )
+                    try await other.run("BEGIN", logger: logger)
+                    try await other.run(
+                        "SELECT id FROM conversations WHERE id = \(made) FOR UPDATE",
+                        logger: logger
+                    )
+                    // The users go to the batch, which finds the conversation it did not foresee, held.
+                    try await users.run("COMMIT", logger: logger)
+                    try await Self.waitForLockWaiter(on: "FROM conversations", users)
+                    // The other node's batch asks for the users now. Had the batch waited for the conversation
+                    // with the users held, the two would wait for each other until PostgreSQL's
+                    // deadlock_timeout (a second) aborted one.
+                    try await other.run(
+                        "SELECT id FROM users WHERE id IN (\(a), \(b)) ORDER BY id FOR UPDATE",
+                        logger: logger
+                    )
+                    try await other.run("COMMIT", logger: logger)
+                    return (try await batch.value.outcomes, made)
+                }
+            }
+            guard case .sent(let receipt) = outcome.first, outcome.count == 1 else {
+                Issue.record("the send was not stored: \(outcome)")
+                return
+            }
+            #expect(receipt.seq == 1 && !receipt.duplicate)
+            let stored = try await store.history(for: bob, in: .user("alice"), beforeSeq: 0, limit: 10).messages
+            #expect(stored.map(\.id) == ["m1"])
+            let log = capture.text
+            #expect(log.contains("sqlstate=55P03"), "the batch ran again after a lock it would have waited for")
+            #expect(!log.contains("sqlstate=40P01"), "no deadlock")
+            let conversation = try await TestDatabase.admin(location) { connection in
+                try await connection.value(
+                    "SELECT conversation_id FROM messages WHERE client_id = 'm1'",
+                    as: Int64.self,
+                    logger: logger
+                )
+            }
+            #expect(conversation == made, "the message is in the conversation the other node made")
+        }
+    }
+
+    @Test("a read mark naming a user with no conversation does not lock that user: held elsewhere, the batch goes on")
+    func readMarkLocksNoPeer() async throws {
+        try await Self.withStore { location, store, capture in
+            let alice = try await store.addUser(name: "alice", password: "x", nowMs: 1).id
+            _ = try await store.addUser(name: "bob", password: "x", nowMs: 1)
+            let carol = try await store.addUser(name: "carol", password: "x", nowMs: 1).id
+            let logger = TestDatabase.logger
+            let batch = try await TestDatabase.admin(location) { other in
+                // carol's row held by another node's batch for as long as this batch takes.
+                try await other.run("BEGIN", logger: logger)
+                try await other.run("SELECT id FROM users WHERE id = \(carol.rawValue) FOR UPDATE", logger: logger)
+                let finished = Finished()
+                let batch = Task {
+                    defer { finished.value.store(true, ordering: .releasing) }
+                    return try await store.apply(
+                        [
+                            .markRead(user: alice, conversation: .user("carol"), upToSeq: 1),
+                            .send(.init(sender: alice, id: "m1", to: .user("bob"), body: Array("hi".utf8))),
+                        ],
+                        nowMs: 2
+                    )
+                }
+                // Done, or stuck behind carol's row: either way the row is let go once one of them is seen.
+                var waited = false
+                try await waitUntil("the batch ends or waits") {
+                    try await other.run("SELECT pg_stat_clear_snapshot()", logger: logger)
+                    waited =
+                        try await other.value(
+                            """
+                            SELECT count(*)::bigint FROM pg_stat_activity
+                            WHERE datname = current_database() AND wait_event_type = 'Lock'
+                            """,
+                            as: Int64.self,
+                            logger: logger
+                        ) != 0
+                    return waited || finished.value.load(ordering: .acquiring)
+                }
+                #expect(!waited, "the batch waited for carol's row")
+                try await other.run("COMMIT", logger: logger)
+                return await batch.result
+            }
+            let outcomes = try batch.get().outcomes
+            #expect(outcomes.map(refusal) == [.notMember, nil], "\(outcomes)")
+            #expect(!capture.text.contains("write retried"), "the batch ran once")
+        }
+    }
+
+    /// Runs `body` with a store on a new database whose log is captured at the debug level.
+    static func withStore(
+        _ body: @Sendable (PostgresLocation, PostgresStore, LogCapture) async throws -> Void
+    ) async throws {
         try await TestDatabase.with { location in
             let capture = LogCapture()
             var configuration = PostgresStore.Configuration()
@@ -42,84 +174,17 @@ struct LockOrderTests {
                 logger: capture.logger(label: "courier.store", level: .debug)
             )
             try await store.migrate()
-            try await store.withRunning {
-                let alice = try await store.addUser(name: "alice", password: "x", nowMs: 1).id
-                let bob = try await store.addUser(name: "bob", password: "x", nowMs: 1).id
-                let (a, b) = (min(alice, bob).rawValue, max(alice, bob).rawValue)
-                let logger = TestDatabase.logger
-                let (outcome, made) = try await TestDatabase.admin(location) { users in
-                    try await TestDatabase.admin(location) { other in
-                        // Both users' rows held (as far as a batch's FOR UPDATE goes): the batch plans (the pair has
-                        // no conversation yet) and waits for them.
-                        try await users.run("BEGIN", logger: logger)
-                        try await users.run(
-                            "SELECT id FROM users WHERE id IN (\(a), \(b)) FOR NO KEY UPDATE",
-                            logger: logger
-                        )
-                        let batch = Task {
-                            try await store.apply(
-                                [.send(.init(sender: alice, id: "m1", to: .user("bob"), body: Array("hi".utf8)))],
-                                nowMs: 2
-                            )
-                        }
-                        try await Self.waitForLockWaiter(on: "FROM users", other)
-                        // Meanwhile another node makes the pair's conversation, then holds its row as a batch that
-                        // foresaw it does, before that batch asks for the users.
-                        let made = try #require(
-                            try await other.value(
-                                """
-                                INSERT INTO conversations (kind, user_a, user_b, created_ms)
-                                VALUES (1, \(a), \(b), 1) RETURNING id
-                                """,
-                                as: Int64.self,
-                                logger: logger
-                            )
-                        )
-                        try await other.run(
-                            """
-                            INSERT INTO members (conversation_id, user_id, joined_seq, read_seq, delivered_seq)
-                            VALUES (\(made), \(a), 0, 0, 0), (\(made), \(b), 0, 0, 0)
-                            """,
-                            logger: logger
-                        )
-                        try await other.run("BEGIN", logger: logger)
-                        try await other.run(
-                            "SELECT id FROM conversations WHERE id = \(made) FOR UPDATE",
-                            logger: logger
-                        )
-                        // The users go to the batch, which finds the conversation it did not foresee, held.
-                        try await users.run("COMMIT", logger: logger)
-                        try await Self.waitForLockWaiter(on: "FROM conversations", users)
-                        // The other node's batch asks for the users now. Had the batch waited for the conversation
-                        // with the users held, the two would wait for each other until PostgreSQL's
-                        // deadlock_timeout (a second) aborted one.
-                        try await other.run(
-                            "SELECT id FROM users WHERE id IN (\(a), \(b)) ORDER BY id FOR UPDATE",
-                            logger: logger
-                        )
-                        try await other.run("COMMIT", logger: logger)
-                        return (try await batch.value.outcomes, made)
-                    }
-                }
-                guard case .sent(let receipt) = outcome.first, outcome.count == 1 else {
-                    Issue.record("the send was not stored: \(outcome)")
-                    return
-                }
-                #expect(receipt.seq == 1 && !receipt.duplicate)
-                let stored = try await store.history(for: bob, in: .user("alice"), beforeSeq: 0, limit: 10).messages
-                #expect(stored.map(\.id) == ["m1"])
-                let log = capture.text
-                #expect(log.contains("sqlstate=55P03"), "the batch ran again after a lock it would have waited for")
-                #expect(!log.contains("sqlstate=40P01"), "no deadlock")
-                let conversation = try await TestDatabase.admin(location) { connection in
-                    try await connection.value(
-                        "SELECT conversation_id FROM messages WHERE client_id = 'm1'",
-                        as: Int64.self,
-                        logger: logger
-                    )
-                }
-                #expect(conversation == made, "the message is in the conversation the other node made")
-            }
+            try await store.withRunning { try await body(location, store, capture) }
         }
     }
+}
+
+/// Whether a task has ended.
+final class Finished: Sendable {
+    let value = Atomic<Bool>(false)
+}
+
+func refusal(_ outcome: WriteOutcome) -> CourierStoreError.Code? {
+    if case .refused(let error) = outcome { return error.code }
+    return nil
 }
