@@ -9,7 +9,7 @@ extension PostgresStore {
     /// conversations, then the users whose logs grow (their members, the senders, the acknowledging users), then
     /// the acknowledging devices, each by id. Another node's batch touching the same users waits for this one's
     /// commit, and no two batches wait for each other in a circle. What is applied is read again under the locks. A
-    /// row the plan did not foresee (a conversation another node made since the plan read, a member added since) is
+    /// row the plan did not foresee (a conversation another node made since the plan read, and its members) is
     /// locked out of order without waiting: when another transaction holds it, the batch is rolled back and runs
     /// again from a new plan, which foresees it. (Waiting there could close a circle, which PostgreSQL breaks only
     /// after its `deadlock_timeout`, a second by default.)
