@@ -44,7 +44,7 @@ public final class Nginx: @unchecked Sendable {
         process.standardInput = FileHandle.nullDevice
         try process.run()
         let nginx = Nginx(folder: folder, process: process)
-        let deadline = ContinuousClock.now + .seconds(10)
+        let deadline = ContinuousClock.now + .seconds(60)
         var waiting = ports
         while ContinuousClock.now < deadline, process.isRunning {
             var still: [Int] = []

@@ -106,7 +106,7 @@ public struct ClusterFixture: Sendable {
     public func health(of node: Int) async throws -> String {
         try await ExternalProgram.output(
             "/usr/bin/curl",
-            ["--silent", "--show-error", "--max-time", "10", "http://127.0.0.1:\(self.nodes[node].ports.http)/health"]
+            ["--silent", "--show-error", "--max-time", "60", "http://127.0.0.1:\(self.nodes[node].ports.http)/health"]
         )
     }
 

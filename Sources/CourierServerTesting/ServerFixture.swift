@@ -103,7 +103,7 @@ extension ServerFixture {
     public func metric(_ name: String) async throws -> Int {
         let metrics = try await ExternalProgram.output(
             "/usr/bin/curl",
-            ["--silent", "--show-error", "--max-time", "10", "http://127.0.0.1:\(self.ports.http)/metrics"]
+            ["--silent", "--show-error", "--max-time", "60", "http://127.0.0.1:\(self.ports.http)/metrics"]
         )
         let line = metrics.split(separator: "\n").first { $0.hasPrefix(name + " ") }
         // Gauges print as decimals ("2.0"), counters as integers.

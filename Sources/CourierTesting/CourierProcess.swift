@@ -124,12 +124,13 @@ extension ServerProcess {
         )
     }
 
-    /// The session timers of a test's server, far away: a client that only reads says nothing until the test's end,
-    /// a login can wait behind other tests' work, and a reader a test holds back can stay full while the test does
-    /// more; on a loaded machine each can pass a minute. A test of one of these timers sets its own (the last
-    /// `--limit` of a name wins).
+    /// The timers of a test's server, far away: a client that only reads says nothing until the test's end, a login
+    /// can wait behind other tests' work, a reader a test holds back can stay full while the test does more, and the
+    /// failed logins a test makes to be throttled can take longer than the login window; on a loaded machine each can
+    /// pass a minute. A test of one of these timers sets its own (the last `--limit` of a name wins).
     public static let testLimits = [
         "--limit", "idle-timeout=1h", "--limit", "auth-timeout=10m", "--limit", "slow-consumer-timeout=1h",
+        "--limit", "login-window=1h",
     ]
 
     /// Starts `courier serve` and waits until it listens on its native port.

@@ -62,7 +62,7 @@ public enum ExternalProgram {
 
     /// Runs curl quietly (errors shown, at most ten seconds) and returns what it printed.
     public static func curl(_ arguments: [String]) async throws -> String {
-        try await Self.output("/usr/bin/curl", ["--silent", "--show-error", "--max-time", "10"] + arguments)
+        try await Self.output("/usr/bin/curl", ["--silent", "--show-error", "--max-time", "60"] + arguments)
     }
 
     /// Runs `path` and returns its output, throwing ``Failure`` unless it exits with 0.

@@ -26,7 +26,7 @@ final class EventReader: Sendable {
 
     func next<T: Sendable>(
         _ what: String,
-        timeout: Duration = .seconds(15),
+        timeout: Duration = Patience.reply,
         _ match: @Sendable (ClientEvent) -> T?
     ) async throws -> T {
         let deadline = ContinuousClock.now + timeout

@@ -106,7 +106,7 @@ struct AbuseTests {
                 Data("BEGIN IMMEDIATE;\n.shell touch \(marker)\n.shell sleep 1.5\nCOMMIT;\n".utf8)
             )
             try input.fileHandleForWriting.close()
-            let deadline = ContinuousClock.now + .seconds(10)
+            let deadline = ContinuousClock.now + Patience.reply
             while !FileManager.default.fileExists(atPath: marker), ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(10))
             }

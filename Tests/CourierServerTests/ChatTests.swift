@@ -22,7 +22,7 @@ extension NativeTestClient {
     /// Logs `user` in as soon as the server has a place again (it notices a close a moment after it happens),
     /// trying for up to ten seconds; closes the connection at once. Whether a login got in.
     static func loginOnceThereIsRoom(_ fixture: ServerFixture, _ user: String) async throws -> Bool {
-        let deadline = ContinuousClock.now + .seconds(10)
+        let deadline = ContinuousClock.now + Patience.reply
         while ContinuousClock.now < deadline {
             if let (client, _) = try? await NativeTestClient.login(fixture, user) {
                 await client.close()
@@ -111,7 +111,7 @@ struct ChatTests {
             let session = try await fixture.store.authenticate(token: bobWelcome.token, nowMs: 0)
             let device = session.device.id
             let latest = try await fixture.store.logCursor(of: session.user.id)
-            let deadline = ContinuousClock.now + .seconds(10)
+            let deadline = ContinuousClock.now + Patience.reply
             while try await fixture.store.ackedCursor(of: device) < latest, ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(10))
             }

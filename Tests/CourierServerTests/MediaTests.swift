@@ -542,7 +542,7 @@ struct MediaTests {
                 await first.close()
                 var stream: UInt32 = 5
                 var resumed = try await second.upload(file, stream: stream)
-                let deadline = ContinuousClock.now + .seconds(10)
+                let deadline = ContinuousClock.now + Patience.reply
                 // The server releases the upload when it notices the first connection's end.
                 while resumed.error?.code == "upload-busy", ContinuousClock.now < deadline {
                     try await Task.sleep(for: .milliseconds(20))

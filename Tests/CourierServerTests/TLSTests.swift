@@ -39,12 +39,12 @@ struct TLSTests {
                     #expect(health.contains("\"status\":\"ok\""), "\(health)")
                     let untrusted = try await ExternalProgram.run(
                         "/usr/bin/curl",
-                        ["--silent", "--max-time", "10", https]
+                        ["--silent", "--max-time", "60", https]
                     )
                     #expect(untrusted.status == 60, "\(untrusted)")
                     let plainHTTP = try await ExternalProgram.run(
                         "/usr/bin/curl",
-                        ["--silent", "--max-time", "10", "http://127.0.0.1:\(fixture.ports.http)/health"]
+                        ["--silent", "--max-time", "60", "http://127.0.0.1:\(fixture.ports.http)/health"]
                     )
                     #expect(plainHTTP.status != 0 && !plainHTTP.output.contains("status"), "\(plainHTTP)")
 

@@ -109,7 +109,7 @@ struct ProxyProcessTests {
             do {
                 // The listening line reaches a log file at once (standard output is not a terminal here).
                 let log = folder.appendingPathComponent("proxy.log")
-                let deadline = ContinuousClock.now + .seconds(10)
+                let deadline = ContinuousClock.now + Patience.reply
                 while ContinuousClock.now < deadline,
                     !((try? String(contentsOf: log, encoding: .utf8)) ?? "").contains("courier proxy listening on")
                 {

@@ -271,7 +271,7 @@ struct ProxyTests {
                 }
                 return total
             }
-            let deadline = ContinuousClock.now + .seconds(10)
+            let deadline = ContinuousClock.now + Patience.reply
             while onDisk() > cap + blockBytes, ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(20))
             }
