@@ -1,4 +1,5 @@
-/// One durable write of a session: what ``SQLiteStore/apply(_:nowMs:)`` takes many of per transaction.
+/// One durable write of a session: what ``CourierDatabase/apply(_:nowMs:freshRoom:)`` takes many of per transaction,
+/// with ``GroupCommit``'s rules.
 public enum WriteRequest: Hashable, Sendable {
     /// Store a message and append it to the event log of every member of its conversation.
     case send(Send)

@@ -204,14 +204,13 @@ extension PostgresStore {
         let everyone = try await memberIDs(of: conversation, connection, logger: log.logger)
         for user in users {
             for recipient in everyone {
-                try await log.append(
+                log.append(
                     to: recipient,
                     .membership,
                     conversation: conversation,
                     seq: seq,
                     actor: user,
-                    detail: MembershipChange.joined.rawValue,
-                    connection
+                    detail: MembershipChange.joined.rawValue
                 )
             }
         }
@@ -231,14 +230,13 @@ extension PostgresStore {
                 logger: log.logger
             ) ?? 0
         for recipient in try await memberIDs(of: conversation, connection, logger: log.logger) {
-            try await log.append(
+            log.append(
                 to: recipient,
                 .membership,
                 conversation: conversation,
                 seq: seq,
                 actor: user,
-                detail: MembershipChange.left.rawValue,
-                connection
+                detail: MembershipChange.left.rawValue
             )
         }
         try await connection.run(

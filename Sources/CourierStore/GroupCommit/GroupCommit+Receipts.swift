@@ -1,0 +1,93 @@
+extension GroupCommit {
+    /// A device has stored every event of its user's log up to a cursor: the device's acknowledged cursor moves
+    /// there, and each conversation with a message from someone else among the events this newly covers gets a
+    /// delivered receipt up to the newest such message, for its other members.
+    ///
+    /// The rules: the device must be the user's; a cursor is taken no further than the events stored before this
+    /// batch, and never back; acknowledgements of one device in a batch each start where the one before left it; a
+    /// receipt never goes back either.
+    mutating func ack(user: UserID, device: DeviceID, cursor: UInt64) throws -> WriteOutcome {
+        guard let row = try self.device(device), row.user == user else {
+            throw CourierStoreError(.invalidRequest, "no device \(device.rawValue) of user \(user.rawValue)")
+        }
+        let old = self.ackedCursors[device] ?? row.ackedCursor
+        guard let range = Self.ackRange(of: user, from: old, to: cursor, stored: try self.user(user).cursor) else {
+            return .done
+        }
+        let deliveries = try self.deliveries(range)
+        try self.requireConversations(deliveries.map(\.conversation))
+        let conversations = try deliveries.map { try self.conversation($0.conversation) }
+        try self.require(
+            rows: conversations.flatMap(\.members.keys),
+            names: [user] + conversations.flatMap { self.namedUsers(of: $0.header) }
+        )
+        let reader = try self.name(of: user)
+        let namings = try conversations.map { try self.naming(of: $0) }
+
+        // Nothing below is refused.
+        self.ackedCursors[device] = range.to
+        for (index, delivery) in deliveries.enumerated() {
+            var conversation = self.conversations[delivery.conversation]!
+            guard var member = conversation.members[user], delivery.seq > member.deliveredSeq else { continue }
+            member.deliveredSeq = delivery.seq
+            member.dirty = true
+            conversation.members[user] = member
+            self.conversations[delivery.conversation] = conversation
+            for other in conversation.members.keys.sorted() where other != user {
+                self.append(
+                    to: other,
+                    .receipt,
+                    conversation: delivery.conversation,
+                    seq: delivery.seq,
+                    actor: user,
+                    detail: ReceiptKind.delivered.rawValue,
+                    event: .receipt(
+                        conversation: namings[index](other),
+                        user: reader,
+                        kind: .delivered,
+                        upToSeq: UInt64(delivery.seq)
+                    )
+                )
+            }
+        }
+        return .done
+    }
+
+    /// The events an acknowledgement newly covers: after the device's acknowledged cursor, up to the one asked, no
+    /// further than the user's log stored before the batch (`stored`); nil when that is nothing. A database's plan
+    /// reads the deliveries of the same ranges.
+    package static func ackRange(of user: UserID, from old: Int64, to asked: UInt64, stored: Int64) -> AckRange? {
+        let new = min(Int64(clamping: asked), stored)
+        return new > old ? AckRange(user: user, from: old, to: new) : nil
+    }
+
+    /// A user has read a conversation up to a seq (no further than its last message, never back): every member,
+    /// the reader included (its other devices count unread from it), gets a read receipt.
+    mutating func markRead(user: UserID, _ address: Conversation, upTo: UInt64) throws -> WriteOutcome {
+        let key = try self.resolve(address, for: user, createDirect: false)
+        var conversation = try self.conversation(key)
+        let seq = min(Int64(clamping: upTo), conversation.lastSeq)
+        guard var member = conversation.members[user], seq > member.readSeq else { return .done }
+        try self.require(rows: conversation.members.keys, names: [user] + self.namedUsers(of: conversation.header))
+        let reader = try self.name(of: user)
+        let naming = try self.naming(of: conversation)
+
+        // Nothing below is refused.
+        member.readSeq = seq
+        member.dirty = true
+        conversation.members[user] = member
+        self.conversations[key] = conversation
+        for recipient in conversation.members.keys.sorted() {
+            self.append(
+                to: recipient,
+                .receipt,
+                conversation: key,
+                seq: seq,
+                actor: user,
+                detail: ReceiptKind.read.rawValue,
+                event: .receipt(conversation: naming(recipient), user: reader, kind: .read, upToSeq: UInt64(seq))
+            )
+        }
+        return .done
+    }
+}

@@ -1,0 +1,99 @@
+extension GroupCommit {
+    /// Stores a message and appends it to the log of every member of its conversation.
+    ///
+    /// The rules, in order:
+    /// - The id the client chose is at most ``StoreLimits/maxMessageIDBytes`` with no control characters (an empty
+    ///   one is assigned by the store).
+    /// - A sender's ids are unique: a resend of a stored id stores nothing and answers with the original (its
+    ///   conversation, seq and time), marked a duplicate, wherever the resend was addressed.
+    /// - Media must be the sender's own upload of that size.
+    /// - The address must name a group the sender is a member of, or a user; a direct conversation is made on the
+    ///   first send (not with a removed user).
+    /// - The message takes the conversation's next seq and a time never before the last one's; the sender has read
+    ///   up to it.
+    mutating func send(_ send: WriteRequest.Send) throws -> WriteOutcome {
+        try StoreText.check(send.id, what: "message id", maxBytes: self.limits.maxMessageIDBytes)
+        // An id the store assigns is new: nothing to look for.
+        if !send.id.isEmpty, let original = try self.message(MessageKey(sender: send.sender, id: send.id)) {
+            let header = try self.header(of: original.conversation)
+            try self.require(rows: [], names: self.namedUsers(of: header))
+            return .sent(
+                SendReceipt(
+                    id: send.id,
+                    conversation: try self.address(of: header, for: send.sender),
+                    seq: UInt64(original.seq),
+                    timeMs: original.timeMs,
+                    duplicate: true
+                )
+            )
+        }
+        if let media = send.media {
+            guard try self.upload(UploadKey(user: send.sender, sha256: media.sha256)) == media.size else {
+                throw CourierStoreError(
+                    .unknownMedia,
+                    "no upload of \(media.size) bytes with sha256 \(media.sha256) by this user: upload it first"
+                )
+            }
+        }
+        let key = try self.resolve(send.to, for: send.sender, createDirect: true)
+        var conversation = try self.conversation(key)
+        try self.require(
+            rows: conversation.members.keys,
+            names: [send.sender] + self.namedUsers(of: conversation.header)
+        )
+        let sender = try self.name(of: send.sender)
+        let naming = try self.naming(of: conversation)
+        let address = try self.address(of: conversation.header, for: send.sender)
+
+        // Nothing below is refused.
+        let id = send.id.isEmpty ? WriteRequest.Send.assignedID() : send.id
+        let (seq, time) = conversation.send(by: send.sender, nowMs: self.nowMs)
+        self.conversations[key] = conversation
+        let message = MessageKey(sender: send.sender, id: id)
+        self.messages[message] = MessageRow(conversation: key, seq: seq, timeMs: time, recalled: false)
+        self.newMessageIndex[message] = self.newMessages.count
+        self.newMessages.append(
+            NewMessage(
+                conversation: key,
+                seq: seq,
+                sender: send.sender,
+                device: send.device,
+                id: id,
+                timeMs: time,
+                body: send.body,
+                media: send.media,
+                recalled: false
+            )
+        )
+        for member in conversation.members.keys.sorted() {
+            self.append(
+                to: member,
+                .message,
+                conversation: key,
+                seq: seq,
+                event: .message(
+                    StoredMessage(
+                        id: id,
+                        from: sender,
+                        fromDevice: send.device,
+                        conversation: naming(member),
+                        seq: UInt64(seq),
+                        timeMs: time,
+                        body: send.body,
+                        recalled: false
+                    )
+                )
+            )
+        }
+        return .sent(
+            SendReceipt(
+                id: id,
+                conversation: address,
+                seq: UInt64(seq),
+                timeMs: time,
+                duplicate: false,
+                recipients: conversation.members.count
+            )
+        )
+    }
+}

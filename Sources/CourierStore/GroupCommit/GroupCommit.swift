@@ -1,0 +1,309 @@
+/// The rules of one group commit, written once for every database: what a send, an acknowledgement, a read mark and
+/// a recall may do, and what each writes.
+///
+/// The rules read and write nothing themselves. They decide over the rows a database's driver has loaded into this
+/// value (conversations with their members, users' log cursors, names, messages by their senders' ids, devices):
+/// when a rule meets a row that is not loaded yet, ``step(_:)`` returns what it needs (``BatchNeed``) and the driver
+/// loads it, in its own SQL and under its own locks, then asks again. A rule checks everything it reads before it
+/// changes anything, so asking again is always safe. What the batch writes (new messages, recalls, receipts'
+/// cursors, events) is gathered here, and the driver writes it when every request is applied.
+///
+/// A driver may load rows before the first step (PostgreSQL's plan locks and reads the whole batch's rows in a few
+/// statements); a rule finds them loaded and asks for nothing.
+package struct GroupCommit: Sendable {
+    /// The server's clock, in milliseconds since 1970.
+    package let nowMs: Int64
+    package let limits: StoreLimits
+    /// The numbering of the events the batch appends, from each user's stored cursor.
+    package var log = EventLogBook()
+
+    // MARK: What the rules read, as the driver loaded it
+
+    /// Conversations with their members (under their rows' locks where the database has several writers), as the
+    /// batch changes them.
+    package internal(set) var conversations: [Int64: BatchConversation] = [:]
+    /// Conversations' names and users, for a conversation the batch only names (a resend's original).
+    var headers: [Int64: ConversationHeader] = [:]
+    /// Group ids by name as the requests give it; nil when there is no such group.
+    var groupIDs: [String: Int64?] = [:]
+    /// User ids by name as the requests give it; nil when there is no such user.
+    var userIDs: [String: UserID?] = [:]
+    /// The direct conversation of each pair of users; nil when they have none.
+    var directIDs: [UserPair: Int64?] = [:]
+    /// Users' rows (under their locks where the database has several writers).
+    package internal(set) var users: [UserID: UserRow] = [:]
+    /// Users' names by id; nil when there is no such user.
+    var names: [UserID: String?] = [:]
+    /// Messages by their senders' ids; nil when the sender stored none under that id.
+    var messages: [MessageKey: MessageRow?] = [:]
+    /// The size of each upload asked about; nil when the user uploaded no such file.
+    var uploads: [UploadKey: Int64?] = [:]
+    /// Devices (under their locks where the database has several writers); nil when there is no such device.
+    var devices: [DeviceID: DeviceRow?] = [:]
+    /// What each acknowledgement's range of a user's log delivers.
+    var deliveries: [AckRange: [Delivery]] = [:]
+
+    // MARK: What the batch writes
+
+    /// The messages the batch stores, in the order they were sent.
+    package internal(set) var newMessages: [NewMessage] = []
+    /// Where each new message is in ``newMessages``.
+    var newMessageIndex: [MessageKey: Int] = [:]
+    /// Messages stored before the batch that it recalls.
+    package internal(set) var recalledMessages: [MessagePosition] = []
+    /// The devices' acknowledged cursors as the batch moved them.
+    package internal(set) var ackedCursors: [DeviceID: Int64] = [:]
+    /// The entries the batch appends to users' logs, in the order they were numbered.
+    package internal(set) var events: [EventRow] = []
+
+    /// - Parameters:
+    ///   - freshRoom: How many fresh events each user's connections can take (nil: the limit for every user).
+    package init(nowMs: Int64, limits: StoreLimits, freshRoom: (@Sendable (UserID) -> Int)?) {
+        self.nowMs = nowMs
+        self.limits = limits
+        self.log.maxFreshPerUser = limits.maxFreshEventsPerUser
+        self.log.freshRoom = freshRoom
+    }
+
+    /// How many times a driver loads rows for one request before it gives up on the batch: more than the longest
+    /// chain of reads a rule makes (a name, a user, a conversation, its members, their names) could need.
+    package static let maxRoundsPerRequest = 16
+
+    /// Applies one request, or says what it needs loaded first.
+    ///
+    /// - Returns: The request's outcome (a refusal among them: a refused request changed nothing), or the rows to
+    ///   load before asking again (nothing was changed).
+    /// - Throws: ``CourierStoreError`` with code `storage-failed` only.
+    package mutating func step(_ request: WriteRequest) throws -> Step {
+        do {
+            let outcome: WriteOutcome =
+                switch request {
+                case .send(let send): try self.send(send)
+                case .ack(let user, let device, let cursor): try self.ack(user: user, device: device, cursor: cursor)
+                case .markRead(let user, let address, let upTo): try self.markRead(user: user, address, upTo: upTo)
+                case .recall(let user, let address, let id): try self.recall(user: user, address, id: id)
+                }
+            return .applied(outcome)
+        } catch let miss as Miss {
+            return .needs(miss.needs)
+        } catch let error as CourierStoreError where error.code != .storageFailed {
+            return .applied(.refused(error))
+        }
+    }
+
+    /// What ``step(_:)`` came to.
+    package enum Step: Sendable {
+        case applied(WriteOutcome)
+        case needs([BatchNeed])
+    }
+
+    /// The batch's result, once the driver has written it.
+    package func result(_ outcomes: [WriteOutcome]) -> AppliedBatch {
+        AppliedBatch(outcomes: outcomes, appended: self.log.appended, fresh: self.log.fresh)
+    }
+
+    /// Thrown by a rule that met a row not loaded, before it changed anything.
+    struct Miss: Error {
+        var needs: [BatchNeed]
+    }
+}
+
+// MARK: Rows
+
+/// A row a rule needs that the driver has not loaded into the ``GroupCommit`` yet.
+package enum BatchNeed: Hashable, Sendable {
+    /// A group's id by its name (``GroupCommit/loadGroup(named:id:)``).
+    case groupID(named: String)
+    /// A user's id by name (``GroupCommit/loadUser(named:id:)``).
+    case userID(named: String)
+    /// A user's row: its log's cursor and whether it was removed (``GroupCommit/loadUser(_:)``). On a database with
+    /// several writers, under the row's lock: the user's log grows in this batch alone until it commits.
+    case user(UserID)
+    /// A user's name (``GroupCommit/loadName(of:_:)``).
+    case name(UserID)
+    /// Two users' direct conversation, if they have one (``GroupCommit/loadDirect(_:id:)``).
+    case directID(UserPair)
+    /// Two users' direct conversation, to make now: they have none, and the rows of both are loaded. The driver
+    /// inserts it with both as members and loads it (``GroupCommit/loadDirect(_:id:)``, ``GroupCommit/load(_:)``).
+    case newDirect(UserPair)
+    /// A conversation with its members (``GroupCommit/load(_:)``); under its row's lock where the database has
+    /// several writers.
+    case conversation(Int64)
+    /// A conversation's name and users, without a lock: they never change (``GroupCommit/loadHeader(_:_:)``).
+    case header(Int64)
+    /// A message by its sender's id (``GroupCommit/loadMessage(_:_:)``). Under the sender's lock: no other writer
+    /// stores a message under that id meanwhile.
+    case message(MessageKey)
+    /// The size of a user's upload (``GroupCommit/loadUpload(_:size:)``).
+    case upload(UploadKey)
+    /// A device's owner and acknowledged cursor (``GroupCommit/loadDevice(_:_:)``); under its lock where the
+    /// database has several writers.
+    case device(DeviceID)
+    /// The delivered receipts an acknowledgement makes (``GroupCommit/loadDeliveries(_:_:)``): for each
+    /// conversation of the user's events in the range, the newest message there from someone else.
+    case deliveries(AckRange)
+}
+
+/// Two users, the lower id first: how a direct conversation is keyed.
+package struct UserPair: Hashable, Sendable {
+    package var a: UserID
+    package var b: UserID
+
+    package init(_ one: UserID, _ other: UserID) {
+        self.a = min(one, other)
+        self.b = max(one, other)
+    }
+}
+
+/// A user's row as a batch reads it.
+package struct UserRow: Hashable, Sendable {
+    /// The newest cursor of its log stored before the batch: its new entries are numbered on from it, and no
+    /// acknowledgement covers more.
+    package var cursor: Int64
+    package var removed: Bool
+
+    package init(cursor: Int64, removed: Bool) {
+        self.cursor = cursor
+        self.removed = removed
+    }
+}
+
+/// A conversation's name and users, which never change.
+package struct ConversationHeader: Hashable, Sendable {
+    package var groupName: String?
+    package var userA: UserID?
+    package var userB: UserID?
+
+    package init(groupName: String?, userA: UserID?, userB: UserID?) {
+        self.groupName = groupName
+        self.userA = userA
+        self.userB = userB
+    }
+}
+
+/// A message's sender and the id it gave, compared byte for byte (as the databases compare ids: Swift's `String`
+/// would take two spellings of one accented letter for the same id).
+package struct MessageKey: Hashable, Sendable {
+    package var sender: UserID
+    package var id: [UInt8]
+
+    package init(sender: UserID, id: String) {
+        self.sender = sender
+        self.id = Array(id.utf8)
+    }
+
+    /// The id as the sender gave it.
+    package var text: String { String(decoding: self.id, as: UTF8.self) }
+}
+
+/// A stored message as the rules read it.
+package struct MessageRow: Hashable, Sendable {
+    package var conversation: Int64
+    package var seq: Int64
+    package var timeMs: Int64
+    package var recalled: Bool
+
+    package init(conversation: Int64, seq: Int64, timeMs: Int64, recalled: Bool) {
+        self.conversation = conversation
+        self.seq = seq
+        self.timeMs = timeMs
+        self.recalled = recalled
+    }
+}
+
+/// A message's place: its conversation and sequence number.
+package struct MessagePosition: Hashable, Sendable {
+    package var conversation: Int64
+    package var seq: Int64
+}
+
+/// A user's upload of a file, by digest.
+package struct UploadKey: Hashable, Sendable {
+    package var user: UserID
+    package var sha256: String
+
+    package init(user: UserID, sha256: String) {
+        self.user = user
+        self.sha256 = sha256
+    }
+}
+
+/// A device's row as an acknowledgement reads it.
+package struct DeviceRow: Hashable, Sendable {
+    package var user: UserID
+    package var ackedCursor: Int64
+
+    package init(user: UserID, ackedCursor: Int64) {
+        self.user = user
+        self.ackedCursor = ackedCursor
+    }
+}
+
+/// The events of a user's log an acknowledgement newly covers: after `from`, up to `to`.
+package struct AckRange: Hashable, Sendable {
+    package var user: UserID
+    package var from: Int64
+    package var to: Int64
+
+    package init(user: UserID, from: Int64, to: Int64) {
+        self.user = user
+        self.from = from
+        self.to = to
+    }
+}
+
+/// A delivered receipt an acknowledgement makes: up to a message in a conversation.
+package struct Delivery: Hashable, Sendable {
+    package var conversation: Int64
+    package var seq: Int64
+
+    package init(conversation: Int64, seq: Int64) {
+        self.conversation = conversation
+        self.seq = seq
+    }
+}
+
+/// A message the batch stores.
+package struct NewMessage: Sendable {
+    package var conversation: Int64
+    package var seq: Int64
+    package var sender: UserID
+    package var device: DeviceID?
+    package var id: String
+    package var timeMs: Int64
+    /// Empty once recalled.
+    package var body: [UInt8]
+    /// Nil once recalled.
+    package var media: MediaReference?
+    package var recalled: Bool
+}
+
+/// An entry the batch appends to a user's log.
+package struct EventRow: Sendable {
+    package var user: UserID
+    package var cursor: Int64
+    package var kind: LogEventKind
+    package var conversation: Int64
+    package var seq: Int64
+    package var actor: UserID?
+    /// A receipt's kind (``ReceiptKind``) or a membership change's (``MembershipChange``); nil for other entries.
+    package var detail: Int64?
+
+    package init(
+        user: UserID,
+        cursor: Int64,
+        kind: LogEventKind,
+        conversation: Int64,
+        seq: Int64,
+        actor: UserID?,
+        detail: Int64?
+    ) {
+        self.user = user
+        self.cursor = cursor
+        self.kind = kind
+        self.conversation = conversation
+        self.seq = seq
+        self.actor = actor
+        self.detail = detail
+    }
+}
