@@ -11,7 +11,7 @@ internal import Synchronization
 ///
 /// Several processes may open the same file: the server, and the admin commands (`courier user …`) while it runs.
 /// Writes of the admin commands are recorded in a `changes` table that the server reads with ``changes(after:)``.
-public final class SQLiteStore: CourierDatabase {
+public final class SQLiteStore: StoreBackend {
     /// Settings of the store.
     public struct Configuration: Sendable {
         /// How long a write waits for another process's write to finish before failing.
@@ -50,7 +50,7 @@ public final class SQLiteStore: CourierDatabase {
     /// With ``Configuration-swift.struct/backgroundCheckpoints``: the connection that copies the write-ahead log back.
     private let checkpointer: DatabaseQueue?
     /// Writes so far, and those the last checkpoint saw: ``maintain()`` does nothing when no write came since.
-    private let writeCount = Atomic<Int>(0)
+    let writeCount = Atomic<Int>(0)
     private let checkpointedWrites = Mutex<Int>(0)
     public let configuration: Configuration
     public var limits: StoreLimits { self.configuration.limits }
@@ -59,7 +59,9 @@ public final class SQLiteStore: CourierDatabase {
     public var storeDescription: StoreDescription { StoreDescription(kind: "sqlite", location: self.path) }
     let logger: Logger
     let names: Mutex<[UserID: String]> = Mutex([:])
-    let passwords: Passwords
+    package let passwords: Passwords
+    /// This process's write transactions take turns: a rule's transaction spans several accesses to the writer.
+    let turns = WriteTurns()
 
     /// Opens (creating if needed) the database of a data folder and brings its schema up to date.
     ///
@@ -97,6 +99,9 @@ public final class SQLiteStore: CourierDatabase {
             }
         }
         config.label = "courier"
+        // A rule's write transaction is begun, used and ended in separate accesses (``transaction(doing:_:)``),
+        // one transaction of this process at a time (``turns``).
+        config.allowsUnsafeTransactions = true
         do {
             // Made private before SQLite opens it: SQLite gives the -wal and -shm files the database's permissions.
             try PrivateFiles.createFile(atPath: path)
@@ -196,7 +201,7 @@ public final class SQLiteStore: CourierDatabase {
     func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
         defer { self.writeCount.add(1, ordering: .relaxed) }
         do {
-            return try await self.pool.write(body)
+            return try await self.turns.run { try await self.pool.write(body) }
         } catch let error as CourierStoreError {
             throw error
         } catch {

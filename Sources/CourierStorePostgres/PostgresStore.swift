@@ -18,7 +18,7 @@ internal import Synchronization
 /// The schema is brought up to date by ``migrate()`` at a node's start. Nodes starting together on an empty
 /// database do not race: the migrations run in one transaction under an advisory lock, so one node applies them and
 /// the others wait and then find them applied.
-public final class PostgresStore: CourierDatabase, Service, CustomReflectable {
+public final class PostgresStore: StoreBackend, Service, CustomReflectable {
     /// Settings of the connection pool.
     public struct Configuration: Sendable {
         /// The most connections this node opens to the database.
@@ -70,7 +70,7 @@ public final class PostgresStore: CourierDatabase, Service, CustomReflectable {
     public var storeDescription: StoreDescription {
         StoreDescription(kind: "postgres", location: self.location.description)
     }
-    let passwords: Passwords
+    package let passwords: Passwords
     /// Whether the pool runs yet, and what waits for it to.
     private let pool = Mutex<(running: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
     /// Users' names by id: names never change and users are never deleted.

@@ -1,0 +1,245 @@
+internal import Foundation
+internal import GRDB
+
+extension SQLiteTransaction {
+    // MARK: Users
+
+    package func user(named name: String) async throws -> User? {
+        try await self.access { db in
+            try Row.fetchOne(
+                db.cachedStatement(sql: "SELECT id, name, created_ms, removed_ms FROM users WHERE name = ?"),
+                arguments: [name]
+            ).map(Self.user)
+        }
+    }
+
+    package func users() async throws -> [User] {
+        try await self.access { db in
+            try Row.fetchAll(db, sql: "SELECT id, name, created_ms, removed_ms FROM users ORDER BY name").map(Self.user)
+        }
+    }
+
+    static func user(_ row: Row) -> User {
+        User(
+            id: UserID(rawValue: row["id"]),
+            name: row["name"],
+            createdMs: row["created_ms"],
+            removedMs: row["removed_ms"]
+        )
+    }
+
+    package func passwordHash(of user: UserID) async throws -> String? {
+        try await self.access { db in
+            try String.fetchOne(db, sql: "SELECT password_hash FROM users WHERE id = ?", arguments: [user.rawValue])
+        }
+    }
+
+    package func insertUser(name: String, passwordHash: String, nowMs: Int64) async throws -> UserID? {
+        try await self.update { db in
+            // The name is unique without regard to case (the column's NOCASE).
+            try db.execute(
+                sql: "INSERT INTO users (name, password_hash, created_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                arguments: [name, passwordHash, nowMs]
+            )
+            return db.changesCount == 1 ? UserID(rawValue: db.lastInsertedRowID) : nil
+        }
+    }
+
+    package func setPasswordHash(_ hash: String, of user: UserID) async throws {
+        try await self.update { db in
+            try db.execute(sql: "UPDATE users SET password_hash = ? WHERE id = ?", arguments: [hash, user.rawValue])
+        }
+    }
+
+    package func markRemoved(_ user: UserID, nowMs: Int64) async throws {
+        try await self.update { db in
+            try db.execute(
+                sql: "UPDATE users SET removed_ms = ?, password_hash = NULL WHERE id = ?",
+                arguments: [nowMs, user.rawValue]
+            )
+        }
+    }
+
+    package func logCursor(of user: UserID) async throws -> Int64 {
+        try await self.access { db in
+            try Int64.fetchOne(db, sql: "SELECT log_cursor FROM users WHERE id = ?", arguments: [user.rawValue]) ?? 0
+        }
+    }
+
+    // MARK: Devices
+
+    package func devices(of user: UserID) async throws -> [Device] {
+        try await self.access { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT d.*, u.name AS user_name FROM devices d JOIN users u ON u.id = d.user_id
+                    WHERE d.user_id = ? ORDER BY d.id
+                    """,
+                arguments: [user.rawValue]
+            ).map(Self.device)
+        }
+    }
+
+    package func device(holding tokenHash: [UInt8], nowMs: Int64, locking: Bool) async throws -> HeldDevice? {
+        try await self.access { db in
+            try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT d.*, u.name AS user_name, u.created_ms AS user_created_ms, u.removed_ms AS user_removed_ms
+                    FROM devices d JOIN users u ON u.id = d.user_id
+                    WHERE d.token_hash = ? OR (d.previous_token_hash = ? AND d.previous_token_until_ms > ?)
+                    """,
+                arguments: [Data(tokenHash), Data(tokenHash), nowMs]
+            ).map { row in
+                HeldDevice(
+                    device: Self.device(row),
+                    tokens: Self.tokens(row),
+                    user: User(
+                        id: UserID(rawValue: row["user_id"]),
+                        name: row["user_name"],
+                        createdMs: row["user_created_ms"],
+                        removedMs: row["user_removed_ms"]
+                    )
+                )
+            }
+        }
+    }
+
+    package func tokens(of device: DeviceID, locking: Bool) async throws -> DeviceTokens? {
+        try await self.access { db in
+            try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT token_hash, expires_ms, previous_token_hash, previous_token_until_ms, previous_expires_ms
+                    FROM devices WHERE id = ?
+                    """,
+                arguments: [device.rawValue]
+            ).map(Self.tokens)
+        }
+    }
+
+    static func tokens(_ row: Row) -> DeviceTokens {
+        DeviceTokens(
+            tokenHash: Array(row["token_hash"] as Data),
+            expiresMs: row["expires_ms"],
+            previousHash: (row["previous_token_hash"] as Data?).map(Array.init),
+            previousUntilMs: row["previous_token_until_ms"],
+            previousExpiresMs: row["previous_expires_ms"]
+        )
+    }
+
+    package func setTokens(_ tokens: DeviceTokens, of device: DeviceID) async throws {
+        try await self.update { db in
+            try db.execute(
+                sql: """
+                    UPDATE devices SET token_hash = ?, expires_ms = ?, previous_token_hash = ?,
+                    previous_token_until_ms = ?, previous_expires_ms = ? WHERE id = ?
+                    """,
+                arguments: [
+                    Data(tokens.tokenHash), tokens.expiresMs, tokens.previousHash.map { Data($0) },
+                    tokens.previousUntilMs, tokens.previousExpiresMs, device.rawValue,
+                ]
+            )
+        }
+    }
+
+    package func insertDevice(_ device: NewDevice) async throws -> DeviceID {
+        try await self.update { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO devices (user_id, name, token_hash, created_ms, expires_ms, acked_cursor)
+                    VALUES (?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [
+                    device.user.rawValue, device.name, Data(device.tokenHash), device.createdMs, device.expiresMs,
+                    device.ackedCursor,
+                ]
+            )
+            return DeviceID(rawValue: db.lastInsertedRowID)
+        }
+    }
+
+    package func revokeDevices(_ devices: [DeviceID]?, of user: UserID, nowMs: Int64) async throws -> [DeviceID] {
+        try await self.update { db in
+            let active = try Int64.fetchAll(
+                db,
+                sql: "SELECT id FROM devices WHERE user_id = ? AND revoked_ms IS NULL ORDER BY id",
+                arguments: [user.rawValue]
+            ).map(DeviceID.init(rawValue:))
+            let revoked = devices.map { asked in active.filter(asked.contains) } ?? active
+            for device in revoked {
+                try db.execute(
+                    sql: "UPDATE devices SET revoked_ms = ? WHERE id = ?",
+                    arguments: [nowMs, device.rawValue]
+                )
+            }
+            return revoked
+        }
+    }
+
+    static func device(_ row: Row) -> Device {
+        var device = Device(
+            id: DeviceID(rawValue: row["id"]),
+            userID: UserID(rawValue: row["user_id"]),
+            userName: row["user_name"],
+            name: row["name"],
+            createdMs: row["created_ms"],
+            expiresMs: row["expires_ms"],
+            revokedMs: row["revoked_ms"],
+            lastSeenMs: row["last_seen_ms"],
+            ackedCursor: UInt64(row["acked_cursor"] as Int64)
+        )
+        device.connectedSinceMs = row["connected_since_ms"]
+        return device
+    }
+
+    // MARK: Changes
+
+    package func recordChanges(_ changes: [StoreChange], nowMs: Int64) async throws {
+        guard !changes.isEmpty else { return }
+        try await self.update { db in try SQLiteStore.recordChanges(changes, nowMs: nowMs, db) }
+    }
+
+    package func latestChangeID() async throws -> Int64 {
+        try await self.access { db in try Int64.fetchOne(db, sql: "SELECT MAX(id) FROM changes") ?? 0 }
+    }
+
+    package func changes(after id: Int64, limit: Int) async throws -> [(id: Int64, change: StoreChange?)] {
+        try await self.access { db in
+            try Row.fetchAll(
+                db,
+                sql: "SELECT id, kind, user_id, device_id FROM changes WHERE id > ? ORDER BY id LIMIT ?",
+                arguments: [id, limit]
+            ).map { row in
+                (
+                    row["id"],
+                    StoreChange(
+                        kind: row["kind"],
+                        user: (row["user_id"] as Int64?).map(UserID.init(rawValue:)),
+                        device: (row["device_id"] as Int64?).map(DeviceID.init(rawValue:))
+                    )
+                )
+            }
+        }
+    }
+
+    package func pruneChanges(olderThanMs: Int64) async throws {
+        try await self.update { db in
+            try db.execute(sql: "DELETE FROM changes WHERE time_ms < ?", arguments: [olderThanMs])
+        }
+    }
+}
+
+extension SQLiteStore {
+    /// Records changes for a running server (see ``StoreTransaction/recordChanges(_:nowMs:)``); one writer at a time.
+    static func recordChanges(_ changes: [StoreChange], nowMs: Int64, _ db: Database) throws {
+        let insert = try db.cachedStatement(
+            sql: "INSERT INTO changes (kind, user_id, device_id, time_ms) VALUES (?, ?, ?, ?)"
+        )
+        for change in changes {
+            let columns = change.columns
+            try insert.execute(arguments: [columns.kind, columns.user?.rawValue, columns.device?.rawValue, nowMs])
+        }
+    }
+}

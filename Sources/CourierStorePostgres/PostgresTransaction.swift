@@ -1,0 +1,254 @@
+public import CourierStore
+internal import Logging
+internal import NIOCore
+internal import PostgresNIO
+
+extension PostgresStore {
+    /// Runs `body` as one transaction on a pooled connection (``write(doing:_:)``: run again from the start when
+    /// PostgreSQL aborts it for a conflict).
+    package func transaction<T: Sendable>(
+        doing: String,
+        _ body: @escaping @Sendable (PostgresTransaction) async throws -> T
+    ) async throws -> T {
+        try await self.write(doing: doing) { connection in
+            try await body(PostgresTransaction(connection: connection, store: self))
+        }
+    }
+
+    /// Runs reads on one pooled connection, outside a transaction.
+    package func reading<T: Sendable>(
+        doing: String,
+        _ body: @escaping @Sendable (PostgresTransaction) async throws -> T
+    ) async throws -> T {
+        try await self.read(doing: doing) { connection in
+            try await body(PostgresTransaction(connection: connection, store: self))
+        }
+    }
+}
+
+/// The reads and writes of the store's rules in PostgreSQL's SQL, on one connection. Rows a transaction writes are
+/// locked in one order by every write: conversations, users, devices, each by id.
+package struct PostgresTransaction: StoreTransaction {
+    let connection: PostgresConnection
+    let store: PostgresStore
+    var logger: Logger { self.store.logger }
+
+    // MARK: Users
+
+    package func user(named name: String) async throws -> User? {
+        try await PostgresStore.user(named: name, self.connection, logger: self.logger)
+    }
+
+    package func users() async throws -> [User] {
+        try await self.connection.rows(
+            "SELECT id, name, created_ms, removed_ms FROM users ORDER BY lower(name) COLLATE \"C\"",
+            logger: self.logger
+        ).map(PostgresStore.user)
+    }
+
+    package func passwordHash(of user: UserID) async throws -> String? {
+        try await self.connection.value(
+            "SELECT password_hash FROM users WHERE id = \(user.rawValue)",
+            as: String.self,
+            logger: self.logger
+        )
+    }
+
+    package func insertUser(name: String, passwordHash: String, nowMs: Int64) async throws -> UserID? {
+        // Two nodes adding the name at once: the unique index on lower(name) lets one in.
+        try await self.connection.value(
+            """
+            INSERT INTO users (name, password_hash, created_ms) VALUES (\(name), \(passwordHash), \(nowMs))
+            ON CONFLICT DO NOTHING RETURNING id
+            """,
+            as: Int64.self,
+            logger: self.logger
+        ).map(UserID.init(rawValue:))
+    }
+
+    package func setPasswordHash(_ hash: String, of user: UserID) async throws {
+        try await self.connection.run(
+            "UPDATE users SET password_hash = \(hash) WHERE id = \(user.rawValue)",
+            logger: self.logger
+        )
+    }
+
+    package func markRemoved(_ user: UserID, nowMs: Int64) async throws {
+        try await self.connection.run(
+            "UPDATE users SET removed_ms = \(nowMs), password_hash = NULL WHERE id = \(user.rawValue)",
+            logger: self.logger
+        )
+    }
+
+    package func logCursor(of user: UserID) async throws -> Int64 {
+        try await self.connection.value(
+            "SELECT log_cursor FROM users WHERE id = \(user.rawValue)",
+            as: Int64.self,
+            logger: self.logger
+        ) ?? 0
+    }
+
+    // MARK: Devices
+
+    package func devices(of user: UserID) async throws -> [Device] {
+        try await self.connection.rows(
+            """
+            SELECT d.*, u.name AS user_name FROM devices d JOIN users u ON u.id = d.user_id
+            WHERE d.user_id = \(user.rawValue) ORDER BY d.id
+            """,
+            logger: self.logger
+        ).map(PostgresStore.device)
+    }
+
+    package func device(holding tokenHash: [UInt8], nowMs: Int64, locking: Bool) async throws -> HeldDevice? {
+        let hash = ByteBuffer(bytes: tokenHash)
+        let row =
+            locking
+            ? try await self.connection.row(
+                """
+                SELECT d.*, u.name AS user_name, u.created_ms AS user_created_ms, u.removed_ms AS user_removed_ms
+                FROM devices d JOIN users u ON u.id = d.user_id
+                WHERE d.token_hash = \(hash)
+                    OR (d.previous_token_hash = \(hash) AND d.previous_token_until_ms > \(nowMs))
+                FOR UPDATE OF d
+                """,
+                logger: self.logger
+            )
+            : try await self.connection.row(
+                """
+                SELECT d.*, u.name AS user_name, u.created_ms AS user_created_ms, u.removed_ms AS user_removed_ms
+                FROM devices d JOIN users u ON u.id = d.user_id
+                WHERE d.token_hash = \(hash)
+                    OR (d.previous_token_hash = \(hash) AND d.previous_token_until_ms > \(nowMs))
+                """,
+                logger: self.logger
+            )
+        guard let row else { return nil }
+        return HeldDevice(
+            device: try PostgresStore.device(row),
+            tokens: try Self.tokens(row),
+            user: User(
+                id: UserID(rawValue: try row.get("user_id")),
+                name: try row.get("user_name"),
+                createdMs: try row.get("user_created_ms"),
+                removedMs: try row.get("user_removed_ms")
+            )
+        )
+    }
+
+    package func tokens(of device: DeviceID, locking: Bool) async throws -> DeviceTokens? {
+        let row =
+            locking
+            ? try await self.connection.row(
+                """
+                SELECT token_hash, expires_ms, previous_token_hash, previous_token_until_ms, previous_expires_ms
+                FROM devices WHERE id = \(device.rawValue) FOR UPDATE
+                """,
+                logger: self.logger
+            )
+            : try await self.connection.row(
+                """
+                SELECT token_hash, expires_ms, previous_token_hash, previous_token_until_ms, previous_expires_ms
+                FROM devices WHERE id = \(device.rawValue)
+                """,
+                logger: self.logger
+            )
+        return try row.map(Self.tokens)
+    }
+
+    static func tokens(_ row: PostgresRandomAccessRow) throws -> DeviceTokens {
+        DeviceTokens(
+            tokenHash: try row.bytes("token_hash"),
+            expiresMs: try row.get("expires_ms"),
+            previousHash: try row.get("previous_token_hash", as: ByteBuffer?.self).map { Array($0.readableBytesView) },
+            previousUntilMs: try row.get("previous_token_until_ms"),
+            previousExpiresMs: try row.get("previous_expires_ms")
+        )
+    }
+
+    package func setTokens(_ tokens: DeviceTokens, of device: DeviceID) async throws {
+        try await self.connection.run(
+            """
+            UPDATE devices SET token_hash = \(ByteBuffer(bytes: tokens.tokenHash)), expires_ms = \(tokens.expiresMs),
+            previous_token_hash = \(tokens.previousHash.map { ByteBuffer(bytes: $0) }),
+            previous_token_until_ms = \(tokens.previousUntilMs), previous_expires_ms = \(tokens.previousExpiresMs)
+            WHERE id = \(device.rawValue)
+            """,
+            logger: self.logger
+        )
+    }
+
+    package func insertDevice(_ device: NewDevice) async throws -> DeviceID {
+        guard
+            let id = try await self.connection.value(
+                """
+                INSERT INTO devices (user_id, name, token_hash, created_ms, expires_ms, acked_cursor)
+                VALUES (\(device.user.rawValue), \(device.name), \(ByteBuffer(bytes: device.tokenHash)),
+                    \(device.createdMs), \(device.expiresMs), \(device.ackedCursor))
+                RETURNING id
+                """,
+                as: Int64.self,
+                logger: self.logger
+            )
+        else { throw CourierStoreError(.storageFailed, "no id for a new device") }
+        return DeviceID(rawValue: id)
+    }
+
+    package func revokeDevices(_ devices: [DeviceID]?, of user: UserID, nowMs: Int64) async throws -> [DeviceID] {
+        let revoked =
+            if let devices {
+                try await self.connection.values(
+                    """
+                    UPDATE devices SET revoked_ms = \(nowMs) WHERE id IN (
+                        SELECT id FROM devices WHERE user_id = \(user.rawValue) AND revoked_ms IS NULL
+                        AND id = ANY(\(devices.map(\.rawValue))) ORDER BY id FOR UPDATE
+                    ) RETURNING id
+                    """,
+                    as: Int64.self,
+                    logger: self.logger
+                )
+            } else {
+                try await self.connection.values(
+                    """
+                    UPDATE devices SET revoked_ms = \(nowMs) WHERE id IN (
+                        SELECT id FROM devices WHERE user_id = \(user.rawValue) AND revoked_ms IS NULL
+                        ORDER BY id FOR UPDATE
+                    ) RETURNING id
+                    """,
+                    as: Int64.self,
+                    logger: self.logger
+                )
+            }
+        return revoked.sorted().map(DeviceID.init(rawValue:))
+    }
+
+    // MARK: Changes
+
+    package func recordChanges(_ changes: [StoreChange], nowMs: Int64) async throws {
+        try await PostgresStore.recordChanges(changes, nowMs: nowMs, self.connection, logger: self.logger)
+    }
+
+    package func latestChangeID() async throws -> Int64 {
+        try await self.connection.value("SELECT MAX(id) FROM changes", as: Int64.self, logger: self.logger) ?? 0
+    }
+
+    package func changes(after id: Int64, limit: Int) async throws -> [(id: Int64, change: StoreChange?)] {
+        try await self.connection.rows(
+            "SELECT id, kind, user_id, device_id FROM changes WHERE id > \(id) ORDER BY id LIMIT \(limit)",
+            logger: self.logger
+        ).map { row in
+            (
+                try row.get("id"),
+                StoreChange(
+                    kind: try row.get("kind", as: Int64.self),
+                    user: try row.get("user_id", as: Int64?.self).map(UserID.init(rawValue:)),
+                    device: try row.get("device_id", as: Int64?.self).map(DeviceID.init(rawValue:))
+                )
+            )
+        }
+    }
+
+    package func pruneChanges(olderThanMs: Int64) async throws {
+        try await self.connection.run("DELETE FROM changes WHERE time_ms < \(olderThanMs)", logger: self.logger)
+    }
+}
