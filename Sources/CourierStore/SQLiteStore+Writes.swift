@@ -264,21 +264,6 @@ extension SQLiteStore {
         for (device, cursor) in commit.ackedCursors {
             try deviceUpdate.execute(arguments: [cursor, device.rawValue])
         }
-        let insertEvent = try db.cachedStatement(
-            sql: """
-                INSERT INTO events (user_id, cursor, kind, conversation_id, seq, actor_id, detail)
-                VALUES (?, ?, ?, ?, ?, ?, ?)
-                """
-        )
-        for event in commit.events {
-            try insertEvent.execute(arguments: [
-                event.user.rawValue, event.cursor, event.kind.rawValue, event.conversation, event.seq,
-                event.actor?.rawValue, event.detail,
-            ])
-        }
-        let cursorUpdate = try db.cachedStatement(sql: "UPDATE users SET log_cursor = ? WHERE id = ?")
-        for (user, cursor) in commit.log.grown {
-            try cursorUpdate.execute(arguments: [cursor, user.rawValue])
-        }
+        try SQLiteStore.writeLog(commit.log, db)
     }
 }

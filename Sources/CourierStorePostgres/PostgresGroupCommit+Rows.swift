@@ -202,7 +202,7 @@ extension PostgresGroupCommit {
     /// Locks users' rows in the order of their ids and reads their cursors (the ones loaded already are skipped).
     mutating func lockUsers(_ users: Set<UserID>, _ connection: PostgresConnection) async throws {
         let ids = users.filter { !self.commit.has(.user($0)) }.map(\.rawValue).sorted()
-        for (user, row) in try await PostgresEventLog.lockRows(
+        for (user, row) in try await PostgresTransaction.lockUsers(
             ids,
             nowait: self.planned,
             connection,

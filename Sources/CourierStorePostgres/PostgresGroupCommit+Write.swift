@@ -54,12 +54,7 @@ extension PostgresGroupCommit {
                 logger: self.logger
             )
         }
-        try await PostgresEventLog.insert(
-            self.commit.events,
-            grown: self.commit.log.grown,
-            connection,
-            logger: self.logger
-        )
+        try await PostgresTransaction.writeLog(self.commit.log, connection, logger: self.logger)
     }
 
     /// Inserts the batch's messages in one statement (and their media in another), and recalls the messages stored

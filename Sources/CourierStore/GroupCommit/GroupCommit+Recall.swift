@@ -32,9 +32,9 @@ extension GroupCommit {
             self.recalledMessages.append(MessagePosition(conversation: key, seq: row.seq))
         }
         // Sent in this batch: its fresh events show it recalled, as a read after the commit would.
-        self.log.markRecalled(id: id, from: by)
+        self.log.book.markRecalled(id: id, from: by)
         for member in conversation.members.keys.sorted() {
-            self.append(
+            self.log.append(
                 to: member,
                 .recall,
                 conversation: key,

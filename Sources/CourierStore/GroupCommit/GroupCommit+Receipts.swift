@@ -34,7 +34,7 @@ extension GroupCommit {
             conversation.members[user] = member
             self.conversations[delivery.conversation] = conversation
             for other in conversation.members.keys.sorted() where other != user {
-                self.append(
+                self.log.append(
                     to: other,
                     .receipt,
                     conversation: delivery.conversation,
@@ -78,7 +78,7 @@ extension GroupCommit {
         conversation.members[user] = member
         self.conversations[key] = conversation
         for recipient in conversation.members.keys.sorted() {
-            self.append(
+            self.log.append(
                 to: recipient,
                 .receipt,
                 conversation: key,

@@ -33,7 +33,7 @@ extension GroupCommit {
     package mutating func loadUser(_ user: UserID, _ row: UserRow) {
         guard self.users[user] == nil else { return }
         self.users[user] = row
-        self.log.start(user, at: row.cursor)
+        self.log.book.start(user, at: row.cursor)
     }
 
     package mutating func loadName(of user: UserID, _ name: String?) {
@@ -188,32 +188,6 @@ extension GroupCommit {
         if let conversation = self.conversations[id] { return conversation.header }
         guard let header = self.headers[id] else { throw Miss(needs: [.header(id)]) }
         return header
-    }
-
-    // MARK: Writing (the rules)
-
-    /// Numbers and keeps the next entry of a user's log, whose row must be loaded.
-    mutating func append(
-        to user: UserID,
-        _ kind: LogEventKind,
-        conversation: Int64,
-        seq: Int64,
-        actor: UserID? = nil,
-        detail: Int64? = nil,
-        event: @autoclosure () -> StoredEvent.Kind?
-    ) {
-        let cursor = self.log.next(for: user, event: event())
-        self.events.append(
-            EventRow(
-                user: user,
-                cursor: cursor,
-                kind: kind,
-                conversation: conversation,
-                seq: seq,
-                actor: actor,
-                detail: detail
-            )
-        )
     }
 }
 

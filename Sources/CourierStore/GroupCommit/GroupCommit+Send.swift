@@ -66,7 +66,7 @@ extension GroupCommit {
             )
         )
         for member in conversation.members.keys.sorted() {
-            self.append(
+            self.log.append(
                 to: member,
                 .message,
                 conversation: key,

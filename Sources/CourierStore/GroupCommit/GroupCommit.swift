@@ -14,8 +14,8 @@ package struct GroupCommit: Sendable {
     /// The server's clock, in milliseconds since 1970.
     package let nowMs: Int64
     package let limits: StoreLimits
-    /// The numbering of the events the batch appends, from each user's stored cursor.
-    package var log = EventLogBook()
+    /// The entries the batch appends to users' logs, numbered from each user's stored cursor.
+    package var log = LogWrites()
 
     // MARK: What the rules read, as the driver loaded it
 
@@ -53,16 +53,14 @@ package struct GroupCommit: Sendable {
     package internal(set) var recalledMessages: [MessagePosition] = []
     /// The devices' acknowledged cursors as the batch moved them.
     package internal(set) var ackedCursors: [DeviceID: Int64] = [:]
-    /// The entries the batch appends to users' logs, in the order they were numbered.
-    package internal(set) var events: [EventRow] = []
 
     /// - Parameters:
     ///   - freshRoom: How many fresh events each user's connections can take (nil: the limit for every user).
     package init(nowMs: Int64, limits: StoreLimits, freshRoom: (@Sendable (UserID) -> Int)?) {
         self.nowMs = nowMs
         self.limits = limits
-        self.log.maxFreshPerUser = limits.maxFreshEventsPerUser
-        self.log.freshRoom = freshRoom
+        self.log.book.maxFreshPerUser = limits.maxFreshEventsPerUser
+        self.log.book.freshRoom = freshRoom
     }
 
     /// How many times a driver loads rows for one request before it gives up on the batch: more than the longest
@@ -99,7 +97,7 @@ package struct GroupCommit: Sendable {
 
     /// The batch's result, once the driver has written it.
     package func result(_ outcomes: [WriteOutcome]) -> AppliedBatch {
-        AppliedBatch(outcomes: outcomes, appended: self.log.appended, fresh: self.log.fresh)
+        AppliedBatch(outcomes: outcomes, appended: self.log.appended, fresh: self.log.book.fresh)
     }
 
     /// Thrown by a rule that met a row not loaded, before it changed anything.

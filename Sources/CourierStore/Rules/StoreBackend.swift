@@ -70,6 +70,71 @@ package protocol StoreTransaction: Sendable {
     /// - Returns: The devices revoked now, by id.
     func revokeDevices(_ devices: [DeviceID]?, of user: UserID, nowMs: Int64) async throws -> [DeviceID]
 
+    /// A user's name by id, or nil.
+    func name(of user: UserID) async throws -> String?
+    /// Users' rows, locked in the order of their ids: their logs grow in this transaction alone until it ends.
+    ///
+    /// - Throws: `storage-failed` when one does not exist.
+    func lockUsers(_ users: [UserID]) async throws -> [UserID: UserRow]
+    /// Writes log entries and the grown logs' newest cursors.
+    func writeLog(_ log: LogWrites) async throws
+
+    // MARK: Groups and members
+
+    /// Adds a group, unless its name is taken (in any case).
+    ///
+    /// - Returns: The group's conversation id, or nil when the name is taken.
+    func insertGroup(name: String, owner: UserID, nowMs: Int64) async throws -> Int64?
+    /// A group by name, or nil.
+    func group(named name: String, locking: Bool) async throws -> GroupRow?
+    /// The groups a user is a member of, by id (locked in that order when `locking`).
+    func groups(of user: UserID, locking: Bool) async throws -> [GroupRow]
+    /// The members of conversations, each conversation's by id.
+    func members(of conversations: [Int64]) async throws -> [Int64: [UserID]]
+    /// Adds members to a conversation, as having joined (and read, and been delivered) at a seq.
+    func insertMembers(_ users: [UserID], into conversation: Int64, atSeq seq: Int64) async throws
+    func deleteMember(_ user: UserID, from conversation: Int64) async throws
+    /// The other members of every conversation a user is in (of its direct ones only, with `directOnly`; only
+    /// `peer`, when given), with whether each of the two has written there.
+    func companions(of user: UserID, directOnly: Bool, with peer: UserID?) async throws -> [Companion]
+    /// A group by name, with its owner's name and its members' names (by name).
+    func groupWithMembers(named name: String) async throws -> Group?
+    /// The names of every group, sorted.
+    func groupNames() async throws -> [String]
+
+    // MARK: Logs, history and what users see
+
+    /// The entries of a user's log after a cursor, oldest first, at most `limit`.
+    func events(of user: UserID, after cursor: Int64, limit: Int) async throws -> [LogRead]
+    /// Users' names by id (the ones that exist), from the store's cache where it has them.
+    func names(of users: Set<UserID>) async throws -> [UserID: String]
+    /// The newest cursors of users' logs (the users that exist).
+    func logCursors(of users: [UserID]) async throws -> [UserID: Int64]
+    /// The cursor a device last acknowledged, or nil when there is no such device.
+    func ackedCursor(of device: DeviceID) async throws -> Int64?
+    /// The seq at which a user joined a conversation, or nil when it is not a member.
+    func joinedSeq(of user: UserID, in conversation: Int64) async throws -> Int64?
+    /// Two users' direct conversation, or nil when they have none.
+    func directID(of pair: UserPair) async throws -> Int64?
+    /// A conversation's messages with seqs after `after` and before `before`, newest first, at most `limit`.
+    func messages(in conversation: Int64, after: Int64, before: Int64, limit: Int) async throws -> [MessageRead]
+    /// Every conversation a user is in, the one with the newest message first.
+    func memberships(of user: UserID) async throws -> [Membership]
+    /// Users' names and when each was last seen: the latest disconnect of any of its devices (nil if never).
+    func namesAndLastSeen(of users: [UserID]) async throws -> [UserID: (name: String, lastSeenMs: Int64?)]
+
+    // MARK: Media
+
+    /// The bytes of media a user has uploaded (each file once).
+    func mediaUsage(of user: UserID) async throws -> Int64
+    /// The size of a file a user uploaded, or nil when it did not.
+    func uploadedSize(by user: UserID, sha256: String) async throws -> Int64?
+    /// Records a user's upload of a file (nothing when it is recorded already).
+    func insertUpload(user: UserID, sha256: String, size: Int64, nowMs: Int64) async throws
+    /// The messages carrying a file in the conversations a user is in (not recalled: a recall takes its media
+    /// away), with the size its sender uploaded.
+    func mediaCarriers(of sha256: String, for user: UserID) async throws -> [MediaCarrier]
+
     // MARK: Changes a running server reacts to
 
     /// Records changes, ids given in order: a server reading after the newest id it saw never skips one that
@@ -81,6 +146,133 @@ package protocol StoreTransaction: Sendable {
     func changes(after id: Int64, limit: Int) async throws -> [(id: Int64, change: StoreChange?)]
     /// Deletes changes recorded before a time.
     func pruneChanges(olderThanMs: Int64) async throws
+}
+
+/// A stored message as a read returns it.
+package struct MessageRead: Sendable {
+    package var seq: Int64
+    package var sender: UserID
+    package var senderDevice: DeviceID?
+    package var clientID: String
+    package var timeMs: Int64
+    /// Empty once recalled.
+    package var body: [UInt8]
+    package var recalled: Bool
+
+    package init(
+        seq: Int64,
+        sender: UserID,
+        senderDevice: DeviceID?,
+        clientID: String,
+        timeMs: Int64,
+        body: [UInt8],
+        recalled: Bool
+    ) {
+        self.seq = seq
+        self.sender = sender
+        self.senderDevice = senderDevice
+        self.clientID = clientID
+        self.timeMs = timeMs
+        self.body = recalled ? [] : body
+        self.recalled = recalled
+    }
+}
+
+/// An entry of a user's log as a read returns it, with its conversation and, for a message or a recall, the
+/// message.
+package struct LogRead: Sendable {
+    package var cursor: Int64
+    package var kind: Int64
+    package var seq: Int64
+    package var actor: UserID?
+    package var detail: Int64?
+    package var conversation: ConversationHeader
+    package var message: MessageRead?
+
+    package init(
+        cursor: Int64,
+        kind: Int64,
+        seq: Int64,
+        actor: UserID?,
+        detail: Int64?,
+        conversation: ConversationHeader,
+        message: MessageRead?
+    ) {
+        self.cursor = cursor
+        self.kind = kind
+        self.seq = seq
+        self.actor = actor
+        self.detail = detail
+        self.conversation = conversation
+        self.message = message
+    }
+}
+
+/// A user's membership of a conversation, with the conversation's last seq.
+package struct Membership: Sendable {
+    package var conversation: ConversationHeader
+    package var lastSeq: Int64
+    package var readSeq: Int64
+    package var joinedSeq: Int64
+
+    package init(conversation: ConversationHeader, lastSeq: Int64, readSeq: Int64, joinedSeq: Int64) {
+        self.conversation = conversation
+        self.lastSeq = lastSeq
+        self.readSeq = readSeq
+        self.joinedSeq = joinedSeq
+    }
+}
+
+/// A message carrying a media file, in a conversation a user is in.
+package struct MediaCarrier: Sendable {
+    package var seq: Int64
+    /// When the user joined the conversation.
+    package var joinedSeq: Int64
+    package var timeMs: Int64
+    /// The size the sender uploaded.
+    package var size: Int64
+    package var mime: String
+    package var name: String
+
+    package init(seq: Int64, joinedSeq: Int64, timeMs: Int64, size: Int64, mime: String, name: String) {
+        self.seq = seq
+        self.joinedSeq = joinedSeq
+        self.timeMs = timeMs
+        self.size = size
+        self.mime = mime
+        self.name = name
+    }
+}
+
+/// A group's row.
+package struct GroupRow: Hashable, Sendable {
+    package var id: Int64
+    package var owner: UserID?
+    package var lastSeq: Int64
+
+    package init(id: Int64, owner: UserID?, lastSeq: Int64) {
+        self.id = id
+        self.owner = owner
+        self.lastSeq = lastSeq
+    }
+}
+
+/// Another member of a conversation a user is in.
+package struct Companion: Hashable, Sendable {
+    package var user: UserID
+    /// Whether the conversation is a group's (else a direct one).
+    package var inGroup: Bool
+    /// Whether the user asking has written there.
+    package var mineSent: Bool
+    /// Whether this member has written there.
+    package var theirsSent: Bool
+
+    package init(user: UserID, inGroup: Bool, mineSent: Bool, theirsSent: Bool) {
+        self.user = user
+        self.inGroup = inGroup
+        self.mineSent = mineSent
+        self.theirsSent = theirsSent
+    }
 }
 
 /// A device found by one of its tokens, with its tokens and its user.

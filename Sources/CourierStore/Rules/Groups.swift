@@ -1,0 +1,251 @@
+// The rules of groups and their members, for every database.
+
+extension StoreBackend {
+    /// Creates a group. Every member, the owner included, gets a `joined` event.
+    ///
+    /// - Parameters:
+    ///   - name: The group's name (see ``Names``); unique without regard to case.
+    ///   - owner: The owner's user name; a member.
+    ///   - members: The other members' user names.
+    ///   - byOwner: True when the owner asks (over a session): then every other member must be a contact of the
+    ///     owner (``contacts(of:)``), who has agreed by writing to the owner. False for the administrator.
+    /// - Returns: The users whose event logs grew, with their newest cursors.
+    /// - Throws: `invalid-name`, `name-taken`, `unknown-user`, `not-contact`, `storage-failed`.
+    @discardableResult
+    public func createGroup(
+        name: String,
+        owner: String,
+        members: [String],
+        byOwner: Bool,
+        nowMs: Int64
+    ) async throws -> [UserID: UInt64] {
+        try Names.validate(name, what: "group name")
+        return try await self.transaction(doing: "create group \(name)") { transaction in
+            let ownerUser = try await Self.activeUser(named: owner, transaction)
+            var users = [ownerUser.id]
+            for member in members {
+                let user = try await Self.activeUser(named: member, transaction)
+                if !users.contains(user.id) { users.append(user.id) }
+            }
+            if byOwner { try await Self.checkConsent(of: Array(users.dropFirst()), to: ownerUser.id, transaction) }
+            // Two writers making the name at once: its uniqueness lets one in.
+            guard let group = try await transaction.insertGroup(name: name, owner: ownerUser.id, nowMs: nowMs) else {
+                throw CourierStoreError(.nameTaken, "a group named \(name) exists")
+            }
+            var log = LogWrites()
+            try await Self.lockLogs(of: users, refusingRemoved: users, into: &log, transaction)
+            try await Self.addMembers(users, to: group, atSeq: 0, log: &log, transaction)
+            return try await Self.finish(log, nowMs: nowMs, transaction)
+        }
+    }
+
+    /// Adds and removes members of a group. New members see messages from now on.
+    ///
+    /// - Parameters:
+    ///   - group: The group's name.
+    ///   - actor: The user asking; nil for the administrator (the `courier group` commands). Only a member asks;
+    ///     a member other than the owner may only remove itself (leave); the owner adds only its contacts.
+    ///   - add: User names to add; present members are skipped.
+    ///   - remove: User names to remove; non-members are skipped.
+    /// - Returns: The users whose event logs grew, with their newest cursors.
+    /// - Throws: `unknown-group`, `not-member`, `not-owner`, `not-contact`, `unknown-user`, `storage-failed`.
+    @discardableResult
+    public func changeMembers(
+        of group: String,
+        actor: UserID?,
+        add: [String],
+        remove: [String],
+        nowMs: Int64
+    ) async throws -> [UserID: UInt64] {
+        guard Names.isValid(group) else { throw CourierStoreError(.unknownGroup, "no group named \(group)") }
+        return try await self.transaction(doing: "change the members of \(group)") { transaction in
+            // The group's row first: its members change only under it.
+            guard let row = try await transaction.group(named: group, locking: true) else {
+                throw CourierStoreError(.unknownGroup, "no group named \(group)")
+            }
+            let current = try await transaction.members(of: [row.id])[row.id] ?? []
+            var adding: [UserID] = []
+            for name in add {
+                let user = try await Self.activeUser(named: name, transaction).id
+                if !current.contains(user), !adding.contains(user) { adding.append(user) }
+            }
+            var removing: [UserID] = []
+            for name in remove {
+                guard let user = try await Self.user(named: name, transaction) else {
+                    throw CourierStoreError(.unknownUser, "no user named \(name)")
+                }
+                if current.contains(user.id), !removing.contains(user.id) { removing.append(user.id) }
+            }
+            if let actor {
+                guard current.contains(actor) else {
+                    throw CourierStoreError(.notMember, "you are not a member of \(group)")
+                }
+                let leavingOnly = adding.isEmpty && removing.allSatisfy { $0 == actor }
+                guard row.owner == actor || leavingOnly else {
+                    throw CourierStoreError(.notOwner, "only the owner of \(group) adds and removes members")
+                }
+                try await Self.checkConsent(of: adding, to: actor, transaction)
+            }
+            var log = LogWrites()
+            try await Self.lockLogs(of: current + adding, refusingRemoved: adding, into: &log, transaction)
+            try await Self.addMembers(adding, to: row.id, atSeq: row.lastSeq, log: &log, transaction)
+            for user in removing {
+                try await Self.removeMember(user, from: row, log: &log, transaction)
+            }
+            return try await Self.finish(log, nowMs: nowMs, transaction)
+        }
+    }
+
+    /// Removes a user: its devices are revoked, it leaves every group, and it can no longer log in. Its messages
+    /// stay in history under its name, which is never given out again.
+    ///
+    /// - Throws: `unknown-user`, `storage-failed`.
+    public func removeUser(named name: String, nowMs: Int64) async throws {
+        try await self.transaction(doing: "remove user \(name)") { transaction in
+            let user = try await Self.activeUser(named: name, transaction)
+            var log = LogWrites()
+            var handled: Set<Int64> = []
+            // Its groups first, then their members and the user, then its devices: the order every write locks in.
+            // Then again, for a group that took the user in a transaction that committed after the list was read:
+            // with the user's row locked now, no other can (adding a member locks its row and finds it removed).
+            while true {
+                let groups = try await transaction.groups(of: user.id, locking: true).filter {
+                    !handled.contains($0.id)
+                }
+                guard !groups.isEmpty else { break }
+                let members = try await transaction.members(of: groups.map(\.id))
+                try await Self.lockLogs(of: members.values.flatMap { $0 } + [user.id], into: &log, transaction)
+                for group in groups {
+                    try await Self.removeMember(user.id, from: group, log: &log, transaction)
+                }
+                handled.formUnion(groups.map(\.id))
+            }
+            try await transaction.writeLog(log)
+            let revoked = try await transaction.revokeDevices(nil, of: user.id, nowMs: nowMs)
+            try await transaction.markRemoved(user.id, nowMs: nowMs)
+            try await transaction.recordChanges(
+                revoked.map(StoreChange.deviceRevoked) + [.userRemoved(user.id)]
+                    + log.appended.keys.sorted().map(StoreChange.logAppended),
+                nowMs: nowMs
+            )
+        }
+    }
+
+    /// A group by name, with its members' names.
+    ///
+    /// - Throws: `unknown-group`, `storage-failed`.
+    public func group(named name: String) async throws -> Group {
+        guard Names.isValid(name) else { throw CourierStoreError(.unknownGroup, "no group named \(name)") }
+        return try await self.reading(doing: "read group \(name)") { transaction in
+            guard let group = try await transaction.groupWithMembers(named: name) else {
+                throw CourierStoreError(.unknownGroup, "no group named \(name)")
+            }
+            return group
+        }
+    }
+
+    /// The names of every group, sorted.
+    public func groupNames() async throws -> [String] {
+        try await self.reading(doing: "list groups") { transaction in try await transaction.groupNames() }
+    }
+
+    // MARK: The rules' parts
+
+    /// Refuses to add users to a group by someone they have not agreed to: each must be a contact of the actor.
+    ///
+    /// - Throws: `not-contact`.
+    static func checkConsent(of users: [UserID], to actor: UserID, _ transaction: Transaction) async throws {
+        guard !users.isEmpty else { return }
+        let contacts = Self.contacts(in: try await transaction.companions(of: actor, directOnly: true, with: nil))
+        for user in users where !contacts.contains(user) {
+            let name = try await transaction.name(of: user) ?? "?"
+            throw CourierStoreError(
+                .notContact,
+                "\(name) has not written to you: only contacts can be added to a group"
+            )
+        }
+    }
+
+    /// Locks users' rows and starts their logs' numbering from their cursors.
+    ///
+    /// - Parameter refusingRemoved: Users that must not have been removed (as their rows say under the lock).
+    /// - Throws: `unknown-user` for a removed one of those.
+    static func lockLogs(
+        of users: [UserID],
+        refusingRemoved: [UserID] = [],
+        into log: inout LogWrites,
+        _ transaction: Transaction
+    ) async throws {
+        let rows = try await transaction.lockUsers(Array(Set(users)).sorted())
+        for (user, row) in rows { log.book.start(user, at: row.cursor) }
+        for user in refusingRemoved where rows[user]?.removed == true {
+            throw CourierStoreError(.unknownUser, "no user named \(try await transaction.name(of: user) ?? "?")")
+        }
+    }
+
+    /// Adds members (whose logs, and the present members', are locked); everyone in the group afterwards gets a
+    /// `joined` event for each new member.
+    static func addMembers(
+        _ users: [UserID],
+        to group: Int64,
+        atSeq seq: Int64,
+        log: inout LogWrites,
+        _ transaction: Transaction
+    ) async throws {
+        guard !users.isEmpty else { return }
+        try await transaction.insertMembers(users, into: group, atSeq: seq)
+        let everyone = (try await transaction.members(of: [group])[group] ?? []).sorted()
+        for user in users {
+            for recipient in everyone {
+                log.append(
+                    to: recipient,
+                    .membership,
+                    conversation: group,
+                    seq: seq,
+                    actor: user,
+                    detail: MembershipChange.joined.rawValue
+                )
+            }
+        }
+    }
+
+    /// Removes a member; everyone in the group before, the member included, gets a `left` event.
+    static func removeMember(
+        _ user: UserID,
+        from group: GroupRow,
+        log: inout LogWrites,
+        _ transaction: Transaction
+    ) async throws {
+        for recipient in (try await transaction.members(of: [group.id])[group.id] ?? []).sorted() {
+            log.append(
+                to: recipient,
+                .membership,
+                conversation: group.id,
+                seq: group.lastSeq,
+                actor: user,
+                detail: MembershipChange.left.rawValue
+            )
+        }
+        try await transaction.deleteMember(user, from: group.id)
+    }
+
+    /// Writes a change's log entries and records each grown log as a change, for the running servers.
+    ///
+    /// - Returns: The users whose logs grew, with their newest cursors.
+    static func finish(_ log: LogWrites, nowMs: Int64, _ transaction: Transaction) async throws -> [UserID: UInt64] {
+        try await transaction.writeLog(log)
+        try await transaction.recordChanges(log.appended.keys.sorted().map(StoreChange.logAppended), nowMs: nowMs)
+        return log.appended
+    }
+
+    /// A user's contacts among its companions: the users with whom it has a direct conversation in which both
+    /// have written. Only a contact may add a user to a group.
+    static func contacts(in companions: [Companion]) -> Set<UserID> {
+        Set(companions.filter { !$0.inGroup && $0.mineSent && $0.theirsSent }.map(\.user))
+    }
+
+    /// A user's peers among its companions: its contacts, and the members of groups it is in.
+    static func peers(in companions: [Companion]) -> Set<UserID> {
+        Set(companions.filter { $0.inGroup || ($0.mineSent && $0.theirsSent) }.map(\.user))
+    }
+}

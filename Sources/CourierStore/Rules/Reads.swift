@@ -1,0 +1,279 @@
+// The rules of what a user reads: its log, history, unread counts, and who sees its presence and typing.
+
+extension StoreBackend {
+    /// The events of a user's log after a cursor, oldest first.
+    ///
+    /// The cost is that of the rows returned: the log is keyed by (user, cursor), so neither the user's history nor
+    /// the number of its conversations matters.
+    ///
+    /// - Parameters:
+    ///   - limit: At most this many (at least 1, at most ``StoreLimits/maxEventsPerRead``).
+    public func events(for user: UserID, after cursor: UInt64, limit: Int) async throws -> [StoredEvent] {
+        let limit = max(1, min(limit, self.limits.maxEventsPerRead))
+        return try await self.reading(doing: "read the log of \(user)") { transaction in
+            let rows = try await transaction.events(of: user, after: Int64(clamping: cursor), limit: limit)
+            var named: Set<UserID> = []
+            for row in rows {
+                named.formUnion(Self.namedUsers(of: row.conversation, for: user))
+                if let actor = row.actor { named.insert(actor) }
+                if let sender = row.message?.sender { named.insert(sender) }
+            }
+            let names = try await transaction.names(of: named)
+            return try rows.map { try Self.event($0, for: user, names: names) }
+        }
+    }
+
+    /// A log entry as its user reads it.
+    static func event(_ row: LogRead, for user: UserID, names: [UserID: String]) throws -> StoredEvent {
+        let cursor = UInt64(row.cursor)
+        let conversation = try Self.address(of: row.conversation, for: user, names: names)
+        let seq = UInt64(row.seq)
+        switch LogEventKind(rawValue: row.kind) {
+        case .message:
+            guard let message = row.message else {
+                throw CourierStoreError(.storageFailed, "a message event without its message at cursor \(cursor)")
+            }
+            return StoredEvent(
+                cursor: cursor,
+                kind: .message(Self.message(message, in: conversation, from: try Self.name(message.sender, names)))
+            )
+        case .recall:
+            return StoredEvent(
+                cursor: cursor,
+                kind: .recall(
+                    conversation: conversation,
+                    seq: seq,
+                    id: row.message?.clientID ?? "",
+                    by: try Self.name(row.actor, names)
+                )
+            )
+        case .receipt:
+            return StoredEvent(
+                cursor: cursor,
+                kind: .receipt(
+                    conversation: conversation,
+                    user: try Self.name(row.actor, names),
+                    kind: row.detail.flatMap(ReceiptKind.init(rawValue:)) ?? .delivered,
+                    upToSeq: seq
+                )
+            )
+        case .membership:
+            guard case .group(let group) = conversation else {
+                throw CourierStoreError(.storageFailed, "a membership event outside a group at cursor \(cursor)")
+            }
+            return StoredEvent(
+                cursor: cursor,
+                kind: .membership(
+                    group: group,
+                    user: try Self.name(row.actor, names),
+                    change: row.detail.flatMap(MembershipChange.init(rawValue:)) ?? .joined,
+                    seq: seq
+                )
+            )
+        case nil:
+            throw CourierStoreError(.storageFailed, "an event of unknown kind at cursor \(cursor)")
+        }
+    }
+
+    static func message(_ row: MessageRead, in conversation: Conversation, from sender: String) -> StoredMessage {
+        StoredMessage(
+            id: row.clientID,
+            from: sender,
+            fromDevice: row.senderDevice,
+            conversation: conversation,
+            seq: UInt64(row.seq),
+            timeMs: row.timeMs,
+            body: row.body,
+            recalled: row.recalled
+        )
+    }
+
+    /// The users whose names say how a user names a conversation (the other side of a direct one).
+    static func namedUsers(of conversation: ConversationHeader, for user: UserID) -> [UserID] {
+        guard conversation.groupName == nil, let a = conversation.userA, let b = conversation.userB else { return [] }
+        return [a == user ? b : a]
+    }
+
+    /// How a user names a conversation.
+    static func address(
+        of conversation: ConversationHeader,
+        for user: UserID,
+        names: [UserID: String]
+    ) throws -> Conversation {
+        if let name = conversation.groupName { return .group(name) }
+        guard let a = conversation.userA, let b = conversation.userB else {
+            throw CourierStoreError(.storageFailed, "a direct conversation without users")
+        }
+        return .user(try Self.name(a == user ? b : a, names))
+    }
+
+    static func name(_ user: UserID?, _ names: [UserID: String]) throws -> String {
+        guard let user, let name = names[user] else {
+            throw CourierStoreError(.unknownUser, "no user with id \(user?.rawValue ?? 0)")
+        }
+        return name
+    }
+
+    /// The newest cursor of a user's log.
+    public func logCursor(of user: UserID) async throws -> UInt64 {
+        try await self.reading(doing: "read the cursor of \(user)") { transaction in
+            UInt64(try await transaction.logCursor(of: user))
+        }
+    }
+
+    /// The newest cursors of several users' logs (users that do not exist are left out).
+    public func logCursors(of users: [UserID]) async throws -> [UserID: UInt64] {
+        guard !users.isEmpty else { return [:] }
+        return try await self.reading(doing: "read cursors") { transaction in
+            try await transaction.logCursors(of: users).mapValues { UInt64($0) }
+        }
+    }
+
+    /// The cursor a device last acknowledged (0 for no such device).
+    public func ackedCursor(of device: DeviceID) async throws -> UInt64 {
+        try await self.reading(doing: "read the cursor of \(device)") { transaction in
+            UInt64(try await transaction.ackedCursor(of: device) ?? 0)
+        }
+    }
+
+    /// A page of a conversation's history, newest first, limited to what the reader may see: a group member sees
+    /// the messages after it joined; either user of a direct conversation sees all of it.
+    ///
+    /// - Parameters:
+    ///   - user: The reader; must be a member.
+    ///   - conversation: The conversation, as the reader names it.
+    ///   - beforeSeq: Messages with a sequence number below this; 0 for the newest.
+    ///   - limit: At most this many (at least 1).
+    /// - Throws: `unknown-group`, `unknown-user`, `not-member`, `storage-failed`.
+    public func history(
+        for user: UserID,
+        in conversation: Conversation,
+        beforeSeq: UInt64,
+        limit: Int
+    ) async throws -> HistoryPage {
+        let limit = max(1, limit)
+        return try await self.reading(doing: "read history") { transaction in
+            guard let (key, joinedSeq) = try await Self.membership(of: user, in: conversation, transaction) else {
+                return HistoryPage(messages: [], more: false)
+            }
+            let rows = try await transaction.messages(
+                in: key,
+                after: joinedSeq,
+                before: beforeSeq == 0 ? Int64.max : Int64(clamping: beforeSeq),
+                limit: limit + 1
+            )
+            let names = try await transaction.names(of: Set(rows.prefix(limit).map(\.sender)))
+            let messages = try rows.prefix(limit).map {
+                Self.message($0, in: conversation, from: try Self.name($0.sender, names))
+            }
+            return HistoryPage(messages: messages, more: rows.count > limit)
+        }
+    }
+
+    /// The conversation an address names for a user and the seq the user sees messages after (when it joined a
+    /// group; 0 in a direct conversation); nil for a direct conversation that has no message yet.
+    ///
+    /// - Throws: `unknown-group`, `unknown-user`, `not-member`.
+    static func membership(
+        of user: UserID,
+        in address: Conversation,
+        _ transaction: Transaction
+    ) async throws -> (Int64, Int64)? {
+        try address.checkNames()
+        switch address {
+        case .group(let name):
+            guard let group = try await transaction.group(named: name, locking: false) else {
+                throw CourierStoreError(.unknownGroup, "no group named \(name)")
+            }
+            guard let joined = try await transaction.joinedSeq(of: user, in: group.id) else {
+                throw CourierStoreError(.notMember, "you are not a member of \(name)")
+            }
+            return (group.id, joined)
+        case .user(let name):
+            guard let peer = try await transaction.user(named: name) else {
+                throw CourierStoreError(.unknownUser, "no user named \(name)")
+            }
+            return try await transaction.directID(of: UserPair(user, peer.id)).map { ($0, 0) }
+        }
+    }
+
+    /// Unread counts of every conversation the user is in: the messages after the newer of its read mark and its
+    /// joining. Sending counts as reading everything before the message sent.
+    public func unreadCounts(for user: UserID) async throws -> [UnreadCount] {
+        try await self.reading(doing: "count unread") { transaction in
+            let memberships = try await transaction.memberships(of: user)
+            let names = try await transaction.names(
+                of: Set(memberships.flatMap { Self.namedUsers(of: $0.conversation, for: user) })
+            )
+            return try memberships.map { membership in
+                let readSeq = max(membership.readSeq, membership.joinedSeq)
+                return UnreadCount(
+                    conversation: try Self.address(of: membership.conversation, for: user, names: names),
+                    unread: UInt64(max(0, membership.lastSeq - readSeq)),
+                    lastSeq: UInt64(membership.lastSeq),
+                    readSeq: UInt64(readSeq)
+                )
+            }
+        }
+    }
+
+    /// Who sees a user's presence (and last seen): its contacts (``contacts(of:)``) and the members of its groups.
+    /// A message nobody answered makes no one a peer.
+    public func peers(of user: UserID) async throws -> Set<UserID> {
+        try await self.reading(doing: "read peers") { transaction in
+            Self.peers(in: try await transaction.companions(of: user, directOnly: false, with: nil))
+        }
+    }
+
+    /// A user's contacts: the users with whom it has a direct conversation in which both have written. Only a
+    /// contact may add a user to a group.
+    public func contacts(of user: UserID) async throws -> Set<UserID> {
+        try await self.reading(doing: "read contacts") { transaction in
+            Self.contacts(in: try await transaction.companions(of: user, directOnly: true, with: nil))
+        }
+    }
+
+    /// Who a user's typing in a conversation reaches: the members of a group it is in; in a direct conversation, the
+    /// other user only when the two are peers (``peers(of:)``: contacts, or members of one group), else the user's
+    /// own devices only.
+    ///
+    /// - Throws: `unknown-group`, `unknown-user`, `not-member`, `storage-failed`.
+    public func members(of address: Conversation, for user: UserID) async throws -> [UserID] {
+        try await self.reading(doing: "read members") { transaction in
+            switch address {
+            case .group:
+                guard let (key, _) = try await Self.membership(of: user, in: address, transaction) else {
+                    return [user]
+                }
+                return try await transaction.members(of: [key])[key] ?? []
+            case .user(let name):
+                try address.checkNames()
+                guard let peer = try await transaction.user(named: name) else {
+                    throw CourierStoreError(.unknownUser, "no user named \(name)")
+                }
+                let companions = try await transaction.companions(of: user, directOnly: false, with: peer.id)
+                return Self.peers(in: companions).contains(peer.id) ? [user, peer.id] : [user]
+            }
+        }
+    }
+
+    /// A user's name by id.
+    ///
+    /// - Throws: `unknown-user`, `storage-failed`.
+    public func userName(of id: UserID) async throws -> String {
+        try await self.reading(doing: "read the name of \(id)") { transaction in
+            try Self.name(id, try await transaction.names(of: [id]))
+        }
+    }
+
+    /// Users' names, and when each was last seen: the latest disconnect of any of its devices (nil if never).
+    public func namesAndLastSeen(
+        of users: some Collection<UserID>
+    ) async throws -> [UserID: (name: String, lastSeenMs: Int64?)] {
+        let users = Array(users)
+        guard !users.isEmpty else { return [:] }
+        return try await self.reading(doing: "read names and last seen") { transaction in
+            try await transaction.namesAndLastSeen(of: users)
+        }
+    }
+}

@@ -1,0 +1,192 @@
+internal import GRDB
+
+extension SQLiteTransaction {
+    // MARK: Logs
+
+    package func name(of user: UserID) async throws -> String? {
+        try await self.access { db in
+            try String.fetchOne(db, sql: "SELECT name FROM users WHERE id = ?", arguments: [user.rawValue])
+        }
+    }
+
+    package func lockUsers(_ users: [UserID]) async throws -> [UserID: UserRow] {
+        try await self.access { db in
+            var rows: [UserID: UserRow] = [:]
+            let statement = try db.cachedStatement(sql: "SELECT log_cursor, removed_ms FROM users WHERE id = ?")
+            for user in users {
+                guard let row = try Row.fetchOne(statement, arguments: [user.rawValue]) else {
+                    throw CourierStoreError(.storageFailed, "user \(user.rawValue) is missing")
+                }
+                rows[user] = UserRow(cursor: row["log_cursor"], removed: (row["removed_ms"] as Int64?) != nil)
+            }
+            return rows
+        }
+    }
+
+    package func writeLog(_ log: LogWrites) async throws {
+        try await self.update { db in try SQLiteStore.writeLog(log, db) }
+    }
+
+    // MARK: Groups and members
+
+    package func insertGroup(name: String, owner: UserID, nowMs: Int64) async throws -> Int64? {
+        try await self.update { db in
+            // The name is unique without regard to case (the column's NOCASE).
+            try db.execute(
+                sql: """
+                    INSERT INTO conversations (kind, name, owner_id, created_ms) VALUES (2, ?, ?, ?)
+                    ON CONFLICT DO NOTHING
+                    """,
+                arguments: [name, owner.rawValue, nowMs]
+            )
+            return db.changesCount == 1 ? db.lastInsertedRowID : nil
+        }
+    }
+
+    package func group(named name: String, locking: Bool) async throws -> GroupRow? {
+        try await self.access { db in
+            try Row.fetchOne(
+                db,
+                sql: "SELECT id, owner_id, last_seq FROM conversations WHERE kind = 2 AND name = ?",
+                arguments: [name]
+            ).map(Self.group)
+        }
+    }
+
+    package func groups(of user: UserID, locking: Bool) async throws -> [GroupRow] {
+        try await self.access { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT c.id, c.owner_id, c.last_seq FROM conversations c
+                    JOIN members m ON m.conversation_id = c.id WHERE m.user_id = ? AND c.kind = 2 ORDER BY c.id
+                    """,
+                arguments: [user.rawValue]
+            ).map(Self.group)
+        }
+    }
+
+    static func group(_ row: Row) -> GroupRow {
+        GroupRow(
+            id: row["id"],
+            owner: (row["owner_id"] as Int64?).map(UserID.init(rawValue:)),
+            lastSeq: row["last_seq"]
+        )
+    }
+
+    package func members(of conversations: [Int64]) async throws -> [Int64: [UserID]] {
+        try await self.access { db in
+            var members: [Int64: [UserID]] = [:]
+            let statement = try db.cachedStatement(
+                sql: "SELECT user_id FROM members WHERE conversation_id = ? ORDER BY user_id"
+            )
+            for conversation in conversations {
+                members[conversation] = try Int64.fetchAll(statement, arguments: [conversation])
+                    .map(UserID.init(rawValue:))
+            }
+            return members
+        }
+    }
+
+    package func insertMembers(_ users: [UserID], into conversation: Int64, atSeq seq: Int64) async throws {
+        try await self.update { db in
+            let insert = try db.cachedStatement(
+                sql: """
+                    INSERT INTO members (conversation_id, user_id, joined_seq, read_seq, delivered_seq)
+                    VALUES (?, ?, ?, ?, ?)
+                    """
+            )
+            for user in users {
+                try insert.execute(arguments: [conversation, user.rawValue, seq, seq, seq])
+            }
+        }
+    }
+
+    package func deleteMember(_ user: UserID, from conversation: Int64) async throws {
+        try await self.update { db in
+            try db.execute(
+                sql: "DELETE FROM members WHERE conversation_id = ? AND user_id = ?",
+                arguments: [conversation, user.rawValue]
+            )
+        }
+    }
+
+    package func companions(of user: UserID, directOnly: Bool, with peer: UserID?) async throws -> [Companion] {
+        try await self.access { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT other.user_id, c.kind, mine.sent AS mine_sent, other.sent AS theirs_sent FROM members mine
+                    JOIN conversations c ON c.id = mine.conversation_id
+                    JOIN members other ON other.conversation_id = mine.conversation_id AND other.user_id != mine.user_id
+                    WHERE mine.user_id = ? AND (c.kind = 1 OR NOT ?) AND (other.user_id = ? OR ? IS NULL)
+                    """,
+                arguments: [user.rawValue, directOnly, peer?.rawValue, peer?.rawValue]
+            ).map { row in
+                Companion(
+                    user: UserID(rawValue: row["user_id"]),
+                    inGroup: (row["kind"] as Int64) == 2,
+                    mineSent: row["mine_sent"],
+                    theirsSent: row["theirs_sent"]
+                )
+            }
+        }
+    }
+
+    package func groupWithMembers(named name: String) async throws -> Group? {
+        try await self.access { db in
+            guard
+                let row = try Row.fetchOne(
+                    db,
+                    sql: """
+                        SELECT c.id, c.name, c.last_seq, u.name AS owner FROM conversations c
+                        LEFT JOIN users u ON u.id = c.owner_id WHERE c.kind = 2 AND c.name = ?
+                        """,
+                    arguments: [name]
+                )
+            else { return nil }
+            let members = try String.fetchAll(
+                db,
+                sql: """
+                    SELECT u.name FROM members m JOIN users u ON u.id = m.user_id WHERE m.conversation_id = ?
+                    ORDER BY u.name
+                    """,
+                arguments: [row["id"] as Int64]
+            )
+            return Group(
+                name: row["name"],
+                owner: row["owner"],
+                members: members,
+                lastSeq: UInt64(row["last_seq"] as Int64)
+            )
+        }
+    }
+
+    package func groupNames() async throws -> [String] {
+        try await self.access { db in
+            try String.fetchAll(db, sql: "SELECT name FROM conversations WHERE kind = 2 ORDER BY name")
+        }
+    }
+}
+
+extension SQLiteStore {
+    /// Writes log entries and the grown logs' newest cursors; one writer at a time.
+    static func writeLog(_ log: LogWrites, _ db: Database) throws {
+        let insert = try db.cachedStatement(
+            sql: """
+                INSERT INTO events (user_id, cursor, kind, conversation_id, seq, actor_id, detail)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                """
+        )
+        for event in log.events {
+            try insert.execute(arguments: [
+                event.user.rawValue, event.cursor, event.kind.rawValue, event.conversation, event.seq,
+                event.actor?.rawValue, event.detail,
+            ])
+        }
+        let cursorUpdate = try db.cachedStatement(sql: "UPDATE users SET log_cursor = ? WHERE id = ?")
+        for (user, cursor) in log.book.grown {
+            try cursorUpdate.execute(arguments: [cursor, user.rawValue])
+        }
+    }
+}

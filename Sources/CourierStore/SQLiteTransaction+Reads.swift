@@ -1,0 +1,270 @@
+internal import Foundation
+internal import GRDB
+
+extension SQLiteTransaction {
+    // MARK: Logs and history
+
+    package func events(of user: UserID, after cursor: Int64, limit: Int) async throws -> [LogRead] {
+        try await self.access { db in
+            try Row.fetchAll(db.cachedStatement(sql: SQLiteStore.eventsSQL), arguments: [user.rawValue, cursor, limit])
+                .map(Self.logRead)
+        }
+    }
+
+    /// The columns of ``SQLiteStore/eventsSQL``, in order: rows are decoded by position, which costs a fraction of
+    /// GRDB's lookup by name (that lowercases the name on every access; the delivery path reads every event this
+    /// way).
+    private enum EventColumn {
+        static let cursor = 0
+        static let kind = 1
+        static let seq = 2
+        static let actor = 3
+        static let detail = 4
+        static let groupName = 5
+        static let userA = 6
+        static let userB = 7
+        static let sender = 8
+        static let senderDevice = 9
+        static let clientID = 10
+        static let time = 11
+        static let body = 12
+        static let recalled = 13
+    }
+
+    private static func logRead(_ row: Row) -> LogRead {
+        let seq: Int64 = row[EventColumn.seq]
+        let message = (row[EventColumn.sender] as Int64?).map { sender in
+            MessageRead(
+                seq: seq,
+                sender: UserID(rawValue: sender),
+                senderDevice: (row[EventColumn.senderDevice] as Int64?).map(DeviceID.init(rawValue:)),
+                clientID: row[EventColumn.clientID],
+                timeMs: row[EventColumn.time],
+                body: [UInt8](row[EventColumn.body] as Data),
+                recalled: row[EventColumn.recalled]
+            )
+        }
+        return LogRead(
+            cursor: row[EventColumn.cursor],
+            kind: row[EventColumn.kind],
+            seq: seq,
+            actor: (row[EventColumn.actor] as Int64?).map(UserID.init(rawValue:)),
+            detail: row[EventColumn.detail],
+            conversation: ConversationHeader(
+                groupName: row[EventColumn.groupName],
+                userA: (row[EventColumn.userA] as Int64?).map(UserID.init(rawValue:)),
+                userB: (row[EventColumn.userB] as Int64?).map(UserID.init(rawValue:))
+            ),
+            message: message
+        )
+    }
+
+    package func names(of users: Set<UserID>) async throws -> [UserID: String] {
+        var names: [UserID: String] = [:]
+        var missing: [UserID] = []
+        self.store.names.withLock { cache in
+            for user in users {
+                if let name = cache[user] { names[user] = name } else { missing.append(user) }
+            }
+        }
+        guard !missing.isEmpty else { return names }
+        let asked = missing
+        let found = try await self.access { db in
+            var found: [UserID: String] = [:]
+            let statement = try db.cachedStatement(sql: "SELECT name FROM users WHERE id = ?")
+            for user in asked {
+                if let name = try String.fetchOne(statement, arguments: [user.rawValue]) { found[user] = name }
+            }
+            return found
+        }
+        // Names never change and users are never deleted.
+        self.store.names.withLock { $0.merge(found) { old, _ in old } }
+        return names.merging(found) { old, _ in old }
+    }
+
+    package func logCursors(of users: [UserID]) async throws -> [UserID: Int64] {
+        try await self.access { db in
+            var cursors: [UserID: Int64] = [:]
+            let statement = try db.cachedStatement(sql: "SELECT log_cursor FROM users WHERE id = ?")
+            for user in users {
+                if let cursor = try Int64.fetchOne(statement, arguments: [user.rawValue]) { cursors[user] = cursor }
+            }
+            return cursors
+        }
+    }
+
+    package func ackedCursor(of device: DeviceID) async throws -> Int64? {
+        try await self.access { db in
+            try Int64.fetchOne(db, sql: "SELECT acked_cursor FROM devices WHERE id = ?", arguments: [device.rawValue])
+        }
+    }
+
+    package func joinedSeq(of user: UserID, in conversation: Int64) async throws -> Int64? {
+        try await self.access { db in
+            try Int64.fetchOne(
+                db,
+                sql: "SELECT joined_seq FROM members WHERE conversation_id = ? AND user_id = ?",
+                arguments: [conversation, user.rawValue]
+            )
+        }
+    }
+
+    package func directID(of pair: UserPair) async throws -> Int64? {
+        try await self.access { db in
+            try Int64.fetchOne(
+                db,
+                sql: "SELECT id FROM conversations WHERE user_a = ? AND user_b = ?",
+                arguments: [pair.a.rawValue, pair.b.rawValue]
+            )
+        }
+    }
+
+    package func messages(
+        in conversation: Int64,
+        after: Int64,
+        before: Int64,
+        limit: Int
+    ) async throws -> [MessageRead] {
+        try await self.access { db in
+            try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT seq, sender_id, sender_device_id, client_id, time_ms, body, recalled FROM messages
+                        WHERE conversation_id = ? AND seq < ? AND seq > ? ORDER BY seq DESC LIMIT ?
+                        """
+                ),
+                arguments: [conversation, before, after, limit]
+            ).map { row in
+                MessageRead(
+                    seq: row["seq"],
+                    sender: UserID(rawValue: row["sender_id"]),
+                    senderDevice: (row["sender_device_id"] as Int64?).map(DeviceID.init(rawValue:)),
+                    clientID: row["client_id"],
+                    timeMs: row["time_ms"],
+                    body: [UInt8](row["body"] as Data),
+                    recalled: row["recalled"]
+                )
+            }
+        }
+    }
+
+    package func memberships(of user: UserID) async throws -> [Membership] {
+        try await self.access { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT c.name AS group_name, c.user_a, c.user_b, c.last_seq, m.read_seq, m.joined_seq
+                    FROM members m JOIN conversations c ON c.id = m.conversation_id
+                    WHERE m.user_id = ? ORDER BY c.last_ms DESC, c.id
+                    """,
+                arguments: [user.rawValue]
+            ).map { row in
+                Membership(
+                    conversation: ConversationHeader(
+                        groupName: row["group_name"],
+                        userA: (row["user_a"] as Int64?).map(UserID.init(rawValue:)),
+                        userB: (row["user_b"] as Int64?).map(UserID.init(rawValue:))
+                    ),
+                    lastSeq: row["last_seq"],
+                    readSeq: row["read_seq"],
+                    joinedSeq: row["joined_seq"]
+                )
+            }
+        }
+    }
+
+    package func namesAndLastSeen(of users: [UserID]) async throws -> [UserID: (name: String, lastSeenMs: Int64?)] {
+        try await self.access { db in
+            var result: [UserID: (name: String, lastSeenMs: Int64?)] = [:]
+            let statement = try db.cachedStatement(
+                sql: """
+                    SELECT u.name, (SELECT MAX(d.last_seen_ms) FROM devices d WHERE d.user_id = u.id) AS seen
+                    FROM users u WHERE u.id = ?
+                    """
+            )
+            for user in users {
+                if let row = try Row.fetchOne(statement, arguments: [user.rawValue]) {
+                    result[user] = (row["name"], row["seen"])
+                }
+            }
+            return result
+        }
+    }
+
+    // MARK: Media
+
+    package func mediaUsage(of user: UserID) async throws -> Int64 {
+        try await self.access { db in
+            try Int64.fetchOne(
+                db.cachedStatement(sql: "SELECT COALESCE(SUM(size), 0) FROM media_owners WHERE user_id = ?"),
+                arguments: [user.rawValue]
+            ) ?? 0
+        }
+    }
+
+    package func uploadedSize(by user: UserID, sha256: String) async throws -> Int64? {
+        try await self.access { db in
+            try Int64.fetchOne(
+                db.cachedStatement(sql: "SELECT size FROM media_owners WHERE user_id = ? AND sha256 = ?"),
+                arguments: [user.rawValue, sha256]
+            )
+        }
+    }
+
+    package func insertUpload(user: UserID, sha256: String, size: Int64, nowMs: Int64) async throws {
+        try await self.update { db in
+            try db.cachedStatement(
+                sql: "INSERT OR IGNORE INTO media_owners (user_id, sha256, size, created_ms) VALUES (?, ?, ?, ?)"
+            ).execute(arguments: [user.rawValue, sha256, size, nowMs])
+        }
+    }
+
+    package func mediaCarriers(of sha256: String, for user: UserID) async throws -> [MediaCarrier] {
+        try await self.access { db in
+            try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT mm.seq, m.joined_seq, msg.time_ms, o.size, mm.mime, mm.name
+                        FROM message_media mm
+                        JOIN members m ON m.conversation_id = mm.conversation_id AND m.user_id = ?
+                        JOIN messages msg ON msg.conversation_id = mm.conversation_id AND msg.seq = mm.seq
+                        JOIN media_owners o ON o.user_id = msg.sender_id AND o.sha256 = mm.sha256
+                        WHERE mm.sha256 = ?
+                        """
+                ),
+                arguments: [user.rawValue, sha256]
+            ).map { row in
+                MediaCarrier(
+                    seq: row[0],
+                    joinedSeq: row[1],
+                    timeMs: row[2],
+                    size: row[3],
+                    mime: row[4],
+                    name: row[5]
+                )
+            }
+        }
+    }
+}
+
+extension SQLiteStore {
+    static let eventsSQL = """
+        SELECT e.cursor, e.kind, e.seq AS event_seq, e.actor_id, e.detail,
+               c.name AS group_name, c.user_a, c.user_b,
+               m.sender_id, m.sender_device_id, m.client_id, m.time_ms, m.body, m.recalled
+        FROM events e
+        JOIN conversations c ON c.id = e.conversation_id
+        LEFT JOIN messages m ON e.kind IN (1, 2) AND m.conversation_id = e.conversation_id AND m.seq = e.seq
+        WHERE e.user_id = ? AND e.cursor > ?
+        ORDER BY e.cursor LIMIT ?
+        """
+
+    /// SQLite's plan for the sync query, one line per step (for the test that holds the sync's cost down).
+    package func explainEventsQuery() async throws -> [String] {
+        try await self.read { db in
+            try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + Self.eventsSQL, arguments: [1, 0, 10]).map {
+                $0["detail"] as String
+            }
+        }
+    }
+}

@@ -1,0 +1,242 @@
+public import CourierStore
+internal import Logging
+internal import PostgresNIO
+
+extension PostgresTransaction {
+    // MARK: Logs
+
+    package func name(of user: UserID) async throws -> String? {
+        do {
+            return try await self.store.name(of: user, self.connection)
+        } catch let error as CourierStoreError where error.code == .unknownUser {
+            return nil
+        }
+    }
+
+    package func lockUsers(_ users: [UserID]) async throws -> [UserID: UserRow] {
+        try await Self.lockUsers(users.map(\.rawValue).sorted(), nowait: false, self.connection, logger: self.logger)
+    }
+
+    /// Locks users' rows, in the order of their ids, and reads their cursors and whether they were removed.
+    ///
+    /// - Parameter nowait: For a lock taken out of a batch's order: a row another transaction holds is not waited
+    ///   for (PostgreSQL refuses at once with `lock_not_available`, and the write runs again from a new plan), so a
+    ///   lock taken out of order can never close a circle of waiting transactions.
+    /// - Throws: `storage-failed` when one of them does not exist.
+    static func lockUsers(
+        _ ids: [Int64],
+        nowait: Bool,
+        _ connection: PostgresConnection,
+        logger: Logger
+    ) async throws -> [UserID: UserRow] {
+        guard !ids.isEmpty else { return [:] }
+        let rows =
+            nowait
+            ? try await connection.rows(
+                """
+                SELECT id, log_cursor, removed_ms IS NOT NULL AS removed FROM users WHERE id = ANY(\(ids))
+                ORDER BY id FOR UPDATE NOWAIT
+                """,
+                logger: logger
+            )
+            : try await connection.rows(
+                """
+                SELECT id, log_cursor, removed_ms IS NOT NULL AS removed FROM users WHERE id = ANY(\(ids))
+                ORDER BY id FOR UPDATE
+                """,
+                logger: logger
+            )
+        var found: [UserID: UserRow] = [:]
+        for row in rows {
+            found[UserID(rawValue: try row.get("id"))] = UserRow(
+                cursor: try row.get("log_cursor"),
+                removed: try row.get("removed", as: Bool.self)
+            )
+        }
+        if let missing = ids.first(where: { found[UserID(rawValue: $0)] == nil }) {
+            throw CourierStoreError(.storageFailed, "user \(missing) is missing")
+        }
+        return found
+    }
+
+    package func writeLog(_ log: LogWrites) async throws {
+        try await Self.writeLog(log, self.connection, logger: self.logger)
+    }
+
+    /// Writes log entries, in one statement, and the grown logs' newest cursors, in another. Each user's entries
+    /// are numbered from its cursor read under its row's lock: until the transaction ends, no other node appends
+    /// to that log, so each log stays gap-free and its entries become visible in order.
+    static func writeLog(_ log: LogWrites, _ connection: PostgresConnection, logger: Logger) async throws {
+        let events = log.events
+        guard !events.isEmpty else { return }
+        try await connection.run(
+            """
+            INSERT INTO events (user_id, cursor, kind, conversation_id, seq, actor_id, detail)
+            SELECT user_id, cursor, kind, conversation_id, seq, NULLIF(actor_id, 0), NULLIF(detail, 0)
+            FROM unnest(\(events.map(\.user.rawValue))::bigint[], \(events.map(\.cursor))::bigint[],
+                \(events.map(\.kind.rawValue))::smallint[], \(events.map(\.conversation))::bigint[],
+                \(events.map(\.seq))::bigint[], \(events.map { $0.actor?.rawValue ?? 0 })::bigint[],
+                \(events.map { $0.detail ?? 0 })::smallint[])
+                AS e(user_id, cursor, kind, conversation_id, seq, actor_id, detail)
+            """,
+            logger: logger
+        )
+        let grown = log.book.grown
+        try await connection.run(
+            """
+            UPDATE users SET log_cursor = g.cursor
+            FROM unnest(\(grown.map(\.user.rawValue))::bigint[], \(grown.map(\.cursor))::bigint[]) AS g(id, cursor)
+            WHERE users.id = g.id
+            """,
+            logger: logger
+        )
+    }
+
+    // MARK: Groups and members
+
+    package func insertGroup(name: String, owner: UserID, nowMs: Int64) async throws -> Int64? {
+        // Two nodes making the name at once: the unique index on lower(name) lets one in.
+        try await self.connection.value(
+            """
+            INSERT INTO conversations (kind, name, owner_id, created_ms)
+            VALUES (2, \(name), \(owner.rawValue), \(nowMs)) ON CONFLICT DO NOTHING RETURNING id
+            """,
+            as: Int64.self,
+            logger: self.logger
+        )
+    }
+
+    package func group(named name: String, locking: Bool) async throws -> GroupRow? {
+        let row =
+            locking
+            ? try await self.connection.row(
+                """
+                SELECT id, owner_id, last_seq FROM conversations WHERE kind = 2 AND lower(name) = lower(\(name))
+                FOR UPDATE
+                """,
+                logger: self.logger
+            )
+            : try await self.connection.row(
+                "SELECT id, owner_id, last_seq FROM conversations WHERE kind = 2 AND lower(name) = lower(\(name))",
+                logger: self.logger
+            )
+        return try row.map(Self.group)
+    }
+
+    package func groups(of user: UserID, locking: Bool) async throws -> [GroupRow] {
+        let rows =
+            locking
+            ? try await self.connection.rows(
+                """
+                SELECT c.id, c.owner_id, c.last_seq FROM conversations c JOIN members m ON m.conversation_id = c.id
+                WHERE m.user_id = \(user.rawValue) AND c.kind = 2 ORDER BY c.id FOR UPDATE OF c
+                """,
+                logger: self.logger
+            )
+            : try await self.connection.rows(
+                """
+                SELECT c.id, c.owner_id, c.last_seq FROM conversations c JOIN members m ON m.conversation_id = c.id
+                WHERE m.user_id = \(user.rawValue) AND c.kind = 2 ORDER BY c.id
+                """,
+                logger: self.logger
+            )
+        return try rows.map(Self.group)
+    }
+
+    static func group(_ row: PostgresRandomAccessRow) throws -> GroupRow {
+        GroupRow(
+            id: try row.get("id"),
+            owner: try row.get("owner_id", as: Int64?.self).map(UserID.init(rawValue:)),
+            lastSeq: try row.get("last_seq")
+        )
+    }
+
+    package func members(of conversations: [Int64]) async throws -> [Int64: [UserID]] {
+        guard !conversations.isEmpty else { return [:] }
+        var members: [Int64: [UserID]] = Dictionary(uniqueKeysWithValues: conversations.map { ($0, []) })
+        for row in try await self.connection.rows(
+            """
+            SELECT conversation_id, user_id FROM members WHERE conversation_id = ANY(\(conversations))
+            ORDER BY conversation_id, user_id
+            """,
+            logger: self.logger
+        ) {
+            members[try row.get("conversation_id"), default: []].append(UserID(rawValue: try row.get("user_id")))
+        }
+        return members
+    }
+
+    package func insertMembers(_ users: [UserID], into conversation: Int64, atSeq seq: Int64) async throws {
+        guard !users.isEmpty else { return }
+        try await self.connection.run(
+            """
+            INSERT INTO members (conversation_id, user_id, joined_seq, read_seq, delivered_seq)
+            SELECT \(conversation), user_id, \(seq), \(seq), \(seq) FROM unnest(\(users.map(\.rawValue))::bigint[])
+                AS m(user_id)
+            """,
+            logger: self.logger
+        )
+    }
+
+    package func deleteMember(_ user: UserID, from conversation: Int64) async throws {
+        try await self.connection.run(
+            "DELETE FROM members WHERE conversation_id = \(conversation) AND user_id = \(user.rawValue)",
+            logger: self.logger
+        )
+    }
+
+    package func companions(of user: UserID, directOnly: Bool, with peer: UserID?) async throws -> [Companion] {
+        try await self.connection.rows(
+            """
+            SELECT other.user_id, c.kind, mine.sent AS mine_sent, other.sent AS theirs_sent FROM members mine
+            JOIN conversations c ON c.id = mine.conversation_id
+            JOIN members other ON other.conversation_id = mine.conversation_id AND other.user_id <> mine.user_id
+            WHERE mine.user_id = \(user.rawValue) AND (c.kind = 1 OR NOT \(directOnly))
+                AND (other.user_id = \(peer?.rawValue) OR \(peer?.rawValue)::bigint IS NULL)
+            """,
+            logger: self.logger
+        ).map { row in
+            Companion(
+                user: UserID(rawValue: try row.get("user_id")),
+                inGroup: try row.get("kind", as: Int64.self) == 2,
+                mineSent: try row.get("mine_sent"),
+                theirsSent: try row.get("theirs_sent")
+            )
+        }
+    }
+
+    package func groupWithMembers(named name: String) async throws -> Group? {
+        guard
+            let row = try await self.connection.row(
+                """
+                SELECT c.id, c.name, c.last_seq, u.name AS owner FROM conversations c
+                LEFT JOIN users u ON u.id = c.owner_id WHERE c.kind = 2 AND lower(c.name) = lower(\(name))
+                """,
+                logger: self.logger
+            )
+        else { return nil }
+        let id: Int64 = try row.get("id")
+        let members = try await self.connection.values(
+            """
+            SELECT u.name FROM members m JOIN users u ON u.id = m.user_id WHERE m.conversation_id = \(id)
+            ORDER BY lower(u.name) COLLATE "C"
+            """,
+            as: String.self,
+            logger: self.logger
+        )
+        return Group(
+            name: try row.get("name"),
+            owner: try row.get("owner"),
+            members: members,
+            lastSeq: UInt64(try row.get("last_seq", as: Int64.self))
+        )
+    }
+
+    package func groupNames() async throws -> [String] {
+        try await self.connection.values(
+            "SELECT name FROM conversations WHERE kind = 2 ORDER BY lower(name) COLLATE \"C\"",
+            as: String.self,
+            logger: self.logger
+        )
+    }
+}

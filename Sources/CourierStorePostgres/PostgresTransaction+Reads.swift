@@ -1,0 +1,219 @@
+public import CourierStore
+internal import Logging
+internal import PostgresNIO
+
+extension PostgresTransaction {
+    // MARK: Logs and history
+
+    package func events(of user: UserID, after cursor: Int64, limit: Int) async throws -> [LogRead] {
+        try await self.connection.rows(
+            """
+            SELECT e.cursor, e.kind, e.seq AS event_seq, e.actor_id, e.detail,
+                   c.name AS group_name, c.user_a, c.user_b,
+                   m.sender_id, m.sender_device_id, m.client_id, m.time_ms, m.body, m.recalled
+            FROM events e
+            JOIN conversations c ON c.id = e.conversation_id
+            LEFT JOIN messages m ON e.kind IN (1, 2) AND m.conversation_id = e.conversation_id AND m.seq = e.seq
+            WHERE e.user_id = \(user.rawValue) AND e.cursor > \(cursor)
+            ORDER BY e.cursor LIMIT \(Int64(limit))
+            """,
+            logger: self.logger
+        ).map { row in
+            let seq: Int64 = try row.get("event_seq")
+            let message = try row.get("sender_id", as: Int64?.self).map { sender in
+                MessageRead(
+                    seq: seq,
+                    sender: UserID(rawValue: sender),
+                    senderDevice: try row.get("sender_device_id", as: Int64?.self).map(DeviceID.init(rawValue:)),
+                    clientID: try row.get("client_id"),
+                    timeMs: try row.get("time_ms"),
+                    body: try row.bytes("body"),
+                    recalled: try row.get("recalled")
+                )
+            }
+            return LogRead(
+                cursor: try row.get("cursor"),
+                kind: try row.get("kind", as: Int64.self),
+                seq: seq,
+                actor: try row.get("actor_id", as: Int64?.self).map(UserID.init(rawValue:)),
+                detail: try row.get("detail", as: Int64?.self),
+                conversation: try Self.header(row),
+                message: message
+            )
+        }
+    }
+
+    static func header(_ row: PostgresRandomAccessRow) throws -> ConversationHeader {
+        ConversationHeader(
+            groupName: try row.get("group_name"),
+            userA: try row.get("user_a", as: Int64?.self).map(UserID.init(rawValue:)),
+            userB: try row.get("user_b", as: Int64?.self).map(UserID.init(rawValue:))
+        )
+    }
+
+    package func names(of users: Set<UserID>) async throws -> [UserID: String] {
+        var names: [UserID: String] = [:]
+        var missing: [Int64] = []
+        self.store.names.withLock { cache in
+            for user in users {
+                if let name = cache[user] { names[user] = name } else { missing.append(user.rawValue) }
+            }
+        }
+        guard !missing.isEmpty else { return names }
+        var found: [UserID: String] = [:]
+        for row in try await self.connection.rows(
+            "SELECT id, name FROM users WHERE id = ANY(\(missing.sorted()))",
+            logger: self.logger
+        ) {
+            found[UserID(rawValue: try row.get("id"))] = try row.get("name", as: String.self)
+        }
+        // Names never change and users are never deleted.
+        self.store.names.withLock { $0.merge(found) { old, _ in old } }
+        return names.merging(found) { old, _ in old }
+    }
+
+    package func logCursors(of users: [UserID]) async throws -> [UserID: Int64] {
+        var cursors: [UserID: Int64] = [:]
+        for row in try await self.connection.rows(
+            "SELECT id, log_cursor FROM users WHERE id = ANY(\(users.map(\.rawValue)))",
+            logger: self.logger
+        ) {
+            cursors[UserID(rawValue: try row.get("id"))] = try row.get("log_cursor", as: Int64.self)
+        }
+        return cursors
+    }
+
+    package func ackedCursor(of device: DeviceID) async throws -> Int64? {
+        try await self.connection.value(
+            "SELECT acked_cursor FROM devices WHERE id = \(device.rawValue)",
+            as: Int64.self,
+            logger: self.logger
+        )
+    }
+
+    package func joinedSeq(of user: UserID, in conversation: Int64) async throws -> Int64? {
+        try await self.connection.value(
+            "SELECT joined_seq FROM members WHERE conversation_id = \(conversation) AND user_id = \(user.rawValue)",
+            as: Int64.self,
+            logger: self.logger
+        )
+    }
+
+    package func directID(of pair: UserPair) async throws -> Int64? {
+        try await self.connection.value(
+            "SELECT id FROM conversations WHERE user_a = \(pair.a.rawValue) AND user_b = \(pair.b.rawValue)",
+            as: Int64.self,
+            logger: self.logger
+        )
+    }
+
+    package func messages(
+        in conversation: Int64,
+        after: Int64,
+        before: Int64,
+        limit: Int
+    ) async throws -> [MessageRead] {
+        try await self.connection.rows(
+            """
+            SELECT seq, sender_id, sender_device_id, client_id, time_ms, body, recalled FROM messages
+            WHERE conversation_id = \(conversation) AND seq < \(before) AND seq > \(after)
+            ORDER BY seq DESC LIMIT \(Int64(limit))
+            """,
+            logger: self.logger
+        ).map { row in
+            MessageRead(
+                seq: try row.get("seq"),
+                sender: UserID(rawValue: try row.get("sender_id")),
+                senderDevice: try row.get("sender_device_id", as: Int64?.self).map(DeviceID.init(rawValue:)),
+                clientID: try row.get("client_id"),
+                timeMs: try row.get("time_ms"),
+                body: try row.bytes("body"),
+                recalled: try row.get("recalled")
+            )
+        }
+    }
+
+    package func memberships(of user: UserID) async throws -> [Membership] {
+        try await self.connection.rows(
+            """
+            SELECT c.name AS group_name, c.user_a, c.user_b, c.last_seq, m.read_seq, m.joined_seq
+            FROM members m JOIN conversations c ON c.id = m.conversation_id
+            WHERE m.user_id = \(user.rawValue) ORDER BY c.last_ms DESC, c.id
+            """,
+            logger: self.logger
+        ).map { row in
+            Membership(
+                conversation: try Self.header(row),
+                lastSeq: try row.get("last_seq"),
+                readSeq: try row.get("read_seq"),
+                joinedSeq: try row.get("joined_seq")
+            )
+        }
+    }
+
+    package func namesAndLastSeen(of users: [UserID]) async throws -> [UserID: (name: String, lastSeenMs: Int64?)] {
+        var result: [UserID: (name: String, lastSeenMs: Int64?)] = [:]
+        for row in try await self.connection.rows(
+            """
+            SELECT u.id, u.name, MAX(d.last_seen_ms) AS seen FROM users u
+            LEFT JOIN devices d ON d.user_id = u.id
+            WHERE u.id = ANY(\(users.map(\.rawValue))) GROUP BY u.id
+            """,
+            logger: self.logger
+        ) {
+            result[UserID(rawValue: try row.get("id"))] = (try row.get("name"), try row.get("seen"))
+        }
+        return result
+    }
+
+    // MARK: Media
+
+    package func mediaUsage(of user: UserID) async throws -> Int64 {
+        try await self.connection.value(
+            "SELECT COALESCE(SUM(size), 0)::bigint FROM media_owners WHERE user_id = \(user.rawValue)",
+            as: Int64.self,
+            logger: self.logger
+        ) ?? 0
+    }
+
+    package func uploadedSize(by user: UserID, sha256: String) async throws -> Int64? {
+        try await self.connection.value(
+            "SELECT size FROM media_owners WHERE user_id = \(user.rawValue) AND sha256 = \(sha256)",
+            as: Int64.self,
+            logger: self.logger
+        )
+    }
+
+    package func insertUpload(user: UserID, sha256: String, size: Int64, nowMs: Int64) async throws {
+        try await self.connection.run(
+            """
+            INSERT INTO media_owners (user_id, sha256, size, created_ms)
+            VALUES (\(user.rawValue), \(sha256), \(size), \(nowMs)) ON CONFLICT DO NOTHING
+            """,
+            logger: self.logger
+        )
+    }
+
+    package func mediaCarriers(of sha256: String, for user: UserID) async throws -> [MediaCarrier] {
+        try await self.connection.rows(
+            """
+            SELECT mm.seq, m.joined_seq, msg.time_ms, o.size, mm.mime, mm.name
+            FROM message_media mm
+            JOIN members m ON m.conversation_id = mm.conversation_id AND m.user_id = \(user.rawValue)
+            JOIN messages msg ON msg.conversation_id = mm.conversation_id AND msg.seq = mm.seq
+            JOIN media_owners o ON o.user_id = msg.sender_id AND o.sha256 = mm.sha256
+            WHERE mm.sha256 = \(sha256)
+            """,
+            logger: self.logger
+        ).map { row in
+            MediaCarrier(
+                seq: try row.get("seq"),
+                joinedSeq: try row.get("joined_seq"),
+                timeMs: try row.get("time_ms"),
+                size: try row.get("size"),
+                mime: try row.get("mime"),
+                name: try row.get("name")
+            )
+        }
+    }
+}
