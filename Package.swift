@@ -17,6 +17,7 @@ let package = Package(
         .library(name: "CourierWire", targets: ["CourierWire"]),
         .library(name: "CourierProtocol", targets: ["CourierProtocol"]),
         .library(name: "CourierStore", targets: ["CourierStore"]),
+        .library(name: "CourierStoreSQLite", targets: ["CourierStoreSQLite"]),
         .library(name: "CourierStorePostgres", targets: ["CourierStorePostgres"]),
         .library(name: "CourierServer", targets: ["CourierServer"]),
         .library(name: "CourierClient", targets: ["CourierClient"]),
@@ -61,20 +62,33 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
-        // Persistence: accounts, devices, conversations, messages and each user's event log, on SQLite (GRDB).
+        // The store's rules and protocol, whatever the database: accounts, devices, conversations, messages and each
+        // user's event log; the group commit's rules and queue; password hashing; media files. No database driver:
+        // each database supplies its reads and writes (StoreBackend) beside it.
         .target(
             name: "CourierStore",
             dependencies: [
                 "CourierVocabulary",
-                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings
         ),
+        // The store on one SQLite file (GRDB), for a server of its own.
+        .target(
+            name: "CourierStoreSQLite",
+            dependencies: [
+                "CourierVocabulary",
+                "CourierStore",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSettings
+        ),
         // Persistence on PostgreSQL, which several server nodes share (a target of its own: SQLite users do not build
-        // postgres-nio). So far the connection pool and the schema's versioned migrations.
+        // postgres-nio): the connection pool, the schema's versioned migrations, the rules' SQL and the news between
+        // nodes.
         .target(
             name: "CourierStorePostgres",
             dependencies: [
@@ -145,12 +159,22 @@ let package = Package(
                 "CourierWire",
                 "CourierProtocol",
                 "CourierProcess",
-                "CourierStorePostgres",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            swiftSettings: strictSettings
+        ),
+        // A database of its own for a test in the private PostgreSQL cluster that scripts/test starts (TestDatabase),
+        // and whether the PostgreSQL tests run here. Apart from CourierTesting, so that a client's tests build no store.
+        .target(
+            name: "CourierPostgresTesting",
+            dependencies: [
+                "CourierStorePostgres",
+                "CourierTesting",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             swiftSettings: strictSettings
@@ -159,8 +183,10 @@ let package = Package(
         .target(
             name: "CourierServerTesting",
             dependencies: [
+                "CourierPostgresTesting",
                 "CourierServer",
                 "CourierStore",
+                "CourierStoreSQLite",
                 "CourierStorePostgres",
                 "CourierTesting",
                 .product(name: "Logging", package: "swift-log"),
@@ -176,6 +202,7 @@ let package = Package(
                 "CourierWire",
                 "CourierProtocol",
                 "CourierStore",
+                "CourierStoreSQLite",
                 "CourierStorePostgres",
                 "CourierClient",
                 "CourierProcess",
@@ -221,6 +248,7 @@ let package = Package(
                 "CourierChat",
                 "CourierWire",
                 "CourierStore",
+                "CourierStoreSQLite",
                 "CourierStorePostgres",
                 "CourierServer",
                 "CourierClient",
@@ -265,6 +293,7 @@ let package = Package(
         .testTarget(
             name: "CourierStorePostgresTests",
             dependencies: [
+                "CourierPostgresTesting",
                 "CourierStore",
                 "CourierStorePostgres",
                 "CourierTesting",
@@ -276,11 +305,12 @@ let package = Package(
         .testTarget(
             name: "CourierServerTests",
             dependencies: [
+                "CourierPostgresTesting",
                 "CourierServer",
-                "CourierBench",
                 "CourierProcess",
                 "CourierProtocol",
                 "CourierStore",
+                "CourierStoreSQLite",
                 "CourierTesting",
                 "CourierServerTesting",
                 "CourierStorePostgres",
@@ -296,11 +326,13 @@ let package = Package(
         .testTarget(
             name: "CourierClientTests",
             dependencies: [
+                "CourierPostgresTesting",
                 "CourierClient",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 "CourierProtocol",
                 "CourierServer",
                 "CourierStore",
+                "CourierStoreSQLite",
                 "CourierStorePostgres",
                 "CourierTesting",
                 "CourierServerTesting",
@@ -322,6 +354,7 @@ let package = Package(
         .testTarget(
             name: "CourierCLITests",
             dependencies: [
+                "CourierPostgresTesting",
                 "courier",
                 "CourierChat",
                 "CourierClient",
@@ -335,13 +368,15 @@ let package = Package(
         ),
         .testTarget(
             name: "MediaCacheTests",
-            dependencies: ["MediaCache", "CourierTesting", "CourierBench"],
+            dependencies: ["MediaCache", "CourierTesting", "CourierProcess"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "CourierStoreTests",
             dependencies: [
+                "CourierPostgresTesting",
                 "CourierStore",
+                "CourierStoreSQLite",
                 "CourierStorePostgres",
                 "CourierTesting",
                 .product(name: "GRDB", package: "GRDB.swift"),

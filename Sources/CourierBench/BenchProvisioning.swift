@@ -1,4 +1,5 @@
 public import CourierStore
+import CourierStoreSQLite
 public import Foundation
 public import Logging
 

@@ -52,31 +52,40 @@ public final class CourierServer: Service, Sendable {
         (nil, false, [])
     )
 
-    /// Opens the data folder's store (SQLite); the ports are bound by ``run()``.
+    /// A server of its own on its data folder: `openStore` opens the folder's store once the folder is this server's
+    /// (its lock held, so that two servers never open one store); the ports are bound by ``run()``. `courier serve`
+    /// opens SQLite there.
     ///
-    /// - Throws: ``DataFolderInUse`` if another server (in this process or another) runs on the data folder;
-    ///   ``CourierStoreError`` with code `storage-failed` if the database cannot be opened; `NIOSSLError` if the TLS
-    ///   configuration is unusable (for example a key that does not match the certificate).
-    public convenience init(configuration: ServerConfiguration, version: String = "dev", logger: Logger) throws {
+    /// - Throws: ``DataFolderInUse`` if another server (in this process or another) runs on the data folder; what
+    ///   `openStore` throws (``CourierStoreError`` with code `storage-failed` if the database cannot be opened);
+    ///   `NIOSSLError` if the TLS configuration is unusable (for example a key that does not match the certificate).
+    public convenience init(
+        configuration: ServerConfiguration,
+        version: String = "dev",
+        logger: Logger,
+        openStore: (URL) throws -> any CourierDatabase
+    ) throws {
         let folderLock = try DataFolderLock(folder: configuration.dataFolder)
-        var storeConfiguration = configuration.store
-        // Nothing is handed to connections: the group commit need not return what it wrote.
-        if configuration.limits.maxHandedEvents == 0 { storeConfiguration.limits.maxFreshEventsPerUser = 0 }
-        let store: SQLiteStore
+        let store: any CourierDatabase
         do {
-            store = try SQLiteStore(folder: configuration.dataFolder, configuration: storeConfiguration, logger: logger)
+            store = try openStore(configuration.dataFolder)
         } catch {
             folderLock.release()
             throw error
         }
-        try self.init(
-            configuration: configuration,
-            store: store,
-            feed: nil,
-            folderLock: folderLock,
-            version: version,
-            logger: logger
-        )
+        do {
+            try self.init(
+                configuration: configuration,
+                store: store,
+                feed: nil,
+                folderLock: folderLock,
+                version: version,
+                logger: logger
+            )
+        } catch {
+            try? store.close()
+            throw error
+        }
     }
 
     /// A server on a store opened elsewhere: a node on a database that others share, with the `feed` through

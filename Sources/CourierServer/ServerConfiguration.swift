@@ -26,13 +26,9 @@ public struct ServerConfiguration: Sendable {
     public var compat: Compat = .init()
     /// Media: size limit, quota, upload clean-up, and the flow control of media streams.
     public var media: Media = .init()
-    /// The store's settings (token lifetime, recall window, password cost). The server copies SQLite's write-ahead
-    /// log back apart from its writes (``SQLiteStore/Configuration-swift.struct/backgroundCheckpoints``).
-    public var store: SQLiteStore.Configuration = {
-        var store = SQLiteStore.Configuration()
-        store.backgroundCheckpoints = true
-        return store
-    }()
+    /// What the store applies, whatever its database (token lifetime, recall window, password cost): whoever opens
+    /// the store gives it these.
+    public var store: StoreSettings = .init()
     /// The group commit's settings.
     public var commit: CommitQueue.Configuration = .init()
     /// For a node sharing its database with others.

@@ -1,3 +1,4 @@
+import CourierPostgresTesting
 public import CourierServer
 public import CourierStore
 public import CourierStorePostgres
@@ -56,10 +57,7 @@ public struct ClusterFixture: Sendable {
                 configuration.limits.authTimeout = .seconds(600)
                 configuration.limits.slowConsumerTimeout = .seconds(3600)
                 configure(&configuration)
-                var storeConfiguration = PostgresStore.Configuration()
-                storeConfiguration.node = "node\(index)"
-                storeConfiguration.passwordHasher = configuration.store.passwordHasher
-                storeConfiguration.limits = configuration.store.limits
+                var storeConfiguration = PostgresStore.Configuration(serving: configuration.store, node: "node\(index)")
                 storeConfiguration.maxConnections = 8
                 let store = PostgresStore(location: location, configuration: storeConfiguration, logger: logger)
                 try await store.migrate()

@@ -1,5 +1,6 @@
 public import CourierServer
 public import CourierStore
+public import CourierStoreSQLite
 import CourierTesting
 public import Foundation
 public import Logging
@@ -17,13 +18,15 @@ public struct ServerFixture: Sendable {
 
     public var store: any CourierDatabase { self.server.store }
 
-    /// Runs `body` against a running server on a fresh data folder (or `folder`, to restart on the same data).
+    /// Runs `body` against a running server on a fresh data folder (or `folder`, to restart on the same data), its
+    /// store on SQLite (`courier serve`'s settings, then `sqlite`'s).
     /// The server logs to `logger`, else (at the level `COURIER_TEST_LOG` names, default critical) to the console.
     public static func with<T: Sendable>(
         folder: URL? = nil,
         logger: Logger? = nil,
         _ body: @Sendable (ServerFixture) async throws -> T,
-        configure: (inout ServerConfiguration) -> Void = { _ in }
+        configure: (inout ServerConfiguration) -> Void = { _ in },
+        sqlite: (inout SQLiteStore.Configuration) -> Void = { _ in }
     ) async throws -> T {
         let temporary = folder == nil ? try TemporaryDirectory(prefix: "courier-server") : nil
         defer { temporary?.remove() }
@@ -42,7 +45,11 @@ public struct ServerFixture: Sendable {
         configuration.limits.slowConsumerTimeout = .seconds(3600)
         configure(&configuration)
         let logger = logger ?? Self.testLogger(label: "courier.test-server")
-        let server = try CourierServer(configuration: configuration, logger: logger)
+        var storeConfiguration = SQLiteStore.Configuration(serving: configuration.store)
+        sqlite(&storeConfiguration)
+        let server = try CourierServer(configuration: configuration, logger: logger) { [storeConfiguration] in
+            try SQLiteStore(folder: $0, configuration: storeConfiguration, logger: logger)
+        }
         let group = ServiceGroup(services: [server], logger: logger)
         return try await withThrowingTaskGroup(of: T?.self) { tasks in
             tasks.addTask {

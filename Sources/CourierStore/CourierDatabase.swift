@@ -1,14 +1,14 @@
 public import Foundation
 public import Logging
 
-/// What a Courier server keeps in its database, whichever it is: ``SQLiteStore`` (one file, one node), and the
-/// PostgreSQL store that several nodes share. The server, the admin commands and the conformance tests see only
-/// this.
+/// What a Courier server keeps in its database, whichever it is: the SQLite store (`CourierStoreSQLite`: one file,
+/// one node), and the PostgreSQL store that several nodes share (`CourierStorePostgres`). The server, the admin
+/// commands and the conformance tests see only this.
 ///
 /// Every method is one transaction (or one read); every write that returns is durable. Errors are
 /// ``CourierStoreError``s: `storage-failed` when the database itself failed (nothing of that call was written),
-/// another code when the request was refused. The rules each method follows are documented on ``SQLiteStore``'s,
-/// and hold for every implementation.
+/// another code when the request was refused. The rules each method follows are written once, for every database:
+/// ``StoreBackend``'s extensions and ``GroupCommit``.
 public protocol CourierDatabase: Sendable {
     /// The limits the store enforces, which the server also checks before it asks.
     var limits: StoreLimits { get }
@@ -119,7 +119,7 @@ public protocol CourierDatabase: Sendable {
     /// How often the server calls ``maintain()`` while it runs; nil for a store that needs no upkeep of its own.
     var maintenanceInterval: Duration? { get }
 
-    /// Work the store does apart from the writes, so that no write waits for it (``SQLiteStore``: copying the
+    /// Work the store does apart from the writes, so that no write waits for it (SQLite's: copying the
     /// write-ahead log back into the database file). Quick when there is nothing to do.
     func maintain() async throws
 
@@ -167,6 +167,22 @@ extension CourierDatabase {
     public var maintenanceInterval: Duration? { nil }
 
     public func maintain() async throws {}
+}
+
+/// What every store applies alike, whatever its database: its limits and policies, and its password work. A server
+/// carries these; each database's configuration takes them (with settings of its own).
+public struct StoreSettings: Sendable {
+    /// The limits and policies.
+    public var limits: StoreLimits = .init()
+    /// The cost of password hashes written from now on.
+    public var passwordHasher: PasswordHasher = .standard
+    /// Threads that hash and check passwords (scrypt costs about 32 MiB and 0.1 s each), apart from the threads
+    /// that deliver messages. The default is a quarter of the processors, at least one.
+    public var passwordThreads: Int = max(1, ProcessInfo.processInfo.activeProcessorCount / 4)
+    /// Password checks that may wait for a thread; one more is refused at once with `throttled`.
+    public var maxQueuedPasswordChecks: Int = 16
+
+    public init() {}
 }
 
 /// The limits a store enforces and the policies it applies, the same for every ``CourierDatabase``.

@@ -1,5 +1,4 @@
 internal import Foundation
-internal import GRDB
 
 /// A refused store operation, or a failure of the database underneath.
 ///
@@ -110,12 +109,25 @@ extension CourierStoreError {
         return CourierStoreError(.storageFailed, "the server could not \(doing); try again later")
     }
 
+    /// Whether an error says the disk is full: a database's own error that says so (``DiskFull``), or the file
+    /// system's.
     private static func isDiskFull(_ error: any Error) -> Bool {
-        if let error = error as? DatabaseError { return error.resultCode == .SQLITE_FULL }
+        if error is DiskFull { return true }
         let error = error as NSError
         if error.domain == NSPOSIXErrorDomain, error.code == Int(POSIXErrorCode.ENOSPC.rawValue) { return true }
         if error.domain == NSCocoaErrorDomain, error.code == CocoaError.fileWriteOutOfSpace.rawValue { return true }
         if let underlying = error.userInfo[NSUnderlyingErrorKey] as? NSError { return Self.isDiskFull(underlying) }
         return false
     }
+}
+
+/// A database's error that says its disk is full (SQLite's `SQLITE_FULL`, say), for ``CourierStoreError/plain(_:doing:)``.
+package struct DiskFull: Error, CustomStringConvertible {
+    package var cause: any Error
+
+    package init(_ cause: any Error) {
+        self.cause = cause
+    }
+
+    package var description: String { "\(self.cause)" }
 }

@@ -8,7 +8,7 @@ internal import Synchronization
 
 /// Courier's store on PostgreSQL, which any number of `courier serve` nodes share (issue 17).
 ///
-/// It keeps what ``SQLiteStore`` keeps, with the same rules (the same conformance tests run on both), and holds
+/// It keeps what the SQLite store keeps, with the same rules (the same conformance tests run on both), and holds
 /// them with several writers at once: every write is one transaction on a pooled connection (a ServiceLifecycle
 /// `Service`: run it while the store is used). Each user's event log stays gap-free and in order because the
 /// transaction that appends to it holds the user's row (`users.log_cursor`) until it commits. A transaction locks
@@ -46,7 +46,7 @@ public final class PostgresStore: StoreBackend, Service, CustomReflectable {
         /// The cost of password hashes written from now on.
         public var passwordHasher: PasswordHasher = .standard
         /// Threads that hash and check passwords, apart from the threads that deliver messages (as
-        /// ``SQLiteStore/Configuration-swift.struct/passwordThreads``).
+        /// the SQLite store's `passwordThreads`).
         public var passwordThreads: Int = max(1, ProcessInfo.processInfo.activeProcessorCount / 4)
         /// Password checks that may wait for a thread; one more is refused at once with `throttled`.
         public var maxQueuedPasswordChecks: Int = 16
@@ -55,6 +55,15 @@ public final class PostgresStore: StoreBackend, Service, CustomReflectable {
         public var mediaRowBytes: Int = 256 * 1024
 
         public init() {}
+
+        /// The settings of a node: what every store applies (``StoreSettings``), under this node's name.
+        public init(serving settings: StoreSettings, node: String) {
+            self.limits = settings.limits
+            self.passwordHasher = settings.passwordHasher
+            self.passwordThreads = settings.passwordThreads
+            self.maxQueuedPasswordChecks = settings.maxQueuedPasswordChecks
+            self.node = node
+        }
     }
 
     /// Where the database is (its ``PostgresLocation/description`` leaves the password out).

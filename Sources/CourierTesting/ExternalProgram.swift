@@ -76,7 +76,7 @@ public enum ExternalProgram {
 }
 
 /// Runs blocking work (waiting for a process) on a new thread.
-func onOwnThread(_ work: @escaping @Sendable () -> Void) {
+package func onOwnThread(_ work: @escaping @Sendable () -> Void) {
     let thread = Thread { work() }
     thread.stackSize = 1 << 20
     thread.start()

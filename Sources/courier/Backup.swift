@@ -1,5 +1,6 @@
 import ArgumentParser
 import CourierStore
+import CourierStoreSQLite
 import Foundation
 
 struct Backup: AsyncParsableCommand {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import CourierStore
 import CourierStorePostgres
+import CourierStoreSQLite
 import Foundation
 import Logging
 

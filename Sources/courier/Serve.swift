@@ -2,6 +2,7 @@ import ArgumentParser
 import CourierServer
 import CourierStore
 import CourierStorePostgres
+import CourierStoreSQLite
 import Foundation
 import Logging
 import ServiceLifecycle
@@ -156,7 +157,7 @@ struct Serve: AsyncParsableCommand {
                 ?? "\(ProcessInfo.processInfo.hostName):\(configuration.nativePort)"
             let store = PostgresStore(
                 location: location,
-                configuration: Self.postgres(configuration, node: node),
+                configuration: PostgresStore.Configuration(serving: configuration.store, node: node),
                 logger: logger
             )
             var feedConfiguration = PostgresFeed.Configuration()
@@ -186,7 +187,9 @@ struct Serve: AsyncParsableCommand {
                     configuration: configuration,
                     version: CourierVersion.current,
                     logger: logger
-                )
+                ) {
+                    try SQLiteStore(folder: $0, configuration: .init(serving: configuration.store), logger: logger)
+                }
             } catch {
                 throw CommandFailure(description: "\(error)")
             }
@@ -218,21 +221,6 @@ struct Serve: AsyncParsableCommand {
                 ["native": "--port", "compat": "--compat-port", "http": "--http-port"][error.port.rawValue] ?? ""
             throw CommandFailure(description: "\(error); choose another with \(flag)")
         }
-    }
-}
-
-extension Serve {
-    /// The PostgreSQL store's settings from the server's: the same limits and password work.
-    static func postgres(_ configuration: ServerConfiguration, node: String) -> PostgresStore.Configuration {
-        var postgres = PostgresStore.Configuration()
-        postgres.node = node
-        postgres.limits = configuration.store.limits
-        // Nothing is handed to connections: the group commit need not return what it wrote.
-        if configuration.limits.maxHandedEvents == 0 { postgres.limits.maxFreshEventsPerUser = 0 }
-        postgres.passwordHasher = configuration.store.passwordHasher
-        postgres.passwordThreads = configuration.store.passwordThreads
-        postgres.maxQueuedPasswordChecks = configuration.store.maxQueuedPasswordChecks
-        return postgres
     }
 }
 

@@ -1,3 +1,4 @@
+import CourierPostgresTesting
 import CourierProtocol
 import CourierStorePostgres
 import CourierTesting
@@ -644,7 +645,8 @@ struct CommandLineTests {
     }
 
     @Test(
-        "bench --database --nodes 2: pairs split over two nodes on PostgreSQL, every message acknowledged and delivered; the password stays out of the arguments"
+        "bench --database --nodes 2: pairs split over two nodes on PostgreSQL, every message acknowledged and delivered; the password stays out of the arguments",
+        .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
     )
     func benchOnPostgres() async throws {
         try await TestDatabase.with { location in

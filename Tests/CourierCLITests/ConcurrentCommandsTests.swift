@@ -6,7 +6,7 @@ import Testing
 
 /// Commands of one user run at once on one machine, as scripts run beside an open chat: they share the user's local
 /// store and device, and nothing is lost, duplicated or falsely failed.
-@Suite("Concurrent commands of one user", .serialized)
+@Suite("Concurrent commands of one user", .serialized, .enabled(if: Soak.isAsked, Comment(rawValue: Soak.skipReason)))
 struct ConcurrentCommandsTests {
     /// Counts what an open client of alice's store reports: messages by id, and its own sends' acknowledgements.
     final class Window: Sendable {

@@ -2,6 +2,7 @@ import CourierClient
 import CourierServer
 import CourierServerTesting
 import CourierStore
+import CourierStoreSQLite
 import CourierTesting
 import Foundation
 import Logging

@@ -1,4 +1,5 @@
 import CourierClient
+import CourierPostgresTesting
 import CourierStore
 import CourierStorePostgres
 import CourierTesting
@@ -8,7 +9,11 @@ import Synchronization
 import Testing
 
 /// Run alone by `scripts/test`, with the private PostgreSQL cluster it starts (which this test restarts).
-@Suite("Nodes on PostgreSQL: a node SIGKILLed and PostgreSQL restarted while clients send", .serialized)
+@Suite(
+    "Nodes on PostgreSQL: a node SIGKILLed and PostgreSQL restarted while clients send",
+    .serialized,
+    .enabled(if: Soak.isAsked, Comment(rawValue: Soak.skipReason))
+)
 struct ClusterCrashTests {
     @Test(
         "10,000 sends over three nodes, one node SIGKILLed and PostgreSQL restarted meanwhile: every acknowledged message is stored once and delivered once"

@@ -1,12 +1,17 @@
 import CourierClient
 import CourierStore
+import CourierStoreSQLite
 import CourierTesting
 import Foundation
 import Logging
 import Synchronization
 import Testing
 
-@Suite("SIGKILL of the server while clients send", .serialized)
+@Suite(
+    "SIGKILL of the server while clients send",
+    .serialized,
+    .enabled(if: Soak.isAsked, Comment(rawValue: Soak.skipReason))
+)
 struct CrashRecoveryTests {
     @Test("after SIGKILLs at seeded random moments every acknowledged message is stored and delivered exactly once")
     func killAndRestart() async throws {

@@ -2,6 +2,7 @@ import CourierProtocol
 import CourierServer
 import CourierServerTesting
 import CourierStore
+import CourierStoreSQLite
 import CourierTesting
 import Foundation
 import Testing

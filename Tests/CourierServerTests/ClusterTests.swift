@@ -1,4 +1,4 @@
-import CourierBench
+import CourierPostgresTesting
 import CourierProcess
 import CourierProtocol
 import CourierServer
@@ -11,7 +11,11 @@ import Foundation
 import PostgresNIO
 import Testing
 
-@Suite("Several nodes on one PostgreSQL database", .serialized)
+@Suite(
+    "Several nodes on one PostgreSQL database",
+    .serialized,
+    .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
+)
 struct ClusterTests {
     @Test(
         "three nodes: native and compat clients spread over them chat 1:1 and in a group; every message arrives once, in order, on every device",

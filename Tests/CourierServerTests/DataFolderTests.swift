@@ -1,5 +1,6 @@
 import CourierServer
 import CourierServerTesting
+import CourierStoreSQLite
 import CourierTesting
 import Foundation
 import Logging
@@ -19,7 +20,9 @@ struct DataFolderTests {
         let logger = Logger(label: "courier.test")
         try await ServerFixture.with(folder: folder.url) { _ in
             do {
-                _ = try CourierServer(configuration: configuration, logger: logger)
+                _ = try CourierServer(configuration: configuration, logger: logger) {
+                    try SQLiteStore(folder: $0, configuration: .init(serving: configuration.store), logger: logger)
+                }
                 Issue.record("a second server started on a folder in use")
             } catch let error as DataFolderInUse {
                 #expect(error.holder == getpid())

@@ -245,7 +245,7 @@ struct LimitsTests {
                 await again.close()
                 await bob.close()
             },
-            configure: { $0.store.maxDatabaseBytes = 512 * 1024 }
+            sqlite: { $0.maxDatabaseBytes = 512 * 1024 }
         )
     }
 }

@@ -1,5 +1,6 @@
 import CourierProtocol
 import CourierStore
+import CourierStoreSQLite
 import CourierTesting
 import CourierWire
 import Logging
@@ -30,7 +31,11 @@ struct SessionHandlerTests {
         var configuration = ServerConfiguration()
         configuration.dataFolder = folder.url
         let logger = Logger(label: "courier.test-handler")
-        let store = try SQLiteStore(folder: folder.url, configuration: configuration.store, logger: logger)
+        let store = try SQLiteStore(
+            folder: folder.url,
+            configuration: .init(serving: configuration.store),
+            logger: logger
+        )
         defer { try? store.close() }
         let metrics = ServerMetrics()
         let hub = Hub()

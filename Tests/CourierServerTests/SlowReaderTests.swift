@@ -5,7 +5,7 @@ import NIOSSL
 import Synchronization
 import Testing
 
-@Suite("A client that stops reading", .serialized)
+@Suite("A client that stops reading", .serialized, .enabled(if: Soak.isAsked, Comment(rawValue: Soak.skipReason)))
 struct SlowReaderTests {
     @Test("100 MB sent to a reader that stopped reading: the server's memory stays bounded; the reader syncs later")
     func stoppedReader() async throws {

@@ -1,6 +1,7 @@
 import CourierProtocol
 import CourierServer
 import CourierServerTesting
+import CourierStoreSQLite
 import CourierTesting
 import CourierWire
 import Foundation
@@ -111,7 +112,13 @@ struct TLSTests {
                 privateKeyFile: other.keyFile
             )
             #expect(throws: NIOSSLError.self) {
-                _ = try CourierServer(configuration: configuration, logger: .init(label: "test"))
+                _ = try CourierServer(configuration: configuration, logger: .init(label: "test")) {
+                    try SQLiteStore(
+                        folder: $0,
+                        configuration: .init(serving: configuration.store),
+                        logger: .init(label: "test")
+                    )
+                }
             }
         }
     }

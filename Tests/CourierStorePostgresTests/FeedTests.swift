@@ -1,3 +1,4 @@
+import CourierPostgresTesting
 import CourierStore
 import CourierTesting
 import Foundation
@@ -8,7 +9,10 @@ import Testing
 
 @testable import CourierStorePostgres
 
-@Suite("PostgreSQL: the news between nodes, and what each node owns")
+@Suite(
+    "PostgreSQL: the news between nodes, and what each node owns",
+    .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
+)
 struct FeedTests {
     @Test("a batch of cursors is cut into payloads under PostgreSQL's limit and read back whole; a node skips its own")
     func payloads() throws {

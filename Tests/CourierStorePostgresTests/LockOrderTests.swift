@@ -1,3 +1,4 @@
+import CourierPostgresTesting
 import CourierStore
 import CourierTesting
 import Foundation
@@ -8,7 +9,10 @@ import Testing
 
 @testable import CourierStorePostgres
 
-@Suite("PostgreSQL: the order in which a group commit takes its locks")
+@Suite(
+    "PostgreSQL: the order in which a group commit takes its locks",
+    .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
+)
 struct LockOrderTests {
     static let cheapHasher = PasswordHasher(logN: 4, blockSize: 8, parallelism: 1, saltBytes: 16, keyBytes: 32)
 

@@ -1,3 +1,4 @@
+import CourierPostgresTesting
 import CourierStore
 import CourierTesting
 import Foundation
@@ -8,7 +9,10 @@ import Testing
 
 @testable import CourierStorePostgres
 
-@Suite("PostgreSQL: the schema's migrations, on a real server")
+@Suite(
+    "PostgreSQL: the schema's migrations, on a real server",
+    .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
+)
 struct MigrationTests {
     static func store(_ location: PostgresLocation) -> PostgresStore {
         PostgresStore(location: location, logger: TestDatabase.logger)

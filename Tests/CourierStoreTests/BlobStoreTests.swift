@@ -1,3 +1,4 @@
+import CourierPostgresTesting
 import CourierStore
 import CourierStorePostgres
 import CourierTesting
@@ -313,7 +314,10 @@ struct BlobStoreTests {
 
     /// The file store leaves this to its one server (``MediaService`` lets one connection at a time own an upload);
     /// nodes sharing PostgreSQL have only the database between them.
-    @Test("two nodes appending to one upload at once: one is refused, and the bytes stored are the other's")
+    @Test(
+        "PostgreSQL: two nodes appending to one upload at once: one is refused, and the bytes stored are the other's",
+        .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
+    )
     func racingAppends() async throws {
         try await BlobFixture.with(.postgres) { fixture in
             let first = fixture.storage
@@ -355,7 +359,10 @@ struct BlobStoreTests {
         }
     }
 
-    @Test("an upload deleted and started again on another node: the first writer's appends and finish are refused")
+    @Test(
+        "PostgreSQL: an upload deleted and started again on another node: the first writer's appends and finish are refused",
+        .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
+    )
     func restartedUnderAWriter() async throws {
         try await BlobFixture.with(.postgres) { fixture in
             let (first, second) = (fixture.storage, try await fixture.reopen())
@@ -383,7 +390,10 @@ struct BlobStoreTests {
         }
     }
 
-    @Test("one owner's uploads started on two nodes at once are admitted one after the other")
+    @Test(
+        "PostgreSQL: one owner's uploads started on two nodes at once are admitted one after the other",
+        .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
+    )
     func admissionTakesTurns() async throws {
         try await BlobFixture.with(.postgres) { fixture in
             let (first, second) = (fixture.storage, try await fixture.reopen())

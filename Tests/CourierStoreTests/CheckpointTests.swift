@@ -3,7 +3,7 @@ import CourierTesting
 import Foundation
 import Testing
 
-@Suite("The write-ahead log, copied back apart from the writes")
+@Suite("SQLite: the write-ahead log, copied back apart from the writes")
 struct CheckpointTests {
     @Test("with background checkpoints, writes past 1,000 pages leave the log to checkpoint(), which copies all of it")
     func backgroundCheckpoints() async throws {

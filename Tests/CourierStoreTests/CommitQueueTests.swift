@@ -1,4 +1,5 @@
 import CourierStore
+import CourierStoreSQLite
 import CourierTesting
 import Foundation
 import Synchronization
@@ -6,10 +7,12 @@ import Testing
 
 @Suite("Group commit, durability limits and backups")
 struct CommitQueueTests {
-    @Test("concurrent senders share transactions, and every conversation's numbers stay gap-free")
-    func groupCommit() async throws {
-        try await withTemporaryDirectory { folder in
-            let fixture = try SQLiteFixture(folder: folder)
+    @Test(
+        "concurrent senders share transactions, and every conversation's numbers stay gap-free",
+        arguments: StoreKind.allCases
+    )
+    func groupCommit(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
             let names = (0..<8).map { "user\($0)" }
             var ids: [UserID] = []
             for name in names { ids.append(try await fixture.store.addUser(name: name, password: "x", nowMs: 1).id) }
@@ -76,7 +79,9 @@ struct CommitQueueTests {
         }
     }
 
-    @Test("a full disk refuses the batch: nothing of it is stored, nothing acknowledged, earlier messages intact")
+    @Test(
+        "SQLite's file full: the batch is refused, nothing of it stored, nothing acknowledged, earlier messages intact"
+    )
     func fullDisk() async throws {
         try await withTemporaryDirectory { folder in
             let fixture = try SQLiteFixture(folder: folder) { $0.maxDatabaseBytes = 256 * 1024 }
@@ -113,7 +118,7 @@ struct CommitQueueTests {
         }
     }
 
-    @Test("after a failed write, the same origin's writes behind it fail too (none overtakes it); others commit")
+    @Test("after a failed write (SQLite's file full), the same origin's writes behind it fail too; others commit")
     func failedOriginKeepsOrder() async throws {
         try await withTemporaryDirectory { folder in
             let fixture = try SQLiteFixture(folder: folder) { $0.maxDatabaseBytes = 256 * 1024 }
@@ -160,10 +165,9 @@ struct CommitQueueTests {
         }
     }
 
-    @Test("the queue commits what is waiting when finished, then refuses new writes")
-    func finishDrains() async throws {
-        try await withTemporaryDirectory { folder in
-            let fixture = try SQLiteFixture(folder: folder)
+    @Test("the queue commits what is waiting when finished, then refuses new writes", arguments: StoreKind.allCases)
+    func finishDrains(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
             let ids = try await fixture.users("alice", "bob")
             let queue = CommitQueue(store: fixture.store, clock: { 1 })
             // Queued before run() starts, then finish(): still committed.
@@ -180,7 +184,7 @@ struct CommitQueueTests {
         }
     }
 
-    @Test("a backup taken while messages are written is a consistent, openable copy")
+    @Test("SQLite: a backup taken while messages are written is a consistent, openable copy")
     func onlineBackup() async throws {
         try await withTemporaryDirectory { folder in
             let fixture = try SQLiteFixture(folder: folder)

@@ -406,7 +406,7 @@ struct MessagingTests {
         }
     }
 
-    @Test("a sync reads the event log by its primary key from the cursor on, whatever the history")
+    @Test("SQLite's plan: a sync reads the event log by its primary key from the cursor on, whatever the history")
     func syncQueryPlan() async throws {
         try await withTemporaryDirectory { folder in
             let fixture = try SQLiteFixture(folder: folder)

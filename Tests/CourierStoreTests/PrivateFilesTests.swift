@@ -1,4 +1,5 @@
 import CourierStore
+import CourierStoreSQLite
 import CourierTesting
 import Foundation
 import GRDB
@@ -13,7 +14,7 @@ struct PrivateFilesTests {
         return (attributes[.posixPermissions] as? NSNumber)?.intValue ?? -1
     }
 
-    @Test("the folder is 0700, the database and its WAL 0600, media folders 0700 and files 0600, backups too")
+    @Test("the folder is 0700, SQLite's database and its WAL 0600, media folders 0700 and files 0600, backups too")
     func modes() async throws {
         // A permissive umask, as a service manager may leave it: the store must not rely on it.
         let previous = umask(0o022)
@@ -79,8 +80,13 @@ struct PrivateFilesTests {
         )
         let posix = NSError(domain: NSPOSIXErrorDomain, code: Int(POSIXErrorCode.ENOSPC.rawValue))
         let sqlite = DatabaseError(resultCode: .SQLITE_FULL, message: "database or disk is full", sql: "INSERT INTO x")
-        for error in [fileSystem, posix, sqlite] as [any Error] {
-            let plain = CourierStoreError.plain(error, doing: "store it")
+        // SQLite's own error is read by its store, the file system's by everyone.
+        let plains: [CourierStoreError] = [
+            CourierStoreError.plain(fileSystem, doing: "store it"),
+            CourierStoreError.plain(posix, doing: "store it"),
+            SQLiteStore.plain(sqlite, doing: "store it"),
+        ]
+        for plain in plains {
             #expect(plain.code == .storageFailed)
             #expect(
                 plain.message.contains("disk is full") && !plain.message.contains("/srv")

@@ -1,5 +1,7 @@
+import CourierPostgresTesting
 import CourierStore
 import CourierStorePostgres
+import CourierStoreSQLite
 import CourierTesting
 import Foundation
 import Logging
@@ -14,6 +16,9 @@ enum StoreKind: String, CaseIterable, Sendable, CustomTestStringConvertible {
     case postgres
 
     var testDescription: String { self.rawValue }
+
+    /// Both, when this run has the PostgreSQL tests (``TestDatabase/isEnabled``); SQLite alone otherwise.
+    static var allCases: [StoreKind] { TestDatabase.isEnabled ? [.sqlite, .postgres] : [.sqlite] }
 }
 
 /// A store of either kind, with cheap password hashes (the tests that are about hashing use the standard cost).

@@ -1,4 +1,4 @@
-import CourierBench
+import CourierProcess
 import CourierTesting
 import Foundation
 

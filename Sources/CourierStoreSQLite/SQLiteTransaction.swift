@@ -1,3 +1,4 @@
+public import CourierStore
 internal import Foundation
 internal import GRDB
 
@@ -35,7 +36,7 @@ extension SQLiteStore {
             throw error
         } catch {
             self.logger.error("write failed", metadata: ["doing": "\(doing)", "error": "\(error)"])
-            throw CourierStoreError.plain(error, doing: doing)
+            throw SQLiteStore.plain(error, doing: doing)
         }
     }
 
@@ -50,7 +51,7 @@ extension SQLiteStore {
             throw error
         } catch {
             self.logger.error("read failed", metadata: ["doing": "\(doing)", "error": "\(error)"])
-            throw CourierStoreError.plain(error, doing: doing)
+            throw SQLiteStore.plain(error, doing: doing)
         }
     }
 }

@@ -1,3 +1,4 @@
+public import CourierStore
 public import Foundation
 internal import GRDB
 public import Logging
@@ -41,6 +42,16 @@ public final class SQLiteStore: StoreBackend {
         public var writerCheckpointPages: Int = 16_384
 
         public init() {}
+
+        /// The settings of a server's own store: what every store applies (``StoreSettings``), with the write-ahead
+        /// log copied back apart from the writes (``backgroundCheckpoints``).
+        public init(serving settings: StoreSettings) {
+            self.limits = settings.limits
+            self.passwordHasher = settings.passwordHasher
+            self.passwordThreads = settings.passwordThreads
+            self.maxQueuedPasswordChecks = settings.maxQueuedPasswordChecks
+            self.backgroundCheckpoints = true
+        }
     }
 
     /// The file name of the database inside a data folder.
@@ -187,7 +198,7 @@ public final class SQLiteStore: StoreBackend {
         } catch is CancellationError {
             return nil
         } catch {
-            throw CourierStoreError.plain(error, doing: "copy the write-ahead log back")
+            throw Self.plain(error, doing: "copy the write-ahead log back")
         }
         // A reader still on an older snapshot keeps the frames after it from being copied: the next call tries
         // again, even if nothing more is written.
@@ -206,7 +217,7 @@ public final class SQLiteStore: StoreBackend {
             throw error
         } catch {
             self.logger.error("write failed", metadata: ["error": "\(error)"])
-            throw CourierStoreError.plain(error, doing: "store it")
+            throw Self.plain(error, doing: "store it")
         }
     }
 
@@ -218,8 +229,17 @@ public final class SQLiteStore: StoreBackend {
             throw error
         } catch {
             self.logger.error("read failed", metadata: ["error": "\(error)"])
-            throw CourierStoreError.plain(error, doing: "read it")
+            throw Self.plain(error, doing: "read it")
         }
+    }
+
+    /// A `storage-failed` error in plain words for a client (``CourierStoreError/plain(_:doing:)``): "the disk is
+    /// full" when SQLite says so.
+    package static func plain(_ error: any Error, doing: String) -> CourierStoreError {
+        if let database = error as? DatabaseError, database.resultCode == .SQLITE_FULL {
+            return CourierStoreError.plain(DiskFull(error), doing: doing)
+        }
+        return CourierStoreError.plain(error, doing: doing)
     }
 
     /// A user's name by id, cached: names never change and users are never deleted.

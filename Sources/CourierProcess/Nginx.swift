@@ -1,4 +1,3 @@
-import CourierProcess
 public import Foundation
 import NIOCore
 import NIOPosix
@@ -6,6 +5,15 @@ import NIOPosix
 /// nginx (Debian's package) run in the foreground for a benchmark or a test: its configuration, pid, temporary files
 /// and logs in one folder, each request logged with the body bytes it sent.
 public final class Nginx: @unchecked Sendable {
+    /// nginx missing, or not starting.
+    public struct Failure: Error, CustomStringConvertible {
+        public var description: String
+
+        init(_ description: String) {
+            self.description = description
+        }
+    }
+
     public let folder: URL
     private let process: Process
 
@@ -25,10 +33,10 @@ public final class Nginx: @unchecked Sendable {
         workers: String = "1"
     ) async throws -> Nginx {
         guard FileManager.default.isExecutableFile(atPath: Self.executable) else {
-            throw BenchError("nginx is not installed at \(Self.executable) (apt-get install nginx)")
+            throw Failure("nginx is not installed at \(Self.executable) (apt-get install nginx)")
         }
         guard stream.isEmpty || FileManager.default.fileExists(atPath: Self.streamModule) else {
-            throw BenchError(
+            throw Failure(
                 "nginx's stream module is not installed at \(Self.streamModule) (apt-get install libnginx-mod-stream)"
             )
         }
@@ -55,7 +63,7 @@ public final class Nginx: @unchecked Sendable {
         }
         await nginx.stop()
         let log = (try? String(contentsOf: folder.appendingPathComponent("error.log"), encoding: .utf8)) ?? ""
-        throw BenchError("nginx did not start on ports \(ports): \(log)")
+        throw Failure("nginx did not start on ports \(ports): \(log)")
     }
 
     private init(folder: URL, process: Process) {

@@ -1,4 +1,5 @@
 public import CourierStorePostgres
+import CourierTesting
 import Foundation
 public import Logging
 public import PostgresNIO
@@ -20,6 +21,18 @@ public enum TestDatabase {
     }
 
     public static let logger = Logger(label: "courier.test-postgres")
+
+    /// Whether this run has the PostgreSQL tests: a cluster is named (`COURIER_TEST_POSTGRES`), or one must be
+    /// (`COURIER_TEST_POSTGRES_REQUIRED=1`, as `scripts/test` sets: a missing cluster then fails those tests rather
+    /// than skipping them). A plain `swift test` skips them.
+    public static var isEnabled: Bool {
+        let environment = ProcessInfo.processInfo.environment
+        return environment["COURIER_TEST_POSTGRES"] != nil || environment["COURIER_TEST_POSTGRES_REQUIRED"] == "1"
+    }
+
+    /// What a skipped PostgreSQL test says.
+    public static let skipReason =
+        "PostgreSQL tests skipped: COURIER_TEST_POSTGRES is not set (scripts/test starts a private cluster and runs them)"
 
     /// The cluster's maintenance database.
     public static func cluster() throws -> PostgresLocation {

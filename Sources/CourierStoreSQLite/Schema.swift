@@ -1,3 +1,4 @@
+internal import CourierStore
 internal import GRDB
 
 /// The database schema, built only through migrations so that every data folder reaches the same shape.
