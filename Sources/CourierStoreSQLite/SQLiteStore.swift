@@ -212,7 +212,18 @@ public final class SQLiteStore: StoreBackend {
     func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
         defer { self.writeCount.add(1, ordering: .relaxed) }
         do {
-            return try await self.turns.run { try await self.pool.write(body) }
+            return try await self.turns.run {
+                try await self.pool.writeWithoutTransaction { db in
+                    // A transaction a failed rollback left open is rolled back first.
+                    if db.isInsideTransaction { try db.rollback() }
+                    var result: T?
+                    try db.inTransaction {
+                        result = try body(db)
+                        return .commit
+                    }
+                    return result!
+                }
+            }
         } catch let error as CourierStoreError {
             throw error
         } catch {

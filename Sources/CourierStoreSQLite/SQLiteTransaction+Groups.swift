@@ -114,16 +114,35 @@ extension SQLiteTransaction {
 
     package func companions(of user: UserID, directOnly: Bool, with peer: UserID?) async throws -> [Companion] {
         try await self.access { db in
-            try Row.fetchAll(
-                db,
-                sql: """
-                    SELECT other.user_id, c.kind, mine.sent AS mine_sent, other.sent AS theirs_sent FROM members mine
-                    JOIN conversations c ON c.id = mine.conversation_id
-                    JOIN members other ON other.conversation_id = mine.conversation_id AND other.user_id != mine.user_id
-                    WHERE mine.user_id = ? AND (c.kind = 1 OR NOT ?) AND (other.user_id = ? OR ? IS NULL)
-                    """,
-                arguments: [user.rawValue, directOnly, peer?.rawValue, peer?.rawValue]
-            ).map { row in
+            // Apart for one peer, so that SQLite finds it by the members' key rather than reading every member.
+            let rows =
+                if let peer {
+                    try Row.fetchAll(
+                        db.cachedStatement(
+                            sql: """
+                                SELECT other.user_id, c.kind, mine.sent AS mine_sent, other.sent AS theirs_sent
+                                FROM members mine JOIN conversations c ON c.id = mine.conversation_id
+                                JOIN members other ON other.conversation_id = mine.conversation_id AND other.user_id = ?
+                                WHERE mine.user_id = ? AND other.user_id != mine.user_id AND (c.kind = 1 OR NOT ?)
+                                """
+                        ),
+                        arguments: [peer.rawValue, user.rawValue, directOnly]
+                    )
+                } else {
+                    try Row.fetchAll(
+                        db.cachedStatement(
+                            sql: """
+                                SELECT other.user_id, c.kind, mine.sent AS mine_sent, other.sent AS theirs_sent
+                                FROM members mine JOIN conversations c ON c.id = mine.conversation_id
+                                JOIN members other
+                                    ON other.conversation_id = mine.conversation_id AND other.user_id != mine.user_id
+                                WHERE mine.user_id = ? AND (c.kind = 1 OR NOT ?)
+                                """
+                        ),
+                        arguments: [user.rawValue, directOnly]
+                    )
+                }
+            return rows.map { row in
                 Companion(
                     user: UserID(rawValue: row["user_id"]),
                     inGroup: (row["kind"] as Int64) == 2,

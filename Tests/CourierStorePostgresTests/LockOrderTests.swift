@@ -164,6 +164,38 @@ struct LockOrderTests {
     }
 
     /// Runs `body` with a store on a new database whose log is captured at the debug level.
+    @Test("removing a user with no group locks its row before its devices, in the order every write takes them")
+    func removalLocksUserFirst() async throws {
+        try await Self.withStore { location, store, _ in
+            let alice = try await store.addUser(name: "alice", password: "x", nowMs: 1).id.rawValue
+            _ = try await store.login(user: "alice", password: "x", deviceName: "phone", nowMs: 1)
+            let logger = TestDatabase.logger
+            try await TestDatabase.admin(location) { devices in
+                try await TestDatabase.admin(location) { other in
+                    // The device's row held, as a batch acknowledging for it holds it.
+                    try await devices.run("BEGIN", logger: logger)
+                    try await devices.run(
+                        "SELECT id FROM devices WHERE user_id = \(alice) FOR UPDATE",
+                        logger: logger
+                    )
+                    let removal = Task { try await store.removeUser(named: "alice", nowMs: 2) }
+                    try await Self.waitForLockWaiter(on: "FROM devices", other)
+                    // The removal waits for the device with the user's row held: a batch holding the device cannot
+                    // be waiting for that row too (users come before devices), and none can take it meanwhile.
+                    await #expect(throws: PSQLError.self) {
+                        try await other.run(
+                            "SELECT id FROM users WHERE id = \(alice) FOR UPDATE NOWAIT",
+                            logger: logger
+                        )
+                    }
+                    try await devices.run("COMMIT", logger: logger)
+                    try await removal.value
+                }
+            }
+            #expect(try await store.user(named: "alice")?.removedMs == 2)
+        }
+    }
+
     static func withStore(
         _ body: @Sendable (PostgresLocation, PostgresStore, LogCapture) async throws -> Void
     ) async throws {

@@ -16,17 +16,22 @@ extension GroupCommit {
         }
         let deliveries = try self.deliveries(range)
         try self.requireConversations(deliveries.map(\.conversation))
-        let conversations = try deliveries.map { try self.conversation($0.conversation) }
+        // The receipts that move a mark: in a conversation the user is still in, past what it was delivered.
+        let moving = try deliveries.filter { delivery in
+            guard let member = try self.conversation(delivery.conversation).members[user] else { return false }
+            return delivery.seq > member.deliveredSeq
+        }
+        let conversations = try moving.map { try self.conversation($0.conversation) }
         try self.require(
             rows: conversations.flatMap(\.members.keys),
-            names: [user] + conversations.flatMap { self.namedUsers(of: $0.header) }
+            names: (moving.isEmpty ? [] : [user]) + conversations.flatMap { self.namedUsers(of: $0.header) }
         )
-        let reader = try self.name(of: user)
+        let reader = moving.isEmpty ? "" : try self.name(of: user)
         let namings = try conversations.map { try self.naming(of: $0) }
 
         // Nothing below is refused.
         self.ackedCursors[device] = range.to
-        for (index, delivery) in deliveries.enumerated() {
+        for (index, delivery) in moving.enumerated() {
             var conversation = self.conversations[delivery.conversation]!
             guard var member = conversation.members[user], delivery.seq > member.deliveredSeq else { continue }
             member.deliveredSeq = delivery.seq

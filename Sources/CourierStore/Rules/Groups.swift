@@ -21,6 +21,10 @@ extension StoreBackend {
     ) async throws -> [UserID: UInt64] {
         try Names.validate(name, what: "group name")
         return try await self.transaction(doing: "create group \(name)") { transaction in
+            // A taken name first, whatever else is wrong (a name taken meanwhile is refused by the insert below).
+            if try await transaction.group(named: name, locking: false) != nil {
+                throw CourierStoreError(.nameTaken, "a group named \(name) exists")
+            }
             let ownerUser = try await Self.activeUser(named: owner, transaction)
             var users = [ownerUser.id]
             for member in members {
@@ -112,7 +116,13 @@ extension StoreBackend {
                 let groups = try await transaction.groups(of: user.id, locking: true).filter {
                     !handled.contains($0.id)
                 }
-                guard !groups.isEmpty else { break }
+                if groups.isEmpty {
+                    // The user's own row, locked once: its devices and its removal are written under it, and a
+                    // group that adds it meanwhile waits, then finds it removed.
+                    if log.book.knows(user.id) { break }
+                    try await Self.lockLogs(of: [user.id], into: &log, transaction)
+                    continue
+                }
                 let members = try await transaction.members(of: groups.map(\.id))
                 try await Self.lockLogs(of: members.values.flatMap { $0 } + [user.id], into: &log, transaction)
                 for group in groups {
