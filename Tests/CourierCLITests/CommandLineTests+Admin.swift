@@ -1,0 +1,169 @@
+import CourierPostgresTesting
+import CourierProtocol
+import CourierStorePostgres
+import CourierTesting
+import Foundation
+import NIOSSL
+import PostgresNIO
+import Testing
+
+@testable import courier
+
+/// The `courier` command: the admin commands (`user`, `group`, `backup`) and what reaches a running server.
+extension CommandLineTests {
+    @Test("user and group commands print what they did and refuse bad input with a one-line error")
+    func adminCommands() async throws {
+        try await withTemporaryDirectory(prefix: "courier-cli") { folder in
+            let data = folder.appendingPathComponent("data").path
+            var result = try await Self.courier("user", "add", "alice", "--password", "pw-alice", "--data", data)
+            #expect(result.status == 0 && result.output == "created user alice\n", "\(result)")
+            result = try await Self.courier("user", "add", "bob", "--data", data)
+            let generated = try #require(result.output.split(separator: " ").last).trimmingCharacters(in: .newlines)
+            #expect(result.status == 0 && result.output.hasPrefix("created user bob with password "), "\(result)")
+            #expect(generated.count == 20, "\(result)")
+            result = try await Self.courier("user", "add", "Alice", "--password", "x", "--data", data)
+            #expect(result.status == 1 && result.output.contains("Error: name-taken"), "\(result)")
+            result = try await Self.courier("user", "add", "no spaces", "--data", data)
+            #expect(result.status == 1 && result.output.contains("Error: invalid-name"), "\(result)")
+            result = try await Self.courier("user", "add", "carol", "--password", "pw-carol", "--data", data)
+            #expect(result.status == 0)
+
+            result = try await Self.courier("user", "list", "--data", data)
+            let listed = result.output.split(separator: "\n").map { $0.split(separator: "\t") }
+            #expect(listed.map { String($0[0]) } == ["alice", "bob", "carol"], "\(result)")
+            #expect(listed.allSatisfy { $0.count == 2 && $0[1].hasPrefix("created 20") }, "\(result)")
+
+            result = try await Self.courier(
+                "group",
+                "create",
+                "team",
+                "--owner",
+                "alice",
+                "--members",
+                "bob, carol",
+                "--data",
+                data
+            )
+            #expect(result.status == 0 && result.output == "created group team\n", "\(result)")
+            result = try await Self.courier("group", "create", "TEAM", "--owner", "bob", "--data", data)
+            #expect(result.status == 1 && result.output.contains("Error: name-taken"), "\(result)")
+            result = try await Self.courier("group", "add", "team", "zed", "--data", data)
+            #expect(result.status == 1 && result.output.contains("Error: unknown-user"), "\(result)")
+            result = try await Self.courier("group", "remove", "team", "carol", "--data", data)
+            #expect(result.status == 0 && result.output == "removed carol from team\n", "\(result)")
+            result = try await Self.courier("group", "show", "team", "--data", data)
+            #expect(result.output == "group team\nowner alice\nmembers alice,bob\nmessages 0\n", "\(result)")
+            result = try await Self.courier("group", "show", "nobody", "--data", data)
+            #expect(result.status == 1 && result.output.contains("Error: unknown-group"), "\(result)")
+            result = try await Self.courier("group", "list", "--data", data)
+            #expect(result.output == "team\n", "\(result)")
+
+            result = try await Self.courier("user", "passwd", "bob", "--password", "pw-bob", "--data", data)
+            #expect(result.status == 0 && result.output == "password changed for bob\n", "\(result)")
+            result = try await Self.courier("user", "passwd", "zed", "--data", data)
+            #expect(result.status == 1 && result.output.contains("Error: unknown-user"), "\(result)")
+            result = try await Self.courier("user", "remove", "carol", "--data", data)
+            #expect(result.status == 0 && result.output == "removed user carol\n", "\(result)")
+            result = try await Self.courier("user", "list", "--data", data)
+            #expect(result.output.split(separator: "\n").last?.contains("\tremoved 20") == true, "\(result)")
+            result = try await Self.courier("user", "add", "carol", "--password", "x", "--data", data)
+            #expect(result.status == 1 && result.output.contains("Error: name-taken"), "removed names stay taken")
+        }
+    }
+
+    @Test("a device revoked and a user removed with the commands are cut off by the running server")
+    func changesReachTheServer() async throws {
+        try await withTemporaryDirectory(prefix: "courier-cli") { folder in
+            let data = folder.appendingPathComponent("data")
+            try await CourierExecutable.addUsers(["alice", "bob"], data: data)
+            let (server, native, _) = try await Self.serve(folder, data: data)
+            let (alice, _) = try await NativeTestClient.login(port: native, "alice")
+            let (bob, _) = try await NativeTestClient.login(port: native, "bob")
+
+            // Connected now (not "last seen" at some earlier time), once the server wrote it down.
+            var result = try await Self.courier("user", "devices", "alice", "--data", data.path)
+            try await waitUntil("alice's device shows connected: \(result)") {
+                result = try await Self.courier("user", "devices", "alice", "--data", data.path)
+                return result.output.contains("\tconnected since 20")
+            }
+            let columns = result.output.split(separator: "\n").map { $0.split(separator: "\t") }
+            #expect(columns.count == 1 && columns.first?[2] == "active", "\(result)")
+            #expect(columns.first?.last?.hasPrefix("connected since 20") == true, "\(result)")
+            let device = try #require(columns.first.map { String($0[0]) })
+            let revokedAt = ContinuousClock.now
+            result = try await Self.courier("user", "revoke", "alice", device, "--data", data.path)
+            #expect(result.output == "revoked device \(device) of alice\n", "\(result)")
+            let aliceLast = try await alice.expectClose()
+            print(
+                "changesReachTheServer: alice's connection closed \(ContinuousClock.now - revokedAt) after the revoke"
+            )
+            #expect(aliceLast.last?.failure?.code == ErrorCodes.tokenRevoked, "\(aliceLast)")
+            result = try await Self.courier("user", "devices", "alice", "--data", data.path)
+            #expect(result.output.split(separator: "\t").dropFirst(2).first == "revoked", "\(result)")
+            // Its connection closed: last seen then (the server notes it a moment after the close).
+            try await waitUntil("alice's device shows last seen") {
+                result = try await Self.courier("user", "devices", "alice", "--data", data.path)
+                return result.output.contains("\tlast seen 20")
+            }
+
+            _ = try await Self.courier("user", "remove", "bob", "--data", data.path)
+            let bobLast = try await bob.expectClose()
+            #expect(bobLast.last?.failure?.code == ErrorCodes.tokenRevoked, "\(bobLast)")
+            await #expect(throws: (any Error).self) { _ = try await NativeTestClient.login(port: native, "bob") }
+            #expect(await server.terminate() == 0)
+        }
+    }
+
+    @Test("a backup taken while the server writes restores into a server with every message acknowledged before it")
+    func backupRestores() async throws {
+        try await withTemporaryDirectory(prefix: "courier-cli") { folder in
+            let data = folder.appendingPathComponent("data")
+            try await CourierExecutable.addUsers(["alice", "bob"], data: data)
+            let (server, native, _) = try await Self.serve(folder, data: data)
+            let (alice, _) = try await NativeTestClient.login(port: native, "alice")
+            // A stored file before the backup: the copy has it too.
+            let file = SeededRandom.bytes(300_000, seededFor: "backupRestores")
+            let stored = try #require(try await alice.upload(file, stream: 1).done, "the upload")
+            for index in 1...100 { #expect(try await alice.sendText("m\(index)", to: .user("bob")).ack != nil) }
+            // More sends go on while the backup runs.
+            let more = Task {
+                for index in 101...180 { _ = try await alice.sendText("m\(index)", to: .user("bob")) }
+            }
+            let copy = folder.appendingPathComponent("copy")
+            var result = try await Self.courier("backup", "--data", data.path, copy.path)
+            #expect(result.status == 0 && result.output.hasPrefix("backed up "), "\(result)")
+            try await more.value
+            result = try await Self.courier("backup", "--data", data.path, copy.path)
+            #expect(result.status == 1 && result.output.contains("does not overwrite"), "\(result)")
+            await alice.close()
+            #expect(await server.terminate() == 0)
+
+            // The copy is a data folder a server runs on.
+            let (restored, restoredNative, _) = try await Self.serve(folder, data: copy)
+            let (bob, _) = try await NativeTestClient.login(port: restoredNative, "bob")
+            let history = try await bob.request {
+                $0.history.conversation.user = "alice"
+                $0.history.limit = 200
+            }
+            guard case .history(let page)? = history.body else {
+                Issue.record("\(history)")
+                return
+            }
+            // All 100 acknowledged before the backup, then a gap-free prefix of those sent during it.
+            let seqs = page.messages.map(\.seq).reversed()
+            #expect(seqs.count >= 100 && Array(seqs) == Array(1...UInt64(seqs.count)), "\(seqs)")
+            #expect(page.messages.reversed().map(\.body.text) == (1...seqs.count).map { "m\($0)" })
+            print("backupRestores: the copy holds \(seqs.count) of 180 messages")
+            #expect(try await bob.sendText("after restore", to: .user("alice")).ack != nil)
+            await bob.close()
+            let (owner, _) = try await NativeTestClient.login(port: restoredNative, "alice")
+            guard case .success(let (_, fetched)) = try await owner.fetch(stored.sha256, stream: 1) else {
+                Issue.record("the restored server cannot serve the file")
+                return
+            }
+            #expect(fetched == file)
+            await owner.close()
+            #expect(await restored.terminate() == 0)
+        }
+    }
+}

@@ -1,0 +1,104 @@
+import CourierProtocol
+import CourierServer
+import CourierServerTesting
+import CourierStore
+import CourierTesting
+import CourierWire
+import Crypto
+import Foundation
+import NIOCore
+import Testing
+
+/// Media messages: `GET /media` with byte ranges.
+extension MediaTests {
+    @Test("GET /media: random ranges equal the bytes, suffix ranges, HEAD, 416, a stable ETag, the sent type")
+    func httpRanges() async throws {
+        try await ServerFixture.with { fixture in
+            for name in ["alice", "bob"] { try await fixture.user(name) }
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+            let (_, bobWelcome) = try await NativeTestClient.login(fixture, "bob")
+            let video = Self.randomBytes(5 * 1024 * 1024 + 3, "httpRanges-video")
+            let sha = NativeTestClient.sha256(video)
+            _ = try #require(try await alice.upload(video, stream: 1).done)
+            _ = try await alice.sendMedia(
+                .of(video, kind: .video, mime: "video/mp4", name: "clip.mp4"),
+                to: .user("bob")
+            )
+            let url = "http://127.0.0.1:\(fixture.ports.http)/media/\(sha)"
+            let auth = ["--header", "Authorization: Bearer \(bobWelcome.token)"]
+
+            try await withTemporaryDirectory { folder in
+                let body = folder.appendingPathComponent("body")
+                let headers = folder.appendingPathComponent("headers")
+                /// Fetches with curl; returns the status, the headers (lowercased names) and the body.
+                func get(_ extra: [String], url: String = url) async throws -> (String, [String: String], [UInt8]) {
+                    try? FileManager.default.removeItem(at: body)
+                    let status = try await HTTPTests.curl(
+                        ["--output", body.path, "--dump-header", headers.path, "--write-out", "%{http_code}"] + extra
+                            + [url]
+                    )
+                    var fields: [String: String] = [:]
+                    for line in try String(contentsOf: headers, encoding: .utf8).split(separator: "\r\n") {
+                        guard let colon = line.firstIndex(of: ":") else { continue }
+                        fields[line[..<colon].lowercased()] = line[line.index(after: colon)...]
+                            .trimmingCharacters(in: .whitespaces)
+                    }
+                    let bytes = (try? Data(contentsOf: body)).map { Array($0) } ?? []
+                    return (status, fields, bytes)
+                }
+
+                let whole = try await get(auth)
+                #expect(whole.0 == "200")
+                #expect(Data(whole.2) == Data(video))
+                #expect(whole.1["content-type"] == "video/mp4")
+                #expect(whole.1["x-content-type-options"] == "nosniff")
+                #expect(whole.1["accept-ranges"] == "bytes")
+                #expect(whole.1["content-length"] == "\(video.count)")
+                let etag = try #require(whole.1["etag"])
+                #expect(etag == "\"\(sha)\"")
+
+                let seed = TestSeed.make(for: "httpRanges")
+                var random = SeededRandom(seed: seed)
+                for _ in 0..<12 {
+                    let start = Int.random(in: 0..<video.count, using: &random)
+                    let end = Int.random(in: start..<min(video.count, start + 2 * 1024 * 1024), using: &random)
+                    let part = try await get(auth + ["--range", "\(start)-\(end)"])
+                    #expect(part.0 == "206", "seed \(seed)")
+                    #expect(part.1["content-range"] == "bytes \(start)-\(end)/\(video.count)", "seed \(seed)")
+                    #expect(Data(part.2) == Data(video[start...end]), "range \(start)-\(end), seed \(seed)")
+                    #expect(part.1["etag"] == etag)
+                }
+                let suffix = try await get(auth + ["--range", "-1000"])
+                #expect(suffix.0 == "206")
+                #expect(Data(suffix.2) == Data(video.suffix(1000)))
+                #expect(suffix.1["content-range"] == "bytes \(video.count - 1000)-\(video.count - 1)/\(video.count)")
+                let open = try await get(auth + ["--range", "\(video.count - 10)-"])
+                #expect(Data(open.2) == Data(video.suffix(10)))
+                let past = try await get(auth + ["--range", "\(video.count)-"])
+                #expect(past.0 == "416")
+                #expect(past.1["content-range"] == "bytes */\(video.count)")
+
+                // HEAD, on a raw socket, so that any body byte the server wrongly sent would be seen.
+                let raw = try await RawConnection.connect(port: fixture.ports.http)
+                try await raw.write(
+                    Array(
+                        ("HEAD /media/\(sha) HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(bobWelcome.token)\r\n"
+                            + "Connection: close\r\n\r\n").utf8
+                    )
+                )
+                let head = String(decoding: try await raw.readUntilClosed(), as: UTF8.self)
+                #expect(head.hasPrefix("HTTP/1.1 200"), "\(head)")
+                #expect(head.lowercased().contains("content-length: \(video.count)\r\n"), "\(head)")
+                #expect(head.contains(etag))
+                #expect(head.hasSuffix("\r\n\r\n"), "no body after the headers: \(head.suffix(100))")
+                let cached = try await get(auth + ["--header", "If-None-Match: \(etag)"])
+                #expect(cached.0 == "304")
+                #expect(cached.2.isEmpty)
+                // The token may come in the query, for players that cannot set headers.
+                let query = try await get([], url: url + "?token=\(bobWelcome.token)")
+                #expect(query.0 == "200" && Data(query.2) == Data(video))
+            }
+            await alice.close()
+        }
+    }
+}
