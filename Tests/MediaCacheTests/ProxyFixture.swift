@@ -112,6 +112,15 @@ struct ProxyFixture {
         _ = await running.result
     }
 
+    /// Replaces a file of the origin with other bytes and a modification time `later` seconds after its present one:
+    /// nginx's ETag (the time and the size) changes without waiting for the clock's next second.
+    func replace(_ name: String, with data: Data, later: TimeInterval = 10) throws {
+        let path = self.media.appendingPathComponent(name).path
+        let modified = try FileManager.default.attributesOfItem(atPath: path)[.modificationDate] as? Date ?? Date()
+        try data.write(to: URL(fileURLWithPath: path))
+        try FileManager.default.setAttributes([.modificationDate: modified.addingTimeInterval(later)], ofItemAtPath: path)
+    }
+
     /// The proxy URL (query form) of a file of the origin under a location.
     func url(_ name: String, location: String = "files") -> String {
         ProxyURL(port: self.port).query(for: self.nginx.url(name, location: location)).absoluteString
