@@ -90,19 +90,18 @@ extension CourierClient {
     /// Uploads until the server has the whole file, over as many connections as it takes. One upload of a file at a
     /// time: a second waits for the first, and then finds the server holding the file already.
     private func upload(_ file: URL, media: MediaInfo, progress: (Int64) -> Void) async throws {
-        while !self.media.claimUpload(media.sha256) {
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        defer { self.media.releaseUpload(media.sha256) }
+        try await self.media.uploads.claim(media.sha256)
+        defer { self.media.uploads.release(media.sha256) }
+        var broken: Link?
         while true {
             try Task.checkCancellation()
-            let link = try await self.waitForLink()
+            let link = try await self.waitForLink(after: broken)
             do {
                 try await self.upload(file, media: media, on: link, progress: progress)
                 return
             } catch let error as CourierClientError where error == .notConnected {
                 // The connection broke: the next one resumes from the server's offset.
-                try await Task.sleep(for: .milliseconds(50))
+                broken = link
             } catch let error as CourierClientError where error.code == ErrorCodes.uploadBusy {
                 // The server still holds the upload for a connection of ours that broke: it lets go within its idle
                 // timeout.
@@ -178,13 +177,42 @@ extension CourierClient {
         return (SHA256Hex.string(hasher.finalize()), size)
     }
 
-    /// Waits until the client is connected.
-    func waitForLink() async throws -> Link {
-        while true {
-            let (link, stopped) = self.state.withLock { ($0.link, $0.stopped) }
-            if let link { return link }
-            if stopped { throw CourierClientError.notConnected }
-            try await Task.sleep(for: .milliseconds(50))
+    /// Waits until the client is connected, on another connection than `broken` (one that failed the caller).
+    ///
+    /// - Throws: `notConnected` once the client stopped; `CancellationError` when the caller's task is cancelled.
+    func waitForLink(after broken: Link? = nil) async throws -> Link {
+        let id = self.state.withLock { state in
+            defer { state.nextLinkWaiter += 1 }
+            return state.nextLinkWaiter
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Link, any Error>) in
+                let now: Result<Link, any Error>? = self.state.withLock { state in
+                    if let link = state.link, link !== broken { return .success(link) }
+                    if state.stopped { return .failure(CourierClientError.notConnected) }
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    state.linkWaiters[id] = continuation
+                    return nil
+                }
+                if let now { continuation.resume(with: now) }
+            }
+        } onCancel: {
+            self.state.withLock { $0.linkWaiters.removeValue(forKey: id) }?.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Hands a new connection, or the client's stop (nil), to the tasks waiting for a connection.
+    func wakeLinkWaiters(_ link: Link?) {
+        let waiters = self.state.withLock { state in
+            defer { state.linkWaiters = [:] }
+            return Array(state.linkWaiters.values)
+        }
+        for waiter in waiters {
+            if let link {
+                waiter.resume(returning: link)
+            } else {
+                waiter.resume(throwing: CourierClientError.notConnected)
+            }
         }
     }
 
@@ -212,18 +240,17 @@ extension CourierClient {
                     throw CourierClientError(code: "invalid-request", message: "a media id is 64 lowercase hex digits")
                 }
                 // One download of a file at a time: a second waits for the first, then finds it in the cache.
-                while !self.media.claimDownload(sha256) {
-                    try await Task.sleep(for: .milliseconds(50))
-                }
-                defer { self.media.releaseDownload(sha256) }
+                try await self.media.downloads.claim(sha256)
+                defer { self.media.downloads.release(sha256) }
                 if let file = self.media.file(sha256) {
                     continuation.yield(.finished(file))
                     continuation.finish()
                     return
                 }
+                var broken: Link?
                 while true {
                     try Task.checkCancellation()
-                    let link = try await self.waitForLink()
+                    let link = try await self.waitForLink(after: broken)
                     do {
                         let file = try await self.download(sha256, size: size, on: link) { received, total in
                             continuation.yield(.downloading(received: received, total: total))
@@ -232,7 +259,8 @@ extension CourierClient {
                         continuation.finish()
                         return
                     } catch let error as CourierClientError where error == .notConnected {
-                        try await Task.sleep(for: .milliseconds(50))
+                        // The connection broke: the next one resumes from the part already here.
+                        broken = link
                     }
                 }
             } catch {

@@ -101,6 +101,9 @@ public final class CourierClient: Service, Sendable {
     struct State {
         var link: Link?
         var stopped = false
+        /// Tasks waiting for a connection (``waitForLink(after:)``), woken by the next one or by the stop.
+        var linkWaiters: [Int: CheckedContinuation<Link, any Error>] = [:]
+        var nextLinkWaiter = 0
         var user: String?
         var outboxSignal: CheckedContinuation<Void, Never>?
         var outboxDirty = false
@@ -320,6 +323,7 @@ public final class CourierClient: Service, Sendable {
             return (state.link, [state.outboxSignal])
         }
         for signal in signals { signal?.resume() }
+        self.wakeLinkWaiters(nil)
         link?.close()
     }
 

@@ -17,8 +17,6 @@ final class MediaFileCache: Sendable {
 
     private struct State {
         /// Files being downloaded and uploaded now: one of each per file at a time.
-        var downloading: Set<String> = []
-        var uploading: Set<String> = []
         var files: [String: Entry] = [:]
         var total: Int64 = 0
         var memory: [String: (data: Data, used: UInt64)] = [:]
@@ -69,23 +67,10 @@ final class MediaFileCache: Sendable {
         return url
     }
 
-    /// Claims a file's download for the caller; false when another download of it is under way.
-    func claimDownload(_ sha256: String) -> Bool {
-        self.state.withLock { $0.downloading.insert(sha256).inserted }
-    }
-
-    func releaseDownload(_ sha256: String) {
-        _ = self.state.withLock { $0.downloading.remove(sha256) }
-    }
-
-    /// Claims a file's upload for the caller; false when another upload of it is under way.
-    func claimUpload(_ sha256: String) -> Bool {
-        self.state.withLock { $0.uploading.insert(sha256).inserted }
-    }
-
-    func releaseUpload(_ sha256: String) {
-        _ = self.state.withLock { $0.uploading.remove(sha256) }
-    }
+    /// One download of a file at a time: a second waits for the first, then finds the file here.
+    let downloads = KeyedClaims()
+    /// One upload of a file at a time: a second waits for the first, then finds the server holding the file.
+    let uploads = KeyedClaims()
 
     /// Where a download in progress is written.
     func partFile(_ sha256: String) -> URL {

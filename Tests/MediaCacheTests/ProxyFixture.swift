@@ -118,7 +118,10 @@ struct ProxyFixture {
         let path = self.media.appendingPathComponent(name).path
         let modified = try FileManager.default.attributesOfItem(atPath: path)[.modificationDate] as? Date ?? Date()
         try data.write(to: URL(fileURLWithPath: path))
-        try FileManager.default.setAttributes([.modificationDate: modified.addingTimeInterval(later)], ofItemAtPath: path)
+        try FileManager.default.setAttributes(
+            [.modificationDate: modified.addingTimeInterval(later)],
+            ofItemAtPath: path
+        )
     }
 
     /// The proxy URL (query form) of a file of the origin under a location.
