@@ -1,4 +1,4 @@
-public import CourierStore
+package import CourierStore
 internal import Logging
 internal import NIOCore
 internal import PostgresNIO

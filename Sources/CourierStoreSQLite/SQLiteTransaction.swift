@@ -1,4 +1,4 @@
-public import CourierStore
+internal import CourierStore
 internal import Foundation
 internal import GRDB
 
