@@ -72,7 +72,7 @@ public final class SQLiteStore: StoreBackend {
     let names: Mutex<[UserID: String]> = Mutex([:])
     package let passwords: Passwords
     /// This process's write transactions take turns: a rule's transaction spans several accesses to the writer.
-    let turns = WriteTurns()
+    let turns = AsyncLock()
 
     /// Opens (creating if needed) the database of a data folder and brings its schema up to date.
     ///
@@ -212,7 +212,7 @@ public final class SQLiteStore: StoreBackend {
     func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
         defer { self.writeCount.add(1, ordering: .relaxed) }
         do {
-            return try await self.turns.run {
+            return try await self.turns.withLock {
                 try await self.pool.writeWithoutTransaction { db in
                     // A transaction a failed rollback left open is rolled back first.
                     if db.isInsideTransaction { try db.rollback() }

@@ -12,7 +12,7 @@ extension SQLiteStore {
     ) async throws -> T {
         defer { self.writeCount.add(1, ordering: .relaxed) }
         do {
-            return try await self.turns.run {
+            return try await self.turns.withLock {
                 try await self.pool.writeWithoutTransaction { db in
                     // A transaction a failed rollback left open is rolled back first.
                     if db.isInsideTransaction { try db.rollback() }

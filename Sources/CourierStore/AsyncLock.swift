@@ -1,7 +1,8 @@
-import Synchronization
+internal import Synchronization
 
-/// A lock that tasks wait for in line (first come, first served) without blocking a thread: for sections that await.
-final class AsyncLock: Sendable {
+/// A lock that tasks wait for in line (first come, first served) without blocking a thread: for sections that await
+/// (a SQLite store's write transactions, which span several accesses to its writer; a media upload's start).
+package final class AsyncLock: Sendable {
     private struct State {
         var held = false
         var waiters: [CheckedContinuation<Void, Never>] = []
@@ -10,7 +11,9 @@ final class AsyncLock: Sendable {
     private let state = Mutex(State())
 
     /// Takes the lock: at once when it is free, else after those waiting before.
-    func lock() async {
+    package init() {}
+
+    package func lock() async {
         let free = self.state.withLock { state -> Bool in
             guard !state.held else { return false }
             state.held = true
@@ -31,7 +34,7 @@ final class AsyncLock: Sendable {
     }
 
     /// Hands the lock to the next in line (it stays held), or frees it.
-    func unlock() {
+    package func unlock() {
         let next = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
             if state.waiters.isEmpty {
                 state.held = false
@@ -43,7 +46,7 @@ final class AsyncLock: Sendable {
     }
 
     /// Runs `body` holding the lock.
-    func withLock<T: Sendable>(_ body: () async throws -> T) async rethrows -> T {
+    package func withLock<T: Sendable>(_ body: () async throws -> T) async rethrows -> T {
         await self.lock()
         defer { self.unlock() }
         return try await body()
