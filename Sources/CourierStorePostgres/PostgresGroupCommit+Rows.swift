@@ -291,26 +291,8 @@ extension PostgresGroupCommit {
     /// Reads users' names (from the store's cache when it has them).
     private mutating func loadNames(_ users: Set<UserID>, _ connection: PostgresConnection) async throws {
         guard !users.isEmpty else { return }
-        var missing: [Int64] = []
-        for user in users {
-            if let name = self.store.names.withLock({ $0[user] }) {
-                self.commit.loadName(of: user, name)
-            } else {
-                missing.append(user.rawValue)
-            }
-        }
-        guard !missing.isEmpty else { return }
-        for row in try await connection.rows(
-            "SELECT id, name FROM users WHERE id = ANY(\(missing.sorted()))",
-            logger: self.logger
-        ) {
-            let (user, name) = (UserID(rawValue: try row.get("id")), try row.get("name", as: String.self))
-            self.store.names.withLock { $0[user] = name }
-            self.commit.loadName(of: user, name)
-        }
-        for id in missing where !self.commit.has(.name(UserID(rawValue: id))) {
-            self.commit.loadName(of: UserID(rawValue: id), nil)
-        }
+        let names = try await PostgresTransaction(connection: connection, store: self.store).names(of: users)
+        for user in users { self.commit.loadName(of: user, names[user]) }
     }
 
     /// Reads conversations' names and users, without their rows' locks (they never change).

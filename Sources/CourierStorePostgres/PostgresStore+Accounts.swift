@@ -100,25 +100,10 @@ extension PostgresStore {
     ) async throws {
         guard !changes.isEmpty else { return }
         // 0 for none (ids start at 1), NULL in the table.
-        var kinds: [Int64] = []
-        var users: [Int64] = []
-        var devices: [Int64] = []
-        for change in changes {
-            switch change {
-            case .logAppended(let user):
-                kinds.append(1)
-                users.append(user.rawValue)
-                devices.append(0)
-            case .deviceRevoked(let device):
-                kinds.append(2)
-                users.append(0)
-                devices.append(device.rawValue)
-            case .userRemoved(let user):
-                kinds.append(3)
-                users.append(user.rawValue)
-                devices.append(0)
-            }
-        }
+        let columns = changes.map(\.columns)
+        let kinds = columns.map(\.kind)
+        let users = columns.map { $0.user?.rawValue ?? 0 }
+        let devices = columns.map { $0.device?.rawValue ?? 0 }
         try await connection.run("LOCK TABLE changes IN SHARE ROW EXCLUSIVE MODE", logger: logger)
         try await connection.run(
             """

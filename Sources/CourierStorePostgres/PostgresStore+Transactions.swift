@@ -153,22 +153,6 @@ extension PostgresStore {
     static func isUniqueViolation(_ error: any Error) -> Bool {
         (error as? PSQLError)?.serverInfo?[.sqlState] == "23505"
     }
-
-    /// A user's name by id, cached.
-    ///
-    /// - Throws: `unknown-user`.
-    func name(of id: UserID, _ connection: PostgresConnection) async throws -> String {
-        if let name = self.names.withLock({ $0[id] }) { return name }
-        guard
-            let name = try await connection.value(
-                "SELECT name FROM users WHERE id = \(id.rawValue)",
-                as: String.self,
-                logger: self.logger
-            )
-        else { throw CourierStoreError(.unknownUser, "no user with id \(id.rawValue)") }
-        self.names.withLock { $0[id] = name }
-        return name
-    }
 }
 
 extension PostgresConnection {

@@ -5,14 +5,6 @@ internal import PostgresNIO
 extension PostgresTransaction {
     // MARK: Logs
 
-    package func name(of user: UserID) async throws -> String? {
-        do {
-            return try await self.store.name(of: user, self.connection)
-        } catch let error as CourierStoreError where error.code == .unknownUser {
-            return nil
-        }
-    }
-
     package func lockUsers(_ users: [UserID]) async throws -> [UserID: UserRow] {
         try await Self.lockUsers(users.map(\.rawValue).sorted(), nowait: false, self.connection, logger: self.logger)
     }

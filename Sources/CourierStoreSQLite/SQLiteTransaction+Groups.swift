@@ -4,12 +4,6 @@ internal import GRDB
 extension SQLiteTransaction {
     // MARK: Logs
 
-    package func name(of user: UserID) async throws -> String? {
-        try await self.access { db in
-            try String.fetchOne(db, sql: "SELECT name FROM users WHERE id = ?", arguments: [user.rawValue])
-        }
-    }
-
     package func lockUsers(_ users: [UserID]) async throws -> [UserID: UserRow] {
         try await self.access { db in
             var rows: [UserID: UserRow] = [:]

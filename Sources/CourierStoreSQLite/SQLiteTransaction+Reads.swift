@@ -70,16 +70,18 @@ extension SQLiteTransaction {
         }
         guard !missing.isEmpty else { return names }
         let asked = missing
+        let store = self.store
         let found = try await self.access { db in
             var found: [UserID: String] = [:]
-            let statement = try db.cachedStatement(sql: "SELECT name FROM users WHERE id = ?")
             for user in asked {
-                if let name = try String.fetchOne(statement, arguments: [user.rawValue]) { found[user] = name }
+                do {
+                    found[user] = try store.name(of: user, db)
+                } catch let error as CourierStoreError where error.code == .unknownUser {
+                    continue
+                }
             }
             return found
         }
-        // Names never change and users are never deleted.
-        self.store.names.withLock { $0.merge(found) { old, _ in old } }
         return names.merging(found) { old, _ in old }
     }
 

@@ -70,8 +70,6 @@ package protocol StoreTransaction: Sendable {
     /// - Returns: The devices revoked now, by id.
     func revokeDevices(_ devices: [DeviceID]?, of user: UserID, nowMs: Int64) async throws -> [DeviceID]
 
-    /// A user's name by id, or nil.
-    func name(of user: UserID) async throws -> String?
     /// Users' rows, locked in the order of their ids: their logs grow in this transaction alone until it ends.
     ///
     /// - Throws: `storage-failed` when one does not exist.
@@ -272,6 +270,13 @@ package struct Companion: Hashable, Sendable {
         self.inGroup = inGroup
         self.mineSent = mineSent
         self.theirsSent = theirsSent
+    }
+}
+
+extension StoreTransaction {
+    /// A user's name by id, or nil.
+    func name(of user: UserID) async throws -> String? {
+        try await self.names(of: [user])[user]
     }
 }
 
