@@ -121,6 +121,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ],
+            exclude: ["Session/README.md"],
             swiftSettings: strictSettings
         ),
         // The client SDK: platform-neutral (Foundation and NIO; no Glibc), with a local SQLite outbox and store.

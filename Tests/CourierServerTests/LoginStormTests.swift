@@ -271,18 +271,6 @@ struct LoginStormTests {
         }
     }
 
-    @Test("a connection whose token expires is closed with token-expired")
-    func tokenExpiresWhileConnected() async throws {
-        try await ServerFixture.with { fixture in
-            try await fixture.user("alice")
-            let (alice, _) = try await NativeTestClient.login(fixture, "alice")
-            let closing = try await alice.expectClose(timeout: .seconds(30))
-            #expect(closing.compactMap(\.failure).map(\.code) == [ErrorCodes.tokenExpired])
-        } configure: {
-            $0.store.limits.tokenLifetime = .seconds(2)
-        }
-    }
-
     @Test("strings with NUL or other control characters never match a shorter one")
     func controlCharacters() async throws {
         try await ServerFixture.with { fixture in

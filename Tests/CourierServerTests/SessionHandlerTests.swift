@@ -28,7 +28,18 @@ struct SessionHandlerTests {
     static func withContext(_ body: (SessionContext) throws -> Void) throws {
         let folder = try TemporaryDirectory(prefix: "courier-handler")
         defer { folder.remove() }
-        var configuration = ServerConfiguration()
+        let (context, store) = try Self.context(in: folder, configuration: ServerConfiguration(), clock: .continuous)
+        defer { try? store.close() }
+        try body(context)
+    }
+
+    /// A session context over a SQLite store in `folder`, with the sessions' clock given.
+    static func context(
+        in folder: TemporaryDirectory,
+        configuration: ServerConfiguration,
+        clock: SessionClock
+    ) throws -> (SessionContext, SQLiteStore) {
+        var configuration = configuration
         configuration.dataFolder = folder.url
         let logger = Logger(label: "courier.test-handler")
         let store = try SQLiteStore(
@@ -36,7 +47,6 @@ struct SessionHandlerTests {
             configuration: .init(serving: configuration.store),
             logger: logger
         )
-        defer { try? store.close() }
         let metrics = ServerMetrics()
         let hub = Hub()
         let context = SessionContext(
@@ -54,10 +64,11 @@ struct SessionHandlerTests {
                 metrics: metrics,
                 logger: logger
             ),
-            logins: LoginGuard(configuration.limits),
-            logger: logger
+            logins: LoginThrottle(configuration.limits),
+            logger: logger,
+            clock: clock
         )
-        try body(context)
+        return (context, store)
     }
 
     static func connected(_ context: SessionContext) throws -> (EmbeddedChannel, FlushCounter) {

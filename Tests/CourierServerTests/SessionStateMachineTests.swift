@@ -11,7 +11,9 @@ struct SessionStateMachineTests {
     static func machine(_ configure: (inout ServerConfiguration.Limits) -> Void = { _ in }) -> SessionStateMachine {
         var limits = ServerConfiguration.Limits()
         configure(&limits)
-        return SessionStateMachine(configuration: .init(limits), now: start)
+        var machine = SessionStateMachine(configuration: .init(limits), now: start)
+        machine.opened(now: start)
+        return machine
     }
 
     static let session = DeviceSession(
@@ -89,11 +91,17 @@ struct SessionStateMachineTests {
     func failedAuthentication() {
         var machine = Self.machine()
         _ = machine.received(Self.hello(), now: Self.start)
-        #expect(
-            machine.authenticationFailed(code: "token-expired", message: "expired")
-                == .close(code: "token-expired", message: "expired")
-        )
-        #expect(machine.session == nil)
+        guard
+            case .close(.close(code: "token-expired", message: "expired")) = machine.workEnded(
+                .close(code: "token-expired", message: "expired"),
+                now: Self.start,
+                nowMs: 0
+            )
+        else {
+            Issue.record("the refused login did not close")
+            return
+        }
+        #expect(machine.session == nil && machine.isClosed)
     }
 
     @Test("sends become writes with the user's id; bad sends are refused with their codes")

@@ -99,14 +99,16 @@ extension Duration {
 /// which runs only while some session is registered. Used on its loop only.
 final class LoopDeadlines {
     private let loop: any EventLoop
+    private let clock: SessionClock
     private var wheel: DeadlineWheel
     private var targets: [Int: (ContinuousClock.Instant) -> Void] = [:]
     private var nextKey = 1
     private var ticker: RepeatedTask?
 
-    init(loop: any EventLoop, resolution: Duration) {
+    init(loop: any EventLoop, resolution: Duration, clock: SessionClock) {
         self.loop = loop
-        self.wheel = DeadlineWheel(resolution: resolution, origin: .now)
+        self.clock = clock
+        self.wheel = DeadlineWheel(resolution: resolution, origin: clock.now)
     }
 
     /// Registers a session: `fire` is called on the loop when a deadline armed for the returned key is due.
@@ -138,12 +140,12 @@ final class LoopDeadlines {
             self.ticker = nil
             let resolution = self.wheel.resolution
             // Stale entries go with the old wheel.
-            self.wheel = DeadlineWheel(resolution: resolution, origin: .now)
+            self.wheel = DeadlineWheel(resolution: resolution, origin: self.clock.now)
         }
     }
 
     private func advance() {
-        let now = ContinuousClock.now
+        let now = self.clock.now
         for key in self.wheel.advance(to: now) {
             self.targets[key]?(now)
         }
@@ -154,10 +156,14 @@ final class LoopDeadlines {
 final class LoopDeadlinesTable: Sendable {
     private let table = Mutex<[ObjectIdentifier: NIOLoopBound<LoopDeadlines>]>([:])
     let resolution: Duration
+    let clock: SessionClock
 
-    /// - Parameter resolution: The wheels' slot width, kept between 1 ms and 10 s.
-    init(resolution: Duration) {
+    /// - Parameters:
+    ///   - resolution: The wheels' slot width, kept between 1 ms and 10 s.
+    ///   - clock: The clock the wheels are advanced to.
+    init(resolution: Duration, clock: SessionClock = .continuous) {
         self.resolution = min(max(resolution, .milliseconds(1)), .seconds(10))
+        self.clock = clock
     }
 
     /// The deadlines of the loop the caller runs on.
@@ -165,7 +171,7 @@ final class LoopDeadlinesTable: Sendable {
         loop.preconditionInEventLoop()
         return self.table.withLock { table in
             if let existing = table[ObjectIdentifier(loop)] { return existing.value }
-            let made = LoopDeadlines(loop: loop, resolution: self.resolution)
+            let made = LoopDeadlines(loop: loop, resolution: self.resolution, clock: self.clock)
             table[ObjectIdentifier(loop)] = NIOLoopBound(made, eventLoop: loop)
             return made
         }

@@ -19,7 +19,9 @@ final class SessionContext: Sendable {
     let logger: Logger
     let metrics: ServerMetrics
     let media: MediaService
-    let logins: LoginGuard
+    let logins: LoginThrottle
+    /// The clock of the sessions' deadlines and rates, and of the fan-out budgets.
+    let clock: SessionClock
     private let connections = Atomic<Int>(0)
     /// The deadlines of the sessions, one wheel per event loop.
     let deadlines: LoopDeadlinesTable
@@ -63,11 +65,13 @@ final class SessionContext: Sendable {
         activity: DeviceActivity,
         metrics: ServerMetrics,
         media: MediaService,
-        logins: LoginGuard,
-        logger: Logger
+        logins: LoginThrottle,
+        logger: Logger,
+        clock: SessionClock = .continuous
     ) {
         self.activity = activity
-        self.deadlines = LoopDeadlinesTable(resolution: configuration.limits.deadlineResolution)
+        self.clock = clock
+        self.deadlines = LoopDeadlinesTable(resolution: configuration.limits.deadlineResolution, clock: clock)
         self.logins = logins
         self.media = media
         self.configuration = configuration
@@ -170,7 +174,7 @@ final class SessionContext: Sendable {
     /// Charges a user's fan-out budget for a committed message's deliveries.
     func chargeFanout(of user: UserID, deliveries: Int) {
         let limits = self.configuration.limits
-        let now = ContinuousClock.now
+        let now = self.clock.now
         self.fanoutBudgets.withLock { buckets in
             if buckets.count > 10_000 {
                 buckets = buckets.filter { _, bucket in
@@ -202,7 +206,7 @@ final class SessionContext: Sendable {
 
     /// How long a user's next send must wait for its fan-out budget; nil when it may go now.
     func fanoutWait(of user: UserID) -> Duration? {
-        self.fanoutBudgets.withLock { buckets in buckets[user]?.debt(now: .now) }
+        self.fanoutBudgets.withLock { buckets in buckets[user]?.debt(now: self.clock.now) }
     }
 
     private static func decrement(_ counts: inout [String: Int], _ address: String) {

@@ -5,7 +5,6 @@ import NIOCore
 /// Where a connection's delivery of events stands, once authenticated.
 struct SessionDelivery {
     var handle: ConnectionHandle
-    var user: User
     /// The cursor of the last event sent.
     var sent: UInt64
     /// The user's latest cursor at login: the client is told when the delivery reaches it.
@@ -19,9 +18,8 @@ struct SessionDelivery {
     private(set) var ackInFlight = false
     private(set) var ackWaiting: UInt64?
 
-    init(handle: ConnectionHandle, user: User, start: UInt64, latest: UInt64, ackedOnWrite: Bool) {
+    init(handle: ConnectionHandle, start: UInt64, latest: UInt64, ackedOnWrite: Bool) {
         self.handle = handle
-        self.user = user
         self.sent = start
         self.latest = latest
         self.caughtUp = false
@@ -58,10 +56,9 @@ struct SessionDelivery {
 
 /// Delivery: the hub wakes the connection, and it sends what woke it while the client takes it.
 extension SessionHandler {
-    func startDelivery(handle: ConnectionHandle, user: User, start: UInt64, latest: UInt64, ackedOnWrite: Bool) {
+    func startDelivery(handle: ConnectionHandle, start: UInt64, latest: UInt64, ackedOnWrite: Bool) {
         var delivery = SessionDelivery(
             handle: handle,
-            user: user,
             start: start,
             latest: latest,
             ackedOnWrite: ackedOnWrite
@@ -86,14 +83,13 @@ extension SessionHandler {
     /// then events (handed over at commit when this connection kept up, else read back from the store a page at a
     /// time).
     func pump() {
-        guard var delivery = self.delivery, !delivery.reading, !self.closed else { return }
-        defer { if !self.closed { self.delivery = delivery } }
+        guard var delivery = self.delivery, !delivery.reading, !self.machine.isClosed else { return }
+        defer { if !self.machine.isClosed { self.delivery = delivery } }
         let pageSize = self.server.configuration.limits.eventsPerPage
         while self.canWrite, let wake = delivery.handle.take() {
             switch wake {
             case .terminate(let code, let message):
-                self.stopped = true
-                self.closeWhenAnswered(code: code, message: message)
+                self.perform(self.machine.closeWhenAnswered(code: code, message: message))
                 return
             case .notices(let notices):
                 self.emit(notices)
@@ -102,7 +98,7 @@ extension SessionHandler {
                     let events = delivery.handle.takeHanded(after: delivery.sent, limit: pageSize)
                     guard !events.isEmpty else {
                         delivery.reading = true
-                        self.readPage(after: delivery.sent, upTo: upTo, user: delivery.user.id, limit: pageSize)
+                        self.readPage(after: delivery.sent, upTo: upTo, user: delivery.handle.user, limit: pageSize)
                         return
                     }
                     self.server.metrics.eventsHanded.increment(by: events.count)
@@ -115,7 +111,7 @@ extension SessionHandler {
 
     private func readPage(after cursor: UInt64, upTo: UInt64, user: UserID, limit: Int) {
         let (store, logger, bound, loop) = (self.server.store, self.requests.logger, self.bound, self.eventLoop!)
-        self.shared.spawn {
+        self.work?.spawn {
             let result: Result<[StoredEvent], any Error>
             do {
                 result = .success(try await store.events(for: user, after: cursor, limit: limit))
@@ -128,7 +124,7 @@ extension SessionHandler {
     }
 
     private func pageRead(_ result: Result<[StoredEvent], any Error>, upTo: UInt64) {
-        guard !self.closed, var delivery = self.delivery else { return }
+        guard !self.machine.isClosed, var delivery = self.delivery else { return }
         delivery.reading = false
         switch result {
         case .success(let events) where events.isEmpty:
@@ -136,7 +132,7 @@ extension SessionHandler {
         case .success(let events):
             self.send(events, delivery: &delivery)
         case .failure:
-            self.closeQuietly()
+            self.closeQuietly(reason: "a page of events could not be read")
             return
         }
         self.delivery = delivery
@@ -159,7 +155,7 @@ extension SessionHandler {
     /// with everything else, one at a time per connection.
     private func acknowledge(_ cursor: UInt64, delivery: SessionDelivery) {
         let (bound, loop) = (self.bound, self.eventLoop!)
-        self.server.commits.enqueue(.ack(user: delivery.user.id, device: delivery.handle.device, cursor: cursor))
+        self.server.commits.enqueue(.ack(user: delivery.handle.user, device: delivery.handle.device, cursor: cursor))
             .whenComplete { _ in loop.execute { bound.value.acknowledged() } }
     }
 

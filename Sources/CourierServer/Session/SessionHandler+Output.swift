@@ -8,7 +8,7 @@ extension SessionHandler {
     /// high-water mark), and no compat media packet is being streamed (what waits behind it is not piled up).
     var canWrite: Bool {
         guard let context = self.context else { return false }
-        return !self.streamingMedia && context.channel.isWritable
+        return !self.machine.isStreamingMedia && context.channel.isWritable
     }
 
     /// Writes an envelope.
@@ -34,11 +34,11 @@ extension SessionHandler {
     /// stopped reading would never let happen). Media the compat port sends inline is streamed from the blob store,
     /// and whatever is written meanwhile waits behind it.
     func emit(_ outputs: [TransportOutput<Transport.Outbound>], promise: EventLoopPromise<Void>?) {
-        guard !self.closed else {
+        guard !self.machine.isClosed else {
             promise?.fail(ChannelError.ioOnClosedChannel)
             return
         }
-        guard !self.streamingMedia else {
+        guard !self.machine.isStreamingMedia else {
             self.deferred.append((outputs, promise))
             return
         }
@@ -49,7 +49,7 @@ extension SessionHandler {
             case .media(let sha256, let size, let wrap, let end):
                 // The rest of this envelope goes right after the media, before anything else.
                 self.deferred.prepend((Array(outputs[(index + 1)...]), promise))
-                self.streamingMedia = true
+                self.machine.mediaStreamStarted()
                 self.streamMedia(sha256, size: size, wrap: wrap, end: end)
                 return
             }
@@ -61,7 +61,7 @@ extension SessionHandler {
     private func whenWritable(_ promise: EventLoopPromise<Void>) {
         if let context = self.context, context.channel.isWritable {
             promise.succeed()
-        } else if self.closed {
+        } else if self.machine.isClosed {
             promise.fail(ChannelError.ioOnClosedChannel)
         } else {
             self.writableWaiters.append(promise)
@@ -75,21 +75,21 @@ extension SessionHandler {
         end: Transport.Outbound
     ) {
         let (media, writer, bound, loop) = (self.server.media, self.writer, self.bound, self.eventLoop!)
-        self.shared.spawn {
+        self.work?.spawn {
             do {
                 try await media.read(sha256, range: 0..<size) { bytes in try await writer.writeDirect(wrap(bytes)) }
                 try await writer.writeDirect(end)
             } catch {
                 // Part of a packet may be out: nothing else may follow it on this connection.
-                writer.closeChannel()
+                writer.closeQuietly(reason: "a media packet could not be read: \(error)")
             }
             loop.execute { bound.value.mediaStreamed() }
         }
     }
 
     private func mediaStreamed() {
-        self.streamingMedia = false
-        while !self.streamingMedia, let (outputs, promise) = self.deferred.popFirst() {
+        self.machine.mediaStreamEnded()
+        while !self.machine.isStreamingMedia, let (outputs, promise) = self.deferred.popFirst() {
             self.emit(outputs, promise: promise)
         }
         // What waited for the packet: the delivery, and reading.
@@ -101,7 +101,7 @@ extension SessionHandler {
     /// and the media stream it starts call this: everything else goes through `emit`, which keeps a compat media
     /// packet whole.
     func write(_ frame: Transport.Outbound, promise: EventLoopPromise<Void>?) {
-        guard !self.closed, let context = self.context else {
+        guard !self.machine.isClosed, let context = self.context else {
             promise?.fail(ChannelError.ioOnClosedChannel)
             return
         }
@@ -121,15 +121,14 @@ extension SessionHandler {
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
+        self.machine.writabilityChanged(writable: context.channel.isWritable, now: self.now)
         if context.channel.isWritable {
-            self.unwritableSince = nil
             let waiters = self.writableWaiters
             self.writableWaiters = []
             for waiter in waiters { waiter.succeed() }
             self.pump()
             self.drain()
         } else {
-            self.unwritableSince = .now
             self.armDeadline()
         }
         context.fireChannelWritabilityChanged()
@@ -137,32 +136,12 @@ extension SessionHandler {
 
     // MARK: Closing
 
-    /// Sends the closing frames and closes.
-    func close(code: String, message: String) {
-        guard !self.closed else { return }
-        self.shared?.withMachine { $0.close() }
-        self.stopped = true
-        self.closed = true
-        self.writeClosing(self.transport.closingFrames(code: code, message: message))
-    }
-
-    /// Closes without a word (the client left, or stopped reading).
-    func closeQuietly() {
-        guard !self.closed else { return }
-        self.shared?.withMachine { $0.close() }
-        self.stopped = true
-        self.closed = true
-        // What was written before goes out first, as far as the socket takes it now.
-        self.context?.flush()
-        self.context?.close(promise: nil)
-    }
-
     /// Writes the last frames (whatever was written before goes first) and closes once they are out, or after
     /// `slowConsumerTimeout` for a client that does not read them.
     func writeClosing(_ frames: [Transport.Outbound]) {
         guard let context = self.context else { return }
         // In the middle of a compat media packet, a frame would land inside its bytes: the connection just ends.
-        guard let last = frames.last, !self.streamingMedia else {
+        guard let last = frames.last, !self.machine.isStreamingMedia else {
             context.flush()
             context.close(promise: nil)
             return

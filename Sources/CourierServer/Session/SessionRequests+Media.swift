@@ -23,11 +23,11 @@ extension SessionRequests {
         streamID: UInt32,
         requestID: UInt64,
         user: UserID,
-        session: SessionShared,
+        session: SessionWork,
         writer: SessionWriter<Transport>
     ) async throws {
         if let refusal = session.streams.refusal(toOpen: streamID) {
-            throw CourierStoreError(.invalidRequest, refusal)
+            throw SessionRefusal(ErrorCodes.invalidRequest, refusal)
         }
         let media = self.context.media
         var ready = ServerEnvelope()
@@ -94,7 +94,7 @@ extension SessionRequests {
         _ bytes: ByteBuffer,
         on streamID: UInt32,
         end: Bool,
-        session: SessionShared,
+        session: SessionWork,
         writer: SessionWriter<Transport>
     ) async throws {
         guard var stream = session.streams.takeUpload(streamID) else { return }
@@ -177,19 +177,19 @@ extension SessionRequests {
         window: Int,
         requestID: UInt64,
         user: UserID,
-        session: SessionShared,
+        session: SessionWork,
         writer: SessionWriter<Transport>
     ) async throws {
         if let refusal = session.streams.refusal(toOpen: streamID) {
-            throw CourierStoreError(.invalidRequest, refusal)
+            throw SessionRefusal(ErrorCodes.invalidRequest, refusal)
         }
         guard let access = try await self.context.store.mediaAccess(for: user, sha256: sha256) else {
-            throw CourierStoreError(.unknownMedia, "no media \(sha256) that this user may see")
+            throw SessionRefusal(ErrorCodes.unknownMedia, "no media \(sha256) that this user may see")
         }
         // Checked before any sum: offset and length are each at most Int64.max, their sum need not be.
         guard range.offset <= access.size, range.length <= access.size - range.offset else {
-            throw CourierStoreError(
-                .invalidRequest,
+            throw SessionRefusal(
+                ErrorCodes.invalidRequest,
                 "\(range.length) bytes from \(range.offset) are outside the \(access.size) bytes of \(sha256)"
             )
         }
@@ -220,7 +220,7 @@ extension SessionRequests {
         _ range: Range<Int64>,
         on streamID: UInt32,
         generation: UInt64,
-        session: SessionShared,
+        session: SessionWork,
         writer: SessionWriter<Transport>
     ) async {
         defer { session.streams.finishFetch(streamID, generation: generation) }
@@ -264,16 +264,12 @@ extension SessionRequests {
     func beginInline(
         _ envelope: ClientEnvelope,
         size: Int64,
-        session: SessionShared,
+        user: UserID,
+        session: SessionWork,
         writer: SessionWriter<Transport>
-    ) async throws -> SessionHandler<Transport>.StepEnd {
-        guard let device = session.withMachine({ $0.session }) else {
-            writer.close(code: ErrorCodes.notAuthenticated, message: "the first request must be auth")
-            return .stop
-        }
+    ) async throws -> SessionStateMachine.WorkEnd {
         var inline = InlineUpload(envelope: envelope, upload: nil)
         do {
-            let user = device.user.id
             inline.upload = try await self.context.media.begin(
                 id: MediaService.compatUploadID(user: user),
                 user: user,
@@ -291,9 +287,9 @@ extension SessionRequests {
     func receiveInline(
         _ bytes: ByteBuffer,
         isLast: Bool,
-        session: SessionShared,
+        session: SessionWork,
         writer: SessionWriter<Transport>
-    ) async throws -> SessionHandler<Transport>.StepEnd {
+    ) async throws -> SessionStateMachine.WorkEnd {
         guard var inline = session.inline else { return .goOn }
         if var upload = inline.upload {
             do {
@@ -327,9 +323,9 @@ extension SessionRequests {
     func abandonInline(
         code: String,
         message: String,
-        session: SessionShared,
+        session: SessionWork,
         writer: SessionWriter<Transport>
-    ) async throws -> SessionHandler<Transport>.StepEnd {
+    ) async throws -> SessionStateMachine.WorkEnd {
         let inline = session.inline
         session.inline = nil
         if let upload = inline?.upload { await self.context.media.release(upload, discard: true) }

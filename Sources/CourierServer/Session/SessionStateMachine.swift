@@ -1,11 +1,18 @@
 import CourierProtocol
 import CourierStore
 
-/// The rules of one client session, as a value: what each envelope from the client means in the session's current
-/// state, and what the connection must do about it. It holds no socket and does no I/O, so it is tested alone.
+/// One client session's whole life, as a value: what each event of the connection (an envelope, the end of a
+/// request's work, a write's outcome, the clock, the client's reading) means in the session's current state, and
+/// what the connection must do about it. It holds no socket and does no I/O, so it is tested alone; its
+/// ``SessionHandler`` owns it and changes it on the channel's event loop only.
 ///
-/// The states: waiting for `hello` (until the authentication deadline), authenticating (the store checks the
-/// credentials; anything else that arrives meanwhile is a protocol error), active, and closed.
+/// Beside the lifecycle (waiting for `hello` until the authentication deadline, authenticating, active, closed) it
+/// keeps:
+/// - the intake: whether the next request may be taken, or a request's async work or a send held for its rate
+///   makes the ones after it wait, or nothing more is taken (a goodbye, a termination);
+/// - the writes in the group commit (``PendingWrites``, answered in order), and the close that waits for them;
+/// - the deadlines: authentication, the token's expiry, silence, and a client that stopped reading;
+/// - a compat media packet being streamed, which the requests and writes after it wait for.
 struct SessionStateMachine {
     struct Configuration {
         var maxUnackedSends: Int
@@ -15,6 +22,7 @@ struct SessionStateMachine {
         var maxHistoryPage: Int
         var idleTimeout: Duration
         var authTimeout: Duration
+        var slowConsumerTimeout: Duration
         var maxMediaBytes: Int64
         var maxMessageIDBytes: Int
 
@@ -32,6 +40,7 @@ struct SessionStateMachine {
             self.maxHistoryPage = limits.maxHistoryPage
             self.idleTimeout = limits.idleTimeout
             self.authTimeout = limits.authTimeout
+            self.slowConsumerTimeout = limits.slowConsumerTimeout
         }
     }
 
@@ -39,63 +48,118 @@ struct SessionStateMachine {
     enum Action: Equatable {
         /// Nothing.
         case none
-        /// Check these credentials with the store, then call ``authenticated(_:now:nowMs:)`` or ``authenticationFailed(_:)``.
+        /// Check these credentials with the store, then hand the outcome to ``workEnded(_:now:nowMs:)``.
         case authenticate(Courier_V1_Hello, requestID: UInt64)
-        /// Submit a durable write to the group commit and answer with its outcome; ``writeFinished()`` after.
+        /// Submit a durable write to the group commit (through ``admit(_:)``) and answer with its outcome.
         case write(WriteRequest, requestID: UInt64, answers: Bool)
-        /// Run a read-only or ephemeral request and answer it.
+        /// Run a read-only or ephemeral request and answer it; its end goes to ``workEnded(_:now:nowMs:)``.
         case request(Request, requestID: UInt64)
-        /// The connection is over its send rate: wait this long, then hand the same envelope in again. Nothing is
-        /// read meanwhile (backpressure), so a client's messages keep their order.
+        /// The connection is over its send rate: wait this long, then hand the same envelope in again
+        /// (``holdEnded()`` first). Nothing is taken meanwhile (backpressure), so a client's messages keep their
+        /// order.
         case pause(Duration)
         /// Answer with an error; the session goes on.
         case refuse(requestID: UInt64, code: String, message: String, id: String, retryAfter: Duration?)
         /// Send an error, then close the connection.
         case close(code: String, message: String)
+        /// Close without a word (the client stopped reading, or the connection failed).
+        case closeQuietly(reason: String)
     }
 
-    /// Requests that read or notify but do not go through the group commit.
-    enum Request: Equatable {
-        case history(Conversation, beforeSeq: UInt64, limit: Int)
-        case unread(offset: Int)
-        case typing(Conversation, Bool)
-        case manageGroup(Courier_V1_ManageGroup)
-        case logout
-        /// Start or resume an upload of media bytes on a stream.
-        case upload(sha256: String, size: Int64, streamID: UInt32)
-        /// Send media bytes on a stream.
-        case fetch(sha256: String, offset: Int64, length: Int64, streamID: UInt32, window: Int)
+    /// How a request's async work ended, handed back to the loop.
+    enum WorkEnd: Sendable {
+        /// Go on with the next request.
+        case goOn
+        /// Logged in: the session is active, and delivery starts from `start`.
+        case authenticated(
+            DeviceSession,
+            handle: ConnectionHandle,
+            start: UInt64,
+            latest: UInt64,
+            ackedOnWrite: Bool
+        )
+        /// A request that came of the work (a compat media packet's send, once its bytes are stored).
+        case submit(ClientEnvelope)
+        /// Send an error, then close (a refused login, a logout, the server stopping).
+        case close(code: String, message: String)
+        /// The work could not write to the connection: it is gone, or going.
+        case failed(String)
+    }
+
+    /// What the loop does when work ends.
+    enum AfterWork {
+        /// Take the next request.
+        case takeNext
+        /// Start delivering: the session became active.
+        case deliver(DeviceSession, handle: ConnectionHandle, start: UInt64, latest: UInt64, ackedOnWrite: Bool)
+        /// Take this request before the next.
+        case submit(ClientEnvelope)
+        /// Carry out this close.
+        case close(Action)
+        /// Nothing: the session has closed.
+        case none
     }
 
     private enum State {
-        case awaitingHello
-        case authenticating
+        /// Before the connection is admitted.
+        case unopened
+        case awaitingHello(since: ContinuousClock.Instant)
+        case authenticating(since: ContinuousClock.Instant)
         case active(Active)
         case closed
     }
 
-    private struct Active {
+    struct Active {
         var session: DeviceSession
         var bucket: TokenBucket
         /// When the session's token expires: the connection closes then with `token-expired`.
         var expires: ContinuousClock.Instant
     }
 
-    let configuration: Configuration
-    private var state: State = .awaitingHello
-
-    /// Whether the session has closed (the connection is going away).
-    var isClosed: Bool {
-        if case .closed = self.state { return true }
-        return false
+    /// Whether the next request may be taken.
+    private enum Intake: Equatable {
+        case open
+        /// A request's async work runs: the requests after it wait for its end.
+        case working
+        /// A send waits for its rate or its user's fan-out budget.
+        case holding
+        /// Nothing more is taken: the session closes, now or once its writes are answered.
+        case stopped
     }
-    private let connected: ContinuousClock.Instant
+
+    let configuration: Configuration
+    private var state: State = .unopened
+    private var intake = Intake.open
     private var lastReceived: ContinuousClock.Instant
+    /// Since when the client has left the connection's write buffer over its high-water mark.
+    private var unwritableSince: ContinuousClock.Instant?
+    /// The writes in the group commit, answered in order.
+    private var writes = PendingWrites()
+    /// The close that waits for the writes in flight to be answered: with this error, or quietly (`code` nil).
+    private var closeAfterWrites: (code: String?, message: String)?
+    /// Writes of the client's own in the group commit (a merged acknowledgement is not one).
+    private(set) var writesInFlight = 0
+    /// A compat media packet is being streamed from the blob store: other writes and requests wait behind it.
+    private(set) var isStreamingMedia = false
 
     init(configuration: Configuration, now: ContinuousClock.Instant) {
         self.configuration = configuration
-        self.connected = now
         self.lastReceived = now
+    }
+
+    // MARK: Lifecycle
+
+    /// The connection was admitted: the time to authenticate runs from now.
+    mutating func opened(now: ContinuousClock.Instant) {
+        guard case .unopened = self.state else { return }
+        self.state = .awaitingHello(since: now)
+        self.lastReceived = now
+    }
+
+    /// Whether the session has closed (the connection is closing or gone).
+    var isClosed: Bool {
+        if case .closed = self.state { return true }
+        return false
     }
 
     /// The authenticated device session, once there is one.
@@ -104,10 +168,59 @@ struct SessionStateMachine {
         return nil
     }
 
-    /// Writes to the group commit whose outcome has not come back.
-    private(set) var writesInFlight = 0
+    /// The connection closes for a reason of its own (revoked, shutting down, a framing error, the channel gone).
+    ///
+    /// - Returns: Whether this closes it (false when it was closed already: the close is carried out once).
+    mutating func close() -> Bool {
+        if case .closed = self.state { return false }
+        self.state = .closed
+        self.intake = .stopped
+        return true
+    }
 
-    /// Whether the connection may read another envelope: not while `maxUnackedSends` writes wait for their commit.
+    /// Closes with an error, unless closed already.
+    mutating func close(code: String, message: String) -> Action {
+        self.close() ? .close(code: code, message: message) : .none
+    }
+
+    /// Closes without a word, unless closed already.
+    mutating func closeQuietly(reason: String) -> Action {
+        self.closeNow(code: nil, message: reason)
+    }
+
+    /// Takes nothing more, and closes once the writes in flight are answered (a goodbye, a termination).
+    ///
+    /// - Returns: The close, when nothing is in flight; else `.none`, and ``writesAnswered(_:)`` returns it later.
+    mutating func closeWhenAnswered(code: String?, message: String) -> Action {
+        guard !self.isClosed else { return .none }
+        self.intake = .stopped
+        guard self.writes.isEmpty else {
+            if self.closeAfterWrites == nil { self.closeAfterWrites = (code, message) }
+            return .none
+        }
+        return self.closeNow(code: code, message: message)
+    }
+
+    private mutating func closeNow(code: String?, message: String) -> Action {
+        guard self.close() else { return .none }
+        if let code { return .close(code: code, message: message) }
+        return .closeQuietly(reason: message)
+    }
+
+    // MARK: Intake
+
+    /// Whether the connection reads more from the socket (it still stops while requests wait in its inbox).
+    var takesInput: Bool {
+        self.intake != .stopped
+    }
+
+    /// Whether the next request may be taken now: nothing waits before it, fewer than `maxUnackedSends` writes are
+    /// in flight, and no compat media packet is being streamed.
+    var mayTakeRequest: Bool {
+        self.intake == .open && !self.isStreamingMedia && self.mayReadMore
+    }
+
+    /// Whether another write may go in flight: not while `maxUnackedSends` wait for their commit.
     var mayReadMore: Bool {
         self.writesInFlight < self.configuration.maxUnackedSends
     }
@@ -122,293 +235,83 @@ struct SessionStateMachine {
         self.lastReceived = now
         let requestID = envelope.requestID
         switch self.state {
-        case .closed:
+        case .closed, .unopened:
             return .none
         case .authenticating:
-            self.state = .closed
-            return .close(code: ErrorCodes.notAuthenticated, message: "wait for the welcome before sending requests")
-        case .awaitingHello:
+            return self.close(
+                code: ErrorCodes.notAuthenticated,
+                message: "wait for the welcome before sending requests"
+            )
+        case .awaitingHello(let since):
             guard case .hello(let hello)? = envelope.body else {
-                self.state = .closed
-                return .close(code: ErrorCodes.notAuthenticated, message: "the first request must be hello")
+                return self.close(code: ErrorCodes.notAuthenticated, message: "the first request must be hello")
             }
             guard hello.credentials != nil else {
-                self.state = .closed
-                return .close(code: ErrorCodes.authFailed, message: "hello carries no password and no token")
+                return self.close(code: ErrorCodes.authFailed, message: "hello carries no password and no token")
             }
-            self.state = .authenticating
+            self.state = .authenticating(since: since)
+            self.intake = .working
             return .authenticate(hello, requestID: requestID)
         case .active(var active):
-            defer { if case .active = self.state { self.state = .active(active) } }
-            return self.activeRequest(envelope, requestID: requestID, active: &active, now: now)
+            let action = self.activeRequest(envelope, requestID: requestID, active: &active, now: now)
+            self.state = .active(active)
+            switch action {
+            case .write: self.writesInFlight += 1
+            case .request: self.intake = .working
+            case .pause: self.intake = .holding
+            case .close: _ = self.close()
+            case .none, .authenticate, .refuse, .closeQuietly: break
+            }
+            return action
         }
     }
 
-    private mutating func activeRequest(
-        _ envelope: ClientEnvelope,
-        requestID: UInt64,
-        active: inout Active,
-        now: ContinuousClock.Instant
-    ) -> Action {
-        let user = active.session.user.id
-        switch envelope.body {
-        case .hello:
-            return .refuse(
-                requestID: requestID,
-                code: ErrorCodes.alreadyAuthenticated,
-                message: "this connection is authenticated",
-                id: "",
-                retryAfter: nil
-            )
-        case .send(let send):
-            if let refusal = self.validate(send, requestID: requestID) { return refusal }
-            guard let address = Conversation(send.to) else {
-                return .refuse(
-                    requestID: requestID,
-                    code: ErrorCodes.invalidRequest,
-                    message: "a send needs a user or a group to go to",
-                    id: send.id,
-                    retryAfter: nil
-                )
-            }
-            if let wait = active.bucket.take(now: now) {
-                return .pause(wait)
-            }
-            self.writesInFlight += 1
-            var media: MediaReference?
-            if case .media(let body)? = send.body.content {
-                media = MediaReference(
-                    sha256: body.sha256,
-                    size: Int64(body.size),
-                    mime: body.mime,
-                    name: body.name
-                )
-            }
-            let body = (try? send.body.serializedBytes() as [UInt8]) ?? []
-            return .write(
-                .send(
-                    .init(
-                        sender: user,
-                        device: active.session.device.id,
-                        id: send.id,
-                        to: address,
-                        body: body,
-                        media: media
-                    )
-                ),
-                requestID: requestID,
-                answers: true
-            )
-        case .ack(let ack):
-            self.writesInFlight += 1
-            return .write(
-                .ack(user: user, device: active.session.device.id, cursor: ack.cursor),
-                requestID: requestID,
-                answers: false
-            )
-        case .markRead(let mark):
-            guard let address = Conversation(mark.conversation) else { return self.missingConversation(requestID) }
-            self.writesInFlight += 1
-            return .write(
-                .markRead(user: user, conversation: address, upToSeq: mark.upToSeq),
-                requestID: requestID,
-                answers: true
-            )
-        case .recall(let recall):
-            guard let address = Conversation(recall.conversation) else { return self.missingConversation(requestID) }
-            self.writesInFlight += 1
-            return .write(
-                .recall(user: user, conversation: address, id: recall.id),
-                requestID: requestID,
-                answers: true
-            )
-        case .history(let history):
-            guard let address = Conversation(history.conversation) else { return self.missingConversation(requestID) }
-            let limit = history.limit == 0 ? 50 : Int(history.limit)
-            return .request(
-                .history(address, beforeSeq: history.beforeSeq, limit: min(limit, self.configuration.maxHistoryPage)),
-                requestID: requestID
-            )
-        case .unread(let unread):
-            return .request(.unread(offset: Int(unread.offset)), requestID: requestID)
-        case .typing(let typing):
-            guard let address = Conversation(typing.conversation) else { return self.missingConversation(requestID) }
-            return .request(.typing(address, typing.typing), requestID: requestID)
-        case .manageGroup(let manage):
-            guard manage.action != nil, !manage.group.isEmpty else {
-                return .refuse(
-                    requestID: requestID,
-                    code: ErrorCodes.invalidRequest,
-                    message: "manage_group needs a group and an action",
-                    id: "",
-                    retryAfter: nil
-                )
-            }
-            return .request(.manageGroup(manage), requestID: requestID)
-        case .logout:
-            return .request(.logout, requestID: requestID)
-        case .upload(let upload):
-            if let refusal = Self.validate(digest: upload.sha256, stream: upload.streamID, requestID: requestID) {
-                return refusal
-            }
-            guard upload.size <= UInt64(self.configuration.maxMediaBytes) else {
-                return .refuse(
-                    requestID: requestID,
-                    code: ErrorCodes.mediaTooLarge,
-                    message:
-                        "\(upload.size) bytes is over the media limit of \(self.configuration.maxMediaBytes) bytes",
-                    id: "",
-                    retryAfter: nil
-                )
-            }
-            return .request(
-                .upload(sha256: upload.sha256, size: Int64(upload.size), streamID: upload.streamID),
-                requestID: requestID
-            )
-        case .fetch(let fetch):
-            if let refusal = Self.validate(digest: fetch.sha256, stream: fetch.streamID, requestID: requestID) {
-                return refusal
-            }
-            guard fetch.offset <= Int64.max, fetch.length <= Int64.max else {
-                return .refuse(
-                    requestID: requestID,
-                    code: ErrorCodes.invalidRequest,
-                    message: "a range beyond any file",
-                    id: "",
-                    retryAfter: nil
-                )
-            }
-            return .request(
-                .fetch(
-                    sha256: fetch.sha256,
-                    offset: Int64(fetch.offset),
-                    length: Int64(fetch.length),
-                    streamID: fetch.streamID,
-                    window: Int(fetch.windowBytes)
-                ),
-                requestID: requestID
-            )
-        case nil:
-            return .refuse(
-                requestID: requestID,
-                code: ErrorCodes.unsupported,
-                message: "a request this server does not know",
-                id: "",
-                retryAfter: nil
-            )
+    /// A request's work that starts from a frame rather than an envelope (a media stream's bytes, a compat media
+    /// packet): the requests after it wait for its end.
+    mutating func workStarted() {
+        if self.intake == .open { self.intake = .working }
+    }
+
+    /// A send held by ``Action/pause(_:)`` or for its user's fan-out budget is handed in again.
+    mutating func holdEnded(now: ContinuousClock.Instant) {
+        if self.intake == .holding { self.intake = .open }
+        // The hold was the server's doing, not the client's silence.
+        self.lastReceived = now
+    }
+
+    /// A send is held for its user's fan-out budget (all its connections together).
+    mutating func hold() {
+        if self.intake == .open { self.intake = .holding }
+    }
+
+    /// A request's async work ended.
+    mutating func workEnded(_ end: WorkEnd, now: ContinuousClock.Instant, nowMs: Int64) -> AfterWork {
+        if self.intake == .working { self.intake = .open }
+        guard !self.isClosed else { return .none }
+        switch end {
+        case .goOn:
+            return .takeNext
+        case .submit(let envelope):
+            return .submit(envelope)
+        case .close(let code, let message):
+            return .close(self.close(code: code, message: message))
+        case .failed(let reason):
+            return .close(self.closeNow(code: nil, message: reason))
+        case .authenticated(let session, let handle, let start, let latest, let ackedOnWrite):
+            guard self.authenticated(session, now: now, nowMs: nowMs) else { return .none }
+            return .deliver(session, handle: handle, start: start, latest: latest, ackedOnWrite: ackedOnWrite)
         }
     }
 
-    /// A media digest must be 64 lowercase hex digits, and a stream a client opens an odd id.
-    private static func validate(digest: String, stream: UInt32, requestID: UInt64) -> Action? {
-        guard SHA256Hex.isValid(digest) else {
-            return .refuse(
-                requestID: requestID,
-                code: ErrorCodes.invalidRequest,
-                message: "sha256 is 64 lowercase hex digits",
-                id: "",
-                retryAfter: nil
-            )
-        }
-        guard stream % 2 == 1 else {
-            return .refuse(
-                requestID: requestID,
-                code: ErrorCodes.invalidRequest,
-                message: "a stream a client opens has an odd id",
-                id: "",
-                retryAfter: nil
-            )
-        }
-        return nil
-    }
-
-    /// The longest MIME type and file name a media message may carry, in bytes.
-    static let maxMimeBytes = 127
-    static let maxMediaNameBytes = 255
-
-    /// Whether a MIME type is safe to send back in a `Content-Type` header and a compat header: `type/subtype` with
-    /// optional parameters, printable ASCII only.
-    static func isMediaType(_ text: String) -> Bool {
-        let bytes = Array(text.utf8)
-        guard let slash = bytes.firstIndex(of: UInt8(ascii: "/")), slash > 0, slash < bytes.count - 1 else {
-            return false
-        }
-        return bytes.allSatisfy { (0x20...0x7E).contains($0) }
-    }
-
-    private func validate(_ send: Courier_V1_Send, requestID: UInt64) -> Action? {
-        func refuse(_ code: String, _ message: String) -> Action {
-            .refuse(requestID: requestID, code: code, message: message, id: send.id, retryAfter: nil)
-        }
-        if send.id.utf8.count > self.configuration.maxMessageIDBytes {
-            return refuse(
-                ErrorCodes.idTooLong,
-                "a message id has at most \(self.configuration.maxMessageIDBytes) bytes"
-            )
-        }
-        if !StoreText.isClean(send.id) {
-            return refuse(ErrorCodes.invalidRequest, "a message id has no control characters")
-        }
-        switch send.body.content {
-        case .text(let text)?:
-            if text.isEmpty { return refuse(ErrorCodes.emptyMessage, "the text is empty") }
-            if text.utf8.count > self.configuration.maxTextBytes {
-                return refuse(
-                    ErrorCodes.textTooLarge,
-                    "\(text.utf8.count) bytes of text; the limit is \(self.configuration.maxTextBytes)"
-                )
-            }
-            return nil
-        case .media(let media)?:
-            guard SHA256Hex.isValid(media.sha256) else {
-                return refuse(ErrorCodes.invalidRequest, "media.sha256 is 64 lowercase hex digits")
-            }
-            guard media.kind != .unspecified, Courier_V1_Media.Kind.allCases.contains(media.kind) else {
-                return refuse(ErrorCodes.invalidRequest, "media.kind is image, voice, video or file")
-            }
-            if media.size > UInt64(self.configuration.maxMediaBytes) {
-                return refuse(
-                    ErrorCodes.mediaTooLarge,
-                    "\(media.size) bytes is over the media limit of \(self.configuration.maxMediaBytes) bytes"
-                )
-            }
-            if !media.mime.isEmpty, media.mime.utf8.count > Self.maxMimeBytes || !Self.isMediaType(media.mime) {
-                return refuse(
-                    ErrorCodes.invalidRequest,
-                    "media.mime is a MIME type (type/subtype, printable ASCII, at most \(Self.maxMimeBytes) bytes)"
-                )
-            }
-            if media.name.utf8.count > Self.maxMediaNameBytes || media.name.contains("/")
-                || media.name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
-            {
-                return refuse(
-                    ErrorCodes.invalidRequest,
-                    "media.name is a file name without / or control characters, at most \(Self.maxMediaNameBytes) bytes"
-                )
-            }
-            return nil
-        case nil:
-            return refuse(ErrorCodes.emptyMessage, "the message has no content")
-        }
-    }
-
-    private func missingConversation(_ requestID: UInt64) -> Action {
-        .refuse(
-            requestID: requestID,
-            code: ErrorCodes.invalidRequest,
-            message: "the request names no conversation",
-            id: "",
-            retryAfter: nil
-        )
-    }
-
-    /// The store accepted the credentials.
+    /// The store accepted the credentials: the session is active.
     ///
     /// - Parameters:
     ///   - now: The session's clock.
     ///   - nowMs: The wall clock, in milliseconds since 1970, against which the token's expiry is read.
-    mutating func authenticated(_ session: DeviceSession, now: ContinuousClock.Instant, nowMs: Int64) {
-        guard case .authenticating = self.state else { return }
+    /// - Returns: Whether the session was authenticating (false once closed).
+    @discardableResult
+    mutating func authenticated(_ session: DeviceSession, now: ContinuousClock.Instant, nowMs: Int64) -> Bool {
+        guard case .authenticating = self.state else { return false }
         let left = min(max(0, session.device.expiresMs - nowMs), 100 * 365 * 86_400_000)
         self.state = .active(
             Active(
@@ -421,66 +324,154 @@ struct SessionStateMachine {
                 expires: now + .milliseconds(left)
             )
         )
+        return true
     }
 
-    /// The store refused the credentials: the connection closes with that code.
-    mutating func authenticationFailed(code: String, message: String) -> Action {
-        self.state = .closed
-        return .close(code: code, message: message)
+    // MARK: Writes
+
+    /// A write from ``Action/write(_:requestID:answers:)``: the writes to send to the group commit now, first first
+    /// (see ``PendingWrites/admit(_:)``).
+    mutating func admit(_ request: WriteRequest) -> [PendingWrites.Admitted] {
+        let admitted = self.writes.admit(request)
+        // An acknowledgement merged into the next is not a write of its own.
+        if admitted.isEmpty { self.writeFinished() }
+        return admitted
     }
 
-    /// A write from ``Action/write(_:requestID:answers:)`` finished (committed, refused or failed).
+    /// The acknowledgement waiting to be merged, taken out to go to the group commit now: the connection ended.
+    mutating func takeMergedAck() -> WriteRequest? {
+        self.writes.takeMergedAck()
+    }
+
+    /// Records a write sent to the group commit.
+    ///
+    /// - Returns: Its serial, for ``writesAnswered(_:)``.
+    mutating func sent(
+        _ request: WriteRequest,
+        requestID: UInt64,
+        answers: Bool,
+        reservedFanout: Int,
+        isRequest: Bool
+    )
+        -> UInt64
+    {
+        self.writes.append(
+            request,
+            requestID: requestID,
+            answers: answers,
+            reservedFanout: reservedFanout,
+            isRequest: isRequest
+        )
+    }
+
+    /// Outcomes came back from the group commit, in any order.
+    ///
+    /// - Returns: The writes now answered, in the order the requests came, each with the merged acknowledgement
+    ///   that goes to the group commit after it, if any. After a write the database failed, nothing more is taken:
+    ///   every later write of the connection fails too (none overtakes it), and the connection closes with
+    ///   `storage-failed` once they are answered (``closeIfAnswered()``); the client sends again what was not
+    ///   acknowledged.
+    mutating func writesAnswered(
+        _ outcomes: [(serial: UInt64, result: Result<WriteOutcome, any Error>)]
+    ) -> [(write: PendingWrites.Pending, result: Result<WriteOutcome, any Error>, next: WriteRequest?)] {
+        self.writes.record(outcomes)
+        var answered: [(PendingWrites.Pending, Result<WriteOutcome, any Error>, WriteRequest?)] = []
+        while let (write, result, next) = self.writes.popAnswered() {
+            if write.isRequest { self.writeFinished() }
+            if case .failure(let error as CourierStoreError) = result, error.code == .storageFailed,
+                !self.isClosed, self.closeAfterWrites == nil
+            {
+                self.intake = .stopped
+                self.closeAfterWrites = (
+                    ErrorCodes.storageFailed,
+                    "the server could not store a write: connect again and send what was not acknowledged"
+                )
+            }
+            answered.append((write, result, next))
+        }
+        return answered
+    }
+
+    /// The close that waited for the writes in flight, once they are answered (their answers written first).
+    mutating func closeIfAnswered() -> Action {
+        guard self.writes.isEmpty, let (code, message) = self.closeAfterWrites else { return .none }
+        self.closeAfterWrites = nil
+        return self.closeNow(code: code, message: message)
+    }
+
+    /// A write the client asked for finished (committed, refused or failed), or was merged into the next.
     mutating func writeFinished() {
         self.writesInFlight = max(0, self.writesInFlight - 1)
     }
 
-    /// The earliest instant at which ``tick(now:)`` may close the session: the end of the time to authenticate, or
-    /// the token's expiry or the idle timeout, whichever comes first; nil once closed. A connection arms its timer
-    /// for this instant and asks again when it fires (activity since then moves it later).
-    var nextDeadline: ContinuousClock.Instant? {
-        switch self.state {
-        case .awaitingHello, .authenticating:
-            self.connected + self.configuration.authTimeout
-        case .active(let active):
-            min(active.expires, self.lastReceived + self.configuration.idleTimeout)
-        case .closed:
-            nil
+    // MARK: Output
+
+    /// A compat media packet starts streaming from the blob store.
+    mutating func mediaStreamStarted() {
+        self.isStreamingMedia = true
+    }
+
+    /// The compat media packet was streamed: what waited behind it goes.
+    mutating func mediaStreamEnded() {
+        self.isStreamingMedia = false
+    }
+
+    /// The channel's write buffer crossed its high-water mark (`writable` false) or came back under it.
+    mutating func writabilityChanged(writable: Bool, now: ContinuousClock.Instant) {
+        if writable {
+            self.unwritableSince = nil
+        } else if self.unwritableSince == nil {
+            self.unwritableSince = now
         }
+    }
+
+    // MARK: Deadlines
+
+    /// The earliest instant at which ``tick(now:)`` may close the session: the end of the time to authenticate, or
+    /// the token's expiry, the idle timeout, or the end of a stopped reader's grace, whichever comes first; nil
+    /// once closed. A connection arms its timer for this instant and asks again when it fires (activity since then
+    /// moves it later).
+    var nextDeadline: ContinuousClock.Instant? {
+        let session: ContinuousClock.Instant? =
+            switch self.state {
+            case .unopened, .closed: nil
+            case .awaitingHello(let since), .authenticating(let since): since + self.configuration.authTimeout
+            case .active(let active): min(active.expires, self.lastReceived + self.configuration.idleTimeout)
+            }
+        guard let session else { return nil }
+        guard let unwritableSince else { return session }
+        return min(session, unwritableSince + self.configuration.slowConsumerTimeout)
     }
 
     /// Checks the connection's deadlines.
     ///
-    /// - Returns: `.close` when the client did not authenticate in time or has been silent for the idle timeout.
+    /// - Returns: A close when the client stopped reading for `slowConsumerTimeout`, did not authenticate in time,
+    ///   outlived its token, or has been silent for the idle timeout.
     mutating func tick(now: ContinuousClock.Instant) -> Action {
+        if let unwritableSince, now - unwritableSince >= self.configuration.slowConsumerTimeout {
+            return self.closeNow(code: nil, message: "the client stopped reading")
+        }
         switch self.state {
-        case .awaitingHello, .authenticating:
-            if now - self.connected >= self.configuration.authTimeout {
-                self.state = .closed
-                return .close(
+        case .awaitingHello(let since), .authenticating(let since):
+            if now - since >= self.configuration.authTimeout {
+                return self.close(
                     code: ErrorCodes.authTimeout,
                     message: "no hello within \(self.configuration.authTimeout)"
                 )
             }
         case .active(let active):
             if now >= active.expires {
-                self.state = .closed
-                return .close(code: ErrorCodes.tokenExpired, message: "the token expired: log in again")
+                return self.close(code: ErrorCodes.tokenExpired, message: "the token expired: log in again")
             }
             if now - self.lastReceived >= self.configuration.idleTimeout {
-                self.state = .closed
-                return .close(
+                return self.close(
                     code: ErrorCodes.idleTimeout,
                     message: "nothing received for \(self.configuration.idleTimeout)"
                 )
             }
-        case .closed:
+        case .unopened, .closed:
             break
         }
         return .none
-    }
-
-    /// The connection is closing for a reason of its own (revoked, shutting down, a framing error).
-    mutating func close() {
-        self.state = .closed
     }
 }

@@ -34,15 +34,9 @@ struct SessionWriter<Transport: SessionTransport>: Sendable {
         try await promise.futureResult.get()
     }
 
-    /// Sends the closing frames and closes.
-    func close(code: String, message: String) {
+    /// Closes without a word (a stream broke off: nothing may follow what was written of it).
+    func closeQuietly(reason: String) {
         let handler = self.handler
-        self.eventLoop.execute { handler.value.close(code: code, message: message) }
-    }
-
-    /// Closes without a word.
-    func closeChannel() {
-        let handler = self.handler
-        self.eventLoop.execute { handler.value.closeQuietly() }
+        self.eventLoop.execute { handler.value.closeQuietly(reason: reason) }
     }
 }

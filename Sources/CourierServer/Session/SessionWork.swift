@@ -3,10 +3,12 @@ import CourierStore
 import NIOCore
 import Synchronization
 
-/// What a connection's channel handler shares with the async work it starts (a login, a history read, a media
-/// stream): the session state machine, the hub's handle, the media streams, and the work itself, so that the
-/// connection's end can cancel it and wait for it before its bookkeeping.
-final class SessionShared: Sendable {
+/// What a connection's async work (a login, a history read, a media stream) shares with its channel handler and its
+/// end: the work itself, so that the end can cancel it and wait for it before its bookkeeping; what the end must
+/// release (the hub's handle, media streams, a compat media packet being received); and the outcomes of its writes,
+/// coming back from the group commit on other threads. The session's state is not here: it is the handler's
+/// ``SessionStateMachine``, changed on the event loop only.
+final class SessionWork: Sendable {
     private struct State {
         var handle: ConnectionHandle?
         /// A compat media packet whose bytes are arriving.
@@ -20,24 +22,19 @@ final class SessionShared: Sendable {
         var completed: [(serial: UInt64, result: Result<WriteOutcome, any Error>)] = []
     }
 
-    private let machine: Mutex<SessionStateMachine>
     private let state = Mutex(State())
     /// The connection's media streams.
     let streams: MediaStreams
 
-    init(machine: SessionStateMachine, media: ServerConfiguration.Media) {
-        self.machine = Mutex(machine)
+    init(media: ServerConfiguration.Media) {
         self.streams = MediaStreams(
             maxStreams: media.maxStreamsPerConnection,
             maxFetchWindow: media.maxFetchWindowBytes
         )
     }
 
-    func withMachine<T>(_ body: (inout SessionStateMachine) -> T) -> T {
-        self.machine.withLock { body(&$0) }
-    }
-
-    /// The connection's entry in the hub, once authenticated.
+    /// The connection's entry in the hub, from the moment the login registers it: the end unregisters it, even when
+    /// the connection closed before the login's end reached the loop.
     var handle: ConnectionHandle? {
         get { self.state.withLock { $0.handle } }
         set { self.state.withLock { $0.handle = newValue } }

@@ -11,7 +11,7 @@ import CourierStore
 /// acknowledged is forgotten.
 ///
 /// Everything here is the handler's to carry out; nothing here touches a channel or the store.
-struct SessionWrites {
+struct PendingWrites {
     /// A write sent to the group commit, waiting for its outcome.
     struct Pending {
         var serial: UInt64

@@ -25,7 +25,7 @@ enum HTTPEndpoints {
         configuration: ServerConfiguration,
         metrics: ServerMetrics,
         media: MediaService,
-        logins: LoginGuard,
+        logins: LoginThrottle,
         version: String,
         database: DatabaseHealth,
         logger: Logger,

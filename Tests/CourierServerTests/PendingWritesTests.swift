@@ -4,7 +4,7 @@ import Testing
 @testable import CourierServer
 
 @Suite("A connection's writes in the group commit, as values (no channel, no store)")
-struct SessionWritesTests {
+struct PendingWritesTests {
     static let user = UserID(rawValue: 1)
     static let device = DeviceID(rawValue: 2)
 
@@ -21,7 +21,7 @@ struct SessionWritesTests {
     }
 
     /// Sends what `admit` returns to the "commit" (records it), as the handler does.
-    static func admit(_ request: WriteRequest, into writes: inout SessionWrites) -> [(UInt64, WriteRequest, Bool)] {
+    static func admit(_ request: WriteRequest, into writes: inout PendingWrites) -> [(UInt64, WriteRequest, Bool)] {
         writes.admit(request).map { admitted in
             let serial = writes.append(
                 admitted.request,
@@ -38,7 +38,7 @@ struct SessionWritesTests {
         "acknowledgements that come while one is in the commit merge into one, the latest cursor, sent when it returns"
     )
     func acknowledgementsMerge() {
-        var writes = SessionWrites()
+        var writes = PendingWrites()
         let first = Self.admit(Self.ack(5), into: &writes)
         #expect(first.count == 1)
         #expect(Self.cursor(first[0].1) == 5)
@@ -62,7 +62,7 @@ struct SessionWritesTests {
 
     @Test("a waiting acknowledgement goes before any other write, so receipts keep their order")
     func waitingAcknowledgementGoesFirst() {
-        var writes = SessionWrites()
+        var writes = PendingWrites()
         _ = Self.admit(Self.ack(5), into: &writes)
         #expect(Self.admit(Self.ack(6), into: &writes).isEmpty)
         let admitted = Self.admit(Self.markRead(6), into: &writes)
@@ -81,7 +81,7 @@ struct SessionWritesTests {
 
     @Test("answers come in the order the requests came, whatever order the outcomes come back in")
     func answersInOrder() {
-        var writes = SessionWrites()
+        var writes = PendingWrites()
         var serials: [UInt64] = []
         for cursor in 1...5 { serials += Self.admit(Self.markRead(UInt64(cursor)), into: &writes).map(\.0) }
         writes.record([(serials[3], .success(.done)), (serials[1], .success(.done))])
@@ -104,7 +104,6 @@ struct SessionWritesTests {
         let handle = ConnectionHandle(id: 1, user: Self.user, device: Self.device, wantsEphemeral: false)
         var delivery = SessionDelivery(
             handle: handle,
-            user: User(id: Self.user, name: "alice", createdMs: 0, removedMs: nil),
             start: 10,
             latest: 30,
             ackedOnWrite: true

@@ -34,20 +34,20 @@ public final class CourierServer: Service, Sendable {
     public let store: any CourierDatabase
     /// The version `/health` reports.
     public let version: String
-    private let logger: Logger
-    private let hub = Hub()
+    let logger: Logger
+    let hub = Hub()
     /// The hub, or with a feed, the hub and the other nodes.
-    private let fanout: any Fanout
+    let fanout: any Fanout
     /// The news between the nodes that share the store; nil for a store of this server's own.
-    private let feed: (any StoreFeed)?
-    private let commits: CommitQueue
-    private let metrics: ServerMetrics
-    private let media: MediaService
-    private let logins: LoginGuard
+    let feed: (any StoreFeed)?
+    let commits: CommitQueue
+    let metrics: ServerMetrics
+    let media: MediaService
+    let logins: LoginThrottle
     /// This server's hold on its data folder, from `init` until `run()` ends.
     private let folderLock: DataFolderLock
     /// The TLS context all ports share, when ``ServerConfiguration/tls`` is set.
-    private let tls: NIOSSLContext?
+    let tls: NIOSSLContext?
     private let bound = Mutex<(ports: Ports?, stopped: Bool, waiters: [CheckedContinuation<Ports?, Never>])>(
         (nil, false, [])
     )
@@ -122,7 +122,7 @@ public final class CourierServer: Service, Sendable {
     ) throws {
         self.folderLock = folderLock
         self.configuration = Self.fitted(configuration, openFiles: Self.openFileLimit(), logger: logger)
-        self.logins = LoginGuard(configuration.limits)
+        self.logins = LoginThrottle(configuration.limits)
         self.version = version
         self.logger = logger
         self.store = store
@@ -360,204 +360,5 @@ public final class CourierServer: Service, Sendable {
                 "http": "\(ports.http)",
             ]
         )
-    }
-
-    private func bindNative(context: SessionContext) async throws -> any Channel {
-        try await self.bind(port: self.configuration.nativePort) { channel, tls in
-            let pipeline = channel.pipeline.syncOperations
-            try pipeline.addNativeHandlers(tls: tls)
-            try pipeline.addHandler(SessionHandler(requests: Self.requests(context, NativeTransport(), channel)))
-        }
-    }
-
-    private func bindCompat(context: SessionContext) async throws -> any Channel {
-        var framing = CompatFraming.Configuration(endMarker: self.configuration.compat.endMarker)
-        framing.maxHeaderBytes = self.configuration.compat.maxHeaderBytes
-        // A text or command packet is collected whole, bounded by the text limit (a larger `size` is refused from the
-        // header, before any payload is buffered). Media packets stream into the blob store as they arrive.
-        framing.maxCollectedPayloadBytes = max(4096, self.configuration.limits.maxTextBytes)
-        // Not the media limit: a larger media packet is refused with `media-too-large` and its bytes skipped, and
-        // the session goes on (the framing has no way to skip them unread).
-        framing.maxPayloadBytes = 1 << 62
-        let streamed = Set(CompatTransport.mediaTypes.keys)
-        return try await self.bind(port: self.configuration.compatPort) { [framing] channel, tls in
-            let pipeline = channel.pipeline.syncOperations
-            if let tls { try pipeline.addHandler(tls) }
-            try pipeline.addHandler(
-                ByteToMessageHandler(
-                    CompatSelectiveDecoder(streamedTypes: streamed, configuration: framing),
-                    maximumBufferSize: framing.maxHeaderBytes + framing.maxCollectedPayloadBytes + 1024
-                )
-            )
-            try pipeline.addHandler(MessageToByteHandler(CompatOutputEncoder(configuration: framing)))
-            try pipeline.addHandler(SessionHandler(requests: Self.requests(context, CompatTransport(), channel)))
-        }
-    }
-
-    private static func requests<Transport: SessionTransport>(
-        _ context: SessionContext,
-        _ transport: Transport,
-        _ channel: any Channel
-    ) -> SessionRequests<Transport> {
-        let address = channel.remoteAddress
-        let ip = address?.ipAddress ?? "?"
-        return SessionRequests(
-            context: context,
-            transport: transport,
-            remoteAddress: "\(ip):\(address?.port ?? 0)",
-            clientIP: ip
-        )
-    }
-
-    /// Binds a listener whose connections get the handlers `handlers` adds, given a TLS handler to put first when
-    /// TLS is configured.
-    private func bind(
-        port: Int,
-        handlers: @escaping @Sendable (any Channel, (any ChannelHandler)?) throws -> Void
-    ) async throws -> any Channel {
-        let limits = self.configuration.limits
-        let tls = self.tls
-        return try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .serverChannelOption(.backlog, value: 256)
-            .childChannelOption(
-                .writeBufferWaterMark,
-                value: .init(low: limits.outboundBufferBytes / 2, high: limits.outboundBufferBytes)
-            )
-            .childChannelOption(
-                .recvAllocator,
-                value: AdaptiveRecvByteBufferAllocator(
-                    minimum: 64,
-                    initial: min(max(limits.initialReadBytes, 64), 65_536),
-                    maximum: 65_536
-                )
-            )
-            .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try handlers(channel, tls.map { NIOSSLServerHandler(context: $0) })
-                }
-            }
-            .bind(host: self.configuration.host, port: port)
-            .get()
-    }
-
-    /// The store's own upkeep, apart from the writes, until the server stops.
-    private func maintainStore() async {
-        guard let interval = self.store.maintenanceInterval else { return }
-        while (try? await Task.sleep(for: interval)) != nil {
-            do {
-                try await self.store.maintain()
-            } catch {
-                self.logger.warning("store upkeep failed", metadata: ["error": "\(error)"])
-            }
-        }
-    }
-
-    /// Passes the other nodes' news to this node's connections until the feed ends; reads every online user's
-    /// cursor when news may have been missed.
-    private func followFeed(_ feed: any StoreFeed) async {
-        for await news in feed.news {
-            switch news {
-            case .logs(let cursors):
-                self.hub.logsGrew(cursors)
-            case .notice(let bytes):
-                (self.fanout as? ClusterFanout)?.received(notice: bytes)
-            case .resync:
-                await self.catchUpOnlineUsers()
-            }
-        }
-    }
-
-    /// Reads the online users' cursors on an interval (``ServerConfiguration/Cluster-swift.struct/pollInterval``):
-    /// what a lost hint left behind arrives within it.
-    private func pollOnlineUsers() async {
-        while (try? await Task.sleep(for: self.configuration.cluster.pollInterval)) != nil {
-            await self.catchUpOnlineUsers()
-        }
-    }
-
-    /// Wakes every online user's connections with the user's newest cursor from the store (those that have it
-    /// already do nothing).
-    private func catchUpOnlineUsers() async {
-        let users = self.hub.onlineUsers()
-        guard !users.isEmpty else { return }
-        let slice = max(1, self.configuration.cluster.maxUsersPerPoll)
-        for start in stride(from: 0, to: users.count, by: slice) {
-            do {
-                let cursors = try await self.store.logCursors(of: Array(users[start..<min(users.count, start + slice)]))
-                self.hub.logsGrew(cursors)
-            } catch {
-                self.logger.warning("reading the online users' cursors failed", metadata: ["error": "\(error)"])
-                return
-            }
-        }
-    }
-
-    /// Applies what the admin commands changed in the data folder: closes revoked devices' and removed users'
-    /// connections, and wakes connections whose users' logs grew.
-    private func watchChanges() async {
-        guard var last = try? await self.store.latestChangeID() else { return }
-        var lastPrune = ContinuousClock.now
-        while (try? await Task.sleep(for: self.configuration.limits.changePollInterval)) != nil {
-            do {
-                let (changes, latest) = try await self.store.changes(after: last)
-                last = latest
-                for change in changes {
-                    switch change {
-                    case .logAppended(let user):
-                        guard self.hub.isOnline(user) else { continue }
-                        self.hub.logsGrew([user: try await self.store.logCursor(of: user)])
-                    case .deviceRevoked(let device):
-                        self.hub.terminate(
-                            device: device,
-                            code: ErrorCodes.tokenRevoked,
-                            message: "the token was revoked"
-                        )
-                    case .userRemoved(let user):
-                        self.hub.terminate(user: user, code: ErrorCodes.tokenRevoked, message: "the user was removed")
-                    }
-                }
-                if ContinuousClock.now - lastPrune > .seconds(60) {
-                    lastPrune = .now
-                    try await self.store.pruneChanges(olderThanMs: SessionContext.nowMs() - 600_000)
-                }
-            } catch {
-                self.logger.warning("reading changes failed", metadata: ["error": "\(error)"])
-            }
-        }
-    }
-}
-
-/// A port the server could not listen on, and why, in plain words.
-public struct ListenFailed: Error, CustomStringConvertible {
-    public enum Port: String, Sendable {
-        case native, compat, http
-    }
-
-    public var port: Port
-    public var number: Int
-    public var host: String
-    /// Why: "the port is in use", "the port needs privileges", …
-    public var reason: String
-
-    init(port: Port, number: Int, host: String, _ error: any Error) {
-        self.port = port
-        self.number = number
-        self.host = host
-        self.reason = Self.reason(for: error, host: host)
-    }
-
-    /// Why a bind failed, in plain words.
-    public static func reason(for error: any Error, host: String) -> String {
-        switch (error as? IOError)?.errnoCode {
-        case EADDRINUSE?: "the port is in use (another program listens on it)"
-        case EACCES?: "ports below 1024 need privileges"
-        case EADDRNOTAVAIL?: "\(host) is not an address of this machine"
-        default: "\(error)"
-        }
-    }
-
-    public var description: String {
-        "cannot listen on the \(self.port.rawValue) port \(self.number) of \(self.host): \(self.reason)"
     }
 }

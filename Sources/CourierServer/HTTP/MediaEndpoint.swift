@@ -10,7 +10,7 @@ import NIOCore
 struct MediaEndpoint: Sendable {
     let store: any CourierDatabase
     let media: MediaService
-    let logins: LoginGuard
+    let logins: LoginThrottle
 
     func register(on router: Router<CourierRequestContext>) {
         router.get("/media/{sha256}") { request, context in

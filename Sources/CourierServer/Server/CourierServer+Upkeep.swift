@@ -1,0 +1,92 @@
+import CourierProtocol
+import CourierStore
+
+/// The server's upkeep beside the sessions: the store's maintenance, the other nodes' news, and the admin commands'
+/// changes.
+extension CourierServer {
+    /// The store's own upkeep, apart from the writes, until the server stops.
+    func maintainStore() async {
+        guard let interval = self.store.maintenanceInterval else { return }
+        while (try? await Task.sleep(for: interval)) != nil {
+            do {
+                try await self.store.maintain()
+            } catch {
+                self.logger.warning("store upkeep failed", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    /// Passes the other nodes' news to this node's connections until the feed ends; reads every online user's
+    /// cursor when news may have been missed.
+    func followFeed(_ feed: any StoreFeed) async {
+        for await news in feed.news {
+            switch news {
+            case .logs(let cursors):
+                self.hub.logsGrew(cursors)
+            case .notice(let bytes):
+                (self.fanout as? ClusterFanout)?.received(notice: bytes)
+            case .resync:
+                await self.catchUpOnlineUsers()
+            }
+        }
+    }
+
+    /// Reads the online users' cursors on an interval (``ServerConfiguration/Cluster-swift.struct/pollInterval``):
+    /// what a lost hint left behind arrives within it.
+    func pollOnlineUsers() async {
+        while (try? await Task.sleep(for: self.configuration.cluster.pollInterval)) != nil {
+            await self.catchUpOnlineUsers()
+        }
+    }
+
+    /// Wakes every online user's connections with the user's newest cursor from the store (those that have it
+    /// already do nothing).
+    func catchUpOnlineUsers() async {
+        let users = self.hub.onlineUsers()
+        guard !users.isEmpty else { return }
+        let slice = max(1, self.configuration.cluster.maxUsersPerPoll)
+        for start in stride(from: 0, to: users.count, by: slice) {
+            do {
+                let cursors = try await self.store.logCursors(of: Array(users[start..<min(users.count, start + slice)]))
+                self.hub.logsGrew(cursors)
+            } catch {
+                self.logger.warning("reading the online users' cursors failed", metadata: ["error": "\(error)"])
+                return
+            }
+        }
+    }
+
+    /// Applies what the admin commands changed in the data folder: closes revoked devices' and removed users'
+    /// connections, and wakes connections whose users' logs grew.
+    func watchChanges() async {
+        guard var last = try? await self.store.latestChangeID() else { return }
+        var lastPrune = ContinuousClock.now
+        while (try? await Task.sleep(for: self.configuration.limits.changePollInterval)) != nil {
+            do {
+                let (changes, latest) = try await self.store.changes(after: last)
+                last = latest
+                for change in changes {
+                    switch change {
+                    case .logAppended(let user):
+                        guard self.hub.isOnline(user) else { continue }
+                        self.hub.logsGrew([user: try await self.store.logCursor(of: user)])
+                    case .deviceRevoked(let device):
+                        self.hub.terminate(
+                            device: device,
+                            code: ErrorCodes.tokenRevoked,
+                            message: "the token was revoked"
+                        )
+                    case .userRemoved(let user):
+                        self.hub.terminate(user: user, code: ErrorCodes.tokenRevoked, message: "the user was removed")
+                    }
+                }
+                if ContinuousClock.now - lastPrune > .seconds(60) {
+                    lastPrune = .now
+                    try await self.store.pruneChanges(olderThanMs: SessionContext.nowMs() - 600_000)
+                }
+            } catch {
+                self.logger.warning("reading changes failed", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+}

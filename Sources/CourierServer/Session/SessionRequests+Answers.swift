@@ -1,0 +1,109 @@
+import CourierProtocol
+import CourierStore
+
+/// What goes back: the answer to a write whose outcome came from the group commit, and pages of events.
+extension SessionRequests {
+    /// The answer to a write whose outcome came back from the group commit (nil for one that is not answered),
+    /// after settling what the write had reserved: its sender's fan-out budget and the connection's own-send list.
+    func answer(
+        _ write: PendingWrites.Pending,
+        result: Result<WriteOutcome, any Error>,
+        handle: ConnectionHandle?
+    ) -> ServerEnvelope? {
+        let (request, requestID, reservedFanout) = (write.request, write.requestID, write.reservedFanout)
+        let outcome: WriteOutcome
+        switch result {
+        case .success(let success):
+            outcome = success
+        case .failure(let error):
+            if case .send(let send) = request { handle?.forgetSend(id: send.id) }
+            // Nothing was delivered: the reservation is given back.
+            if case .send(let send) = request, reservedFanout > 0 {
+                self.context.chargeFanout(of: send.sender, deliveries: -reservedFanout)
+            }
+            return self.failedWrite(request, requestID: requestID, error)
+        }
+        var envelope = ServerEnvelope()
+        envelope.requestID = requestID
+        switch outcome {
+        case .sent(let receipt):
+            if case .send(let send) = request {
+                // The reservation becomes the real cost (none for a duplicate: it was delivered before).
+                let cost = receipt.duplicate ? 0 : receipt.recipients
+                self.context.chargeFanout(of: send.sender, deliveries: cost - reservedFanout)
+                if receipt.duplicate {
+                    handle?.forgetSend(id: send.id)
+                } else {
+                    self.context.learnFanout(of: send.sender, to: send.to, deliveries: receipt.recipients)
+                }
+            }
+            envelope.sendAck.id = receipt.id
+            envelope.sendAck.conversation = Courier_V1_Conversation(receipt.conversation)
+            envelope.sendAck.seq = receipt.seq
+            envelope.sendAck.timeMs = receipt.timeMs
+            envelope.sendAck.duplicate = receipt.duplicate
+        case .done:
+            envelope.done = Courier_V1_Done()
+        case .refused(let error):
+            if case .send(let send) = request {
+                handle?.forgetSend(id: send.id)
+                if reservedFanout > 0 { self.context.chargeFanout(of: send.sender, deliveries: -reservedFanout) }
+            }
+            self.context.metrics.refusals.increment()
+            return self.errorEnvelope(requestID, code: "\(error.code)", message: error.message, id: request.messageID)
+        }
+        return write.answers ? envelope : nil
+    }
+
+    /// The answer to a write whose commit failed.
+    private func failedWrite(_ request: WriteRequest, requestID: UInt64, _ error: any Error) -> ServerEnvelope {
+        if let error = error as? CourierStoreError {
+            self.logger.warning("write failed", metadata: ["code": "\(error.code)"])
+            return self.errorEnvelope(requestID, code: "\(error.code)", message: error.message, id: request.messageID)
+        }
+        return self.errorEnvelope(requestID, code: ErrorCodes.internalError, message: "\(error)", id: request.messageID)
+    }
+
+    /// Envelopes for a page of events: at most `maxEventsBytes` of text each, so that a page of large texts never
+    /// makes a frame over the native limit. The connection that sent a message has its acknowledgement and does not
+    /// get it again; other connections of the same device do (another process of the same app).
+    func envelopes(for events: [StoredEvent], handle: ConnectionHandle, caughtUp: Bool) -> [ServerEnvelope] {
+        let limit = self.context.configuration.limits.maxEventsBytes
+        var envelopes: [ServerEnvelope] = []
+        var current = ServerEnvelope()
+        var bytes = 0
+        for event in events {
+            if case .message(let message) = event.kind, handle.isOwnSend(id: message.id, from: message.fromDevice) {
+                continue
+            }
+            let outgoing = Courier_V1_Event(event, rawBody: self.transport.sendsRawBodies)
+            let size = if case .message(let message) = event.kind { message.body.count + 128 } else { 128 }
+            if bytes > 0, bytes + size > limit {
+                envelopes.append(current)
+                current = ServerEnvelope()
+                bytes = 0
+            }
+            current.events.events.append(outgoing)
+            bytes += size
+        }
+        current.events.caughtUp = caughtUp
+        if !current.events.events.isEmpty || caughtUp { envelopes.append(current) }
+        return envelopes
+    }
+}
+
+extension WriteRequest {
+    /// The user who sent a message.
+    var sender: UserID? {
+        if case .send(let send) = self { send.sender } else { nil }
+    }
+
+    /// The message id a refusal is about.
+    var messageID: String {
+        switch self {
+        case .send(let send): send.id
+        case .recall(_, _, let id): id
+        case .ack, .markRead: ""
+        }
+    }
+}

@@ -1,0 +1,206 @@
+import CourierProtocol
+import CourierStore
+
+/// Logging in: the login gate, the credentials, the hub's registration, the welcome and presence.
+extension SessionRequests {
+    func authenticate(
+        _ hello: Courier_V1_Hello,
+        requestID: UInt64,
+        session: SessionWork,
+        writer: SessionWriter<Transport>
+    ) async throws -> SessionStateMachine.WorkEnd {
+        let userName: String? =
+            switch hello.credentials {
+            case .password(let password)?: password.user
+            default: nil
+            }
+        let shown = userName.map(Self.printable) ?? "(token)"
+        // Checked and counted in one step, before any password is hashed.
+        let ticket: LoginGate.Ticket
+        switch self.context.logins.admit(user: userName, address: self.addressKey) {
+        case .throttled(let wait):
+            self.logger.notice("login throttled", metadata: ["user": "\(shown)"])
+            return try await self.throttled(requestID, "too many failed logins; retry later", retryAfter: wait, writer)
+        case .admitted(let admitted):
+            ticket = admitted
+        }
+        let result = await self.check(hello)
+        let failed = if case .failure(let error) = result { error.code == .authFailed } else { false }
+        self.context.logins.finish(ticket, failed: failed)
+        if userName != nil, failed || (try? result.get()) != nil { self.context.metrics.passwordChecks.increment() }
+
+        let deviceSession: DeviceSession
+        switch result {
+        case .failure(let error):
+            // Never the password or the token: the user name only, escaped.
+            self.logger.notice("login failed", metadata: ["code": "\(error.code)", "user": "\(shown)"])
+            if error.code == .throttled {
+                // The password threads' queue is full: refused before any hashing, like the limits above.
+                return try await self.throttled(requestID, error.message, retryAfter: .seconds(1), writer)
+            }
+            return .close(code: "\(error.code)", message: error.message)
+        case .success(let success):
+            deviceSession = success
+        }
+
+        let handle: ConnectionHandle
+        let first: Bool
+        switch try await self.register(deviceSession, hello: hello) {
+        case .registered(let registered, let firstForUser):
+            (handle, first) = (registered, firstForUser)
+        case .refused(let code, let message):
+            return .close(code: code, message: message)
+        }
+        // On the books of the connection's end from here: however the login ends, the handle is unregistered.
+        session.handle = handle
+        self.context.authenticated(address: self.addressKey)
+        self.logger.info(
+            "authenticated",
+            metadata: ["user": "\(deviceSession.user.name)", "device": "\(deviceSession.device.id.rawValue)"]
+        )
+
+        let latest = try await self.context.store.logCursor(of: deviceSession.user.id)
+        let start = min(hello.resume ? hello.cursor : deviceSession.device.ackedCursor, latest)
+        try await writer.write(
+            await self.welcome(deviceSession, requestID: requestID, start: start, latest: latest)
+        )
+        let user = deviceSession.user
+        await self.announcePresence(of: user.id, named: user.name, online: true, first: first, handle: handle)
+        return .authenticated(
+            deviceSession,
+            handle: handle,
+            start: start,
+            latest: latest,
+            ackedOnWrite: hello.ackedOnWrite
+        )
+    }
+
+    /// Tells the client to retry later, then closes.
+    private func throttled(
+        _ requestID: UInt64,
+        _ message: String,
+        retryAfter: Duration,
+        _ writer: SessionWriter<Transport>
+    ) async throws -> SessionStateMachine.WorkEnd {
+        self.context.metrics.refusals.increment()
+        self.context.metrics.loginsThrottled.increment()
+        try await writer.write(
+            self.errorEnvelope(requestID, code: ErrorCodes.throttled, message: message, id: "", retryAfter: retryAfter)
+        )
+        return .close(code: ErrorCodes.throttled, message: "throttled")
+    }
+
+    /// Checks a hello's credentials with the store: a password (with a renewal of the device's token, if asked) or
+    /// a token.
+    private func check(_ hello: Courier_V1_Hello) async -> Result<DeviceSession, CourierStoreError> {
+        let store = self.context.store
+        do {
+            let now = SessionContext.nowMs()
+            switch hello.credentials {
+            case .password(let password)?:
+                let deviceName = Self.prefix(hello.deviceName, maxBytes: store.limits.maxDeviceNameBytes)
+                return .success(
+                    try await store.login(
+                        user: password.user,
+                        password: password.password,
+                        deviceName: deviceName.isEmpty ? "device" : deviceName,
+                        renewing: hello.renewToken.isEmpty ? nil : hello.renewToken,
+                        nowMs: now
+                    )
+                )
+            case .token(let token)?:
+                return .success(try await store.authenticate(token: token, nowMs: now))
+            case nil:
+                return .failure(CourierStoreError(.authFailed, "no credentials"))
+            }
+        } catch let error as CourierStoreError {
+            return .failure(error)
+        } catch {
+            // Whatever else went wrong, the attempt ends here: its place in the gate is given back.
+            return .failure(CourierStoreError(.storageFailed, "the login could not be checked; try again later"))
+        }
+    }
+
+    private enum Registration {
+        case registered(ConnectionHandle, firstForUser: Bool)
+        case refused(code: String, message: String)
+    }
+
+    /// Registers the connection in the hub; a refusal (the user's connection limit, the server stopping) undoes
+    /// what the login made.
+    private func register(_ deviceSession: DeviceSession, hello: Courier_V1_Hello) async throws -> Registration {
+        let store = self.context.store
+        let limits = self.context.configuration.limits
+        switch self.context.hub.register(
+            user: deviceSession.user.id,
+            device: deviceSession.device.id,
+            ephemeral: hello.ephemeral,
+            events: !hello.noEvents,
+            maxOwnSends: 4 * limits.maxUnackedSends,
+            maxHanded: limits.maxHandedEvents,
+            maxPerUser: limits.maxConnectionsPerUser
+        ) {
+        case .registered(let registered, let firstForUser, let firstForDevice):
+            if firstForDevice {
+                self.context.activity.note(
+                    registered.device,
+                    of: registered.user,
+                    connected: true,
+                    ms: SessionContext.nowMs()
+                )
+            }
+            return .registered(registered, firstForUser: firstForUser)
+        case .shuttingDown:
+            if deviceSession.renewed { try? await store.abandonRenewal(of: deviceSession.device.id) }
+            return .refused(code: ErrorCodes.shuttingDown, message: "the server is stopping")
+        case .userFull:
+            self.context.metrics.refusals.increment()
+            // A password login made a device for this connection: it never gets to use it. One that renewed the
+            // device the client held gives it its previous token back (the client never got the new one).
+            if deviceSession.renewed {
+                try? await store.abandonRenewal(of: deviceSession.device.id)
+            } else if deviceSession.token != nil {
+                try? await store.revokeDevice(
+                    deviceSession.device.id,
+                    of: deviceSession.user.name,
+                    nowMs: SessionContext.nowMs()
+                )
+            }
+            self.logger.notice("refused a login: the user is at its connection limit")
+            return .refused(
+                code: ErrorCodes.serverFull,
+                message: "this user has \(limits.maxConnectionsPerUser) connections already"
+            )
+        }
+    }
+
+    /// The welcome: who the client is, its token, where its delivery starts, and the limits it must keep.
+    private func welcome(
+        _ deviceSession: DeviceSession,
+        requestID: UInt64,
+        start: UInt64,
+        latest: UInt64
+    ) async -> ServerEnvelope {
+        var welcome = ServerEnvelope()
+        welcome.requestID = requestID
+        welcome.welcome.user = deviceSession.user.name
+        welcome.welcome.token = deviceSession.token ?? ""
+        welcome.welcome.tokenExpiresMs = deviceSession.device.expiresMs
+        welcome.welcome.cursor = start
+        welcome.welcome.latestCursor = latest
+        let limits = self.context.configuration.limits
+        welcome.welcome.limits.maxTextBytes = UInt32(clamping: limits.maxTextBytes)
+        welcome.welcome.limits.maxUnackedSends = UInt32(clamping: limits.maxUnackedSends)
+        welcome.welcome.limits.heartbeatIntervalMs = UInt32(
+            clamping: limits.heartbeatInterval.components.seconds * 1000
+        )
+        let media = self.context.configuration.media
+        welcome.welcome.limits.maxMediaBytes = UInt64(media.maxMediaBytes)
+        welcome.welcome.limits.mediaQuotaLeftBytes = UInt64(
+            (try? await self.context.media.quotaLeft(for: deviceSession.user.id)) ?? 0
+        )
+        welcome.welcome.limits.uploadWindowBytes = UInt32(clamping: media.uploadWindowBytes)
+        welcome.welcome.limits.maxChunkBytes = UInt32(clamping: media.maxChunkBytes)
+        return welcome
+    }
+}

@@ -1,0 +1,172 @@
+import CourierProtocol
+import CourierStore
+
+/// The requests that are neither a login nor a write: history, unread counts, typing, groups, logout, and the start
+/// of a media upload or fetch.
+extension SessionRequests {
+    func handle(
+        _ request: SessionStateMachine.Request,
+        requestID: UInt64,
+        session deviceSession: DeviceSession,
+        handle: ConnectionHandle?,
+        work: SessionWork,
+        writer: SessionWriter<Transport>
+    ) async throws -> SessionStateMachine.WorkEnd {
+        let user = deviceSession.user
+        var reply = ServerEnvelope()
+        reply.requestID = requestID
+        do {
+            switch request {
+            case .history(let address, let beforeSeq, let limit):
+                let page = try await self.context.store.history(
+                    for: user.id,
+                    in: address,
+                    beforeSeq: beforeSeq,
+                    limit: limit
+                )
+                // Newest first: a page cut to the answer limit keeps the newest, and `more` sends the client on
+                // from the oldest it got.
+                let messages = page.messages.map { Courier_V1_Message($0, rawBody: self.transport.sendsRawBodies) }
+                let fitting = Self.fitting(
+                    sizes: messages.map { (try? $0.serializedBytes() as [UInt8])?.count ?? 0 },
+                    within: self.context.configuration.limits.maxAnswerBytes
+                )
+                reply.history.messages = Array(messages.prefix(fitting))
+                reply.history.more = page.more || fitting < messages.count
+            case .unread(let offset):
+                let counts = try await self.context.store.unreadCounts(for: user.id)
+                let entries = counts.dropFirst(offset).map { count in
+                    var entry = Courier_V1_UnreadCounts.Entry()
+                    entry.conversation = Courier_V1_Conversation(count.conversation)
+                    entry.unread = count.unread
+                    entry.lastSeq = count.lastSeq
+                    entry.readSeq = count.readSeq
+                    return entry
+                }
+                let fitting = Self.fitting(
+                    sizes: entries.map { (try? $0.serializedBytes() as [UInt8])?.count ?? 0 },
+                    within: self.context.configuration.limits.maxAnswerBytes
+                )
+                reply.unread.entries = Array(entries.prefix(fitting))
+                reply.unread.more = fitting < entries.count
+                reply.unread.nextOffset = UInt32(clamping: min(counts.count, offset + fitting))
+            case .typing(let address, let typing):
+                let members = try await self.context.store.members(of: address, for: user.id)
+                self.context.fanout.typing(
+                    TypingHint(
+                        user: user.id,
+                        name: user.name,
+                        conversation: address,
+                        typing: typing,
+                        fromConnection: handle?.id
+                    ),
+                    to: members
+                )
+                reply.done = Courier_V1_Done()
+            case .manageGroup(let manage):
+                let appended = try await self.manageGroup(manage, by: user)
+                self.context.fanout.logsGrew(appended)
+                reply.done = Courier_V1_Done()
+            case .logout:
+                try await self.context.store.revokeDevice(
+                    deviceSession.device.id,
+                    of: user.name,
+                    nowMs: SessionContext.nowMs()
+                )
+                reply.done = Courier_V1_Done()
+                try await writer.write(reply)
+                return .close(code: ErrorCodes.tokenRevoked, message: "logged out")
+            case .upload(let sha256, let size, let streamID):
+                try await self.startUpload(
+                    sha256: sha256,
+                    size: size,
+                    streamID: streamID,
+                    requestID: requestID,
+                    user: user.id,
+                    session: work,
+                    writer: writer
+                )
+                return .goOn
+            case .fetch(let sha256, let offset, let length, let streamID, let window):
+                try await self.startFetch(
+                    sha256: sha256,
+                    range: (offset, length),
+                    streamID: streamID,
+                    window: window,
+                    requestID: requestID,
+                    user: user.id,
+                    session: work,
+                    writer: writer
+                )
+                return .goOn
+            }
+        } catch let error as CourierStoreError {
+            self.context.metrics.refusals.increment()
+            reply = self.errorEnvelope(
+                requestID,
+                code: "\(error.code)",
+                message: error.message,
+                id: "",
+                retryAfter: error.code == .uploadBusy ? .seconds(1) : nil
+            )
+        } catch let refusal as SessionRefusal {
+            self.context.metrics.refusals.increment()
+            reply = self.errorEnvelope(requestID, code: refusal.code, message: refusal.message, id: "")
+        }
+        try await writer.write(reply)
+        return .goOn
+    }
+
+    /// How many items of these encoded sizes, from the first, fit in `limit` bytes of an answer (at least one,
+    /// when there is one).
+    static func fitting(sizes: [Int], within limit: Int) -> Int {
+        var bytes = 0
+        for (index, size) in sizes.enumerated() {
+            // The field's tag and length prefix: a few bytes more than the item.
+            bytes += size + 6
+            if bytes > limit { return max(1, index) }
+        }
+        return sizes.count
+    }
+
+    private func manageGroup(_ manage: Courier_V1_ManageGroup, by user: User) async throws -> [UserID: UInt64] {
+        let store = self.context.store
+        let now = SessionContext.nowMs()
+        switch manage.action {
+        case .create(let members)?:
+            return try await store.createGroup(
+                name: manage.group,
+                owner: user.name,
+                members: members.users,
+                byOwner: true,
+                nowMs: now
+            )
+        case .add(let members)?:
+            return try await store.changeMembers(
+                of: manage.group,
+                actor: user.id,
+                add: members.users,
+                remove: [],
+                nowMs: now
+            )
+        case .remove(let members)?:
+            return try await store.changeMembers(
+                of: manage.group,
+                actor: user.id,
+                add: [],
+                remove: members.users,
+                nowMs: now
+            )
+        case .leave?:
+            return try await store.changeMembers(
+                of: manage.group,
+                actor: user.id,
+                add: [],
+                remove: [user.name],
+                nowMs: now
+            )
+        case nil:
+            throw SessionRefusal(ErrorCodes.invalidRequest, "manage_group needs an action")
+        }
+    }
+}

@@ -1,0 +1,275 @@
+import CourierProtocol
+import CourierStore
+
+/// What an envelope of an authenticated client asks: a write for the group commit, a request with async work, or a
+/// refusal; each checked against the limits before anything is done for it.
+extension SessionStateMachine {
+    /// Requests that read or notify but do not go through the group commit.
+    enum Request: Equatable {
+        case history(Conversation, beforeSeq: UInt64, limit: Int)
+        case unread(offset: Int)
+        case typing(Conversation, Bool)
+        case manageGroup(Courier_V1_ManageGroup)
+        case logout
+        /// Start or resume an upload of media bytes on a stream.
+        case upload(sha256: String, size: Int64, streamID: UInt32)
+        /// Send media bytes on a stream.
+        case fetch(sha256: String, offset: Int64, length: Int64, streamID: UInt32, window: Int)
+    }
+
+    /// What an envelope of the active session asks (a send may take from the rate bucket).
+    func activeRequest(
+        _ envelope: ClientEnvelope,
+        requestID: UInt64,
+        active: inout Active,
+        now: ContinuousClock.Instant
+    ) -> Action {
+        let user = active.session.user.id
+        switch envelope.body {
+        case .hello:
+            return .refuse(
+                requestID: requestID,
+                code: ErrorCodes.alreadyAuthenticated,
+                message: "this connection is authenticated",
+                id: "",
+                retryAfter: nil
+            )
+        case .send(let send):
+            if let refusal = self.validate(send, requestID: requestID) { return refusal }
+            guard let address = Conversation(send.to) else {
+                return .refuse(
+                    requestID: requestID,
+                    code: ErrorCodes.invalidRequest,
+                    message: "a send needs a user or a group to go to",
+                    id: send.id,
+                    retryAfter: nil
+                )
+            }
+            if let wait = active.bucket.take(now: now) {
+                return .pause(wait)
+            }
+            var media: MediaReference?
+            if case .media(let body)? = send.body.content {
+                media = MediaReference(
+                    sha256: body.sha256,
+                    size: Int64(body.size),
+                    mime: body.mime,
+                    name: body.name
+                )
+            }
+            let body = (try? send.body.serializedBytes() as [UInt8]) ?? []
+            return .write(
+                .send(
+                    .init(
+                        sender: user,
+                        device: active.session.device.id,
+                        id: send.id,
+                        to: address,
+                        body: body,
+                        media: media
+                    )
+                ),
+                requestID: requestID,
+                answers: true
+            )
+        case .ack(let ack):
+            return .write(
+                .ack(user: user, device: active.session.device.id, cursor: ack.cursor),
+                requestID: requestID,
+                answers: false
+            )
+        case .markRead(let mark):
+            guard let address = Conversation(mark.conversation) else { return self.missingConversation(requestID) }
+            return .write(
+                .markRead(user: user, conversation: address, upToSeq: mark.upToSeq),
+                requestID: requestID,
+                answers: true
+            )
+        case .recall(let recall):
+            guard let address = Conversation(recall.conversation) else { return self.missingConversation(requestID) }
+            return .write(
+                .recall(user: user, conversation: address, id: recall.id),
+                requestID: requestID,
+                answers: true
+            )
+        case .history(let history):
+            guard let address = Conversation(history.conversation) else { return self.missingConversation(requestID) }
+            let limit = history.limit == 0 ? 50 : Int(history.limit)
+            return .request(
+                .history(address, beforeSeq: history.beforeSeq, limit: min(limit, self.configuration.maxHistoryPage)),
+                requestID: requestID
+            )
+        case .unread(let unread):
+            return .request(.unread(offset: Int(unread.offset)), requestID: requestID)
+        case .typing(let typing):
+            guard let address = Conversation(typing.conversation) else { return self.missingConversation(requestID) }
+            return .request(.typing(address, typing.typing), requestID: requestID)
+        case .manageGroup(let manage):
+            guard manage.action != nil, !manage.group.isEmpty else {
+                return .refuse(
+                    requestID: requestID,
+                    code: ErrorCodes.invalidRequest,
+                    message: "manage_group needs a group and an action",
+                    id: "",
+                    retryAfter: nil
+                )
+            }
+            return .request(.manageGroup(manage), requestID: requestID)
+        case .logout:
+            return .request(.logout, requestID: requestID)
+        case .upload(let upload):
+            if let refusal = Self.validate(digest: upload.sha256, stream: upload.streamID, requestID: requestID) {
+                return refusal
+            }
+            guard upload.size <= UInt64(self.configuration.maxMediaBytes) else {
+                return .refuse(
+                    requestID: requestID,
+                    code: ErrorCodes.mediaTooLarge,
+                    message:
+                        "\(upload.size) bytes is over the media limit of \(self.configuration.maxMediaBytes) bytes",
+                    id: "",
+                    retryAfter: nil
+                )
+            }
+            return .request(
+                .upload(sha256: upload.sha256, size: Int64(upload.size), streamID: upload.streamID),
+                requestID: requestID
+            )
+        case .fetch(let fetch):
+            if let refusal = Self.validate(digest: fetch.sha256, stream: fetch.streamID, requestID: requestID) {
+                return refusal
+            }
+            guard fetch.offset <= Int64.max, fetch.length <= Int64.max else {
+                return .refuse(
+                    requestID: requestID,
+                    code: ErrorCodes.invalidRequest,
+                    message: "a range beyond any file",
+                    id: "",
+                    retryAfter: nil
+                )
+            }
+            return .request(
+                .fetch(
+                    sha256: fetch.sha256,
+                    offset: Int64(fetch.offset),
+                    length: Int64(fetch.length),
+                    streamID: fetch.streamID,
+                    window: Int(fetch.windowBytes)
+                ),
+                requestID: requestID
+            )
+        case nil:
+            return .refuse(
+                requestID: requestID,
+                code: ErrorCodes.unsupported,
+                message: "a request this server does not know",
+                id: "",
+                retryAfter: nil
+            )
+        }
+    }
+
+    /// A media digest must be 64 lowercase hex digits, and a stream a client opens an odd id.
+    private static func validate(digest: String, stream: UInt32, requestID: UInt64) -> Action? {
+        guard SHA256Hex.isValid(digest) else {
+            return .refuse(
+                requestID: requestID,
+                code: ErrorCodes.invalidRequest,
+                message: "sha256 is 64 lowercase hex digits",
+                id: "",
+                retryAfter: nil
+            )
+        }
+        guard stream % 2 == 1 else {
+            return .refuse(
+                requestID: requestID,
+                code: ErrorCodes.invalidRequest,
+                message: "a stream a client opens has an odd id",
+                id: "",
+                retryAfter: nil
+            )
+        }
+        return nil
+    }
+
+    /// The longest MIME type and file name a media message may carry, in bytes.
+    static let maxMimeBytes = 127
+    static let maxMediaNameBytes = 255
+
+    /// Whether a MIME type is safe to send back in a `Content-Type` header and a compat header: `type/subtype` with
+    /// optional parameters, printable ASCII only.
+    static func isMediaType(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        guard let slash = bytes.firstIndex(of: UInt8(ascii: "/")), slash > 0, slash < bytes.count - 1 else {
+            return false
+        }
+        return bytes.allSatisfy { (0x20...0x7E).contains($0) }
+    }
+
+    private func validate(_ send: Courier_V1_Send, requestID: UInt64) -> Action? {
+        func refuse(_ code: String, _ message: String) -> Action {
+            .refuse(requestID: requestID, code: code, message: message, id: send.id, retryAfter: nil)
+        }
+        if send.id.utf8.count > self.configuration.maxMessageIDBytes {
+            return refuse(
+                ErrorCodes.idTooLong,
+                "a message id has at most \(self.configuration.maxMessageIDBytes) bytes"
+            )
+        }
+        if !StoreText.isClean(send.id) {
+            return refuse(ErrorCodes.invalidRequest, "a message id has no control characters")
+        }
+        switch send.body.content {
+        case .text(let text)?:
+            if text.isEmpty { return refuse(ErrorCodes.emptyMessage, "the text is empty") }
+            if text.utf8.count > self.configuration.maxTextBytes {
+                return refuse(
+                    ErrorCodes.textTooLarge,
+                    "\(text.utf8.count) bytes of text; the limit is \(self.configuration.maxTextBytes)"
+                )
+            }
+            return nil
+        case .media(let media)?:
+            guard SHA256Hex.isValid(media.sha256) else {
+                return refuse(ErrorCodes.invalidRequest, "media.sha256 is 64 lowercase hex digits")
+            }
+            guard media.kind != .unspecified, Courier_V1_Media.Kind.allCases.contains(media.kind) else {
+                return refuse(ErrorCodes.invalidRequest, "media.kind is image, voice, video or file")
+            }
+            if media.size > UInt64(self.configuration.maxMediaBytes) {
+                return refuse(
+                    ErrorCodes.mediaTooLarge,
+                    "\(media.size) bytes is over the media limit of \(self.configuration.maxMediaBytes) bytes"
+                )
+            }
+            if !media.mime.isEmpty, media.mime.utf8.count > Self.maxMimeBytes || !Self.isMediaType(media.mime) {
+                return refuse(
+                    ErrorCodes.invalidRequest,
+                    "media.mime is a MIME type (type/subtype, printable ASCII, at most \(Self.maxMimeBytes) bytes)"
+                )
+            }
+            if media.name.utf8.count > Self.maxMediaNameBytes || media.name.contains("/")
+                || media.name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
+            {
+                return refuse(
+                    ErrorCodes.invalidRequest,
+                    "media.name is a file name without / or control characters, at most \(Self.maxMediaNameBytes) bytes"
+                )
+            }
+            return nil
+        case nil:
+            return refuse(ErrorCodes.emptyMessage, "the message has no content")
+        }
+    }
+
+    private func missingConversation(_ requestID: UInt64) -> Action {
+        .refuse(
+            requestID: requestID,
+            code: ErrorCodes.invalidRequest,
+            message: "the request names no conversation",
+            id: "",
+            retryAfter: nil
+        )
+    }
+
+}
