@@ -51,7 +51,15 @@ struct SessionStateMachineTests {
     static func active(_ configure: (inout ServerConfiguration.Limits) -> Void = { _ in }) -> SessionStateMachine {
         var machine = machine(configure)
         _ = machine.received(hello(), now: start)
-        machine.authenticated(session, now: start, nowMs: 0)
+        // As the login's end reaches the loop: active, and taking requests again.
+        let handle = ConnectionHandle(id: 1, user: session.user.id, device: session.device.id, wantsEphemeral: false)
+        guard
+            case .deliver = machine.workEnded(
+                .authenticated(session, handle: handle, start: 0, latest: 0, ackedOnWrite: false),
+                now: start,
+                nowMs: 0
+            )
+        else { fatalError("the login did not make the session active") }
         return machine
     }
 

@@ -13,7 +13,11 @@ extension SessionHandler {
     /// Runs a request's async work (the machine has made the requests after it wait): its end comes back to the
     /// loop as an event for the machine. A work that throws could not write to the connection.
     func run(_ work: @escaping Work) {
-        guard let sessionWork = self.work else { return }
+        guard let sessionWork = self.work else {
+            // Not reachable: requests are read only once the connection is admitted.
+            self.closeQuietly(reason: "work before the connection was admitted")
+            return
+        }
         let (requests, writer, bound, loop) = (self.requests, self.writer, self.bound, self.eventLoop!)
         sessionWork.spawn {
             let end: SessionStateMachine.WorkEnd
@@ -49,6 +53,13 @@ extension SessionHandler {
         }
         self.armDeadline()
         self.drain()
+    }
+
+    /// The login's work registered the connection: the session is active from now (see
+    /// ``SessionStateMachine/authenticated(_:now:nowMs:)``).
+    func activate(_ session: DeviceSession) {
+        guard self.machine.authenticated(session, now: self.now, nowMs: SessionContext.nowMs()) else { return }
+        self.armDeadline()
     }
 
     /// Hands a held send in again after `wait` (on the loop's timer: nothing waits meanwhile).

@@ -330,7 +330,11 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
                 try await requests.authenticate(hello, requestID: requestID, session: work, writer: writer)
             }
         case .request(let request, let requestID):
-            guard let session = self.machine.session else { return }
+            guard let session = self.machine.session else {
+                // Not reachable: the machine asks for requests of an active session only.
+                self.closeQuietly(reason: "a request without a session")
+                return
+            }
             let handle = self.delivery?.handle
             self.run { requests, work, writer in
                 try await requests.handle(
@@ -359,7 +363,11 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         case .close(let code, let message):
             self.requests.logger.info("closing", metadata: ["code": "\(code)"])
             self.writeClosing(self.transport.closingFrames(code: code, message: message))
-        case .closeQuietly(let reason):
+        case .closeQuietly(let code?, let reason):
+            self.requests.logger.notice("closing: \(reason)", metadata: ["code": "\(code)"])
+            self.context?.flush()
+            self.context?.close(promise: nil)
+        case .closeQuietly(nil, let reason):
             self.requests.logger.info("closing quietly", metadata: ["reason": "\(reason)"])
             // What was written before goes out first, as far as the socket takes it now.
             self.context?.flush()

@@ -62,8 +62,9 @@ struct SessionStateMachine {
         case refuse(requestID: UInt64, code: String, message: String, id: String, retryAfter: Duration?)
         /// Send an error, then close the connection.
         case close(code: String, message: String)
-        /// Close without a word (the client stopped reading, or the connection failed).
-        case closeQuietly(reason: String)
+        /// Close without a word (the client stopped reading, or the connection failed); `code` names the reason in
+        /// the log where there is one.
+        case closeQuietly(code: String?, reason: String)
     }
 
     /// How a request's async work ended, handed back to the loop.
@@ -185,7 +186,7 @@ struct SessionStateMachine {
 
     /// Closes without a word, unless closed already.
     mutating func closeQuietly(reason: String) -> Action {
-        self.closeNow(code: nil, message: reason)
+        self.close() ? .closeQuietly(code: nil, reason: reason) : .none
     }
 
     /// Takes nothing more, and closes once the writes in flight are answered (a goodbye, a termination).
@@ -204,7 +205,7 @@ struct SessionStateMachine {
     private mutating func closeNow(code: String?, message: String) -> Action {
         guard self.close() else { return .none }
         if let code { return .close(code: code, message: message) }
-        return .closeQuietly(reason: message)
+        return .closeQuietly(code: nil, reason: message)
     }
 
     // MARK: Intake
@@ -257,8 +258,9 @@ struct SessionStateMachine {
             self.state = .active(active)
             switch action {
             case .write: self.writesInFlight += 1
-            case .request: self.intake = .working
-            case .pause: self.intake = .holding
+            // From an open intake only: once stopped (a termination, a failed write), nothing reopens it.
+            case .request: if self.intake == .open { self.intake = .working }
+            case .pause: if self.intake == .open { self.intake = .holding }
             case .close: _ = self.close()
             case .none, .authenticate, .refuse, .closeQuietly: break
             }
@@ -298,12 +300,16 @@ struct SessionStateMachine {
         case .failed(let reason):
             return .close(self.closeNow(code: nil, message: reason))
         case .authenticated(let session, let handle, let start, let latest, let ackedOnWrite):
-            guard self.authenticated(session, now: now, nowMs: nowMs) else { return .none }
+            // Active since the login registered the connection (``authenticated(_:now:nowMs:)``), or from now.
+            self.authenticated(session, now: now, nowMs: nowMs)
+            guard case .active = self.state else { return .none }
             return .deliver(session, handle: handle, start: start, latest: latest, ackedOnWrite: ackedOnWrite)
         }
     }
 
-    /// The store accepted the credentials: the session is active.
+    /// The store accepted the credentials and the hub registered the connection: the session is active (its
+    /// deadlines are the token's expiry and the idle timeout from now on), while the login's work goes on (the
+    /// welcome, presence) and the requests after it wait for its end.
     ///
     /// - Parameters:
     ///   - now: The session's clock.
@@ -449,7 +455,8 @@ struct SessionStateMachine {
     ///   outlived its token, or has been silent for the idle timeout.
     mutating func tick(now: ContinuousClock.Instant) -> Action {
         if let unwritableSince, now - unwritableSince >= self.configuration.slowConsumerTimeout {
-            return self.closeNow(code: nil, message: "the client stopped reading")
+            guard self.close() else { return .none }
+            return .closeQuietly(code: ErrorCodes.slowConsumer, reason: "the client stopped reading")
         }
         switch self.state {
         case .awaitingHello(let since), .authenticating(let since):

@@ -1,4 +1,5 @@
 import CourierProtocol
+import CourierStore
 import NIOCore
 
 /// How a connection's async work writes to it: each write hops to the channel's event loop, where the handler
@@ -32,6 +33,18 @@ struct SessionWriter<Transport: SessionTransport>: Sendable {
         let handler = self.handler
         self.eventLoop.execute { handler.value.write(frame, promise: promise) }
         try await promise.futureResult.get()
+    }
+
+    /// Makes the session active on the loop, and returns once it is (the login registered the connection: the
+    /// welcome that follows is written to an active session, whose deadlines are no longer the login's).
+    func activate(_ session: DeviceSession) async {
+        let promise = self.eventLoop.makePromise(of: Void.self)
+        let handler = self.handler
+        self.eventLoop.execute {
+            handler.value.activate(session)
+            promise.succeed()
+        }
+        try? await promise.futureResult.get()
     }
 
     /// Closes without a word (a stream broke off: nothing may follow what was written of it).
