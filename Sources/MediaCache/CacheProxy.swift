@@ -59,14 +59,33 @@ public final class CacheProxy: Service, Sendable {
     }
 
     public func run() async throws {
-        await self.engine.start()
+        // The engine's background work (its commits) runs beside the listener, and ends after it: `stop()` lets the
+        // commits under way finish.
+        async let engineRun: Void = self.engine.run()
+        do {
+            try await self.listen()
+        } catch {
+            await self.engine.stop()
+            await engineRun
+            await self.origin.shutdown()
+            throw error
+        }
+        await self.engine.stop()
+        await engineRun
+        await self.origin.shutdown()
+        if self.configuration.controlSecret != nil {
+            try? FileManager.default.removeItem(at: self.controlSecretFile)
+        }
+        self.logger.info("stopped")
+    }
+
+    /// Binds the port and serves connections until shutdown.
+    private func listen() async throws {
         let server: NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>, Never>
         do {
             server = try await self.bind()
         } catch {
             self.publish(.failure(error))
-            await self.engine.stop()
-            await self.origin.shutdown()
             throw error
         }
         let port = server.channel.localAddress?.port ?? self.configuration.port
@@ -74,29 +93,17 @@ public final class CacheProxy: Service, Sendable {
         self.writeControlSecret()
         self.publish(.success(port))
         self.logger.info("listening", metadata: ["host": "\(self.configuration.host)", "port": "\(port)"])
-        do {
-            try await withGracefulShutdownHandler {
-                try await server.executeThenClose { inbound in
-                    try await withThrowingDiscardingTaskGroup { group in
-                        for try await connection in inbound {
-                            group.addTask { await self.serve(connection) }
-                        }
+        try await withGracefulShutdownHandler {
+            try await server.executeThenClose { inbound in
+                try await withThrowingDiscardingTaskGroup { group in
+                    for try await connection in inbound {
+                        group.addTask { await self.serve(connection) }
                     }
                 }
-            } onGracefulShutdown: {
-                server.channel.close(promise: nil)
             }
-        } catch {
-            await self.engine.stop()
-            await self.origin.shutdown()
-            throw error
+        } onGracefulShutdown: {
+            server.channel.close(promise: nil)
         }
-        await self.engine.stop()
-        await self.origin.shutdown()
-        if self.configuration.controlSecret != nil {
-            try? FileManager.default.removeItem(at: self.controlSecretFile)
-        }
-        self.logger.info("stopped")
     }
 
     /// Where the control secret is kept while the proxy runs.

@@ -65,6 +65,57 @@ struct FreshnessProxyTests {
         }
     }
 
+    @Test(
+        "a 206 without a usable Content-Range is no answer: a fetch of it fails, a revalidation by it confirms nothing"
+    )
+    func partialWithoutContentRange() async throws {
+        let data = randomData(80_000, seed: 111)
+        // nginx answers every range of /garbled/ with a bare 206 ("x", no Content-Range); /private/ answers files
+        // as someone's, except a revalidation's `Range: bytes=0-0`, which gets the bare 206.
+        let extra = """
+                location /garbled/ { return 206 "x"; }
+                location /private/ {
+                    alias {root}/;
+                    if ($http_range = "bytes=0-0") { return 206 "x"; }
+                    add_header Cache-Control private;
+                }
+                location /public/ {
+                    alias {root}/;
+                    if ($http_range = "bytes=0-0") { return 206 "x"; }
+                }
+            """
+        try await ProxyFixture.with(
+            files: ["g.bin": data],
+            nginxExtra: extra,
+            settings: .init(revalidationInterval: 0)
+        ) { fixture in
+            // A fetch: nothing can be placed, so the player gets an error, not the bytes "x".
+            let garbled = try await Curl.get(fixture.url("g.bin", location: "garbled"), in: fixture.folder)
+            #expect(garbled.status == 502 && garbled.body != Data("x".utf8), "\(garbled.status)")
+
+            // Someone's bytes are served only once the origin confirmed them for the request: a bare 206 did not.
+            let privateURL = fixture.url("g.bin", location: "private")
+            #expect(try await Curl.get(privateURL, in: fixture.folder).body == data)
+            let unconfirmed = try await Curl.get(privateURL, in: fixture.folder)
+            #expect(unconfirmed.status == 502, "\(unconfirmed.status)")
+
+            // Public bytes are served as they are, as when the origin cannot be reached.
+            let publicURL = fixture.url("g.bin", location: "public")
+            #expect(try await Curl.get(publicURL, in: fixture.folder).body == data)
+            let asIs = try await Curl.get(publicURL, range: "0-999", in: fixture.folder)
+            #expect(asIs.status == 206 && asIs.body == data[0..<1000])
+            // (nginx logs a request as its response ends.)
+            func checks() -> [Int] {
+                fixture.nginx.log().filter { $0.uri.hasPrefix("/public/") && $0.range == "bytes=0-0" }.map(\.status)
+            }
+            try await waitUntil("the revalidation is logged") { !checks().isEmpty }
+            #expect(checks() == [206], "the revalidation was asked and got the bare 206")
+            // …and nothing was dropped and fetched again.
+            let fetches = fixture.nginx.log().filter { $0.uri.hasPrefix("/public/") && $0.range != "bytes=0-0" }
+            #expect(fetches.count == 1, "\(fetches)")
+        }
+    }
+
     @Test("a change caught by a fetch's If-Range between revalidations cuts the old response off; then all is new")
     func ifRangeCatchesAChange() async throws {
         let old = randomData(600_000, seed: 104)
