@@ -11,23 +11,53 @@ extension CacheEngine {
         switch entry.commit {
         case .running, .runningThenAgain:
             entry.commit = .runningThenAgain
+            self.entries[key] = entry
         case .idle:
+            if case .terminated = self.work.continuation.yield(.commit(key)) {
+                // Stopped: nothing commits any more (what is on disk is what the last commit made durable).
+                self.logger.debug("a commit after the stop is not made", metadata: ["key": "\(key)"])
+                return
+            }
             entry.commit = .running
+            self.entries[key] = entry
             self.commitsUnderWay += 1
-            self.work.continuation.yield(.commit(key))
         }
-        self.entries[key] = entry
     }
 
-    /// Runs a resource's commit on the commit thread (a child task of ``run()``).
+    /// A failed commit's time to try again came: committed now, in this child of ``run()``, unless another commit
+    /// runs for the key (then it follows that one).
+    func retryCommit(_ key: String) async {
+        guard var entry = self.entries[key] else { return }
+        guard entry.commit == .idle else {
+            entry.commit = .runningThenAgain
+            self.entries[key] = entry
+            return
+        }
+        entry.commit = .running
+        self.entries[key] = entry
+        self.commitsUnderWay += 1
+        await self.commit(key)
+    }
+
+    /// Runs a resource's commits on the commit thread (a child task of ``run()``): this one, and another after it
+    /// for as long as the state changed while one ran.
     func commit(_ key: String) async {
-        guard self.entries[key] != nil else { return }
-        let commit = self.entries[key]!.state.commit()
+        var again = true
+        while again, self.entries[key] != nil {
+            let commit = self.entries[key]!.state.commit()
+            let (succeeded, missing) = await self.write(commit, key: key)
+            again = self.committed(key, commit, succeeded: succeeded, missing: missing)
+        }
+    }
+
+    /// Makes a commit durable: its written blocks synced, the index written (or removed), evicted blocks and old
+    /// generations deleted.
+    ///
+    /// - Returns: Whether it succeeded, and the blocks whose files were not there (deleted by an earlier commit).
+    private func write(_ commit: ResourceState.Commit, key: String) async -> (Bool, Set<Int64>) {
         let store = self.store
-        var missing = Set<Int64>()
-        let succeeded: Bool
         do {
-            missing = try await self.commitPool.runIfActive {
+            let missing = try await self.commitPool.runIfActive {
                 // A block file that is not there (deleted by a commit before this one) lists nothing.
                 var missing = Set<Int64>()
                 var record = commit.record
@@ -53,19 +83,21 @@ extension CacheEngine {
                 for generation in commit.oldGenerations { store.deleteGeneration(generation, for: key) }
                 return missing
             }
-            succeeded = true
+            return (true, missing)
         } catch {
             self.logger.warning("cannot commit the cache index", metadata: ["key": "\(key)", "error": "\(error)"])
-            succeeded = false
+            return (false, [])
         }
-        self.committed(key, commit, succeeded: succeeded, missing: missing)
     }
 
-    private func committed(_ key: String, _ commit: ResourceState.Commit, succeeded: Bool, missing: Set<Int64>) {
-        guard var entry = self.entries[key] else { return }
-        let again = entry.commit == .runningThenAgain
-        entry.commit = .idle
-        self.commitsUnderWay -= 1
+    /// A commit ended.
+    ///
+    /// - Returns: Whether another commit of the key follows at once (the state changed while this one ran).
+    private func committed(_ key: String, _ commit: ResourceState.Commit, succeeded: Bool, missing: Set<Int64>)
+        -> Bool
+    {
+        guard var entry = self.entries[key] else { return false }
+        defer { self.wake(key) }
         if succeeded {
             if entry.commitFailing {
                 entry.commitFailing = false
@@ -74,19 +106,27 @@ extension CacheEngine {
             let outcome = entry.state.committed(commit, missing: missing)
             self.doomed -= outcome.freed
             self.used -= outcome.lost
-            self.entries[key] = entry
-            if again { self.scheduleCommit(key) }
-        } else {
-            // Tried again after a while (a full disk may free up); meanwhile the bytes stay served from this process.
-            if !entry.commitFailing {
-                entry.commitFailing = true
-                self.failingCommits += 1
+            if entry.commit == .runningThenAgain {
+                entry.commit = .running
+                self.entries[key] = entry
+                return true
             }
-            entry.state.commitFailed(commit)
+            entry.commit = .idle
             self.entries[key] = entry
-            self.work.continuation.yield(.retryCommit(key, after: Self.commitRetryDelay))
+            self.commitsUnderWay -= 1
+            return false
         }
-        self.wake(key)
+        // Tried again after a while (a full disk may free up); meanwhile the bytes stay served from this process.
+        if !entry.commitFailing {
+            entry.commitFailing = true
+            self.failingCommits += 1
+        }
+        entry.state.commitFailed(commit)
+        entry.commit = .idle
+        self.entries[key] = entry
+        self.commitsUnderWay -= 1
+        self.work.continuation.yield(.retryCommit(key, after: Self.commitRetryDelay))
+        return false
     }
 
     /// Evicts the least recently used blocks (not pinned, not being written, not waiting for a reader) until the

@@ -213,6 +213,7 @@ extension CacheEngine {
                 state.update(fill)
             }
             state.headSeen = true
+            self.entries[key]?.headFrom = id
             if head.start != requested.lowerBound { state.fetch(id, startsAt: head.start) }
             if head.rangesHonoured {
                 state.honoursRanges(id)
@@ -352,7 +353,9 @@ extension CacheEngine {
                 if fetch.rangesHonoured, ContinuousClock.now - since >= heldLimit {
                     return false
                 }
-                await self.waitForRoom(until: since + heldLimit)
+                // Only a fetch whose origin honours ranges is stopped when held too long: another waits without a
+                // timer (one already past would wake it at once, again and again).
+                await self.waitForRoom(until: fetch.rangesHonoured ? since + heldLimit : nil)
                 continue
             }
             heldSince = nil

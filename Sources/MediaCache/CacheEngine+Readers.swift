@@ -26,6 +26,9 @@ extension CacheEngine {
         upper: Int64?
     ) async -> Opening {
         var revalidated = false
+        /// The fetch this request started, if any: its answer, to this request with its own credentials, is the
+        /// origin's word on the bytes when the head came from it.
+        var ownFetch: Int?
         while !Task.isCancelled {
             let entry = self.entry(key)
             self.entries[key] = entry
@@ -34,7 +37,8 @@ extension CacheEngine {
                 // Revalidated at most once per request: after it, the record is fresh, or changed, or the origin is
                 // unreachable and the cached bytes are served as they are. Private bytes (a request with credentials,
                 // or `Cache-Control: private`) are served only once the origin has confirmed them for this request.
-                if !revalidated, self.needsRevalidation(key, state.record) {
+                let confirmedByOwnFetch = ownFetch != nil && entry.headFrom == ownFetch
+                if !revalidated, !confirmedByOwnFetch, self.needsRevalidation(key, state.record) {
                     revalidated = true
                     let outcome = await self.revalidate(key: key, url: url, forward: forward)
                     if Self.isPrivate(key, state.record) {
@@ -62,9 +66,7 @@ extension CacheEngine {
                     url: url,
                     forward: forward
                 )
-                // Its answer, to this request with its own credentials, is the origin's word on the bytes: no
-                // revalidation follows it.
-                revalidated = true
+                ownFetch = id
                 await self.wait(key, reader)
             case .wait:
                 await self.wait(key, reader)

@@ -75,7 +75,10 @@ extension CacheEngine {
     }
 
     private func revalidationFailed(key: String, _ reason: String) {
-        self.logger.info("origin unreachable; serving cached bytes", metadata: ["key": "\(key)", "error": "\(reason)"])
+        self.logger.info(
+            "revalidation failed; public bytes are served as they are",
+            metadata: ["key": "\(key)", "error": "\(reason)"]
+        )
         self.entries[key]?.lastAttempt = Date()
     }
 

@@ -68,6 +68,9 @@ struct ResourceEntry {
     var passthroughUntil: Date?
     /// A playlist seen to be live: fetched from the origin at every request, never cached.
     var isLive = false
+    /// The fetch whose origin answer the head last came from: a request whose own fetch that was needs no
+    /// revalidation after it.
+    var headFrom: Int?
 
     enum CommitPhase {
         case idle
@@ -125,7 +128,8 @@ actor CacheEngine {
 
     /// One entry per resource the cache knows of.
     var entries: [String: ResourceEntry] = [:]
-    /// The engine's background work (commits and their retries), run by ``run()`` as its child tasks.
+    /// The engine's background work (commits and their retries), run by ``run()`` as its child tasks; finished by
+    /// ``stop()``.
     let work: (stream: AsyncStream<Work>, continuation: AsyncStream<Work>.Continuation)
     /// Who waits for ``run()`` to end.
     var runEndWaiters: [CheckedContinuation<Void, Never>] = []
@@ -224,8 +228,11 @@ actor CacheEngine {
     }
 
     /// Runs the engine's background work (commits, and their retries after a failure) until ``stop()``: starts the
-    /// commit thread, evicts down to the cap (after a restart with a smaller one), and returns once the last commit
-    /// has ended.
+    /// commit thread, evicts down to the cap (after a restart with a smaller one), and returns once every commit
+    /// asked for before the stop has run (a retry waiting for its time too: it runs once more).
+    ///
+    /// Only ``stop()`` ends it: run it where its caller's cancellation does not reach (a task of its own), since
+    /// cancelling it would cancel the commits that make the last writes durable.
     func run() async {
         self.commitPool.start()
         self.evictIfNeeded()
@@ -236,14 +243,11 @@ actor CacheEngine {
                     group.addTask { await self.commit(key) }
                 case .retryCommit(let key, let delay):
                     group.addTask {
-                        // Cancelled when the engine stops: then nothing more is committed.
-                        guard (try? await Task.sleep(for: delay)) != nil else { return }
-                        await self.scheduleCommit(key)
+                        try? await Task.sleep(for: delay)
+                        await self.retryCommit(key)
                     }
                 }
             }
-            // Stopping: the commits under way finish; a retry waiting for its time does not.
-            group.cancelAll()
         }
         try? await self.commitPool.shutdownGracefully()
         self.runEnded = true

@@ -59,19 +59,20 @@ public final class CacheProxy: Service, Sendable {
     }
 
     public func run() async throws {
-        // The engine's background work (its commits) runs beside the listener, and ends after it: `stop()` lets the
-        // commits under way finish.
-        async let engineRun: Void = self.engine.run()
+        // The engine's background work (its commits) runs beside the listener and ends after it, when `stop()` has
+        // let the commits asked for finish: a task of its own, so that cancelling the proxy does not cancel them.
+        let engine = self.engine
+        let engineRun = Task { await engine.run() }
         do {
             try await self.listen()
         } catch {
             await self.engine.stop()
-            await engineRun
+            await engineRun.value
             await self.origin.shutdown()
             throw error
         }
         await self.engine.stop()
-        await engineRun
+        await engineRun.value
         await self.origin.shutdown()
         if self.configuration.controlSecret != nil {
             try? FileManager.default.removeItem(at: self.controlSecretFile)

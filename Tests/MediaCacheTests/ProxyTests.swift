@@ -209,6 +209,32 @@ struct ProxyTests {
         }
     }
 
+    @Test("what was cached, and what was dropped, just before the proxy stopped is so after a restart")
+    func commitsSurviveStop() async throws {
+        let data = randomData(300_000, seed: 71)
+        try await ProxyFixture.with(files: ["kept.bin": data, "dropped.bin": data]) { fixture in
+            // A second proxy of its own, stopped as the fixture stops proxies: by cancelling its task at once.
+            var configuration = fixture.proxy.configuration
+            configuration.cacheDirectory = fixture.folder.appendingPathComponent("second", isDirectory: true)
+            let kept = fixture.nginx.url("kept.bin")
+            let dropped = fixture.nginx.url("dropped.bin")
+            try await ProxyFixture.running(configuration) { (_: CacheProxy, port: Int) async throws in
+                for origin in [kept, dropped] {
+                    let url = ProxyURL(port: port).query(for: origin).absoluteString
+                    #expect(try await Curl.get(url, in: fixture.folder).body == data)
+                }
+                let control = ProxyControl(address: ProxyURL(port: port), secret: configuration.controlSecret)
+                #expect(try await control.remove(dropped))
+            }
+            try await ProxyFixture.running(configuration) { (_: CacheProxy, port: Int) async throws in
+                let control = ProxyControl(address: ProxyURL(port: port), secret: configuration.controlSecret)
+                let listed = try await control.resources()
+                #expect(listed.map(\.url) == [kept.absoluteString], "\(listed)")
+                #expect(listed.first?.cachedBytes == 300_000)
+            }
+        }
+    }
+
     @Test("no-store responses stream through uncached; chunked and range-ignoring origins are cached")
     func originKinds() async throws {
         let data = randomData(400_000, seed: 61)
