@@ -93,7 +93,12 @@ extension CacheEngine {
     /// A commit ended.
     ///
     /// - Returns: Whether another commit of the key follows at once (the state changed while this one ran).
-    private func committed(_ key: String, _ commit: ResourceState.Commit, succeeded: Bool, missing: Set<Int64>)
+    private func committed(
+        _ key: String,
+        _ commit: ResourceState.Commit,
+        succeeded: Bool,
+        missing: Set<Int64>
+    )
         -> Bool
     {
         guard var entry = self.entries[key] else { return false }
