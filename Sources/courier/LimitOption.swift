@@ -80,14 +80,27 @@ enum LimitOption {
         var description: String
     }
 
+    /// The largest count any limit takes: far past what one server holds, and small enough that the server's
+    /// arithmetic on a limit (a sum of two, four times one) never overflows.
+    static let largestCount = 1_000_000_000
+    /// The largest size any limit takes: 1 PiB.
+    static let largestBytes: Int64 = 1 << 50
+
     static func int(_ text: String) throws -> Int {
         guard let value = Int(text), value > 0 else { throw BadValue(description: "\(text) is not a positive integer") }
-        return value
+        return try Self.bounded(value, text)
     }
 
     /// A count that may be zero (to turn something off).
     static func count(_ text: String) throws -> Int {
         guard let value = Int(text), value >= 0 else { throw BadValue(description: "\(text) is not 0 or more") }
+        return try Self.bounded(value, text)
+    }
+
+    private static func bounded(_ value: Int, _ text: String) throws -> Int {
+        guard value <= Self.largestCount else {
+            throw BadValue(description: "\(text) is more than any limit takes (at most \(Self.largestCount))")
+        }
         return value
     }
 
@@ -95,6 +108,9 @@ enum LimitOption {
     static func bytes64(_ text: String) throws -> Int64 {
         guard let value = ByteSize.value(text) else {
             throw BadValue(description: "\(text) is not a size like 65536, 64K, 100M or 2G")
+        }
+        guard value <= Self.largestBytes else {
+            throw BadValue(description: "\(text) is more than any size limit takes (at most 1024T)")
         }
         return value
     }
@@ -108,6 +124,9 @@ enum LimitOption {
     static func double(_ text: String) throws -> Double {
         guard let value = Double(text), value.isFinite, value > 0 else {
             throw BadValue(description: "\(text) is not a positive number")
+        }
+        guard value <= Double(Self.largestCount) else {
+            throw BadValue(description: "\(text) is more than any rate takes (at most \(Self.largestCount))")
         }
         return value
     }

@@ -66,6 +66,10 @@ extension CommandLineTests {
                 ("token-lifetime=500ms", "not a whole number of seconds"),
                 ("max-chunk-bytes=2M", "must be at most 1048576"), ("max-answer-bytes=1M", "must be at most"),
                 ("max-handed-events=-1", "is not 0 or more"),
+                // Values past any limit, which the server's arithmetic on them would overflow.
+                ("max-connections=9223372036854775807", "at most 1000000000"),
+                ("max-unacked-sends=4611686018427387904", "at most 1000000000"),
+                ("sends-per-second=1e300", "at most 1000000000"), ("outbound-buffer-bytes=2048T", "at most 1024T"),
             ] {
                 result = try await Self.courier("serve", "--data", data.path, "--limit", limit)
                 #expect(result.status != 0 && result.output.contains(said), "\(limit): \(result)")

@@ -122,6 +122,23 @@ struct LimitsTests {
         }
     }
 
+    @Test("limits as large as an Int holds do not crash the server: it starts, and a login and a send go through")
+    func largestLimits() async throws {
+        try await ServerFixture.with(
+            { fixture in
+                try await fixture.user("alice")
+                let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+                #expect(try await alice.sendText("within bounds", to: .user("alice")).ack != nil)
+                await alice.close()
+            },
+            configure: {
+                $0.limits.maxConnections = .max
+                $0.http.maxConnections = .max
+                $0.limits.maxUnackedSends = .max
+            }
+        )
+    }
+
     @Test("a sync of large texts is split into envelopes of at most maxEventsBytes; a larger text goes alone")
     func eventsSplitBySize() async throws {
         try await ServerFixture.with(

@@ -167,5 +167,11 @@ struct LoginGateTests {
         let fitted = CourierServer.fitted(configuration, openFiles: 1_600, logger: logger)
         #expect(fitted.limits.maxConnections + fitted.http.maxConnections == 1_100)
         #expect(fitted.http.maxConnections == 100)
+        // Limits as large as an Int holds (a library user's, say) are fitted too, not overflowed.
+        configuration.limits.maxConnections = .max
+        configuration.http.maxConnections = .max
+        let huge = CourierServer.fitted(configuration, openFiles: 1_600, logger: logger)
+        #expect(huge.limits.maxConnections + huge.http.maxConnections == 1_100, "\(huge.limits.maxConnections)")
+        #expect(huge.http.maxConnections >= 1 && huge.limits.maxConnections >= 1)
     }
 }

@@ -164,11 +164,17 @@ public final class CourierServer: Service, Sendable {
     static func fitted(_ configuration: ServerConfiguration, openFiles: Int?, logger: Logger) -> ServerConfiguration {
         guard let openFiles else { return configuration }
         var fitted = configuration
-        let available = max(2, openFiles - configuration.reservedDescriptors)
-        let wanted = configuration.limits.maxConnections + configuration.http.maxConnections
+        // Checked arithmetic: a limit may be as large as an Int holds (set by a library user, or through --limit).
+        let (left, short) = openFiles.subtractingReportingOverflow(max(0, configuration.reservedDescriptors))
+        let available = short ? 2 : max(2, left)
+        let (sum, overflow) = configuration.limits.maxConnections.addingReportingOverflow(
+            configuration.http.maxConnections
+        )
+        let wanted = overflow ? Int.max : sum
         guard wanted > available else { return configuration }
-        // Shared in proportion, at least one each.
-        let http = max(1, available * configuration.http.maxConnections / wanted)
+        // Shared in proportion, at least one each (in floating point: the product may not fit an Int).
+        let share = Double(available) * Double(configuration.http.maxConnections) / Double(wanted)
+        let http = min(available - 1, max(1, Int(share.rounded(.down))))
         fitted.http.maxConnections = http
         fitted.limits.maxConnections = max(1, available - http)
         logger.warning(

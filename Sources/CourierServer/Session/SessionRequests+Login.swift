@@ -138,7 +138,9 @@ extension SessionRequests {
             device: deviceSession.device.id,
             ephemeral: hello.ephemeral,
             events: !hello.noEvents,
-            maxOwnSends: 4 * limits.maxUnackedSends,
+            // Checked: the limit may be as large as an Int holds.
+            maxOwnSends: limits.maxUnackedSends.multipliedReportingOverflow(by: 4).overflow
+                ? Int.max : limits.maxUnackedSends * 4,
             maxHanded: limits.maxHandedEvents,
             maxPerUser: limits.maxConnectionsPerUser
         ) {
