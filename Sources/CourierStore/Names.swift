@@ -39,11 +39,16 @@ public enum Names {
 
 /// The rule for other strings a client chooses and the store keeps or looks up (message ids, device names): no
 /// control characters (C0, DEL, C1), NUL above all, which SQLite would take as the string's end, so that two
-/// different ids could be stored as one.
+/// different ids could be stored as one; and no bidirectional embedding, override or isolate (U+202A–U+202E,
+/// U+2066–U+2069), which would make a name shown to others read as something else. Right-to-left text itself (Arabic,
+/// Hebrew) is fine.
 public enum StoreText {
-    /// Whether a string has no control characters.
+    /// Whether a string has no control characters and no bidirectional controls.
     public static func isClean(_ text: String) -> Bool {
-        !text.unicodeScalars.contains { $0.properties.generalCategory == .control }
+        !text.unicodeScalars.contains { scalar in
+            scalar.properties.generalCategory == .control || (0x202A...0x202E).contains(scalar.value)
+                || (0x2066...0x2069).contains(scalar.value)
+        }
     }
 
     /// Checks a string against the rule and a length in UTF-8 bytes.
@@ -54,7 +59,10 @@ public enum StoreText {
             throw CourierStoreError(.invalidRequest, "a \(what) has at most \(maxBytes) bytes")
         }
         guard self.isClean(text) else {
-            throw CourierStoreError(.invalidRequest, "a \(what) has no control characters")
+            throw CourierStoreError(
+                .invalidRequest,
+                "a \(what) has no control characters (bidirectional ones included)"
+            )
         }
     }
 }

@@ -271,7 +271,7 @@ struct LoginStormTests {
         }
     }
 
-    @Test("strings with NUL or other control characters never match a shorter one")
+    @Test("strings with NUL or other control characters never match a shorter one; bidirectional controls are refused")
     func controlCharacters() async throws {
         try await ServerFixture.with { fixture in
             try await fixture.user("alice")
@@ -287,6 +287,23 @@ struct LoginStormTests {
             hello.hello.deviceName = "phone\u{1B}]0;owned\u{7}"
             try await device.send(hello)
             #expect(try await device.expectClose().compactMap(\.failure).map(\.code) == [ErrorCodes.invalidRequest])
+            // …and so is one whose bidirectional override would show others "phone" written backwards; a name in
+            // a right-to-left script is not.
+            let spoofed = try await NativeTestClient.connect(port: fixture.ports.native)
+            hello.hello.deviceName = "\u{202E}enohp"
+            try await spoofed.send(hello)
+            #expect(try await spoofed.expectClose().compactMap(\.failure).map(\.code) == [ErrorCodes.invalidRequest])
+            let arabic = try await NativeTestClient.connect(port: fixture.ports.native)
+            hello.hello.deviceName = "هاتف علي"
+            try await arabic.send(hello)
+            let answer = try await arabic.expect("an answer to hello") { envelope -> ServerEnvelope? in
+                switch envelope.body {
+                case .welcome?, .error?: envelope
+                default: nil
+                }
+            }
+            #expect(answer.welcome.user == "alice", "\(answer)")
+            await arabic.close()
 
             let (alice, _) = try await NativeTestClient.login(fixture, "alice")
             // Two ids that differ after a NUL: both refused, neither stored as "m".
