@@ -114,6 +114,12 @@ public protocol CourierDatabase: Sendable {
     /// - Throws: ``CourierStoreError`` with code `storage-failed` when the storage cannot be opened.
     func blobStorage(folder: URL, configuration: BlobStore.Configuration, logger: Logger) throws -> any BlobStorage
 
+    // MARK: Limits across nodes
+
+    /// Where the nodes sharing this database keep the limits that must hold on all of them together; nil for a
+    /// database one server owns (its memory is the whole cluster).
+    var clusterAdmission: (any ClusterAdmission)? { get }
+
     // MARK: Upkeep
 
     /// How often the server calls ``maintain()`` while it runs; nil for a store that needs no upkeep of its own.
@@ -163,6 +169,9 @@ extension CourierDatabase {
 }
 
 extension CourierDatabase {
+    /// One server owns the database.
+    public var clusterAdmission: (any ClusterAdmission)? { nil }
+
     /// No upkeep of its own.
     public var maintenanceInterval: Duration? { nil }
 

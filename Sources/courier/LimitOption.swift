@@ -38,6 +38,8 @@ enum LimitOption {
         ("max-queued-password-checks", { $0.store.maxQueuedPasswordChecks = try int($1) }),
         ("change-poll-interval", { $0.limits.changePollInterval = try duration($1) }),
         ("cluster-poll-interval", { $0.cluster.pollInterval = try duration($1) }),
+        ("node-heartbeat-interval", { $0.cluster.nodeHeartbeatInterval = try duration($1) }),
+        ("node-lifetime", { $0.cluster.nodeLifetime = try duration($1) }),
         ("token-lifetime", { $0.store.limits.tokenLifetime = try seconds($1) }),
         ("recall-window", { $0.store.limits.recallWindow = try seconds($1) }),
         ("max-batch-requests", { $0.commit.maxBatchRequests = try int($1) }),

@@ -151,38 +151,75 @@ struct LoginStormTests {
         }
     }
 
-    @Test("a user past maxConnectionsPerUser gets server-full; others are not affected; a freed place is reused")
+    @Test(
+        "past maxConnectionsPerUser a token gets server-full; a password login gets in and the oldest yields; others are not affected"
+    )
     func connectionsPerUser() async throws {
         try await ServerFixture.with { fixture in
             try await fixture.user("alice")
             try await fixture.user("bob")
-            let (first, _) = try await NativeTestClient.login(fixture, "alice", device: "one")
+            let (first, welcome) = try await NativeTestClient.login(fixture, "alice", device: "one")
             let compat = try await CompatTestClient.connect(port: fixture.ports.compat)
             try await compat.write(try CompatTestClient.packet("auth", ["user": "alice", "password": "pw-alice"]))
             _ = try await compat.expect("welcome")
-            // A third connection of alice's, right password and all: refused, closed.
-            let third = try await NativeTestClient.connect(port: fixture.ports.native)
+            // A third connection of alice's with a token (a thief's, say): refused, closed, nothing revoked.
+            let thief = try await NativeTestClient.connect(port: fixture.ports.native)
             var hello = ClientEnvelope()
-            hello.hello.password.user = "alice"
-            hello.hello.password.password = "pw-alice"
-            try await third.send(hello)
-            let closed = try await third.expectClose()
-            #expect(closed.last?.failure?.code == ErrorCodes.serverFull, "\(closed)")
-            // The device that password login made is revoked: it is never used.
-            let devices = try await fixture.store.devices(of: "alice")
-            #expect(devices.count == 3 && devices.filter { $0.revokedMs != nil }.count == 1, "\(devices)")
-            // Bob is not affected, and alice's two connections are served.
+            hello.hello.token = welcome.token
+            try await thief.send(hello)
+            let refused = try await thief.expectClose()
+            #expect(refused.last?.failure?.code == ErrorCodes.serverFull, "\(refused)")
+            #expect(try await fixture.store.devices(of: "alice").allSatisfy { $0.revokedMs == nil })
+            // A password login is the user's own: it gets in, and alice's oldest connection yields its place.
+            let (third, _) = try await NativeTestClient.login(fixture, "alice", device: "three")
+            let yielded = try await first.expectClose()
+            #expect(yielded.last?.failure?.code == ErrorCodes.serverFull, "\(yielded)")
+            // Bob is not affected, and alice's two connections left are served.
             let (bob, _) = try await NativeTestClient.login(fixture, "bob")
-            #expect(try await first.sendText("still here", to: .user("bob")).ack != nil)
+            #expect(try await third.sendText("still here", to: .user("bob")).ack != nil)
             #expect(try await bob.messages(1).map(\.body.text) == ["still here"])
-            // One of alice's leaves: a login fits again (the server notices the close a moment later: retry).
-            await first.close()
-            #expect(try await NativeTestClient.loginOnceThereIsRoom(fixture, "alice"))
+            try await compat.write(try CompatTestClient.packet("ping"))
+            _ = try await compat.expect("pong")
+            // A renewal of the device a thief's token holds (a password login with that token) gets in too.
+            var renewal = ClientEnvelope()
+            renewal.hello.password.user = "alice"
+            renewal.hello.password.password = "pw-alice"
+            renewal.hello.renewToken = welcome.token
+            let renewing = try await NativeTestClient.connect(port: fixture.ports.native)
+            try await renewing.send(renewal)
+            _ = try await renewing.expect("a welcome") { $0.welcome }
+            // One of alice's leaves: a token fits again (the server notices the close a moment later: retry).
+            await third.close()
+            #expect(try await Self.resumeOnceThereIsRoom(port: fixture.ports.native, token: welcome.token) == nil)
+            await renewing.close()
             await compat.close()
             await bob.close()
         } configure: {
             $0.limits.maxConnectionsPerUser = 2
         }
+    }
+
+    /// Logs in with a token until there is room (retrying `server-full`); nil on success, else the last refusal.
+    static func resumeOnceThereIsRoom(port: Int, token: String) async throws -> String? {
+        let deadline = ContinuousClock.now + Patience.reply
+        var refusal = try await Self.tokenLogin(port: port, token: token)
+        while refusal != nil, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+            refusal = try await Self.tokenLogin(port: port, token: token)
+        }
+        return refusal
+    }
+
+    /// A token login that closes at once if let in: nil when welcomed, else the error code.
+    static func tokenLogin(port: Int, token: String) async throws -> String? {
+        let client = try await NativeTestClient.connect(port: port)
+        var hello = ClientEnvelope()
+        hello.hello.token = token
+        try await client.send(hello)
+        let answer = try await client.expect("an answer") { $0 }
+        await client.close()
+        if case .welcome? = answer.body { return nil }
+        return answer.failure?.code ?? "\(answer)"
     }
 
     @Test("the HTTP port closes a client that sends its request head a byte at a time")

@@ -135,10 +135,9 @@ struct LoginGate: Sendable {
         }
     }
 
-    /// The key a user name counts under: the name lowercased, or, for a name that breaks the name rule, one key
-    /// shared by all such names (none of them can log in, so throttling them together costs nobody anything).
+    /// The key a user name counts under (``LoginLimits/userKey(_:)``, as across nodes).
     static func userKey(_ user: String) -> String {
-        Names.isValid(user) ? user.lowercased() : ""
+        LoginLimits.userKey(user)
     }
 
     /// The keys an attempt counts under, with their limits: a password attempt under its address and its user name

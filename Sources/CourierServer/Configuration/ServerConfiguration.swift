@@ -41,6 +41,14 @@ public struct ServerConfiguration: Sendable {
         public var pollInterval: Duration = .milliseconds(250)
         /// The most users whose cursors one read asks for; more are read in several.
         public var maxUsersPerPoll: Int = 5_000
+        /// How often the node tells the database it is alive (``nodeLifetime`` more), so that the connections and
+        /// password attempts it counts toward the limits that hold across nodes keep counting.
+        public var nodeHeartbeatInterval: Duration = .seconds(5)
+        /// How long what a node counted keeps counting after its last heartbeat: a node killed, or cut off from the
+        /// database, holds its users' places this long at most. The nodes' clocks must agree to well within it.
+        public var nodeLifetime: Duration = .seconds(20)
+        /// How long a password attempt counts as in flight when its node never says how it ended.
+        public var loginInFlightLifetime: Duration = .seconds(60)
 
         public init() {}
     }
@@ -54,8 +62,10 @@ public struct ServerConfiguration: Sendable {
         /// Connections from one address (an IPv4 address, or an IPv6 /64) that have not logged in yet; one more is
         /// closed at once with `server-full`, so idle sockets from one address cannot take the others' places.
         public var maxUnauthenticatedPerAddress: Int = 128
-        /// Logged-in connections of one user, all its devices and ports together; one more login is answered
-        /// `server-full` and closed (a stolen password cannot take the server's connections).
+        /// Logged-in connections of one user, all its devices and ports together (and, on PostgreSQL, all the nodes
+        /// together); one more token login is answered `server-full` and closed (a stolen token cannot take the
+        /// server's connections, nor keep the owner out), while one more password login gets in and the user's
+        /// oldest connections yield their places.
         public var maxConnectionsPerUser: Int = 64
         /// Sends a connection may have waiting for their commit; the server reads nothing more from the connection
         /// until one is acknowledged (backpressure, nothing refused).

@@ -12,6 +12,10 @@ import Synchronization
 final class Hub: Fanout {
     private struct State {
         var byUser: [UserID: [Int: ConnectionHandle]] = [:]
+        /// Connections that yielded their places to a newer login of their user and are closing: they no longer
+        /// count against ``register(user:device:ephemeral:events:maxOwnSends:maxHanded:maxPerUser:yielding:lease:)``'s
+        /// limit.
+        var yielded: Set<Int> = []
         var nextID = 1
         var shuttingDown = false
     }
@@ -27,7 +31,10 @@ final class Hub: Fanout {
         case userFull
     }
 
-    /// Registers a connection, unless its user has `maxPerUser` already.
+    /// Registers a connection, unless its user has `maxPerUser` already: then, when `yielding` (a password login,
+    /// which is the user's own), the user's oldest connections are closed to make room, and otherwise it is refused.
+    ///
+    /// - Parameter lease: Where the nodes sharing a database count the connection (``ClusterLimits``), if they do.
     func register(
         user: UserID,
         device: DeviceID,
@@ -35,11 +42,19 @@ final class Hub: Fanout {
         events: Bool = true,
         maxOwnSends: Int = 1024,
         maxHanded: Int = 0,
-        maxPerUser: Int = .max
+        maxPerUser: Int = .max,
+        yielding: Bool = false,
+        lease: Int64? = nil
     ) -> Registration {
-        self.state.withLock { state in
-            guard !state.shuttingDown else { return .shuttingDown }
-            guard (state.byUser[user]?.count ?? 0) < maxPerUser else { return .userFull }
+        let (registration, yielded) = self.state.withLock { state -> (Registration, [ConnectionHandle]) in
+            guard !state.shuttingDown else { return (.shuttingDown, []) }
+            let counted = state.byUser[user].map { $0.values.filter { !state.yielded.contains($0.id) } } ?? []
+            var yielded: [ConnectionHandle] = []
+            if counted.count >= maxPerUser {
+                guard yielding else { return (.userFull, []) }
+                yielded = Array(counted.sorted { $0.id < $1.id }.prefix(counted.count - max(0, maxPerUser - 1)))
+                state.yielded.formUnion(yielded.map(\.id))
+            }
             let handle = ConnectionHandle(
                 id: state.nextID,
                 user: user,
@@ -47,14 +62,31 @@ final class Hub: Fanout {
                 wantsEphemeral: ephemeral,
                 wantsEvents: events,
                 maxOwnSends: maxOwnSends,
-                maxHanded: maxHanded
+                maxHanded: maxHanded,
+                lease: lease
             )
             state.nextID += 1
             let first = state.byUser[user]?.isEmpty ?? true
             let firstForDevice = !(state.byUser[user]?.values.contains { $0.device == device } ?? false)
             state.byUser[user, default: [:]][handle.id] = handle
-            return .registered(handle, firstForUser: first, firstForDevice: firstForDevice)
+            return (.registered(handle, firstForUser: first, firstForDevice: firstForDevice), yielded)
         }
+        for handle in yielded { handle.terminate(code: ErrorCodes.serverFull, message: Self.yieldMessage) }
+        return registration
+    }
+
+    /// What a connection that yielded its place is told.
+    static let yieldMessage = "a newer login of this user took this connection's place (its connection limit)"
+
+    /// Closes the connections counted under these leases (they yielded to a login on another node).
+    func terminate(leases: Set<Int64>) {
+        guard !leases.isEmpty else { return }
+        let targets = self.state.withLock { state in
+            let targets = state.byUser.values.flatMap { $0.values.filter { $0.lease.map(leases.contains) ?? false } }
+            state.yielded.formUnion(targets.map(\.id))
+            return targets
+        }
+        for handle in targets { handle.terminate(code: ErrorCodes.serverFull, message: Self.yieldMessage) }
     }
 
     /// Removes a connection.
@@ -63,6 +95,7 @@ final class Hub: Fanout {
     func unregister(_ handle: ConnectionHandle) -> (lastForUser: Bool, lastForDevice: Bool) {
         self.state.withLock { state in
             state.byUser[handle.user]?[handle.id] = nil
+            state.yielded.remove(handle.id)
             let lastForDevice = !(state.byUser[handle.user]?.values.contains { $0.device == handle.device } ?? false)
             if state.byUser[handle.user]?.isEmpty ?? false {
                 state.byUser[handle.user] = nil
@@ -192,6 +225,8 @@ final class ConnectionHandle: Sendable {
     let maxOwnSends: Int
     /// The most fresh events held for the delivery (0: none; everything is read from the store).
     let maxHanded: Int
+    /// Where the nodes sharing a database count this connection, if they do.
+    let lease: Int64?
     private let state = Mutex(State())
 
     init(
@@ -201,9 +236,11 @@ final class ConnectionHandle: Sendable {
         wantsEphemeral: Bool,
         wantsEvents: Bool = true,
         maxOwnSends: Int = 1024,
-        maxHanded: Int = 0
+        maxHanded: Int = 0,
+        lease: Int64? = nil
     ) {
         self.id = id
+        self.lease = lease
         self.user = user
         self.device = device
         self.wantsEphemeral = wantsEphemeral

@@ -44,6 +44,7 @@ public final class CourierServer: Service, Sendable {
     let metrics: ServerMetrics
     let media: MediaService
     let logins: LoginThrottle
+    let cluster: ClusterLimits
     /// This server's hold on its data folder, from `init` until `run()` ends.
     private let folderLock: DataFolderLock
     /// The TLS context all ports share, when ``ServerConfiguration/tls`` is set.
@@ -128,6 +129,13 @@ public final class CourierServer: Service, Sendable {
         self.store = store
         self.feed = feed
         let hub = self.hub
+        self.cluster = ClusterLimits(
+            admission: store.clusterAdmission,
+            limits: configuration.limits,
+            cluster: configuration.cluster,
+            hub: hub,
+            logger: logger
+        )
         let fanout: any Fanout = feed.map { ClusterFanout(hub: hub, feed: $0) } ?? hub
         self.fanout = fanout
         let metrics = ServerMetrics()
@@ -230,6 +238,8 @@ public final class CourierServer: Service, Sendable {
         }
         // This server holds the data folder (its lock): no device is connected yet, whatever one that was killed left.
         try await self.store.clearConnectedDevices()
+        // Nor does it hold any of the connections the nodes count together.
+        try await self.cluster.start()
         let activity = DeviceActivity()
         let context = SessionContext(
             configuration: self.configuration,
@@ -241,6 +251,7 @@ public final class CourierServer: Service, Sendable {
             metrics: self.metrics,
             media: self.media,
             logins: self.logins,
+            cluster: self.cluster,
             logger: self.logger
         )
         let (httpPorts, httpRunning) = AsyncStream.makeStream(of: Int.self)
@@ -282,6 +293,7 @@ public final class CourierServer: Service, Sendable {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.commits.run() }
             group.addTask { await self.watchChanges() }
+            group.addTask { await self.cluster.run() }
             if let feed = self.feed {
                 group.addTask { await self.followFeed(feed) }
                 group.addTask { await self.pollOnlineUsers() }
@@ -308,9 +320,11 @@ public final class CourierServer: Service, Sendable {
                 // The HTTP server failed to start: its error ends the group (the other tasks stop).
                 native.close(promise: nil)
                 compat.close(promise: nil)
+                self.cluster.stopping()
                 self.hub.shutDown()
                 context.shutDownSessions()
                 await context.sessionsEnded()
+                await self.cluster.forget()
                 self.commits.finish()
                 group.cancelAll()
                 try await group.waitForAll()
@@ -328,6 +342,7 @@ public final class CourierServer: Service, Sendable {
                 self.logger.info("shutting down: no new connections; finishing the ones open")
                 native.close(promise: nil)
                 compat.close(promise: nil)
+                self.cluster.stopping()
                 self.hub.shutDown()
                 context.shutDownSessions()
             }
@@ -342,6 +357,7 @@ public final class CourierServer: Service, Sendable {
                 stop()
             }
             await context.sessionsEnded()
+            await self.cluster.forget()
             self.commits.finish()
             group.cancelAll()
             try await group.waitForAll()

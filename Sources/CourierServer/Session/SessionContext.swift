@@ -20,6 +20,8 @@ final class SessionContext: Sendable {
     let metrics: ServerMetrics
     let media: MediaService
     let logins: LoginThrottle
+    /// The limits that hold across the nodes sharing the database (no-ops on a single node).
+    let cluster: ClusterLimits
     /// The clock of the sessions' deadlines and rates, and of the fan-out budgets.
     let clock: SessionClock
     private let connections = Atomic<Int>(0)
@@ -66,9 +68,19 @@ final class SessionContext: Sendable {
         metrics: ServerMetrics,
         media: MediaService,
         logins: LoginThrottle,
+        cluster: ClusterLimits? = nil,
         logger: Logger,
         clock: SessionClock = .continuous
     ) {
+        self.cluster =
+            cluster
+            ?? ClusterLimits(
+                admission: nil,
+                limits: configuration.limits,
+                cluster: configuration.cluster,
+                hub: hub,
+                logger: logger
+            )
         self.activity = activity
         self.clock = clock
         self.deadlines = LoopDeadlinesTable(resolution: configuration.limits.deadlineResolution, clock: clock)

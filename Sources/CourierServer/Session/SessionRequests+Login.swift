@@ -24,9 +24,37 @@ extension SessionRequests {
         case .admitted(let admitted):
             ticket = admitted
         }
+        // And against every node's attempts, where nodes share the database: still before any hashing.
+        var attempt: PasswordAttempt?
+        if let userName {
+            do {
+                switch try await self.context.cluster.admitPassword(user: userName, address: self.addressKey) {
+                case .throttled(let wait)?:
+                    self.context.logins.finish(ticket, failed: false)
+                    self.logger.notice("login throttled across nodes", metadata: ["user": "\(shown)"])
+                    return try await self.throttled(
+                        requestID,
+                        "too many failed logins; retry later",
+                        retryAfter: wait,
+                        writer
+                    )
+                case .admitted(let admitted)?:
+                    attempt = admitted
+                case nil:
+                    break
+                }
+            } catch {
+                self.context.logins.finish(ticket, failed: false)
+                return .close(
+                    code: ErrorCodes.storageFailed,
+                    message: "the login could not be checked; try again later"
+                )
+            }
+        }
         let result = await self.check(hello)
         let failed = if case .failure(let error) = result { error.code == .authFailed } else { false }
         self.context.logins.finish(ticket, failed: failed)
+        if let attempt { await self.context.cluster.finish(attempt, failed: failed) }
         if userName != nil, failed || (try? result.get()) != nil { self.context.metrics.passwordChecks.increment() }
 
         let deviceSession: DeviceSession
@@ -128,11 +156,38 @@ extension SessionRequests {
         case refused(code: String, message: String)
     }
 
-    /// Registers the connection in the hub; a refusal (the user's connection limit, the server stopping) undoes
-    /// what the login made.
+    /// Registers the connection in the hub (and, where nodes share the database, counts it on all of them); a
+    /// refusal (the user's connection limit, the server stopping) undoes what the login made. A password login is
+    /// the user's own: where the user is at its connection limit, its oldest connections yield; a token login is
+    /// refused there (a stolen token cannot keep the owner out).
     private func register(_ deviceSession: DeviceSession, hello: Courier_V1_Hello) async throws -> Registration {
-        let store = self.context.store
         let limits = self.context.configuration.limits
+        let yielding = deviceSession.token != nil
+        let full = Registration.refused(
+            code: ErrorCodes.serverFull,
+            message: "this user has \(limits.maxConnectionsPerUser) connections already"
+        )
+        var lease: Int64?
+        do {
+            switch try await self.context.cluster.open(
+                user: deviceSession.user.id,
+                maxPerUser: limits.maxConnectionsPerUser,
+                yielding: yielding
+            ) {
+            case .full?:
+                await self.refuseLogin(deviceSession)
+                return full
+            case .opened(let opened, let yielded)?:
+                lease = opened
+                // This node's own close at once; the other nodes' when they next look.
+                self.context.hub.terminate(leases: Set(yielded))
+            case nil:
+                break
+            }
+        } catch {
+            await self.refuseLogin(deviceSession, counted: false)
+            return .refused(code: ErrorCodes.storageFailed, message: "the login could not be counted; try again later")
+        }
         switch self.context.hub.register(
             user: deviceSession.user.id,
             device: deviceSession.device.id,
@@ -142,7 +197,10 @@ extension SessionRequests {
             maxOwnSends: limits.maxUnackedSends.multipliedReportingOverflow(by: 4).overflow
                 ? Int.max : limits.maxUnackedSends * 4,
             maxHanded: limits.maxHandedEvents,
-            maxPerUser: limits.maxConnectionsPerUser
+            // Where the nodes count together, they have decided.
+            maxPerUser: lease == nil ? limits.maxConnectionsPerUser : .max,
+            yielding: yielding,
+            lease: lease
         ) {
         case .registered(let registered, let firstForUser, let firstForDevice):
             if firstForDevice {
@@ -155,25 +213,32 @@ extension SessionRequests {
             }
             return .registered(registered, firstForUser: firstForUser)
         case .shuttingDown:
-            if deviceSession.renewed { try? await store.abandonRenewal(of: deviceSession.device.id) }
+            if let lease { await self.context.cluster.close(lease: lease) }
+            if deviceSession.renewed { try? await self.context.store.abandonRenewal(of: deviceSession.device.id) }
             return .refused(code: ErrorCodes.shuttingDown, message: "the server is stopping")
         case .userFull:
+            if let lease { await self.context.cluster.close(lease: lease) }
+            await self.refuseLogin(deviceSession)
+            return full
+        }
+    }
+
+    /// A login refused for its user's connection limit (or because it could not be counted): a password login made
+    /// a device for this connection, which it never gets to use; one that renewed the device the client held gives
+    /// it its previous token back (the client never got the new one).
+    private func refuseLogin(_ deviceSession: DeviceSession, counted: Bool = true) async {
+        let store = self.context.store
+        if counted {
             self.context.metrics.refusals.increment()
-            // A password login made a device for this connection: it never gets to use it. One that renewed the
-            // device the client held gives it its previous token back (the client never got the new one).
-            if deviceSession.renewed {
-                try? await store.abandonRenewal(of: deviceSession.device.id)
-            } else if deviceSession.token != nil {
-                try? await store.revokeDevice(
-                    deviceSession.device.id,
-                    of: deviceSession.user.name,
-                    nowMs: SessionContext.nowMs()
-                )
-            }
             self.logger.notice("refused a login: the user is at its connection limit")
-            return .refused(
-                code: ErrorCodes.serverFull,
-                message: "this user has \(limits.maxConnectionsPerUser) connections already"
+        }
+        if deviceSession.renewed {
+            try? await store.abandonRenewal(of: deviceSession.device.id)
+        } else if deviceSession.token != nil {
+            try? await store.revokeDevice(
+                deviceSession.device.id,
+                of: deviceSession.user.name,
+                nowMs: SessionContext.nowMs()
             )
         }
     }

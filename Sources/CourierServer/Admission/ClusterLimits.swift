@@ -1,0 +1,150 @@
+import CourierProtocol
+import CourierStore
+import Logging
+import Synchronization
+
+/// The server's side of the limits that hold across the nodes sharing a database (``ClusterAdmission``): password
+/// attempts per user name and per address, and connections per user, counted in the database, with this node's
+/// heartbeat, the leases of its connections, and the connections that yielded to a login on another node. A server
+/// that owns its database alone (SQLite) has no ``ClusterAdmission``: its ``LoginThrottle`` and its ``Hub`` are the
+/// whole cluster, and everything here is a no-op.
+final class ClusterLimits: Sendable {
+    let admission: (any ClusterAdmission)?
+    let loginLimits: LoginLimits
+    private let hub: Hub
+    private let cluster: ServerConfiguration.Cluster
+    private let pollInterval: Duration
+    private let logger: Logger
+    private let state = Mutex(State())
+
+    private struct State {
+        /// Leases whose close failed (the database could not be reached): closed with the next poll.
+        var unclosed: [Int64] = []
+        /// The node is stopping: its leases go all at once when it has stopped, not one by one.
+        var stopping = false
+    }
+
+    init(
+        admission: (any ClusterAdmission)?,
+        limits: ServerConfiguration.Limits,
+        cluster: ServerConfiguration.Cluster,
+        hub: Hub,
+        logger: Logger
+    ) {
+        self.admission = admission
+        self.loginLimits = LoginLimits(
+            perUser: limits.maxFailedLoginsPerUser,
+            perAddress: limits.maxFailedLoginsPerAddress,
+            window: limits.loginWindow,
+            inFlightLifetime: cluster.loginInFlightLifetime
+        )
+        self.hub = hub
+        self.cluster = cluster
+        self.pollInterval = limits.changePollInterval
+        self.logger = logger
+    }
+
+    /// Checks a password attempt against every node's count, and counts it in flight: nil on a single node.
+    func admitPassword(user: String, address: String) async throws -> PasswordAdmission? {
+        guard let admission else { return nil }
+        return try await admission.admitPasswordAttempt(
+            user: LoginLimits.userKey(user),
+            address: address,
+            limits: self.loginLimits,
+            nowMs: SessionContext.nowMs()
+        )
+    }
+
+    /// An admitted attempt ended. If its end cannot be written, it stops counting as in flight after
+    /// ``ServerConfiguration/Cluster-swift.struct/loginInFlightLifetime``.
+    func finish(_ attempt: PasswordAttempt, failed: Bool) async {
+        do {
+            try await self.admission?.finishPasswordAttempt(attempt, failed: failed, nowMs: SessionContext.nowMs())
+        } catch {
+            self.logger.warning("a login's end could not be counted", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Counts a connection of a user on every node: nil on a single node (the hub counts).
+    func open(user: UserID, maxPerUser: Int, yielding: Bool) async throws -> ConnectionAdmission? {
+        guard let admission else { return nil }
+        return try await admission.openConnection(
+            user: user,
+            maxPerUser: maxPerUser,
+            yielding: yielding,
+            nowMs: SessionContext.nowMs()
+        )
+    }
+
+    /// A connection counted under `lease` ended.
+    func close(lease: Int64) async {
+        guard let admission, !self.state.withLock({ $0.stopping }) else { return }
+        do {
+            try await admission.closeConnections([lease])
+        } catch {
+            self.state.withLock { $0.unclosed.append(lease) }
+        }
+    }
+
+    /// The node starts: nothing it counted before counts, and it is alive from now.
+    func start() async throws {
+        guard let admission else { return }
+        try await admission.forgetNode()
+        try await self.heartbeat(admission)
+    }
+
+    /// Until cancelled: says the node is alive, closes the connections that yielded to a login on another node,
+    /// closes the leases whose first close failed, and prunes what no longer counts.
+    func run() async {
+        guard let admission else { return }
+        var lastBeat = ContinuousClock.now
+        var lastPrune = ContinuousClock.now
+        while (try? await Task.sleep(for: self.pollInterval)) != nil {
+            do {
+                if ContinuousClock.now - lastBeat >= self.cluster.nodeHeartbeatInterval {
+                    try await self.heartbeat(admission)
+                    lastBeat = .now
+                }
+                let yielded = try await admission.takeYieldedConnections()
+                self.hub.terminate(leases: Set(yielded))
+                let unclosed = self.state.withLock { state in
+                    defer { state.unclosed = [] }
+                    return state.unclosed
+                }
+                do {
+                    try await admission.closeConnections(unclosed)
+                } catch {
+                    self.state.withLock { $0.unclosed.append(contentsOf: unclosed) }
+                    throw error
+                }
+                if ContinuousClock.now - lastPrune >= .seconds(60) {
+                    let now = SessionContext.nowMs()
+                    let window = max(self.loginLimits.window, self.loginLimits.inFlightLifetime)
+                    try await admission.prune(attemptsBeforeMs: now - window.wholeMilliseconds, nowMs: now)
+                    lastPrune = .now
+                }
+            } catch {
+                self.logger.warning("keeping the limits across nodes failed", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    /// The node is stopping: its connections' leases are not closed one by one (``forget()`` drops them all).
+    func stopping() {
+        self.state.withLock { $0.stopping = true }
+    }
+
+    /// The node has stopped: nothing it counted counts.
+    func forget() async {
+        do {
+            try await self.admission?.forgetNode()
+        } catch {
+            self.logger.warning("the node's leases could not be dropped", metadata: ["error": "\(error)"])
+        }
+    }
+
+    private func heartbeat(_ admission: any ClusterAdmission) async throws {
+        let now = SessionContext.nowMs()
+        try await admission.heartbeat(nowMs: now, aliveUntilMs: now + self.cluster.nodeLifetime.wholeMilliseconds)
+    }
+}

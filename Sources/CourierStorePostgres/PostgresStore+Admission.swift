@@ -1,0 +1,198 @@
+public import CourierStore
+internal import Logging
+internal import PostgresNIO
+
+/// The limits every node keeps together (``ClusterAdmission``), in the tables of migration `v4-admission`. Each key
+/// (a user name's, an address's, a user's connections) is one transaction-scoped advisory lock: two nodes checking
+/// the same key at once take turns, so neither counts past a limit the other is filling. An attempt takes its
+/// address's lock before its user name's, so two never wait for each other in a circle.
+extension PostgresStore: ClusterAdmission {
+    /// The first of the advisory locks' two keys (the bytes of "Cour"); the second is the key's hash. Apart from the
+    /// migrations' lock, which is one 64-bit key (the two kinds never meet).
+    static let admissionLockClass: Int32 = 0x436F_7572
+
+    public var clusterAdmission: (any ClusterAdmission)? { self }
+
+    public func admitPasswordAttempt(
+        user: String,
+        address: String,
+        limits: LoginLimits,
+        nowMs: Int64
+    ) async throws -> PasswordAdmission {
+        let logger = self.logger
+        let keys = [("a:" + address, limits.perAddress), ("u:" + user, limits.perUser)]
+        let failedSince = nowMs - limits.window.wholeMilliseconds
+        let startedSince = nowMs - limits.inFlightLifetime.wholeMilliseconds
+        return try await self.write(doing: "admit a login") { connection in
+            var wait: Duration?
+            for (key, limit) in keys {
+                try await Self.lock(key, connection, logger: logger)
+                let failures = try await connection.values(
+                    """
+                    SELECT ended_ms FROM login_attempts
+                    WHERE key = \(key) AND failed AND ended_ms > \(failedSince)
+                    ORDER BY ended_ms DESC LIMIT \(Int64(max(0, limit)))
+                    """,
+                    as: Int64.self,
+                    logger: logger
+                )
+                let inFlight =
+                    try await connection.value(
+                        """
+                        SELECT count(*) FROM login_attempts
+                        WHERE key = \(key) AND ended_ms IS NULL AND started_ms > \(startedSince)
+                        """,
+                        as: Int64.self,
+                        logger: logger
+                    ) ?? 0
+                if let keyWait = limits.wait(failures: failures, inFlight: Int(inFlight), limit: limit, nowMs: nowMs) {
+                    wait = max(wait ?? .zero, keyWait)
+                }
+            }
+            if let wait { return .throttled(retryAfter: wait) }
+            let ids = try await connection.values(
+                """
+                INSERT INTO login_attempts (key, started_ms)
+                SELECT key, \(nowMs) FROM unnest(\(keys.map(\.0))::text[]) AS k(key)
+                RETURNING id
+                """,
+                as: Int64.self,
+                logger: logger
+            )
+            return .admitted(PasswordAttempt(ids: ids.sorted()))
+        }
+    }
+
+    public func finishPasswordAttempt(_ attempt: PasswordAttempt, failed: Bool, nowMs: Int64) async throws {
+        let logger = self.logger
+        try await self.write(doing: "finish a login") { connection in
+            // A success leaves nothing to count.
+            try await connection.run(
+                failed
+                    ? "UPDATE login_attempts SET ended_ms = \(nowMs), failed = true WHERE id = ANY(\(attempt.ids))"
+                    : "DELETE FROM login_attempts WHERE id = ANY(\(attempt.ids))",
+                logger: logger
+            )
+        }
+    }
+
+    public func openConnection(
+        user: UserID,
+        maxPerUser: Int,
+        yielding: Bool,
+        nowMs: Int64
+    ) async throws -> ConnectionAdmission {
+        let logger = self.logger
+        let node = self.configuration.node
+        return try await self.write(doing: "open a connection") { connection in
+            try await Self.lock("c:\(user.rawValue)", connection, logger: logger)
+            // The user's connections that count: not yielded, on a node that is alive. Those on dead nodes go.
+            try await connection.run(
+                """
+                DELETE FROM connection_leases l WHERE l.user_id = \(user.rawValue) AND NOT EXISTS (
+                    SELECT 1 FROM cluster_nodes n WHERE n.name = l.node AND n.alive_until_ms > \(nowMs))
+                """,
+                logger: logger
+            )
+            let open = try await connection.values(
+                """
+                SELECT id FROM connection_leases
+                WHERE user_id = \(user.rawValue) AND yielded_ms IS NULL ORDER BY id
+                """,
+                as: Int64.self,
+                logger: logger
+            )
+            var yielded: [Int64] = []
+            if open.count >= maxPerUser {
+                guard yielding else { return .full }
+                yielded = Array(open.prefix(open.count - max(0, maxPerUser - 1)))
+                try await connection.run(
+                    "UPDATE connection_leases SET yielded_ms = \(nowMs) WHERE id = ANY(\(yielded))",
+                    logger: logger
+                )
+            }
+            guard
+                let lease = try await connection.value(
+                    """
+                    INSERT INTO connection_leases (user_id, node, opened_ms)
+                    VALUES (\(user.rawValue), \(node), \(nowMs)) RETURNING id
+                    """,
+                    as: Int64.self,
+                    logger: logger
+                )
+            else { throw CourierStoreError(.storageFailed, "no id for a connection") }
+            return .opened(lease: lease, yielded: yielded)
+        }
+    }
+
+    public func closeConnections(_ leases: [Int64]) async throws {
+        guard !leases.isEmpty else { return }
+        let logger = self.logger
+        try await self.write(doing: "close connections") { connection in
+            try await connection.run("DELETE FROM connection_leases WHERE id = ANY(\(leases))", logger: logger)
+        }
+    }
+
+    public func takeYieldedConnections() async throws -> [Int64] {
+        let logger = self.logger
+        let node = self.configuration.node
+        return try await self.write(doing: "take yielded connections") { connection in
+            try await connection.values(
+                """
+                DELETE FROM connection_leases WHERE node = \(node) AND yielded_ms IS NOT NULL RETURNING id
+                """,
+                as: Int64.self,
+                logger: logger
+            ).sorted()
+        }
+    }
+
+    public func heartbeat(nowMs: Int64, aliveUntilMs: Int64) async throws {
+        let logger = self.logger
+        let node = self.configuration.node
+        try await self.write(doing: "say the node is alive") { connection in
+            try await connection.run(
+                """
+                INSERT INTO cluster_nodes (name, alive_until_ms) VALUES (\(node), \(aliveUntilMs))
+                ON CONFLICT (name) DO UPDATE SET alive_until_ms = excluded.alive_until_ms
+                """,
+                logger: logger
+            )
+        }
+    }
+
+    public func forgetNode() async throws {
+        let logger = self.logger
+        let node = self.configuration.node
+        try await self.write(doing: "forget the node's connections") { connection in
+            try await connection.run("DELETE FROM connection_leases WHERE node = \(node)", logger: logger)
+            try await connection.run("DELETE FROM cluster_nodes WHERE name = \(node)", logger: logger)
+        }
+    }
+
+    public func prune(attemptsBeforeMs: Int64, nowMs: Int64) async throws {
+        let logger = self.logger
+        try await self.write(doing: "prune what no longer counts") { connection in
+            try await connection.run(
+                "DELETE FROM login_attempts WHERE started_ms < \(attemptsBeforeMs)",
+                logger: logger
+            )
+            try await connection.run(
+                """
+                DELETE FROM connection_leases l WHERE NOT EXISTS (
+                    SELECT 1 FROM cluster_nodes n WHERE n.name = l.node AND n.alive_until_ms > \(nowMs))
+                """,
+                logger: logger
+            )
+            try await connection.run("DELETE FROM cluster_nodes WHERE alive_until_ms <= \(nowMs)", logger: logger)
+        }
+    }
+
+    /// Takes a key's advisory lock until the transaction ends.
+    private static func lock(_ key: String, _ connection: PostgresConnection, logger: Logger) async throws {
+        try await connection.run(
+            "SELECT pg_advisory_xact_lock(\(Self.admissionLockClass), hashtext(\(key)))",
+            logger: logger
+        )
+    }
+}

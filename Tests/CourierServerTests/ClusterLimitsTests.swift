@@ -1,0 +1,87 @@
+import CourierPostgresTesting
+import CourierProtocol
+import CourierServer
+import CourierServerTesting
+import CourierTesting
+import Testing
+
+@Suite(
+    "Limits that hold across nodes",
+    .serialized,
+    .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
+)
+struct ClusterLimitsTests {
+    @Test("password guesses spread over three nodes: the per-user and the per-address limits hold on all together")
+    func guessesAcrossNodes() async throws {
+        try await ClusterFixture.with(nodes: 3) { cluster in
+            try await cluster.user("alice")
+            var codes: [String] = []
+            for index in 0..<20 {
+                codes.append(try await Self.passwordLogin(cluster, node: index % 3, "alice", password: "guess\(index)"))
+            }
+            // Five checked in all (each node alone would have checked five), the rest refused before any hashing.
+            #expect(codes.filter { $0 == ErrorCodes.authFailed }.count == 5, "\(codes)")
+            #expect(codes.filter { $0 == ErrorCodes.throttled }.count == 15, "\(codes)")
+            // The address's limit (8) counts every name tried from it on every node: alice's five, and three more.
+            var others: [String] = []
+            for index in 0..<12 {
+                others.append(try await Self.passwordLogin(cluster, node: index % 3, "nobody\(index)", password: "x"))
+            }
+            #expect(others.filter { $0 == ErrorCodes.authFailed }.count == 3, "\(others)")
+        } configure: {
+            $0.limits.maxFailedLoginsPerUser = 5
+            $0.limits.maxFailedLoginsPerAddress = 8
+        }
+    }
+
+    @Test(
+        "one user over three nodes holds at most max-connections-per-user: a token past it is refused, a password login on another node makes the oldest yield"
+    )
+    func connectionsAcrossNodes() async throws {
+        try await ClusterFixture.with(nodes: 3) { cluster in
+            try await cluster.user("alice")
+            let ports = cluster.nodes.map(\.ports.native)
+            let (oldest, welcome) = try await NativeTestClient.login(port: ports[0], "alice", device: "phone")
+            let (second, _) = try await NativeTestClient.resume(port: ports[1], token: welcome.token)
+            let (third, _) = try await NativeTestClient.resume(port: ports[2], token: welcome.token)
+            // A fourth, on any node, with the token: refused.
+            for port in ports {
+                #expect(try await LoginStormTests.tokenLogin(port: port, token: welcome.token) == ErrorCodes.serverFull)
+            }
+            // The owner's password login on node 1 gets in; the oldest connection, on node 0, yields its place.
+            let (owner, _) = try await NativeTestClient.login(port: ports[1], "alice", device: "laptop")
+            let yielded = try await oldest.expectClose()
+            #expect(yielded.last?.failure?.code == ErrorCodes.serverFull, "\(yielded)")
+            #expect(try await LoginStormTests.tokenLogin(port: ports[0], token: welcome.token) == ErrorCodes.serverFull)
+            // The others are served.
+            #expect(try await owner.sendText("hi", to: .user("alice")).ack != nil)
+            #expect(try await second.messages(1).map(\.body.text) == ["hi"])
+            // One leaves: a token login fits again, on another node (the close is counted a moment later: retry).
+            await third.close()
+            let code = try await LoginStormTests.resumeOnceThereIsRoom(port: ports[0], token: welcome.token)
+            #expect(code == nil)
+            for client in [second, owner] { await client.close() }
+        } configure: {
+            $0.limits.maxConnectionsPerUser = 3
+        }
+    }
+
+    /// A password login on a node; the error code it ends with ("" for a welcome).
+    static func passwordLogin(
+        _ cluster: ClusterFixture,
+        node: Int,
+        _ user: String,
+        password: String
+    ) async throws
+        -> String
+    {
+        let client = try await NativeTestClient.connect(port: cluster.nodes[node].ports.native)
+        var hello = ClientEnvelope()
+        hello.hello.password.user = user
+        hello.hello.password.password = password
+        try await client.send(hello)
+        let answer = try await client.expect("an answer") { $0 }
+        await client.close()
+        return answer.failure?.code ?? ""
+    }
+}
