@@ -28,15 +28,19 @@ public actor NativeTestClient {
     private var frameBacklog: [NativeFrame] = []
 
     /// Connects to a native port on 127.0.0.1, over TLS when `tls` is given (the certificate must list the IP
-    /// address).
+    /// address); from the local address `from`, if given.
     public static func connect(
         port: Int,
         host: String = "127.0.0.1",
+        from: String? = nil,
         tls: TLSConfiguration? = nil
     ) async throws -> NativeTestClient {
         let inbox = FrameInbox<NativeFrame>()
         let context = try tls.map { try NIOSSLContext(configuration: $0) }
-        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        var bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        if let from { bootstrap = bootstrap.bind(to: try SocketAddress(ipAddress: from, port: 0)) }
+        let channel =
+            try await bootstrap
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addNativeHandlers(

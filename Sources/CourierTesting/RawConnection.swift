@@ -8,16 +8,21 @@ public final class RawConnection: Sendable {
     private let received: ByteCollector
 
     /// Connects to a port on 127.0.0.1; with `reading` false, reads nothing until ``resumeReading()`` (a client
-    /// that stops reading: the kernel's buffers fill, then the peer's writes wait).
+    /// that stops reading: the kernel's buffers fill, then the peer's writes wait). `from` is the local address to
+    /// connect from (any of 127.0.0.0/8 on Linux: as many client addresses as a test needs).
     public static func connect(
         port: Int,
         host: String = "127.0.0.1",
+        from: String? = nil,
         reading: Bool = true
     ) async throws
         -> RawConnection
     {
         let collector = ByteCollector()
-        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        var bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        if let from { bootstrap = bootstrap.bind(to: try SocketAddress(ipAddress: from, port: 0)) }
+        let channel =
+            try await bootstrap
             .channelOption(.autoRead, value: reading)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {

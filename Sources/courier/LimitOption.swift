@@ -7,6 +7,7 @@ enum LimitOption {
     /// Each limit's name on the command line, and how to set it.
     static let setters: [(name: String, apply: @Sendable (inout ServerConfiguration, String) throws -> Void)] = [
         ("max-connections", { $0.limits.maxConnections = try int($1) }),
+        ("max-unauthenticated", { $0.limits.maxUnauthenticated = try int($1) }),
         ("max-unauthenticated-per-address", { $0.limits.maxUnauthenticatedPerAddress = try int($1) }),
         ("max-connections-per-user", { $0.limits.maxConnectionsPerUser = try int($1) }),
         ("http-max-connections", { $0.http.maxConnections = try int($1) }),

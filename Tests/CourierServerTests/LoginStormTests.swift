@@ -152,6 +152,55 @@ struct LoginStormTests {
     }
 
     @Test(
+        "sockets that send nothing, from many addresses, cannot keep logins out: the oldest are closed for room, a login under way never"
+    )
+    func strangersMakeRoom() async throws {
+        try await ServerFixture.with { fixture in
+            for name in ["alice", "bob"] { try await fixture.user(name) }
+            // Eight addresses, four silent sockets each (their share): 32, where the server takes 20 connections
+            // and 16 not logged in. The newest 16 hold places; the oldest were closed for them.
+            var silent: [RawConnection] = []
+            for host in 2...9 {
+                for _ in 0..<4 {
+                    silent.append(try await RawConnection.connect(port: fixture.ports.native, from: "127.0.0.\(host)"))
+                }
+            }
+            try await waitUntil("the oldest 16 are closed") {
+                silent.prefix(16).allSatisfy { !$0.channel.isActive }
+            }
+            let open = silent.suffix(16).filter { $0.channel.isActive }.count
+            #expect(open == 16)
+            // Each closed one was told why.
+            let told = try await silent[0].readUntilClosed()
+            #expect(String(decoding: told, as: UTF8.self).contains("server-full"))
+            // Logins from another address (native and compat) get in, every one, each taking a silent one's place.
+            var logged: [NativeTestClient] = []
+            for _ in 0..<6 { logged.append(try await NativeTestClient.login(fixture, "alice").0) }
+            let compat = try await CompatTestClient.connect(port: fixture.ports.compat)
+            try await compat.write(try CompatTestClient.packet("auth", ["user": "bob", "password": "pw-bob"]))
+            _ = try await compat.expect("welcome")
+            #expect(try await logged[0].sendText("in", to: .user("bob")).ack != nil)
+            // More silent sockets still cannot take a logged-in connection's place.
+            for _ in 0..<4 {
+                silent.append(try await RawConnection.connect(port: fixture.ports.native, from: "127.0.0.10"))
+            }
+            #expect(try await logged[1].sendText("still in", to: .user("bob")).ack != nil)
+            let metrics = try await ExternalProgram.output(
+                "/usr/bin/curl",
+                ["--silent", "--max-time", "60", "http://127.0.0.1:\(fixture.ports.http)/metrics"]
+            )
+            #expect(metrics.contains("courier_connections_closed_for_room_total"))
+            for client in logged { await client.close() }
+            await compat.close()
+            for connection in silent { await connection.close() }
+        } configure: {
+            $0.limits.maxConnections = 20
+            $0.limits.maxUnauthenticated = 16
+            $0.limits.maxUnauthenticatedPerAddress = 4
+        }
+    }
+
+    @Test(
         "past maxConnectionsPerUser a token gets server-full; a password login gets in and the oldest yields; others are not affected"
     )
     func connectionsPerUser() async throws {
@@ -278,32 +327,37 @@ struct LoginStormTests {
         }
     }
 
-    @Test("the HTTP port has its own connection cap; the native port is not affected by it")
+    @Test(
+        "the HTTP port at its cap: partial request heads from many addresses make room for new requests; the native port is not affected"
+    )
     func httpCap() async throws {
         try await ServerFixture.with { fixture in
             try await fixture.user("alice")
-            // Three idle connections take the cap (kept open however long the test takes: the HTTP idle timeout is
-            // far away): a fourth is not served until one leaves, for as long as curl waits.
-            var idle: [RawConnection] = []
-            for _ in 0..<3 { idle.append(try await RawConnection.connect(port: fixture.ports.http)) }
+            // Eleven addresses, two connections each, every one a request head that never ends (the idle timeout
+            // is far away): 22 where the port takes 4. Only the newest stay open.
+            var partial: [RawConnection] = []
+            for host in 2...12 {
+                for _ in 0..<2 {
+                    let connection = try await RawConnection.connect(port: fixture.ports.http, from: "127.0.0.\(host)")
+                    try await connection.write(Array("GET /health HTTP/1.1\r\nHost: x\r\nX-Wait: ".utf8))
+                    partial.append(connection)
+                }
+            }
+            try await waitUntil("at most four are open") { partial.filter { $0.channel.isActive }.count <= 4 }
+            // Twenty requests after them are all answered, each making room for itself.
             let health = "http://127.0.0.1:\(fixture.ports.http)/health"
-            await #expect(throws: (any Error).self) {
-                _ = try await ExternalProgram.output(
+            for _ in 0..<20 {
+                let answer = try await ExternalProgram.output(
                     "/usr/bin/curl",
-                    ["--silent", "--fail", "--max-time", "5", health]
+                    ["--silent", "--fail", "--max-time", "60", health]
                 )
+                #expect(answer.contains("\"status\":\"ok\""))
             }
             let (alice, _) = try await NativeTestClient.login(fixture, "alice")
             await alice.close()
-            await idle.removeFirst().close()
-            let answer = try await ExternalProgram.output(
-                "/usr/bin/curl",
-                ["--silent", "--fail", "--max-time", "30", health]
-            )
-            #expect(answer.contains("\"status\":\"ok\""))
-            for connection in idle { await connection.close() }
+            for connection in partial { await connection.close() }
         } configure: {
-            $0.http.maxConnections = 3
+            $0.http.maxConnections = 4
             $0.http.idleTimeout = .seconds(600)
         }
     }

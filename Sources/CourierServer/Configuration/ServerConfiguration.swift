@@ -62,6 +62,11 @@ public struct ServerConfiguration: Sendable {
         /// Connections from one address (an IPv4 address, or an IPv6 /64) that have not logged in yet; one more is
         /// closed at once with `server-full`, so idle sockets from one address cannot take the others' places.
         public var maxUnauthenticatedPerAddress: Int = 128
+        /// Connections not logged in yet, all addresses together. Past it, or past `maxConnections`, a new
+        /// connection takes the place of the oldest one that has sent nothing yet (closed with `server-full`): sockets
+        /// that only hold places cannot keep logins out. A connection whose login is under way is never closed for
+        /// room.
+        public var maxUnauthenticated: Int = 1_024
         /// Logged-in connections of one user, all its devices and ports together (and, on PostgreSQL, all the nodes
         /// together); one more token login is answered `server-full` and closed (a stolen token cannot take the
         /// server's connections, nor keep the owner out), while one more password login gets in and the user's

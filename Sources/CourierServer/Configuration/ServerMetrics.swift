@@ -22,6 +22,8 @@ final class ServerMetrics: Sendable {
     /// Password checks that ran (each costs a full hash), and logins refused with `throttled` before any check.
     let passwordChecks: Counter
     let loginsThrottled: Counter
+    /// Connections that had sent nothing yet, closed to make room for a new one on a full server.
+    let connectionsClosedForRoom: Counter
     private let open = Atomic<Int>(0)
 
     init() {
@@ -101,6 +103,12 @@ final class ServerMetrics: Sendable {
             descriptor: Self.name(
                 "courier_logins_throttled_total",
                 "Logins refused with throttled before any password was checked."
+            )
+        )
+        self.connectionsClosedForRoom = registry.makeCounter(
+            descriptor: Self.name(
+                "courier_connections_closed_for_room_total",
+                "Connections that had sent nothing yet, closed to make room for a new one on a full server."
             )
         )
     }

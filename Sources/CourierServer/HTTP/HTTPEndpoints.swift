@@ -4,6 +4,7 @@ import HummingbirdCore
 import HummingbirdTLS
 import Logging
 import NIOCore
+import NIOHTTPTypes
 import Synchronization
 
 /// The HTTP port: `GET /health`, `GET /metrics`, and media (``MediaEndpoint``).
@@ -50,9 +51,12 @@ enum HTTPEndpoints {
             )
         }
         MediaEndpoint(store: media.store, media: media, logins: logins).register(on: router)
-        let share = AddressShare(limit: configuration.http.maxConnectionsPerAddress)
+        let connections = HTTPConnections(
+            perAddress: configuration.http.maxConnectionsPerAddress,
+            maxConnections: configuration.http.maxConnections
+        )
         let http1 = HTTP1Channel.Configuration(
-            additionalChannelHandlers: [AddressShareHandler(share: share)],
+            additionalChannelHandlers: [HTTPConnectionHandler(connections: connections)],
             idleTimeout: TimeAmount(configuration.http.idleTimeout)
         )
         return Application(
@@ -81,55 +85,118 @@ struct CourierRequestContext: RequestContext, RemoteAddressRequestContext {
     }
 }
 
-/// The HTTP port's connections per client address (``AddressKey``).
-final class AddressShare: Sendable {
-    let limit: Int
-    private let counts = Mutex<[String: Int]>([:])
+/// The HTTP port's connections: each client address's share (``AddressKey``), and room for a new connection on a full
+/// port. A connection with no request in progress (idle between requests, or still sending a request head) is
+/// *waiting*; when the port has `maxConnections` open, a new one makes the oldest waiting one close, so that partial
+/// heads held open from many addresses cannot keep `/health` and `/media` out (the port's accept limit is the same
+/// number: the room is made before it is reached). A connection whose request is being answered is never closed for
+/// room.
+final class HTTPConnections: Sendable {
+    let perAddress: Int
+    let maxConnections: Int
+    private let state = Mutex(State())
 
-    init(limit: Int) {
-        self.limit = max(1, limit)
+    private struct State {
+        var byAddress: [String: Int] = [:]
+        var open = 0
+        var waiting = OldestFirst<ObjectIdentifier>()
+        var channels: [ObjectIdentifier: any Channel] = [:]
+        /// Connections closed for room whose close has not been counted yet.
+        var closing: Set<ObjectIdentifier> = []
     }
 
-    /// Counts a connection in; false when its address has `limit` already.
-    func take(_ key: String) -> Bool {
-        self.counts.withLock { counts in
-            guard counts[key, default: 0] < self.limit else { return false }
-            counts[key, default: 0] += 1
-            return true
+    init(perAddress: Int, maxConnections: Int) {
+        self.perAddress = max(1, perAddress)
+        self.maxConnections = max(1, maxConnections)
+    }
+
+    /// Counts a new connection in, as waiting.
+    ///
+    /// - Returns: false when its address has its share already (it must close); otherwise the connection to close
+    ///   for room, if one must.
+    func opened(_ channel: any Channel, address: String) -> (admitted: Bool, closing: (any Channel)?) {
+        let id = ObjectIdentifier(channel)
+        return self.state.withLock { state in
+            guard state.byAddress[address, default: 0] < self.perAddress else { return (false, nil) }
+            state.byAddress[address, default: 0] += 1
+            state.open += 1
+            var closing: (any Channel)?
+            if state.open - state.closing.count >= self.maxConnections, let oldest = state.waiting.popOldest() {
+                state.closing.insert(oldest)
+                closing = state.channels[oldest]
+            }
+            state.channels[id] = channel
+            state.waiting.insert(id)
+            return (true, closing)
         }
     }
 
-    func give(_ key: String) {
-        self.counts.withLock { counts in
-            let left = counts[key, default: 0] - 1
-            counts[key] = left > 0 ? left : nil
+    /// A request head arrived: the connection is answering it.
+    func busy(_ channel: any Channel) {
+        _ = self.state.withLock { $0.waiting.remove(ObjectIdentifier(channel)) }
+    }
+
+    /// The answer went out: the connection waits for its next request, the newest of those waiting.
+    func waiting(_ channel: any Channel) {
+        let id = ObjectIdentifier(channel)
+        self.state.withLock { state in
+            guard state.channels[id] != nil, !state.closing.contains(id) else { return }
+            state.waiting.insert(id)
+        }
+    }
+
+    func closed(_ channel: any Channel, address: String) {
+        let id = ObjectIdentifier(channel)
+        self.state.withLock { state in
+            guard state.channels.removeValue(forKey: id) != nil else { return }
+            state.waiting.remove(id)
+            state.closing.remove(id)
+            state.open -= 1
+            let left = state.byAddress[address, default: 0] - 1
+            state.byAddress[address] = left > 0 ? left : nil
         }
     }
 }
 
-/// Closes an HTTP connection whose address has its share of connections already; counts it out when it closes.
-final class AddressShareHandler: ChannelInboundHandler, RemovableChannelHandler {
-    typealias InboundIn = NIOAny
-    let share: AddressShare
-    private var key: String?
+/// Counts an HTTP connection in (closing it when its address has its share), tells ``HTTPConnections`` when it is
+/// answering a request and when it waits, and counts it out when it closes.
+final class HTTPConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPRequestPart
+    typealias InboundOut = HTTPRequestPart
+    typealias OutboundIn = HTTPResponsePart
+    typealias OutboundOut = HTTPResponsePart
+    let connections: HTTPConnections
+    private var address: String?
 
-    init(share: AddressShare) {
-        self.share = share
+    init(connections: HTTPConnections) {
+        self.connections = connections
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        let key = AddressKey.of(ip: context.channel.remoteAddress?.ipAddress ?? "")
-        if self.share.take(key) {
-            self.key = key
+        let address = AddressKey.of(ip: context.channel.remoteAddress?.ipAddress ?? "")
+        let (admitted, closing) = self.connections.opened(context.channel, address: address)
+        closing?.close(promise: nil)
+        if admitted {
+            self.address = address
         } else {
             context.close(promise: nil)
         }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        if let key = self.key {
-            self.key = nil
-            self.share.give(key)
+        if let address = self.address {
+            self.address = nil
+            self.connections.closed(context.channel, address: address)
         }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .head = self.unwrapInboundIn(data) { self.connections.busy(context.channel) }
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        if case .end = self.unwrapOutboundIn(data) { self.connections.waiting(context.channel) }
+        context.write(data, promise: promise)
     }
 }

@@ -24,15 +24,14 @@ final class SessionContext: Sendable {
     let cluster: ClusterLimits
     /// The clock of the sessions' deadlines and rates, and of the fan-out budgets.
     let clock: SessionClock
-    private let connections = Atomic<Int>(0)
     /// The deadlines of the sessions, one wheel per event loop.
     let deadlines: LoopDeadlinesTable
     /// Every open session's channel, until its end's bookkeeping is done; and who waits for there to be none.
     private let sessions = Mutex<
         (open: [ObjectIdentifier: any Channel], stopping: Bool, waiters: [CheckedContinuation<Void, Never>])
     >(([:], false, []))
-    /// Connections not yet authenticated, by address key.
-    private let unauthenticated = Mutex<[String: Int]>([:])
+    /// The native and compat ports' connections as admission counts them, and the channels of the strangers.
+    private let counts: Mutex<(counts: ConnectionCounts, strangers: [Int: any Channel])>
     /// Each sending user's fan-out budget, shared by its connections (buckets that refilled are dropped).
     private let fanoutBudgets = Mutex<[UserID: TokenBucket]>([:])
     /// What each user's last send to each conversation cost in deliveries, for the reservation of the next.
@@ -83,6 +82,16 @@ final class SessionContext: Sendable {
             )
         self.activity = activity
         self.clock = clock
+        self.counts = Mutex(
+            (
+                ConnectionCounts(
+                    maxConnections: configuration.limits.maxConnections,
+                    maxUnauthenticated: configuration.limits.maxUnauthenticated,
+                    maxUnauthenticatedPerAddress: configuration.limits.maxUnauthenticatedPerAddress
+                ),
+                [:]
+            )
+        )
         self.deadlines = LoopDeadlinesTable(resolution: configuration.limits.deadlineResolution, clock: clock)
         self.logins = logins
         self.media = media
@@ -95,47 +104,55 @@ final class SessionContext: Sendable {
         self.logger = logger
     }
 
-    /// Why a connection was not let in.
-    enum Refusal {
-        /// All ports together are at `maxConnections`.
-        case serverFull
-        /// Its address has `maxUnauthenticatedPerAddress` connections that have not logged in.
-        case addressFull
-    }
-
-    /// Counts a new, unauthenticated connection in, against the server's limit and its address's share.
+    /// Counts a new connection in (see ``ConnectionCounts``): when the server is full, the oldest connection that
+    /// has sent nothing yet is closed for its place.
     ///
-    /// - Returns: nil when admitted (then ``authenticated(address:)`` or ``release(address:authenticated:)``
-    ///   follow); otherwise why not.
-    func admit(address: String) -> Refusal? {
-        let (_, new) = self.connections.add(1, ordering: .relaxed)
-        if new > self.configuration.limits.maxConnections {
-            self.connections.subtract(1, ordering: .relaxed)
-            return .serverFull
+    /// - Returns: The ticket to hand back to ``spoke(_:)``, ``authenticated(_:)`` and ``release(_:authenticated:)``;
+    ///   or why it was refused.
+    func admit(address: String, channel: any Channel) -> Result<ConnectionCounts.Ticket, ConnectionCounts.Refusal> {
+        let (admission, closing) = self.counts.withLock { state -> (ConnectionCounts.Admission, (any Channel)?) in
+            let admission = state.counts.admit(address: address)
+            guard case .admitted(let ticket, let closing) = admission else { return (admission, nil) }
+            state.strangers[ticket.id] = channel
+            return (admission, closing.flatMap { state.strangers.removeValue(forKey: $0) })
         }
-        let limit = self.configuration.limits.maxUnauthenticatedPerAddress
-        let admitted = self.unauthenticated.withLock { counts in
-            guard counts[address, default: 0] < limit else { return false }
-            counts[address, default: 0] += 1
-            return true
+        switch admission {
+        case .refused(let refusal):
+            return .failure(refusal)
+        case .admitted(let ticket, _):
+            if let closing {
+                self.metrics.connectionsClosedForRoom.increment()
+                closing.triggerUserOutboundEvent(SessionClosedForRoom(), promise: nil)
+            }
+            self.metrics.connectionOpened()
+            return .success(ticket)
         }
-        guard admitted else {
-            self.connections.subtract(1, ordering: .relaxed)
-            return .addressFull
-        }
-        self.metrics.connectionOpened()
-        return nil
     }
 
-    /// A connection of this address logged in: it no longer counts against the address's unauthenticated share.
-    func authenticated(address: String) {
-        self.unauthenticated.withLock { Self.decrement(&$0, address) }
+    /// The connection sent what may log it in: it is not closed for room from now.
+    ///
+    /// - Returns: false when it was closed for room already (its place is another's: it must close).
+    func spoke(_ ticket: ConnectionCounts.Ticket) -> Bool {
+        self.counts.withLock { state in
+            state.strangers[ticket.id] = nil
+            return state.counts.spoke(ticket)
+        }
+    }
+
+    /// The connection logged in: it no longer counts against the limits of connections not logged in.
+    func authenticated(_ ticket: ConnectionCounts.Ticket) {
+        self.counts.withLock { state in
+            state.strangers[ticket.id] = nil
+            state.counts.authenticated(ticket)
+        }
     }
 
     /// Counts a connection out.
-    func release(address: String, authenticated: Bool) {
-        if !authenticated { self.unauthenticated.withLock { Self.decrement(&$0, address) } }
-        self.connections.subtract(1, ordering: .relaxed)
+    func release(_ ticket: ConnectionCounts.Ticket, authenticated: Bool) {
+        self.counts.withLock { state in
+            state.strangers[ticket.id] = nil
+            state.counts.release(ticket, authenticated: authenticated)
+        }
         self.metrics.connectionClosed()
     }
 
@@ -219,11 +236,6 @@ final class SessionContext: Sendable {
     /// How long a user's next send must wait for its fan-out budget; nil when it may go now.
     func fanoutWait(of user: UserID) -> Duration? {
         self.fanoutBudgets.withLock { buckets in buckets[user]?.debt(now: self.clock.now) }
-    }
-
-    private static func decrement(_ counts: inout [String: Int], _ address: String) {
-        let left = counts[address, default: 0] - 1
-        counts[address] = left > 0 ? left : nil
     }
 
     /// The server's clock, in milliseconds since 1970.

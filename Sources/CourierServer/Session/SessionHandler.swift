@@ -97,7 +97,9 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     }
 
     func channelActive(context: ChannelHandlerContext) {
-        if let refusal = self.server.admit(address: self.requests.addressKey) {
+        let ticket: ConnectionCounts.Ticket
+        switch self.server.admit(address: self.requests.addressKey, channel: context.channel) {
+        case .failure(let refusal):
             let message =
                 switch refusal {
                 case .serverFull: "the server is at its connection limit"
@@ -106,16 +108,18 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
             self.requests.logger.notice("refused a connection", metadata: ["reason": "\(message)"])
             self.perform(self.machine.close(code: ErrorCodes.serverFull, message: message))
             return
+        case .success(let admitted):
+            ticket = admitted
         }
         guard self.server.sessionOpened(context.channel) else {
             // The server is stopping: a connection accepted as it did is not served.
-            self.server.release(address: self.requests.addressKey, authenticated: false)
+            self.server.release(ticket, authenticated: false)
             self.perform(self.machine.closeQuietly(reason: "the server is stopping"))
             return
         }
         self.machine.opened(now: self.now)
         self.origin = self.server.commits.newOrigin()
-        self.work = SessionWork(media: self.server.media.configuration)
+        self.work = SessionWork(media: self.server.media.configuration, ticket: ticket)
         let deadlines = self.server.deadlines.forLoop(context.eventLoop)
         self.deadlines = deadlines
         self.deadlineKey = deadlines.register { [unowned self] now in self.deadlineFired(now) }
@@ -172,6 +176,14 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     }
 
     func triggerUserOutboundEvent(context: ChannelHandlerContext, event: Any, promise: EventLoopPromise<Void>?) {
+        if event is SessionClosedForRoom {
+            promise?.succeed()
+            // Its place was given to a newer connection: it has sent nothing (a login under way never gets here).
+            if self.work != nil, self.machine.session == nil {
+                self.close(code: ErrorCodes.serverFull, message: Self.closedForRoom)
+            }
+            return
+        }
         guard event is SessionShutdown else {
             context.triggerUserOutboundEvent(event, promise: promise)
             return
@@ -326,6 +338,11 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
                 self.requests.errorEnvelope(requestID, code: code, message: message, id: id, retryAfter: retryAfter)
             )
         case .authenticate(let hello, let requestID):
+            // From here the connection is not closed for room; if it was already, its place is another's.
+            guard let ticket = self.work?.ticket, self.server.spoke(ticket) else {
+                self.close(code: ErrorCodes.serverFull, message: Self.closedForRoom)
+                return
+            }
             self.run { requests, work, writer in
                 try await requests.authenticate(hello, requestID: requestID, session: work, writer: writer)
             }
@@ -393,3 +410,12 @@ extension SessionHandler: Sendable {}
 
 /// Sent down a session's pipeline when the server stops.
 struct SessionShutdown: Sendable {}
+
+/// Tells a session that has sent nothing yet that its place was given to a newer connection on a full server.
+struct SessionClosedForRoom: Sendable {}
+
+extension SessionHandler {
+    static var closedForRoom: String {
+        "the server is full and made room for a newer connection; this one had sent nothing (send hello at once)"
+    }
+}

@@ -81,7 +81,7 @@ extension SessionRequests {
         }
         // On the books of the connection's end from here: however the login ends, the handle is unregistered.
         session.handle = handle
-        self.context.authenticated(address: self.addressKey)
+        self.context.authenticated(session.ticket)
         // Active from here: the welcome goes to a session whose deadlines are its token's and its silence's.
         await writer.activate(deviceSession)
         self.logger.info(

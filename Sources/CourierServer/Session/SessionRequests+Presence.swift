@@ -10,7 +10,7 @@ extension SessionRequests {
         if let inline = session.inline?.upload { await self.context.media.release(inline, discard: true) }
         session.inline = nil
         let handle = session.handle
-        self.context.release(address: self.addressKey, authenticated: handle != nil)
+        self.context.release(session.ticket, authenticated: handle != nil)
         if let handle { await self.disconnected(handle) }
     }
 

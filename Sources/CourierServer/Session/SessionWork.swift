@@ -26,7 +26,11 @@ final class SessionWork: Sendable {
     /// The connection's media streams.
     let streams: MediaStreams
 
-    init(media: ServerConfiguration.Media) {
+    /// How the server's admission counts the connection.
+    let ticket: ConnectionCounts.Ticket
+
+    init(media: ServerConfiguration.Media, ticket: ConnectionCounts.Ticket) {
+        self.ticket = ticket
         self.streams = MediaStreams(
             maxStreams: media.maxStreamsPerConnection,
             maxFetchWindow: media.maxFetchWindowBytes
