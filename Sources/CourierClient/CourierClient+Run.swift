@@ -66,7 +66,7 @@ extension CourierClient {
         let server = "\(self.configuration.host):\(self.configuration.port)"
         if let error = error as? CourierClientError {
             switch error.code {
-            case ErrorCodes.serverFull, ErrorCodes.shuttingDown, ErrorCodes.authTimeout:
+            case ErrorCodes.serverFull, ErrorCodes.shuttingDown, ErrorCodes.authTimeout, ErrorCodes.storageFailed:
                 return Disconnection(.refused(code: error.code), "the server at \(server) refused: \(error.message)")
             case CourierClientError.notConnected.code:
                 return Disconnection(welcomed ? .closed : .unreachable, "the connection to \(server) broke")

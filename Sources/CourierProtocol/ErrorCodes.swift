@@ -74,7 +74,10 @@ public enum ErrorCodes {
         (notContact, false, "only contacts (both have written in their direct conversation) can be added to a group"),
         (unknownMessage, false, "a recall of a message this user did not send there"),
         (recallWindowPassed, false, "a recall after the recall window"),
-        (storageFailed, false, "the server could not commit (disk full, I/O error): not stored, resend later"),
+        (
+            storageFailed, true,
+            "the server could not reach or write its database (disk full, I/O error, PostgreSQL down or out of reach): not stored; resend after `retry_after_ms`"
+        ),
         (mediaTooLarge, false, "a media file over the server's `max_media_bytes`: nothing is taken"),
         (quotaExceeded, false, "the upload would put the user's stored media over its quota: nothing is stored"),
         (

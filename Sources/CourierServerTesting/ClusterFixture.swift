@@ -26,12 +26,15 @@ public struct ClusterFixture: Sendable {
     /// The first node's store: the database all share.
     public var store: any CourierDatabase { self.nodes[0].store }
 
-    /// Runs `body` against `count` nodes on a new database.
+    /// Runs `body` against `count` nodes on a new database. `route` says where each node (by index) reaches the
+    /// database (through a ``TCPRelay`` a test can cut, say); `store` sets the nodes' store settings.
     public static func with<T: Sendable>(
         nodes count: Int,
         fanout: PostgresFeed.Mode = .notify,
         feed: PostgresFeed.Configuration = .init(),
         logger: Logger? = nil,
+        route: @Sendable (Int, PostgresLocation) -> PostgresLocation = { $1 },
+        store storeSettings: (inout PostgresStore.Configuration) -> Void = { _ in },
         _ body: @Sendable (ClusterFixture) async throws -> T,
         configure: (inout ServerConfiguration) -> Void = { _ in }
     ) async throws -> T {
@@ -59,7 +62,12 @@ public struct ClusterFixture: Sendable {
                 configure(&configuration)
                 var storeConfiguration = PostgresStore.Configuration(serving: configuration.store, node: "node\(index)")
                 storeConfiguration.maxConnections = 8
-                let store = PostgresStore(location: location, configuration: storeConfiguration, logger: logger)
+                storeSettings(&storeConfiguration)
+                let store = PostgresStore(
+                    location: route(index, location),
+                    configuration: storeConfiguration,
+                    logger: logger
+                )
                 try await store.migrate()
                 var feedConfiguration = feed
                 feedConfiguration.mode = fanout

@@ -114,6 +114,9 @@ public protocol CourierDatabase: Sendable {
     /// - Throws: ``CourierStoreError`` with code `storage-failed` when the storage cannot be opened.
     func blobStorage(folder: URL, configuration: BlobStore.Configuration, logger: Logger) throws -> any BlobStorage
 
+    /// Asks the database something trivial: throws when it does not answer (`/health` says so).
+    func probe() async throws
+
     // MARK: Limits across nodes
 
     /// Where the nodes sharing this database keep the limits that must hold on all of them together; nil for a
@@ -169,6 +172,11 @@ extension CourierDatabase {
 }
 
 extension CourierDatabase {
+    /// Reads the newest change's id: a read of the smallest kind.
+    public func probe() async throws {
+        _ = try await self.latestChangeID()
+    }
+
     /// One server owns the database.
     public var clusterAdmission: (any ClusterAdmission)? { nil }
 

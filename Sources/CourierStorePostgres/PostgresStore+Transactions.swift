@@ -19,7 +19,7 @@ extension PostgresStore {
         while true {
             do {
                 let logger = self.logger
-                return try await self.client.withConnection { connection in
+                return try await self.withPooledConnection { connection in
                     try await Self.untilClosed(connection) {
                         try await connection.withTransaction(logger: logger) { connection in
                             try await body(connection)
@@ -60,7 +60,7 @@ extension PostgresStore {
     ) async throws -> T {
         await self.whenRunning()
         do {
-            return try await self.client.withConnection { connection in
+            return try await self.withPooledConnection { connection in
                 try await Self.untilClosed(connection) { try await body(connection) }
             }
         } catch let error as CourierStoreError {
@@ -76,6 +76,40 @@ extension PostgresStore {
     /// answers with the original (ids are unique per sender).
     struct ConnectionLost: Error, CustomStringConvertible {
         var description: String { "the connection to PostgreSQL closed" }
+    }
+
+    /// Runs `body` on one of the pool's connections, or fails with `storage-failed` when none is had within
+    /// ``Configuration-swift.struct/connectionWaitTimeout``: with the database down, the pool would keep a request
+    /// waiting for as long as it tries to connect (a minute and more), and the client waiting for its answer would
+    /// hear nothing. The time bounds the wait for a connection only; a statement that has started runs to its end.
+    func withPooledConnection<T: Sendable>(
+        _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        let timeout = self.configuration.connectionWaitTimeout
+        let lease = LeaseWait()
+        let late = CourierStoreError(
+            .storageFailed,
+            "the database did not answer within \(timeout) (it may be down or out of reach): try again later"
+        )
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask {
+                try await self.client.withConnection { connection in
+                    guard lease.settle(as: LeaseWait.leased) else { throw late }
+                    return try await body(connection)
+                }
+            }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                if lease.settle(as: LeaseWait.late) { throw late }
+                return nil
+            }
+            while let next = try await group.next() {
+                guard let value = next else { continue }
+                group.cancelAll()
+                return value
+            }
+            throw late
+        }
     }
 
     /// How often ``untilClosed(_:_:)`` looks whether the connection closed under a statement.
@@ -196,5 +230,20 @@ extension PostgresRandomAccessRow {
     func bytes(_ column: String) throws -> [UInt8] {
         var buffer = try self[column].decode(ByteBuffer.self)
         return buffer.readBytes(length: buffer.readableBytes) ?? []
+    }
+}
+
+/// Whether a request got one of the pool's connections in time: settled once, by the lease or by the timer.
+private final class LeaseWait: Sendable {
+    static let leased = 1
+    static let late = 2
+    /// 0 while waiting.
+    private let state = Atomic<Int>(0)
+
+    /// Settles the wait as `outcome`, unless it was settled already.
+    ///
+    /// - Returns: Whether this call settled it.
+    func settle(as outcome: Int) -> Bool {
+        self.state.compareExchange(expected: 0, desired: outcome, ordering: .acquiringAndReleasing).exchanged
     }
 }

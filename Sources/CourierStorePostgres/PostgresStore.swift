@@ -25,6 +25,9 @@ public final class PostgresStore: StoreBackend, Service, CustomReflectable {
         public var maxConnections: Int = 20
         /// How long opening a connection may take before the request waiting for it fails.
         public var connectTimeout: Duration = .seconds(10)
+        /// How long a request waits for one of the pool's connections before it fails with `storage-failed`: with
+        /// the database down or out of reach, a send, a login or a read is answered within this.
+        public var connectionWaitTimeout: Duration = .seconds(5)
         /// How long ``migrate()`` waits for another node's migration (or anything else holding the tables it
         /// changes) before it fails, rather than holding the node's start for ever.
         public var migrationLockTimeout: Duration = .seconds(60)

@@ -11,14 +11,56 @@ import Synchronization
 enum HTTPEndpoints {
     /// What `/health` says of the database: its kind (`sqlite`, `postgres`), and for a node sharing it, whether
     /// its listener for the other nodes' news is connected. Never where the database is: the port is public.
-    struct DatabaseHealth: Sendable {
+    ///
+    /// Whether the database answers is learnt by asking it (``CourierDatabase/probe()``), at most once per
+    /// `probeInterval` however often `/health` is asked: many load balancers asking cost the database one question.
+    final class DatabaseHealth: Sendable {
         let store: any CourierDatabase
         let feed: (any StoreFeed)?
+        let probeInterval: Duration
+        private let last = Mutex<(at: ContinuousClock.Instant, reachable: Bool)?>(nil)
+
+        /// How long the question may take before the answer is taken to be no (a load balancer's own patience
+        /// for `/health` is a few seconds).
+        let probeTimeout: Duration
+
+        init(
+            store: any CourierDatabase,
+            feed: (any StoreFeed)?,
+            probeInterval: Duration = .seconds(1),
+            probeTimeout: Duration = .seconds(2)
+        ) {
+            self.store = store
+            self.feed = feed
+            self.probeInterval = probeInterval
+            self.probeTimeout = probeTimeout
+        }
 
         var json: String {
             let kind = "\"database\":\"\(self.store.storeDescription.kind)\""
             guard let feed = self.feed else { return kind }
             return kind + ",\"listening\":\(feed.isListening)"
+        }
+
+        /// Whether the database answered the latest question (asked now if the latest is older than
+        /// `probeInterval`).
+        func isReachable() async -> Bool {
+            let now = ContinuousClock.now
+            if let (at, reachable) = self.last.withLock({ $0 }), now - at < self.probeInterval { return reachable }
+            let store = self.store
+            let timeout = self.probeTimeout
+            let reachable = await withTaskGroup(of: Bool.self) { group in
+                group.addTask { (try? await store.probe()) != nil }
+                group.addTask {
+                    try? await Task.sleep(for: timeout)
+                    return false
+                }
+                let first = await group.next() ?? false
+                group.cancelAll()
+                return first
+            }
+            self.last.withLock { $0 = (.now, reachable) }
+            return reachable
         }
     }
 
@@ -34,11 +76,16 @@ enum HTTPEndpoints {
     ) throws -> some ApplicationProtocol {
         let router = Router(context: CourierRequestContext.self)
         router.get("/health") { _, _ -> Response in
+            // 503 while the database does not answer: a load balancer moves clients to a node whose does.
+            let reachable = await database.isReachable()
+            let status =
+                reachable
+                ? "\"status\":\"ok\"" : "\"status\":\"unavailable\",\"reason\":\"the database does not answer\""
             let body =
-                "{\"status\":\"ok\",\"version\":\"\(version)\",\"connections\":\(metrics.openConnections),"
+                "{\(status),\"version\":\"\(version)\",\"connections\":\(metrics.openConnections),"
                 + "\(database.json)}\n"
             return Response(
-                status: .ok,
+                status: reachable ? .ok : .serviceUnavailable,
                 headers: [.contentType: "application/json"],
                 body: .init(byteBuffer: ByteBuffer(string: body))
             )

@@ -59,7 +59,13 @@ extension SessionRequests {
     private func failedWrite(_ request: WriteRequest, requestID: UInt64, _ error: any Error) -> ServerEnvelope {
         if let error = error as? CourierStoreError {
             self.logger.warning("write failed", metadata: ["code": "\(error.code)"])
-            return self.errorEnvelope(requestID, code: "\(error.code)", message: error.message, id: request.messageID)
+            return self.errorEnvelope(
+                requestID,
+                code: "\(error.code)",
+                message: error.message,
+                id: request.messageID,
+                retryAfter: error.code == .storageFailed ? self.context.configuration.limits.storageRetryAfter : nil
+            )
         }
         return self.errorEnvelope(requestID, code: ErrorCodes.internalError, message: "\(error)", id: request.messageID)
     }

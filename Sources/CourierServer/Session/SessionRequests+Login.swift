@@ -45,9 +45,10 @@ extension SessionRequests {
                 }
             } catch {
                 self.context.logins.finish(ticket, failed: false)
-                return .close(
-                    code: ErrorCodes.storageFailed,
-                    message: "the login could not be checked; try again later"
+                return try await self.storageFailed(
+                    requestID,
+                    "the login could not be checked; try again later",
+                    writer
                 )
             }
         }
@@ -65,6 +66,9 @@ extension SessionRequests {
             if error.code == .throttled {
                 // The password threads' queue is full: refused before any hashing, like the limits above.
                 return try await self.throttled(requestID, error.message, retryAfter: .seconds(1), writer)
+            }
+            if error.code == .storageFailed {
+                return try await self.storageFailed(requestID, error.message, writer)
             }
             return .close(code: "\(error.code)", message: error.message)
         case .success(let success):
@@ -118,6 +122,25 @@ extension SessionRequests {
             self.errorEnvelope(requestID, code: ErrorCodes.throttled, message: message, id: "", retryAfter: retryAfter)
         )
         return .close(code: ErrorCodes.throttled, message: "throttled")
+    }
+
+    /// Tells the client the database could not be reached and when to try again, then closes.
+    private func storageFailed(
+        _ requestID: UInt64,
+        _ message: String,
+        _ writer: SessionWriter<Transport>
+    ) async throws -> SessionStateMachine.WorkEnd {
+        let retryAfter = self.context.configuration.limits.storageRetryAfter
+        try await writer.write(
+            self.errorEnvelope(
+                requestID,
+                code: ErrorCodes.storageFailed,
+                message: message,
+                id: "",
+                retryAfter: retryAfter
+            )
+        )
+        return .close(code: ErrorCodes.storageFailed, message: message)
     }
 
     /// Checks a hello's credentials with the store: a password (with a renewal of the device's token, if asked) or
