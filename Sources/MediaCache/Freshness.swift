@@ -3,7 +3,10 @@ public import Foundation
 /// How long an origin lets the cache serve a response without asking again (RFC 9111), for a private cache (the
 /// proxy serves one device's player).
 public struct Freshness: Hashable, Sendable {
-    /// The response may not be stored at all (`Cache-Control: no-store`): it streams through.
+    /// The response may not be stored at all: it streams through. `Cache-Control: no-store`; or a `Vary` on any
+    /// request header but `Accept-Encoding` (the proxy always asks for `identity`): players that send different
+    /// cookies, referers or user agents may be given different answers, and one kept for all would serve one player
+    /// what another was given.
     public var noStore: Bool
     /// The moment the response stops being fresh; nil when it never was (no explicit lifetime, or `no-cache`): the
     /// cache then revalidates before serving it, at most once per its revalidation interval.
@@ -23,7 +26,10 @@ public struct Freshness: Hashable, Sendable {
                 directives[name] = pieces.count > 1 ? pieces[1].trimmingCharacters(in: ["\""]) : .some(nil)
             }
         }
-        self.noStore = directives["no-store"] != nil
+        let varies = values("Vary").flatMap { $0.split(separator: ",") }
+            .map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+            .contains { !$0.isEmpty && $0 != "accept-encoding" }
+        self.noStore = directives["no-store"] != nil || varies
         if directives["no-cache"] != nil || self.noStore {
             self.freshUntil = nil
             return

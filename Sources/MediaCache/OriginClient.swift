@@ -21,7 +21,7 @@ struct OriginClient: Sendable {
 
     /// The player's headers an origin sees (a signed-in player's cookies and credentials, its identity).
     static let forwardedHeaders = ["Cookie", "Authorization", "Referer", "User-Agent"]
-    /// The ones dropped when a redirect leaves the origin's host, as browsers do.
+    /// The ones dropped when a redirect leaves the origin (its scheme, host or port changes).
     static let credentialHeaders = ["Cookie", "Authorization"]
 
     init(configuration: MediaCacheConfiguration) {
@@ -99,6 +99,32 @@ struct OriginClient: Sendable {
         }
     }
 
+    /// The headers a redirect from `url` to `next` goes on with: the player's credentials (`Cookie`,
+    /// `Authorization`) only while the origin (scheme, host and port) stays the same, as a browser keeps them.
+    ///
+    /// - Throws: `upstream` for a redirect from https to http: the request would travel in the clear, and what the
+    ///   player asked for privately would be answered by whoever sits on the way.
+    static func headers(forRedirectFrom url: URL, to next: URL, _ headers: HTTPHeaders) throws -> HTTPHeaders {
+        if url.scheme?.lowercased() == "https", next.scheme?.lowercased() == "http" {
+            throw MediaCacheError(
+                .upstream,
+                "the origin \(Self.origin(of: url)) redirected from https to http (\(Self.origin(of: next))): refused"
+            )
+        }
+        guard Self.originKey(of: next) != Self.originKey(of: url) else { return headers }
+        var headers = headers
+        for name in Self.credentialHeaders { headers.remove(name: name) }
+        return headers
+    }
+
+    /// What makes an origin: the scheme, the host (without regard to case) and the port (the scheme's own if
+    /// none is written).
+    static func originKey(of url: URL) -> String {
+        let scheme = url.scheme?.lowercased() ?? ""
+        let port = url.port ?? (scheme == "https" ? 443 : 80)
+        return "\(scheme)://\(url.host?.lowercased() ?? ""):\(port)"
+    }
+
     /// Sends a request, following redirects.
     /// - Parameters:
     ///   - headers: the request's headers besides `Accept-Encoding` (always `identity`, so offsets mean bytes of the
@@ -131,9 +157,7 @@ struct OriginClient: Sendable {
             guard let next = URL(string: location, relativeTo: url)?.absoluteURL else {
                 throw MediaCacheError(.upstream, "the origin redirected to an unusable location: \(location)")
             }
-            if next.host?.lowercased() != url.host?.lowercased() {
-                for name in Self.credentialHeaders { headers.remove(name: name) }
-            }
+            headers = try Self.headers(forRedirectFrom: url, to: next, headers)
             url = next
         }
         throw MediaCacheError(

@@ -41,4 +41,25 @@ struct CredentialsTests {
         #expect(try digest("https://me:a@o.example/v.mp4") != digest("https://me:b@o.example/v.mp4"))
         #expect(try digest("https://o.example/v.mp4", ["Cookie": "s=1"]) != nil)
     }
+
+    @Test(
+        "a redirect keeps the player's credentials only within one origin (scheme, host, port); https to http is refused"
+    )
+    func redirectCredentials() throws {
+        var headers = HTTPHeaders()
+        headers.add(name: "Cookie", value: "s=1")
+        headers.add(name: "Authorization", value: "Bearer t")
+        headers.add(name: "Referer", value: "https://app.example/")
+        func after(_ from: String, _ to: String) throws -> [String] {
+            try OriginClient.headers(forRedirectFrom: URL(string: from)!, to: URL(string: to)!, headers).map(\.name)
+        }
+        let all = ["Cookie", "Authorization", "Referer"]
+        #expect(try after("http://o.example/a", "http://O.EXAMPLE:80/b") == all)
+        #expect(try after("https://o.example/a", "https://o.example:443/b") == all)
+        // Another port, another host, another scheme: the credentials stay behind; the rest goes on.
+        #expect(try after("http://o.example:8080/a", "http://o.example:9090/b") == ["Referer"])
+        #expect(try after("http://o.example/a", "http://p.example/b") == ["Referer"])
+        #expect(try after("http://o.example/a", "https://o.example/b") == ["Referer"])
+        #expect(throws: MediaCacheError.self) { try after("https://o.example/a", "http://o.example/b") }
+    }
 }

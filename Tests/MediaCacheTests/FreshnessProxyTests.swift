@@ -25,6 +25,26 @@ struct FreshnessProxyTests {
         }
     }
 
+    @Test("a response that varies on the Referer, fetched for one player, is not served to another")
+    func varyIsNotShared() async throws {
+        let data = randomData(20_000, seed: 104)
+        let extra = """
+                    location /vary/ {
+                        alias {root}/;
+                        add_header Vary Referer always;
+                        add_header Cache-Control max-age=3600 always;
+                        if ($http_referer = "https://evil.example/") { return 200 "poisoned"; }
+                    }
+            """
+        try await ProxyFixture.with(files: ["v.bin": data], nginxExtra: extra) { fixture in
+            let url = fixture.url("v.bin", location: "vary")
+            let primed = try await Curl.get(url, headers: ["Referer: https://evil.example/"], in: fixture.folder)
+            #expect(String(decoding: primed.body, as: UTF8.self) == "poisoned")
+            let honest = try await Curl.get(url, headers: ["Referer: https://app.example/"], in: fixture.folder)
+            #expect(honest.status == 200 && honest.body == data, "\(honest.status), \(honest.body.count) bytes")
+        }
+    }
+
     @Test("without freshness, a resource is revalidated at most once per interval, with a conditional request")
     func revalidationInterval() async throws {
         let data = randomData(50_000, seed: 103)

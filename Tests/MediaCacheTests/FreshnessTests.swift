@@ -30,6 +30,15 @@ struct FreshnessTests {
         #expect(Self.freshness([("Cache-Control", "max-age=\"30\"")]).freshUntil == Self.received + 30)
     }
 
+    @Test("a Vary on what players send differently is not stored; on Accept-Encoding (always identity) it is")
+    func vary() {
+        #expect(Self.freshness([("Vary", "Referer")]).noStore)
+        #expect(Self.freshness([("vary", "accept-encoding, Cookie")]).noStore)
+        #expect(Self.freshness([("Vary", "*"), ("Cache-Control", "max-age=600")]).noStore)
+        #expect(!Self.freshness([("Vary", "Accept-Encoding")]).noStore)
+        #expect(!Self.freshness([("Vary", " ")]).noStore)
+    }
+
     @Test("the three HTTP-date forms")
     func dates() {
         let expected = Date(timeIntervalSince1970: 784_111_777)

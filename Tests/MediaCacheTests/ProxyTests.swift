@@ -1,3 +1,4 @@
+import CourierProcess
 import CourierTesting
 import Foundation
 import MediaCache
@@ -364,6 +365,32 @@ struct ProxyTests {
             #expect(missing.status == 404)
             let said = String(decoding: missing.body, as: UTF8.self).trimmingCharacters(in: .newlines)
             #expect(said == "the origin http://127.0.0.1:\(fixture.nginx.port) answered 404", "\(said)")
+        }
+    }
+
+    @Test("a redirect to another port of the same host does not carry the player's Cookie and Authorization")
+    func redirectToAnotherPort() async throws {
+        let data = randomData(5000, seed: 98)
+        let other = try await FreePort.pick()
+        // The same nginx on a second port: /hop/ on the first sends the player to /leak/ on the second, which
+        // answers 418 if credentials came along.
+        let extra = """
+                    listen 127.0.0.1:\(other);
+                    location /hop/ { rewrite ^/hop/(.*)$ http://127.0.0.1:\(other)/leak/$1 redirect; }
+                    location /leak/ {
+                        alias {root}/;
+                        if ($http_authorization) { return 418; }
+                        if ($http_cookie) { return 418; }
+                    }
+            """
+        try await ProxyFixture.with(files: ["p.bin": data], nginxExtra: extra) { fixture in
+            let moved = try await Curl.get(
+                fixture.url("p.bin", location: "hop"),
+                range: "0-99",
+                headers: ["Cookie: session=abc", "Authorization: Bearer t0k"],
+                in: fixture.folder
+            )
+            #expect(moved.status == 206 && moved.body == data[0..<100], "\(moved.status)")
         }
     }
 
