@@ -283,10 +283,7 @@ extension CourierClient {
         on link: Link,
         progress: (Int64, Int64) -> Void
     ) async throws -> URL {
-        let part = self.media.partFile(sha256)
-        if !FileManager.default.fileExists(atPath: part.path) {
-            _ = FileManager.default.createFile(atPath: part.path, contents: nil)
-        }
+        let part = try self.media.createPartFile(sha256)
         let handle = try FileHandle(forWritingTo: part)
         defer { try? handle.close() }
         var offset = Int64(try handle.seekToEnd())

@@ -36,10 +36,20 @@ final class MediaFileCache: Sendable {
         self.maxBytes = maxBytes
         self.memoryBytes = memoryBytes
         self.memoryItemBytes = memoryItemBytes
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        // Private, whatever the umask: the media of a user's conversations are for that user's eyes. A folder or
+        // files left readable by an older version are tightened.
+        try FileManager.default.createDirectory(
+            at: folder,
+            withIntermediateDirectories: true,
+            attributes: [.posixPermissions: Self.folderMode]
+        )
+        try FileManager.default.setAttributes([.posixPermissions: Self.folderMode], ofItemAtPath: folder.path)
         // The files already here, oldest use first (the modification time records the last use).
         let keys: [URLResourceKey] = [.fileSizeKey, .contentModificationDateKey]
         let contents = try FileManager.default.contentsOfDirectory(at: folder, includingPropertiesForKeys: keys)
+        for url in contents {
+            try? FileManager.default.setAttributes([.posixPermissions: Self.fileMode], ofItemAtPath: url.path)
+        }
         let found = contents.compactMap { url -> (String, Int64, Date)? in
             let name = url.lastPathComponent
             guard SHA256Hex.isValid(name), let values = try? url.resourceValues(forKeys: Set(keys)) else { return nil }
@@ -75,6 +85,24 @@ final class MediaFileCache: Sendable {
     /// Where a download in progress is written.
     func partFile(_ sha256: String) -> URL {
         self.folder.appendingPathComponent(sha256 + ".part")
+    }
+
+    /// Permissions of the cache's folder and of its files: their owner's alone.
+    static let folderMode: Int16 = 0o700
+    static let fileMode: Int16 = 0o600
+
+    /// Makes a download's part file if it is not there, readable by its owner only either way.
+    func createPartFile(_ sha256: String) throws -> URL {
+        let part = self.partFile(sha256)
+        if !FileManager.default.fileExists(atPath: part.path) {
+            _ = FileManager.default.createFile(
+                atPath: part.path,
+                contents: nil,
+                attributes: [.posixPermissions: Self.fileMode]
+            )
+        }
+        try FileManager.default.setAttributes([.posixPermissions: Self.fileMode], ofItemAtPath: part.path)
+        return part
     }
 
     /// Files a finished, checked download, then evicts the least recently used files over the size bound (never

@@ -61,10 +61,25 @@ struct Credentials: Sendable, Hashable {
         return URL(string: "urn:courier-stripped:\(digest)")!
     }
 
-    /// Whether a query parameter's name, as the URL spells it (`%74oken` is `token`; `+` is a space), is one of the
-    /// credential parameters.
+    /// Whether a query parameter's name, as the URL spells it, is one of the credential parameters: compared as an
+    /// origin's framework would read it, decoded (`%74oken` is `token`; `+` is a space), without regard to case,
+    /// without an array's or a map's brackets (`token[]`, `token[0]`), and without the characters a name cannot hold
+    /// but a parser may drop (`Token%00`, ` token`, `to%0Aken`). Matching too much only keeps more out of the cache's
+    /// keys and lists; matching too little would list a credential.
     static func isCredential(_ encodedName: String, _ parameters: Set<String>) -> Bool {
-        parameters.contains(Self.decoded(encodedName).lowercased())
+        parameters.contains(Self.canonicalName(encodedName))
+    }
+
+    /// A parameter name as ``isCredential(_:_:)`` compares it.
+    static func canonicalName(_ encodedName: String) -> String {
+        let decoded = Self.decoded(encodedName).lowercased()
+        let unbracketed = decoded.split(separator: "[", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        return String(
+            unbracketed.unicodeScalars.filter { scalar in
+                scalar.properties.isAlphabetic || scalar.properties.numericType != nil
+                    || "_-.".unicodeScalars.contains(scalar)
+            }.map(Character.init)
+        )
     }
 
     private static func decoded(_ text: String) -> String {

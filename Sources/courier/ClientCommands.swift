@@ -258,6 +258,8 @@ struct MediaCommand: AsyncParsableCommand {
                 guard let cached else { throw CommandFailure(description: "the download did not finish") }
                 try? FileManager.default.removeItem(at: destination)
                 try FileManager.default.copyItem(at: cached, to: destination)
+                // The owner's alone, like the cache it came from, whatever the umask.
+                try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: destination.path)
                 return Int64(
                     (try? FileManager.default.attributesOfItem(atPath: destination.path)[.size] as? NSNumber)??
                         .int64Value ?? 0

@@ -213,6 +213,8 @@ extension CommandLineTests {
             result = try await client("bob", "media", "get", sha, "-o", copy.path)
             #expect(result.status == 0 && result.output.contains("wrote \(copy.path): 3.0 MB"), "\(result)")
             #expect(try Data(contentsOf: copy) == Data(bytes))
+            let mode = (try FileManager.default.attributesOfItem(atPath: copy.path)[.posixPermissions] as? NSNumber)
+            #expect(mode.map { $0.intValue & 0o777 } == 0o600, "the copy is its owner's alone")
             // carol is not in the conversation: the same answer as for media that does not exist.
             result = try await client("carol", "media", "get", sha, "-o", folder.appendingPathComponent("x").path)
             #expect(result.status == 1 && result.output.contains("unknown-media"), "\(result)")

@@ -22,6 +22,12 @@ struct MediaClientTests {
         return (url, bytes)
     }
 
+    /// A file's permission bits.
+    static func mode(_ url: URL) throws -> Int {
+        try ((FileManager.default.attributesOfItem(atPath: url.path)[.posixPermissions] as? NSNumber)?.intValue ?? -1)
+            & 0o777
+    }
+
     static func sha256(_ url: URL) throws -> String {
         SHA256.hash(data: try Data(contentsOf: url)).map { String(format: "%02x", $0) }.joined()
     }
@@ -52,8 +58,19 @@ struct MediaClientTests {
             try await ServerFixture.with { fixture in
                 try await fixture.user("alice")
                 try await fixture.user("bob")
+                // Bob's media folder as an older version left it: open to all, with a file readable by all.
+                let bobMedia = folder.appendingPathComponent("bob-sdk.sqlite.media")
+                try FileManager.default.createDirectory(
+                    at: bobMedia,
+                    withIntermediateDirectories: true,
+                    attributes: [.posixPermissions: 0o777]
+                )
+                let stale = bobMedia.appendingPathComponent(String(repeating: "ab", count: 32))
+                try Data("old".utf8).write(to: stale)
+                try FileManager.default.setAttributes([.posixPermissions: 0o666], ofItemAtPath: stale.path)
                 let alice = try ClientTests.client(fixture, "alice", folder: folder)
                 let bob = try ClientTests.client(fixture, "bob", folder: folder)
+                #expect(try Self.mode(bobMedia) == 0o700 && Self.mode(stale) == 0o600, "tightened at the start")
                 let aliceEvents = EventReader(alice)
                 let bobEvents = EventReader(bob)
                 let (photo, bytes) = try Self.file(folder, "IMG_0001.JPG", bytes: 2_500_000, seed: "sendAndDownload")
@@ -105,6 +122,7 @@ struct MediaClientTests {
                     let url = try #require(finished)
                     #expect(try Self.sha256(url) == sha)
                     #expect(received_.last == Int64(bytes.count))
+                    #expect(try Self.mode(url) == 0o600, "the downloaded file is its owner's alone")
                 }
             }
         }

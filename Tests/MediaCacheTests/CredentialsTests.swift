@@ -18,6 +18,13 @@ struct CredentialsTests {
             ("https://o.example/v.mp4?access%5Ftoken=s3cret&q=1", "https://o.example/v.mp4?q=1"),
             ("https://me:s3cret@o.example/v.mp4?q=1", "https://o.example/v.mp4?q=1"),
             ("https://o.example/v.mp4?q=%74oken", "https://o.example/v.mp4?q=%74oken"),
+            // Spellings a framework reads as the same name: a NUL or other control or space, an array's brackets.
+            ("https://o.example/v.mp4?Token%00=s3cret&q=1", "https://o.example/v.mp4?q=1"),
+            ("https://o.example/v.mp4?token[]=s3cret&q=1", "https://o.example/v.mp4?q=1"),
+            ("https://o.example/v.mp4?token%5B0%5D=s3cret&q=1", "https://o.example/v.mp4?q=1"),
+            ("https://o.example/v.mp4?%20token=s3cret&q=1", "https://o.example/v.mp4?q=1"),
+            ("https://o.example/v.mp4?to%0Aken=s3cret&q=1", "https://o.example/v.mp4?q=1"),
+            ("https://o.example/v.mp4?tokenizer=1", "https://o.example/v.mp4?tokenizer=1"),
         ]
         for (given, expected) in cases {
             let url = try #require(URL(string: given))
