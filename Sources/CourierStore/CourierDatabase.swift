@@ -194,8 +194,11 @@ public struct StoreSettings: Sendable {
     /// The cost of password hashes written from now on.
     public var passwordHasher: PasswordHasher = .standard
     /// Threads that hash and check passwords (scrypt costs about 32 MiB and 0.1 s each), apart from the threads
-    /// that deliver messages. The default is a quarter of the processors, at least one.
+    /// that deliver messages. The default is a quarter of the processors, at least one; at most
+    /// ``maxPasswordThreads`` are started, whatever this says (each check holds its hash's memory).
     public var passwordThreads: Int = max(1, ProcessInfo.processInfo.activeProcessorCount / 4)
+    /// The most password threads a store starts: 64 checks at once hold about 2 GiB.
+    public static let maxPasswordThreads = 64
     /// Password checks that may wait for a thread; one more is refused at once with `throttled`.
     public var maxQueuedPasswordChecks: Int = 16
 

@@ -17,7 +17,7 @@ package final class PasswordWork: Sendable {
     private let state = Mutex(State())
 
     init(threads: Int, maxQueued: Int) {
-        self.threads = max(1, threads)
+        self.threads = min(max(1, threads), StoreSettings.maxPasswordThreads)
         self.maxQueued = max(0, maxQueued)
     }
 

@@ -1,5 +1,6 @@
 import ArgumentParser
 import CourierServer
+import CourierStore
 import CourierWire
 
 /// `--limit NAME=VALUE`: sets any of the server's limits by name (docs/PROTOCOL.md, "Limits").
@@ -35,7 +36,7 @@ enum LimitOption {
         ("max-failed-logins-per-user", { $0.limits.maxFailedLoginsPerUser = try int($1) }),
         ("max-failed-logins-per-address", { $0.limits.maxFailedLoginsPerAddress = try int($1) }),
         ("login-window", { $0.limits.loginWindow = try duration($1) }),
-        ("password-threads", { $0.store.passwordThreads = try int($1) }),
+        ("password-threads", { $0.store.passwordThreads = try int($1, atMost: StoreSettings.maxPasswordThreads) }),
         ("max-queued-password-checks", { $0.store.maxQueuedPasswordChecks = try int($1) }),
         ("change-poll-interval", { $0.limits.changePollInterval = try duration($1) }),
         ("cluster-poll-interval", { $0.cluster.pollInterval = try duration($1) }),
@@ -92,6 +93,15 @@ enum LimitOption {
     static func int(_ text: String) throws -> Int {
         guard let value = Int(text), value > 0 else { throw BadValue(description: "\(text) is not a positive integer") }
         return try Self.bounded(value, text)
+    }
+
+    /// A positive count with a bound of its own (threads, say, which the server would start).
+    static func int(_ text: String, atMost largest: Int) throws -> Int {
+        let value = try Self.int(text)
+        guard value <= largest else {
+            throw BadValue(description: "\(text) is more than it takes (at most \(largest))")
+        }
+        return value
     }
 
     /// A count that may be zero (to turn something off).

@@ -70,6 +70,8 @@ extension CommandLineTests {
                 ("max-connections=9223372036854775807", "at most 1000000000"),
                 ("max-unacked-sends=4611686018427387904", "at most 1000000000"),
                 ("sends-per-second=1e300", "at most 1000000000"), ("outbound-buffer-bytes=2048T", "at most 1024T"),
+                // A bound of its own: threads the server would start.
+                ("password-threads=100000", "at most 64"),
             ] {
                 result = try await Self.courier("serve", "--data", data.path, "--limit", limit)
                 #expect(result.status != 0 && result.output.contains(said), "\(limit): \(result)")
