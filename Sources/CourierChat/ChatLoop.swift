@@ -26,6 +26,9 @@ public struct ChatLoop: Sendable {
     let host: any ChatHost
     /// Where the chat keeps its own settings between runs (the closed conversations), if anywhere.
     let settings: ChatSettings?
+    /// Whether the chat ends, saying why, when the server cannot be reached before its first connection (a user
+    /// with no saved token, whose login needs the server): otherwise it starts offline and connects when it can.
+    let mustConnect: Bool
     /// Where `/save` puts files when not told.
     let downloads: URL
     /// What `/view` opens files with, if anything, and where it puts their copies (removed when the chat ends).
@@ -49,9 +52,11 @@ public struct ChatLoop: Sendable {
         server: String,
         host: any ChatHost,
         settings: URL?,
+        mustConnect: Bool = false,
         downloads: URL = ChatFiles.downloadsFolder(),
         opener: SystemOpener? = SystemOpener.find()
     ) {
+        self.mustConnect = mustConnect
         self.client = client
         self.me = me
         self.server = server
@@ -151,6 +156,7 @@ public struct ChatLoop: Sendable {
     ) async -> (any Error)? {
         var lastDrawn = Date.distantPast
         var drawScheduled = false
+        var connectedOnce = false
         for await input in inputs {
             let now = Date()
             var actions: [ChatAction] = []
@@ -165,8 +171,12 @@ public struct ChatLoop: Sendable {
                 return nil
             case .event(.loginRefused(let code, let message)):
                 return self.host.loginRefused(code: code, message: message)
+            case .event(.disconnected(let disconnection))
+            where self.mustConnect && !connectedOnce && disconnection.cause == .unreachable:
+                return ChatError(description: disconnection.reason)
             case .event(let event):
                 if case .connected = event {
+                    connectedOnce = true
                     do { try await self.host.connected() } catch { state.notice = "token not saved: \(error)" }
                 }
                 actions = state.apply(event, now: now)

@@ -22,6 +22,10 @@ public final class Terminal: @unchecked Sendable {
     private var restored = false
     private let lock = NSLock()
     private var signalSources: [any DispatchSourceSignal] = []
+    /// Written to when the chat ends: the key reader stops, rather than take the next line typed (at a password
+    /// prompt after the chat, say). Its read end, and the reader's end.
+    private var stopPipe: [Int32] = [-1, -1]
+    private let readerEnded = DispatchSemaphore(value: 0)
     /// The last screen written, so the next writes only the rows that changed.
     private var shown: ChatScreen?
 
@@ -92,27 +96,39 @@ public final class Terminal: @unchecked Sendable {
             source.resume()
             self.signalSources.append(source)
         }
-        // A blocking read on a thread of its own: standard input stays in blocking mode, as the shell expects it
-        // after the chat ends.
+        // Reads on a thread of its own, waiting in poll for a key or for the chat's end: standard input stays in
+        // blocking mode, as the shell expects it after the chat ends, and nothing is read from it after that.
+        guard pipe(&self.stopPipe) == 0 else {
+            throw ChatError(description: "cannot make a pipe: \(String(cString: strerror(errno)))")
+        }
+        let stop = self.stopPipe[0]
+        let ended = self.readerEnded
         let reader = Thread {
             var decoder = KeyDecoder()
             var buffer = [UInt8](repeating: 0, count: 4096)
             let delay = Int32(KeyDecoder.escapeDelay / .milliseconds(1))
+            defer {
+                sink.finish()
+                ended.signal()
+            }
             while true {
-                if decoder.escapePending {
-                    var descriptor = pollfd(fd: STDIN_FILENO, events: Int16(POLLIN), revents: 0)
-                    if poll(&descriptor, 1, delay) == 0 {
-                        sink.yield(.keys(decoder.flush()))
-                        continue
-                    }
+                var descriptors = [
+                    pollfd(fd: STDIN_FILENO, events: Int16(POLLIN), revents: 0),
+                    pollfd(fd: stop, events: Int16(POLLIN), revents: 0),
+                ]
+                let ready = poll(&descriptors, 2, decoder.escapePending ? delay : -1)
+                if ready < 0, errno == EINTR { continue }
+                guard ready >= 0, descriptors[1].revents == 0 else { return }
+                if ready == 0 {
+                    sink.yield(.keys(decoder.flush()))
+                    continue
                 }
                 let count = read(STDIN_FILENO, &buffer, buffer.count)
                 if count < 0, errno == EINTR { continue }
-                guard count > 0 else { break }
+                guard count > 0 else { return }
                 let keys = decoder.decode(buffer[..<count])
                 if !keys.isEmpty { sink.yield(.keys(keys)) }
             }
-            sink.finish()
         }
         reader.start()
     }
@@ -147,6 +163,15 @@ public final class Terminal: @unchecked Sendable {
             return !self.restored
         }
         guard first else { return }
+        // The key reader stops before the terminal is given back (at most a second: it is between two polls).
+        if self.stopPipe[1] >= 0 {
+            var byte: UInt8 = 1
+            _ = Glibc.write(self.stopPipe[1], &byte, 1)
+            _ = self.readerEnded.wait(timeout: .now() + 1)
+            close(self.stopPipe[0])
+            close(self.stopPipe[1])
+            self.stopPipe = [-1, -1]
+        }
         for source in self.signalSources { source.cancel() }
         self.write("\u{1B}[0m\u{1B}[?2004l\u{1B}[?25h\u{1B}[?1049l")
         _ = tcsetattr(STDIN_FILENO, TCSANOW, &self.original)

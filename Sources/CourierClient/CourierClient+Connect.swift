@@ -117,7 +117,15 @@ extension CourierClient {
             hello.hello.token = storedToken
         } else {
             switch self.configuration.credentials {
-            case .password(let user, let password):
+            case .password(let user, _):
+                // The password once, until a login with it succeeds; then it is gone.
+                guard let (_, password) = self.state.withLock({ $0.password }) else {
+                    let code = self.state.withLock { $0.signedOut } ?? ErrorCodes.authFailed
+                    throw LoginRefused(
+                        code: code,
+                        message: "signed out (\(code)): log in as \(user) with the password again"
+                    )
+                }
                 hello.hello.password.user = user
                 hello.hello.password.password = password
                 // The device this store holds a token of (an expired one too) is renewed, not replaced.
@@ -148,7 +156,11 @@ extension CourierClient {
             switch answer.body {
             case .welcome(let welcome):
                 if !welcome.token.isEmpty { try await self.store.setValue(welcome.token, for: "token") }
-                if case .password = hello.hello.credentials { self.state.withLock { $0.passwordLoginDone = true } }
+                self.state.withLock { state in
+                    if case .password = hello.hello.credentials { state.passwordLoginDone = true }
+                    // The login it was given for is done (by it or by the stored token): no password stays.
+                    state.password = nil
+                }
                 return welcome
             case .error(let error):
                 let refused = [
@@ -163,7 +175,16 @@ extension CourierClient {
                     // Unless another client of the store has put a new one there meanwhile (a login renewing the
                     // device): then the next attempt uses that.
                     try await self.store.forgetToken(storedToken)
-                    if error.code == ErrorCodes.tokenExpired { self.state.withLock { $0.expiredToken = storedToken } }
+                    self.state.withLock { state in
+                        if error.code == ErrorCodes.tokenExpired {
+                            state.expiredToken = storedToken
+                        } else {
+                            // Revoked, or unknown: the device stays out. A password still held (its first login
+                            // not done yet) is not used to come back as a new device.
+                            state.password = nil
+                        }
+                        state.signedOut = error.code
+                    }
                     self.logger.notice(
                         "the stored token was refused; logging in again",
                         metadata: ["code": "\(error.code)"]

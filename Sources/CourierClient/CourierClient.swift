@@ -30,7 +30,11 @@ public final class CourierClient: Service, Sendable {
 
         public var host: String
         public var port: Int
-        /// How to log in the first time; afterwards the client uses the token it stored.
+        /// How to log in the first time; afterwards the client uses the token it stored. A password is kept only
+        /// until the client's first login succeeds: it never holds it after, and never uses it to come back as a new
+        /// device once its own was revoked. A stored token revoked (or expired, once the password is gone) ends
+        /// ``CourierClient/run()`` with ``ClientEvent/loginRefused(code:message:)``: the app asks its user for the
+        /// password again.
         public var credentials: Credentials
         /// Log in with the configured password even when the store holds a token (`courier login`): the device the
         /// stored token names is renewed (it gets a new token, and stays one device) unless it was revoked, in which
@@ -120,6 +124,10 @@ public final class CourierClient: Service, Sendable {
         var sentByThisClient = RecentSet<String>(capacity: CourierClient.recentSends)
         /// Whether a password login succeeded (with ``Configuration/passwordFirst``, the first does).
         var passwordLoginDone = false
+        /// The configured password, until the first login succeeds (nil for a token, and once one did).
+        var password: (user: String, password: String)?
+        /// Why the stored token stopped working, if it did (the code the server said).
+        var signedOut: String?
         /// A stored token the server refused as expired: the password login that follows renews its device.
         var expiredToken: String?
         /// Messages taken back by ``withdraw(id:)`` before they were sent: never sent now.
@@ -136,7 +144,13 @@ public final class CourierClient: Service, Sendable {
     ///
     /// - Throws: if the local database cannot be opened, or `NIOSSLError` if the TLS configuration is unusable.
     public init(configuration: Configuration, logger: Logger = Logger(label: "courier.client")) throws {
-        self.configuration = configuration
+        // The password lives in the state only, to be dropped once used; the configuration kept has none.
+        var kept = configuration
+        if case .password(let user, let password) = configuration.credentials {
+            self.state.withLock { $0.password = (user, password) }
+            kept.credentials = .password(user: user, password: "")
+        }
+        self.configuration = kept
         self.logger = logger
         self.tls = try configuration.tls.map { try NIOSSLContext(configuration: $0) }
         self.store = try ClientStore(path: configuration.storePath, busyTimeout: configuration.storeBusyTimeout)

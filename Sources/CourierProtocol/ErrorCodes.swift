@@ -75,8 +75,8 @@ public enum ErrorCodes {
         (unknownMessage, false, "a recall of a message this user did not send there"),
         (recallWindowPassed, false, "a recall after the recall window"),
         (
-            storageFailed, true,
-            "the server could not reach or write its database (disk full, I/O error, PostgreSQL down or out of reach): not stored; resend after `retry_after_ms`"
+            storageFailed, false,
+            "the server could not reach or write its database (disk full, I/O error, PostgreSQL down or out of reach): not stored; try again after `retry_after_ms` (a failed write or login closes the connection)"
         ),
         (mediaTooLarge, false, "a media file over the server's `max_media_bytes`: nothing is taken"),
         (quotaExceeded, false, "the upload would put the user's stored media over its quota: nothing is stored"),

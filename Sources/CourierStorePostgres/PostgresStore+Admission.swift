@@ -188,8 +188,14 @@ extension PostgresStore: ClusterAdmission {
         }
     }
 
+    /// How long a transaction here waits for a key's lock before it fails (and is tried again, up to
+    /// ``PostgresStore/Configuration-swift.struct/maxWriteRetries``): a crowd of logins for one key never holds the
+    /// pool's connections long.
+    static let lockTimeoutMs = 10_000
+
     /// Takes a key's advisory lock until the transaction ends.
     private static func lock(_ key: String, _ connection: PostgresConnection, logger: Logger) async throws {
+        try await connection.run("SET LOCAL lock_timeout = \(unescaped: String(Self.lockTimeoutMs))", logger: logger)
         try await connection.run(
             "SELECT pg_advisory_xact_lock(\(Self.admissionLockClass), hashtext(\(key)))",
             logger: logger

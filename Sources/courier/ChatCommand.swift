@@ -1,6 +1,8 @@
 import ArgumentParser
 import CourierChat
 import CourierClient
+import CourierProtocol
+import CourierStore
 import Foundation
 
 /// `courier chat`: the full-screen terminal chat (the `CourierChat` module), on the user's client.
@@ -12,7 +14,9 @@ struct Chat: AsyncParsableCommand {
             side's device), and the newest one read "✓✓ read". Messages written while the server is away wait in \
             the outbox and go when it is back; `courier send` run beside the chat, as the same user, shows in it. \
             Times show relative: "just now", "3 min ago", "yesterday 14:02". A peer offline shows when it was last \
-            seen.
+            seen. Signed out (the device revoked, the password changed) or given a wrong password, the chat says so \
+            and asks for the password again; it keeps none. With no saved login, a server that cannot be reached \
+            ends it, as it ends `courier send`.
 
 
             """ + ChatHelp.text
@@ -39,16 +43,42 @@ struct Chat: AsyncParsableCommand {
             )
         }
         let initial: Conversation? = if let with { .user(with) } else { self.group.map(Conversation.group) }
-        try await ClientSession.run(self.options, notices: true, events: true) { session in
-            try await ChatLoop(
-                client: session.client,
-                me: self.options.user,
-                server: self.options.serverText(),
-                host: session,
-                settings: session.paths.chatSettingsFile
-            ).run(opening: initial)
+        var options = self.options
+        var refusals = 0
+        while true {
+            let mustConnect = (try? options.paths().savedToken()) == nil
+            do {
+                try await ClientSession.run(options, notices: true, events: true) { session in
+                    try await ChatLoop(
+                        client: session.client,
+                        me: options.user,
+                        server: options.serverText(),
+                        host: session,
+                        settings: session.paths.chatSettingsFile,
+                        mustConnect: mustConnect
+                    ).run(opening: initial)
+                }
+                return
+            } catch let signedOut as SignedOut {
+                // Signed out (the device revoked, the password changed) or a wrong password: say so, and ask for
+                // the password again; the client held none (the SDK keeps no password past its login).
+                refusals += 1
+                print(signedOut.description)
+                guard refusals <= Self.maxPasswordPrompts,
+                    let password = Terminal.readSecret(prompt: "password for \(options.user): ")
+                else { throw CommandFailure(description: signedOut.description) }
+                options.password = password
+            }
         }
     }
+
+    /// How many times in a row the chat asks for the password again after a refused login.
+    static let maxPasswordPrompts = 3
+}
+
+/// The chat's login was refused: it asks for the password again (or ends, saying why).
+struct SignedOut: Error, CustomStringConvertible {
+    var description: String
 }
 
 extension ClientSession: ChatHost {
@@ -57,6 +87,11 @@ extension ClientSession: ChatHost {
     }
 
     func loginRefused(code: String, message: String) -> any Error {
-        self.refused(code: code, message: message)
+        let failure = self.refused(code: code, message: message, asking: true)
+        // A removed account, or a login refused for the moment (throttled), is not helped by another password.
+        guard code == ErrorCodes.authFailed || code == ErrorCodes.tokenRevoked || code == ErrorCodes.tokenExpired,
+            message != CourierStoreError.accountRemovedMessage
+        else { return failure }
+        return SignedOut(description: failure.description)
     }
 }

@@ -38,7 +38,9 @@ struct ConversationOptions: ParsableArguments {
     @Option(help: ArgumentHelp("A group, by name.", valueName: "group"))
     var group: String?
 
-    func validate() throws {
+    /// Checked once the whole command line is parsed (``ParsableCommand/checkParsed(_:)``): a mistyped flag
+    /// (`--too bob`) is named as the unknown option it is, not taken for a missing conversation.
+    func check() throws {
         guard (self.to == nil) != (self.group == nil) else {
             throw ValidationError("name one conversation: --to USER or --group GROUP")
         }
@@ -93,6 +95,7 @@ struct Send: AsyncParsableCommand {
     }
 
     func run() async throws {
+        self.checkParsed { try self.target.check() }
         let conversation = self.target.conversation
         if let file = self.file {
             try await self.sendFile(URL(fileURLWithPath: file), to: conversation)
@@ -333,13 +336,15 @@ struct History: AsyncParsableCommand {
     var before: UInt64 = 0
 
     func validate() throws {
-        guard (self.with == nil) != (self.group == nil) else {
-            throw ValidationError("name one conversation: --with USER or --group GROUP")
-        }
         guard self.limit > 0 else { throw ValidationError("--limit must be positive") }
     }
 
     func run() async throws {
+        self.checkParsed {
+            guard (self.with == nil) != (self.group == nil) else {
+                throw ValidationError("name one conversation: --with USER or --group GROUP")
+            }
+        }
         let conversation: Conversation = if let with { .user(with) } else { .group(self.group ?? "") }
         let page = try await ClientSession.run(self.options) { session in
             try await session.connectOrFail()
@@ -436,5 +441,25 @@ struct History: AsyncParsableCommand {
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         formatter.timeZone = TimeZone(identifier: "UTC")
         return formatter.string(from: date)
+    }
+}
+
+extension ParsableCommand {
+    /// Runs a check that would belong in `validate()` but must come after the parser has named unknown options
+    /// (ArgumentParser validates before it looks for them): a failure exits as a failed `validate()` would, with
+    /// this command's usage.
+    func checkParsed(_ check: () throws -> Void) {
+        do {
+            try check()
+        } catch {
+            // As ArgumentParser says it, under the command's full name (its own `exit(withError:)` leaves out the
+            // root's).
+            let name = Self.configuration.commandName ?? "\(Self.self)".lowercased()
+            var standardError = StandardError()
+            print("Error: \(error)", to: &standardError)
+            print("Usage: courier \(Self.usageString())", to: &standardError)
+            print("  See 'courier \(name) --help' for more information.", to: &standardError)
+            Self.exit(withError: ExitCode.validationFailure)
+        }
     }
 }

@@ -54,6 +54,11 @@ struct ClientOptions: ParsableArguments {
         self.server ?? ProcessInfo.processInfo.environment["COURIER_SERVER"] ?? Self.defaultServer
     }
 
+    /// Checks `--server` (or `COURIER_SERVER`) while parsing: a wrong one is said with the command's usage.
+    func validate() throws {
+        _ = try self.address()
+    }
+
     /// The server's host and port.
     func address() throws -> (host: String, port: Int) {
         try Self.address(self.serverText())

@@ -201,7 +201,9 @@ final class ClientSession: @unchecked Sendable {
 
     /// The server refused the login, and says what to do: a refused password keeps the saved token (it may
     /// still work); a refused token is forgotten.
-    func refused(code: String, message: String) -> CommandFailure {
+    ///
+    /// - Parameter asking: The chat asks for the password at once: the words say what happened, not what to run.
+    func refused(code: String, message: String, asking: Bool = false) -> CommandFailure {
         if self.freshLogin {
             let kept = self.paths.savedToken() != nil ? " (the saved token is kept)" : ""
             return CommandFailure(
@@ -215,6 +217,16 @@ final class ClientSession: @unchecked Sendable {
                 description: "the account \(self.options.user) was removed from the server: no login can work "
                     + "(its saved token is forgotten)"
             )
+        }
+        if asking {
+            let why =
+                switch code {
+                case "\(CourierStoreError.Code.tokenRevoked)":
+                    "signed out: this device was signed out on the server (revoked, or the password changed)"
+                case "\(CourierStoreError.Code.tokenExpired)": "signed out: this device's login expired"
+                default: hadToken ? "signed out: the server no longer knows this device" : "wrong user name or password"
+                }
+            return CommandFailure(description: "\(why); log in as \(self.options.user) again")
         }
         return CommandFailure(
             description: hadToken

@@ -105,6 +105,9 @@ struct Serve: AsyncParsableCommand {
         guard PostgresFeed.Mode(rawValue: self.fanout) != nil else {
             throw ValidationError("--fanout is notify or poll, not \(self.fanout)")
         }
+        // Checked here, so that a wrong one is said with this command's usage.
+        var limits = ServerConfiguration()
+        try LimitOption.apply(self.limits, to: &limits)
     }
 
     func run() async throws {

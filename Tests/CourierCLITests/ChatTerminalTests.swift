@@ -1,3 +1,4 @@
+import CourierProcess
 import CourierTesting
 import Foundation
 import Testing
@@ -126,17 +127,7 @@ struct Tmux {
 struct ChatTerminalTests {
     @Test("two users chat; half-typed input survives an arriving message; receipts, typing, times, CJK, resize, exit")
     func twoUsersChat() async throws {
-        try await withTemporaryDirectory(prefix: "courier-chat") { folder in
-            let data = folder.appendingPathComponent("data")
-            try await CourierExecutable.addUsers(["alice", "bob"], data: data)
-            let (server, native, _) = try await ServerProcess.start(data: data, logFolder: folder)
-            let address = "127.0.0.1:\(native)"
-            let environment = [
-                "HOME": folder.path,
-                "XDG_CONFIG_HOME": folder.appendingPathComponent("config").path,
-                "XDG_DATA_HOME": folder.appendingPathComponent("share").path,
-                "TZ": "UTC",
-            ]
+        try await Self.withServer(prefix: "courier-chat") { _, _, address, environment, tmux in
             for user in ["alice", "bob"] {
                 let login = try await CourierExecutable.run(
                     ["login", "--as", user, "--password", "pw-" + user, "--server", address],
@@ -144,9 +135,30 @@ struct ChatTerminalTests {
                 )
                 #expect(login.status == 0, "\(login)")
             }
+            try await Self.chat(tmux, address: address, environment: environment)
+        }
+    }
+
+    /// Runs `body` with a server on a new data folder that has alice and bob (passwords `pw-` and the name), the
+    /// environment a chat runs in (a home of its own, UTC), and a tmux; stops both however `body` ends.
+    static func withServer(
+        prefix: String,
+        _ body: (_ folder: URL, _ data: URL, _ address: String, _ environment: [String: String], Tmux) async throws
+            -> Void
+    ) async throws {
+        try await withTemporaryDirectory(prefix: prefix) { folder in
+            let data = folder.appendingPathComponent("data")
+            try await CourierExecutable.addUsers(["alice", "bob"], data: data)
+            let (server, native, _) = try await ServerProcess.start(data: data, logFolder: folder)
+            let environment = [
+                "HOME": folder.path,
+                "XDG_CONFIG_HOME": folder.appendingPathComponent("config").path,
+                "XDG_DATA_HOME": folder.appendingPathComponent("share").path,
+                "TZ": "UTC",
+            ]
             let tmux = Tmux()
             do {
-                try await Self.chat(tmux, address: address, environment: environment)
+                try await body(folder, data, "127.0.0.1:\(native)", environment, tmux)
             } catch {
                 await tmux.stop()
                 _ = await server.terminate()
@@ -243,6 +255,72 @@ struct ChatTerminalTests {
         try await tmux.press("bob", "Enter")
         screen = try await tmux.wait("bob", for: "the chat ended") { $0.contains("CHECKED") }
         #expect(screen.contains("EXITED 0") && screen.contains("TERMINAL RESTORED"), "\(screen)")
+    }
+
+    @Test("the chat to a server never reached fails at once, as send does, instead of retrying for ever")
+    func neverReached() async throws {
+        try await withTemporaryDirectory(prefix: "courier-chat-unreached") { folder in
+            let environment = [
+                "HOME": folder.path,
+                "XDG_CONFIG_HOME": folder.appendingPathComponent("config").path,
+                "XDG_DATA_HOME": folder.appendingPathComponent("share").path,
+            ]
+            // A port nothing listens on.
+            let port = try await FreePort.pick()
+            let tmux = Tmux()
+            let command =
+                "'\(CourierExecutable.url.path)' chat --as alice --server 127.0.0.1:\(port) --password pw; "
+                + "echo \"EXITED $?\"; sleep 600"
+            try await tmux.start("alice", columns: 120, rows: 20, environment: environment, command: command)
+            let screen = try await tmux.wait("alice", for: "the chat's end") { $0.contains { $0.contains("EXITED") } }
+            await tmux.stop()
+            #expect(screen.contains { $0.contains("EXITED 1") }, "\(screen)")
+            #expect(screen.contains { $0.contains("connection refused") }, "\(screen)")
+        }
+    }
+
+    @Test(
+        "a revoke signs the chat out: no new device, it asks for the password, a wrong one asks again, the right one reconnects"
+    )
+    func revokeSignsOut() async throws {
+        try await Self.withServer(prefix: "courier-chat-revoke") { _, data, address, environment, tmux in
+            func devices() async throws -> [[Substring]] {
+                let result = try await CourierExecutable.run(["user", "devices", "alice", "--data", data.path])
+                return result.output.split(separator: "\n").map { $0.split(separator: "\t") }
+            }
+            // The chat logs in with the password (no saved token): the SDK drops it once the login is done.
+            let command =
+                "'\(CourierExecutable.url.path)' chat --as alice --with bob --server \(address) "
+                + "--password pw-alice; echo \"EXITED $?\"; sleep 600"
+            try await tmux.start("alice", columns: 120, rows: 30, environment: environment, command: command)
+            _ = try await tmux.wait("alice", for: "connected") { $0.first?.contains("· connected") == true }
+            let before = try await devices()
+            #expect(before.count == 1, "\(before)")
+            let device = String(before[0][0])
+            let revoked = try await CourierExecutable.run(["user", "revoke", "alice", device, "--data", data.path])
+            #expect(revoked.status == 0, "\(revoked)")
+            // Signed out, said so, and asked for the password; nothing logged in meanwhile as a new device.
+            _ = try await tmux.wait("alice", for: "asked for the password") { rows in
+                rows.contains { $0.contains("signed out") }
+                    && rows.last { !$0.isEmpty }?.hasPrefix("password for alice:") == true
+            }
+            let after = try await devices()
+            #expect(after.count == 1 && after[0][2] == "revoked", "the revoked device stays out: \(after)")
+            // A wrong password: said, and asked again (not quit).
+            try await tmux.type("alice", "not-it")
+            try await tmux.press("alice", "Enter")
+            _ = try await tmux.wait("alice", for: "asked again") { rows in
+                rows.contains { $0.contains("wrong user name or password") }
+                    && rows.last { !$0.isEmpty }?.hasPrefix("password for alice:") == true
+            }
+            // The right one: back in the chat, connected, as a new device.
+            try await tmux.type("alice", "pw-alice")
+            try await tmux.press("alice", "Enter")
+            _ = try await tmux.wait("alice", for: "connected again") { $0.first?.contains("· connected") == true }
+            #expect(try await devices().count == 2)
+            try await tmux.press("alice", "C-c")
+            _ = try await tmux.wait("alice", for: "the chat's end") { $0.contains { $0.contains("EXITED 0") } }
+        }
     }
 
     @Test("the chat's commands: /help, /save, /view, /recall, /close; sends from other commands; last seen; offline")

@@ -95,6 +95,27 @@ extension CommandLineTests {
             #expect(result.output.contains("  #1  you: hello bob\n"), "\(result)")
             result = try await client("history", "--as", "bob", "--json")
             #expect(result.status != 0 && result.output.contains("name one conversation"), "\(result)")
+            #expect(result.output.contains("Usage: courier history"), "the command's usage: \(result)")
+            // A mistyped flag is named as the unknown option it is, with the command's usage.
+            for (arguments, unknown, command) in [
+                (["send", "--as", "bob", "--too", "alice", "hi"], "--too", "send"),
+                (["history", "--as", "bob", "--wiht", "alice"], "--wiht", "history"),
+            ] {
+                result = try await CourierExecutable.run(arguments)
+                #expect(
+                    result.status != 0 && result.output.contains("Unknown option '\(unknown)'")
+                        && result.output.contains("Usage: courier \(command)"),
+                    "\(result)"
+                )
+            }
+            result = try await CourierExecutable.run([
+                "send", "--as", "bob", "--server", "nohost", "--to", "alice", "hi",
+            ])
+            #expect(
+                result.output.contains("--server nohost: expected HOST:PORT")
+                    && result.output.contains("Usage: courier send"),
+                "\(result)"
+            )
 
             // The server goes away: the send is queued in alice's outbox.
             #expect(await server.terminate() == 0)

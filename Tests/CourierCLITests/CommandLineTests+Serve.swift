@@ -61,6 +61,11 @@ extension CommandLineTests {
             #expect(result.status != 0 && result.output.contains("too long a duration"), "\(result)")
             // Nothing that would switch a limit off or break the protocol: zero, seconds cut to nothing, a chunk
             // larger than a frame.
+            result = try await Self.courier("serve", "--data", data.path, "--limit", "foo=1")
+            #expect(
+                result.output.contains("expected NAME=VALUE") && result.output.contains("Usage: courier serve"),
+                "\(result)"
+            )
             for (limit, said) in [
                 ("login-window=0s", "is not longer than zero"),
                 ("token-lifetime=500ms", "not a whole number of seconds"),

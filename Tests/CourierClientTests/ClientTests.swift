@@ -1,4 +1,3 @@
-import CourierClient
 import CourierServer
 import CourierServerTesting
 import CourierStore
@@ -10,6 +9,8 @@ import NIOSSL
 import ServiceLifecycle
 import Synchronization
 import Testing
+
+@testable import CourierClient
 
 /// Reads a client's events until one matches, with a deadline. A task drains the client's stream into an inbox,
 /// so a read that times out leaves the stream intact.
@@ -55,6 +56,30 @@ struct ClientTests {
         tls: TLSConfiguration? = nil,
         tlsServerName: String? = nil
     ) throws -> CourierClient {
+        try CourierClient(
+            configuration: Self.configuration(
+                fixture,
+                user,
+                folder: folder,
+                device: device,
+                host: host,
+                tls: tls,
+                tlsServerName: tlsServerName
+            )
+        )
+    }
+
+    /// The configuration ``client(_:_:folder:device:host:tls:tlsServerName:)`` makes its client with (a client
+    /// keeps no password in the configuration it holds).
+    static func configuration(
+        _ fixture: ServerFixture,
+        _ user: String,
+        folder: URL,
+        device: String = "sdk",
+        host: String = "127.0.0.1",
+        tls: TLSConfiguration? = nil,
+        tlsServerName: String? = nil
+    ) throws -> CourierClient.Configuration {
         var configuration = CourierClient.Configuration(
             host: host,
             port: fixture.ports.native,
@@ -66,7 +91,7 @@ struct ClientTests {
         configuration.tlsServerName = tlsServerName
         configuration.minBackoff = .milliseconds(20)
         configuration.maxBackoff = .milliseconds(500)
-        return try CourierClient(configuration: configuration)
+        return configuration
     }
 
     @Test("two clients chat; messages are stored once on each side; unread, read and history work")
@@ -315,7 +340,9 @@ struct ClientTests {
         }
     }
 
-    @Test("refused credentials end run() with loginRefused; a revoked stored token is forgotten for a new login")
+    @Test(
+        "refused credentials end run() with loginRefused; a revoked device signs the client out: no password kept, no new device"
+    )
     func refusedLogins() async throws {
         try await withTemporaryDirectory { folder in
             try await ServerFixture.with { fixture in
@@ -336,8 +363,10 @@ struct ClientTests {
                 #expect(code == "auth-failed")
                 #expect(try await refused.deviceToken() == nil)
 
-                // A good login stores a token; revoked, it is forgotten and the password makes a new device.
+                // A good login stores a token, and the client keeps no password after it. Revoked, the token is
+                // forgotten and run() ends signed out: the device stays out, and no new one is made.
                 let alice = try Self.client(fixture, "alice", folder: folder)
+                if case .password(_, let kept) = alice.configuration.credentials { #expect(kept.isEmpty) }
                 let events = EventReader(alice)
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask { await alice.run() }
@@ -347,18 +376,14 @@ struct ClientTests {
                     let first = try #require(try await alice.deviceToken())
                     let session = try await fixture.store.authenticate(token: first, nowMs: 0)
                     try await fixture.store.revokeDevice(session.device.id, of: "alice", nowMs: 1)
-                    // The server closes the revoked connection; the reconnect with the stored token is refused, the
-                    // token forgotten, and the password logs in again.
-                    while true {
-                        _ = try await events.next("connected again") { event -> Bool? in
-                            if case .connected = event { true } else { nil }
-                        }
-                        if try await alice.deviceToken() != first { break }
+                    let signedOut = try await events.next("signed out") { event -> String? in
+                        if case .loginRefused(let code, _) = event { code } else { nil }
                     }
-                    let second = try #require(try await alice.deviceToken())
-                    #expect(second != first)
-                    alice.stop()
+                    #expect(signedOut == "token-revoked")
                     try await group.waitForAll()
+                    #expect(try await alice.deviceToken() == nil)
+                    let devices = try await fixture.store.devices(of: "alice")
+                    #expect(devices.count == 1 && devices[0].revokedMs != nil, "\(devices)")
                 }
             }
         }

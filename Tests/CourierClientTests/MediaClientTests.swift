@@ -135,7 +135,7 @@ struct MediaClientTests {
                 try await fixture.user("alice")
                 try await fixture.user("bob")
                 let alice = try ClientTests.client(fixture, "alice", folder: folder)
-                var configuration = try ClientTests.client(fixture, "bob", folder: folder).configuration
+                var configuration = try ClientTests.configuration(fixture, "bob", folder: folder)
                 configuration.mediaCacheBytes = 2_500_000
                 configuration.memoryCacheItemBytes = 200_000
                 let bob = try CourierClient(configuration: configuration)

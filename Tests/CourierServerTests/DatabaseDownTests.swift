@@ -12,8 +12,8 @@ import Testing
     .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
 )
 struct DatabaseDownTests {
-    /// Far more than the node's wait for a connection (1 s here), far less than the pool's own patience (a minute).
-    static let bound: Duration = .seconds(20)
+    /// Far more than the node's wait for a connection (10 s here), far less than the pool's own patience (a minute).
+    static let bound: Duration = .seconds(40)
 
     @Test(
         "the database cut off: a send and a login are answered storage-failed with a retry-after within a bounded time, /health says 503; mended, all works again"
@@ -35,7 +35,7 @@ struct DatabaseDownTests {
             routed.port = relay.port
             return routed
         }
-        let store: (inout PostgresStore.Configuration) -> Void = { $0.connectionWaitTimeout = .seconds(1) }
+        let store: (inout PostgresStore.Configuration) -> Void = { $0.connectionWaitTimeout = .seconds(10) }
         try await ClusterFixture.with(nodes: 1, route: route, store: store) { cluster in
             try await cluster.user("alice")
             try await cluster.user("bob")

@@ -20,6 +20,8 @@ final class ClusterLimits: Sendable {
     private struct State {
         /// Leases whose close failed (the database could not be reached): closed with the next poll.
         var unclosed: [Int64] = []
+        /// Each user's logins counting their connection in the database now.
+        var opening: [UserID: Int] = [:]
         /// The node is stopping: its leases go all at once when it has stopped, not one by one.
         var stopping = false
     }
@@ -65,9 +67,28 @@ final class ClusterLimits: Sendable {
         }
     }
 
-    /// Counts a connection of a user on every node: nil on a single node (the hub counts).
+    /// The most logins of one user that count their connection in the database at once, on this node; more are
+    /// refused with `server-full` (retry) before they ask it: a user's own token sent from a thousand sockets holds
+    /// neither the database's lock of that user nor the node's pool connections.
+    static let maxOpeningPerUser = 4
+
+    /// Counts a connection of a user on every node: nil on a single node (the hub counts). A token login is refused
+    /// without asking the database when this node alone holds the user's limit.
     func open(user: UserID, maxPerUser: Int, yielding: Bool) async throws -> ConnectionAdmission? {
         guard let admission else { return nil }
+        if !yielding, self.hub.placesHeld(by: user) >= maxPerUser { return .full }
+        let admitted = self.state.withLock { state in
+            guard state.opening[user, default: 0] < Self.maxOpeningPerUser else { return false }
+            state.opening[user, default: 0] += 1
+            return true
+        }
+        guard admitted else { return .full }
+        defer {
+            self.state.withLock { state in
+                let left = state.opening[user, default: 1] - 1
+                state.opening[user] = left > 0 ? left : nil
+            }
+        }
         return try await admission.openConnection(
             user: user,
             maxPerUser: maxPerUser,
@@ -106,7 +127,7 @@ final class ClusterLimits: Sendable {
                     lastBeat = .now
                 }
                 let yielded = try await admission.takeYieldedConnections()
-                self.hub.terminate(leases: Set(yielded))
+                self.hub.terminate(leases: Set(yielded), early: true)
                 let unclosed = self.state.withLock { state in
                     defer { state.unclosed = [] }
                     return state.unclosed

@@ -1,34 +1,42 @@
 /// The native and compat ports' connections as admission counts them: all of them, those not logged in yet (in all
-/// and per address), and, in the order they came, the *strangers*: connections that have sent nothing that could log
-/// in (no `hello`, no `auth`).
+/// and per address), and the *strangers*: connections that have sent nothing that could log them in (no `hello`, no
+/// `auth`), per address, oldest first.
 ///
 /// A full server makes room for a login rather than refuse it: when the connections reach `maxConnections`, or those
-/// not logged in reach `maxUnauthenticated`, a new connection takes the place of the oldest stranger, which is closed.
-/// A connection whose login is under way (its `hello` came) is never closed for room, and neither is one logged in;
-/// sockets that only hold a place, however many addresses they come from, keep at most the places nobody logging in
-/// needs. A new connection is refused (`server-full`) only when no stranger is left to close, or when its own
-/// address has `maxUnauthenticatedPerAddress` connections not logged in.
+/// not logged in reach `maxUnauthenticated`, a new connection takes the place of a stranger, which is closed: the
+/// oldest stranger of the address that holds the most. Sockets that only hold places are thus closed before a
+/// newcomer from an address with few of them (a client about to send its `hello`), however many addresses they come
+/// from. A connection whose login is under way (its `hello` came) is never closed for room, and neither is one
+/// logged in. A new connection is refused (`server-full`) when no stranger is left to close, when `maxClosing`
+/// closed ones have not ended yet, or when its own address has `maxUnauthenticatedPerAddress` connections not logged
+/// in.
+///
+/// A connection closed for room counts among the open ones until it has ended (its descriptor is still open): at
+/// most `maxConnections` + `maxClosing` are open at any time.
 ///
 /// A value: ``SessionContext`` keeps it under a lock and closes the channels it names.
 struct ConnectionCounts: Sendable {
     let maxConnections: Int
     let maxUnauthenticated: Int
     let maxUnauthenticatedPerAddress: Int
+    /// Connections closed for room that may be still ending; past it, a newcomer is refused instead.
+    let maxClosing: Int
 
-    /// Connections counted (the closed strangers no longer are).
+    /// Connections counted, those closed for room and not ended yet included.
     private(set) var open = 0
-    /// Of them, those not logged in.
+    /// Of them, those not logged in (not those closed for room).
     private(set) var unauthenticated = 0
     private var unauthenticatedByAddress: [String: Int] = [:]
-    /// The strangers' ids, oldest first.
-    private var strangers = OldestFirst<Int>()
-    /// The addresses of connections not logged in, by id.
-    private var addresses: [Int: String] = [:]
-    /// Strangers closed for room whose end has not been counted yet: their end counts nothing.
+    /// Each address's strangers, oldest first.
+    private var strangers: [String: OldestFirst<Int>] = [:]
+    /// Addresses by how many strangers each has (all with at least one), and the largest such count.
+    private var addressesHolding: [Int: Set<String>] = [:]
+    private var most = 0
+    /// Strangers closed for room whose end has not been counted yet.
     private var closedForRoom: Set<Int> = []
     private var nextID = 0
 
-    /// A connection counted in; hand it back to ``spoke(_:)``, ``authenticated(_:)`` and ``release(_:)``.
+    /// A connection counted in; hand it back to ``spoke(_:)``, ``authenticated(_:)`` and ``release(_:authenticated:)``.
     struct Ticket: Sendable, Hashable {
         let id: Int
         let address: String
@@ -47,29 +55,34 @@ struct ConnectionCounts: Sendable {
         case refused(Refusal)
     }
 
-    init(maxConnections: Int, maxUnauthenticated: Int, maxUnauthenticatedPerAddress: Int) {
+    init(maxConnections: Int, maxUnauthenticated: Int, maxUnauthenticatedPerAddress: Int, maxClosing: Int = 256) {
         self.maxConnections = max(1, maxConnections)
         self.maxUnauthenticated = max(1, maxUnauthenticated)
         self.maxUnauthenticatedPerAddress = max(1, maxUnauthenticatedPerAddress)
+        self.maxClosing = max(0, maxClosing)
     }
 
-    /// Counts a new connection in, closing the oldest stranger for its place when the server is full.
+    /// Counts a new connection in, closing a stranger for its place when the server is full.
     mutating func admit(address: String) -> Admission {
         guard self.unauthenticatedByAddress[address, default: 0] < self.maxUnauthenticatedPerAddress else {
             return .refused(.addressFull)
         }
         var closing: Int?
-        if self.open >= self.maxConnections || self.unauthenticated >= self.maxUnauthenticated {
-            guard let oldest = self.takeOldestStranger() else { return .refused(.serverFull) }
-            closing = oldest
+        if self.open - self.closedForRoom.count >= self.maxConnections
+            || self.unauthenticated >= self.maxUnauthenticated
+        {
+            guard self.closedForRoom.count < self.maxClosing, let stranger = self.closeStrangerForRoom(for: address)
+            else {
+                return .refused(.serverFull)
+            }
+            closing = stranger
         }
         let ticket = Ticket(id: self.nextID, address: address)
         self.nextID += 1
         self.open += 1
         self.unauthenticated += 1
         self.unauthenticatedByAddress[address, default: 0] += 1
-        self.addresses[ticket.id] = address
-        self.strangers.insert(ticket.id)
+        self.addStranger(ticket)
         return .admitted(ticket, closing: closing)
     }
 
@@ -78,47 +91,76 @@ struct ConnectionCounts: Sendable {
     /// - Returns: false when it was closed for room already (it must close: its place is another's).
     mutating func spoke(_ ticket: Ticket) -> Bool {
         guard !self.closedForRoom.contains(ticket.id) else { return false }
-        self.strangers.remove(ticket.id)
+        self.removeStranger(ticket)
         return true
     }
 
     /// The connection logged in: it no longer counts as not logged in.
     mutating func authenticated(_ ticket: Ticket) {
         guard !self.closedForRoom.contains(ticket.id) else { return }
-        self.strangers.remove(ticket.id)
-        self.addresses[ticket.id] = nil
+        self.removeStranger(ticket)
         self.unauthenticated -= 1
         self.decrement(ticket.address)
     }
 
     /// The connection ended.
     mutating func release(_ ticket: Ticket, authenticated: Bool) {
+        self.open -= 1
+        // One closed for room was counted out of the rest when it was closed.
         if self.closedForRoom.remove(ticket.id) != nil { return }
         if !authenticated {
-            self.strangers.remove(ticket.id)
-            self.addresses[ticket.id] = nil
+            self.removeStranger(ticket)
             self.unauthenticated -= 1
             self.decrement(ticket.address)
         }
-        self.open -= 1
     }
 
     /// The strangers waiting, for tests.
-    var strangerCount: Int { self.strangers.count }
+    var strangerCount: Int { self.strangers.values.reduce(0) { $0 + $1.count } }
 
-    /// The length of the strangers' order, swept ids included, for tests.
-    var orderLength: Int { self.strangers.orderLength }
+    /// The connections closed for room that have not ended, for tests.
+    var closingCount: Int { self.closedForRoom.count }
 
-    /// Takes the oldest stranger off the books (its place is free from now) and names it to be closed.
-    private mutating func takeOldestStranger() -> Int? {
-        guard let id = self.strangers.popOldest(), let address = self.addresses.removeValue(forKey: id) else {
-            return nil
-        }
+    /// The longest of the strangers' orders, swept ids included, for tests.
+    var orderLength: Int { self.strangers.values.map(\.orderLength).max() ?? 0 }
+
+    /// Takes the oldest stranger of the address holding the most off the books as not logged in (it stays open
+    /// until it ends) and names it to be closed. Where the newcomer's own address is one of those holding the most,
+    /// it pays for itself.
+    private mutating func closeStrangerForRoom(for newcomer: String) -> Int? {
+        guard self.most > 0 else { return nil }
+        let address =
+            self.strangers[newcomer]?.count == self.most ? newcomer : self.addressesHolding[self.most]?.first
+        guard let address, let id = self.strangers[address]?.popOldest() else { return nil }
+        self.moveAddress(address, from: self.most, to: self.most - 1)
+        if self.strangers[address]?.count == 0 { self.strangers[address] = nil }
         self.closedForRoom.insert(id)
-        self.open -= 1
         self.unauthenticated -= 1
         self.decrement(address)
         return id
+    }
+
+    private mutating func addStranger(_ ticket: Ticket) {
+        let held = self.strangers[ticket.address]?.count ?? 0
+        self.strangers[ticket.address, default: OldestFirst()].insert(ticket.id)
+        self.moveAddress(ticket.address, from: held, to: held + 1)
+    }
+
+    private mutating func removeStranger(_ ticket: Ticket) {
+        guard var order = self.strangers[ticket.address], order.remove(ticket.id) else { return }
+        self.strangers[ticket.address] = order.count == 0 ? nil : order
+        self.moveAddress(ticket.address, from: order.count + 1, to: order.count)
+    }
+
+    /// An address's count of strangers went from `old` to `new` (by one).
+    private mutating func moveAddress(_ address: String, from old: Int, to new: Int) {
+        if old > 0 {
+            self.addressesHolding[old]?.remove(address)
+            if self.addressesHolding[old]?.isEmpty ?? false { self.addressesHolding[old] = nil }
+        }
+        if new > 0 { self.addressesHolding[new, default: []].insert(address) }
+        if new > self.most { self.most = new }
+        while self.most > 0, self.addressesHolding[self.most] == nil { self.most -= 1 }
     }
 
     private mutating func decrement(_ address: String) {

@@ -16,6 +16,10 @@ final class Hub: Fanout {
         /// count against ``register(user:device:ephemeral:events:maxOwnSends:maxHanded:maxPerUser:yielding:lease:)``'s
         /// limit.
         var yielded: Set<Int> = []
+        /// Leases another node's login made yield before this node registered their connections (the login here
+        /// was still between its count and its registration): their connections close as they register. The newest
+        /// ``maxEarlyYields`` are kept.
+        var earlyYields: [Int64] = []
         var nextID = 1
         var shuttingDown = false
     }
@@ -48,6 +52,11 @@ final class Hub: Fanout {
     ) -> Registration {
         let (registration, yielded) = self.state.withLock { state -> (Registration, [ConnectionHandle]) in
             guard !state.shuttingDown else { return (.shuttingDown, []) }
+            if let lease, let early = state.earlyYields.firstIndex(of: lease) {
+                // Yielded before it was here: it never takes a place.
+                state.earlyYields.remove(at: early)
+                return (.userFull, [])
+            }
             let counted = state.byUser[user].map { $0.values.filter { !state.yielded.contains($0.id) } } ?? []
             var yielded: [ConnectionHandle] = []
             if counted.count >= maxPerUser {
@@ -75,15 +84,33 @@ final class Hub: Fanout {
         return registration
     }
 
+    /// The most leases that yielded before their connections registered kept (a lease whose connection never
+    /// registers, its login having failed, stays until newer ones push it out).
+    static let maxEarlyYields = 1024
+
+    /// A user's connections here that hold a place (not yielding it).
+    func placesHeld(by user: UserID) -> Int {
+        self.state.withLock { state in
+            state.byUser[user]?.values.filter { !state.yielded.contains($0.id) }.count ?? 0
+        }
+    }
+
     /// What a connection that yielded its place is told.
     static let yieldMessage = "a newer login of this user took this connection's place (its connection limit)"
 
-    /// Closes the connections counted under these leases (they yielded to a login on another node).
-    func terminate(leases: Set<Int64>) {
+    /// Closes the connections counted under these leases (they yielded to a newer login). With `early` (the
+    /// node's own leases, as the database says they yielded), a lease whose connection has not registered yet is
+    /// kept, so that it is refused as it does.
+    func terminate(leases: Set<Int64>, early: Bool = false) {
         guard !leases.isEmpty else { return }
         let targets = self.state.withLock { state in
             let targets = state.byUser.values.flatMap { $0.values.filter { $0.lease.map(leases.contains) ?? false } }
             state.yielded.formUnion(targets.map(\.id))
+            if early {
+                let found = Set(targets.compactMap(\.lease))
+                state.earlyYields.append(contentsOf: leases.subtracting(found).sorted())
+                state.earlyYields.removeFirst(max(0, state.earlyYields.count - Self.maxEarlyYields))
+            }
             return targets
         }
         for handle in targets { handle.terminate(code: ErrorCodes.serverFull, message: Self.yieldMessage) }

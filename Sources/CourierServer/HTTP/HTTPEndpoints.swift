@@ -13,16 +13,17 @@ enum HTTPEndpoints {
     /// its listener for the other nodes' news is connected. Never where the database is: the port is public.
     ///
     /// Whether the database answers is learnt by asking it (``CourierDatabase/probe()``), at most once per
-    /// `probeInterval` however often `/health` is asked: many load balancers asking cost the database one question.
+    /// `probeInterval` however often `/health` is asked, one question at a time: many load balancers asking cost the
+    /// database one question. An answer that takes longer than `probeTimeout` is taken to be no, and `/health`
+    /// does not wait for it (a connection whose packets are dropped may not fail for many minutes).
     final class DatabaseHealth: Sendable {
         let store: any CourierDatabase
         let feed: (any StoreFeed)?
         let probeInterval: Duration
-        private let last = Mutex<(at: ContinuousClock.Instant, reachable: Bool)?>(nil)
-
-        /// How long the question may take before the answer is taken to be no (a load balancer's own patience
-        /// for `/health` is a few seconds).
         let probeTimeout: Duration
+        private let state = Mutex<(last: (at: ContinuousClock.Instant, reachable: Bool)?, probe: Task<Bool, Never>?)>(
+            (nil, nil)
+        )
 
         init(
             store: any CourierDatabase,
@@ -43,24 +44,47 @@ enum HTTPEndpoints {
         }
 
         /// Whether the database answered the latest question (asked now if the latest is older than
-        /// `probeInterval`).
+        /// `probeInterval` and none is being asked).
         func isReachable() async -> Bool {
             let now = ContinuousClock.now
-            if let (at, reachable) = self.last.withLock({ $0 }), now - at < self.probeInterval { return reachable }
             let store = self.store
-            let timeout = self.probeTimeout
-            let reachable = await withTaskGroup(of: Bool.self) { group in
-                group.addTask { (try? await store.probe()) != nil }
-                group.addTask {
-                    try? await Task.sleep(for: timeout)
-                    return false
-                }
-                let first = await group.next() ?? false
-                group.cancelAll()
-                return first
+            let asked = self.state.withLock { state -> Result<Bool, Never>? in
+                if let last = state.last, now - last.at < self.probeInterval { return .success(last.reachable) }
+                return nil
             }
-            self.last.withLock { $0 = (.now, reachable) }
-            return reachable
+            if case .success(let reachable)? = asked { return reachable }
+            let probe = self.state.withLock { state -> Task<Bool, Never> in
+                if let probe = state.probe { return probe }
+                let probe = Task { [weak self] in
+                    let reachable = (try? await store.probe()) != nil
+                    self?.state.withLock { state in
+                        state.last = (.now, reachable)
+                        state.probe = nil
+                    }
+                    return reachable
+                }
+                state.probe = probe
+                return probe
+            }
+            let answered = await Self.first(of: probe, orFalseAfter: self.probeTimeout)
+            if !answered { self.state.withLock { $0.last = (.now, false) } }
+            return answered
+        }
+
+        /// The task's value, or false once `timeout` has passed, whichever comes first: never waits for the task
+        /// past it.
+        private static func first(of task: Task<Bool, Never>, orFalseAfter timeout: Duration) async -> Bool {
+            let once = Once()
+            return await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                Task {
+                    let value = await task.value
+                    if once.claim() { continuation.resume(returning: value) }
+                }
+                Task {
+                    try? await Task.sleep(for: timeout)
+                    if once.claim() { continuation.resume(returning: false) }
+                }
+            }
         }
     }
 
@@ -183,12 +207,21 @@ final class HTTPConnections: Sendable {
         _ = self.state.withLock { $0.waiting.remove(ObjectIdentifier(channel)) }
     }
 
-    /// The answer went out: the connection waits for its next request, the newest of those waiting.
-    func waiting(_ channel: any Channel) {
+    /// The answers went out: the connection waits for its next request, the newest of those waiting; or, when the
+    /// port is full, it closes, so that a connection waiting to be accepted takes its place (the port stops
+    /// accepting at `maxConnections`, and only a close lets it go on).
+    ///
+    /// - Returns: Whether the connection must close.
+    func waiting(_ channel: any Channel) -> Bool {
         let id = ObjectIdentifier(channel)
-        self.state.withLock { state in
-            guard state.channels[id] != nil, !state.closing.contains(id) else { return }
+        return self.state.withLock { state in
+            guard state.channels[id] != nil, !state.closing.contains(id) else { return false }
+            if state.open - state.closing.count >= self.maxConnections {
+                state.closing.insert(id)
+                return true
+            }
             state.waiting.insert(id)
+            return false
         }
     }
 
@@ -214,6 +247,8 @@ final class HTTPConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler
     typealias OutboundOut = HTTPResponsePart
     let connections: HTTPConnections
     private var address: String?
+    /// Requests whose heads came and whose answers have not all gone out (several, with pipelining).
+    private var answering = 0
 
     init(connections: HTTPConnections) {
         self.connections = connections
@@ -238,12 +273,36 @@ final class HTTPConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if case .head = self.unwrapInboundIn(data) { self.connections.busy(context.channel) }
+        if case .head = self.unwrapInboundIn(data) {
+            self.answering += 1
+            if self.answering == 1 { self.connections.busy(context.channel) }
+        }
         context.fireChannelRead(data)
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        if case .end = self.unwrapOutboundIn(data) { self.connections.waiting(context.channel) }
-        context.write(data, promise: promise)
+        guard case .end = self.unwrapOutboundIn(data), self.answering > 0 else {
+            context.write(data, promise: promise)
+            return
+        }
+        self.answering -= 1
+        guard self.answering == 0, self.connections.waiting(context.channel) else {
+            context.write(data, promise: promise)
+            return
+        }
+        // The port is full: this connection's answer is whole; it closes once that has gone out.
+        let written = promise ?? context.eventLoop.makePromise()
+        let channel = context.channel
+        written.futureResult.whenComplete { _ in channel.close(promise: nil) }
+        context.write(data, promise: written)
+    }
+}
+
+/// Claimed once, by whoever comes first.
+private final class Once: Sendable {
+    private let claimed = Atomic<Bool>(false)
+
+    func claim() -> Bool {
+        !self.claimed.exchange(true, ordering: .acquiringAndReleasing)
     }
 }

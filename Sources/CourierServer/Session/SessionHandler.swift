@@ -179,8 +179,14 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         if event is SessionClosedForRoom {
             promise?.succeed()
             // Its place was given to a newer connection: it has sent nothing (a login under way never gets here).
-            if self.work != nil, self.machine.session == nil {
-                self.close(code: ErrorCodes.serverFull, message: Self.closedForRoom)
+            // Told why as far as the socket takes it now, and closed at once: not held open for a reader that may
+            // never read (a TLS handshake never finished holds every write back).
+            if self.work != nil, self.machine.session == nil, self.machine.close() {
+                for frame in self.transport.closingFrames(code: ErrorCodes.serverFull, message: Self.closedForRoom) {
+                    context.write(self.wrapOutboundOut(frame), promise: nil)
+                }
+                context.flush()
+                context.close(promise: nil)
             }
             return
         }

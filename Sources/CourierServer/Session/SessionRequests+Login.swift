@@ -55,7 +55,11 @@ extension SessionRequests {
         let result = await self.check(hello)
         let failed = if case .failure(let error) = result { error.code == .authFailed } else { false }
         self.context.logins.finish(ticket, failed: failed)
-        if let attempt { await self.context.cluster.finish(attempt, failed: failed) }
+        if let attempt {
+            // Not cancelled with the login (its client may have left): the attempt's end is counted all the same.
+            let cluster = self.context.cluster
+            await Task { await cluster.finish(attempt, failed: failed) }.value
+        }
         if userName != nil, failed || (try? result.get()) != nil { self.context.metrics.passwordChecks.increment() }
 
         let deviceSession: DeviceSession
@@ -80,6 +84,8 @@ extension SessionRequests {
         switch try await self.register(deviceSession, hello: hello) {
         case .registered(let registered, let firstForUser):
             (handle, first) = (registered, firstForUser)
+        case .refused(let code, let message) where code == ErrorCodes.storageFailed:
+            return try await self.storageFailed(requestID, message, writer)
         case .refused(let code, let message):
             return .close(code: code, message: message)
         }
@@ -236,12 +242,10 @@ extension SessionRequests {
             }
             return .registered(registered, firstForUser: firstForUser)
         case .shuttingDown:
-            if let lease { await self.context.cluster.close(lease: lease) }
-            if deviceSession.renewed { try? await self.context.store.abandonRenewal(of: deviceSession.device.id) }
+            await self.refuseLogin(deviceSession, counted: false, lease: lease)
             return .refused(code: ErrorCodes.shuttingDown, message: "the server is stopping")
         case .userFull:
-            if let lease { await self.context.cluster.close(lease: lease) }
-            await self.refuseLogin(deviceSession)
+            await self.refuseLogin(deviceSession, lease: lease)
             return full
         }
     }
@@ -249,21 +253,27 @@ extension SessionRequests {
     /// A login refused for its user's connection limit (or because it could not be counted): a password login made
     /// a device for this connection, which it never gets to use; one that renewed the device the client held gives
     /// it its previous token back (the client never got the new one).
-    private func refuseLogin(_ deviceSession: DeviceSession, counted: Bool = true) async {
+    ///
+    /// Not cancelled with the login (its client may have left): a device nobody holds is not left behind.
+    private func refuseLogin(_ deviceSession: DeviceSession, counted: Bool = true, lease: Int64? = nil) async {
         let store = self.context.store
+        let cluster = self.context.cluster
         if counted {
             self.context.metrics.refusals.increment()
             self.logger.notice("refused a login: the user is at its connection limit")
         }
-        if deviceSession.renewed {
-            try? await store.abandonRenewal(of: deviceSession.device.id)
-        } else if deviceSession.token != nil {
-            try? await store.revokeDevice(
-                deviceSession.device.id,
-                of: deviceSession.user.name,
-                nowMs: SessionContext.nowMs()
-            )
-        }
+        await Task {
+            if let lease { await cluster.close(lease: lease) }
+            if deviceSession.renewed {
+                try? await store.abandonRenewal(of: deviceSession.device.id)
+            } else if deviceSession.token != nil {
+                try? await store.revokeDevice(
+                    deviceSession.device.id,
+                    of: deviceSession.user.name,
+                    nowMs: SessionContext.nowMs()
+                )
+            }
+        }.value
     }
 
     /// The welcome: who the client is, its token, where its delivery starts, and the limits it must keep.
