@@ -161,11 +161,22 @@ public final class SQLiteStore: StoreBackend {
     }
 
     /// Closes the database. Later calls fail.
+    ///
+    /// The write-ahead log is copied back into the database file and, when no other connection (an admin command's)
+    /// has the file open, the file leaves WAL mode for this moment, which removes the `-wal` and `-shm` files: the
+    /// database is that one file, whole, for a copy or a backup made of the folder. The next open goes back to WAL.
     public func close() throws {
-        // Both, whatever the first says: the pool's close (the last connection's) copies the log back one last time.
+        // Both, whatever the first says.
         let checkpointerClosed = Result { try self.checkpointer?.close() }
+        _ = try? self.pool.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
         try self.pool.close()
         try checkpointerClosed.get()
+        var alone = GRDB.Configuration()
+        alone.busyMode = .immediateError
+        if let queue = try? DatabaseQueue(path: self.path, configuration: alone) {
+            _ = try? queue.inDatabase { db in try db.execute(sql: "PRAGMA journal_mode = DELETE") }
+            try? queue.close()
+        }
     }
 
     public var maintenanceInterval: Duration? {

@@ -143,6 +143,12 @@ struct Serve: AsyncParsableCommand {
         guard let level = Logger.Level(rawValue: self.logLevel) else {
             throw ValidationError("unknown log level \(self.logLevel)")
         }
+        // Whether this run makes the data folder: a start that fails (a port in use) then leaves nothing behind.
+        // Said to the process the crash reports' set-up starts again, which finds the folder made.
+        let folder = configuration.dataFolder.standardizedFileURL.path
+        let madeHere =
+            !FileManager.default.fileExists(atPath: folder) || environment[Self.madeFolderVariable] == folder
+        if madeHere { setenv(Self.madeFolderVariable, folder, 1) }
         // A crash leaves its backtrace in <data>/crashes/ (this re-executes the program once to set that up).
         ProcessSetup.enableCrashReports(in: configuration.dataFolder.appendingPathComponent("crashes"))
         let files = ProcessSetup.raiseOpenFileLimit()
@@ -220,11 +226,15 @@ struct Serve: AsyncParsableCommand {
                 try await tasks.waitForAll()
             }
         } catch let error as ListenFailed {
+            if madeHere { try? FileManager.default.removeItem(atPath: folder) }
             let flag =
                 ["native": "--port", "compat": "--compat-port", "http": "--http-port"][error.port.rawValue] ?? ""
             throw CommandFailure(description: "\(error); choose another with \(flag)")
         }
     }
+
+    /// Names the data folder a `serve` made, across the re-execution that sets up crash reports.
+    static let madeFolderVariable = "COURIER_SERVE_MADE_FOLDER"
 }
 
 struct StandardError: TextOutputStream {

@@ -99,17 +99,26 @@ extension CommandLineTests {
             }
             // A port in use is named, with the flag that changes it; a data folder that cannot be one is said so.
             let taken = try await FreePort.hold()
+            let fresh = folder.appendingPathComponent("never-served")
+            try FileManager.default.createDirectory(at: data, withIntermediateDirectories: true)
             for (flag, name) in [("--port", "native"), ("--compat-port", "compat"), ("--http-port", "http")] {
-                var arguments = ["serve", "--data", data.path, "--port", "0", "--compat-port", "0", "--http-port", "0"]
-                arguments[arguments.firstIndex(of: flag)! + 1] = String(taken.port)
-                result = try await CourierExecutable.run(arguments)
-                #expect(
-                    result.status != 0
-                        && result.output.contains(
-                            "cannot listen on the \(name) port \(taken.port) of 127.0.0.1: the port is in use"
-                        ) && result.output.contains("choose another with \(flag)"),
-                    "\(result)"
-                )
+                for served in [data, fresh] {
+                    var arguments = [
+                        "serve", "--data", served.path, "--port", "0", "--compat-port", "0", "--http-port", "0",
+                    ]
+                    arguments[arguments.firstIndex(of: flag)! + 1] = String(taken.port)
+                    result = try await CourierExecutable.run(arguments)
+                    #expect(
+                        result.status != 0
+                            && result.output.contains(
+                                "cannot listen on the \(name) port \(taken.port) of 127.0.0.1: the port is in use"
+                            ) && result.output.contains("choose another with \(flag)"),
+                        "\(result)"
+                    )
+                }
+                // A folder this start made is not left behind; one that was there stays.
+                #expect(!FileManager.default.fileExists(atPath: fresh.path), "\(flag)")
+                #expect(FileManager.default.fileExists(atPath: data.path))
             }
             result = try await CourierExecutable.run(
                 ["proxy", "--port", String(taken.port), "--cache-dir", folder.appendingPathComponent("cache").path]
@@ -215,6 +224,9 @@ extension CommandLineTests {
             )
             #expect(unused.status != 0, "nothing listens on the variable's port: \(unused)")
             #expect(await server.terminate() == 0)
+            // A clean stop leaves the database one whole file: no write-ahead log beside it.
+            let left = try FileManager.default.contentsOfDirectory(atPath: data.path)
+            #expect(left.contains("courier.sqlite") && !left.contains { $0.hasSuffix("-wal") || $0.hasSuffix("-shm") })
 
             let result = try await CourierExecutable.run(["serve"], environment: ["COURIER_PORT": "seventy"])
             #expect(result.status != 0 && result.output.contains("COURIER_PORT=seventy is not a port number"))
