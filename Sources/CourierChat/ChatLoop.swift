@@ -1,4 +1,5 @@
 public import CourierClient
+import CourierProtocol
 public import Foundation
 
 /// What the chat needs from the program that runs it: the client's events, and what to do when it connects or its
@@ -73,6 +74,8 @@ public struct ChatLoop: Sendable {
         case history(Conversation, [ChatMessage], more: Bool)
         case unread([UnreadCount])
         case notice(String)
+        /// The server knows no such user or group.
+        case noSuchConversation(Conversation)
         case upload(id: String, UploadProgress)
         case uploadFailed(id: String, String)
         case tick
@@ -188,6 +191,9 @@ public struct ChatLoop: Sendable {
                 state.setUnread(counts)
             case .notice(let message):
                 state.notice = message
+            case .noSuchConversation(let conversation):
+                state.noSuchConversation(conversation)
+                full = true
             case .upload(let id, let progress):
                 state.upload(id: id, progress)
             case .uploadFailed(let id, let message):
@@ -260,6 +266,10 @@ public struct ChatLoop: Sendable {
                         limit: ChatState.historyPage
                     )
                     sink.yield(.history(conversation, page.messages, more: page.more))
+                } catch let error as CourierClientError
+                    where error.code == ErrorCodes.unknownUser || error.code == ErrorCodes.unknownGroup
+                {
+                    sink.yield(.noSuchConversation(conversation))
                 } catch {
                     sink.yield(.notice("\(conversation): \(Self.words(error))"))
                 }

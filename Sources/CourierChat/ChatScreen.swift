@@ -24,6 +24,12 @@ struct ChatScreen: Equatable {
             self.width += DisplayWidth.of(cut)
         }
 
+        /// Appends `text` (made printable) in `style`; what does not fit within `limit` columns ends in "…", cut
+        /// after the last whole word where there is one near the end (a line of CJK, with no spaces, is cut by width).
+        mutating func appendShortened(_ text: String, _ style: Style = .plain, limit: Int) {
+            self.append(ChatScreen.shortened(ChatText.printable(text), width: limit - self.width), style, limit: limit)
+        }
+
         /// Pads with spaces (in `style`) to `width` columns.
         mutating func pad(to width: Int, _ style: Style = .plain) {
             guard width > self.width else { return }
@@ -84,11 +90,11 @@ struct ChatScreen: Equatable {
 
         var status = Row()
         if let notice = state.notice {
-            status.append(" " + notice, .bold, limit: columns)
+            status.appendShortened(" " + notice, .bold, limit: columns)
         } else if state.scroll > 0 {
-            status.append(" ↑ \(state.scroll) rows up · PgDn or ↓ to come back", .dim, limit: columns)
+            status.appendShortened(" ↑ \(state.scroll) rows up · PgDn or ↓ to come back", .dim, limit: columns)
         } else {
-            status.append(" " + ChatHelp.hint, .dim, limit: columns)
+            status.appendShortened(" " + ChatHelp.hint, .dim, limit: columns)
         }
         rows.append(status)
 
@@ -296,6 +302,20 @@ struct ChatScreen: Equatable {
     // MARK: Text
 
     /// Cuts text to at most `width` display columns (never splitting a character), line breaks as spaces.
+    /// `text` as it fits in `width` columns: whole, or cut and ended with "…" (after its last whole word, when one
+    /// ends in the last third of the width).
+    static func shortened(_ text: String, width: Int) -> String {
+        guard width > 0 else { return "" }
+        guard DisplayWidth.of(text) > width else { return text }
+        var cut = Self.fit(text, width: width - 1)
+        let next = text.dropFirst(cut.count).first
+        if next != " ", let space = cut.lastIndex(of: " "), DisplayWidth.of(cut[..<space]) >= (width - 1) * 2 / 3 {
+            cut = String(cut[..<space])
+        }
+        while cut.last == " " { cut.removeLast() }
+        return cut + "…"
+    }
+
     static func fit(_ text: String, width: Int) -> String {
         guard width > 0 else { return "" }
         var result = ""

@@ -111,6 +111,7 @@ extension ChatState {
             if let existing = self.threads.values.first(where: { Self.key($0.conversation) == Self.key(target) }) {
                 return self.select(existing.conversation, now: now) + [.closedChanged(self.closed)]
             }
+            self.openBefore = self.open
             self[thread: target].historyRequested = false
             return self.select(target, now: now)
         case "/send", "/s":

@@ -53,6 +53,8 @@ struct ChatState {
     var threads: [String: Thread] = [:]
     /// The open conversation's key (``ChatState/key(_:)``).
     var open: String?
+    /// The conversation open before `/open` made a new one: open again if the server knows no such one.
+    var openBefore: String?
     var input = LineEditor()
     /// How many rows the open conversation is scrolled up from its newest message.
     var scroll = 0
@@ -110,6 +112,20 @@ struct ChatState {
     }
 
     var openThread: Thread? { self.open.flatMap { self.threads[$0] } }
+
+    /// The server knows no such user or group: a conversation the chat made for it (`/open NAME`, nothing in it)
+    /// leaves the list, and the chat says so.
+    mutating func noSuchConversation(_ conversation: Conversation) {
+        let key = Self.key(conversation)
+        self.notice =
+            switch conversation {
+            case .user(let name): "no such user: \(name)"
+            case .group(let name): "no such group: #\(name)"
+            }
+        guard let thread = self.threads[key], thread.lines.isEmpty else { return }
+        self.threads[key] = nil
+        if self.open == key { self.open = self.openBefore.flatMap { self.threads[$0] == nil ? nil : $0 } }
+    }
 
     // MARK: Loading
 

@@ -69,7 +69,8 @@ public struct ProxyControl: Sendable {
             } catch {
                 throw MediaCacheError(
                     .upstream,
-                    "cannot reach the proxy at \(self.address.host):\(self.address.port): \(error)"
+                    "cannot reach the proxy at \(self.address.host):\(self.address.port): "
+                        + "\(OriginClient.plainWords(error)) (is courier proxy running there?)"
                 )
             }
             let body = try await response.body.collect(upTo: 64 << 20)

@@ -228,6 +228,8 @@ struct ProxyPreload: AsyncParsableCommand {
                 line += " of \(result.segments) segments (\(result.playlists) playlists, \(result.keys) keys)"
             }
             print(line)
+        } catch let error as MediaCacheError {
+            throw CommandFailure(description: error.message)
         } catch {
             throw CommandFailure(description: "\(error)")
         }
@@ -248,6 +250,8 @@ struct ProxyStats: AsyncParsableCommand {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
             print(String(decoding: try encoder.encode(statistics), as: UTF8.self))
+        } catch let error as MediaCacheError {
+            throw CommandFailure(description: error.message)
         } catch {
             throw CommandFailure(description: "\(error)")
         }

@@ -356,6 +356,14 @@ struct ChatTerminalTests {
                 try await tmux.start("alice", columns: 220, rows: 30, environment: environment, command: command)
                 _ = try await tmux.wait("alice", for: "connected") { $0.first?.contains("· connected") == true }
 
+                // /open of a user the server does not know: said, and no conversation is added to the list.
+                try await tmux.type("alice", "/open nobody")
+                try await tmux.press("alice", "Enter")
+                let unknown = try await tmux.wait("alice", for: "no such user") { rows in
+                    rows.contains { $0.contains("no such user: nobody") }
+                }
+                #expect(!unknown.dropLast(2).contains { $0.contains("@nobody") }, "\(unknown)")
+
                 // bob writes and sends a file from his commands: alice's chat shows both.
                 #expect(try await courier("send", "--as", "bob", "--to", "alice", "here are the notes").status == 0)
                 let notes = folder.appendingPathComponent("notes.txt")

@@ -123,6 +123,19 @@ struct ChatScreenTests {
         #expect(ChatScreen.wrap("line\nbreak", width: 20) == ["line", "break"])
     }
 
+    @Test("a status line too long for the terminal ends with an ellipsis after a whole word; CJK is cut by width")
+    func statusEllipsis() {
+        var state = Self.state(columns: 40, rows: 24)
+        state.notice = "could not save the file to /home/alice/Downloads/holiday-photos/beach.jpg"
+        let status = ChatScreen(state, now: Self.now).rows[22].plain
+        #expect(status == " could not save the file to…", "\(status)")
+        state.notice = String(repeating: "中文", count: 30)
+        let cjk = ChatScreen(state, now: Self.now).rows[22].plain
+        #expect(cjk.hasSuffix("…") && Self.wcwidth(cjk) <= 40, "\(cjk)")
+        state.notice = "short"
+        #expect(ChatScreen(state, now: Self.now).rows[22].plain == " short")
+    }
+
     @Test("control characters from a peer show as caret notation and never reach the terminal")
     func controlCharactersAreShown() {
         var state = Self.state(columns: 80, rows: 24)

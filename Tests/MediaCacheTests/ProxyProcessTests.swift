@@ -152,6 +152,11 @@ struct ProxyProcessTests {
                     "proxy", "stats", "--proxy", "127.0.0.1:\(try await FreePort.pick())",
                 ])
                 #expect(down.status != 0 && down.output.contains("cannot reach the proxy"))
+                // In plain words: no error dump, no errno, brackets that close.
+                #expect(down.output.contains(": connection refused (is courier proxy running there?)"), "\(down)")
+                #expect(!down.output.contains("errno") && !down.output.contains("upstream:"), "\(down)")
+                let line = down.output.split(separator: "\n").first ?? ""
+                #expect(line.filter { $0 == "(" }.count == line.filter { $0 == ")" }.count, "\(down)")
                 #expect(await proxy.terminate() == 0)
             } catch {
                 await proxy.kill()
