@@ -189,6 +189,9 @@ struct ChatScreen: Equatable {
                 header.append((" · offline, last seen \(RelativeTime().format(seen, now: now))", .dim))
             } else if state.online[name] == false || state.connection != .connected {
                 header.append((" · offline", .dim))
+            } else if !thread.lines.contains(where: { $0.from.lowercased() == name }), thread.read[name] ?? 0 == 0 {
+                // The server shows a user's presence and typing only to those it is talking with.
+                header.append((" · presence shows once \(user) answers or opens this conversation", .dim))
             }
         }
         let typing = thread.typing.keys.sorted()

@@ -180,7 +180,8 @@ extension PostgresTransaction {
     package func companions(of user: UserID, directOnly: Bool, with peer: UserID?) async throws -> [Companion] {
         try await self.connection.rows(
             """
-            SELECT other.user_id, c.kind, mine.sent AS mine_sent, other.sent AS theirs_sent FROM members mine
+            SELECT other.user_id, c.kind, mine.sent AS mine_sent, other.sent AS theirs_sent,
+                mine.read_seq > 0 AS mine_read, other.read_seq > 0 AS theirs_read FROM members mine
             JOIN conversations c ON c.id = mine.conversation_id
             JOIN members other ON other.conversation_id = mine.conversation_id AND other.user_id <> mine.user_id
             WHERE mine.user_id = \(user.rawValue) AND (c.kind = 1 OR NOT \(directOnly))
@@ -192,7 +193,9 @@ extension PostgresTransaction {
                 user: UserID(rawValue: try row.get("user_id")),
                 inGroup: try row.get("kind", as: Int64.self) == 2,
                 mineSent: try row.get("mine_sent"),
-                theirsSent: try row.get("theirs_sent")
+                theirsSent: try row.get("theirs_sent"),
+                mineRead: try row.get("mine_read"),
+                theirsRead: try row.get("theirs_read")
             )
         }
     }

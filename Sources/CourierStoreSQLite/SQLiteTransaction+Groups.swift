@@ -114,7 +114,8 @@ extension SQLiteTransaction {
                     try Row.fetchAll(
                         db.cachedStatement(
                             sql: """
-                                SELECT other.user_id, c.kind, mine.sent AS mine_sent, other.sent AS theirs_sent
+                                SELECT other.user_id, c.kind, mine.sent AS mine_sent, other.sent AS theirs_sent,
+                                    mine.read_seq > 0 AS mine_read, other.read_seq > 0 AS theirs_read
                                 FROM members mine JOIN conversations c ON c.id = mine.conversation_id
                                 JOIN members other ON other.conversation_id = mine.conversation_id AND other.user_id = ?
                                 WHERE mine.user_id = ? AND other.user_id != mine.user_id AND (c.kind = 1 OR NOT ?)
@@ -126,7 +127,8 @@ extension SQLiteTransaction {
                     try Row.fetchAll(
                         db.cachedStatement(
                             sql: """
-                                SELECT other.user_id, c.kind, mine.sent AS mine_sent, other.sent AS theirs_sent
+                                SELECT other.user_id, c.kind, mine.sent AS mine_sent, other.sent AS theirs_sent,
+                                    mine.read_seq > 0 AS mine_read, other.read_seq > 0 AS theirs_read
                                 FROM members mine JOIN conversations c ON c.id = mine.conversation_id
                                 JOIN members other
                                     ON other.conversation_id = mine.conversation_id AND other.user_id != mine.user_id
@@ -141,7 +143,9 @@ extension SQLiteTransaction {
                     user: UserID(rawValue: row["user_id"]),
                     inGroup: (row["kind"] as Int64) == 2,
                     mineSent: row["mine_sent"],
-                    theirsSent: row["theirs_sent"]
+                    theirsSent: row["theirs_sent"],
+                    mineRead: row["mine_read"],
+                    theirsRead: row["theirs_read"]
                 )
             }
         }

@@ -123,6 +123,29 @@ struct ChatScreenTests {
         #expect(ChatScreen.wrap("line\nbreak", width: 20) == ["line", "break"])
     }
 
+    @Test("a direct conversation the other has neither answered nor opened says why presence is hidden")
+    func presenceHidden() {
+        var state = ChatState(me: "alice", server: "127.0.0.1:6970")
+        state.connection = .connected
+        (state.columns, state.rows) = (100, 20)
+        let mine = ChatMessage(
+            id: "a1",
+            from: "alice",
+            conversation: .user("carol"),
+            seq: 1,
+            time: Self.now,
+            text: "hello?",
+            recalled: false
+        )
+        state.load(stored: [mine], pending: [], now: Self.now)
+        _ = state.select(.user("carol"), now: Self.now)
+        let header = { ChatScreen(state, now: Self.now).rows[1].plain }
+        #expect(header().contains("presence shows once carol answers or opens this conversation"), "\(header())")
+        // carol opens it (her read receipt comes): the hint goes.
+        _ = state.apply(.receipt(conversation: .user("carol"), user: "carol", read: true, upToSeq: 1), now: Self.now)
+        #expect(!header().contains("presence shows once"), "\(header())")
+    }
+
     @Test("a status line too long for the terminal ends with an ellipsis after a whole word; CJK is cut by width")
     func statusEllipsis() {
         var state = Self.state(columns: 40, rows: 24)

@@ -4,7 +4,8 @@ import Foundation
 import Testing
 
 /// Who sees whom (presence, typing) and who may add whom to a group: contacts are users who have both written in
-/// their direct conversation; group members (who joined with consent) see each other.
+/// their direct conversation; peers are contacts, two users of a direct conversation each of whom has written or read
+/// there, and group members (who joined with consent).
 @Suite("Contacts, peers and consent to groups")
 struct ContactsTests {
     @Test("an unanswered message makes no peer and no contact; a reply makes both", arguments: StoreKind.allCases)
@@ -24,6 +25,35 @@ struct ContactsTests {
             #expect(try await fixture.store.peers(of: alice) == [bob])
             #expect(try await fixture.store.contacts(of: bob) == [alice])
             #expect(Set(try await fixture.store.members(of: .user("bob"), for: alice)) == [alice, bob])
+            #expect(try await fixture.store.peers(of: carol).isEmpty)
+        }
+    }
+
+    @Test(
+        "a stranger's message the recipient opens (reads) makes the two peers, not contacts",
+        arguments: StoreKind.allCases
+    )
+    func opened(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let ids = try await fixture.users("alice", "bob", "carol")
+            let (alice, bob, carol) = (ids["alice"]!, ids["bob"]!, ids["carol"]!)
+            let seq = try await fixture.sent(alice, "m1", to: .user("bob"), "hello?").seq
+            // alice reading her own conversation makes nothing: bob has neither answered nor opened it.
+            _ = try await fixture.store.apply(
+                [.markRead(user: alice, conversation: .user("bob"), upToSeq: seq)],
+                nowMs: 2
+            )
+            #expect(try await fixture.store.peers(of: alice).isEmpty)
+            // bob opens it: each sees the other's presence and typing from now.
+            _ = try await fixture.store.apply(
+                [.markRead(user: bob, conversation: .user("alice"), upToSeq: seq)],
+                nowMs: 3
+            )
+            #expect(try await fixture.store.peers(of: alice) == [bob])
+            #expect(try await fixture.store.peers(of: bob) == [alice])
+            #expect(Set(try await fixture.store.members(of: .user("alice"), for: bob)) == [alice, bob])
+            // Not contacts: only those who have both written may put each other in groups.
+            #expect(try await fixture.store.contacts(of: alice).isEmpty)
             #expect(try await fixture.store.peers(of: carol).isEmpty)
         }
     }

@@ -254,8 +254,15 @@ extension StoreBackend {
         Set(companions.filter { !$0.inGroup && $0.mineSent && $0.theirsSent }.map(\.user))
     }
 
-    /// A user's peers among its companions: its contacts, and the members of groups it is in.
+    /// A user's peers among its companions, who see its presence and its typing: the members of groups it is in,
+    /// and the users of its direct conversations in which each of the two has written or read: a stranger's first
+    /// message shows nothing of the recipient until the recipient answers or opens the conversation, and from then
+    /// the two see each other.
     static func peers(in companions: [Companion]) -> Set<UserID> {
-        Set(companions.filter { $0.inGroup || ($0.mineSent && $0.theirsSent) }.map(\.user))
+        Set(
+            companions.filter {
+                $0.inGroup || (($0.mineSent || $0.mineRead) && ($0.theirsSent || $0.theirsRead))
+            }.map(\.user)
+        )
     }
 }

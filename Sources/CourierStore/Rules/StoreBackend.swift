@@ -264,12 +264,25 @@ package struct Companion: Hashable, Sendable {
     package var mineSent: Bool
     /// Whether this member has written there.
     package var theirsSent: Bool
+    /// Whether the user asking has read there (opened the conversation with something in it).
+    package var mineRead: Bool
+    /// Whether this member has read there.
+    package var theirsRead: Bool
 
-    package init(user: UserID, inGroup: Bool, mineSent: Bool, theirsSent: Bool) {
+    package init(
+        user: UserID,
+        inGroup: Bool,
+        mineSent: Bool,
+        theirsSent: Bool,
+        mineRead: Bool = false,
+        theirsRead: Bool = false
+    ) {
         self.user = user
         self.inGroup = inGroup
         self.mineSent = mineSent
         self.theirsSent = theirsSent
+        self.mineRead = mineRead
+        self.theirsRead = theirsRead
     }
 }
 
