@@ -189,7 +189,9 @@ struct ChatScreen: Equatable {
                 header.append((" · offline, last seen \(RelativeTime().format(seen, now: now))", .dim))
             } else if state.online[name] == false || state.connection != .connected {
                 header.append((" · offline", .dim))
-            } else if !thread.lines.contains(where: { $0.from.lowercased() == name }), thread.read[name] ?? 0 == 0 {
+            } else if thread.lines.contains(where: { $0.from.lowercased() == state.me.lowercased() }),
+                !thread.lines.contains(where: { $0.from.lowercased() == name }), thread.read[name] ?? 0 == 0
+            {
                 // The server shows a user's presence and typing only to those it is talking with.
                 header.append((" · presence shows once \(user) answers or opens this conversation", .dim))
             }
@@ -304,7 +306,6 @@ struct ChatScreen: Equatable {
 
     // MARK: Text
 
-    /// Cuts text to at most `width` display columns (never splitting a character), line breaks as spaces.
     /// `text` as it fits in `width` columns: whole, or cut and ended with "…" (after its last whole word, when one
     /// ends in the last third of the width).
     static func shortened(_ text: String, width: Int) -> String {
@@ -319,6 +320,7 @@ struct ChatScreen: Equatable {
         return cut + "…"
     }
 
+    /// Cuts text to at most `width` display columns (never splitting a character), line breaks as spaces.
     static func fit(_ text: String, width: Int) -> String {
         guard width > 0 else { return "" }
         var result = ""

@@ -191,10 +191,18 @@ struct ChatState {
     }
 
     /// Sets the unread counts the server reported (on each connection).
+    /// The server's counts, and in direct conversations how far the other user received and read: the receipts
+    /// shown come from the server, whatever this chat saw (it may have been closed, or its store made afresh).
     mutating func setUnread(_ counts: [UnreadCount]) {
         for count in counts {
             let key = Self.key(count.conversation)
             self[thread: count.conversation].unread = key == self.open ? 0 : count.unread
+            guard case .user(let peer) = count.conversation else { continue }
+            let name = peer.lowercased()
+            var thread = self[thread: count.conversation]
+            thread.delivered[name] = max(thread.delivered[name] ?? 0, count.peerDeliveredSeq, count.peerReadSeq)
+            thread.read[name] = max(thread.read[name] ?? 0, count.peerReadSeq)
+            self[thread: count.conversation] = thread
         }
     }
 

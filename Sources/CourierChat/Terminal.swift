@@ -65,6 +65,10 @@ public final class Terminal: @unchecked Sendable {
     }
 
     private func start() throws {
+        // Before the terminal changes: a failure here leaves it as it was.
+        guard pipe(&self.stopPipe) == 0 else {
+            throw ChatError(description: "cannot make a pipe: \(String(cString: strerror(errno)))")
+        }
         guard tcgetattr(STDIN_FILENO, &self.original) == 0 else {
             throw ChatError(
                 description: "cannot read the terminal's settings: \(String(cString: strerror(errno)))"
@@ -98,9 +102,6 @@ public final class Terminal: @unchecked Sendable {
         }
         // Reads on a thread of its own, waiting in poll for a key or for the chat's end: standard input stays in
         // blocking mode, as the shell expects it after the chat ends, and nothing is read from it after that.
-        guard pipe(&self.stopPipe) == 0 else {
-            throw ChatError(description: "cannot make a pipe: \(String(cString: strerror(errno)))")
-        }
         let stop = self.stopPipe[0]
         let ended = self.readerEnded
         let reader = Thread {

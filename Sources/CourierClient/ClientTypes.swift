@@ -130,9 +130,9 @@ public enum ClientEvent: Sendable, Hashable {
     /// The next attempt to connect starts after this delay (a jittered backoff that grows with each failure).
     case reconnecting(after: Duration)
     /// The server refused the configured credentials (`auth-failed`, `token-expired`, `token-revoked`,
-    /// `throttled`): ``CourierClient/run()`` returns, since trying them again cannot succeed (or would be
-    /// throttled). A stored token that stops working is forgotten instead, and the client logs in again with the
-    /// configured credentials.
+    /// `throttled`), or the stored token stopped working once the client held no password (it keeps one only until
+    /// its first login; a revoked device never comes back as a new one): ``CourierClient/run()`` returns, and the
+    /// app asks its user for the password again. An expired stored token is renewed with a password still held.
     case loginRefused(code: String, message: String)
     /// A message of the user's event log: from someone else, or the user's own written by another device or by
     /// another client of the same store (also one this client took over from a client that is gone, once the
@@ -180,4 +180,22 @@ public struct UnreadCount: Hashable, Sendable {
     public var conversation: Conversation
     public var unread: UInt64
     public var lastSeq: UInt64
+    /// In a direct conversation, up to where the other user's devices received and read it, as the server keeps it
+    /// (what `receipt` events said while this client was away, or before its store existed); 0 in a group.
+    public var peerDeliveredSeq: UInt64 = 0
+    public var peerReadSeq: UInt64 = 0
+
+    public init(
+        conversation: Conversation,
+        unread: UInt64,
+        lastSeq: UInt64,
+        peerDeliveredSeq: UInt64 = 0,
+        peerReadSeq: UInt64 = 0
+    ) {
+        self.conversation = conversation
+        self.unread = unread
+        self.lastSeq = lastSeq
+        self.peerDeliveredSeq = peerDeliveredSeq
+        self.peerReadSeq = peerReadSeq
+    }
 }

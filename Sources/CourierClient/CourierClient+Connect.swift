@@ -155,12 +155,13 @@ extension CourierClient {
             let answer = try frame.envelope(as: ServerEnvelope.self)
             switch answer.body {
             case .welcome(let welcome):
-                if !welcome.token.isEmpty { try await self.store.setValue(welcome.token, for: "token") }
                 self.state.withLock { state in
                     if case .password = hello.hello.credentials { state.passwordLoginDone = true }
-                    // The login it was given for is done (by it or by the stored token): no password stays.
+                    // The login it was given for is done (by it or by the stored token): no password stays, even
+                    // if the token cannot be stored (a password login again would make another device).
                     state.password = nil
                 }
+                if !welcome.token.isEmpty { try await self.store.setValue(welcome.token, for: "token") }
                 return welcome
             case .error(let error):
                 let refused = [

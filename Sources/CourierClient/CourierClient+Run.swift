@@ -43,7 +43,7 @@ extension CourierClient {
                     self.wakeLinkWaiters(nil)
                     break
                 } catch is StoredTokenRefused {
-                    // Forgotten: log in again at once with the configured credentials.
+                    // Forgotten: log in again at once, with a password still held (else run() ends signed out).
                     continue
                 } catch {
                     self.logger.debug("connection ended", metadata: ["error": "\(error)"])
@@ -174,7 +174,8 @@ extension CourierClient {
     }
 }
 
-/// The server refused the stored token: it is forgotten, and the client logs in with its configured credentials.
+/// The server refused the stored token: it is forgotten, and the client logs in with a password it still holds, if it
+/// holds one (its first login not done yet); otherwise the next attempt ends `run()` signed out.
 struct StoredTokenRefused: Error {}
 
 /// The server refused the configured credentials: `run()` ends.

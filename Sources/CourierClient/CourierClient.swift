@@ -296,7 +296,9 @@ public final class CourierClient: Service, Sendable {
                 UnreadCount(
                     conversation: Conversation(received: $0.conversation),
                     unread: $0.unread,
-                    lastSeq: $0.lastSeq
+                    lastSeq: $0.lastSeq,
+                    peerDeliveredSeq: $0.peerDeliveredSeq,
+                    peerReadSeq: $0.peerReadSeq
                 )
             }
             // A server that does not page sends everything at once (no `more`).

@@ -179,12 +179,24 @@ public struct UnreadCount: Hashable, Sendable {
     public var unread: UInt64
     public var lastSeq: UInt64
     public var readSeq: UInt64
+    /// In a direct conversation, up to where the other user's devices received and read it; 0 in a group.
+    public var peerDeliveredSeq: UInt64 = 0
+    public var peerReadSeq: UInt64 = 0
 
-    package init(conversation: Conversation, unread: UInt64, lastSeq: UInt64, readSeq: UInt64) {
+    package init(
+        conversation: Conversation,
+        unread: UInt64,
+        lastSeq: UInt64,
+        readSeq: UInt64,
+        peerDeliveredSeq: UInt64 = 0,
+        peerReadSeq: UInt64 = 0
+    ) {
         self.conversation = conversation
         self.unread = unread
         self.lastSeq = lastSeq
         self.readSeq = readSeq
+        self.peerDeliveredSeq = peerDeliveredSeq
+        self.peerReadSeq = peerReadSeq
     }
 }
 

@@ -136,8 +136,10 @@ extension PostgresTransaction {
     package func memberships(of user: UserID) async throws -> [Membership] {
         try await self.connection.rows(
             """
-            SELECT c.name AS group_name, c.user_a, c.user_b, c.last_seq, m.read_seq, m.joined_seq
+            SELECT c.name AS group_name, c.user_a, c.user_b, c.last_seq, m.read_seq, m.joined_seq,
+                COALESCE(o.delivered_seq, 0) AS peer_delivered, COALESCE(o.read_seq, 0) AS peer_read
             FROM members m JOIN conversations c ON c.id = m.conversation_id
+            LEFT JOIN members o ON c.kind = 1 AND o.conversation_id = m.conversation_id AND o.user_id <> m.user_id
             WHERE m.user_id = \(user.rawValue) ORDER BY c.last_ms DESC, c.id
             """,
             logger: self.logger
@@ -146,7 +148,9 @@ extension PostgresTransaction {
                 conversation: try Self.header(row),
                 lastSeq: try row.get("last_seq"),
                 readSeq: try row.get("read_seq"),
-                joinedSeq: try row.get("joined_seq")
+                joinedSeq: try row.get("joined_seq"),
+                peerDeliveredSeq: try row.get("peer_delivered"),
+                peerReadSeq: try row.get("peer_read")
             )
         }
     }

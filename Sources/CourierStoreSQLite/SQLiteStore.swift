@@ -173,7 +173,10 @@ public final class SQLiteStore: StoreBackend {
         try checkpointerClosed.get()
         var alone = GRDB.Configuration()
         alone.busyMode = .immediateError
-        if let queue = try? DatabaseQueue(path: self.path, configuration: alone) {
+        // Only the file that is there: an empty database is never made in its place.
+        if FileManager.default.fileExists(atPath: self.path),
+            let queue = try? DatabaseQueue(path: self.path, configuration: alone)
+        {
             _ = try? queue.inDatabase { db in try db.execute(sql: "PRAGMA journal_mode = DELETE") }
             try? queue.close()
         }

@@ -156,8 +156,11 @@ extension SQLiteTransaction {
             try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT c.name AS group_name, c.user_a, c.user_b, c.last_seq, m.read_seq, m.joined_seq
+                    SELECT c.name AS group_name, c.user_a, c.user_b, c.last_seq, m.read_seq, m.joined_seq,
+                        COALESCE(o.delivered_seq, 0) AS peer_delivered, COALESCE(o.read_seq, 0) AS peer_read
                     FROM members m JOIN conversations c ON c.id = m.conversation_id
+                    LEFT JOIN members o
+                        ON c.kind = 1 AND o.conversation_id = m.conversation_id AND o.user_id != m.user_id
                     WHERE m.user_id = ? ORDER BY c.last_ms DESC, c.id
                     """,
                 arguments: [user.rawValue]
@@ -170,7 +173,9 @@ extension SQLiteTransaction {
                     ),
                     lastSeq: row["last_seq"],
                     readSeq: row["read_seq"],
-                    joinedSeq: row["joined_seq"]
+                    joinedSeq: row["joined_seq"],
+                    peerDeliveredSeq: row["peer_delivered"],
+                    peerReadSeq: row["peer_read"]
                 )
             }
         }

@@ -61,8 +61,9 @@ struct Chat: AsyncParsableCommand {
                 return
             } catch let signedOut as SignedOut {
                 // Signed out (the device revoked, the password changed) or a wrong password: say so, and ask for
-                // the password again; the client held none (the SDK keeps no password past its login).
-                refusals += 1
+                // the password again; the client held none (the SDK keeps no password past its login). Counted
+                // in a row: a session that connected starts the count again.
+                refusals = signedOut.connectedFirst ? 1 : refusals + 1
                 print(signedOut.description)
                 guard refusals <= Self.maxPasswordPrompts,
                     let password = Terminal.readSecret(prompt: "password for \(options.user): ")
@@ -79,10 +80,13 @@ struct Chat: AsyncParsableCommand {
 /// The chat's login was refused: it asks for the password again (or ends, saying why).
 struct SignedOut: Error, CustomStringConvertible {
     var description: String
+    /// Whether the session had connected before (a sign-out, not a wrong password at the start).
+    var connectedFirst: Bool
 }
 
 extension ClientSession: ChatHost {
     func connected() async throws {
+        self.connectedOnce = true
         try await self.saveToken()
     }
 
@@ -92,6 +96,6 @@ extension ClientSession: ChatHost {
         guard code == ErrorCodes.authFailed || code == ErrorCodes.tokenRevoked || code == ErrorCodes.tokenExpired,
             message != CourierStoreError.accountRemovedMessage
         else { return failure }
-        return SignedOut(description: failure.description)
+        return SignedOut(description: failure.description, connectedFirst: self.connectedOnce)
     }
 }

@@ -21,6 +21,8 @@ final class ClientSession: @unchecked Sendable {
     let client: CourierClient
     /// Whether this session logs in with the password (`courier login`): a refusal then keeps the saved token.
     let freshLogin: Bool
+    /// Whether the client has connected (the chat's sign-outs are counted apart from wrong passwords at its start).
+    var connectedOnce = false
     private var inputs: AsyncStream<Input>.AsyncIterator
     private let sink: AsyncStream<Input>.Continuation
     /// How long to wait for the first connection (the SDK's connect timeout covers TCP; this also the login, and
@@ -209,6 +211,10 @@ final class ClientSession: @unchecked Sendable {
             return CommandFailure(
                 description: "login refused for \(self.options.user): \(code): \(message)\(kept)"
             )
+        }
+        // Throttled (too many failed logins from this address, someone else's perhaps): the token is not at fault.
+        if code == "\(CourierStoreError.Code.throttled)" {
+            return CommandFailure(description: "login refused for now for \(self.options.user): \(message)")
         }
         let hadToken = self.paths.savedToken() != nil
         self.paths.removeToken()

@@ -146,9 +146,16 @@ struct Serve: AsyncParsableCommand {
         // Whether this run makes the data folder: a start that fails (a port in use) then leaves nothing behind.
         // Said to the process the crash reports' set-up starts again, which finds the folder made.
         let folder = configuration.dataFolder.standardizedFileURL.path
+        let reexecuted = environment[ProcessSetup.backtraceVariable] != nil
         let madeHere =
-            !FileManager.default.fileExists(atPath: folder) || environment[Self.madeFolderVariable] == folder
-        if madeHere { setenv(Self.madeFolderVariable, folder, 1) }
+            !FileManager.default.fileExists(atPath: folder)
+            || (reexecuted && environment[Self.madeFolderVariable] == folder)
+        if madeHere, !reexecuted {
+            setenv(Self.madeFolderVariable, folder, 1)
+        } else {
+            // Read once, by the process the crash-report set-up started: its children never see it.
+            unsetenv(Self.madeFolderVariable)
+        }
         // A crash leaves its backtrace in <data>/crashes/ (this re-executes the program once to set that up).
         ProcessSetup.enableCrashReports(in: configuration.dataFolder.appendingPathComponent("crashes"))
         let files = ProcessSetup.raiseOpenFileLimit()
@@ -226,7 +233,7 @@ struct Serve: AsyncParsableCommand {
                 try await tasks.waitForAll()
             }
         } catch let error as ListenFailed {
-            if madeHere { try? FileManager.default.removeItem(atPath: folder) }
+            if madeHere { Self.removeUnused(folder: folder) }
             let flag =
                 ["native": "--port", "compat": "--compat-port", "http": "--http-port"][error.port.rawValue] ?? ""
             throw CommandFailure(description: "\(error); choose another with \(flag)")
@@ -235,6 +242,24 @@ struct Serve: AsyncParsableCommand {
 
     /// Names the data folder a `serve` made, across the re-execution that sets up crash reports.
     static let madeFolderVariable = "COURIER_SERVE_MADE_FOLDER"
+
+    /// What a start that never served leaves in a folder it made: removed only if nothing else is there (an admin
+    /// command's work, another server's) and no message, file or crash was stored.
+    static func removeUnused(folder: String) {
+        let manager = FileManager.default
+        guard let entries = manager.subpaths(atPath: folder) else { return }
+        let made: Set<String> = [
+            "courier.sqlite", "courier.sqlite-wal", "courier.sqlite-shm", "server.lock", "crashes", "media",
+        ]
+        for entry in entries {
+            let top = String(entry.split(separator: "/").first ?? "")
+            var isFolder: ObjCBool = false
+            _ = manager.fileExists(atPath: folder + "/" + entry, isDirectory: &isFolder)
+            // Folders under media/ and crashes/ are made empty at the start; any file in them is someone's.
+            guard made.contains(top), entry == top || isFolder.boolValue else { return }
+        }
+        try? manager.removeItem(atPath: folder)
+    }
 }
 
 struct StandardError: TextOutputStream {

@@ -146,6 +146,34 @@ struct ChatScreenTests {
         #expect(!header().contains("presence shows once"), "\(header())")
     }
 
+    @Test("receipts come from the server's counts: a chat opened afresh shows '✓✓ read' for what the other read")
+    func receiptsFromServer() {
+        var state = ChatState(me: "alice", server: "127.0.0.1:6970")
+        state.connection = .connected
+        (state.columns, state.rows) = (100, 20)
+        let mine = (1...2).map { seq in
+            ChatMessage(
+                id: "a\(seq)",
+                from: "alice",
+                conversation: .user("bob"),
+                seq: UInt64(seq),
+                time: Self.now,
+                text: "message \(seq)",
+                recalled: false
+            )
+        }
+        state.load(stored: mine, pending: [], now: Self.now)
+        _ = state.select(.user("bob"), now: Self.now)
+        let rows = { ChatScreen(state, now: Self.now).rows.map(\.plain) }
+        #expect(!rows().contains { $0.contains("read") }, "nothing known yet")
+        state.setUnread([
+            UnreadCount(conversation: .user("bob"), unread: 0, lastSeq: 2, peerDeliveredSeq: 2, peerReadSeq: 1)
+        ])
+        let shown = rows()
+        #expect(shown.contains { $0.contains("message 1") && $0.contains("✓✓\u{A0}read") }, "\(shown)")
+        #expect(shown.contains { $0.contains("message 2") && $0.contains("✓✓") && !$0.contains("read") }, "\(shown)")
+    }
+
     @Test("a status line too long for the terminal ends with an ellipsis after a whole word; CJK is cut by width")
     func statusEllipsis() {
         var state = Self.state(columns: 40, rows: 24)

@@ -132,6 +132,10 @@ struct ClientTests {
                         if case .receipt(.user("bob"), "bob", true, 1) = event { true } else { nil }
                     }
                     #expect(try await bob.unreadCounts().map(\.unread) == [0])
+                    // The receipt is the server's to keep: alice, asking afresh, learns bob read it (what a chat
+                    // that was closed, or a new local store, shows its marks from).
+                    let counts = try await alice.unreadCounts()
+                    #expect(counts.map(\.peerReadSeq) == [1] && counts.map(\.peerDeliveredSeq) == [1], "\(counts)")
                     let page = try await bob.history(of: .user("alice"))
                     #expect(page.messages.map(\.text) == ["hello bob"] && !page.more)
 

@@ -1271,6 +1271,13 @@ public nonisolated struct Courier_V1_UnreadCounts: Sendable {
 
     public var readSeq: UInt64 = 0
 
+    /// In a direct conversation, up to where the other user's devices received and read it (what `Receipt` notices
+    /// said while this client was away): a client that starts again, or starts afresh, shows its receipts from these.
+    /// 0 in a group.
+    public var peerDeliveredSeq: UInt64 = 0
+
+    public var peerReadSeq: UInt64 = 0
+
     public var unknownFields = SwiftProtobuf.UnknownStorage()
 
     public init() {}
@@ -3437,7 +3444,7 @@ nonisolated extension Courier_V1_UnreadCounts: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Courier_V1_UnreadCounts.Entry: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = Courier_V1_UnreadCounts.protoMessageName + ".Entry"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}conversation\0\u{1}unread\0\u{3}last_seq\0\u{3}read_seq\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}conversation\0\u{1}unread\0\u{3}last_seq\0\u{3}read_seq\0\u{3}peer_delivered_seq\0\u{3}peer_read_seq\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3449,6 +3456,8 @@ nonisolated extension Courier_V1_UnreadCounts.Entry: SwiftProtobuf.Message, Swif
       case 2: try { try decoder.decodeSingularUInt64Field(value: &self.unread) }()
       case 3: try { try decoder.decodeSingularUInt64Field(value: &self.lastSeq) }()
       case 4: try { try decoder.decodeSingularUInt64Field(value: &self.readSeq) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.peerDeliveredSeq) }()
+      case 6: try { try decoder.decodeSingularUInt64Field(value: &self.peerReadSeq) }()
       default: break
       }
     }
@@ -3471,6 +3480,12 @@ nonisolated extension Courier_V1_UnreadCounts.Entry: SwiftProtobuf.Message, Swif
     if self.readSeq != 0 {
       try visitor.visitSingularUInt64Field(value: self.readSeq, fieldNumber: 4)
     }
+    if self.peerDeliveredSeq != 0 {
+      try visitor.visitSingularUInt64Field(value: self.peerDeliveredSeq, fieldNumber: 5)
+    }
+    if self.peerReadSeq != 0 {
+      try visitor.visitSingularUInt64Field(value: self.peerReadSeq, fieldNumber: 6)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3479,6 +3494,8 @@ nonisolated extension Courier_V1_UnreadCounts.Entry: SwiftProtobuf.Message, Swif
     if lhs.unread != rhs.unread {return false}
     if lhs.lastSeq != rhs.lastSeq {return false}
     if lhs.readSeq != rhs.readSeq {return false}
+    if lhs.peerDeliveredSeq != rhs.peerDeliveredSeq {return false}
+    if lhs.peerReadSeq != rhs.peerReadSeq {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -41,6 +41,8 @@ extension SessionRequests {
                     entry.unread = count.unread
                     entry.lastSeq = count.lastSeq
                     entry.readSeq = count.readSeq
+                    entry.peerDeliveredSeq = count.peerDeliveredSeq
+                    entry.peerReadSeq = count.peerReadSeq
                     return entry
                 }
                 let fitting = Self.fitting(

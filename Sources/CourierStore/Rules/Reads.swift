@@ -211,14 +211,17 @@ extension StoreBackend {
                     conversation: try Self.address(of: membership.conversation, for: user, names: names),
                     unread: UInt64(max(0, membership.lastSeq - readSeq)),
                     lastSeq: UInt64(membership.lastSeq),
-                    readSeq: UInt64(readSeq)
+                    readSeq: UInt64(readSeq),
+                    peerDeliveredSeq: UInt64(max(0, membership.peerDeliveredSeq)),
+                    peerReadSeq: UInt64(max(0, membership.peerReadSeq))
                 )
             }
         }
     }
 
-    /// Who sees a user's presence (and last seen): its contacts (``contacts(of:)``) and the members of its groups.
-    /// A message nobody answered makes no one a peer.
+    /// Who sees a user's presence (and last seen) and its typing: the members of its groups, and the users of its
+    /// direct conversations in which each of the two has written or read. A message nobody answered or opened makes
+    /// no one a peer.
     public func peers(of user: UserID) async throws -> Set<UserID> {
         try await self.reading(doing: "read peers") { transaction in
             Self.peers(in: try await transaction.companions(of: user, directOnly: false, with: nil))

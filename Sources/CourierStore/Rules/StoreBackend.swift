@@ -212,12 +212,24 @@ package struct Membership: Sendable {
     package var lastSeq: Int64
     package var readSeq: Int64
     package var joinedSeq: Int64
+    /// In a direct conversation, up to where the other user received and read it; 0 otherwise.
+    package var peerDeliveredSeq: Int64
+    package var peerReadSeq: Int64
 
-    package init(conversation: ConversationHeader, lastSeq: Int64, readSeq: Int64, joinedSeq: Int64) {
+    package init(
+        conversation: ConversationHeader,
+        lastSeq: Int64,
+        readSeq: Int64,
+        joinedSeq: Int64,
+        peerDeliveredSeq: Int64 = 0,
+        peerReadSeq: Int64 = 0
+    ) {
         self.conversation = conversation
         self.lastSeq = lastSeq
         self.readSeq = readSeq
         self.joinedSeq = joinedSeq
+        self.peerDeliveredSeq = peerDeliveredSeq
+        self.peerReadSeq = peerReadSeq
     }
 }
 
