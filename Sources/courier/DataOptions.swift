@@ -1,4 +1,5 @@
 import ArgumentParser
+import CourierChat
 import CourierStore
 import CourierStorePostgres
 import CourierStoreSQLite
@@ -109,5 +110,11 @@ func formatTime(_ ms: Int64?) -> String {
 
 /// A failed admin command: ArgumentParser prints "Error: " and the description, and exits with status 1.
 struct CommandFailure: Error, CustomStringConvertible {
+    /// What the command says, made printable: it may carry a server's or a proxy's words, whose control characters
+    /// must reach the terminal as caret notation, never as sequences it obeys.
     var description: String
+
+    init(description: String) {
+        self.description = ChatText.printable(description)
+    }
 }

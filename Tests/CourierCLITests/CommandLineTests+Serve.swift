@@ -190,6 +190,12 @@ extension CommandLineTests {
         }
     }
 
+    @Test("a command's failure shows a server's control characters as caret notation, in any script")
+    func failuresArePrintable() {
+        let said = CommandFailure(description: "login refused: 登录\u{1B}]0;owned\u{07} مرحبا 👋\nnext line").description
+        #expect(said == "login refused: 登录^[]0;owned^G مرحبا 👋\nnext line")
+    }
+
     @Test("serve takes its addresses and data folder from COURIER_* variables; a flag wins over its variable")
     func serveEnvironment() async throws {
         try await withTemporaryDirectory(prefix: "courier-cli") { folder in

@@ -15,10 +15,6 @@ struct OldestFirst<Key: Hashable & Sendable>: Sendable {
     /// The length of the order, swept entries included, for tests.
     var orderLength: Int { self.order.count }
 
-    func contains(_ key: Key) -> Bool {
-        self.stamps[key] != nil
-    }
-
     /// Puts a key in as the newest (moving it there if it is in already).
     mutating func insert(_ key: Key) {
         let stamp = self.nextStamp
