@@ -71,7 +71,7 @@ public struct ChatLoop: Sendable {
         case terminal(Terminal.Input)
         case event(ClientEvent)
         case eventsEnded
-        case history(Conversation, [ChatMessage], more: Bool)
+        case history(Conversation, [ChatMessage], more: Bool, receipts: [ReceiptMark])
         case unread([UnreadCount])
         case notice(String)
         /// The server knows no such user or group.
@@ -185,8 +185,8 @@ public struct ChatLoop: Sendable {
                 actions = state.apply(event, now: now)
             case .eventsEnded:
                 return nil
-            case .history(let conversation, let messages, let more):
-                actions = state.merge(history: messages, more: more, of: conversation)
+            case .history(let conversation, let messages, let more, let receipts):
+                actions = state.merge(history: messages, more: more, receipts: receipts, of: conversation)
             case .unread(let counts):
                 state.setUnread(counts)
             case .notice(let message):
@@ -265,7 +265,7 @@ public struct ChatLoop: Sendable {
                         beforeSeq: before,
                         limit: ChatState.historyPage
                     )
-                    sink.yield(.history(conversation, page.messages, more: page.more))
+                    sink.yield(.history(conversation, page.messages, more: page.more, receipts: page.receipts))
                 } catch let error as CourierClientError
                     where error.code == ErrorCodes.unknownUser || error.code == ErrorCodes.unknownGroup
                 {

@@ -175,14 +175,26 @@ struct ChatState {
         self.notice = "not sent: \(message)"
     }
 
-    /// Merges a page of history from the server; the open conversation is then read up to its newest message.
-    mutating func merge(history messages: [ChatMessage], more: Bool, of conversation: Conversation) -> [ChatAction] {
+    /// Merges a page of history from the server, with how far the other members received and read it (so a chat
+    /// started afresh shows "read by 3" as the one that saw the receipts did); the open conversation is then read up
+    /// to its newest message.
+    mutating func merge(
+        history messages: [ChatMessage],
+        more: Bool,
+        receipts: [ReceiptMark] = [],
+        of conversation: Conversation
+    ) -> [ChatAction] {
         for message in messages {
             self.add(message)
         }
         let key = Self.key(conversation)
         var thread = self[thread: conversation]
         thread.moreHistory = more
+        for mark in receipts {
+            let name = mark.user.lowercased()
+            thread.delivered[name] = max(thread.delivered[name] ?? 0, mark.deliveredSeq, mark.readSeq)
+            thread.read[name] = max(thread.read[name] ?? 0, mark.readSeq)
+        }
         defer { self.threads[key] = thread }
         guard key == self.open, thread.lastSeq > thread.readUpTo else { return [] }
         thread.readUpTo = thread.lastSeq

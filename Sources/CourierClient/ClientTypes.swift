@@ -175,6 +175,21 @@ public struct CourierClientError: Error, Hashable, Sendable, CustomStringConvert
     static let stopped = CourierClientError(code: "stopped", message: "the client was stopped")
 }
 
+/// How far another member received and read a conversation, as the server keeps it: what `receipt` events said while
+/// this client was away, or before its store existed.
+public struct ReceiptMark: Hashable, Sendable {
+    public var user: String
+    /// Up to this seq the member's devices received the conversation (never below ``readSeq``).
+    public var deliveredSeq: UInt64
+    public var readSeq: UInt64
+
+    public init(user: String, deliveredSeq: UInt64, readSeq: UInt64) {
+        self.user = user
+        self.deliveredSeq = deliveredSeq
+        self.readSeq = readSeq
+    }
+}
+
 /// A conversation's unread count.
 public struct UnreadCount: Hashable, Sendable {
     public var conversation: Conversation

@@ -266,13 +266,14 @@ public final class CourierClient: Service, Sendable {
         try await self.store.conversations()
     }
 
-    /// A page of a conversation's history from the server, newest first.
+    /// A page of a conversation's history from the server, newest first, with how far the other members received
+    /// and read it (the members whose marks reach the page's oldest message; in a large group, the furthest read).
     public func history(
         of conversation: Conversation,
         beforeSeq: UInt64 = 0,
         limit: Int = 50
     ) async throws -> (
-        messages: [ChatMessage], more: Bool
+        messages: [ChatMessage], more: Bool, receipts: [ReceiptMark]
     ) {
         var envelope = ClientEnvelope()
         envelope.history.conversation = Courier_V1_Conversation(conversation)
@@ -280,7 +281,10 @@ public final class CourierClient: Service, Sendable {
         envelope.history.limit = UInt32(clamping: limit)
         let answer = try await self.request(envelope)
         guard case .history(let page)? = answer.body else { throw Self.unexpected(answer) }
-        return (page.messages.map(ChatMessage.init), page.more)
+        let receipts = page.receipts.map {
+            ReceiptMark(user: $0.user, deliveredSeq: max($0.deliveredSeq, $0.readSeq), readSeq: $0.readSeq)
+        }
+        return (page.messages.map(ChatMessage.init), page.more, receipts)
     }
 
     /// Unread counts of every conversation, most recently active first (asked for a page at a time).

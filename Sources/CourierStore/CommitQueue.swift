@@ -25,6 +25,8 @@ public final class CommitQueue: Sendable {
         public var appended: [UserID: UInt64]
         /// The events as written, for users with few enough (``AppliedBatch/fresh``).
         public var fresh: [UserID: [StoredEvent]] = [:]
+        /// The users the batch made peers (``AppliedBatch/introductions``).
+        public var introductions: [Introduction] = []
         public var failed: Bool
     }
 
@@ -160,6 +162,7 @@ public final class CommitQueue: Sendable {
                         duration: clock.now - start,
                         appended: applied.appended,
                         fresh: applied.fresh,
+                        introductions: applied.introductions,
                         failed: false
                     )
                 )

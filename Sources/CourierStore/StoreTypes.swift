@@ -166,10 +166,27 @@ public struct HistoryPage: Hashable, Sendable {
     public var messages: [StoredMessage]
     /// True when older messages visible to the reader remain.
     public var more: Bool
+    /// How far the conversation's other members received and read it: the members whose marks reach the page's
+    /// oldest message, by name. The receipts a client shows for the page come from these, whatever it saw before.
+    public var receipts: [ReceiptMark]
 
-    package init(messages: [StoredMessage], more: Bool) {
+    package init(messages: [StoredMessage], more: Bool, receipts: [ReceiptMark] = []) {
         self.messages = messages
         self.more = more
+        self.receipts = receipts
+    }
+}
+
+/// How far one member received and read a conversation (up to a seq; 0 for nothing yet).
+public struct ReceiptMark: Hashable, Sendable {
+    public var user: String
+    public var deliveredSeq: UInt64
+    public var readSeq: UInt64
+
+    public init(user: String, deliveredSeq: UInt64, readSeq: UInt64) {
+        self.user = user
+        self.deliveredSeq = deliveredSeq
+        self.readSeq = readSeq
     }
 }
 

@@ -116,10 +116,30 @@ public struct AppliedBatch: Sendable {
     /// ``StoreLimits/maxFreshEventsPerUser`` new ones: the server hands them to connections that are caught up
     /// instead of reading them back. A user missing here has events all the same (``appended``): read them.
     public var fresh: [UserID: [StoredEvent]] = [:]
+    /// The users the batch made peers (``CourierDatabase/peers(of:)``): a direct conversation in which one had
+    /// written or read, and the other now has too. Each now sees the other's presence.
+    public var introductions: [Introduction] = []
 
-    public init(outcomes: [WriteOutcome], appended: [UserID: UInt64], fresh: [UserID: [StoredEvent]] = [:]) {
+    public init(
+        outcomes: [WriteOutcome],
+        appended: [UserID: UInt64],
+        fresh: [UserID: [StoredEvent]] = [:],
+        introductions: [Introduction] = []
+    ) {
         self.outcomes = outcomes
         self.appended = appended
         self.fresh = fresh
+        self.introductions = introductions
+    }
+}
+
+/// Two users who have just become peers, by id and by name.
+public struct Introduction: Sendable, Hashable {
+    public var users: [UserID]
+    public var names: [String]
+
+    public init(_ a: UserID, named aName: String, _ b: UserID, named bName: String) {
+        self.users = [a, b]
+        self.names = [aName, bName]
     }
 }

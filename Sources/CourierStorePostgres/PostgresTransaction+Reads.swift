@@ -99,6 +99,29 @@ extension PostgresTransaction {
         )
     }
 
+    package func receiptMarks(
+        in conversation: Int64,
+        excluding user: UserID,
+        from seq: Int64,
+        limit: Int
+    ) async throws -> [MarkRow] {
+        try await self.connection.rows(
+            """
+            SELECT user_id, delivered_seq, read_seq FROM members
+            WHERE conversation_id = \(conversation) AND user_id <> \(user.rawValue)
+                AND (delivered_seq >= \(seq) OR read_seq >= \(seq))
+            ORDER BY read_seq DESC, delivered_seq DESC, user_id LIMIT \(limit)
+            """,
+            logger: self.logger
+        ).map { row in
+            MarkRow(
+                user: UserID(rawValue: try row.get("user_id")),
+                deliveredSeq: try row.get("delivered_seq"),
+                readSeq: try row.get("read_seq")
+            )
+        }
+    }
+
     package func directID(of pair: UserPair) async throws -> Int64? {
         try await self.connection.value(
             "SELECT id FROM conversations WHERE user_a = \(pair.a.rawValue) AND user_b = \(pair.b.rawValue)",

@@ -112,6 +112,31 @@ extension SQLiteTransaction {
         }
     }
 
+    package func receiptMarks(
+        in conversation: Int64,
+        excluding user: UserID,
+        from seq: Int64,
+        limit: Int
+    ) async throws -> [MarkRow] {
+        try await self.access { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT user_id, delivered_seq, read_seq FROM members
+                    WHERE conversation_id = ? AND user_id != ? AND (delivered_seq >= ? OR read_seq >= ?)
+                    ORDER BY read_seq DESC, delivered_seq DESC, user_id LIMIT ?
+                    """,
+                arguments: [conversation, user.rawValue, seq, seq, limit]
+            ).map { row in
+                MarkRow(
+                    user: UserID(rawValue: row["user_id"]),
+                    deliveredSeq: row["delivered_seq"],
+                    readSeq: row["read_seq"]
+                )
+            }
+        }
+    }
+
     package func directID(of pair: UserPair) async throws -> Int64? {
         try await self.access { db in
             try Int64.fetchOne(

@@ -174,6 +174,51 @@ struct ChatScreenTests {
         #expect(shown.contains { $0.contains("message 2") && $0.contains("✓✓") && !$0.contains("read") }, "\(shown)")
     }
 
+    @Test("in a group, a chat opened afresh shows 'read by N' from the marks a history page carries")
+    func groupReceiptsFromHistory() {
+        var state = ChatState(me: "alice", server: "127.0.0.1:6970")
+        state.connection = .connected
+        (state.columns, state.rows) = (100, 20)
+        _ = state.select(.group("家"), now: Self.now)
+        let page = (1...3).reversed().map { seq in
+            ChatMessage(
+                id: "a\(seq)",
+                from: "alice",
+                conversation: .group("家"),
+                seq: UInt64(seq),
+                time: Self.now,
+                text: "消息 \(seq)",
+                recalled: false
+            )
+        }
+        let rows = { ChatScreen(state, now: Self.now).rows.map(\.plain) }
+        _ = state.merge(history: page, more: false, of: .group("家"))
+        #expect(!rows().contains { $0.contains("read") }, "nothing known yet: \(rows())")
+        _ = state.merge(
+            history: page,
+            more: false,
+            receipts: [
+                ReceiptMark(user: "bob", deliveredSeq: 3, readSeq: 2),
+                ReceiptMark(user: "Carol", deliveredSeq: 2, readSeq: 2),
+                ReceiptMark(user: "dave", deliveredSeq: 3, readSeq: 0),
+            ],
+            of: .group("家")
+        )
+        let shown = rows()
+        #expect(shown.contains { $0.contains("消息 2") && $0.contains("read\u{A0}by\u{A0}2") }, "\(shown)")
+        #expect(shown.contains { $0.contains("消息 3") && $0.contains("✓✓") && !$0.contains("read") }, "\(shown)")
+        // A live receipt past the page's marks moves them on; an older page's marks never take them back.
+        _ = state.apply(.receipt(conversation: .group("家"), user: "dave", read: true, upToSeq: 3), now: Self.now)
+        _ = state.merge(
+            history: [],
+            more: false,
+            receipts: [ReceiptMark(user: "dave", deliveredSeq: 1, readSeq: 1)],
+            of: .group("家")
+        )
+        let moved = rows()
+        #expect(moved.contains { $0.contains("消息 3") && $0.contains("read\u{A0}by\u{A0}1") }, "\(moved)")
+    }
+
     @Test("a status line too long for the terminal ends with an ellipsis after a whole word; CJK is cut by width")
     func statusEllipsis() {
         var state = Self.state(columns: 40, rows: 24)

@@ -138,6 +138,9 @@ struct ClientTests {
                     #expect(counts.map(\.peerReadSeq) == [1] && counts.map(\.peerDeliveredSeq) == [1], "\(counts)")
                     let page = try await bob.history(of: .user("alice"))
                     #expect(page.messages.map(\.text) == ["hello bob"] && !page.more)
+                    // History says so too, in a group as in a direct conversation.
+                    let alicePage = try await alice.history(of: .user("bob"))
+                    #expect(alicePage.receipts == [ReceiptMark(user: "bob", deliveredSeq: 1, readSeq: 1)])
 
                     let refused = try await alice.send("to nobody", to: .user("nobody"))
                     let failure = try await aliceEvents.next("the refusal") { event -> String? in

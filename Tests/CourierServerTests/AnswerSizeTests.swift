@@ -1,6 +1,7 @@
 import CourierProtocol
 import CourierServer
 import CourierServerTesting
+import CourierStore
 import CourierTesting
 import Testing
 
@@ -42,6 +43,41 @@ struct AnswerSizeTests {
             #expect(seen == (1...17).reversed().map { UInt64($0) })
             await alice.close()
             await bob.close()
+        }
+    }
+
+    @Test("a large group's receipt marks fill only the room the messages leave, the furthest read first")
+    func manyReceiptMarks() async throws {
+        try await ServerFixture.with { fixture in
+            let names = (0..<40).map { "reader\($0)" }
+            try await fixture.user("alice")
+            for name in names { try await fixture.user(name) }
+            try await fixture.store.createGroup(name: "crowd", owner: "alice", members: names, nowMs: 0)
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+            for index in 1...3 { #expect(try await alice.sendText("第\(index)条", to: .group("crowd")).ack != nil) }
+            // reader0 reads one message, reader1 two, and so on round the three.
+            let ids = try await fixture.store.users()
+            let reads: [WriteRequest] = ids.filter { $0.name.hasPrefix("reader") }.map { user in
+                let index = Int(user.name.dropFirst("reader".count))!
+                return .markRead(user: user.id, conversation: .group("crowd"), upToSeq: UInt64(index % 3 + 1))
+            }
+            _ = try await fixture.store.apply(reads, nowMs: 0)
+            var request = ClientEnvelope()
+            request.history.conversation.group = "crowd"
+            let id = try await alice.send(request)
+            let answer = try await alice.expect { $0.requestID == id ? $0 : nil }
+            guard case .history(let page)? = answer.body else {
+                Issue.record("\(answer)")
+                return
+            }
+            #expect(try (answer.serializedBytes() as [UInt8]).count <= 600)
+            #expect(page.messages.map(\.seq) == [3, 2, 1])
+            #expect(page.receipts.count > 3 && page.receipts.count < 40, "\(page.receipts.count) marks")
+            let reads3 = page.receipts.prefix { $0.readSeq == 3 }.count
+            #expect(reads3 == min(13, page.receipts.count), "the furthest read come first: \(page.receipts)")
+            await alice.close()
+        } configure: {
+            $0.limits.maxAnswerBytes = 500
         }
     }
 

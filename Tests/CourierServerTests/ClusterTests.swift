@@ -160,6 +160,18 @@ struct ClusterTests {
         }
     }
 
+    @Test("two strangers on two nodes: when the recipient opens the conversation, each is told the other is online")
+    func presenceOnceOpened() async throws {
+        try await ClusterFixture.with(nodes: 2) { cluster in
+            try await cluster.user("carol")
+            try await cluster.user("dave")
+            try await ConversationTests.introduced(
+                carolPort: cluster.nodes[0].ports.native,
+                davePort: cluster.nodes[1].ports.native
+            )
+        }
+    }
+
     @Test(
         "bytes gathered for PostgreSQL's rows are stored once the node holds maxPendingUploadBytes, though the upload stalls"
     )

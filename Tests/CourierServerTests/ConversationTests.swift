@@ -242,6 +242,46 @@ struct ConversationTests {
     }
 }
 
+extension ConversationTests {
+    @Test("two strangers: when the recipient opens the conversation, each is told at once that the other is online")
+    func presenceOnceOpened() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("carol")
+            try await fixture.user("dave")
+            try await Self.introduced(carolPort: fixture.ports.native, davePort: fixture.ports.native)
+        }
+    }
+
+    /// carol writes to dave, a stranger; dave opens the conversation: each is told at once that the other is online.
+    static func introduced(carolPort: Int, davePort: Int) async throws {
+        let (carol, _) = try await NativeTestClient.login(port: carolPort, "carol", ephemeral: true)
+        let (dave, _) = try await NativeTestClient.login(port: davePort, "dave", ephemeral: true)
+        let seq = try await carol.sendText("你好，我是 carol", to: .user("dave")).ack!.seq
+        // Strangers still: the message comes, and nothing said carol was online before it.
+        let first = try await dave.expect("carol's message") { envelope -> String? in
+            switch envelope.body {
+            case .presence(let notice)? where notice.user == "carol": "presence"
+            case .events(let events)? where events.events.contains(where: { $0.message.seq == seq }): "message"
+            default: nil
+            }
+        }
+        #expect(first == "message")
+        let read = try await dave.request {
+            $0.markRead.conversation.user = "carol"
+            $0.markRead.upToSeq = seq
+        }
+        #expect(read.body.isDone)
+        _ = try await dave.expect("carol online") { envelope -> Bool? in
+            if case .presence(let notice)? = envelope.body, notice.user == "carol", notice.online { true } else { nil }
+        }
+        _ = try await carol.expect("dave online") { envelope -> Bool? in
+            if case .presence(let notice)? = envelope.body, notice.user == "dave", notice.online { true } else { nil }
+        }
+        await carol.close()
+        await dave.close()
+    }
+}
+
 extension Optional where Wrapped == ServerEnvelope.OneOf_Body {
     var isDone: Bool { if case .done? = self { true } else { false } }
 }

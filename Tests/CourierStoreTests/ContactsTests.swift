@@ -39,22 +39,43 @@ struct ContactsTests {
             let (alice, bob, carol) = (ids["alice"]!, ids["bob"]!, ids["carol"]!)
             let seq = try await fixture.sent(alice, "m1", to: .user("bob"), "hello?").seq
             // alice reading her own conversation makes nothing: bob has neither answered nor opened it.
-            _ = try await fixture.store.apply(
+            let alone = try await fixture.store.apply(
                 [.markRead(user: alice, conversation: .user("bob"), upToSeq: seq)],
                 nowMs: 2
             )
             #expect(try await fixture.store.peers(of: alice).isEmpty)
-            // bob opens it: each sees the other's presence and typing from now.
-            _ = try await fixture.store.apply(
+            #expect(alone.introductions.isEmpty)
+            // bob opens it: each sees the other's presence and typing from now, and the batch says so (the server
+            // then tells each, if online, that the other is).
+            let opened = try await fixture.store.apply(
                 [.markRead(user: bob, conversation: .user("alice"), upToSeq: seq)],
                 nowMs: 3
             )
+            #expect(opened.introductions == [Introduction(bob, named: "bob", alice, named: "alice")])
             #expect(try await fixture.store.peers(of: alice) == [bob])
             #expect(try await fixture.store.peers(of: bob) == [alice])
             #expect(Set(try await fixture.store.members(of: .user("alice"), for: bob)) == [alice, bob])
             // Not contacts: only those who have both written may put each other in groups.
             #expect(try await fixture.store.contacts(of: alice).isEmpty)
             #expect(try await fixture.store.peers(of: carol).isEmpty)
+            // Peers already: bob's answer introduces nobody. carol answering a message from a stranger does, once;
+            // a note to oneself never.
+            #expect(
+                try await fixture.store.apply(
+                    [.send(.init(sender: bob, id: "r", to: .user("alice"), body: [1]))],
+                    nowMs: 4
+                ).introductions.isEmpty
+            )
+            _ = try await fixture.sent(alice, "m2", to: .user("carol"), "hi carol")
+            let answers = try await fixture.store.apply(
+                [
+                    .send(.init(sender: carol, id: "c1", to: .user("alice"), body: [1])),
+                    .send(.init(sender: carol, id: "c2", to: .user("alice"), body: [2])),
+                    .send(.init(sender: carol, id: "n1", to: .user("carol"), body: [3])),
+                ],
+                nowMs: 5
+            )
+            #expect(answers.introductions == [Introduction(carol, named: "carol", alice, named: "alice")])
         }
     }
 

@@ -231,6 +231,71 @@ struct MessagingTests {
     }
 
     @Test(
+        "a history page carries how far the other members received and read it: those whose marks reach the page",
+        arguments: StoreKind.allCases
+    )
+    func historyReceipts(kind: StoreKind) async throws {
+        var limits = StoreLimits()
+        limits.maxReceiptMarks = 2
+        try await StoreFixture.with(kind, limits: limits) { fixture in
+            let ids = try await fixture.users("alice", "bob", "zhang", "dave")
+            let (alice, bob, zhang) = (ids["alice"]!, ids["bob"]!, ids["zhang"]!)
+            try await fixture.store.createGroup(
+                name: "family",
+                owner: "alice",
+                members: ["bob", "zhang", "dave"],
+                nowMs: StoreFixture.start
+            )
+            // bob's phone, there before the messages, receives all four; bob reads two, zhang three; dave nothing.
+            let phone = try await fixture.store.login(
+                user: "bob",
+                password: "pw-bob",
+                deviceName: "phone",
+                nowMs: StoreFixture.start
+            ).device
+            for index in 1...4 { _ = try await fixture.sent(alice, "g\(index)", to: .group("family"), "消息\(index)") }
+            let bobCursor = try await fixture.store.logCursor(of: bob)
+            _ = try await fixture.store.apply(
+                [.ack(user: bob, device: phone.id, cursor: bobCursor)],
+                nowMs: StoreFixture.start
+            )
+            _ = try await fixture.store.apply(
+                [
+                    .markRead(user: bob, conversation: .group("family"), upToSeq: 2),
+                    .markRead(user: zhang, conversation: .group("family"), upToSeq: 3),
+                ],
+                nowMs: StoreFixture.start
+            )
+            let marks = { (before: UInt64, limit: Int) in
+                try await fixture.store.history(for: alice, in: .group("family"), beforeSeq: before, limit: limit)
+                    .receipts.map { "\($0.user) \($0.deliveredSeq)/\($0.readSeq)" }
+            }
+            // The furthest read first, the reader never among them, dave (nothing yet) not at all.
+            let all = try await marks(0, 10)
+            #expect(all == ["zhang 3/3", "bob 4/2"], "\(all)")
+            // A page of messages 3 and 4 only: still both, for both marks reach message 3.
+            let newest = try await marks(0, 2)
+            #expect(newest == ["zhang 3/3", "bob 4/2"], "\(newest)")
+            // Past what the limit takes, the furthest read are kept.
+            _ = try await fixture.store.apply(
+                [.markRead(user: ids["dave"]!, conversation: .group("family"), upToSeq: 4)],
+                nowMs: StoreFixture.start
+            )
+            let limited = try await marks(0, 10)
+            #expect(limited == ["dave 4/4", "zhang 3/3"], "\(limited)")
+            // bob sees alice's marks too (she read what she sent), and his own never.
+            let bobs = try await fixture.store.history(for: bob, in: .group("family"), beforeSeq: 0, limit: 10).receipts
+            #expect(bobs.map(\.user) == ["alice", "dave"], "\(bobs)")
+            // A page past everyone's marks carries none: an empty page carries none either.
+            _ = try await fixture.sent(alice, "g5", to: .group("family"), "5")
+            #expect(try await marks(0, 1) == [])
+            #expect(
+                try await fixture.store.history(for: alice, in: .user("bob"), beforeSeq: 0, limit: 10).receipts == []
+            )
+        }
+    }
+
+    @Test(
         "acks produce delivered receipts, read marks produce read receipts and set unread counts",
         arguments: StoreKind.allCases
     )

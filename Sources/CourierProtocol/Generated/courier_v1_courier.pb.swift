@@ -968,6 +968,28 @@ public nonisolated struct Courier_V1_HistoryPage: Sendable {
   /// True when older messages visible to this user remain.
   public var more: Bool = false
 
+  /// How far the conversation's other members received and read it: each member whose marks reach the page's oldest
+  /// message, once. What `Receipt` notices said while this client was away, for a group as for a direct conversation:
+  /// a client that starts again, or starts afresh, shows the page's receipts ("read by 3") from these.
+  public var receipts: [Courier_V1_ReceiptMark] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Courier_V1_ReceiptMark: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var user: String = String()
+
+  /// Up to this seq the member's devices received the conversation (never below `read_seq`), and read it.
+  public var deliveredSeq: UInt64 = 0
+
+  public var readSeq: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -2852,7 +2874,7 @@ nonisolated extension Courier_V1_HistoryRequest: SwiftProtobuf.Message, SwiftPro
 
 nonisolated extension Courier_V1_HistoryPage: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".HistoryPage"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}messages\0\u{1}more\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}messages\0\u{1}more\0\u{1}receipts\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2862,6 +2884,7 @@ nonisolated extension Courier_V1_HistoryPage: SwiftProtobuf.Message, SwiftProtob
       switch fieldNumber {
       case 1: try { try decoder.decodeRepeatedMessageField(value: &self.messages) }()
       case 2: try { try decoder.decodeSingularBoolField(value: &self.more) }()
+      case 3: try { try decoder.decodeRepeatedMessageField(value: &self.receipts) }()
       default: break
       }
     }
@@ -2874,12 +2897,56 @@ nonisolated extension Courier_V1_HistoryPage: SwiftProtobuf.Message, SwiftProtob
     if self.more != false {
       try visitor.visitSingularBoolField(value: self.more, fieldNumber: 2)
     }
+    if !self.receipts.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.receipts, fieldNumber: 3)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Courier_V1_HistoryPage, rhs: Courier_V1_HistoryPage) -> Bool {
     if lhs.messages != rhs.messages {return false}
     if lhs.more != rhs.more {return false}
+    if lhs.receipts != rhs.receipts {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_ReceiptMark: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ReceiptMark"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}user\0\u{3}delivered_seq\0\u{3}read_seq\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.user) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.deliveredSeq) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.readSeq) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.user.isEmpty {
+      try visitor.visitSingularStringField(value: self.user, fieldNumber: 1)
+    }
+    if self.deliveredSeq != 0 {
+      try visitor.visitSingularUInt64Field(value: self.deliveredSeq, fieldNumber: 2)
+    }
+    if self.readSeq != 0 {
+      try visitor.visitSingularUInt64Field(value: self.readSeq, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_ReceiptMark, rhs: Courier_V1_ReceiptMark) -> Bool {
+    if lhs.user != rhs.user {return false}
+    if lhs.deliveredSeq != rhs.deliveredSeq {return false}
+    if lhs.readSeq != rhs.readSeq {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -39,6 +39,16 @@ final class ClusterFanout: Fanout {
         self.hub.isOnline(user)
     }
 
+    /// Announces the sides online here, and asks the other nodes to announce theirs.
+    func introduce(_ introductions: [Introduction]) {
+        guard !introductions.isEmpty else { return }
+        self.announceLocal(introductions, isOnlineHere: self.hub.isOnline)
+        for introduction in introductions {
+            let remote = ClusterNotice(introducing: introduction)
+            if let bytes = try? JSONEncoder().encode(remote) { self.feed.publish(notice: [UInt8](bytes)) }
+        }
+    }
+
     func terminate(device: DeviceID, code: String, message: String) {
         self.hub.terminate(device: device, code: code, message: message)
     }
@@ -55,6 +65,9 @@ final class ClusterFanout: Fanout {
             self.hub.typing(typing, to: recipients)
         } else if let online = notice.online {
             self.hub.presence(of: notice.name, online: online, lastSeenMs: notice.lastSeenMs ?? 0, to: Set(recipients))
+        } else if let other = notice.introduced, recipients.count == 2 {
+            let introduction = Introduction(recipients[0], named: notice.name, recipients[1], named: other)
+            self.announceLocal([introduction], isOnlineHere: self.hub.isOnline)
         }
     }
 }
@@ -70,6 +83,8 @@ struct ClusterNotice: Codable, Hashable {
     /// Presence.
     var online: Bool?
     var lastSeenMs: Int64?
+    /// An introduction: the second user's name (the first's is `name`; their ids are the recipients, in order).
+    var introduced: String?
     var recipients: [Int64]
 
     init(typing hint: TypingHint, to members: [UserID]) {
@@ -88,6 +103,12 @@ struct ClusterNotice: Codable, Hashable {
         self.online = online
         self.lastSeenMs = lastSeenMs
         self.recipients = peers.map(\.rawValue).sorted()
+    }
+
+    init(introducing introduction: Introduction) {
+        self.name = introduction.names.first ?? ""
+        self.introduced = introduction.names.last ?? ""
+        self.recipients = introduction.users.map(\.rawValue)
     }
 
     /// The typing notice it carries (from another node: no connection here sent it).

@@ -24,6 +24,10 @@ protocol Fanout: Sendable {
     /// Whether a user has a connection (on any node).
     func isOnline(_ user: UserID) -> Bool
 
+    /// Users have just become peers: each one's connections that want notices learn that the other is online, where
+    /// it is. (One offline shows from the other's next connection, with when it was last seen.)
+    func introduce(_ introductions: [Introduction])
+
     /// Closes every connection of a device (revoked) with an error.
     func terminate(device: DeviceID, code: String, message: String)
 
@@ -32,6 +36,20 @@ protocol Fanout: Sendable {
 }
 
 extension Fanout {
+    /// The presence notices an introduction makes from this node: each side online here is announced to the other.
+    func announceLocal(_ introductions: [Introduction], isOnlineHere: (UserID) -> Bool) {
+        for introduction in introductions where introduction.users.count == 2 && introduction.names.count == 2 {
+            for (side, other) in [(0, 1), (1, 0)] where isOnlineHere(introduction.users[other]) {
+                self.presence(
+                    of: introduction.names[other],
+                    online: true,
+                    lastSeenMs: 0,
+                    to: [introduction.users[side]]
+                )
+            }
+        }
+    }
+
     /// These users' logs grew to these cursors (their connections read the events from the store).
     func logsGrew(_ cursors: [UserID: UInt64]) {
         self.logsGrew(cursors, fresh: [:])

@@ -175,6 +175,10 @@ final class Hub: Fanout {
         }
     }
 
+    func introduce(_ introductions: [Introduction]) {
+        self.announceLocal(introductions, isOnlineHere: self.isOnline)
+    }
+
     func presence(of name: String, online: Bool, lastSeenMs: Int64, to peers: Set<UserID>) {
         var notice = Courier_V1_PresenceNotice()
         notice.user = name

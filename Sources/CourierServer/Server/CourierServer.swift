@@ -162,6 +162,7 @@ public final class CourierServer: Service, Sendable {
             onCommit: { report in
                 metrics.committed(report)
                 fanout.logsGrew(report.appended, fresh: report.fresh)
+                if !report.introductions.isEmpty { fanout.introduce(report.introductions) }
             }
         )
     }

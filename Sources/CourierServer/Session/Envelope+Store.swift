@@ -69,3 +69,13 @@ extension Courier_V1_Event {
         }
     }
 }
+
+extension Courier_V1_ReceiptMark {
+    /// How far a member received and read a conversation, as a history page carries it.
+    init(_ mark: ReceiptMark) {
+        self.init()
+        self.user = mark.user
+        self.deliveredSeq = mark.deliveredSeq
+        self.readSeq = mark.readSeq
+    }
+}

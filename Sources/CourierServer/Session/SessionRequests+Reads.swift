@@ -27,12 +27,22 @@ extension SessionRequests {
                 // Newest first: a page cut to the answer limit keeps the newest, and `more` sends the client on
                 // from the oldest it got.
                 let messages = page.messages.map { Courier_V1_Message($0, rawBody: self.transport.sendsRawBodies) }
-                let fitting = Self.fitting(
-                    sizes: messages.map { (try? $0.serializedBytes() as [UInt8])?.count ?? 0 },
-                    within: self.context.configuration.limits.maxAnswerBytes
-                )
+                let sizes = messages.map { (try? $0.serializedBytes() as [UInt8])?.count ?? 0 }
+                let limit = self.context.configuration.limits.maxAnswerBytes
+                let fitting = Self.fitting(sizes: sizes, within: limit)
                 reply.history.messages = Array(messages.prefix(fitting))
                 reply.history.more = page.more || fitting < messages.count
+                // The marks in what room the messages left, the furthest read first; none when there is none.
+                let marks = page.receipts.map(Courier_V1_ReceiptMark.init)
+                let room = limit - sizes.prefix(fitting).reduce(0) { $0 + $1 + 6 }
+                let markSizes = marks.map { (try? $0.serializedBytes() as [UInt8])?.count ?? 0 }
+                var kept = 0
+                var markBytes = 0
+                while kept < marks.count, markBytes + markSizes[kept] + 6 <= room {
+                    markBytes += markSizes[kept] + 6
+                    kept += 1
+                }
+                reply.history.receipts = Array(marks.prefix(kept))
             case .unread(let offset):
                 let counts = try await self.context.store.unreadCounts(for: user.id)
                 let entries = counts.dropFirst(offset).map { count in

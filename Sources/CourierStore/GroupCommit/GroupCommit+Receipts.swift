@@ -76,8 +76,10 @@ extension GroupCommit {
         try self.require(rows: conversation.members.keys, names: [user] + self.namedUsers(of: conversation.header))
         let reader = try self.name(of: user)
         let naming = try self.naming(of: conversation)
+        let introduction = try self.introduction(of: user, in: conversation)
 
         // Nothing below is refused.
+        if let introduction { self.introductions.append(introduction) }
         member.readSeq = seq
         member.dirty = true
         conversation.members[user] = member
@@ -94,5 +96,16 @@ extension GroupCommit {
             )
         }
         return .done
+    }
+
+    /// The two users a member's first word or first read in a direct conversation makes peers: when the member had
+    /// neither written nor read there and the other side has (the rule of ``CourierDatabase/peers(of:)``); else nil. Call it
+    /// before the change, once the names are loaded.
+    func introduction(of user: UserID, in conversation: BatchConversation) throws -> Introduction? {
+        guard let peer = conversation.peer(of: user), peer != user,
+            let mine = conversation.members[user], let theirs = conversation.members[peer],
+            !mine.sent, mine.readSeq == 0, theirs.sent || theirs.readSeq > 0
+        else { return nil }
+        return Introduction(user, named: try self.name(of: user), peer, named: try self.name(of: peer))
     }
 }

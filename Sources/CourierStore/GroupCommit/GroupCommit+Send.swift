@@ -44,10 +44,12 @@ extension GroupCommit {
         let sender = try self.name(of: send.sender)
         let naming = try self.naming(of: conversation)
         let address = try self.address(of: conversation.header, for: send.sender)
+        let introduction = try self.introduction(of: send.sender, in: conversation)
 
         // Nothing below is refused.
         let id = send.id.isEmpty ? WriteRequest.Send.assignedID() : send.id
         let (seq, time) = conversation.send(by: send.sender, nowMs: self.nowMs)
+        if let introduction { self.introductions.append(introduction) }
         self.conversations[key] = conversation
         let message = MessageKey(sender: send.sender, id: id)
         self.messages[message] = MessageRow(conversation: key, seq: seq, timeMs: time, recalled: false)

@@ -16,6 +16,8 @@ package struct GroupCommit: Sendable {
     package let limits: StoreLimits
     /// The entries the batch appends to users' logs, numbered from each user's stored cursor.
     package var log = LogWrites()
+    /// The users this batch made peers.
+    package var introductions: [Introduction] = []
 
     // MARK: What the rules read, as the driver loaded it
 
@@ -97,7 +99,12 @@ package struct GroupCommit: Sendable {
 
     /// The batch's result, once the driver has written it.
     package func result(_ outcomes: [WriteOutcome]) -> AppliedBatch {
-        AppliedBatch(outcomes: outcomes, appended: self.log.appended, fresh: self.log.book.fresh)
+        AppliedBatch(
+            outcomes: outcomes,
+            appended: self.log.appended,
+            fresh: self.log.book.fresh,
+            introductions: self.introductions
+        )
     }
 
     /// Thrown by a rule that met a row not loaded, before it changed anything.

@@ -162,11 +162,34 @@ extension StoreBackend {
                 before: beforeSeq == 0 ? Int64.max : Int64(clamping: beforeSeq),
                 limit: limit + 1
             )
-            let names = try await transaction.names(of: Set(rows.prefix(limit).map(\.sender)))
-            let messages = try rows.prefix(limit).map {
+            let page = rows.prefix(limit)
+            // The marks that say something of this page: the members who received or read its oldest message.
+            let marks =
+                if let oldest = page.last?.seq {
+                    try await transaction.receiptMarks(
+                        in: key,
+                        excluding: user,
+                        from: oldest,
+                        limit: max(0, self.limits.maxReceiptMarks)
+                    )
+                } else {
+                    [MarkRow]()
+                }
+            let names = try await transaction.names(of: Set(page.map(\.sender) + marks.map(\.user)))
+            let messages = try page.map {
                 Self.message($0, in: conversation, from: try Self.name($0.sender, names))
             }
-            return HistoryPage(messages: messages, more: rows.count > limit)
+            let receipts = marks.compactMap { mark in
+                // A member removed since has no name to show; its marks say nothing to anyone.
+                names[mark.user].map {
+                    ReceiptMark(
+                        user: $0,
+                        deliveredSeq: UInt64(max(0, max(mark.deliveredSeq, mark.readSeq))),
+                        readSeq: UInt64(max(0, mark.readSeq))
+                    )
+                }
+            }
+            return HistoryPage(messages: messages, more: rows.count > limit, receipts: receipts)
         }
     }
 

@@ -114,6 +114,15 @@ package protocol StoreTransaction: Sendable {
     func joinedSeq(of user: UserID, in conversation: Int64) async throws -> Int64?
     /// Two users' direct conversation, or nil when they have none.
     func directID(of pair: UserPair) async throws -> Int64?
+    /// How far a conversation's other members received and read it, for the members (other than `user`) whose
+    /// delivered or read mark is at `seq` or past it: the furthest read first (then delivered, then by user id), at
+    /// most `limit`.
+    func receiptMarks(
+        in conversation: Int64,
+        excluding user: UserID,
+        from seq: Int64,
+        limit: Int
+    ) async throws -> [MarkRow]
     /// A conversation's messages with seqs after `after` and before `before`, newest first, at most `limit`.
     func messages(in conversation: Int64, after: Int64, before: Int64, limit: Int) async throws -> [MessageRead]
     /// Every conversation a user is in, the one with the newest message first.
@@ -230,6 +239,19 @@ package struct Membership: Sendable {
         self.joinedSeq = joinedSeq
         self.peerDeliveredSeq = peerDeliveredSeq
         self.peerReadSeq = peerReadSeq
+    }
+}
+
+/// How far one member received and read a conversation.
+package struct MarkRow: Sendable {
+    package var user: UserID
+    package var deliveredSeq: Int64
+    package var readSeq: Int64
+
+    package init(user: UserID, deliveredSeq: Int64, readSeq: Int64) {
+        self.user = user
+        self.deliveredSeq = deliveredSeq
+        self.readSeq = readSeq
     }
 }
 
