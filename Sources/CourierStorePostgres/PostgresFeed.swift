@@ -31,6 +31,11 @@ public final class PostgresFeed: StoreFeed, Service, CustomReflectable {
         public var maxReconnectDelay: Duration = .seconds(2)
         /// The most news waiting for the consumer; past it the oldest is dropped, and a resync follows.
         public var maxQueuedNews: Int = 4096
+        /// How often the listener asks its connection a question (`SELECT 1`) to learn that it still answers, and
+        /// how long it waits: a connection whose packets are silently dropped never closes by itself, and a listener
+        /// on it would hear nothing for good. One not answered in time is closed, and the listener connects again.
+        public var livenessInterval: Duration = .seconds(10)
+        public var livenessTimeout: Duration = .seconds(10)
 
         public init() {}
     }
@@ -108,8 +113,9 @@ public final class PostgresFeed: StoreFeed, Service, CustomReflectable {
             for payload in Self.payloads(origin: self.origin, logs: logs, notices: notices) {
                 do {
                     let (channel, logger) = (self.configuration.channel, self.logger)
+                    let timeout = self.store.configuration.transactionTimeout
                     try await self.store.client.withConnection { connection in
-                        try await PostgresStore.untilClosed(connection) {
+                        try await PostgresStore.untilClosed(connection, within: timeout) {
                             try await connection.run("SELECT pg_notify(\(channel), \(payload))", logger: logger)
                         }
                     }
@@ -180,20 +186,10 @@ public final class PostgresFeed: StoreFeed, Service, CustomReflectable {
                     logger: self.logger
                 )
                 defer { Task { try? await connection.close() } }
-                try await connection.listen(on: self.configuration.channel) { notifications in
-                    // Listening from here on: whatever was published before is in the store.
-                    self.listening.store(true, ordering: .relaxed)
-                    delay = self.configuration.reconnectDelay
-                    self.logger.debug("listening for other nodes' news")
-                    self.newsContinuation.yield(.resync)
-                    for try await notification in notifications {
-                        if let news = Self.news(from: notification.payload, skipping: self.origin),
-                            case .dropped = self.newsContinuation.yield(news)
-                        {
-                            // The oldest news went: the newest says so.
-                            self.newsContinuation.yield(.resync)
-                        }
-                    }
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask { await self.watch(connection) }
+                    defer { group.cancelAll() }
+                    try await self.listen(on: connection) { delay = self.configuration.reconnectDelay }
                 }
             } catch {
                 if Task.isCancelled { break }
@@ -207,6 +203,48 @@ public final class PostgresFeed: StoreFeed, Service, CustomReflectable {
             delay = min(delay * 2, self.configuration.maxReconnectDelay)
         }
         self.listening.store(false, ordering: .relaxed)
+    }
+
+    /// Asks the listener's connection a question every ``Configuration-swift.struct/livenessInterval``, and closes
+    /// it when the answer does not come within ``Configuration-swift.struct/livenessTimeout`` (the listening then
+    /// fails, and connects again). Ends when cancelled.
+    private func watch(_ connection: PostgresConnection) async {
+        let logger = self.logger
+        while (try? await Task.sleep(for: self.configuration.livenessInterval)) != nil {
+            do {
+                try await PostgresStore.untilClosed(connection, within: self.configuration.livenessTimeout) {
+                    try await connection.run("SELECT 1", logger: logger)
+                }
+            } catch {
+                if Task.isCancelled { return }
+                self.logger.warning(
+                    "the listener's connection did not answer: connecting again",
+                    metadata: ["error": "\(error)"]
+                )
+                try? await connection.close()
+                return
+            }
+        }
+    }
+
+    /// Listens on a connection until it fails, saying ``FeedNews/resync`` once it listens, then passing on
+    /// every notification; `listening` is called once it listens.
+    private func listen(on connection: PostgresConnection, listening: () -> Void) async throws {
+        try await connection.listen(on: self.configuration.channel) { notifications in
+            // Listening from here on: whatever was published before is in the store.
+            self.listening.store(true, ordering: .relaxed)
+            listening()
+            self.logger.debug("listening for other nodes' news")
+            self.newsContinuation.yield(.resync)
+            for try await notification in notifications {
+                if let news = Self.news(from: notification.payload, skipping: self.origin),
+                    case .dropped = self.newsContinuation.yield(news)
+                {
+                    // The oldest news went: the newest says so.
+                    self.newsContinuation.yield(.resync)
+                }
+            }
+        }
     }
 
     public var customMirror: Mirror {

@@ -20,13 +20,14 @@ extension PostgresStore: ClusterAdmission {
         nowMs: Int64
     ) async throws -> PasswordAdmission {
         let logger = self.logger
+        let lockTimeout = self.configuration.admissionLockTimeout
         let keys = [("a:" + address, limits.perAddress), ("u:" + user, limits.perUser)]
         let failedSince = nowMs - limits.window.wholeMilliseconds
         let startedSince = nowMs - limits.inFlightLifetime.wholeMilliseconds
         return try await self.write(doing: "admit a login") { connection in
             var wait: Duration?
             for (key, limit) in keys {
-                try await Self.lock(key, connection, logger: logger)
+                try await Self.lock(key, timeout: lockTimeout, connection, logger: logger)
                 let failures = try await connection.values(
                     """
                     SELECT ended_ms FROM login_attempts
@@ -84,8 +85,9 @@ extension PostgresStore: ClusterAdmission {
     ) async throws -> ConnectionAdmission {
         let logger = self.logger
         let node = self.configuration.node
+        let lockTimeout = self.configuration.admissionLockTimeout
         return try await self.write(doing: "open a connection") { connection in
-            try await Self.lock("c:\(user.rawValue)", connection, logger: logger)
+            try await Self.lock("c:\(user.rawValue)", timeout: lockTimeout, connection, logger: logger)
             // The user's connections that count: not yielded, on a node that is alive. Those on dead nodes go.
             try await connection.run(
                 """
@@ -188,14 +190,16 @@ extension PostgresStore: ClusterAdmission {
         }
     }
 
-    /// How long a transaction here waits for a key's lock before it fails (and is tried again, up to
-    /// ``PostgresStore/Configuration-swift.struct/maxWriteRetries``): a crowd of logins for one key never holds the
-    /// pool's connections long.
-    static let lockTimeoutMs = 10_000
-
-    /// Takes a key's advisory lock until the transaction ends.
-    private static func lock(_ key: String, _ connection: PostgresConnection, logger: Logger) async throws {
-        try await connection.run("SET LOCAL lock_timeout = \(unescaped: String(Self.lockTimeoutMs))", logger: logger)
+    /// Takes a key's advisory lock until the transaction ends, waiting at most `timeout`
+    /// (``PostgresStore/Configuration-swift.struct/admissionLockTimeout``).
+    private static func lock(
+        _ key: String,
+        timeout: Duration,
+        _ connection: PostgresConnection,
+        logger: Logger
+    ) async throws {
+        let milliseconds = max(1, timeout.wholeMilliseconds)
+        try await connection.run("SET LOCAL lock_timeout = \(unescaped: String(milliseconds))", logger: logger)
         try await connection.run(
             "SELECT pg_advisory_xact_lock(\(Self.admissionLockClass), hashtext(\(key)))",
             logger: logger

@@ -19,8 +19,9 @@ extension PostgresStore {
         while true {
             do {
                 let logger = self.logger
+                let timeout = self.configuration.transactionTimeout
                 return try await self.withPooledConnection { connection in
-                    try await Self.untilClosed(connection) {
+                    try await Self.untilClosed(connection, within: timeout) {
                         try await connection.withTransaction(logger: logger) { connection in
                             try await body(connection)
                         }
@@ -60,8 +61,9 @@ extension PostgresStore {
     ) async throws -> T {
         await self.whenRunning()
         do {
+            let timeout = self.configuration.transactionTimeout
             return try await self.withPooledConnection { connection in
-                try await Self.untilClosed(connection) { try await body(connection) }
+                try await Self.untilClosed(connection, within: timeout) { try await body(connection) }
             }
         } catch let error as CourierStoreError {
             throw error
@@ -76,6 +78,13 @@ extension PostgresStore {
     /// answers with the original (ids are unique per sender).
     struct ConnectionLost: Error, CustomStringConvertible {
         var description: String { "the connection to PostgreSQL closed" }
+    }
+
+    /// The work on a connection took longer than its deadline: the connection was closed under it. As with
+    /// ``ConnectionLost``, nothing of it committed unless the unanswered statement was the `COMMIT`.
+    struct TimedOut: Error, CustomStringConvertible {
+        var after: Duration
+        var description: String { "PostgreSQL did not answer within \(self.after); the connection was closed" }
     }
 
     /// Runs `body` on one of the pool's connections, or fails with `storage-failed` when none is had within
@@ -115,7 +124,9 @@ extension PostgresStore {
     /// How often ``untilClosed(_:_:)`` looks whether the connection closed under a statement.
     static let closedCheckInterval = TimeAmount.milliseconds(250)
 
-    /// Runs `work` on a connection, giving up on it if the connection closes first.
+    /// Runs `work` on a connection, giving up on it if the connection closes first, or, with `deadline`, if the
+    /// work takes longer than that: then the connection is closed (so the pool lets it go) and this throws
+    /// ``TimedOut``. Checked every ``closedCheckInterval``.
     ///
     /// postgres-nio (1.33) writes a statement to its channel without a promise: a statement written just after the
     /// channel closed (PostgreSQL restarting, the connection ended by the server) is dropped, and its answer never
@@ -125,8 +136,10 @@ extension PostgresStore {
     /// `work` holds (a batch's requests), each time this happens; it never holds a connection.
     static func untilClosed<T: Sendable>(
         _ connection: PostgresConnection,
+        within deadline: Duration? = nil,
         _ work: @escaping @Sendable () async throws -> T
     ) async throws -> T {
+        let start = NIODeadline.now()
         let waiting = Mutex<CheckedContinuation<T, any Error>?>(nil)
         let task = Mutex<(task: Task<Void, Never>?, cancelled: Bool)>((nil, false))
         return try await withTaskCancellationHandler {
@@ -147,6 +160,10 @@ extension PostgresStore {
                     } else if connection.isClosed {
                         repeated.cancel()
                         finish(.failure(ConnectionLost()))
+                    } else if let deadline, NIODeadline.now() - start >= TimeAmount(deadline) {
+                        repeated.cancel()
+                        connection.close().whenComplete { _ in }
+                        finish(.failure(TimedOut(after: deadline)))
                     }
                 }
                 let started = Task {

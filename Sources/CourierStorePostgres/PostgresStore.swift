@@ -28,6 +28,11 @@ public final class PostgresStore: StoreBackend, Service, CustomReflectable {
         /// How long a request waits for one of the pool's connections before it fails with `storage-failed`: with
         /// the database down or out of reach, a send, a login or a read is answered within this.
         public var connectionWaitTimeout: Duration = .seconds(5)
+        /// How long one transaction (or one read, or one notification) may take on its connection, all its statements
+        /// together, before the node closes that connection and answers `storage-failed`: a connection whose packets
+        /// are silently dropped (a firewall's state lost, a cable pulled) would otherwise hold the request, and the
+        /// group commit behind it, until the kernel gives up many minutes later.
+        public var transactionTimeout: Duration = .seconds(60)
         /// How long ``migrate()`` waits for another node's migration (or anything else holding the tables it
         /// changes) before it fails, rather than holding the node's start for ever.
         public var migrationLockTimeout: Duration = .seconds(60)
@@ -44,6 +49,10 @@ public final class PostgresStore: StoreBackend, Service, CustomReflectable {
         /// out of order that would have waited (nothing of it was committed) is tried again before it fails with
         /// `storage-failed`.
         public var maxWriteRetries: Int = 3
+        /// How long a transaction of the limits that hold across nodes waits for a key's lock (one user name, one
+        /// address, one user's connections) before it fails and is tried again, up to ``maxWriteRetries``: a crowd
+        /// of logins for one key never holds the pool's connections long.
+        public var admissionLockTimeout: Duration = .seconds(10)
         /// The limits and policies every store applies alike.
         public var limits: StoreLimits = .init()
         /// The cost of password hashes written from now on.

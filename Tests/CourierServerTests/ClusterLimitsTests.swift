@@ -3,6 +3,7 @@ import CourierProtocol
 import CourierServer
 import CourierServerTesting
 import CourierTesting
+import PostgresNIO
 import Testing
 
 @Suite(
@@ -63,6 +64,51 @@ struct ClusterLimitsTests {
             for client in [second, owner] { await client.close() }
         } configure: {
             $0.limits.maxConnectionsPerUser = 3
+        }
+    }
+
+    @Test(
+        "logins of one user waiting on the database at once are bounded per node: one more is refused before it asks"
+    )
+    func openingPerUser() async throws {
+        try await ClusterFixture.with(nodes: 1, store: { $0.admissionLockTimeout = .seconds(600) }) { cluster in
+            try await cluster.user("alice")
+            let port = cluster.nodes[0].ports.native
+            let (first, welcome) = try await NativeTestClient.login(port: port, "alice", device: "phone")
+            await first.close()
+            // Another session holds the lock alice's connection count takes (its class is 0x436F_7572, "Cour"): a
+            // token login that counts waits on it.
+            try await TestDatabase.admin(cluster.location) { connection in
+                try await connection.query("BEGIN", logger: TestDatabase.logger)
+                try await connection.query(
+                    """
+                    SELECT pg_advisory_xact_lock(1131378034, hashtext('c:' || (SELECT id FROM users WHERE name = 'alice')))
+                    """,
+                    logger: TestDatabase.logger
+                )
+                try await withThrowingTaskGroup(of: String?.self) { group in
+                    group.addTask { try await LoginStormTests.tokenLogin(port: port, token: welcome.token) }
+                    try await waitUntil("a login waits for the lock") {
+                        let rows = try await connection.query(
+                            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                            logger: TestDatabase.logger
+                        )
+                        var waiting = 0
+                        for try await count in rows.decode(Int.self) { waiting = count }
+                        return waiting == 1
+                    }
+                    // One is counting already (the limit here): the next is refused at once, the database not asked.
+                    #expect(
+                        try await LoginStormTests.tokenLogin(port: port, token: welcome.token) == ErrorCodes.serverFull
+                    )
+                    try await connection.query("COMMIT", logger: TestDatabase.logger)
+                    #expect(try await group.next()! == nil, "the waiting login gets in once the lock is free")
+                }
+            }
+            // Nobody is counting now: a token login gets in.
+            #expect(try await LoginStormTests.tokenLogin(port: port, token: welcome.token) == nil)
+        } configure: {
+            $0.cluster.maxOpeningPerUser = 1
         }
     }
 

@@ -12,16 +12,27 @@ import Testing
     .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
 )
 struct DatabaseDownTests {
-    /// Far more than the node's wait for a connection (10 s here), far less than the pool's own patience (a minute).
+    /// Far more than the node's wait for a connection (3 s here), far less than the pool's own patience (a minute).
     static let bound: Duration = .seconds(40)
 
     @Test(
         "the database cut off: a send and a login are answered storage-failed with a retry-after within a bounded time, /health says 503; mended, all works again"
     )
     func databaseCutOff() async throws {
+        try await Self.down(stalled: false)
+    }
+
+    @Test(
+        "the database stops answering, nothing closed (packets dropped): a send is answered storage-failed within the transaction timeout, /health says 503; mended, all works again and the listener listens again"
+    )
+    func databaseStalled() async throws {
+        try await Self.down(stalled: true)
+    }
+
+    private static func down(stalled: Bool) async throws {
         let relay = try await TCPRelay.start(to: try TestDatabase.cluster().port)
         do {
-            try await Self.cutOff(relay)
+            try await Self.cutOff(relay, stalled: stalled)
         } catch {
             await relay.stop()
             throw error
@@ -29,14 +40,21 @@ struct DatabaseDownTests {
         await relay.stop()
     }
 
-    private static func cutOff(_ relay: TCPRelay) async throws {
+    private static func cutOff(_ relay: TCPRelay, stalled: Bool) async throws {
         let route: @Sendable (Int, PostgresLocation) -> PostgresLocation = { _, location in
             var routed = location
             routed.port = relay.port
             return routed
         }
-        let store: (inout PostgresStore.Configuration) -> Void = { $0.connectionWaitTimeout = .seconds(10) }
-        try await ClusterFixture.with(nodes: 1, route: route, store: store) { cluster in
+        let store: (inout PostgresStore.Configuration) -> Void = {
+            $0.connectionWaitTimeout = .seconds(3)
+            $0.transactionTimeout = .seconds(3)
+            $0.connectTimeout = .seconds(3)
+        }
+        var feed = PostgresFeed.Configuration()
+        feed.livenessInterval = .seconds(1)
+        feed.livenessTimeout = .seconds(2)
+        try await ClusterFixture.with(nodes: 1, feed: feed, route: route, store: store) { cluster in
             try await cluster.user("alice")
             try await cluster.user("bob")
             let port = cluster.nodes[0].ports.native
@@ -44,8 +62,9 @@ struct DatabaseDownTests {
             #expect(try await alice.sendText("before", to: .user("bob")).ack != nil)
             #expect(try await cluster.health(of: 0).contains("\"status\":\"ok\""))
 
-            relay.cut()
-            // A send on the open connection: answered, not left waiting for the pool's minute.
+            if stalled { relay.stall() } else { relay.cut() }
+            // A send on the open connection: answered, not left waiting for the pool's minute (or, packets dropped,
+            // for the kernel's quarter of an hour).
             var send = ClientEnvelope()
             send.send.id = "during"
             send.send.to = .user("bob")
@@ -57,6 +76,13 @@ struct DatabaseDownTests {
             try await waitUntil("/health says 503") {
                 let health = try await Self.health(cluster)
                 return health.status == "503" && health.body.contains("\"status\":\"unavailable\"")
+            }
+            if stalled {
+                // The listener's connection hears nothing either, and closes nothing: its question goes unanswered,
+                // and it lets the connection go (it would otherwise say it listens, and hear nothing, for good).
+                try await waitUntil("/health says the listener is not listening") {
+                    try await Self.health(cluster).body.contains("\"listening\":false")
+                }
             }
             // A password login: refused with a retry-after, within the bound too.
             let login = try await NativeTestClient.connect(port: port)
@@ -70,8 +96,9 @@ struct DatabaseDownTests {
             await alice.close()
 
             relay.mend()
-            try await waitUntil("/health says ok again") {
-                try await Self.health(cluster).status == "200"
+            try await waitUntil("/health says ok again, the listener listening") {
+                let health = try await Self.health(cluster)
+                return health.status == "200" && health.body.contains("\"listening\":true")
             }
             let (bob, _) = try await NativeTestClient.login(port: port, "bob")
             let (again, _) = try await NativeTestClient.login(port: port, "alice")

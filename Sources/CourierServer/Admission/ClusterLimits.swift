@@ -67,18 +67,15 @@ final class ClusterLimits: Sendable {
         }
     }
 
-    /// The most logins of one user that count their connection in the database at once, on this node; more are
-    /// refused with `server-full` (retry) before they ask it: a user's own token sent from a thousand sockets holds
-    /// neither the database's lock of that user nor the node's pool connections.
-    static let maxOpeningPerUser = 4
-
     /// Counts a connection of a user on every node: nil on a single node (the hub counts). A token login is refused
     /// without asking the database when this node alone holds the user's limit.
     func open(user: UserID, maxPerUser: Int, yielding: Bool) async throws -> ConnectionAdmission? {
         guard let admission else { return nil }
         if !yielding, self.hub.placesHeld(by: user) >= maxPerUser { return .full }
+        // At most this many at once (``ServerConfiguration/Cluster-swift.struct/maxOpeningPerUser``).
+        let maxOpening = self.cluster.maxOpeningPerUser
         let admitted = self.state.withLock { state in
-            guard state.opening[user, default: 0] < Self.maxOpeningPerUser else { return false }
+            guard state.opening[user, default: 0] < maxOpening else { return false }
             state.opening[user, default: 0] += 1
             return true
         }

@@ -49,6 +49,13 @@ public struct ServerConfiguration: Sendable {
         public var nodeLifetime: Duration = .seconds(20)
         /// How long a password attempt counts as in flight when its node never says how it ended.
         public var loginInFlightLifetime: Duration = .seconds(60)
+        /// The most logins of one user that count their connection in the database at once, on this node; more are
+        /// refused with `server-full` (retry) before they ask it: a user's own token sent from a thousand sockets
+        /// holds neither the database's lock of that user nor the node's pool connections.
+        public var maxOpeningPerUser: Int = 4
+        /// The most leases kept that another node's login made yield before this node registered their connections
+        /// (a lease whose login then failed stays until newer ones push it out).
+        public var maxEarlyYields: Int = 1_024
 
         public init() {}
     }
@@ -67,6 +74,9 @@ public struct ServerConfiguration: Sendable {
         /// that only hold places cannot keep logins out. A connection whose login is under way is never closed for
         /// room.
         public var maxUnauthenticated: Int = 1_024
+        /// Connections closed to make room (``maxUnauthenticated``, ``maxConnections``) that may still be closing at
+        /// once; they count until they have ended, and past this a newcomer is refused instead.
+        public var maxClosingForRoom: Int = 256
         /// Logged-in connections of one user, all its devices and ports together (and, on PostgreSQL, all the nodes
         /// together); one more token login is answered `server-full` and closed (a stolen token cannot take the
         /// server's connections, nor keep the owner out), while one more password login gets in and the user's
@@ -154,6 +164,10 @@ public struct ServerConfiguration: Sendable {
         /// head has arrived whole or a response has ended, so it is also the time a request head may take to
         /// arrive (a client sending one byte at a time cannot hold a connection longer).
         public var idleTimeout: Duration = .seconds(20)
+        /// `/health` asks the database at most this often, however often it is asked (one question at a time).
+        public var healthProbeInterval: Duration = .seconds(1)
+        /// How long `/health` waits for the database's answer before it says the database cannot be reached.
+        public var healthProbeTimeout: Duration = .seconds(2)
 
         public init() {}
     }

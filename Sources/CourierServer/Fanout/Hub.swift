@@ -18,13 +18,20 @@ final class Hub: Fanout {
         var yielded: Set<Int> = []
         /// Leases another node's login made yield before this node registered their connections (the login here
         /// was still between its count and its registration): their connections close as they register. The newest
-        /// ``maxEarlyYields`` are kept.
+        /// `maxEarlyYields` are kept.
         var earlyYields: [Int64] = []
         var nextID = 1
         var shuttingDown = false
     }
 
     private let state = Mutex(State())
+    /// The most leases kept that yielded before their connections registered.
+    private let maxEarlyYields: Int
+
+    /// - Parameter maxEarlyYields: ``ServerConfiguration/Cluster-swift.struct/maxEarlyYields``.
+    init(maxEarlyYields: Int = ServerConfiguration.Cluster().maxEarlyYields) {
+        self.maxEarlyYields = max(0, maxEarlyYields)
+    }
 
     enum Registration {
         /// Registered; `firstForUser`: the user just came online; `firstForDevice`: the device did.
@@ -84,10 +91,6 @@ final class Hub: Fanout {
         return registration
     }
 
-    /// The most leases that yielded before their connections registered kept (a lease whose connection never
-    /// registers, its login having failed, stays until newer ones push it out).
-    static let maxEarlyYields = 1024
-
     /// A user's connections here that hold a place (not yielding it).
     func placesHeld(by user: UserID) -> Int {
         self.state.withLock { state in
@@ -109,7 +112,7 @@ final class Hub: Fanout {
             if early {
                 let found = Set(targets.compactMap(\.lease))
                 state.earlyYields.append(contentsOf: leases.subtracting(found).sorted())
-                state.earlyYields.removeFirst(max(0, state.earlyYields.count - Self.maxEarlyYields))
+                state.earlyYields.removeFirst(max(0, state.earlyYields.count - self.maxEarlyYields))
             }
             return targets
         }

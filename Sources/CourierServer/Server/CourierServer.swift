@@ -35,7 +35,7 @@ public final class CourierServer: Service, Sendable {
     /// The version `/health` reports.
     public let version: String
     let logger: Logger
-    let hub = Hub()
+    let hub: Hub
     /// The hub, or with a feed, the hub and the other nodes.
     let fanout: any Fanout
     /// The news between the nodes that share the store; nil for a store of this server's own.
@@ -128,7 +128,8 @@ public final class CourierServer: Service, Sendable {
         self.logger = logger
         self.store = store
         self.feed = feed
-        let hub = self.hub
+        let hub = Hub(maxEarlyYields: configuration.cluster.maxEarlyYields)
+        self.hub = hub
         self.cluster = ClusterLimits(
             admission: store.clusterAdmission,
             limits: configuration.limits,
@@ -262,7 +263,12 @@ public final class CourierServer: Service, Sendable {
             media: self.media,
             logins: self.logins,
             version: self.version,
-            database: HTTPEndpoints.DatabaseHealth(store: self.store, feed: self.feed),
+            database: HTTPEndpoints.DatabaseHealth(
+                store: self.store,
+                feed: self.feed,
+                probeInterval: self.configuration.http.healthProbeInterval,
+                probeTimeout: self.configuration.http.healthProbeTimeout
+            ),
             logger: self.logger
         ) { port in httpRunning.yield(port) }
         let native: any Channel

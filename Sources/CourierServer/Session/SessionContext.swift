@@ -87,7 +87,8 @@ final class SessionContext: Sendable {
                 ConnectionCounts(
                     maxConnections: configuration.limits.maxConnections,
                     maxUnauthenticated: configuration.limits.maxUnauthenticated,
-                    maxUnauthenticatedPerAddress: configuration.limits.maxUnauthenticatedPerAddress
+                    maxUnauthenticatedPerAddress: configuration.limits.maxUnauthenticatedPerAddress,
+                    maxClosing: configuration.limits.maxClosingForRoom
                 ),
                 [:]
             )
