@@ -2,6 +2,7 @@ import CourierPostgresTesting
 import CourierProtocol
 import CourierServer
 import CourierServerTesting
+import CourierStorePostgres
 import CourierTesting
 import PostgresNIO
 import Testing
@@ -71,7 +72,8 @@ struct ClusterLimitsTests {
         "logins of one user waiting on the database at once are bounded per node: one more is refused before it asks"
     )
     func openingPerUser() async throws {
-        try await ClusterFixture.with(nodes: 1, store: { $0.admissionLockTimeout = .seconds(600) }) { cluster in
+        let store: (inout PostgresStore.Configuration) -> Void = { $0.admissionLockTimeout = .seconds(600) }
+        try await ClusterFixture.with(nodes: 1, store: store) { cluster in
             try await cluster.user("alice")
             let port = cluster.nodes[0].ports.native
             let (first, welcome) = try await NativeTestClient.login(port: port, "alice", device: "phone")
