@@ -41,7 +41,16 @@ public protocol ClusterAdmission: Sendable {
     func takeYieldedConnections() async throws -> [Int64]
 
     /// Says this node is alive until `aliveUntilMs`, so what it counts counts until then.
-    func heartbeat(nowMs: Int64, aliveUntilMs: Int64) async throws
+    ///
+    /// - Returns: Whether the node had lapsed (not alive at `nowMs`, or not known): the other nodes may have dropped
+    ///   what it counted, and it counts its open connections again (``restoreConnections(_:nowMs:)``).
+    @discardableResult
+    func heartbeat(nowMs: Int64, aliveUntilMs: Int64) async throws -> Bool
+
+    /// Counts this node's open connections again, under the leases they were counted under, after the node lapsed:
+    /// a lease still counted is left as it is. A user may then hold more than its limit for a while (another node
+    /// counted logins meanwhile); its next password login makes the oldest yield as usual.
+    func restoreConnections(_ leases: [ConnectionLease], nowMs: Int64) async throws
 
     /// Forgets what this node counted before (it starts: none of its connections is open).
     func forgetNode() async throws
@@ -49,6 +58,17 @@ public protocol ClusterAdmission: Sendable {
     /// Forgets attempts and connections that no longer count: the attempts that started before `beforeMs`, and
     /// the connections of nodes that are not alive at `nowMs`.
     func prune(attemptsBeforeMs: Int64, nowMs: Int64) async throws
+}
+
+/// A connection counted across the nodes: its lease and its user.
+public struct ConnectionLease: Sendable, Hashable {
+    public var lease: Int64
+    public var user: UserID
+
+    public init(lease: Int64, user: UserID) {
+        self.lease = lease
+        self.user = user
+    }
 }
 
 /// The limits on password attempts, per user name and per address.

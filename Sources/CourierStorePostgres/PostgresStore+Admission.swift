@@ -149,14 +149,38 @@ extension PostgresStore: ClusterAdmission {
         }
     }
 
-    public func heartbeat(nowMs: Int64, aliveUntilMs: Int64) async throws {
+    @discardableResult
+    public func heartbeat(nowMs: Int64, aliveUntilMs: Int64) async throws -> Bool {
         let logger = self.logger
         let node = self.configuration.node
-        try await self.write(doing: "say the node is alive") { connection in
+        return try await self.write(doing: "say the node is alive") { connection in
+            let was = try await connection.value(
+                "SELECT alive_until_ms FROM cluster_nodes WHERE name = \(node) FOR UPDATE",
+                as: Int64.self,
+                logger: logger
+            )
             try await connection.run(
                 """
                 INSERT INTO cluster_nodes (name, alive_until_ms) VALUES (\(node), \(aliveUntilMs))
                 ON CONFLICT (name) DO UPDATE SET alive_until_ms = excluded.alive_until_ms
+                """,
+                logger: logger
+            )
+            return (was ?? 0) <= nowMs
+        }
+    }
+
+    public func restoreConnections(_ leases: [ConnectionLease], nowMs: Int64) async throws {
+        guard !leases.isEmpty else { return }
+        let logger = self.logger
+        let node = self.configuration.node
+        try await self.write(doing: "count the node's connections again") { connection in
+            try await connection.run(
+                """
+                INSERT INTO connection_leases (id, user_id, node, opened_ms)
+                SELECT lease, user_id, \(node), \(nowMs)
+                FROM unnest(\(leases.map(\.lease)), \(leases.map(\.user.rawValue))) AS l(lease, user_id)
+                ON CONFLICT (id) DO NOTHING
                 """,
                 logger: logger
             )

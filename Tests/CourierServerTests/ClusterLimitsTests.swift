@@ -114,6 +114,46 @@ struct ClusterLimitsTests {
         }
     }
 
+    @Test(
+        "a node that lapsed (cut off past node-lifetime) counts its open connections again: the user's limit holds after"
+    )
+    func lapsedNodeCountsAgain() async throws {
+        try await ClusterFixture.with(nodes: 2) { cluster in
+            try await cluster.user("alice")
+            let ports = cluster.nodes.map(\.ports.native)
+            let (phone, welcome) = try await NativeTestClient.login(port: ports[0], "alice", device: "phone")
+            let (laptop, _) = try await NativeTestClient.resume(port: ports[0], token: welcome.token)
+            #expect(try await LoginStormTests.tokenLogin(port: ports[1], token: welcome.token) == ErrorCodes.serverFull)
+            // What the other nodes do with a node whose last word ran out: it is dead, its leases go.
+            let leases = { () async throws -> Int in
+                try await TestDatabase.admin(cluster.location) { connection in
+                    let rows = try await connection.query(
+                        "SELECT count(*) FROM connection_leases WHERE yielded_ms IS NULL",
+                        logger: TestDatabase.logger
+                    )
+                    var count = 0
+                    for try await value in rows.decode(Int.self) { count = value }
+                    return count
+                }
+            }
+            #expect(try await leases() == 2)
+            try await TestDatabase.admin(cluster.location) { connection in
+                try await connection.query("BEGIN", logger: TestDatabase.logger)
+                try await connection.query("UPDATE cluster_nodes SET alive_until_ms = 0", logger: TestDatabase.logger)
+                try await connection.query("DELETE FROM connection_leases", logger: TestDatabase.logger)
+                try await connection.query("COMMIT", logger: TestDatabase.logger)
+            }
+            // Its next heartbeat finds it lapsed, and counts its two connections again.
+            try await waitUntil("the node counts its connections again") { try await leases() == 2 }
+            #expect(try await LoginStormTests.tokenLogin(port: ports[1], token: welcome.token) == ErrorCodes.serverFull)
+            await phone.close()
+            await laptop.close()
+        } configure: {
+            $0.limits.maxConnectionsPerUser = 2
+            $0.cluster.nodeHeartbeatInterval = .milliseconds(200)
+        }
+    }
+
     /// A password login on a node; the error code it ends with ("" for a welcome).
     static func passwordLogin(
         _ cluster: ClusterFixture,

@@ -161,8 +161,24 @@ final class ClusterLimits: Sendable {
         }
     }
 
+    /// Says the node is alive; if it had lapsed (cut off from the database past `nodeLifetime`), the other nodes
+    /// may have dropped its leases, and its open connections are counted again.
     private func heartbeat(_ admission: any ClusterAdmission) async throws {
         let now = SessionContext.nowMs()
-        try await admission.heartbeat(nowMs: now, aliveUntilMs: now + self.cluster.nodeLifetime.wholeMilliseconds)
+        let lapsed = try await admission.heartbeat(
+            nowMs: now,
+            aliveUntilMs: now + self.cluster.nodeLifetime.wholeMilliseconds
+        )
+        guard lapsed else { return }
+        let leases = self.hub.leases()
+        guard !leases.isEmpty else { return }
+        self.logger.warning(
+            "the node was not alive in the database for a while: its connections are counted again",
+            metadata: ["connections": "\(leases.count)"]
+        )
+        try await admission.restoreConnections(leases, nowMs: now)
+        // A connection that ended meanwhile may have had its lease closed before it was counted again: close it again.
+        let gone = Set(leases).subtracting(self.hub.leases()).map(\.lease)
+        if !gone.isEmpty { try await admission.closeConnections(gone.sorted()) }
     }
 }

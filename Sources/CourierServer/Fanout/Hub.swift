@@ -91,6 +91,18 @@ final class Hub: Fanout {
         return registration
     }
 
+    /// The leases of the connections here that hold a place (not yielding it), by lease.
+    func leases() -> [ConnectionLease] {
+        self.state.withLock { state in
+            state.byUser.values.flatMap { connections in
+                connections.values.compactMap { handle in
+                    guard let lease = handle.lease, !state.yielded.contains(handle.id) else { return nil }
+                    return ConnectionLease(lease: lease, user: handle.user)
+                }
+            }.sorted { $0.lease < $1.lease }
+        }
+    }
+
     /// A user's connections here that hold a place (not yielding it).
     func placesHeld(by user: UserID) -> Int {
         self.state.withLock { state in
