@@ -16,7 +16,10 @@ public enum ChatHelp {
     /// Commands typed in the line, and what each does.
     public static let commands: [(command: String, does: String)] = [
         ("/open NAME, /open #GROUP", "open a direct or a group conversation"),
-        ("/close", "hide the open conversation until its next message"),
+        (
+            "/close",
+            "hide the open conversation until its next message; the next one shows, unread until you type or scroll"
+        ),
         ("/send PATH", "send a photo, voice clip, video or any file"),
         ("/save [PATH]", "save the newest file here (into $XDG_DOWNLOAD_DIR, ~/Downloads or ., or PATH)"),
         ("/view", "open the newest image, video or voice clip here with the system's opener"),

@@ -3,7 +3,31 @@ import Foundation
 
 /// Keys and the commands typed in the line.
 extension ChatState {
+    /// A key: what it does, and when the open conversation was only glanced at (opened by the chat) and the key acts
+    /// in it (typing, Enter, scrolling), the conversation is read from now.
     mutating func handle(_ key: Key, now: Date) -> [ChatAction] {
+        guard self.glancing, Self.actsInConversation(key) else { return self.press(key, now: now) }
+        self.glancing = false
+        var read: [ChatAction] = []
+        if let thread = self.openThread {
+            self.threads[Self.key(thread.conversation)]?.unread = 0
+            if thread.lastSeq > thread.readUpTo {
+                self.threads[Self.key(thread.conversation)]?.readUpTo = thread.lastSeq
+                read.append(.markRead(thread.conversation, upToSeq: thread.lastSeq))
+            }
+        }
+        return read + self.press(key, now: now)
+    }
+
+    /// Keys that do something in the open conversation (rather than leave it, quit or redraw).
+    private static func actsInConversation(_ key: Key) -> Bool {
+        switch key {
+        case .character, .paste, .enter, .backspace, .delete, .up, .down, .pageUp, .pageDown: true
+        default: false
+        }
+    }
+
+    private mutating func press(_ key: Key, now: Date) -> [ChatAction] {
         if key != .escape, self.notice != nil, !self.isEditing(key) { self.notice = nil }
         // The help closes at the next key (which then does what it does, Esc aside).
         if self.helpShown {
@@ -167,7 +191,7 @@ extension ChatState {
         self.closed[key] = thread.lastSeq
         var actions = self.stopTyping()
         if let next {
-            actions += self.select(next.conversation, now: now)
+            actions += self.select(next.conversation, now: now, reading: false)
         } else {
             self.open = nil
         }
@@ -230,15 +254,17 @@ extension ChatState {
         return self.select(ordered[next].conversation, now: now)
     }
 
-    /// Opens a conversation: its unread messages are read, and its history is asked for the first time.
-    mutating func select(_ conversation: Conversation, now: Date) -> [ChatAction] {
+    /// Opens a conversation: its unread messages are read (unless the chat opened it by itself: `reading` false,
+    /// see ``glancing``), and its history is asked for the first time.
+    mutating func select(_ conversation: Conversation, now: Date, reading: Bool = true) -> [ChatAction] {
         var actions = self.stopTyping()
         let key = Self.key(conversation)
         self.open = key
+        self.glancing = !reading
         self.scroll = 0
         var thread = self[thread: conversation]
-        thread.unread = 0
-        if thread.lastSeq > thread.readUpTo {
+        if reading { thread.unread = 0 }
+        if reading, thread.lastSeq > thread.readUpTo {
             thread.readUpTo = thread.lastSeq
             actions.append(.markRead(conversation, upToSeq: thread.lastSeq))
         }

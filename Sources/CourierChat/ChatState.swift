@@ -55,6 +55,9 @@ struct ChatState {
     var open: String?
     /// The conversation open before `/open` made a new one: open again if the server knows no such one.
     var openBefore: String?
+    /// Whether the chat opened the open conversation by itself (the next after `/close`): it is shown, but nothing
+    /// in it is read (no read receipt goes to its senders) until the user does something in it (``ChatState/handle(_:now:)``).
+    var glancing = false
     var input = LineEditor()
     /// How many rows the open conversation is scrolled up from its newest message.
     var scroll = 0
@@ -196,7 +199,7 @@ struct ChatState {
             thread.read[name] = max(thread.read[name] ?? 0, mark.readSeq)
         }
         defer { self.threads[key] = thread }
-        guard key == self.open, thread.lastSeq > thread.readUpTo else { return [] }
+        guard key == self.open, !self.glancing, thread.lastSeq > thread.readUpTo else { return [] }
         thread.readUpTo = thread.lastSeq
         thread.unread = 0
         return [.markRead(conversation, upToSeq: thread.lastSeq)]
@@ -208,7 +211,7 @@ struct ChatState {
     mutating func setUnread(_ counts: [UnreadCount]) {
         for count in counts {
             let key = Self.key(count.conversation)
-            self[thread: count.conversation].unread = key == self.open ? 0 : count.unread
+            self[thread: count.conversation].unread = key == self.open && !self.glancing ? 0 : count.unread
             guard case .user(let peer) = count.conversation else { continue }
             let name = peer.lowercased()
             var thread = self[thread: count.conversation]
@@ -227,7 +230,9 @@ struct ChatState {
             var actions: [ChatAction] = [.refreshUnread]
             guard let thread = self.openThread else { return actions }
             // Read marks made while offline were not delivered: say again how far the open one is read.
-            if thread.lastSeq > 0 { actions.append(.markRead(thread.conversation, upToSeq: thread.lastSeq)) }
+            if thread.lastSeq > 0, !self.glancing {
+                actions.append(.markRead(thread.conversation, upToSeq: thread.lastSeq))
+            }
             if !thread.historyRequested {
                 self.threads[Self.key(thread.conversation)]?.historyRequested = true
                 actions.append(.loadHistory(thread.conversation, beforeSeq: 0))
@@ -257,7 +262,7 @@ struct ChatState {
                 reopened = [.closedChanged(self.closed)]
             }
             guard added, message.from.lowercased() != self.me.lowercased() else { return reopened }
-            if key == self.open {
+            if key == self.open, !self.glancing {
                 let readUpTo = self.threads[key]?.readUpTo ?? 0
                 self.threads[key]?.readUpTo = max(readUpTo, message.seq)
                 return reopened + [.markRead(message.conversation, upToSeq: message.seq)]

@@ -216,8 +216,9 @@ struct ChatTerminalTests {
         #expect(screen.last == ">", "the input is empty after sending")
         #expect(try await tmux.value("alice", "cursor_x") == "2")
 
-        // Now that both have written in their conversation, bob's typing shows on alice's screen, and goes when he
-        // clears it.
+        // Now that both have written in their conversation, each sees the other online (told as alice's answer
+        // committed, neither connecting again), and bob's typing shows on alice's screen, going when he clears it.
+        _ = try await tmux.wait("alice", for: "bob online") { $0[1].contains("@bob · online") }
         try await tmux.type("bob", "x")
         _ = try await tmux.wait("alice", for: "bob is typing") { $0[1].contains("bob is typing…") }
         try await tmux.press("bob", "C-u")
@@ -238,7 +239,7 @@ struct ChatTerminalTests {
         // bob's terminal shrinks: the screen is laid out again at the new size.
         try await tmux.run("resize-window", "-t", "bob", "-x", "60", "-y", "20")
         screen = try await tmux.wait("bob", for: "the narrower layout") { rows in
-            rows.count == 20 && rows[1].hasSuffix("│ @alice")
+            rows.count == 20 && rows[1].hasSuffix("│ @alice · online")
                 && rows[1].firstIndex(of: "│").map { CLibraryWidth.of(rows[1][..<$0]) }
                     == ChatScreen.listWidth(columns: 60)
         }

@@ -110,6 +110,46 @@ struct ChatCommandsTests {
         #expect(state.open == "@bob")
     }
 
+    @Test(
+        "the conversation /close opens next is only glanced at: nothing read until a key acts in it, Tab leaves it unread"
+    )
+    func closeDoesNotRead() {
+        var state = Self.state()
+        _ = state.apply(.message(ChatStateTests.message(7, from: "carol", in: .user("carol"), "你好？")), now: Self.now)
+        let unread = state.threads["@carol"]!.unread
+        #expect(unread > 0)
+        var actions = Self.run("/close", in: &state)
+        #expect(state.open == "@carol")
+        #expect(!actions.contains { if case .markRead = $0 { true } else { false } }, "\(actions)")
+        #expect(state.threads["@carol"]!.unread == unread)
+        // A message arriving meanwhile is not read either, and neither is the history the server sends.
+        actions = state.apply(
+            .message(ChatStateTests.message(8, from: "carol", in: .user("carol"), "在吗")),
+            now: Self.now
+        )
+        actions += state.merge(
+            history: [ChatStateTests.message(8, from: "carol", in: .user("carol"), "在吗")],
+            more: false,
+            of: .user("carol")
+        )
+        actions += state.apply(.connected(user: "alice"), now: Self.now)
+        #expect(!actions.contains { if case .markRead = $0 { true } else { false } }, "\(actions)")
+        #expect(state.threads["@carol"]!.unread == unread + 1)
+        // Scrolling up in it reads it.
+        actions = state.handle(.up, now: Self.now)
+        #expect(actions.first == .markRead(.user("carol"), upToSeq: 8), "\(actions)")
+        #expect(state.threads["@carol"]!.unread == 0 && !state.glancing)
+        // Glanced at again, then left with Tab: still unread.
+        _ = state.apply(.message(ChatStateTests.message(9, from: "carol", in: .user("carol"), "？")), now: Self.now)
+        _ = state.select(.user("carol"), now: Self.now, reading: false)
+        _ = state.apply(.message(ChatStateTests.message(10, from: "carol", in: .user("carol"), "!!")), now: Self.now)
+        _ = state.apply(.message(ChatStateTests.message(1, from: "dave", in: .user("dave"), "hello")), now: Self.now)
+        actions = state.handle(.tab, now: Self.now)
+        #expect(state.open == "@dave")
+        #expect(!actions.contains(.markRead(.user("carol"), upToSeq: 10)), "\(actions)")
+        #expect(state.threads["@carol"]!.unread == 1, "message 10 came while it was only glanced at")
+    }
+
     @Test("peers show offline with last seen; everyone offline while this side is; the title says when it retries")
     func presence() {
         var state = Self.state()
