@@ -79,7 +79,10 @@ public enum ErrorCodes {
             "the server could not reach or write its database (disk full, I/O error, PostgreSQL down or out of reach): not stored; try again after `retry_after_ms` (a failed write or login closes the connection)"
         ),
         (mediaTooLarge, false, "a media file over the server's `max_media_bytes`: nothing is taken"),
-        (quotaExceeded, false, "the upload would put the user's stored media over its quota: nothing is stored"),
+        (
+            quotaExceeded, false,
+            "the upload would put the user's stored media over its quota: nothing is stored; at login (closed), the user has `max-devices-per-user` devices already"
+        ),
         (
             mediaMismatch, false,
             "an upload's bytes do not match its declared size or sha256 (or overrun the stream's window): nothing is stored"

@@ -220,6 +220,9 @@ public struct StoreLimits: Sendable, Hashable {
     public var maxMessageIDBytes: Int = 128
     /// The longest device name, in UTF-8 bytes.
     public var maxDeviceNameBytes: Int = 64
+    /// The most devices of one user that can connect (not revoked, not expired); a password login that would make
+    /// one more is refused with `quota-exceeded` (renewing a device's token is not a new device).
+    public var maxDevicesPerUser: Int = 100
     /// The most events of one user a group commit returns as they were written (``AppliedBatch/fresh``); a user
     /// with more has them read back. 0 returns none.
     public var maxFreshEventsPerUser: Int = 64

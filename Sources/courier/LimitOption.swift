@@ -50,6 +50,7 @@ enum LimitOption {
         ("token-lifetime", { $0.store.limits.tokenLifetime = try seconds($1) }),
         ("recall-window", { $0.store.limits.recallWindow = try seconds($1) }),
         ("max-receipt-marks", { $0.store.limits.maxReceiptMarks = try count($1) }),
+        ("max-devices-per-user", { $0.store.limits.maxDevicesPerUser = try int($1) }),
         ("max-batch-requests", { $0.commit.maxBatchRequests = try int($1) }),
         ("compat-max-header-bytes", { $0.compat.maxHeaderBytes = try bytes($1) }),
         ("max-media-bytes", { $0.media.maxMediaBytes = try bytes64($1) }),

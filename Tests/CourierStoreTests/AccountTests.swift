@@ -256,6 +256,42 @@ struct AccountTests {
         }
     }
 
+    @Test(
+        "a user has at most max-devices-per-user devices that can connect: one more is refused; renewal, revoked and expired ones do not count",
+        arguments: StoreKind.allCases
+    )
+    func devicesPerUser(kind: StoreKind) async throws {
+        var limits = StoreLimits()
+        limits.maxDevicesPerUser = 3
+        limits.tokenLifetime = .seconds(3600)
+        try await StoreFixture.with(kind, limits: limits) { fixture in
+            try await fixture.users("alice", "bob")
+            let now = StoreFixture.start
+            let login = { (user: String, device: String, renewing: String?, at: Int64) in
+                try await fixture.store.login(
+                    user: user,
+                    password: "pw-" + user,
+                    deviceName: device,
+                    renewing: renewing,
+                    nowMs: at
+                )
+            }
+            var sessions: [DeviceSession] = []
+            for name in ["手机", "laptop", "tablet"] { sessions.append(try await login("alice", name, nil, now)) }
+            await expectCode(.quotaExceeded) { _ = try await login("alice", "thief's", nil, now + 1) }
+            // Another user is not concerned; a renewal makes no device.
+            _ = try await login("bob", "phone", nil, now + 1)
+            let renewed = try await login("alice", "手机", sessions[0].token, now + 2)
+            #expect(renewed.device.id == sessions[0].device.id)
+            // A revoked device frees a place.
+            try await fixture.store.revokeDevice(sessions[1].device.id, of: "alice", nowMs: now + 3)
+            _ = try await login("alice", "new laptop", nil, now + 4)
+            await expectCode(.quotaExceeded) { _ = try await login("alice", "thief's", nil, now + 5) }
+            // So does an expired one (past the token lifetime, never renewed).
+            _ = try await login("alice", "later", nil, now + 3_600_000 + 1)
+        }
+    }
+
     @Test("changing a password revokes every device of the user", arguments: StoreKind.allCases)
     func passwordChange(kind: StoreKind) async throws {
         try await StoreFixture.with(kind) { fixture in

@@ -13,7 +13,8 @@ extension StoreBackend {
     /// on the caller's.
     ///
     /// - Throws: `auth-failed` (unknown user, removed user or wrong password: one code for all), `invalid-request`
-    ///   (a device name with control characters), `throttled` (too many password checks waiting), `storage-failed`.
+    ///   (a device name with control characters), `throttled` (too many password checks waiting), `quota-exceeded`
+    ///   (a new device past ``StoreLimits/maxDevicesPerUser``), `storage-failed`.
     public func login(
         user name: String,
         password: String,
@@ -54,6 +55,18 @@ extension StoreBackend {
                 var device = held.device
                 device.expiresMs = expiresMs
                 return (device, true)
+            }
+            // A new device: only while the user has fewer than the limit that can connect (not revoked, not
+            // expired), so that logins, a thief's among them, cannot fill the store with devices.
+            let usable = try await transaction.devices(of: current.id).filter {
+                $0.revokedMs == nil && $0.expiresMs > nowMs
+            }
+            guard usable.count < self.limits.maxDevicesPerUser else {
+                throw CourierStoreError(
+                    .quotaExceeded,
+                    "\(current.name) has \(usable.count) devices, the most a user may have: revoke one first "
+                        + "(courier user revoke), or log in again from a device that has its token"
+                )
             }
             let cursor = try await transaction.logCursor(of: current.id)
             let id = try await transaction.insertDevice(
