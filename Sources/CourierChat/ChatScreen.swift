@@ -225,8 +225,9 @@ struct ChatScreen: Equatable {
     static func messageRows(of thread: ChatState.Thread, state: ChatState, now: Date, width: Int) -> [Pieces] {
         let relative = RelativeTime()
         let me = state.me.lowercased()
+        // Those past `seq`, who were members when it was sent.
         let others = { (marks: [String: UInt64], seq: UInt64) in
-            marks.filter { $0.key != me && $0.value >= seq }.count
+            marks.filter { $0.key != me && $0.value >= seq && thread.joined[$0.key, default: 0] < seq }.count
         }
         let newestRead = thread.lines.last { line in
             guard let seq = line.seq, line.from.lowercased() == me else { return false }

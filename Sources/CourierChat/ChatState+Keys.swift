@@ -4,27 +4,33 @@ import Foundation
 /// Keys and the commands typed in the line.
 extension ChatState {
     /// A key: what it does, and when the open conversation was only glanced at (opened by the chat) and the key acts
-    /// in it (typing, Enter, scrolling), the conversation is read from now.
+    /// in it (scrolling it, writing in it or sending: not a command, not leaving it), the conversation is read from
+    /// then on.
     mutating func handle(_ key: Key, now: Date) -> [ChatAction] {
-        guard self.glancing, Self.actsInConversation(key) else { return self.press(key, now: now) }
-        self.glancing = false
-        var read: [ChatAction] = []
-        if let thread = self.openThread {
-            self.threads[Self.key(thread.conversation)]?.unread = 0
-            if thread.lastSeq > thread.readUpTo {
-                self.threads[Self.key(thread.conversation)]?.readUpTo = thread.lastSeq
-                read.append(.markRead(thread.conversation, upToSeq: thread.lastSeq))
-            }
+        guard self.glancing else { return self.press(key, now: now) }
+        let writing = { (text: String) in !text.isEmpty && !text.hasPrefix("/") }
+        switch key {
+        case .up, .down, .pageUp, .pageDown:
+            return self.readGlanced() + self.press(key, now: now)
+        case .enter where writing(self.input.text):
+            return self.readGlanced() + self.press(key, now: now)
+        case .character, .paste, .backspace, .delete:
+            let actions = self.press(key, now: now)
+            return (self.glancing && writing(self.input.text) ? self.readGlanced() : []) + actions
+        default:
+            return self.press(key, now: now)
         }
-        return read + self.press(key, now: now)
     }
 
-    /// Keys that do something in the open conversation (rather than leave it, quit or redraw).
-    private static func actsInConversation(_ key: Key) -> Bool {
-        switch key {
-        case .character, .paste, .enter, .backspace, .delete, .up, .down, .pageUp, .pageDown: true
-        default: false
-        }
+    /// The glanced-at open conversation is read now.
+    private mutating func readGlanced() -> [ChatAction] {
+        self.glancing = false
+        guard let thread = self.openThread else { return [] }
+        let key = Self.key(thread.conversation)
+        self.threads[key]?.unread = 0
+        guard thread.lastSeq > thread.readUpTo else { return [] }
+        self.threads[key]?.readUpTo = thread.lastSeq
+        return [.markRead(thread.conversation, upToSeq: thread.lastSeq)]
     }
 
     private mutating func press(_ key: Key, now: Date) -> [ChatAction] {

@@ -30,6 +30,9 @@ struct ChatState {
         /// Up to where each other member's devices received and read the conversation, by lowercased name.
         var delivered: [String: UInt64] = [:]
         var read: [String: UInt64] = [:]
+        /// Where members joined a group, by lowercased name, as far as this chat knows: their marks count only for
+        /// the messages after it.
+        var joined: [String: UInt64] = [:]
         /// Who is typing, until when (a typing notice lasts ``ChatState/typingShownFor`` unless renewed).
         var typing: [String: Date] = [:]
         /// Whether a page of history has been asked of the server, and whether older pages remain.
@@ -195,6 +198,7 @@ struct ChatState {
         thread.moreHistory = more
         for mark in receipts {
             let name = mark.user.lowercased()
+            if mark.joinedSeq > 0 { thread.joined[name] = max(thread.joined[name] ?? 0, mark.joinedSeq) }
             thread.delivered[name] = max(thread.delivered[name] ?? 0, mark.deliveredSeq, mark.readSeq)
             thread.read[name] = max(thread.read[name] ?? 0, mark.readSeq)
         }
@@ -313,6 +317,10 @@ struct ChatState {
             let key = Self.key(.group(group))
             if user.lowercased() == self.me.lowercased(), joined, self.threads[key] == nil {
                 self.threads[key] = Thread(conversation: .group(group))
+            }
+            // Joined after the newest message known here: what the newcomer's marks say counts from there on.
+            if joined, let thread = self.threads[key] {
+                self.threads[key]?.joined[user.lowercased()] = thread.lastSeq
             }
             self.notice = "\(user) \(joined ? "joined" : "left") #\(group)"
             return []

@@ -182,11 +182,15 @@ public struct ReceiptMark: Hashable, Sendable {
     /// Up to this seq the member's devices received the conversation (never below ``readSeq``).
     public var deliveredSeq: UInt64
     public var readSeq: UInt64
+    /// Where the member joined the group: its marks say nothing of the messages at or before it (0 in a direct
+    /// conversation).
+    public var joinedSeq: UInt64
 
-    public init(user: String, deliveredSeq: UInt64, readSeq: UInt64) {
+    public init(user: String, deliveredSeq: UInt64, readSeq: UInt64, joinedSeq: UInt64 = 0) {
         self.user = user
         self.deliveredSeq = deliveredSeq
         self.readSeq = readSeq
+        self.joinedSeq = joinedSeq
     }
 }
 

@@ -282,7 +282,12 @@ public final class CourierClient: Service, Sendable {
         let answer = try await self.request(envelope)
         guard case .history(let page)? = answer.body else { throw Self.unexpected(answer) }
         let receipts = page.receipts.map {
-            ReceiptMark(user: $0.user, deliveredSeq: max($0.deliveredSeq, $0.readSeq), readSeq: $0.readSeq)
+            ReceiptMark(
+                user: $0.user,
+                deliveredSeq: max($0.deliveredSeq, $0.readSeq),
+                readSeq: $0.readSeq,
+                joinedSeq: $0.joinedSeq
+            )
         }
         return (page.messages.map(ChatMessage.init), page.more, receipts)
     }

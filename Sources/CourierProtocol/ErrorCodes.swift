@@ -76,7 +76,7 @@ public enum ErrorCodes {
         (recallWindowPassed, false, "a recall after the recall window"),
         (
             storageFailed, false,
-            "the server could not reach or write its database (disk full, I/O error, PostgreSQL down or out of reach): not stored; try again after `retry_after_ms` (a failed write or login closes the connection)"
+            "the server could not reach or write its database (disk full, I/O error, PostgreSQL down or out of reach): not stored, unless PostgreSQL stopped answering during the `COMMIT` itself, so send again with the same `id` (one stored is answered as a duplicate); try again after `retry_after_ms` (a failed write or login closes the connection)"
         ),
         (mediaTooLarge, false, "a media file over the server's `max_media_bytes`: nothing is taken"),
         (

@@ -55,9 +55,10 @@ public protocol ClusterAdmission: Sendable {
     /// Forgets what this node counted before (it starts: none of its connections is open).
     func forgetNode() async throws
 
-    /// Forgets attempts and connections that no longer count: the attempts that started before `beforeMs`, and
-    /// the connections of nodes that are not alive at `nowMs`.
-    func prune(attemptsBeforeMs: Int64, nowMs: Int64) async throws
+    /// Forgets attempts and connections that no longer count: the attempts that started before `attemptsBeforeMs`,
+    /// and the connections of nodes that are not alive at `nowMs`; of those, the ones that yielded (their node,
+    /// should it come back, must still find them yielded) only once they yielded before `yieldedBeforeMs`.
+    func prune(attemptsBeforeMs: Int64, yieldedBeforeMs: Int64, nowMs: Int64) async throws
 }
 
 /// A connection counted across the nodes: its lease and its user.

@@ -177,16 +177,19 @@ public struct HistoryPage: Hashable, Sendable {
     }
 }
 
-/// How far one member received and read a conversation (up to a seq; 0 for nothing yet).
+/// How far one member received and read a conversation (up to a seq; 0 for nothing yet), and where it joined it:
+/// its marks say nothing of the messages at or before that seq (0 in a direct conversation).
 public struct ReceiptMark: Hashable, Sendable {
     public var user: String
     public var deliveredSeq: UInt64
     public var readSeq: UInt64
+    public var joinedSeq: UInt64
 
-    public init(user: String, deliveredSeq: UInt64, readSeq: UInt64) {
+    public init(user: String, deliveredSeq: UInt64, readSeq: UInt64, joinedSeq: UInt64 = 0) {
         self.user = user
         self.deliveredSeq = deliveredSeq
         self.readSeq = readSeq
+        self.joinedSeq = joinedSeq
     }
 }
 

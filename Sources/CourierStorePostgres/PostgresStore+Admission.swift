@@ -20,7 +20,7 @@ extension PostgresStore: ClusterAdmission {
         nowMs: Int64
     ) async throws -> PasswordAdmission {
         let logger = self.logger
-        let lockTimeout = self.configuration.admissionLockTimeout
+        let lockTimeout = self.admissionLockTimeout
         let keys = [("a:" + address, limits.perAddress), ("u:" + user, limits.perUser)]
         let failedSince = nowMs - limits.window.wholeMilliseconds
         let startedSince = nowMs - limits.inFlightLifetime.wholeMilliseconds
@@ -85,13 +85,15 @@ extension PostgresStore: ClusterAdmission {
     ) async throws -> ConnectionAdmission {
         let logger = self.logger
         let node = self.configuration.node
-        let lockTimeout = self.configuration.admissionLockTimeout
+        let lockTimeout = self.admissionLockTimeout
         return try await self.write(doing: "open a connection") { connection in
             try await Self.lock("c:\(user.rawValue)", timeout: lockTimeout, connection, logger: logger)
-            // The user's connections that count: not yielded, on a node that is alive. Those on dead nodes go.
+            // The user's connections that count: not yielded, on a node that is alive. Those on dead nodes go; a
+            // yielded one stays (until ``prune``) so that its node, back, still finds it yielded and closes it.
             try await connection.run(
                 """
-                DELETE FROM connection_leases l WHERE l.user_id = \(user.rawValue) AND NOT EXISTS (
+                DELETE FROM connection_leases l
+                WHERE l.user_id = \(user.rawValue) AND l.yielded_ms IS NULL AND NOT EXISTS (
                     SELECT 1 FROM cluster_nodes n WHERE n.name = l.node AND n.alive_until_ms > \(nowMs))
                 """,
                 logger: logger
@@ -196,7 +198,7 @@ extension PostgresStore: ClusterAdmission {
         }
     }
 
-    public func prune(attemptsBeforeMs: Int64, nowMs: Int64) async throws {
+    public func prune(attemptsBeforeMs: Int64, yieldedBeforeMs: Int64, nowMs: Int64) async throws {
         let logger = self.logger
         try await self.write(doing: "prune what no longer counts") { connection in
             try await connection.run(
@@ -205,13 +207,21 @@ extension PostgresStore: ClusterAdmission {
             )
             try await connection.run(
                 """
-                DELETE FROM connection_leases l WHERE NOT EXISTS (
+                DELETE FROM connection_leases l
+                WHERE (l.yielded_ms IS NULL OR l.yielded_ms < \(yieldedBeforeMs)) AND NOT EXISTS (
                     SELECT 1 FROM cluster_nodes n WHERE n.name = l.node AND n.alive_until_ms > \(nowMs))
                 """,
                 logger: logger
             )
             try await connection.run("DELETE FROM cluster_nodes WHERE alive_until_ms <= \(nowMs)", logger: logger)
         }
+    }
+
+    /// How long a key's lock is waited for: ``Configuration-swift.struct/admissionLockTimeout``, and never more than
+    /// half the transaction's own deadline (``Configuration-swift.struct/transactionTimeout``), so that the lock's
+    /// timeout, which is tried again, comes first.
+    var admissionLockTimeout: Duration {
+        min(self.configuration.admissionLockTimeout, self.configuration.transactionTimeout / 2)
     }
 
     /// Takes a key's advisory lock until the transaction ends, waiting at most `timeout`

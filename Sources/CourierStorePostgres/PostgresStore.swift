@@ -104,6 +104,10 @@ public final class PostgresStore: StoreBackend, Service, CustomReflectable {
         var client = location.clientConfiguration
         client.options.maximumConnections = max(1, configuration.maxConnections)
         client.options.connectTimeout = configuration.connectTimeout
+        // No keep-alive question on idle connections: it has no deadline of its own, and one asked on a connection
+        // whose packets are dropped would hold that connection for good. Idle connections close after a minute
+        // instead, and every request's work has ``Configuration-swift.struct/transactionTimeout``.
+        client.options.keepAliveBehavior = nil
         client.options.additionalStartupParameters = [
             (
                 "idle_in_transaction_session_timeout",

@@ -107,9 +107,10 @@ extension PostgresTransaction {
     ) async throws -> [MarkRow] {
         try await self.connection.rows(
             """
-            SELECT user_id, delivered_seq, read_seq FROM members
+            SELECT user_id, delivered_seq, read_seq, joined_seq FROM members
             WHERE conversation_id = \(conversation) AND user_id <> \(user.rawValue)
                 AND (delivered_seq >= \(seq) OR read_seq >= \(seq))
+                AND (delivered_seq > joined_seq OR read_seq > joined_seq)
             ORDER BY read_seq DESC, delivered_seq DESC, user_id LIMIT \(limit)
             """,
             logger: self.logger
@@ -117,7 +118,8 @@ extension PostgresTransaction {
             MarkRow(
                 user: UserID(rawValue: try row.get("user_id")),
                 deliveredSeq: try row.get("delivered_seq"),
-                readSeq: try row.get("read_seq")
+                readSeq: try row.get("read_seq"),
+                joinedSeq: try row.get("joined_seq")
             )
         }
     }

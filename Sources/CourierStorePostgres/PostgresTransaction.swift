@@ -90,6 +90,17 @@ package struct PostgresTransaction: StoreTransaction {
 
     // MARK: Devices
 
+    package func usableDevices(of user: UserID, nowMs: Int64) async throws -> Int {
+        try await self.connection.value(
+            """
+            SELECT count(*)::bigint FROM devices
+            WHERE user_id = \(user.rawValue) AND revoked_ms IS NULL AND expires_ms > \(nowMs)
+            """,
+            as: Int64.self,
+            logger: self.logger
+        ).map { Int($0) } ?? 0
+    }
+
     package func devices(of user: UserID) async throws -> [Device] {
         try await self.connection.rows(
             """

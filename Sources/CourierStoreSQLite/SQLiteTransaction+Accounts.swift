@@ -69,6 +69,16 @@ extension SQLiteTransaction {
 
     // MARK: Devices
 
+    package func usableDevices(of user: UserID, nowMs: Int64) async throws -> Int {
+        try await self.access { db in
+            try Int.fetchOne(
+                db,
+                sql: "SELECT count(*) FROM devices WHERE user_id = ? AND revoked_ms IS NULL AND expires_ms > ?",
+                arguments: [user.rawValue, nowMs]
+            ) ?? 0
+        }
+    }
+
     package func devices(of user: UserID) async throws -> [Device] {
         try await self.access { db in
             try Row.fetchAll(

@@ -122,8 +122,9 @@ extension SQLiteTransaction {
             try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT user_id, delivered_seq, read_seq FROM members
+                    SELECT user_id, delivered_seq, read_seq, joined_seq FROM members
                     WHERE conversation_id = ? AND user_id != ? AND (delivered_seq >= ? OR read_seq >= ?)
+                        AND (delivered_seq > joined_seq OR read_seq > joined_seq)
                     ORDER BY read_seq DESC, delivered_seq DESC, user_id LIMIT ?
                     """,
                 arguments: [conversation, user.rawValue, seq, seq, limit]
@@ -131,7 +132,8 @@ extension SQLiteTransaction {
                 MarkRow(
                     user: UserID(rawValue: row["user_id"]),
                     deliveredSeq: row["delivered_seq"],
-                    readSeq: row["read_seq"]
+                    readSeq: row["read_seq"],
+                    joinedSeq: row["joined_seq"]
                 )
             }
         }

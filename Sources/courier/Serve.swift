@@ -7,6 +7,12 @@ import Foundation
 import Logging
 import ServiceLifecycle
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run the Courier server: on an embedded SQLite database, or as one node of several on PostgreSQL.",
@@ -245,20 +251,36 @@ struct Serve: AsyncParsableCommand {
 
     /// What a start that never served leaves in a folder it made: removed only if nothing else is there (an admin
     /// command's work, another server's) and no message, file or crash was stored.
+    ///
+    /// Under the folder's server lock (taken again; if another server holds it, nothing is touched), and one known
+    /// name at a time, folders only once empty: a file that another process puts there meanwhile stays, and so does
+    /// the folder.
     static func removeUnused(folder: String) {
         let manager = FileManager.default
+        let lockPath = folder + "/server.lock"
+        let lock = open(lockPath, O_RDWR | O_CLOEXEC)
+        guard lock >= 0 else { return }
+        defer { close(lock) }
+        guard flock(lock, LOCK_EX | LOCK_NB) == 0 else { return }
         guard let entries = manager.subpaths(atPath: folder) else { return }
         let made: Set<String> = [
             "courier.sqlite", "courier.sqlite-wal", "courier.sqlite-shm", "server.lock", "crashes", "media",
         ]
+        var folders: [String] = []
+        var files: [String] = []
         for entry in entries {
             let top = String(entry.split(separator: "/").first ?? "")
             var isFolder: ObjCBool = false
             _ = manager.fileExists(atPath: folder + "/" + entry, isDirectory: &isFolder)
             // Folders under media/ and crashes/ are made empty at the start; any file in them is someone's.
             guard made.contains(top), entry == top || isFolder.boolValue else { return }
+            if isFolder.boolValue { folders.append(entry) } else { files.append(entry) }
         }
-        try? manager.removeItem(atPath: folder)
+        for file in files where file != "server.lock" { unlink(folder + "/" + file) }
+        // The deepest first; rmdir fails on a folder something was put in since.
+        for sub in folders.sorted(by: { $0.count > $1.count }) { rmdir(folder + "/" + sub) }
+        unlink(lockPath)
+        rmdir(folder)
     }
 }
 

@@ -135,6 +135,10 @@ struct ChatCommandsTests {
         actions += state.apply(.connected(user: "alice"), now: Self.now)
         #expect(!actions.contains { if case .markRead = $0 { true } else { false } }, "\(actions)")
         #expect(state.threads["@carol"]!.unread == unread + 1)
+        // A command typed is not reading it (the "/" of /quit, say).
+        actions = state.handle(.character("/"), now: Self.now) + state.handle(.character("q"), now: Self.now)
+        #expect(!actions.contains { if case .markRead = $0 { true } else { false } }, "\(actions)")
+        _ = state.handle(.control("u"), now: Self.now)
         // Scrolling up in it reads it.
         actions = state.handle(.up, now: Self.now)
         #expect(actions.first == .markRead(.user("carol"), upToSeq: 8), "\(actions)")

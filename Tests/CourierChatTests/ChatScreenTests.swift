@@ -207,12 +207,17 @@ struct ChatScreenTests {
         let shown = rows()
         #expect(shown.contains { $0.contains("消息 2") && $0.contains("read\u{A0}by\u{A0}2") }, "\(shown)")
         #expect(shown.contains { $0.contains("消息 3") && $0.contains("✓✓") && !$0.contains("read") }, "\(shown)")
-        // A live receipt past the page's marks moves them on; an older page's marks never take them back.
+        // A live receipt past the page's marks moves them on; an older page's marks never take them back; a member
+        // who joined after a message is not among its readers.
         _ = state.apply(.receipt(conversation: .group("家"), user: "dave", read: true, upToSeq: 3), now: Self.now)
         _ = state.merge(
             history: [],
             more: false,
-            receipts: [ReceiptMark(user: "dave", deliveredSeq: 1, readSeq: 1)],
+            receipts: [
+                ReceiptMark(user: "dave", deliveredSeq: 1, readSeq: 1),
+                // Joined at 3: read up to 3 says nothing of message 3, sent before.
+                ReceiptMark(user: "erin", deliveredSeq: 3, readSeq: 3, joinedSeq: 3),
+            ],
             of: .group("家")
         )
         let moved = rows()

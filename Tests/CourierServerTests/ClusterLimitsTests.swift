@@ -92,7 +92,11 @@ struct ClusterLimitsTests {
                     group.addTask { try await LoginStormTests.tokenLogin(port: port, token: welcome.token) }
                     try await waitUntil("a login waits for the lock") {
                         let rows = try await connection.query(
-                            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                            """
+                            SELECT count(*) FROM pg_locks
+                            WHERE locktype = 'advisory' AND NOT granted AND classid::bigint = 1131378034
+                                AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                            """,
                             logger: TestDatabase.logger
                         )
                         var waiting = 0

@@ -100,13 +100,29 @@ struct DatabaseDownTests {
                 let health = try await Self.health(cluster)
                 return health.status == "200" && health.body.contains("\"listening\":true")
             }
-            let (bob, _) = try await NativeTestClient.login(port: port, "bob")
-            let (again, _) = try await NativeTestClient.login(port: port, "alice")
+            // As a client does: a login answered storage-failed (a pool connection not back yet) is tried again.
+            let bob = try await Self.login(port: port, "bob")
+            let again = try await Self.login(port: port, "alice")
             #expect(try await again.sendText("after", to: .user("bob")).ack != nil)
             #expect(try await bob.messages(1).map(\.body.text) == ["after"])
             await again.close()
             await bob.close()
         }
+    }
+
+    /// A password login, tried again while the node answers `storage-failed` (as the Swift client does after its
+    /// `retry_after_ms`).
+    static func login(port: Int, _ user: String) async throws -> NativeTestClient {
+        var client: NativeTestClient?
+        try await waitUntil("\(user) logs in once the database is back") {
+            do {
+                client = try await NativeTestClient.login(port: port, user).0
+                return true
+            } catch  where "\(error)".contains(ErrorCodes.storageFailed) {
+                return false
+            }
+        }
+        return client!
     }
 
     /// The node's `/health`: its status code and body.

@@ -150,7 +150,7 @@ struct AdmissionTests {
                 try await node.admitPasswordAttempt(user: "carol", address: "b", limits: Self.limits, nowMs: after)
                     .attempt != nil
             )
-            try await node.prune(attemptsBeforeMs: after, nowMs: after)
+            try await node.prune(attemptsBeforeMs: after, yieldedBeforeMs: after, nowMs: after)
             let rows = try await node.read(doing: "count") { connection in
                 try await connection.value("SELECT count(*) FROM login_attempts", as: Int64.self, logger: node.logger)
             }

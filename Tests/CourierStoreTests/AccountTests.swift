@@ -267,7 +267,7 @@ struct AccountTests {
         try await StoreFixture.with(kind, limits: limits) { fixture in
             try await fixture.users("alice", "bob")
             let now = StoreFixture.start
-            let login = { (user: String, device: String, renewing: String?, at: Int64) in
+            let login = { @Sendable (user: String, device: String, renewing: String?, at: Int64) in
                 try await fixture.store.login(
                     user: user,
                     password: "pw-" + user,
@@ -287,8 +287,19 @@ struct AccountTests {
             try await fixture.store.revokeDevice(sessions[1].device.id, of: "alice", nowMs: now + 3)
             _ = try await login("alice", "new laptop", nil, now + 4)
             await expectCode(.quotaExceeded) { _ = try await login("alice", "thief's", nil, now + 5) }
-            // So does an expired one (past the token lifetime, never renewed).
-            _ = try await login("alice", "later", nil, now + 3_600_000 + 1)
+            // So does an expired one (past the token lifetime, never renewed); renewing one makes it usable again,
+            // which counts as one more.
+            let later = now + 3_600_000 + 10
+            for name in ["later", "x", "y"] { _ = try await login("alice", name, nil, later) }
+            await expectCode(.quotaExceeded) { _ = try await login("alice", "手机", renewed.token, later) }
+            // Ten logins at once for bob, who has one device: two get in (the count is taken under his row's lock).
+            let results = await withTaskGroup(of: Bool.self) { group in
+                for index in 0..<10 {
+                    group.addTask { (try? await login("bob", "d\(index)", nil, now + 10)) != nil }
+                }
+                return await group.reduce(into: [Bool]()) { $0.append($1) }
+            }
+            #expect(results.filter { $0 }.count == 2, "\(results)")
         }
     }
 

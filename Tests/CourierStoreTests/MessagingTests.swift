@@ -286,9 +286,34 @@ struct MessagingTests {
             // bob sees alice's marks too (she read what she sent), and his own never.
             let bobs = try await fixture.store.history(for: bob, in: .group("family"), beforeSeq: 0, limit: 10).receipts
             #expect(bobs.map(\.user) == ["alice", "dave"], "\(bobs)")
+            // A member who joins later is marked as having read what came before: that says nothing, and its
+            // marks are left out until it reads something after; then they come with where it joined.
+            _ = try await fixture.users("erin")
+            try await fixture.store.changeMembers(
+                of: "family",
+                actor: nil,
+                add: ["erin"],
+                remove: [],
+                nowMs: StoreFixture.start
+            )
+            let withErin = try await fixture.store.history(for: bob, in: .group("family"), beforeSeq: 0, limit: 10)
+            #expect(!withErin.receipts.contains { $0.user == "erin" }, "\(withErin.receipts)")
             // A page past everyone's marks carries none: an empty page carries none either.
             _ = try await fixture.sent(alice, "g5", to: .group("family"), "5")
             #expect(try await marks(0, 1) == [])
+            _ = try await fixture.store.apply(
+                [.markRead(user: ids["dave"]!, conversation: .group("family"), upToSeq: 5)],
+                nowMs: StoreFixture.start
+            )
+            let erin = try await fixture.store.users().first { $0.name == "erin" }!.id
+            _ = try await fixture.store.apply(
+                [.markRead(user: erin, conversation: .group("family"), upToSeq: 5)],
+                nowMs: StoreFixture.start
+            )
+            let late = try await fixture.store.history(for: alice, in: .group("family"), beforeSeq: 0, limit: 1)
+            // erin read message 5, after she joined (at 4): her mark counts, and says where she joined (first: as
+            // far read as dave, and joining marked her as having received up to 4).
+            #expect(late.receipts.map { "\($0.user) \($0.readSeq) \($0.joinedSeq)" } == ["erin 5 4", "dave 5 0"])
             #expect(
                 try await fixture.store.history(for: alice, in: .user("bob"), beforeSeq: 0, limit: 10).receipts == []
             )

@@ -990,6 +990,10 @@ public nonisolated struct Courier_V1_ReceiptMark: Sendable {
 
   public var readSeq: UInt64 = 0
 
+  /// The seq the member joined the group at: its marks say nothing of the messages at or before it (0 in a direct
+  /// conversation).
+  public var joinedSeq: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -2914,7 +2918,7 @@ nonisolated extension Courier_V1_HistoryPage: SwiftProtobuf.Message, SwiftProtob
 
 nonisolated extension Courier_V1_ReceiptMark: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ReceiptMark"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}user\0\u{3}delivered_seq\0\u{3}read_seq\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}user\0\u{3}delivered_seq\0\u{3}read_seq\0\u{3}joined_seq\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2925,6 +2929,7 @@ nonisolated extension Courier_V1_ReceiptMark: SwiftProtobuf.Message, SwiftProtob
       case 1: try { try decoder.decodeSingularStringField(value: &self.user) }()
       case 2: try { try decoder.decodeSingularUInt64Field(value: &self.deliveredSeq) }()
       case 3: try { try decoder.decodeSingularUInt64Field(value: &self.readSeq) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.joinedSeq) }()
       default: break
       }
     }
@@ -2940,6 +2945,9 @@ nonisolated extension Courier_V1_ReceiptMark: SwiftProtobuf.Message, SwiftProtob
     if self.readSeq != 0 {
       try visitor.visitSingularUInt64Field(value: self.readSeq, fieldNumber: 3)
     }
+    if self.joinedSeq != 0 {
+      try visitor.visitSingularUInt64Field(value: self.joinedSeq, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2947,6 +2955,7 @@ nonisolated extension Courier_V1_ReceiptMark: SwiftProtobuf.Message, SwiftProtob
     if lhs.user != rhs.user {return false}
     if lhs.deliveredSeq != rhs.deliveredSeq {return false}
     if lhs.readSeq != rhs.readSeq {return false}
+    if lhs.joinedSeq != rhs.joinedSeq {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -24,6 +24,9 @@ final class ClusterLimits: Sendable {
         var opening: [UserID: Int] = [:]
         /// The node is stopping: its leases go all at once when it has stopped, not one by one.
         var stopping = false
+        /// The node lapsed and its connections are not counted again yet (the restore failed): tried at the next
+        /// heartbeat.
+        var needsRestore = false
     }
 
     init(
@@ -138,7 +141,12 @@ final class ClusterLimits: Sendable {
                 if ContinuousClock.now - lastPrune >= .seconds(60) {
                     let now = SessionContext.nowMs()
                     let window = max(self.loginLimits.window, self.loginLimits.inFlightLifetime)
-                    try await admission.prune(attemptsBeforeMs: now - window.wholeMilliseconds, nowMs: now)
+                    // A dead node's yielded connections are kept ten lifetimes: back within that, it closes them.
+                    try await admission.prune(
+                        attemptsBeforeMs: now - window.wholeMilliseconds,
+                        yieldedBeforeMs: now - 10 * self.cluster.nodeLifetime.wholeMilliseconds,
+                        nowMs: now
+                    )
                     lastPrune = .now
                 }
             } catch {
@@ -169,16 +177,25 @@ final class ClusterLimits: Sendable {
             nowMs: now,
             aliveUntilMs: now + self.cluster.nodeLifetime.wholeMilliseconds
         )
-        guard lapsed else { return }
+        let restore = self.state.withLock { state in
+            state.needsRestore = state.needsRestore || lapsed
+            return state.needsRestore
+        }
+        guard restore else { return }
         let leases = self.hub.leases()
-        guard !leases.isEmpty else { return }
-        self.logger.warning(
-            "the node was not alive in the database for a while: its connections are counted again",
-            metadata: ["connections": "\(leases.count)"]
-        )
-        try await admission.restoreConnections(leases, nowMs: now)
-        // A connection that ended meanwhile may have had its lease closed before it was counted again: close it again.
+        if !leases.isEmpty {
+            self.logger.warning(
+                "the node was not alive in the database for a while: its connections are counted again",
+                metadata: ["connections": "\(leases.count)"]
+            )
+            try await admission.restoreConnections(leases, nowMs: now)
+        }
+        // A connection that ended meanwhile may have had its lease closed before it was counted again: closed again
+        // (with the next poll, should that fail).
         let gone = Set(leases).subtracting(self.hub.leases()).map(\.lease)
-        if !gone.isEmpty { try await admission.closeConnections(gone.sorted()) }
+        self.state.withLock { state in
+            state.needsRestore = false
+            state.unclosed.append(contentsOf: gone.sorted())
+        }
     }
 }

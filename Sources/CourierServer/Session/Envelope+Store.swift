@@ -77,5 +77,6 @@ extension Courier_V1_ReceiptMark {
         self.user = mark.user
         self.deliveredSeq = mark.deliveredSeq
         self.readSeq = mark.readSeq
+        self.joinedSeq = mark.joinedSeq
     }
 }

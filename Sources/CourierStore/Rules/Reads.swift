@@ -180,12 +180,13 @@ extension StoreBackend {
                 Self.message($0, in: conversation, from: try Self.name($0.sender, names))
             }
             let receipts = marks.compactMap { mark in
-                // A member removed since has no name to show; its marks say nothing to anyone.
+                // A name not found (never: users are not deleted) leaves the mark out.
                 names[mark.user].map {
                     ReceiptMark(
                         user: $0,
                         deliveredSeq: UInt64(max(0, max(mark.deliveredSeq, mark.readSeq))),
-                        readSeq: UInt64(max(0, mark.readSeq))
+                        readSeq: UInt64(max(0, mark.readSeq)),
+                        joinedSeq: UInt64(max(0, mark.joinedSeq))
                     )
                 }
             }

@@ -41,10 +41,26 @@ extension StoreBackend {
         let (device, renewed) = try await self.transaction(doing: "log \(name) in") { transaction -> (Device, Bool) in
             // The user may have been removed between the read and this write.
             let current = try await Self.activeUser(named: user.name, transaction)
+            // Its row locked (before any device's, the order of the group commit) while its devices are counted:
+            // two logins at once cannot both take the last place.
+            _ = try await transaction.lockUsers([current.id])
+            let usable = { try await transaction.usableDevices(of: current.id, nowMs: nowMs) }
+            let full = { (count: Int) in
+                CourierStoreError(
+                    .quotaExceeded,
+                    "\(current.name) has \(count) devices, the most a user may have: revoke one first "
+                        + "(courier user revoke), or log in again from a device that has its token"
+                )
+            }
             if let offered,
                 let held = try await transaction.device(holding: offered, nowMs: nowMs, locking: true),
                 held.device.userID == current.id, held.device.revokedMs == nil
             {
+                // An expired device renewed can connect again: one more, as a new one would be.
+                if held.device.expiresMs <= nowMs {
+                    let count = try await usable()
+                    guard count < self.limits.maxDevicesPerUser else { throw full(count) }
+                }
                 let tokens = held.tokens.renewed(
                     offering: offered,
                     with: tokenHash,
@@ -58,16 +74,8 @@ extension StoreBackend {
             }
             // A new device: only while the user has fewer than the limit that can connect (not revoked, not
             // expired), so that logins, a thief's among them, cannot fill the store with devices.
-            let usable = try await transaction.devices(of: current.id).filter {
-                $0.revokedMs == nil && $0.expiresMs > nowMs
-            }
-            guard usable.count < self.limits.maxDevicesPerUser else {
-                throw CourierStoreError(
-                    .quotaExceeded,
-                    "\(current.name) has \(usable.count) devices, the most a user may have: revoke one first "
-                        + "(courier user revoke), or log in again from a device that has its token"
-                )
-            }
+            let count = try await usable()
+            guard count < self.limits.maxDevicesPerUser else { throw full(count) }
             let cursor = try await transaction.logCursor(of: current.id)
             let id = try await transaction.insertDevice(
                 NewDevice(

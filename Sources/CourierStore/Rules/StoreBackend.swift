@@ -70,6 +70,8 @@ package protocol StoreTransaction: Sendable {
     /// - Returns: The devices revoked now, by id.
     func revokeDevices(_ devices: [DeviceID]?, of user: UserID, nowMs: Int64) async throws -> [DeviceID]
 
+    /// How many devices of a user can connect: not revoked, token not expired at `nowMs`.
+    func usableDevices(of user: UserID, nowMs: Int64) async throws -> Int
     /// Users' rows, locked in the order of their ids: their logs grow in this transaction alone until it ends.
     ///
     /// - Throws: `storage-failed` when one does not exist.
@@ -115,7 +117,8 @@ package protocol StoreTransaction: Sendable {
     /// Two users' direct conversation, or nil when they have none.
     func directID(of pair: UserPair) async throws -> Int64?
     /// How far a conversation's other members received and read it, for the members (other than `user`) whose
-    /// delivered or read mark is at `seq` or past it: the furthest read first (then delivered, then by user id), at
+    /// delivered or read mark is at `seq` or past it, and past where they joined (joining marks a member as having
+    /// read everything before, which says nothing): the furthest read first (then delivered, then by user id), at
     /// most `limit`.
     func receiptMarks(
         in conversation: Int64,
@@ -247,11 +250,14 @@ package struct MarkRow: Sendable {
     package var user: UserID
     package var deliveredSeq: Int64
     package var readSeq: Int64
+    /// The seq the member joined at: its marks say nothing of messages at or before it.
+    package var joinedSeq: Int64
 
-    package init(user: UserID, deliveredSeq: Int64, readSeq: Int64) {
+    package init(user: UserID, deliveredSeq: Int64, readSeq: Int64, joinedSeq: Int64 = 0) {
         self.user = user
         self.deliveredSeq = deliveredSeq
         self.readSeq = readSeq
+        self.joinedSeq = joinedSeq
     }
 }
 
