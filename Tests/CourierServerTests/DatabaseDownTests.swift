@@ -12,7 +12,8 @@ import Testing
     .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
 )
 struct DatabaseDownTests {
-    /// Far more than the node's wait for a connection (3 s here), far less than the pool's own patience (a minute).
+    /// Far more than the node's wait for a connection (5 s here) and its deadline for a transaction (10 s here), far
+    /// less than the pool's own patience (a minute) or the kernel's for packets dropped (a quarter of an hour).
     static let bound: Duration = .seconds(40)
 
     @Test(
@@ -47,9 +48,11 @@ struct DatabaseDownTests {
             return routed
         }
         let store: (inout PostgresStore.Configuration) -> Void = {
-            $0.connectionWaitTimeout = .seconds(3)
-            $0.transactionTimeout = .seconds(3)
-            $0.connectTimeout = .seconds(3)
+            // Short, and long enough that the node's own start (its migrations, its first heartbeat) on a machine
+            // busy with other tests never comes near them.
+            $0.connectionWaitTimeout = .seconds(5)
+            $0.transactionTimeout = .seconds(10)
+            $0.connectTimeout = .seconds(5)
         }
         var feed = PostgresFeed.Configuration()
         feed.livenessInterval = .seconds(1)
