@@ -1,0 +1,192 @@
+/// How Courier cuts text into the tokens its search index holds and a query asks for: here, once, for every
+/// database, so that SQLite and PostgreSQL answer every query alike.
+///
+/// Neither database's own tokenizer serves Chinese or Japanese: SQLite's `unicode61` takes a run of Han characters
+/// for one token (`上海` would not find 我家在上海东边), its trigram tokenizer finds nothing under three characters, and
+/// PostgreSQL's parser does not split Chinese either. So:
+///
+/// - The text is first brought to one form: NFKC (full-width letters and digits become ASCII, half-width katakana
+///   full-width, ligatures letters), then lower case.
+/// - A run of Chinese, Japanese or Korean characters gives each character and each pair of neighbours (overlapping
+///   bigrams): two-character words, the commonest in Chinese, are found, and so is any longer run, as its bigrams.
+/// - Any other run of letters, digits and marks (Latin, Cyrillic, Greek, Arabic, Hebrew, Devanagari, …) is a word,
+///   its accents removed (`café` is `cafe`); kana keep their voicing marks (`が` is not `か`).
+/// - An emoji (a whole grapheme: `👨‍👩‍👧` is one) is a token of its own; everything else separates.
+///
+/// A query is cut alike, except that a run of several CJK characters asks for its bigrams only. A message matches a
+/// query when it holds every token the query asks for.
+public enum SearchText {
+    /// The longest word kept, in characters: a longer one is cut (the same way in the text and in a query).
+    public static let maxWordCharacters = 64
+    /// The most distinct tokens one text gives: the rest of a very long text is not indexed.
+    public static let maxIndexTokens = 2_048
+    /// The most tokens a query asks for: the rest of a very long query is not asked.
+    public static let maxQueryTokens = 32
+
+    /// The tokens of a text for the index: each once, in the order first met, at most ``maxIndexTokens``.
+    public static func indexTokens(_ text: String) -> [String] {
+        var tokens = OrderedTokens(limit: Self.maxIndexTokens)
+        for piece in Self.pieces(of: text) {
+            switch piece {
+            case .word(let word), .emoji(let word):
+                tokens.add(word)
+            case .cjk(let run):
+                for (index, character) in run.enumerated() {
+                    tokens.add(String(character))
+                    if index + 1 < run.count { tokens.add(String(run[index]) + String(run[index + 1])) }
+                }
+            }
+            if tokens.isFull { break }
+        }
+        return tokens.list
+    }
+
+    /// The tokens a query asks for: each once, at most ``maxQueryTokens``; empty when it asks for nothing (only
+    /// spaces and punctuation).
+    public static func queryTokens(_ query: String) -> [String] {
+        var tokens = OrderedTokens(limit: Self.maxQueryTokens)
+        for piece in Self.pieces(of: query) {
+            switch piece {
+            case .word(let word), .emoji(let word):
+                tokens.add(word)
+            case .cjk(let run):
+                if run.count == 1 {
+                    tokens.add(String(run[0]))
+                } else {
+                    for index in 0..<(run.count - 1) { tokens.add(String(run[index]) + String(run[index + 1])) }
+                }
+            }
+            if tokens.isFull { break }
+        }
+        return tokens.list
+    }
+
+    /// What a text is made of, in order.
+    enum Piece: Equatable {
+        case word(String)
+        case cjk([Character])
+        case emoji(String)
+    }
+
+    static func pieces(of text: String) -> [Piece] {
+        let normal = text.precomposedStringWithCompatibilityMapping.lowercased()
+        var pieces: [Piece] = []
+        var word = ""
+        var wordLength = 0
+        var run: [Character] = []
+        func flush() {
+            if !word.isEmpty { pieces.append(.word(Self.unaccented(word))) }
+            if !run.isEmpty { pieces.append(.cjk(run)) }
+            word = ""
+            wordLength = 0
+            run = []
+        }
+        for character in normal {
+            switch Self.kind(of: character) {
+            case .cjk:
+                if !word.isEmpty {
+                    pieces.append(.word(Self.unaccented(word)))
+                    word = ""
+                    wordLength = 0
+                }
+                run.append(character)
+            case .wordCharacter:
+                if !run.isEmpty {
+                    pieces.append(.cjk(run))
+                    run = []
+                }
+                if wordLength < Self.maxWordCharacters {
+                    word.append(character)
+                    wordLength += 1
+                }
+            case .emoji:
+                flush()
+                pieces.append(.emoji(String(character)))
+            case .separator:
+                flush()
+            }
+        }
+        flush()
+        return pieces
+    }
+
+    enum Kind {
+        case cjk, wordCharacter, emoji, separator
+    }
+
+    static func kind(of character: Character) -> Kind {
+        guard let first = character.unicodeScalars.first else { return .separator }
+        if Self.isCJK(first) { return .cjk }
+        let properties = first.properties
+        // Digits, `#` and `*` are emoji too, but only with a variation selector or a keycap do they show as one.
+        if properties.isEmojiPresentation || (properties.isEmoji && character.unicodeScalars.count > 1) {
+            return .emoji
+        }
+        if properties.isAlphabetic || properties.numericType != nil {
+            return .wordCharacter
+        }
+        switch properties.generalCategory {
+        case .nonspacingMark, .spacingMark, .enclosingMark, .decimalNumber, .letterNumber, .otherNumber:
+            return .wordCharacter
+        default:
+            return .separator
+        }
+    }
+
+    /// Chinese (Han, with its extensions and compatibility forms, and `々`), Japanese kana (and the long-vowel mark)
+    /// and Korean Hangul.
+    static func isCJK(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x3005, 0x3007,  // 々 〇
+            0x3040...0x30FF,  // hiragana, katakana (ー among them)
+            0x31F0...0x31FF,  // katakana phonetic extensions
+            0x3400...0x4DBF,  // CJK extension A
+            0x4E00...0x9FFF,  // CJK unified ideographs
+            0xF900...0xFAFF,  // CJK compatibility ideographs
+            0x20000...0x3134F,  // CJK extensions B to G
+            0x1100...0x11FF, 0x3130...0x318F, 0xAC00...0xD7AF:  // Hangul jamo and syllables
+            return true
+        default:
+            return false
+        }
+    }
+
+    /// A word without its accents: decomposed, its combining marks dropped where they sit on a Latin, Greek or
+    /// Cyrillic letter (elsewhere, as in Devanagari or Arabic, a mark is part of the letter and stays), composed again.
+    static func unaccented(_ word: String) -> String {
+        var kept = String.UnicodeScalarView()
+        var base: Unicode.Scalar?
+        for scalar in word.decomposedStringWithCanonicalMapping.unicodeScalars {
+            if scalar.properties.generalCategory == .nonspacingMark, let base, Self.foldsAccents(base) { continue }
+            if scalar.properties.generalCategory != .nonspacingMark { base = scalar }
+            kept.append(scalar)
+        }
+        return String(kept).precomposedStringWithCanonicalMapping
+    }
+
+    /// Latin, Greek and Cyrillic letters, whose accents a search ignores.
+    static func foldsAccents(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x41...0x5A, 0x61...0x7A, 0xC0...0x24F, 0x1E00...0x1EFF, 0x370...0x3FF, 0x400...0x4FF: true
+        default: false
+        }
+    }
+}
+
+/// Tokens in the order first added, each once, up to a limit.
+private struct OrderedTokens {
+    let limit: Int
+    private(set) var list: [String] = []
+    private var seen: Set<String> = []
+
+    init(limit: Int) {
+        self.limit = limit
+    }
+
+    var isFull: Bool { self.list.count >= self.limit }
+
+    mutating func add(_ token: String) {
+        guard !self.isFull, !token.isEmpty, self.seen.insert(token).inserted else { return }
+        self.list.append(token)
+    }
+}

@@ -1,0 +1,112 @@
+import CourierStore
+import CourierTesting
+import Testing
+
+/// The cutting of text into search tokens, which both databases index alike: a query finds a text when the text's
+/// tokens hold all of the query's.
+@Suite("Search tokens: Chinese, Japanese, Korean, accented Latin, right-to-left scripts, emoji")
+struct SearchTextTests {
+    static func finds(_ query: String, in text: String) -> Bool {
+        let asked = SearchText.queryTokens(query)
+        return !asked.isEmpty && Set(asked).isSubset(of: Set(SearchText.indexTokens(text)))
+    }
+
+    @Test(
+        "Chinese: words of one, two and more characters are found inside a run without spaces; others are not",
+        arguments: [
+            ("上海", "我家在上海东边", true),
+            ("上", "我家在上海东边", true),
+            ("上海东边", "我家在上海东边", true),
+            ("我家在上海东边", "我家在上海东边", true),
+            ("北京", "我家在上海东边", false),
+            ("海上", "我家在上海东边", false),
+            ("上海 东边", "东边的房子比上海的贵", true),
+            ("明天见", "好的，明天见！", true),
+        ]
+    )
+    func chinese(query: String, text: String, found: Bool) {
+        #expect(Self.finds(query, in: text) == found, "\(query) in \(text): \(SearchText.indexTokens(text))")
+    }
+
+    @Test(
+        "Japanese: kana and kanji runs, half-width katakana as full-width, voicing marks kept",
+        arguments: [
+            ("タワー", "東京タワーに行きました", true),
+            ("行き", "東京タワーに行きました", true),
+            ("東", "東京タワーに行きました", true),
+            ("ﾀﾜｰ", "東京タワーに行きました", true),
+            ("か", "がっこうへいく", false),
+            ("が", "がっこうへいく", true),
+            ("大阪", "東京タワーに行きました", false),
+        ]
+    )
+    func japanese(query: String, text: String, found: Bool) {
+        #expect(Self.finds(query, in: text) == found, "\(query) in \(text): \(SearchText.indexTokens(text))")
+    }
+
+    @Test(
+        "words: case, accents and full-width forms folded; Korean, Arabic, Hebrew and Cyrillic as they are written",
+        arguments: [
+            ("cafe", "Meet at the Café, 8pm", true),
+            ("CAFÉ", "meet at the cafe", true),
+            ("naive", "a naïve plan", true),
+            ("abc123", "ＡＢＣ１２３ is the code", true),
+            ("swift 代码", "我用Swift写代码", true),
+            ("写代", "我用Swift写代码", true),
+            ("swiftui", "我用Swift写代码", false),
+            ("안녕", "안녕하세요 여러분", true),
+            ("مرحبا", "مرحبا بالعالم", true),
+            ("עולם", "שלום עולם", true),
+            ("привет", "Привет, мир!", true),
+            ("мир", "Привет, мир!", true),
+            ("plan", "a naïve planner", false),
+        ]
+    )
+    func words(query: String, text: String, found: Bool) {
+        #expect(Self.finds(query, in: text) == found, "\(query) in \(text): \(SearchText.indexTokens(text))")
+    }
+
+    @Test("emoji are tokens of their own, a family of several scalars as one; punctuation asks for nothing")
+    func emojiAndPunctuation() {
+        #expect(Self.finds("🎉", in: "聚会🎉明天"))
+        #expect(Self.finds("聚会", in: "聚会🎉明天"))
+        #expect(Self.finds("👨‍👩‍👧", in: "family 👨‍👩‍👧 photo"))
+        #expect(!Self.finds("👨", in: "family 👨‍👩‍👧 photo"), "a part of a family is not the family")
+        #expect(SearchText.queryTokens("  ?!。，…  ").isEmpty)
+        #expect(SearchText.queryTokens("").isEmpty)
+        // Digits are words, not keycap emoji.
+        #expect(SearchText.indexTokens("room 101") == ["room", "101"])
+    }
+
+    @Test("a CJK run indexes each character and each pair; a query asks for its pairs only, or its one character")
+    func shapes() {
+        #expect(SearchText.indexTokens("上海东") == ["上", "上海", "海", "海东", "东"])
+        #expect(SearchText.queryTokens("上海东") == ["上海", "海东"])
+        #expect(SearchText.queryTokens("上") == ["上"])
+        #expect(SearchText.indexTokens("Hello, hello WORLD") == ["hello", "world"])
+    }
+
+    @Test("hostile sizes: a huge word is cut, a huge text gives at most maxIndexTokens, a huge query maxQueryTokens")
+    func bounds() {
+        let word = String(repeating: "a", count: 1_000_000)
+        #expect(SearchText.indexTokens(word) == [String(repeating: "a", count: SearchText.maxWordCharacters)])
+        #expect(Self.finds(word, in: word))
+        let text = (0..<10_000).map { "w\($0)" }.joined(separator: " ")
+        #expect(SearchText.indexTokens(text).count == SearchText.maxIndexTokens)
+        #expect(SearchText.queryTokens(text).count == SearchText.maxQueryTokens)
+    }
+
+    @Test("any run of CJK characters is found in any text it is part of (randomized)")
+    func substrings() {
+        var random = SeededRandom(seed: TestSeed.make(for: "search substrings"))
+        let alphabet = Array("上海东边我家在北京明天见东京タワーに行きましたがっこう안녕하세요中文搜索")
+        for _ in 0..<500 {
+            let length = Int.random(in: 1...30, using: &random)
+            let text = String((0..<length).map { _ in alphabet.randomElement(using: &random)! })
+            let start = Int.random(in: 0..<length, using: &random)
+            let end = Int.random(in: (start + 1)...length, using: &random)
+            let query = String(Array(text)[start..<end])
+            #expect(Self.finds(query, in: "前缀 \(text) suffix"), "\(query) in \(text)")
+        }
+    }
+}
