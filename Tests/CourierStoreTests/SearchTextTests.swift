@@ -96,6 +96,40 @@ struct SearchTextTests {
         #expect(SearchText.queryTokens(text).count == SearchText.maxQueryTokens)
     }
 
+    /// The marked parts of a text, each in brackets.
+    static func marked(_ text: String, _ query: String) -> String? {
+        guard let ranges = SearchText.matches(in: text, query: query) else { return nil }
+        var result = ""
+        var at = text.startIndex
+        for range in ranges {
+            result += text[at..<range.lowerBound] + "[" + text[range] + "]"
+            at = range.upperBound
+        }
+        return result + text[at...]
+    }
+
+    @Test(
+        "the exact check and its marks: runs must stand whole, words must be words; marks fall on the text's own characters",
+        arguments: [
+            ("我家在上海东边", "上海", "我家在[上海]东边"),
+            ("上海的东西很贵，海东在青海", "上海东", nil),
+            ("上海东边和上海", "上海", "[上海]东边和[上海]"),
+            ("Meet at the Café, 8pm", "cafe", "Meet at the [Café], 8pm"),
+            ("ＡＢＣ１２３ is the code", "abc123", "[ＡＢＣ１２３] is the code"),
+            ("東京ﾀﾜｰに行きました", "タワー", "東京[ﾀﾜｰ]に行きました"),
+            ("我用Swift写代码", "swift 代码", "我用[Swift]写[代码]"),
+            ("a naïve planner", "plan", nil),
+            ("聚会🎉明天见", "🎉 明天", "聚会[🎉明天]见"),
+            ("مرحبا بالعالم", "بالعالم", "مرحبا [بالعالم]"),
+            ("nothing here", "?!", nil),
+        ]
+    )
+    func exactMatches(text: String, query: String, expected: String?) {
+        #expect(Self.marked(text, query) == expected)
+        // Whatever matches exactly is found by the index's tokens too: the check only narrows.
+        if expected != nil { #expect(Self.finds(query, in: text)) }
+    }
+
     @Test("any run of CJK characters is found in any text it is part of (randomized)")
     func substrings() {
         var random = SeededRandom(seed: TestSeed.make(for: "search substrings"))
@@ -107,6 +141,7 @@ struct SearchTextTests {
             let end = Int.random(in: (start + 1)...length, using: &random)
             let query = String(Array(text)[start..<end])
             #expect(Self.finds(query, in: "前缀 \(text) suffix"), "\(query) in \(text)")
+            #expect(SearchText.matches(in: "前缀 \(text) suffix", query: query) != nil, "\(query) in \(text)")
         }
     }
 }

@@ -61,6 +61,82 @@ public enum SearchText {
         return tokens.list
     }
 
+    /// Where a query matches a text, as ranges of the text's own characters (sorted, not overlapping); nil when it
+    /// does not match: some word of the query is not a word of the text, or some run of CJK characters does not
+    /// stand in the text as a whole. (The index's tokens carry no positions: `上海东` finds a text where `上海` and
+    /// `海东` stand apart. This is the exact check a page of candidates passes, and the marks its fragments show.)
+    public static func matches(in text: String, query: String) -> [Range<String.Index>]? {
+        let asked = Self.pieces(of: query)
+        guard !asked.isEmpty else { return nil }
+        // The text's characters, each brought to the index's form alone, and the character each came from.
+        var normal: [Character] = []
+        var origin: [String.Index] = []
+        for index in text.indices {
+            for character in String(text[index]).precomposedStringWithCompatibilityMapping.lowercased() {
+                let folded = Self.kind(of: character) == .wordCharacter ? Self.unaccented(String(character)) : nil
+                for piece in folded.map(Array.init) ?? [character] {
+                    normal.append(piece)
+                    origin.append(index)
+                }
+            }
+        }
+        // Its words, CJK runs and emoji, as ranges of `normal`.
+        var segments: [(kind: Kind, range: Range<Int>)] = []
+        var position = 0
+        while position < normal.count {
+            let kind = Self.kind(of: normal[position])
+            var end = position + 1
+            if kind == .cjk || kind == .wordCharacter {
+                while end < normal.count, Self.kind(of: normal[end]) == kind { end += 1 }
+            }
+            if kind != .separator { segments.append((kind, position..<end)) }
+            position = end
+        }
+        var found: [Range<Int>] = []
+        for piece in asked {
+            var hits: [Range<Int>] = []
+            switch piece {
+            case .word(let word):
+                for segment in segments where segment.kind == .wordCharacter {
+                    let letters = normal[segment.range].prefix(Self.maxWordCharacters)
+                    if String(letters) == word { hits.append(segment.range) }
+                }
+            case .emoji(let emoji):
+                for segment in segments where segment.kind == .emoji && String(normal[segment.range]) == emoji {
+                    hits.append(segment.range)
+                }
+            case .cjk(let run):
+                for segment in segments where segment.kind == .cjk && segment.range.count >= run.count {
+                    for start in segment.range.lowerBound...(segment.range.upperBound - run.count)
+                    where Array(normal[start..<(start + run.count)]) == run {
+                        hits.append(start..<(start + run.count))
+                    }
+                }
+            }
+            guard !hits.isEmpty else { return nil }
+            found += hits
+        }
+        // Merged where they meet or overlap, then mapped back to the text's characters.
+        var merged: [Range<Int>] = []
+        for range in found.sorted(by: { $0.lowerBound < $1.lowerBound }) {
+            if let last = merged.last, range.lowerBound <= last.upperBound {
+                merged[merged.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
+            } else {
+                merged.append(range)
+            }
+        }
+        var ranges: [Range<String.Index>] = []
+        for range in merged {
+            let range = origin[range.lowerBound]..<text.index(after: origin[range.upperBound - 1])
+            if let last = ranges.last, range.lowerBound <= last.upperBound {
+                ranges[ranges.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
+            } else {
+                ranges.append(range)
+            }
+        }
+        return ranges
+    }
+
     /// What a text is made of, in order.
     enum Piece: Equatable {
         case word(String)
