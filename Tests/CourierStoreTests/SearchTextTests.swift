@@ -130,6 +130,24 @@ struct SearchTextTests {
         if expected != nil { #expect(Self.finds(query, in: text)) }
     }
 
+    @Test("a fragment around the first match: cut with … at each end, marks moved with it; a short text whole")
+    func fragments() throws {
+        let long = String(repeating: "前面的话很长。", count: 10) + "我们明天在上海见面吧" + String(repeating: "后面也很长。", count: 10)
+        let marks = try #require(SearchText.matches(in: long, query: "上海"))
+        let fragment = SearchText.fragment(of: long, marks: marks, context: 5, width: 20)
+        #expect(fragment.text.hasPrefix("…") && fragment.text.hasSuffix("…") && fragment.text.count == 22)
+        let marked = fragment.marks.map { String(Array(fragment.text)[$0]) }
+        #expect(marked == ["上海"], "\(fragment)")
+        let short = "see you in 上海"
+        let whole = SearchText.fragment(of: short, marks: try #require(SearchText.matches(in: short, query: "上海")))
+        #expect(whole.text == short && whole.marks == [11..<13])
+        // A match near the end: the fragment ends with the text, no … after it.
+        let ending = String(repeating: "x ", count: 100) + "the end 完"
+        let last = SearchText.fragment(of: ending, marks: try #require(SearchText.matches(in: ending, query: "完")))
+        #expect(last.text.hasPrefix("…") && last.text.hasSuffix("完") && last.text.count == 81)
+        #expect(last.marks.map { String(Array(last.text)[$0]) } == ["完"])
+    }
+
     @Test("any run of CJK characters is found in any text it is part of (randomized)")
     func substrings() {
         var random = SeededRandom(seed: TestSeed.make(for: "search substrings"))

@@ -137,6 +137,43 @@ public enum SearchText {
         return ranges
     }
 
+    /// A piece of a text around its first match, to show in a list of results: with `…` where the text was cut, and
+    /// the matches within it marked (``marks``, in characters of ``text``).
+    public struct Fragment: Hashable, Sendable {
+        public var text: String
+        public var marks: [Range<Int>]
+    }
+
+    /// The fragment of a text around the first of its matches (``matches(in:query:)``): `context` characters before
+    /// it, and after it as many as make the fragment at most `width` characters (and `…` at each end cut); the whole
+    /// text when it is that short.
+    public static func fragment(
+        of text: String,
+        marks: [Range<String.Index>],
+        context: Int = 20,
+        width: Int = 80
+    ) -> Fragment {
+        let characters = Array(text)
+        // Each mark in characters from the text's start.
+        var offsets: [Range<Int>] = []
+        for mark in marks {
+            let start = text.distance(from: text.startIndex, to: mark.lowerBound)
+            offsets.append(start..<(start + text.distance(from: mark.lowerBound, to: mark.upperBound)))
+        }
+        let first = offsets.first?.lowerBound ?? 0
+        let start = characters.count <= width ? 0 : min(max(0, first - context), max(0, characters.count - width))
+        let end = min(characters.count, start + width)
+        let head = start > 0 ? "…" : ""
+        let tail = end < characters.count ? "…" : ""
+        let shift = head.count - start
+        let kept = offsets.compactMap { range -> Range<Int>? in
+            let lower = max(range.lowerBound, start)
+            let upper = min(range.upperBound, end)
+            return lower < upper ? (lower + shift)..<(upper + shift) : nil
+        }
+        return Fragment(text: head + String(characters[start..<end]) + tail, marks: kept)
+    }
+
     /// What a text is made of, in order.
     enum Piece: Equatable {
         case word(String)
