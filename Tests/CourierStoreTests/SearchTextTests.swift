@@ -130,22 +130,34 @@ struct SearchTextTests {
         if expected != nil { #expect(Self.finds(query, in: text)) }
     }
 
+    /// The marked parts of a fragment.
+    static func marked(_ fragment: SearchText.Fragment) -> [String] {
+        let scalars = Array(fragment.text.unicodeScalars)
+        return fragment.marks.map { String(String.UnicodeScalarView(scalars[$0])) }
+    }
+
     @Test("a fragment around the first match: cut with … at each end, marks moved with it; a short text whole")
     func fragments() throws {
         let long = String(repeating: "前面的话很长。", count: 10) + "我们明天在上海见面吧" + String(repeating: "后面也很长。", count: 10)
         let marks = try #require(SearchText.matches(in: long, query: "上海"))
         let fragment = SearchText.fragment(of: long, marks: marks, context: 5, width: 20)
         #expect(fragment.text.hasPrefix("…") && fragment.text.hasSuffix("…") && fragment.text.count == 22)
-        let marked = fragment.marks.map { String(Array(fragment.text)[$0]) }
-        #expect(marked == ["上海"], "\(fragment)")
+        #expect(Self.marked(fragment) == ["上海"], "\(fragment)")
         let short = "see you in 上海"
         let whole = SearchText.fragment(of: short, marks: try #require(SearchText.matches(in: short, query: "上海")))
         #expect(whole.text == short && whole.marks == [11..<13])
+        // Marks count Unicode scalars: an accent typed apart is a scalar of its own.
+        let accented = "Cafe\u{301} au lait, café"
+        let both = SearchText.fragment(
+            of: accented,
+            marks: try #require(SearchText.matches(in: accented, query: "CAFE"))
+        )
+        #expect(both.marks == [0..<5, 15..<19] && Self.marked(both) == ["Cafe\u{301}", "café"])
         // A match near the end: the fragment ends with the text, no … after it.
         let ending = String(repeating: "x ", count: 100) + "the end 完"
         let last = SearchText.fragment(of: ending, marks: try #require(SearchText.matches(in: ending, query: "完")))
         #expect(last.text.hasPrefix("…") && last.text.hasSuffix("完") && last.text.count == 81)
-        #expect(last.marks.map { String(Array(last.text)[$0]) } == ["完"])
+        #expect(Self.marked(last) == ["完"])
     }
 
     @Test("any run of CJK characters is found in any text it is part of (randomized)")
@@ -160,6 +172,38 @@ struct SearchTextTests {
             let query = String(Array(text)[start..<end])
             #expect(Self.finds(query, in: "前缀 \(text) suffix"), "\(query) in \(text)")
             #expect(SearchText.matches(in: "前缀 \(text) suffix", query: query) != nil, "\(query) in \(text)")
+        }
+    }
+
+    @Test("random text in every script, marks and joiners: nothing traps, and what matches exactly the index finds")
+    func randomText() {
+        var random = SeededRandom(seed: TestSeed.make(for: "search random text"))
+        // Pieces that stress the cutting: combining marks alone, joiners, variation selectors, skin tones, flags,
+        // full-width forms, ligatures, RTL and bidi marks, Hangul jamo, kana with voicing marks, digits, spaces.
+        let pool: [String] = [
+            "a", "Z", "é", "e\u{301}", "\u{301}", "\u{200D}", "\u{FE0F}", "🏽", "👍", "👨‍👩‍👧", "🇨🇳", "1️⃣", "ｱ", "ﾞ",
+            "Ａ", "ﬁ", "㍿", "中", "文", "上", "海", "が", "か", "\u{3099}", "ー", "한", "\u{1100}", "\u{1161}", "ع", "ש",
+            "\u{200F}", "ß", "İ", "σ", "Σ", "5", "٣", " ", ".", "\n", "!", "_", "#", "*",
+        ]
+        for _ in 0..<400 {
+            let text = (0..<Int.random(in: 0...40, using: &random)).map { _ in pool.randomElement(using: &random)! }
+                .joined()
+            let characters = Array(text)
+            var query = ""
+            if !characters.isEmpty {
+                let start = Int.random(in: 0..<characters.count, using: &random)
+                let end = Int.random(in: start...characters.count, using: &random)
+                query = String(characters[start..<end])
+            }
+            _ = SearchText.indexTokens(text)
+            if let marks = SearchText.matches(in: text, query: query) {
+                #expect(Self.finds(query, in: text), "\(query.debugDescription) in \(text.debugDescription)")
+                let fragment = SearchText.fragment(of: text, marks: marks, context: 3, width: 10)
+                #expect(
+                    fragment.marks.allSatisfy { $0.upperBound <= fragment.text.unicodeScalars.count },
+                    "\(text.debugDescription): \(fragment)"
+                )
+            }
         }
     }
 }

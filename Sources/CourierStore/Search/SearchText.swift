@@ -138,7 +138,8 @@ public enum SearchText {
     }
 
     /// A piece of a text around its first match, to show in a list of results: with `…` where the text was cut, and
-    /// the matches within it marked (``marks``, in characters of ``text``).
+    /// the matches within it marked (``marks``, in Unicode scalars of ``text``: offsets that do not move when the
+    /// fragment is put together, as grapheme clusters may at a cut).
     public struct Fragment: Hashable, Sendable {
         public var text: String
         public var marks: [Range<Int>]
@@ -153,25 +154,24 @@ public enum SearchText {
         context: Int = 20,
         width: Int = 80
     ) -> Fragment {
-        let characters = Array(text)
-        // Each mark in characters from the text's start.
-        var offsets: [Range<Int>] = []
-        for mark in marks {
-            let start = text.distance(from: text.startIndex, to: mark.lowerBound)
-            offsets.append(start..<(start + text.distance(from: mark.lowerBound, to: mark.upperBound)))
-        }
-        let first = offsets.first?.lowerBound ?? 0
-        let start = characters.count <= width ? 0 : min(max(0, first - context), max(0, characters.count - width))
-        let end = min(characters.count, start + width)
+        let scalars = text.unicodeScalars
+        let offset = { (index: String.Index) in scalars.distance(from: scalars.startIndex, to: index) }
+        let count = text.count
+        let first = marks.first.map { text.distance(from: text.startIndex, to: $0.lowerBound) } ?? 0
+        let start = count <= width ? 0 : min(max(0, first - context), max(0, count - width))
+        let end = min(count, start + width)
+        let from = text.index(text.startIndex, offsetBy: start)
+        let to = text.index(from, offsetBy: end - start)
         let head = start > 0 ? "…" : ""
-        let tail = end < characters.count ? "…" : ""
-        let shift = head.count - start
-        let kept = offsets.compactMap { range -> Range<Int>? in
-            let lower = max(range.lowerBound, start)
-            let upper = min(range.upperBound, end)
+        let tail = end < count ? "…" : ""
+        let (lowest, highest) = (offset(from), offset(to))
+        let shift = head.unicodeScalars.count - lowest
+        let kept = marks.compactMap { mark -> Range<Int>? in
+            let lower = max(offset(mark.lowerBound), lowest)
+            let upper = min(offset(mark.upperBound), highest)
             return lower < upper ? (lower + shift)..<(upper + shift) : nil
         }
-        return Fragment(text: head + String(characters[start..<end]) + tail, marks: kept)
+        return Fragment(text: head + String(text[from..<to]) + tail, marks: kept)
     }
 
     /// What a text is made of, in order.
