@@ -7,8 +7,9 @@ import Testing
 @Suite("Search tokens: Chinese, Japanese, Korean, accented Latin, right-to-left scripts, emoji")
 struct SearchTextTests {
     static func finds(_ query: String, in text: String) -> Bool {
-        let asked = SearchText.queryTokens(query)
-        return !asked.isEmpty && Set(asked).isSubset(of: Set(SearchText.indexTokens(text)))
+        // As the databases compare them: by their bytes (Swift's strings compare canonically equivalent ones equal).
+        let asked = SearchText.queryTokens(query).map { Array($0.utf8) }
+        return !asked.isEmpty && Set(asked).isSubset(of: Set(SearchText.indexTokens(text).map { Array($0.utf8) }))
     }
 
     @Test(
@@ -60,6 +61,11 @@ struct SearchTextTests {
             ("привет", "Привет, мир!", true),
             ("мир", "Привет, мир!", true),
             ("plan", "a naïve planner", false),
+            ("ΟΔΟΣ", "στην οδός", true),
+            ("strasse", "Die Straße", true),
+            ("ㅋㅋ", "ㅋㅋㅋ 진짜", true),
+            ("고마워", "고마워ㅠㅠ", true),
+            ("葛飾", "葛\u{E0100}飾区", true),
         ]
     )
     func words(query: String, text: String, found: Bool) {
@@ -69,6 +75,10 @@ struct SearchTextTests {
     @Test("emoji are tokens of their own, a family of several scalars as one; punctuation asks for nothing")
     func emojiAndPunctuation() {
         #expect(Self.finds("🎉", in: "聚会🎉明天"))
+        // With or without the emoji variation selector, a heart is a heart.
+        #expect(Self.finds("❤️", in: "love ❤ you") && Self.finds("❤", in: "love ❤️ you"))
+        // NFKC would make ℹ️ a letter i: an emoji stays an emoji.
+        #expect(!Self.finds("i", in: "see ℹ️ here"))
         #expect(Self.finds("聚会", in: "聚会🎉明天"))
         #expect(Self.finds("👨‍👩‍👧", in: "family 👨‍👩‍👧 photo"))
         #expect(!Self.finds("👨", in: "family 👨‍👩‍👧 photo"), "a part of a family is not the family")
@@ -86,14 +96,20 @@ struct SearchTextTests {
         #expect(SearchText.indexTokens("Hello, hello WORLD") == ["hello", "world"])
     }
 
-    @Test("hostile sizes: a huge word is cut, a huge text gives at most maxIndexTokens, a huge query maxQueryTokens")
+    @Test("hostile sizes: a huge word is cut, a text as long as a message is indexed whole, a huge query bounded")
     func bounds() {
-        let word = String(repeating: "a", count: 1_000_000)
+        let word = String(repeating: "a", count: 64 * 1024)
         #expect(SearchText.indexTokens(word) == [String(repeating: "a", count: SearchText.maxWordCharacters)])
         #expect(Self.finds(word, in: word))
         let text = (0..<10_000).map { "w\($0)" }.joined(separator: " ")
-        #expect(SearchText.indexTokens(text).count == SearchText.maxIndexTokens)
+        #expect(SearchText.indexTokens(text).count == 10_000)
         #expect(SearchText.queryTokens(text).count == SearchText.maxQueryTokens)
+        // A megabyte of query is looked at up to its first characters only, before any work on the rest.
+        let huge = String(repeating: "上海", count: 500_000)
+        #expect(SearchText.queryTokens(huge) == ["上海", "海上"])
+        // The exact check asks for the run's first maxQueryRun characters, whole.
+        #expect(SearchText.matches(in: String(repeating: "上海", count: 20), query: huge) != nil)
+        #expect(SearchText.matches(in: "上海上海", query: huge) == nil)
     }
 
     /// The marked parts of a text, each in brackets.
@@ -122,6 +138,8 @@ struct SearchTextTests {
             ("聚会🎉明天见", "🎉 明天", "聚会[🎉明天]见"),
             ("مرحبا بالعالم", "بالعالم", "مرحبا [بالعالم]"),
             ("nothing here", "?!", nil),
+            ("ㅋㅋㅋ 진짜", "ㅋㅋ", "[ㅋㅋㅋ] 진짜"),
+            ("στην οδός", "ΟΔΟΣ", "στην [οδός]"),
         ]
     )
     func exactMatches(text: String, query: String, expected: String?) {
@@ -183,7 +201,8 @@ struct SearchTextTests {
         let pool: [String] = [
             "a", "Z", "é", "e\u{301}", "\u{301}", "\u{200D}", "\u{FE0F}", "🏽", "👍", "👨‍👩‍👧", "🇨🇳", "1️⃣", "ｱ", "ﾞ",
             "Ａ", "ﬁ", "㍿", "中", "文", "上", "海", "が", "か", "\u{3099}", "ー", "한", "\u{1100}", "\u{1161}", "ع", "ש",
-            "\u{200F}", "ß", "İ", "σ", "Σ", "5", "٣", " ", ".", "\n", "!", "_", "#", "*",
+            "\u{200F}", "ß", "İ", "σ", "Σ", "ς", "5", "٣", " ", ".", "\n", "!", "_", "#", "*", "ㅋ", "ㅠ", "ㄱ", "ㅏ",
+            "ﾞ", "\u{E0100}", "❤", "ℹ️", "・",
         ]
         for _ in 0..<400 {
             let text = (0..<Int.random(in: 0...40, using: &random)).map { _ in pool.randomElement(using: &random)! }
@@ -196,6 +215,10 @@ struct SearchTextTests {
                 query = String(characters[start..<end])
             }
             _ = SearchText.indexTokens(text)
+            // The whole text as a query matches it (when it asks for anything).
+            if !SearchText.queryTokens(text).isEmpty, text.count <= 30 {
+                #expect(SearchText.matches(in: text, query: text) != nil, "\(text.debugDescription)")
+            }
             if let marks = SearchText.matches(in: text, query: query) {
                 #expect(Self.finds(query, in: text), "\(query.debugDescription) in \(text.debugDescription)")
                 let fragment = SearchText.fragment(of: text, marks: marks, context: 3, width: 10)

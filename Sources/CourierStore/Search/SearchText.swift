@@ -5,8 +5,10 @@
 /// for one token (`上海` would not find 我家在上海东边), its trigram tokenizer finds nothing under three characters, and
 /// PostgreSQL's parser does not split Chinese either. So:
 ///
-/// - The text is first brought to one form: NFKC (full-width letters and digits become ASCII, half-width katakana
-///   full-width, ligatures letters), then lower case.
+/// - Each character is first brought to one form, alone (so that a query and a text agree however their
+///   neighbours compose): variation selectors dropped; an emoji kept as it is; anything else NFKC (full-width letters
+///   and digits become ASCII, half-width katakana full-width, ligatures letters), then lower case with `ς` as `σ`
+///   and `ß` as `ss`. Every token is stored in NFC.
 /// - A run of Chinese, Japanese or Korean characters gives each character and each pair of neighbours (overlapping
 ///   bigrams): two-character words, the commonest in Chinese, are found, and so is any longer run, as its bigrams.
 /// - Any other run of letters, digits and marks (Latin, Cyrillic, Greek, Arabic, Hebrew, Devanagari, …) is a word,
@@ -18,22 +20,26 @@
 public enum SearchText {
     /// The longest word kept, in characters: a longer one is cut (the same way in the text and in a query).
     public static let maxWordCharacters = 64
-    /// The most distinct tokens one text gives: the rest of a very long text is not indexed.
-    public static let maxIndexTokens = 2_048
+    /// The most distinct tokens one text gives: the rest of a text longer than any message is not indexed.
+    public static let maxIndexTokens = 65_536
+    /// The longest run of CJK characters a query asks for whole (its first characters; a query is short).
+    public static let maxQueryRun = Self.maxQueryTokens + 1
+    /// The most characters of a query looked at (the rest asks for nothing), before any work on them.
+    public static let maxQueryCharacters = 1_024
     /// The most tokens a query asks for: the rest of a very long query is not asked.
     public static let maxQueryTokens = 32
 
     /// The tokens of a text for the index: each once, in the order first met, at most ``maxIndexTokens``.
     public static func indexTokens(_ text: String) -> [String] {
         var tokens = OrderedTokens(limit: Self.maxIndexTokens)
-        for piece in Self.pieces(of: text) {
+        for piece in Self.pieces(of: Self.normalized(text)) {
             switch piece {
             case .word(let word), .emoji(let word):
                 tokens.add(word)
             case .cjk(let run):
                 for (index, character) in run.enumerated() {
-                    tokens.add(String(character))
-                    if index + 1 < run.count { tokens.add(String(run[index]) + String(run[index + 1])) }
+                    tokens.add(Self.token([character]))
+                    if index + 1 < run.count { tokens.add(Self.token(run[index...(index + 1)])) }
                 }
             }
             if tokens.isFull { break }
@@ -45,15 +51,15 @@ public enum SearchText {
     /// spaces and punctuation).
     public static func queryTokens(_ query: String) -> [String] {
         var tokens = OrderedTokens(limit: Self.maxQueryTokens)
-        for piece in Self.pieces(of: query) {
+        for piece in Self.pieces(of: Self.normalized(Self.bounded(query))) {
             switch piece {
             case .word(let word), .emoji(let word):
                 tokens.add(word)
             case .cjk(let run):
                 if run.count == 1 {
-                    tokens.add(String(run[0]))
+                    tokens.add(Self.token(run))
                 } else {
-                    for index in 0..<(run.count - 1) { tokens.add(String(run[index]) + String(run[index + 1])) }
+                    for index in 0..<(run.count - 1) { tokens.add(Self.token(run[index...(index + 1)])) }
                 }
             }
             if tokens.isFull { break }
@@ -65,50 +71,46 @@ public enum SearchText {
     /// does not match: some word of the query is not a word of the text, or some run of CJK characters does not
     /// stand in the text as a whole. (The index's tokens carry no positions: `上海东` finds a text where `上海` and
     /// `海东` stand apart. This is the exact check a page of candidates passes, and the marks its fragments show.)
+    ///
+    /// It looks at as much of the query as ``queryTokens(_:)`` asks for, so it never says yes where the index would
+    /// not have found the text; its cost is the text's length times that (bounded) query.
     public static func matches(in text: String, query: String) -> [Range<String.Index>]? {
-        let asked = Self.pieces(of: query)
+        // (The ranges index `text`: `normalized` keeps the text's own indices as origins.)
+        let asked = Array(Self.pieces(of: Self.normalized(Self.bounded(query))).prefix(Self.maxQueryTokens))
         guard !asked.isEmpty else { return nil }
-        // The text's characters, each brought to the index's form alone, and the character each came from.
-        var normal: [Character] = []
-        var origin: [String.Index] = []
-        for index in text.indices {
-            for character in String(text[index]).precomposedStringWithCompatibilityMapping.lowercased() {
-                let folded = Self.kind(of: character) == .wordCharacter ? Self.unaccented(String(character)) : nil
-                for piece in folded.map(Array.init) ?? [character] {
-                    normal.append(piece)
-                    origin.append(index)
-                }
-            }
-        }
-        // Its words, CJK runs and emoji, as ranges of `normal`.
-        var segments: [(kind: Kind, range: Range<Int>)] = []
+        let normal = Self.normalized(text)
+        // Its words (by their index form), CJK runs and emoji, as ranges of `normal`.
+        var words: [String: [Range<Int>]] = [:]
+        var emoji: [String: [Range<Int>]] = [:]
+        var runs: [Range<Int>] = []
         var position = 0
         while position < normal.count {
-            let kind = Self.kind(of: normal[position])
+            let kind = normal[position].kind
             var end = position + 1
             if kind == .cjk || kind == .wordCharacter {
-                while end < normal.count, Self.kind(of: normal[end]) == kind { end += 1 }
+                while end < normal.count, normal[end].kind == kind { end += 1 }
             }
-            if kind != .separator { segments.append((kind, position..<end)) }
+            switch kind {
+            case .wordCharacter:
+                let word = Self.token(normal[position..<end].prefix(Self.maxWordCharacters).map(\.character))
+                words[word, default: []].append(position..<end)
+            case .emoji: emoji[Self.token([normal[position].character]), default: []].append(position..<end)
+            case .cjk: runs.append(position..<end)
+            case .separator: break
+            }
             position = end
         }
         var found: [Range<Int>] = []
         for piece in asked {
             var hits: [Range<Int>] = []
             switch piece {
-            case .word(let word):
-                for segment in segments where segment.kind == .wordCharacter {
-                    let letters = normal[segment.range].prefix(Self.maxWordCharacters)
-                    if String(letters) == word { hits.append(segment.range) }
-                }
-            case .emoji(let emoji):
-                for segment in segments where segment.kind == .emoji && String(normal[segment.range]) == emoji {
-                    hits.append(segment.range)
-                }
-            case .cjk(let run):
-                for segment in segments where segment.kind == .cjk && segment.range.count >= run.count {
-                    for start in segment.range.lowerBound...(segment.range.upperBound - run.count)
-                    where Array(normal[start..<(start + run.count)]) == run {
+            case .word(let word): hits = words[word] ?? []
+            case .emoji(let symbol): hits = emoji[symbol] ?? []
+            case .cjk(let whole):
+                let run = whole.prefix(Self.maxQueryRun)
+                for segment in runs where segment.count >= run.count {
+                    for start in segment.lowerBound...(segment.upperBound - run.count)
+                    where zip(normal[start..<(start + run.count)], run).allSatisfy({ $0.character == $1 }) {
                         hits.append(start..<(start + run.count))
                     }
                 }
@@ -117,21 +119,13 @@ public enum SearchText {
             found += hits
         }
         // Merged where they meet or overlap, then mapped back to the text's characters.
-        var merged: [Range<Int>] = []
-        for range in found.sorted(by: { $0.lowerBound < $1.lowerBound }) {
-            if let last = merged.last, range.lowerBound <= last.upperBound {
-                merged[merged.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
-            } else {
-                merged.append(range)
-            }
-        }
         var ranges: [Range<String.Index>] = []
-        for range in merged {
-            let range = origin[range.lowerBound]..<text.index(after: origin[range.upperBound - 1])
-            if let last = ranges.last, range.lowerBound <= last.upperBound {
-                ranges[ranges.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
+        for range in found.sorted(by: { $0.lowerBound < $1.lowerBound }) {
+            let mapped = normal[range.lowerBound].origin..<text.index(after: normal[range.upperBound - 1].origin)
+            if let last = ranges.last, mapped.lowerBound <= last.upperBound {
+                ranges[ranges.count - 1] = last.lowerBound..<max(last.upperBound, mapped.upperBound)
             } else {
-                ranges.append(range)
+                ranges.append(mapped)
             }
         }
         return ranges
@@ -154,6 +148,8 @@ public enum SearchText {
         context: Int = 20,
         width: Int = 80
     ) -> Fragment {
+        let width = max(1, width)
+        let context = min(max(0, context), width / 2)
         let scalars = text.unicodeScalars
         let offset = { (index: String.Index) in scalars.distance(from: scalars.startIndex, to: index) }
         let count = text.count
@@ -181,45 +177,79 @@ public enum SearchText {
         case emoji(String)
     }
 
-    static func pieces(of text: String) -> [Piece] {
-        let normal = text.precomposedStringWithCompatibilityMapping.lowercased()
-        var pieces: [Piece] = []
-        var word = ""
-        var wordLength = 0
-        var run: [Character] = []
-        func flush() {
-            if !word.isEmpty { pieces.append(.word(Self.unaccented(word))) }
-            if !run.isEmpty { pieces.append(.cjk(run)) }
-            word = ""
-            wordLength = 0
-            run = []
-        }
-        for character in normal {
-            switch Self.kind(of: character) {
-            case .cjk:
-                if !word.isEmpty {
-                    pieces.append(.word(Self.unaccented(word)))
-                    word = ""
-                    wordLength = 0
+    /// One character of a text in the index's form, what kind it is, and the text's character it came from.
+    struct Normal {
+        var character: Character
+        var kind: Kind
+        var origin: String.Index
+    }
+
+    /// A query's first ``maxQueryCharacters`` characters.
+    static func bounded(_ query: String) -> Substring {
+        query.prefix(Self.maxQueryCharacters)
+    }
+
+    /// A text's characters, each brought to the index's form alone (see the type's description).
+    static func normalized(_ text: some StringProtocol) -> [Normal] {
+        var result: [Normal] = []
+        result.reserveCapacity(text.utf8.count / 2)
+        for index in text.indices {
+            // The commonest characters need no normalizing: ASCII (but its upper case) and the common CJK blocks.
+            if let only = text[index].unicodeScalars.first, text[index].unicodeScalars.count == 1 {
+                let value = only.value
+                if value < 0x80 {
+                    let lower = (0x41...0x5A).contains(value) ? Character(Unicode.Scalar(value + 0x20)!) : text[index]
+                    result.append(Normal(character: lower, kind: Self.kind(of: lower), origin: index))
+                    continue
                 }
-                run.append(character)
-            case .wordCharacter:
-                if !run.isEmpty {
-                    pieces.append(.cjk(run))
-                    run = []
+                if (0x4E00...0x9FFF).contains(value) || (0x3041...0x3096).contains(value)
+                    || (0x30A1...0x30FA).contains(value) || (0xAC00...0xD7A3).contains(value)
+                {
+                    result.append(Normal(character: text[index], kind: .cjk, origin: index))
+                    continue
                 }
-                if wordLength < Self.maxWordCharacters {
-                    word.append(character)
-                    wordLength += 1
-                }
-            case .emoji:
-                flush()
-                pieces.append(.emoji(String(character)))
-            case .separator:
-                flush()
+            }
+            let scalars = text[index].unicodeScalars.filter { !Self.isVariationSelector($0) }
+            guard !scalars.isEmpty else { continue }
+            let bare = String(String.UnicodeScalarView(scalars))
+            if Self.isEmoji(text[index]) {
+                for character in bare { result.append(Normal(character: character, kind: .emoji, origin: index)) }
+                continue
+            }
+            let folded = bare.precomposedStringWithCompatibilityMapping.lowercased()
+                .replacingOccurrences(of: "ς", with: "σ").replacingOccurrences(of: "ß", with: "ss")
+            for character in folded {
+                let kind = Self.kind(of: character)
+                let forms = kind == .wordCharacter ? Array(Self.unaccented(String(character))) : [character]
+                for form in forms { result.append(Normal(character: form, kind: kind, origin: index)) }
             }
         }
-        flush()
+        return result
+    }
+
+    /// A token's stored form: its characters in NFC.
+    static func token(_ characters: some Sequence<Character>) -> String {
+        String(characters).precomposedStringWithCanonicalMapping
+    }
+
+    static func pieces(of normal: [Normal]) -> [Piece] {
+        var pieces: [Piece] = []
+        var position = 0
+        while position < normal.count {
+            let kind = normal[position].kind
+            var end = position + 1
+            if kind == .cjk || kind == .wordCharacter {
+                while end < normal.count, normal[end].kind == kind { end += 1 }
+            }
+            let characters = normal[position..<end].map(\.character)
+            switch kind {
+            case .wordCharacter: pieces.append(.word(Self.token(characters.prefix(Self.maxWordCharacters))))
+            case .cjk: pieces.append(.cjk(characters))
+            case .emoji: pieces.append(.emoji(Self.token(characters)))
+            case .separator: break
+            }
+            position = end
+        }
         return pieces
     }
 
@@ -230,11 +260,8 @@ public enum SearchText {
     static func kind(of character: Character) -> Kind {
         guard let first = character.unicodeScalars.first else { return .separator }
         if Self.isCJK(first) { return .cjk }
+        if Self.isEmoji(character) { return .emoji }
         let properties = first.properties
-        // Digits, `#` and `*` are emoji too, but only with a variation selector or a keycap do they show as one.
-        if properties.isEmojiPresentation || (properties.isEmoji && character.unicodeScalars.count > 1) {
-            return .emoji
-        }
         if properties.isAlphabetic || properties.numericType != nil {
             return .wordCharacter
         }
@@ -246,18 +273,34 @@ public enum SearchText {
         }
     }
 
+    /// Whether a character is an emoji: one shown as emoji by default, a keycap, or any other emoji symbol beyond
+    /// ASCII (`❤` with or without U+FE0F, `©`): digits, `#` and `*` alone are not.
+    static func isEmoji(_ character: Character) -> Bool {
+        let scalars = character.unicodeScalars
+        guard let first = scalars.first, !Self.isCJK(first) else { return false }
+        return first.properties.isEmojiPresentation || scalars.contains { $0.value == 0x20E3 }
+            || (first.properties.isEmoji && first.value > 0x7F)
+    }
+
+    /// Variation selectors (text or emoji presentation, ideographic variants): they choose a glyph, not a meaning.
+    static func isVariationSelector(_ scalar: Unicode.Scalar) -> Bool {
+        (0xFE00...0xFE0F).contains(scalar.value) || (0xE0100...0xE01EF).contains(scalar.value)
+    }
+
     /// Chinese (Han, with its extensions and compatibility forms, and `々`), Japanese kana (and the long-vowel mark)
     /// and Korean Hangul.
     static func isCJK(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.value {
-        case 0x3005, 0x3007,  // 々 〇
-            0x3040...0x30FF,  // hiragana, katakana (ー among them)
+        case 0x3005...0x3007, 0x303B,  // 々 〆 〇 〻
+            0x3031...0x3035,  // kana repeat marks
+            0x3041...0x309F,  // hiragana
+            0x30A1...0x30FA, 0x30FC...0x30FF,  // katakana (ー among them; not the middle dot ・ nor ゠)
             0x31F0...0x31FF,  // katakana phonetic extensions
             0x3400...0x4DBF,  // CJK extension A
             0x4E00...0x9FFF,  // CJK unified ideographs
             0xF900...0xFAFF,  // CJK compatibility ideographs
-            0x20000...0x3134F,  // CJK extensions B to G
-            0x1100...0x11FF, 0x3130...0x318F, 0xAC00...0xD7AF:  // Hangul jamo and syllables
+            0x20000...0x323AF,  // CJK extensions B to H
+            0x1100...0x11FF, 0x3130...0x318F, 0xA960...0xA97F, 0xAC00...0xD7FF:  // Hangul jamo and syllables
             return true
         default:
             return false
