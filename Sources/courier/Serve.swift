@@ -263,9 +263,8 @@ struct Serve: AsyncParsableCommand {
         defer { close(lock) }
         guard flock(lock, LOCK_EX | LOCK_NB) == 0 else { return }
         guard let entries = manager.subpaths(atPath: folder) else { return }
-        let made: Set<String> = [
-            "courier.sqlite", "courier.sqlite-wal", "courier.sqlite-shm", "server.lock", "crashes", "media",
-        ]
+        let database = SQLiteStore.databaseFileName
+        let made: Set<String> = [database, database + "-wal", database + "-shm", "server.lock", "crashes", "media"]
         var folders: [String] = []
         var files: [String] = []
         for entry in entries {

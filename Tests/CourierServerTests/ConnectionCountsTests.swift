@@ -244,4 +244,21 @@ struct ConnectionCountsTests {
         #expect(code == "server-full")
         #expect(hub.placesHeld(by: user) == 1)
     }
+
+    @Test("at most maxEarlyYields leases that yielded early are kept: past it the oldest is forgotten and registers")
+    func earlyYieldsBounded() {
+        let hub = Hub(maxEarlyYields: 2)
+        let (user, device) = (UserID(rawValue: 1), DeviceID(rawValue: 1))
+        hub.terminate(leases: [1, 2, 3], early: true)
+        guard case .registered = hub.register(user: user, device: device, ephemeral: false, lease: 1) else {
+            Issue.record("the oldest early yield was kept past the limit")
+            return
+        }
+        for lease: Int64 in [2, 3] {
+            guard case .userFull = hub.register(user: user, device: device, ephemeral: false, lease: lease) else {
+                Issue.record("lease \(lease) yielded and registered")
+                return
+            }
+        }
+    }
 }

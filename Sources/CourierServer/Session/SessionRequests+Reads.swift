@@ -35,13 +35,11 @@ extension SessionRequests {
                 // The marks in what room the messages left, the furthest read first; none when there is none.
                 let marks = page.receipts.map(Courier_V1_ReceiptMark.init)
                 let room = limit - sizes.prefix(fitting).reduce(0) { $0 + $1 + 6 }
-                let markSizes = marks.map { (try? $0.serializedBytes() as [UInt8])?.count ?? 0 }
-                var kept = 0
-                var markBytes = 0
-                while kept < marks.count, markBytes + markSizes[kept] + 6 <= room {
-                    markBytes += markSizes[kept] + 6
-                    kept += 1
-                }
+                let kept = Self.fitting(
+                    sizes: marks.map { (try? $0.serializedBytes() as [UInt8])?.count ?? 0 },
+                    within: room,
+                    atLeastOne: false
+                )
                 reply.history.receipts = Array(marks.prefix(kept))
             case .unread(let offset):
                 let counts = try await self.context.store.unreadCounts(for: user.id)
@@ -129,14 +127,14 @@ extension SessionRequests {
         return .goOn
     }
 
-    /// How many items of these encoded sizes, from the first, fit in `limit` bytes of an answer (at least one,
-    /// when there is one).
-    static func fitting(sizes: [Int], within limit: Int) -> Int {
+    /// How many items of these encoded sizes, from the first, fit in `limit` bytes of an answer (with `atLeastOne`,
+    /// at least one when there is one: an answer must carry something).
+    static func fitting(sizes: [Int], within limit: Int, atLeastOne: Bool = true) -> Int {
         var bytes = 0
         for (index, size) in sizes.enumerated() {
             // The field's tag and length prefix: a few bytes more than the item.
             bytes += size + 6
-            if bytes > limit { return max(1, index) }
+            if bytes > limit { return atLeastOne ? max(1, index) : index }
         }
         return sizes.count
     }
