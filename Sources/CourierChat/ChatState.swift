@@ -19,6 +19,12 @@ struct ChatState {
         var recalled = false
         /// Why the server refused it, if it did.
         var failure: String?
+        /// Whether its sender edited it.
+        var edited = false
+        /// The message it answers.
+        var replyTo: ChatReply?
+        /// Its reactions, each key once, the first given first.
+        var reactions: [ChatReaction] = []
     }
 
     /// A conversation as the chat holds it.
@@ -313,6 +319,33 @@ struct ChatState {
                 self.threads[key]?.lines[index].media = nil
             }
             return []
+        case .edited(let message):
+            // Only a message the chat shows changes: an edit is never a new line.
+            let key = Self.key(message.conversation)
+            if let index = self.threads[key]?.lines.firstIndex(where: { $0.seq == message.seq }),
+                !message.recalled
+            {
+                self.threads[key]?.lines[index].text = message.media.map(ChatText.describe) ?? message.text
+                self.threads[key]?.lines[index].media = message.media
+                self.threads[key]?.lines[index].edited = true
+            }
+            return []
+        case .reaction(let change):
+            let key = Self.key(change.conversation)
+            guard let index = self.threads[key]?.lines.firstIndex(where: { $0.seq == change.seq }) else { return [] }
+            var reactions = self.threads[key]!.lines[index].reactions
+            let mine = change.user.lowercased() == self.me.lowercased()
+            if let at = reactions.firstIndex(where: { $0.key == change.key }) {
+                // Counted from the events: what the server counted is in the next page of history.
+                if mine, reactions[at].mine == change.on { return [] }
+                reactions[at].count += change.on ? 1 : -1
+                if mine { reactions[at].mine = change.on }
+                if reactions[at].count <= 0 { reactions.remove(at: at) }
+            } else if change.on {
+                reactions.append(ChatReaction(key: change.key, count: 1, mine: mine))
+            }
+            self.threads[key]?.lines[index].reactions = reactions
+            return []
         case .membership(let group, let user, let joined):
             let key = Self.key(.group(group))
             if user.lowercased() == self.me.lowercased(), joined, self.threads[key] == nil {
@@ -354,6 +387,14 @@ struct ChatState {
             thread.lines[index].time = message.time
             thread.lines[index].recalled = message.recalled
             if thread.lines[index].media == nil { thread.lines[index].media = message.media }
+            if thread.lines[index].replyTo == nil { thread.lines[index].replyTo = message.replyTo }
+            // A page of history is newer news than what the line holds: its text as edited, its reactions.
+            if message.edited != nil, !message.recalled {
+                thread.lines[index].edited = true
+                thread.lines[index].text = message.media.map(ChatText.describe) ?? message.text
+                thread.lines[index].media = message.media
+            }
+            if !message.reactions.isEmpty { thread.lines[index].reactions = message.reactions }
             if message.recalled {
                 thread.lines[index].text = ""
                 thread.lines[index].media = nil
@@ -369,7 +410,10 @@ struct ChatState {
                 time: message.time,
                 text: message.recalled ? "" : message.media.map(ChatText.describe) ?? message.text,
                 media: message.recalled ? nil : message.media,
-                recalled: message.recalled
+                recalled: message.recalled,
+                edited: message.edited != nil,
+                replyTo: message.replyTo,
+                reactions: message.reactions
             )
         )
         thread.lines.sort(by: Self.order)

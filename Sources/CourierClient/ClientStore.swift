@@ -16,6 +16,8 @@ final class ClientStore: Sendable {
         var conversation: Conversation
         var text: String
         var media: MediaInfo? = nil
+        /// The message it answers.
+        var replyTo: ReplyTarget? = nil
     }
 
     /// An outbox row: its place in the order written, and the message.
@@ -79,6 +81,19 @@ final class ClientStore: Sendable {
                 sql: """
                     ALTER TABLE outbox ADD COLUMN instance TEXT;
                     CREATE INDEX outbox_by_instance ON outbox (instance, position);
+                    """
+            )
+        }
+        migrator.registerMigration("v4-edits") { db in
+            // When the message was last edited (seconds since 1970), and what it answers (a serialized
+            // courier.v1.Reply); what an outbox message answers, by seq, or by id (and sender).
+            try db.execute(
+                sql: """
+                    ALTER TABLE messages ADD COLUMN edited REAL;
+                    ALTER TABLE messages ADD COLUMN reply BLOB;
+                    ALTER TABLE outbox ADD COLUMN reply_seq INTEGER;
+                    ALTER TABLE outbox ADD COLUMN reply_id TEXT;
+                    ALTER TABLE outbox ADD COLUMN reply_from TEXT;
                     """
             )
         }
@@ -148,10 +163,12 @@ final class ClientStore: Sendable {
                 let (kind, peer) = Self.columns(entry.conversation)
                 try db.execute(
                     sql: """
-                        INSERT INTO outbox (id, kind, peer, text, media, created, instance)
-                        VALUES (?, ?, ?, ?, ?, ?, ?)
+                        INSERT INTO outbox (id, kind, peer, text, media, created, instance, reply_seq, reply_id,
+                            reply_from)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                         """,
                     arguments: [entry.id, kind, peer, entry.text, Self.blob(entry.media), now, instance]
+                        + Self.replyColumns(entry.replyTo)
                 )
             }
         }
@@ -163,7 +180,7 @@ final class ClientStore: Sendable {
             try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT position, id, kind, peer, text, media FROM outbox
+                    SELECT \(Self.outboxColumns) FROM outbox
                     WHERE instance = ? AND position > ? ORDER BY position LIMIT ?
                     """,
                 arguments: [instance, position, limit]
@@ -174,7 +191,7 @@ final class ClientStore: Sendable {
     /// Every outbox message, whoever sends it, oldest first.
     func outbox() async throws -> [OutboxEntry] {
         try await self.pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT position, id, kind, peer, text, media FROM outbox ORDER BY position")
+            try Row.fetchAll(db, sql: "SELECT \(Self.outboxColumns) FROM outbox ORDER BY position")
                 .map { Self.outboxRow($0).entry }
         }
     }
@@ -202,7 +219,7 @@ final class ClientStore: Sendable {
                 let arguments: StatementArguments = old.map { [$0] } ?? []
                 taken += try Row.fetchAll(
                     db,
-                    sql: "SELECT position, id, kind, peer, text, media FROM outbox WHERE \(condition)",
+                    sql: "SELECT \(Self.outboxColumns) FROM outbox WHERE \(condition)",
                     arguments: arguments
                 ).map(Self.outboxRow)
                 try db.execute(
@@ -238,7 +255,7 @@ final class ClientStore: Sendable {
                     guard
                         let row = try Row.fetchOne(
                             db,
-                            sql: "SELECT text, media FROM outbox WHERE id = ?",
+                            sql: "SELECT text, media, reply_seq, reply_id, reply_from FROM outbox WHERE id = ?",
                             arguments: [acknowledgement.id]
                         )
                     else { continue }
@@ -251,7 +268,10 @@ final class ClientStore: Sendable {
                         time: acknowledgement.time,
                         text: row["text"],
                         media: Self.media(row["media"]),
-                        recalled: false
+                        recalled: false,
+                        replyTo: try Self.replyTarget(row).map {
+                            try Self.reply(to: $0, in: acknowledgement.conversation, db)
+                        }
                     )
                     try Self.insert(message, db)
                 }
@@ -278,10 +298,28 @@ final class ClientStore: Sendable {
 
     /// Stores a page of received messages, and raises the cursor to the page's end, in one transaction. A message
     /// stored already (by conversation and sequence number, by this process or another) is left as it is.
-    func store(_ messages: [ChatMessage], recalls: [(Conversation, UInt64)], cursor: UInt64) async throws {
+    func store(
+        _ messages: [ChatMessage],
+        recalls: [(Conversation, UInt64)],
+        edits: [ChatMessage] = [],
+        cursor: UInt64
+    ) async throws {
         try await self.pool.write { db in
             for message in messages {
                 try Self.insert(message, db)
+            }
+            // An edit of a message this device does not hold changes nothing: it is never stored as a new one.
+            for edit in edits where !edit.recalled {
+                try db.execute(
+                    sql: """
+                        UPDATE messages SET text = ?, media = ?, edited = ?
+                        WHERE conversation = ? AND seq = ? AND recalled = 0
+                        """,
+                    arguments: [
+                        edit.text, Self.blob(edit.media), edit.edited?.timeIntervalSince1970, edit.conversation.key,
+                        Int64(edit.seq),
+                    ]
+                )
             }
             for (conversation, seq) in recalls {
                 try db.execute(
@@ -305,12 +343,15 @@ final class ClientStore: Sendable {
         let (kind, peer) = Self.columns(message.conversation)
         try db.execute(
             sql: """
-                INSERT OR IGNORE INTO messages (conversation, seq, id, sender, kind, peer, time, text, media, recalled)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT OR IGNORE INTO messages (conversation, seq, id, sender, kind, peer, time, text, media, recalled,
+                    edited, reply)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
             arguments: [
                 message.conversation.key, Int64(message.seq), message.id, message.from, kind, peer,
                 message.time.timeIntervalSince1970, message.text, Self.blob(message.media), message.recalled,
+                message.edited?.timeIntervalSince1970,
+                message.replyTo.flatMap { try? Courier_V1_Reply($0).serializedBytes() as Data },
             ]
         )
     }
@@ -349,7 +390,49 @@ final class ClientStore: Sendable {
             time: Date(timeIntervalSince1970: row["time"]),
             text: row["text"],
             media: Self.media(row["media"]),
-            recalled: row["recalled"]
+            recalled: row["recalled"],
+            edited: (row["edited"] as Double?).map(Date.init(timeIntervalSince1970:)),
+            replyTo: (row["reply"] as Data?).flatMap { try? Courier_V1_Reply(serializedBytes: $0) }.map(ChatReply.init)
+        )
+    }
+
+    /// What a message this device sent answers, from the original as stored here (only its seq, or nothing of it
+    /// named by an id, when it is not: the server's copy of the message, in history, has it all).
+    private static func reply(
+        to target: ReplyTarget,
+        in conversation: Conversation,
+        _ db: Database
+    ) throws -> ChatReply {
+        let row: Row?
+        switch target {
+        case .seq(let seq):
+            row = try Row.fetchOne(
+                db,
+                sql: "SELECT * FROM messages WHERE conversation = ? AND seq = ?",
+                arguments: [conversation.key, Int64(clamping: seq)]
+            )
+        case .id(let id, let from):
+            row = try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT * FROM messages WHERE conversation = ? AND id = ? AND (? IS NULL OR sender = ? COLLATE NOCASE)
+                    ORDER BY seq DESC LIMIT 1
+                    """,
+                arguments: [conversation.key, id, from, from]
+            )
+        }
+        guard let row else {
+            if case .seq(let seq) = target { return ChatReply(seq: seq) }
+            return ChatReply(seq: 0, visible: false)
+        }
+        let original = Self.message(row)
+        return ChatReply(
+            seq: original.seq,
+            id: original.id,
+            from: original.from,
+            text: original.text,
+            media: original.media,
+            recalled: original.recalled
         )
     }
 
@@ -360,9 +443,28 @@ final class ClientStore: Sendable {
                 id: row["id"],
                 conversation: Self.conversation(row["kind"], row["peer"]),
                 text: row["text"],
-                media: Self.media(row["media"])
+                media: Self.media(row["media"]),
+                replyTo: Self.replyTarget(row)
             )
         )
+    }
+
+    /// The columns an outbox row is read with (``outboxRow(_:)``).
+    private static let outboxColumns = "position, id, kind, peer, text, media, reply_seq, reply_id, reply_from"
+
+    /// An outbox row's reply target, from its `reply_seq`, `reply_id` and `reply_from`.
+    private static func replyTarget(_ row: Row) -> ReplyTarget? {
+        if let seq = row["reply_seq"] as Int64? { return .seq(UInt64(max(0, seq))) }
+        if let id = row["reply_id"] as String? { return .id(id, from: row["reply_from"]) }
+        return nil
+    }
+
+    private static func replyColumns(_ target: ReplyTarget?) -> StatementArguments {
+        switch target {
+        case .seq(let seq)?: [Int64(clamping: seq), nil, nil]
+        case .id(let id, let from)?: [nil, id, from]
+        case nil: [nil, nil, nil]
+        }
     }
 
     private static func blob(_ media: MediaInfo?) -> Data? {

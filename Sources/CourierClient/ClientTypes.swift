@@ -28,6 +28,8 @@ public struct MediaInfo: Hashable, Sendable {
     public var durationMs: Int
     public var width: Int
     public var height: Int
+    /// Text shown with it (what an edit of a media message changes).
+    public var caption: String
 
     public init(
         kind: Kind,
@@ -37,7 +39,8 @@ public struct MediaInfo: Hashable, Sendable {
         name: String,
         durationMs: Int = 0,
         width: Int = 0,
-        height: Int = 0
+        height: Int = 0,
+        caption: String = ""
     ) {
         self.kind = kind
         self.sha256 = sha256
@@ -47,7 +50,92 @@ public struct MediaInfo: Hashable, Sendable {
         self.durationMs = durationMs
         self.width = width
         self.height = height
+        self.caption = caption
     }
+}
+
+/// The message a reply answers, as the reader may see it: `visible` false for a reader who joined the group after
+/// it (then only `seq` is known); `recalled` once its sender recalled it (show the quote as recalled).
+public struct ChatReply: Hashable, Sendable {
+    public var seq: UInt64
+    public var visible: Bool
+    public var id: String
+    public var from: String
+    public var text: String
+    public var media: MediaInfo?
+    public var recalled: Bool
+
+    public init(
+        seq: UInt64,
+        visible: Bool = true,
+        id: String = "",
+        from: String = "",
+        text: String = "",
+        media: MediaInfo? = nil,
+        recalled: Bool = false
+    ) {
+        self.seq = seq
+        self.visible = visible
+        self.id = id
+        self.from = from
+        self.text = text
+        self.media = media
+        self.recalled = recalled
+    }
+}
+
+/// A reaction on a message: its key, how many gave it, and whether this user did.
+public struct ChatReaction: Hashable, Sendable {
+    public var key: String
+    public var count: Int
+    public var mine: Bool
+
+    public init(key: String, count: Int, mine: Bool) {
+        self.key = key
+        self.count = count
+        self.mine = mine
+    }
+}
+
+/// A reaction put on a message or taken off, as the event log tells it.
+public struct ReactionChange: Hashable, Sendable {
+    public var conversation: Conversation
+    public var seq: UInt64
+    /// The message's id and sender.
+    public var id: String
+    public var from: String
+    /// Who reacted, and with what.
+    public var user: String
+    public var key: String
+    public var on: Bool
+
+    public init(
+        conversation: Conversation,
+        seq: UInt64,
+        id: String,
+        from: String,
+        user: String,
+        key: String,
+        on: Bool
+    ) {
+        self.conversation = conversation
+        self.seq = seq
+        self.id = id
+        self.from = from
+        self.user = user
+        self.key = key
+        self.on = on
+    }
+}
+
+/// An earlier version of an edited message.
+public struct EarlierVersion: Hashable, Sendable {
+    /// 0: as first sent.
+    public var version: Int
+    public var text: String
+    public var media: MediaInfo?
+    /// When an edit replaced it.
+    public var replaced: Date
 }
 
 /// A message, as stored on this device: a text, or media (then `text` is empty).
@@ -63,6 +151,13 @@ public struct ChatMessage: Hashable, Sendable {
     public var text: String
     public var media: MediaInfo?
     public var recalled: Bool
+    /// When its sender last edited it (the text is the edited one); nil when never.
+    public var edited: Date?
+    /// The message it answers, when it is a reply.
+    public var replyTo: ChatReply?
+    /// Its reactions: in a page of ``CourierClient/history(of:beforeSeq:limit:)`` (the event log brings each change
+    /// as ``ClientEvent/reaction(_:)``; the local store keeps none).
+    public var reactions: [ChatReaction]
 
     public init(
         id: String,
@@ -72,7 +167,10 @@ public struct ChatMessage: Hashable, Sendable {
         time: Date,
         text: String,
         media: MediaInfo? = nil,
-        recalled: Bool = false
+        recalled: Bool = false,
+        edited: Date? = nil,
+        replyTo: ChatReply? = nil,
+        reactions: [ChatReaction] = []
     ) {
         self.id = id
         self.from = from
@@ -82,6 +180,9 @@ public struct ChatMessage: Hashable, Sendable {
         self.text = text
         self.media = media
         self.recalled = recalled
+        self.edited = edited
+        self.replyTo = replyTo
+        self.reactions = reactions
     }
 }
 
@@ -91,6 +192,23 @@ public struct PendingMessage: Hashable, Sendable {
     public var conversation: Conversation
     public var text: String
     public var media: MediaInfo? = nil
+    /// The message it answers, in the same conversation.
+    public var replyTo: ReplyTarget? = nil
+}
+
+/// Names a message for an edit, a reaction or its versions: by place (its seq in a conversation), or by the id its
+/// sender gave it (unique per sender only: the sender, the conversation, or both, tell apart two messages of one id;
+/// the server refuses a name that fits two with `ambiguous-message`).
+public enum MessageReference: Hashable, Sendable {
+    case seq(UInt64, in: Conversation)
+    case id(String, from: String? = nil, in: Conversation? = nil)
+}
+
+/// The message a new one answers, in the conversation it goes to: by seq, or by the id its sender gave it.
+public enum ReplyTarget: Hashable, Sendable {
+    case seq(UInt64)
+    /// With the sender's name when two senders used that id there.
+    case id(String, from: String? = nil)
 }
 
 /// Why a connection ended, or could not start.
@@ -150,6 +268,11 @@ public enum ClientEvent: Sendable, Hashable {
     case receipt(conversation: Conversation, user: String, read: Bool, upToSeq: UInt64)
     /// A message was recalled by its sender.
     case recalled(conversation: Conversation, seq: UInt64, id: String, by: String)
+    /// Its sender edited a message: the message as it now is (the local store holds it so, when it holds it). Never
+    /// a new message: one this device never had is not to be shown.
+    case edited(ChatMessage)
+    /// A member put a reaction on a message, or took it off.
+    case reaction(ReactionChange)
     /// A user joined or left a group.
     case membership(group: String, user: String, joined: Bool)
     /// A peer is typing (or stopped).

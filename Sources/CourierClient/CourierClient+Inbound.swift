@@ -112,6 +112,7 @@ extension CourierClient {
         if let last = events.events.last {
             var messages: [ChatMessage] = []
             var recalls: [(Conversation, UInt64)] = []
+            var edits: [ChatMessage] = []
             var others: [ClientEvent] = []
             for event in events.events {
                 switch event.kind {
@@ -132,12 +133,30 @@ extension CourierClient {
                     )
                 case .membership(let change)?:
                     others.append(.membership(group: change.group, user: change.user, joined: change.change == .joined))
+                case .edit(let message)?:
+                    let edited = ChatMessage(message)
+                    edits.append(edited)
+                    others.append(.edited(edited))
+                case .reaction(let reaction)?:
+                    others.append(
+                        .reaction(
+                            ReactionChange(
+                                conversation: Conversation(received: reaction.message.conversation),
+                                seq: reaction.message.seq,
+                                id: reaction.message.id,
+                                from: reaction.message.from,
+                                user: reaction.user,
+                                key: reaction.key,
+                                on: reaction.on
+                            )
+                        )
+                    )
                 case nil:
                     break
                 }
             }
             // Durably stored first, then acknowledged: an event is never acked before it is on this disk.
-            try await self.store.store(messages, recalls: recalls, cursor: last.cursor)
+            try await self.store.store(messages, recalls: recalls, edits: edits, cursor: last.cursor)
             self.state.withLock { $0.cursor = max($0.cursor ?? 0, last.cursor) }
             // Every message is new to this client (the page follows its own cursor), even where another client of
             // the store stored it first; one this client sent, which the server passes back when it has lost track

@@ -185,16 +185,18 @@ public final class CourierClient: Service, Sendable {
     ///   - text: The text.
     ///   - conversation: Where to.
     ///   - id: The message id (at most 128 bytes); by default a new UUID.
+    ///   - replyTo: The message it answers, in the same conversation (one this user can see, not recalled).
     @discardableResult
     public func send(
         _ text: String,
         to conversation: Conversation,
-        id: String = UUID().uuidString
+        id: String = UUID().uuidString,
+        replyTo: ReplyTarget? = nil
     ) async throws
         -> String
     {
         try await self.store.enqueue(
-            [.init(id: id, conversation: conversation, text: text)],
+            [.init(id: id, conversation: conversation, text: text, replyTo: replyTo)],
             instance: self.instance.id
         )
         self.outboxChanged()
@@ -245,7 +247,13 @@ public final class CourierClient: Service, Sendable {
     /// The messages not yet acknowledged by the server, oldest first (whichever client of the store sends them).
     public func pendingMessages() async throws -> [PendingMessage] {
         try await self.store.outbox().map {
-            PendingMessage(id: $0.id, conversation: $0.conversation, text: $0.text, media: $0.media)
+            PendingMessage(
+                id: $0.id,
+                conversation: $0.conversation,
+                text: $0.text,
+                media: $0.media,
+                replyTo: $0.replyTo
+            )
         }
     }
 
@@ -340,6 +348,41 @@ public final class CourierClient: Service, Sendable {
         try Self.expectDone(try await self.request(envelope))
     }
 
+    /// Replaces the text of a message this user sent (a media message's caption), within the server's edit window.
+    /// Every member's devices get ``ClientEvent/edited(_:)``, this one's too. By id, the message is this user's own.
+    public func edit(_ message: MessageReference, text: String) async throws {
+        var envelope = ClientEnvelope()
+        envelope.edit.message = Courier_V1_MessageRef(message)
+        envelope.edit.text = text
+        try Self.expectDone(try await self.request(envelope))
+    }
+
+    /// Puts a reaction (one emoji, or one short word) on a message, or takes it off (`on` false). Doing it twice is
+    /// a success that changes nothing. Every member's devices get ``ClientEvent/reaction(_:)``.
+    public func react(_ message: MessageReference, key: String, on: Bool = true) async throws {
+        var envelope = ClientEnvelope()
+        envelope.react.message = Courier_V1_MessageRef(message)
+        envelope.react.key = key
+        envelope.react.off = !on
+        try Self.expectDone(try await self.request(envelope))
+    }
+
+    /// The texts an edited message had before, oldest first.
+    public func versions(of message: MessageReference) async throws -> [EarlierVersion] {
+        var envelope = ClientEnvelope()
+        envelope.versions.message = Courier_V1_MessageRef(message)
+        let answer = try await self.request(envelope)
+        guard case .versions(let versions)? = answer.body else { throw Self.unexpected(answer) }
+        return versions.versions.map {
+            EarlierVersion(
+                version: Int($0.version),
+                text: $0.body.text,
+                media: $0.body.carriedMedia.map(MediaInfo.init),
+                replaced: Date(timeIntervalSince1970: Double($0.replacedMs) / 1000)
+            )
+        }
+    }
+
     /// Stops ``run()``: the connection closes and it returns.
     public func stop() {
         let (link, signals) = self.state.withLock { state in
@@ -397,8 +440,56 @@ extension ChatMessage {
             time: Date(timeIntervalSince1970: Double(message.timeMs) / 1000),
             text: message.body.text,
             media: message.body.carriedMedia.map(MediaInfo.init),
-            recalled: message.recalled
+            recalled: message.recalled,
+            edited: message.editedMs > 0 ? Date(timeIntervalSince1970: Double(message.editedMs) / 1000) : nil,
+            replyTo: message.hasReplyTo ? ChatReply(message.replyTo) : nil,
+            reactions: message.reactions.map { ChatReaction(key: $0.key, count: Int($0.count), mine: $0.mine) }
         )
+    }
+}
+
+extension Courier_V1_MessageRef {
+    init(_ reference: MessageReference) {
+        self.init()
+        switch reference {
+        case .seq(let seq, let conversation):
+            self.conversation = Courier_V1_Conversation(conversation)
+            self.seq = seq
+        case .id(let id, let from, let conversation):
+            self.id = id
+            self.from = from ?? ""
+            if let conversation { self.conversation = Courier_V1_Conversation(conversation) }
+        }
+    }
+}
+
+extension ChatReply {
+    init(_ reply: Courier_V1_Reply) {
+        self.init(
+            seq: reply.seq,
+            visible: reply.visible,
+            id: reply.id,
+            from: reply.from,
+            text: reply.body.text,
+            media: reply.body.carriedMedia.map(MediaInfo.init),
+            recalled: reply.recalled
+        )
+    }
+}
+
+extension Courier_V1_Reply {
+    init(_ reply: ChatReply) {
+        self.init()
+        self.seq = reply.seq
+        self.visible = reply.visible
+        self.id = reply.id
+        self.from = reply.from
+        self.recalled = reply.recalled
+        if let media = reply.media {
+            self.body.media = Courier_V1_Media(media)
+        } else if !reply.text.isEmpty {
+            self.body.text = reply.text
+        }
     }
 }
 
@@ -427,7 +518,8 @@ extension MediaInfo {
             name: media.name,
             durationMs: Int(media.durationMs),
             width: Int(media.width),
-            height: Int(media.height)
+            height: Int(media.height),
+            caption: media.caption
         )
     }
 }
@@ -448,5 +540,6 @@ extension Courier_V1_Media {
         self.durationMs = UInt32(clamping: media.durationMs)
         self.width = UInt32(clamping: media.width)
         self.height = UInt32(clamping: media.height)
+        self.caption = media.caption
     }
 }

@@ -260,6 +260,15 @@ final class Link: Sendable {
         } else {
             envelope.send.body.text = entry.text
         }
+        switch entry.replyTo {
+        case .seq(let seq)?:
+            envelope.send.replyTo.seq = seq
+        case .id(let id, let from)?:
+            envelope.send.replyTo.id = id
+            envelope.send.replyTo.from = from ?? ""
+        case nil:
+            break
+        }
         envelope.requestID = self.state.withLock { state in
             defer { state.nextRequestID += 1 }
             state.sends[state.nextRequestID] = entry.id

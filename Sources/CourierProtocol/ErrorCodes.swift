@@ -26,6 +26,13 @@ public enum ErrorCodes {
     public static let notContact = "not-contact"
     public static let unknownMessage = "unknown-message"
     public static let recallWindowPassed = "recall-window-passed"
+    public static let ambiguousMessage = "ambiguous-message"
+    public static let notSender = "not-sender"
+    public static let messageRecalled = "message-recalled"
+    public static let editWindowPassed = "edit-window-passed"
+    public static let tooManyEdits = "too-many-edits"
+    public static let invalidReaction = "invalid-reaction"
+    public static let tooManyReactions = "too-many-reactions"
     public static let storageFailed = "storage-failed"
     // Media
     public static let mediaTooLarge = "media-too-large"
@@ -72,8 +79,24 @@ public enum ErrorCodes {
         (notMember, false, "the sender is not a member of the conversation"),
         (notOwner, false, "only the group's owner may add or remove others"),
         (notContact, false, "only contacts (both have written in their direct conversation) can be added to a group"),
-        (unknownMessage, false, "a recall of a message this user did not send there"),
+        (
+            unknownMessage, false,
+            "no such message that this user can see (sent to a conversation it is in, after it joined); for a recall, one it did not send there"
+        ),
         (recallWindowPassed, false, "a recall after the recall window"),
+        (
+            ambiguousMessage, false,
+            "a message named by an id several messages this user can see carry (ids are unique per sender only): name its sender or conversation too"
+        ),
+        (notSender, false, "an edit of a message someone else sent"),
+        (messageRecalled, false, "an edit of, a reply to or a reaction on a recalled message"),
+        (editWindowPassed, false, "an edit after the edit window"),
+        (tooManyEdits, false, "a message edited `max-edits-per-message` times already"),
+        (invalidReaction, false, "a reaction that is neither one emoji nor one word of at most 32 bytes"),
+        (
+            tooManyReactions, false,
+            "a message with `max-reaction-keys` different reactions already, or a user with `max-reactions-per-user` on it"
+        ),
         (
             storageFailed, false,
             "the server could not reach or write its database (disk full, I/O error, PostgreSQL down or out of reach): not stored, unless PostgreSQL stopped answering during the `COMMIT` itself, so send again with the same `id` (one stored is answered as a duplicate); try again after `retry_after_ms` (a failed write or login closes the connection)"

@@ -92,6 +92,10 @@ public protocol CourierDatabase: Sendable {
         beforeSeq: UInt64,
         limit: Int
     ) async throws -> HistoryPage
+    /// A message a user can see (a member, sent after it joined), by place or by the id its sender gave.
+    func message(_ name: MessageName, for user: UserID) async throws -> StoredMessage
+    /// The bodies an edited message had before, oldest first, for a member who can see it.
+    func versions(of name: MessageName, for user: UserID) async throws -> [MessageVersion]
     func unreadCounts(for user: UserID) async throws -> [UnreadCount]
     func peers(of user: UserID) async throws -> Set<UserID>
     func contacts(of user: UserID) async throws -> Set<UserID>
@@ -229,6 +233,16 @@ public struct StoreLimits: Sendable, Hashable {
     /// The most members' receipt marks a history page carries (``HistoryPage/receipts``), the furthest read
     /// first: in a larger group, "read by N" counts these.
     public var maxReceiptMarks: Int = 256
+    /// How long after sending a sender may edit a message (zero: for ever).
+    public var editWindow: Duration = .seconds(48 * 3600)
+    /// The most times one message may be edited: each edit keeps the text it replaced.
+    public var maxEditsPerMessage: Int = 20
+    /// The most different reaction keys one message may carry.
+    public var maxReactionKeysPerMessage: Int = 20
+    /// The most reactions one user may put on one message.
+    public var maxReactionsPerUser: Int = 5
+    /// The most earlier versions of a message one request returns.
+    public var maxVersionsPerRead: Int = 64
 
     public init() {}
 }

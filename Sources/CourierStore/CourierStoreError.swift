@@ -22,6 +22,13 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
             case tokenRevoked = "token-revoked"
             case unknownMessage = "unknown-message"
             case recallWindowPassed = "recall-window-passed"
+            case ambiguousMessage = "ambiguous-message"
+            case notSender = "not-sender"
+            case messageRecalled = "message-recalled"
+            case editWindowPassed = "edit-window-passed"
+            case tooManyEdits = "too-many-edits"
+            case invalidReaction = "invalid-reaction"
+            case tooManyReactions = "too-many-reactions"
             case invalidRequest = "invalid-request"
             case storageFailed = "storage-failed"
             case mediaTooLarge = "media-too-large"
@@ -58,6 +65,22 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
         public static let unknownMessage = Code(.unknownMessage)
         /// The message is older than the recall window.
         public static let recallWindowPassed = Code(.recallWindowPassed)
+        /// An edit, reply or reaction named a message by an id several messages the user can see carry (ids are
+        /// unique per sender only): name the sender or the conversation too.
+        public static let ambiguousMessage = Code(.ambiguousMessage)
+        /// Only a message's sender may edit it.
+        public static let notSender = Code(.notSender)
+        /// The message was recalled: it cannot be edited, replied to or reacted to.
+        public static let messageRecalled = Code(.messageRecalled)
+        /// The message is older than the edit window.
+        public static let editWindowPassed = Code(.editWindowPassed)
+        /// The message was edited as many times as the store allows.
+        public static let tooManyEdits = Code(.tooManyEdits)
+        /// A reaction key that is neither one emoji nor one short word (``ReactionKey``).
+        public static let invalidReaction = Code(.invalidReaction)
+        /// The message carries as many different reactions as the store allows, or the user has put as many on it
+        /// as it may.
+        public static let tooManyReactions = Code(.tooManyReactions)
         /// The request is malformed (an empty member list, a negative limit, …).
         public static let invalidRequest = Code(.invalidRequest)
         /// The database failed to commit; nothing of the write was stored.

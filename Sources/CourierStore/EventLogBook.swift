@@ -4,6 +4,8 @@ package enum LogEventKind: Int64, Sendable {
     case recall = 2
     case receipt = 3
     case membership = 4
+    case edit = 5
+    case reaction = 6
 }
 
 /// The bookkeeping of one write transaction's appends to users' event logs, whatever the database: each user's
@@ -69,7 +71,50 @@ package struct EventLogBook: Sendable {
     /// after the commit would.
     package mutating func markRecalled(id: String, from sender: String) {
         for (user, events) in self.fresh {
-            self.fresh[user] = events.map { $0.recalled { $0.id == id && $0.from == sender } }
+            self.fresh[user] = events.map { event in
+                var event = event.recalled { $0.id == id && $0.from == sender }
+                // A reply to it, sent in this batch, quotes it recalled.
+                if case .message(var message) = event.kind, message.replyTo?.visible == true,
+                    message.replyTo?.id == id, message.replyTo?.from == sender
+                {
+                    message.replyTo = StoredReply(
+                        seq: message.replyTo!.seq,
+                        visible: true,
+                        id: id,
+                        from: sender,
+                        body: [],
+                        recalled: true
+                    )
+                    event = StoredEvent(cursor: event.cursor, kind: .message(message))
+                }
+                return event
+            }
+        }
+    }
+
+    /// A message this batch appended or edited was edited (again) in it: its fresh events, and the quotes of the
+    /// replies to it, show the body as it now is, as a read after the commit would.
+    package mutating func markEdited(id: String, from sender: String, body: [UInt8], editedMs: Int64) {
+        let matches = { (message: StoredMessage) in message.id == id && message.from == sender }
+        for (user, events) in self.fresh {
+            self.fresh[user] = events.map { event in
+                switch event.kind {
+                case .message(var message) where matches(message):
+                    message.body = body
+                    message.editedMs = editedMs
+                    return StoredEvent(cursor: event.cursor, kind: .message(message))
+                case .edit(var message) where matches(message):
+                    message.body = body
+                    message.editedMs = editedMs
+                    return StoredEvent(cursor: event.cursor, kind: .edit(message))
+                case .message(var message)
+                where message.replyTo?.visible == true && message.replyTo?.id == id && message.replyTo?.from == sender:
+                    message.replyTo?.body = body
+                    return StoredEvent(cursor: event.cursor, kind: .message(message))
+                default:
+                    return event
+                }
+            }
         }
     }
 

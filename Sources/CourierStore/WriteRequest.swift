@@ -11,6 +11,56 @@ public enum WriteRequest: Hashable, Sendable {
     case markRead(user: UserID, conversation: Conversation, upToSeq: UInt64)
     /// The sender withdraws a message for everyone, within the store's recall window.
     case recall(user: UserID, conversation: Conversation, id: String)
+    /// The sender replaces a message's text (a media message's caption), within the store's edit window; every
+    /// member's log gets the message as it now is.
+    case edit(Edit)
+    /// A member puts a reaction on a message or takes it off; every member's log gets the change.
+    case react(React)
+
+    /// A new text for a message.
+    public struct Edit: Hashable, Sendable {
+        public var user: UserID
+        public var device: DeviceID?
+        /// The message: its conversation as the user names it, and its seq.
+        public var conversation: Conversation
+        public var seq: UInt64
+        /// The new serialized body: the message's own, with its text (a media message's caption) replaced. The store
+        /// does not read bodies: whoever builds this starts from the message as it is (``CourierDatabase/target(_:for:)``).
+        public var body: [UInt8]
+
+        public init(user: UserID, device: DeviceID? = nil, conversation: Conversation, seq: UInt64, body: [UInt8]) {
+            self.user = user
+            self.device = device
+            self.conversation = conversation
+            self.seq = seq
+            self.body = body
+        }
+    }
+
+    /// A reaction put on a message, or taken off.
+    public struct React: Hashable, Sendable {
+        public var user: UserID
+        public var conversation: Conversation
+        public var seq: UInt64
+        /// One emoji or one short word (``ReactionKey``).
+        public var key: String
+        public var on: Bool
+
+        public init(user: UserID, conversation: Conversation, seq: UInt64, key: String, on: Bool) {
+            self.user = user
+            self.conversation = conversation
+            self.seq = seq
+            self.key = key
+            self.on = on
+        }
+    }
+
+    /// The message a send answers, in the conversation it goes to: by seq, or by the id its sender gave it (with the
+    /// sender's name when two senders used one id there).
+    public enum ReplyTarget: Hashable, Sendable {
+        case seq(UInt64)
+        case id(String, from: String?)
+    }
 
     /// A message to store.
     public struct Send: Hashable, Sendable {
@@ -24,6 +74,8 @@ public enum WriteRequest: Hashable, Sendable {
         public var body: [UInt8]
         /// The media the body carries, which the sender must have uploaded.
         public var media: MediaReference?
+        /// The message this one answers: one the sender can see in the same conversation, not recalled.
+        public var replyTo: ReplyTarget?
 
         /// An id for a message sent without one: 16 random bytes in hex, prefixed `s-`.
         public static func assignedID() -> String {
@@ -38,7 +90,8 @@ public enum WriteRequest: Hashable, Sendable {
             id: String,
             to: Conversation,
             body: [UInt8],
-            media: MediaReference? = nil
+            media: MediaReference? = nil,
+            replyTo: ReplyTarget? = nil
         ) {
             self.sender = sender
             self.device = device
@@ -46,6 +99,7 @@ public enum WriteRequest: Hashable, Sendable {
             self.to = to
             self.body = body
             self.media = media
+            self.replyTo = replyTo
         }
     }
 }
@@ -70,7 +124,8 @@ public struct MediaReference: Hashable, Sendable {
 public enum WriteOutcome: Hashable, Sendable {
     /// The message is committed (or was, for a resend of a committed id: then `duplicate` is true).
     case sent(SendReceipt)
-    /// The ack, read mark or recall is committed (or had nothing to change).
+    /// The ack, read mark, recall, edit or reaction is committed (or had nothing to change: a reaction the user
+    /// had put on already, or taken off).
     case done
     /// The request was refused and changed nothing.
     case refused(CourierStoreError)

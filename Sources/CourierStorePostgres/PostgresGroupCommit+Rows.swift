@@ -20,6 +20,9 @@ extension PostgresGroupCommit {
         var uploads: [UploadKey] = []
         var devices: [DeviceID] = []
         var ranges: [AckRange] = []
+        var positions: [MessagePosition] = []
+        var lookups: [IDLookup] = []
+        var owners: [ReactionOwner] = []
         for need in needs where !self.commit.has(need) {
             switch need {
             case .userID(let name): userNames.insert(name)
@@ -34,6 +37,9 @@ extension PostgresGroupCommit {
             case .upload(let key): uploads.append(key)
             case .device(let device): devices.append(device)
             case .deliveries(let range): ranges.append(range)
+            case .messageAt(let position): positions.append(position)
+            case .withID(let lookup): lookups.append(lookup)
+            case .reactions(let owner): owners.append(owner)
             }
         }
         if !userNames.isEmpty {
@@ -59,6 +65,9 @@ extension PostgresGroupCommit {
         try await self.loadUploads(uploads, connection)
         try await self.lockDevices(devices, connection)
         try await self.loadDeliveries(ranges, connection)
+        try await self.loadPositioned(positions, connection)
+        try await self.loadSeqs(lookups, connection)
+        try await self.loadReactions(owners, connection)
     }
 
     // MARK: Reads and locks
@@ -332,5 +341,71 @@ extension PostgresGroupCommit {
             found[key] = try row.get("size", as: Int64.self)
         }
         for key in keys { self.commit.loadUpload(key, size: found[key]) }
+    }
+
+    /// Reads messages by their places, in one query (their conversations are locked: no other transaction edits,
+    /// recalls or reacts to them until this one ends).
+    private mutating func loadPositioned(_ positions: [MessagePosition], _ connection: PostgresConnection) async throws
+    {
+        let positions = Array(Set(positions))
+        guard !positions.isEmpty else { return }
+        for row in try await connection.rows(
+            """
+            SELECT conversation_id, seq, sender_id, client_id, time_ms, recalled, body, edit_count, edited_ms
+            FROM messages WHERE (conversation_id, seq) IN (
+                SELECT * FROM unnest(\(positions.map(\.conversation))::bigint[], \(positions.map(\.seq))::bigint[]))
+            """,
+            logger: self.logger
+        ) {
+            self.commit.loadMessage(
+                at: MessagePosition(conversation: try row.get("conversation_id"), seq: try row.get("seq")),
+                TargetRow(
+                    sender: UserID(rawValue: try row.get("sender_id")),
+                    id: try row.get("client_id"),
+                    timeMs: try row.get("time_ms"),
+                    recalled: try row.get("recalled"),
+                    body: try row.bytes("body"),
+                    editCount: Int64(try row.get("edit_count", as: Int32.self)),
+                    editedMs: try row.get("edited_ms", as: Int64?.self)
+                )
+            )
+        }
+        for position in positions { self.commit.loadMessage(at: position, nil) }
+    }
+
+    /// Reads the seqs of messages by id in their conversations, one query each.
+    private mutating func loadSeqs(_ lookups: [IDLookup], _ connection: PostgresConnection) async throws {
+        for lookup in Set(lookups) {
+            let seqs = try await connection.values(
+                """
+                SELECT seq FROM messages WHERE client_id = \(lookup.text) AND conversation_id = \(lookup.conversation)
+                AND (\(lookup.sender?.rawValue)::bigint IS NULL OR sender_id = \(lookup.sender?.rawValue))
+                ORDER BY seq LIMIT 2
+                """,
+                as: Int64.self,
+                logger: self.logger
+            )
+            self.commit.loadSeqs(lookup, seqs)
+        }
+    }
+
+    /// Reads messages' reactions, one query each (their conversations are locked).
+    private mutating func loadReactions(_ owners: [ReactionOwner], _ connection: PostgresConnection) async throws {
+        for owner in Set(owners) {
+            var counts: [String: Int] = [:]
+            var mine: Set<String> = []
+            for row in try await connection.rows(
+                """
+                SELECT key, COUNT(*) AS count, bool_or(user_id = \(owner.user.rawValue)) AS mine FROM reactions
+                WHERE conversation_id = \(owner.position.conversation) AND seq = \(owner.position.seq) GROUP BY key
+                """,
+                logger: self.logger
+            ) {
+                let key = try row.get("key", as: String.self)
+                counts[key] = Int(try row.get("count", as: Int64.self))
+                if try row.get("mine", as: Bool.self) { mine.insert(key) }
+            }
+            self.commit.loadReactions(owner, counts: counts, mine: mine)
+        }
     }
 }

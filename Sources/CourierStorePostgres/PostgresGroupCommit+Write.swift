@@ -65,12 +65,14 @@ extension PostgresGroupCommit {
             try await connection.run(
                 """
                 INSERT INTO messages (conversation_id, seq, sender_id, sender_device_id, client_id, time_ms, body,
-                    recalled)
-                SELECT c, s, u, NULLIF(d, 0), i, t, b, r FROM unnest(\(messages.map(\.conversation))::bigint[],
+                    recalled, reply_seq)
+                SELECT c, s, u, NULLIF(d, 0), i, t, b, r, NULLIF(p, 0) FROM unnest(
+                    \(messages.map(\.conversation))::bigint[],
                     \(messages.map(\.seq))::bigint[], \(messages.map(\.sender.rawValue))::bigint[],
                     \(messages.map { $0.device?.rawValue ?? 0 })::bigint[], \(messages.map(\.id))::text[],
                     \(messages.map(\.timeMs))::bigint[], \(messages.map { ByteBuffer(bytes: $0.body) })::bytea[],
-                    \(messages.map(\.recalled))::boolean[]) AS m(c, s, u, d, i, t, b, r)
+                    \(messages.map(\.recalled))::boolean[], \(messages.map { $0.replySeq ?? 0 })::bigint[])
+                    AS m(c, s, u, d, i, t, b, r, p)
                 """,
                 logger: self.logger
             )
@@ -86,6 +88,7 @@ extension PostgresGroupCommit {
                 logger: self.logger
             )
         }
+        try await self.writeEdits(connection)
         let recalled = self.commit.recalledMessages
         if !recalled.isEmpty {
             try await connection.run(
@@ -96,15 +99,72 @@ extension PostgresGroupCommit {
                 """,
                 logger: self.logger
             )
-            // A recalled message's media is no longer anyone's to fetch.
+            // A recalled message's media is no longer anyone's to fetch; its earlier versions and its reactions go.
             try await connection.run(
                 """
-                DELETE FROM message_media USING unnest(\(recalled.map(\.conversation))::bigint[],
-                    \(recalled.map(\.seq))::bigint[]) AS r(c, s)
-                WHERE message_media.conversation_id = r.c AND message_media.seq = r.s
+                WITH r(c, s) AS (SELECT * FROM unnest(\(recalled.map(\.conversation))::bigint[],
+                        \(recalled.map(\.seq))::bigint[])),
+                    media AS (DELETE FROM message_media USING r
+                        WHERE message_media.conversation_id = r.c AND message_media.seq = r.s),
+                    versions AS (DELETE FROM message_versions USING r
+                        WHERE message_versions.conversation_id = r.c AND message_versions.seq = r.s)
+                DELETE FROM reactions USING r WHERE reactions.conversation_id = r.c AND reactions.seq = r.s
                 """,
                 logger: self.logger
             )
+        }
+    }
+
+    /// Writes the batch's edits (each message's new body, and the one it replaced as a version) and reactions, in
+    /// the order the batch made them.
+    private func writeEdits(_ connection: PostgresConnection) async throws {
+        let edits = self.commit.edits
+        if !edits.isEmpty {
+            try await connection.run(
+                """
+                INSERT INTO message_versions (conversation_id, seq, version, body, replaced_ms)
+                SELECT * FROM unnest(\(edits.map(\.position.conversation))::bigint[],
+                    \(edits.map(\.position.seq))::bigint[], \(edits.map { Int32(clamping: $0.version) })::integer[],
+                    \(edits.map { ByteBuffer(bytes: $0.replaced) })::bytea[], \(edits.map(\.editedMs))::bigint[])
+                """,
+                logger: self.logger
+            )
+            // Several edits of one message in a batch: the last one's body stays.
+            var last: [MessagePosition: EditWrite] = [:]
+            for edit in edits { last[edit.position] = edit }
+            let final = Array(last.values)
+            try await connection.run(
+                """
+                UPDATE messages SET body = e.b, edited_ms = e.t, edit_count = e.v + 1
+                FROM unnest(\(final.map(\.position.conversation))::bigint[], \(final.map(\.position.seq))::bigint[],
+                    \(final.map { ByteBuffer(bytes: $0.body) })::bytea[], \(final.map(\.editedMs))::bigint[],
+                    \(final.map { Int32(clamping: $0.version) })::integer[]) AS e(c, s, b, t, v)
+                WHERE messages.conversation_id = e.c AND messages.seq = e.s
+                """,
+                logger: self.logger
+            )
+        }
+        // Reactions one at a time, in order: a key put on and taken off in one batch ends off.
+        for reaction in self.commit.reactionWrites {
+            let (position, key, user) = (reaction.position, reaction.key, reaction.user.rawValue)
+            if reaction.on {
+                try await connection.run(
+                    """
+                    INSERT INTO reactions (conversation_id, seq, key, user_id, time_ms)
+                    VALUES (\(position.conversation), \(position.seq), \(key), \(user), \(reaction.timeMs))
+                    ON CONFLICT DO NOTHING
+                    """,
+                    logger: self.logger
+                )
+            } else {
+                try await connection.run(
+                    """
+                    DELETE FROM reactions WHERE conversation_id = \(position.conversation) AND seq = \(position.seq)
+                    AND key = \(key) AND user_id = \(user)
+                    """,
+                    logger: self.logger
+                )
+            }
         }
     }
 }

@@ -79,8 +79,10 @@ struct PostgresGroupCommit {
                 let (conversation, peer) = self.planned(send.to, for: send.sender)
                 if let conversation { conversations.insert(conversation) }
                 if let peer { users.insert(peer) }
-            case .markRead(let user, let address, _), .recall(let user, let address, _):
-                // A read mark or a recall writes the conversation's row, not the other user's.
+            case .markRead, .recall, .edit, .react:
+                // A read mark, a recall, an edit or a reaction locks the conversation's row, not the other user's
+                // (an edit or a reaction is read under that lock: no recall comes between).
+                guard let user = request.user, let address = request.address else { continue }
                 users.insert(user)
                 if let conversation = self.planned(address, for: user).conversation {
                     conversations.insert(conversation)
@@ -207,6 +209,8 @@ extension WriteRequest {
         switch self {
         case .send(let send): send.to
         case .markRead(_, let address, _), .recall(_, let address, _): address
+        case .edit(let edit): edit.conversation
+        case .react(let react): react.conversation
         case .ack: nil
         }
     }
@@ -216,6 +220,8 @@ extension WriteRequest {
         switch self {
         case .send(let send): send.sender
         case .markRead(let user, _, _), .recall(let user, _, _), .ack(let user, _, _): user
+        case .edit(let edit): edit.user
+        case .react(let react): react.user
         }
     }
 }

@@ -227,5 +227,37 @@ enum PostgresSchema {
                 "CREATE INDEX connection_leases_yielded ON connection_leases (node) WHERE yielded_ms IS NOT NULL",
             ]
         ),
+        Migration(
+            version: "v5-edits",
+            statements: [
+                "ALTER TABLE messages ADD COLUMN edited_ms BIGINT",
+                "ALTER TABLE messages ADD COLUMN edit_count INTEGER NOT NULL DEFAULT 0",
+                "ALTER TABLE messages ADD COLUMN reply_seq BIGINT",
+                // A message named by its id alone (a command's `react ID`): ids are unique per sender only.
+                "CREATE INDEX messages_by_id ON messages (client_id)",
+                """
+                CREATE TABLE message_versions (
+                    conversation_id BIGINT NOT NULL,
+                    seq BIGINT NOT NULL,
+                    version INTEGER NOT NULL,
+                    body BYTEA NOT NULL,
+                    replaced_ms BIGINT NOT NULL,
+                    PRIMARY KEY (conversation_id, seq, version)
+                )
+                """,
+                """
+                CREATE TABLE reactions (
+                    conversation_id BIGINT NOT NULL,
+                    seq BIGINT NOT NULL,
+                    key TEXT COLLATE "C" NOT NULL,
+                    user_id BIGINT NOT NULL,
+                    time_ms BIGINT NOT NULL,
+                    PRIMARY KEY (conversation_id, seq, key, user_id)
+                )
+                """,
+                "CREATE INDEX reactions_by_user ON reactions (conversation_id, seq, user_id)",
+                "ALTER TABLE events ADD COLUMN key TEXT",
+            ]
+        ),
     ]
 }

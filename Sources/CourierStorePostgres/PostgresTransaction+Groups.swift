@@ -63,13 +63,13 @@ extension PostgresTransaction {
         guard !events.isEmpty else { return }
         try await connection.run(
             """
-            INSERT INTO events (user_id, cursor, kind, conversation_id, seq, actor_id, detail)
-            SELECT user_id, cursor, kind, conversation_id, seq, NULLIF(actor_id, 0), NULLIF(detail, 0)
+            INSERT INTO events (user_id, cursor, kind, conversation_id, seq, actor_id, detail, key)
+            SELECT user_id, cursor, kind, conversation_id, seq, NULLIF(actor_id, 0), NULLIF(detail, 0), NULLIF(key, '')
             FROM unnest(\(events.map(\.user.rawValue))::bigint[], \(events.map(\.cursor))::bigint[],
                 \(events.map(\.kind.rawValue))::smallint[], \(events.map(\.conversation))::bigint[],
                 \(events.map(\.seq))::bigint[], \(events.map { $0.actor?.rawValue ?? 0 })::bigint[],
-                \(events.map { $0.detail ?? 0 })::smallint[])
-                AS e(user_id, cursor, kind, conversation_id, seq, actor_id, detail)
+                \(events.map { $0.detail ?? 0 })::smallint[], \(events.map { $0.key ?? "" })::text[])
+                AS e(user_id, cursor, kind, conversation_id, seq, actor_id, detail, key)
             """,
             logger: logger
         )

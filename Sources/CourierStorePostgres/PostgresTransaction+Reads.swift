@@ -10,10 +10,16 @@ extension PostgresTransaction {
             """
             SELECT e.cursor, e.kind, e.seq AS event_seq, e.actor_id, e.detail,
                    c.name AS group_name, c.user_a, c.user_b,
-                   m.sender_id, m.sender_device_id, m.client_id, m.time_ms, m.body, m.recalled
+                   m.sender_id, m.sender_device_id, m.client_id, m.time_ms, m.body, m.recalled,
+                   m.edited_ms, m.reply_seq, r.sender_id AS r_sender, r.client_id AS r_client_id, r.body AS r_body,
+                   r.recalled AS r_recalled,
+                   CASE WHEN r.seq IS NOT NULL THEN (SELECT joined_seq FROM members j
+                       WHERE j.conversation_id = e.conversation_id AND j.user_id = e.user_id) END AS reader_joined,
+                   e.key
             FROM events e
             JOIN conversations c ON c.id = e.conversation_id
-            LEFT JOIN messages m ON e.kind IN (1, 2) AND m.conversation_id = e.conversation_id AND m.seq = e.seq
+            LEFT JOIN messages m ON e.kind IN (1, 2, 5, 6) AND m.conversation_id = e.conversation_id AND m.seq = e.seq
+            LEFT JOIN messages r ON e.kind = 1 AND r.conversation_id = m.conversation_id AND r.seq = m.reply_seq
             WHERE e.user_id = \(user.rawValue) AND e.cursor > \(cursor)
             ORDER BY e.cursor LIMIT \(Int64(limit))
             """,
@@ -21,15 +27,9 @@ extension PostgresTransaction {
         ).map { row in
             let seq: Int64 = try row.get("event_seq")
             let message = try row.get("sender_id", as: Int64?.self).map { sender in
-                MessageRead(
-                    seq: seq,
-                    sender: UserID(rawValue: sender),
-                    senderDevice: try row.get("sender_device_id", as: Int64?.self).map(DeviceID.init(rawValue:)),
-                    clientID: try row.get("client_id"),
-                    timeMs: try row.get("time_ms"),
-                    body: try row.bytes("body"),
-                    recalled: try row.get("recalled")
-                )
+                var message = try Self.messageRead(row, seq: seq, sender: sender)
+                message.reply = try Self.replyRead(row)
+                return message
             }
             return LogRead(
                 cursor: try row.get("cursor"),
@@ -38,7 +38,36 @@ extension PostgresTransaction {
                 actor: try row.get("actor_id", as: Int64?.self).map(UserID.init(rawValue:)),
                 detail: try row.get("detail", as: Int64?.self),
                 conversation: try Self.header(row),
-                message: message
+                message: message,
+                key: try row.get("key", as: String?.self),
+                joinedSeq: try row.get("reader_joined", as: Int64?.self)
+            )
+        }
+    }
+
+    /// A message's columns of a row (its seq and sender read already).
+    static func messageRead(_ row: PostgresRandomAccessRow, seq: Int64, sender: Int64) throws -> MessageRead {
+        MessageRead(
+            seq: seq,
+            sender: UserID(rawValue: sender),
+            senderDevice: try row.get("sender_device_id", as: Int64?.self).map(DeviceID.init(rawValue:)),
+            clientID: try row.get("client_id"),
+            timeMs: try row.get("time_ms"),
+            body: try row.bytes("body"),
+            recalled: try row.get("recalled"),
+            editedMs: try row.get("edited_ms", as: Int64?.self),
+            replySeq: try row.get("reply_seq", as: Int64?.self)
+        )
+    }
+
+    /// What a reply answers, from a row's `r_` columns.
+    static func replyRead(_ row: PostgresRandomAccessRow) throws -> ReplyRead? {
+        try row.get("r_sender", as: Int64?.self).map {
+            ReplyRead(
+                sender: UserID(rawValue: $0),
+                clientID: try row.get("r_client_id"),
+                body: try row.bytes("r_body"),
+                recalled: try row.get("r_recalled")
             )
         }
     }
@@ -140,20 +169,108 @@ extension PostgresTransaction {
     ) async throws -> [MessageRead] {
         try await self.connection.rows(
             """
-            SELECT seq, sender_id, sender_device_id, client_id, time_ms, body, recalled FROM messages
-            WHERE conversation_id = \(conversation) AND seq < \(before) AND seq > \(after)
-            ORDER BY seq DESC LIMIT \(Int64(limit))
+            SELECT m.seq, m.sender_id, m.sender_device_id, m.client_id, m.time_ms, m.body, m.recalled, m.edited_ms,
+                m.reply_seq, r.sender_id AS r_sender, r.client_id AS r_client_id, r.body AS r_body,
+                r.recalled AS r_recalled
+            FROM messages m
+            LEFT JOIN messages r ON r.conversation_id = m.conversation_id AND r.seq = m.reply_seq
+            WHERE m.conversation_id = \(conversation) AND m.seq < \(before) AND m.seq > \(after)
+            ORDER BY m.seq DESC LIMIT \(Int64(limit))
             """,
             logger: self.logger
         ).map { row in
-            MessageRead(
-                seq: try row.get("seq"),
-                sender: UserID(rawValue: try row.get("sender_id")),
-                senderDevice: try row.get("sender_device_id", as: Int64?.self).map(DeviceID.init(rawValue:)),
-                clientID: try row.get("client_id"),
-                timeMs: try row.get("time_ms"),
-                body: try row.bytes("body"),
-                recalled: try row.get("recalled")
+            var message = try Self.messageRead(row, seq: try row.get("seq"), sender: try row.get("sender_id"))
+            message.reply = try Self.replyRead(row)
+            return message
+        }
+    }
+
+    package func messages(
+        withID id: String,
+        from sender: UserID?,
+        in conversation: Int64?,
+        visibleTo user: UserID,
+        limit: Int
+    ) async throws -> [FoundMessage] {
+        // PostgreSQL refuses a NUL in text: no stored id has one.
+        guard !id.utf8.contains(0) else { return [] }
+        return try await self.connection.rows(
+            """
+            SELECT m.conversation_id, m.seq, m.sender_id, m.sender_device_id, m.client_id, m.time_ms, m.body,
+                m.recalled, m.edited_ms, m.reply_seq, c.name AS group_name, c.user_a, c.user_b
+            FROM messages m
+            JOIN members j ON j.conversation_id = m.conversation_id AND j.user_id = \(user.rawValue)
+                AND m.seq > j.joined_seq
+            JOIN conversations c ON c.id = m.conversation_id
+            WHERE m.client_id = \(id) AND (\(sender?.rawValue)::bigint IS NULL OR m.sender_id = \(sender?.rawValue))
+                AND (\(conversation)::bigint IS NULL OR m.conversation_id = \(conversation))
+            ORDER BY m.conversation_id, m.seq LIMIT \(Int64(limit))
+            """,
+            logger: self.logger
+        ).map(Self.found)
+    }
+
+    package func message(in conversation: Int64, seq: Int64, visibleTo user: UserID) async throws -> FoundMessage? {
+        try await self.connection.rows(
+            """
+            SELECT m.conversation_id, m.seq, m.sender_id, m.sender_device_id, m.client_id, m.time_ms, m.body,
+                m.recalled, m.edited_ms, m.reply_seq, c.name AS group_name, c.user_a, c.user_b
+            FROM messages m
+            JOIN members j ON j.conversation_id = m.conversation_id AND j.user_id = \(user.rawValue)
+                AND m.seq > j.joined_seq
+            JOIN conversations c ON c.id = m.conversation_id
+            WHERE m.conversation_id = \(conversation) AND m.seq = \(seq)
+            """,
+            logger: self.logger
+        ).map(Self.found).first
+    }
+
+    private static func found(_ row: PostgresRandomAccessRow) throws -> FoundMessage {
+        FoundMessage(
+            conversation: try row.get("conversation_id"),
+            header: try Self.header(row),
+            message: try Self.messageRead(row, seq: try row.get("seq"), sender: try row.get("sender_id"))
+        )
+    }
+
+    package func reactionCounts(
+        in conversation: Int64,
+        from: Int64,
+        to: Int64,
+        reader: UserID
+    ) async throws -> [Int64: [ReactionCount]] {
+        var counts: [Int64: [ReactionCount]] = [:]
+        for row in try await self.connection.rows(
+            """
+            SELECT seq, key, COUNT(*) AS count, bool_or(user_id = \(reader.rawValue)) AS mine
+            FROM reactions WHERE conversation_id = \(conversation) AND seq >= \(from) AND seq <= \(to)
+            GROUP BY seq, key ORDER BY seq, MIN(time_ms), key
+            """,
+            logger: self.logger
+        ) {
+            counts[try row.get("seq", as: Int64.self), default: []].append(
+                ReactionCount(
+                    key: try row.get("key"),
+                    count: Int(try row.get("count", as: Int64.self)),
+                    mine: try row.get("mine")
+                )
+            )
+        }
+        return counts
+    }
+
+    package func versions(in conversation: Int64, seq: Int64, limit: Int) async throws -> [MessageVersion] {
+        try await self.connection.rows(
+            """
+            SELECT version, body, replaced_ms FROM message_versions
+            WHERE conversation_id = \(conversation) AND seq = \(seq) ORDER BY version LIMIT \(Int64(limit))
+            """,
+            logger: self.logger
+        ).map {
+            MessageVersion(
+                version: Int(try $0.get("version", as: Int32.self)),
+                body: try $0.bytes("body"),
+                replacedMs: try $0.get("replaced_ms")
             )
         }
     }

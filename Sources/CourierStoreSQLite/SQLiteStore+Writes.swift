@@ -174,6 +174,60 @@ extension SQLiteStore {
                     arguments: [range.user.rawValue, range.from, range.to, range.user.rawValue]
                 )
                 commit.loadDeliveries(range, rows.map { Delivery(conversation: $0["conversation"], seq: $0["seq"]) })
+            case .messageAt(let position):
+                let row = try Row.fetchOne(
+                    db.cachedStatement(
+                        sql: """
+                            SELECT sender_id, client_id, time_ms, recalled, body, edit_count, edited_ms FROM messages
+                            WHERE conversation_id = ? AND seq = ?
+                            """
+                    ),
+                    arguments: [position.conversation, position.seq]
+                )
+                commit.loadMessage(
+                    at: position,
+                    row.map {
+                        TargetRow(
+                            sender: UserID(rawValue: $0["sender_id"]),
+                            id: $0["client_id"],
+                            timeMs: $0["time_ms"],
+                            recalled: $0["recalled"],
+                            body: [UInt8]($0["body"] as Data),
+                            editCount: $0["edit_count"],
+                            editedMs: $0["edited_ms"]
+                        )
+                    }
+                )
+            case .withID(let lookup):
+                commit.loadSeqs(
+                    lookup,
+                    try Int64.fetchAll(
+                        db.cachedStatement(
+                            sql: """
+                                SELECT seq FROM messages WHERE client_id = ? AND conversation_id = ?
+                                AND (? IS NULL OR sender_id = ?) ORDER BY seq LIMIT 2
+                                """
+                        ),
+                        arguments: [lookup.text, lookup.conversation, lookup.sender?.rawValue, lookup.sender?.rawValue]
+                    )
+                )
+            case .reactions(let owner):
+                var counts: [String: Int] = [:]
+                var mine: Set<String> = []
+                for row in try Row.fetchAll(
+                    db.cachedStatement(
+                        sql: """
+                            SELECT key, COUNT(*) AS count, MAX(user_id = ?) AS mine FROM reactions
+                            WHERE conversation_id = ? AND seq = ? GROUP BY key
+                            """
+                    ),
+                    arguments: [owner.user.rawValue, owner.position.conversation, owner.position.seq]
+                ) {
+                    let key: String = row["key"]
+                    counts[key] = row["count"]
+                    if row["mine"] { mine.insert(key) }
+                }
+                commit.loadReactions(owner, counts: counts, mine: mine)
             }
         }
     }
@@ -218,8 +272,8 @@ extension SQLiteStore {
         let insertMessage = try db.cachedStatement(
             sql: """
                 INSERT INTO messages (conversation_id, seq, sender_id, sender_device_id, client_id, time_ms, body,
-                    recalled)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                    recalled, reply_seq)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """
         )
         let insertMedia = try db.cachedStatement(
@@ -228,7 +282,7 @@ extension SQLiteStore {
         for message in commit.newMessages {
             try insertMessage.execute(arguments: [
                 message.conversation, message.seq, message.sender.rawValue, message.device?.rawValue, message.id,
-                message.timeMs, Data(message.body), message.recalled,
+                message.timeMs, Data(message.body), message.recalled, message.replySeq,
             ])
             if let media = message.media {
                 try insertMedia.execute(arguments: [
@@ -236,13 +290,51 @@ extension SQLiteStore {
                 ])
             }
         }
+        for edit in commit.edits {
+            try db.cachedStatement(
+                sql: """
+                    INSERT INTO message_versions (conversation_id, seq, version, body, replaced_ms)
+                    VALUES (?, ?, ?, ?, ?)
+                    """
+            ).execute(arguments: [
+                edit.position.conversation, edit.position.seq, edit.version, Data(edit.replaced), edit.editedMs,
+            ])
+            try db.cachedStatement(
+                sql: """
+                    UPDATE messages SET body = ?, edited_ms = ?, edit_count = ?
+                    WHERE conversation_id = ? AND seq = ?
+                    """
+            ).execute(arguments: [
+                Data(edit.body), edit.editedMs, edit.version + 1, edit.position.conversation, edit.position.seq,
+            ])
+        }
+        for reaction in commit.reactionWrites {
+            let arguments: StatementArguments = [
+                reaction.position.conversation, reaction.position.seq, reaction.key, reaction.user.rawValue,
+            ]
+            if reaction.on {
+                try db.cachedStatement(
+                    sql: """
+                        INSERT INTO reactions (conversation_id, seq, key, user_id, time_ms) VALUES (?, ?, ?, ?, ?)
+                        ON CONFLICT DO NOTHING
+                        """
+                ).execute(arguments: arguments + [reaction.timeMs])
+            } else {
+                try db.cachedStatement(
+                    sql: "DELETE FROM reactions WHERE conversation_id = ? AND seq = ? AND key = ? AND user_id = ?"
+                ).execute(arguments: arguments)
+            }
+        }
         for message in commit.recalledMessages {
+            let arguments: StatementArguments = [message.conversation, message.seq]
             try db.cachedStatement(
                 sql: "UPDATE messages SET recalled = 1, body = x'' WHERE conversation_id = ? AND seq = ?"
-            ).execute(arguments: [message.conversation, message.seq])
-            // A recalled message's media is no longer anyone's to fetch.
-            try db.cachedStatement(sql: "DELETE FROM message_media WHERE conversation_id = ? AND seq = ?")
-                .execute(arguments: [message.conversation, message.seq])
+            ).execute(arguments: arguments)
+            // A recalled message's media is no longer anyone's to fetch; its earlier versions and its reactions go.
+            for table in ["message_media", "message_versions", "reactions"] {
+                try db.cachedStatement(sql: "DELETE FROM \(table) WHERE conversation_id = ? AND seq = ?")
+                    .execute(arguments: arguments)
+            }
         }
         let conversationUpdate = try db.cachedStatement(
             sql: "UPDATE conversations SET last_seq = ?, last_ms = ? WHERE id = ?"

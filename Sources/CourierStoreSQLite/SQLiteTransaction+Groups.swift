@@ -192,14 +192,14 @@ extension SQLiteStore {
     static func writeLog(_ log: LogWrites, _ db: Database) throws {
         let insert = try db.cachedStatement(
             sql: """
-                INSERT INTO events (user_id, cursor, kind, conversation_id, seq, actor_id, detail)
-                VALUES (?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO events (user_id, cursor, kind, conversation_id, seq, actor_id, detail, key)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                 """
         )
         for event in log.events {
             try insert.execute(arguments: [
                 event.user.rawValue, event.cursor, event.kind.rawValue, event.conversation, event.seq,
-                event.actor?.rawValue, event.detail,
+                event.actor?.rawValue, event.detail, event.key,
             ])
         }
         let cursorUpdate = try db.cachedStatement(sql: "UPDATE users SET log_cursor = ? WHERE id = ?")

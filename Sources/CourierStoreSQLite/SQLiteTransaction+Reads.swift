@@ -30,6 +30,14 @@ extension SQLiteTransaction {
         static let time = 11
         static let body = 12
         static let recalled = 13
+        static let editedMs = 14
+        static let replySeq = 15
+        static let replySender = 16
+        static let replyClientID = 17
+        static let replyBody = 18
+        static let replyRecalled = 19
+        static let joinedSeq = 20
+        static let key = 21
     }
 
     private static func logRead(_ row: Row) -> LogRead {
@@ -42,7 +50,17 @@ extension SQLiteTransaction {
                 clientID: row[EventColumn.clientID],
                 timeMs: row[EventColumn.time],
                 body: [UInt8](row[EventColumn.body] as Data),
-                recalled: row[EventColumn.recalled]
+                recalled: row[EventColumn.recalled],
+                editedMs: row[EventColumn.editedMs],
+                replySeq: row[EventColumn.replySeq],
+                reply: (row[EventColumn.replySender] as Int64?).map { replySender in
+                    ReplyRead(
+                        sender: UserID(rawValue: replySender),
+                        clientID: row[EventColumn.replyClientID],
+                        body: [UInt8](row[EventColumn.replyBody] as Data),
+                        recalled: row[EventColumn.replyRecalled]
+                    )
+                }
             )
         }
         return LogRead(
@@ -56,7 +74,9 @@ extension SQLiteTransaction {
                 userA: (row[EventColumn.userA] as Int64?).map(UserID.init(rawValue:)),
                 userB: (row[EventColumn.userB] as Int64?).map(UserID.init(rawValue:))
             ),
-            message: message
+            message: message,
+            key: row[EventColumn.key],
+            joinedSeq: row[EventColumn.joinedSeq]
         )
     }
 
@@ -159,8 +179,12 @@ extension SQLiteTransaction {
             try Row.fetchAll(
                 db.cachedStatement(
                     sql: """
-                        SELECT seq, sender_id, sender_device_id, client_id, time_ms, body, recalled FROM messages
-                        WHERE conversation_id = ? AND seq < ? AND seq > ? ORDER BY seq DESC LIMIT ?
+                        SELECT m.seq, m.sender_id, m.sender_device_id, m.client_id, m.time_ms, m.body, m.recalled,
+                            m.edited_ms, m.reply_seq, r.sender_id AS r_sender, r.client_id AS r_client_id,
+                            r.body AS r_body, r.recalled AS r_recalled
+                        FROM messages m
+                        LEFT JOIN messages r ON r.conversation_id = m.conversation_id AND r.seq = m.reply_seq
+                        WHERE m.conversation_id = ? AND m.seq < ? AND m.seq > ? ORDER BY m.seq DESC LIMIT ?
                         """
                 ),
                 arguments: [conversation, before, after, limit]
@@ -172,8 +196,113 @@ extension SQLiteTransaction {
                     clientID: row["client_id"],
                     timeMs: row["time_ms"],
                     body: [UInt8](row["body"] as Data),
-                    recalled: row["recalled"]
+                    recalled: row["recalled"],
+                    editedMs: row["edited_ms"],
+                    replySeq: row["reply_seq"],
+                    reply: (row["r_sender"] as Int64?).map {
+                        ReplyRead(
+                            sender: UserID(rawValue: $0),
+                            clientID: row["r_client_id"],
+                            body: [UInt8](row["r_body"] as Data),
+                            recalled: row["r_recalled"]
+                        )
+                    }
                 )
+            }
+        }
+    }
+
+    package func messages(
+        withID id: String,
+        from sender: UserID?,
+        in conversation: Int64?,
+        visibleTo user: UserID,
+        limit: Int
+    ) async throws -> [FoundMessage] {
+        try await self.access { db in
+            try Row.fetchAll(
+                db.cachedStatement(
+                    sql: SQLiteStore.foundSQL + """
+                        WHERE m.client_id = ? AND (? IS NULL OR m.sender_id = ?) AND (? IS NULL OR m.conversation_id = ?)
+                        ORDER BY m.conversation_id, m.seq LIMIT ?
+                        """
+                ),
+                arguments: [
+                    user.rawValue, id, sender?.rawValue, sender?.rawValue, conversation, conversation, limit,
+                ]
+            ).map(Self.found)
+        }
+    }
+
+    package func message(in conversation: Int64, seq: Int64, visibleTo user: UserID) async throws -> FoundMessage? {
+        try await self.access { db in
+            try Row.fetchOne(
+                db.cachedStatement(sql: SQLiteStore.foundSQL + "WHERE m.conversation_id = ? AND m.seq = ?"),
+                arguments: [user.rawValue, conversation, seq]
+            ).map(Self.found)
+        }
+    }
+
+    private static func found(_ row: Row) -> FoundMessage {
+        FoundMessage(
+            conversation: row["conversation_id"],
+            header: ConversationHeader(
+                groupName: row["group_name"],
+                userA: (row["user_a"] as Int64?).map(UserID.init(rawValue:)),
+                userB: (row["user_b"] as Int64?).map(UserID.init(rawValue:))
+            ),
+            message: MessageRead(
+                seq: row["seq"],
+                sender: UserID(rawValue: row["sender_id"]),
+                senderDevice: (row["sender_device_id"] as Int64?).map(DeviceID.init(rawValue:)),
+                clientID: row["client_id"],
+                timeMs: row["time_ms"],
+                body: [UInt8](row["body"] as Data),
+                recalled: row["recalled"],
+                editedMs: row["edited_ms"],
+                replySeq: row["reply_seq"]
+            )
+        )
+    }
+
+    package func reactionCounts(
+        in conversation: Int64,
+        from: Int64,
+        to: Int64,
+        reader: UserID
+    ) async throws -> [Int64: [ReactionCount]] {
+        try await self.access { db in
+            var counts: [Int64: [ReactionCount]] = [:]
+            for row in try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT seq, key, COUNT(*) AS count, MAX(user_id = ?) AS mine, MIN(time_ms) AS first
+                        FROM reactions WHERE conversation_id = ? AND seq >= ? AND seq <= ?
+                        GROUP BY seq, key ORDER BY seq, first, key
+                        """
+                ),
+                arguments: [reader.rawValue, conversation, from, to]
+            ) {
+                counts[row["seq"], default: []].append(
+                    ReactionCount(key: row["key"], count: row["count"], mine: row["mine"])
+                )
+            }
+            return counts
+        }
+    }
+
+    package func versions(in conversation: Int64, seq: Int64, limit: Int) async throws -> [MessageVersion] {
+        try await self.access { db in
+            try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT version, body, replaced_ms FROM message_versions
+                        WHERE conversation_id = ? AND seq = ? ORDER BY version LIMIT ?
+                        """
+                ),
+                arguments: [conversation, seq, limit]
+            ).map {
+                MessageVersion(version: $0["version"], body: [UInt8]($0["body"] as Data), replacedMs: $0["replaced_ms"])
             }
         }
     }
@@ -283,13 +412,30 @@ extension SQLiteTransaction {
 }
 
 extension SQLiteStore {
+    /// A message a user can see, with its conversation (the user's id is the first argument).
+    static let foundSQL = """
+        SELECT m.conversation_id, m.seq, m.sender_id, m.sender_device_id, m.client_id, m.time_ms, m.body, m.recalled,
+            m.edited_ms, m.reply_seq, c.name AS group_name, c.user_a, c.user_b
+        FROM messages m
+        JOIN members j ON j.conversation_id = m.conversation_id AND j.user_id = ? AND m.seq > j.joined_seq
+        JOIN conversations c ON c.id = m.conversation_id
+
+        """
+
+    /// A message event's message (and an edit's, a recall's, a reaction's), and for a reply, what it answers and
+    /// where the log's user joined.
     static let eventsSQL = """
         SELECT e.cursor, e.kind, e.seq AS event_seq, e.actor_id, e.detail,
                c.name AS group_name, c.user_a, c.user_b,
-               m.sender_id, m.sender_device_id, m.client_id, m.time_ms, m.body, m.recalled
+               m.sender_id, m.sender_device_id, m.client_id, m.time_ms, m.body, m.recalled,
+               m.edited_ms, m.reply_seq, r.sender_id, r.client_id, r.body, r.recalled,
+               CASE WHEN r.seq IS NOT NULL THEN (SELECT joined_seq FROM members j
+                   WHERE j.conversation_id = e.conversation_id AND j.user_id = e.user_id) END,
+               e.key
         FROM events e
         JOIN conversations c ON c.id = e.conversation_id
-        LEFT JOIN messages m ON e.kind IN (1, 2) AND m.conversation_id = e.conversation_id AND m.seq = e.seq
+        LEFT JOIN messages m ON e.kind IN (1, 2, 5, 6) AND m.conversation_id = e.conversation_id AND m.seq = e.seq
+        LEFT JOIN messages r ON e.kind = 1 AND r.conversation_id = m.conversation_id AND r.seq = m.reply_seq
         WHERE e.user_id = ? AND e.cursor > ?
         ORDER BY e.cursor LIMIT ?
         """

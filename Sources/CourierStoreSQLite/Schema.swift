@@ -151,6 +151,42 @@ enum Schema {
                     """
             )
         }
+        migrator.registerMigration("v5-edits") { db in
+            try db.execute(
+                sql: """
+                    -- An edit replaces body and keeps what it replaced in message_versions (version 0: as first
+                    -- sent); edit_count is how many edits there were. reply_seq: the message a reply answers, in the
+                    -- same conversation (never changed).
+                    ALTER TABLE messages ADD COLUMN edited_ms INTEGER;
+                    ALTER TABLE messages ADD COLUMN edit_count INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE messages ADD COLUMN reply_seq INTEGER;
+                    -- A message named by its id alone (a command's `react ID`): ids are unique per sender only.
+                    CREATE INDEX messages_by_id ON messages(client_id);
+                    CREATE TABLE message_versions (
+                        conversation_id INTEGER NOT NULL,
+                        seq INTEGER NOT NULL,
+                        version INTEGER NOT NULL,
+                        body BLOB NOT NULL,
+                        replaced_ms INTEGER NOT NULL,
+                        PRIMARY KEY (conversation_id, seq, version)
+                    ) WITHOUT ROWID;
+                    -- One row per (message, key, user): giving a reaction again changes nothing. Keys compare byte
+                    -- for byte (they are stored in NFC).
+                    CREATE TABLE reactions (
+                        conversation_id INTEGER NOT NULL,
+                        seq INTEGER NOT NULL,
+                        key TEXT NOT NULL,
+                        user_id INTEGER NOT NULL,
+                        time_ms INTEGER NOT NULL,
+                        PRIMARY KEY (conversation_id, seq, key, user_id)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX reactions_by_user ON reactions(conversation_id, seq, user_id);
+                    -- kind 5 edit (conversation, seq, actor = editor); 6 reaction (conversation, seq, actor = who
+                    -- reacted, detail = 1 on / 2 off, key).
+                    ALTER TABLE events ADD COLUMN key TEXT;
+                    """
+            )
+        }
         return migrator
     }
 }

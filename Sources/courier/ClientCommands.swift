@@ -82,9 +82,38 @@ struct Send: AsyncParsableCommand {
     @Option(help: ArgumentHelp("With --file: the MIME type, e.g. image/png.", valueName: "type"))
     var mime: String?
 
+    @Option(
+        help: ArgumentHelp(
+            "The message's id (at most 128 bytes; default: a new UUID): sent again with the same id, it is stored once.",
+            valueName: "id"
+        )
+    )
+    var id: String?
+
+    @Option(
+        name: .customLong("reply-to"),
+        help: ArgumentHelp("The id of the message this one answers, in the same conversation.", valueName: "id")
+    )
+    var replyTo: String?
+
+    @Option(
+        name: .customLong("reply-from"),
+        help: ArgumentHelp("With --reply-to: that message's sender, when two senders used the id.", valueName: "user")
+    )
+    var replyFrom: String?
+
     func validate() throws {
         guard (self.text == nil) != (self.file == nil) else {
             throw ValidationError("give a text, or --file PATH")
+        }
+        if self.replyTo == nil, self.replyFrom != nil {
+            throw ValidationError("--reply-from goes with --reply-to")
+        }
+        if self.file != nil, self.replyTo != nil || self.id != nil {
+            throw ValidationError("--reply-to and --id go with a text")
+        }
+        if let id = self.id, id.isEmpty || id.utf8.count > 128 {
+            throw ValidationError("--id has 1 to 128 bytes")
         }
         if self.file == nil, self.kind != nil || self.mime != nil {
             throw ValidationError("--kind and --mime go with --file")
@@ -102,6 +131,8 @@ struct Send: AsyncParsableCommand {
             return
         }
         let text = self.text ?? ""
+        let replyTo = self.replyTo.map { ReplyTarget.id($0, from: self.replyFrom) }
+        let chosenID = self.id ?? UUID().uuidString
         let (id, outcomes) = try await ClientSession.run(self.options) { session -> (String, Outcome) in
             // Queued for later only for a server this user has reached from here (a saved token): for one never
             // reached, the address or the password may be wrong, and a queue would hide it.
@@ -112,10 +143,10 @@ struct Send: AsyncParsableCommand {
                             + "nothing is queued"
                     )
                 }
-                let id = try await session.client.send(text, to: conversation)
+                let id = try await session.client.send(text, to: conversation, id: chosenID, replyTo: replyTo)
                 return (id, .flushed(try await session.flushOutbox(including: [id])))
             }
-            let id = try await session.client.send(text, to: conversation)
+            let id = try await session.client.send(text, to: conversation, id: chosenID, replyTo: replyTo)
             let connected: ClientSession.Outcome
             do {
                 connected = try await session.connect()
@@ -314,7 +345,9 @@ struct History: AsyncParsableCommand {
             With --json, one JSON object a line: seq, from, to (direct) or group, kind ("text", "recalled", or a \
             media kind: "image", "voice", "video", "file", with sha256, size, mime and name; `courier media get \
             SHA256` fetches it), \
-            text, time (RFC 3339, UTC), id.
+            text (a file's caption), time (RFC 3339, UTC), id; edited_at (when edited), reply_to (when a reply: \
+            the answered message's seq, and its id and from when you may see it), reactions ({"KEY": COUNT, …}, \
+            when any).
             """
     )
 
@@ -389,9 +422,15 @@ struct History: AsyncParsableCommand {
 
     /// A message as the terminal shows it; this user's own are "you", as in the chat (`--json` names everyone).
     static func line(_ message: ChatMessage, me: String) -> String {
-        let text =
+        var text =
             message.recalled
             ? "(recalled)" : message.media.map { ChatText.describe($0) + " " + $0.sha256 } ?? message.text
+        if let caption = message.media?.caption, !caption.isEmpty, !message.recalled { text += " " + caption }
+        if message.edited != nil, !message.recalled { text += " (edited)" }
+        if let reply = message.replyTo { text = "(re #\(reply.seq)) " + text }
+        if !message.reactions.isEmpty, !message.recalled {
+            text += "  " + message.reactions.map { "\($0.key) \($0.count)" }.joined(separator: " ")
+        }
         // Others' words reach a terminal: control characters in caret notation (no retitling, clearing, moving).
         return
             "\(Self.time(message.time))  #\(message.seq)  \(message.from.lowercased() == me.lowercased() ? "you" : message.from): \(ChatText.printable(text))"
@@ -411,6 +450,17 @@ struct History: AsyncParsableCommand {
             var size: Int64?
             var mime: String?
             var name: String?
+            // swift-format-ignore: AlwaysUseLowerCamelCase
+            var edited_at: String?
+            // swift-format-ignore: AlwaysUseLowerCamelCase
+            var reply_to: Reply?
+            var reactions: [String: Int]?
+        }
+        struct Reply: Encodable {
+            var seq: UInt64
+            var id: String?
+            var from: String?
+            var recalled: Bool?
         }
         var line = Line(
             seq: message.seq,
@@ -425,6 +475,19 @@ struct History: AsyncParsableCommand {
             line.size = media.size
             line.mime = media.mime
             line.name = media.name
+            line.text = media.caption
+        }
+        if let edited = message.edited, !message.recalled { line.edited_at = Self.time(edited) }
+        if let reply = message.replyTo {
+            line.reply_to = Reply(
+                seq: reply.seq,
+                id: reply.visible ? reply.id : nil,
+                from: reply.visible ? reply.from : nil,
+                recalled: reply.recalled ? true : nil
+            )
+        }
+        if !message.reactions.isEmpty, !message.recalled {
+            line.reactions = Dictionary(message.reactions.map { ($0.key, $0.count) }) { first, _ in first }
         }
         switch message.conversation {
         case .user(let peer): line.to = message.from.lowercased() == me.lowercased() ? peer : me

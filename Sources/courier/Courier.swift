@@ -7,8 +7,8 @@ struct Courier: AsyncParsableCommand {
         abstract: "Courier: instant messaging and media delivery.",
         version: CourierVersion.current,
         subcommands: [
-            Serve.self, UserCommand.self, GroupCommand.self, Backup.self, Login.self, Send.self, History.self,
-            MediaCommand.self, Chat.self, ProxyCommand.self, Bench.self,
+            Serve.self, UserCommand.self, GroupCommand.self, Backup.self, Login.self, Send.self, Edit.self,
+            React.self, History.self, MediaCommand.self, Chat.self, ProxyCommand.self, Bench.self,
         ]
     )
 }

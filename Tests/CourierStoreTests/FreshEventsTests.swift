@@ -46,6 +46,8 @@ struct FreshEventsTests {
                 case .receipt(_, _, let kind, _): "\(kind)"
                 case .recall: "recall"
                 case .membership: "membership"
+                case .edit: "edit"
+                case .reaction: "reaction"
                 }
             }
             #expect(kinds == ["message", "message", "message", "read", "message", "recall"], "\(kinds)")
@@ -61,6 +63,48 @@ struct FreshEventsTests {
                     #expect(fresh == expected, "\(name), user \(user)")
                     #expect(fresh.last?.cursor == batch.appended[user])
                 }
+            }
+        }
+    }
+
+    @Test(
+        "edits, replies and reactions in one batch, with a recall among them: fresh events equal the log read back",
+        arguments: StoreKind.allCases
+    )
+    func editsEqualToTheLog(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let ids = try await fixture.users("alice", "bob", "carol")
+            let (alice, bob, carol) = (ids["alice"]!, ids["bob"]!, ids["carol"]!)
+            try await fixture.store.createGroup(
+                name: "team",
+                owner: "alice",
+                members: ["bob", "carol"],
+                nowMs: StoreFixture.start
+            )
+            _ = try await fixture.sent(alice, "old", to: .group("team"), "before", nowMs: StoreFixture.start)
+            let team = Conversation.group("team")
+            func body(_ text: String) -> [UInt8] { Array(text.utf8) }
+            let batch = try await fixture.store.apply(
+                [
+                    .send(.init(sender: alice, id: "q", to: team, body: body("问题"))),
+                    .send(.init(sender: bob, id: "r1", to: team, body: body("回答"), replyTo: .id("q", from: nil))),
+                    .edit(.init(user: alice, conversation: team, seq: 2, body: body("问题 v2"))),
+                    .send(.init(sender: carol, id: "r2", to: team, body: body("+1"), replyTo: .seq(2))),
+                    .react(.init(user: carol, conversation: team, seq: 2, key: "👍", on: true)),
+                    .edit(.init(user: alice, conversation: team, seq: 2, body: body("问题 v3"))),
+                    .edit(.init(user: alice, conversation: team, seq: 1, body: body("before, edited"))),
+                    .send(.init(sender: bob, id: "r3", to: team, body: body("old?"), replyTo: .seq(1))),
+                    .recall(user: alice, conversation: team, id: "old"),
+                    .react(.init(user: bob, conversation: team, seq: 3, key: "ok", on: true)),
+                    .edit(.init(user: bob, conversation: team, seq: 3, body: body("回答 v2"))),
+                ],
+                nowMs: StoreFixture.start + 10
+            )
+            #expect(batch.outcomes.allSatisfy { refusal($0) == nil }, "\(batch.outcomes)")
+            for user in [alice, bob, carol] {
+                let fresh = try #require(batch.fresh[user])
+                let read = try await fixture.log(user, after: fresh.first!.cursor - 1)
+                #expect(fresh == read, "user \(user)")
             }
         }
     }

@@ -29,7 +29,7 @@ struct ReactionKeyTests {
             let accepted = try ReactionKey.validate(key)
             Issue.record("accepted as \(accepted.debugDescription)")
         } catch let error as CourierStoreError {
-            #expect(error.code == .invalidRequest)
+            #expect(error.code == .invalidReaction)
         } catch {
             Issue.record("\(error)")
         }

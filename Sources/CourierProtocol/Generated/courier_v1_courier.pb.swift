@@ -138,6 +138,30 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     set {body = .fetch(newValue)}
   }
 
+  public var edit: Courier_V1_Edit {
+    get {
+      if case .edit(let v)? = body {return v}
+      return Courier_V1_Edit()
+    }
+    set {body = .edit(newValue)}
+  }
+
+  public var react: Courier_V1_React {
+    get {
+      if case .react(let v)? = body {return v}
+      return Courier_V1_React()
+    }
+    set {body = .react(newValue)}
+  }
+
+  public var versions: Courier_V1_VersionsRequest {
+    get {
+      if case .versions(let v)? = body {return v}
+      return Courier_V1_VersionsRequest()
+    }
+    set {body = .versions(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -153,6 +177,9 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     case manageGroup(Courier_V1_ManageGroup)
     case upload(Courier_V1_UploadRequest)
     case fetch(Courier_V1_FetchRequest)
+    case edit(Courier_V1_Edit)
+    case react(Courier_V1_React)
+    case versions(Courier_V1_VersionsRequest)
 
   }
 
@@ -265,6 +292,14 @@ public nonisolated struct Courier_V1_ServerEnvelope: Sendable {
     set {body = .fetchReady(newValue)}
   }
 
+  public var versions: Courier_V1_Versions {
+    get {
+      if case .versions(let v)? = body {return v}
+      return Courier_V1_Versions()
+    }
+    set {body = .versions(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -280,6 +315,7 @@ public nonisolated struct Courier_V1_ServerEnvelope: Sendable {
     case uploadReady(Courier_V1_UploadReady)
     case uploadDone(Courier_V1_UploadDone)
     case fetchReady(Courier_V1_FetchReady)
+    case versions(Courier_V1_Versions)
 
   }
 
@@ -536,6 +572,9 @@ public nonisolated struct Courier_V1_Media: Sendable {
 
   public var height: UInt32 = 0
 
+  /// Text shown with the media (at most `max_text_bytes`); what an `Edit` of a media message changes.
+  public var caption: String = String()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum Kind: SwiftProtobuf.Enum, Swift.CaseIterable {
@@ -614,12 +653,55 @@ public nonisolated struct Courier_V1_Send: Sendable {
   /// Clears the value of `body`. Subsequent reads from it will return its default value.
   public mutating func clearBody() {self._body = nil}
 
+  /// The message this one answers, in the same conversation: by `seq`, or by `id` (with `from` when two senders
+  /// used that id there). One the sender can see, not recalled. It never changes, not even by an edit.
+  public var replyTo: Courier_V1_MessageRef {
+    get {_replyTo ?? Courier_V1_MessageRef()}
+    set {_replyTo = newValue}
+  }
+  /// Returns true if `replyTo` has been explicitly set.
+  public var hasReplyTo: Bool {self._replyTo != nil}
+  /// Clears the value of `replyTo`. Subsequent reads from it will return its default value.
+  public mutating func clearReplyTo() {self._replyTo = nil}
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
   fileprivate var _to: Courier_V1_Conversation? = nil
   fileprivate var _body: Courier_V1_Body? = nil
+  fileprivate var _replyTo: Courier_V1_MessageRef? = nil
+}
+
+/// Names a message: by place (`conversation` and `seq`), or by the `id` its sender gave it, which is unique per sender
+/// only: `from` (the sender) or `conversation` tells apart two messages of one id, and a name that fits several is
+/// refused with `ambiguous-message`. Only messages the user can see are found (sent to a conversation it is a member
+/// of, after it joined).
+public nonisolated struct Courier_V1_MessageRef: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var conversation: Courier_V1_Conversation {
+    get {_conversation ?? Courier_V1_Conversation()}
+    set {_conversation = newValue}
+  }
+  /// Returns true if `conversation` has been explicitly set.
+  public var hasConversation: Bool {self._conversation != nil}
+  /// Clears the value of `conversation`. Subsequent reads from it will return its default value.
+  public mutating func clearConversation() {self._conversation = nil}
+
+  public var seq: UInt64 = 0
+
+  public var id: String = String()
+
+  public var from: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _conversation: Courier_V1_Conversation? = nil
 }
 
 /// Sent only after the message is durably committed.
@@ -653,31 +735,104 @@ public nonisolated struct Courier_V1_SendAck: Sendable {
   fileprivate var _conversation: Courier_V1_Conversation? = nil
 }
 
-public nonisolated struct Courier_V1_Message: Sendable {
+public nonisolated struct Courier_V1_Message: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
-  public var id: String = String()
+  public var id: String {
+    get {_storage._id}
+    set {_uniqueStorage()._id = newValue}
+  }
 
   /// The sender's user name.
-  public var from: String = String()
+  public var from: String {
+    get {_storage._from}
+    set {_uniqueStorage()._from = newValue}
+  }
 
   /// The conversation, as seen by the receiving user: for a direct message received, the sender; for the sender's
   /// own message (on its other devices), the recipient.
   public var conversation: Courier_V1_Conversation {
-    get {_conversation ?? Courier_V1_Conversation()}
-    set {_conversation = newValue}
+    get {_storage._conversation ?? Courier_V1_Conversation()}
+    set {_uniqueStorage()._conversation = newValue}
   }
   /// Returns true if `conversation` has been explicitly set.
-  public var hasConversation: Bool {self._conversation != nil}
+  public var hasConversation: Bool {_storage._conversation != nil}
   /// Clears the value of `conversation`. Subsequent reads from it will return its default value.
-  public mutating func clearConversation() {self._conversation = nil}
+  public mutating func clearConversation() {_uniqueStorage()._conversation = nil}
+
+  public var seq: UInt64 {
+    get {_storage._seq}
+    set {_uniqueStorage()._seq = newValue}
+  }
+
+  public var timeMs: Int64 {
+    get {_storage._timeMs}
+    set {_uniqueStorage()._timeMs = newValue}
+  }
+
+  public var body: Courier_V1_Body {
+    get {_storage._body ?? Courier_V1_Body()}
+    set {_uniqueStorage()._body = newValue}
+  }
+  /// Returns true if `body` has been explicitly set.
+  public var hasBody: Bool {_storage._body != nil}
+  /// Clears the value of `body`. Subsequent reads from it will return its default value.
+  public mutating func clearBody() {_uniqueStorage()._body = nil}
+
+  /// True when the message was recalled; the body is then empty.
+  public var recalled: Bool {
+    get {_storage._recalled}
+    set {_uniqueStorage()._recalled = newValue}
+  }
+
+  /// When its sender last edited it (ms since 1970); 0 when never. The body is the edited one.
+  public var editedMs: Int64 {
+    get {_storage._editedMs}
+    set {_uniqueStorage()._editedMs = newValue}
+  }
+
+  /// The message it answers, when it is a reply.
+  public var replyTo: Courier_V1_Reply {
+    get {_storage._replyTo ?? Courier_V1_Reply()}
+    set {_uniqueStorage()._replyTo = newValue}
+  }
+  /// Returns true if `replyTo` has been explicitly set.
+  public var hasReplyTo: Bool {_storage._replyTo != nil}
+  /// Clears the value of `replyTo`. Subsequent reads from it will return its default value.
+  public mutating func clearReplyTo() {_uniqueStorage()._replyTo = nil}
+
+  /// Its reactions, each key once, the first given first: in a history page only (the event log carries each
+  /// change as a `ReactionNotice`).
+  public var reactions: [Courier_V1_ReactionCount] {
+    get {_storage._reactions}
+    set {_uniqueStorage()._reactions = newValue}
+  }
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+/// The message a reply answers, as the reader may see it. A reader who joined the group after it gets only `seq`
+/// (`visible` false). Once it was recalled, `recalled` is true and `body` empty: show the reply's quote as recalled.
+public nonisolated struct Courier_V1_Reply: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
 
   public var seq: UInt64 = 0
 
-  public var timeMs: Int64 = 0
+  public var visible: Bool = false
 
+  public var id: String = String()
+
+  public var from: String = String()
+
+  /// As last edited.
   public var body: Courier_V1_Body {
     get {_body ?? Courier_V1_Body()}
     set {_body = newValue}
@@ -687,15 +842,30 @@ public nonisolated struct Courier_V1_Message: Sendable {
   /// Clears the value of `body`. Subsequent reads from it will return its default value.
   public mutating func clearBody() {self._body = nil}
 
-  /// True when the message was recalled; the body is then empty.
   public var recalled: Bool = false
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
-  fileprivate var _conversation: Courier_V1_Conversation? = nil
   fileprivate var _body: Courier_V1_Body? = nil
+}
+
+public nonisolated struct Courier_V1_ReactionCount: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var key: String = String()
+
+  public var count: UInt32 = 0
+
+  /// Whether the reader is among those who gave it.
+  public var mine: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
 }
 
 public nonisolated struct Courier_V1_Event: Sendable {
@@ -739,6 +909,25 @@ public nonisolated struct Courier_V1_Event: Sendable {
     set {kind = .membership(newValue)}
   }
 
+  /// The sender edited a message: the message as it now is (body and `edited_ms`; no `reply_to`, which an edit
+  /// never changes). Apply it to the message at that `seq`; a client without that message (outside what it fetched)
+  /// has nothing to change, and never shows it as a new message.
+  public var edit: Courier_V1_Message {
+    get {
+      if case .edit(let v)? = kind {return v}
+      return Courier_V1_Message()
+    }
+    set {kind = .edit(newValue)}
+  }
+
+  public var reaction: Courier_V1_ReactionNotice {
+    get {
+      if case .reaction(let v)? = kind {return v}
+      return Courier_V1_ReactionNotice()
+    }
+    set {kind = .reaction(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -746,6 +935,11 @@ public nonisolated struct Courier_V1_Event: Sendable {
     case recall(Courier_V1_RecallNotice)
     case receipt(Courier_V1_Receipt)
     case membership(Courier_V1_MembershipNotice)
+    /// The sender edited a message: the message as it now is (body and `edited_ms`; no `reply_to`, which an edit
+    /// never changes). Apply it to the message at that `seq`; a client without that message (outside what it fetched)
+    /// has nothing to change, and never shows it as a new message.
+    case edit(Courier_V1_Message)
+    case reaction(Courier_V1_ReactionNotice)
 
   }
 
@@ -805,6 +999,35 @@ public nonisolated struct Courier_V1_RecallNotice: Sendable {
   public init() {}
 
   fileprivate var _conversation: Courier_V1_Conversation? = nil
+}
+
+/// A member put a reaction on a message, or took it off.
+public nonisolated struct Courier_V1_ReactionNotice: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The message: its conversation, seq, id and sender.
+  public var message: Courier_V1_MessageRef {
+    get {_message ?? Courier_V1_MessageRef()}
+    set {_message = newValue}
+  }
+  /// Returns true if `message` has been explicitly set.
+  public var hasMessage: Bool {self._message != nil}
+  /// Clears the value of `message`. Subsequent reads from it will return its default value.
+  public mutating func clearMessage() {self._message = nil}
+
+  public var user: String = String()
+
+  public var key: String = String()
+
+  public var on: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _message: Courier_V1_MessageRef? = nil
 }
 
 public nonisolated struct Courier_V1_Receipt: Sendable {
@@ -1067,6 +1290,122 @@ public nonisolated struct Courier_V1_Recall: Sendable {
   public init() {}
 
   fileprivate var _conversation: Courier_V1_Conversation? = nil
+}
+
+/// Replaces the text of a message the user sent (a media message's caption), within the server's edit window, at
+/// most `max_edits_per_message` times. `message.from` is the user. Answered with `done`; every member's log gets the
+/// message as it now is (`Event.edit`).
+public nonisolated struct Courier_V1_Edit: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var message: Courier_V1_MessageRef {
+    get {_message ?? Courier_V1_MessageRef()}
+    set {_message = newValue}
+  }
+  /// Returns true if `message` has been explicitly set.
+  public var hasMessage: Bool {self._message != nil}
+  /// Clears the value of `message`. Subsequent reads from it will return its default value.
+  public mutating func clearMessage() {self._message = nil}
+
+  public var text: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _message: Courier_V1_MessageRef? = nil
+}
+
+/// Puts a reaction on a message (one emoji, or one word of at most 32 bytes), or takes it off. Answered with `done`,
+/// also when it changed nothing (the reaction was on already, or off): a retry is safe. Every member's log gets the
+/// change (`Event.reaction`).
+public nonisolated struct Courier_V1_React: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var message: Courier_V1_MessageRef {
+    get {_message ?? Courier_V1_MessageRef()}
+    set {_message = newValue}
+  }
+  /// Returns true if `message` has been explicitly set.
+  public var hasMessage: Bool {self._message != nil}
+  /// Clears the value of `message`. Subsequent reads from it will return its default value.
+  public mutating func clearMessage() {self._message = nil}
+
+  public var key: String = String()
+
+  public var off: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _message: Courier_V1_MessageRef? = nil
+}
+
+/// Asks for the bodies an edited message had before. Answered with `versions`.
+public nonisolated struct Courier_V1_VersionsRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var message: Courier_V1_MessageRef {
+    get {_message ?? Courier_V1_MessageRef()}
+    set {_message = newValue}
+  }
+  /// Returns true if `message` has been explicitly set.
+  public var hasMessage: Bool {self._message != nil}
+  /// Clears the value of `message`. Subsequent reads from it will return its default value.
+  public mutating func clearMessage() {self._message = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _message: Courier_V1_MessageRef? = nil
+}
+
+public nonisolated struct Courier_V1_Versions: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// Oldest first.
+  public var versions: [Courier_V1_Versions.Version] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public nonisolated struct Version: Sendable {
+    // SwiftProtobuf.Message conformance is added in an extension below. See the
+    // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+    // methods supported on all messages.
+
+    /// 0: as first sent.
+    public var version: UInt32 = 0
+
+    public var body: Courier_V1_Body {
+      get {_body ?? Courier_V1_Body()}
+      set {_body = newValue}
+    }
+    /// Returns true if `body` has been explicitly set.
+    public var hasBody: Bool {self._body != nil}
+    /// Clears the value of `body`. Subsequent reads from it will return its default value.
+    public mutating func clearBody() {self._body = nil}
+
+    /// When an edit replaced it.
+    public var replacedMs: Int64 = 0
+
+    public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+    public init() {}
+
+    fileprivate var _body: Courier_V1_Body? = nil
+  }
+
+  public init() {}
 }
 
 /// Unread counts, most recently active conversations first, a page at a time: the server answers as many entries
@@ -1370,7 +1709,7 @@ public nonisolated struct Courier_V1_RawBodyCarrier: Sendable {
   public init() {}
 }
 
-/// The request succeeded and has nothing else to say (MarkRead, SetTyping, Recall, Logout).
+/// The request succeeded and has nothing else to say (MarkRead, SetTyping, Recall, Edit, React, Logout).
 public nonisolated struct Courier_V1_Done: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -1408,7 +1747,7 @@ fileprivate nonisolated let _protobuf_package = "courier.v1"
 
 nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ClientEnvelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0\u{1}upload\0\u{1}fetch\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0\u{1}upload\0\u{1}fetch\0\u{1}edit\0\u{1}react\0\u{1}versions\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1573,6 +1912,45 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
           self.body = .fetch(v)
         }
       }()
+      case 14: try {
+        var v: Courier_V1_Edit?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .edit(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .edit(v)
+        }
+      }()
+      case 15: try {
+        var v: Courier_V1_React?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .react(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .react(v)
+        }
+      }()
+      case 16: try {
+        var v: Courier_V1_VersionsRequest?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .versions(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .versions(v)
+        }
+      }()
       default: break
       }
     }
@@ -1635,6 +2013,18 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
       guard case .fetch(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
     }()
+    case .edit?: try {
+      guard case .edit(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 14)
+    }()
+    case .react?: try {
+      guard case .react(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 15)
+    }()
+    case .versions?: try {
+      guard case .versions(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 16)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -1650,7 +2040,7 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
 
 nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ServerEnvelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}welcome\0\u{3}send_ack\0\u{1}error\0\u{1}events\0\u{1}history\0\u{1}unread\0\u{1}typing\0\u{1}presence\0\u{1}done\0\u{3}upload_ready\0\u{3}upload_done\0\u{3}fetch_ready\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}welcome\0\u{3}send_ack\0\u{1}error\0\u{1}events\0\u{1}history\0\u{1}unread\0\u{1}typing\0\u{1}presence\0\u{1}done\0\u{3}upload_ready\0\u{3}upload_done\0\u{3}fetch_ready\0\u{1}versions\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -1815,6 +2205,19 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
           self.body = .fetchReady(v)
         }
       }()
+      case 14: try {
+        var v: Courier_V1_Versions?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .versions(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .versions(v)
+        }
+      }()
       default: break
       }
     }
@@ -1876,6 +2279,10 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
     case .fetchReady?: try {
       guard case .fetchReady(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
+    }()
+    case .versions?: try {
+      guard case .versions(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 14)
     }()
     case nil: break
     }
@@ -2281,7 +2688,7 @@ nonisolated extension Courier_V1_Body: SwiftProtobuf.Message, SwiftProtobuf._Mes
 
 nonisolated extension Courier_V1_Media: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Media"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}kind\0\u{1}sha256\0\u{1}size\0\u{1}mime\0\u{1}name\0\u{3}duration_ms\0\u{1}width\0\u{1}height\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}kind\0\u{1}sha256\0\u{1}size\0\u{1}mime\0\u{1}name\0\u{3}duration_ms\0\u{1}width\0\u{1}height\0\u{1}caption\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2297,6 +2704,7 @@ nonisolated extension Courier_V1_Media: SwiftProtobuf.Message, SwiftProtobuf._Me
       case 6: try { try decoder.decodeSingularUInt32Field(value: &self.durationMs) }()
       case 7: try { try decoder.decodeSingularUInt32Field(value: &self.width) }()
       case 8: try { try decoder.decodeSingularUInt32Field(value: &self.height) }()
+      case 9: try { try decoder.decodeSingularStringField(value: &self.caption) }()
       default: break
       }
     }
@@ -2327,6 +2735,9 @@ nonisolated extension Courier_V1_Media: SwiftProtobuf.Message, SwiftProtobuf._Me
     if self.height != 0 {
       try visitor.visitSingularUInt32Field(value: self.height, fieldNumber: 8)
     }
+    if !self.caption.isEmpty {
+      try visitor.visitSingularStringField(value: self.caption, fieldNumber: 9)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2339,6 +2750,7 @@ nonisolated extension Courier_V1_Media: SwiftProtobuf.Message, SwiftProtobuf._Me
     if lhs.durationMs != rhs.durationMs {return false}
     if lhs.width != rhs.width {return false}
     if lhs.height != rhs.height {return false}
+    if lhs.caption != rhs.caption {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2350,7 +2762,7 @@ nonisolated extension Courier_V1_Media.Kind: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension Courier_V1_Send: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Send"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}to\0\u{1}body\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}to\0\u{1}body\0\u{3}reply_to\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2361,6 +2773,7 @@ nonisolated extension Courier_V1_Send: SwiftProtobuf.Message, SwiftProtobuf._Mes
       case 1: try { try decoder.decodeSingularStringField(value: &self.id) }()
       case 2: try { try decoder.decodeSingularMessageField(value: &self._to) }()
       case 3: try { try decoder.decodeSingularMessageField(value: &self._body) }()
+      case 4: try { try decoder.decodeSingularMessageField(value: &self._replyTo) }()
       default: break
       }
     }
@@ -2380,6 +2793,9 @@ nonisolated extension Courier_V1_Send: SwiftProtobuf.Message, SwiftProtobuf._Mes
     try { if let v = self._body {
       try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
     } }()
+    try { if let v = self._replyTo {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2387,6 +2803,56 @@ nonisolated extension Courier_V1_Send: SwiftProtobuf.Message, SwiftProtobuf._Mes
     if lhs.id != rhs.id {return false}
     if lhs._to != rhs._to {return false}
     if lhs._body != rhs._body {return false}
+    if lhs._replyTo != rhs._replyTo {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_MessageRef: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".MessageRef"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}conversation\0\u{1}seq\0\u{1}id\0\u{1}from\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._conversation) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.seq) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.id) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.from) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._conversation {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if self.seq != 0 {
+      try visitor.visitSingularUInt64Field(value: self.seq, fieldNumber: 2)
+    }
+    if !self.id.isEmpty {
+      try visitor.visitSingularStringField(value: self.id, fieldNumber: 3)
+    }
+    if !self.from.isEmpty {
+      try visitor.visitSingularStringField(value: self.from, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_MessageRef, rhs: Courier_V1_MessageRef) -> Bool {
+    if lhs._conversation != rhs._conversation {return false}
+    if lhs.seq != rhs.seq {return false}
+    if lhs.id != rhs.id {return false}
+    if lhs.from != rhs.from {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2448,7 +2914,140 @@ nonisolated extension Courier_V1_SendAck: SwiftProtobuf.Message, SwiftProtobuf._
 
 nonisolated extension Courier_V1_Message: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Message"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}from\0\u{1}conversation\0\u{1}seq\0\u{3}time_ms\0\u{1}body\0\u{1}recalled\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}from\0\u{1}conversation\0\u{1}seq\0\u{3}time_ms\0\u{1}body\0\u{1}recalled\0\u{3}edited_ms\0\u{3}reply_to\0\u{1}reactions\0")
+
+  fileprivate class _StorageClass {
+    var _id: String = String()
+    var _from: String = String()
+    var _conversation: Courier_V1_Conversation? = nil
+    var _seq: UInt64 = 0
+    var _timeMs: Int64 = 0
+    var _body: Courier_V1_Body? = nil
+    var _recalled: Bool = false
+    var _editedMs: Int64 = 0
+    var _replyTo: Courier_V1_Reply? = nil
+    var _reactions: [Courier_V1_ReactionCount] = []
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _id = source._id
+      _from = source._from
+      _conversation = source._conversation
+      _seq = source._seq
+      _timeMs = source._timeMs
+      _body = source._body
+      _recalled = source._recalled
+      _editedMs = source._editedMs
+      _replyTo = source._replyTo
+      _reactions = source._reactions
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularStringField(value: &_storage._id) }()
+        case 2: try { try decoder.decodeSingularStringField(value: &_storage._from) }()
+        case 3: try { try decoder.decodeSingularMessageField(value: &_storage._conversation) }()
+        case 4: try { try decoder.decodeSingularUInt64Field(value: &_storage._seq) }()
+        case 5: try { try decoder.decodeSingularInt64Field(value: &_storage._timeMs) }()
+        case 6: try { try decoder.decodeSingularMessageField(value: &_storage._body) }()
+        case 7: try { try decoder.decodeSingularBoolField(value: &_storage._recalled) }()
+        case 8: try { try decoder.decodeSingularInt64Field(value: &_storage._editedMs) }()
+        case 9: try { try decoder.decodeSingularMessageField(value: &_storage._replyTo) }()
+        case 10: try { try decoder.decodeRepeatedMessageField(value: &_storage._reactions) }()
+        default: break
+        }
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if !_storage._id.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._id, fieldNumber: 1)
+      }
+      if !_storage._from.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._from, fieldNumber: 2)
+      }
+      try { if let v = _storage._conversation {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+      } }()
+      if _storage._seq != 0 {
+        try visitor.visitSingularUInt64Field(value: _storage._seq, fieldNumber: 4)
+      }
+      if _storage._timeMs != 0 {
+        try visitor.visitSingularInt64Field(value: _storage._timeMs, fieldNumber: 5)
+      }
+      try { if let v = _storage._body {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+      } }()
+      if _storage._recalled != false {
+        try visitor.visitSingularBoolField(value: _storage._recalled, fieldNumber: 7)
+      }
+      if _storage._editedMs != 0 {
+        try visitor.visitSingularInt64Field(value: _storage._editedMs, fieldNumber: 8)
+      }
+      try { if let v = _storage._replyTo {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+      } }()
+      if !_storage._reactions.isEmpty {
+        try visitor.visitRepeatedMessageField(value: _storage._reactions, fieldNumber: 10)
+      }
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_Message, rhs: Courier_V1_Message) -> Bool {
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._id != rhs_storage._id {return false}
+        if _storage._from != rhs_storage._from {return false}
+        if _storage._conversation != rhs_storage._conversation {return false}
+        if _storage._seq != rhs_storage._seq {return false}
+        if _storage._timeMs != rhs_storage._timeMs {return false}
+        if _storage._body != rhs_storage._body {return false}
+        if _storage._recalled != rhs_storage._recalled {return false}
+        if _storage._editedMs != rhs_storage._editedMs {return false}
+        if _storage._replyTo != rhs_storage._replyTo {return false}
+        if _storage._reactions != rhs_storage._reactions {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_Reply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Reply"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}seq\0\u{1}visible\0\u{1}id\0\u{1}from\0\u{1}body\0\u{1}recalled\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2456,13 +3055,12 @@ nonisolated extension Courier_V1_Message: SwiftProtobuf.Message, SwiftProtobuf._
       // allocates stack space for every case branch when no optimizations are
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
-      case 1: try { try decoder.decodeSingularStringField(value: &self.id) }()
-      case 2: try { try decoder.decodeSingularStringField(value: &self.from) }()
-      case 3: try { try decoder.decodeSingularMessageField(value: &self._conversation) }()
-      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.seq) }()
-      case 5: try { try decoder.decodeSingularInt64Field(value: &self.timeMs) }()
-      case 6: try { try decoder.decodeSingularMessageField(value: &self._body) }()
-      case 7: try { try decoder.decodeSingularBoolField(value: &self.recalled) }()
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.seq) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.visible) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.id) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.from) }()
+      case 5: try { try decoder.decodeSingularMessageField(value: &self._body) }()
+      case 6: try { try decoder.decodeSingularBoolField(value: &self.recalled) }()
       default: break
       }
     }
@@ -2473,36 +3071,32 @@ nonisolated extension Courier_V1_Message: SwiftProtobuf.Message, SwiftProtobuf._
     // allocates stack space for every if/case branch local when no optimizations
     // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
     // https://github.com/apple/swift-protobuf/issues/1182
+    if self.seq != 0 {
+      try visitor.visitSingularUInt64Field(value: self.seq, fieldNumber: 1)
+    }
+    if self.visible != false {
+      try visitor.visitSingularBoolField(value: self.visible, fieldNumber: 2)
+    }
     if !self.id.isEmpty {
-      try visitor.visitSingularStringField(value: self.id, fieldNumber: 1)
+      try visitor.visitSingularStringField(value: self.id, fieldNumber: 3)
     }
     if !self.from.isEmpty {
-      try visitor.visitSingularStringField(value: self.from, fieldNumber: 2)
-    }
-    try { if let v = self._conversation {
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
-    } }()
-    if self.seq != 0 {
-      try visitor.visitSingularUInt64Field(value: self.seq, fieldNumber: 4)
-    }
-    if self.timeMs != 0 {
-      try visitor.visitSingularInt64Field(value: self.timeMs, fieldNumber: 5)
+      try visitor.visitSingularStringField(value: self.from, fieldNumber: 4)
     }
     try { if let v = self._body {
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
     } }()
     if self.recalled != false {
-      try visitor.visitSingularBoolField(value: self.recalled, fieldNumber: 7)
+      try visitor.visitSingularBoolField(value: self.recalled, fieldNumber: 6)
     }
     try unknownFields.traverse(visitor: &visitor)
   }
 
-  public static func ==(lhs: Courier_V1_Message, rhs: Courier_V1_Message) -> Bool {
+  public static func ==(lhs: Courier_V1_Reply, rhs: Courier_V1_Reply) -> Bool {
+    if lhs.seq != rhs.seq {return false}
+    if lhs.visible != rhs.visible {return false}
     if lhs.id != rhs.id {return false}
     if lhs.from != rhs.from {return false}
-    if lhs._conversation != rhs._conversation {return false}
-    if lhs.seq != rhs.seq {return false}
-    if lhs.timeMs != rhs.timeMs {return false}
     if lhs._body != rhs._body {return false}
     if lhs.recalled != rhs.recalled {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
@@ -2510,9 +3104,49 @@ nonisolated extension Courier_V1_Message: SwiftProtobuf.Message, SwiftProtobuf._
   }
 }
 
+nonisolated extension Courier_V1_ReactionCount: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ReactionCount"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}key\0\u{1}count\0\u{1}mine\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.key) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.count) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.mine) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.key.isEmpty {
+      try visitor.visitSingularStringField(value: self.key, fieldNumber: 1)
+    }
+    if self.count != 0 {
+      try visitor.visitSingularUInt32Field(value: self.count, fieldNumber: 2)
+    }
+    if self.mine != false {
+      try visitor.visitSingularBoolField(value: self.mine, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_ReactionCount, rhs: Courier_V1_ReactionCount) -> Bool {
+    if lhs.key != rhs.key {return false}
+    if lhs.count != rhs.count {return false}
+    if lhs.mine != rhs.mine {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
 nonisolated extension Courier_V1_Event: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Event"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}cursor\0\u{1}message\0\u{1}recall\0\u{1}receipt\0\u{1}membership\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}cursor\0\u{1}message\0\u{1}recall\0\u{1}receipt\0\u{1}membership\0\u{1}edit\0\u{1}reaction\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2573,6 +3207,32 @@ nonisolated extension Courier_V1_Event: SwiftProtobuf.Message, SwiftProtobuf._Me
           self.kind = .membership(v)
         }
       }()
+      case 6: try {
+        var v: Courier_V1_Message?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .edit(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .edit(v)
+        }
+      }()
+      case 7: try {
+        var v: Courier_V1_ReactionNotice?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .reaction(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .reaction(v)
+        }
+      }()
       default: break
       }
     }
@@ -2602,6 +3262,14 @@ nonisolated extension Courier_V1_Event: SwiftProtobuf.Message, SwiftProtobuf._Me
     case .membership?: try {
       guard case .membership(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    }()
+    case .edit?: try {
+      guard case .edit(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+    }()
+    case .reaction?: try {
+      guard case .reaction(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
     }()
     case nil: break
     }
@@ -2725,6 +3393,55 @@ nonisolated extension Courier_V1_RecallNotice: SwiftProtobuf.Message, SwiftProto
     if lhs.seq != rhs.seq {return false}
     if lhs.id != rhs.id {return false}
     if lhs.by != rhs.by {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_ReactionNotice: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ReactionNotice"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}message\0\u{1}user\0\u{1}key\0\u{1}on\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._message) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.user) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.key) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.on) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._message {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if !self.user.isEmpty {
+      try visitor.visitSingularStringField(value: self.user, fieldNumber: 2)
+    }
+    if !self.key.isEmpty {
+      try visitor.visitSingularStringField(value: self.key, fieldNumber: 3)
+    }
+    if self.on != false {
+      try visitor.visitSingularBoolField(value: self.on, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_ReactionNotice, rhs: Courier_V1_ReactionNotice) -> Bool {
+    if lhs._message != rhs._message {return false}
+    if lhs.user != rhs.user {return false}
+    if lhs.key != rhs.key {return false}
+    if lhs.on != rhs.on {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3073,6 +3790,197 @@ nonisolated extension Courier_V1_Recall: SwiftProtobuf.Message, SwiftProtobuf._M
   public static func ==(lhs: Courier_V1_Recall, rhs: Courier_V1_Recall) -> Bool {
     if lhs._conversation != rhs._conversation {return false}
     if lhs.id != rhs.id {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_Edit: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Edit"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}message\0\u{1}text\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._message) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.text) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._message {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if !self.text.isEmpty {
+      try visitor.visitSingularStringField(value: self.text, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_Edit, rhs: Courier_V1_Edit) -> Bool {
+    if lhs._message != rhs._message {return false}
+    if lhs.text != rhs.text {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_React: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".React"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}message\0\u{1}key\0\u{1}off\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._message) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.key) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.off) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._message {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if !self.key.isEmpty {
+      try visitor.visitSingularStringField(value: self.key, fieldNumber: 2)
+    }
+    if self.off != false {
+      try visitor.visitSingularBoolField(value: self.off, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_React, rhs: Courier_V1_React) -> Bool {
+    if lhs._message != rhs._message {return false}
+    if lhs.key != rhs.key {return false}
+    if lhs.off != rhs.off {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_VersionsRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".VersionsRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}message\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._message) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._message {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_VersionsRequest, rhs: Courier_V1_VersionsRequest) -> Bool {
+    if lhs._message != rhs._message {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_Versions: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Versions"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}versions\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.versions) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.versions.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.versions, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_Versions, rhs: Courier_V1_Versions) -> Bool {
+    if lhs.versions != rhs.versions {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_Versions.Version: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = Courier_V1_Versions.protoMessageName + ".Version"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}version\0\u{1}body\0\u{3}replaced_ms\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.version) }()
+      case 2: try { try decoder.decodeSingularMessageField(value: &self._body) }()
+      case 3: try { try decoder.decodeSingularInt64Field(value: &self.replacedMs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if self.version != 0 {
+      try visitor.visitSingularUInt32Field(value: self.version, fieldNumber: 1)
+    }
+    try { if let v = self._body {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    } }()
+    if self.replacedMs != 0 {
+      try visitor.visitSingularInt64Field(value: self.replacedMs, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_Versions.Version, rhs: Courier_V1_Versions.Version) -> Bool {
+    if lhs.version != rhs.version {return false}
+    if lhs._body != rhs._body {return false}
+    if lhs.replacedMs != rhs.replacedMs {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -167,6 +167,31 @@ final class CompatTransport: SessionTransport {
             envelope.send.id = id
             envelope.send.to = to
             envelope.send.body.text = text
+            if let seq = integer("reply_seq") {
+                envelope.send.replyTo.seq = seq
+            } else if case .string(let replyID)? = header["reply_id"] {
+                envelope.send.replyTo.id = replyID
+                if case .string(let from)? = header["reply_from"] { envelope.send.replyTo.from = from }
+            }
+        case "edit":
+            guard let text = String(validating: frame.payload.readableBytesView, as: UTF8.self) else {
+                return .refuse(code: ErrorCodes.invalidRequest, message: "the text is not UTF-8", id: id)
+            }
+            // The user's own message, by its id, or by place.
+            if let to = conversation() { envelope.edit.message.conversation = to }
+            envelope.edit.message.seq = integer("seq") ?? 0
+            envelope.edit.message.id = id
+            envelope.edit.text = text
+        case "react":
+            if let to = conversation() { envelope.react.message.conversation = to }
+            envelope.react.message.seq = integer("seq") ?? 0
+            envelope.react.message.id = id
+            if case .string(let from)? = header["from"] { envelope.react.message.from = from }
+            guard case .string(let key)? = header["key"] else {
+                return .refuse(code: ErrorCodes.invalidRequest, message: "a \"react\" packet names its \"key\"", id: id)
+            }
+            envelope.react.key = key
+            envelope.react.off = header["off"] == .bool(true)
         case "received":
             guard let cursor = integer("cursor") else {
                 return .refuse(code: ErrorCodes.invalidRequest, message: "\"received\" needs a \"cursor\"", id: "")
@@ -283,7 +308,7 @@ final class CompatTransport: SessionTransport {
             var fields: [String: JSONValue] = ["request": .string(request.type)]
             if !request.id.isEmpty { fields["id"] = .string(request.id) }
             return [CompatFrame(type: "done", payload: empty, fields: fields)]
-        case .uploadReady, .uploadDone, .fetchReady, .events, .history, .unread, nil:
+        case .uploadReady, .uploadDone, .fetchReady, .events, .history, .unread, .versions, nil:
             return []
         }
     }
@@ -304,6 +329,17 @@ final class CompatTransport: SessionTransport {
             fields["id"] = .string(message.id)
             fields["cursor"] = cursor
             if message.recalled { fields["recalled"] = .bool(true) }
+            if message.editedMs > 0 { fields["edited"] = .string(Self.time(message.editedMs)) }
+            if message.hasReplyTo {
+                let reply = message.replyTo
+                var quoted: [String: JSONValue] = ["seq": .integer(Int64(clamping: reply.seq))]
+                if reply.visible {
+                    quoted["id"] = .string(reply.id)
+                    quoted["from"] = .string(reply.from)
+                    if reply.recalled { quoted["recalled"] = .bool(true) }
+                }
+                fields["reply_to"] = .object(quoted)
+            }
             if case .media(let media)? = message.body.content {
                 // The header of a media packet; the caller streams its bytes.
                 let type = Self.mediaTypes.first { $0.value == media.kind }?.key ?? "file"
@@ -313,6 +349,7 @@ final class CompatTransport: SessionTransport {
                 if media.durationMs > 0 { fields["duration_ms"] = .integer(Int64(media.durationMs)) }
                 if media.width > 0 { fields["width"] = .integer(Int64(media.width)) }
                 if media.height > 0 { fields["height"] = .integer(Int64(media.height)) }
+                if !media.caption.isEmpty { fields["caption"] = .string(media.caption) }
                 return CompatFrame(type: type, payload: ByteBuffer(), fields: fields)
             }
             return CompatFrame(type: "txt", payload: ByteBuffer(string: message.body.text), fields: fields)
@@ -331,6 +368,37 @@ final class CompatTransport: SessionTransport {
             fields["seq"] = .integer(Int64(clamping: receipt.upToSeq))
             fields["cursor"] = cursor
             return CompatFrame(type: "receipt", payload: ByteBuffer(), fields: fields)
+        case .edit(let message):
+            // The new text (a media message's caption) is the payload.
+            var fields = Self.fields(message.conversation)
+            fields["from"] = .string(message.from)
+            fields["seq"] = .integer(Int64(clamping: message.seq))
+            fields["id"] = .string(message.id)
+            fields["time"] = .string(Self.time(message.timeMs))
+            fields["cursor"] = cursor
+            if message.recalled {
+                fields["recalled"] = .bool(true)
+            } else {
+                fields["edited"] = .string(Self.time(message.editedMs))
+            }
+            let text: String
+            if case .media(let media)? = message.body.content {
+                fields["media"] = .bool(true)
+                text = media.caption
+            } else {
+                text = message.body.text
+            }
+            return CompatFrame(type: "edit", payload: ByteBuffer(string: text), fields: fields)
+        case .reaction(let reaction):
+            var fields = Self.fields(reaction.message.conversation)
+            fields["seq"] = .integer(Int64(clamping: reaction.message.seq))
+            fields["id"] = .string(reaction.message.id)
+            fields["from"] = .string(reaction.message.from)
+            fields["user"] = .string(reaction.user)
+            fields["key"] = .string(reaction.key)
+            fields["on"] = .bool(reaction.on)
+            fields["cursor"] = cursor
+            return CompatFrame(type: "reaction", payload: ByteBuffer(), fields: fields)
         case .membership(let change):
             return CompatFrame(
                 type: "member",

@@ -16,7 +16,25 @@ extension Courier_V1_Message {
         self.seq = message.seq
         self.timeMs = message.timeMs
         self.recalled = message.recalled
+        if let reply = message.replyTo {
+            self.replyTo.seq = reply.seq
+            self.replyTo.visible = reply.visible
+            self.replyTo.id = reply.id
+            self.replyTo.from = reply.from
+            self.replyTo.recalled = reply.recalled
+            if !reply.body.isEmpty {
+                self.replyTo.body = (try? Courier_V1_Body(serializedBytes: reply.body)) ?? Courier_V1_Body()
+            }
+        }
         guard !message.recalled else { return }
+        self.editedMs = message.editedMs ?? 0
+        self.reactions = message.reactions.map { reaction in
+            var count = Courier_V1_ReactionCount()
+            count.key = reaction.key
+            count.count = UInt32(clamping: reaction.count)
+            count.mine = reaction.mine
+            return count
+        }
         // The store keeps the body as this server's serialization of the `Body` it parsed from the client's send, so
         // its bytes can go out as they are. Decoded, a body this server cannot parse is delivered empty rather than
         // dropped, so the sequence stays whole.
@@ -66,6 +84,16 @@ extension Courier_V1_Event {
             self.membership.user = user
             self.membership.change = change == .joined ? .joined : .left
             self.membership.seq = seq
+        case .edit(let message):
+            self.edit = Courier_V1_Message(message, rawBody: rawBody)
+        case .reaction(let reaction):
+            self.reaction.message.conversation = Courier_V1_Conversation(reaction.conversation)
+            self.reaction.message.seq = reaction.seq
+            self.reaction.message.id = reaction.id
+            self.reaction.message.from = reaction.from
+            self.reaction.user = reaction.user
+            self.reaction.key = reaction.key
+            self.reaction.on = reaction.on
         }
     }
 }

@@ -109,7 +109,7 @@ extension WriteRequest {
         switch self {
         case .send(let send): send.id
         case .recall(_, _, let id): id
-        case .ack, .markRead: ""
+        case .ack, .markRead, .edit, .react: ""
         }
     }
 }

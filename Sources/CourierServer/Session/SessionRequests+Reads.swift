@@ -77,6 +77,25 @@ extension SessionRequests {
                 let appended = try await self.manageGroup(manage, by: user)
                 self.context.fanout.logsGrew(appended)
                 reply.done = Courier_V1_Done()
+            case .edit(let name, let text):
+                reply = try await self.edit(name, text: text, session: deviceSession, requestID: requestID)
+            case .react(let name, let key, let on):
+                reply = try await self.react(name, key: key, on: on, user: user, requestID: requestID)
+            case .versions(let name):
+                let versions = try await self.context.store.versions(of: name, for: user.id)
+                let entries = versions.map { version in
+                    var entry = Courier_V1_Versions.Version()
+                    entry.version = UInt32(clamping: version.version)
+                    entry.body = (try? Courier_V1_Body(serializedBytes: version.body)) ?? Courier_V1_Body()
+                    entry.replacedMs = version.replacedMs
+                    return entry
+                }
+                // The oldest that fit the answer; a message edited more than fits has its latest versions left out.
+                let fitting = Self.fitting(
+                    sizes: entries.map { (try? $0.serializedBytes() as [UInt8])?.count ?? 0 },
+                    within: self.context.configuration.limits.maxAnswerBytes
+                )
+                reply.versions.versions = Array(entries.prefix(fitting))
             case .logout:
                 try await self.context.store.revokeDevice(
                     deviceSession.device.id,

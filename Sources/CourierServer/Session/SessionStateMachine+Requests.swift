@@ -15,6 +15,12 @@ extension SessionStateMachine {
         case upload(sha256: String, size: Int64, streamID: UInt32)
         /// Send media bytes on a stream.
         case fetch(sha256: String, offset: Int64, length: Int64, streamID: UInt32, window: Int)
+        /// Find the message, then commit a new text for it.
+        case edit(MessageName, text: String)
+        /// Find the message, then commit a reaction on or off.
+        case react(MessageName, key: String, on: Bool)
+        /// A message's earlier versions.
+        case versions(MessageName)
     }
 
     /// What an envelope of the active session asks (a send may take from the rate bucket).
@@ -58,6 +64,22 @@ extension SessionStateMachine {
                 )
             }
             let body = (try? send.body.serializedBytes() as [UInt8]) ?? []
+            var replyTo: WriteRequest.ReplyTarget?
+            if send.hasReplyTo {
+                if send.replyTo.seq > 0 {
+                    replyTo = .seq(send.replyTo.seq)
+                } else if !send.replyTo.id.isEmpty {
+                    replyTo = .id(send.replyTo.id, from: send.replyTo.from.isEmpty ? nil : send.replyTo.from)
+                } else {
+                    return .refuse(
+                        requestID: requestID,
+                        code: ErrorCodes.invalidRequest,
+                        message: "reply_to names a message by seq or by id",
+                        id: send.id,
+                        retryAfter: nil
+                    )
+                }
+            }
             return .write(
                 .send(
                     .init(
@@ -66,7 +88,8 @@ extension SessionStateMachine {
                         id: send.id,
                         to: address,
                         body: body,
-                        media: media
+                        media: media,
+                        replyTo: replyTo
                     )
                 ),
                 requestID: requestID,
@@ -92,6 +115,38 @@ extension SessionStateMachine {
                 requestID: requestID,
                 answers: true
             )
+        case .edit(let edit):
+            guard var name = Self.messageName(edit.message) else { return self.unnamedMessage(requestID) }
+            // Only the sender edits: by id, the message is the user's own.
+            if name.seq == 0 { name.from = active.session.user.name }
+            if edit.text.isEmpty {
+                return .refuse(
+                    requestID: requestID,
+                    code: ErrorCodes.emptyMessage,
+                    message: "the text is empty",
+                    id: "",
+                    retryAfter: nil
+                )
+            }
+            if edit.text.utf8.count > self.configuration.maxTextBytes {
+                return .refuse(
+                    requestID: requestID,
+                    code: ErrorCodes.textTooLarge,
+                    message: "\(edit.text.utf8.count) bytes of text; the limit is \(self.configuration.maxTextBytes)",
+                    id: "",
+                    retryAfter: nil
+                )
+            }
+            // An edit reaches every member, as a send does: it takes from the same bucket.
+            if let wait = active.bucket.take(now: now) { return .pause(wait) }
+            return .request(.edit(name, text: edit.text), requestID: requestID)
+        case .react(let react):
+            guard let name = Self.messageName(react.message) else { return self.unnamedMessage(requestID) }
+            if let wait = active.bucket.take(now: now) { return .pause(wait) }
+            return .request(.react(name, key: react.key, on: !react.off), requestID: requestID)
+        case .versions(let versions):
+            guard let name = Self.messageName(versions.message) else { return self.unnamedMessage(requestID) }
+            return .request(.versions(name), requestID: requestID)
         case .history(let history):
             guard let address = Conversation(history.conversation) else { return self.missingConversation(requestID) }
             let limit = history.limit == 0 ? 50 : Int(history.limit)
@@ -260,6 +315,27 @@ extension SessionStateMachine {
         case nil:
             return refuse(ErrorCodes.emptyMessage, "the message has no content")
         }
+    }
+
+    /// A message as a request names it: by conversation and seq, or by id (with its sender or conversation); nil
+    /// when it names neither way.
+    static func messageName(_ reference: Courier_V1_MessageRef) -> MessageName? {
+        let conversation = reference.hasConversation ? Conversation(reference.conversation) : nil
+        if reference.seq > 0, let conversation {
+            return MessageName(conversation: conversation, seq: reference.seq)
+        }
+        guard !reference.id.isEmpty else { return nil }
+        return MessageName(id: reference.id, from: reference.from.isEmpty ? nil : reference.from, in: conversation)
+    }
+
+    private func unnamedMessage(_ requestID: UInt64) -> Action {
+        .refuse(
+            requestID: requestID,
+            code: ErrorCodes.invalidRequest,
+            message: "name the message by its conversation and seq, or by its id",
+            id: "",
+            retryAfter: nil
+        )
     }
 
     private func missingConversation(_ requestID: UInt64) -> Action {

@@ -24,6 +24,7 @@ extension GroupCommit {
 
         // Nothing below is refused.
         self.messages[message]??.recalled = true
+        self.forgetEditsAndReactions(of: MessagePosition(conversation: key, seq: row.seq))
         if let index = self.newMessageIndex[message] {
             self.newMessages[index].recalled = true
             self.newMessages[index].body = []

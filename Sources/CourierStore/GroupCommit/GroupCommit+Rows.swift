@@ -18,6 +18,10 @@ extension GroupCommit {
         case .upload(let key): self.uploads[key] != nil
         case .device(let device): self.devices[device] != nil
         case .deliveries(let range): self.deliveries[range] != nil
+        case .messageAt(let position): self.positioned[position] != nil
+        case .withID(let lookup): self.withIDs[lookup] != nil
+        case .reactions(let owner):
+            self.reactionCounts[owner.position] != nil && self.myReactions[owner] != nil
         }
     }
 
@@ -70,6 +74,23 @@ extension GroupCommit {
 
     package mutating func loadDeliveries(_ range: AckRange, _ deliveries: [Delivery]) {
         self.deliveries[range] = deliveries
+    }
+
+    /// A message by its place. One loaded already is kept as the batch changed it.
+    package mutating func loadMessage(at position: MessagePosition, _ row: TargetRow?) {
+        guard self.positioned[position] == nil else { return }
+        self.positioned[position] = .some(row)
+    }
+
+    package mutating func loadSeqs(_ lookup: IDLookup, _ seqs: [Int64]) {
+        self.withIDs[lookup] = seqs
+    }
+
+    /// A message's reactions (how many users gave each key) and the keys one user gave. What the batch changed
+    /// already is kept.
+    package mutating func loadReactions(_ owner: ReactionOwner, counts: [String: Int], mine: Set<String>) {
+        if self.reactionCounts[owner.position] == nil { self.reactionCounts[owner.position] = counts }
+        if self.myReactions[owner] == nil { self.myReactions[owner] = mine }
     }
 
     /// A user's id as loaded (nil when not loaded, or there is no such user).
@@ -129,6 +150,22 @@ extension GroupCommit {
     func deliveries(_ range: AckRange) throws -> [Delivery] {
         guard let deliveries = self.deliveries[range] else { throw Miss(needs: [.deliveries(range)]) }
         return deliveries
+    }
+
+    func message(at position: MessagePosition) throws -> TargetRow? {
+        try self.loaded(self.positioned[position], .messageAt(position))
+    }
+
+    func seqs(_ lookup: IDLookup) throws -> [Int64] {
+        guard let seqs = self.withIDs[lookup] else { throw Miss(needs: [.withID(lookup)]) }
+        return seqs
+    }
+
+    func reactions(_ owner: ReactionOwner) throws -> (counts: [String: Int], mine: Set<String>) {
+        guard let counts = self.reactionCounts[owner.position], let mine = self.myReactions[owner] else {
+            throw Miss(needs: [.reactions(owner)])
+        }
+        return (counts, mine)
     }
 
     /// Asks at once for every one of these conversations that is not loaded.

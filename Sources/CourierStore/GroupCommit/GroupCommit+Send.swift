@@ -37,11 +37,13 @@ extension GroupCommit {
         }
         let key = try self.resolve(send.to, for: send.sender, createDirect: true)
         var conversation = try self.conversation(key)
+        let reply = try send.replyTo.map { try self.replyTarget($0, in: conversation, for: send.sender) }
         try self.require(
             rows: conversation.members.keys,
-            names: [send.sender] + self.namedUsers(of: conversation.header)
+            names: [send.sender] + self.namedUsers(of: conversation.header) + (reply.map { [$0.1.sender] } ?? [])
         )
         let sender = try self.name(of: send.sender)
+        let replyFrom = try reply.map { try self.name(of: $0.1.sender) }
         let naming = try self.naming(of: conversation)
         let address = try self.address(of: conversation.header, for: send.sender)
         let introduction = try self.introduction(of: send.sender, in: conversation)
@@ -53,6 +55,17 @@ extension GroupCommit {
         self.conversations[key] = conversation
         let message = MessageKey(sender: send.sender, id: id)
         self.messages[message] = MessageRow(conversation: key, seq: seq, timeMs: time, recalled: false)
+        self.positioned[MessagePosition(conversation: key, seq: seq)] = .some(
+            TargetRow(
+                sender: send.sender,
+                id: id,
+                timeMs: time,
+                recalled: false,
+                body: send.body,
+                editCount: 0,
+                editedMs: nil
+            )
+        )
         self.newMessageIndex[message] = self.newMessages.count
         self.newMessages.append(
             NewMessage(
@@ -64,10 +77,11 @@ extension GroupCommit {
                 timeMs: time,
                 body: send.body,
                 media: send.media,
-                recalled: false
+                recalled: false,
+                replySeq: reply?.0.seq
             )
         )
-        for member in conversation.members.keys.sorted() {
+        for (member, membership) in conversation.members.sorted(by: { $0.key < $1.key }) {
             self.log.append(
                 to: member,
                 .message,
@@ -82,7 +96,17 @@ extension GroupCommit {
                         seq: UInt64(seq),
                         timeMs: time,
                         body: send.body,
-                        recalled: false
+                        recalled: false,
+                        replyTo: reply.map { position, row in
+                            StoredReply(
+                                seq: UInt64(position.seq),
+                                visible: position.seq > membership.joinedSeq,
+                                id: row.id,
+                                from: replyFrom ?? "",
+                                body: row.body,
+                                recalled: false
+                            )
+                        }
                     )
                 )
             )

@@ -44,6 +44,15 @@ package struct GroupCommit: Sendable {
     var devices: [DeviceID: DeviceRow?] = [:]
     /// What each acknowledgement's range of a user's log delivers.
     var deliveries: [AckRange: [Delivery]] = [:]
+    /// Messages by their place, as edits, replies and reactions name them (as the batch changed them); nil when
+    /// there is none.
+    var positioned: [MessagePosition: TargetRow?] = [:]
+    /// The seqs of the messages a conversation holds under an id (at most two: one is all a rule wants).
+    var withIDs: [IDLookup: [Int64]] = [:]
+    /// Each message's reactions by key, with how many users gave each (as the batch changed them).
+    var reactionCounts: [MessagePosition: [String: Int]] = [:]
+    /// The keys a user put on a message (as the batch changed them).
+    var myReactions: [ReactionOwner: Set<String>] = [:]
 
     // MARK: What the batch writes
 
@@ -55,6 +64,10 @@ package struct GroupCommit: Sendable {
     package internal(set) var recalledMessages: [MessagePosition] = []
     /// The devices' acknowledged cursors as the batch moved them.
     package internal(set) var ackedCursors: [DeviceID: Int64] = [:]
+    /// The batch's edits, in order: each writes the message's new body and keeps the one it replaced.
+    package internal(set) var edits: [EditWrite] = []
+    /// The reactions the batch puts on or takes off, in order.
+    package internal(set) var reactionWrites: [ReactionWrite] = []
 
     /// - Parameters:
     ///   - freshRoom: How many fresh events each user's connections can take (nil: the limit for every user).
@@ -82,6 +95,8 @@ package struct GroupCommit: Sendable {
                 case .ack(let user, let device, let cursor): try self.ack(user: user, device: device, cursor: cursor)
                 case .markRead(let user, let address, let upTo): try self.markRead(user: user, address, upTo: upTo)
                 case .recall(let user, let address, let id): try self.recall(user: user, address, id: id)
+                case .edit(let edit): try self.edit(edit)
+                case .react(let react): try self.react(react)
                 }
             return .applied(outcome)
         } catch let miss as Miss {
@@ -147,6 +162,78 @@ package enum BatchNeed: Hashable, Sendable {
     /// The delivered receipts an acknowledgement makes (``GroupCommit/loadDeliveries(_:_:)``): for each
     /// conversation of the user's events in the range, the newest message there from someone else.
     case deliveries(AckRange)
+    /// A message by its place (``GroupCommit/loadMessage(at:_:)``), read under its conversation's lock.
+    case messageAt(MessagePosition)
+    /// The seqs of the messages in a conversation with an id (and sender, when given), at most two
+    /// (``GroupCommit/loadSeqs(_:_:)``).
+    case withID(IDLookup)
+    /// A message's reactions: how many users gave each key, and the keys one user gave
+    /// (``GroupCommit/loadReactions(_:counts:mine:)``).
+    case reactions(ReactionOwner)
+}
+
+/// A message a rule names by place, as it reads it.
+package struct TargetRow: Hashable, Sendable {
+    package var sender: UserID
+    package var id: String
+    package var timeMs: Int64
+    package var recalled: Bool
+    /// The body as last edited (empty once recalled).
+    package var body: [UInt8]
+    package var editCount: Int64
+    package var editedMs: Int64?
+
+    package init(
+        sender: UserID,
+        id: String,
+        timeMs: Int64,
+        recalled: Bool,
+        body: [UInt8],
+        editCount: Int64,
+        editedMs: Int64?
+    ) {
+        self.sender = sender
+        self.id = id
+        self.timeMs = timeMs
+        self.recalled = recalled
+        self.body = body
+        self.editCount = editCount
+        self.editedMs = editedMs
+    }
+}
+
+/// Messages of a conversation by the id their senders gave (compared byte for byte), and by sender when given.
+package struct IDLookup: Hashable, Sendable {
+    package var conversation: Int64
+    package var id: [UInt8]
+    package var sender: UserID?
+
+    package var text: String { String(decoding: self.id, as: UTF8.self) }
+}
+
+/// A user's reactions on a message.
+package struct ReactionOwner: Hashable, Sendable {
+    package var position: MessagePosition
+    package var user: UserID
+}
+
+/// An edit the batch writes.
+package struct EditWrite: Sendable {
+    package var position: MessagePosition
+    package var body: [UInt8]
+    /// The body it replaces, kept as this version (0: as first sent).
+    package var replaced: [UInt8]
+    package var version: Int64
+    package var editedMs: Int64
+}
+
+/// A reaction the batch puts on (`on`) or takes off.
+package struct ReactionWrite: Sendable {
+    package var position: MessagePosition
+    package var key: String
+    package var user: UserID
+    package var on: Bool
+    package var timeMs: Int64
 }
 
 /// Two users, the lower id first: how a direct conversation is keyed.
@@ -220,6 +307,11 @@ package struct MessageRow: Hashable, Sendable {
 package struct MessagePosition: Hashable, Sendable {
     package var conversation: Int64
     package var seq: Int64
+
+    package init(conversation: Int64, seq: Int64) {
+        self.conversation = conversation
+        self.seq = seq
+    }
 }
 
 /// A user's upload of a file, by digest.
@@ -281,6 +373,8 @@ package struct NewMessage: Sendable {
     /// Nil once recalled.
     package var media: MediaReference?
     package var recalled: Bool
+    /// The seq of the message it answers.
+    package var replySeq: Int64?
 }
 
 /// An entry the batch appends to a user's log.
@@ -291,8 +385,11 @@ package struct EventRow: Sendable {
     package var conversation: Int64
     package var seq: Int64
     package var actor: UserID?
-    /// A receipt's kind (``ReceiptKind``) or a membership change's (``MembershipChange``); nil for other entries.
+    /// A receipt's kind (``ReceiptKind``), a membership change's (``MembershipChange``), a reaction's (1 on, 2 off);
+    /// nil for other entries.
     package var detail: Int64?
+    /// A reaction's key.
+    package var key: String?
 
     package init(
         user: UserID,
@@ -301,7 +398,8 @@ package struct EventRow: Sendable {
         conversation: Int64,
         seq: Int64,
         actor: UserID?,
-        detail: Int64?
+        detail: Int64?,
+        key: String? = nil
     ) {
         self.user = user
         self.cursor = cursor
@@ -310,5 +408,6 @@ package struct EventRow: Sendable {
         self.seq = seq
         self.actor = actor
         self.detail = detail
+        self.key = key
     }
 }

@@ -19,6 +19,7 @@ package struct LogWrites: Sendable {
         seq: Int64,
         actor: UserID? = nil,
         detail: Int64? = nil,
+        key: String? = nil,
         event: @autoclosure () -> StoredEvent.Kind? = nil
     ) {
         let cursor = self.book.next(for: user, event: event())
@@ -30,7 +31,8 @@ package struct LogWrites: Sendable {
                 conversation: conversation,
                 seq: seq,
                 actor: actor,
-                detail: detail
+                detail: detail,
+                key: key
             )
         )
     }

@@ -12,10 +12,10 @@ public enum ReactionKey {
     /// The key as stored and compared: an emoji that shows as text by default with U+FE0F after it (`❤` is `❤️`),
     /// a word in NFC.
     ///
-    /// - Throws: ``CourierStoreError`` with code `invalid-request`, saying what is wrong.
+    /// - Throws: ``CourierStoreError`` with code `invalid-reaction`, saying what is wrong.
     public static func validate(_ key: String) throws -> String {
         let refused = CourierStoreError(
-            .invalidRequest,
+            .invalidReaction,
             "a reaction is one emoji, or one word of at most \(maxBytes) bytes (letters and digits, with + - _ ! ? . ' ’)"
         )
         // The length first, without copying: a hostile key may be a megabyte long.

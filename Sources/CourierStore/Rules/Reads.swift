@@ -17,6 +17,7 @@ extension StoreBackend {
                 named.formUnion(Self.namedUsers(of: row.conversation, for: user))
                 if let actor = row.actor { named.insert(actor) }
                 if let sender = row.message?.sender { named.insert(sender) }
+                if let sender = row.message?.reply?.sender { named.insert(sender) }
             }
             let names = try await transaction.names(of: named)
             return try rows.map { try Self.event($0, for: user, names: names) }
@@ -35,7 +36,40 @@ extension StoreBackend {
             }
             return StoredEvent(
                 cursor: cursor,
-                kind: .message(Self.message(message, in: conversation, from: try Self.name(message.sender, names)))
+                kind: .message(
+                    try Self.message(message, in: conversation, names: names, readerJoined: row.joinedSeq ?? .max)
+                )
+            )
+        case .edit:
+            guard var message = row.message else {
+                throw CourierStoreError(.storageFailed, "an edit event without its message at cursor \(cursor)")
+            }
+            // The message as it now is; an edit event leaves out what it answers (never changed by an edit) and the
+            // device it was sent from.
+            message.reply = nil
+            message.replySeq = nil
+            message.senderDevice = nil
+            return StoredEvent(
+                cursor: cursor,
+                kind: .edit(try Self.message(message, in: conversation, names: names, readerJoined: .max))
+            )
+        case .reaction:
+            guard let message = row.message, let key = row.key else {
+                throw CourierStoreError(.storageFailed, "a reaction event without its message at cursor \(cursor)")
+            }
+            return StoredEvent(
+                cursor: cursor,
+                kind: .reaction(
+                    StoredReaction(
+                        conversation: conversation,
+                        seq: seq,
+                        id: message.clientID,
+                        from: try Self.name(message.sender, names),
+                        user: try Self.name(row.actor, names),
+                        key: key,
+                        on: row.detail != 2
+                    )
+                )
             )
         case .recall:
             return StoredEvent(
@@ -75,16 +109,36 @@ extension StoreBackend {
         }
     }
 
-    static func message(_ row: MessageRead, in conversation: Conversation, from sender: String) -> StoredMessage {
-        StoredMessage(
+    /// A message as a reader sees it: what it answers only when the reader joined before that (`readerJoined`).
+    static func message(
+        _ row: MessageRead,
+        in conversation: Conversation,
+        names: [UserID: String],
+        readerJoined: Int64
+    ) throws -> StoredMessage {
+        var reply: StoredReply?
+        if let seq = row.replySeq {
+            let visible = seq > readerJoined
+            reply = StoredReply(
+                seq: UInt64(max(0, seq)),
+                visible: visible && row.reply != nil,
+                id: row.reply?.clientID ?? "",
+                from: visible ? (row.reply.flatMap { names[$0.sender] } ?? "") : "",
+                body: row.reply?.body ?? [],
+                recalled: row.reply?.recalled ?? true
+            )
+        }
+        return StoredMessage(
             id: row.clientID,
-            from: sender,
+            from: try Self.name(row.sender, names),
             fromDevice: row.senderDevice,
             conversation: conversation,
             seq: UInt64(row.seq),
             timeMs: row.timeMs,
             body: row.body,
-            recalled: row.recalled
+            recalled: row.recalled,
+            editedMs: row.recalled ? nil : row.editedMs,
+            replyTo: reply
         )
     }
 
@@ -175,9 +229,19 @@ extension StoreBackend {
                 } else {
                     [MarkRow]()
                 }
-            let names = try await transaction.names(of: Set(page.map(\.sender) + marks.map(\.user)))
+            let names = try await transaction.names(
+                of: Set(page.map(\.sender) + page.compactMap(\.reply?.sender) + marks.map(\.user))
+            )
+            let reactions =
+                if let oldest = page.last?.seq, let newest = page.first?.seq {
+                    try await transaction.reactionCounts(in: key, from: oldest, to: newest, reader: user)
+                } else {
+                    [Int64: [ReactionCount]]()
+                }
             let messages = try page.map {
-                Self.message($0, in: conversation, from: try Self.name($0.sender, names))
+                var message = try Self.message($0, in: conversation, names: names, readerJoined: joinedSeq)
+                message.reactions = reactions[$0.seq] ?? []
+                return message
             }
             let receipts = marks.compactMap { mark in
                 // A name not found (never: users are not deleted) leaves the mark out.

@@ -128,6 +128,27 @@ package protocol StoreTransaction: Sendable {
     ) async throws -> [MarkRow]
     /// A conversation's messages with seqs after `after` and before `before`, newest first, at most `limit`.
     func messages(in conversation: Int64, after: Int64, before: Int64, limit: Int) async throws -> [MessageRead]
+    /// The messages a user can see (a member, sent after it joined) with an id, from a sender and in a conversation
+    /// when given, at most `limit`.
+    func messages(
+        withID id: String,
+        from sender: UserID?,
+        in conversation: Int64?,
+        visibleTo user: UserID,
+        limit: Int
+    ) async throws -> [FoundMessage]
+    /// The message at a place, if a user can see it.
+    func message(in conversation: Int64, seq: Int64, visibleTo user: UserID) async throws -> FoundMessage?
+    /// The per-key reaction counts of a conversation's messages from one seq to another (both included), each
+    /// message's keys in the order they were first given, with whether `reader` gave each.
+    func reactionCounts(
+        in conversation: Int64,
+        from: Int64,
+        to: Int64,
+        reader: UserID
+    ) async throws -> [Int64: [ReactionCount]]
+    /// A message's earlier versions, oldest first, at most `limit`.
+    func versions(in conversation: Int64, seq: Int64, limit: Int) async throws -> [MessageVersion]
     /// Every conversation a user is in, the one with the newest message first.
     func memberships(of user: UserID) async throws -> [Membership]
     /// Users' names and when each was last seen: the latest disconnect of any of its devices (nil if never).
@@ -168,6 +189,10 @@ package struct MessageRead: Sendable {
     /// Empty once recalled.
     package var body: [UInt8]
     package var recalled: Bool
+    package var editedMs: Int64?
+    /// The message it answers: its seq, and the message when it is still stored.
+    package var replySeq: Int64?
+    package var reply: ReplyRead?
 
     package init(
         seq: Int64,
@@ -176,13 +201,47 @@ package struct MessageRead: Sendable {
         clientID: String,
         timeMs: Int64,
         body: [UInt8],
-        recalled: Bool
+        recalled: Bool,
+        editedMs: Int64? = nil,
+        replySeq: Int64? = nil,
+        reply: ReplyRead? = nil
     ) {
         self.seq = seq
         self.sender = sender
         self.senderDevice = senderDevice
         self.clientID = clientID
         self.timeMs = timeMs
+        self.body = recalled ? [] : body
+        self.recalled = recalled
+        self.editedMs = editedMs
+        self.replySeq = replySeq
+        self.reply = reply
+    }
+}
+
+/// A message found for a user, with its conversation.
+package struct FoundMessage: Sendable {
+    package var conversation: Int64
+    package var header: ConversationHeader
+    package var message: MessageRead
+
+    package init(conversation: Int64, header: ConversationHeader, message: MessageRead) {
+        self.conversation = conversation
+        self.header = header
+        self.message = message
+    }
+}
+
+/// The message a reply answers, as a read returns it.
+package struct ReplyRead: Sendable {
+    package var sender: UserID
+    package var clientID: String
+    package var body: [UInt8]
+    package var recalled: Bool
+
+    package init(sender: UserID, clientID: String, body: [UInt8], recalled: Bool) {
+        self.sender = sender
+        self.clientID = clientID
         self.body = recalled ? [] : body
         self.recalled = recalled
     }
@@ -198,6 +257,11 @@ package struct LogRead: Sendable {
     package var detail: Int64?
     package var conversation: ConversationHeader
     package var message: MessageRead?
+    /// A reaction's key.
+    package var key: String?
+    /// For a reply, where the log's user joined the conversation (nil when it is no longer a member): whether it may
+    /// see what the reply answers.
+    package var joinedSeq: Int64?
 
     package init(
         cursor: Int64,
@@ -206,7 +270,9 @@ package struct LogRead: Sendable {
         actor: UserID?,
         detail: Int64?,
         conversation: ConversationHeader,
-        message: MessageRead?
+        message: MessageRead?,
+        key: String? = nil,
+        joinedSeq: Int64? = nil
     ) {
         self.cursor = cursor
         self.kind = kind
@@ -215,6 +281,8 @@ package struct LogRead: Sendable {
         self.detail = detail
         self.conversation = conversation
         self.message = message
+        self.key = key
+        self.joinedSeq = joinedSeq
     }
 }
 

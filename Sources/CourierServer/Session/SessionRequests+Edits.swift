@@ -1,0 +1,69 @@
+import CourierProtocol
+import CourierStore
+
+/// Edits and reactions: the message is found first (by place or by id, among those the user can see), then the
+/// change goes through the group commit, whose rules check it again under the conversation's lock.
+extension SessionRequests {
+    /// A new text for a message of the user's: a text message's text, a media message's caption. The body is built
+    /// from the message as found: an edit changes nothing else.
+    func edit(
+        _ name: MessageName,
+        text: String,
+        session: DeviceSession,
+        requestID: UInt64
+    ) async throws -> ServerEnvelope {
+        let message = try await self.context.store.message(name, for: session.user.id)
+        guard message.from == session.user.name else {
+            throw CourierStoreError(.notSender, "only its sender may edit a message")
+        }
+        guard !message.recalled else { throw CourierStoreError(.messageRecalled, "the message was recalled") }
+        var body = (try? Courier_V1_Body(serializedBytes: message.body)) ?? Courier_V1_Body()
+        switch body.content {
+        case .media(var media)?:
+            media.caption = text
+            body.media = media
+        case .text?, nil:
+            body.text = text
+        }
+        let request = WriteRequest.edit(
+            .init(
+                user: session.user.id,
+                device: session.device.id,
+                conversation: message.conversation,
+                seq: message.seq,
+                body: try body.serializedBytes()
+            )
+        )
+        return try await self.committed(request, requestID: requestID)
+    }
+
+    /// A reaction put on a message or taken off.
+    func react(
+        _ name: MessageName,
+        key: String,
+        on: Bool,
+        user: User,
+        requestID: UInt64
+    ) async throws -> ServerEnvelope {
+        // The key first: a bad one is refused before anything is looked up.
+        _ = try ReactionKey.validate(key)
+        let message = try await self.context.store.message(name, for: user.id)
+        let request = WriteRequest.react(
+            .init(user: user.id, conversation: message.conversation, seq: message.seq, key: key, on: on)
+        )
+        return try await self.committed(request, requestID: requestID)
+    }
+
+    /// Commits a write and answers it: `done`, or its refusal.
+    private func committed(_ request: WriteRequest, requestID: UInt64) async throws -> ServerEnvelope {
+        switch try await self.context.commits.enqueue(request).outcome() {
+        case .refused(let error):
+            throw error
+        case .done, .sent:
+            var reply = ServerEnvelope()
+            reply.requestID = requestID
+            reply.done = Courier_V1_Done()
+            return reply
+        }
+    }
+}
