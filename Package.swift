@@ -70,6 +70,8 @@ let package = Package(
             name: "CourierStore",
             dependencies: [
                 "CourierVocabulary",
+                // The bodies it stores are `courier.v1.Body`s: search reads their text.
+                "CourierProtocol",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
@@ -378,6 +380,7 @@ let package = Package(
             name: "CourierStoreTests",
             dependencies: [
                 "CourierPostgresTesting",
+                "CourierProtocol",
                 "CourierStore",
                 "CourierStoreSQLite",
                 "CourierStorePostgres",

@@ -128,6 +128,28 @@ public struct ReactionChange: Hashable, Sendable {
     }
 }
 
+/// A message a search found, with the piece of its text that matched.
+public struct SearchResult: Hashable, Sendable {
+    public var message: ChatMessage
+    /// The text around the first match (`…` where cut), and the matches in it, in Unicode scalars from its start.
+    public var fragment: String
+    public var marks: [Range<Int>]
+
+    public init(message: ChatMessage, fragment: String, marks: [Range<Int>]) {
+        self.message = message
+        self.fragment = fragment
+        self.marks = marks
+    }
+}
+
+/// A page of search results, newest first.
+public struct SearchResults: Hashable, Sendable {
+    public var results: [SearchResult]
+    /// Whether older matches may remain: ask again with `before` = ``next``.
+    public var more: Bool
+    public var next: UInt64
+}
+
 /// An earlier version of an edited message.
 public struct EarlierVersion: Hashable, Sendable {
     /// 0: as first sent.

@@ -383,6 +383,38 @@ public final class CourierClient: Service, Sendable {
         }
     }
 
+    /// The messages this user can see whose text (a caption for media) matches `query`, newest first: every word of
+    /// it, and every run of Chinese, Japanese or Korean characters as a whole.
+    ///
+    /// - Parameters:
+    ///   - conversation: Only this one; nil for all.
+    ///   - before: The ``SearchResults/next`` of the page before; 0 for the newest.
+    public func search(
+        _ query: String,
+        in conversation: Conversation? = nil,
+        before: UInt64 = 0,
+        limit: Int = 20
+    ) async throws -> SearchResults {
+        var envelope = ClientEnvelope()
+        envelope.search.query = query
+        if let conversation { envelope.search.conversation = Courier_V1_Conversation(conversation) }
+        envelope.search.before = before
+        envelope.search.limit = UInt32(clamping: limit)
+        let answer = try await self.request(envelope)
+        guard case .search(let page)? = answer.body else { throw Self.unexpected(answer) }
+        return SearchResults(
+            results: page.hits.map { hit in
+                SearchResult(
+                    message: ChatMessage(hit.message),
+                    fragment: hit.fragment,
+                    marks: hit.marks.map { Int($0.start)..<Int($0.start + $0.length) }
+                )
+            },
+            more: page.more,
+            next: page.next
+        )
+    }
+
     /// Stops ``run()``: the connection closes and it returns.
     public func stop() {
         let (link, signals) = self.state.withLock { state in

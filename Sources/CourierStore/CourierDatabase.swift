@@ -96,6 +96,18 @@ public protocol CourierDatabase: Sendable {
     func message(_ name: MessageName, for user: UserID) async throws -> StoredMessage
     /// The bodies an edited message had before, oldest first, for a member who can see it.
     func versions(of name: MessageName, for user: UserID) async throws -> [MessageVersion]
+    /// The messages a user can see whose text matches a query, newest first, a page at a time.
+    func search(
+        for user: UserID,
+        query: String,
+        in conversation: Conversation?,
+        before cursor: UInt64,
+        limit: Int
+    ) async throws -> SearchPage
+    /// Indexes for search up to `limit` messages stored before the index existed, the newest first.
+    ///
+    /// - Returns: How many it indexed; 0 once none is left.
+    func indexPending(limit: Int) async throws -> Int
     func unreadCounts(for user: UserID) async throws -> [UnreadCount]
     func peers(of user: UserID) async throws -> Set<UserID>
     func contacts(of user: UserID) async throws -> Set<UserID>
@@ -243,6 +255,11 @@ public struct StoreLimits: Sendable, Hashable {
     public var maxReactionsPerUser: Int = 5
     /// The most earlier versions of a message one request returns.
     public var maxVersionsPerRead: Int = 64
+    /// The most candidates one search request looks at (the index's tokens carry no positions, so some fail the
+    /// exact check): a page that reaches it ends early, saying where to go on.
+    public var maxSearchScan: Int = 2_000
+    /// The most hits one search page holds.
+    public var maxSearchPage: Int = 50
 
     public init() {}
 }

@@ -224,6 +224,35 @@ public struct MessageName: Hashable, Sendable {
     }
 }
 
+/// A page of search results, newest first.
+public struct SearchPage: Hashable, Sendable {
+    public var hits: [SearchHit]
+    /// Whether older matches may remain: ask again with ``next`` as the cursor.
+    public var more: Bool
+    /// Where the next page starts (an opaque position in the index, exclusive).
+    public var next: UInt64
+
+    public init(hits: [SearchHit], more: Bool, next: UInt64) {
+        self.hits = hits
+        self.more = more
+        self.next = next
+    }
+}
+
+/// A message a search found, with the piece of its text that matched.
+public struct SearchHit: Hashable, Sendable {
+    public var message: StoredMessage
+    public var fragment: SearchText.Fragment
+    /// Its position in the index: a page cut after it goes on from here (``SearchPage/next``).
+    public var position: UInt64
+
+    public init(message: StoredMessage, fragment: SearchText.Fragment, position: UInt64) {
+        self.message = message
+        self.fragment = fragment
+        self.position = position
+    }
+}
+
 /// An earlier version of an edited message: the body an edit replaced, and when.
 public struct MessageVersion: Hashable, Sendable {
     /// 0 for the body as first sent.

@@ -89,6 +89,7 @@ extension PostgresGroupCommit {
             )
         }
         try await self.writeEdits(connection)
+        try await self.writeSearch(connection)
         let recalled = self.commit.recalledMessages
         if !recalled.isEmpty {
             try await connection.run(
@@ -109,6 +110,51 @@ extension PostgresGroupCommit {
                     versions AS (DELETE FROM message_versions USING r
                         WHERE message_versions.conversation_id = r.c AND message_versions.seq = r.s)
                 DELETE FROM reactions USING r WHERE reactions.conversation_id = r.c AND reactions.seq = r.s
+                """,
+                logger: self.logger
+            )
+        }
+    }
+
+    /// Writes the search index's rows of new messages (the position follows the order of the batch), sets the tokens
+    /// of edited ones and drops recalled ones.
+    private func writeSearch(_ connection: PostgresConnection) async throws {
+        let messages = self.commit.newMessages.filter { !$0.recalled }
+        if !messages.isEmpty {
+            try await connection.run(
+                """
+                INSERT INTO message_search (conversation_id, seq, tokens)
+                SELECT c, s, string_to_array(t, ' ') FROM unnest(\(messages.map(\.conversation))::bigint[],
+                    \(messages.map(\.seq))::bigint[],
+                    \(messages.map { SearchIndex.tokens(ofBody: $0.body, conversation: $0.conversation).joined(separator: " ") })::text[])
+                    WITH ORDINALITY AS m(c, s, t, n)
+                ORDER BY n
+                """,
+                logger: self.logger
+            )
+        }
+        var edited: [MessagePosition: [UInt8]] = [:]
+        for edit in self.commit.edits { edited[edit.position] = edit.body }
+        if !edited.isEmpty {
+            let positions = Array(edited.keys)
+            try await connection.run(
+                """
+                UPDATE message_search SET tokens = string_to_array(e.t, ' ')
+                FROM unnest(\(positions.map(\.conversation))::bigint[], \(positions.map(\.seq))::bigint[],
+                    \(positions.map { SearchIndex.tokens(ofBody: edited[$0]!, conversation: $0.conversation).joined(separator: " ") })::text[])
+                    AS e(c, s, t)
+                WHERE message_search.conversation_id = e.c AND message_search.seq = e.s
+                """,
+                logger: self.logger
+            )
+        }
+        let recalled = self.commit.recalledMessages
+        if !recalled.isEmpty {
+            try await connection.run(
+                """
+                DELETE FROM message_search USING unnest(\(recalled.map(\.conversation))::bigint[],
+                    \(recalled.map(\.seq))::bigint[]) AS r(c, s)
+                WHERE message_search.conversation_id = r.c AND message_search.seq = r.s
                 """,
                 logger: self.logger
             )

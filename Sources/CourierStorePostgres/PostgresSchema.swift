@@ -3,6 +3,13 @@
 /// means), in PostgreSQL's types: names are unique without regard to case through indexes on `lower(name)` (names are
 /// ASCII), flags are booleans, bytes are `bytea`.
 enum PostgresSchema {
+    /// Numbers every message stored before the search index, in the order they were sent, for
+    /// ``CourierDatabase/indexPending(limit:)`` to index.
+    static let numberMessagesForSearch = """
+        INSERT INTO message_search (conversation_id, seq)
+        SELECT conversation_id, seq FROM messages WHERE NOT recalled ORDER BY time_ms, conversation_id, seq
+        """
+
     struct Migration: Sendable {
         var version: String
         var statements: [String]
@@ -257,6 +264,30 @@ enum PostgresSchema {
                 """,
                 "CREATE INDEX reactions_by_user ON reactions (conversation_id, seq, user_id)",
                 "ALTER TABLE events ADD COLUMN key TEXT",
+            ]
+        ),
+        Migration(
+            version: "v6-search",
+            statements: [
+                // As SQLite's message_search (Sources/CourierStoreSQLite/Schema.swift): the tokens as an array, in a
+                // GIN index; a search asks for the rows holding every token of the query (@>) and one of the user's
+                // conversations' tokens (&&).
+                "CREATE SEQUENCE message_search_docs",
+                """
+                CREATE TABLE message_search (
+                    doc BIGINT PRIMARY KEY DEFAULT nextval('message_search_docs'),
+                    conversation_id BIGINT NOT NULL,
+                    seq BIGINT NOT NULL,
+                    tokens TEXT[],
+                    UNIQUE (conversation_id, seq)
+                )
+                """,
+                "ALTER SEQUENCE message_search_docs OWNED BY message_search.doc",
+                "CREATE INDEX message_search_tokens ON message_search USING gin (tokens)",
+                // Element frequencies for CJK characters and bigrams, of which there are many.
+                "ALTER TABLE message_search ALTER COLUMN tokens SET STATISTICS 1000",
+                "CREATE INDEX message_search_pending ON message_search (doc) WHERE tokens IS NULL",
+                Self.numberMessagesForSearch,
             ]
         ),
     ]

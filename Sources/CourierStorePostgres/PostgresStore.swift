@@ -329,3 +329,18 @@ extension PostgresConnection {
         for try await _ in try await self.query(query, logger: logger) {}
     }
 }
+
+extension PostgresStore {
+    /// Empties the search index and numbers every message again, unindexed, as the migration that made the index
+    /// left a database of messages stored before it: what the tests of ``CourierDatabase/indexPending(limit:)`` start
+    /// from.
+    package func resetSearchIndex() async throws {
+        try await self.write(doing: "reset the search index") { connection in
+            try await connection.run("DELETE FROM message_search", logger: self.logger)
+            try await connection.run(
+                PostgresQuery(unsafeSQL: PostgresSchema.numberMessagesForSearch),
+                logger: self.logger
+            )
+        }
+    }
+}

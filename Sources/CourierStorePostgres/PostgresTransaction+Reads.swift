@@ -225,6 +225,68 @@ extension PostgresTransaction {
         ).map(Self.found).first
     }
 
+    package func conversationIDs(of user: UserID) async throws -> [Int64] {
+        try await self.connection.values(
+            "SELECT conversation_id FROM members WHERE user_id = \(user.rawValue) ORDER BY conversation_id",
+            as: Int64.self,
+            logger: self.logger
+        )
+    }
+
+    package func searchCandidates(
+        _ tokens: [String],
+        in conversations: [Int64]?,
+        for user: UserID,
+        before: Int64,
+        limit: Int
+    ) async throws -> [FoundMessage] {
+        let scope = conversations?.map(SearchIndex.conversationToken) ?? []
+        return try await self.connection.rows(
+            """
+            SELECT s.doc, m.conversation_id, m.seq, m.sender_id, m.sender_device_id, m.client_id, m.time_ms, m.body,
+                m.recalled, m.edited_ms, m.reply_seq, c.name AS group_name, c.user_a, c.user_b
+            FROM message_search s
+            JOIN members j ON j.conversation_id = s.conversation_id AND j.user_id = \(user.rawValue)
+            JOIN messages m ON m.conversation_id = s.conversation_id AND m.seq = s.seq
+            JOIN conversations c ON c.id = s.conversation_id
+            WHERE s.tokens @> \(tokens)::text[] AND (cardinality(\(scope)::text[]) = 0 OR s.tokens && \(scope)::text[])
+                AND s.doc < \(before) AND s.seq > j.joined_seq
+            ORDER BY s.doc DESC LIMIT \(Int64(limit))
+            """,
+            logger: self.logger
+        ).map { row in
+            var found = try Self.found(row)
+            found.doc = try row.get("doc")
+            return found
+        }
+    }
+
+    package func pendingSearch(limit: Int) async throws -> [(doc: Int64, conversation: Int64, body: [UInt8])] {
+        try await self.connection.rows(
+            """
+            SELECT s.doc, s.conversation_id, m.body FROM message_search s
+            JOIN messages m ON m.conversation_id = s.conversation_id AND m.seq = s.seq
+            WHERE s.tokens IS NULL ORDER BY s.doc DESC LIMIT \(Int64(limit))
+            FOR UPDATE OF s SKIP LOCKED
+            """,
+            logger: self.logger
+        ).map { (try $0.get("doc"), try $0.get("conversation_id"), try $0.bytes("body")) }
+    }
+
+    package func setSearchTokens(_ tokens: [(doc: Int64, tokens: [String])]) async throws {
+        guard !tokens.isEmpty else { return }
+        // One statement: each row's tokens as one string, split again (a token never holds a space).
+        try await self.connection.run(
+            """
+            UPDATE message_search SET tokens = string_to_array(t.tokens, ' ')
+            FROM unnest(\(tokens.map(\.doc))::bigint[], \(tokens.map { $0.tokens.joined(separator: " ") })::text[])
+                AS t(doc, tokens)
+            WHERE message_search.doc = t.doc
+            """,
+            logger: self.logger
+        )
+    }
+
     private static func found(_ row: PostgresRandomAccessRow) throws -> FoundMessage {
         FoundMessage(
             conversation: try row.get("conversation_id"),

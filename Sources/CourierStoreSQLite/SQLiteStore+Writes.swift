@@ -357,6 +357,7 @@ extension SQLiteStore {
         for (device, cursor) in commit.ackedCursors {
             try deviceUpdate.execute(arguments: [cursor, device.rawValue])
         }
+        try SQLiteStore.writeSearch(commit, db)
         try SQLiteStore.writeLog(commit.log, db)
     }
 }

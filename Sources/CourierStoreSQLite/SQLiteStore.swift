@@ -278,3 +278,15 @@ public final class SQLiteStore: StoreBackend {
         return name
     }
 }
+
+extension SQLiteStore {
+    /// Empties the search index and numbers every message again, unindexed, as the migration that made the index
+    /// left a database of messages stored before it: what the tests of ``CourierDatabase/indexPending(limit:)`` start
+    /// from.
+    package func resetSearchIndex() async throws {
+        try await self.write { db in
+            try db.execute(sql: "DELETE FROM message_search")
+            try db.execute(sql: Schema.numberMessagesForSearch)
+        }
+    }
+}

@@ -1,4 +1,5 @@
 package import CourierStore
+internal import Foundation
 internal import GRDB
 
 extension SQLiteTransaction {
@@ -205,6 +206,59 @@ extension SQLiteStore {
         let cursorUpdate = try db.cachedStatement(sql: "UPDATE users SET log_cursor = ? WHERE id = ?")
         for (user, cursor) in log.book.grown {
             try cursorUpdate.execute(arguments: [cursor, user.rawValue])
+        }
+    }
+
+    /// Inserts the search index's rows of new messages, sets the tokens of edited ones and drops recalled ones.
+    static func writeSearch(_ commit: GroupCommit, _ db: Database) throws {
+        let insert = try db.cachedStatement(
+            sql: "INSERT INTO message_search (conversation_id, seq, tokens) VALUES (?, ?, ?)"
+        )
+        for message in commit.newMessages where !message.recalled {
+            let tokens = SearchIndex.tokens(ofBody: message.body, conversation: message.conversation)
+            try insert.execute(arguments: [message.conversation, message.seq, tokens.joined(separator: " ")])
+        }
+        // The last edit of each message is its text.
+        var edited: [MessagePosition: [UInt8]] = [:]
+        for edit in commit.edits { edited[edit.position] = edit.body }
+        let update = try db.cachedStatement(
+            sql: "UPDATE message_search SET tokens = ? WHERE conversation_id = ? AND seq = ?"
+        )
+        for (position, body) in edited {
+            let tokens = SearchIndex.tokens(ofBody: body, conversation: position.conversation)
+            try update.execute(arguments: [tokens.joined(separator: " "), position.conversation, position.seq])
+        }
+        let delete = try db.cachedStatement(sql: "DELETE FROM message_search WHERE conversation_id = ? AND seq = ?")
+        for message in commit.recalledMessages {
+            try delete.execute(arguments: [message.conversation, message.seq])
+        }
+    }
+}
+
+extension SQLiteTransaction {
+    // MARK: Search
+
+    package func pendingSearch(limit: Int) async throws -> [(doc: Int64, conversation: Int64, body: [UInt8])] {
+        try await self.access { db in
+            try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT s.doc, s.conversation_id, m.body FROM message_search s
+                        JOIN messages m ON m.conversation_id = s.conversation_id AND m.seq = s.seq
+                        WHERE s.tokens IS NULL ORDER BY s.doc DESC LIMIT ?
+                        """
+                ),
+                arguments: [limit]
+            ).map { ($0["doc"], $0["conversation_id"], [UInt8]($0["body"] as Data)) }
+        }
+    }
+
+    package func setSearchTokens(_ tokens: [(doc: Int64, tokens: [String])]) async throws {
+        try await self.update { db in
+            let update = try db.cachedStatement(sql: "UPDATE message_search SET tokens = ? WHERE doc = ?")
+            for (doc, tokens) in tokens {
+                try update.execute(arguments: [tokens.joined(separator: " "), doc])
+            }
         }
     }
 }

@@ -243,6 +243,61 @@ extension SQLiteTransaction {
         }
     }
 
+    package func conversationIDs(of user: UserID) async throws -> [Int64] {
+        try await self.access { db in
+            try Int64.fetchAll(
+                db.cachedStatement(
+                    sql: "SELECT conversation_id FROM members WHERE user_id = ? ORDER BY conversation_id"
+                ),
+                arguments: [user.rawValue]
+            )
+        }
+    }
+
+    package func searchCandidates(
+        _ tokens: [String],
+        in conversations: [Int64]?,
+        for user: UserID,
+        before: Int64,
+        limit: Int
+    ) async throws -> [FoundMessage] {
+        // Every token quoted, all of them required; one of the conversations' tokens.
+        func quoted(_ token: String) -> String { "\"" + token.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
+        var expression = tokens.map(quoted).joined(separator: " AND ")
+        if let conversations {
+            expression +=
+                " AND ("
+                + conversations.map { quoted(SearchIndex.conversationToken($0)) }
+                .joined(separator: " OR ") + ")"
+        }
+        let match = expression
+        return try await self.access { db in
+            // FTS5 first (CROSS JOIN keeps the order): it walks its matches from the highest position down and stops
+            // at the limit.
+            try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT f.rowid AS doc, m.conversation_id, m.seq, m.sender_id, m.sender_device_id, m.client_id,
+                            m.time_ms, m.body, m.recalled, m.edited_ms, m.reply_seq, c.name AS group_name, c.user_a,
+                            c.user_b
+                        FROM message_fts f
+                        CROSS JOIN message_search s ON s.doc = f.rowid
+                        CROSS JOIN members j ON j.conversation_id = s.conversation_id AND j.user_id = ?
+                        CROSS JOIN messages m ON m.conversation_id = s.conversation_id AND m.seq = s.seq
+                        CROSS JOIN conversations c ON c.id = s.conversation_id
+                        WHERE message_fts MATCH ? AND f.rowid < ? AND s.seq > j.joined_seq
+                        ORDER BY f.rowid DESC LIMIT ?
+                        """
+                ),
+                arguments: [user.rawValue, match, before, limit]
+            ).map { row in
+                var found = Self.found(row)
+                found.doc = row["doc"]
+                return found
+            }
+        }
+    }
+
     private static func found(_ row: Row) -> FoundMessage {
         FoundMessage(
             conversation: row["conversation_id"],

@@ -3,6 +3,14 @@ internal import GRDB
 
 /// The database schema, built only through migrations so that every data folder reaches the same shape.
 enum Schema {
+    /// Numbers every message stored before the search index, in the order they were sent, for
+    /// ``CourierDatabase/indexPending(limit:)`` to index.
+    static let numberMessagesForSearch = """
+        INSERT INTO message_search (conversation_id, seq, tokens)
+            SELECT conversation_id, seq, NULL FROM messages WHERE recalled = 0
+            ORDER BY time_ms, conversation_id, seq
+        """
+
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1") { db in
@@ -186,6 +194,46 @@ enum Schema {
                     ALTER TABLE events ADD COLUMN key TEXT;
                     """
             )
+        }
+        migrator.registerMigration("v6-search") { db in
+            try db.execute(
+                sql: """
+                    -- The search index: a message's tokens (SearchText's, and its conversation's; space-separated)
+                    -- by a position (doc) that follows the order messages were sent, which search pages by, newest
+                    -- first. NULL tokens: a message stored before the index, numbered here and left for
+                    -- CourierDatabase.indexPending, which the server runs in batches while it serves. A recalled
+                    -- message has no row; an edit sets new tokens.
+                    CREATE TABLE message_search (
+                        doc INTEGER PRIMARY KEY AUTOINCREMENT,
+                        conversation_id INTEGER NOT NULL,
+                        seq INTEGER NOT NULL,
+                        tokens TEXT,
+                        UNIQUE (conversation_id, seq)
+                    );
+                    CREATE INDEX message_search_pending ON message_search(doc) WHERE tokens IS NULL;
+                    -- FTS5 over the tokens, kept in step by the triggers. The ascii tokenizer keeps every non-ASCII
+                    -- character in a token, so the tokens come back whole; detail=none: no positions (the exact
+                    -- check is Courier's own).
+                    CREATE VIRTUAL TABLE message_fts USING fts5(
+                        tokens, content='message_search', content_rowid='doc', detail=none, columnsize=0,
+                        tokenize='ascii'
+                    );
+                    CREATE TRIGGER message_search_inserted AFTER INSERT ON message_search
+                    WHEN new.tokens IS NOT NULL BEGIN
+                        INSERT INTO message_fts(rowid, tokens) VALUES (new.doc, new.tokens);
+                    END;
+                    CREATE TRIGGER message_search_deleted AFTER DELETE ON message_search
+                    WHEN old.tokens IS NOT NULL BEGIN
+                        INSERT INTO message_fts(message_fts, rowid, tokens) VALUES ('delete', old.doc, old.tokens);
+                    END;
+                    CREATE TRIGGER message_search_updated AFTER UPDATE OF tokens ON message_search BEGIN
+                        INSERT INTO message_fts(message_fts, rowid, tokens)
+                            SELECT 'delete', old.doc, old.tokens WHERE old.tokens IS NOT NULL;
+                        INSERT INTO message_fts(rowid, tokens) SELECT new.doc, new.tokens WHERE new.tokens IS NOT NULL;
+                    END;
+                    """
+            )
+            try db.execute(sql: Self.numberMessagesForSearch)
         }
         return migrator
     }

@@ -8,7 +8,7 @@ struct Courier: AsyncParsableCommand {
         version: CourierVersion.current,
         subcommands: [
             Serve.self, UserCommand.self, GroupCommand.self, Backup.self, Login.self, Send.self, Edit.self,
-            React.self, History.self, MediaCommand.self, Chat.self, ProxyCommand.self, Bench.self,
+            React.self, History.self, Search.self, MediaCommand.self, Chat.self, ProxyCommand.self, Bench.self,
         ]
     )
 }

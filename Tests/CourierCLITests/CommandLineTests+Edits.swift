@@ -6,7 +6,9 @@ import Testing
 
 /// The `courier` command: `send --reply-to`, `edit`, `react`, and what `history --json` says of them.
 extension CommandLineTests {
-    @Test("send --reply-to, edit and react by id; history --json carries edited_at, reply_to and reactions")
+    @Test(
+        "send --reply-to, edit and react by id; history --json carries edited_at, reply_to and reactions; search finds the edited text"
+    )
     func editsAndReactions() async throws {
         try await withTemporaryDirectory(prefix: "courier-cli") { folder in
             let cli = try await CLIFixture(folder: folder, users: ["alice", "bob"])
@@ -65,6 +67,25 @@ extension CommandLineTests {
             result = try await client("history", "--as", "bob", "--with", "alice")
             #expect(result.output.contains("alice: 明天上午几点开会? (edited)  好 1\n"), "\(result)")
             #expect(result.output.contains("you: (re #1) 十点 🕙  ❤️ 1\n"), "\(result)")
+
+            // Search finds the edited text, not the one it replaced.
+            result = try await client("search", "--as", "bob", "上午 开会", "--json")
+            var found = try json(result.output)
+            #expect(found.count == 1, "\(result)")
+            #expect(found.first?["id"] as? String == "q1" && found.first?["from"] as? String == "alice")
+            #expect(found.first?["to"] as? String == "bob" && found.first?["text"] as? String == "明天上午几点开会?")
+            #expect(found.first?["fragment"] as? String == "明天上午几点开会?")
+            #expect(found.first?["marks"] as? [[Int]] == [[2, 2], [6, 2]], "\(found)")
+            result = try await client("search", "--as", "bob", "明天几点", "--json")
+            #expect(try json(result.output).isEmpty, "\(result)")
+            result = try await client("search", "--as", "alice", "十点", "--with", "bob")
+            #expect(result.status == 0 && result.output.contains("@bob #2  bob: 十点 🕙\n"), "\(result)")
+            result = try await client("search", "--as", "alice", "十点", "--group", "nope")
+            #expect(result.status != 0 && result.output.contains("unknown-group"), "\(result)")
+            result = try await client("search", "--as", "alice", "开会", "--with", "bob", "--group", "g")
+            #expect(result.status != 0 && result.output.contains("name at most one conversation"), "\(result)")
+            found = try json(try await client("search", "--as", "alice", "🕙", "--json").output)
+            #expect(found.map { $0["id"] as? String } == ["a1"])
         }
     }
 }

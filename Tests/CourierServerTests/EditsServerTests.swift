@@ -2,9 +2,11 @@ import CourierProtocol
 import CourierServer
 import CourierServerTesting
 import CourierStore
+import CourierStoreSQLite
 import CourierTesting
 import CourierWire
 import Foundation
+import Logging
 import NIOCore
 import Testing
 
@@ -246,6 +248,51 @@ struct EditsServerTests {
             #expect(CompatTests.string(reaction, "key") == "👍" && CompatTests.string(reaction, "user") == "bob")
             #expect(reaction.header["on"] == .bool(true) && CompatTests.string(reaction, "id") == "m1")
             await alice.close()
+            await bob.close()
+        }
+    }
+
+    @Test(
+        "a data folder with messages from before search: the server indexes them while it serves, and search finds them"
+    )
+    func indexedWhileServing() async throws {
+        let folder = try TemporaryDirectory(prefix: "courier-search")
+        defer { folder.remove() }
+        // A store of the data folder, with messages, and its index as the migration leaves one that had them.
+        var configuration = SQLiteStore.Configuration()
+        configuration.passwordHasher = ServerFixture.cheapHasher
+        let store = try SQLiteStore(folder: folder.url, configuration: configuration, logger: Logger(label: "test"))
+        let alice = try await store.addUser(name: "alice", password: "pw-alice", nowMs: 1).id
+        _ = try await store.addUser(name: "bob", password: "pw-bob", nowMs: 1)
+        var requests: [WriteRequest] = []
+        for index in 0..<1_200 {
+            var body = Courier_V1_Body()
+            body.text = "第\(index)条 旧消息 old message"
+            requests.append(
+                .send(.init(sender: alice, id: "m\(index)", to: .user("bob"), body: try body.serializedBytes()))
+            )
+        }
+        _ = try await store.apply(requests, nowMs: 2)
+        try await store.resetSearchIndex()
+        try store.close()
+
+        try await ServerFixture.with(folder: folder.url) { fixture in
+            let (bob, _) = try await NativeTestClient.login(port: fixture.ports.native, "bob")
+            // 1,200 messages: three batches of the server's 500, the newest first; the oldest is found last.
+            try await waitUntil("the oldest message is indexed") {
+                let answer = try await bob.request { $0.search.query = "第0条" }
+                return answer.search.hits.map(\.message.id) == ["m0"]
+            }
+            let oldest = try await bob.request { $0.search.query = "第0条" }
+            #expect(oldest.search.hits[0].fragment == "第0条 旧消息 old message")
+            #expect(oldest.search.hits[0].marks.map { [$0.start, $0.length] } == [[0, 3]])
+            let newest = try await bob.request {
+                $0.search.query = "旧消息 OLD"
+                $0.search.limit = 50
+            }
+            #expect(newest.search.hits.first?.message.id == "m1199" && newest.search.hits.count == 50)
+            #expect(newest.search.more)
+            #expect(try await fixture.store.indexPending(limit: 1) == 0)
             await bob.close()
         }
     }

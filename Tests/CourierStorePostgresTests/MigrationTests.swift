@@ -49,9 +49,13 @@ struct MigrationTests {
             }
             // Exactly one node applied v1; the others waited for it and found it applied.
             #expect(
-                results.map(\.0).filter { !$0.isEmpty } == [["v1", "v2-nodes", "v3-media", "v4-admission", "v5-edits"]]
+                results.map(\.0).filter { !$0.isEmpty } == [
+                    ["v1", "v2-nodes", "v3-media", "v4-admission", "v5-edits", "v6-search"]
+                ]
             )
-            #expect(results.allSatisfy { $0.1 == ["v1", "v2-nodes", "v3-media", "v4-admission", "v5-edits"] })
+            #expect(
+                results.allSatisfy { $0.1 == ["v1", "v2-nodes", "v3-media", "v4-admission", "v5-edits", "v6-search"] }
+            )
             let tables = try await Self.tables(location)
             for table in [
                 "users", "devices", "conversations", "members", "messages", "events", "changes", "media_owners",
@@ -127,7 +131,9 @@ struct MigrationTests {
             // Nothing of it was applied; once the lock is free, it goes through.
             #expect(try await Self.tables(location).isEmpty)
             let again = Self.store(location)
-            #expect(try await again.migrate() == ["v1", "v2-nodes", "v3-media", "v4-admission", "v5-edits"])
+            #expect(
+                try await again.migrate() == ["v1", "v2-nodes", "v3-media", "v4-admission", "v5-edits", "v6-search"]
+            )
         }
     }
 
@@ -154,7 +160,7 @@ struct MigrationTests {
             let (first, second) = try await store.withRunning {
                 (try await store.migrate(), try await store.migrate())
             }
-            #expect(first == ["v1", "v2-nodes", "v3-media", "v4-admission", "v5-edits"] && second == [])
+            #expect(first == ["v1", "v2-nodes", "v3-media", "v4-admission", "v5-edits", "v6-search"] && second == [])
             try await TestDatabase.admin(location) { connection in
                 try await connection.run(
                     "INSERT INTO courier_migrations (version, applied_ms) VALUES ('v999', 0)",

@@ -132,6 +132,9 @@ public struct ServerConfiguration: Sendable {
         /// The most bytes of one answer that lists (a history page, unread counts): fewer entries are sent, with
         /// `more` set, so that no answer comes near the native frame limit (1 MiB). At least one entry always goes.
         public var maxAnswerBytes: Int = 512 * 1024
+        /// Messages stored before the search index existed that one transaction indexes, while the server serves
+        /// (``CourierDatabase/indexPending(limit:)``); the next batch waits for the writes queued meanwhile.
+        public var searchIndexBatch: Int = 500
         /// What a client is told to wait (`retry_after_ms`) when a write or a login failed because the database
         /// could not be reached (`storage-failed`).
         public var storageRetryAfter: Duration = .seconds(2)

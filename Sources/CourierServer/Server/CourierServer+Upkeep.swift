@@ -16,6 +16,27 @@ extension CourierServer {
         }
     }
 
+    /// Indexes for search the messages stored before the index existed, a batch at a time, until none is left (at
+    /// once, on a database that never lacked it). On several nodes each takes batches the others do not hold.
+    func indexForSearch() async {
+        var total = 0
+        while !Task.isCancelled {
+            do {
+                let done = try await self.store.indexPending(limit: max(1, self.configuration.limits.searchIndexBatch))
+                if done == 0 { break }
+                total += done
+                // The sessions' writes go first: one batch, then whatever the commit queue holds.
+                await Task.yield()
+            } catch {
+                self.logger.warning("indexing messages for search failed", metadata: ["error": "\(error)"])
+                guard (try? await Task.sleep(for: self.configuration.limits.storageRetryAfter)) != nil else { return }
+            }
+        }
+        if total > 0 {
+            self.logger.info("indexed messages stored before search existed", metadata: ["messages": "\(total)"])
+        }
+    }
+
     /// Passes the other nodes' news to this node's connections until the feed ends; reads every online user's
     /// cursor when news may have been missed.
     func followFeed(_ feed: any StoreFeed) async {

@@ -306,6 +306,7 @@ public final class CourierServer: Service, Sendable {
                 group.addTask { await self.pollOnlineUsers() }
             }
             group.addTask { await self.maintainStore() }
+            group.addTask { await self.indexForSearch() }
             group.addTask { await self.media.removeAbandonedUploads() }
             group.addTask {
                 defer { httpRunning.finish() }

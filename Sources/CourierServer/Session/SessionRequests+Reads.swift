@@ -96,6 +96,39 @@ extension SessionRequests {
                     within: self.context.configuration.limits.maxAnswerBytes
                 )
                 reply.versions.versions = Array(entries.prefix(fitting))
+            case .search(let query, let conversation, let before, let limit):
+                let page = try await self.context.store.search(
+                    for: user.id,
+                    query: query,
+                    in: conversation,
+                    before: before,
+                    limit: limit
+                )
+                let hits = page.hits.map { hit in
+                    var entry = Courier_V1_SearchResults.Hit()
+                    entry.message = Courier_V1_Message(hit.message, rawBody: self.transport.sendsRawBodies)
+                    entry.fragment = hit.fragment.text
+                    entry.marks = hit.fragment.marks.map { mark in
+                        var range = Courier_V1_SearchResults.Mark()
+                        range.start = UInt32(clamping: mark.lowerBound)
+                        range.length = UInt32(clamping: mark.count)
+                        return range
+                    }
+                    return entry
+                }
+                let fitting = Self.fitting(
+                    sizes: hits.map { (try? $0.serializedBytes() as [UInt8])?.count ?? 0 },
+                    within: self.context.configuration.limits.maxAnswerBytes
+                )
+                reply.search.hits = Array(hits.prefix(fitting))
+                if fitting < hits.count {
+                    // Cut to the answer's size: the next page starts after the last hit sent.
+                    reply.search.more = true
+                    reply.search.next = UInt64(page.hits[fitting - 1].position)
+                } else {
+                    reply.search.more = page.more
+                    reply.search.next = page.next
+                }
             case .logout:
                 try await self.context.store.revokeDevice(
                     deviceSession.device.id,

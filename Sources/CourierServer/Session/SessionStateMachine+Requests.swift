@@ -21,6 +21,8 @@ extension SessionStateMachine {
         case react(MessageName, key: String, on: Bool)
         /// A message's earlier versions.
         case versions(MessageName)
+        /// A page of search results.
+        case search(String, in: Conversation?, before: UInt64, limit: Int)
     }
 
     /// What an envelope of the active session asks (a send may take from the rate bucket).
@@ -147,6 +149,21 @@ extension SessionStateMachine {
         case .versions(let versions):
             guard let name = Self.messageName(versions.message) else { return self.unnamedMessage(requestID) }
             return .request(.versions(name), requestID: requestID)
+        case .search(let search):
+            var conversation: Conversation?
+            if search.hasConversation {
+                guard let address = Conversation(search.conversation) else {
+                    return self.missingConversation(requestID)
+                }
+                conversation = address
+            }
+            // A search costs more than a send: it takes from the same bucket, so that a flood of them is paced.
+            if let wait = active.bucket.take(now: now) { return .pause(wait) }
+            let limit = search.limit == 0 ? 20 : Int(search.limit)
+            return .request(
+                .search(search.query, in: conversation, before: search.before, limit: limit),
+                requestID: requestID
+            )
         case .history(let history):
             guard let address = Conversation(history.conversation) else { return self.missingConversation(requestID) }
             let limit = history.limit == 0 ? 50 : Int(history.limit)

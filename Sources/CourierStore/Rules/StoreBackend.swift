@@ -149,6 +149,26 @@ package protocol StoreTransaction: Sendable {
     ) async throws -> [Int64: [ReactionCount]]
     /// A message's earlier versions, oldest first, at most `limit`.
     func versions(in conversation: Int64, seq: Int64, limit: Int) async throws -> [MessageVersion]
+
+    // MARK: Search
+
+    /// The ids of the conversations a user is in.
+    func conversationIDs(of user: UserID) async throws -> [Int64]
+    /// The indexed messages a user can see (a member, sent after it joined) that hold every token, in the given
+    /// conversations (nil: all of the user's), with index positions below `before`, the highest first, at most
+    /// `limit`.
+    func searchCandidates(
+        _ tokens: [String],
+        in conversations: [Int64]?,
+        for user: UserID,
+        before: Int64,
+        limit: Int
+    ) async throws -> [FoundMessage]
+    /// Messages stored before the index existed and not indexed yet, the highest index position first, at most
+    /// `limit`, with their bodies.
+    func pendingSearch(limit: Int) async throws -> [(doc: Int64, conversation: Int64, body: [UInt8])]
+    /// Sets the tokens of index positions.
+    func setSearchTokens(_ tokens: [(doc: Int64, tokens: [String])]) async throws
     /// Every conversation a user is in, the one with the newest message first.
     func memberships(of user: UserID) async throws -> [Membership]
     /// Users' names and when each was last seen: the latest disconnect of any of its devices (nil if never).
@@ -219,16 +239,18 @@ package struct MessageRead: Sendable {
     }
 }
 
-/// A message found for a user, with its conversation.
+/// A message found for a user, with its conversation (and for a search, its position in the index).
 package struct FoundMessage: Sendable {
     package var conversation: Int64
     package var header: ConversationHeader
     package var message: MessageRead
+    package var doc: Int64
 
-    package init(conversation: Int64, header: ConversationHeader, message: MessageRead) {
+    package init(conversation: Int64, header: ConversationHeader, message: MessageRead, doc: Int64 = 0) {
         self.conversation = conversation
         self.header = header
         self.message = message
+        self.doc = doc
     }
 }
 

@@ -137,6 +137,11 @@ public enum SearchText {
     public struct Fragment: Hashable, Sendable {
         public var text: String
         public var marks: [Range<Int>]
+
+        public init(text: String, marks: [Range<Int>]) {
+            self.text = text
+            self.marks = marks
+        }
     }
 
     /// The fragment of a text around the first of its matches (``matches(in:query:)``): `context` characters before

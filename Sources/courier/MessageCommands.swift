@@ -1,0 +1,217 @@
+import ArgumentParser
+import CourierChat
+import CourierClient
+import Foundation
+
+/// `courier edit`: a new text for a message this user sent.
+struct Edit: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Replace the text of a message you sent (a file's caption), within the server's edit window.",
+        discussion: """
+            ID is the message's id, as `courier send` and `history --json` print it. Every member's devices get the \
+            message as edited; its earlier texts stay visible to members (`history`). Refused for a message someone \
+            else sent (not-sender), a recalled one (message-recalled), one past the edit window \
+            (edit-window-passed) or edited too often already (too-many-edits).
+            """
+    )
+
+    @OptionGroup var options: ClientOptions
+    @Argument(help: "The message's id.") var id: String
+    @Argument(help: "The new text.") var text: String
+
+    func validate() throws {
+        guard !self.text.isEmpty else { throw ValidationError("the new text is empty") }
+    }
+
+    func run() async throws {
+        try await ClientSession.run(self.options) { session in
+            try await session.connectOrFail()
+            do {
+                try await session.client.edit(.id(self.id), text: self.text)
+            } catch let error as CourierClientError {
+                throw CommandFailure(description: "\(error.code): \(error.message)")
+            }
+        }
+        print("edited \(self.id)")
+    }
+}
+
+/// `courier react`: a reaction put on a message, or taken off.
+struct React: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Put a reaction (one emoji, or one short word) on a message, or take it off with --off.",
+        discussion: """
+            ID is the message's id, as `history --json` prints it. Ids are unique per sender only: when two messages \
+            you can see have this id the server answers ambiguous-message, and --from (the sender), --with or \
+            --group (the conversation) say which. Reacting twice, or taking off a reaction you did not give, changes \
+            nothing and succeeds. A message takes at most 20 different reactions, and 5 from one user \
+            (too-many-reactions, the server's limits).
+            """
+    )
+
+    @OptionGroup var options: ClientOptions
+    @Argument(help: "The message's id.") var id: String
+    @Argument(help: "The reaction: one emoji (👍) or one word (好, +1).") var key: String
+
+    @Flag(help: "Take the reaction off.")
+    var off = false
+
+    @Option(help: ArgumentHelp("The message's sender, when ids clash.", valueName: "user"))
+    var from: String?
+
+    @Option(help: ArgumentHelp("The other user of the message's direct conversation.", valueName: "user"))
+    var with: String?
+
+    @Option(help: ArgumentHelp("The message's group.", valueName: "group"))
+    var group: String?
+
+    func run() async throws {
+        self.checkParsed {
+            guard self.with == nil || self.group == nil else {
+                throw ValidationError("name at most one conversation: --with USER or --group GROUP")
+            }
+        }
+        let conversation: Conversation? = self.with.map { .user($0) } ?? self.group.map { .group($0) }
+        try await ClientSession.run(self.options) { session in
+            try await session.connectOrFail()
+            do {
+                try await session.client.react(
+                    .id(self.id, from: self.from, in: conversation),
+                    key: self.key,
+                    on: !self.off
+                )
+            } catch let error as CourierClientError {
+                throw CommandFailure(description: "\(error.code): \(error.message)")
+            }
+        }
+        print("\(self.off ? "took off" : "put") \(ChatText.printable(self.key)) \(self.off ? "from" : "on") \(self.id)")
+    }
+}
+
+/// `courier search`: the messages you can see that match a query, newest first.
+struct Search: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Search the messages you can see, newest first (Chinese and Japanese as well as English).",
+        discussion: """
+            A message matches when it holds every word of the query, and every run of Chinese, Japanese or Korean \
+            characters as a whole, without regard to case or accents (café finds CAFE). Only conversations you are \
+            in, and only what was sent after you joined; current text only (an edit re-indexes, a recall removes). \
+            A file's caption is its text.
+
+            With --json, one JSON object a line, like history --json: id, from, to (direct) or group, time, text, \
+            seq, and fragment (the text around the first match) with marks ([start, length] pairs in Unicode code \
+            points of the fragment). Otherwise one line a message, the matches in reverse video on a terminal.
+            """
+    )
+
+    @OptionGroup var options: ClientOptions
+    @Argument(help: "The words to find.") var query: String
+
+    @Option(help: ArgumentHelp("Only the direct conversation with this user.", valueName: "user"))
+    var with: String?
+
+    @Option(help: ArgumentHelp("Only this group.", valueName: "group"))
+    var group: String?
+
+    @Flag(help: "Print JSON lines.")
+    var json = false
+
+    @Option(help: "The most messages to print (asked for a page at a time).")
+    var limit = 20
+
+    func validate() throws {
+        guard self.limit > 0 else { throw ValidationError("--limit must be positive") }
+    }
+
+    func run() async throws {
+        self.checkParsed {
+            guard self.with == nil || self.group == nil else {
+                throw ValidationError("name at most one conversation: --with USER or --group GROUP")
+            }
+        }
+        let conversation: Conversation? = self.with.map { .user($0) } ?? self.group.map { .group($0) }
+        let results = try await ClientSession.run(self.options) { session in
+            try await session.connectOrFail()
+            var results: [SearchResult] = []
+            var before: UInt64 = 0
+            do {
+                while results.count < self.limit {
+                    let page = try await session.client.search(
+                        self.query,
+                        in: conversation,
+                        before: before,
+                        limit: self.limit - results.count
+                    )
+                    results += page.results
+                    guard page.more else { break }
+                    before = page.next
+                }
+            } catch let error as CourierClientError {
+                throw CommandFailure(description: "\(error.code): \(error.message)")
+            }
+            return results
+        }
+        let highlight = !self.json && isatty(STDOUT_FILENO) == 1
+        for result in results {
+            print(
+                self.json ? try Self.jsonLine(result, me: self.options.user) : Self.line(result, highlight: highlight)
+            )
+        }
+    }
+
+    /// A result as a terminal shows it: when, where, who, and the fragment with its matches marked.
+    static func line(_ result: SearchResult, highlight: Bool) -> String {
+        let message = result.message
+        let place =
+            switch message.conversation {
+            case .user(let peer): "@\(peer)"
+            case .group(let name): "#\(name)"
+            }
+        // Others' words reach a terminal: each piece in caret notation for its control characters, the marks ours.
+        let scalars = Array(result.fragment.unicodeScalars)
+        func piece(_ range: Range<Int>) -> String {
+            var text = ""
+            text.unicodeScalars.append(contentsOf: scalars[range])
+            return ChatText.printable(text)
+        }
+        var shown = ""
+        var at = 0
+        for mark in result.marks where highlight && mark.lowerBound >= at && mark.upperBound <= scalars.count {
+            shown += piece(at..<mark.lowerBound) + "\u{1B}[7m" + piece(mark) + "\u{1B}[27m"
+            at = mark.upperBound
+        }
+        shown += piece(at..<scalars.count)
+        return "\(History.time(message.time))  \(place) #\(message.seq)  \(message.from): \(shown)"
+    }
+
+    static func jsonLine(_ result: SearchResult, me: String) throws -> String {
+        struct Line: Encodable {
+            var seq: UInt64
+            var from: String
+            var to: String?
+            var group: String?
+            var text: String
+            var time: String
+            var id: String
+            var fragment: String
+            var marks: [[Int]]
+        }
+        let message = result.message
+        var line = Line(
+            seq: message.seq,
+            from: message.from,
+            text: message.media?.caption ?? message.text,
+            time: History.time(message.time),
+            id: message.id,
+            fragment: result.fragment,
+            marks: result.marks.map { [$0.lowerBound, $0.count] }
+        )
+        switch message.conversation {
+        case .user(let peer): line.to = message.from.lowercased() == me.lowercased() ? peer : me
+        case .group(let name): line.group = name
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return String(decoding: try encoder.encode(line), as: UTF8.self)
+    }
+}
