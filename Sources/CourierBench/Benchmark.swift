@@ -13,6 +13,9 @@ public struct BenchPlan: Sendable {
         /// `courier proxy` against nginx, direct and caching, on one file of `fileBytes`: `runs` rounds of cold and
         /// warm GETs, then `readers` concurrent cold readers.
         case proxy(runs: Int, readers: Int)
+        /// The search index on the store itself: `stored` messages loaded without it and with it, then `queries`
+        /// first pages of each kind of query, and a LIKE scan of the same data (``SearchBench``).
+        case search(stored: Int, queries: Int)
     }
 
     /// A server started apart (under a profiler, say): the bench adds its users to its data folder while it runs.
@@ -114,6 +117,18 @@ public enum Benchmark {
             )
             let result = try await bench.run()
             return BenchOutcome(text: ProxyBench.text(result), json: try ProxyBench.json(result))
+        case .search(let stored, let queries):
+            let bench = SearchBench(
+                messages: stored,
+                users: plan.configuration.connections,
+                queries: queries,
+                likeQueries: max(1, queries / 10),
+                database: plan.database,
+                folder: folder,
+                say: say
+            )
+            let result = try await bench.run()
+            return BenchOutcome(text: SearchBench.text(result), json: try SearchBench.json(result))
         case .messages:
             return try await Self.messages(plan, folder: folder, data: data, say: say)
         }

@@ -25,8 +25,12 @@ public enum WriteRequest: Hashable, Sendable {
         public var conversation: Conversation
         public var seq: UInt64
         /// The new serialized body: the message's own, with its text (a media message's caption) replaced. The store
-        /// does not read bodies: whoever builds this starts from the message as it is (``CourierDatabase/target(_:for:)``).
+        /// does not rewrite bodies: whoever builds this starts from the message as it is
+        /// (``CourierDatabase/message(_:for:)``).
         public var body: [UInt8]
+        /// The search index's tokens of the new text, worked out before the batch (``prepareSearch()``); nil: the
+        /// store works them out as it writes.
+        public var searchTokens: [String]?
 
         public init(user: UserID, device: DeviceID? = nil, conversation: Conversation, seq: UInt64, body: [UInt8]) {
             self.user = user
@@ -34,6 +38,11 @@ public enum WriteRequest: Hashable, Sendable {
             self.conversation = conversation
             self.seq = seq
             self.body = body
+        }
+
+        /// Works out the search index's tokens now, on the caller's thread rather than the writer's.
+        public mutating func prepareSearch() {
+            self.searchTokens = SearchIndex.textTokens(ofBody: self.body)
         }
     }
 
@@ -76,6 +85,15 @@ public enum WriteRequest: Hashable, Sendable {
         public var media: MediaReference?
         /// The message this one answers: one the sender can see in the same conversation, not recalled.
         public var replyTo: ReplyTarget?
+        /// The search index's tokens of its text, worked out before the batch (``prepareSearch()``); nil: the store
+        /// works them out as it writes.
+        public var searchTokens: [String]?
+
+        /// Works out the search index's tokens now, on the caller's thread rather than the writer's (a session's
+        /// event loop: the work is spread over the cores, not queued on the one writer).
+        public mutating func prepareSearch() {
+            self.searchTokens = SearchIndex.textTokens(ofBody: self.body)
+        }
 
         /// An id for a message sent without one: 16 random bytes in hex, prefixed `s-`.
         public static func assignedID() -> String {

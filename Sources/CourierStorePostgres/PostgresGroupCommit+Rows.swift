@@ -379,6 +379,7 @@ extension PostgresGroupCommit {
             let seqs = try await connection.values(
                 """
                 SELECT seq FROM messages WHERE client_id = \(lookup.text) AND conversation_id = \(lookup.conversation)
+                AND seq > \(lookup.after)
                 AND (\(lookup.sender?.rawValue)::bigint IS NULL OR sender_id = \(lookup.sender?.rawValue))
                 ORDER BY seq LIMIT 2
                 """,

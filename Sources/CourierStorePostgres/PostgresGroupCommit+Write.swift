@@ -89,7 +89,7 @@ extension PostgresGroupCommit {
             )
         }
         try await self.writeEdits(connection)
-        try await self.writeSearch(connection)
+        if self.store.configuration.indexesForSearch { try await self.writeSearch(connection) }
         let recalled = self.commit.recalledMessages
         if !recalled.isEmpty {
             try await connection.run(
@@ -126,22 +126,22 @@ extension PostgresGroupCommit {
                 INSERT INTO message_search (conversation_id, seq, tokens)
                 SELECT c, s, string_to_array(t, ' ') FROM unnest(\(messages.map(\.conversation))::bigint[],
                     \(messages.map(\.seq))::bigint[],
-                    \(messages.map { SearchIndex.tokens(ofBody: $0.body, conversation: $0.conversation).joined(separator: " ") })::text[])
+                    \(messages.map { Self.searchDocument($0.body, $0.searchTokens, $0.conversation) })::text[])
                     WITH ORDINALITY AS m(c, s, t, n)
                 ORDER BY n
                 """,
                 logger: self.logger
             )
         }
-        var edited: [MessagePosition: [UInt8]] = [:]
-        for edit in self.commit.edits { edited[edit.position] = edit.body }
+        var edited: [MessagePosition: EditWrite] = [:]
+        for edit in self.commit.edits { edited[edit.position] = edit }
         if !edited.isEmpty {
             let positions = Array(edited.keys)
             try await connection.run(
                 """
                 UPDATE message_search SET tokens = string_to_array(e.t, ' ')
                 FROM unnest(\(positions.map(\.conversation))::bigint[], \(positions.map(\.seq))::bigint[],
-                    \(positions.map { SearchIndex.tokens(ofBody: edited[$0]!, conversation: $0.conversation).joined(separator: " ") })::text[])
+                    \(positions.map { Self.searchDocument(edited[$0]!.body, edited[$0]!.searchTokens, $0.conversation) })::text[])
                     AS e(c, s, t)
                 WHERE message_search.conversation_id = e.c AND message_search.seq = e.s
                 """,
@@ -159,6 +159,11 @@ extension PostgresGroupCommit {
                 logger: self.logger
             )
         }
+    }
+
+    /// A message's tokens as one string, split again by the statement (a token never holds a space).
+    private static func searchDocument(_ body: [UInt8], _ prepared: [String]?, _ conversation: Int64) -> String {
+        SearchIndex.tokens(ofBody: body, prepared: prepared, conversation: conversation).joined(separator: " ")
     }
 
     /// Writes the batch's edits (each message's new body, and the one it replaced as a version) and reactions, in

@@ -65,6 +65,9 @@ public final class PostgresStore: StoreBackend, Service, CustomReflectable {
         /// The bytes of media an upload gathers before they are written as one row (``PostgresBlobStore``): fewer
         /// rows and transactions per file, at the cost of this much memory per upload being received.
         public var mediaRowBytes: Int = 256 * 1024
+        /// Whether the group commit writes the search index (always, but for the benchmark that measures what the
+        /// index costs: `courier bench --pattern search` loads the same messages without it too).
+        package var indexesForSearch = true
 
         public init() {}
 

@@ -267,7 +267,6 @@ extension PostgresTransaction {
             SELECT s.doc, s.conversation_id, m.body FROM message_search s
             JOIN messages m ON m.conversation_id = s.conversation_id AND m.seq = s.seq
             WHERE s.tokens IS NULL ORDER BY s.doc DESC LIMIT \(Int64(limit))
-            FOR UPDATE OF s SKIP LOCKED
             """,
             logger: self.logger
         ).map { (try $0.get("doc"), try $0.get("conversation_id"), try $0.bytes("body")) }
@@ -281,7 +280,7 @@ extension PostgresTransaction {
             UPDATE message_search SET tokens = string_to_array(t.tokens, ' ')
             FROM unnest(\(tokens.map(\.doc))::bigint[], \(tokens.map { $0.tokens.joined(separator: " ") })::text[])
                 AS t(doc, tokens)
-            WHERE message_search.doc = t.doc
+            WHERE message_search.doc = t.doc AND message_search.tokens IS NULL
             """,
             logger: self.logger
         )

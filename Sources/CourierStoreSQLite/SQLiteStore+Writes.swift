@@ -204,11 +204,14 @@ extension SQLiteStore {
                     try Int64.fetchAll(
                         db.cachedStatement(
                             sql: """
-                                SELECT seq FROM messages WHERE client_id = ? AND conversation_id = ?
+                                SELECT seq FROM messages WHERE client_id = ? AND conversation_id = ? AND seq > ?
                                 AND (? IS NULL OR sender_id = ?) ORDER BY seq LIMIT 2
                                 """
                         ),
-                        arguments: [lookup.text, lookup.conversation, lookup.sender?.rawValue, lookup.sender?.rawValue]
+                        arguments: [
+                            lookup.text, lookup.conversation, lookup.after, lookup.sender?.rawValue,
+                            lookup.sender?.rawValue,
+                        ]
                     )
                 )
             case .reactions(let owner):
@@ -357,7 +360,7 @@ extension SQLiteStore {
         for (device, cursor) in commit.ackedCursors {
             try deviceUpdate.execute(arguments: [cursor, device.rawValue])
         }
-        try SQLiteStore.writeSearch(commit, db)
+        if self.configuration.indexesForSearch { try SQLiteStore.writeSearch(commit, db) }
         try SQLiteStore.writeLog(commit.log, db)
     }
 }

@@ -40,6 +40,9 @@ public final class SQLiteStore: StoreBackend {
         /// With ``backgroundCheckpoints``: the log's size in pages past which a write still copies it back itself,
         /// should the checkpoints fall behind (SQLite's `wal_autocheckpoint`; 16,384 pages of 4 KiB are 64 MiB).
         public var writerCheckpointPages: Int = 16_384
+        /// Whether the group commit writes the search index (always, but for the benchmark that measures what the
+        /// index costs: `courier bench --pattern search` loads the same messages without it too).
+        package var indexesForSearch = true
 
         public init() {}
 

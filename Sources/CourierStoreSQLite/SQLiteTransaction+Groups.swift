@@ -215,17 +215,25 @@ extension SQLiteStore {
             sql: "INSERT INTO message_search (conversation_id, seq, tokens) VALUES (?, ?, ?)"
         )
         for message in commit.newMessages where !message.recalled {
-            let tokens = SearchIndex.tokens(ofBody: message.body, conversation: message.conversation)
+            let tokens = SearchIndex.tokens(
+                ofBody: message.body,
+                prepared: message.searchTokens,
+                conversation: message.conversation
+            )
             try insert.execute(arguments: [message.conversation, message.seq, tokens.joined(separator: " ")])
         }
         // The last edit of each message is its text.
-        var edited: [MessagePosition: [UInt8]] = [:]
-        for edit in commit.edits { edited[edit.position] = edit.body }
+        var edited: [MessagePosition: EditWrite] = [:]
+        for edit in commit.edits { edited[edit.position] = edit }
         let update = try db.cachedStatement(
             sql: "UPDATE message_search SET tokens = ? WHERE conversation_id = ? AND seq = ?"
         )
-        for (position, body) in edited {
-            let tokens = SearchIndex.tokens(ofBody: body, conversation: position.conversation)
+        for (position, edit) in edited {
+            let tokens = SearchIndex.tokens(
+                ofBody: edit.body,
+                prepared: edit.searchTokens,
+                conversation: position.conversation
+            )
             try update.execute(arguments: [tokens.joined(separator: " "), position.conversation, position.seq])
         }
         let delete = try db.cachedStatement(sql: "DELETE FROM message_search WHERE conversation_id = ? AND seq = ?")
@@ -255,7 +263,9 @@ extension SQLiteTransaction {
 
     package func setSearchTokens(_ tokens: [(doc: Int64, tokens: [String])]) async throws {
         try await self.update { db in
-            let update = try db.cachedStatement(sql: "UPDATE message_search SET tokens = ? WHERE doc = ?")
+            let update = try db.cachedStatement(
+                sql: "UPDATE message_search SET tokens = ? WHERE doc = ? AND tokens IS NULL"
+            )
             for (doc, tokens) in tokens {
                 try update.execute(arguments: [tokens.joined(separator: " "), doc])
             }

@@ -48,6 +48,16 @@ struct Bench: AsyncParsableCommand {
             of their own in that database, from as many clients as nodes. A password may be left out of the URL \
             and given in $PGPASSWORD, out of sight of other users' process listings.
 
+            With --pattern search the bench measures the search index on the store itself (no server, no network): \
+            it stores --stored messages (default 1,000,000; mixed Chinese and English, always the same ones) among \
+            --connections users (each in two direct conversations and one group of 8) through the group commit, in \
+            batches of 2,000, closed loop, twice: without the index and with it, for the index's cost in throughput \
+            and in bytes per message. Then it times --queries first pages (20 hits) of each kind of query (one and \
+            two Chinese characters, three or more, English words, mixed), each for a random user, one at a time, \
+            and a LIKE '%…%' scan of the same data for a tenth as many of the same queries, the peer. On SQLite by \
+            default (in $TMPDIR); with --database on PostgreSQL, in two databases it creates beside the one named \
+            and drops after (the user needs CREATEDB).
+
             With --server HOST:PORT --data FOLDER the bench loads a server started apart (under perf or valgrind, \
             with other flags), adding its users to that server's data folder while it runs; --server-pid gives its \
             CPU and memory.
@@ -55,7 +65,7 @@ struct Bench: AsyncParsableCommand {
     )
 
     enum Pattern: String, ExpressibleByArgument, CaseIterable {
-        case pairs, group, idle, media, proxy
+        case pairs, group, idle, media, proxy, search
     }
 
     @Option(help: "Connections, one user each.")
@@ -65,7 +75,7 @@ struct Bench: AsyncParsableCommand {
         help: """
             pairs (each sends to its partner), group (groups of --group-size), idle (only logged in), media (one \
             file of --size bytes uploaded by one client and downloaded by another), proxy (courier proxy against \
-            nginx, direct and caching, on one file of --size bytes).
+            nginx, direct and caching, on one file of --size bytes), search (the search index, on the store itself).
             """
     )
     var pattern = Pattern.pairs
@@ -80,6 +90,14 @@ struct Bench: AsyncParsableCommand {
         help: "Each message's size in bytes (default 100); with --pattern media or proxy, the file's (proxy: 256 MiB)."
     )
     var size: Int?
+
+    @Option(help: "With --pattern search: the messages stored.")
+    var stored = 1_000_000
+
+    @Option(
+        help: "With --pattern search: first pages timed for each kind of query (a LIKE scan takes a tenth as many)."
+    )
+    var queries = 200
 
     @Option(help: "With --pattern proxy: rounds of cold and warm GETs.")
     var runs = 5
@@ -220,14 +238,25 @@ struct Bench: AsyncParsableCommand {
         if self.storm > 0, self.pattern != .pairs && self.pattern != .group || self.server != nil {
             throw ValidationError("--storm goes with --pattern pairs or group, on a server the bench starts")
         }
-        if self.pattern == .media || self.pattern == .proxy, self.server != nil {
+        if self.pattern == .media || self.pattern == .proxy || self.pattern == .search, self.server != nil {
             throw ValidationError("--pattern \(self.pattern.rawValue) starts its own server")
+        }
+        if self.pattern == .search {
+            guard self.stored > 0, self.queries > 0, self.connections >= 16 else {
+                throw ValidationError(
+                    "--pattern search needs --stored and --queries positive, and 16 --connections or more"
+                )
+            }
         }
         guard (1...16).contains(self.nodes) else { throw ValidationError("--nodes must be between 1 and 16") }
         if self.nodes > 1, self.database == nil { throw ValidationError("--nodes goes with --database") }
         if self.database != nil {
-            guard self.pattern == .pairs || self.pattern == .group, self.server == nil, self.storm == 0 else {
-                throw ValidationError("--database goes with --pattern pairs or group, without --server or --storm")
+            guard self.pattern == .pairs || self.pattern == .group || self.pattern == .search, self.server == nil,
+                self.storm == 0
+            else {
+                throw ValidationError(
+                    "--database goes with --pattern pairs, group or search, without --server or --storm"
+                )
             }
             _ = try self.databaseURL()
         }
@@ -247,7 +276,7 @@ struct Bench: AsyncParsableCommand {
             switch self.pattern {
             case .pairs: .pairs
             case .group: .groups(size: self.groupSize)
-            case .idle, .media, .proxy: .idle
+            case .idle, .media, .proxy, .search: .idle
             }
         configuration.messagesPerConnection = self.messages
         configuration.messageBytes = self.bytes
@@ -280,6 +309,7 @@ struct Bench: AsyncParsableCommand {
             switch self.pattern {
             case .media: .media
             case .proxy: .proxy(runs: self.runs, readers: self.readers)
+            case .search: .search(stored: self.stored, queries: self.queries)
             case .pairs, .group, .idle: .messages
             }
         plan.fileBytes = Int64(self.bytes)

@@ -347,4 +347,85 @@ struct EditsTests {
             #expect(own.conversation == .user("alice"))
         }
     }
+
+    @Test(
+        "a member who joined after a message hears nothing of its edits, reactions or recall; an id from before it joined is not its to name",
+        arguments: StoreKind.allCases
+    )
+    func lateJoiner(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let ids = try await fixture.users("alice", "bob", "carol")
+            let (alice, bob, carol) = (ids["alice"]!, ids["bob"]!, ids["carol"]!)
+            try await fixture.store.createGroup(
+                name: "team",
+                owner: "alice",
+                members: ["bob"],
+                byOwner: false,
+                nowMs: Self.now
+            )
+            let team = Conversation.group("team")
+            _ = try await fixture.sent(alice, "x", to: team, "before carol", nowMs: Self.now)
+            _ = try await fixture.sent(bob, "x", to: team, "bob's x, before carol", nowMs: Self.now)
+            try await fixture.store.changeMembers(of: "team", actor: nil, add: ["carol"], remove: [], nowMs: Self.now)
+            _ = try await fixture.sent(alice, "y", to: team, "after carol", nowMs: Self.now)
+            let before = try await fixture.store.logCursor(of: carol)
+            #expect(try await Self.edit(fixture, alice, team, seq: 1, "edited before carol") == nil)
+            #expect(try await Self.react(fixture, bob, team, seq: 1, "👀") == .done)
+            _ = try await fixture.store.apply([.recall(user: alice, conversation: team, id: "x")], nowMs: Self.now)
+            // Nothing of message 1 reached carol; bob heard all three.
+            #expect(try await fixture.store.logCursor(of: carol) == before)
+            let bobKinds = try await fixture.log(bob).suffix(3).map { event -> String in
+                switch event.kind {
+                case .edit: "edit"
+                case .reaction: "reaction"
+                case .recall: "recall"
+                default: "other"
+                }
+            }
+            #expect(bobKinds == ["edit", "reaction", "recall"])
+            // Two messages "x" came before carol joined, one "y" after: a reply by id sees only what she can.
+            let reply = try await fixture.store.apply(
+                [
+                    .send(
+                        .init(sender: carol, id: "r", to: team, body: Array("re y".utf8), replyTo: .id("y", from: nil))
+                    )
+                ],
+                nowMs: Self.now
+            )
+            #expect(refusal(reply.outcomes[0]) == nil)
+            let blind = try await fixture.store.apply(
+                [
+                    .send(
+                        .init(sender: carol, id: "r2", to: team, body: Array("re x".utf8), replyTo: .id("x", from: nil))
+                    )
+                ],
+                nowMs: Self.now
+            )
+            #expect(refusal(blind.outcomes[0]) == .unknownMessage)
+        }
+    }
+
+    @Test(
+        "a message stored before the batch, recalled in it: an edit, a reaction or a reply after the recall is refused",
+        arguments: StoreKind.allCases
+    )
+    func recalledEarlierInTheBatch(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let ids = try await fixture.users("alice", "bob")
+            let (alice, bob) = (ids["alice"]!, ids["bob"]!)
+            _ = try await fixture.sent(alice, "m", to: .user("bob"), "oops", nowMs: Self.now)
+            let batch = try await fixture.store.apply(
+                [
+                    .recall(user: alice, conversation: .user("bob"), id: "m"),
+                    .edit(.init(user: alice, conversation: .user("bob"), seq: 1, body: Array("still?".utf8))),
+                    .react(.init(user: bob, conversation: .user("alice"), seq: 1, key: "😮", on: true)),
+                    .send(.init(sender: bob, id: "r", to: .user("alice"), body: Array("?".utf8), replyTo: .seq(1))),
+                ],
+                nowMs: Self.now
+            )
+            #expect(batch.outcomes.dropFirst().map(refusal) == [.messageRecalled, .messageRecalled, .messageRecalled])
+            let page = try await fixture.store.history(for: bob, in: .user("alice"), beforeSeq: 0, limit: 5)
+            #expect(page.messages.map(\.recalled) == [true] && page.messages[0].reactions.isEmpty)
+        }
+    }
 }

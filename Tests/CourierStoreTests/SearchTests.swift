@@ -241,4 +241,33 @@ struct SearchTests {
             )
         }
     }
+
+    @Test(
+        "hostile queries: a prepended letter taking a space into its grapheme, FTS syntax, a huge query; both databases alike",
+        arguments: StoreKind.allCases
+    )
+    func hostileQueries(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let ids = try await fixture.users("alice", "bob")
+            let (alice, bob) = (ids["alice"]!, ids["bob"]!)
+            try await Self.send(fixture, alice, "m1", to: .user("bob"), "\u{0D4E} x and NEAR(a b) \"quoted\" * ^ : -")
+            for query in ["\u{0D4E} x", "NEAR(a b)", "\"quoted\"", "x OR y", "a*", "^x", "col:x", "\"", "'", "-x"] {
+                // Never a database error: at worst nothing found.
+                _ = try await Self.ids(fixture, bob, query)
+            }
+            #expect(try await Self.ids(fixture, bob, "quoted") == ["m1"])
+            #expect(try await Self.ids(fixture, bob, "x") == ["m1"])
+            await #expect {
+                try await fixture.store.search(
+                    for: bob,
+                    query: "a" + String(repeating: "\u{0301}", count: 100_000),
+                    in: nil,
+                    before: 0,
+                    limit: 5
+                )
+            } throws: {
+                ($0 as? CourierStoreError)?.code == .invalidRequest
+            }
+        }
+    }
 }

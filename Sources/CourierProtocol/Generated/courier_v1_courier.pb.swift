@@ -1311,8 +1311,9 @@ public nonisolated struct Courier_V1_Recall: Sendable {
 }
 
 /// Replaces the text of a message the user sent (a media message's caption), within the server's edit window, at
-/// most `max_edits_per_message` times. `message.from` is the user. Answered with `done`; every member's log gets the
-/// message as it now is (`Event.edit`).
+/// most `max_edits_per_message` times. `message.from` is the user. An empty text is refused for a text message and
+/// empties a media message's caption. Answered with `done`; the log of every member who can see the message gets it
+/// as it now is (`Event.edit`).
 public nonisolated struct Courier_V1_Edit: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for

@@ -321,9 +321,7 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     func submit(_ envelope: ClientEnvelope) {
         // Over the user's fan-out budget (all its connections together): hold its next send, taking nothing more,
         // until the budget has paid for what was sent.
-        if case .send? = envelope.body, let user = self.machine.session?.user.id,
-            let wait = self.server.fanoutWait(of: user)
-        {
+        if envelope.fansOut, let user = self.machine.session?.user.id, let wait = self.server.fanoutWait(of: user) {
             self.machine.hold()
             self.hold(for: min(wait, .seconds(1)), envelope)
             return
@@ -423,5 +421,15 @@ struct SessionClosedForRoom: Sendable {}
 extension SessionHandler {
     static var closedForRoom: String {
         "the server is full and made room for a newer connection; this one had sent nothing (send hello at once)"
+    }
+}
+
+extension ClientEnvelope {
+    /// Whether the request writes to every member's log (a send, an edit, a reaction): what the fan-out budget paces.
+    var fansOut: Bool {
+        switch self.body {
+        case .send?, .edit?, .react?: true
+        default: false
+        }
     }
 }

@@ -83,7 +83,13 @@ extension SessionRequests {
                 continue
             }
             let outgoing = Courier_V1_Event(event, rawBody: self.transport.sendsRawBodies)
-            let size = if case .message(let message) = event.kind { message.body.count + 128 } else { 128 }
+            // Bodies, a reply's quote among them, and an edit's new body: what makes an envelope large.
+            let size =
+                switch event.kind {
+                case .message(let message): message.body.count + (message.replyTo?.body.count ?? 0) + 256
+                case .edit(let message): message.body.count + 256
+                default: 256
+                }
             if bytes > 0, bytes + size > limit {
                 envelopes.append(current)
                 current = ServerEnvelope()

@@ -23,18 +23,23 @@ extension SessionRequests {
             media.caption = text
             body.media = media
         case .text?, nil:
+            guard !text.isEmpty else { throw SessionRefusal(ErrorCodes.emptyMessage, "the text is empty") }
             body.text = text
         }
-        let request = WriteRequest.edit(
-            .init(
-                user: session.user.id,
-                device: session.device.id,
-                conversation: message.conversation,
-                seq: message.seq,
-                body: try body.serializedBytes()
-            )
+        var edit = WriteRequest.Edit(
+            user: session.user.id,
+            device: session.device.id,
+            conversation: message.conversation,
+            seq: message.seq,
+            body: try body.serializedBytes()
         )
-        return try await self.committed(request, requestID: requestID)
+        edit.prepareSearch()
+        return try await self.committed(
+            .edit(edit),
+            user: session.user.id,
+            to: message.conversation,
+            requestID: requestID
+        )
     }
 
     /// A reaction put on a message or taken off.
@@ -51,15 +56,22 @@ extension SessionRequests {
         let request = WriteRequest.react(
             .init(user: user.id, conversation: message.conversation, seq: message.seq, key: key, on: on)
         )
-        return try await self.committed(request, requestID: requestID)
+        return try await self.committed(request, user: user.id, to: message.conversation, requestID: requestID)
     }
 
-    /// Commits a write and answers it: `done`, or its refusal.
-    private func committed(_ request: WriteRequest, requestID: UInt64) async throws -> ServerEnvelope {
+    /// Commits a write and answers it: `done`, or its refusal. What it cost the members' logs is charged to the
+    /// user's fan-out budget, as a send's is (its next edit, reaction or send waits while the budget is spent).
+    private func committed(
+        _ request: WriteRequest,
+        user: UserID,
+        to conversation: Conversation,
+        requestID: UInt64
+    ) async throws -> ServerEnvelope {
         switch try await self.context.commits.enqueue(request).outcome() {
         case .refused(let error):
             throw error
         case .done, .sent:
+            self.context.chargeFanout(of: user, deliveries: self.context.fanoutEstimate(of: user, to: conversation))
             var reply = ServerEnvelope()
             reply.requestID = requestID
             reply.done = Courier_V1_Done()

@@ -82,21 +82,18 @@ extension SessionStateMachine {
                     )
                 }
             }
-            return .write(
-                .send(
-                    .init(
-                        sender: user,
-                        device: active.session.device.id,
-                        id: send.id,
-                        to: address,
-                        body: body,
-                        media: media,
-                        replyTo: replyTo
-                    )
-                ),
-                requestID: requestID,
-                answers: true
+            var request = WriteRequest.Send(
+                sender: user,
+                device: active.session.device.id,
+                id: send.id,
+                to: address,
+                body: body,
+                media: media,
+                replyTo: replyTo
             )
+            // Here, on the connection's event loop, not on the one writer's thread.
+            request.prepareSearch()
+            return .write(.send(request), requestID: requestID, answers: true)
         case .ack(let ack):
             return .write(
                 .ack(user: user, device: active.session.device.id, cursor: ack.cursor),
@@ -121,15 +118,7 @@ extension SessionStateMachine {
             guard var name = Self.messageName(edit.message) else { return self.unnamedMessage(requestID) }
             // Only the sender edits: by id, the message is the user's own.
             if name.seq == 0 { name.from = active.session.user.name }
-            if edit.text.isEmpty {
-                return .refuse(
-                    requestID: requestID,
-                    code: ErrorCodes.emptyMessage,
-                    message: "the text is empty",
-                    id: "",
-                    retryAfter: nil
-                )
-            }
+            // (An empty text is refused for a text message once it is found: a media message's caption may go.)
             if edit.text.utf8.count > self.configuration.maxTextBytes {
                 return .refuse(
                     requestID: requestID,
@@ -148,6 +137,7 @@ extension SessionStateMachine {
             return .request(.react(name, key: react.key, on: !react.off), requestID: requestID)
         case .versions(let versions):
             guard let name = Self.messageName(versions.message) else { return self.unnamedMessage(requestID) }
+            if let wait = active.bucket.take(now: now) { return .pause(wait) }
             return .request(.versions(name), requestID: requestID)
         case .search(let search):
             var conversation: Conversation?

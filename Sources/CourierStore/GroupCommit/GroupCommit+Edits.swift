@@ -42,7 +42,8 @@ extension GroupCommit {
                 body: edit.body,
                 replaced: row.body,
                 version: row.editCount,
-                editedMs: editedMs
+                editedMs: editedMs,
+                searchTokens: edit.searchTokens
             )
         )
         var edited = row
@@ -52,7 +53,9 @@ extension GroupCommit {
         self.positioned[position] = .some(edited)
         // Sent or edited earlier in this batch: its fresh events show this body, as a read after the commit would.
         self.log.book.markEdited(id: row.id, from: sender, body: edit.body, editedMs: editedMs)
-        for member in conversation.members.keys.sorted() {
+        // Only the members who can see the message (joined before it): a later one learns nothing of it.
+        for (member, membership) in conversation.members.sorted(by: { $0.key < $1.key })
+        where membership.joinedSeq < position.seq {
             self.log.append(
                 to: member,
                 .edit,
@@ -135,7 +138,8 @@ extension GroupCommit {
         self.reactionWrites.append(
             ReactionWrite(position: position, key: reaction, user: react.user, on: react.on, timeMs: self.nowMs)
         )
-        for member in conversation.members.keys.sorted() {
+        for (member, membership) in conversation.members.sorted(by: { $0.key < $1.key })
+        where membership.joinedSeq < position.seq {
             self.log.append(
                 to: member,
                 .reaction,
@@ -186,12 +190,15 @@ extension GroupCommit {
                 sender = found
             }
             // Stored before the batch, or sent in it.
-            let stored = try self.seqs(IDLookup(conversation: conversation.id, id: Array(id.utf8), sender: sender))
+            let joined = conversation.members[user]?.joinedSeq ?? .max
+            let stored = try self.seqs(
+                IDLookup(conversation: conversation.id, id: Array(id.utf8), sender: sender, after: joined)
+            )
             let sentNow = self.newMessages.lazy.filter {
                 $0.conversation == conversation.id && Array($0.id.utf8) == Array(id.utf8)
                     && (sender == nil || $0.sender == sender)
             }.map(\.seq)
-            let seqs = Set(stored + sentNow).sorted().filter { $0 > conversation.members[user]?.joinedSeq ?? .max }
+            let seqs = Set(stored + sentNow).sorted().filter { $0 > joined }
             guard let first = seqs.first else {
                 throw CourierStoreError(.unknownMessage, "no message \(id.debugDescription) there")
             }
@@ -232,6 +239,7 @@ extension GroupCommit {
     /// A recall takes a message's edits and reactions with it: the ones this batch would write are dropped, and a
     /// reaction or edit after it in the batch is refused.
     mutating func forgetEditsAndReactions(of position: MessagePosition) {
+        self.recalledPositions.insert(position)
         self.positioned[position]??.recalled = true
         self.positioned[position]??.body = []
         self.edits.removeAll { $0.position == position }

@@ -34,7 +34,9 @@ extension GroupCommit {
         }
         // Sent in this batch: its fresh events show it recalled, as a read after the commit would.
         self.log.book.markRecalled(id: id, from: by)
-        for member in conversation.members.keys.sorted() {
+        // Only the members who can see the message (joined before it).
+        for (member, membership) in conversation.members.sorted(by: { $0.key < $1.key })
+        where membership.joinedSeq < row.seq {
             self.log.append(
                 to: member,
                 .recall,

@@ -153,7 +153,13 @@ extension GroupCommit {
     }
 
     func message(at position: MessagePosition) throws -> TargetRow? {
-        try self.loaded(self.positioned[position], .messageAt(position))
+        guard var row = try self.loaded(self.positioned[position], .messageAt(position)) else { return nil }
+        // Recalled earlier in this batch, though stored before it as it was.
+        if self.recalledPositions.contains(position) {
+            row.recalled = true
+            row.body = []
+        }
+        return row
     }
 
     func seqs(_ lookup: IDLookup) throws -> [Int64] {

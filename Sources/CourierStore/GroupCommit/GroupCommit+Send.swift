@@ -78,7 +78,8 @@ extension GroupCommit {
                 body: send.body,
                 media: send.media,
                 recalled: false,
-                replySeq: reply?.0.seq
+                replySeq: reply?.0.seq,
+                searchTokens: send.searchTokens
             )
         )
         for (member, membership) in conversation.members.sorted(by: { $0.key < $1.key }) {

@@ -49,6 +49,8 @@ package struct GroupCommit: Sendable {
     var positioned: [MessagePosition: TargetRow?] = [:]
     /// The seqs of the messages a conversation holds under an id (at most two: one is all a rule wants).
     var withIDs: [IDLookup: [Int64]] = [:]
+    /// Messages the batch recalled: a row read of one later in the batch is read recalled.
+    var recalledPositions: Set<MessagePosition> = []
     /// Each message's reactions by key, with how many users gave each (as the batch changed them).
     var reactionCounts: [MessagePosition: [String: Int]] = [:]
     /// The keys a user put on a message (as the batch changed them).
@@ -207,6 +209,8 @@ package struct IDLookup: Hashable, Sendable {
     package var conversation: Int64
     package var id: [UInt8]
     package var sender: UserID?
+    /// Only messages after this seq (where the user asking joined).
+    package var after: Int64
 
     package var text: String { String(decoding: self.id, as: UTF8.self) }
 }
@@ -225,6 +229,8 @@ package struct EditWrite: Sendable {
     package var replaced: [UInt8]
     package var version: Int64
     package var editedMs: Int64
+    /// The new body's search tokens, when the request came with them.
+    package var searchTokens: [String]? = nil
 }
 
 /// A reaction the batch puts on (`on`) or takes off.
@@ -375,6 +381,8 @@ package struct NewMessage: Sendable {
     package var recalled: Bool
     /// The seq of the message it answers.
     package var replySeq: Int64?
+    /// Its search tokens, when the request came with them.
+    package var searchTokens: [String]? = nil
 }
 
 /// An entry the batch appends to a user's log.

@@ -20,7 +20,11 @@ extension StoreBackend {
         before cursor: UInt64,
         limit: Int
     ) async throws -> SearchPage {
+        guard query.utf8.count <= Self.maxSearchQueryBytes else {
+            throw CourierStoreError(.invalidRequest, "a search query has at most \(Self.maxSearchQueryBytes) bytes")
+        }
         let tokens = SearchText.queryTokens(query)
+        let exact = SearchText.Query(query)
         let limit = max(1, min(limit, self.limits.maxSearchPage))
         let maxScan = max(limit, self.limits.maxSearchScan)
         let start = cursor == 0 || cursor > UInt64(Int64.max) ? Int64.max : Int64(cursor)
@@ -54,7 +58,7 @@ extension StoreBackend {
                     position = candidate.doc
                     scanned += 1
                     let text = SearchIndex.text(ofBody: candidate.message.body)
-                    if !candidate.message.recalled, let marks = SearchText.matches(in: text, query: query) {
+                    if !candidate.message.recalled, let marks = SearchText.matches(in: text, query: exact) {
                         found.append((candidate, SearchText.fragment(of: text, marks: marks)))
                         if found.count == limit { break scanning }
                     }
@@ -88,19 +92,26 @@ extension StoreBackend {
         }
     }
 
+    /// The longest query, in bytes of UTF-8: a search looks at its first ``SearchText/maxQueryCharacters``
+    /// characters, and a longer one is refused before any work (one character can hold a megabyte of marks).
+    public static var maxSearchQueryBytes: Int { 4_096 }
+
     /// Indexes up to `limit` messages stored before the search index existed (the migration numbered them in the
     /// order they were sent, and left them for this), the newest first, in one transaction.
     ///
     /// - Returns: How many it indexed; 0 once none is left.
     public func indexPending(limit: Int) async throws -> Int {
         let limit = max(1, limit)
-        return try await self.transaction(doing: "index messages for search") { transaction in
-            let pending = try await transaction.pendingSearch(limit: limit)
-            guard !pending.isEmpty else { return 0 }
-            try await transaction.setSearchTokens(
-                pending.map { ($0.doc, SearchIndex.tokens(ofBody: $0.body, conversation: $0.conversation)) }
-            )
-            return pending.count
+        // Read, then tokenized outside any transaction (the writer is not held meanwhile), then written where no
+        // edit or recall came first (a row still without tokens).
+        let pending = try await self.reading(doing: "read messages to index for search") { transaction in
+            try await transaction.pendingSearch(limit: limit)
         }
+        guard !pending.isEmpty else { return 0 }
+        let tokens = pending.map { ($0.doc, SearchIndex.tokens(ofBody: $0.body, conversation: $0.conversation)) }
+        try await self.transaction(doing: "index messages for search") { transaction in
+            try await transaction.setSearchTokens(tokens)
+        }
+        return pending.count
     }
 }

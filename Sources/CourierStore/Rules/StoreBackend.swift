@@ -167,7 +167,7 @@ package protocol StoreTransaction: Sendable {
     /// Messages stored before the index existed and not indexed yet, the highest index position first, at most
     /// `limit`, with their bodies.
     func pendingSearch(limit: Int) async throws -> [(doc: Int64, conversation: Int64, body: [UInt8])]
-    /// Sets the tokens of index positions.
+    /// Sets the tokens of index positions that have none yet.
     func setSearchTokens(_ tokens: [(doc: Int64, tokens: [String])]) async throws
     /// Every conversation a user is in, the one with the newest message first.
     func memberships(of user: UserID) async throws -> [Membership]

@@ -15,9 +15,14 @@ package enum SearchIndex {
         }
     }
 
-    /// The tokens of a body's text, and its conversation's token last.
-    package static func tokens(ofBody body: [UInt8], conversation: Int64) -> [String] {
-        SearchText.indexTokens(Self.text(ofBody: body)) + [Self.conversationToken(conversation)]
+    /// The tokens of a body's text.
+    package static func textTokens(ofBody body: [UInt8]) -> [String] {
+        SearchText.indexTokens(Self.text(ofBody: body))
+    }
+
+    /// The tokens of a body's text (worked out already, or now), and its conversation's token last.
+    package static func tokens(ofBody body: [UInt8], prepared: [String]? = nil, conversation: Int64) -> [String] {
+        (prepared ?? Self.textTokens(ofBody: body)) + [Self.conversationToken(conversation)]
     }
 
     /// The token naming a conversation: a private-use character (which ``SearchText`` never gives: it is neither a
@@ -28,5 +33,5 @@ package enum SearchIndex {
 
     /// The most conversations a search names by their tokens; a user in more is searched through the membership
     /// join alone.
-    package static let maxConversationTokens = 256
+    package static let maxConversationTokens = 1_024
 }

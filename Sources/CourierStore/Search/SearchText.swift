@@ -75,8 +75,26 @@ public enum SearchText {
     /// It looks at as much of the query as ``queryTokens(_:)`` asks for, so it never says yes where the index would
     /// not have found the text; its cost is the text's length times that (bounded) query.
     public static func matches(in text: String, query: String) -> [Range<String.Index>]? {
+        Self.matches(in: text, query: Query(query))
+    }
+
+    /// A query cut once into what it asks for, for the exact check of many texts.
+    public struct Query: Sendable {
+        let asked: [Piece]
+
+        public init(_ query: String) {
+            self.asked = Array(
+                SearchText.pieces(of: SearchText.normalized(SearchText.bounded(query))).prefix(
+                    SearchText.maxQueryTokens
+                )
+            )
+        }
+    }
+
+    /// Where a query (cut once) matches a text: as ``matches(in:query:)-(String,String)``.
+    public static func matches(in text: String, query: Query) -> [Range<String.Index>]? {
         // (The ranges index `text`: `normalized` keeps the text's own indices as origins.)
-        let asked = Array(Self.pieces(of: Self.normalized(Self.bounded(query))).prefix(Self.maxQueryTokens))
+        let asked = query.asked
         guard !asked.isEmpty else { return nil }
         let normal = Self.normalized(text)
         // Its words (by their index form), CJK runs and emoji, as ranges of `normal`.
@@ -176,7 +194,7 @@ public enum SearchText {
     }
 
     /// What a text is made of, in order.
-    enum Piece: Equatable {
+    enum Piece: Equatable, Sendable {
         case word(String)
         case cjk([Character])
         case emoji(String)
@@ -199,26 +217,44 @@ public enum SearchText {
         var result: [Normal] = []
         result.reserveCapacity(text.utf8.count / 2)
         for index in text.indices {
+            let character = text[index]
             // The commonest characters need no normalizing: ASCII (but its upper case) and the common CJK blocks.
-            if let only = text[index].unicodeScalars.first, text[index].unicodeScalars.count == 1 {
+            if let only = character.unicodeScalars.first, character.unicodeScalars.count == 1 {
                 let value = only.value
                 if value < 0x80 {
-                    let lower = (0x41...0x5A).contains(value) ? Character(Unicode.Scalar(value + 0x20)!) : text[index]
-                    result.append(Normal(character: lower, kind: Self.kind(of: lower), origin: index))
+                    // As `kind(of:)` says of ASCII: letters and digits make words, the rest separates.
+                    switch value {
+                    case 0x41...0x5A:
+                        result.append(
+                            Normal(
+                                character: Character(Unicode.Scalar(value + 0x20)!),
+                                kind: .wordCharacter,
+                                origin: index
+                            )
+                        )
+                    case 0x30...0x39, 0x61...0x7A:
+                        result.append(Normal(character: character, kind: .wordCharacter, origin: index))
+                    default:
+                        result.append(Normal(character: character, kind: .separator, origin: index))
+                    }
                     continue
                 }
-                if (0x4E00...0x9FFF).contains(value) || (0x3041...0x3096).contains(value)
-                    || (0x30A1...0x30FA).contains(value) || (0xAC00...0xD7A3).contains(value)
-                {
-                    result.append(Normal(character: text[index], kind: .cjk, origin: index))
+                if Self.isCommonCJK(value) {
+                    result.append(Normal(character: character, kind: .cjk, origin: index))
                     continue
                 }
             }
-            let scalars = text[index].unicodeScalars.filter { !Self.isVariationSelector($0) }
+            let scalars = character.unicodeScalars.filter { !Self.isVariationSelector($0) }
             guard !scalars.isEmpty else { continue }
             let bare = String(String.UnicodeScalarView(scalars))
-            if Self.isEmoji(text[index]) {
+            if Self.isEmoji(character) {
                 for character in bare { result.append(Normal(character: character, kind: .emoji, origin: index)) }
+                continue
+            }
+            // A prepended letter takes what follows into its grapheme, a space or punctuation too: such a grapheme
+            // separates, or a token would hold a space (which neither database's index keeps whole).
+            if scalars.contains(where: { $0.properties.isWhitespace || Self.isASCIISeparator($0) }) {
+                result.append(Normal(character: character, kind: .separator, origin: index))
                 continue
             }
             let folded = bare.precomposedStringWithCompatibilityMapping.lowercased()
@@ -234,7 +270,18 @@ public enum SearchText {
 
     /// A token's stored form: its characters in NFC.
     static func token(_ characters: some Sequence<Character>) -> String {
-        String(characters).precomposedStringWithCanonicalMapping
+        let string = String(characters)
+        // ASCII, and the common CJK blocks' characters next to each other, are in NFC already: none of them composes
+        // with its neighbour (a kana's voicing mark, a Hangul trailing jamo, lie outside them).
+        if string.unicodeScalars.allSatisfy({ $0.value < 0x80 || Self.isCommonCJK($0.value) }) { return string }
+        return string.precomposedStringWithCanonicalMapping
+    }
+
+    /// The common CJK blocks the fast paths take as they are: CJK unified ideographs, hiragana and katakana letters,
+    /// Hangul syllables (each in NFC, and NFKC, alone, and lower case).
+    static func isCommonCJK(_ value: UInt32) -> Bool {
+        (0x4E00...0x9FFF).contains(value) || (0x3041...0x3096).contains(value) || (0x30A1...0x30FA).contains(value)
+            || (0xAC00...0xD7A3).contains(value)
     }
 
     static func pieces(of normal: [Normal]) -> [Piece] {
@@ -285,6 +332,12 @@ public enum SearchText {
         guard let first = scalars.first, !Self.isCJK(first) else { return false }
         return first.properties.isEmojiPresentation || scalars.contains { $0.value == 0x20E3 }
             || (first.properties.isEmoji && first.value > 0x7F)
+    }
+
+    /// ASCII that is neither a letter nor a digit.
+    static func isASCIISeparator(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value < 0x80 && !(0x30...0x39).contains(scalar.value) && !(0x41...0x5A).contains(scalar.value)
+            && !(0x61...0x7A).contains(scalar.value)
     }
 
     /// Variation selectors (text or emoji presentation, ideographic variants): they choose a glyph, not a meaning.
