@@ -240,6 +240,35 @@ extension PostgresTransaction {
         before: Int64,
         limit: Int
     ) async throws -> [FoundMessage] {
+        // A few conversations: each one's newest matches, looked for in that conversation alone (down its
+        // (conversation, seq) index, where a conversation's seq goes, its index position goes too), merged. The GIN
+        // index's bitmap of a common token holds much of the whole table: read whole, it costs what the table holds,
+        // not what the page needs. (With two tokens or more the planner takes the match for rare and reads the
+        // conversation's rows in a bitmap, then sorts: docs/BENCHMARKS.md, "Search", says what that costs.)
+        if let conversations, conversations.count <= Self.maxWalkedConversations {
+            return try await self.connection.rows(
+                """
+                SELECT s.doc, m.conversation_id, m.seq, m.sender_id, m.sender_device_id, m.client_id, m.time_ms,
+                    m.body, m.recalled, m.edited_ms, m.reply_seq, c.name AS group_name, c.user_a, c.user_b
+                FROM members j
+                CROSS JOIN LATERAL (
+                    SELECT s.doc, s.conversation_id, s.seq FROM message_search s
+                    WHERE s.conversation_id = j.conversation_id AND s.seq > j.joined_seq AND s.doc < \(before)
+                        AND s.tokens @> \(tokens)::text[]
+                    ORDER BY s.seq DESC LIMIT \(Int64(limit))
+                ) s
+                JOIN messages m ON m.conversation_id = s.conversation_id AND m.seq = s.seq
+                JOIN conversations c ON c.id = s.conversation_id
+                WHERE j.user_id = \(user.rawValue) AND j.conversation_id = ANY(\(conversations)::bigint[])
+                ORDER BY s.doc DESC LIMIT \(Int64(limit))
+                """,
+                logger: self.logger
+            ).map { row in
+                var found = try Self.found(row)
+                found.doc = try row.get("doc")
+                return found
+            }
+        }
         let scope = conversations?.map(SearchIndex.conversationToken) ?? []
         return try await self.connection.rows(
             """
@@ -260,6 +289,9 @@ extension PostgresTransaction {
             return found
         }
     }
+
+    /// The most conversations a search walks one by one; a user in more is searched through the GIN index.
+    static let maxWalkedConversations = 64
 
     package func pendingSearch(limit: Int) async throws -> [(doc: Int64, conversation: Int64, body: [UInt8])] {
         try await self.connection.rows(
