@@ -41,8 +41,18 @@ public enum TestDatabase {
     }
 
     /// Runs `body` with a new, empty database, and drops it afterwards (its connections too).
+    /// How many test databases exist at once, all tests together (`COURIER_TEST_POSTGRES_DATABASES`, default 8): a
+    /// test past it waits for one to be dropped. Made all at once, dozens of databases (each a copy of the template
+    /// written through the log, then its migrations, each commit flushed) kept the one private cluster on two cores
+    /// from answering any of them within the stores' 5 s.
+    static let slots = DatabaseSlots(
+        limit: ProcessInfo.processInfo.environment["COURIER_TEST_POSTGRES_DATABASES"].flatMap(Int.init) ?? 8
+    )
+
     @discardableResult
     public static func with<T: Sendable>(_ body: (PostgresLocation) async throws -> T) async throws -> T {
+        await Self.slots.take()
+        defer { Task { await Self.slots.give() } }
         let cluster = try Self.cluster()
         let name = "courier_test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
         var location = cluster
@@ -152,6 +162,34 @@ extension Result where Failure == any Error {
             self = .success(try await body())
         } catch {
             self = .failure(error)
+        }
+    }
+}
+
+/// A counting semaphore for ``TestDatabase/with(_:)``: at most `limit` holders, the others waiting in turn.
+actor DatabaseSlots {
+    let limit: Int
+    private var taken = 0
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    init(limit: Int) {
+        self.limit = max(1, limit)
+    }
+
+    func take() async {
+        if self.taken < self.limit {
+            self.taken += 1
+            return
+        }
+        await withCheckedContinuation { self.waiting.append($0) }
+    }
+
+    /// A slot given back goes to the first waiting, else is free again.
+    func give() {
+        if self.waiting.isEmpty {
+            self.taken -= 1
+        } else {
+            self.waiting.removeFirst().resume()
         }
     }
 }
