@@ -270,4 +270,19 @@ struct SearchTests {
             }
         }
     }
+
+    @Test(
+        "a long text is searched in its first 4,096 characters only, on both databases",
+        arguments: StoreKind.allCases
+    )
+    func longText(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let ids = try await fixture.users("alice", "bob")
+            // 开头 at the start, then 4,100 characters, then 结尾 past the limit.
+            let text = "开头 " + String(repeating: "字", count: 4_100) + " 结尾"
+            try await Self.send(fixture, ids["alice"]!, "long", to: .user("bob"), text)
+            #expect(try await Self.ids(fixture, ids["bob"]!, "开头") == ["long"])
+            #expect(try await Self.ids(fixture, ids["bob"]!, "结尾") == [])
+        }
+    }
 }

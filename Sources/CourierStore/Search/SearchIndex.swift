@@ -4,15 +4,22 @@ internal import CourierProtocol
 /// token naming its conversation, so that a search within the conversations a user is in skips every other one in
 /// the index itself.
 package enum SearchIndex {
+    /// The most characters of a message the index holds (Telegram's whole message): the rest of a longer text is
+    /// not searched. Tokenizing costs the sender's event loop in proportion to the text, so that a peer sending the
+    /// longest texts takes little of its loop from the other connections on it.
+    package static let maxIndexedCharacters = 4_096
+
     /// The text a search finds in a stored body (a `courier.v1.Body`): a text message's text, a media message's
-    /// caption; empty for anything else, or bytes that are not a body.
+    /// caption, its first ``maxIndexedCharacters`` characters; empty for anything else, or bytes that are not a body.
     package static func text(ofBody body: [UInt8]) -> String {
         guard let parsed = try? Courier_V1_Body(serializedBytes: body) else { return "" }
+        let text: String
         switch parsed.content {
-        case .text(let text)?: return text
-        case .media(let media)?: return media.caption
+        case .text(let whole)?: text = whole
+        case .media(let media)?: text = media.caption
         case nil: return ""
         }
+        return text.count <= Self.maxIndexedCharacters ? text : String(text.prefix(Self.maxIndexedCharacters))
     }
 
     /// The tokens of a body's text.
