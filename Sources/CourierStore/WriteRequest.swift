@@ -44,6 +44,12 @@ public enum WriteRequest: Hashable, Sendable {
         public mutating func prepareSearch() {
             self.searchTokens = SearchIndex.textTokens(ofBody: self.body)
         }
+
+        /// The same, from the text of the body this was serialized from (``SearchIndex/text(of:)``): the body is
+        /// not parsed a second time.
+        public mutating func prepareSearch(text: String) {
+            self.searchTokens = SearchText.indexTokens(text)
+        }
     }
 
     /// A reaction put on a message, or taken off.
@@ -93,6 +99,12 @@ public enum WriteRequest: Hashable, Sendable {
         /// event loop: the work is spread over the cores, not queued on the one writer).
         public mutating func prepareSearch() {
             self.searchTokens = SearchIndex.textTokens(ofBody: self.body)
+        }
+
+        /// The same, from the text of the body this was serialized from (``SearchIndex/text(of:)``): the body is
+        /// not parsed a second time.
+        public mutating func prepareSearch(text: String) {
+            self.searchTokens = SearchText.indexTokens(text)
         }
 
         /// An id for a message sent without one: 16 random bytes in hex, prefixed `s-`.

@@ -33,7 +33,7 @@ extension SessionRequests {
             seq: message.seq,
             body: try body.serializedBytes()
         )
-        edit.prepareSearch()
+        edit.prepareSearch(text: SearchIndex.text(of: body))
         return try await self.committed(
             .edit(edit),
             user: session.user.id,

@@ -1,4 +1,4 @@
-internal import CourierProtocol
+package import CourierProtocol
 
 /// What the search index holds of a message, whatever the database: the tokens of its text (``SearchText``) and one
 /// token naming its conversation, so that a search within the conversations a user is in skips every other one in
@@ -13,13 +13,19 @@ package enum SearchIndex {
     /// caption, its first ``maxIndexedCharacters`` characters; empty for anything else, or bytes that are not a body.
     package static func text(ofBody body: [UInt8]) -> String {
         guard let parsed = try? Courier_V1_Body(serializedBytes: body) else { return "" }
+        return Self.text(of: parsed)
+    }
+
+    /// The text a search finds in a body already parsed (a session's request): the same rule without parsing again.
+    package static func text(of body: Courier_V1_Body) -> String {
         let text: String
-        switch parsed.content {
+        switch body.content {
         case .text(let whole)?: text = whole
         case .media(let media)?: text = media.caption
         case nil: return ""
         }
-        return text.count <= Self.maxIndexedCharacters ? text : String(text.prefix(Self.maxIndexedCharacters))
+        let indexed = text.prefix(Self.maxIndexedCharacters)
+        return indexed.endIndex == text.endIndex ? text : String(indexed)
     }
 
     /// The tokens of a body's text.
