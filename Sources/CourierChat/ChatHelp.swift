@@ -4,26 +4,28 @@ public enum ChatHelp {
     public static let keys: [(keys: String, does: String)] = [
         ("Enter", "send the line, or run the command"),
         ("Tab, Shift-Tab (Ctrl-N, Ctrl-P, Alt-↓, Alt-↑)", "next, previous conversation"),
-        ("PgUp, PgDn, ↑, ↓", "scroll the conversation"),
+        ("↑ (empty line)", "edit your last message (Enter saves it)"),
+        ("PgUp, PgDn, ↑, ↓", "scroll; move through results or picks"),
         ("←, →, Home, End, Backspace, Delete", "move and edit in the line"),
         ("Ctrl-A, Ctrl-E", "to the line's start, end"),
         ("Ctrl-U, Ctrl-K, Ctrl-W", "delete to the start, to the end, a word"),
         ("Ctrl-L", "redraw the screen"),
-        ("Esc", "close the help, or a notice"),
+        ("Esc", "close what shows; cancel an edit or pick"),
         ("Ctrl-C, or Ctrl-D on an empty line", "quit"),
     ]
 
-    /// Commands typed in the line, and what each does.
+    /// Commands typed in the line, and what each does (short enough that on 80 × 24 they all show, a row each).
     public static let commands: [(command: String, does: String)] = [
-        ("/open NAME, /open #GROUP", "open a direct or a group conversation"),
-        (
-            "/close",
-            "hide the open conversation until its next message; the next one shows, unread until you type or scroll"
-        ),
-        ("/send PATH", "send a photo, voice clip, video or any file"),
-        ("/save [PATH]", "save the newest file here (into $XDG_DOWNLOAD_DIR, ~/Downloads or ., or PATH)"),
-        ("/view", "open the newest image, video or voice clip here with the system's opener"),
-        ("/recall", "recall your newest message here (within the server's window)"),
+        ("/open NAME", "open a conversation with NAME, or #GROUP"),
+        ("/close", "hide this one until its next message"),
+        ("/send PATH", "send a photo, voice clip, video or file"),
+        ("/save [PATH]", "save the newest file (Downloads or PATH)"),
+        ("/view", "show or play the newest image or clip"),
+        ("/recall", "take your newest message back"),
+        ("/edit [TEXT]", "edit your newest message (to TEXT)"),
+        ("/reply [TEXT]", "answer a message (↑ ↓ Enter pick it)"),
+        ("/react EMOJI", "react to a message (again: take it off)"),
+        ("/search WORDS", "find messages; Enter opens one"),
         ("/help", "these keys and commands"),
         ("/quit", "quit"),
     ]

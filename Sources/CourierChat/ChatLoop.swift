@@ -71,19 +71,24 @@ public struct ChatLoop: Sendable {
         case terminal(Terminal.Input)
         case event(ClientEvent)
         case eventsEnded
-        case history(Conversation, [ChatMessage], more: Bool, receipts: [ReceiptMark])
+        /// A page of history (answering `before`), or why it could not be had.
+        case history(Conversation, [ChatMessage], more: Bool, receipts: [ReceiptMark], before: UInt64)
+        case historyFailed(Conversation, before: UInt64, String)
         case unread([UnreadCount])
         case notice(String)
         /// The server knows no such user or group.
         case noSuchConversation(Conversation)
         case upload(id: String, UploadProgress)
         case uploadFailed(id: String, String)
+        /// A page of search `number`'s results (`before` 0: the first), or why it failed.
+        case searched(Int, SearchResults, before: UInt64)
+        case searchFailed(Int, String)
         case tick
         case draw
     }
 
-    /// A text on its way to the outbox.
-    typealias Outgoing = (id: String, text: String, to: Conversation)
+    /// A text on its way to the outbox, and the message it answers.
+    typealias Outgoing = (id: String, text: String, to: Conversation, replyTo: UInt64?)
 
     /// Runs the chat on the terminal until the user quits, the terminal goes, or the login is refused.
     public func run(opening initial: Conversation?) async throws {
@@ -141,7 +146,12 @@ public struct ChatLoop: Sendable {
     ) async {
         for await message in outgoing {
             do {
-                try await client.send(message.text, to: message.to, id: message.id)
+                try await client.send(
+                    message.text,
+                    to: message.to,
+                    id: message.id,
+                    replyTo: message.replyTo.map { .seq($0) }
+                )
             } catch {
                 failures.yield(.notice("not sent: \(error)"))
             }
@@ -185,8 +195,22 @@ public struct ChatLoop: Sendable {
                 actions = state.apply(event, now: now)
             case .eventsEnded:
                 return nil
-            case .history(let conversation, let messages, let more, let receipts):
-                actions = state.merge(history: messages, more: more, receipts: receipts, of: conversation)
+            case .history(let conversation, let messages, let more, let receipts, let before):
+                actions = state.merge(
+                    history: messages,
+                    more: more,
+                    receipts: receipts,
+                    of: conversation,
+                    before: before,
+                    now: now
+                )
+            case .historyFailed(let conversation, let before, let message):
+                state.historyFailed(conversation, beforeSeq: before)
+                state.notice = "\(conversation): \(message)"
+            case .searched(let number, let page, let before):
+                state.searched(number, page: page, before: before)
+            case .searchFailed(let number, let message):
+                state.searchFailed(number, message)
             case .unread(let counts):
                 state.setUnread(counts)
             case .notice(let message):
@@ -210,7 +234,9 @@ public struct ChatLoop: Sendable {
                 case .redraw:
                     full = true
                 case .send(let id, let text, let conversation):
-                    outbox.yield((id, text, conversation))
+                    outbox.yield((id, text, conversation, nil))
+                case .sendReply(let id, let text, let conversation, let replyTo):
+                    outbox.yield((id, text, conversation, replyTo))
                 case .closedChanged(let closed):
                     if let settings = self.settings {
                         do { try settings.save(closed: closed) } catch {
@@ -265,13 +291,15 @@ public struct ChatLoop: Sendable {
                         beforeSeq: before,
                         limit: ChatState.historyPage
                     )
-                    sink.yield(.history(conversation, page.messages, more: page.more, receipts: page.receipts))
+                    sink.yield(
+                        .history(conversation, page.messages, more: page.more, receipts: page.receipts, before: before)
+                    )
                 } catch let error as CourierClientError
                     where error.code == ErrorCodes.unknownUser || error.code == ErrorCodes.unknownGroup
                 {
                     sink.yield(.noSuchConversation(conversation))
                 } catch {
-                    sink.yield(.notice("\(conversation): \(Self.words(error))"))
+                    sink.yield(.historyFailed(conversation, before: before, Self.words(error)))
                 }
             }
         case .refreshUnread:
@@ -285,6 +313,34 @@ public struct ChatLoop: Sendable {
                     sink.yield(.notice("recalled"))
                 } catch {
                     sink.yield(.notice("not recalled: \(Self.words(error))"))
+                }
+            }
+        case .edit(let message, let text):
+            // The line changes when the edit's event comes back, on every device alike.
+            group.addTask {
+                do {
+                    try await client.edit(message, text: text)
+                    sink.yield(.notice("edited"))
+                } catch {
+                    sink.yield(.notice("not edited: \(Self.words(error))"))
+                }
+            }
+        case .react(let message, let key, let on):
+            group.addTask {
+                do {
+                    try await client.react(message, key: key, on: on)
+                    sink.yield(.notice(on ? "reacted \(key)" : "took \(key) off"))
+                } catch {
+                    sink.yield(.notice("no reaction: \(Self.words(error))"))
+                }
+            }
+        case .search(let query, let before, let number):
+            group.addTask {
+                do {
+                    let page = try await client.search(query, before: before, limit: ChatState.searchPage)
+                    sink.yield(.searched(number, page, before: before))
+                } catch {
+                    sink.yield(.searchFailed(number, Self.words(error)))
                 }
             }
         case .save(let media, let path):
@@ -326,7 +382,7 @@ public struct ChatLoop: Sendable {
                     sink.yield(.notice("not opened: \(Self.words(error))"))
                 }
             }
-        case .send, .closedChanged, .redraw, .quit:
+        case .send, .sendReply, .closedChanged, .redraw, .quit:
             break
         }
     }

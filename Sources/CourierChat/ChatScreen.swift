@@ -91,6 +91,8 @@ struct ChatScreen: Equatable {
         var status = Row()
         if let notice = state.notice {
             status.appendShortened(" " + notice, .bold, limit: columns)
+        } else if let hint = Self.modeHint(state) {
+            status.appendShortened(" " + hint, .bold, limit: columns)
         } else if state.scroll > 0 {
             status.appendShortened(" ↑ \(state.scroll) rows up · PgDn or ↓ to come back", .dim, limit: columns)
         } else {
@@ -105,6 +107,29 @@ struct ChatScreen: Equatable {
         rows.append(input)
         self.rows = rows
         self.cursor = (height - 1, 2 + view.cursorColumn)
+    }
+
+    /// What the status row says while the line edits or answers a message, a message is being picked, or search
+    /// results show: what the keys then do.
+    static func modeHint(_ state: ChatState) -> String? {
+        if let search = state.search {
+            if search.loading && search.results.isEmpty { return "searching for “\(search.query)”…" }
+            return "↑ ↓ choose · Enter opens it in its conversation · Esc closes the results"
+        }
+        if let picking = state.picking {
+            switch picking.purpose {
+            case .look: return "the message found · ↑ ↓ move · Esc or Enter ends"
+            case .reply: return "↑ ↓ pick the message to answer · Enter answers it · Esc cancels"
+            case .react(let key):
+                return "↑ ↓ pick the message · Enter reacts \(key) (again: takes it off) · Esc cancels"
+            }
+        }
+        if state.jump != nil { return "finding the message in its conversation… · Esc stops" }
+        if state.editing != nil { return "editing your message · Enter saves it · Esc leaves it as it was" }
+        if let replying = state.replying {
+            return "answering \(replying.quote.from): \(Self.quoted(replying.quote)) · Esc cancels"
+        }
+        return nil
     }
 
     static func listWidth(columns: Int) -> Int {
@@ -174,6 +199,11 @@ struct ChatScreen: Equatable {
     /// The header (name, online, who is typing), a rule, then the newest messages that fit, bottom-aligned.
     private static func pane(_ state: ChatState, width: Int, rows: Int, now: Date) -> [Pieces] {
         guard let thread = state.openThread else {
+            if let search = state.search {
+                let title: Pieces = [(" Search: “\(search.query)”", .bold)]
+                let rule: Pieces = [(String(repeating: "─", count: width), .dim)]
+                return [title, rule] + Self.searchRows(search, state: state, width: width, rows: rows - 2, now: now)
+            }
             if state.helpShown {
                 return Array((Self.help(width: width) + Array(repeating: [], count: rows)).prefix(rows))
             }
@@ -202,6 +232,11 @@ struct ChatScreen: Equatable {
             header.append((" · \(names) \(typing.count == 1 ? "is" : "are") typing…", .plain))
         }
         let rule: Pieces = [(String(repeating: "─", count: width), .dim)]
+        if let search = state.search {
+            let results = Self.searchRows(search, state: state, width: width, rows: rows - 2, now: now)
+            let title: Pieces = [(" Search: “\(search.query)”", .bold)]
+            return [title, rule] + results
+        }
         if state.helpShown {
             let help = Self.help(width: width)
             return [header, rule] + Array((help + Array(repeating: [], count: rows)).prefix(rows - 2))
@@ -215,14 +250,35 @@ struct ChatScreen: Equatable {
 
     /// Every row of a conversation's messages at the pane width the state's terminal gives.
     static func messageRows(of thread: ChatState.Thread, state: ChatState, now: Date) -> [Pieces] {
+        Self.messageLayout(of: thread, state: state, now: now).rows
+    }
+
+    /// Every row of a conversation's messages, and each line's rows (by its index in the thread's lines), at the pane
+    /// width the state's terminal gives.
+    static func messageLayout(
+        of thread: ChatState.Thread,
+        state: ChatState,
+        now: Date
+    ) -> (rows: [Pieces], spans: [Range<Int>]) {
         let width = state.columns - Self.listWidth(columns: state.columns) - 1
-        return Self.messageRows(of: thread, state: state, now: now, width: width)
+        return Self.messageLayout(of: thread, state: state, now: now, width: width)
+    }
+
+    static func messageRows(of thread: ChatState.Thread, state: ChatState, now: Date, width: Int) -> [Pieces] {
+        Self.messageLayout(of: thread, state: state, now: now, width: width).rows
     }
 
     /// A time line before the first message and wherever five minutes passed between two; then each message as
-    /// "name: text", wrapped with its continuation rows under the text; our own marked …, ✓ (committed),
-    /// ✓✓ (delivered), and the newest one read "✓✓ read".
-    static func messageRows(of thread: ChatState.Thread, state: ChatState, now: Date, width: Int) -> [Pieces] {
+    /// "name: text", wrapped with its continuation rows under the text: first the message it answers (↳ quoted on one
+    /// row), then its text and a file's caption, "(edited)" if its sender edited it, and its reactions on a row under
+    /// it. Our own are marked …, ✓ (committed), ✓✓ (delivered), and the newest one read "✓✓ read"; the message
+    /// picked (``ChatState/picking``) shows reversed.
+    static func messageLayout(
+        of thread: ChatState.Thread,
+        state: ChatState,
+        now: Date,
+        width: Int
+    ) -> (rows: [Pieces], spans: [Range<Int>]) {
         let relative = RelativeTime()
         let me = state.me.lowercased()
         // Those past `seq`, who were members when it was sent.
@@ -234,6 +290,7 @@ struct ChatScreen: Equatable {
             return others(thread.read, seq) > 0
         }?.seq
         var result: [Pieces] = []
+        var spans: [Range<Int>] = []
         var previous: Date?
         for line in thread.lines {
             if previous.map({ line.time.timeIntervalSince($0) >= 300 }) ?? true {
@@ -242,9 +299,16 @@ struct ChatScreen: Equatable {
                 result.append([(String(repeating: " ", count: side) + label, .dim)])
             }
             previous = line.time
+            let first = result.count
+            let picked = line.seq != nil && line.seq == state.picking?.seq
             let ours = line.from.lowercased() == me
             let name = ours ? " you: " : " \(line.from): "
+            let indent = DisplayWidth.of(name)
             var text = line.recalled ? "(recalled)" : ChatText.printable(line.text)
+            if !line.recalled, let caption = line.media?.caption, !caption.isEmpty {
+                text += "\n" + ChatText.printable(caption)
+            }
+            if line.edited, !line.recalled { text += " (edited)" }
             if ours {
                 if let failure = line.failure {
                     text += " ✗ \(failure)"
@@ -261,17 +325,123 @@ struct ChatScreen: Equatable {
                     text += " …"
                 }
             }
-            let indent = DisplayWidth.of(name)
-            let wrapped = Self.wrap(text, width: max(4, width - indent))
-            for (index, part) in wrapped.enumerated() {
-                if index == 0 {
-                    result.append([(name, ours ? .dim : .bold), (part, line.recalled ? .dim : .plain)])
-                } else {
-                    result.append([(String(repeating: " ", count: indent), .plain), (part, .plain)])
-                }
+            let textWidth = max(4, width - indent)
+            var parts: Pieces = []
+            if let quote = line.replyTo {
+                let who = quote.visible ? "\(quote.from): " : ""
+                parts.append((Self.shortened("↳ " + who + Self.quoted(quote), width: textWidth), .dim))
             }
+            let style: Row.Style = picked ? .reverse : line.recalled ? .dim : .plain
+            parts += Self.wrap(text, width: textWidth).map { ($0, style) }
+            for (index, part) in parts.enumerated() {
+                let lead =
+                    index == 0 ? (name, ours ? Row.Style.dim : .bold) : (String(repeating: " ", count: indent), .plain)
+                result.append([lead, part])
+            }
+            if !line.recalled, !line.reactions.isEmpty {
+                result += Self.reactionRows(line.reactions, indent: indent, width: textWidth)
+            }
+            spans.append(first..<result.count)
         }
-        return result
+        return (result, spans)
+    }
+
+    /// The message a reply answers, in a few words: its text or file, "(recalled)", or, for a reader who joined
+    /// after it, that it is from before then.
+    static func quoted(_ quote: ChatReply) -> String {
+        guard quote.visible else { return "(a message from before you joined)" }
+        if quote.recalled { return "(recalled)" }
+        if let media = quote.media {
+            return ChatText.describe(media) + (media.caption.isEmpty ? "" : " " + media.caption)
+        }
+        return quote.text.replacing("\n", with: " ")
+    }
+
+    /// A message's reactions under it, "👍 2  好 1", this user's own in bold; as many rows as they need.
+    static func reactionRows(_ reactions: [ChatReaction], indent: Int, width: Int) -> [Pieces] {
+        var rows: [Pieces] = []
+        var row: Pieces = [(String(repeating: " ", count: indent), .plain)]
+        var used = 0
+        for reaction in reactions {
+            let count = " \(reaction.count)"
+            let label = ChatScreen.fit(ChatText.printable(reaction.key), width: max(1, width - count.count)) + count
+            let columns = DisplayWidth.of(label) + (used > 0 ? 2 : 0)
+            if used > 0, used + columns > width {
+                rows.append(row)
+                row = [(String(repeating: " ", count: indent), .plain)]
+                used = 0
+            }
+            if used > 0 { row.append(("  ", .plain)) }
+            row.append((label, reaction.mine ? .bold : .dim))
+            used += DisplayWidth.of(label) + (used > 0 ? 2 : 0)
+        }
+        rows.append(row)
+        return rows
+    }
+
+    /// The results of a search, two rows each (where and who and when; the fragment with the matched words in
+    /// bold), the chosen one reversed, scrolled to keep it in view.
+    static func searchRows(
+        _ search: ChatState.SearchView,
+        state: ChatState,
+        width: Int,
+        rows: Int,
+        now: Date
+    )
+        -> [Pieces]
+    {
+        var result: [Pieces] = []
+        if search.results.isEmpty {
+            result.append([(search.loading ? " searching…" : " nothing found", .dim)])
+            return result + Array(repeating: [], count: max(0, rows - 1))
+        }
+        let relative = RelativeTime()
+        let perResult = 2
+        // A row kept for "more" when more may come.
+        let shown = max(1, (rows - (search.more || search.loading ? 1 : 0)) / perResult)
+        let first = max(0, min(search.selected - shown / 2, search.results.count - shown))
+        for (index, found) in search.results.enumerated().dropFirst(first).prefix(shown) {
+            let chosen = index == search.selected
+            let message = found.message
+            let place =
+                " \(message.conversation) · \(message.from.lowercased() == state.me.lowercased() ? "you" : message.from)"
+                + " · \(relative.format(message.time, now: now))"
+            result.append([(Self.shortened(ChatText.printable(place), width: width), chosen ? .reverse : .bold)])
+            result.append(Self.marked(found, width: width - 3, chosen: chosen))
+        }
+        if search.more || search.loading {
+            result.append([(search.loading ? " loading more…" : " ↓ for more", .dim)])
+        }
+        return Array((result + Array(repeating: [], count: rows)).prefix(rows))
+    }
+
+    /// A result's fragment on one row, indented, its matched ranges bold (reversed too for the chosen result).
+    static func marked(_ found: SearchResult, width: Int, chosen: Bool) -> Pieces {
+        // The marks count Unicode scalars.
+        let characters = Array(found.fragment.unicodeScalars)
+        var pieces: Pieces = [("   ", .plain)]
+        var used = 0
+        var at = 0
+        let marks = found.marks.filter { $0.lowerBound >= 0 && $0.upperBound <= characters.count && !$0.isEmpty }
+            .sorted { $0.lowerBound < $1.lowerBound }
+        let text = { (scalars: ArraySlice<Unicode.Scalar>) in String(String.UnicodeScalarView(scalars)) }
+        var segments: [(String, Bool)] = []
+        for mark in marks where mark.upperBound > at {
+            // A mark overlapping the one before is bold from where that one ended.
+            let start = max(at, mark.lowerBound)
+            if start > at { segments.append((text(characters[at..<start]), false)) }
+            segments.append((text(characters[start..<mark.upperBound]), true))
+            at = mark.upperBound
+        }
+        if at < characters.count { segments.append((text(characters[at...]), false)) }
+        // (No segment is empty: an empty cut is a character that does not fit, where the row ends.)
+        for (text, bold) in segments {
+            let cut = Self.fit(ChatText.printable(text), width: width - used)
+            guard !cut.isEmpty else { break }
+            pieces.append((cut, bold ? .bold : chosen ? .reverse : .plain))
+            used += DisplayWidth.of(cut)
+        }
+        return pieces
     }
 
     /// The keys and commands (``ChatHelp``), a row each: the keys, then what they do, wrapped under it.

@@ -11,6 +11,8 @@ extension ChatState {
         let writing = { (text: String) in !text.isEmpty && !text.hasPrefix("/") }
         switch key {
         case .up, .down, .pageUp, .pageDown:
+            // Search results cover the conversation: moving through them is not reading it.
+            guard self.search == nil else { return self.press(key, now: now) }
             return self.readGlanced() + self.press(key, now: now)
         case .enter where writing(self.input.text):
             return self.readGlanced() + self.press(key, now: now)
@@ -40,6 +42,7 @@ extension ChatState {
             self.helpShown = false
             if key == .escape { return [] }
         }
+        if let handled = self.pressInMode(key, now: now) { return handled }
         switch key {
         case .character(let character):
             self.input.insert(String(character))
@@ -69,7 +72,13 @@ extension ChatState {
             return self.typed(now: now)
         case .tab, .altDown, .control("n"): return self.switchConversation(by: 1, now: now)
         case .backTab, .altUp, .control("p"): return self.switchConversation(by: -1, now: now)
-        case .up: return self.scroll(by: 1, now: now)
+        case .up:
+            // On an empty line, at the newest message, ↑ edits this user's last message (as in most messengers).
+            // (Not while the line edits or answers a message already: ↑ then scrolls.)
+            if self.input.isEmpty, self.scroll == 0, self.editing == nil, self.replying == nil, self.startEditing() {
+                return []
+            }
+            return self.scroll(by: 1, now: now)
         case .down: self.scroll = max(0, self.scroll - 1)
         case .pageUp: return self.scroll(by: max(1, self.messageRows - 1), now: now)
         case .pageDown: self.scroll = max(0, self.scroll - max(1, self.messageRows - 1))
@@ -82,6 +91,61 @@ extension ChatState {
         return []
     }
 
+    /// Keys that mean something else while search results show, a message is highlighted, or the line edits or
+    /// answers a message: what they do then, or nil for a key that does what it always does.
+    private mutating func pressInMode(_ key: Key, now: Date) -> [ChatAction]? {
+        // Esc closes a notice first (which may hide what the status row says of a mode), then the mode.
+        if key == .escape, self.notice != nil {
+            self.notice = nil
+            return []
+        }
+        if key == .escape, self.jump != nil {
+            self.jump = nil
+            return []
+        }
+        if self.search != nil {
+            switch key {
+            case .up: return self.moveSearch(by: -1)
+            case .down: return self.moveSearch(by: 1)
+            case .pageUp: return self.moveSearch(by: -5)
+            case .pageDown: return self.moveSearch(by: 5)
+            case .enter where self.input.isEmpty: return self.jumpToResult(now: now)
+            case .escape:
+                self.search = nil
+                return []
+            default: break
+            }
+        }
+        if self.picking != nil {
+            switch key {
+            case .up: return self.movePick(by: 1, now: now)
+            case .down: return self.movePick(by: -1, now: now)
+            case .pageUp: return self.movePick(by: 5, now: now)
+            case .pageDown: return self.movePick(by: -5, now: now)
+            case .enter where self.input.isEmpty: return self.pick(now: now)
+            case .escape:
+                self.picking = nil
+                self.notice = nil
+                return []
+            default:
+                // Any other key ends the pick, and does what it does.
+                self.picking = nil
+            }
+        }
+        if key == .escape, self.editing != nil {
+            self.editing = nil
+            _ = self.input.take()
+            self.notice = nil
+            return []
+        }
+        if key == .escape, self.replying != nil {
+            self.replying = nil
+            self.notice = nil
+            return []
+        }
+        return nil
+    }
+
     private func isEditing(_ key: Key) -> Bool {
         switch key {
         case .character, .paste, .backspace, .delete: true
@@ -91,7 +155,7 @@ extension ChatState {
 
     /// After the input changed: says we are typing (renewed every few seconds), or that we stopped.
     private mutating func typed(now: Date) -> [ChatAction] {
-        guard let thread = self.openThread else { return [] }
+        guard let thread = self.openThread, self.editing == nil else { return [] }
         if self.input.isEmpty || self.input.text.hasPrefix("/") { return self.stopTyping() }
         if let sent = self.typingSent, Self.key(sent.conversation) == Self.key(thread.conversation),
             now.timeIntervalSince(sent.at) < Self.typingRenewal
@@ -110,28 +174,46 @@ extension ChatState {
 
     private mutating func submit(now: Date) -> [ChatAction] {
         let text = self.input.text
+        // While editing, the line is the message's new text, whatever it starts with.
+        if let editing = self.editing {
+            _ = self.input.take()
+            return self.saveEdit(editing, text: text)
+        }
         if text.hasPrefix("/") {
             _ = self.input.take()
             return self.stopTyping() + self.command(text, now: now)
         }
         guard !text.trimmingCharacters(in: .whitespaces).isEmpty else { return [] }
-        guard let thread = self.openThread else {
+        guard self.openThread != nil else {
             self.notice = "open a conversation first: /open NAME or /open #GROUP"
             return []
         }
         _ = self.input.take()
-        let id = UUID().uuidString
-        self.threads[Self.key(thread.conversation)]?.lines.append(
-            Line(id: id, from: self.me, seq: nil, time: now, text: text)
-        )
-        self.scroll = 0
-        self.typingSent = nil
-        return [.send(id: id, text: text, to: thread.conversation)]
+        self.search = nil
+        return self.send(text, now: now)
     }
 
     private mutating func command(_ line: String, now: Date) -> [ChatAction] {
         let words = line.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+        // What follows the command's name, as typed.
+        let rest = line.drop { $0 != " " }.trimmingCharacters(in: .whitespaces)
+        // A command other than these ends an edit begun (its text was taken by the command); any but /search
+        // closes the search results (what it does shows in the conversation).
+        if self.editing != nil, words.first != "/edit" { self.editing = nil }
+        if words.first != "/search", words.first != "/f" { self.search = nil }
         switch words.first {
+        case "/edit", "/e":
+            return self.editCommand(rest)
+        case "/reply", "/r":
+            return self.startPicking(.reply(rest.isEmpty ? nil : rest), now: now)
+        case "/react":
+            guard !rest.isEmpty else {
+                self.notice = "usage: /react EMOJI (or a short word); again takes it off"
+                return []
+            }
+            return self.startPicking(.react(rest), now: now)
+        case "/search", "/f":
+            return self.startSearch(rest)
         case "/open", "/o":
             guard words.count == 2, let target = Self.conversation(named: words[1]) else {
                 self.notice = "usage: /open NAME (a user) or /open #GROUP"
@@ -195,6 +277,14 @@ extension ChatState {
         let key = Self.key(thread.conversation)
         let next = self.ordered.first { Self.key($0.conversation) != key }
         self.closed[key] = thread.lastSeq
+        // What was begun in it ends with it.
+        self.picking = nil
+        self.jump = nil
+        self.replying = nil
+        if self.editing != nil {
+            self.editing = nil
+            _ = self.input.take()
+        }
         var actions = self.stopTyping()
         if let next {
             actions += self.select(next.conversation, now: now, reading: false)
@@ -265,6 +355,15 @@ extension ChatState {
     mutating func select(_ conversation: Conversation, now: Date, reading: Bool = true) -> [ChatAction] {
         var actions = self.stopTyping()
         let key = Self.key(conversation)
+        // What was begun in another conversation ends there.
+        self.picking = nil
+        self.jump = nil
+        self.search = nil
+        if let editing = self.editing, Self.key(editing.conversation) != key {
+            self.editing = nil
+            _ = self.input.take()
+        }
+        if let replying = self.replying, Self.key(replying.conversation) != key { self.replying = nil }
         self.open = key
         self.glancing = !reading
         self.scroll = 0

@@ -91,12 +91,26 @@ struct ChatState {
     var uploads: [String: String] = [:]
     /// When this user last said it is typing, and where.
     var typingSent: (conversation: Conversation, at: Date)?
+    /// The message of ours the line edits (↑ on an empty line, `/edit`), if it does.
+    var editing: Editing?
+    /// The message the next line sent answers (`/reply`), if any.
+    var replying: Replying?
+    /// The message highlighted in the open conversation (`/reply`, `/react`, a search result), if one is.
+    var picking: Picking?
+    /// A search's results, shown in place of the open conversation (`/search`).
+    var search: SearchView?
+    /// How many searches were made: each one's number.
+    var searches = 0
+    /// A search result being opened, while its conversation's history loads back to it.
+    var jump: Jump?
 
     /// How long a typing notice shows without a renewal, and how often ours is renewed while typing.
     static let typingShownFor: TimeInterval = 6
     static let typingRenewal: TimeInterval = 3
     /// The messages asked of the server when a conversation opens or scrolls past its oldest.
     static let historyPage = 50
+    /// The search results asked of the server at a time.
+    static let searchPage = 20
 
     init(me: String, server: String) {
         self.me = me
@@ -194,7 +208,9 @@ struct ChatState {
         history messages: [ChatMessage],
         more: Bool,
         receipts: [ReceiptMark] = [],
-        of conversation: Conversation
+        of conversation: Conversation,
+        before: UInt64 = 0,
+        now: Date = Date()
     ) -> [ChatAction] {
         for message in messages {
             self.add(message)
@@ -208,11 +224,17 @@ struct ChatState {
             thread.delivered[name] = max(thread.delivered[name] ?? 0, mark.deliveredSeq, mark.readSeq)
             thread.read[name] = max(thread.read[name] ?? 0, mark.readSeq)
         }
-        defer { self.threads[key] = thread }
-        guard key == self.open, !self.glancing, thread.lastSeq > thread.readUpTo else { return [] }
-        thread.readUpTo = thread.lastSeq
-        thread.unread = 0
-        return [.markRead(conversation, upToSeq: thread.lastSeq)]
+        var actions: [ChatAction] = []
+        if key == self.open, !self.glancing, thread.lastSeq > thread.readUpTo {
+            thread.readUpTo = thread.lastSeq
+            thread.unread = 0
+            actions.append(.markRead(conversation, upToSeq: thread.lastSeq))
+        }
+        self.threads[key] = thread
+        if let jump = self.jump, Self.key(jump.conversation) == key {
+            actions += self.continueJump(answering: before, now: now)
+        }
+        return actions
     }
 
     /// Sets the unread counts the server reported (on each connection).
@@ -313,6 +335,7 @@ struct ChatState {
             return []
         case .recalled(let conversation, let seq, _, _):
             let key = Self.key(conversation)
+            self.forget(seq, in: key)
             if let index = self.threads[key]?.lines.firstIndex(where: { $0.seq == seq }) {
                 self.threads[key]?.lines[index].recalled = true
                 self.threads[key]?.lines[index].text = ""
@@ -328,6 +351,12 @@ struct ChatState {
                 self.threads[key]?.lines[index].text = message.media.map(ChatText.describe) ?? message.text
                 self.threads[key]?.lines[index].media = message.media
                 self.threads[key]?.lines[index].edited = true
+            }
+            // The replies quoting it quote it as it now reads.
+            for index in self.threads[key]?.lines.indices ?? 0..<0
+            where self.threads[key]?.lines[index].replyTo?.seq == message.seq && !message.recalled {
+                self.threads[key]?.lines[index].replyTo?.text = message.text
+                self.threads[key]?.lines[index].replyTo?.media = message.media
             }
             return []
         case .reaction(let change):
@@ -366,6 +395,25 @@ struct ChatState {
             self.online[user.lowercased()] = online
             if let lastSeen { self.lastSeen[user.lowercased()] = lastSeen }
             return []
+        }
+    }
+
+    /// A message recalled: an edit, a pick or a reply of it ends (a reply whose line is sent goes on: its quote shows
+    /// the recall).
+    private mutating func forget(_ seq: UInt64, in key: String) {
+        if let editing = self.editing, editing.seq == seq, Self.key(editing.conversation) == key {
+            self.editing = nil
+            _ = self.input.take()
+            self.notice = "the message you were editing was recalled"
+        }
+        if let picking = self.picking, picking.seq == seq, key == self.open { self.picking = nil }
+        if let replying = self.replying, replying.quote.seq == seq, Self.key(replying.conversation) == key {
+            self.replying = nil
+            self.notice = "the message you were answering was recalled"
+        }
+        for index in self.threads[key]?.lines.indices ?? 0..<0
+        where self.threads[key]?.lines[index].replyTo?.seq == seq {
+            self.threads[key]?.lines[index].replyTo?.recalled = true
         }
     }
 
@@ -439,6 +487,14 @@ struct ChatState {
 /// What the chat asks to be done.
 enum ChatAction: Hashable {
     case send(id: String, text: String, to: Conversation)
+    /// Send a text answering the message `replyTo` of the same conversation.
+    case sendReply(id: String, text: String, to: Conversation, replyTo: UInt64)
+    /// Replace the text of one of this user's messages (`/edit`, ↑).
+    case edit(MessageReference, text: String)
+    /// Put a reaction on a message, or take it off (`/react`).
+    case react(MessageReference, key: String, on: Bool)
+    /// Ask for a page of search results (`/search`, its `number`): the newest first, or those before `before`.
+    case search(String, before: UInt64, number: Int)
     /// Send a file as a media message (its line, with this id, shows the upload).
     case sendFile(id: String, path: String, to: Conversation)
     case markRead(Conversation, upToSeq: UInt64)

@@ -148,6 +148,12 @@ public struct SearchResults: Hashable, Sendable {
     /// Whether older matches may remain: ask again with `before` = ``next``.
     public var more: Bool
     public var next: UInt64
+
+    public init(results: [SearchResult], more: Bool, next: UInt64) {
+        self.results = results
+        self.more = more
+        self.next = next
+    }
 }
 
 /// An earlier version of an edited message.

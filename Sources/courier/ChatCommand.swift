@@ -16,7 +16,12 @@ struct Chat: AsyncParsableCommand {
             Times show relative: "just now", "3 min ago", "yesterday 14:02". A peer offline shows when it was last \
             seen. Signed out (the device revoked, the password changed) or given a wrong password, the chat says so \
             and asks for the password again; it keeps none. With no saved login, a server that cannot be reached \
-            ends it, as it ends `courier send`.
+            ends it, as it ends `courier send`. `/save` puts a file in $XDG_DOWNLOAD_DIR, ~/Downloads or the \
+            current folder; `/view` opens it with the system's opener. ↑ on an empty line puts your newest message \
+            in the line to correct (a photo's caption); `/reply` and `/react` pick a message with ↑ ↓ and Enter; \
+            edited messages are marked "(edited)", answers show what they answer above them, reactions show under \
+            the message. `/search` finds messages in every conversation you are in, in Chinese and Japanese as in \
+            English; Enter on a result opens its conversation at it.
 
 
             """ + ChatHelp.text

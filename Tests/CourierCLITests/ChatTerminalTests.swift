@@ -324,6 +324,95 @@ struct ChatTerminalTests {
         }
     }
 
+    @Test("↑ edits the last message, /reply quotes one, /react 👍 shows under it, /search 上海 jumps to it")
+    func editsRepliesReactionsSearch() async throws {
+        try await Self.withServer(prefix: "courier-chat-edits") { _, _, address, environment, tmux in
+            for user in ["alice", "bob"] {
+                let command =
+                    "'\(CourierExecutable.url.path)' chat --as \(user) --with \(user == "alice" ? "bob" : "alice") "
+                    + "--server \(address) --password pw-\(user); echo \"EXITED $?\"; sleep 600"
+                try await tmux.start(user, columns: 100, rows: 30, environment: environment, command: command)
+                _ = try await tmux.wait(user, for: "connected") { $0.first?.contains("· connected") == true }
+            }
+            try await tmux.type("alice", "我家在上海东边")
+            try await tmux.press("alice", "Enter")
+            _ = try await tmux.wait("bob", for: "alice's message") { $0.contains { $0.contains("alice: 我家在上海东边") } }
+            _ = try await tmux.wait("alice", for: "her message committed") { rows in
+                rows.contains { $0.contains("you: 我家在上海东边 ✓") }
+            }
+
+            // ↑ on the empty line: her message is in the line to correct; Enter saves it, on both screens.
+            try await tmux.press("alice", "Up")
+            _ = try await tmux.wait("alice", for: "the message in the line") { rows in
+                rows.last == "> 我家在上海东边" && rows.contains { $0.contains("editing your message") }
+            }
+            try await tmux.press("alice", "BSpace")
+            try await tmux.press("alice", "BSpace")
+            try await tmux.type("alice", "西边，近地铁")
+            try await tmux.press("alice", "Enter")
+            _ = try await tmux.wait("bob", for: "the edit") { rows in
+                rows.contains { $0.contains("alice: 我家在上海西边，近地铁 (edited)") }
+                    && !rows.contains { $0.contains("东边") }
+            }
+            _ = try await tmux.wait("alice", for: "the edit, hers") { rows in
+                rows.contains { $0.contains("you: 我家在上海西边，近地铁 (edited) ✓") } && rows.last == ">"
+            }
+
+            // bob answers it: /reply, Enter picks the newest message (hers), then his line goes as the answer.
+            try await tmux.type("bob", "/reply")
+            try await tmux.press("bob", "Enter")
+            _ = try await tmux.wait("bob", for: "the pick") {
+                $0.contains { $0.contains("pick the message to answer") }
+            }
+            try await tmux.press("bob", "Enter")
+            _ = try await tmux.wait("bob", for: "answering") { $0.contains { $0.contains("answering alice:") } }
+            try await tmux.type("bob", "上海哪里？いいね")
+            try await tmux.press("bob", "Enter")
+            var screen = try await tmux.wait("alice", for: "the answer, quoted") { rows in
+                rows.contains { $0.contains("bob: ↳ alice: 我家在上海西边，近地铁") }
+            }
+            let quote = screen.firstIndex { $0.contains("bob: ↳ alice:") }!
+            #expect(screen[quote + 1].contains("上海哪里？いいね"), "\(screen.joined(separator: "\n"))")
+            Self.expectAligned(screen, columns: 100, message: "bob: ↳ alice:")
+
+            // bob reacts 👍 to her message: ↑ from his own answer to hers, Enter.
+            try await tmux.type("bob", "/react 👍")
+            try await tmux.press("bob", "Enter")
+            try await tmux.press("bob", "Up")
+            try await tmux.press("bob", "Enter")
+            screen = try await tmux.wait("alice", for: "the reaction under her message") { rows in
+                guard let at = rows.firstIndex(where: { $0.contains("you: 我家在上海西边") }), at + 1 < rows.count else {
+                    return false
+                }
+                return rows[at + 1].hasSuffix("👍 1")
+            }
+            Self.expectAligned(screen, columns: 100, message: "bob: ↳ alice:")
+
+            // alice searches for 上海 (two characters of a longer run): both messages are found; Enter on the
+            // second (hers) opens @bob at it.
+            try await tmux.type("alice", "/search 上海")
+            try await tmux.press("alice", "Enter")
+            screen = try await tmux.wait("alice", for: "the results") { rows in
+                rows.contains { $0.contains("Search: “上海”") } && rows.contains { $0.contains("@bob · you") }
+                    && rows.contains { $0.contains("@bob · bob") }
+            }
+            try await tmux.press("alice", "Down")
+            try await tmux.press("alice", "Enter")
+            screen = try await tmux.wait("alice", for: "her message shown") { rows in
+                rows.contains { $0.contains("the message found") } && !rows.contains { $0.contains("Search:") }
+            }
+            try await tmux.press("alice", "Escape")
+            _ = try await tmux.wait("alice", for: "the highlight ended") { rows in
+                !rows.contains { $0.contains("the message found") }
+            }
+            try await tmux.press("alice", "C-c")
+            try await tmux.press("bob", "C-c")
+            for user in ["alice", "bob"] {
+                _ = try await tmux.wait(user, for: "the chat's end") { $0.contains { $0.contains("EXITED 0") } }
+            }
+        }
+    }
+
     @Test("the chat's commands: /help, /save, /view, /recall, /close; sends from other commands; last seen; offline")
     func commands() async throws {
         try await withTemporaryDirectory(prefix: "courier-chat-commands") { folder in

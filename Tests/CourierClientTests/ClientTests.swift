@@ -156,6 +156,82 @@ struct ClientTests {
         }
     }
 
+    @Test(
+        "an edit of a message a device never fetched is an edit there, never a new message; one that holds it stores it"
+    )
+    func editOfAMessageNotHeld() async throws {
+        try await withTemporaryDirectory { folder in
+            try await ServerFixture.with { fixture in
+                try await fixture.user("alice")
+                try await fixture.user("bob")
+                let alice = try Self.client(fixture, "alice", folder: folder)
+                let phone = try Self.client(fixture, "bob", folder: folder, device: "phone")
+                let aliceEvents = EventReader(alice)
+                let phoneEvents = EventReader(phone)
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask { await alice.run() }
+                    group.addTask { await phone.run() }
+                    _ = try await aliceEvents.next("alice caught up") { $0 == .caughtUp ? true : nil }
+                    _ = try await phoneEvents.next("the phone caught up") { $0 == .caughtUp ? true : nil }
+                    let id = try await alice.send("我家在上海东边", to: .user("bob"))
+                    _ = try await aliceEvents.next("the ack") { event -> Bool? in
+                        if case .sent(id, _, 1, _) = event { true } else { nil }
+                    }
+                    _ = try await phoneEvents.next("the message") { event -> Bool? in
+                        if case .message(let message) = event, message.seq == 1 { true } else { nil }
+                    }
+
+                    // bob's laptop logs in after it: a new device starts at bob's present, the message is history.
+                    let laptop = try Self.client(fixture, "bob", folder: folder, device: "laptop")
+                    let laptopEvents = EventReader(laptop)
+                    group.addTask { await laptop.run() }
+                    _ = try await laptopEvents.next("the laptop caught up") { $0 == .caughtUp ? true : nil }
+                    try await alice.edit(.seq(1, in: .user("bob")), text: "我家在上海西边")
+                    try await alice.react(.seq(1, in: .user("bob")), key: "👍")
+                    // The first of the message or its edit the laptop hears of is the edit.
+                    let first = try await laptopEvents.next("the edit") { event -> ClientEvent? in
+                        switch event {
+                        case .message, .edited: event
+                        default: nil
+                        }
+                    }
+                    guard case .edited(let edited) = first else {
+                        Issue.record("the laptop heard \(first) first")
+                        return
+                    }
+                    #expect(edited.seq == 1 && edited.text == "我家在上海西边" && edited.edited != nil)
+                    _ = try await laptopEvents.next("the reaction") { event -> Bool? in
+                        if case .reaction(let change) = event, change.seq == 1, change.key == "👍" { true } else { nil }
+                    }
+                    // Nothing stored for it: the laptop holds no message it never fetched.
+                    #expect(try await laptop.storedMessages(in: .user("alice")).isEmpty)
+                    // The phone, which holds it, holds it as edited.
+                    _ = try await phoneEvents.next("the edit, on the phone") { event -> Bool? in
+                        if case .edited(let message) = event, message.seq == 1 { true } else { nil }
+                    }
+                    let held = try await phone.storedMessages(in: .user("alice"))
+                    #expect(held.map(\.text) == ["我家在上海西边"] && held.first?.edited != nil, "\(held)")
+
+                    // The next message is stored on the laptop alone; history has the first as it now reads.
+                    let second = try await alice.send("地铁站旁边", to: .user("bob"))
+                    _ = try await laptopEvents.next("the second message") { event -> Bool? in
+                        if case .message(let message) = event, message.id == second { true } else { nil }
+                    }
+                    #expect(try await laptop.storedMessages(in: .user("alice")).map(\.text) == ["地铁站旁边"])
+                    // (A page comes newest first.)
+                    let page = try await laptop.history(of: .user("alice"))
+                    #expect(page.messages.map(\.text) == ["地铁站旁边", "我家在上海西边"])
+                    #expect(page.messages.last?.edited != nil)
+                    #expect(page.messages.last?.reactions == [ChatReaction(key: "👍", count: 1, mine: false)])
+                    alice.stop()
+                    phone.stop()
+                    laptop.stop()
+                    try await group.waitForAll()
+                }
+            }
+        }
+    }
+
     @Test("the client is a ServiceLifecycle service: a graceful shutdown of its group stops it")
     func service() async throws {
         try await withTemporaryDirectory { folder in
