@@ -329,7 +329,9 @@ struct ChatScreen: Equatable {
             var parts: Pieces = []
             if let quote = line.replyTo {
                 let who = quote.visible ? "\(quote.from): " : ""
-                parts.append((Self.shortened("↳ " + who + Self.quoted(quote), width: textWidth), .dim))
+                parts.append(
+                    (Self.shortened(ChatText.printable("↳ " + who + Self.quoted(quote)), width: textWidth), .dim)
+                )
             }
             let style: Row.Style = picked ? .reverse : line.recalled ? .dim : .plain
             parts += Self.wrap(text, width: textWidth).map { ($0, style) }

@@ -240,11 +240,14 @@ extension PostgresTransaction {
         before: Int64,
         limit: Int
     ) async throws -> [FoundMessage] {
-        // A few conversations: each one's newest matches, looked for in that conversation alone (down its
-        // (conversation, seq) index, where a conversation's seq goes, its index position goes too), merged. The GIN
-        // index's bitmap of a common token holds much of the whole table: read whole, it costs what the table holds,
-        // not what the page needs. (With two tokens or more the planner takes the match for rare and reads the
-        // conversation's rows in a bitmap, then sorts: docs/BENCHMARKS.md, "Search", says what that costs.)
+        // A few conversations: each one's newest matches, looked for in that conversation alone, in two steps. First
+        // down its newest ``searchWindow`` rows (its (conversation, seq) index, where a conversation's seq goes, its
+        // index position goes too), checking each one's tokens: a cost bounded by the window, whatever the query.
+        // Only where that finds too few (a query rare in the newest messages) the rest of the conversation, through
+        // the GIN index. The union is read in order and stops at the limit: the second step runs only when the first
+        // fell short. (The GIN index's bitmap of a common token holds much of the whole table; and with two tokens
+        // or more, left to itself, the planner reads the conversation's rows in a bitmap and sorts them, whatever
+        // the page needs: docs/BENCHMARKS.md, "Search", says what each cost.)
         if let conversations, conversations.count <= Self.maxWalkedConversations {
             return try await self.connection.rows(
                 """
@@ -252,10 +255,28 @@ extension PostgresTransaction {
                     m.body, m.recalled, m.edited_ms, m.reply_seq, c.name AS group_name, c.user_a, c.user_b
                 FROM members j
                 CROSS JOIN LATERAL (
-                    SELECT s.doc, s.conversation_id, s.seq FROM message_search s
-                    WHERE s.conversation_id = j.conversation_id AND s.seq > j.joined_seq AND s.doc < \(before)
-                        AND s.tokens @> \(tokens)::text[]
-                    ORDER BY s.seq DESC LIMIT \(Int64(limit))
+                    SELECT u.doc, u.conversation_id, u.seq FROM (
+                        (SELECT w.doc, w.conversation_id, w.seq FROM (
+                            SELECT r.doc, r.conversation_id, r.seq, r.tokens FROM message_search r
+                            WHERE r.conversation_id = j.conversation_id AND r.seq > j.joined_seq
+                                AND r.doc < \(before)
+                            ORDER BY r.seq DESC LIMIT \(Int64(Self.searchWindow))
+                        ) w
+                        WHERE w.tokens @> \(tokens)::text[]
+                        ORDER BY w.seq DESC LIMIT \(Int64(limit)))
+                        UNION ALL
+                        (SELECT o.doc, o.conversation_id, o.seq FROM message_search o
+                        WHERE o.conversation_id = j.conversation_id AND o.seq > j.joined_seq AND o.doc < \(before)
+                            AND o.tokens @> \(tokens)::text[]
+                            AND o.seq < (
+                                SELECT f.seq FROM message_search f
+                                WHERE f.conversation_id = j.conversation_id AND f.seq > j.joined_seq
+                                    AND f.doc < \(before)
+                                ORDER BY f.seq DESC OFFSET \(Int64(Self.searchWindow - 1)) LIMIT 1
+                            )
+                        ORDER BY o.seq DESC LIMIT \(Int64(limit)))
+                    ) u
+                    LIMIT \(Int64(limit))
                 ) s
                 JOIN messages m ON m.conversation_id = s.conversation_id AND m.seq = s.seq
                 JOIN conversations c ON c.id = s.conversation_id
@@ -292,6 +313,9 @@ extension PostgresTransaction {
 
     /// The most conversations a search walks one by one; a user in more is searched through the GIN index.
     static let maxWalkedConversations = 64
+
+    /// The newest rows of a conversation a search checks one by one before it turns to the GIN index for the rest.
+    static let searchWindow = 1_000
 
     package func pendingSearch(limit: Int) async throws -> [(doc: Int64, conversation: Int64, body: [UInt8])] {
         try await self.connection.rows(

@@ -285,4 +285,37 @@ struct SearchTests {
             #expect(try await Self.ids(fixture, ids["bob"]!, "结尾") == [])
         }
     }
+    @Test(
+        "a match older than a conversation's newest thousand messages is found, and pages go on past them; both alike",
+        arguments: StoreKind.allCases
+    )
+    func pastTheWindow(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let ids = try await fixture.users("alice", "bob")
+            let (alice, bob) = (ids["alice"]!, ids["bob"]!)
+            try await Self.send(fixture, alice, "old", to: .user("bob"), "我家在上海东边")
+            // 1,050 more (PostgreSQL checks a conversation's newest 1,000 one by one before it turns to its index),
+            // one of them in the middle a match too.
+            for batch in stride(from: 0, to: 1_050, by: 50) {
+                let sends = (batch..<batch + 50).map { index in
+                    WriteRequest.send(
+                        .init(
+                            sender: index % 2 == 0 ? alice : bob,
+                            id: index == 500 ? "mid" : "f\(index)",
+                            to: index % 2 == 0 ? .user("bob") : .user("alice"),
+                            body: Self.body(index == 500 ? "上海东边的火车站" : "火车站 \(index)")
+                        )
+                    )
+                }
+                _ = try await fixture.store.apply(sends, nowMs: Self.now)
+            }
+            // Three tokens (上海, 海东, 东边): one match among the newest thousand, the other before them.
+            #expect(try await Self.ids(fixture, bob, "上海东边") == ["mid", "old"])
+            #expect(try await Self.ids(fixture, alice, "上海东边", limit: 1) == ["mid", "old"])
+            // Every one of the 1,050 found once, newest first, across pages of 50.
+            let all = try await Self.ids(fixture, bob, "火车站", limit: 50)
+            #expect(all.count == 1_050 && Set(all).count == 1_050)
+            #expect(all.first == "f1049" && all.last == "f0")
+        }
+    }
 }
