@@ -489,10 +489,21 @@ struct History: AsyncParsableCommand {
         if !message.reactions.isEmpty, !message.recalled {
             line.reactions = Dictionary(message.reactions.map { ($0.key, $0.count) }) { first, _ in first }
         }
+        (line.to, line.group) = Self.addressed(message, me: me)
+        return try Self.json(line)
+    }
+
+    /// Where a message went, as a JSON line says it: `to` the other user of a direct conversation (from either
+    /// side), or `group`.
+    static func addressed(_ message: ChatMessage, me: String) -> (to: String?, group: String?) {
         switch message.conversation {
-        case .user(let peer): line.to = message.from.lowercased() == me.lowercased() ? peer : me
-        case .group(let name): line.group = name
+        case .user(let peer): (message.from.lowercased() == me.lowercased() ? peer : me, nil)
+        case .group(let name): (nil, name)
         }
+    }
+
+    /// One JSON object on one line, its keys sorted (what every `--json` of these commands prints).
+    static func json(_ line: some Encodable) throws -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return String(decoding: try encoder.encode(line), as: UTF8.self)

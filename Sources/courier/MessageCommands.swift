@@ -206,12 +206,7 @@ struct Search: AsyncParsableCommand {
             fragment: result.fragment,
             marks: result.marks.map { [$0.lowerBound, $0.count] }
         )
-        switch message.conversation {
-        case .user(let peer): line.to = message.from.lowercased() == me.lowercased() ? peer : me
-        case .group(let name): line.group = name
-        }
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return String(decoding: try encoder.encode(line), as: UTF8.self)
+        (line.to, line.group) = History.addressed(message, me: me)
+        return try History.json(line)
     }
 }
