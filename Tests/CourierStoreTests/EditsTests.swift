@@ -104,6 +104,30 @@ struct EditsTests {
     }
 
     @Test(
+        "max-versions-per-read cuts a versions answer to the oldest ones, on both databases",
+        arguments: StoreKind.allCases
+    )
+    func versionsPerRead(kind: StoreKind) async throws {
+        var limits = StoreLimits()
+        limits.maxVersionsPerRead = 2
+        try await StoreFixture.with(kind, limits: limits) { fixture in
+            let ids = try await fixture.users("alice", "bob")
+            let (alice, bob) = (ids["alice"]!, ids["bob"]!)
+            _ = try await fixture.sent(alice, "m1", to: .user("bob"), "一", nowMs: Self.now)
+            for (index, text) in ["二", "三", "四"].enumerated() {
+                let at = Self.now + Int64(index + 1) * 1_000
+                #expect(try await Self.edit(fixture, alice, .user("bob"), seq: 1, text, at: at) == nil)
+            }
+            let versions = try await fixture.store.versions(
+                of: MessageName(conversation: .user("alice"), seq: 1),
+                for: bob
+            )
+            #expect(versions.map(\.version) == [0, 1])
+            #expect(versions.map { String(decoding: $0.body, as: UTF8.self) } == ["一", "二"])
+        }
+    }
+
+    @Test(
         "an edit window of zero never closes; a recall takes the versions and reactions with it",
         arguments: StoreKind.allCases
     )
