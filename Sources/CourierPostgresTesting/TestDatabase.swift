@@ -40,7 +40,6 @@ public enum TestDatabase {
         return try PostgresLocation(url: url)
     }
 
-    /// Runs `body` with a new, empty database, and drops it afterwards (its connections too).
     /// How many test databases exist at once, all tests together (`COURIER_TEST_POSTGRES_DATABASES`, default 8): a
     /// test past it waits for one to be dropped. Made all at once, dozens of databases (each a copy of the template
     /// written through the log, then its migrations, each commit flushed) kept the one private cluster on two cores
@@ -49,6 +48,7 @@ public enum TestDatabase {
         limit: ProcessInfo.processInfo.environment["COURIER_TEST_POSTGRES_DATABASES"].flatMap(Int.init) ?? 8
     )
 
+    /// Runs `body` with a new, empty database, and drops it afterwards (its connections too).
     @discardableResult
     public static func with<T: Sendable>(_ body: (PostgresLocation) async throws -> T) async throws -> T {
         await Self.slots.take()
