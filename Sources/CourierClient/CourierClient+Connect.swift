@@ -111,6 +111,8 @@ extension CourierClient {
         // The password first (until a password login succeeds) when configured so: it renews the stored token's
         // device rather than making a new one.
         var passwordFirst = self.configuration.passwordFirst && !self.state.withLock { $0.passwordLoginDone }
+        // A store is one user's: a token it holds is this user's, and a client that signed up before goes on with
+        // it (a sign-up again would be refused).
         if case .token = self.configuration.credentials { passwordFirst = false }
         let storedToken = passwordFirst ? nil : stored
         if let storedToken {
@@ -134,6 +136,28 @@ extension CourierClient {
                 }
             case .token(let token):
                 hello.hello.token = token
+            case .signUp(let user, _, _):
+                guard let (_, password) = self.state.withLock({ $0.password }) else {
+                    let code = self.state.withLock { $0.signedOut } ?? ErrorCodes.authFailed
+                    throw LoginRefused(
+                        code: code,
+                        message: "signed out (\(code)): log in as \(user) with the password"
+                    )
+                }
+                let (asLogin, invite) = self.state.withLock { state in
+                    state.signUpsSent += 1
+                    return (state.signUpAsLogin, state.invite)
+                }
+                if asLogin {
+                    // An earlier sign-up may have made the account without its answer arriving: logging in finds
+                    // out.
+                    hello.hello.password.user = user
+                    hello.hello.password.password = password
+                } else {
+                    hello.hello.signUp.user = user
+                    hello.hello.signUp.password = password
+                    hello.hello.signUp.invite = invite ?? ""
+                }
             }
         }
         // From where this client stands (where the store stood when it was made, then its own); knowing neither, the
@@ -156,7 +180,11 @@ extension CourierClient {
             switch answer.body {
             case .welcome(let welcome):
                 self.state.withLock { state in
-                    if case .password = hello.hello.credentials { state.passwordLoginDone = true }
+                    switch hello.hello.credentials {
+                    case .password?, .signUp?: state.passwordLoginDone = true
+                    default: break
+                    }
+                    state.invite = nil
                     // The login it was given for is done (by it or by the stored token): no password stays, even
                     // if the token cannot be stored (a password login again would make another device).
                     state.password = nil
@@ -164,9 +192,29 @@ extension CourierClient {
                 if !welcome.token.isEmpty { try await self.store.setValue(welcome.token, for: "token") }
                 return welcome
             case .error(let error):
-                let refused = [
+                var refused = [
                     ErrorCodes.tokenExpired, ErrorCodes.tokenRevoked, ErrorCodes.authFailed, ErrorCodes.throttled,
                 ]
+                if case .signUp? = hello.hello.credentials, error.code == ErrorCodes.nameTaken,
+                    self.state.withLock({ $0.signUpsSent > 1 && !$0.signUpAsLogin })
+                {
+                    // Not the first sign-up sent: the name may be taken by an earlier one whose answer never
+                    // came (its connection lost, its login refused after the account was made). Try the password.
+                    self.state.withLock { $0.signUpAsLogin = true }
+                    throw CourierClientError(code: error.code, message: error.message)
+                }
+                if case .password? = hello.hello.credentials, error.code == ErrorCodes.authFailed,
+                    case .signUp(let user, _, _) = self.configuration.credentials
+                {
+                    // The name was taken, and not by an earlier sign-up of this client's.
+                    throw LoginRefused(code: ErrorCodes.nameTaken, message: "a user named \(user) exists or existed")
+                }
+                if case .signUp? = hello.hello.credentials {
+                    refused += [
+                        ErrorCodes.registrationClosed, ErrorCodes.inviteInvalid, ErrorCodes.inviteExpired,
+                        ErrorCodes.inviteUsedUp, ErrorCodes.weakPassword, ErrorCodes.invalidName, ErrorCodes.nameTaken,
+                    ]
+                }
                 guard refused.contains(error.code) else {
                     throw CourierClientError(code: error.code, message: error.message)
                 }

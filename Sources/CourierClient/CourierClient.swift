@@ -26,6 +26,13 @@ public final class CourierClient: Service, Sendable {
         public enum Credentials: Sendable {
             case password(user: String, password: String)
             case token(String)
+            /// Makes the account (where the server takes sign-ups: `invite` is the invitation's token where it takes
+            /// them by invitation), then goes on as a password login would: the client holds the new device's
+            /// token and forgets the password. A sign-up the server refuses (`name-taken`, `invite-expired`, …)
+            /// ends ``CourierClient/run()`` with ``ClientEvent/loginRefused(code:message:)``, as does one retried
+            /// after a connection lost before the server's answer, when that answer would have made the account
+            /// (`name-taken`): log in with the password then.
+            case signUp(user: String, password: String, invite: String?)
         }
 
         public var host: String
@@ -126,6 +133,12 @@ public final class CourierClient: Service, Sendable {
         var passwordLoginDone = false
         /// The configured password, until the first login succeeds (nil for a token, and once one did).
         var password: (user: String, password: String)?
+        /// The configured invitation of a sign-up, until it succeeds.
+        var invite: String?
+        /// Sign-up hellos sent; and whether the next attempt logs in with the password instead (an earlier one may
+        /// have made the account).
+        var signUpsSent = 0
+        var signUpAsLogin = false
         /// Why the stored token stopped working, if it did (the code the server said).
         var signedOut: String?
         /// A stored token the server refused as expired: the password login that follows renews its device.
@@ -146,9 +159,18 @@ public final class CourierClient: Service, Sendable {
     public init(configuration: Configuration, logger: Logger = Logger(label: "courier.client")) throws {
         // The password lives in the state only, to be dropped once used; the configuration kept has none.
         var kept = configuration
-        if case .password(let user, let password) = configuration.credentials {
+        switch configuration.credentials {
+        case .password(let user, let password):
             self.state.withLock { $0.password = (user, password) }
             kept.credentials = .password(user: user, password: "")
+        case .signUp(let user, let password, let invite):
+            self.state.withLock {
+                $0.password = (user, password)
+                $0.invite = invite
+            }
+            kept.credentials = .signUp(user: user, password: "", invite: nil)
+        case .token:
+            break
         }
         self.configuration = kept
         self.logger = logger

@@ -10,6 +10,14 @@ public enum ErrorCodes {
     public static let throttled = "throttled"
     public static let alreadyAuthenticated = "already-authenticated"
     public static let authTimeout = "auth-timeout"
+    // Signing up and one's own account
+    public static let registrationClosed = "registration-closed"
+    public static let inviteInvalid = "invite-invalid"
+    public static let inviteExpired = "invite-expired"
+    public static let inviteUsedUp = "invite-used-up"
+    public static let weakPassword = "weak-password"
+    public static let wrongPassword = "wrong-password"
+    public static let rateLimited = "rate-limited"
     // Requests
     public static let envelopeInvalid = "envelope-invalid"
     public static let unsupported = "unsupported"
@@ -58,19 +66,41 @@ public enum ErrorCodes {
         (tokenExpired, true, "the token is past its expiry: log in with the password again"),
         (
             tokenRevoked, true,
-            "the token was revoked (`courier user revoke`, a password change, a removed user, a logout)"
+            "the token was revoked (`courier user revoke`, a password change, a removed user, a logout, a revoke from another device)"
         ),
         (throttled, true, "too many failed logins for this user name or address; `retry_after_ms` says when to retry"),
         (alreadyAuthenticated, false, "a second `hello` on an authenticated connection"),
         (authTimeout, true, "no `hello` within the authentication timeout"),
+        (
+            registrationClosed, true,
+            "a sign-up where the server's registration is closed (accounts by its administrator)"
+        ),
+        (
+            inviteInvalid, true,
+            "a sign-up without an invitation where the server takes new users by invitation, or with one that does not exist or was revoked"
+        ),
+        (inviteExpired, true, "a sign-up with an invitation past its expiry"),
+        (inviteUsedUp, true, "a sign-up with an invitation used as many times as it allows"),
+        (
+            weakPassword, false,
+            "a password chosen shorter than 8 characters or longer than 1,024 bytes (a sign-up's `hello` is closed)"
+        ),
+        (wrongPassword, false, "the present password, asked for to change it or to delete the account, was wrong"),
+        (
+            rateLimited, false,
+            "too many requests of this kind (finding users; wrong passwords given to change the password or delete the account); `retry_after_ms` says when to retry"
+        ),
         (envelopeInvalid, true, "a frame's payload is not a valid envelope"),
         (unsupported, false, "a request this server does not know (a newer client)"),
         (
             invalidRequest, false,
             "a request missing a required field, or with one out of range (a `hello` with a bad device name is closed)"
         ),
-        (invalidName, false, "a group name that breaks the naming rule"),
-        (nameTaken, false, "a group of that name exists"),
+        (invalidName, false, "a user or group name that breaks the naming rule (a sign-up's `hello` is closed)"),
+        (
+            nameTaken, false,
+            "a group of that name exists, or a user of that name exists or existed (a sign-up's `hello` is closed)"
+        ),
         (textTooLarge, false, "a text longer than the server's `max_text_bytes`"),
         (emptyMessage, false, "a message with no text"),
         (idTooLong, false, "a message id longer than 128 bytes"),

@@ -19,6 +19,12 @@ public protocol ClusterAdmission: Sendable {
         nowMs: Int64
     ) async throws -> PasswordAdmission
 
+    /// Checks a sign-up against the sign-ups of its address (``LoginLimits/perAddress``) and of every address
+    /// (``LoginLimits/perUser``), on every node, and counts it in flight if it may go ahead, in one step; keys of
+    /// their own, apart from the password attempts'. Finish it as an attempt that failed: every sign-up counts for
+    /// the window, the ones that made an account too.
+    func admitSignUp(address: String, limits: LoginLimits, nowMs: Int64) async throws -> PasswordAdmission
+
     /// An admitted attempt ended; a failure counts against its user name and its address for
     /// ``LoginLimits/window``.
     func finishPasswordAttempt(_ attempt: PasswordAttempt, failed: Bool, nowMs: Int64) async throws
@@ -55,10 +61,10 @@ public protocol ClusterAdmission: Sendable {
     /// Forgets what this node counted before (it starts: none of its connections is open).
     func forgetNode() async throws
 
-    /// Forgets attempts and connections that no longer count: the attempts that started before `attemptsBeforeMs`,
-    /// and the connections of nodes that are not alive at `nowMs`; of those, the ones that yielded (their node,
+    /// Forgets attempts and connections that no longer count: the password attempts that started before
+    /// `attemptsBeforeMs`, the sign-ups that started before `signUpsBeforeMs`, and the connections of nodes that are not alive at `nowMs`; of those, the ones that yielded (their node,
     /// should it come back, must still find them yielded) only once they yielded before `yieldedBeforeMs`.
-    func prune(attemptsBeforeMs: Int64, yieldedBeforeMs: Int64, nowMs: Int64) async throws
+    func prune(attemptsBeforeMs: Int64, signUpsBeforeMs: Int64, yieldedBeforeMs: Int64, nowMs: Int64) async throws
 }
 
 /// A connection counted across the nodes: its lease and its user.

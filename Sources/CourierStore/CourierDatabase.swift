@@ -26,6 +26,30 @@ public protocol CourierDatabase: Sendable {
     func devices(of name: String) async throws -> [Device]
     func revokeDevice(_ device: DeviceID, of name: String, nowMs: Int64) async throws
 
+    // MARK: Registration and one's own account
+
+    func createInvite(maxUses: Int, expiresMs: Int64?, nowMs: Int64) async throws -> (invite: Invite, token: String)
+    func invites() async throws -> [Invite]
+    func revokeInvite(_ id: Int64, nowMs: Int64) async throws
+    func checkInvite(_ token: String?, nowMs: Int64) async throws
+    func signUp(
+        user name: String,
+        password: String,
+        invite: String?,
+        requiresInvite: Bool,
+        deviceName: String,
+        nowMs: Int64
+    ) async throws -> DeviceSession
+    func changePassword(
+        of user: UserID,
+        from device: DeviceID,
+        old: String,
+        new: String,
+        keepDevices: Bool,
+        nowMs: Int64
+    ) async throws
+    func deleteAccount(_ user: UserID, password: String, nowMs: Int64) async throws
+
     // MARK: Devices and sessions
 
     func login(
@@ -260,6 +284,11 @@ public struct StoreLimits: Sendable, Hashable {
     public var maxSearchScan: Int = 2_000
     /// The most hits one search page holds.
     public var maxSearchPage: Int = 50
+    /// The fewest characters a password a user chooses (signing up, changing it) may have; shorter is refused with
+    /// `weak-password`. An administrator's `courier user add --password` is not held to it.
+    public var minPasswordCharacters: Int = 8
+    /// The longest password a user may choose, in UTF-8 bytes.
+    public var maxPasswordBytes: Int = 1_024
 
     public init() {}
 }

@@ -39,6 +39,11 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
             case uploadBusy = "upload-busy"
             case throttled = "throttled"
             case notContact = "not-contact"
+            case inviteInvalid = "invite-invalid"
+            case inviteExpired = "invite-expired"
+            case inviteUsedUp = "invite-used-up"
+            case weakPassword = "weak-password"
+            case wrongPassword = "wrong-password"
         }
         private let value: Value
         private init(_ value: Value) { self.value = value }
@@ -102,6 +107,17 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
         /// A user added to a group by someone who is not its contact (they have not both written in a direct
         /// conversation).
         public static let notContact = Code(.notContact)
+        /// A sign-up named no invitation where one is needed, or one that does not exist or was revoked.
+        public static let inviteInvalid = Code(.inviteInvalid)
+        /// A sign-up's invitation is past its expiry.
+        public static let inviteExpired = Code(.inviteExpired)
+        /// A sign-up's invitation was used as many times as it allows.
+        public static let inviteUsedUp = Code(.inviteUsedUp)
+        /// A password a user chose is too short or too long (``StoreLimits/minPasswordCharacters``,
+        /// ``StoreLimits/maxPasswordBytes``).
+        public static let weakPassword = Code(.weakPassword)
+        /// The user's present password, asked for to change it or to delete the account, was wrong.
+        public static let wrongPassword = Code(.wrongPassword)
 
         public var description: String { self.value.rawValue }
 

@@ -89,7 +89,7 @@ public struct PasswordHasher: Hashable, Sendable {
 package enum SessionToken {
     static let prefix = "ct_"
 
-    package static func make() -> String {
+    package static func make(prefix: String = SessionToken.prefix) -> String {
         var generator = SystemRandomNumberGenerator()
         let bytes = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
         let base64 = Data(bytes).base64EncodedString()

@@ -33,6 +33,33 @@ public struct User: Hashable, Sendable {
     }
 }
 
+/// An invitation to sign up (``StoreBackend/createInvite(maxUses:expiresMs:nowMs:)``). Its token is shown once, when
+/// it is made: the store keeps only the token's SHA-256.
+public struct Invite: Hashable, Sendable {
+    public var id: Int64
+    public var createdMs: Int64
+    /// When it stops working; nil: never.
+    public var expiresMs: Int64?
+    /// How many accounts it may make, and how many it made.
+    public var maxUses: Int
+    public var uses: Int
+    public var revokedMs: Int64?
+
+    public init(id: Int64, createdMs: Int64, expiresMs: Int64?, maxUses: Int, uses: Int, revokedMs: Int64?) {
+        self.id = id
+        self.createdMs = createdMs
+        self.expiresMs = expiresMs
+        self.maxUses = maxUses
+        self.uses = uses
+        self.revokedMs = revokedMs
+    }
+
+    /// Whether it can make an account at a time.
+    public func usable(atMs nowMs: Int64) -> Bool {
+        self.revokedMs == nil && self.uses < self.maxUses && (self.expiresMs.map { $0 > nowMs } ?? true)
+    }
+}
+
 /// A logged-in device of a user.
 public struct Device: Hashable, Sendable {
     public var id: DeviceID

@@ -19,9 +19,34 @@ extension PostgresStore: ClusterAdmission {
         limits: LoginLimits,
         nowMs: Int64
     ) async throws -> PasswordAdmission {
+        try await self.admit(keys: [("a:" + address, limits.perAddress), ("u:" + user, limits.perUser)], limits, nowMs)
+    }
+
+    public func admitSignUp(address: String, limits: LoginLimits, nowMs: Int64) async throws -> PasswordAdmission {
+        // The address's key first, as for a password attempt; then the one every sign-up counts under.
+        try await self.admit(
+            keys: [
+                (Self.signUpKeyPrefix + "a:" + address, limits.perAddress),
+                (Self.signUpKeyPrefix + "*", limits.perUser),
+            ],
+            limits,
+            nowMs
+        )
+    }
+
+    /// What every sign-up's keys start with, so that they are pruned by their own window; no password attempt's key
+    /// does ("a:", "u:").
+    static let signUpKeyPrefix = "s:"
+
+    /// Checks an attempt against the failures and the attempts in flight under each of its keys, each key's lock
+    /// taken in the order given, and counts it in flight under each if it may go ahead.
+    private func admit(
+        keys: [(String, Int)],
+        _ limits: LoginLimits,
+        _ nowMs: Int64
+    ) async throws -> PasswordAdmission {
         let logger = self.logger
         let lockTimeout = self.admissionLockTimeout
-        let keys = [("a:" + address, limits.perAddress), ("u:" + user, limits.perUser)]
         let failedSince = nowMs - limits.window.wholeMilliseconds
         let startedSince = nowMs - limits.inFlightLifetime.wholeMilliseconds
         return try await self.write(doing: "admit a login") { connection in
@@ -198,11 +223,20 @@ extension PostgresStore: ClusterAdmission {
         }
     }
 
-    public func prune(attemptsBeforeMs: Int64, yieldedBeforeMs: Int64, nowMs: Int64) async throws {
+    public func prune(
+        attemptsBeforeMs: Int64,
+        signUpsBeforeMs: Int64,
+        yieldedBeforeMs: Int64,
+        nowMs: Int64
+    ) async throws {
         let logger = self.logger
+        let signUps = Self.signUpKeyPrefix + "%"
         try await self.write(doing: "prune what no longer counts") { connection in
             try await connection.run(
-                "DELETE FROM login_attempts WHERE started_ms < \(attemptsBeforeMs)",
+                """
+                DELETE FROM login_attempts WHERE key NOT LIKE \(signUps) AND started_ms < \(attemptsBeforeMs)
+                    OR key LIKE \(signUps) AND started_ms < \(signUpsBeforeMs)
+                """,
                 logger: logger
             )
             try await connection.run(

@@ -233,6 +233,60 @@ package struct PostgresTransaction: StoreTransaction {
         return revoked.sorted().map(DeviceID.init(rawValue:))
     }
 
+    // MARK: Invitations
+
+    package func insertInvite(tokenHash: [UInt8], maxUses: Int, expiresMs: Int64?, nowMs: Int64) async throws -> Int64 {
+        let id = try await self.connection.value(
+            """
+            INSERT INTO invites (token_hash, created_ms, expires_ms, max_uses)
+            VALUES (\(ByteBuffer(bytes: tokenHash)), \(nowMs), \(expiresMs), \(Int64(maxUses))) RETURNING id
+            """,
+            as: Int64.self,
+            logger: self.logger
+        )
+        guard let id else { throw CourierStoreError(.storageFailed, "the invitation was not stored") }
+        return id
+    }
+
+    package func invite(holding tokenHash: [UInt8], locking: Bool) async throws -> Invite? {
+        let hash = ByteBuffer(bytes: tokenHash)
+        let row =
+            locking
+            ? try await self.connection.row(
+                "SELECT * FROM invites WHERE token_hash = \(hash) FOR UPDATE",
+                logger: self.logger
+            )
+            : try await self.connection.row("SELECT * FROM invites WHERE token_hash = \(hash)", logger: self.logger)
+        return try row.map(Self.invite)
+    }
+
+    package func invites() async throws -> [Invite] {
+        try await self.connection.rows("SELECT * FROM invites ORDER BY id", logger: self.logger).map(Self.invite)
+    }
+
+    package func useInvite(_ id: Int64) async throws {
+        try await self.connection.run("UPDATE invites SET uses = uses + 1 WHERE id = \(id)", logger: self.logger)
+    }
+
+    package func revokeInvite(_ id: Int64, nowMs: Int64) async throws -> Bool {
+        try await self.connection.value(
+            "UPDATE invites SET revoked_ms = \(nowMs) WHERE id = \(id) AND revoked_ms IS NULL RETURNING id",
+            as: Int64.self,
+            logger: self.logger
+        ) != nil
+    }
+
+    static func invite(_ row: PostgresRandomAccessRow) throws -> Invite {
+        Invite(
+            id: try row.get("id"),
+            createdMs: try row.get("created_ms"),
+            expiresMs: try row.get("expires_ms"),
+            maxUses: Int(try row.get("max_uses", as: Int64.self)),
+            uses: Int(try row.get("uses", as: Int64.self)),
+            revokedMs: try row.get("revoked_ms")
+        )
+    }
+
     // MARK: Changes
 
     package func recordChanges(_ changes: [StoreChange], nowMs: Int64) async throws {

@@ -254,3 +254,58 @@ extension SQLiteStore {
         }
     }
 }
+
+extension SQLiteTransaction {
+    // MARK: Invitations
+
+    package func insertInvite(tokenHash: [UInt8], maxUses: Int, expiresMs: Int64?, nowMs: Int64) async throws -> Int64 {
+        try await self.update { db in
+            try db.execute(
+                sql: "INSERT INTO invites (token_hash, created_ms, expires_ms, max_uses) VALUES (?, ?, ?, ?)",
+                arguments: [Data(tokenHash), nowMs, expiresMs, maxUses]
+            )
+            return db.lastInsertedRowID
+        }
+    }
+
+    package func invite(holding tokenHash: [UInt8], locking: Bool) async throws -> Invite? {
+        // One writer at a time: a read inside the write transaction is as good as a lock.
+        try await self.access { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM invites WHERE token_hash = ?", arguments: [Data(tokenHash)])
+                .map(Self.invite)
+        }
+    }
+
+    package func invites() async throws -> [Invite] {
+        try await self.access { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM invites ORDER BY id").map(Self.invite)
+        }
+    }
+
+    package func useInvite(_ id: Int64) async throws {
+        try await self.update { db in
+            try db.execute(sql: "UPDATE invites SET uses = uses + 1 WHERE id = ?", arguments: [id])
+        }
+    }
+
+    package func revokeInvite(_ id: Int64, nowMs: Int64) async throws -> Bool {
+        try await self.update { db in
+            try db.execute(
+                sql: "UPDATE invites SET revoked_ms = ? WHERE id = ? AND revoked_ms IS NULL",
+                arguments: [nowMs, id]
+            )
+            return db.changesCount == 1
+        }
+    }
+
+    static func invite(_ row: Row) -> Invite {
+        Invite(
+            id: row["id"],
+            createdMs: row["created_ms"],
+            expiresMs: row["expires_ms"],
+            maxUses: row["max_uses"],
+            uses: row["uses"],
+            revokedMs: row["revoked_ms"]
+        )
+    }
+}

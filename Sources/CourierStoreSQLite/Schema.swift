@@ -235,6 +235,22 @@ enum Schema {
             )
             try db.execute(sql: Self.numberMessagesForSearch)
         }
+        migrator.registerMigration("v7-invites") { db in
+            // Invitations to sign up; the token is stored only as its SHA-256.
+            try db.execute(
+                sql: """
+                    CREATE TABLE invites (
+                        id INTEGER PRIMARY KEY,
+                        token_hash BLOB NOT NULL UNIQUE,
+                        created_ms INTEGER NOT NULL,
+                        expires_ms INTEGER,
+                        max_uses INTEGER NOT NULL,
+                        uses INTEGER NOT NULL DEFAULT 0,
+                        revoked_ms INTEGER
+                    );
+                    """
+            )
+        }
         return migrator
     }
 }

@@ -19,10 +19,12 @@ public enum CourierExecutable {
     }
 
     /// Runs `courier` with arguments to completion, returning its exit status and output. `environment` adds to
-    /// (or replaces variables of) this process's environment.
+    /// (or replaces variables of) this process's environment; `input` is its standard input (none: an empty one,
+    /// never a terminal).
     public static func run(
         _ arguments: [String],
-        environment: [String: String] = [:]
+        environment: [String: String] = [:],
+        input: String? = nil
     ) async throws -> (status: Int32, output: String) {
         try await withCheckedThrowingContinuation { continuation in
             onOwnThread {
@@ -33,11 +35,17 @@ public enum CourierExecutable {
                         process.arguments = arguments
                         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
                         // No terminal: a command that would prompt fails instead of waiting.
-                        process.standardInput = FileHandle.nullDevice
+                        let inputPipe = input.map { _ in Pipe() }
+                        process.standardInput = inputPipe ?? FileHandle.nullDevice
                         let pipe = Pipe()
                         process.standardOutput = pipe
                         process.standardError = pipe
                         try process.run()
+                        if let inputPipe, let input {
+                            // A few lines: they fit the pipe's buffer whatever the command reads.
+                            inputPipe.fileHandleForWriting.write(Data(input.utf8))
+                            try inputPipe.fileHandleForWriting.close()
+                        }
                         let data = pipe.fileHandleForReading.readDataToEndOfFile()
                         process.waitUntilExit()
                         return (process.terminationStatus, String(decoding: data, as: UTF8.self))

@@ -21,6 +21,8 @@ final class ClientSession: @unchecked Sendable {
     let client: CourierClient
     /// Whether this session logs in with the password (`courier login`): a refusal then keeps the saved token.
     let freshLogin: Bool
+    /// Whether this session makes the account (`courier signup`).
+    let signingUp: Bool
     /// Whether the client has connected (the chat's sign-outs are counted apart from wrong passwords at its start).
     var connectedOnce = false
     private var inputs: AsyncStream<Input>.AsyncIterator
@@ -54,14 +56,22 @@ final class ClientSession: @unchecked Sendable {
     ///     token of (a new token for the same device) or making one.
     ///   - notices: Asks the server for typing, presence and receipt notices.
     ///   - events: Receives the user's events (the chat); a command that only sends or asks does not.
+    ///   - signUp: Makes the account (`courier signup`): its password and invitation.
     static func run<T: Sendable>(
         _ options: ClientOptions,
         freshLogin: Bool = false,
         notices: Bool = false,
         events: Bool = false,
+        signUp: (password: String, invite: String?)? = nil,
         _ body: (ClientSession) async throws -> T
     ) async throws -> T {
-        let session = try await ClientSession(options, freshLogin: freshLogin, notices: notices, events: events)
+        let session = try await ClientSession(
+            options,
+            freshLogin: freshLogin || signUp != nil,
+            notices: notices,
+            events: events,
+            signUp: signUp
+        )
         let client = session.client
         let sink = session.sink
         return try await withThrowingTaskGroup(of: Void.self, returning: T.self) { group in
@@ -82,14 +92,23 @@ final class ClientSession: @unchecked Sendable {
     }
 
     /// Opens the user's store and makes its client.
-    private init(_ options: ClientOptions, freshLogin: Bool, notices: Bool, events: Bool) async throws {
+    private init(
+        _ options: ClientOptions,
+        freshLogin: Bool,
+        notices: Bool,
+        events: Bool,
+        signUp: (password: String, invite: String?)?
+    ) async throws {
         self.options = options
         self.paths = try options.paths()
         let saved = freshLogin ? nil : self.paths.savedToken()
         let credentials: CourierClient.Configuration.Credentials =
-            if let saved { .token(saved) } else {
+            if let signUp {
+                .signUp(user: options.user, password: signUp.password, invite: signUp.invite)
+            } else if let saved { .token(saved) } else {
                 .password(user: options.user, password: try options.resolvePassword())
             }
+        self.signingUp = signUp != nil
         let (host, port) = try options.address()
         try FileManager.default.createDirectory(
             at: self.paths.storeFile.deletingLastPathComponent(),
@@ -206,6 +225,9 @@ final class ClientSession: @unchecked Sendable {
     ///
     /// - Parameter asking: The chat asks for the password at once: the words say what happened, not what to run.
     func refused(code: String, message: String, asking: Bool = false) -> CommandFailure {
+        if self.signingUp {
+            return CommandFailure(description: "sign-up refused for \(self.options.user): \(code): \(message)")
+        }
         if self.freshLogin {
             let kept = self.paths.savedToken() != nil ? " (the saved token is kept)" : ""
             return CommandFailure(

@@ -7,7 +7,8 @@ struct Courier: AsyncParsableCommand {
         abstract: "Courier: instant messaging and media delivery.",
         version: CourierVersion.current,
         subcommands: [
-            Serve.self, UserCommand.self, GroupCommand.self, Backup.self, Login.self, Send.self, Edit.self,
+            Serve.self, UserCommand.self, GroupCommand.self, InviteCommand.self, Backup.self, Signup.self, Login.self,
+            PasswordCommand.self, DevicesCommand.self, DeleteAccount.self, FindUser.self, Send.self, Edit.self,
             React.self, History.self, Search.self, MediaCommand.self, Chat.self, ProxyCommand.self, Bench.self,
         ]
     )

@@ -97,6 +97,15 @@ struct Serve: AsyncParsableCommand {
     )
     var node: String?
 
+    @Option(
+        help: ArgumentHelp(
+            "Who may make an account: closed (only `courier user add`), invite (whoever holds a `courier invite "
+                + "create` token) or open (anyone; sign-ups are throttled per address and in all).",
+            valueName: "closed|invite|open"
+        )
+    )
+    var registration: String = ServerConfiguration.Accounts.Registration.closed.rawValue
+
     @Option(name: .customLong("limit"), help: ArgumentHelp(LimitOption.help, valueName: "name=value"))
     var limits: [String] = []
 
@@ -107,6 +116,9 @@ struct Serve: AsyncParsableCommand {
         for (flag, port) in [("--port", self.port), ("--compat-port", self.compatPort), ("--http-port", self.httpPort)]
         {
             if let port { try PortNumber.check(port, flag: flag, allowsZero: true) }
+        }
+        guard ServerConfiguration.Accounts.Registration(rawValue: self.registration) != nil else {
+            throw ValidationError("--registration is closed, invite or open, not \(self.registration)")
         }
         guard PostgresFeed.Mode(rawValue: self.fanout) != nil else {
             throw ValidationError("--fanout is notify or poll, not \(self.fanout)")
@@ -132,6 +144,7 @@ struct Serve: AsyncParsableCommand {
         configuration.compatPort = try port(self.compatPort, "COURIER_COMPAT_PORT") ?? configuration.compatPort
         configuration.httpPort = try port(self.httpPort, "COURIER_HTTP_PORT") ?? configuration.httpPort
         configuration.dataFolder = self.data.folder
+        configuration.accounts.registration = .init(rawValue: self.registration) ?? .closed
         try LimitOption.apply(self.limits, to: &configuration)
         switch (self.tlsCertificate ?? environment["COURIER_TLS_CERT"], self.tlsKey ?? environment["COURIER_TLS_KEY"]) {
         case (nil, nil):

@@ -78,13 +78,15 @@ struct CLIFixture {
     /// Runs `courier` with `--server` set to this server's native port.
     func run(
         _ arguments: [String],
-        environment: [String: String] = [:]
+        environment: [String: String] = [:],
+        input: String? = nil
     ) async throws -> (
         status: Int32, output: String
     ) {
         try await CourierExecutable.run(
             arguments + ["--server", "127.0.0.1:\(self.ports.native)"],
-            environment: self.home.merging(environment) { $1 }
+            environment: self.home.merging(environment) { $1 },
+            input: input
         )
     }
 }

@@ -126,6 +126,34 @@ struct AdmissionTests {
         }
     }
 
+    @Test("sign-ups count apart from password attempts: per address and in all, on two nodes together")
+    func signUpsAcrossNodes() async throws {
+        try await Self.withNodes(2) { nodes in
+            var limits = Self.limits
+            limits.perAddress = 2
+            limits.perUser = 3
+            // The address's failed password attempts do not hold its sign-ups back.
+            for index in 0..<Self.limits.perAddress {
+                let attempt = try await nodes[0].admitPasswordAttempt(
+                    user: "x\(index)",
+                    address: "a",
+                    limits: Self.limits,
+                    nowMs: Self.t0
+                )
+                try await nodes[0].finishPasswordAttempt(try #require(attempt.attempt), failed: true, nowMs: Self.t0)
+            }
+            var admitted: [String] = []
+            for (index, address) in ["a", "a", "a", "b", "c", "d"].enumerated() {
+                let outcome = try await nodes[index % 2].admitSignUp(address: address, limits: limits, nowMs: Self.t0)
+                guard let attempt = outcome.attempt else { continue }
+                admitted.append(address)
+                try await nodes[index % 2].finishPasswordAttempt(attempt, failed: true, nowMs: Self.t0)
+            }
+            // Two from "a" (its limit), then one from "b": three in all, whichever node.
+            #expect(admitted == ["a", "a", "b"])
+        }
+    }
+
     @Test("an attempt whose node never says how it ended stops counting after its lifetime; prune drops old rows")
     func abandonedAttempts() async throws {
         try await Self.withNodes(1) { nodes in
@@ -150,11 +178,27 @@ struct AdmissionTests {
                 try await node.admitPasswordAttempt(user: "carol", address: "b", limits: Self.limits, nowMs: after)
                     .attempt != nil
             )
-            try await node.prune(attemptsBeforeMs: after, yieldedBeforeMs: after, nowMs: after)
-            let rows = try await node.read(doing: "count") { connection in
-                try await connection.value("SELECT count(*) FROM login_attempts", as: Int64.self, logger: node.logger)
+            // A sign-up from before, on keys of its own with a longer window.
+            let signUp = try await node.admitSignUp(address: "a", limits: Self.limits, nowMs: after - 1)
+            try await node.finishPasswordAttempt(try #require(signUp.attempt), failed: true, nowMs: after - 1)
+            func rows() async throws -> Int64? {
+                try await node.read(doing: "count") { connection in
+                    try await connection.value(
+                        "SELECT count(*) FROM login_attempts",
+                        as: Int64.self,
+                        logger: node.logger
+                    )
+                }
             }
-            #expect(rows == 2, "the last attempt's two keys")
+            try await node.prune(
+                attemptsBeforeMs: after,
+                signUpsBeforeMs: Self.t0,
+                yieldedBeforeMs: after,
+                nowMs: after
+            )
+            #expect(try await rows() == 4, "the last attempt's two keys, and the sign-up's two")
+            try await node.prune(attemptsBeforeMs: after, signUpsBeforeMs: after, yieldedBeforeMs: after, nowMs: after)
+            #expect(try await rows() == 2, "the last attempt's two keys")
         }
     }
 

@@ -14,6 +14,9 @@ import Testing
     .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
 )
 struct MigrationTests {
+    /// Every migration's version, oldest first, written out: a migration added, renamed or dropped is seen here.
+    static let versions = ["v1", "v2-nodes", "v3-media", "v4-admission", "v5-edits", "v6-search", "v7-invites"]
+
     static func store(_ location: PostgresLocation) -> PostgresStore {
         PostgresStore(location: location, logger: TestDatabase.logger)
     }
@@ -50,11 +53,11 @@ struct MigrationTests {
             // Exactly one node applied v1; the others waited for it and found it applied.
             #expect(
                 results.map(\.0).filter { !$0.isEmpty } == [
-                    ["v1", "v2-nodes", "v3-media", "v4-admission", "v5-edits", "v6-search"]
+                    Self.versions
                 ]
             )
             #expect(
-                results.allSatisfy { $0.1 == ["v1", "v2-nodes", "v3-media", "v4-admission", "v5-edits", "v6-search"] }
+                results.allSatisfy { $0.1 == Self.versions }
             )
             let tables = try await Self.tables(location)
             for table in [
@@ -132,7 +135,7 @@ struct MigrationTests {
             #expect(try await Self.tables(location).isEmpty)
             let again = Self.store(location)
             #expect(
-                try await again.migrate() == ["v1", "v2-nodes", "v3-media", "v4-admission", "v5-edits", "v6-search"]
+                try await again.migrate() == Self.versions
             )
         }
     }
@@ -160,7 +163,7 @@ struct MigrationTests {
             let (first, second) = try await store.withRunning {
                 (try await store.migrate(), try await store.migrate())
             }
-            #expect(first == ["v1", "v2-nodes", "v3-media", "v4-admission", "v5-edits", "v6-search"] && second == [])
+            #expect(first == Self.versions && second == [])
             try await TestDatabase.admin(location) { connection in
                 try await connection.run(
                     "INSERT INTO courier_migrations (version, applied_ms) VALUES ('v999', 0)",

@@ -170,6 +170,46 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     set {body = .search(newValue)}
   }
 
+  public var changePassword: Courier_V1_ChangePassword {
+    get {
+      if case .changePassword(let v)? = body {return v}
+      return Courier_V1_ChangePassword()
+    }
+    set {body = .changePassword(newValue)}
+  }
+
+  public var devices: Courier_V1_DevicesRequest {
+    get {
+      if case .devices(let v)? = body {return v}
+      return Courier_V1_DevicesRequest()
+    }
+    set {body = .devices(newValue)}
+  }
+
+  public var revokeDevice: Courier_V1_RevokeDevice {
+    get {
+      if case .revokeDevice(let v)? = body {return v}
+      return Courier_V1_RevokeDevice()
+    }
+    set {body = .revokeDevice(newValue)}
+  }
+
+  public var deleteAccount: Courier_V1_DeleteAccount {
+    get {
+      if case .deleteAccount(let v)? = body {return v}
+      return Courier_V1_DeleteAccount()
+    }
+    set {body = .deleteAccount(newValue)}
+  }
+
+  public var findUser: Courier_V1_FindUser {
+    get {
+      if case .findUser(let v)? = body {return v}
+      return Courier_V1_FindUser()
+    }
+    set {body = .findUser(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -189,6 +229,11 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     case react(Courier_V1_React)
     case versions(Courier_V1_VersionsRequest)
     case search(Courier_V1_SearchRequest)
+    case changePassword(Courier_V1_ChangePassword)
+    case devices(Courier_V1_DevicesRequest)
+    case revokeDevice(Courier_V1_RevokeDevice)
+    case deleteAccount(Courier_V1_DeleteAccount)
+    case findUser(Courier_V1_FindUser)
 
   }
 
@@ -317,6 +362,22 @@ public nonisolated struct Courier_V1_ServerEnvelope: Sendable {
     set {body = .search(newValue)}
   }
 
+  public var devices: Courier_V1_DeviceList {
+    get {
+      if case .devices(let v)? = body {return v}
+      return Courier_V1_DeviceList()
+    }
+    set {body = .devices(newValue)}
+  }
+
+  public var user: Courier_V1_UserCard {
+    get {
+      if case .user(let v)? = body {return v}
+      return Courier_V1_UserCard()
+    }
+    set {body = .user(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -334,6 +395,8 @@ public nonisolated struct Courier_V1_ServerEnvelope: Sendable {
     case fetchReady(Courier_V1_FetchReady)
     case versions(Courier_V1_Versions)
     case search(Courier_V1_SearchResults)
+    case devices(Courier_V1_DeviceList)
+    case user(Courier_V1_UserCard)
 
   }
 
@@ -363,6 +426,15 @@ public nonisolated struct Courier_V1_Hello: Sendable {
       return String()
     }
     set {credentials = .token(newValue)}
+  }
+
+  /// Makes an account and logs it in (its first device), where the server's registration is open or by invitation.
+  public var signUp: Courier_V1_SignUp {
+    get {
+      if case .signUp(let v)? = credentials {return v}
+      return Courier_V1_SignUp()
+    }
+    set {credentials = .signUp(newValue)}
   }
 
   /// A name for the device, shown in `courier` admin listings (at most 64 bytes). Used when a password login makes
@@ -397,6 +469,8 @@ public nonisolated struct Courier_V1_Hello: Sendable {
     case password(Courier_V1_Password)
     /// A session token from an earlier `Welcome`.
     case token(String)
+    /// Makes an account and logs it in (its first device), where the server's registration is open or by invitation.
+    case signUp(Courier_V1_SignUp)
 
   }
 
@@ -411,6 +485,26 @@ public nonisolated struct Courier_V1_Password: Sendable {
   public var user: String = String()
 
   public var password: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// A new user's name (the naming rule of user names), its password (at least 8 characters, at most 1,024 bytes), and
+/// the invitation's token (`courier invite create`) where the server takes new users by invitation. Refused with
+/// `registration-closed`, `invite-invalid`, `invite-expired`, `invite-used-up`, `weak-password`, `invalid-name`,
+/// `name-taken` or `throttled` (sign-ups per address and in all, in a window), each closing the connection.
+public nonisolated struct Courier_V1_SignUp: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var user: String = String()
+
+  public var password: String = String()
+
+  public var invite: String = String()
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1520,6 +1614,136 @@ public nonisolated struct Courier_V1_SearchResults: Sendable {
   public init() {}
 }
 
+/// Changes this user's password, given the present one (`wrong-password` otherwise, counted as a failed login of the
+/// user and the address). Every other device of the user is logged out (`token-revoked`) unless `keep_devices`.
+/// Answered with `done`.
+public nonisolated struct Courier_V1_ChangePassword: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var oldPassword: String = String()
+
+  public var newPassword: String = String()
+
+  public var keepDevices: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Lists this user's devices that are not revoked (expired ones included): the asking one first, then the others
+/// newest first, as many as fit the server's answer limit (`more` says some were left out). Answered with `devices`.
+public nonisolated struct Courier_V1_DevicesRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Courier_V1_DeviceList: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var devices: [Courier_V1_DeviceList.Device] = []
+
+  public var more: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public nonisolated struct Device: Sendable {
+    // SwiftProtobuf.Message conformance is added in an extension below. See the
+    // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+    // methods supported on all messages.
+
+    public var id: UInt64 = 0
+
+    public var name: String = String()
+
+    public var createdMs: Int64 = 0
+
+    public var expiresMs: Int64 = 0
+
+    /// When its last connection ended (0: never, or it is connected now).
+    public var lastSeenMs: Int64 = 0
+
+    /// While a server holds a connection of it: since when (0 otherwise).
+    public var connectedSinceMs: Int64 = 0
+
+    /// The device of the connection that asked.
+    public var current: Bool = false
+
+    public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+    public init() {}
+  }
+
+  public init() {}
+}
+
+/// Logs out one of this user's devices (`id` from `devices`): its token stops working and its connections close.
+/// Answered with `done`; the device asking may name itself (as `Logout` does, without closing this connection
+/// first: it closes with the others).
+public nonisolated struct Courier_V1_RevokeDevice: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var id: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Deletes this user's account, given its password (`wrong-password` otherwise). Every device is logged out and the
+/// user leaves every group; its messages stay in the history of those it wrote to, under its name, which is never
+/// given to anyone again. Answered with `done`, then the connection closes (`token-revoked`).
+public nonisolated struct Courier_V1_DeleteAccount: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var password: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Finds a user by its exact name (without regard to case); there is no listing of users. At most
+/// `max_lookups_per_user` a window (and per address), `rate-limited` past it. Answered with `user`, or
+/// `unknown-user`.
+public nonisolated struct Courier_V1_FindUser: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var name: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Courier_V1_UserCard: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The name as its user spelled it.
+  public var name: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 /// Unread counts, most recently active conversations first, a page at a time: the server answers as many entries
 /// as fit its answer limit from `offset` on, with `more` and the `next_offset` to ask from.
 public nonisolated struct Courier_V1_UnreadRequest: Sendable {
@@ -1859,7 +2083,7 @@ fileprivate nonisolated let _protobuf_package = "courier.v1"
 
 nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ClientEnvelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0\u{1}upload\0\u{1}fetch\0\u{1}edit\0\u{1}react\0\u{1}versions\0\u{1}search\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0\u{1}upload\0\u{1}fetch\0\u{1}edit\0\u{1}react\0\u{1}versions\0\u{1}search\0\u{3}change_password\0\u{1}devices\0\u{3}revoke_device\0\u{3}delete_account\0\u{3}find_user\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2076,6 +2300,71 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
           self.body = .search(v)
         }
       }()
+      case 18: try {
+        var v: Courier_V1_ChangePassword?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .changePassword(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .changePassword(v)
+        }
+      }()
+      case 19: try {
+        var v: Courier_V1_DevicesRequest?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .devices(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .devices(v)
+        }
+      }()
+      case 20: try {
+        var v: Courier_V1_RevokeDevice?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .revokeDevice(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .revokeDevice(v)
+        }
+      }()
+      case 21: try {
+        var v: Courier_V1_DeleteAccount?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .deleteAccount(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .deleteAccount(v)
+        }
+      }()
+      case 22: try {
+        var v: Courier_V1_FindUser?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .findUser(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .findUser(v)
+        }
+      }()
       default: break
       }
     }
@@ -2154,6 +2443,26 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
       guard case .search(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 17)
     }()
+    case .changePassword?: try {
+      guard case .changePassword(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 18)
+    }()
+    case .devices?: try {
+      guard case .devices(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 19)
+    }()
+    case .revokeDevice?: try {
+      guard case .revokeDevice(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 20)
+    }()
+    case .deleteAccount?: try {
+      guard case .deleteAccount(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 21)
+    }()
+    case .findUser?: try {
+      guard case .findUser(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 22)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -2169,7 +2478,7 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
 
 nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ServerEnvelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}welcome\0\u{3}send_ack\0\u{1}error\0\u{1}events\0\u{1}history\0\u{1}unread\0\u{1}typing\0\u{1}presence\0\u{1}done\0\u{3}upload_ready\0\u{3}upload_done\0\u{3}fetch_ready\0\u{1}versions\0\u{1}search\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}welcome\0\u{3}send_ack\0\u{1}error\0\u{1}events\0\u{1}history\0\u{1}unread\0\u{1}typing\0\u{1}presence\0\u{1}done\0\u{3}upload_ready\0\u{3}upload_done\0\u{3}fetch_ready\0\u{1}versions\0\u{1}search\0\u{1}devices\0\u{1}user\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2360,6 +2669,32 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
           self.body = .search(v)
         }
       }()
+      case 16: try {
+        var v: Courier_V1_DeviceList?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .devices(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .devices(v)
+        }
+      }()
+      case 17: try {
+        var v: Courier_V1_UserCard?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .user(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .user(v)
+        }
+      }()
       default: break
       }
     }
@@ -2430,6 +2765,14 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
       guard case .search(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 15)
     }()
+    case .devices?: try {
+      guard case .devices(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 16)
+    }()
+    case .user?: try {
+      guard case .user(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 17)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -2445,7 +2788,7 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
 
 nonisolated extension Courier_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Hello"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}password\0\u{1}token\0\u{3}device_name\0\u{1}cursor\0\u{1}resume\0\u{1}ephemeral\0\u{3}acked_on_write\0\u{3}no_events\0\u{3}renew_token\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}password\0\u{1}token\0\u{3}device_name\0\u{1}cursor\0\u{1}resume\0\u{1}ephemeral\0\u{3}acked_on_write\0\u{3}no_events\0\u{3}renew_token\0\u{3}sign_up\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2481,6 +2824,19 @@ nonisolated extension Courier_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Me
       case 7: try { try decoder.decodeSingularBoolField(value: &self.ackedOnWrite) }()
       case 8: try { try decoder.decodeSingularBoolField(value: &self.noEvents) }()
       case 9: try { try decoder.decodeSingularStringField(value: &self.renewToken) }()
+      case 10: try {
+        var v: Courier_V1_SignUp?
+        var hadOneofValue = false
+        if let current = self.credentials {
+          hadOneofValue = true
+          if case .signUp(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.credentials = .signUp(v)
+        }
+      }()
       default: break
       }
     }
@@ -2500,7 +2856,7 @@ nonisolated extension Courier_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Me
       guard case .token(let v)? = self.credentials else { preconditionFailure() }
       try visitor.visitSingularStringField(value: v, fieldNumber: 2)
     }()
-    case nil: break
+    default: break
     }
     if !self.deviceName.isEmpty {
       try visitor.visitSingularStringField(value: self.deviceName, fieldNumber: 3)
@@ -2523,6 +2879,9 @@ nonisolated extension Courier_V1_Hello: SwiftProtobuf.Message, SwiftProtobuf._Me
     if !self.renewToken.isEmpty {
       try visitor.visitSingularStringField(value: self.renewToken, fieldNumber: 9)
     }
+    try { if case .signUp(let v)? = self.credentials {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2570,6 +2929,46 @@ nonisolated extension Courier_V1_Password: SwiftProtobuf.Message, SwiftProtobuf.
   public static func ==(lhs: Courier_V1_Password, rhs: Courier_V1_Password) -> Bool {
     if lhs.user != rhs.user {return false}
     if lhs.password != rhs.password {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_SignUp: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SignUp"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}user\0\u{1}password\0\u{1}invite\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.user) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.password) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.invite) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.user.isEmpty {
+      try visitor.visitSingularStringField(value: self.user, fieldNumber: 1)
+    }
+    if !self.password.isEmpty {
+      try visitor.visitSingularStringField(value: self.password, fieldNumber: 2)
+    }
+    if !self.invite.isEmpty {
+      try visitor.visitSingularStringField(value: self.invite, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_SignUp, rhs: Courier_V1_SignUp) -> Bool {
+    if lhs.user != rhs.user {return false}
+    if lhs.password != rhs.password {return false}
+    if lhs.invite != rhs.invite {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -4295,6 +4694,280 @@ nonisolated extension Courier_V1_SearchResults.Mark: SwiftProtobuf.Message, Swif
   public static func ==(lhs: Courier_V1_SearchResults.Mark, rhs: Courier_V1_SearchResults.Mark) -> Bool {
     if lhs.start != rhs.start {return false}
     if lhs.length != rhs.length {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_ChangePassword: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ChangePassword"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}old_password\0\u{3}new_password\0\u{3}keep_devices\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.oldPassword) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.newPassword) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.keepDevices) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.oldPassword.isEmpty {
+      try visitor.visitSingularStringField(value: self.oldPassword, fieldNumber: 1)
+    }
+    if !self.newPassword.isEmpty {
+      try visitor.visitSingularStringField(value: self.newPassword, fieldNumber: 2)
+    }
+    if self.keepDevices != false {
+      try visitor.visitSingularBoolField(value: self.keepDevices, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_ChangePassword, rhs: Courier_V1_ChangePassword) -> Bool {
+    if lhs.oldPassword != rhs.oldPassword {return false}
+    if lhs.newPassword != rhs.newPassword {return false}
+    if lhs.keepDevices != rhs.keepDevices {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_DevicesRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".DevicesRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_DevicesRequest, rhs: Courier_V1_DevicesRequest) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_DeviceList: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".DeviceList"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}devices\0\u{1}more\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.devices) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.more) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.devices.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.devices, fieldNumber: 1)
+    }
+    if self.more != false {
+      try visitor.visitSingularBoolField(value: self.more, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_DeviceList, rhs: Courier_V1_DeviceList) -> Bool {
+    if lhs.devices != rhs.devices {return false}
+    if lhs.more != rhs.more {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_DeviceList.Device: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = Courier_V1_DeviceList.protoMessageName + ".Device"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}name\0\u{3}created_ms\0\u{3}expires_ms\0\u{3}last_seen_ms\0\u{3}connected_since_ms\0\u{1}current\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.id) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.name) }()
+      case 3: try { try decoder.decodeSingularInt64Field(value: &self.createdMs) }()
+      case 4: try { try decoder.decodeSingularInt64Field(value: &self.expiresMs) }()
+      case 5: try { try decoder.decodeSingularInt64Field(value: &self.lastSeenMs) }()
+      case 6: try { try decoder.decodeSingularInt64Field(value: &self.connectedSinceMs) }()
+      case 7: try { try decoder.decodeSingularBoolField(value: &self.current) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.id != 0 {
+      try visitor.visitSingularUInt64Field(value: self.id, fieldNumber: 1)
+    }
+    if !self.name.isEmpty {
+      try visitor.visitSingularStringField(value: self.name, fieldNumber: 2)
+    }
+    if self.createdMs != 0 {
+      try visitor.visitSingularInt64Field(value: self.createdMs, fieldNumber: 3)
+    }
+    if self.expiresMs != 0 {
+      try visitor.visitSingularInt64Field(value: self.expiresMs, fieldNumber: 4)
+    }
+    if self.lastSeenMs != 0 {
+      try visitor.visitSingularInt64Field(value: self.lastSeenMs, fieldNumber: 5)
+    }
+    if self.connectedSinceMs != 0 {
+      try visitor.visitSingularInt64Field(value: self.connectedSinceMs, fieldNumber: 6)
+    }
+    if self.current != false {
+      try visitor.visitSingularBoolField(value: self.current, fieldNumber: 7)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_DeviceList.Device, rhs: Courier_V1_DeviceList.Device) -> Bool {
+    if lhs.id != rhs.id {return false}
+    if lhs.name != rhs.name {return false}
+    if lhs.createdMs != rhs.createdMs {return false}
+    if lhs.expiresMs != rhs.expiresMs {return false}
+    if lhs.lastSeenMs != rhs.lastSeenMs {return false}
+    if lhs.connectedSinceMs != rhs.connectedSinceMs {return false}
+    if lhs.current != rhs.current {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_RevokeDevice: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RevokeDevice"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.id) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.id != 0 {
+      try visitor.visitSingularUInt64Field(value: self.id, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_RevokeDevice, rhs: Courier_V1_RevokeDevice) -> Bool {
+    if lhs.id != rhs.id {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_DeleteAccount: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".DeleteAccount"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}password\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.password) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.password.isEmpty {
+      try visitor.visitSingularStringField(value: self.password, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_DeleteAccount, rhs: Courier_V1_DeleteAccount) -> Bool {
+    if lhs.password != rhs.password {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_FindUser: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".FindUser"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}name\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.name) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.name.isEmpty {
+      try visitor.visitSingularStringField(value: self.name, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_FindUser, rhs: Courier_V1_FindUser) -> Bool {
+    if lhs.name != rhs.name {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_UserCard: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".UserCard"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}name\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.name) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.name.isEmpty {
+      try visitor.visitSingularStringField(value: self.name, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_UserCard, rhs: Courier_V1_UserCard) -> Bool {
+    if lhs.name != rhs.name {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

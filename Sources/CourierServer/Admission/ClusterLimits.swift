@@ -11,6 +11,9 @@ import Synchronization
 final class ClusterLimits: Sendable {
     let admission: (any ClusterAdmission)?
     let loginLimits: LoginLimits
+    /// The sign-up limits, counted with the password attempts: every sign-up under one key, and under its address's
+    /// own (``admitSignUp(address:)``).
+    let signUpLimits: LoginLimits
     private let hub: Hub
     private let cluster: ServerConfiguration.Cluster
     private let pollInterval: Duration
@@ -32,6 +35,7 @@ final class ClusterLimits: Sendable {
     init(
         admission: (any ClusterAdmission)?,
         limits: ServerConfiguration.Limits,
+        accounts: ServerConfiguration.Accounts,
         cluster: ServerConfiguration.Cluster,
         hub: Hub,
         logger: Logger
@@ -41,6 +45,12 @@ final class ClusterLimits: Sendable {
             perUser: limits.maxFailedLoginsPerUser,
             perAddress: limits.maxFailedLoginsPerAddress,
             window: limits.loginWindow,
+            inFlightLifetime: cluster.loginInFlightLifetime
+        )
+        self.signUpLimits = LoginLimits(
+            perUser: accounts.maxSignUpsInAll,
+            perAddress: accounts.maxSignUpsPerAddress,
+            window: accounts.signUpWindow,
             inFlightLifetime: cluster.loginInFlightLifetime
         )
         self.hub = hub
@@ -56,6 +66,17 @@ final class ClusterLimits: Sendable {
             user: LoginLimits.userKey(user),
             address: address,
             limits: self.loginLimits,
+            nowMs: SessionContext.nowMs()
+        )
+    }
+
+    /// Checks a sign-up against every node's sign-ups, in all and from its address, and counts it in flight: nil on
+    /// a single node. Finish it with ``finish(_:failed:)``, `failed` true: every sign-up counts.
+    func admitSignUp(address: String) async throws -> PasswordAdmission? {
+        guard let admission else { return nil }
+        return try await admission.admitSignUp(
+            address: address,
+            limits: self.signUpLimits,
             nowMs: SessionContext.nowMs()
         )
     }
@@ -141,9 +162,11 @@ final class ClusterLimits: Sendable {
                 if ContinuousClock.now - lastPrune >= .seconds(60) {
                     let now = SessionContext.nowMs()
                     let window = max(self.loginLimits.window, self.loginLimits.inFlightLifetime)
+                    let signUpWindow = max(self.signUpLimits.window, self.signUpLimits.inFlightLifetime)
                     // A dead node's yielded connections are kept ten lifetimes: back within that, it closes them.
                     try await admission.prune(
                         attemptsBeforeMs: now - window.wholeMilliseconds,
+                        signUpsBeforeMs: now - signUpWindow.wholeMilliseconds,
                         yieldedBeforeMs: now - 10 * self.cluster.nodeLifetime.wholeMilliseconds,
                         nowMs: now
                     )

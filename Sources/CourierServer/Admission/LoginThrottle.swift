@@ -14,6 +14,12 @@ final class LoginThrottle: Sendable {
         )
     }
 
+    /// A throttle of other attempts that each count, such as sign-ups: `perUser` under each "user" key, `perAddress`
+    /// under each address.
+    init(perUser: Int, perAddress: Int, window: Duration) {
+        self.gate = Mutex(LoginGate(perUser: perUser, perAddress: perAddress, window: window))
+    }
+
     func admit(user: String?, address: String) -> LoginGate.Admission {
         self.gate.withLock { $0.admit(user: user, address: address, now: .now) }
     }

@@ -33,6 +33,40 @@ public struct ServerConfiguration: Sendable {
     public var commit: CommitQueue.Configuration = .init()
     /// For a node sharing its database with others.
     public var cluster: Cluster = .init()
+    /// Who may make an account, and how often; how often users may look others up.
+    public var accounts: Accounts = .init()
+
+    /// Who may make an account (`SignUp` in a `hello`), and the limits on signing up and on finding users.
+    public struct Accounts: Sendable {
+        /// Who may sign up.
+        public enum Registration: String, Sendable, CaseIterable {
+            /// Nobody: accounts are made by the administrator (`courier user add`).
+            case closed
+            /// Whoever holds an invitation (`courier invite create`).
+            case invite
+            /// Anyone, within the limits below.
+            case open
+        }
+
+        public var registration: Registration = .closed
+        /// Sign-ups from one client address (an IPv4 address, or an IPv6 /64) within `signUpWindow`, those under
+        /// way counted, before more are refused with `throttled` (before any password is hashed). Every sign-up
+        /// counts, the ones that made an account too.
+        public var maxSignUpsPerAddress: Int = 5
+        /// Sign-ups from all addresses together within `signUpWindow`, on every node sharing the database.
+        public var maxSignUpsInAll: Int = 200
+        /// The window the sign-up counts cover.
+        public var signUpWindow: Duration = .seconds(3600)
+        /// Users one user may look up by name (`FindUser`) within `lookupWindow`; more are refused with
+        /// `rate-limited`. Counted on each node.
+        public var maxLookupsPerUser: Int = 30
+        /// The same for one client address, whoever is logged in there.
+        public var maxLookupsPerAddress: Int = 120
+        /// The window the lookup counts cover.
+        public var lookupWindow: Duration = .seconds(60)
+
+        public init() {}
+    }
 
     /// The settings of a node that shares its database with other nodes (``CourierServer/init(configuration:store:feed:version:logger:)``).
     public struct Cluster: Sendable {

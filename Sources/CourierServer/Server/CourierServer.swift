@@ -133,6 +133,7 @@ public final class CourierServer: Service, Sendable {
         self.cluster = ClusterLimits(
             admission: store.clusterAdmission,
             limits: configuration.limits,
+            accounts: configuration.accounts,
             cluster: configuration.cluster,
             hub: hub,
             logger: logger

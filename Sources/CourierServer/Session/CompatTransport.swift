@@ -308,7 +308,8 @@ final class CompatTransport: SessionTransport {
             var fields: [String: JSONValue] = ["request": .string(request.type)]
             if !request.id.isEmpty { fields["id"] = .string(request.id) }
             return [CompatFrame(type: "done", payload: empty, fields: fields)]
-        case .uploadReady, .uploadDone, .fetchReady, .events, .history, .unread, .versions, .search, nil:
+        case .uploadReady, .uploadDone, .fetchReady, .events, .history, .unread, .versions, .search, .devices, .user,
+            nil:
             return []
         }
     }

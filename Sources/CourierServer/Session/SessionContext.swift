@@ -20,6 +20,14 @@ final class SessionContext: Sendable {
     let metrics: ServerMetrics
     let media: MediaService
     let logins: LoginThrottle
+    /// Sign-ups on this node: every one counts, all of them under one key (``signUpsKey``) and each address's under
+    /// its own.
+    let signUps: LoginThrottle
+    /// Sign-ups refused for their invitation, per address: counted apart from ``signUps``, so that guesses at
+    /// invitations never use the sign-ups every address shares.
+    let badInvites: LoginThrottle
+    /// Users looked up by name, per user and per address.
+    let lookups: LoginThrottle
     /// The limits that hold across the nodes sharing the database (no-ops on a single node).
     let cluster: ClusterLimits
     /// The clock of the sessions' deadlines and rates, and of the fan-out budgets.
@@ -76,6 +84,7 @@ final class SessionContext: Sendable {
             ?? ClusterLimits(
                 admission: nil,
                 limits: configuration.limits,
+                accounts: configuration.accounts,
                 cluster: configuration.cluster,
                 hub: hub,
                 logger: logger
@@ -95,6 +104,22 @@ final class SessionContext: Sendable {
         )
         self.deadlines = LoopDeadlinesTable(resolution: configuration.limits.deadlineResolution, clock: clock)
         self.logins = logins
+        let accounts = configuration.accounts
+        self.signUps = LoginThrottle(
+            perUser: accounts.maxSignUpsInAll,
+            perAddress: accounts.maxSignUpsPerAddress,
+            window: accounts.signUpWindow
+        )
+        self.badInvites = LoginThrottle(
+            perUser: 1,
+            perAddress: accounts.maxSignUpsPerAddress,
+            window: accounts.signUpWindow
+        )
+        self.lookups = LoginThrottle(
+            perUser: accounts.maxLookupsPerUser,
+            perAddress: accounts.maxLookupsPerAddress,
+            window: accounts.lookupWindow
+        )
         self.media = media
         self.configuration = configuration
         self.store = store

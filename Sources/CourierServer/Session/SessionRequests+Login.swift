@@ -14,53 +14,54 @@ extension SessionRequests {
             case .password(let password)?: password.user
             default: nil
             }
-        let shown = userName.map(Self.printable) ?? "(token)"
-        // Checked and counted in one step, before any password is hashed.
-        let ticket: LoginGate.Ticket
-        switch self.context.logins.admit(user: userName, address: self.addressKey) {
-        case .throttled(let wait):
-            self.logger.notice("login throttled", metadata: ["user": "\(shown)"])
-            return try await self.throttled(requestID, "too many failed logins; retry later", retryAfter: wait, writer)
-        case .admitted(let admitted):
-            ticket = admitted
-        }
-        // And against every node's attempts, where nodes share the database: still before any hashing.
-        var attempt: PasswordAttempt?
-        if let userName {
-            do {
-                switch try await self.context.cluster.admitPassword(user: userName, address: self.addressKey) {
-                case .throttled(let wait)?:
-                    self.context.logins.finish(ticket, failed: false)
-                    self.logger.notice("login throttled across nodes", metadata: ["user": "\(shown)"])
-                    return try await self.throttled(
-                        requestID,
-                        "too many failed logins; retry later",
-                        retryAfter: wait,
-                        writer
-                    )
-                case .admitted(let admitted)?:
-                    attempt = admitted
-                case nil:
-                    break
-                }
-            } catch {
-                self.context.logins.finish(ticket, failed: false)
-                return try await self.storageFailed(
-                    requestID,
-                    "the login could not be checked; try again later",
-                    writer
+        let shown =
+            switch hello.credentials {
+            case .password(let password)?: Self.printable(password.user)
+            case .signUp(let signUp)?: Self.printable(signUp.user) + " (signing up)"
+            default: "(token)"
+            }
+        let gate: AttemptGate
+        if case .signUp? = hello.credentials {
+            if self.context.configuration.accounts.registration == .closed {
+                self.logger.notice("sign-up refused: registration is closed", metadata: ["user": "\(shown)"])
+                return .close(
+                    code: ErrorCodes.registrationClosed,
+                    message: "this server does not take sign-ups: ask its administrator for an account"
                 )
             }
+            if let refusal = try await self.checkInvitation(hello, requestID: requestID, writer: writer) {
+                return refusal
+            }
+            gate = .signUp
+        } else {
+            gate = .login(user: userName)
         }
-        let result = await self.check(hello)
-        let failed = if case .failure(let error) = result { error.code == .authFailed } else { false }
-        self.context.logins.finish(ticket, failed: failed)
-        if let attempt {
-            // Not cancelled with the login (its client may have left): the attempt's end is counted all the same.
-            let cluster = self.context.cluster
-            await Task { await cluster.finish(attempt, failed: failed) }.value
+        let result: Result<DeviceSession, CourierStoreError>
+        let counts: (Result<DeviceSession, CourierStoreError>) -> Bool = { result in
+            // A sign-up always counts; a login when it failed on its credentials.
+            if case .failure(let error) = result {
+                gate == .signUp || error.code == .authFailed
+            } else {
+                gate == .signUp
+            }
         }
-        if userName != nil, failed || (try? result.get()) != nil { self.context.metrics.passwordChecks.increment() }
+        switch await self.limited(gate, counts: counts, { await self.check(hello) }) {
+        case .throttled(let wait):
+            let what = gate == .signUp ? "too many sign-ups" : "too many failed logins"
+            self.logger.notice("login throttled", metadata: ["user": "\(shown)"])
+            return try await self.throttled(requestID, "\(what); retry later", retryAfter: wait, writer)
+        case .unchecked:
+            return try await self.storageFailed(requestID, "the login could not be checked; try again later", writer)
+        case .checked(let checked):
+            result = checked
+        }
+        // A password hashed or checked: a login's that succeeded or failed on it, a sign-up that made an account.
+        let hashed =
+            switch result {
+            case .success: userName != nil || gate == .signUp
+            case .failure(let error): userName != nil && error.code == .authFailed
+            }
+        if hashed { self.context.metrics.passwordChecks.increment() }
 
         let deviceSession: DeviceSession
         switch result {
@@ -113,6 +114,108 @@ extension SessionRequests {
             latest: latest,
             ackedOnWrite: hello.ackedOnWrite
         )
+    }
+
+    /// Where new users come by invitation: a sign-up's invitation is looked up first (no hash), a bad one refused and
+    /// counted against its address alone, before the sign-up counts against the limits every address shares: who
+    /// guesses at invitations cannot use up the sign-ups of those who hold one. Nil: go on.
+    private func checkInvitation(
+        _ hello: Courier_V1_Hello,
+        requestID: UInt64,
+        writer: SessionWriter<Transport>
+    ) async throws -> SessionStateMachine.WorkEnd? {
+        guard self.context.configuration.accounts.registration == .invite, case .signUp(let signUp)? = hello.credentials
+        else { return nil }
+        let ticket: LoginGate.Ticket
+        switch self.context.badInvites.admit(user: nil, address: self.addressKey) {
+        case .throttled(let wait):
+            self.logger.notice("sign-up throttled: too many bad invitations from the address")
+            return try await self.throttled(requestID, "too many sign-ups; retry later", retryAfter: wait, writer)
+        case .admitted(let admitted):
+            ticket = admitted
+        }
+        do {
+            try await self.context.store.checkInvite(
+                signUp.invite.isEmpty ? nil : signUp.invite,
+                nowMs: SessionContext.nowMs()
+            )
+            self.context.badInvites.finish(ticket, failed: false)
+            return nil
+        } catch let error as CourierStoreError where error.code != .storageFailed {
+            self.context.badInvites.finish(ticket, failed: true)
+            self.logger.notice("sign-up refused", metadata: ["code": "\(error.code)"])
+            return .close(code: "\(error.code)", message: error.message)
+        } catch {
+            self.context.badInvites.finish(ticket, failed: false)
+            return try await self.storageFailed(requestID, "the sign-up could not be checked; try again later", writer)
+        }
+    }
+
+    /// Which limits an attempt counts against: a login's (a password's under its user name and its address; a
+    /// token's under its address's failed tokens), or a sign-up's (every one, in all and per address).
+    enum AttemptGate: Equatable {
+        case login(user: String?)
+        case signUp
+    }
+
+    enum Limited<T: Sendable>: Sendable {
+        /// Refused before any work: the client may try again after this long.
+        case throttled(Duration)
+        /// The count across nodes could not be asked: nothing was done.
+        case unchecked
+        case checked(Result<T, CourierStoreError>)
+    }
+
+    /// Runs a check that hashes or verifies a password under the limits of its gate, on this node and then on
+    /// every node sharing the database: the attempt is admitted and counted in flight in one step, before any
+    /// work, and counted for the window (as a failed login is) when `counts` says so.
+    func limited<T: Sendable>(
+        _ gate: AttemptGate,
+        counts: (Result<T, CourierStoreError>) -> Bool,
+        _ body: () async -> Result<T, CourierStoreError>
+    ) async -> Limited<T> {
+        let throttle: LoginThrottle
+        let key: String?
+        switch gate {
+        case .login(let user): (throttle, key) = (self.context.logins, user)
+        case .signUp: (throttle, key) = (self.context.signUps, "*")
+        }
+        let ticket: LoginGate.Ticket
+        switch throttle.admit(user: key, address: self.addressKey) {
+        case .throttled(let wait): return .throttled(wait)
+        case .admitted(let admitted): ticket = admitted
+        }
+        var attempt: PasswordAttempt?
+        do {
+            let admission: PasswordAdmission? =
+                switch gate {
+                case .login(let user?):
+                    try await self.context.cluster.admitPassword(user: user, address: self.addressKey)
+                case .login(nil): nil
+                case .signUp: try await self.context.cluster.admitSignUp(address: self.addressKey)
+                }
+            switch admission {
+            case .throttled(let wait)?:
+                throttle.finish(ticket, failed: false)
+                return .throttled(wait)
+            case .admitted(let admitted)?:
+                attempt = admitted
+            case nil:
+                break
+            }
+        } catch {
+            throttle.finish(ticket, failed: false)
+            return .unchecked
+        }
+        let result = await body()
+        let counted = counts(result)
+        throttle.finish(ticket, failed: counted)
+        if let attempt {
+            // Not cancelled with the request (its client may have left): the attempt's end is counted all the same.
+            let cluster = self.context.cluster
+            await Task { await cluster.finish(attempt, failed: counted) }.value
+        }
+        return .checked(result)
     }
 
     /// Tells the client to retry later, then closes.
@@ -169,6 +272,18 @@ extension SessionRequests {
                 )
             case .token(let token)?:
                 return .success(try await store.authenticate(token: token, nowMs: now))
+            case .signUp(let signUp)?:
+                let deviceName = Self.prefix(hello.deviceName, maxBytes: store.limits.maxDeviceNameBytes)
+                return .success(
+                    try await store.signUp(
+                        user: signUp.user,
+                        password: signUp.password,
+                        invite: signUp.invite,
+                        requiresInvite: self.context.configuration.accounts.registration == .invite,
+                        deviceName: deviceName.isEmpty ? "device" : deviceName,
+                        nowMs: now
+                    )
+                )
             case nil:
                 return .failure(CourierStoreError(.authFailed, "no credentials"))
             }

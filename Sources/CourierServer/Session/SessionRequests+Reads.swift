@@ -129,6 +129,13 @@ extension SessionRequests {
                     reply.search.more = page.more
                     reply.search.next = page.next
                 }
+            case .changePassword, .devices, .revokeDevice, .deleteAccount, .findUser:
+                let (answer, end) = try await self.ownAccount(request, requestID: requestID, session: deviceSession)
+                if let end {
+                    try await writer.write(answer)
+                    return end
+                }
+                reply = answer
             case .logout:
                 try await self.context.store.revokeDevice(
                     deviceSession.device.id,
@@ -173,7 +180,13 @@ extension SessionRequests {
             )
         } catch let refusal as SessionRefusal {
             self.context.metrics.refusals.increment()
-            reply = self.errorEnvelope(requestID, code: refusal.code, message: refusal.message, id: "")
+            reply = self.errorEnvelope(
+                requestID,
+                code: refusal.code,
+                message: refusal.message,
+                id: "",
+                retryAfter: refusal.retryAfter
+            )
         }
         try await writer.write(reply)
         return .goOn

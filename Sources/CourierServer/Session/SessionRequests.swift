@@ -69,9 +69,12 @@ struct SessionRequests<Transport: SessionTransport>: Sendable {
 struct SessionRefusal: Error {
     var code: String
     var message: String
+    /// When the client may try again (`retry_after_ms`), for a refusal of the rate.
+    var retryAfter: Duration?
 
-    init(_ code: String, _ message: String) {
+    init(_ code: String, _ message: String, retryAfter: Duration? = nil) {
         self.code = code
         self.message = message
+        self.retryAfter = retryAfter
     }
 }

@@ -23,6 +23,13 @@ extension SessionStateMachine {
         case versions(MessageName)
         /// A page of search results.
         case search(String, in: Conversation?, before: UInt64, limit: Int)
+        /// The user's own account: its password, its devices, its deletion.
+        case changePassword(old: String, new: String, keepDevices: Bool)
+        case devices
+        case revokeDevice(DeviceID)
+        case deleteAccount(password: String)
+        /// A user by exact name.
+        case findUser(String)
     }
 
     /// What an envelope of the active session asks (a send may take from the rate bucket).
@@ -179,6 +186,28 @@ extension SessionStateMachine {
             return .request(.manageGroup(manage), requestID: requestID)
         case .logout:
             return .request(.logout, requestID: requestID)
+        case .changePassword(let change):
+            return .request(
+                .changePassword(old: change.oldPassword, new: change.newPassword, keepDevices: change.keepDevices),
+                requestID: requestID
+            )
+        case .devices:
+            return .request(.devices, requestID: requestID)
+        case .revokeDevice(let revoke):
+            guard let id = Int64(exactly: revoke.id), id > 0 else {
+                return .refuse(
+                    requestID: requestID,
+                    code: ErrorCodes.invalidRequest,
+                    message: "revoke_device names a device by its id",
+                    id: "",
+                    retryAfter: nil
+                )
+            }
+            return .request(.revokeDevice(DeviceID(rawValue: id)), requestID: requestID)
+        case .deleteAccount(let delete):
+            return .request(.deleteAccount(password: delete.password), requestID: requestID)
+        case .findUser(let find):
+            return .request(.findUser(find.name), requestID: requestID)
         case .upload(let upload):
             if let refusal = Self.validate(digest: upload.sha256, stream: upload.streamID, requestID: requestID) {
                 return refusal

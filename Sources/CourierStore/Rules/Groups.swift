@@ -105,6 +105,15 @@ extension StoreBackend {
     ///
     /// - Throws: `unknown-user`, `storage-failed`.
     public func removeUser(named name: String, nowMs: Int64) async throws {
+        try await self.removeUser(named: name, nowMs: nowMs) { _ in }
+    }
+
+    /// Removes a user, once `check` (run with the user's row locked, before anything is removed) lets it.
+    func removeUser(
+        named name: String,
+        nowMs: Int64,
+        check: @escaping @Sendable (Transaction) async throws -> Void
+    ) async throws {
         try await self.transaction(doing: "remove user \(name)") { transaction in
             let user = try await Self.activeUser(named: name, transaction)
             var log = LogWrites()
@@ -130,6 +139,7 @@ extension StoreBackend {
                 }
                 handled.formUnion(groups.map(\.id))
             }
+            try await check(transaction)
             try await transaction.writeLog(log)
             let revoked = try await transaction.revokeDevices(nil, of: user.id, nowMs: nowMs)
             try await transaction.markRemoved(user.id, nowMs: nowMs)

@@ -44,6 +44,11 @@ extension StoreBackend {
             // Its row locked (before any device's, the order of the group commit) while its devices are counted:
             // two logins at once cannot both take the last place.
             _ = try await transaction.lockUsers([current.id])
+            // The password checked is still the user's: a login that checked the one a change replaced meanwhile
+            // makes no device (the change logged the others out).
+            guard try await transaction.passwordHash(of: current.id) == candidate?.1 else {
+                throw CourierStoreError(.authFailed, "wrong user name or password")
+            }
             let usable = { try await transaction.usableDevices(of: current.id, nowMs: nowMs) }
             let full = { (count: Int) in
                 CourierStoreError(
@@ -76,27 +81,13 @@ extension StoreBackend {
             // expired), so that logins, a thief's among them, cannot fill the store with devices.
             let count = try await usable()
             guard count < self.limits.maxDevicesPerUser else { throw full(count) }
-            let cursor = try await transaction.logCursor(of: current.id)
-            let id = try await transaction.insertDevice(
-                NewDevice(
-                    user: current.id,
-                    name: deviceName,
-                    tokenHash: tokenHash,
-                    createdMs: nowMs,
-                    expiresMs: expiresMs,
-                    ackedCursor: cursor
-                )
-            )
-            let device = Device(
-                id: id,
-                userID: current.id,
-                userName: current.name,
-                name: deviceName,
-                createdMs: nowMs,
+            let device = try await Self.addDevice(
+                of: current,
+                named: deviceName,
+                tokenHash: tokenHash,
                 expiresMs: expiresMs,
-                revokedMs: nil,
-                lastSeenMs: nil,
-                ackedCursor: UInt64(cursor)
+                nowMs: nowMs,
+                transaction
             )
             return (device, false)
         }

@@ -51,6 +51,23 @@ package protocol StoreTransaction: Sendable {
     /// The newest cursor of a user's event log.
     func logCursor(of user: UserID) async throws -> Int64
 
+    // MARK: Invitations
+
+    /// Adds an invitation, keeping its token's SHA-256.
+    ///
+    /// - Returns: Its id.
+    func insertInvite(tokenHash: [UInt8], maxUses: Int, expiresMs: Int64?, nowMs: Int64) async throws -> Int64
+    /// The invitation whose token has this digest, or nil.
+    func invite(holding tokenHash: [UInt8], locking: Bool) async throws -> Invite?
+    /// Every invitation, oldest first.
+    func invites() async throws -> [Invite]
+    /// Counts one more use of an invitation.
+    func useInvite(_ id: Int64) async throws
+    /// Revokes an invitation that is not revoked yet.
+    ///
+    /// - Returns: Whether one was.
+    func revokeInvite(_ id: Int64, nowMs: Int64) async throws -> Bool
+
     // MARK: Devices
 
     /// A user's devices, revoked ones included, oldest first.

@@ -1,0 +1,87 @@
+import ArgumentParser
+import CourierStore
+import Foundation
+
+/// `courier invite`: invitations to sign up, for a server run with `--registration invite`.
+struct InviteCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "invite",
+        abstract: "Make, list and revoke invitations to sign up, in a data folder or a PostgreSQL database.",
+        discussion: """
+            A server run with `--registration invite` takes a new user who holds an invitation's token \
+            (`courier signup --invite TOKEN`). The token is printed once, when it is made: the store keeps only \
+            its SHA-256, so a lost one cannot be shown again (revoke it and make another).
+            """,
+        subcommands: [Create.self, List.self, Revoke.self]
+    )
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Make an invitation and print its token (once)."
+        )
+        @OptionGroup var options: DataOptions
+        @Option(help: "How many accounts it may make.") var uses: Int = 1
+        @Option(
+            help: ArgumentHelp("How long it works, such as 12h or 7d (default: until revoked).", valueName: "duration")
+        )
+        var expires: DurationValue?
+
+        func validate() throws {
+            guard self.uses >= 1, self.uses <= 1_000_000 else { throw ValidationError("--uses is 1 to 1000000") }
+        }
+
+        func run() async throws {
+            let now = nowMs()
+            let (invite, token) = try await options.withStore { store in
+                try await store.createInvite(
+                    maxUses: self.uses,
+                    expiresMs: self.expires.map { now + $0.duration.wholeMilliseconds },
+                    nowMs: now
+                )
+            }
+            print(token)
+            var standardError = StandardError()
+            print(
+                "invitation \(invite.id): \(invite.maxUses) use\(invite.maxUses == 1 ? "" : "s"), "
+                    + (invite.expiresMs.map { "until \(formatTime($0))" } ?? "no expiry"),
+                to: &standardError
+            )
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List invitations (never their tokens): id, state, uses, created, expires.",
+            discussion: """
+                One a line, tab-separated: id, state (usable, used-up, expired or revoked), uses made of uses \
+                allowed, created, and expires ("-" for none).
+                """
+        )
+        @OptionGroup var options: DataOptions
+
+        func run() async throws {
+            let now = nowMs()
+            for invite in try await options.withStore({ try await $0.invites() }) {
+                let state =
+                    if invite.revokedMs != nil { "revoked" } else if invite.uses >= invite.maxUses {
+                        "used-up"
+                    } else if let expires = invite.expiresMs, expires <= now { "expired" } else { "usable" }
+                print(
+                    "\(invite.id)\t\(state)\t\(invite.uses)/\(invite.maxUses)\tcreated \(formatTime(invite.createdMs))"
+                        + "\texpires \(invite.expiresMs.map(formatTime) ?? "-")"
+                )
+            }
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Revoke an invitation: no account is made with it.")
+        @OptionGroup var options: DataOptions
+        @Argument(help: "The invitation's id, from `courier invite list`.") var id: Int64
+
+        func run() async throws {
+            try await options.withStore { try await $0.revokeInvite(self.id, nowMs: nowMs()) }
+            print("revoked invitation \(self.id)")
+        }
+    }
+}
