@@ -83,6 +83,7 @@ public struct ChatLoop: Sendable {
         /// A page of search `number`'s results (`before` 0: the first), or why it failed.
         case searched(Int, SearchResults, before: UInt64)
         case searchFailed(Int, String)
+        case profiles([ProfileInfo])
         case tick
         case draw
     }
@@ -211,6 +212,8 @@ public struct ChatLoop: Sendable {
                 state.searched(number, page: page, before: before)
             case .searchFailed(let number, let message):
                 state.searchFailed(number, message)
+            case .profiles(let profiles):
+                state.setProfiles(profiles)
             case .unread(let counts):
                 state.setUnread(counts)
             case .notice(let message):
@@ -226,6 +229,11 @@ public struct ChatLoop: Sendable {
                 state.expire(now: now)
             case .draw:
                 drawScheduled = false
+            }
+            // Whom the chat now shows that it knows no display name of (new lines come with these inputs only).
+            switch input {
+            case .event, .history, .unread: actions += state.profilesWanted()
+            default: break
             }
             for action in actions {
                 switch action {
@@ -301,6 +309,11 @@ public struct ChatLoop: Sendable {
                 } catch {
                     sink.yield(.historyFailed(conversation, before: before, Self.words(error)))
                 }
+            }
+        case .loadProfiles(let users):
+            group.addTask {
+                // A display name is a nicety: a failure leaves user names, and the next profile event mends it.
+                if let profiles = try? await client.profiles(of: users) { sink.yield(.profiles(profiles)) }
             }
         case .refreshUnread:
             group.addTask {

@@ -210,7 +210,12 @@ struct ChatScreen: Equatable {
             return [[(" Open a conversation with Tab or /open NAME.", .dim)]]
                 + Array(repeating: [], count: rows - 1)
         }
-        var header: Pieces = [(" " + thread.conversation.description, .bold)]
+        var header: Pieces
+        if case .user(let peer) = thread.conversation {
+            header = [(" @" + state.shown(peer), .bold)]
+        } else {
+            header = [(" " + thread.conversation.description, .bold)]
+        }
         if case .user(let user) = thread.conversation {
             let name = user.lowercased()
             if state.online[name] == true {
@@ -302,7 +307,7 @@ struct ChatScreen: Equatable {
             let first = result.count
             let picked = line.seq != nil && line.seq == state.picking?.seq
             let ours = line.from.lowercased() == me
-            let name = ours ? " you: " : " \(line.from): "
+            let name = ours ? " you: " : " \(state.shown(line.from)): "
             let indent = DisplayWidth.of(name)
             var text = line.recalled ? "(recalled)" : ChatText.printable(line.text)
             if !line.recalled, let caption = line.media?.caption, !caption.isEmpty {

@@ -77,6 +77,10 @@ struct ChatState {
     var online: [String: Bool] = [:]
     /// When users were last seen online, by lowercased name, as the server said.
     var lastSeen: [String: Date] = [:]
+    /// Users' display names (by user name, lowercased), as their profiles say.
+    var displayNames: [String: String] = [:]
+    /// The users whose profiles were asked for (by user name, lowercased): each once.
+    var profilesAsked: Set<String> = []
     /// Conversations closed with `/close`, by key, with their newest sequence number then: hidden from the list
     /// until a newer message comes (or `/open`).
     var closed: [String: UInt64] = [:]
@@ -395,6 +399,9 @@ struct ChatState {
             self.online[user.lowercased()] = online
             if let lastSeen { self.lastSeen[user.lowercased()] = lastSeen }
             return []
+        case .profile(let profile):
+            self.setProfiles([profile])
+            return []
         }
     }
 
@@ -500,6 +507,8 @@ enum ChatAction: Hashable {
     case markRead(Conversation, upToSeq: UInt64)
     case typing(Bool, Conversation)
     case loadHistory(Conversation, beforeSeq: UInt64)
+    /// Ask for these users' profiles (their display names).
+    case loadProfiles([String])
     case refreshUnread
     /// Recall one of this user's messages.
     case recall(id: String, in: Conversation)

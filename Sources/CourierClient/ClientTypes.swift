@@ -303,6 +303,8 @@ public enum ClientEvent: Sendable, Hashable {
     case reaction(ReactionChange)
     /// A user joined or left a group.
     case membership(group: String, user: String, joined: Bool)
+    /// A user this one sees (or this user itself) changed its profile: the profile as it now is.
+    case profile(ProfileInfo)
     /// A peer is typing (or stopped).
     case typing(conversation: Conversation, user: String, typing: Bool)
     /// A peer came online or went offline (`lastSeen`: when it went, if the server says).

@@ -34,6 +34,43 @@ public struct DeviceInfo: Hashable, Sendable {
     }
 }
 
+/// What a user shows of itself beside its name.
+public struct ProfileInfo: Hashable, Sendable {
+    /// The user name, as spelled.
+    public var user: String
+    /// Its display name, in any script; nil when none is set.
+    public var displayName: String?
+    /// Its avatar and the avatar's small thumbnail (``CourierClient/download(_:)`` fetches either), or neither.
+    public var avatar: MediaInfo?
+    public var thumbnail: MediaInfo?
+    /// When it last changed; nil when never set.
+    public var updated: Date?
+
+    public init(
+        user: String,
+        displayName: String? = nil,
+        avatar: MediaInfo? = nil,
+        thumbnail: MediaInfo? = nil,
+        updated: Date? = nil
+    ) {
+        self.user = user
+        self.displayName = displayName
+        self.avatar = avatar
+        self.thumbnail = thumbnail
+        self.updated = updated
+    }
+
+    init(_ profile: Courier_V1_Profile) {
+        self.init(
+            user: profile.user,
+            displayName: profile.displayName.isEmpty ? nil : profile.displayName,
+            avatar: profile.hasAvatar ? MediaInfo(profile.avatar) : nil,
+            thumbnail: profile.hasThumbnail ? MediaInfo(profile.thumbnail) : nil,
+            updated: profile.updatedMs == 0 ? nil : Date(timeIntervalSince1970: Double(profile.updatedMs) / 1000)
+        )
+    }
+}
+
 /// The user's own account: its password, its devices, its deletion; and finding another user.
 extension CourierClient {
     /// Changes the user's password, given the present one (`wrong-password` otherwise; too many wrong ones in a
@@ -84,16 +121,75 @@ extension CourierClient {
         try Self.expectDone(try await self.request(envelope))
     }
 
-    /// A user by its exact name (without regard to case): the name as its user spells it, or nil when there is no
-    /// such user. Lookups are rate-limited (`rate-limited`).
-    public func findUser(_ name: String) async throws -> String? {
+    /// A user by its exact name (without regard to case): its profile (with the name as its user spells it), or nil
+    /// when there is no such user. Lookups are rate-limited (`rate-limited`).
+    public func findUser(_ name: String) async throws -> ProfileInfo? {
         var envelope = ClientEnvelope()
         envelope.findUser.name = name
         let answer = try await self.request(envelope)
         switch answer.body {
-        case .user(let card)?: return card.name
+        case .user(let card)?:
+            var profile = ProfileInfo(card.profile)
+            profile.user = card.name
+            return profile
         case .error(let error)? where error.code == ErrorCodes.unknownUser: return nil
         default: throw Self.unexpected(answer)
         }
+    }
+
+    /// The profiles of users by name (at most 100): one for each that exists, in the order asked.
+    public func profiles(of users: [String]) async throws -> [ProfileInfo] {
+        var envelope = ClientEnvelope()
+        envelope.profiles.users = users
+        let answer = try await self.request(envelope)
+        guard case .profiles(let profiles)? = answer.body else { throw Self.unexpected(answer) }
+        return profiles.profiles.map(ProfileInfo.init)
+    }
+
+    /// Sets the user's display name, in any script (at most 64 characters); an empty one removes it. The user's
+    /// devices and every user who sees it get ``ClientEvent/profile(_:)``.
+    public func setDisplayName(_ name: String) async throws {
+        var envelope = ClientEnvelope()
+        envelope.setProfile.displayName = name
+        try Self.expectDone(try await self.request(envelope))
+    }
+
+    /// Uploads an avatar and its thumbnail (JPEG, PNG, WebP or GIF; the thumbnail at most 64 KiB: the app makes it)
+    /// and shows them on the user's profile.
+    ///
+    /// - Parameters:
+    ///   - width: The avatar's pixel size, where known (0: unknown); the same for the thumbnail's.
+    public func setAvatar(
+        file: URL,
+        thumbnail: URL,
+        size: (width: Int, height: Int) = (0, 0),
+        thumbnailSize: (width: Int, height: Int) = (0, 0)
+    ) async throws {
+        var pictures: [MediaInfo] = []
+        for (url, pixels) in [(file, size), (thumbnail, thumbnailSize)] {
+            let (sha256, bytes) = try await Self.digest(of: url)
+            let media = MediaInfo(
+                kind: .image,
+                sha256: sha256,
+                size: bytes,
+                mime: MediaTypes.guess(for: url).mime,
+                name: "",
+                width: pixels.width,
+                height: pixels.height
+            )
+            try await self.upload(url, media: media) { _ in }
+            pictures.append(media)
+        }
+        var envelope = ClientEnvelope()
+        envelope.setProfile.avatar = Courier_V1_Media(pictures[0])
+        envelope.setProfile.thumbnail = Courier_V1_Media(pictures[1])
+        try Self.expectDone(try await self.request(envelope))
+    }
+
+    /// Takes the avatar off the user's profile.
+    public func removeAvatar() async throws {
+        var envelope = ClientEnvelope()
+        envelope.setProfile.removeAvatar = true
+        try Self.expectDone(try await self.request(envelope))
     }
 }

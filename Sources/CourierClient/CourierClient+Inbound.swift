@@ -151,6 +151,8 @@ extension CourierClient {
                             )
                         )
                     )
+                case .profile(let profile)?:
+                    others.append(.profile(ProfileInfo(profile)))
                 case nil:
                     break
                 }

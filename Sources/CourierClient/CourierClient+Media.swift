@@ -89,7 +89,7 @@ extension CourierClient {
 
     /// Uploads until the server has the whole file, over as many connections as it takes. One upload of a file at a
     /// time: a second waits for the first, and then finds the server holding the file already.
-    private func upload(_ file: URL, media: MediaInfo, progress: (Int64) -> Void) async throws {
+    func upload(_ file: URL, media: MediaInfo, progress: (Int64) -> Void) async throws {
         try await self.media.uploads.claim(media.sha256)
         defer { self.media.uploads.release(media.sha256) }
         var broken: Link?

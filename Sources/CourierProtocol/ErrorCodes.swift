@@ -18,6 +18,7 @@ public enum ErrorCodes {
     public static let weakPassword = "weak-password"
     public static let wrongPassword = "wrong-password"
     public static let rateLimited = "rate-limited"
+    public static let invalidProfile = "invalid-profile"
     // Requests
     public static let envelopeInvalid = "envelope-invalid"
     public static let unsupported = "unsupported"
@@ -87,8 +88,12 @@ public enum ErrorCodes {
         ),
         (wrongPassword, false, "the present password, asked for to change it or to delete the account, was wrong"),
         (
+            invalidProfile, false,
+            "a display name or a profile picture that breaks the rules (docs/PROTOCOL.md, \"Profiles\")"
+        ),
+        (
             rateLimited, false,
-            "too many requests of this kind (finding users; wrong passwords given to change the password or delete the account); `retry_after_ms` says when to retry"
+            "too many requests of this kind (finding users, profile changes; password checks of the user's own: changing the password, deleting the account); `retry_after_ms` says when to retry"
         ),
         (envelopeInvalid, true, "a frame's payload is not a valid envelope"),
         (unsupported, false, "a request this server does not know (a newer client)"),

@@ -50,6 +50,12 @@ public protocol CourierDatabase: Sendable {
     ) async throws
     func deleteAccount(_ user: UserID, password: String, nowMs: Int64) async throws
 
+    // MARK: Profiles
+
+    @discardableResult
+    func setProfile(of user: UserID, _ update: ProfileUpdate, nowMs: Int64) async throws -> [UserID: UInt64]
+    func profiles(of names: [String]) async throws -> [UserProfile]
+
     // MARK: Devices and sessions
 
     func login(
@@ -284,6 +290,12 @@ public struct StoreLimits: Sendable, Hashable {
     public var maxSearchScan: Int = 2_000
     /// The most hits one search page holds.
     public var maxSearchPage: Int = 50
+    /// The longest display name, in characters (what a reader sees as one) and in UTF-8 bytes.
+    public var maxDisplayNameCharacters: Int = 64
+    public var maxDisplayNameBytes: Int = 256
+    /// The largest avatar, and the largest thumbnail of one, in bytes.
+    public var maxAvatarBytes: Int64 = 5 * 1024 * 1024
+    public var maxThumbnailBytes: Int64 = 64 * 1024
     /// The fewest characters a password a user chooses (signing up, changing it) may have; shorter is refused with
     /// `weak-password`. An administrator's `courier user add --password` is not held to it.
     public var minPasswordCharacters: Int = 8

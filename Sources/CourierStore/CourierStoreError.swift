@@ -44,6 +44,7 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
             case inviteUsedUp = "invite-used-up"
             case weakPassword = "weak-password"
             case wrongPassword = "wrong-password"
+            case invalidProfile = "invalid-profile"
         }
         private let value: Value
         private init(_ value: Value) { self.value = value }
@@ -118,6 +119,9 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
         public static let weakPassword = Code(.weakPassword)
         /// The user's present password, asked for to change it or to delete the account, was wrong.
         public static let wrongPassword = Code(.wrongPassword)
+        /// A display name or a profile picture that breaks the rules (``StoreLimits``): too long, only invisible
+        /// characters, control or bidirectional characters; a picture that is not an image of the sizes allowed.
+        public static let invalidProfile = Code(.invalidProfile)
 
         public var description: String { self.value.rawValue }
 

@@ -6,6 +6,8 @@ package enum LogEventKind: Int64, Sendable {
     case membership = 4
     case edit = 5
     case reaction = 6
+    /// A user's profile changed (`actor`); no conversation (0).
+    case profile = 7
 }
 
 /// The bookkeeping of one write transaction's appends to users' event logs, whatever the database: each user's

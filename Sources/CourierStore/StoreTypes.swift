@@ -33,6 +33,70 @@ public struct User: Hashable, Sendable {
     }
 }
 
+/// A picture of a user's profile: an image the user uploaded through the media path.
+public struct ProfileImage: Hashable, Sendable {
+    public var sha256: String
+    public var size: Int64
+    /// `image/jpeg`, `image/png`, `image/webp` or `image/gif`.
+    public var mime: String
+    /// In pixels, as the client said (0: not said).
+    public var width: Int
+    public var height: Int
+
+    public init(sha256: String, size: Int64, mime: String, width: Int = 0, height: Int = 0) {
+        self.sha256 = sha256
+        self.size = size
+        self.mime = mime
+        self.width = width
+        self.height = height
+    }
+}
+
+/// What a user shows others of itself beside its name.
+public struct UserProfile: Hashable, Sendable {
+    /// The user's name, as spelled.
+    public var user: String
+    /// Its display name, in any script; nil when none is set.
+    public var displayName: String?
+    /// Its avatar and the avatar's small thumbnail, or neither.
+    public var avatar: ProfileImage?
+    public var thumbnail: ProfileImage?
+    /// When it last changed (0: never set).
+    public var updatedMs: Int64
+
+    public init(
+        user: String,
+        displayName: String? = nil,
+        avatar: ProfileImage? = nil,
+        thumbnail: ProfileImage? = nil,
+        updatedMs: Int64 = 0
+    ) {
+        self.user = user
+        self.displayName = displayName
+        self.avatar = avatar
+        self.thumbnail = thumbnail
+        self.updatedMs = updatedMs
+    }
+}
+
+/// A change of one's profile (``StoreBackend/setProfile(of:_:nowMs:)``): what is nil stays as it is.
+public struct ProfileUpdate: Hashable, Sendable {
+    public enum Avatar: Hashable, Sendable {
+        /// An avatar with its thumbnail (both uploaded by the user).
+        case set(avatar: ProfileImage, thumbnail: ProfileImage)
+        case remove
+    }
+
+    /// The display name: an empty one removes it.
+    public var displayName: String?
+    public var avatar: Avatar?
+
+    public init(displayName: String? = nil, avatar: Avatar? = nil) {
+        self.displayName = displayName
+        self.avatar = avatar
+    }
+}
+
 /// An invitation to sign up (``StoreBackend/createInvite(maxUses:expiresMs:nowMs:)``). Its token is shown once, when
 /// it is made: the store keeps only the token's SHA-256.
 public struct Invite: Hashable, Sendable {
@@ -317,6 +381,9 @@ public struct StoredEvent: Hashable, Sendable {
         /// when it was recalled since). Never a new message: a client that lacks it has nothing to change.
         case edit(StoredMessage)
         case reaction(StoredReaction)
+        /// A user the log's user knows (or the log's user itself) changed its profile: the profile as it is when
+        /// read (a user's whose account was deleted since reads with no display name and no avatar).
+        case profile(UserProfile)
     }
     public var cursor: UInt64
     public var kind: Kind

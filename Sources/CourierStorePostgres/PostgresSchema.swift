@@ -307,5 +307,30 @@ enum PostgresSchema {
                 """
             ]
         ),
+        Migration(
+            version: "v8-profiles",
+            statements: [
+                // As SQLite's (Sources/CourierStoreSQLite/Schema.swift).
+                """
+                CREATE TABLE profiles (
+                    user_id BIGINT PRIMARY KEY REFERENCES users(id),
+                    display_name TEXT,
+                    avatar_sha256 TEXT,
+                    avatar_size BIGINT,
+                    avatar_mime TEXT,
+                    avatar_width BIGINT,
+                    avatar_height BIGINT,
+                    thumb_sha256 TEXT,
+                    thumb_size BIGINT,
+                    thumb_mime TEXT,
+                    thumb_width BIGINT,
+                    thumb_height BIGINT,
+                    updated_ms BIGINT NOT NULL
+                )
+                """,
+                "CREATE INDEX profiles_by_avatar ON profiles (avatar_sha256) WHERE avatar_sha256 IS NOT NULL",
+                "CREATE INDEX profiles_by_thumb ON profiles (thumb_sha256) WHERE thumb_sha256 IS NOT NULL",
+            ]
+        ),
     ]
 }

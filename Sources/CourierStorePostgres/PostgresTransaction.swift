@@ -287,6 +287,80 @@ package struct PostgresTransaction: StoreTransaction {
         )
     }
 
+    // MARK: Profiles
+
+    package func profiles(of users: [UserID]) async throws -> [UserID: ProfileRow] {
+        guard !users.isEmpty else { return [:] }
+        let rows = try await self.connection.rows(
+            "SELECT * FROM profiles WHERE user_id = ANY(\(users.map(\.rawValue)))",
+            logger: self.logger
+        )
+        var profiles: [UserID: ProfileRow] = [:]
+        for row in rows { profiles[UserID(rawValue: try row.get("user_id"))] = try Self.profile(row) }
+        return profiles
+    }
+
+    package func setProfile(_ profile: ProfileRow?, of user: UserID) async throws {
+        guard let profile else {
+            try await self.connection.run("DELETE FROM profiles WHERE user_id = \(user.rawValue)", logger: self.logger)
+            return
+        }
+        let (avatar, thumbnail) = (profile.avatar, profile.thumbnail)
+        try await self.connection.run(
+            """
+            INSERT INTO profiles (
+                user_id, display_name, avatar_sha256, avatar_size, avatar_mime, avatar_width, avatar_height,
+                thumb_sha256, thumb_size, thumb_mime, thumb_width, thumb_height, updated_ms
+            ) VALUES (
+                \(user.rawValue), \(profile.displayName), \(avatar?.sha256), \(avatar?.size), \(avatar?.mime),
+                \(avatar.map { Int64($0.width) }), \(avatar.map { Int64($0.height) }), \(thumbnail?.sha256),
+                \(thumbnail?.size), \(thumbnail?.mime), \(thumbnail.map { Int64($0.width) }),
+                \(thumbnail.map { Int64($0.height) }), \(profile.updatedMs)
+            )
+            ON CONFLICT (user_id) DO UPDATE SET
+                display_name = EXCLUDED.display_name, avatar_sha256 = EXCLUDED.avatar_sha256,
+                avatar_size = EXCLUDED.avatar_size, avatar_mime = EXCLUDED.avatar_mime,
+                avatar_width = EXCLUDED.avatar_width, avatar_height = EXCLUDED.avatar_height,
+                thumb_sha256 = EXCLUDED.thumb_sha256, thumb_size = EXCLUDED.thumb_size,
+                thumb_mime = EXCLUDED.thumb_mime, thumb_width = EXCLUDED.thumb_width,
+                thumb_height = EXCLUDED.thumb_height, updated_ms = EXCLUDED.updated_ms
+            """,
+            logger: self.logger
+        )
+    }
+
+    package func profileImage(sha256: String) async throws -> ProfileImage? {
+        let row = try await self.connection.row(
+            """
+            SELECT p.* FROM profiles p JOIN users u ON u.id = p.user_id
+            WHERE u.removed_ms IS NULL AND (p.avatar_sha256 = \(sha256) OR p.thumb_sha256 = \(sha256)) LIMIT 1
+            """,
+            logger: self.logger
+        )
+        guard let row else { return nil }
+        let profile = try Self.profile(row)
+        return profile.avatar?.sha256 == sha256 ? profile.avatar : profile.thumbnail
+    }
+
+    static func profile(_ row: PostgresRandomAccessRow) throws -> ProfileRow {
+        func image(_ prefix: String) throws -> ProfileImage? {
+            guard let sha256 = try row.get("\(prefix)_sha256", as: String?.self) else { return nil }
+            return ProfileImage(
+                sha256: sha256,
+                size: try row.get("\(prefix)_size", as: Int64?.self) ?? 0,
+                mime: try row.get("\(prefix)_mime", as: String?.self) ?? "",
+                width: Int(try row.get("\(prefix)_width", as: Int64?.self) ?? 0),
+                height: Int(try row.get("\(prefix)_height", as: Int64?.self) ?? 0)
+            )
+        }
+        return ProfileRow(
+            displayName: try row.get("display_name"),
+            avatar: try image("avatar"),
+            thumbnail: try image("thumb"),
+            updatedMs: try row.get("updated_ms")
+        )
+    }
+
     // MARK: Changes
 
     package func recordChanges(_ changes: [StoreChange], nowMs: Int64) async throws {

@@ -309,3 +309,80 @@ extension SQLiteTransaction {
         )
     }
 }
+
+extension SQLiteTransaction {
+    // MARK: Profiles
+
+    package func profiles(of users: [UserID]) async throws -> [UserID: ProfileRow] {
+        guard !users.isEmpty else { return [:] }
+        return try await self.access { db in
+            var profiles: [UserID: ProfileRow] = [:]
+            // One lookup by key each: SQLite answers them from its cache faster than it parses a long IN list.
+            let statement = try db.cachedStatement(sql: "SELECT * FROM profiles WHERE user_id = ?")
+            for user in users {
+                if let row = try Row.fetchOne(statement, arguments: [user.rawValue]) {
+                    profiles[user] = Self.profile(row)
+                }
+            }
+            return profiles
+        }
+    }
+
+    package func setProfile(_ profile: ProfileRow?, of user: UserID) async throws {
+        try await self.update { db in
+            guard let profile else {
+                try db.execute(sql: "DELETE FROM profiles WHERE user_id = ?", arguments: [user.rawValue])
+                return
+            }
+            try db.execute(
+                sql: """
+                    INSERT OR REPLACE INTO profiles (
+                        user_id, display_name, avatar_sha256, avatar_size, avatar_mime, avatar_width, avatar_height,
+                        thumb_sha256, thumb_size, thumb_mime, thumb_width, thumb_height, updated_ms
+                    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [
+                    user.rawValue, profile.displayName, profile.avatar?.sha256, profile.avatar?.size,
+                    profile.avatar?.mime, profile.avatar?.width, profile.avatar?.height, profile.thumbnail?.sha256,
+                    profile.thumbnail?.size, profile.thumbnail?.mime, profile.thumbnail?.width,
+                    profile.thumbnail?.height, profile.updatedMs,
+                ]
+            )
+        }
+    }
+
+    package func profileImage(sha256: String) async throws -> ProfileImage? {
+        try await self.access { db in
+            let row = try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT p.* FROM profiles p JOIN users u ON u.id = p.user_id
+                    WHERE u.removed_ms IS NULL AND (p.avatar_sha256 = ? OR p.thumb_sha256 = ?) LIMIT 1
+                    """,
+                arguments: [sha256, sha256]
+            )
+            guard let row else { return nil }
+            let profile = Self.profile(row)
+            return profile.avatar?.sha256 == sha256 ? profile.avatar : profile.thumbnail
+        }
+    }
+
+    static func profile(_ row: Row) -> ProfileRow {
+        func image(_ prefix: String) -> ProfileImage? {
+            guard let sha256: String = row["\(prefix)_sha256"] else { return nil }
+            return ProfileImage(
+                sha256: sha256,
+                size: row["\(prefix)_size"] ?? 0,
+                mime: row["\(prefix)_mime"] ?? "",
+                width: row["\(prefix)_width"] ?? 0,
+                height: row["\(prefix)_height"] ?? 0
+            )
+        }
+        return ProfileRow(
+            displayName: row["display_name"],
+            avatar: image("avatar"),
+            thumbnail: image("thumb"),
+            updatedMs: row["updated_ms"]
+        )
+    }
+}

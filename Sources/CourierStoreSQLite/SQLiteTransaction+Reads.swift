@@ -488,7 +488,7 @@ extension SQLiteStore {
                    WHERE j.conversation_id = e.conversation_id AND j.user_id = e.user_id) END,
                e.key
         FROM events e
-        JOIN conversations c ON c.id = e.conversation_id
+        LEFT JOIN conversations c ON c.id = e.conversation_id
         LEFT JOIN messages m ON e.kind IN (1, 2, 5, 6) AND m.conversation_id = e.conversation_id AND m.seq = e.seq
         LEFT JOIN messages r ON e.kind = 1 AND r.conversation_id = m.conversation_id AND r.seq = m.reply_seq
         WHERE e.user_id = ? AND e.cursor > ?

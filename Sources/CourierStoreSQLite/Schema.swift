@@ -251,6 +251,31 @@ enum Schema {
                     """
             )
         }
+        migrator.registerMigration("v8-profiles") { db in
+            // What a user shows of itself beside its name: a display name, an avatar and its thumbnail (images it
+            // uploaded, by digest, size, type and pixel size). No row: nothing set.
+            try db.execute(
+                sql: """
+                    CREATE TABLE profiles (
+                        user_id INTEGER PRIMARY KEY REFERENCES users(id),
+                        display_name TEXT,
+                        avatar_sha256 TEXT,
+                        avatar_size INTEGER,
+                        avatar_mime TEXT,
+                        avatar_width INTEGER,
+                        avatar_height INTEGER,
+                        thumb_sha256 TEXT,
+                        thumb_size INTEGER,
+                        thumb_mime TEXT,
+                        thumb_width INTEGER,
+                        thumb_height INTEGER,
+                        updated_ms INTEGER NOT NULL
+                    );
+                    CREATE INDEX profiles_by_avatar ON profiles(avatar_sha256) WHERE avatar_sha256 IS NOT NULL;
+                    CREATE INDEX profiles_by_thumb ON profiles(thumb_sha256) WHERE thumb_sha256 IS NOT NULL;
+                    """
+            )
+        }
         return migrator
     }
 }

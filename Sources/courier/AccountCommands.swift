@@ -225,7 +225,8 @@ struct DeleteAccount: AsyncParsableCommand {
 struct FindUser: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "find-user",
-        abstract: "Look a user up by exact name (without regard to case): prints the name as its user spells it.",
+        abstract:
+            "Look a user up by exact name (without regard to case): prints the name as spelled, and its display name.",
         discussion: """
             There is no listing of users: only a name you already know is found. Exits with 1 when there is no \
             such user. Lookups are limited per user and per address (rate-limited).
@@ -247,6 +248,7 @@ struct FindUser: AsyncParsableCommand {
         guard let found else {
             throw CommandFailure(description: "no user named \(ChatText.printable(self.name))")
         }
-        print(found)
+        // The name as spelled, and the display name when set.
+        print(([found.user] + (found.displayName.map { [ChatText.printable($0)] } ?? [])).joined(separator: "\t"))
     }
 }

@@ -21,7 +21,9 @@ struct Chat: AsyncParsableCommand {
             in the line to correct (a photo's caption); `/reply` and `/react` pick a message with ↑ ↓ and Enter; \
             edited messages are marked "(edited)", answers show what they answer above them, reactions show under \
             the message. `/search` finds messages in every conversation you are in, in Chinese and Japanese as in \
-            English; Enter on a result opens its conversation at it.
+            English; Enter on a result opens its conversation at it. People who set a display name (`courier \
+            profile`) show as "王小明 (xiaoming)": the name they chose beside the user name that is theirs alone; \
+            a change shows as soon as it is made.
 
 
             """ + ChatHelp.text

@@ -342,7 +342,8 @@ struct History: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print a page of a conversation's history from the server, oldest first.",
         discussion: """
-            With --json, one JSON object a line: seq, from, to (direct) or group, kind ("text", "recalled", or a \
+            With --json, one JSON object a line: seq, from, from_name (the sender's display name, when set), to \
+            (direct) or group, kind ("text", "recalled", or a \
             media kind: "image", "voice", "video", "file", with sha256, size, mime and name; `courier media get \
             SHA256` fetches it), \
             text (a file's caption), time (RFC 3339, UTC), id; edited_at (when edited), reply_to (when a reply: \
@@ -401,12 +402,24 @@ struct History: AsyncParsableCommand {
             } catch let error as CourierClientError {
                 throw CommandFailure(description: "\(error.code): \(error.message)")
             }
-            return (messages: messages, more: more)
+            // The senders' display names, for --json's from_name.
+            var names: [String: String] = [:]
+            if self.json {
+                let senders = Array(Set(messages.map { $0.from.lowercased() })).sorted()
+                for start in stride(from: 0, to: senders.count, by: 100) {
+                    let chunk = Array(senders[start..<min(start + 100, senders.count)])
+                    for profile in try await session.client.profiles(of: chunk) {
+                        if let name = profile.displayName { names[profile.user.lowercased()] = name }
+                    }
+                }
+            }
+            return (messages: messages, more: more, names: names)
         }
         for message in page.messages.reversed() {
             print(
                 self.json
-                    ? try Self.jsonLine(message, me: self.options.user) : Self.line(message, me: self.options.user)
+                    ? try Self.jsonLine(message, me: self.options.user, fromName: page.names[message.from.lowercased()])
+                    : Self.line(message, me: self.options.user)
             )
         }
         if page.more, let oldest = page.messages.last {
@@ -436,10 +449,12 @@ struct History: AsyncParsableCommand {
             "\(Self.time(message.time))  #\(message.seq)  \(message.from.lowercased() == me.lowercased() ? "you" : message.from): \(ChatText.printable(text))"
     }
 
-    static func jsonLine(_ message: ChatMessage, me: String) throws -> String {
+    static func jsonLine(_ message: ChatMessage, me: String, fromName: String? = nil) throws -> String {
         struct Line: Encodable {
             var seq: UInt64
             var from: String
+            // swift-format-ignore: AlwaysUseLowerCamelCase
+            var from_name: String?
             var to: String?
             var group: String?
             var kind: String
@@ -477,6 +492,7 @@ struct History: AsyncParsableCommand {
             line.name = media.name
             line.text = media.caption
         }
+        line.from_name = fromName
         if let edited = message.edited, !message.recalled { line.edited_at = Self.time(edited) }
         if let reply = message.replyTo {
             line.reply_to = Reply(

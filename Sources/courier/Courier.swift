@@ -8,7 +8,8 @@ struct Courier: AsyncParsableCommand {
         version: CourierVersion.current,
         subcommands: [
             Serve.self, UserCommand.self, GroupCommand.self, InviteCommand.self, Backup.self, Signup.self, Login.self,
-            PasswordCommand.self, DevicesCommand.self, DeleteAccount.self, FindUser.self, Send.self, Edit.self,
+            PasswordCommand.self, ProfileCommand.self, DevicesCommand.self, DeleteAccount.self, FindUser.self,
+            Send.self, Edit.self,
             React.self, History.self, Search.self, MediaCommand.self, Chat.self, ProxyCommand.self, Bench.self,
         ]
     )

@@ -59,7 +59,7 @@ struct SignUpClientTests {
                         renewing: nil,
                         nowMs: 0
                     )
-                    #expect(try await misaki.findUser("Bob") == "bob")
+                    #expect(try await misaki.findUser("Bob")?.user == "bob")
                     #expect(try await misaki.findUser("nobody") == nil)
                     let devices = try await misaki.devices()
                     #expect(devices.map(\.name) == ["courier-client", "tablet"])
@@ -70,6 +70,32 @@ struct SignUpClientTests {
                         try await misaki.changePassword(from: "wrong one", to: "a new password")
                     }
                     try await misaki.changePassword(from: "パスワードは秘密です", to: "新しいパスワード")
+                    // Her profile: a display name, then an avatar; each change comes back to her as an event.
+                    try await misaki.setDisplayName(" 美咲 🌸 ")
+                    let named = try await events.next("her profile") { event -> ProfileInfo? in
+                        if case .profile(let profile) = event { profile } else { nil }
+                    }
+                    #expect(named.user == "misaki" && named.displayName == "美咲 🌸" && named.avatar == nil)
+                    let avatar = folder.appendingPathComponent("avatar.jpg")
+                    let thumbnail = folder.appendingPathComponent("thumbnail.jpg")
+                    try Data([0xFF, 0xD8, 0xFF, 0xE0] + [UInt8](repeating: 1, count: 90_000)).write(to: avatar)
+                    try Data([0xFF, 0xD8, 0xFF, 0xE0] + [UInt8](repeating: 2, count: 3_000)).write(to: thumbnail)
+                    try await misaki.setAvatar(file: avatar, thumbnail: thumbnail, thumbnailSize: (96, 96))
+                    let pictured = try await events.next("her avatar") { event -> ProfileInfo? in
+                        if case .profile(let profile) = event, profile.avatar != nil { profile } else { nil }
+                    }
+                    #expect(pictured.displayName == "美咲 🌸" && pictured.thumbnail?.size == 3_004)
+                    #expect(pictured.thumbnail?.width == 96 && pictured.avatar?.mime == "image/jpeg")
+                    #expect(
+                        try await misaki.profiles(of: ["BOB", "misaki", "nobody"]).map(\.user) == ["bob", "misaki"]
+                    )
+                    #expect(try await misaki.findUser("MISAKI")?.displayName == "美咲 🌸")
+                    // The thumbnail's bytes, as anyone would fetch them.
+                    var fetched: Data?
+                    for try await progress in misaki.download(try #require(pictured.thumbnail)) {
+                        if case .finished(let file) = progress { fetched = try Data(contentsOf: file) }
+                    }
+                    #expect(fetched == (try Data(contentsOf: thumbnail)))
                     misaki.stop()
                     try await group.waitForAll()
                 }

@@ -352,6 +352,82 @@ struct AccountServerTests {
     }
 }
 
+extension AccountServerTests {
+    @Test(
+        "a profile change reaches a group member's offline device when it syncs; anyone fetches the pictures; changes are limited"
+    )
+    func profiles() async throws {
+        try await ServerFixture.with { fixture in
+            let port = fixture.ports.native
+            for name in ["alice", "bob", "carol"] { try await fixture.user(name) }
+            try await fixture.store.createGroup(
+                name: "team",
+                owner: "alice",
+                members: ["bob"],
+                byOwner: false,
+                nowMs: 1
+            )
+            // bob's phone, then offline.
+            let (phone, welcome) = try await NativeTestClient.login(port: port, "bob", device: "phone")
+            await phone.close()
+
+            let (alice, _) = try await NativeTestClient.login(port: port, "alice")
+            // Bytes that say JPEG, of two sizes.
+            let avatar = [0xFF, 0xD8, 0xFF, 0xE0] + [UInt8](repeating: 7, count: 200_000)
+            let thumbnail = [0xFF, 0xD8, 0xFF, 0xE0] + [UInt8](repeating: 9, count: 4_000)
+            #expect(try await alice.upload(avatar, stream: 1).done != nil)
+            #expect(try await alice.upload(thumbnail, stream: 3).done != nil)
+            func picture(_ bytes: [UInt8], _ side: UInt32) -> Courier_V1_Media {
+                var media = Courier_V1_Media()
+                media.kind = .image
+                media.sha256 = NativeTestClient.sha256(bytes)
+                media.size = UInt64(bytes.count)
+                media.mime = "image/jpeg"
+                media.width = side
+                media.height = side
+                return media
+            }
+            let changed = try await alice.request {
+                $0.setProfile.displayName = "爱丽丝 ✨"
+                $0.setProfile.avatar = picture(avatar, 512)
+                $0.setProfile.thumbnail = picture(thumbnail, 96)
+            }
+            #expect(changed.isDone, "\(changed)")
+            // A thumbnail without its avatar is no request.
+            let lone = try await alice.request { $0.setProfile.thumbnail = picture(thumbnail, 96) }
+            #expect(lone.failure?.code == ErrorCodes.invalidRequest)
+
+            // bob's phone comes back: the change is in its sync.
+            let (back, _) = try await NativeTestClient.resume(port: port, token: welcome.token, cursor: welcome.cursor)
+            let profile = try await back.expect("the profile event") { envelope -> Courier_V1_Profile? in
+                guard case .events(let events)? = envelope.body else { return nil }
+                return events.events.compactMap { event -> Courier_V1_Profile? in
+                    if case .profile(let profile)? = event.kind { profile } else { nil }
+                }.first
+            }
+            #expect(profile.user == "alice" && profile.displayName == "爱丽丝 ✨")
+            #expect(profile.thumbnail.sha256 == NativeTestClient.sha256(thumbnail) && profile.avatar.width == 512)
+            // carol, who is in no conversation with alice, fetches the thumbnail as any user may.
+            let (carol, _) = try await NativeTestClient.login(port: port, "carol")
+            guard case .success(let (ready, bytes)) = try await carol.fetch(profile.thumbnail.sha256, stream: 1) else {
+                Issue.record("carol could not fetch the thumbnail")
+                return
+            }
+            #expect(ready.mime == "image/jpeg" && bytes == thumbnail)
+            let card = try await carol.request { $0.findUser.name = "ALICE" }
+            #expect(card.userCard?.profile.displayName == "爱丽丝 ✨")
+
+            // The limit is two changes: the first, and this one (the lone thumbnail was refused before it counted).
+            #expect(try await alice.request { $0.setProfile.displayName = "" }.isDone)
+            let limited = try await alice.request { $0.setProfile.displayName = "again" }
+            #expect(limited.failure?.code == ErrorCodes.rateLimited, "\(limited)")
+            for client in [alice, back, carol] { await client.close() }
+        } configure: {
+            $0.accounts.maxProfileChangesPerUser = 2
+        }
+    }
+}
+
 extension ServerEnvelope {
     var devicesList: Courier_V1_DeviceList? { if case .devices(let list)? = self.body { list } else { nil } }
     var userCard: Courier_V1_UserCard? { if case .user(let card)? = self.body { card } else { nil } }

@@ -134,6 +134,12 @@ struct LoginStormTests {
             for name in ["alice", "bob", "carol"] { logged.append(try await NativeTestClient.login(fixture, name).0) }
             var idle: [RawConnection] = []
             for _ in 0..<4 { idle.append(try await RawConnection.connect(port: fixture.ports.native)) }
+            // A connect returns once the kernel has the socket, before the server has taken it: the fifth must come
+            // after the four are counted, or it may be counted among them and one of them refused instead.
+            try await waitUntil("the server counts the four idle sockets") {
+                try await ExternalProgram.curl(["http://127.0.0.1:\(fixture.ports.http)/health"])
+                    .contains("\"connections\":7,")
+            }
             // The share is taken: a fifth socket is closed with server-full, even to log in.
             let refused = try await NativeTestClient.connect(port: fixture.ports.native)
             #expect(try await refused.expectClose().last?.failure?.code == ErrorCodes.serverFull)

@@ -15,7 +15,9 @@ import Testing
 )
 struct MigrationTests {
     /// Every migration's version, oldest first, written out: a migration added, renamed or dropped is seen here.
-    static let versions = ["v1", "v2-nodes", "v3-media", "v4-admission", "v5-edits", "v6-search", "v7-invites"]
+    static let versions = [
+        "v1", "v2-nodes", "v3-media", "v4-admission", "v5-edits", "v6-search", "v7-invites", "v8-profiles",
+    ]
 
     static func store(_ location: PostgresLocation) -> PostgresStore {
         PostgresStore(location: location, logger: TestDatabase.logger)
@@ -62,7 +64,7 @@ struct MigrationTests {
             let tables = try await Self.tables(location)
             for table in [
                 "users", "devices", "conversations", "members", "messages", "events", "changes", "media_owners",
-                "message_media", "courier_migrations",
+                "message_media", "courier_migrations", "invites", "profiles",
             ] {
                 #expect(tables.contains(table), "no table \(table) in \(tables.sorted())")
             }

@@ -48,6 +48,7 @@ struct FreshEventsTests {
                 case .membership: "membership"
                 case .edit: "edit"
                 case .reaction: "reaction"
+                case .profile: "profile"
                 }
             }
             #expect(kinds == ["message", "message", "message", "read", "message", "recall"], "\(kinds)")

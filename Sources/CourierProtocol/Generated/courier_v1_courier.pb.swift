@@ -210,6 +210,22 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     set {body = .findUser(newValue)}
   }
 
+  public var setProfile: Courier_V1_SetProfile {
+    get {
+      if case .setProfile(let v)? = body {return v}
+      return Courier_V1_SetProfile()
+    }
+    set {body = .setProfile(newValue)}
+  }
+
+  public var profiles: Courier_V1_ProfilesRequest {
+    get {
+      if case .profiles(let v)? = body {return v}
+      return Courier_V1_ProfilesRequest()
+    }
+    set {body = .profiles(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -234,6 +250,8 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     case revokeDevice(Courier_V1_RevokeDevice)
     case deleteAccount(Courier_V1_DeleteAccount)
     case findUser(Courier_V1_FindUser)
+    case setProfile(Courier_V1_SetProfile)
+    case profiles(Courier_V1_ProfilesRequest)
 
   }
 
@@ -378,6 +396,14 @@ public nonisolated struct Courier_V1_ServerEnvelope: Sendable {
     set {body = .user(newValue)}
   }
 
+  public var profiles: Courier_V1_Profiles {
+    get {
+      if case .profiles(let v)? = body {return v}
+      return Courier_V1_Profiles()
+    }
+    set {body = .profiles(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -397,6 +423,7 @@ public nonisolated struct Courier_V1_ServerEnvelope: Sendable {
     case search(Courier_V1_SearchResults)
     case devices(Courier_V1_DeviceList)
     case user(Courier_V1_UserCard)
+    case profiles(Courier_V1_Profiles)
 
   }
 
@@ -1040,6 +1067,16 @@ public nonisolated struct Courier_V1_Event: Sendable {
     set {kind = .reaction(newValue)}
   }
 
+  /// A user this one sees (a member of one of its groups, one it writes with), or this user itself, changed its
+  /// profile: the profile as it is when the event is read.
+  public var profile: Courier_V1_Profile {
+    get {
+      if case .profile(let v)? = kind {return v}
+      return Courier_V1_Profile()
+    }
+    set {kind = .profile(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1052,6 +1089,9 @@ public nonisolated struct Courier_V1_Event: Sendable {
     /// has nothing to change, and never shows it as a new message.
     case edit(Courier_V1_Message)
     case reaction(Courier_V1_ReactionNotice)
+    /// A user this one sees (a member of one of its groups, one it writes with), or this user itself, changed its
+    /// profile: the profile as it is when the event is read.
+    case profile(Courier_V1_Profile)
 
   }
 
@@ -1739,6 +1779,144 @@ public nonisolated struct Courier_V1_UserCard: Sendable {
   /// The name as its user spelled it.
   public var name: String = String()
 
+  public var profile: Courier_V1_Profile {
+    get {_profile ?? Courier_V1_Profile()}
+    set {_profile = newValue}
+  }
+  /// Returns true if `profile` has been explicitly set.
+  public var hasProfile: Bool {self._profile != nil}
+  /// Clears the value of `profile`. Subsequent reads from it will return its default value.
+  public mutating func clearProfile() {self._profile = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _profile: Courier_V1_Profile? = nil
+}
+
+/// What a user shows of itself beside its name. An empty `display_name`: none set; no `avatar`: none.
+public nonisolated struct Courier_V1_Profile: @unchecked Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var user: String {
+    get {_storage._user}
+    set {_uniqueStorage()._user = newValue}
+  }
+
+  public var displayName: String {
+    get {_storage._displayName}
+    set {_uniqueStorage()._displayName = newValue}
+  }
+
+  /// The avatar and a small thumbnail of it (`kind` image): any logged-in user may fetch them (`fetch`, or
+  /// `GET /media/<sha256>`).
+  public var avatar: Courier_V1_Media {
+    get {_storage._avatar ?? Courier_V1_Media()}
+    set {_uniqueStorage()._avatar = newValue}
+  }
+  /// Returns true if `avatar` has been explicitly set.
+  public var hasAvatar: Bool {_storage._avatar != nil}
+  /// Clears the value of `avatar`. Subsequent reads from it will return its default value.
+  public mutating func clearAvatar() {_uniqueStorage()._avatar = nil}
+
+  public var thumbnail: Courier_V1_Media {
+    get {_storage._thumbnail ?? Courier_V1_Media()}
+    set {_uniqueStorage()._thumbnail = newValue}
+  }
+  /// Returns true if `thumbnail` has been explicitly set.
+  public var hasThumbnail: Bool {_storage._thumbnail != nil}
+  /// Clears the value of `thumbnail`. Subsequent reads from it will return its default value.
+  public mutating func clearThumbnail() {_uniqueStorage()._thumbnail = nil}
+
+  /// When it last changed (0: never set).
+  public var updatedMs: Int64 {
+    get {_storage._updatedMs}
+    set {_uniqueStorage()._updatedMs = newValue}
+  }
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+/// Changes this user's profile; what is absent stays. Answered with `done`; the user's devices and every user who
+/// sees it get `Event.profile` (nothing when nothing changed). Refused with `invalid-profile` (a display name longer
+/// than 64 characters or 256 bytes, with control or bidirectional control characters or line breaks, or showing
+/// nothing; a picture that is not JPEG, PNG, WebP or GIF, an avatar over 5 MiB, a thumbnail over 64 KiB) or
+/// `unknown-media` (a picture this user has not uploaded); at most `max-profile-changes-per-user` a window (`rate-limited`).
+public nonisolated struct Courier_V1_SetProfile: @unchecked Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// Present: the new display name, in any script (white space around it dropped); empty removes it.
+  public var displayName: String {
+    get {_storage._displayName ?? String()}
+    set {_uniqueStorage()._displayName = newValue}
+  }
+  /// Returns true if `displayName` has been explicitly set.
+  public var hasDisplayName: Bool {_storage._displayName != nil}
+  /// Clears the value of `displayName`. Subsequent reads from it will return its default value.
+  public mutating func clearDisplayName() {_uniqueStorage()._displayName = nil}
+
+  /// An avatar and its thumbnail, both uploaded by this user first (`upload`), set together.
+  public var avatar: Courier_V1_Media {
+    get {_storage._avatar ?? Courier_V1_Media()}
+    set {_uniqueStorage()._avatar = newValue}
+  }
+  /// Returns true if `avatar` has been explicitly set.
+  public var hasAvatar: Bool {_storage._avatar != nil}
+  /// Clears the value of `avatar`. Subsequent reads from it will return its default value.
+  public mutating func clearAvatar() {_uniqueStorage()._avatar = nil}
+
+  public var thumbnail: Courier_V1_Media {
+    get {_storage._thumbnail ?? Courier_V1_Media()}
+    set {_uniqueStorage()._thumbnail = newValue}
+  }
+  /// Returns true if `thumbnail` has been explicitly set.
+  public var hasThumbnail: Bool {_storage._thumbnail != nil}
+  /// Clears the value of `thumbnail`. Subsequent reads from it will return its default value.
+  public mutating func clearThumbnail() {_uniqueStorage()._thumbnail = nil}
+
+  /// Removes the avatar (and its thumbnail).
+  public var removeAvatar: Bool {
+    get {_storage._removeAvatar}
+    set {_uniqueStorage()._removeAvatar = newValue}
+  }
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _storage = _StorageClass.defaultInstance
+}
+
+/// The profiles of users by name (at most 100 names): one for each that exists, in the order asked. Answered with
+/// `profiles`.
+public nonisolated struct Courier_V1_ProfilesRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var users: [String] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Courier_V1_Profiles: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var profiles: [Courier_V1_Profile] = []
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -2083,7 +2261,7 @@ fileprivate nonisolated let _protobuf_package = "courier.v1"
 
 nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ClientEnvelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0\u{1}upload\0\u{1}fetch\0\u{1}edit\0\u{1}react\0\u{1}versions\0\u{1}search\0\u{3}change_password\0\u{1}devices\0\u{3}revoke_device\0\u{3}delete_account\0\u{3}find_user\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0\u{1}upload\0\u{1}fetch\0\u{1}edit\0\u{1}react\0\u{1}versions\0\u{1}search\0\u{3}change_password\0\u{1}devices\0\u{3}revoke_device\0\u{3}delete_account\0\u{3}find_user\0\u{3}set_profile\0\u{1}profiles\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2365,6 +2543,32 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
           self.body = .findUser(v)
         }
       }()
+      case 23: try {
+        var v: Courier_V1_SetProfile?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .setProfile(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .setProfile(v)
+        }
+      }()
+      case 24: try {
+        var v: Courier_V1_ProfilesRequest?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .profiles(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .profiles(v)
+        }
+      }()
       default: break
       }
     }
@@ -2463,6 +2667,14 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
       guard case .findUser(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 22)
     }()
+    case .setProfile?: try {
+      guard case .setProfile(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 23)
+    }()
+    case .profiles?: try {
+      guard case .profiles(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 24)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -2478,7 +2690,7 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
 
 nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ServerEnvelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}welcome\0\u{3}send_ack\0\u{1}error\0\u{1}events\0\u{1}history\0\u{1}unread\0\u{1}typing\0\u{1}presence\0\u{1}done\0\u{3}upload_ready\0\u{3}upload_done\0\u{3}fetch_ready\0\u{1}versions\0\u{1}search\0\u{1}devices\0\u{1}user\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}welcome\0\u{3}send_ack\0\u{1}error\0\u{1}events\0\u{1}history\0\u{1}unread\0\u{1}typing\0\u{1}presence\0\u{1}done\0\u{3}upload_ready\0\u{3}upload_done\0\u{3}fetch_ready\0\u{1}versions\0\u{1}search\0\u{1}devices\0\u{1}user\0\u{1}profiles\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2695,6 +2907,19 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
           self.body = .user(v)
         }
       }()
+      case 18: try {
+        var v: Courier_V1_Profiles?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .profiles(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .profiles(v)
+        }
+      }()
       default: break
       }
     }
@@ -2772,6 +2997,10 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
     case .user?: try {
       guard case .user(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 17)
+    }()
+    case .profiles?: try {
+      guard case .profiles(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 18)
     }()
     case nil: break
     }
@@ -3691,7 +3920,7 @@ nonisolated extension Courier_V1_ReactionCount: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Courier_V1_Event: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Event"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}cursor\0\u{1}message\0\u{1}recall\0\u{1}receipt\0\u{1}membership\0\u{1}edit\0\u{1}reaction\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}cursor\0\u{1}message\0\u{1}recall\0\u{1}receipt\0\u{1}membership\0\u{1}edit\0\u{1}reaction\0\u{1}profile\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3778,6 +4007,19 @@ nonisolated extension Courier_V1_Event: SwiftProtobuf.Message, SwiftProtobuf._Me
           self.kind = .reaction(v)
         }
       }()
+      case 8: try {
+        var v: Courier_V1_Profile?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .profile(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .profile(v)
+        }
+      }()
       default: break
       }
     }
@@ -3815,6 +4057,10 @@ nonisolated extension Courier_V1_Event: SwiftProtobuf.Message, SwiftProtobuf._Me
     case .reaction?: try {
       guard case .reaction(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
+    }()
+    case .profile?: try {
+      guard case .profile(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
     }()
     case nil: break
     }
@@ -4945,7 +5191,7 @@ nonisolated extension Courier_V1_FindUser: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Courier_V1_UserCard: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".UserCard"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}name\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}name\0\u{1}profile\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4954,20 +5200,278 @@ nonisolated extension Courier_V1_UserCard: SwiftProtobuf.Message, SwiftProtobuf.
       // enabled. https://github.com/apple/swift-protobuf/issues/1034
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.name) }()
+      case 2: try { try decoder.decodeSingularMessageField(value: &self._profile) }()
       default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if !self.name.isEmpty {
       try visitor.visitSingularStringField(value: self.name, fieldNumber: 1)
     }
+    try { if let v = self._profile {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Courier_V1_UserCard, rhs: Courier_V1_UserCard) -> Bool {
     if lhs.name != rhs.name {return false}
+    if lhs._profile != rhs._profile {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_Profile: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Profile"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}user\0\u{3}display_name\0\u{1}avatar\0\u{1}thumbnail\0\u{3}updated_ms\0")
+
+  fileprivate class _StorageClass {
+    var _user: String = String()
+    var _displayName: String = String()
+    var _avatar: Courier_V1_Media? = nil
+    var _thumbnail: Courier_V1_Media? = nil
+    var _updatedMs: Int64 = 0
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _user = source._user
+      _displayName = source._displayName
+      _avatar = source._avatar
+      _thumbnail = source._thumbnail
+      _updatedMs = source._updatedMs
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularStringField(value: &_storage._user) }()
+        case 2: try { try decoder.decodeSingularStringField(value: &_storage._displayName) }()
+        case 3: try { try decoder.decodeSingularMessageField(value: &_storage._avatar) }()
+        case 4: try { try decoder.decodeSingularMessageField(value: &_storage._thumbnail) }()
+        case 5: try { try decoder.decodeSingularInt64Field(value: &_storage._updatedMs) }()
+        default: break
+        }
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if !_storage._user.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._user, fieldNumber: 1)
+      }
+      if !_storage._displayName.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._displayName, fieldNumber: 2)
+      }
+      try { if let v = _storage._avatar {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+      } }()
+      try { if let v = _storage._thumbnail {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+      } }()
+      if _storage._updatedMs != 0 {
+        try visitor.visitSingularInt64Field(value: _storage._updatedMs, fieldNumber: 5)
+      }
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_Profile, rhs: Courier_V1_Profile) -> Bool {
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._user != rhs_storage._user {return false}
+        if _storage._displayName != rhs_storage._displayName {return false}
+        if _storage._avatar != rhs_storage._avatar {return false}
+        if _storage._thumbnail != rhs_storage._thumbnail {return false}
+        if _storage._updatedMs != rhs_storage._updatedMs {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_SetProfile: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SetProfile"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}display_name\0\u{1}avatar\0\u{1}thumbnail\0\u{3}remove_avatar\0")
+
+  fileprivate class _StorageClass {
+    var _displayName: String? = nil
+    var _avatar: Courier_V1_Media? = nil
+    var _thumbnail: Courier_V1_Media? = nil
+    var _removeAvatar: Bool = false
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _displayName = source._displayName
+      _avatar = source._avatar
+      _thumbnail = source._thumbnail
+      _removeAvatar = source._removeAvatar
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularStringField(value: &_storage._displayName) }()
+        case 2: try { try decoder.decodeSingularMessageField(value: &_storage._avatar) }()
+        case 3: try { try decoder.decodeSingularMessageField(value: &_storage._thumbnail) }()
+        case 4: try { try decoder.decodeSingularBoolField(value: &_storage._removeAvatar) }()
+        default: break
+        }
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      try { if let v = _storage._displayName {
+        try visitor.visitSingularStringField(value: v, fieldNumber: 1)
+      } }()
+      try { if let v = _storage._avatar {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+      } }()
+      try { if let v = _storage._thumbnail {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+      } }()
+      if _storage._removeAvatar != false {
+        try visitor.visitSingularBoolField(value: _storage._removeAvatar, fieldNumber: 4)
+      }
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_SetProfile, rhs: Courier_V1_SetProfile) -> Bool {
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._displayName != rhs_storage._displayName {return false}
+        if _storage._avatar != rhs_storage._avatar {return false}
+        if _storage._thumbnail != rhs_storage._thumbnail {return false}
+        if _storage._removeAvatar != rhs_storage._removeAvatar {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_ProfilesRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ProfilesRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}users\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedStringField(value: &self.users) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.users.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.users, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_ProfilesRequest, rhs: Courier_V1_ProfilesRequest) -> Bool {
+    if lhs.users != rhs.users {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_Profiles: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Profiles"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}profiles\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.profiles) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.profiles.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.profiles, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_Profiles, rhs: Courier_V1_Profiles) -> Bool {
+    if lhs.profiles != rhs.profiles {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -309,7 +309,7 @@ final class CompatTransport: SessionTransport {
             if !request.id.isEmpty { fields["id"] = .string(request.id) }
             return [CompatFrame(type: "done", payload: empty, fields: fields)]
         case .uploadReady, .uploadDone, .fetchReady, .events, .history, .unread, .versions, .search, .devices, .user,
-            nil:
+            .profiles, nil:
             return []
         }
     }
@@ -400,6 +400,14 @@ final class CompatTransport: SessionTransport {
             fields["on"] = .bool(reaction.on)
             fields["cursor"] = cursor
             return CompatFrame(type: "reaction", payload: ByteBuffer(), fields: fields)
+        case .profile(let profile):
+            var fields: [String: JSONValue] = ["user": .string(profile.user), "cursor": cursor]
+            if !profile.displayName.isEmpty { fields["name"] = .string(profile.displayName) }
+            if profile.hasAvatar {
+                fields["avatar"] = .string(profile.avatar.sha256)
+                fields["thumbnail"] = .string(profile.thumbnail.sha256)
+            }
+            return CompatFrame(type: "profile", payload: ByteBuffer(), fields: fields)
         case .membership(let change):
             return CompatFrame(
                 type: "member",

@@ -94,7 +94,47 @@ extension Courier_V1_Event {
             self.reaction.user = reaction.user
             self.reaction.key = reaction.key
             self.reaction.on = reaction.on
+        case .profile(let profile):
+            self.profile = Courier_V1_Profile(profile)
         }
+    }
+}
+
+extension Courier_V1_Profile {
+    /// A user's profile as the protocol carries it.
+    init(_ profile: UserProfile) {
+        self.init()
+        self.user = profile.user
+        self.displayName = profile.displayName ?? ""
+        if let avatar = profile.avatar { self.avatar = Courier_V1_Media(picture: avatar) }
+        if let thumbnail = profile.thumbnail { self.thumbnail = Courier_V1_Media(picture: thumbnail) }
+        self.updatedMs = profile.updatedMs
+    }
+}
+
+extension Courier_V1_Media {
+    /// A profile's picture as media.
+    init(picture: ProfileImage) {
+        self.init()
+        self.kind = .image
+        self.sha256 = picture.sha256
+        self.size = UInt64(max(0, picture.size))
+        self.mime = picture.mime
+        self.width = UInt32(clamping: picture.width)
+        self.height = UInt32(clamping: picture.height)
+    }
+}
+
+extension ProfileImage {
+    /// A picture a client names as media (its kind aside).
+    init(_ media: Courier_V1_Media) {
+        self.init(
+            sha256: media.sha256,
+            size: Int64(clamping: media.size),
+            mime: media.mime,
+            width: Int(media.width),
+            height: Int(media.height)
+        )
     }
 }
 

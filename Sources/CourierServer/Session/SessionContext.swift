@@ -26,6 +26,8 @@ final class SessionContext: Sendable {
     /// Sign-ups refused for their invitation, per address: counted apart from ``signUps``, so that guesses at
     /// invitations never use the sign-ups every address shares.
     let badInvites: LoginThrottle
+    /// Profile changes, per user and per address.
+    let profileChanges: LoginThrottle
     /// Users looked up by name, per user and per address.
     let lookups: LoginThrottle
     /// The limits that hold across the nodes sharing the database (no-ops on a single node).
@@ -114,6 +116,11 @@ final class SessionContext: Sendable {
             perUser: 1,
             perAddress: accounts.maxSignUpsPerAddress,
             window: accounts.signUpWindow
+        )
+        self.profileChanges = LoginThrottle(
+            perUser: accounts.maxProfileChangesPerUser,
+            perAddress: accounts.maxProfileChangesPerAddress,
+            window: accounts.profileChangeWindow
         )
         self.lookups = LoginThrottle(
             perUser: accounts.maxLookupsPerUser,

@@ -72,11 +72,26 @@ extension SessionRequests {
             case .admitted(let ticket):
                 // Every lookup counts, found or not.
                 defer { self.context.lookups.finish(ticket, failed: true) }
-                guard let found = try await store.user(named: name), found.removedMs == nil else {
+                guard let found = try await store.profiles(of: [name]).first else {
                     throw CourierStoreError(.unknownUser, "no user named \(Self.printable(name))")
                 }
-                reply.user.name = found.name
+                reply.user.name = found.user
+                reply.user.profile = Courier_V1_Profile(found)
             }
+        case .setProfile(let update):
+            switch self.context.profileChanges.admit(user: user.name, address: self.addressKey) {
+            case .throttled(let wait):
+                throw SessionRefusal(ErrorCodes.rateLimited, "too many profile changes; retry later", retryAfter: wait)
+            case .admitted(let ticket):
+                // Every change counts, refused or not: each may reach every user who sees this one.
+                defer { self.context.profileChanges.finish(ticket, failed: true) }
+                let appended = try await store.setProfile(of: user.id, update, nowMs: SessionContext.nowMs())
+                self.context.fanout.logsGrew(appended)
+                reply.done = Courier_V1_Done()
+            }
+        case .profiles(let names):
+            let profiles = try await store.profiles(of: names).map(Courier_V1_Profile.init)
+            reply.profiles.profiles = profiles
         default:
             throw SessionRefusal(ErrorCodes.invalidRequest, "not a request about the account")
         }

@@ -129,7 +129,7 @@ extension SessionRequests {
                     reply.search.more = page.more
                     reply.search.next = page.next
                 }
-            case .changePassword, .devices, .revokeDevice, .deleteAccount, .findUser:
+            case .changePassword, .devices, .revokeDevice, .deleteAccount, .findUser, .setProfile, .profiles:
                 let (answer, end) = try await self.ownAccount(request, requestID: requestID, session: deviceSession)
                 if let end {
                     try await writer.write(answer)

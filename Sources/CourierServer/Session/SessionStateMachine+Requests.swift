@@ -30,7 +30,12 @@ extension SessionStateMachine {
         case deleteAccount(password: String)
         /// A user by exact name.
         case findUser(String)
+        case setProfile(ProfileUpdate)
+        case profiles([String])
     }
+
+    /// The most names one `profiles` request asks for.
+    static let maxProfilesPerRequest = 100
 
     /// What an envelope of the active session asks (a send may take from the rate bucket).
     func activeRequest(
@@ -208,6 +213,37 @@ extension SessionStateMachine {
             return .request(.deleteAccount(password: delete.password), requestID: requestID)
         case .findUser(let find):
             return .request(.findUser(find.name), requestID: requestID)
+        case .setProfile(let set):
+            var update = ProfileUpdate()
+            if set.hasDisplayName { update.displayName = set.displayName }
+            switch (set.hasAvatar, set.hasThumbnail, set.removeAvatar) {
+            case (false, false, false): break
+            case (false, false, true): update.avatar = .remove
+            case (true, true, false):
+                update.avatar = .set(avatar: ProfileImage(set.avatar), thumbnail: ProfileImage(set.thumbnail))
+            default:
+                return .refuse(
+                    requestID: requestID,
+                    code: ErrorCodes.invalidRequest,
+                    message: "set_profile sets an avatar with its thumbnail, or removes it",
+                    id: "",
+                    retryAfter: nil
+                )
+            }
+            return .request(.setProfile(update), requestID: requestID)
+        case .profiles(let asked):
+            guard asked.users.count <= Self.maxProfilesPerRequest else {
+                return .refuse(
+                    requestID: requestID,
+                    code: ErrorCodes.invalidRequest,
+                    message: "at most \(Self.maxProfilesPerRequest) profiles a request",
+                    id: "",
+                    retryAfter: nil
+                )
+            }
+            // A read for each name: it takes from the bucket the sends take from.
+            if let wait = active.bucket.take(now: now) { return .pause(wait) }
+            return .request(.profiles(asked.users), requestID: requestID)
         case .upload(let upload):
             if let refusal = Self.validate(digest: upload.sha256, stream: upload.streamID, requestID: requestID) {
                 return refusal

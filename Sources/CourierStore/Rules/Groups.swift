@@ -140,6 +140,8 @@ extension StoreBackend {
                 handled.formUnion(groups.map(\.id))
             }
             try await check(transaction)
+            // What it showed of itself goes with it.
+            try await transaction.setProfile(nil, of: user.id)
             try await transaction.writeLog(log)
             let revoked = try await transaction.revokeDevices(nil, of: user.id, nowMs: nowMs)
             try await transaction.markRemoved(user.id, nowMs: nowMs)

@@ -81,8 +81,12 @@ extension StoreBackend {
                     name: newest.name
                 )
             }
-            guard let size = try await transaction.uploadedSize(by: user, sha256: sha256) else { return nil }
-            return MediaAccess(size: size, mime: MediaAccess.defaultType, name: "")
+            if let size = try await transaction.uploadedSize(by: user, sha256: sha256) {
+                return MediaAccess(size: size, mime: MediaAccess.defaultType, name: "")
+            }
+            // A profile's picture: every user may see it, as every user may find the profile.
+            guard let picture = try await transaction.profileImage(sha256: sha256) else { return nil }
+            return MediaAccess(size: picture.size, mime: picture.mime, name: "")
         }
     }
 }

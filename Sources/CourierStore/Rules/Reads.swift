@@ -20,7 +20,18 @@ extension StoreBackend {
                 if let sender = row.message?.reply?.sender { named.insert(sender) }
             }
             let names = try await transaction.names(of: named)
-            return try rows.map { try Self.event($0, for: user, names: names) }
+            // A profile event says the profile as it is now.
+            let profiled = rows.filter { $0.kind == LogEventKind.profile.rawValue }.compactMap(\.actor)
+            let profiles = profiled.isEmpty ? [:] : try await transaction.profiles(of: Array(Set(profiled)))
+            return try rows.map { row in
+                if row.kind == LogEventKind.profile.rawValue, let actor = row.actor {
+                    return StoredEvent(
+                        cursor: UInt64(row.cursor),
+                        kind: .profile(UserProfile(user: try Self.name(actor, names), profiles[actor]))
+                    )
+                }
+                return try Self.event(row, for: user, names: names)
+            }
         }
     }
 
@@ -104,6 +115,9 @@ extension StoreBackend {
                     seq: seq
                 )
             )
+        case .profile:
+            // Read with the profiles of a page (``events(for:after:limit:)``); one without its user is damage.
+            throw CourierStoreError(.storageFailed, "a profile event without its user at cursor \(cursor)")
         case nil:
             throw CourierStoreError(.storageFailed, "an event of unknown kind at cursor \(cursor)")
         }

@@ -68,6 +68,16 @@ package protocol StoreTransaction: Sendable {
     /// - Returns: Whether one was.
     func revokeInvite(_ id: Int64, nowMs: Int64) async throws -> Bool
 
+    // MARK: Profiles
+
+    /// Users' profiles, of those that set one, by id.
+    func profiles(of users: [UserID]) async throws -> [UserID: ProfileRow]
+    /// Sets a user's profile, or deletes it (nil).
+    func setProfile(_ profile: ProfileRow?, of user: UserID) async throws
+    /// A picture (an avatar or a thumbnail) of the profile of a user that was not removed, by digest; nil when no
+    /// profile shows it.
+    func profileImage(sha256: String) async throws -> ProfileImage?
+
     // MARK: Devices
 
     /// A user's devices, revoked ones included, oldest first.
@@ -288,6 +298,21 @@ package struct ReplyRead: Sendable {
 
 /// An entry of a user's log as a read returns it, with its conversation and, for a message or a recall, the
 /// message.
+/// A user's profile as a store keeps it.
+package struct ProfileRow: Hashable, Sendable {
+    package var displayName: String?
+    package var avatar: ProfileImage?
+    package var thumbnail: ProfileImage?
+    package var updatedMs: Int64
+
+    package init(displayName: String?, avatar: ProfileImage?, thumbnail: ProfileImage?, updatedMs: Int64) {
+        self.displayName = displayName
+        self.avatar = avatar
+        self.thumbnail = thumbnail
+        self.updatedMs = updatedMs
+    }
+}
+
 package struct LogRead: Sendable {
     package var cursor: Int64
     package var kind: Int64

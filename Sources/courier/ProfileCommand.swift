@@ -1,0 +1,114 @@
+import ArgumentParser
+import CourierChat
+import CourierClient
+import Foundation
+
+/// `courier profile`: one's display name and avatar, or another user's profile.
+struct ProfileCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "profile",
+        abstract: "Show or change your display name and avatar; show another user's profile with --user.",
+        discussion: """
+            Without a change it prints a profile: the user name, the display name ("-" for none) and the avatar's \
+            and thumbnail's ids (sha256, for `courier media get`), tab-separated. --display-name takes any script, \
+            at most 64 characters; "" removes it. --avatar takes a JPEG, PNG, WebP or GIF of at most 5 MiB, with a \
+            thumbnail of at most 64 KiB: --thumbnail FILE, else one made with ffmpeg (128 pixels at most across), \
+            else the avatar itself when it is that small. Everyone who sees you (your groups' members, the people \
+            you write with) gets the change, offline devices when they next connect; changes are limited to a few \
+            an hour (rate-limited).
+            """
+    )
+
+    @OptionGroup var options: ClientOptions
+
+    @Option(help: ArgumentHelp("Your display name, in any script (\"\" removes it).", valueName: "name"))
+    var displayName: String?
+
+    @Option(help: ArgumentHelp("An image to show as your avatar.", valueName: "file"))
+    var avatar: String?
+
+    @Option(help: ArgumentHelp("The avatar's thumbnail (default: made with ffmpeg).", valueName: "file"))
+    var thumbnail: String?
+
+    @Flag(help: "Take your avatar off.")
+    var removeAvatar = false
+
+    @Option(help: ArgumentHelp("Show this user's profile instead of yours.", valueName: "user"))
+    var user: String?
+
+    /// The largest thumbnail the server takes (`max-thumbnail-bytes`' default).
+    static let maxThumbnailBytes = 64 * 1024
+
+    func run() async throws {
+        let changes = self.displayName != nil || self.avatar != nil || self.removeAvatar
+        self.checkParsed {
+            if changes, self.user != nil { throw ValidationError("--user shows a profile: it changes none") }
+            if self.avatar != nil, self.removeAvatar { throw ValidationError("--avatar or --remove-avatar, not both") }
+            if self.thumbnail != nil, self.avatar == nil { throw ValidationError("--thumbnail goes with --avatar") }
+        }
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("courier-thumbnail-\(UUID())")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let thumbnail = try self.avatar.map { try self.thumbnailFile(for: URL(fileURLWithPath: $0), in: folder) }
+        let profile = try await ClientSession.run(self.options) { session -> ProfileInfo? in
+            try await session.connectOrFail()
+            do {
+                if let displayName = self.displayName { try await session.client.setDisplayName(displayName) }
+                if let avatar = self.avatar, let thumbnail {
+                    try await session.client.setAvatar(file: URL(fileURLWithPath: avatar), thumbnail: thumbnail)
+                }
+                if self.removeAvatar { try await session.client.removeAvatar() }
+                return try await session.client.profiles(of: [self.user ?? self.options.user]).first
+            } catch let error as CourierClientError {
+                throw CommandFailure(description: "\(error.code): \(error.message)")
+            }
+        }
+        guard let profile else {
+            throw CommandFailure(description: "no user named \(ChatText.printable(self.user ?? self.options.user))")
+        }
+        print(
+            [
+                profile.user, ChatText.printable(profile.displayName ?? "-"), profile.avatar?.sha256 ?? "-",
+                profile.thumbnail?.sha256 ?? "-",
+            ].joined(separator: "\t")
+        )
+    }
+
+    /// The thumbnail to send with an avatar: the one given, else one ffmpeg makes, else the avatar itself when it is
+    /// small enough.
+    private func thumbnailFile(for avatar: URL, in folder: URL) throws -> URL {
+        if let thumbnail = self.thumbnail { return URL(fileURLWithPath: thumbnail) }
+        let made = folder.appendingPathComponent("thumbnail.jpg")
+        if let ffmpeg = Self.program("ffmpeg") {
+            let process = Process()
+            process.executableURL = ffmpeg
+            process.arguments = [
+                "-nostdin", "-loglevel", "error", "-y", "-i", avatar.path, "-frames:v", "1", "-vf",
+                "scale=128:128:force_original_aspect_ratio=decrease", "-q:v", "5", made.path,
+            ]
+            process.standardInput = FileHandle.nullDevice
+            try process.run()
+            process.waitUntilExit()
+            guard process.terminationStatus == 0 else {
+                throw CommandFailure(
+                    description: "ffmpeg could not make a thumbnail of \(avatar.path): is it an image?"
+                )
+            }
+            return made
+        }
+        let size = (try? FileManager.default.attributesOfItem(atPath: avatar.path)[.size] as? Int) ?? .max
+        guard size <= Self.maxThumbnailBytes else {
+            throw CommandFailure(
+                description: "no ffmpeg here to make a thumbnail: install it, or pass --thumbnail FILE (at most 64 KiB)"
+            )
+        }
+        return avatar
+    }
+
+    /// An executable on `$PATH`, or nil.
+    static func program(_ name: String) -> URL? {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        return path.split(separator: ":").map { URL(fileURLWithPath: String($0)).appendingPathComponent(name) }
+            .first { FileManager.default.isExecutableFile(atPath: $0.path) }
+    }
+}

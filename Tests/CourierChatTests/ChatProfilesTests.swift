@@ -1,0 +1,52 @@
+import CourierClient
+import CourierTesting
+import Foundation
+import Testing
+
+@testable import CourierChat
+
+@Suite("The terminal chat's display names, without a terminal")
+struct ChatProfilesTests {
+    static let now = ChatStateTests.now
+
+    /// alice's chat: @bob open (bob wrote twice), and #team where carol wrote.
+    static func state() -> ChatState {
+        var state = ChatMessagesTests.state()
+        _ = state.merge(
+            history: [ChatStateTests.message(1, from: "carol", in: .group("team"), "مرحبا")],
+            more: false,
+            of: .group("team")
+        )
+        return state
+    }
+
+    @Test("each user the chat shows is asked for once; display names show beside user names, within the pane")
+    func displayNames() {
+        var state = Self.state()
+        #expect(state.profilesWanted() == [.loadProfiles(["bob", "carol"])])
+        #expect(state.profilesWanted().isEmpty, "asked once")
+        state.setProfiles([
+            ProfileInfo(user: "bob", displayName: "ボブ・田中"),
+            ProfileInfo(user: "carol", displayName: nil),
+        ])
+        var screen = ChatMessagesTests.screen(state)
+        #expect(screen.contains { $0.contains(" @ボブ・田中 (bob)") }, "\(screen)")
+        #expect(screen.contains { $0.contains(" ボブ・田中 (bob): こんにちは、元気？") }, "\(screen)")
+        #expect(screen.contains { $0.contains(" you: 明天见") }, "\(screen)")
+        // Rows stay within the terminal's width, counted as a terminal counts wide characters.
+        for row in screen { #expect(DisplayWidth.of(row) <= state.columns, "\(row)") }
+
+        // A profile event changes what shows; a display name with control characters shows them harmless.
+        _ = state.apply(.profile(ProfileInfo(user: "BOB", displayName: "Bob\u{1B}[2J")), now: Self.now)
+        screen = ChatMessagesTests.screen(state)
+        #expect(screen.contains { $0.contains(" Bob^[[2J (bob): こんにちは") }, "\(screen)")
+        #expect(!screen.joined().contains("\u{1B}"))
+        // Removed: the user name alone.
+        _ = state.apply(.profile(ProfileInfo(user: "bob")), now: Self.now)
+        screen = ChatMessagesTests.screen(state)
+        #expect(screen.contains { $0.contains(" bob: こんにちは、元気？") }, "\(screen)")
+        // A new sender is asked for when its message comes.
+        _ = state.apply(.message(ChatStateTests.message(2, from: "dave", in: .group("team"), "שלום")), now: Self.now)
+        #expect(state.profilesWanted() == [.loadProfiles(["dave"])])
+    }
+}
