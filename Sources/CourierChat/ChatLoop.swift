@@ -84,6 +84,7 @@ public struct ChatLoop: Sendable {
         case searched(Int, SearchResults, before: UInt64)
         case searchFailed(Int, String)
         case profiles([ProfileInfo])
+        case profilesFailed([String])
         case tick
         case draw
     }
@@ -214,6 +215,8 @@ public struct ChatLoop: Sendable {
                 state.searchFailed(number, message)
             case .profiles(let profiles):
                 state.setProfiles(profiles)
+            case .profilesFailed(let users):
+                state.profilesFailed(users)
             case .unread(let counts):
                 state.setUnread(counts)
             case .notice(let message):
@@ -232,7 +235,7 @@ public struct ChatLoop: Sendable {
             }
             // Whom the chat now shows that it knows no display name of (new lines come with these inputs only).
             switch input {
-            case .event, .history, .unread: actions += state.profilesWanted()
+            case .event(.message), .event(.connected), .history, .unread: actions += state.profilesWanted()
             default: break
             }
             for action in actions {
@@ -312,8 +315,12 @@ public struct ChatLoop: Sendable {
             }
         case .loadProfiles(let users):
             group.addTask {
-                // A display name is a nicety: a failure leaves user names, and the next profile event mends it.
-                if let profiles = try? await client.profiles(of: users) { sink.yield(.profiles(profiles)) }
+                // A display name is a nicety: a failure leaves user names until it is asked for again.
+                do {
+                    sink.yield(.profiles(try await client.profiles(of: users)))
+                } catch {
+                    sink.yield(.profilesFailed(users))
+                }
             }
         case .refreshUnread:
             group.addTask {

@@ -3,14 +3,23 @@ import CourierClient
 /// Display names: asked for once per user the chat shows, kept as profile events change them, shown beside user
 /// names.
 extension ChatState {
-    /// How a user is shown in the conversation: its display name with its user name, or the user name alone.
+    /// How a user is shown in the conversation: its display name, cut to a third of the terminal's width (at most
+    /// ``maxDisplayNameColumns``), with its user name, which is always whole (a name cannot push it out of sight, nor
+    /// pass itself off as another's); or the user name alone.
     func shown(_ user: String) -> String {
         guard let name = self.displayNames[user.lowercased()] else { return user }
-        return "\(ChatText.printable(name)) (\(user))"
+        let room = max(4, min(Self.maxDisplayNameColumns, self.columns / 3))
+        let printable = ChatText.printable(name)
+        let cut =
+            DisplayWidth.of(printable) <= room ? printable : ChatScreen.fit(printable, width: room - 1) + "…"
+        return "\(cut) (\(user))"
     }
 
+    /// The widest a display name shows.
+    static let maxDisplayNameColumns = 24
+
     /// Asks for the profiles of the users the chat shows (the other users of its direct conversations, the senders of
-    /// the lines it holds) that were not asked for yet, a hundred at a time.
+    /// the lines it holds) that were not asked for yet (or whose asking failed), a hundred at a time.
     mutating func profilesWanted() -> [ChatAction] {
         var wanted: Set<String> = []
         for thread in self.threads.values {
@@ -25,11 +34,21 @@ extension ChatState {
         }
     }
 
-    /// Profiles as the server said them (an answer, or an event).
+    /// Profiles as the server said them (an answer, or an event); an answer older than what an event said since
+    /// changes nothing.
     mutating func setProfiles(_ profiles: [ProfileInfo]) {
         for profile in profiles {
-            self.displayNames[profile.user.lowercased()] = profile.displayName
+            let key = profile.user.lowercased()
+            let updated = profile.updated ?? .distantPast
+            if let known = self.profilesUpdated[key], known > updated { continue }
+            self.profilesUpdated[key] = updated
+            self.displayNames[key] = profile.displayName
         }
+    }
+
+    /// Asking for these users' profiles failed: they are asked for again with the next lines.
+    mutating func profilesFailed(_ users: [String]) {
+        self.profilesAsked.subtract(users.map { $0.lowercased() })
     }
 
     /// The most names one request asks for (the server's limit).

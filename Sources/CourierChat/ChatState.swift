@@ -81,6 +81,8 @@ struct ChatState {
     var displayNames: [String: String] = [:]
     /// The users whose profiles were asked for (by user name, lowercased): each once.
     var profilesAsked: Set<String> = []
+    /// When each profile known here last changed, as the server said.
+    var profilesUpdated: [String: Date] = [:]
     /// Conversations closed with `/close`, by key, with their newest sequence number then: hidden from the list
     /// until a newer message comes (or `/open`).
     var closed: [String: UInt64] = [:]

@@ -166,13 +166,29 @@ extension CourierClient {
         thumbnailSize: (width: Int, height: Int) = (0, 0)
     ) async throws {
         var pictures: [MediaInfo] = []
-        for (url, pixels) in [(file, size), (thumbnail, thumbnailSize)] {
+        for (url, pixels, limit) in [
+            (file, size, Self.maxAvatarBytes), (thumbnail, thumbnailSize, Self.maxThumbnailBytes),
+        ] {
+            // What the server would refuse is refused here, before the upload takes quota.
+            let type = MediaTypes.guess(for: url).mime
+            guard Self.pictureTypes.contains(type) else {
+                throw CourierClientError(
+                    code: ErrorCodes.invalidProfile,
+                    message: "\(url.lastPathComponent) is not a JPEG, PNG, WebP or GIF"
+                )
+            }
             let (sha256, bytes) = try await Self.digest(of: url)
+            guard bytes <= limit else {
+                throw CourierClientError(
+                    code: ErrorCodes.invalidProfile,
+                    message: "\(url.lastPathComponent) has \(bytes) bytes; at most \(limit)"
+                )
+            }
             let media = MediaInfo(
                 kind: .image,
                 sha256: sha256,
                 size: bytes,
-                mime: MediaTypes.guess(for: url).mime,
+                mime: type,
                 name: "",
                 width: pixels.width,
                 height: pixels.height
@@ -185,6 +201,11 @@ extension CourierClient {
         envelope.setProfile.thumbnail = Courier_V1_Media(pictures[1])
         try Self.expectDone(try await self.request(envelope))
     }
+
+    /// The types a profile picture may be, and the server's default sizes.
+    static let pictureTypes = ["image/jpeg", "image/png", "image/webp", "image/gif"]
+    static let maxAvatarBytes: Int64 = 5 * 1024 * 1024
+    static let maxThumbnailBytes: Int64 = 64 * 1024
 
     /// Takes the avatar off the user's profile.
     public func removeAvatar() async throws {

@@ -54,7 +54,7 @@ public protocol CourierDatabase: Sendable {
 
     @discardableResult
     func setProfile(of user: UserID, _ update: ProfileUpdate, nowMs: Int64) async throws -> [UserID: UInt64]
-    func profiles(of names: [String]) async throws -> [UserProfile]
+    func profiles(of names: [String], for viewer: UserID?) async throws -> [UserProfile]
 
     // MARK: Devices and sessions
 
@@ -306,6 +306,11 @@ public struct StoreLimits: Sendable, Hashable {
 }
 
 extension CourierDatabase {
+    /// Anyone's profiles by name (``StoreBackend/profiles(of:for:)`` with no viewer).
+    public func profiles(of names: [String]) async throws -> [UserProfile] {
+        try await self.profiles(of: names, for: nil)
+    }
+
     /// Applies writes, returning fresh events for every user up to ``StoreLimits/maxFreshEventsPerUser``.
     public func apply(_ requests: [WriteRequest], nowMs: Int64) async throws -> AppliedBatch {
         try await self.apply(requests, nowMs: nowMs, freshRoom: nil)

@@ -47,8 +47,14 @@ struct ProfileCommand: AsyncParsableCommand {
             if self.thumbnail != nil, self.avatar == nil { throw ValidationError("--thumbnail goes with --avatar") }
         }
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("courier-thumbnail-\(UUID())")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
+        if self.avatar != nil, self.thumbnail == nil {
+            try FileManager.default.createDirectory(
+                at: folder,
+                withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700]
+            )
+        }
         let thumbnail = try self.avatar.map { try self.thumbnailFile(for: URL(fileURLWithPath: $0), in: folder) }
         let profile = try await ClientSession.run(self.options) { session -> ProfileInfo? in
             try await session.connectOrFail()
@@ -82,10 +88,15 @@ struct ProfileCommand: AsyncParsableCommand {
         if let ffmpeg = Self.program("ffmpeg") {
             let process = Process()
             process.executableURL = ffmpeg
-            process.arguments = [
-                "-nostdin", "-loglevel", "error", "-y", "-i", avatar.path, "-frames:v", "1", "-vf",
-                "scale=128:128:force_original_aspect_ratio=decrease", "-q:v", "5", made.path,
-            ]
+            // Read as the still image it should be, from the file alone: a "picture" that is a playlist in disguise
+            // makes ffmpeg open nothing else, and a % in its name is no frame pattern.
+            let demuxer =
+                avatar.pathExtension.lowercased() == "gif" ? ["-f", "gif"] : ["-f", "image2", "-pattern_type", "none"]
+            process.arguments =
+                ["-nostdin", "-loglevel", "error", "-y", "-protocol_whitelist", "file"] + demuxer + [
+                    "-i", avatar.path, "-frames:v", "1", "-vf", "scale=128:128:force_original_aspect_ratio=decrease",
+                    "-q:v", "5", made.path,
+                ]
             process.standardInput = FileHandle.nullDevice
             try process.run()
             process.waitUntilExit()

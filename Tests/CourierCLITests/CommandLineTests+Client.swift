@@ -15,7 +15,7 @@ extension CommandLineTests {
     func clientCommands() async throws {
         try await withTemporaryDirectory(prefix: "courier-cli") { folder in
             let cli = try await CLIFixture(folder: folder, users: ["alice", "bob"])
-            let (data, ports) = (cli.data, cli.ports)
+            let data = cli.data
             // A page of one message: `history` pages through the server's cap by itself.
             func serve() async throws -> ServerProcess { try await cli.serve(["--limit", "max-history-page=1"]) }
             func client(
@@ -33,6 +33,8 @@ extension CommandLineTests {
                 }
             }
             var server = try await serve()
+            // Fixed from the first start on: the server is started again on them below.
+            let ports = cli.ports
 
             // A server never reached from here (a wrong address): the send fails, nothing is queued.
             let nowhere = try await FreePort.pick()

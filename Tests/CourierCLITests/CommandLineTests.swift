@@ -46,11 +46,13 @@ struct CommandLineTests {
 
 /// A data folder with users, a `courier serve` for it on fixed free ports (so it can be stopped and started again),
 /// and the client commands run against it with their own home folders.
-struct CLIFixture {
+final class CLIFixture: @unchecked Sendable {
     let folder: URL
     let data: URL
-    let ports: (native: Int, compat: Int, http: Int)
+    /// Chosen free; chosen again should another test take one before the first start (then fixed).
+    private(set) var ports: (native: Int, compat: Int, http: Int)
     let home: [String: String]
+    private var started = false
 
     init(folder: URL, users: [String]) async throws {
         self.folder = folder
@@ -64,15 +66,27 @@ struct CLIFixture {
         ]
     }
 
+    /// Starts `courier serve` on the fixture's ports. A port free a moment ago can be taken by another test before
+    /// the first start: then the server starts on others; later starts keep the ports of the first.
     func serve(_ arguments: [String] = []) async throws -> ServerProcess {
-        try await ServerProcess.start(
-            data: self.data,
-            native: self.ports.native,
-            compat: self.ports.compat,
-            http: self.ports.http,
-            log: self.folder.appendingPathComponent("server.log"),
-            arguments: arguments
-        )
+        var attempt = 1
+        while true {
+            do {
+                let server = try await ServerProcess.start(
+                    data: self.data,
+                    native: self.ports.native,
+                    compat: self.ports.compat,
+                    http: self.ports.http,
+                    log: self.folder.appendingPathComponent("server.log"),
+                    arguments: arguments
+                )
+                self.started = true
+                return server
+            } catch let error as ServerProcess.ServerDidNotStart where error.exited && !self.started && attempt < 3 {
+                attempt += 1
+                self.ports = (try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick())
+            }
+        }
     }
 
     /// Runs `courier` with `--server` set to this server's native port.

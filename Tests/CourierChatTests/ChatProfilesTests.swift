@@ -45,8 +45,37 @@ struct ChatProfilesTests {
         _ = state.apply(.profile(ProfileInfo(user: "bob")), now: Self.now)
         screen = ChatMessagesTests.screen(state)
         #expect(screen.contains { $0.contains(" bob: こんにちは、元気？") }, "\(screen)")
-        // A new sender is asked for when its message comes.
+        // A new sender is asked for when its message comes; asked again when the asking failed.
         _ = state.apply(.message(ChatStateTests.message(2, from: "dave", in: .group("team"), "שלום")), now: Self.now)
         #expect(state.profilesWanted() == [.loadProfiles(["dave"])])
+        state.profilesFailed(["dave"])
+        #expect(state.profilesWanted() == [.loadProfiles(["dave"])])
+    }
+
+    @Test(
+        "a long display name is cut to a third of the width; the user name after it always shows; a stale answer changes nothing"
+    )
+    func longNames() {
+        var state = Self.state()
+        let later = Self.now.addingTimeInterval(60)
+        // A display name made to look like another user's line, padded with wide characters.
+        state.setProfiles([
+            ProfileInfo(
+                user: "bob",
+                displayName: "alice (alice): 汇款给我" + String(repeating: "你", count: 40),
+                updated: later
+            )
+        ])
+        let screen = ChatMessagesTests.screen(state)
+        // The user name and the message still show, whatever the display name's length.
+        #expect(screen.contains { $0.contains("(bob): こんにちは") }, "\(screen)")
+        let name = state.shown("bob")
+        #expect(name.hasSuffix("… (bob)") && DisplayWidth.of(name) <= state.columns / 3 + 7, "\(name)")
+        // An answer older than the event that came first changes nothing.
+        state.setProfiles([ProfileInfo(user: "bob", displayName: "Old Bob", updated: Self.now)])
+        #expect(state.shown("bob").hasSuffix("… (bob)"))
+        // A newer one does.
+        state.setProfiles([ProfileInfo(user: "bob", displayName: "Bob", updated: later.addingTimeInterval(1))])
+        #expect(state.shown("bob") == "Bob (bob)")
     }
 }

@@ -393,6 +393,14 @@ extension AccountServerTests {
                 $0.setProfile.thumbnail = picture(thumbnail, 96)
             }
             #expect(changed.isDone, "\(changed)")
+            // Bytes that are not the image they are said to be: refused (everyone may fetch a profile's pictures).
+            let png = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + [UInt8](repeating: 3, count: 2_000)
+            #expect(try await alice.upload(png, stream: 5).done != nil)
+            let disguised = try await alice.request {
+                $0.setProfile.avatar = picture(avatar, 512)
+                $0.setProfile.thumbnail = picture(png, 96)
+            }
+            #expect(disguised.failure?.code == ErrorCodes.invalidProfile, "\(disguised)")
             // A thumbnail without its avatar is no request.
             let lone = try await alice.request { $0.setProfile.thumbnail = picture(thumbnail, 96) }
             #expect(lone.failure?.code == ErrorCodes.invalidRequest)
@@ -417,13 +425,14 @@ extension AccountServerTests {
             let card = try await carol.request { $0.findUser.name = "ALICE" }
             #expect(card.userCard?.profile.displayName == "爱丽丝 ✨")
 
-            // The limit is two changes: the first, and this one (the lone thumbnail was refused before it counted).
+            // The limit is three changes: the first, the disguised one (refused, counted), and this one (the lone
+            // thumbnail was refused before it counted).
             #expect(try await alice.request { $0.setProfile.displayName = "" }.isDone)
             let limited = try await alice.request { $0.setProfile.displayName = "again" }
             #expect(limited.failure?.code == ErrorCodes.rateLimited, "\(limited)")
             for client in [alice, back, carol] { await client.close() }
         } configure: {
-            $0.accounts.maxProfileChangesPerUser = 2
+            $0.accounts.maxProfileChangesPerUser = 3
         }
     }
 }

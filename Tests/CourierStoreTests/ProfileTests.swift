@@ -27,7 +27,12 @@ struct ProfileTests {
                 try await store.setProfile(of: alice, ProfileUpdate(displayName: name), nowMs: Self.now)
             }
             func shown() async throws -> String? { try await store.profiles(of: ["alice"]).first?.displayName }
-            for name in ["王小明", "田中 太郎", "محمد علي", "Zoë 🐉", "👩🏽‍💻", String(repeating: "字", count: 64)] {
+            for name in [
+                "王小明", "田中 太郎", "محمد علي", "Zoë 🐉", "👩🏽‍💻", String(repeating: "字", count: 64), "❤️ 김민준",
+                // Vietnamese, its marks combining (two on one letter), and a subdivision flag (tags, in their place).
+                "Nguye\u{302}\u{303}n", "🏴\u{E0067}\u{E0062}\u{E0065}\u{E006E}\u{E0067}\u{E007F} Gareth",
+                "नमस्ते", "שָׁלוֹם",
+            ] {
                 try await set(name)
                 #expect(try await shown() == name)
             }
@@ -39,6 +44,11 @@ struct ProfileTests {
                 String(repeating: "👨‍👩‍👧‍👦", count: 64),
                 "\u{202E}nimda", "ad\u{2066}min", "two\nlines", "tab\there", "\u{200B}\u{200B}", "\u{2060}",
                 "nul\u{0}",
+                // Marks that turn what follows around, characters that show nothing beside ones that do, fillers,
+                // hidden tags, the braille blank, private use, and a tower of marks.
+                "\u{200F}alice", "alice\u{061C}", "a\u{00AD}lice", "\u{FEFF}alice", "alice\u{3164}", "\u{3164}",
+                "\u{115F}", "alice\u{E0041}\u{E0042}", "\u{2800}", "\u{2800}\u{2800}", "\u{E000}boss", "\u{0301}",
+                "a" + String(repeating: "\u{0301}", count: 5), "line\u{2028}break",
             ] {
                 do {
                     try await set(bad)
@@ -84,9 +94,15 @@ struct ProfileTests {
             // An event is read as the profile now is: the first one, read after a second change, says the second.
             try await store.setProfile(of: alice, ProfileUpdate(displayName: "Алиса"), nowMs: Self.now + 1)
             #expect(try await Self.profileEvents(fixture, bob).map(\.1) == ["Алиса", "Алиса"])
-            // A deleted account's profile goes with it.
+            // Others see only the profiles of those they share a conversation with: erin wrote to alice, dave never.
+            #expect(try await store.profiles(of: ["alice", "bob"], for: dave).isEmpty)
+            #expect(try await store.profiles(of: ["alice"], for: erin).map(\.displayName) == ["Алиса"])
+            #expect(try await store.profiles(of: ["dave", "alice"], for: dave).map(\.user) == ["dave"])
+            // A deleted account's profile goes with it, and those who saw it are told (an empty profile).
             try await store.deleteAccount(alice, password: "pw-alice", nowMs: Self.now + 2)
-            #expect(try await Self.profileEvents(fixture, bob).map(\.1) == [nil, nil])
+            #expect(try await Self.profileEvents(fixture, bob).map(\.1) == [nil, nil, nil])
+            #expect(try await Self.profileEvents(fixture, carol).count == 3)
+            #expect(try await Self.profileEvents(fixture, dave).isEmpty)
             #expect(try await store.profiles(of: ["alice"]).isEmpty)
         }
     }

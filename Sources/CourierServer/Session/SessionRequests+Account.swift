@@ -85,17 +85,40 @@ extension SessionRequests {
             case .admitted(let ticket):
                 // Every change counts, refused or not: each may reach every user who sees this one.
                 defer { self.context.profileChanges.finish(ticket, failed: true) }
+                if case .set(let avatar, let thumbnail)? = update.avatar {
+                    for picture in [avatar, thumbnail] { try await self.checkImage(picture, of: user.id) }
+                }
                 let appended = try await store.setProfile(of: user.id, update, nowMs: SessionContext.nowMs())
                 self.context.fanout.logsGrew(appended)
                 reply.done = Courier_V1_Done()
             }
         case .profiles(let names):
-            let profiles = try await store.profiles(of: names).map(Courier_V1_Profile.init)
+            let profiles = try await store.profiles(of: names, for: user.id).map(Courier_V1_Profile.init)
             reply.profiles.profiles = profiles
         default:
             throw SessionRefusal(ErrorCodes.invalidRequest, "not a request about the account")
         }
         return (reply, nil)
+    }
+
+    /// Refuses a picture the user has not uploaded, or whose bytes are not an image of the type it says.
+    private func checkImage(_ picture: ProfileImage, of user: UserID) async throws {
+        guard picture.size > 0, SHA256Hex.isValid(picture.sha256) else { return }
+        // Its upload first: another user's file is not looked into.
+        guard try await self.context.store.uploadedSize(by: user, sha256: picture.sha256) == picture.size else {
+            throw CourierStoreError(.unknownMedia, "upload the picture \(picture.sha256) before showing it")
+        }
+        var head: [UInt8] = []
+        do {
+            try await self.context.media.read(picture.sha256, range: 0..<min(16, picture.size)) { bytes in
+                head += bytes.readableBytesView
+            }
+        } catch {
+            throw CourierStoreError(.unknownMedia, "upload the picture \(picture.sha256) before showing it")
+        }
+        guard picture.matches(head: head) else {
+            throw CourierStoreError(.invalidProfile, "the picture \(picture.sha256) is not a \(picture.mime) image")
+        }
     }
 
     /// Runs work that checks the user's present password under the login limits of its name and this address: a

@@ -241,7 +241,8 @@ extension SessionStateMachine {
                     retryAfter: nil
                 )
             }
-            // A read for each name: it takes from the bucket the sends take from.
+            // One read of many names (of users the asker shares a conversation with: no one else is answered): it
+            // takes from the bucket the sends take from.
             if let wait = active.bucket.take(now: now) { return .pause(wait) }
             return .request(.profiles(asked.users), requestID: requestID)
         case .upload(let upload):

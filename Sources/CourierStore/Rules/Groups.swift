@@ -118,6 +118,14 @@ extension StoreBackend {
             let user = try await Self.activeUser(named: name, transaction)
             var log = LogWrites()
             var handled: Set<Int64> = []
+            // Those who saw its profile are told it is gone (a last, empty profile event): their logs are locked
+            // with the first ones.
+            let hadProfile = try await transaction.profiles(of: [user.id])[user.id] != nil
+            let peers =
+                hadProfile
+                ? Array(Self.peers(in: try await transaction.companions(of: user.id, directOnly: false, with: nil)))
+                : []
+            var lockingPeers = peers
             // Its groups first, then their members and the user, then its devices: the order every write locks in.
             // Then again, for a group that took the user in a transaction that committed after the list was read:
             // with the user's row locked now, no other can (adding a member locks its row and finds it removed).
@@ -129,11 +137,17 @@ extension StoreBackend {
                     // The user's own row, locked once: its devices and its removal are written under it, and a
                     // group that adds it meanwhile waits, then finds it removed.
                     if log.book.knows(user.id) { break }
-                    try await Self.lockLogs(of: [user.id], into: &log, transaction)
+                    try await Self.lockLogs(of: [user.id] + lockingPeers, into: &log, transaction)
+                    lockingPeers = []
                     continue
                 }
                 let members = try await transaction.members(of: groups.map(\.id))
-                try await Self.lockLogs(of: members.values.flatMap { $0 } + [user.id], into: &log, transaction)
+                try await Self.lockLogs(
+                    of: members.values.flatMap { $0 } + [user.id] + lockingPeers,
+                    into: &log,
+                    transaction
+                )
+                lockingPeers = []
                 for group in groups {
                     try await Self.removeMember(user.id, from: group, log: &log, transaction)
                 }
@@ -142,6 +156,9 @@ extension StoreBackend {
             try await check(transaction)
             // What it showed of itself goes with it.
             try await transaction.setProfile(nil, of: user.id)
+            for peer in peers.sorted() where log.book.knows(peer) {
+                log.append(to: peer, .profile, conversation: 0, seq: 0, actor: user.id)
+            }
             try await transaction.writeLog(log)
             let revoked = try await transaction.revokeDevices(nil, of: user.id, nowMs: nowMs)
             try await transaction.markRemoved(user.id, nowMs: nowMs)

@@ -69,7 +69,12 @@ extension StoreBackend {
 
     /// The profiles of users by name (without regard to case): one for each that exists and was not removed (with
     /// no display name and no avatar when it set none), in the order asked, each once.
-    public func profiles(of names: [String]) async throws -> [UserProfile] {
+    ///
+    /// - Parameter viewer: Only the viewer itself and the users it shares a conversation with (a group, a direct
+    ///   conversation in which either wrote): the others are left out, as if they did not exist, so that the
+    ///   answer lists no one the viewer does not know (finding anyone by name is ``find_user``'s, which is
+    ///   counted). Nil: anyone.
+    public func profiles(of names: [String], for viewer: UserID?) async throws -> [UserProfile] {
         try await self.reading(doing: "read profiles") { transaction in
             var users: [User] = []
             for name in names {
@@ -77,6 +82,10 @@ extension StoreBackend {
                     !users.contains(where: { $0.id == user.id })
                 else { continue }
                 users.append(user)
+            }
+            if let viewer, users.contains(where: { $0.id != viewer }) {
+                let known = Set(try await transaction.companions(of: viewer, directOnly: false, with: nil).map(\.user))
+                users.removeAll { $0.id != viewer && !known.contains($0.id) }
             }
             let rows = try await transaction.profiles(of: users.map(\.id))
             return users.map { UserProfile(user: $0.name, rows[$0.id]) }
@@ -87,8 +96,7 @@ extension StoreBackend {
 
     /// A display name as it is kept: without the white space around it. Any script; at most
     /// ``StoreLimits/maxDisplayNameCharacters`` characters (grapheme clusters: what a reader sees as one) and
-    /// ``StoreLimits/maxDisplayNameBytes``; no control or bidirectional control characters (``StoreText``), no line
-    /// breaks, and not only characters that show nothing (a blank name would pass for no name). Empty: none.
+    /// ``StoreLimits/maxDisplayNameBytes``; and the characters ``DisplayNameText`` allows. Empty: none.
     ///
     /// - Throws: `invalid-profile`.
     package func checkDisplayName(_ name: String) throws -> String {
@@ -114,21 +122,7 @@ extension StoreBackend {
                 "a display name has at most \(self.limits.maxDisplayNameCharacters) characters, not \(trimmed.count)"
             )
         }
-        guard StoreText.isClean(trimmed),
-            !trimmed.unicodeScalars.contains(where: { "\u{2028}\u{2029}\u{85}".unicodeScalars.contains($0) })
-        else {
-            throw CourierStoreError(
-                .invalidProfile,
-                "a display name has no control characters, line breaks or bidirectional controls"
-            )
-        }
-        let visible =
-            !trimmed.isEmpty
-            && trimmed.unicodeScalars.contains {
-                !$0.properties.isDefaultIgnorableCodePoint && !$0.properties.isWhitespace
-                    && $0.properties.generalCategory != .format
-            }
-        guard visible else { throw CourierStoreError(.invalidProfile, "a display name shows something") }
+        try DisplayNameText.check(trimmed)
         return trimmed
     }
 
@@ -155,6 +149,106 @@ extension StoreBackend {
 
     /// The types of image a profile picture may be.
     static var pictureTypes: [String] { ["image/jpeg", "image/png", "image/webp", "image/gif"] }
+}
+
+/// What a display name may hold, so that it reads as what it is wherever it shows: no control characters, line
+/// breaks or bidirectional controls (marks, embeddings, overrides, isolates), which would make it or the text after it
+/// read otherwise; no characters that show nothing (zero-width spaces and joiners' cousins, fillers, soft hyphens,
+/// byte-order marks, tags that carry hidden text), but the joiners emoji sequences and some scripts need (ZWJ, ZWNJ),
+/// the emoji variation selectors, and tags inside a flag's sequence; no private-use or unassigned code points, which
+/// show as anything or nothing; at most ``maxMarks`` combining marks on one character (no "Zalgo" towers); and at
+/// least one letter, digit, symbol or punctuation mark that shows (not the braille blank).
+package enum DisplayNameText {
+    /// The most combining marks one character may carry (Vietnamese takes two, Indic scripts a few).
+    static let maxMarks = 4
+
+    /// - Throws: `invalid-profile`, saying what is wrong.
+    static func check(_ name: String) throws {
+        var shows = false
+        for character in name {
+            var marks = 0
+            var previous: Unicode.Scalar?
+            for scalar in character.unicodeScalars {
+                defer { previous = scalar }
+                let properties = scalar.properties
+                switch properties.generalCategory {
+                case .control, .lineSeparator, .paragraphSeparator:
+                    throw CourierStoreError(.invalidProfile, "a display name has no control characters or line breaks")
+                case .privateUse, .unassigned, .surrogate:
+                    throw CourierStoreError(
+                        .invalidProfile,
+                        "a display name has no private-use or unassigned characters (U+\(Self.hex(scalar)))"
+                    )
+                case .nonspacingMark, .spacingMark, .enclosingMark:
+                    marks += 1
+                    guard marks <= Self.maxMarks else {
+                        throw CourierStoreError(
+                            .invalidProfile,
+                            "a display name has at most \(Self.maxMarks) marks on one character"
+                        )
+                    }
+                    continue
+                default:
+                    break
+                }
+                if properties.isBidiControl {
+                    throw CourierStoreError(.invalidProfile, "a display name has no bidirectional controls")
+                }
+                if properties.isDefaultIgnorableCodePoint, !Self.joins(scalar, after: previous) {
+                    throw CourierStoreError(
+                        .invalidProfile,
+                        "a display name has no characters that show nothing (U+\(Self.hex(scalar)))"
+                    )
+                }
+                switch properties.generalCategory {
+                case .uppercaseLetter, .lowercaseLetter, .titlecaseLetter, .modifierLetter, .otherLetter,
+                    .decimalNumber, .letterNumber, .otherNumber, .mathSymbol, .currencySymbol, .modifierSymbol,
+                    .otherSymbol, .connectorPunctuation, .dashPunctuation, .openPunctuation, .closePunctuation,
+                    .initialPunctuation, .finalPunctuation, .otherPunctuation:
+                    // The braille blank is a symbol that shows nothing.
+                    if scalar.value != 0x2800 { shows = true }
+                default:
+                    break
+                }
+            }
+        }
+        guard shows else { throw CourierStoreError(.invalidProfile, "a display name shows something") }
+    }
+
+    /// The characters that show nothing that a display name may hold where they do their work: the zero-width
+    /// joiner and non-joiner, the emoji and text variation selectors, and tags after a black flag or another tag
+    /// (a subdivision flag: 🏴 + tags + cancel tag).
+    private static func joins(_ scalar: Unicode.Scalar, after previous: Unicode.Scalar?) -> Bool {
+        switch scalar.value {
+        case 0x200C, 0x200D, 0xFE0E, 0xFE0F: return true
+        case 0xE0020...0xE007F:
+            guard let previous else { return false }
+            return previous.value == 0x1F3F4 || (0xE0020...0xE007E).contains(previous.value)
+        default: return false
+        }
+    }
+
+    private static func hex(_ scalar: Unicode.Scalar) -> String {
+        let digits = String(scalar.value, radix: 16, uppercase: true)
+        return String(repeating: "0", count: max(0, 4 - digits.count)) + digits
+    }
+}
+
+extension ProfileImage {
+    /// Whether a file's first bytes (at least 12 when it has them) are those of an image of this picture's type: a
+    /// picture everyone may fetch must be the image it says it is.
+    package func matches(head: [UInt8]) -> Bool {
+        func starts(_ prefix: [UInt8], at offset: Int = 0) -> Bool {
+            head.count >= offset + prefix.count && Array(head[offset..<(offset + prefix.count)]) == prefix
+        }
+        switch self.mime {
+        case "image/jpeg": return starts([0xFF, 0xD8, 0xFF])
+        case "image/png": return starts([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])
+        case "image/gif": return starts(Array("GIF87a".utf8)) || starts(Array("GIF89a".utf8))
+        case "image/webp": return starts(Array("RIFF".utf8)) && starts(Array("WEBP".utf8), at: 8)
+        default: return false
+        }
+    }
 }
 
 extension ProfileRow {
