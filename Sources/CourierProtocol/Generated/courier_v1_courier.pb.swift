@@ -1896,8 +1896,9 @@ public nonisolated struct Courier_V1_SetProfile: @unchecked Sendable {
   fileprivate var _storage = _StorageClass.defaultInstance
 }
 
-/// The profiles of users by name (at most 100 names): one for each that exists, in the order asked. Answered with
-/// `profiles`.
+/// The profiles of users by name (at most 100 names): this user's own and those of users it shares a conversation
+/// with (a group, a direct conversation either wrote in), in the order asked; no one else (finding others is
+/// `find_user`'s, which is counted). Answered with `profiles`.
 public nonisolated struct Courier_V1_ProfilesRequest: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
