@@ -404,6 +404,15 @@ struct ChatState {
         case .profile(let profile):
             self.setProfiles([profile])
             return []
+        case .role(let group, let user, let role):
+            let who = user.lowercased() == self.me.lowercased() ? "you are" : "\(user) is"
+            self.notice =
+                switch role {
+                case .owner: "\(who) now the owner of #\(group)"
+                case .admin: "\(who) now an admin of #\(group)"
+                case .member: "\(who) no longer an admin of #\(group)"
+                }
+            return []
         }
     }
 

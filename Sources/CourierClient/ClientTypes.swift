@@ -266,6 +266,18 @@ public struct Disconnection: Hashable, Sendable, CustomStringConvertible {
 }
 
 /// What happens on the connection and in the user's conversations, in order.
+/// A member's role in a group.
+public enum GroupRoleInfo: String, Sendable, Hashable, Comparable {
+    case member
+    case admin
+    case owner
+
+    public static func < (lhs: Self, rhs: Self) -> Bool {
+        let order: [Self] = [.member, .admin, .owner]
+        return order.firstIndex(of: lhs)! < order.firstIndex(of: rhs)!
+    }
+}
+
 public enum ClientEvent: Sendable, Hashable {
     /// Authenticated; `caughtUp` follows when the backlog has been received.
     case connected(user: String)
@@ -305,6 +317,8 @@ public enum ClientEvent: Sendable, Hashable {
     case membership(group: String, user: String, joined: Bool)
     /// A user this one sees (or this user itself) changed its profile: the profile as it now is.
     case profile(ProfileInfo)
+    /// A member's role in a group changed: made an admin, a member again, or the owner.
+    case role(group: String, user: String, role: GroupRoleInfo)
     /// A peer is typing (or stopped).
     case typing(conversation: Conversation, user: String, typing: Bool)
     /// A peer came online or went offline (`lastSeen`: when it went, if the server says).

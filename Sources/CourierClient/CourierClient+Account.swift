@@ -214,3 +214,81 @@ extension CourierClient {
         try Self.expectDone(try await self.request(envelope))
     }
 }
+
+/// A member of a group, as ``CourierClient/groupMembers(of:)`` lists it.
+public struct GroupMemberInfo: Hashable, Sendable {
+    public var user: String
+    public var role: GroupRoleInfo
+    /// The group's seq when it joined: it sees the messages after it.
+    public var joinedSeq: UInt64
+
+    public init(user: String, role: GroupRoleInfo, joinedSeq: UInt64) {
+        self.user = user
+        self.role = role
+        self.joinedSeq = joinedSeq
+    }
+}
+
+extension GroupRoleInfo {
+    init(_ role: Courier_V1_GroupRole) {
+        switch role {
+        case .owner: self = .owner
+        case .admin: self = .admin
+        default: self = .member
+        }
+    }
+}
+
+/// Groups in their members' hands.
+extension CourierClient {
+    /// Makes a group with this user as its owner and these members (its contacts: users who wrote to it and it to
+    /// them).
+    public func createGroup(_ name: String, members: [String]) async throws {
+        try await self.manageGroup(name) { $0.create.users = members }
+    }
+
+    /// Adds members (the owner's and admins' contacts) to a group.
+    public func addMembers(_ users: [String], to group: String) async throws {
+        try await self.manageGroup(group) { $0.add.users = users }
+    }
+
+    /// Removes members of a lower role than this user's from a group.
+    public func removeMembers(_ users: [String], from group: String) async throws {
+        try await self.manageGroup(group) { $0.remove.users = users }
+    }
+
+    /// Leaves a group; an owner hands it to the longest-standing admin, else member.
+    public func leaveGroup(_ group: String) async throws {
+        try await self.manageGroup(group) { $0.leave = Courier_V1_ManageGroup.Leave() }
+    }
+
+    /// Makes members admins (`admin` true) or members again; the owner's to do.
+    public func setAdmins(_ users: [String], in group: String, admin: Bool = true) async throws {
+        try await self.manageGroup(group) {
+            if admin { $0.promote.users = users } else { $0.demote.users = users }
+        }
+    }
+
+    /// Hands a group to another of its members; this user, its owner, becomes an admin.
+    public func transferGroup(_ group: String, to user: String) async throws {
+        try await self.manageGroup(group) { $0.transfer.user = user }
+    }
+
+    /// A group's members with their roles: the owner, the admins, the members.
+    public func groupMembers(of group: String) async throws -> [GroupMemberInfo] {
+        var envelope = ClientEnvelope()
+        envelope.groupMembers.group = group
+        let answer = try await self.request(envelope)
+        guard case .groupMembers(let members)? = answer.body else { throw Self.unexpected(answer) }
+        return members.members.map {
+            GroupMemberInfo(user: $0.user, role: GroupRoleInfo($0.role), joinedSeq: $0.joinedSeq)
+        }
+    }
+
+    private func manageGroup(_ group: String, _ build: (inout Courier_V1_ManageGroup) -> Void) async throws {
+        var envelope = ClientEnvelope()
+        envelope.manageGroup.group = group
+        build(&envelope.manageGroup)
+        try Self.expectDone(try await self.request(envelope))
+    }
+}

@@ -153,6 +153,8 @@ extension CourierClient {
                     )
                 case .profile(let profile)?:
                     others.append(.profile(ProfileInfo(profile)))
+                case .role(let change)?:
+                    others.append(.role(group: change.group, user: change.user, role: GroupRoleInfo(change.role)))
                 case nil:
                     break
                 }

@@ -32,6 +32,7 @@ public enum ErrorCodes {
     public static let unknownGroup = "unknown-group"
     public static let notMember = "not-member"
     public static let notOwner = "not-owner"
+    public static let notAdmin = "not-admin"
     public static let notContact = "not-contact"
     public static let unknownMessage = "unknown-message"
     public static let recallWindowPassed = "recall-window-passed"
@@ -112,7 +113,11 @@ public enum ErrorCodes {
         (unknownUser, false, "no such user, or the user was removed"),
         (unknownGroup, false, "no such group"),
         (notMember, false, "the sender is not a member of the conversation"),
-        (notOwner, false, "only the group's owner may add or remove others"),
+        (
+            notOwner, false,
+            "only the group's owner may do that: change roles, hand the group on, remove an admin"
+        ),
+        (notAdmin, false, "only the group's owner and admins may add or remove others"),
         (notContact, false, "only contacts (both have written in their direct conversation) can be added to a group"),
         (
             unknownMessage, false,

@@ -95,6 +95,24 @@ public protocol CourierDatabase: Sendable {
         nowMs: Int64
     ) async throws -> [UserID: UInt64]
     func group(named name: String) async throws -> Group
+    @discardableResult
+    func setRole(
+        in group: String,
+        of member: String,
+        to role: GroupRole,
+        by actor: UserID?,
+        nowMs: Int64
+    ) async throws
+        -> [UserID: UInt64]
+    @discardableResult
+    func transferOwnership(
+        of group: String,
+        to member: String,
+        by actor: UserID?,
+        nowMs: Int64
+    ) async throws
+        -> [UserID: UInt64]
+    func groupMembers(of group: String, for viewer: UserID?) async throws -> [GroupMember]
     func groupNames() async throws -> [String]
 
     // MARK: Writes (the group commit)

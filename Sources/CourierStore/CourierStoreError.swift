@@ -45,6 +45,7 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
             case weakPassword = "weak-password"
             case wrongPassword = "wrong-password"
             case invalidProfile = "invalid-profile"
+            case notAdmin = "not-admin"
         }
         private let value: Value
         private init(_ value: Value) { self.value = value }
@@ -122,6 +123,8 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
         /// A display name or a profile picture that breaks the rules (``StoreLimits``): too long, only invisible
         /// characters, control or bidirectional characters; a picture that is not an image of the sizes allowed.
         public static let invalidProfile = Code(.invalidProfile)
+        /// Only a group's owner and admins may do that (add and remove members).
+        public static let notAdmin = Code(.notAdmin)
 
         public var description: String { self.value.rawValue }
 

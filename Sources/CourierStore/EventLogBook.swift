@@ -8,6 +8,8 @@ package enum LogEventKind: Int64, Sendable {
     case reaction = 6
     /// A user's profile changed (`actor`); no conversation (0).
     case profile = 7
+    /// A member's role in a group changed (`actor`: the member; `detail`: the role).
+    case role = 8
 }
 
 /// The bookkeeping of one write transaction's appends to users' event logs, whatever the database: each user's

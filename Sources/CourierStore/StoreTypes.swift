@@ -178,6 +178,38 @@ public struct Group: Hashable, Sendable {
     }
 }
 
+/// What a member of a group may do: a member writes; an admin also adds and removes members (not the owner nor
+/// other admins); the owner also promotes and demotes admins and hands the group on. A group has one owner, a member.
+public enum GroupRole: Int64, Hashable, Sendable, Comparable, CustomStringConvertible {
+    case member = 0
+    case admin = 1
+    case owner = 2
+
+    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
+
+    public var description: String {
+        switch self {
+        case .member: "member"
+        case .admin: "admin"
+        case .owner: "owner"
+        }
+    }
+}
+
+/// A member of a group, with its role and where it joined.
+public struct GroupMember: Hashable, Sendable {
+    public var user: String
+    public var role: GroupRole
+    /// The group's seq when it joined: it sees the messages after it.
+    public var joinedSeq: UInt64
+
+    public init(user: String, role: GroupRole, joinedSeq: UInt64) {
+        self.user = user
+        self.role = role
+        self.joinedSeq = joinedSeq
+    }
+}
+
 /// A stored message, as one user sees it.
 public struct StoredMessage: Hashable, Sendable {
     /// The id the sender chose or was given.
@@ -384,6 +416,8 @@ public struct StoredEvent: Hashable, Sendable {
         /// A user the log's user knows (or the log's user itself) changed its profile: the profile as it is when
         /// read (a user's whose account was deleted since reads with no display name and no avatar).
         case profile(UserProfile)
+        /// A member's role in a group changed (promoted, demoted, made owner): at the group's seq then.
+        case role(group: String, user: String, role: GroupRole, seq: UInt64)
     }
     public var cursor: UInt64
     public var kind: Kind

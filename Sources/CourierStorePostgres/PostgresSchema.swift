@@ -332,5 +332,12 @@ enum PostgresSchema {
                 "CREATE INDEX profiles_by_thumb ON profiles (thumb_sha256) WHERE thumb_sha256 IS NOT NULL",
             ]
         ),
+        Migration(
+            version: "v9-roles",
+            statements: [
+                // As SQLite's (Sources/CourierStoreSQLite/Schema.swift).
+                "ALTER TABLE members ADD COLUMN role SMALLINT NOT NULL DEFAULT 0"
+            ]
+        ),
     ]
 }

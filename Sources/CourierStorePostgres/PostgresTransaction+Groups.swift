@@ -235,3 +235,39 @@ extension PostgresTransaction {
         )
     }
 }
+
+extension PostgresTransaction {
+    // MARK: Roles
+
+    package func memberRoles(of group: Int64) async throws -> [MemberRole] {
+        try await self.connection.rows(
+            """
+            SELECT user_id, role::BIGINT AS role, joined_seq FROM members WHERE conversation_id = \(group)
+            ORDER BY joined_seq, user_id
+            """,
+            logger: self.logger
+        ).map {
+            MemberRole(
+                user: UserID(rawValue: try $0.get("user_id")),
+                role: GroupRole(rawValue: try $0.get("role", as: Int64.self)) ?? .member,
+                joinedSeq: try $0.get("joined_seq")
+            )
+        }
+    }
+
+    package func setRole(_ role: GroupRole, of user: UserID, in group: Int64) async throws {
+        try await self.connection.run(
+            """
+            UPDATE members SET role = \(Int16(role.rawValue)) WHERE conversation_id = \(group) AND user_id = \(user.rawValue)
+            """,
+            logger: self.logger
+        )
+    }
+
+    package func setOwner(_ owner: UserID, of group: Int64) async throws {
+        try await self.connection.run(
+            "UPDATE conversations SET owner_id = \(owner.rawValue) WHERE id = \(group)",
+            logger: self.logger
+        )
+    }
+}

@@ -272,3 +272,44 @@ extension SQLiteTransaction {
         }
     }
 }
+
+extension SQLiteTransaction {
+    // MARK: Roles
+
+    package func memberRoles(of group: Int64) async throws -> [MemberRole] {
+        try await self.access { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT user_id, role, joined_seq FROM members WHERE conversation_id = ?
+                    ORDER BY joined_seq, user_id
+                    """,
+                arguments: [group]
+            ).map {
+                MemberRole(
+                    user: UserID(rawValue: $0["user_id"]),
+                    role: GroupRole(rawValue: $0["role"]) ?? .member,
+                    joinedSeq: $0["joined_seq"]
+                )
+            }
+        }
+    }
+
+    package func setRole(_ role: GroupRole, of user: UserID, in group: Int64) async throws {
+        try await self.update { db in
+            try db.execute(
+                sql: "UPDATE members SET role = ? WHERE conversation_id = ? AND user_id = ?",
+                arguments: [role.rawValue, group, user.rawValue]
+            )
+        }
+    }
+
+    package func setOwner(_ owner: UserID, of group: Int64) async throws {
+        try await self.update { db in
+            try db.execute(
+                sql: "UPDATE conversations SET owner_id = ? WHERE id = ?",
+                arguments: [owner.rawValue, group]
+            )
+        }
+    }
+}

@@ -276,6 +276,10 @@ enum Schema {
                     """
             )
         }
+        migrator.registerMigration("v9-roles") { db in
+            // A member's role: 0 member, 1 admin (the owner is the conversation's owner_id).
+            try db.execute(sql: "ALTER TABLE members ADD COLUMN role INTEGER NOT NULL DEFAULT 0")
+        }
         return migrator
     }
 }

@@ -8,8 +8,9 @@ struct GroupCommand: AsyncParsableCommand {
         abstract: "Manage groups, in a data folder or a PostgreSQL database (also while servers run).",
         discussion: """
             Groups have unique names. A member added later sees the messages sent after joining, not before. \
-            These commands act as the administrator: over the protocol, only a group's owner adds and removes \
-            members, and any member may leave.
+            These commands act as the administrator: over the protocol, a group's owner and admins add members \
+            (their contacts) and remove those of a lower role, the owner makes admins and hands the group on, and \
+            any member may leave.
             """,
         subcommands: [Create.self, Add.self, Remove.self, Show.self, List.self]
     )
@@ -68,7 +69,9 @@ struct GroupCommand: AsyncParsableCommand {
     }
 
     struct Show: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Show a group's owner, members and message count.")
+        static let configuration = CommandConfiguration(
+            abstract: "Show a group's owner, members, admins and message count."
+        )
         @OptionGroup var options: DataOptions
         @Argument(help: "The group name.") var name: String
 
@@ -77,6 +80,9 @@ struct GroupCommand: AsyncParsableCommand {
             print("group \(group.name)")
             print("owner \(group.owner ?? "-")")
             print("members \(group.members.joined(separator: ","))")
+            let admins = try await options.withStore { try await $0.groupMembers(of: self.name, for: nil) }
+                .filter { $0.role == .admin }.map(\.user)
+            print("admins \(admins.isEmpty ? "-" : admins.joined(separator: ","))")
             print("messages \(group.lastSeq)")
         }
     }

@@ -14,8 +14,8 @@ struct ProfileCommand: AsyncParsableCommand {
             at most 64 characters; "" removes it. --avatar takes a JPEG, PNG, WebP or GIF of at most 5 MiB, with a \
             thumbnail of at most 64 KiB: --thumbnail FILE, else one made with ffmpeg (128 pixels at most across), \
             else the avatar itself when it is that small. Everyone who sees you (your groups' members, the people \
-            you write with) gets the change, offline devices when they next connect; changes are limited to a few \
-            an hour (rate-limited).
+            you write with) gets the change, offline devices when they next connect; the server takes 20 changes \
+            an hour by default (rate-limited past them).
             """
     )
 

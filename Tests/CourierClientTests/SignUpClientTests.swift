@@ -168,4 +168,57 @@ struct SignUpClientTests {
             }
         }
     }
+
+    @Test("the SDK runs a group: create with contacts, promote, list with roles, transfer; each role change an event")
+    func groups() async throws {
+        try await withTemporaryDirectory { folder in
+            try await ServerFixture.with { fixture in
+                let port = fixture.ports.native
+                let alice = try Self.client(port: port, "alice", password: "correct horse", folder: folder)
+                let bob = try Self.client(port: port, "bob", password: "battery staple", folder: folder)
+                let (aliceEvents, bobEvents) = (EventReader(alice), EventReader(bob))
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask { await alice.run() }
+                    group.addTask { await bob.run() }
+                    try await Self.connected(aliceEvents)
+                    try await Self.connected(bobEvents)
+                    // Contacts first: both wrote.
+                    let hers = try await alice.send("你好", to: .user("bob"))
+                    _ = try await aliceEvents.next("her message committed") { event -> Bool? in
+                        if case .sent(hers, _, _, _) = event { true } else { nil }
+                    }
+                    try await bob.send("こんにちは", to: .user("alice"))
+                    _ = try await aliceEvents.next("bob's answer") { event -> Bool? in
+                        if case .message(let message) = event, message.from == "bob" { true } else { nil }
+                    }
+                    try await alice.createGroup("book-club", members: ["bob"])
+                    try await alice.setAdmins(["bob"], in: "book-club")
+                    let promoted = try await bobEvents.next("bob's promotion") { event -> GroupRoleInfo? in
+                        if case .role("book-club", "bob", let role) = event { role } else { nil }
+                    }
+                    #expect(promoted == .admin)
+                    #expect(
+                        try await bob.groupMembers(of: "book-club").map { "\($0.user) \($0.role)" }
+                            == ["alice owner", "bob admin"]
+                    )
+                    try await alice.transferGroup("book-club", to: "bob")
+                    let owner = try await aliceEvents.next("the transfer") { event -> String? in
+                        if case .role("book-club", let user, .owner) = event { user } else { nil }
+                    }
+                    #expect(owner == "bob")
+                    await #expect(throws: CourierClientError.self) {
+                        try await alice.setAdmins(["bob"], in: "book-club", admin: false)
+                    }
+                    try await alice.leaveGroup("book-club")
+                    #expect(try await bob.groupMembers(of: "book-club").map(\.user) == ["bob"])
+                    alice.stop()
+                    bob.stop()
+                    try await group.waitForAll()
+                }
+            } configure: {
+                $0.accounts.registration = .open
+                $0.accounts.maxSignUpsPerAddress = 50
+            }
+        }
+    }
 }

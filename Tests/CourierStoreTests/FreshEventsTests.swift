@@ -49,6 +49,7 @@ struct FreshEventsTests {
                 case .edit: "edit"
                 case .reaction: "reaction"
                 case .profile: "profile"
+                case .role: "role"
                 }
             }
             #expect(kinds == ["message", "message", "message", "read", "message", "recall"], "\(kinds)")

@@ -32,6 +32,44 @@ fileprivate nonisolated struct _GeneratedWithProtocGenSwiftVersion: SwiftProtobu
   typealias Version = _2
 }
 
+public nonisolated enum Courier_V1_GroupRole: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case member // = 0
+  case admin // = 1
+  case owner // = 2
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .member
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .member
+    case 1: self = .admin
+    case 2: self = .owner
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .member: return 0
+    case .admin: return 1
+    case .owner: return 2
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Courier_V1_GroupRole] = [
+    .member,
+    .admin,
+    .owner,
+  ]
+
+}
+
 public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -226,6 +264,14 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     set {body = .profiles(newValue)}
   }
 
+  public var groupMembers: Courier_V1_GroupMembersRequest {
+    get {
+      if case .groupMembers(let v)? = body {return v}
+      return Courier_V1_GroupMembersRequest()
+    }
+    set {body = .groupMembers(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -252,6 +298,7 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     case findUser(Courier_V1_FindUser)
     case setProfile(Courier_V1_SetProfile)
     case profiles(Courier_V1_ProfilesRequest)
+    case groupMembers(Courier_V1_GroupMembersRequest)
 
   }
 
@@ -404,6 +451,14 @@ public nonisolated struct Courier_V1_ServerEnvelope: Sendable {
     set {body = .profiles(newValue)}
   }
 
+  public var groupMembers: Courier_V1_GroupMembers {
+    get {
+      if case .groupMembers(let v)? = body {return v}
+      return Courier_V1_GroupMembers()
+    }
+    set {body = .groupMembers(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -424,6 +479,7 @@ public nonisolated struct Courier_V1_ServerEnvelope: Sendable {
     case devices(Courier_V1_DeviceList)
     case user(Courier_V1_UserCard)
     case profiles(Courier_V1_Profiles)
+    case groupMembers(Courier_V1_GroupMembers)
 
   }
 
@@ -1077,6 +1133,14 @@ public nonisolated struct Courier_V1_Event: Sendable {
     set {kind = .profile(newValue)}
   }
 
+  public var role: Courier_V1_RoleNotice {
+    get {
+      if case .role(let v)? = kind {return v}
+      return Courier_V1_RoleNotice()
+    }
+    set {kind = .role(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1092,6 +1156,7 @@ public nonisolated struct Courier_V1_Event: Sendable {
     /// A user this one sees (a member of one of its groups, one it writes with), or this user itself, changed its
     /// profile: the profile as it is when the event is read.
     case profile(Courier_V1_Profile)
+    case role(Courier_V1_RoleNotice)
 
   }
 
@@ -2037,8 +2102,12 @@ public nonisolated struct Courier_V1_FetchReady: Sendable {
   public init() {}
 }
 
-/// Group management over the session. Groups are addressed by name, which is unique. The owner adds and removes
-/// members; any member may leave (the owner too, after which only `courier group` can change the members).
+/// Group management over the session. Groups are addressed by name, which is unique. A group has one owner, who is
+/// a member; admins and the owner add members (their contacts) and remove those of a lower role; the owner makes
+/// members admins (`promote`) or members again (`demote`), and hands the group to another member (`transfer`: the
+/// owner before becomes an admin); any member may leave. An owner who leaves (or is removed) hands the group to the
+/// longest-standing admin, else the longest-standing member. Every change is an event to every member (`membership`,
+/// `role`). Answered with `done`; refused with `not-member`, `not-admin`, `not-owner`, `not-contact`.
 public nonisolated struct Courier_V1_ManageGroup: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -2081,6 +2150,30 @@ public nonisolated struct Courier_V1_ManageGroup: Sendable {
     set {action = .leave(newValue)}
   }
 
+  public var promote: Courier_V1_ManageGroup.Members {
+    get {
+      if case .promote(let v)? = action {return v}
+      return Courier_V1_ManageGroup.Members()
+    }
+    set {action = .promote(newValue)}
+  }
+
+  public var demote: Courier_V1_ManageGroup.Members {
+    get {
+      if case .demote(let v)? = action {return v}
+      return Courier_V1_ManageGroup.Members()
+    }
+    set {action = .demote(newValue)}
+  }
+
+  public var transfer: Courier_V1_ManageGroup.Transfer {
+    get {
+      if case .transfer(let v)? = action {return v}
+      return Courier_V1_ManageGroup.Transfer()
+    }
+    set {action = .transfer(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Action: Equatable, Sendable {
@@ -2089,6 +2182,9 @@ public nonisolated struct Courier_V1_ManageGroup: Sendable {
     case add(Courier_V1_ManageGroup.Members)
     case remove(Courier_V1_ManageGroup.Members)
     case leave(Courier_V1_ManageGroup.Leave)
+    case promote(Courier_V1_ManageGroup.Members)
+    case demote(Courier_V1_ManageGroup.Members)
+    case transfer(Courier_V1_ManageGroup.Transfer)
 
   }
 
@@ -2113,6 +2209,83 @@ public nonisolated struct Courier_V1_ManageGroup: Sendable {
 
     public init() {}
   }
+
+  public nonisolated struct Transfer: Sendable {
+    // SwiftProtobuf.Message conformance is added in an extension below. See the
+    // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+    // methods supported on all messages.
+
+    public var user: String = String()
+
+    public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+    public init() {}
+  }
+
+  public init() {}
+}
+
+/// A group's members with their roles: the owner first, then the admins, then the members, each the
+/// longest-standing first. Only a member asks (`not-member`). Answered with `group_members`.
+public nonisolated struct Courier_V1_GroupMembersRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var group: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Courier_V1_GroupMembers: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var group: String = String()
+
+  public var members: [Courier_V1_GroupMembers.Member] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public nonisolated struct Member: Sendable {
+    // SwiftProtobuf.Message conformance is added in an extension below. See the
+    // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+    // methods supported on all messages.
+
+    public var user: String = String()
+
+    public var role: Courier_V1_GroupRole = .member
+
+    /// The group's seq when it joined: it sees the messages after it.
+    public var joinedSeq: UInt64 = 0
+
+    public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+    public init() {}
+  }
+
+  public init() {}
+}
+
+/// A member's role changed: promoted, demoted, or made the owner (by a transfer, or as the owner left).
+public nonisolated struct Courier_V1_RoleNotice: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var group: String = String()
+
+  public var user: String = String()
+
+  public var role: Courier_V1_GroupRole = .member
+
+  /// The group's seq at the change.
+  public var seq: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 }
@@ -2260,9 +2433,13 @@ public nonisolated struct Courier_V1_Error: Sendable {
 
 fileprivate nonisolated let _protobuf_package = "courier.v1"
 
+nonisolated extension Courier_V1_GroupRole: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0GROUP_ROLE_MEMBER\0\u{1}GROUP_ROLE_ADMIN\0\u{1}GROUP_ROLE_OWNER\0")
+}
+
 nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ClientEnvelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0\u{1}upload\0\u{1}fetch\0\u{1}edit\0\u{1}react\0\u{1}versions\0\u{1}search\0\u{3}change_password\0\u{1}devices\0\u{3}revoke_device\0\u{3}delete_account\0\u{3}find_user\0\u{3}set_profile\0\u{1}profiles\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0\u{1}upload\0\u{1}fetch\0\u{1}edit\0\u{1}react\0\u{1}versions\0\u{1}search\0\u{3}change_password\0\u{1}devices\0\u{3}revoke_device\0\u{3}delete_account\0\u{3}find_user\0\u{3}set_profile\0\u{1}profiles\0\u{3}group_members\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2570,6 +2747,19 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
           self.body = .profiles(v)
         }
       }()
+      case 25: try {
+        var v: Courier_V1_GroupMembersRequest?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .groupMembers(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .groupMembers(v)
+        }
+      }()
       default: break
       }
     }
@@ -2676,6 +2866,10 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
       guard case .profiles(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 24)
     }()
+    case .groupMembers?: try {
+      guard case .groupMembers(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 25)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -2691,7 +2885,7 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
 
 nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ServerEnvelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}welcome\0\u{3}send_ack\0\u{1}error\0\u{1}events\0\u{1}history\0\u{1}unread\0\u{1}typing\0\u{1}presence\0\u{1}done\0\u{3}upload_ready\0\u{3}upload_done\0\u{3}fetch_ready\0\u{1}versions\0\u{1}search\0\u{1}devices\0\u{1}user\0\u{1}profiles\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}welcome\0\u{3}send_ack\0\u{1}error\0\u{1}events\0\u{1}history\0\u{1}unread\0\u{1}typing\0\u{1}presence\0\u{1}done\0\u{3}upload_ready\0\u{3}upload_done\0\u{3}fetch_ready\0\u{1}versions\0\u{1}search\0\u{1}devices\0\u{1}user\0\u{1}profiles\0\u{3}group_members\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2921,6 +3115,19 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
           self.body = .profiles(v)
         }
       }()
+      case 19: try {
+        var v: Courier_V1_GroupMembers?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .groupMembers(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .groupMembers(v)
+        }
+      }()
       default: break
       }
     }
@@ -3002,6 +3209,10 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
     case .profiles?: try {
       guard case .profiles(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 18)
+    }()
+    case .groupMembers?: try {
+      guard case .groupMembers(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 19)
     }()
     case nil: break
     }
@@ -3921,7 +4132,7 @@ nonisolated extension Courier_V1_ReactionCount: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Courier_V1_Event: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Event"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}cursor\0\u{1}message\0\u{1}recall\0\u{1}receipt\0\u{1}membership\0\u{1}edit\0\u{1}reaction\0\u{1}profile\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}cursor\0\u{1}message\0\u{1}recall\0\u{1}receipt\0\u{1}membership\0\u{1}edit\0\u{1}reaction\0\u{1}profile\0\u{1}role\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4021,6 +4232,19 @@ nonisolated extension Courier_V1_Event: SwiftProtobuf.Message, SwiftProtobuf._Me
           self.kind = .profile(v)
         }
       }()
+      case 9: try {
+        var v: Courier_V1_RoleNotice?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .role(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .role(v)
+        }
+      }()
       default: break
       }
     }
@@ -4062,6 +4286,10 @@ nonisolated extension Courier_V1_Event: SwiftProtobuf.Message, SwiftProtobuf._Me
     case .profile?: try {
       guard case .profile(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
+    }()
+    case .role?: try {
+      guard case .role(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
     }()
     case nil: break
     }
@@ -5725,7 +5953,7 @@ nonisolated extension Courier_V1_FetchReady: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Courier_V1_ManageGroup: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManageGroup"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}group\0\u{1}create\0\u{1}add\0\u{1}remove\0\u{1}leave\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}group\0\u{1}create\0\u{1}add\0\u{1}remove\0\u{1}leave\0\u{1}promote\0\u{1}demote\0\u{1}transfer\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -5786,6 +6014,45 @@ nonisolated extension Courier_V1_ManageGroup: SwiftProtobuf.Message, SwiftProtob
           self.action = .leave(v)
         }
       }()
+      case 6: try {
+        var v: Courier_V1_ManageGroup.Members?
+        var hadOneofValue = false
+        if let current = self.action {
+          hadOneofValue = true
+          if case .promote(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.action = .promote(v)
+        }
+      }()
+      case 7: try {
+        var v: Courier_V1_ManageGroup.Members?
+        var hadOneofValue = false
+        if let current = self.action {
+          hadOneofValue = true
+          if case .demote(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.action = .demote(v)
+        }
+      }()
+      case 8: try {
+        var v: Courier_V1_ManageGroup.Transfer?
+        var hadOneofValue = false
+        if let current = self.action {
+          hadOneofValue = true
+          if case .transfer(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.action = .transfer(v)
+        }
+      }()
       default: break
       }
     }
@@ -5815,6 +6082,18 @@ nonisolated extension Courier_V1_ManageGroup: SwiftProtobuf.Message, SwiftProtob
     case .leave?: try {
       guard case .leave(let v)? = self.action else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+    }()
+    case .promote?: try {
+      guard case .promote(let v)? = self.action else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 6)
+    }()
+    case .demote?: try {
+      guard case .demote(let v)? = self.action else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 7)
+    }()
+    case .transfer?: try {
+      guard case .transfer(let v)? = self.action else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
     }()
     case nil: break
     }
@@ -5873,6 +6152,186 @@ nonisolated extension Courier_V1_ManageGroup.Leave: SwiftProtobuf.Message, Swift
   }
 
   public static func ==(lhs: Courier_V1_ManageGroup.Leave, rhs: Courier_V1_ManageGroup.Leave) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_ManageGroup.Transfer: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = Courier_V1_ManageGroup.protoMessageName + ".Transfer"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}user\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.user) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.user.isEmpty {
+      try visitor.visitSingularStringField(value: self.user, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_ManageGroup.Transfer, rhs: Courier_V1_ManageGroup.Transfer) -> Bool {
+    if lhs.user != rhs.user {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_GroupMembersRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GroupMembersRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}group\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.group) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.group.isEmpty {
+      try visitor.visitSingularStringField(value: self.group, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_GroupMembersRequest, rhs: Courier_V1_GroupMembersRequest) -> Bool {
+    if lhs.group != rhs.group {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_GroupMembers: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GroupMembers"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}group\0\u{1}members\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.group) }()
+      case 2: try { try decoder.decodeRepeatedMessageField(value: &self.members) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.group.isEmpty {
+      try visitor.visitSingularStringField(value: self.group, fieldNumber: 1)
+    }
+    if !self.members.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.members, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_GroupMembers, rhs: Courier_V1_GroupMembers) -> Bool {
+    if lhs.group != rhs.group {return false}
+    if lhs.members != rhs.members {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_GroupMembers.Member: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = Courier_V1_GroupMembers.protoMessageName + ".Member"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}user\0\u{1}role\0\u{3}joined_seq\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.user) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.role) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.joinedSeq) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.user.isEmpty {
+      try visitor.visitSingularStringField(value: self.user, fieldNumber: 1)
+    }
+    if self.role != .member {
+      try visitor.visitSingularEnumField(value: self.role, fieldNumber: 2)
+    }
+    if self.joinedSeq != 0 {
+      try visitor.visitSingularUInt64Field(value: self.joinedSeq, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_GroupMembers.Member, rhs: Courier_V1_GroupMembers.Member) -> Bool {
+    if lhs.user != rhs.user {return false}
+    if lhs.role != rhs.role {return false}
+    if lhs.joinedSeq != rhs.joinedSeq {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_RoleNotice: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RoleNotice"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}group\0\u{1}user\0\u{1}role\0\u{1}seq\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.group) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.user) }()
+      case 3: try { try decoder.decodeSingularEnumField(value: &self.role) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.seq) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.group.isEmpty {
+      try visitor.visitSingularStringField(value: self.group, fieldNumber: 1)
+    }
+    if !self.user.isEmpty {
+      try visitor.visitSingularStringField(value: self.user, fieldNumber: 2)
+    }
+    if self.role != .member {
+      try visitor.visitSingularEnumField(value: self.role, fieldNumber: 3)
+    }
+    if self.seq != 0 {
+      try visitor.visitSingularUInt64Field(value: self.seq, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_RoleNotice, rhs: Courier_V1_RoleNotice) -> Bool {
+    if lhs.group != rhs.group {return false}
+    if lhs.user != rhs.user {return false}
+    if lhs.role != rhs.role {return false}
+    if lhs.seq != rhs.seq {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -309,7 +309,7 @@ final class CompatTransport: SessionTransport {
             if !request.id.isEmpty { fields["id"] = .string(request.id) }
             return [CompatFrame(type: "done", payload: empty, fields: fields)]
         case .uploadReady, .uploadDone, .fetchReady, .events, .history, .unread, .versions, .search, .devices, .user,
-            .profiles, nil:
+            .profiles, .groupMembers, nil:
             return []
         }
     }
@@ -408,6 +408,24 @@ final class CompatTransport: SessionTransport {
                 fields["thumbnail"] = .string(profile.thumbnail.sha256)
             }
             return CompatFrame(type: "profile", payload: ByteBuffer(), fields: fields)
+        case .role(let change):
+            let role =
+                switch change.role {
+                case .owner: "owner"
+                case .admin: "admin"
+                default: "member"
+                }
+            return CompatFrame(
+                type: "role",
+                payload: ByteBuffer(),
+                fields: [
+                    "group": .string(change.group),
+                    "user": .string(change.user),
+                    "role": .string(role),
+                    "seq": .integer(Int64(clamping: change.seq)),
+                    "cursor": cursor,
+                ]
+            )
         case .membership(let change):
             return CompatFrame(
                 type: "member",

@@ -96,6 +96,21 @@ extension Courier_V1_Event {
             self.reaction.on = reaction.on
         case .profile(let profile):
             self.profile = Courier_V1_Profile(profile)
+        case .role(let group, let user, let role, let seq):
+            self.role.group = group
+            self.role.user = user
+            self.role.role = Courier_V1_GroupRole(role)
+            self.role.seq = seq
+        }
+    }
+}
+
+extension Courier_V1_GroupRole {
+    init(_ role: GroupRole) {
+        switch role {
+        case .member: self = .member
+        case .admin: self = .admin
+        case .owner: self = .owner
         }
     }
 }

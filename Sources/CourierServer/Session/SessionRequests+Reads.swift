@@ -129,6 +129,16 @@ extension SessionRequests {
                     reply.search.more = page.more
                     reply.search.next = page.next
                 }
+            case .groupMembers(let group):
+                let members = try await self.context.store.groupMembers(of: group, for: user.id)
+                reply.groupMembers.group = group
+                reply.groupMembers.members = members.map { member in
+                    var entry = Courier_V1_GroupMembers.Member()
+                    entry.user = member.user
+                    entry.role = Courier_V1_GroupRole(member.role)
+                    entry.joinedSeq = member.joinedSeq
+                    return entry
+                }
             case .changePassword, .devices, .revokeDevice, .deleteAccount, .findUser, .setProfile, .profiles:
                 let (answer, end) = try await self.ownAccount(request, requestID: requestID, session: deviceSession)
                 if let end {
@@ -240,6 +250,16 @@ extension SessionRequests {
                 remove: [user.name],
                 nowMs: now
             )
+        case .promote(let members)?, .demote(let members)?:
+            let role: GroupRole = if case .promote? = manage.action { .admin } else { .member }
+            var appended: [UserID: UInt64] = [:]
+            for member in members.users {
+                let grown = try await store.setRole(in: manage.group, of: member, to: role, by: user.id, nowMs: now)
+                appended.merge(grown) { max($0, $1) }
+            }
+            return appended
+        case .transfer(let transfer)?:
+            return try await store.transferOwnership(of: manage.group, to: transfer.user, by: user.id, nowMs: now)
         case nil:
             throw SessionRefusal(ErrorCodes.invalidRequest, "manage_group needs an action")
         }

@@ -32,6 +32,8 @@ extension SessionStateMachine {
         case findUser(String)
         case setProfile(ProfileUpdate)
         case profiles([String])
+        /// A group's members and their roles.
+        case groupMembers(String)
     }
 
     /// The most names one `profiles` request asks for.
@@ -231,6 +233,8 @@ extension SessionStateMachine {
                 )
             }
             return .request(.setProfile(update), requestID: requestID)
+        case .groupMembers(let asked):
+            return .request(.groupMembers(asked.group), requestID: requestID)
         case .profiles(let asked):
             guard asked.users.count <= Self.maxProfilesPerRequest else {
                 return .refuse(

@@ -80,13 +80,28 @@ extension StoreBackend {
                 }
                 if current.contains(user.id), !removing.contains(user.id) { removing.append(user.id) }
             }
+            let roles = try await transaction.memberRoles(of: row.id)
             if let actor {
                 guard current.contains(actor) else {
                     throw CourierStoreError(.notMember, "you are not a member of \(group)")
                 }
                 let leavingOnly = adding.isEmpty && removing.allSatisfy { $0 == actor }
-                guard row.owner == actor || leavingOnly else {
-                    throw CourierStoreError(.notOwner, "only the owner of \(group) adds and removes members")
+                if !leavingOnly {
+                    // Checked here, under the group's lock: a role taken away meanwhile counts.
+                    let role = Self.role(of: actor, row, roles)
+                    guard role >= .admin else {
+                        throw CourierStoreError(
+                            .notAdmin,
+                            "only the owner and the admins of \(group) add and remove members"
+                        )
+                    }
+                    for user in removing where user != actor && Self.role(of: user, row, roles) >= role {
+                        let name = try await transaction.name(of: user) ?? "?"
+                        throw CourierStoreError(
+                            .notOwner,
+                            "only the owner of \(group) removes \(name), an \(Self.role(of: user, row, roles))"
+                        )
+                    }
                 }
                 try await Self.checkConsent(of: adding, to: actor, transaction)
             }
@@ -95,6 +110,10 @@ extension StoreBackend {
             try await Self.addMembers(adding, to: row.id, atSeq: row.lastSeq, log: &log, transaction)
             for user in removing {
                 try await Self.removeMember(user, from: row, log: &log, transaction)
+            }
+            // The owner gone: the group passes on, in the same commit, so that its owner is always a member.
+            if let owner = row.owner, removing.contains(owner) {
+                try await Self.passOn(row, log: &log, transaction)
             }
             return try await Self.finish(log, nowMs: nowMs, transaction)
         }
@@ -150,6 +169,7 @@ extension StoreBackend {
                 lockingPeers = []
                 for group in groups {
                     try await Self.removeMember(user.id, from: group, log: &log, transaction)
+                    if group.owner == user.id { try await Self.passOn(group, log: &log, transaction) }
                 }
                 handled.formUnion(groups.map(\.id))
             }
@@ -188,7 +208,172 @@ extension StoreBackend {
         try await self.reading(doing: "list groups") { transaction in try await transaction.groupNames() }
     }
 
+    /// Makes a member of a group an admin, or a member again. Only the owner does (nil actor: the administrator);
+    /// every member gets a `role` event.
+    ///
+    /// - Returns: The users whose event logs grew, with their newest cursors (none when nothing changed).
+    /// - Throws: `unknown-group`, `not-member` (the actor, or the one named, is not a member), `not-owner`,
+    ///   `invalid-request` (the owner named: its role changes by a transfer), `storage-failed`.
+    @discardableResult
+    public func setRole(
+        in group: String,
+        of member: String,
+        to role: GroupRole,
+        by actor: UserID?,
+        nowMs: Int64
+    ) async throws -> [UserID: UInt64] {
+        guard role != .owner else {
+            return try await self.transferOwnership(of: group, to: member, by: actor, nowMs: nowMs)
+        }
+        return try await self.changingRoles(of: group, by: actor, nowMs: nowMs) { row, roles, transaction in
+            let user = try await Self.member(member, of: group, roles, transaction)
+            guard user != row.owner else {
+                throw CourierStoreError(.invalidRequest, "\(member) owns \(group): a transfer gives it to another")
+            }
+            guard Self.role(of: user, row, roles) != role else { return [] }
+            try await transaction.setRole(role, of: user, in: row.id)
+            return [(user, role)]
+        }
+    }
+
+    /// Gives a group to another of its members; the owner before becomes an admin. Only the owner does (nil actor:
+    /// the administrator). Every member gets a `role` event for each of the two.
+    ///
+    /// - Throws: `unknown-group`, `not-member`, `not-owner`, `storage-failed`.
+    @discardableResult
+    public func transferOwnership(
+        of group: String,
+        to member: String,
+        by actor: UserID?,
+        nowMs: Int64
+    ) async throws -> [UserID: UInt64] {
+        try await self.changingRoles(of: group, by: actor, nowMs: nowMs) { row, roles, transaction in
+            let user = try await Self.member(member, of: group, roles, transaction)
+            guard user != row.owner else { return [] }
+            try await transaction.setOwner(user, of: row.id)
+            try await transaction.setRole(.member, of: user, in: row.id)
+            var changes = [(user, GroupRole.owner)]
+            if let owner = row.owner, roles.contains(where: { $0.user == owner }) {
+                try await transaction.setRole(.admin, of: owner, in: row.id)
+                changes.append((owner, .admin))
+            }
+            return changes
+        }
+    }
+
+    /// A group's members with their roles: the owner first, then the admins, then the members, each the
+    /// longest-standing first. Only a member asks (nil: the administrator).
+    ///
+    /// - Throws: `unknown-group`, `not-member`, `storage-failed`.
+    public func groupMembers(of group: String, for viewer: UserID?) async throws -> [GroupMember] {
+        guard Names.isValid(group) else { throw CourierStoreError(.unknownGroup, "no group named \(group)") }
+        return try await self.reading(doing: "read the members of \(group)") { transaction in
+            guard let row = try await transaction.group(named: group, locking: false) else {
+                throw CourierStoreError(.unknownGroup, "no group named \(group)")
+            }
+            let roles = try await transaction.memberRoles(of: row.id)
+            if let viewer, !roles.contains(where: { $0.user == viewer }) {
+                throw CourierStoreError(.notMember, "you are not a member of \(group)")
+            }
+            let names = try await transaction.names(of: Set(roles.map(\.user)))
+            let members = roles.map {
+                GroupMember(
+                    user: names[$0.user] ?? "?",
+                    role: Self.role(of: $0.user, row, roles),
+                    joinedSeq: UInt64(max(0, $0.joinedSeq))
+                )
+            }
+            // Stable: within a role, the order the members joined in.
+            return members.enumerated().sorted { ($0.element.role, -$0.offset) > ($1.element.role, -$1.offset) }
+                .map(\.element)
+        }
+    }
+
     // MARK: The rules' parts
+
+    /// Runs a change of roles under the group's lock, by its owner (or the administrator, nil): `change` says
+    /// whose role became what; every member gets a `role` event for each.
+    private func changingRoles(
+        of group: String,
+        by actor: UserID?,
+        nowMs: Int64,
+        _ change: @escaping @Sendable (GroupRow, [MemberRole], Transaction) async throws -> [(UserID, GroupRole)]
+    ) async throws -> [UserID: UInt64] {
+        guard Names.isValid(group) else { throw CourierStoreError(.unknownGroup, "no group named \(group)") }
+        return try await self.transaction(doing: "change roles in \(group)") { transaction in
+            guard let row = try await transaction.group(named: group, locking: true) else {
+                throw CourierStoreError(.unknownGroup, "no group named \(group)")
+            }
+            let roles = try await transaction.memberRoles(of: row.id)
+            if let actor {
+                guard roles.contains(where: { $0.user == actor }) else {
+                    throw CourierStoreError(.notMember, "you are not a member of \(group)")
+                }
+                guard row.owner == actor else {
+                    throw CourierStoreError(.notOwner, "only the owner of \(group) changes roles")
+                }
+            }
+            let changes = try await change(row, roles, transaction)
+            guard !changes.isEmpty else { return [:] }
+            var log = LogWrites()
+            let everyone = roles.map(\.user)
+            try await Self.lockLogs(of: everyone, into: &log, transaction)
+            for (user, role) in changes {
+                for recipient in everyone.sorted() {
+                    log.append(
+                        to: recipient,
+                        .role,
+                        conversation: row.id,
+                        seq: row.lastSeq,
+                        actor: user,
+                        detail: role.rawValue
+                    )
+                }
+            }
+            return try await Self.finish(log, nowMs: nowMs, transaction)
+        }
+    }
+
+    /// A member of a group by name.
+    ///
+    /// - Throws: `not-member` (no such member, no such user).
+    static func member(
+        _ name: String,
+        of group: String,
+        _ roles: [MemberRole],
+        _ transaction: Transaction
+    ) async throws -> UserID {
+        guard let user = try await Self.user(named: name, transaction), roles.contains(where: { $0.user == user.id })
+        else { throw CourierStoreError(.notMember, "\(name) is not a member of \(group)") }
+        return user.id
+    }
+
+    /// A member's role: the owner's is the group's, the others' as kept.
+    static func role(of user: UserID, _ row: GroupRow, _ roles: [MemberRole]) -> GroupRole {
+        if row.owner == user { return .owner }
+        return roles.first { $0.user == user }?.role ?? .member
+    }
+
+    /// The owner left (or was removed): the longest-standing admin becomes the owner, else the longest-standing
+    /// member; every member gets a `role` event. An empty group keeps no owner that is a member, and needs none.
+    static func passOn(_ row: GroupRow, log: inout LogWrites, _ transaction: Transaction) async throws {
+        let roles = try await transaction.memberRoles(of: row.id)
+        guard let heir = roles.first(where: { $0.role == .admin }) ?? roles.first else { return }
+        try await transaction.setOwner(heir.user, of: row.id)
+        try await transaction.setRole(.member, of: heir.user, in: row.id)
+        let everyone = roles.map(\.user)
+        // Their logs are locked already: they were members with the one who left.
+        for recipient in everyone.sorted() where log.book.knows(recipient) {
+            log.append(
+                to: recipient,
+                .role,
+                conversation: row.id,
+                seq: row.lastSeq,
+                actor: heir.user,
+                detail: GroupRole.owner.rawValue
+            )
+        }
+    }
 
     /// Refuses to add users to a group by someone they have not agreed to: each must be a contact of the actor.
     ///

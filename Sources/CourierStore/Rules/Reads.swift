@@ -115,6 +115,19 @@ extension StoreBackend {
                     seq: seq
                 )
             )
+        case .role:
+            guard case .group(let group) = conversation else {
+                throw CourierStoreError(.storageFailed, "a role event outside a group at cursor \(cursor)")
+            }
+            return StoredEvent(
+                cursor: cursor,
+                kind: .role(
+                    group: group,
+                    user: try Self.name(row.actor, names),
+                    role: row.detail.flatMap(GroupRole.init(rawValue:)) ?? .member,
+                    seq: seq
+                )
+            )
         case .profile:
             // Read with the profiles of a page (``events(for:after:limit:)``); one without its user is damage.
             throw CourierStoreError(.storageFailed, "a profile event without its user at cursor \(cursor)")

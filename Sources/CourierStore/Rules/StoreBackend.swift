@@ -121,6 +121,13 @@ package protocol StoreTransaction: Sendable {
     /// Adds members to a conversation, as having joined (and read, and been delivered) at a seq.
     func insertMembers(_ users: [UserID], into conversation: Int64, atSeq seq: Int64) async throws
     func deleteMember(_ user: UserID, from conversation: Int64) async throws
+    /// A group's members with their roles (member or admin, as kept: the owner is the group's) and where they joined,
+    /// the longest-standing first (by joined seq, then id).
+    func memberRoles(of group: Int64) async throws -> [MemberRole]
+    /// Sets a member's kept role (member or admin).
+    func setRole(_ role: GroupRole, of user: UserID, in group: Int64) async throws
+    /// Sets a group's owner.
+    func setOwner(_ owner: UserID, of group: Int64) async throws
     /// The other members of every conversation a user is in (of its direct ones only, with `directOnly`; only
     /// `peer`, when given), with whether each of the two has written there.
     func companions(of user: UserID, directOnly: Bool, with peer: UserID?) async throws -> [Companion]
@@ -424,6 +431,19 @@ package struct GroupRow: Hashable, Sendable {
         self.id = id
         self.owner = owner
         self.lastSeq = lastSeq
+    }
+}
+
+/// A member of a group as a store keeps it.
+package struct MemberRole: Hashable, Sendable {
+    package var user: UserID
+    package var role: GroupRole
+    package var joinedSeq: Int64
+
+    package init(user: UserID, role: GroupRole, joinedSeq: Int64) {
+        self.user = user
+        self.role = role
+        self.joinedSeq = joinedSeq
     }
 }
 
