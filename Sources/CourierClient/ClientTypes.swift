@@ -272,9 +272,14 @@ public enum GroupRoleInfo: String, Sendable, Hashable, Comparable {
     case admin
     case owner
 
-    public static func < (lhs: Self, rhs: Self) -> Bool {
-        let order: [Self] = [.member, .admin, .owner]
-        return order.firstIndex(of: lhs)! < order.firstIndex(of: rhs)!
+    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rank < rhs.rank }
+
+    private var rank: Int {
+        switch self {
+        case .member: 0
+        case .admin: 1
+        case .owner: 2
+        }
     }
 }
 

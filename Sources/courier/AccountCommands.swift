@@ -249,6 +249,6 @@ struct FindUser: AsyncParsableCommand {
             throw CommandFailure(description: "no user named \(ChatText.printable(self.name))")
         }
         // The name as spelled, and the display name when set.
-        print(([found.user] + (found.displayName.map { [ChatText.printable($0)] } ?? [])).joined(separator: "\t"))
+        print(([found.user] + (found.displayName.map { [$0] } ?? [])).map(ChatText.printable).joined(separator: "\t"))
     }
 }

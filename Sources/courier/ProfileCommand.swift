@@ -72,11 +72,10 @@ struct ProfileCommand: AsyncParsableCommand {
         guard let profile else {
             throw CommandFailure(description: "no user named \(ChatText.printable(self.user ?? self.options.user))")
         }
+        // The server's words reach a terminal: every field printable.
         print(
-            [
-                profile.user, ChatText.printable(profile.displayName ?? "-"), profile.avatar?.sha256 ?? "-",
-                profile.thumbnail?.sha256 ?? "-",
-            ].joined(separator: "\t")
+            [profile.user, profile.displayName ?? "-", profile.avatar?.sha256 ?? "-", profile.thumbnail?.sha256 ?? "-"]
+                .map(ChatText.printable).joined(separator: "\t")
         )
     }
 

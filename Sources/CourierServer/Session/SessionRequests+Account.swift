@@ -42,7 +42,7 @@ extension SessionRequests {
                 entry.expiresMs = device.expiresMs
                 entry.connectedSinceMs = device.connectedSinceMs ?? 0
                 entry.lastSeenMs = device.connectedSinceMs == nil ? device.lastSeenMs ?? 0 : 0
-                entry.current = device.id == deviceSession.device.id
+                entry.current = device.id == current
                 return entry
             }
             let fitting = Self.fitting(
