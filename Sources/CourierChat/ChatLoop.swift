@@ -76,6 +76,8 @@ public struct ChatLoop: Sendable {
         case historyFailed(Conversation, before: UInt64, String)
         case unread([UnreadCount])
         case notice(String)
+        /// A group's title and members, as `/group members` asked.
+        case roster(String, title: String, [GroupMemberInfo])
         /// The server knows no such user or group.
         case noSuchConversation(Conversation)
         case upload(id: String, UploadProgress)
@@ -221,6 +223,8 @@ public struct ChatLoop: Sendable {
                 state.setUnread(counts)
             case .notice(let message):
                 state.notice = message
+            case .roster(let group, let title, let members):
+                state.notice = state.roster(group, title: title, members)
             case .noSuchConversation(let conversation):
                 state.noSuchConversation(conversation)
                 full = true
@@ -244,6 +248,8 @@ public struct ChatLoop: Sendable {
                     return nil
                 case .redraw:
                     full = true
+                case .bell:
+                    terminal.bell()
                 case .send(let id, let text, let conversation):
                     outbox.yield((id, text, conversation, nil))
                 case .sendReply(let id, let text, let conversation, let replyTo):
@@ -402,8 +408,61 @@ public struct ChatLoop: Sendable {
                     sink.yield(.notice("not opened: \(Self.words(error))"))
                 }
             }
-        case .send, .sendReply, .closedChanged, .redraw, .quit:
+        case .manageGroup(let change):
+            group.addTask {
+                do {
+                    if case .members(let name) = change {
+                        let roster = try await client.groupRoster(of: name)
+                        sink.yield(.roster(name, title: roster.title, roster.members))
+                        return
+                    }
+                    try await Self.apply(change, client: client)
+                    sink.yield(.notice(ChatState.done(change)))
+                } catch {
+                    sink.yield(.notice("not done: \(Self.words(error))"))
+                }
+            }
+        case .setNotify(let conversation, let level):
+            group.addTask {
+                do {
+                    try await client.setNotify(level, for: conversation)
+                    let words =
+                        switch level {
+                        case .all: "every message"
+                        case .mentions: "mentions of you only"
+                        case .none: "nothing"
+                        }
+                    sink.yield(.notice("\(conversation) alerts on \(words)"))
+                } catch {
+                    sink.yield(.notice("not changed: \(Self.words(error))"))
+                }
+            }
+        case .setDisplayName(let name):
+            group.addTask {
+                do {
+                    try await client.setDisplayName(name)
+                    sink.yield(.notice(name.isEmpty ? "no display name" : "your display name is set"))
+                } catch {
+                    sink.yield(.notice("not set: \(Self.words(error))"))
+                }
+            }
+        case .send, .sendReply, .closedChanged, .bell, .redraw, .quit:
             break
+        }
+    }
+
+    /// Asks the server for a group change.
+    private static func apply(_ change: GroupChange, client: CourierClient) async throws {
+        switch change {
+        case .create(let group, let members): try await client.createGroup(group, members: members)
+        case .add(let group, let users): try await client.addMembers(users, to: group)
+        case .remove(let group, let users): try await client.removeMembers(users, from: group)
+        case .promote(let group, let users): try await client.setAdmins(users, in: group)
+        case .demote(let group, let users): try await client.setAdmins(users, in: group, admin: false)
+        case .transfer(let group, let user): try await client.transferGroup(group, to: user)
+        case .leave(let group): try await client.leaveGroup(group)
+        case .title(let group, let title): try await client.setGroupTitle(title, of: group)
+        case .members: break
         }
     }
 

@@ -162,8 +162,8 @@ struct ChatScreen: Equatable {
             let isOpen = ChatState.key(thread.conversation) == state.open
             var name = Row()
             let style: Row.Style = isOpen ? .reverse : .plain
-            let unread = thread.unread > 0 ? " \(thread.unread) " : ""
-            var label = (isOpen ? "›" : " ") + thread.conversation.description
+            let unread = ChatState.badge(thread)
+            var label = (isOpen ? "›" : " ") + state.listLabel(thread)
             if case .user(let user) = thread.conversation, state.online[user.lowercased()] == true { label += " ●" }
             name.append(label, style, limit: width - DisplayWidth.of(unread))
             name.pad(to: width - DisplayWidth.of(unread), style)

@@ -30,6 +30,7 @@ extension ChatState {
         guard let thread = self.openThread else { return [] }
         let key = Self.key(thread.conversation)
         self.threads[key]?.unread = 0
+        self.threads[key]?.mentions = 0
         guard thread.lastSeq > thread.readUpTo else { return [] }
         self.threads[key]?.readUpTo = thread.lastSeq
         return [.markRead(thread.conversation, upToSeq: thread.lastSeq)]
@@ -247,6 +248,14 @@ extension ChatState {
             return [.sendFile(id: id, path: expanded, to: thread.conversation)]
         case "/close":
             return self.closeOpen(now: now)
+        case "/group", "/g":
+            return self.groupCommand(Array(words.dropFirst()), rest: rest)
+        case "/mute":
+            return self.muteCommand(Array(words.dropFirst()))
+        case "/unmute":
+            return self.muteCommand(["all"])
+        case "/name":
+            return [.setDisplayName(rest)]
         case "/recall":
             return self.recallNewest()
         case "/save":
@@ -368,7 +377,10 @@ extension ChatState {
         self.glancing = !reading
         self.scroll = 0
         var thread = self[thread: conversation]
-        if reading { thread.unread = 0 }
+        if reading {
+            thread.unread = 0
+            thread.mentions = 0
+        }
         if reading, thread.lastSeq > thread.readUpTo {
             thread.readUpTo = thread.lastSeq
             actions.append(.markRead(conversation, upToSeq: thread.lastSeq))

@@ -46,6 +46,10 @@ struct ChatState {
         var moreHistory = false
         /// Up to where this user has read (as last told to the server).
         var readUpTo: UInt64 = 0
+        /// How many unread messages mention this user.
+        var mentions: UInt64 = 0
+        /// How it alerts this user (``ChatState/bell``).
+        var notify: NotifyLevel = .all
 
         var lastSeq: UInt64 { self.lines.lazy.compactMap(\.seq).max() ?? 0 }
         var lastActivity: Date { self.lines.last?.time ?? .distantPast }
@@ -79,6 +83,8 @@ struct ChatState {
     var lastSeen: [String: Date] = [:]
     /// Users' display names (by user name, lowercased), as their profiles say.
     var displayNames: [String: String] = [:]
+    /// Groups' titles, by key, as the server said them.
+    var titles: [String: String] = [:]
     /// The users whose profiles were asked for (by user name, lowercased): each once.
     var profilesAsked: Set<String> = []
     /// When each profile known here last changed, as the server said.
@@ -234,6 +240,7 @@ struct ChatState {
         if key == self.open, !self.glancing, thread.lastSeq > thread.readUpTo {
             thread.readUpTo = thread.lastSeq
             thread.unread = 0
+            thread.mentions = 0
             actions.append(.markRead(conversation, upToSeq: thread.lastSeq))
         }
         self.threads[key] = thread
@@ -249,7 +256,11 @@ struct ChatState {
     mutating func setUnread(_ counts: [UnreadCount]) {
         for count in counts {
             let key = Self.key(count.conversation)
-            self[thread: count.conversation].unread = key == self.open && !self.glancing ? 0 : count.unread
+            let reading = key == self.open && !self.glancing
+            self[thread: count.conversation].unread = reading ? 0 : count.unread
+            self[thread: count.conversation].mentions = reading ? 0 : count.mentions
+            self[thread: count.conversation].notify = count.notify
+            if case .group = count.conversation { self.titles[key] = count.title.isEmpty ? nil : count.title }
             guard case .user(let peer) = count.conversation else { continue }
             let name = peer.lowercased()
             var thread = self[thread: count.conversation]
@@ -306,7 +317,11 @@ struct ChatState {
                 return reopened + [.markRead(message.conversation, upToSeq: message.seq)]
             }
             self.threads[key]?.unread += 1
-            return reopened
+            let level = self.threads[key]?.notify ?? .all
+            if case .group = message.conversation, message.mentions.mention(self.me) {
+                self.threads[key]?.mentions += 1
+            }
+            return reopened + (CourierClient.alerts(message, user: self.me, level: level) ? [.bell] : [])
         case .sent(let id, let conversation, let seq, let time):
             let key = Self.key(conversation)
             guard let index = self.threads[key]?.lines.firstIndex(where: { $0.id == id }) else { return [] }
@@ -328,7 +343,10 @@ struct ChatState {
                 // Read on another of this user's devices.
                 if read, let thread = self.threads[key] {
                     self.threads[key]?.readUpTo = max(thread.readUpTo, upToSeq)
-                    if upToSeq >= thread.lastSeq { self.threads[key]?.unread = 0 }
+                    if upToSeq >= thread.lastSeq {
+                        self.threads[key]?.unread = 0
+                        self.threads[key]?.mentions = 0
+                    }
                 }
                 return []
             }
@@ -412,6 +430,18 @@ struct ChatState {
                 case .admin: "\(who) now an admin of #\(group)"
                 case .member: "\(who) no longer an admin of #\(group)"
                 }
+            return []
+        case .groupTitle(let group, let title, let by):
+            let key = Self.key(.group(group))
+            self.titles[key] = title.isEmpty ? nil : title
+            let printable = ChatText.printable(title)
+            self.notice =
+                title.isEmpty
+                ? "\(self.shown(by)) took the title of #\(group) away"
+                : "\(self.shown(by)) named #\(group) “\(printable)”"
+            return []
+        case .notify(let conversation, let level):
+            self[thread: conversation].notify = level
             return []
         }
     }
@@ -528,6 +558,27 @@ enum ChatAction: Hashable {
     case view(MediaInfo)
     /// The closed conversations changed: keep them for the next chat.
     case closedChanged([String: UInt64])
+    /// A change to a group (`/group`).
+    case manageGroup(GroupChange)
+    /// How a conversation alerts this user (`/mute`).
+    case setNotify(Conversation, NotifyLevel)
+    /// This user's display name (`/name`).
+    case setDisplayName(String)
+    /// Ring the terminal's bell: a message that alerts came.
+    case bell
     case redraw
     case quit
+}
+
+/// What `/group` asks of the server.
+enum GroupChange: Hashable {
+    case create(String, members: [String])
+    case add(String, [String])
+    case remove(String, [String])
+    case promote(String, [String])
+    case demote(String, [String])
+    case transfer(String, to: String)
+    case leave(String)
+    case members(String)
+    case title(String, String)
 }

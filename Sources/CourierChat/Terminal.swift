@@ -157,6 +157,11 @@ public final class Terminal: @unchecked Sendable {
         self.write(output)
     }
 
+    /// Rings the bell (a terminal shows or sounds it as its user chose).
+    func bell() {
+        self.write("\u{07}")
+    }
+
     /// Leaves the alternate screen and puts the terminal back as it was. Safe to call more than once.
     func restore() {
         let first = self.lock.withLock {

@@ -187,6 +187,12 @@ public struct ChatMessage: Hashable, Sendable {
     /// as ``ClientEvent/reaction(_:)``; the local store keeps none).
     public var reactions: [ChatReaction]
 
+    /// The mentions its text (or its media's caption) makes, as the server read them (``Mentions``): in a group
+    /// message a name there is a member's, and `@all` came from an admin or the owner.
+    public var mentions: Mentions {
+        Mentions(in: self.media.map(\.caption) ?? self.text)
+    }
+
     public init(
         id: String,
         from: String,
@@ -324,6 +330,10 @@ public enum ClientEvent: Sendable, Hashable {
     case profile(ProfileInfo)
     /// A member's role in a group changed: made an admin, a member again, or the owner.
     case role(group: String, user: String, role: GroupRoleInfo)
+    /// A group's title changed (empty: taken away), by an admin or its owner.
+    case groupTitle(group: String, title: String, by: String)
+    /// This user chose how a conversation alerts it (on this device or another).
+    case notify(conversation: Conversation, level: NotifyLevel)
     /// A peer is typing (or stopped).
     case typing(conversation: Conversation, user: String, typing: Bool)
     /// A peer came online or went offline (`lastSeen`: when it went, if the server says).
@@ -375,6 +385,12 @@ public struct UnreadCount: Hashable, Sendable {
     /// (what `receipt` events said while this client was away, or before its store existed); 0 in a group.
     public var peerDeliveredSeq: UInt64 = 0
     public var peerReadSeq: UInt64 = 0
+    /// How many of the unread messages mention this user (by name, or `@all`).
+    public var mentions: UInt64 = 0
+    /// How the conversation alerts this user.
+    public var notify: NotifyLevel = .all
+    /// A group's title (empty: none, or a direct conversation).
+    public var title: String = ""
 
     public init(
         conversation: Conversation,

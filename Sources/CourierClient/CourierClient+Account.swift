@@ -276,12 +276,48 @@ extension CourierClient {
 
     /// A group's members with their roles: the owner, the admins, the members.
     public func groupMembers(of group: String) async throws -> [GroupMemberInfo] {
+        try await self.groupRoster(of: group).members
+    }
+
+    /// A group's title (empty: none) and its members with their roles.
+    public func groupRoster(of group: String) async throws -> (title: String, members: [GroupMemberInfo]) {
         var envelope = ClientEnvelope()
         envelope.groupMembers.group = group
         let answer = try await self.request(envelope)
         guard case .groupMembers(let members)? = answer.body else { throw Self.unexpected(answer) }
-        return members.members.map {
-            GroupMemberInfo(user: $0.user, role: GroupRoleInfo($0.role), joinedSeq: $0.joinedSeq)
+        return (
+            members.title,
+            members.members.map {
+                GroupMemberInfo(user: $0.user, role: GroupRoleInfo($0.role), joinedSeq: $0.joinedSeq)
+            }
+        )
+    }
+
+    /// Gives a group a title in any script (at most 64 characters, the rules of a display name), or takes it away
+    /// (empty): an admin's or the owner's to do. Every member gets ``ClientEvent/groupTitle(group:title:by:)``.
+    public func setGroupTitle(_ title: String, of group: String) async throws {
+        try await self.manageGroup(group) { $0.title.title = title }
+    }
+
+    /// Chooses how a conversation alerts this user, on all of its devices (each gets
+    /// ``ClientEvent/notify(conversation:level:)``). Unread messages are counted whatever the level.
+    public func setNotify(_ level: NotifyLevel, for conversation: Conversation) async throws {
+        var envelope = ClientEnvelope()
+        envelope.setNotify.conversation = Courier_V1_Conversation(conversation)
+        envelope.setNotify.level = Courier_V1_NotifyLevel(level)
+        try Self.expectDone(try await self.request(envelope))
+    }
+
+    /// Whether a message should alert this user, given how its conversation alerts it: every message at `.all`,
+    /// those that mention the user (``Mentions``) at `.mentions`, none at `.none`; never the user's own.
+    public static func alerts(_ message: ChatMessage, user: String, level: NotifyLevel) -> Bool {
+        guard message.from.lowercased() != user.lowercased() else { return false }
+        switch level {
+        case .all: return true
+        case .none: return false
+        case .mentions:
+            guard case .group = message.conversation else { return false }
+            return message.mentions.mention(user)
         }
     }
 

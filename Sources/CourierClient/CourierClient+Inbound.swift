@@ -155,6 +155,13 @@ extension CourierClient {
                     others.append(.profile(ProfileInfo(profile)))
                 case .role(let change)?:
                     others.append(.role(group: change.group, user: change.user, role: GroupRoleInfo(change.role)))
+                case .title(let change)?:
+                    others.append(.groupTitle(group: change.group, title: change.title, by: change.by))
+                case .notify(let change)?:
+                    // A level this client does not know is one it cannot follow.
+                    if let level = NotifyLevel(change.level) {
+                        others.append(.notify(conversation: Conversation(received: change.conversation), level: level))
+                    }
                 case nil:
                     break
                 }

@@ -332,13 +332,17 @@ public final class CourierClient: Service, Sendable {
             let answer = try await self.request(envelope)
             guard case .unread(let page)? = answer.body else { throw Self.unexpected(answer) }
             counts += page.entries.map {
-                UnreadCount(
+                var count = UnreadCount(
                     conversation: Conversation(received: $0.conversation),
                     unread: $0.unread,
                     lastSeq: $0.lastSeq,
                     peerDeliveredSeq: $0.peerDeliveredSeq,
                     peerReadSeq: $0.peerReadSeq
                 )
+                count.mentions = $0.mentions
+                count.notify = NotifyLevel($0.notify) ?? .all
+                count.title = $0.title
+                return count
             }
             // A server that does not page sends everything at once (no `more`).
             guard page.more, page.nextOffset > offset else { return counts }

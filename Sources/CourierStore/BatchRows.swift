@@ -7,13 +7,16 @@ package struct BatchConversation: Sendable {
         package var deliveredSeq: Int64
         /// Whether the member has sent a message here (see ``CourierDatabase/contacts(of:)``).
         package var sent: Bool
+        /// Its kept role in a group (member or admin: the owner is the conversation's).
+        package var role: GroupRole
         package var dirty = false
 
-        package init(joinedSeq: Int64, readSeq: Int64, deliveredSeq: Int64, sent: Bool) {
+        package init(joinedSeq: Int64, readSeq: Int64, deliveredSeq: Int64, sent: Bool, role: GroupRole = .member) {
             self.joinedSeq = joinedSeq
             self.readSeq = readSeq
             self.deliveredSeq = deliveredSeq
             self.sent = sent
+            self.role = role
         }
     }
 
@@ -24,6 +27,8 @@ package struct BatchConversation: Sendable {
     package var lastSeq: Int64
     package var lastMs: Int64
     package var members: [UserID: Member]
+    /// A group's owner.
+    package var owner: UserID?
     package var dirty = false
 
     package init(
@@ -33,7 +38,8 @@ package struct BatchConversation: Sendable {
         userB: UserID?,
         lastSeq: Int64,
         lastMs: Int64,
-        members: [UserID: Member]
+        members: [UserID: Member],
+        owner: UserID? = nil
     ) {
         self.id = id
         self.groupName = groupName
@@ -42,6 +48,13 @@ package struct BatchConversation: Sendable {
         self.lastSeq = lastSeq
         self.lastMs = lastMs
         self.members = members
+        self.owner = owner
+    }
+
+    /// A member's role in a group: the owner's is the group's, the others' as kept.
+    package func role(of user: UserID) -> GroupRole {
+        if self.owner == user { return .owner }
+        return self.members[user]?.role ?? .member
     }
 
     /// How each member names the conversation, given both sides' names of a direct one.

@@ -113,7 +113,24 @@ public protocol CourierDatabase: Sendable {
     ) async throws
         -> [UserID: UInt64]
     func groupMembers(of group: String, for viewer: UserID?) async throws -> [GroupMember]
+    func groupRoster(of group: String, for viewer: UserID?) async throws -> GroupRoster
     func groupNames() async throws -> [String]
+    @discardableResult
+    func setGroupTitle(
+        _ title: String,
+        of group: String,
+        by actor: UserID?,
+        nowMs: Int64
+    ) async throws
+        -> [UserID: UInt64]
+    @discardableResult
+    func setNotify(
+        _ level: NotifyLevel,
+        in conversation: Conversation,
+        for user: UserID,
+        nowMs: Int64
+    ) async throws
+        -> [UserID: UInt64]
 
     // MARK: Writes (the group commit)
 

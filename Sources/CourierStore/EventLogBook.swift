@@ -10,6 +10,10 @@ package enum LogEventKind: Int64, Sendable {
     case profile = 7
     /// A member's role in a group changed (`actor`: the member; `detail`: the role).
     case role = 8
+    /// A group's title changed (`actor`: who changed it; `key`: the title, empty when taken away).
+    case title = 9
+    /// The log's user chose how a conversation alerts it (`detail`: the ``NotifyLevel``).
+    case notify = 10
 }
 
 /// The bookkeeping of one write transaction's appends to users' event logs, whatever the database: each user's

@@ -37,6 +37,21 @@ public enum Names {
     }
 }
 
+extension Names {
+    /// Names no new user takes: `all` is what `@all` mentions (``Mentions``).
+    public static let reservedUserNames: Set<String> = [Mentions.everyoneWord]
+
+    /// Checks a new user's name: the rule, and not a reserved word.
+    ///
+    /// - Throws: `invalid-name`.
+    public static func validateNew(userName name: String) throws {
+        try self.validate(name, what: "user name")
+        guard !self.reservedUserNames.contains(name.lowercased()) else {
+            throw CourierStoreError(.invalidName, "\(name) is reserved: @\(name) mentions every member of a group")
+        }
+    }
+}
+
 /// The rule for other strings a client chooses and the store keeps or looks up (message ids, device names): no
 /// control characters (C0, DEL, C1), NUL above all, which SQLite would take as the string's end, so that two
 /// different ids could be stored as one; and no bidirectional embedding, override or isolate (U+202A–U+202E,
@@ -80,5 +95,55 @@ extension Conversation {
         default:
             return
         }
+    }
+}
+
+/// What a user name looks like, so that a new name that reads as an existing one is refused: `bob1` beside `bobl`,
+/// `O1iver` beside `olIver`, `rnary` beside `mary`, `a.b` beside `a_b`. The letters and digits fonts draw alike are
+/// folded together (`I`, `l` and `1` as `l`; `O` and `0` as `o`), then case, then `rn` as `m` and `vv` as `w`, then
+/// `.` and `-` as `_`: two names with one skeleton are one name to whoever reads them. A lowercase `i` keeps its
+/// dot and stays itself.
+///
+/// The databases work out the skeletons of the names they held before with the same replacements in SQL (the
+/// migration `v10-quiet`); ``sqlExpression(_:)`` is that expression, and a test holds the two equal.
+public enum NameSkeleton {
+    /// The replacements, in order: each replaces every occurrence, left to right, as SQL's `replace` does.
+    static let before: [(String, String)] = [("I", "l"), ("1", "l"), ("O", "o"), ("0", "o")]
+    static let after: [(String, String)] = [("rn", "m"), ("vv", "w"), (".", "_"), ("-", "_")]
+
+    /// A name's skeleton.
+    public static func of(_ name: String) -> String {
+        var text = name
+        for (from, to) in self.before { text = self.replace(from, with: to, in: text) }
+        text = text.lowercased()
+        for (from, to) in self.after { text = self.replace(from, with: to, in: text) }
+        return text
+    }
+
+    /// The same in SQL (SQLite's and PostgreSQL's `replace` and `lower` agree on ASCII), over a column.
+    package static func sqlExpression(_ column: String) -> String {
+        var expression = column
+        for (from, to) in self.before { expression = "replace(\(expression), '\(from)', '\(to)')" }
+        expression = "lower(\(expression))"
+        for (from, to) in self.after { expression = "replace(\(expression), '\(from)', '\(to)')" }
+        return expression
+    }
+
+    private static func replace(_ target: String, with replacement: String, in text: String) -> String {
+        let bytes = Array(text.utf8)
+        let target = Array(target.utf8)
+        var result: [UInt8] = []
+        result.reserveCapacity(bytes.count)
+        var index = 0
+        while index < bytes.count {
+            if index + target.count <= bytes.count, Array(bytes[index..<index + target.count]) == target {
+                result.append(contentsOf: replacement.utf8)
+                index += target.count
+            } else {
+                result.append(bytes[index])
+                index += 1
+            }
+        }
+        return String(decoding: result, as: UTF8.self)
     }
 }

@@ -196,6 +196,18 @@ public enum GroupRole: Int64, Hashable, Sendable, Comparable, CustomStringConver
     }
 }
 
+/// A group's title and members, the owner first, then the admins, then the members.
+public struct GroupRoster: Hashable, Sendable {
+    /// Empty when it has none.
+    public var title: String
+    public var members: [GroupMember]
+
+    public init(title: String, members: [GroupMember]) {
+        self.title = title
+        self.members = members
+    }
+}
+
 /// A member of a group, with its role and where it joined.
 public struct GroupMember: Hashable, Sendable {
     public var user: String
@@ -418,6 +430,10 @@ public struct StoredEvent: Hashable, Sendable {
         case profile(UserProfile)
         /// A member's role in a group changed (promoted, demoted, made owner): at the group's seq then.
         case role(group: String, user: String, role: GroupRole, seq: UInt64)
+        /// A member of a group (`by`) gave it a title, or took it away (empty): at the group's seq then.
+        case title(group: String, title: String, by: String, seq: UInt64)
+        /// The log's user chose how a conversation alerts it (on one of its devices): for its other devices.
+        case notify(conversation: Conversation, level: NotifyLevel)
     }
     public var cursor: UInt64
     public var kind: Kind
@@ -488,6 +504,12 @@ public struct UnreadCount: Hashable, Sendable {
     /// In a direct conversation, up to where the other user's devices received and read it; 0 in a group.
     public var peerDeliveredSeq: UInt64 = 0
     public var peerReadSeq: UInt64 = 0
+    /// How many of the unread messages mention the user (by name, or `@all`).
+    public var mentions: UInt64 = 0
+    /// How the conversation alerts the user.
+    public var notify: NotifyLevel = .all
+    /// A group's title (empty: none, or a direct conversation).
+    public var title: String = ""
 
     package init(
         conversation: Conversation,
@@ -495,7 +517,10 @@ public struct UnreadCount: Hashable, Sendable {
         lastSeq: UInt64,
         readSeq: UInt64,
         peerDeliveredSeq: UInt64 = 0,
-        peerReadSeq: UInt64 = 0
+        peerReadSeq: UInt64 = 0,
+        mentions: UInt64 = 0,
+        notify: NotifyLevel = .all,
+        title: String = ""
     ) {
         self.conversation = conversation
         self.unread = unread
@@ -503,6 +528,9 @@ public struct UnreadCount: Hashable, Sendable {
         self.readSeq = readSeq
         self.peerDeliveredSeq = peerDeliveredSeq
         self.peerReadSeq = peerReadSeq
+        self.mentions = mentions
+        self.notify = notify
+        self.title = title
     }
 }
 

@@ -94,17 +94,20 @@ public enum WriteRequest: Hashable, Sendable {
         /// The search index's tokens of its text, worked out before the batch (``prepareSearch()``); nil: the store
         /// works them out as it writes.
         public var searchTokens: [String]?
+        /// The mentions its text makes (``Mentions``), worked out before the batch; nil: the store works them out.
+        public var mentions: Mentions?
 
-        /// Works out the search index's tokens now, on the caller's thread rather than the writer's (a session's
-        /// event loop: the work is spread over the cores, not queued on the one writer).
+        /// Works out the search index's tokens and the mentions now, on the caller's thread rather than the
+        /// writer's (a session's event loop: the work is spread over the cores, not queued on the one writer).
         public mutating func prepareSearch() {
-            self.searchTokens = SearchIndex.textTokens(ofBody: self.body)
+            self.prepareSearch(text: SearchIndex.text(ofBody: self.body))
         }
 
         /// The same, from the text of the body this was serialized from (``SearchIndex/text(of:)``): the body is
         /// not parsed a second time.
         public mutating func prepareSearch(text: String) {
             self.searchTokens = SearchText.indexTokens(text)
+            self.mentions = Mentions(in: text)
         }
 
         /// An id for a message sent without one: 16 random bytes in hex, prefixed `s-`.

@@ -158,14 +158,14 @@ extension PostgresGroupCommit {
             self.planned
             ? try await connection.rows(
                 """
-                SELECT id, name, user_a, user_b, last_seq, last_ms FROM conversations WHERE id = ANY(\(ids))
+                SELECT id, name, user_a, user_b, last_seq, last_ms, owner_id FROM conversations WHERE id = ANY(\(ids))
                 ORDER BY id FOR UPDATE NOWAIT
                 """,
                 logger: self.logger
             )
             : try await connection.rows(
                 """
-                SELECT id, name, user_a, user_b, last_seq, last_ms FROM conversations WHERE id = ANY(\(ids))
+                SELECT id, name, user_a, user_b, last_seq, last_ms, owner_id FROM conversations WHERE id = ANY(\(ids))
                 ORDER BY id FOR UPDATE
                 """,
                 logger: self.logger
@@ -174,8 +174,8 @@ extension PostgresGroupCommit {
         var everyone: Set<UserID> = []
         for member in try await connection.rows(
             """
-            SELECT conversation_id, user_id, joined_seq, read_seq, delivered_seq, sent FROM members
-            WHERE conversation_id = ANY(\(ids))
+            SELECT conversation_id, user_id, joined_seq, read_seq, delivered_seq, sent, role::BIGINT AS role
+            FROM members WHERE conversation_id = ANY(\(ids))
             """,
             logger: self.logger
         ) {
@@ -185,7 +185,8 @@ extension PostgresGroupCommit {
                 joinedSeq: try member.get("joined_seq"),
                 readSeq: try member.get("read_seq"),
                 deliveredSeq: try member.get("delivered_seq"),
-                sent: try member.get("sent")
+                sent: try member.get("sent"),
+                role: GroupRole(rawValue: try member.get("role", as: Int64.self)) ?? .member
             )
         }
         for row in rows {
@@ -198,7 +199,8 @@ extension PostgresGroupCommit {
                     userB: try row.get("user_b", as: Int64?.self).map(UserID.init(rawValue:)),
                     lastSeq: try row.get("last_seq"),
                     lastMs: try row.get("last_ms"),
-                    members: members[id] ?? [:]
+                    members: members[id] ?? [:],
+                    owner: try row.get("owner_id", as: Int64?.self).map(UserID.init(rawValue:))
                 )
             )
         }

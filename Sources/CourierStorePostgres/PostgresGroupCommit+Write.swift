@@ -88,6 +88,19 @@ extension PostgresGroupCommit {
                 logger: self.logger
             )
         }
+        let mentions = messages.filter { !$0.recalled }.flatMap { message in
+            message.mentioned.map { (message.conversation, message.seq, $0) }
+        }
+        if !mentions.isEmpty {
+            try await connection.run(
+                """
+                INSERT INTO mentions (conversation_id, seq, user_id)
+                SELECT * FROM unnest(\(mentions.map(\.0))::bigint[], \(mentions.map(\.1))::bigint[],
+                    \(mentions.map(\.2))::bigint[])
+                """,
+                logger: self.logger
+            )
+        }
         try await self.writeEdits(connection)
         if self.store.configuration.indexesForSearch { try await self.writeSearch(connection) }
         let recalled = self.commit.recalledMessages
@@ -100,13 +113,16 @@ extension PostgresGroupCommit {
                 """,
                 logger: self.logger
             )
-            // A recalled message's media is no longer anyone's to fetch; its earlier versions and its reactions go.
+            // A recalled message's media is no longer anyone's to fetch; its earlier versions, its reactions and its
+            // mentions go.
             try await connection.run(
                 """
                 WITH r(c, s) AS (SELECT * FROM unnest(\(recalled.map(\.conversation))::bigint[],
                         \(recalled.map(\.seq))::bigint[])),
                     media AS (DELETE FROM message_media USING r
                         WHERE message_media.conversation_id = r.c AND message_media.seq = r.s),
+                    mentioned AS (DELETE FROM mentions USING r
+                        WHERE mentions.conversation_id = r.c AND mentions.seq = r.s),
                     versions AS (DELETE FROM message_versions USING r
                         WHERE message_versions.conversation_id = r.c AND message_versions.seq = r.s)
                 DELETE FROM reactions USING r WHERE reactions.conversation_id = r.c AND reactions.seq = r.s

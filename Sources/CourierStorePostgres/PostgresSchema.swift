@@ -1,3 +1,5 @@
+internal import CourierStore
+
 /// The PostgreSQL schema, built only through versioned migrations, each a list of statements applied in one
 /// transaction. The same tables as ``SQLiteStore``'s (see `Sources/CourierStore/Schema.swift` for what each column
 /// means), in PostgreSQL's types: names are unique without regard to case through indexes on `lower(name)` (names are
@@ -337,6 +339,34 @@ enum PostgresSchema {
             statements: [
                 // As SQLite's (Sources/CourierStoreSQLite/Schema.swift).
                 "ALTER TABLE members ADD COLUMN role SMALLINT NOT NULL DEFAULT 0"
+            ]
+        ),
+        Migration(
+            version: "v10-quiet",
+            statements: [
+                // As SQLite's (Sources/CourierStoreSQLite/Schema.swift).
+                "ALTER TABLE conversations ADD COLUMN title TEXT",
+                "ALTER TABLE members ADD COLUMN notify SMALLINT NOT NULL DEFAULT 0",
+                """
+                CREATE TABLE mentions (
+                    conversation_id BIGINT NOT NULL,
+                    user_id BIGINT NOT NULL,
+                    seq BIGINT NOT NULL,
+                    PRIMARY KEY (conversation_id, seq, user_id)
+                )
+                """,
+                "CREATE INDEX mentions_by_user ON mentions (conversation_id, user_id, seq)",
+                """
+                CREATE TABLE name_skeletons (
+                    skeleton TEXT PRIMARY KEY,
+                    user_id BIGINT NOT NULL REFERENCES users(id)
+                )
+                """,
+                """
+                INSERT INTO name_skeletons (skeleton, user_id)
+                    SELECT DISTINCT ON (s) s, id FROM (SELECT \(NameSkeleton.sqlExpression("name")) AS s, id FROM users) n
+                    ORDER BY s, id
+                """,
             ]
         ),
     ]

@@ -103,13 +103,13 @@ extension PostgresTransaction {
             locking
             ? try await self.connection.row(
                 """
-                SELECT id, owner_id, last_seq FROM conversations WHERE kind = 2 AND lower(name) = lower(\(name))
+                SELECT id, owner_id, last_seq, title FROM conversations WHERE kind = 2 AND lower(name) = lower(\(name))
                 FOR UPDATE
                 """,
                 logger: self.logger
             )
             : try await self.connection.row(
-                "SELECT id, owner_id, last_seq FROM conversations WHERE kind = 2 AND lower(name) = lower(\(name))",
+                "SELECT id, owner_id, last_seq, title FROM conversations WHERE kind = 2 AND lower(name) = lower(\(name))",
                 logger: self.logger
             )
         return try row.map(Self.group)
@@ -120,14 +120,14 @@ extension PostgresTransaction {
             locking
             ? try await self.connection.rows(
                 """
-                SELECT c.id, c.owner_id, c.last_seq FROM conversations c JOIN members m ON m.conversation_id = c.id
+                SELECT c.id, c.owner_id, c.last_seq, c.title FROM conversations c JOIN members m ON m.conversation_id = c.id
                 WHERE m.user_id = \(user.rawValue) AND c.kind = 2 ORDER BY c.id FOR UPDATE OF c
                 """,
                 logger: self.logger
             )
             : try await self.connection.rows(
                 """
-                SELECT c.id, c.owner_id, c.last_seq FROM conversations c JOIN members m ON m.conversation_id = c.id
+                SELECT c.id, c.owner_id, c.last_seq, c.title FROM conversations c JOIN members m ON m.conversation_id = c.id
                 WHERE m.user_id = \(user.rawValue) AND c.kind = 2 ORDER BY c.id
                 """,
                 logger: self.logger
@@ -139,7 +139,8 @@ extension PostgresTransaction {
         GroupRow(
             id: try row.get("id"),
             owner: try row.get("owner_id", as: Int64?.self).map(UserID.init(rawValue:)),
-            lastSeq: try row.get("last_seq")
+            lastSeq: try row.get("last_seq"),
+            title: try row.get("title", as: String?.self)
         )
     }
 
@@ -269,5 +270,46 @@ extension PostgresTransaction {
             "UPDATE conversations SET owner_id = \(owner.rawValue) WHERE id = \(group)",
             logger: self.logger
         )
+    }
+
+    package func setTitle(_ title: String?, of group: Int64) async throws {
+        try await self.connection.run(
+            "UPDATE conversations SET title = \(title) WHERE id = \(group)",
+            logger: self.logger
+        )
+    }
+
+    package func setNotify(_ level: NotifyLevel, of user: UserID, in conversation: Int64) async throws -> NotifyLevel? {
+        // The level before: the row as it was, under the lock the update takes.
+        try await self.connection.value(
+            """
+            UPDATE members m SET notify = \(Int16(level.rawValue)) FROM members o
+            WHERE m.conversation_id = \(conversation) AND m.user_id = \(user.rawValue)
+                AND o.conversation_id = m.conversation_id AND o.user_id = m.user_id
+            RETURNING o.notify::BIGINT
+            """,
+            as: Int64.self,
+            logger: self.logger
+        ).map { NotifyLevel(rawValue: $0) ?? .all }
+    }
+
+    package func claimSkeleton(_ skeleton: String, for user: UserID) async throws -> Bool {
+        // Two nodes claiming one skeleton at once: its key lets one in.
+        try await self.connection.value(
+            """
+            INSERT INTO name_skeletons (skeleton, user_id) VALUES (\(skeleton), \(user.rawValue))
+            ON CONFLICT DO NOTHING RETURNING user_id
+            """,
+            as: Int64.self,
+            logger: self.logger
+        ) != nil
+    }
+
+    package func skeletonTaken(_ skeleton: String) async throws -> Bool {
+        try await self.connection.value(
+            "SELECT EXISTS (SELECT 1 FROM name_skeletons WHERE skeleton = \(skeleton))",
+            as: Bool.self,
+            logger: self.logger
+        ) ?? false
     }
 }

@@ -396,14 +396,20 @@ extension PostgresTransaction {
         try await self.connection.rows(
             """
             SELECT c.name AS group_name, c.user_a, c.user_b, c.last_seq, m.read_seq, m.joined_seq,
-                COALESCE(o.delivered_seq, 0) AS peer_delivered, COALESCE(o.read_seq, 0) AS peer_read
+                COALESCE(o.delivered_seq, 0) AS peer_delivered, COALESCE(o.read_seq, 0) AS peer_read,
+                c.title, m.notify::BIGINT AS notify,
+                CASE WHEN c.kind = 2 AND c.last_seq > GREATEST(m.read_seq, m.joined_seq) THEN (
+                    SELECT COUNT(DISTINCT x.seq) FROM mentions x
+                    WHERE x.conversation_id = m.conversation_id AND x.user_id IN (m.user_id, 0)
+                        AND x.seq > GREATEST(m.read_seq, m.joined_seq)
+                ) ELSE 0 END AS mentions
             FROM members m JOIN conversations c ON c.id = m.conversation_id
             LEFT JOIN members o ON c.kind = 1 AND o.conversation_id = m.conversation_id AND o.user_id <> m.user_id
             WHERE m.user_id = \(user.rawValue) ORDER BY c.last_ms DESC, c.id
             """,
             logger: self.logger
         ).map { row in
-            Membership(
+            var membership = Membership(
                 conversation: try Self.header(row),
                 lastSeq: try row.get("last_seq"),
                 readSeq: try row.get("read_seq"),
@@ -411,6 +417,10 @@ extension PostgresTransaction {
                 peerDeliveredSeq: try row.get("peer_delivered"),
                 peerReadSeq: try row.get("peer_read")
             )
+            membership.title = try row.get("title", as: String?.self)
+            membership.notify = NotifyLevel(rawValue: try row.get("notify", as: Int64.self)) ?? .all
+            membership.mentions = try row.get("mentions", as: Int64.self)
+            return membership
         }
     }
 

@@ -240,7 +240,7 @@ extension SQLiteStore {
         guard
             let row = try Row.fetchOne(
                 db.cachedStatement(
-                    sql: "SELECT id, name, user_a, user_b, last_seq, last_ms FROM conversations WHERE id = ?"
+                    sql: "SELECT id, name, user_a, user_b, last_seq, last_ms, owner_id FROM conversations WHERE id = ?"
                 ),
                 arguments: [id]
             )
@@ -248,7 +248,10 @@ extension SQLiteStore {
         var members: [UserID: BatchConversation.Member] = [:]
         for member in try Row.fetchAll(
             db.cachedStatement(
-                sql: "SELECT user_id, joined_seq, read_seq, delivered_seq, sent FROM members WHERE conversation_id = ?"
+                sql: """
+                    SELECT user_id, joined_seq, read_seq, delivered_seq, sent, role FROM members
+                    WHERE conversation_id = ?
+                    """
             ),
             arguments: [id]
         ) {
@@ -256,7 +259,8 @@ extension SQLiteStore {
                 joinedSeq: member["joined_seq"],
                 readSeq: member["read_seq"],
                 deliveredSeq: member["delivered_seq"],
-                sent: member["sent"]
+                sent: member["sent"],
+                role: GroupRole(rawValue: member["role"]) ?? .member
             )
         }
         return BatchConversation(
@@ -266,7 +270,8 @@ extension SQLiteStore {
             userB: (row["user_b"] as Int64?).map(UserID.init(rawValue:)),
             lastSeq: row["last_seq"],
             lastMs: row["last_ms"],
-            members: members
+            members: members,
+            owner: (row["owner_id"] as Int64?).map(UserID.init(rawValue:))
         )
     }
 
@@ -291,6 +296,13 @@ extension SQLiteStore {
                 try insertMedia.execute(arguments: [
                     media.sha256, message.conversation, message.seq, media.mime, media.name,
                 ])
+            }
+            if !message.recalled {
+                for user in message.mentioned {
+                    try db.cachedStatement(
+                        sql: "INSERT INTO mentions (conversation_id, user_id, seq) VALUES (?, ?, ?)"
+                    ).execute(arguments: [message.conversation, user, message.seq])
+                }
             }
         }
         for edit in commit.edits {
@@ -333,8 +345,9 @@ extension SQLiteStore {
             try db.cachedStatement(
                 sql: "UPDATE messages SET recalled = 1, body = x'' WHERE conversation_id = ? AND seq = ?"
             ).execute(arguments: arguments)
-            // A recalled message's media is no longer anyone's to fetch; its earlier versions and its reactions go.
-            for table in ["message_media", "message_versions", "reactions"] {
+            // A recalled message's media is no longer anyone's to fetch; its earlier versions, its reactions and its
+            // mentions go.
+            for table in ["message_media", "message_versions", "reactions", "mentions"] {
                 try db.cachedStatement(sql: "DELETE FROM \(table) WHERE conversation_id = ? AND seq = ?")
                     .execute(arguments: arguments)
             }

@@ -43,7 +43,7 @@ extension SQLiteTransaction {
         try await self.access { db in
             try Row.fetchOne(
                 db,
-                sql: "SELECT id, owner_id, last_seq FROM conversations WHERE kind = 2 AND name = ?",
+                sql: "SELECT id, owner_id, last_seq, title FROM conversations WHERE kind = 2 AND name = ?",
                 arguments: [name]
             ).map(Self.group)
         }
@@ -54,7 +54,7 @@ extension SQLiteTransaction {
             try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT c.id, c.owner_id, c.last_seq FROM conversations c
+                    SELECT c.id, c.owner_id, c.last_seq, c.title FROM conversations c
                     JOIN members m ON m.conversation_id = c.id WHERE m.user_id = ? AND c.kind = 2 ORDER BY c.id
                     """,
                 arguments: [user.rawValue]
@@ -66,7 +66,8 @@ extension SQLiteTransaction {
         GroupRow(
             id: row["id"],
             owner: (row["owner_id"] as Int64?).map(UserID.init(rawValue:)),
-            lastSeq: row["last_seq"]
+            lastSeq: row["last_seq"],
+            title: row["title"]
         )
     }
 
@@ -310,6 +311,49 @@ extension SQLiteTransaction {
                 sql: "UPDATE conversations SET owner_id = ? WHERE id = ?",
                 arguments: [owner.rawValue, group]
             )
+        }
+    }
+
+    package func setTitle(_ title: String?, of group: Int64) async throws {
+        try await self.update { db in
+            try db.execute(sql: "UPDATE conversations SET title = ? WHERE id = ?", arguments: [title, group])
+        }
+    }
+
+    package func setNotify(_ level: NotifyLevel, of user: UserID, in conversation: Int64) async throws -> NotifyLevel? {
+        try await self.update { db in
+            guard
+                let before = try Int64.fetchOne(
+                    db,
+                    sql: "SELECT notify FROM members WHERE conversation_id = ? AND user_id = ?",
+                    arguments: [conversation, user.rawValue]
+                )
+            else { return nil }
+            try db.execute(
+                sql: "UPDATE members SET notify = ? WHERE conversation_id = ? AND user_id = ?",
+                arguments: [level.rawValue, conversation, user.rawValue]
+            )
+            return NotifyLevel(rawValue: before) ?? .all
+        }
+    }
+
+    package func claimSkeleton(_ skeleton: String, for user: UserID) async throws -> Bool {
+        try await self.update { db in
+            try db.execute(
+                sql: "INSERT INTO name_skeletons (skeleton, user_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                arguments: [skeleton, user.rawValue]
+            )
+            return db.changesCount == 1
+        }
+    }
+
+    package func skeletonTaken(_ skeleton: String) async throws -> Bool {
+        try await self.access { db in
+            try Bool.fetchOne(
+                db,
+                sql: "SELECT EXISTS (SELECT 1 FROM name_skeletons WHERE skeleton = ?)",
+                arguments: [skeleton]
+            ) ?? false
         }
     }
 }

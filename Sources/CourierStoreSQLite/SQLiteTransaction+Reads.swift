@@ -368,7 +368,13 @@ extension SQLiteTransaction {
                 db,
                 sql: """
                     SELECT c.name AS group_name, c.user_a, c.user_b, c.last_seq, m.read_seq, m.joined_seq,
-                        COALESCE(o.delivered_seq, 0) AS peer_delivered, COALESCE(o.read_seq, 0) AS peer_read
+                        COALESCE(o.delivered_seq, 0) AS peer_delivered, COALESCE(o.read_seq, 0) AS peer_read,
+                        c.title, m.notify,
+                        CASE WHEN c.kind = 2 AND c.last_seq > max(m.read_seq, m.joined_seq) THEN (
+                            SELECT COUNT(DISTINCT x.seq) FROM mentions x
+                            WHERE x.conversation_id = m.conversation_id AND x.user_id IN (m.user_id, 0)
+                                AND x.seq > max(m.read_seq, m.joined_seq)
+                        ) ELSE 0 END AS mentions
                     FROM members m JOIN conversations c ON c.id = m.conversation_id
                     LEFT JOIN members o
                         ON c.kind = 1 AND o.conversation_id = m.conversation_id AND o.user_id != m.user_id
@@ -376,7 +382,7 @@ extension SQLiteTransaction {
                     """,
                 arguments: [user.rawValue]
             ).map { row in
-                Membership(
+                var membership = Membership(
                     conversation: ConversationHeader(
                         groupName: row["group_name"],
                         userA: (row["user_a"] as Int64?).map(UserID.init(rawValue:)),
@@ -388,6 +394,10 @@ extension SQLiteTransaction {
                     peerDeliveredSeq: row["peer_delivered"],
                     peerReadSeq: row["peer_read"]
                 )
+                membership.title = row["title"]
+                membership.notify = NotifyLevel(rawValue: row["notify"]) ?? .all
+                membership.mentions = row["mentions"]
+                return membership
             }
         }
     }

@@ -280,6 +280,32 @@ enum Schema {
             // A member's role: 0 member, 1 admin (the owner is the conversation's owner_id).
             try db.execute(sql: "ALTER TABLE members ADD COLUMN role INTEGER NOT NULL DEFAULT 0")
         }
+        migrator.registerMigration("v10-quiet") { db in
+            try db.execute(
+                sql: """
+                    -- A group's title, in any script, beside its name (which never changes).
+                    ALTER TABLE conversations ADD COLUMN title TEXT;
+                    -- How the conversation alerts the member: 0 every message, 1 mentions only, 2 nothing.
+                    ALTER TABLE members ADD COLUMN notify INTEGER NOT NULL DEFAULT 0;
+                    -- The members a group message mentions (user_id 0: @all); gone when it is recalled.
+                    CREATE TABLE mentions (
+                        conversation_id INTEGER NOT NULL,
+                        user_id INTEGER NOT NULL,
+                        seq INTEGER NOT NULL,
+                        PRIMARY KEY (conversation_id, seq, user_id)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX mentions_by_user ON mentions(conversation_id, user_id, seq);
+                    -- What each user's name looks like (NameSkeleton): a new name that reads as one is refused.
+                    -- Names that read alike from before keep the first's.
+                    CREATE TABLE name_skeletons (
+                        skeleton TEXT PRIMARY KEY,
+                        user_id INTEGER NOT NULL REFERENCES users(id)
+                    ) WITHOUT ROWID;
+                    INSERT OR IGNORE INTO name_skeletons (skeleton, user_id)
+                        SELECT \(NameSkeleton.sqlExpression("name")), id FROM users ORDER BY id;
+                    """
+            )
+        }
         return migrator
     }
 }

@@ -10,7 +10,8 @@ struct Courier: AsyncParsableCommand {
             Serve.self, UserCommand.self, GroupCommand.self, InviteCommand.self, Backup.self, Signup.self, Login.self,
             PasswordCommand.self, ProfileCommand.self, DevicesCommand.self, DeleteAccount.self, FindUser.self,
             Send.self, Edit.self,
-            React.self, History.self, Search.self, MediaCommand.self, Chat.self, ProxyCommand.self, Bench.self,
+            React.self, History.self, Search.self, UnreadCommand.self, MuteCommand.self, MediaCommand.self, Chat.self,
+            ProxyCommand.self, Bench.self,
         ]
     )
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CourierChat
 import CourierStore
 import Foundation
 
@@ -9,10 +10,10 @@ struct GroupCommand: AsyncParsableCommand {
         discussion: """
             Groups have unique names. A member added later sees the messages sent after joining, not before. \
             These commands act as the administrator: over the protocol, a group's owner and admins add members \
-            (their contacts) and remove those of a lower role, the owner makes admins and hands the group on, and \
-            any member may leave.
+            (their contacts), remove those of a lower role and set its title, the owner makes admins and hands the \
+            group on, and any member may leave.
             """,
-        subcommands: [Create.self, Add.self, Remove.self, Show.self, List.self]
+        subcommands: [Create.self, Add.self, Remove.self, Title.self, Show.self, List.self]
     )
 
     struct Create: AsyncParsableCommand {
@@ -68,20 +69,37 @@ struct GroupCommand: AsyncParsableCommand {
         }
     }
 
+    struct Title: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Give a group a title in any script (its name never changes), or take it away (no TEXT)."
+        )
+        @OptionGroup var options: DataOptions
+        @Argument(help: "The group name.") var name: String
+        @Argument(help: "The title: at most 64 characters, the rules of a display name.") var text: String = ""
+
+        func run() async throws {
+            try await options.withStore { store in
+                try await store.setGroupTitle(self.text, of: self.name, by: nil, nowMs: nowMs())
+            }
+            print(self.text.isEmpty ? "\(self.name) has no title" : "titled \(self.name)")
+        }
+    }
+
     struct Show: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Show a group's owner, members, admins and message count."
+            abstract: "Show a group's title, owner, members, admins and message count."
         )
         @OptionGroup var options: DataOptions
         @Argument(help: "The group name.") var name: String
 
         func run() async throws {
             let group = try await options.withStore { try await $0.group(named: self.name) }
+            let roster = try await options.withStore { try await $0.groupRoster(of: self.name, for: nil) }
             print("group \(group.name)")
+            print("title \(roster.title.isEmpty ? "-" : ChatText.printable(roster.title))")
             print("owner \(group.owner ?? "-")")
             print("members \(group.members.joined(separator: ","))")
-            let admins = try await options.withStore { try await $0.groupMembers(of: self.name, for: nil) }
-                .filter { $0.role == .admin }.map(\.user)
+            let admins = roster.members.filter { $0.role == .admin }.map(\.user)
             print("admins \(admins.isEmpty ? "-" : admins.joined(separator: ","))")
             print("messages \(group.lastSeq)")
         }

@@ -487,8 +487,9 @@ struct ChatTerminalTests {
                 try await tmux.type("alice", "/help")
                 try await tmux.press("alice", "Enter")
                 _ = try await tmux.wait("alice", for: "the help") { rows in
-                    rows.contains { $0.contains("Keys and commands") } && rows.contains { $0.contains("/recall") }
-                        && rows.contains { $0.contains("Ctrl-W") }
+                    // On 30 rows every command shows, then the keys that fit (all of them on a taller terminal).
+                    rows.contains { $0.contains("Keys and commands") } && rows.contains { $0.contains("/quit") }
+                        && rows.contains { $0.contains("PgUp, PgDn") }
                 }
                 try await tmux.press("alice", "Escape")
                 _ = try await tmux.wait("alice", for: "the help closed") { rows in
@@ -528,6 +529,38 @@ struct ChatTerminalTests {
                 try await tmux.press("alice", "Enter")
                 _ = try await tmux.wait("alice", for: "bob's conversation open") { rows in
                     rows.contains { $0.contains("bob: back again") }
+                }
+
+                // Groups from the chat: alice makes one with bob, her contact, titles it in Chinese, lists it, and
+                // mutes it; bob's mention of her still counts, marked in the list.
+                try await tmux.type("alice", "/group new club bob")
+                try await tmux.press("alice", "Enter")
+                _ = try await tmux.wait("alice", for: "the group made") { rows in
+                    // Said "made #club", then (its event) "bob joined #club"; the list has it either way.
+                    rows.contains { $0.hasPrefix(" #club ") }
+                }
+                try await tmux.type("alice", "/open #club")
+                try await tmux.press("alice", "Enter")
+                try await tmux.type("alice", "/group title 读书会")
+                try await tmux.press("alice", "Enter")
+                _ = try await tmux.wait("alice", for: "the title") { rows in
+                    rows.contains { $0.contains("›#club 读书会") }
+                }
+                try await tmux.type("alice", "/group members")
+                try await tmux.press("alice", "Enter")
+                _ = try await tmux.wait("alice", for: "the members") { rows in
+                    rows.contains { $0.contains("#club 读书会 · owner alice · members bob") }
+                }
+                try await tmux.type("alice", "/mute")
+                try await tmux.press("alice", "Enter")
+                _ = try await tmux.wait("alice", for: "muted") { rows in
+                    rows.contains { $0.contains("#club alerts on mentions of you only") }
+                }
+                try await tmux.type("alice", "/open bob")
+                try await tmux.press("alice", "Enter")
+                #expect(try await courier("send", "--as", "bob", "--group", "club", "@alice 周五见").status == 0)
+                _ = try await tmux.wait("alice", for: "the mention marked") { rows in
+                    rows.contains { $0.contains("#club 读书会") && $0.contains(" ~@1 ") }
                 }
 
                 // The server goes: alice's title says so and when she tries again; bob shows offline.

@@ -193,6 +193,46 @@ struct SessionStateMachineTests {
         }
     }
 
+    @Test("group changes and mutes take from the send rate too; a mute names a conversation and a known level")
+    func groupChangesRateLimited() {
+        var machine = Self.active {
+            $0.sendsPerSecond = 10
+            $0.sendBurst = 2
+        }
+        let now = Self.start
+        var title = ClientEnvelope()
+        title.requestID = 3
+        title.manageGroup.group = "team"
+        title.manageGroup.title.title = "读书会"
+        var mute = ClientEnvelope()
+        mute.requestID = 4
+        mute.setNotify.conversation.group = "team"
+        mute.setNotify.level = .mentions
+        guard case .request(.manageGroup, _) = machine.received(title, now: now),
+            case .request(.setNotify(.group("team"), .mentions), _) = machine.received(mute, now: now)
+        else {
+            Issue.record("the burst was not let through")
+            return
+        }
+        guard case .pause = machine.received(title, now: now), case .pause = machine.received(mute, now: now) else {
+            Issue.record("not rate limited")
+            return
+        }
+        var bad = mute
+        bad.setNotify.level = .UNRECOGNIZED(9)
+        guard case .refuse(_, ErrorCodes.invalidRequest, _, _, _) = machine.received(bad, now: now + .seconds(1))
+        else {
+            Issue.record("an unknown level was not refused")
+            return
+        }
+        var nowhere = mute
+        nowhere.setNotify.clearConversation()
+        guard case .refuse = machine.received(nowhere, now: now + .seconds(1)) else {
+            Issue.record("a mute of no conversation was not refused")
+            return
+        }
+    }
+
     @Test("no hello within the authentication timeout, or silence past the idle timeout, closes")
     func deadlines() {
         var waiting = Self.machine { $0.authTimeout = .seconds(5) }

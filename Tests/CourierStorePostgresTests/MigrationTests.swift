@@ -17,7 +17,7 @@ struct MigrationTests {
     /// Every migration's version, oldest first, written out: a migration added, renamed or dropped is seen here.
     static let versions = [
         "v1", "v2-nodes", "v3-media", "v4-admission", "v5-edits", "v6-search", "v7-invites", "v8-profiles",
-        "v9-roles",
+        "v9-roles", "v10-quiet",
     ]
 
     static func store(_ location: PostgresLocation) -> PostgresStore {
@@ -65,7 +65,7 @@ struct MigrationTests {
             let tables = try await Self.tables(location)
             for table in [
                 "users", "devices", "conversations", "members", "messages", "events", "changes", "media_owners",
-                "message_media", "courier_migrations", "invites", "profiles",
+                "message_media", "courier_migrations", "invites", "profiles", "mentions", "name_skeletons",
             ] {
                 #expect(tables.contains(table), "no table \(table) in \(tables.sorted())")
             }

@@ -50,6 +50,8 @@ struct FreshEventsTests {
                 case .reaction: "reaction"
                 case .profile: "profile"
                 case .role: "role"
+                case .title: "title"
+                case .notify: "notify"
                 }
             }
             #expect(kinds == ["message", "message", "message", "read", "message", "recall"], "\(kinds)")

@@ -70,6 +70,46 @@ public nonisolated enum Courier_V1_GroupRole: SwiftProtobuf.Enum, Swift.CaseIter
 
 }
 
+/// How a conversation alerts a user: on every message, only on those that mention the user (by name or `@all`: the
+/// conversation is muted), or never. Messages are counted as unread whatever the level.
+public nonisolated enum Courier_V1_NotifyLevel: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case all // = 0
+  case mentions // = 1
+  case none // = 2
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .all
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .all
+    case 1: self = .mentions
+    case 2: self = .none
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .all: return 0
+    case .mentions: return 1
+    case .none: return 2
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Courier_V1_NotifyLevel] = [
+    .all,
+    .mentions,
+    .none,
+  ]
+
+}
+
 public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -272,6 +312,14 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     set {body = .groupMembers(newValue)}
   }
 
+  public var setNotify: Courier_V1_SetNotify {
+    get {
+      if case .setNotify(let v)? = body {return v}
+      return Courier_V1_SetNotify()
+    }
+    set {body = .setNotify(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -299,6 +347,7 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     case setProfile(Courier_V1_SetProfile)
     case profiles(Courier_V1_ProfilesRequest)
     case groupMembers(Courier_V1_GroupMembersRequest)
+    case setNotify(Courier_V1_SetNotify)
 
   }
 
@@ -1141,6 +1190,23 @@ public nonisolated struct Courier_V1_Event: Sendable {
     set {kind = .role(newValue)}
   }
 
+  public var title: Courier_V1_GroupTitleNotice {
+    get {
+      if case .title(let v)? = kind {return v}
+      return Courier_V1_GroupTitleNotice()
+    }
+    set {kind = .title(newValue)}
+  }
+
+  /// This user chose how a conversation alerts it, on one of its devices: every device follows.
+  public var notify: Courier_V1_NotifyNotice {
+    get {
+      if case .notify(let v)? = kind {return v}
+      return Courier_V1_NotifyNotice()
+    }
+    set {kind = .notify(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1157,6 +1223,9 @@ public nonisolated struct Courier_V1_Event: Sendable {
     /// profile: the profile as it is when the event is read.
     case profile(Courier_V1_Profile)
     case role(Courier_V1_RoleNotice)
+    case title(Courier_V1_GroupTitleNotice)
+    /// This user chose how a conversation alerts it, on one of its devices: every device follows.
+    case notify(Courier_V1_NotifyNotice)
 
   }
 
@@ -2102,12 +2171,14 @@ public nonisolated struct Courier_V1_FetchReady: Sendable {
   public init() {}
 }
 
-/// Group management over the session. Groups are addressed by name, which is unique. A group has one owner, who is
-/// a member; admins and the owner add members (their contacts) and remove those of a lower role; the owner makes
-/// members admins (`promote`) or members again (`demote`), and hands the group to another member (`transfer`: the
-/// owner before becomes an admin); any member may leave. An owner who leaves (or is removed) hands the group to the
+/// Group management over the session. Groups are addressed by name, which is unique and never changes; a group's
+/// title (any script) is what it is called and may change. A group has one owner, who is a member; admins and the
+/// owner add members (their contacts), remove those of a lower role and set the title; the owner makes members admins
+/// (`promote`) or members again (`demote`), and hands the group to another member (`transfer`: the owner before
+/// becomes an admin); any member may leave. An owner who leaves (or is removed) hands the group to the
 /// longest-standing admin, else the longest-standing member. Every change is an event to every member (`membership`,
-/// `role`). Answered with `done`; refused with `not-member`, `not-admin`, `not-owner`, `not-contact`.
+/// `role`, `title`). Answered with `done`; refused with `not-member`, `not-admin`, `not-owner`, `not-contact`, and
+/// `invalid-request` for a title that breaks the rules of a display name.
 public nonisolated struct Courier_V1_ManageGroup: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -2174,6 +2245,16 @@ public nonisolated struct Courier_V1_ManageGroup: Sendable {
     set {action = .transfer(newValue)}
   }
 
+  /// Sets the title (the white space around it dropped; at most 64 characters, the rules of a display name), or
+  /// takes it away (empty).
+  public var title: Courier_V1_ManageGroup.Title {
+    get {
+      if case .title(let v)? = action {return v}
+      return Courier_V1_ManageGroup.Title()
+    }
+    set {action = .title(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Action: Equatable, Sendable {
@@ -2185,7 +2266,22 @@ public nonisolated struct Courier_V1_ManageGroup: Sendable {
     case promote(Courier_V1_ManageGroup.Members)
     case demote(Courier_V1_ManageGroup.Members)
     case transfer(Courier_V1_ManageGroup.Transfer)
+    /// Sets the title (the white space around it dropped; at most 64 characters, the rules of a display name), or
+    /// takes it away (empty).
+    case title(Courier_V1_ManageGroup.Title)
 
+  }
+
+  public nonisolated struct Title: Sendable {
+    // SwiftProtobuf.Message conformance is added in an extension below. See the
+    // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+    // methods supported on all messages.
+
+    public var title: String = String()
+
+    public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+    public init() {}
   }
 
   public nonisolated struct Members: Sendable {
@@ -2248,6 +2344,9 @@ public nonisolated struct Courier_V1_GroupMembers: Sendable {
 
   public var members: [Courier_V1_GroupMembers.Member] = []
 
+  /// Empty: none.
+  public var title: String = String()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated struct Member: Sendable {
@@ -2268,6 +2367,75 @@ public nonisolated struct Courier_V1_GroupMembers: Sendable {
   }
 
   public init() {}
+}
+
+/// A group's title changed (empty: taken away), by an admin or the owner (`by`).
+public nonisolated struct Courier_V1_GroupTitleNotice: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var group: String = String()
+
+  public var title: String = String()
+
+  public var by: String = String()
+
+  /// The group's seq at the change.
+  public var seq: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Chooses how a conversation (a group the user is in, a user it has written with) alerts the user, on all of its
+/// devices: each gets a `notify` event. Answered with `done`; refused with `not-member`, `unknown-group`,
+/// `unknown-user`.
+public nonisolated struct Courier_V1_SetNotify: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var conversation: Courier_V1_Conversation {
+    get {_conversation ?? Courier_V1_Conversation()}
+    set {_conversation = newValue}
+  }
+  /// Returns true if `conversation` has been explicitly set.
+  public var hasConversation: Bool {self._conversation != nil}
+  /// Clears the value of `conversation`. Subsequent reads from it will return its default value.
+  public mutating func clearConversation() {self._conversation = nil}
+
+  public var level: Courier_V1_NotifyLevel = .all
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _conversation: Courier_V1_Conversation? = nil
+}
+
+public nonisolated struct Courier_V1_NotifyNotice: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var conversation: Courier_V1_Conversation {
+    get {_conversation ?? Courier_V1_Conversation()}
+    set {_conversation = newValue}
+  }
+  /// Returns true if `conversation` has been explicitly set.
+  public var hasConversation: Bool {self._conversation != nil}
+  /// Clears the value of `conversation`. Subsequent reads from it will return its default value.
+  public mutating func clearConversation() {self._conversation = nil}
+
+  public var level: Courier_V1_NotifyLevel = .all
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _conversation: Courier_V1_Conversation? = nil
 }
 
 /// A member's role changed: promoted, demoted, or made the owner (by a transfer, or as the owner left).
@@ -2330,6 +2498,14 @@ public nonisolated struct Courier_V1_UnreadCounts: Sendable {
     public var peerDeliveredSeq: UInt64 = 0
 
     public var peerReadSeq: UInt64 = 0
+
+    /// How many of the unread messages mention this user (by name, or `@all`).
+    public var mentions: UInt64 = 0
+
+    public var notify: Courier_V1_NotifyLevel = .all
+
+    /// A group's title (empty: none, or a direct conversation).
+    public var title: String = String()
 
     public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -2437,9 +2613,13 @@ nonisolated extension Courier_V1_GroupRole: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0GROUP_ROLE_MEMBER\0\u{1}GROUP_ROLE_ADMIN\0\u{1}GROUP_ROLE_OWNER\0")
 }
 
+nonisolated extension Courier_V1_NotifyLevel: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0NOTIFY_LEVEL_ALL\0\u{1}NOTIFY_LEVEL_MENTIONS\0\u{1}NOTIFY_LEVEL_NONE\0")
+}
+
 nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ClientEnvelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0\u{1}upload\0\u{1}fetch\0\u{1}edit\0\u{1}react\0\u{1}versions\0\u{1}search\0\u{3}change_password\0\u{1}devices\0\u{3}revoke_device\0\u{3}delete_account\0\u{3}find_user\0\u{3}set_profile\0\u{1}profiles\0\u{3}group_members\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0\u{1}upload\0\u{1}fetch\0\u{1}edit\0\u{1}react\0\u{1}versions\0\u{1}search\0\u{3}change_password\0\u{1}devices\0\u{3}revoke_device\0\u{3}delete_account\0\u{3}find_user\0\u{3}set_profile\0\u{1}profiles\0\u{3}group_members\0\u{3}set_notify\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2760,6 +2940,19 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
           self.body = .groupMembers(v)
         }
       }()
+      case 26: try {
+        var v: Courier_V1_SetNotify?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .setNotify(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .setNotify(v)
+        }
+      }()
       default: break
       }
     }
@@ -2869,6 +3062,10 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
     case .groupMembers?: try {
       guard case .groupMembers(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 25)
+    }()
+    case .setNotify?: try {
+      guard case .setNotify(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 26)
     }()
     case nil: break
     }
@@ -4132,7 +4329,7 @@ nonisolated extension Courier_V1_ReactionCount: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Courier_V1_Event: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Event"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}cursor\0\u{1}message\0\u{1}recall\0\u{1}receipt\0\u{1}membership\0\u{1}edit\0\u{1}reaction\0\u{1}profile\0\u{1}role\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}cursor\0\u{1}message\0\u{1}recall\0\u{1}receipt\0\u{1}membership\0\u{1}edit\0\u{1}reaction\0\u{1}profile\0\u{1}role\0\u{1}title\0\u{1}notify\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4245,6 +4442,32 @@ nonisolated extension Courier_V1_Event: SwiftProtobuf.Message, SwiftProtobuf._Me
           self.kind = .role(v)
         }
       }()
+      case 10: try {
+        var v: Courier_V1_GroupTitleNotice?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .title(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .title(v)
+        }
+      }()
+      case 11: try {
+        var v: Courier_V1_NotifyNotice?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .notify(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .notify(v)
+        }
+      }()
       default: break
       }
     }
@@ -4290,6 +4513,14 @@ nonisolated extension Courier_V1_Event: SwiftProtobuf.Message, SwiftProtobuf._Me
     case .role?: try {
       guard case .role(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+    }()
+    case .title?: try {
+      guard case .title(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 10)
+    }()
+    case .notify?: try {
+      guard case .notify(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
     }()
     case nil: break
     }
@@ -5953,7 +6184,7 @@ nonisolated extension Courier_V1_FetchReady: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Courier_V1_ManageGroup: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ManageGroup"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}group\0\u{1}create\0\u{1}add\0\u{1}remove\0\u{1}leave\0\u{1}promote\0\u{1}demote\0\u{1}transfer\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}group\0\u{1}create\0\u{1}add\0\u{1}remove\0\u{1}leave\0\u{1}promote\0\u{1}demote\0\u{1}transfer\0\u{1}title\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -6053,6 +6284,19 @@ nonisolated extension Courier_V1_ManageGroup: SwiftProtobuf.Message, SwiftProtob
           self.action = .transfer(v)
         }
       }()
+      case 9: try {
+        var v: Courier_V1_ManageGroup.Title?
+        var hadOneofValue = false
+        if let current = self.action {
+          hadOneofValue = true
+          if case .title(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.action = .title(v)
+        }
+      }()
       default: break
       }
     }
@@ -6095,6 +6339,10 @@ nonisolated extension Courier_V1_ManageGroup: SwiftProtobuf.Message, SwiftProtob
       guard case .transfer(let v)? = self.action else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 8)
     }()
+    case .title?: try {
+      guard case .title(let v)? = self.action else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 9)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -6103,6 +6351,36 @@ nonisolated extension Courier_V1_ManageGroup: SwiftProtobuf.Message, SwiftProtob
   public static func ==(lhs: Courier_V1_ManageGroup, rhs: Courier_V1_ManageGroup) -> Bool {
     if lhs.group != rhs.group {return false}
     if lhs.action != rhs.action {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_ManageGroup.Title: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = Courier_V1_ManageGroup.protoMessageName + ".Title"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}title\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.title) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.title.isEmpty {
+      try visitor.visitSingularStringField(value: self.title, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_ManageGroup.Title, rhs: Courier_V1_ManageGroup.Title) -> Bool {
+    if lhs.title != rhs.title {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -6219,7 +6497,7 @@ nonisolated extension Courier_V1_GroupMembersRequest: SwiftProtobuf.Message, Swi
 
 nonisolated extension Courier_V1_GroupMembers: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".GroupMembers"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}group\0\u{1}members\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}group\0\u{1}members\0\u{1}title\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -6229,6 +6507,7 @@ nonisolated extension Courier_V1_GroupMembers: SwiftProtobuf.Message, SwiftProto
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularStringField(value: &self.group) }()
       case 2: try { try decoder.decodeRepeatedMessageField(value: &self.members) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.title) }()
       default: break
       }
     }
@@ -6241,12 +6520,16 @@ nonisolated extension Courier_V1_GroupMembers: SwiftProtobuf.Message, SwiftProto
     if !self.members.isEmpty {
       try visitor.visitRepeatedMessageField(value: self.members, fieldNumber: 2)
     }
+    if !self.title.isEmpty {
+      try visitor.visitSingularStringField(value: self.title, fieldNumber: 3)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Courier_V1_GroupMembers, rhs: Courier_V1_GroupMembers) -> Bool {
     if lhs.group != rhs.group {return false}
     if lhs.members != rhs.members {return false}
+    if lhs.title != rhs.title {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -6287,6 +6570,129 @@ nonisolated extension Courier_V1_GroupMembers.Member: SwiftProtobuf.Message, Swi
     if lhs.user != rhs.user {return false}
     if lhs.role != rhs.role {return false}
     if lhs.joinedSeq != rhs.joinedSeq {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_GroupTitleNotice: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GroupTitleNotice"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}group\0\u{1}title\0\u{1}by\0\u{1}seq\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.group) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.title) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.by) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.seq) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.group.isEmpty {
+      try visitor.visitSingularStringField(value: self.group, fieldNumber: 1)
+    }
+    if !self.title.isEmpty {
+      try visitor.visitSingularStringField(value: self.title, fieldNumber: 2)
+    }
+    if !self.by.isEmpty {
+      try visitor.visitSingularStringField(value: self.by, fieldNumber: 3)
+    }
+    if self.seq != 0 {
+      try visitor.visitSingularUInt64Field(value: self.seq, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_GroupTitleNotice, rhs: Courier_V1_GroupTitleNotice) -> Bool {
+    if lhs.group != rhs.group {return false}
+    if lhs.title != rhs.title {return false}
+    if lhs.by != rhs.by {return false}
+    if lhs.seq != rhs.seq {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_SetNotify: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SetNotify"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}conversation\0\u{1}level\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._conversation) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.level) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._conversation {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if self.level != .all {
+      try visitor.visitSingularEnumField(value: self.level, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_SetNotify, rhs: Courier_V1_SetNotify) -> Bool {
+    if lhs._conversation != rhs._conversation {return false}
+    if lhs.level != rhs.level {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_NotifyNotice: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".NotifyNotice"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}conversation\0\u{1}level\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._conversation) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.level) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._conversation {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if self.level != .all {
+      try visitor.visitSingularEnumField(value: self.level, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_NotifyNotice, rhs: Courier_V1_NotifyNotice) -> Bool {
+    if lhs._conversation != rhs._conversation {return false}
+    if lhs.level != rhs.level {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -6379,7 +6785,7 @@ nonisolated extension Courier_V1_UnreadCounts: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Courier_V1_UnreadCounts.Entry: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = Courier_V1_UnreadCounts.protoMessageName + ".Entry"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}conversation\0\u{1}unread\0\u{3}last_seq\0\u{3}read_seq\0\u{3}peer_delivered_seq\0\u{3}peer_read_seq\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}conversation\0\u{1}unread\0\u{3}last_seq\0\u{3}read_seq\0\u{3}peer_delivered_seq\0\u{3}peer_read_seq\0\u{1}mentions\0\u{1}notify\0\u{1}title\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -6393,6 +6799,9 @@ nonisolated extension Courier_V1_UnreadCounts.Entry: SwiftProtobuf.Message, Swif
       case 4: try { try decoder.decodeSingularUInt64Field(value: &self.readSeq) }()
       case 5: try { try decoder.decodeSingularUInt64Field(value: &self.peerDeliveredSeq) }()
       case 6: try { try decoder.decodeSingularUInt64Field(value: &self.peerReadSeq) }()
+      case 7: try { try decoder.decodeSingularUInt64Field(value: &self.mentions) }()
+      case 8: try { try decoder.decodeSingularEnumField(value: &self.notify) }()
+      case 9: try { try decoder.decodeSingularStringField(value: &self.title) }()
       default: break
       }
     }
@@ -6421,6 +6830,15 @@ nonisolated extension Courier_V1_UnreadCounts.Entry: SwiftProtobuf.Message, Swif
     if self.peerReadSeq != 0 {
       try visitor.visitSingularUInt64Field(value: self.peerReadSeq, fieldNumber: 6)
     }
+    if self.mentions != 0 {
+      try visitor.visitSingularUInt64Field(value: self.mentions, fieldNumber: 7)
+    }
+    if self.notify != .all {
+      try visitor.visitSingularEnumField(value: self.notify, fieldNumber: 8)
+    }
+    if !self.title.isEmpty {
+      try visitor.visitSingularStringField(value: self.title, fieldNumber: 9)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -6431,6 +6849,9 @@ nonisolated extension Courier_V1_UnreadCounts.Entry: SwiftProtobuf.Message, Swif
     if lhs.readSeq != rhs.readSeq {return false}
     if lhs.peerDeliveredSeq != rhs.peerDeliveredSeq {return false}
     if lhs.peerReadSeq != rhs.peerReadSeq {return false}
+    if lhs.mentions != rhs.mentions {return false}
+    if lhs.notify != rhs.notify {return false}
+    if lhs.title != rhs.title {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

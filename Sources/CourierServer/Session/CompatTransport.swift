@@ -426,6 +426,29 @@ final class CompatTransport: SessionTransport {
                     "cursor": cursor,
                 ]
             )
+        case .title(let change):
+            return CompatFrame(
+                type: "title",
+                payload: ByteBuffer(),
+                fields: [
+                    "group": .string(change.group),
+                    "title": .string(change.title),
+                    "by": .string(change.by),
+                    "seq": .integer(Int64(clamping: change.seq)),
+                    "cursor": cursor,
+                ]
+            )
+        case .notify(let change):
+            var fields = Self.fields(change.conversation)
+            let level =
+                switch change.level {
+                case .mentions: "mentions"
+                case .none: "none"
+                default: "all"
+                }
+            fields["level"] = .string(level)
+            fields["cursor"] = cursor
+            return CompatFrame(type: "notify", payload: ByteBuffer(), fields: fields)
         case .membership(let change):
             return CompatFrame(
                 type: "member",

@@ -101,6 +101,14 @@ extension Courier_V1_Event {
             self.role.user = user
             self.role.role = Courier_V1_GroupRole(role)
             self.role.seq = seq
+        case .title(let group, let title, let by, let seq):
+            self.title.group = group
+            self.title.title = title
+            self.title.by = by
+            self.title.seq = seq
+        case .notify(let conversation, let level):
+            self.notify.conversation = Courier_V1_Conversation(conversation)
+            self.notify.level = Courier_V1_NotifyLevel(level)
         }
     }
 }

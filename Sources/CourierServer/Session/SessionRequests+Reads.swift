@@ -51,6 +51,9 @@ extension SessionRequests {
                     entry.readSeq = count.readSeq
                     entry.peerDeliveredSeq = count.peerDeliveredSeq
                     entry.peerReadSeq = count.peerReadSeq
+                    entry.mentions = count.mentions
+                    entry.notify = Courier_V1_NotifyLevel(count.notify)
+                    entry.title = count.title
                     return entry
                 }
                 let fitting = Self.fitting(
@@ -75,6 +78,15 @@ extension SessionRequests {
                 reply.done = Courier_V1_Done()
             case .manageGroup(let manage):
                 let appended = try await self.manageGroup(manage, by: user)
+                self.context.fanout.logsGrew(appended)
+                reply.done = Courier_V1_Done()
+            case .setNotify(let conversation, let level):
+                let appended = try await self.context.store.setNotify(
+                    level,
+                    in: conversation,
+                    for: user.id,
+                    nowMs: SessionContext.nowMs()
+                )
                 self.context.fanout.logsGrew(appended)
                 reply.done = Courier_V1_Done()
             case .edit(let name, let text):
@@ -130,9 +142,10 @@ extension SessionRequests {
                     reply.search.next = page.next
                 }
             case .groupMembers(let group):
-                let members = try await self.context.store.groupMembers(of: group, for: user.id)
+                let roster = try await self.context.store.groupRoster(of: group, for: user.id)
                 reply.groupMembers.group = group
-                reply.groupMembers.members = members.map { member in
+                reply.groupMembers.title = roster.title
+                reply.groupMembers.members = roster.members.map { member in
                     var entry = Courier_V1_GroupMembers.Member()
                     entry.user = member.user
                     entry.role = Courier_V1_GroupRole(member.role)
@@ -260,6 +273,8 @@ extension SessionRequests {
             return appended
         case .transfer(let transfer)?:
             return try await store.transferOwnership(of: manage.group, to: transfer.user, by: user.id, nowMs: now)
+        case .title(let title)?:
+            return try await store.setGroupTitle(title.title, of: manage.group, by: user.id, nowMs: now)
         case nil:
             throw SessionRefusal(ErrorCodes.invalidRequest, "manage_group needs an action")
         }

@@ -34,6 +34,8 @@ extension SessionStateMachine {
         case profiles([String])
         /// A group's members and their roles.
         case groupMembers(String)
+        /// How a conversation alerts the user.
+        case setNotify(Conversation, NotifyLevel)
     }
 
     /// The most names one `profiles` request asks for.
@@ -190,6 +192,8 @@ extension SessionStateMachine {
                     retryAfter: nil
                 )
             }
+            // A change reaches every member, like a message: it takes from the bucket the sends take from.
+            if let wait = active.bucket.take(now: now) { return .pause(wait) }
             return .request(.manageGroup(manage), requestID: requestID)
         case .logout:
             return .request(.logout, requestID: requestID)
@@ -235,6 +239,20 @@ extension SessionStateMachine {
             return .request(.setProfile(update), requestID: requestID)
         case .groupMembers(let asked):
             return .request(.groupMembers(asked.group), requestID: requestID)
+        case .setNotify(let set):
+            guard let address = Conversation(set.conversation) else { return self.missingConversation(requestID) }
+            guard let level = NotifyLevel(set.level) else {
+                return .refuse(
+                    requestID: requestID,
+                    code: ErrorCodes.invalidRequest,
+                    message: "set_notify takes all, mentions or none",
+                    id: "",
+                    retryAfter: nil
+                )
+            }
+            // A write to the store and the user's log: it takes from the bucket the sends take from.
+            if let wait = active.bucket.take(now: now) { return .pause(wait) }
+            return .request(.setNotify(address, level), requestID: requestID)
         case .profiles(let asked):
             guard asked.users.count <= Self.maxProfilesPerRequest else {
                 return .refuse(

@@ -47,6 +47,7 @@ extension GroupCommit {
         let naming = try self.naming(of: conversation)
         let address = try self.address(of: conversation.header, for: send.sender)
         let introduction = try self.introduction(of: send.sender, in: conversation)
+        let mentioned = try self.mentioned(by: send, in: conversation)
 
         // Nothing below is refused.
         let id = send.id.isEmpty ? WriteRequest.Send.assignedID() : send.id
@@ -79,7 +80,8 @@ extension GroupCommit {
                 media: send.media,
                 recalled: false,
                 replySeq: reply?.0.seq,
-                searchTokens: send.searchTokens
+                searchTokens: send.searchTokens,
+                mentioned: mentioned
             )
         )
         for (member, membership) in conversation.members.sorted(by: { $0.key < $1.key }) {
@@ -122,5 +124,30 @@ extension GroupCommit {
                 recipients: conversation.members.count
             )
         )
+    }
+
+    /// The members a group message mentions (``Mentions``), by id (0 for `@all`): the names that are members'
+    /// other than the sender's; names of others are text. Direct messages mention nobody.
+    ///
+    /// - Throws: `not-admin` for `@all` from a member that is neither the owner nor an admin.
+    func mentioned(by send: WriteRequest.Send, in conversation: BatchConversation) throws -> [Int64] {
+        guard let group = conversation.groupName else { return [] }
+        let mentions = send.mentions ?? Mentions(in: SearchIndex.text(ofBody: send.body))
+        guard !mentions.isEmpty else { return [] }
+        var mentioned: [Int64] = []
+        if mentions.everyone {
+            guard conversation.role(of: send.sender) >= .admin else {
+                throw CourierStoreError(.notAdmin, "only the owner and admins of \(group) mention @all")
+            }
+            mentioned.append(0)
+        }
+        let missing = mentions.names.filter { self.userIDs[$0] == nil }
+        guard missing.isEmpty else { throw Miss(needs: missing.map { .userID(named: $0) }) }
+        for name in mentions.names {
+            guard let user = try self.userID(named: name), user != send.sender, conversation.members[user] != nil
+            else { continue }
+            if !mentioned.contains(user.rawValue) { mentioned.append(user.rawValue) }
+        }
+        return mentioned
     }
 }

@@ -383,6 +383,8 @@ package struct NewMessage: Sendable {
     package var replySeq: Int64?
     /// Its search tokens, when the request came with them.
     package var searchTokens: [String]? = nil
+    /// The members it mentions (by user id; 0 for `@all`).
+    package var mentioned: [Int64] = []
 }
 
 /// An entry the batch appends to a user's log.

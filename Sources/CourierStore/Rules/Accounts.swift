@@ -9,14 +9,31 @@ extension StoreBackend {
     ///   - nowMs: The creation time, in milliseconds since 1970.
     /// - Throws: `invalid-name`, `name-taken`, `storage-failed`.
     public func addUser(name: String, password: String, nowMs: Int64) async throws -> User {
-        try Names.validate(name, what: "user name")
+        try Names.validateNew(userName: name)
         let hash = try await self.passwords.hash(password)
         return try await self.transaction(doing: "add user \(name)") { transaction in
-            guard let id = try await transaction.insertUser(name: name, passwordHash: hash, nowMs: nowMs) else {
-                throw CourierStoreError(.nameTaken, "a user named \(name) exists or existed")
-            }
+            let id = try await Self.insertUser(name: name, passwordHash: hash, nowMs: nowMs, transaction)
             return User(id: id, name: name, createdMs: nowMs, removedMs: nil)
         }
+    }
+
+    /// Adds a user whose name no user has or had, in any case, and whose name does not read as one
+    /// (``NameSkeleton``).
+    ///
+    /// - Throws: `name-taken`.
+    static func insertUser(
+        name: String,
+        passwordHash: String,
+        nowMs: Int64,
+        _ transaction: Transaction
+    ) async throws -> UserID {
+        guard let id = try await transaction.insertUser(name: name, passwordHash: passwordHash, nowMs: nowMs) else {
+            throw CourierStoreError(.nameTaken, "a user named \(name) exists or existed")
+        }
+        guard try await transaction.claimSkeleton(NameSkeleton.of(name), for: id) else {
+            throw CourierStoreError(.nameTaken, "\(name) reads as the name of another user: choose another")
+        }
+        return id
     }
 
     /// Every user, removed ones included, by name.

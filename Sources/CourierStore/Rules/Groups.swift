@@ -266,6 +266,13 @@ extension StoreBackend {
     ///
     /// - Throws: `unknown-group`, `not-member`, `storage-failed`.
     public func groupMembers(of group: String, for viewer: UserID?) async throws -> [GroupMember] {
+        try await self.groupRoster(of: group, for: viewer).members
+    }
+
+    /// A group's title and its members with their roles, as ``groupMembers(of:for:)`` lists them.
+    ///
+    /// - Throws: `unknown-group`, `not-member`, `storage-failed`.
+    public func groupRoster(of group: String, for viewer: UserID?) async throws -> GroupRoster {
         guard Names.isValid(group) else { throw CourierStoreError(.unknownGroup, "no group named \(group)") }
         return try await self.reading(doing: "read the members of \(group)") { transaction in
             guard let row = try await transaction.group(named: group, locking: false) else {
@@ -284,8 +291,12 @@ extension StoreBackend {
                 )
             }
             // Stable: within a role, the order the members joined in.
-            return members.enumerated().sorted { ($0.element.role, -$0.offset) > ($1.element.role, -$1.offset) }
-                .map(\.element)
+            return GroupRoster(
+                title: row.title ?? "",
+                members: members.enumerated().sorted {
+                    ($0.element.role, -$0.offset) > ($1.element.role, -$1.offset)
+                }.map(\.element)
+            )
         }
     }
 

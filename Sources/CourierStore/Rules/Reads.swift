@@ -128,6 +128,22 @@ extension StoreBackend {
                     seq: seq
                 )
             )
+        case .title:
+            guard case .group(let group) = conversation else {
+                throw CourierStoreError(.storageFailed, "a title event outside a group at cursor \(cursor)")
+            }
+            return StoredEvent(
+                cursor: cursor,
+                kind: .title(group: group, title: row.key ?? "", by: row.actor.flatMap { names[$0] } ?? "", seq: seq)
+            )
+        case .notify:
+            return StoredEvent(
+                cursor: cursor,
+                kind: .notify(
+                    conversation: conversation,
+                    level: row.detail.flatMap(NotifyLevel.init(rawValue:)) ?? .all
+                )
+            )
         case .profile:
             // Read with the profiles of a page (``events(for:after:limit:)``); one without its user is damage.
             throw CourierStoreError(.storageFailed, "a profile event without its user at cursor \(cursor)")
@@ -328,7 +344,10 @@ extension StoreBackend {
                     lastSeq: UInt64(membership.lastSeq),
                     readSeq: UInt64(readSeq),
                     peerDeliveredSeq: UInt64(max(0, membership.peerDeliveredSeq)),
-                    peerReadSeq: UInt64(max(0, membership.peerReadSeq))
+                    peerReadSeq: UInt64(max(0, membership.peerReadSeq)),
+                    mentions: UInt64(max(0, membership.mentions)),
+                    notify: membership.notify,
+                    title: membership.title ?? ""
                 )
             }
         }

@@ -85,11 +85,17 @@ extension StoreBackend {
         try self.checkChosen(password: password)
         let inviteHash: [UInt8]? = requiresInvite ? invite.map(SessionToken.digest) : nil
         if requiresInvite { try await self.checkInvite(invite, nowMs: nowMs) }
-        try Names.validate(name, what: "user name")
-        let taken = try await self.reading(doing: "check a user name") { transaction in
-            try await transaction.user(named: name) != nil
+        try Names.validateNew(userName: name)
+        let (taken, confusable) = try await self.reading(doing: "check a user name") { transaction in
+            (
+                try await transaction.user(named: name) != nil,
+                try await transaction.skeletonTaken(NameSkeleton.of(name))
+            )
         }
         if taken { throw CourierStoreError(.nameTaken, "a user named \(name) exists or existed") }
+        if confusable {
+            throw CourierStoreError(.nameTaken, "\(name) reads as the name of another user: choose another")
+        }
         let hash = try await self.passwords.hash(password)
         let token = SessionToken.make()
         let expiresMs = nowMs + self.limits.tokenLifetime.wholeMilliseconds
@@ -99,9 +105,7 @@ extension StoreBackend {
                 try Self.check(invite, nowMs: nowMs)
                 if let invite { try await transaction.useInvite(invite.id) }
             }
-            guard let id = try await transaction.insertUser(name: name, passwordHash: hash, nowMs: nowMs) else {
-                throw CourierStoreError(.nameTaken, "a user named \(name) exists or existed")
-            }
+            let id = try await Self.insertUser(name: name, passwordHash: hash, nowMs: nowMs, transaction)
             let user = User(id: id, name: name, createdMs: nowMs, removedMs: nil)
             let device = try await Self.addDevice(
                 of: user,

@@ -128,6 +128,18 @@ package protocol StoreTransaction: Sendable {
     func setRole(_ role: GroupRole, of user: UserID, in group: Int64) async throws
     /// Sets a group's owner.
     func setOwner(_ owner: UserID, of group: Int64) async throws
+    /// Sets a group's title (nil: none).
+    func setTitle(_ title: String?, of group: Int64) async throws
+    /// Sets how a conversation alerts a member.
+    ///
+    /// - Returns: The level it had, or nil when the user is not a member.
+    func setNotify(_ level: NotifyLevel, of user: UserID, in conversation: Int64) async throws -> NotifyLevel?
+    /// Records a new user's name's skeleton (``NameSkeleton``).
+    ///
+    /// - Returns: False when another user's name has that skeleton.
+    func claimSkeleton(_ skeleton: String, for user: UserID) async throws -> Bool
+    /// Whether a user's name has this skeleton.
+    func skeletonTaken(_ skeleton: String) async throws -> Bool
     /// The other members of every conversation a user is in (of its direct ones only, with `directOnly`; only
     /// `peer`, when given), with whether each of the two has written there.
     func companions(of user: UserID, directOnly: Bool, with peer: UserID?) async throws -> [Companion]
@@ -366,6 +378,11 @@ package struct Membership: Sendable {
     /// In a direct conversation, up to where the other user received and read it; 0 otherwise.
     package var peerDeliveredSeq: Int64
     package var peerReadSeq: Int64
+    /// The messages after the read mark (and after joining) that mention the user, by name or `@all`.
+    package var mentions: Int64 = 0
+    package var notify: NotifyLevel = .all
+    /// A group's title; nil when none.
+    package var title: String? = nil
 
     package init(
         conversation: ConversationHeader,
@@ -426,11 +443,14 @@ package struct GroupRow: Hashable, Sendable {
     package var id: Int64
     package var owner: UserID?
     package var lastSeq: Int64
+    /// Its title; nil when none.
+    package var title: String?
 
-    package init(id: Int64, owner: UserID?, lastSeq: Int64) {
+    package init(id: Int64, owner: UserID?, lastSeq: Int64, title: String? = nil) {
         self.id = id
         self.owner = owner
         self.lastSeq = lastSeq
+        self.title = title
     }
 }
 

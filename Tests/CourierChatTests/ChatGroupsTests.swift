@@ -1,0 +1,109 @@
+import CourierClient
+import CourierTesting
+import Foundation
+import Testing
+
+@testable import CourierChat
+
+@Suite("The terminal chat's groups, titles, mentions, mute and bell, without a terminal")
+struct ChatGroupsTests {
+    static let now = ChatStateTests.now
+
+    static func run(_ line: String, in state: inout ChatState) -> [ChatAction] {
+        ChatCommandsTests.run(line, in: &state)
+    }
+
+    /// A chat of alice's with #team open.
+    static func state() -> ChatState {
+        var state = ChatState(me: "alice", server: "test")
+        state.connection = .connected
+        state.load(stored: [ChatStateTests.message(1, from: "bob", in: .group("team"))], pending: [], now: Self.now)
+        _ = state.select(.group("team"), now: Self.now)
+        return state
+    }
+
+    @Test("/group makes, changes and lists the open group; /mute, /unmute and /name; mistakes are explained")
+    func commands() {
+        var state = Self.state()
+        #expect(Self.run("/group new 读书 bob", in: &state) == [.manageGroup(.create("读书", members: ["bob"]))])
+        #expect(
+            Self.run("/group new #club @bob ＠carol", in: &state)
+                == [.manageGroup(.create("club", members: ["bob", "carol"]))]
+        )
+        #expect(Self.run("/group add dave erin", in: &state) == [.manageGroup(.add("team", ["dave", "erin"]))])
+        #expect(Self.run("/group remove dave", in: &state) == [.manageGroup(.remove("team", ["dave"]))])
+        #expect(Self.run("/group admin bob", in: &state) == [.manageGroup(.promote("team", ["bob"]))])
+        #expect(Self.run("/group member bob", in: &state) == [.manageGroup(.demote("team", ["bob"]))])
+        #expect(Self.run("/group owner bob", in: &state) == [.manageGroup(.transfer("team", to: "bob"))])
+        #expect(
+            Self.run("/group title  读书会 📚 شكرا ", in: &state)
+                == [.manageGroup(.title("team", "读书会 📚 شكرا"))]
+        )
+        #expect(Self.run("/group title", in: &state) == [.manageGroup(.title("team", ""))])
+        #expect(Self.run("/group members", in: &state) == [.manageGroup(.members("team"))])
+        #expect(Self.run("/group leave", in: &state) == [.manageGroup(.leave("team"))])
+        #expect(Self.run("/mute", in: &state) == [.setNotify(.group("team"), .mentions)])
+        #expect(Self.run("/mute none", in: &state) == [.setNotify(.group("team"), NotifyLevel.none)])
+        #expect(Self.run("/unmute", in: &state) == [.setNotify(.group("team"), .all)])
+        #expect(Self.run("/name 张伟 (Zhāng)", in: &state) == [.setDisplayName("张伟 (Zhāng)")])
+        for wrong in ["/group", "/group owner", "/group add", "/group fly", "/mute loudly"] {
+            #expect(Self.run(wrong, in: &state).isEmpty, "\(wrong)")
+            #expect(state.notice?.hasPrefix("usage") == true, "\(wrong): \(state.notice ?? "")")
+        }
+        // Changes other than new are to the open group: none is open in a direct conversation.
+        _ = state.select(.user("bob"), now: Self.now)
+        #expect(Self.run("/group add carol", in: &state).isEmpty)
+        #expect(state.notice?.contains("open a group") == true)
+    }
+
+    @Test("a muted group rings only for mentions, counts them with '@', and shows its mark; none never rings")
+    func bell() {
+        var state = Self.state()
+        _ = state.select(.user("bob"), now: Self.now)
+        let team = ChatState.key(.group("team"))
+        var seq: UInt64 = 1
+        func message(_ text: String, from: String = "bob") -> ClientEvent {
+            seq += 1
+            return .message(ChatStateTests.message(seq, from: from, in: .group("team"), text))
+        }
+        #expect(state.apply(message("plain"), now: Self.now) == [.bell])
+        _ = state.apply(.notify(conversation: .group("team"), level: .mentions), now: Self.now)
+        #expect(state.apply(message("still plain"), now: Self.now).isEmpty)
+        #expect(state.apply(message("看@alice，这里"), now: Self.now) == [.bell])
+        #expect(state.apply(message("@all 开会"), now: Self.now) == [.bell])
+        #expect(state.apply(message("@alicex is not you"), now: Self.now).isEmpty)
+        #expect(state.threads[team]?.mentions == 2 && state.threads[team]?.unread == 5)
+        #expect(ChatState.badge(state.threads[team]!) == " ~@5 ")
+        _ = state.apply(.notify(conversation: .group("team"), level: NotifyLevel.none), now: Self.now)
+        #expect(state.apply(message("@alice again"), now: Self.now).isEmpty)
+        #expect(ChatState.badge(state.threads[team]!) == " -@6 ")
+        // Opening it reads it: the counts go.
+        _ = state.select(.group("team"), now: Self.now)
+        #expect(state.threads[team]?.mentions == 0 && state.threads[team]?.unread == 0)
+        #expect(ChatState.badge(state.threads[team]!) == " - ")
+        // Her own messages never ring.
+        _ = state.select(.user("bob"), now: Self.now)
+        _ = state.apply(.notify(conversation: .group("team"), level: .all), now: Self.now)
+        #expect(state.apply(message("mine @all", from: "alice"), now: Self.now).isEmpty)
+    }
+
+    @Test("a group's title shows beside its name in the list, printable, from events and from the unread counts")
+    func titles() {
+        var state = Self.state()
+        _ = state.apply(.groupTitle(group: "team", title: "读书会\u{1B}[31m", by: "bob"), now: Self.now)
+        let thread = state.threads[ChatState.key(.group("team"))]!
+        #expect(state.listLabel(thread) == "#team 读书会\(ChatText.printable("\u{1B}"))[31m")
+        #expect(state.notice?.contains("named #team") == true)
+        var count = UnreadCount(conversation: .group("team"), unread: 3, lastSeq: 4)
+        count.title = "本の会"
+        count.mentions = 1
+        count.notify = .mentions
+        _ = state.select(.user("bob"), now: Self.now)
+        state.setUnread([count])
+        let after = state.threads[ChatState.key(.group("team"))]!
+        #expect(state.listLabel(after) == "#team 本の会")
+        #expect(ChatState.badge(after) == " ~@3 ")
+        _ = state.apply(.groupTitle(group: "team", title: "", by: "alice"), now: Self.now)
+        #expect(state.listLabel(after) == "#team")
+    }
+}

@@ -1,0 +1,287 @@
+import CourierPostgresTesting
+import CourierProtocol
+import CourierStore
+import CourierTesting
+import Foundation
+import GRDB
+import PostgresNIO
+import Testing
+
+@Suite("Titles, mentions, mute and names that read alike, on both databases")
+struct QuietTests {
+    static let now = StoreFixture.start
+
+    /// A text body, as a client sends it.
+    static func body(_ text: String) -> [UInt8] {
+        var body = Courier_V1_Body()
+        body.text = text
+        return (try? body.serializedBytes()) ?? []
+    }
+
+    static func send(
+        _ fixture: StoreFixture,
+        _ sender: UserID,
+        _ id: String,
+        to: Conversation,
+        _ text: String
+    ) async throws -> WriteOutcome {
+        try await fixture.store.apply(
+            [.send(.init(sender: sender, id: id, to: to, body: Self.body(text)))],
+            nowMs: Self.now
+        ).outcomes[0]
+    }
+
+    /// A user's unread count in a conversation.
+    static func count(
+        _ fixture: StoreFixture,
+        _ user: UserID,
+        _ conversation: Conversation
+    ) async throws -> UnreadCount? {
+        try await fixture.store.unreadCounts(for: user).first { $0.conversation == conversation }
+    }
+
+    /// A group of four: alice owns it, bob is an admin, carol and dave are members.
+    static func team(_ fixture: StoreFixture) async throws -> [String: UserID] {
+        let ids = try await fixture.users("alice", "bob", "carol", "dave", "erin")
+        try await fixture.store.createGroup(
+            name: "team",
+            owner: "alice",
+            members: ["bob", "carol", "dave"],
+            byOwner: false,
+            nowMs: Self.now
+        )
+        try await fixture.store.setRole(in: "team", of: "bob", to: .admin, by: nil, nowMs: Self.now)
+        return ids
+    }
+
+    @Test(
+        "a group's title: any script, set by admins and the owner, an event to every member, in counts and rosters",
+        arguments: StoreKind.allCases
+    )
+    func titles(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let store = fixture.store
+            let ids = try await Self.team(fixture)
+            let (alice, bob, carol, erin) = (ids["alice"]!, ids["bob"]!, ids["carol"]!, ids["erin"]!)
+            await expectCode(.notAdmin) {
+                try await store.setGroupTitle("carol's", of: "team", by: carol, nowMs: Self.now)
+            }
+            await expectCode(.notMember) {
+                try await store.setGroupTitle("erin's", of: "team", by: erin, nowMs: Self.now)
+            }
+            await expectCode(.unknownGroup) {
+                try await store.setGroupTitle("x", of: "no-such", by: alice, nowMs: Self.now)
+            }
+            // What a display name may not hold, a title may not: a bidi override, a line break, nothing visible,
+            // more than 64 characters.
+            for bad in ["abc\u{202E}fdp.exe", "two\nlines", "\u{200B}\u{200B}", String(repeating: "字", count: 65)] {
+                await expectCode(.invalidRequest) {
+                    try await store.setGroupTitle(bad, of: "team", by: bob, nowMs: Self.now)
+                }
+            }
+            let title = "读书会 📚 مرحبا"
+            let grown = try await store.setGroupTitle("  \(title)  ", of: "team", by: bob, nowMs: Self.now)
+            #expect(Set(grown.keys) == Set(["alice", "bob", "carol", "dave"].map { ids[$0]! }))
+            for user in [alice, bob, carol] {
+                let titles = try await fixture.log(user).compactMap { event -> String? in
+                    guard case .title(let group, let title, let by, _) = event.kind else { return nil }
+                    return "\(group) \(title) \(by)"
+                }
+                #expect(titles == ["team \(title) bob"], "\(user)")
+            }
+            #expect(try await fixture.log(erin).isEmpty, "no event to a stranger")
+            // The same title again tells no one.
+            #expect(try await store.setGroupTitle(title, of: "team", by: alice, nowMs: Self.now).isEmpty)
+            #expect(try await Self.count(fixture, carol, .group("team"))?.title == title)
+            #expect(try await store.groupRoster(of: "team", for: carol).title == title)
+            // Empty takes it away.
+            try await store.setGroupTitle("", of: "team", by: alice, nowMs: Self.now)
+            #expect(try await Self.count(fixture, carol, .group("team"))?.title == "")
+            let last = try await fixture.log(carol).last
+            guard case .title(_, let now, let by, _)? = last?.kind else {
+                Issue.record("the last event is \(String(describing: last))")
+                return
+            }
+            #expect(now == "" && by == "alice")
+        }
+    }
+
+    @Test(
+        "@name mentions a member (every script around it, full-width ＠), @all only from admins; counted unread, gone when read or recalled",
+        arguments: StoreKind.allCases
+    )
+    func mentions(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let store = fixture.store
+            let ids = try await Self.team(fixture)
+            let (alice, bob, carol, dave, erin) = (
+                ids["alice"]!, ids["bob"]!, ids["carol"]!, ids["dave"]!, ids["erin"]!
+            )
+            func mentions(_ user: UserID) async throws -> UInt64? {
+                try await Self.count(fixture, user, .group("team"))?.mentions
+            }
+            // bob by name after Chinese text, dave by the full-width sign and in another case; erin is no member,
+            // carol is the sender, and an address is no mention.
+            let outcome = try await Self.send(
+                fixture,
+                carol,
+                "c1",
+                to: .group("team"),
+                "你好@bob，请看 ＠DAVE. cc @erin @carol mail@alice.example"
+            )
+            guard case .sent = outcome else {
+                Issue.record("\(outcome)")
+                return
+            }
+            #expect(try await mentions(bob) == 1)
+            #expect(try await mentions(dave) == 1)
+            #expect(try await mentions(alice) == 0)
+            #expect(try await mentions(carol) == 0)
+            #expect(try await Self.count(fixture, erin, .group("team")) == nil)
+            // @all: not from a member; from an admin, everyone else.
+            #expect(refusal(try await Self.send(fixture, carol, "c2", to: .group("team"), "@all look")) == .notAdmin)
+            guard case .sent = try await Self.send(fixture, bob, "b1", to: .group("team"), "@all 开会了 @bob")
+            else {
+                Issue.record("@all from an admin was refused")
+                return
+            }
+            #expect(try await mentions(alice) == 1)
+            #expect(try await mentions(carol) == 1)
+            #expect(try await mentions(dave) == 2)
+            #expect(try await mentions(bob) == 0, "sending reads everything before, c1's mention of bob too")
+            // Counted whatever the mute.
+            try await store.setNotify(.none, in: .group("team"), for: dave, nowMs: Self.now)
+            #expect(try await mentions(dave) == 2)
+            // A recall takes a mention away.
+            _ = try await store.apply([.recall(user: carol, conversation: .group("team"), id: "c1")], nowMs: Self.now)
+            #expect(try await mentions(dave) == 1)
+            #expect(try await mentions(carol) == 1)
+            // Reading takes them away.
+            let last = try await Self.count(fixture, dave, .group("team"))!.lastSeq
+            _ = try await store.apply(
+                [.markRead(user: dave, conversation: .group("team"), upToSeq: last)],
+                nowMs: Self.now
+            )
+            #expect(try await mentions(dave) == 0)
+            // A direct message mentions nobody.
+            _ = try await store.apply(
+                [
+                    .send(.init(sender: erin, id: "e1", to: .user("alice"), body: Self.body("@alice hi")))
+                ],
+                nowMs: Self.now
+            )
+            #expect(try await Self.count(fixture, alice, .user("erin"))?.mentions == 0)
+        }
+    }
+
+    @Test(
+        "mute: per user and conversation, an event to the user's own devices only, refused outside its conversations",
+        arguments: StoreKind.allCases
+    )
+    func mute(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let store = fixture.store
+            let ids = try await Self.team(fixture)
+            let (alice, carol, erin) = (ids["alice"]!, ids["carol"]!, ids["erin"]!)
+            let before = try await fixture.log(alice).count
+            let grown = try await store.setNotify(.mentions, in: .group("team"), for: carol, nowMs: Self.now)
+            #expect(Array(grown.keys) == [carol])
+            let last = try await fixture.log(carol).last
+            #expect(last?.kind == .notify(conversation: .group("team"), level: .mentions))
+            #expect(try await fixture.log(alice).count == before)
+            #expect(try await Self.count(fixture, carol, .group("team"))?.notify == .mentions)
+            #expect(try await Self.count(fixture, alice, .group("team"))?.notify == .all)
+            // Unchanged: no event.
+            #expect(try await store.setNotify(.mentions, in: .group("team"), for: carol, nowMs: Self.now).isEmpty)
+            await expectCode(.notMember) {
+                try await store.setNotify(.none, in: .group("team"), for: erin, nowMs: Self.now)
+            }
+            await expectCode(.notMember) {
+                try await store.setNotify(.none, in: .user("alice"), for: erin, nowMs: Self.now)
+            }
+            await expectCode(.unknownGroup) {
+                try await store.setNotify(.none, in: .group("nope"), for: erin, nowMs: Self.now)
+            }
+            await expectCode(.unknownUser) {
+                try await store.setNotify(.none, in: .user("nobody"), for: erin, nowMs: Self.now)
+            }
+            // A direct conversation mutes too, and names the peer as each side names it.
+            _ = try await store.apply(
+                [.send(.init(sender: erin, id: "e1", to: .user("alice"), body: Self.body("hi")))],
+                nowMs: Self.now
+            )
+            try await store.setNotify(.none, in: .user("erin"), for: alice, nowMs: Self.now)
+            let event = try await fixture.log(alice).last
+            #expect(event?.kind == .notify(conversation: .user("erin"), level: .none))
+            #expect(try await Self.count(fixture, alice, .user("erin"))?.notify == NotifyLevel.none)
+            #expect(try await Self.count(fixture, erin, .user("alice"))?.notify == .all)
+        }
+    }
+
+    @Test(
+        "a new name that reads as another's is refused: I l 1, O 0, rn m, vv w, . - _, and the reserved all",
+        arguments: StoreKind.allCases
+    )
+    func confusables(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let store = fixture.store
+            try await fixture.users("oliver", "mary", "anna.lee", "willow")
+            for name in ["O1iver", "0liver", "OLIVER", "oIiver", "rnary", "anna_lee", "anna-lee", "wiIlow", "vviIlow"] {
+                await expectCode(.nameTaken) {
+                    _ = try await store.addUser(name: name, password: "a good password", nowMs: Self.now)
+                }
+            }
+            await expectCode(.invalidName) {
+                _ = try await store.addUser(name: "ALL", password: "a good password", nowMs: Self.now)
+            }
+            // Sign-up checks before any work, and a lowercase i is not an l.
+            await expectCode(.nameTaken) {
+                _ = try await store.signUp(
+                    user: "Mary",
+                    password: "a good password",
+                    invite: nil,
+                    requiresInvite: false,
+                    deviceName: "phone",
+                    nowMs: Self.now
+                )
+            }
+            _ = try await store.signUp(
+                user: "oiiver",
+                password: "a good password",
+                invite: nil,
+                requiresInvite: false,
+                deviceName: "phone",
+                nowMs: Self.now
+            )
+            #expect(NameSkeleton.of("O1iver") == NameSkeleton.of("oliver"))
+            #expect(NameSkeleton.of("oiiver") != NameSkeleton.of("oliver"))
+        }
+    }
+
+    @Test("the migration's SQL works out the skeletons Swift does, on SQLite and on PostgreSQL")
+    func skeletonSQL() async throws {
+        let names = ["O1iver", "oliver", "Ian", "rnary", "vvIlma", "a.b-c_d", "ZOE0", "mix1IlO0", "RNrn", "iI1l"]
+        let queue = try DatabaseQueue()
+        for name in names {
+            let computed = try await queue.read { db in
+                try String.fetchOne(db, sql: "SELECT \(NameSkeleton.sqlExpression("?"))", arguments: [name])
+            }
+            #expect(computed == NameSkeleton.of(name), "SQLite: \(name)")
+        }
+        guard TestDatabase.isEnabled else { return }
+        try await TestDatabase.with { location in
+            try await TestDatabase.admin(location) { connection in
+                for name in names {
+                    // The names are letters, digits and . _ - only: safe as a literal.
+                    let rows = try await connection.query(
+                        PostgresQuery(unsafeSQL: "SELECT \(NameSkeleton.sqlExpression("'\(name)'")) AS s"),
+                        logger: TestDatabase.logger
+                    )
+                    var computed: String?
+                    for try await row in rows { computed = try row.decode(String.self) }
+                    #expect(computed == NameSkeleton.of(name), "PostgreSQL: \(name)")
+                }
+            }
+        }
+    }
+}
