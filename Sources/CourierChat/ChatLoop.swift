@@ -38,6 +38,8 @@ public struct ChatLoop: Sendable {
 
     /// The least time between two screens drawn while events stream in.
     static let frameInterval: TimeInterval = 0.03
+    /// The least time between two bells.
+    static let bellInterval: TimeInterval = 1
     /// How many of each conversation's stored messages the chat starts with.
     static let storedPerConversation = 200
 
@@ -172,6 +174,7 @@ public struct ChatLoop: Sendable {
         outbox: AsyncStream<Outgoing>.Continuation
     ) async -> (any Error)? {
         var lastDrawn = Date.distantPast
+        var lastBell = Date.distantPast
         var drawScheduled = false
         var connectedOnce = false
         for await input in inputs {
@@ -249,7 +252,11 @@ public struct ChatLoop: Sendable {
                 case .redraw:
                     full = true
                 case .bell:
-                    terminal.bell()
+                    // Once for a burst (a backlog synced after a reconnect rings once, not for every message).
+                    if now.timeIntervalSince(lastBell) >= Self.bellInterval {
+                        terminal.bell()
+                        lastBell = now
+                    }
                 case .send(let id, let text, let conversation):
                     outbox.yield((id, text, conversation, nil))
                 case .sendReply(let id, let text, let conversation, let replyTo):

@@ -401,8 +401,10 @@ struct ChatState {
             return []
         case .membership(let group, let user, let joined):
             let key = Self.key(.group(group))
-            if user.lowercased() == self.me.lowercased(), joined, self.threads[key] == nil {
-                self.threads[key] = Thread(conversation: .group(group))
+            if user.lowercased() == self.me.lowercased(), joined {
+                // Joined (again): a new membership alerts on everything until muted.
+                if self.threads[key] == nil { self.threads[key] = Thread(conversation: .group(group)) }
+                self.threads[key]?.notify = .all
             }
             // Joined after the newest message known here: what the newcomer's marks say counts from there on.
             if joined, let thread = self.threads[key] {
@@ -435,10 +437,9 @@ struct ChatState {
             let key = Self.key(.group(group))
             self.titles[key] = title.isEmpty ? nil : title
             let printable = ChatText.printable(title)
+            let who = by.isEmpty ? "the administrator" : self.shown(by)
             self.notice =
-                title.isEmpty
-                ? "\(self.shown(by)) took the title of #\(group) away"
-                : "\(self.shown(by)) named #\(group) “\(printable)”"
+                title.isEmpty ? "\(who) took the title of #\(group) away" : "\(who) named #\(group) “\(printable)”"
             return []
         case .notify(let conversation, let level):
             self[thread: conversation].notify = level

@@ -41,12 +41,13 @@ extension Names {
     /// Names no new user takes: `all` is what `@all` mentions (``Mentions``).
     public static let reservedUserNames: Set<String> = [Mentions.everyoneWord]
 
-    /// Checks a new user's name: the rule, and not a reserved word.
+    /// Checks a new user's name: the rule, and not a reserved word nor one that reads as one (``NameSkeleton``).
     ///
     /// - Throws: `invalid-name`.
     public static func validateNew(userName name: String) throws {
         try self.validate(name, what: "user name")
-        guard !self.reservedUserNames.contains(name.lowercased()) else {
+        let skeleton = NameSkeleton.of(name)
+        guard !self.reservedUserNames.contains(where: { NameSkeleton.of($0) == skeleton }) else {
             throw CourierStoreError(.invalidName, "\(name) is reserved: @\(name) mentions every member of a group")
         }
     }

@@ -1,3 +1,5 @@
+package import CourierProtocol
+
 /// One durable write of a session: what ``CourierDatabase/apply(_:nowMs:freshRoom:)`` takes many of per transaction,
 /// with ``GroupCommit``'s rules.
 public enum WriteRequest: Hashable, Sendable {
@@ -100,13 +102,15 @@ public enum WriteRequest: Hashable, Sendable {
         /// Works out the search index's tokens and the mentions now, on the caller's thread rather than the
         /// writer's (a session's event loop: the work is spread over the cores, not queued on the one writer).
         public mutating func prepareSearch() {
-            self.prepareSearch(text: SearchIndex.text(ofBody: self.body))
+            let text = SearchIndex.fullText(ofBody: self.body)
+            self.searchTokens = SearchText.indexTokens(SearchIndex.indexed(text))
+            self.mentions = Mentions(in: text)
         }
 
-        /// The same, from the text of the body this was serialized from (``SearchIndex/text(of:)``): the body is
-        /// not parsed a second time.
-        public mutating func prepareSearch(text: String) {
-            self.searchTokens = SearchText.indexTokens(text)
+        /// The same, from the body this was serialized from: it is not parsed a second time.
+        package mutating func prepareSearch(body: Courier_V1_Body) {
+            let text = SearchIndex.fullText(of: body)
+            self.searchTokens = SearchText.indexTokens(SearchIndex.indexed(text))
             self.mentions = Mentions(in: text)
         }
 

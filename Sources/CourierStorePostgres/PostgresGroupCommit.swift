@@ -136,6 +136,17 @@ struct PostgresGroupCommit {
         for (name, id) in try await self.userIDs(named: users, connection) {
             self.commit.loadUser(named: name, id: id)
         }
+        // The names group messages mention, in the same one query each batch: not found, a name is text.
+        var mentioned: Set<String> = []
+        for case .send(let send) in requests {
+            guard case .group = send.to, let mentions = send.mentions else { continue }
+            mentioned.formUnion(mentions.names + mentions.runs.filter { !$0.isEmpty })
+        }
+        mentioned.subtract(users)
+        if !mentioned.isEmpty {
+            let found = try await self.userIDs(named: mentioned, connection)
+            for name in mentioned { self.commit.loadUser(named: name, id: found[name]) }
+        }
         for (name, id) in try await self.groupIDs(named: groups, connection) {
             self.commit.loadGroup(named: name, id: id)
         }

@@ -4,13 +4,17 @@
 ///
 /// A mention starts at an `@` that begins the text or follows a character that cannot be part of a name (a space,
 /// punctuation, or any non-ASCII character, so `你好@bob` mentions bob while `mail@bob.example` does not); the name is
-/// the longest run of ASCII letters, digits, `.`, `_` and `-` after it that starts with a letter or digit, at most
-/// 32 bytes, without the `.`, `_` and `-` it ends with (`@bob.` at a sentence's end is bob). Names compare without
-/// regard to case, as user names do. The server keeps a name only when it is a member's; the text itself is never
-/// changed.
+/// the run of ASCII letters, digits, `.`, `_` and `-` after it, starting with a letter or digit: the whole run when
+/// it is a member's name (a name may end with `.`, `_` or `-`), else the run without the `.`, `_` and `-` it ends with
+/// (`@bob.` at a sentence's end is bob); at most 32 bytes. Names compare without regard to case, as user names do.
+/// The server keeps a name only when it is a member's; the text itself is never changed.
 public struct Mentions: Hashable, Sendable {
-    /// The names mentioned, lowercased, each once, in the order they first appear: at most ``maxNames``.
+    /// The names mentioned (the runs without the punctuation they end with), lowercased, each once, in the order
+    /// they first appear: at most ``maxNames``.
     public var names: [String]
+    /// For each of ``names``, the whole run as written (lowercased; longer when it ended with punctuation; empty
+    /// when the whole run is too long to be a name).
+    public var runs: [String]
     /// Whether the text says `@all`.
     public var everyone: Bool
 
@@ -19,8 +23,9 @@ public struct Mentions: Hashable, Sendable {
     /// The word that mentions every member.
     public static let everyoneWord = "all"
 
-    public init(names: [String] = [], everyone: Bool = false) {
+    public init(names: [String] = [], runs: [String]? = nil, everyone: Bool = false) {
         self.names = names
+        self.runs = runs ?? names
         self.everyone = everyone
     }
 
@@ -29,10 +34,11 @@ public struct Mentions: Hashable, Sendable {
 
     /// Whether a user, by name, is mentioned: by its name, or by `@all`.
     public func mention(_ user: String) -> Bool {
-        self.everyone || self.names.contains(user.lowercased())
+        let user = user.lowercased()
+        return self.everyone || self.names.contains(user) || self.runs.contains(user)
     }
 
-    /// The mentions in a text.
+    /// The mentions in a text (of any length: the work is one pass over it).
     public init(in text: String) {
         self.init()
         let scalars = Array(text.unicodeScalars)
@@ -41,21 +47,28 @@ public struct Mentions: Hashable, Sendable {
         while index < scalars.count {
             let scalar = scalars[index]
             index += 1
-            guard scalar == "@" || scalar == "\u{FF20}" else { continue }
-            if index >= 2, Self.isNameCharacter(scalars[index - 2]) || scalars[index - 2] == "@" { continue }
+            guard Self.isAt(scalar) else { continue }
+            if index >= 2, Self.isNameCharacter(scalars[index - 2]) || Self.isAt(scalars[index - 2]) { continue }
             var end = index
-            while end < scalars.count, end - index < 64, Self.isNameCharacter(scalars[end]) { end += 1 }
-            var name = scalars[index..<end]
+            while end < scalars.count, Self.isNameCharacter(scalars[end]) { end += 1 }
+            let run = scalars[index..<end]
+            index = end
+            var name = run
             while let last = name.last, !Self.isAlphanumeric(last) { name = name.dropLast() }
             guard let first = name.first, Self.isAlphanumeric(first), name.count <= 32 else { continue }
-            index = end
             let word = String(String.UnicodeScalarView(name)).lowercased()
+            let whole = run.count <= 32 ? String(String.UnicodeScalarView(run)).lowercased() : ""
             if word == Self.everyoneWord {
                 self.everyone = true
-            } else if self.names.count < Self.maxNames, seen.insert(word).inserted {
+            } else if self.names.count < Self.maxNames, seen.insert(whole.isEmpty ? word : whole).inserted {
                 self.names.append(word)
+                self.runs.append(whole)
             }
         }
+    }
+
+    private static func isAt(_ scalar: Unicode.Scalar) -> Bool {
+        scalar == "@" || scalar == "\u{FF20}"
     }
 
     private static func isAlphanumeric(_ scalar: Unicode.Scalar) -> Bool {

@@ -61,9 +61,10 @@ struct QuietClientTests {
                     }
                     #expect(title == "读书会 · 本の会 · نادي الكتاب")
                     #expect(try await bob.groupRoster(of: "book-club").title == title)
-                    await #expect(throws: CourierClientError.self) {
+                    let notAdmin = await #expect(throws: CourierClientError.self) {
                         try await bob.setGroupTitle("bob's club", of: "book-club")
                     }
+                    #expect(notAdmin?.code == ErrorCodes.notAdmin)
                     // Mentions: alice names bob, then says @all as the owner; bob may not say @all.
                     _ = try await alice.send("@bob 看这本", to: .group("book-club"))
                     _ = try await alice.send("@all 周五见", to: .group("book-club"))

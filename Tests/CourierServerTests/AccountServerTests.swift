@@ -437,6 +437,50 @@ extension AccountServerTests {
     }
 }
 
+extension AccountServerTests {
+    @Test("lookups and profile changes are limited per address too: users from one address share its allowance")
+    func perAddressLimits() async throws {
+        try await ServerFixture.with { fixture in
+            let port = fixture.ports.native
+            for name in ["alice", "bob", "carol"] { try await fixture.user(name) }
+            let (alice, _) = try await NativeTestClient.login(port: port, "alice")
+            let (bob, _) = try await NativeTestClient.login(port: port, "bob")
+            // Three lookups from 127.0.0.1: two of alice's, one of bob's; bob's second is one too many, though bob
+            // is far under his own limit.
+            #expect(try await alice.request { $0.findUser.name = "bob" }.userCard?.name == "bob")
+            #expect(try await alice.request { $0.findUser.name = "carol" }.userCard?.name == "carol")
+            #expect(try await bob.request { $0.findUser.name = "carol" }.userCard?.name == "carol")
+            let lookup = try await bob.request { $0.findUser.name = "alice" }
+            #expect(lookup.failure?.code == ErrorCodes.rateLimited, "\(lookup)")
+            // Two profile changes from the address, then none, whoever asks.
+            #expect(try await alice.request { $0.setProfile.displayName = "爱丽丝" }.isDone)
+            #expect(try await bob.request { $0.setProfile.displayName = "ボブ" }.isDone)
+            let change = try await alice.request { $0.setProfile.displayName = "Алиса" }
+            #expect(change.failure?.code == ErrorCodes.rateLimited, "\(change)")
+            // A group's title counts with them.
+            try await fixture.store.createGroup(
+                name: "team",
+                owner: "alice",
+                members: ["bob"],
+                byOwner: false,
+                nowMs: 1
+            )
+            let title = try await alice.request {
+                $0.manageGroup.group = "team"
+                $0.manageGroup.title.title = "读书会"
+            }
+            #expect(title.failure?.code == ErrorCodes.rateLimited, "\(title)")
+            await alice.close()
+            await bob.close()
+        } configure: {
+            $0.accounts.maxLookupsPerUser = 100
+            $0.accounts.maxLookupsPerAddress = 3
+            $0.accounts.maxProfileChangesPerUser = 100
+            $0.accounts.maxProfileChangesPerAddress = 2
+        }
+    }
+}
+
 extension ServerEnvelope {
     var devicesList: Courier_V1_DeviceList? { if case .devices(let list)? = self.body { list } else { nil } }
     var userCard: Courier_V1_UserCard? { if case .user(let card)? = self.body { card } else { nil } }

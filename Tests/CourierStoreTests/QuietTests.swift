@@ -7,6 +7,8 @@ import GRDB
 import PostgresNIO
 import Testing
 
+@testable import CourierStoreSQLite
+
 @Suite("Titles, mentions, mute and names that read alike, on both databases")
 struct QuietTests {
     static let now = StoreFixture.start
@@ -38,6 +40,11 @@ struct QuietTests {
         _ conversation: Conversation
     ) async throws -> UnreadCount? {
         try await fixture.store.unreadCounts(for: user).first { $0.conversation == conversation }
+    }
+
+    /// A user's unread mentions in #team.
+    static func mentions(_ fixture: StoreFixture, _ user: UserID) async throws -> UInt64? {
+        try await Self.count(fixture, user, .group("team"))?.mentions
     }
 
     /// A group of four: alice owns it, bob is an admin, carol and dave are members.
@@ -103,6 +110,13 @@ struct QuietTests {
                 return
             }
             #expect(now == "" && by == "alice")
+            // The administrator's title is no one's.
+            try await store.setGroupTitle("管理员的", of: "team", by: nil, nowMs: Self.now)
+            guard case .title(_, "管理员的", let admin, _)? = try await fixture.log(carol).last?.kind else {
+                Issue.record("no title event for the administrator's title")
+                return
+            }
+            #expect(admin == "")
         }
     }
 
@@ -234,10 +248,16 @@ struct QuietTests {
             await expectCode(.invalidName) {
                 _ = try await store.addUser(name: "ALL", password: "a good password", nowMs: Self.now)
             }
-            // Sign-up checks before any work, and a lowercase i is not an l.
+            for reserved in ["aIl", "A1L"] {
+                await expectCode(.invalidName) {
+                    _ = try await store.addUser(name: reserved, password: "a good password", nowMs: Self.now)
+                }
+            }
+            // Sign-up checks before any work (a name that reads as mary, not mary itself), and a lowercase i is not
+            // an l.
             await expectCode(.nameTaken) {
                 _ = try await store.signUp(
-                    user: "Mary",
+                    user: "rnary",
                     password: "a good password",
                     invite: nil,
                     requiresInvite: false,
@@ -283,5 +303,75 @@ struct QuietTests {
                 }
             }
         }
+    }
+
+    @Test(
+        "a mention is a member's: the whole name before a shorter one, not of members who joined later, not in a text's far end only by the index",
+        arguments: StoreKind.allCases
+    )
+    func mentionEdges(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let store = fixture.store
+            let ids = try await Self.team(fixture)
+            try await fixture.users("bob_")
+            let (alice, carol, erin) = (ids["alice"]!, ids["carol"]!, ids["erin"]!)
+            try await store.changeMembers(of: "team", actor: nil, add: ["bob_"], remove: [], nowMs: Self.now)
+            let bobUnderscore = try #require(try await store.user(named: "bob_")).id
+            let bob = ids["bob"]!
+            // "@bob_" is bob_, a member; "@bob." is bob.
+            guard case .sent = try await Self.send(fixture, carol, "c1", to: .group("team"), "@bob_ 你好") else {
+                Issue.record("not sent")
+                return
+            }
+            #expect(try await Self.mentions(fixture, bobUnderscore) == 1)
+            #expect(try await Self.mentions(fixture, bob) == 0)
+            _ = try await Self.send(fixture, carol, "c2", to: .group("team"), "问 @bob.")
+            #expect(try await Self.mentions(fixture, bob) == 1)
+            #expect(try await Self.mentions(fixture, bobUnderscore) == 1)
+            // A mention past the index's 4,096 characters counts: mentions are read from the whole text.
+            let long = String(repeating: "长", count: 5_000) + " @alice"
+            _ = try await Self.send(fixture, carol, "c3", to: .group("team"), long)
+            #expect(try await Self.mentions(fixture, alice) == 1)
+            // erin joins after those: none of them is hers, and @all from before does not count for her.
+            try await store.changeMembers(of: "team", actor: nil, add: ["erin"], remove: [], nowMs: Self.now)
+            #expect(try await Self.mentions(fixture, erin) == 0)
+            _ = try await Self.send(fixture, carol, "c4", to: .group("team"), "welcome @erin")
+            #expect(try await Self.mentions(fixture, erin) == 1)
+            // Sent and recalled in one batch: no mention is left of it.
+            _ = try await store.apply(
+                [
+                    .send(.init(sender: carol, id: "c5", to: .group("team"), body: Self.body("@erin oops"))),
+                    .recall(user: carol, conversation: .group("team"), id: "c5"),
+                ],
+                nowMs: Self.now
+            )
+            #expect(try await Self.mentions(fixture, erin) == 1)
+            // Leaving and coming back: nothing from before counts, and the mute starts again at all.
+            try await store.setNotify(.none, in: .group("team"), for: erin, nowMs: Self.now)
+            try await store.changeMembers(of: "team", actor: nil, add: [], remove: ["erin"], nowMs: Self.now)
+            try await store.changeMembers(of: "team", actor: nil, add: ["erin"], remove: [], nowMs: Self.now)
+            let back = try #require(try await Self.count(fixture, erin, .group("team")))
+            #expect(back.mentions == 0 && back.notify == .all)
+        }
+    }
+
+    @Test("the migration gives names from before their skeletons, the older of two that read alike keeping it")
+    func skeletonBackfill() async throws {
+        let queue = try DatabaseQueue()
+        try Schema.migrator.migrate(queue, upTo: "v9-roles")
+        try await queue.write { db in
+            for (id, name) in [(1, "oliver"), (2, "O1iver"), (3, "mary")] {
+                try db.execute(
+                    sql: "INSERT INTO users (id, name, created_ms) VALUES (?, ?, 0)",
+                    arguments: [id, name]
+                )
+            }
+        }
+        try Schema.migrator.migrate(queue)
+        let rows = try await queue.read { db in
+            try Row.fetchAll(db, sql: "SELECT skeleton, user_id FROM name_skeletons ORDER BY user_id")
+                .map { "\($0["skeleton"] as String) \($0["user_id"] as Int64)" }
+        }
+        #expect(rows == ["oliver 1", "mary 3"])
     }
 }

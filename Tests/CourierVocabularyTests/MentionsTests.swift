@@ -26,6 +26,14 @@ struct MentionsTests {
             #expect(mentions.names == names, "\(text)")
             #expect(mentions.everyone == everyone, "\(text)")
         }
+        // A run that ends with punctuation is kept whole too: a name may end so, and the server prefers a member's.
+        #expect(Mentions(in: "see @bob. And @carol-, @dave_!").runs == ["bob.", "carol-", "dave_"])
+        #expect(Mentions(in: "@bob_").mention("bob_") && Mentions(in: "@bob_").mention("bob"))
+        // Long runs: no truncated name stands in for them; the fullwidth sign doubles as the ASCII one does.
+        #expect(Mentions(in: "@bob" + String(repeating: ".", count: 61) + "evil").isEmpty)
+        #expect(Mentions(in: "＠@bob ＠＠bob @＠bob").isEmpty)
+        let farAway = String(repeating: "字", count: 5_000) + " @zoe"
+        #expect(Mentions(in: farAway).names == ["zoe"], "the whole text is read, not the indexed part")
         #expect(Mentions(in: "@all").mention("anyone"))
         #expect(Mentions(in: "@Bob").mention("BOB"))
         #expect(!Mentions(in: "bob").mention("bob"))

@@ -2369,7 +2369,7 @@ public nonisolated struct Courier_V1_GroupMembers: Sendable {
   public init() {}
 }
 
-/// A group's title changed (empty: taken away), by an admin or the owner (`by`).
+/// A group's title changed (empty: taken away), by an admin or the owner (`by`; empty: the server's administrator).
 public nonisolated struct Courier_V1_GroupTitleNotice: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -2390,8 +2390,9 @@ public nonisolated struct Courier_V1_GroupTitleNotice: Sendable {
 }
 
 /// Chooses how a conversation (a group the user is in, a user it has written with) alerts the user, on all of its
-/// devices: each gets a `notify` event. Answered with `done`; refused with `not-member`, `unknown-group`,
-/// `unknown-user`.
+/// devices: each gets a `notify` event. A member that leaves a group and comes back starts again at `all` (its
+/// `joined` event says so). Answered with `done`; refused with `not-member`, `unknown-group`, `unknown-user`, and
+/// `invalid-request` for a level this server does not know.
 public nonisolated struct Courier_V1_SetNotify: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for

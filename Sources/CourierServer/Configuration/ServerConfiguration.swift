@@ -64,8 +64,8 @@ public struct ServerConfiguration: Sendable {
         public var maxLookupsPerAddress: Int = 120
         /// The window the lookup counts cover.
         public var lookupWindow: Duration = .seconds(60)
-        /// Profile changes of one user within `profileChangeWindow` (each reaches every user who sees it), refused
-        /// or not; more are refused with `rate-limited`. Counted on each node.
+        /// Profile changes and group-title changes of one user within `profileChangeWindow` (each reaches every
+        /// user who sees it), refused or not; more are refused with `rate-limited`. Counted on each node.
         public var maxProfileChangesPerUser: Int = 20
         /// The same for one client address.
         public var maxProfileChangesPerAddress: Int = 100

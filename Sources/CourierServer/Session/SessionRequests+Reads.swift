@@ -274,7 +274,18 @@ extension SessionRequests {
         case .transfer(let transfer)?:
             return try await store.transferOwnership(of: manage.group, to: transfer.user, by: user.id, nowMs: now)
         case .title(let title)?:
-            return try await store.setGroupTitle(title.title, of: manage.group, by: user.id, nowMs: now)
+            // A title reaches every member, like a profile: it counts with the profile changes.
+            switch self.context.profileChanges.admit(user: user.name, address: self.addressKey) {
+            case .throttled(let wait):
+                throw SessionRefusal(
+                    ErrorCodes.rateLimited,
+                    "too many title and profile changes; retry later",
+                    retryAfter: wait
+                )
+            case .admitted(let ticket):
+                defer { self.context.profileChanges.finish(ticket, failed: true) }
+                return try await store.setGroupTitle(title.title, of: manage.group, by: user.id, nowMs: now)
+            }
         case nil:
             throw SessionRefusal(ErrorCodes.invalidRequest, "manage_group needs an action")
         }

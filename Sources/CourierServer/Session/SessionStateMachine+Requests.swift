@@ -108,7 +108,7 @@ extension SessionStateMachine {
                 replyTo: replyTo
             )
             // Here, on the connection's event loop, not on the one writer's thread.
-            request.prepareSearch(text: SearchIndex.text(of: send.body))
+            request.prepareSearch(body: send.body)
             return .write(.send(request), requestID: requestID, answers: true)
         case .ack(let ack):
             return .write(

@@ -126,13 +126,14 @@ extension GroupCommit {
         )
     }
 
-    /// The members a group message mentions (``Mentions``), by id (0 for `@all`): the names that are members'
-    /// other than the sender's; names of others are text. Direct messages mention nobody.
+    /// The members a group message mentions (``Mentions``), by id (0 for `@all`): for each mention, the whole run
+    /// when it is a member's name, else the run without the punctuation it ends with when that is; the sender's own
+    /// name and others' are text. Direct messages mention nobody.
     ///
     /// - Throws: `not-admin` for `@all` from a member that is neither the owner nor an admin.
     func mentioned(by send: WriteRequest.Send, in conversation: BatchConversation) throws -> [Int64] {
         guard let group = conversation.groupName else { return [] }
-        let mentions = send.mentions ?? Mentions(in: SearchIndex.text(ofBody: send.body))
+        let mentions = send.mentions ?? Mentions(in: SearchIndex.fullText(ofBody: send.body))
         guard !mentions.isEmpty else { return [] }
         var mentioned: [Int64] = []
         if mentions.everyone {
@@ -141,11 +142,17 @@ extension GroupCommit {
             }
             mentioned.append(0)
         }
-        let missing = mentions.names.filter { self.userIDs[$0] == nil }
+        let asked = Set(mentions.names + mentions.runs.filter { !$0.isEmpty })
+        let missing = asked.filter { self.userIDs[$0] == nil }.sorted()
         guard missing.isEmpty else { throw Miss(needs: missing.map { .userID(named: $0) }) }
-        for name in mentions.names {
-            guard let user = try self.userID(named: name), user != send.sender, conversation.members[user] != nil
-            else { continue }
+        func member(_ name: String) throws -> UserID? {
+            guard !name.isEmpty, let user = try self.userID(named: name), conversation.members[user] != nil else {
+                return nil
+            }
+            return user
+        }
+        for (name, run) in zip(mentions.names, mentions.runs) {
+            guard let user = try member(run) ?? member(name), user != send.sender else { continue }
             if !mentioned.contains(user.rawValue) { mentioned.append(user.rawValue) }
         }
         return mentioned

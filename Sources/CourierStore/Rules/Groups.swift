@@ -324,11 +324,13 @@ extension StoreBackend {
                     throw CourierStoreError(.notOwner, "only the owner of \(group) changes roles")
                 }
             }
-            let changes = try await change(row, roles, transaction)
-            guard !changes.isEmpty else { return [:] }
+            // The members' rows before their member rows change: the order every writer takes them in (a member
+            // setting how the group alerts it holds its own row, then its member row).
             var log = LogWrites()
             let everyone = roles.map(\.user)
             try await Self.lockLogs(of: everyone, into: &log, transaction)
+            let changes = try await change(row, roles, transaction)
+            guard !changes.isEmpty else { return [:] }
             for (user, role) in changes {
                 for recipient in everyone.sorted() {
                     log.append(

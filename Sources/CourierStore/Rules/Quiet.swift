@@ -44,7 +44,8 @@ extension StoreBackend {
                     .title,
                     conversation: row.id,
                     seq: row.lastSeq,
-                    actor: actor ?? row.owner,
+                    // The administrator's (nil) is said as no one's.
+                    actor: actor,
                     key: title
                 )
             }

@@ -16,14 +16,29 @@ package enum SearchIndex {
         return Self.text(of: parsed)
     }
 
+    /// A body's whole text: a text message's text, a media message's caption; empty for anything else, or bytes
+    /// that are not a body. What mentions are read from (all of it, unlike a search).
+    package static func fullText(ofBody body: [UInt8]) -> String {
+        guard let parsed = try? Courier_V1_Body(serializedBytes: body) else { return "" }
+        return Self.fullText(of: parsed)
+    }
+
+    /// The same of a body already parsed.
+    package static func fullText(of body: Courier_V1_Body) -> String {
+        switch body.content {
+        case .text(let whole)?: whole
+        case .media(let media)?: media.caption
+        case nil: ""
+        }
+    }
+
     /// The text a search finds in a body already parsed (a session's request): the same rule without parsing again.
     package static func text(of body: Courier_V1_Body) -> String {
-        let text: String
-        switch body.content {
-        case .text(let whole)?: text = whole
-        case .media(let media)?: text = media.caption
-        case nil: return ""
-        }
+        Self.indexed(Self.fullText(of: body))
+    }
+
+    /// A text's first ``maxIndexedCharacters`` characters: what the index holds of it.
+    package static func indexed(_ text: String) -> String {
         let indexed = text.prefix(Self.maxIndexedCharacters)
         return indexed.endIndex == text.endIndex ? text : String(indexed)
     }
