@@ -21,7 +21,12 @@ struct UserCommand: AsyncParsableCommand {
             abstract: "Create a user. Prints a generated password when --password is not given."
         )
         @OptionGroup var options: DataOptions
-        @Argument(help: "The user name: 1 to 32 letters, digits, '.', '_' or '-', unique regardless of case.")
+        @Argument(
+            help: ArgumentHelp(
+                "The user name: 1 to 32 letters, digits, '.', '_' or '-', unique regardless of case and of letters "
+                    + "that read alike (O1iver beside oliver); not all."
+            )
+        )
         var name: String
         @Option(help: "The password (default: a generated one, printed once).")
         var password: String?

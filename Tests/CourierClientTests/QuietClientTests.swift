@@ -44,15 +44,7 @@ struct QuietClientTests {
                     group.addTask { await bob.run() }
                     try await SignUpClientTests.connected(aliceEvents)
                     try await SignUpClientTests.connected(bobEvents)
-                    // Contacts first: both wrote.
-                    let hers = try await alice.send("你好", to: .user("bob"))
-                    _ = try await aliceEvents.next("her message committed") { event -> Bool? in
-                        if case .sent(hers, _, _, _) = event { true } else { nil }
-                    }
-                    try await bob.send("こんにちは", to: .user("alice"))
-                    _ = try await aliceEvents.next("bob's answer") { event -> Bool? in
-                        if case .message(let message) = event, message.from == "bob" { true } else { nil }
-                    }
+                    try await SignUpClientTests.makeContacts(alice, aliceEvents, bob)
                     try await alice.createGroup("book-club", members: ["bob"])
                     // The title: any script, bidi text kept as it is; a member (not an admin) may not set it.
                     try await alice.setGroupTitle("读书会 · 本の会 · نادي الكتاب", of: "book-club")

@@ -27,6 +27,18 @@ struct SignUpClientTests {
         }
     }
 
+    /// alice and bob become contacts: both write (hers committed, then his reaches her).
+    static func makeContacts(_ alice: CourierClient, _ aliceEvents: EventReader, _ bob: CourierClient) async throws {
+        let hers = try await alice.send("你好", to: .user("bob"))
+        _ = try await aliceEvents.next("her message committed") { event -> Bool? in
+            if case .sent(hers, _, _, _) = event { true } else { nil }
+        }
+        try await bob.send("こんにちは", to: .user("alice"))
+        _ = try await aliceEvents.next("bob's answer") { event -> Bool? in
+            if case .message(let message) = event, message.from == "bob" { true } else { nil }
+        }
+    }
+
     static func connected(_ events: EventReader) async throws {
         _ = try await events.next("connected") { event -> Bool? in if case .connected = event { true } else { nil } }
     }
@@ -182,15 +194,7 @@ struct SignUpClientTests {
                     group.addTask { await bob.run() }
                     try await Self.connected(aliceEvents)
                     try await Self.connected(bobEvents)
-                    // Contacts first: both wrote.
-                    let hers = try await alice.send("你好", to: .user("bob"))
-                    _ = try await aliceEvents.next("her message committed") { event -> Bool? in
-                        if case .sent(hers, _, _, _) = event { true } else { nil }
-                    }
-                    try await bob.send("こんにちは", to: .user("alice"))
-                    _ = try await aliceEvents.next("bob's answer") { event -> Bool? in
-                        if case .message(let message) = event, message.from == "bob" { true } else { nil }
-                    }
+                    try await SignUpClientTests.makeContacts(alice, aliceEvents, bob)
                     try await alice.createGroup("book-club", members: ["bob"])
                     try await alice.setAdmins(["bob"], in: "book-club")
                     let promoted = try await bobEvents.next("bob's promotion") { event -> GroupRoleInfo? in

@@ -14,11 +14,7 @@ struct QuietTests {
     static let now = StoreFixture.start
 
     /// A text body, as a client sends it.
-    static func body(_ text: String) -> [UInt8] {
-        var body = Courier_V1_Body()
-        body.text = text
-        return (try? body.serializedBytes()) ?? []
-    }
+    static func body(_ text: String) -> [UInt8] { SearchTests.body(text) }
 
     static func send(
         _ fixture: StoreFixture,

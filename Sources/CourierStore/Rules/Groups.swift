@@ -312,18 +312,13 @@ extension StoreBackend {
     ) async throws -> [UserID: UInt64] {
         guard Names.isValid(group) else { throw CourierStoreError(.unknownGroup, "no group named \(group)") }
         return try await self.transaction(doing: "change roles in \(group)") { transaction in
-            guard let row = try await transaction.group(named: group, locking: true) else {
-                throw CourierStoreError(.unknownGroup, "no group named \(group)")
-            }
-            let roles = try await transaction.memberRoles(of: row.id)
-            if let actor {
-                guard roles.contains(where: { $0.user == actor }) else {
-                    throw CourierStoreError(.notMember, "you are not a member of \(group)")
-                }
-                guard row.owner == actor else {
-                    throw CourierStoreError(.notOwner, "only the owner of \(group) changes roles")
-                }
-            }
+            let (row, roles) = try await Self.lockGroup(
+                group,
+                for: actor,
+                needing: .owner,
+                else: "only the owner of \(group) changes roles",
+                transaction
+            )
             // The members' rows before their member rows change: the order every writer takes them in (a member
             // setting how the group alerts it holds its own row, then its member row).
             var log = LogWrites()
@@ -345,6 +340,32 @@ extension StoreBackend {
             }
             return try await Self.finish(log, nowMs: nowMs, transaction)
         }
+    }
+
+    /// A group's row, locked, with its members' roles; checked that the actor (nil: the administrator) is a member
+    /// of at least a role.
+    ///
+    /// - Throws: `unknown-group`, `not-member`, `not-owner` (the owner's alone), `not-admin`, saying `refusal`.
+    static func lockGroup(
+        _ group: String,
+        for actor: UserID?,
+        needing role: GroupRole,
+        else refusal: String,
+        _ transaction: Transaction
+    ) async throws -> (GroupRow, [MemberRole]) {
+        guard let row = try await transaction.group(named: group, locking: true) else {
+            throw CourierStoreError(.unknownGroup, "no group named \(group)")
+        }
+        let roles = try await transaction.memberRoles(of: row.id)
+        if let actor {
+            guard roles.contains(where: { $0.user == actor }) else {
+                throw CourierStoreError(.notMember, "you are not a member of \(group)")
+            }
+            guard Self.role(of: actor, row, roles) >= role else {
+                throw CourierStoreError(role == .owner ? .notOwner : .notAdmin, refusal)
+            }
+        }
+        return (row, roles)
     }
 
     /// A member of a group by name.

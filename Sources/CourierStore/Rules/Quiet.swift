@@ -21,18 +21,13 @@ extension StoreBackend {
         let title = try self.checkTitle(title)
         guard Names.isValid(group) else { throw CourierStoreError(.unknownGroup, "no group named \(group)") }
         return try await self.transaction(doing: "set the title of \(group)") { transaction in
-            guard let row = try await transaction.group(named: group, locking: true) else {
-                throw CourierStoreError(.unknownGroup, "no group named \(group)")
-            }
-            let roles = try await transaction.memberRoles(of: row.id)
-            if let actor {
-                guard roles.contains(where: { $0.user == actor }) else {
-                    throw CourierStoreError(.notMember, "you are not a member of \(group)")
-                }
-                guard Self.role(of: actor, row, roles) >= .admin else {
-                    throw CourierStoreError(.notAdmin, "only the owner and admins of \(group) give it a title")
-                }
-            }
+            let (row, roles) = try await Self.lockGroup(
+                group,
+                for: actor,
+                needing: .admin,
+                else: "only the owner and admins of \(group) give it a title",
+                transaction
+            )
             guard (row.title ?? "") != title else { return [:] }
             try await transaction.setTitle(title.isEmpty ? nil : title, of: row.id)
             var log = LogWrites()
