@@ -373,7 +373,12 @@ let package = Package(
         ),
         .testTarget(
             name: "MediaCacheTests",
-            dependencies: ["MediaCache", "CourierTesting", "CourierProcess"],
+            dependencies: [
+                "MediaCache", "CourierTesting", "CourierProcess",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
             swiftSettings: strictSettings
         ),
         .testTarget(

@@ -202,8 +202,8 @@ public final class CacheProxy: Service, Sendable {
             .bind(host: self.configuration.host, port: self.configuration.port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(IdleStateHandler(allTimeout: idle))
-                    try channel.pipeline.syncOperations.addHandler(CloseWhenIdle())
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
+                    try channel.pipeline.syncOperations.addHandler(CloseWhenIdle())
                     try channel.pipeline.syncOperations.addHandler(RequestHeadTimeout(timeout: headTimeout))
                     return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
                         wrappingChannelSynchronously: channel
@@ -325,15 +325,34 @@ public final class CacheProxy: Service, Sendable {
 }
 
 /// Closes a player's connection that has neither sent nor received for the configured time.
-final class CloseWhenIdle: ChannelInboundHandler, Sendable {
-    typealias InboundIn = NIOAny
+/// Closes a player's connection that was idle for `idleConnectionTimeout` (no byte read or written): between
+/// requests, and in a response that stopped moving (a player that stopped reading). Not while a request waits for its
+/// answer to begin: the proxy is at work then (a slow origin has its own timeouts), and the player is waiting.
+final class CloseWhenIdle: ChannelDuplexHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    /// Requests whose response head has not been written yet.
+    private var awaiting = 0
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .head = self.unwrapInboundIn(data) { self.awaiting += 1 }
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        if case .head = self.unwrapOutboundIn(data) { self.awaiting = max(0, self.awaiting - 1) }
+        context.write(data, promise: promise)
+    }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if event is IdleStateHandler.IdleStateEvent {
-            context.close(promise: nil)
-        } else {
+        guard event is IdleStateHandler.IdleStateEvent else {
             context.fireUserInboundEventTriggered(event)
+            return
         }
+        if self.awaiting == 0 { context.close(promise: nil) }
     }
 }
 

@@ -47,7 +47,8 @@ public struct MediaCacheConfiguration: Sendable {
     public var maxKeysInMemory: Int = 256
     /// How many segments a playlist's preload fetches by default.
     public var preloadSegments: Int = 3
-    /// How long a player's connection may stay idle between requests.
+    /// How long a player's connection may stay idle (nothing read or written): between requests, or in a response
+    /// it stopped reading. A request waiting for its response to begin (the origin being slow) is not idle.
     public var idleConnectionTimeout: TimeAmount = .seconds(60)
     /// The most player connections served at once; more get a 503 and are closed.
     public var maxConnections: Int = 512

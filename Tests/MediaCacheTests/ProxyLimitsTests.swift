@@ -84,8 +84,10 @@ struct ProxyLimitsTests {
             let idle = try await RawConnection.connect(port: fixture.port)
             _ = try await idle.readUntilClosed()
             #expect(ContinuousClock.now - opened >= .seconds(2))
+            // Served though fetching it from the origin may take longer than the idle timeout on a loaded machine: a
+            // request waiting for its answer is not idle.
             let served = try await Self.getOnceThereIsRoom(fixture.url("c.bin"), fixture)
-            #expect(served.status == 200 && served.body == data)
+            #expect(served.status == 200 && served.body == data, "status \(served.status)")
         }
     }
 
