@@ -267,3 +267,34 @@ struct CompatTests {
         }
     }
 }
+
+extension CompatTests {
+    @Test("a compat client hears of its group's roles, its title in any script, and its own mute, as packets")
+    func groupPackets() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            let bob = try await fixture.user("bob")
+            try await fixture.store.createGroup(
+                name: "team",
+                owner: "alice",
+                members: ["bob"],
+                byOwner: false,
+                nowMs: 1
+            )
+            let compat = try await CompatTestClient.connect(port: fixture.ports.compat)
+            try await compat.write(try CompatTestClient.packet("auth", ["user": "bob", "password": "pw-bob"]))
+            _ = try await compat.expect("welcome")
+            try await fixture.store.setRole(in: "team", of: "bob", to: .admin, by: nil, nowMs: 2)
+            let role = try await compat.expect("role")
+            #expect(Self.string(role, "group") == "team" && Self.string(role, "user") == "bob")
+            #expect(Self.string(role, "role") == "admin")
+            try await fixture.store.setGroupTitle("读书会 📚 نادي", of: "team", by: nil, nowMs: 3)
+            let title = try await compat.expect("title")
+            #expect(Self.string(title, "title") == "读书会 📚 نادي" && Self.string(title, "by") == "")
+            try await fixture.store.setNotify(.mentions, in: .group("team"), for: bob.id, nowMs: 4)
+            let notify = try await compat.expect("notify")
+            #expect(Self.string(notify, "group") == "team" && Self.string(notify, "level") == "mentions")
+            await compat.close()
+        }
+    }
+}
