@@ -21,6 +21,8 @@ public struct BenchConfiguration: Sendable, Hashable {
 
     /// The connections (one user and device each).
     public var connections: Int = 100
+    /// How they reach the server: the native port, or the WebSocket gateway.
+    public var transport: BenchTransport = .native
     public var pattern: Pattern = .pairs
     /// Messages each connection sends.
     public var messagesPerConnection: Int = 1_000

@@ -36,13 +36,13 @@ extension LatencyHistogram {
     }
 }
 
-/// One bench connection on the native port: it logs in with a token, sends its messages when told to start, and
+/// One bench connection, on the native port or the WebSocket gateway (``BenchWire``): it logs in with a token, sends its messages when told to start, and
 /// acknowledges what it receives, all on its event loop. The send time travels in each message's text, so the
 /// receiving connection measures end-to-end latency on the same clock. Only its channel's event loop touches it
 /// (the run reaches it through `eventLoop.execute` and `submit`), hence the unchecked Sendable.
 final class BenchHandler: ChannelInboundHandler, @unchecked Sendable {
-    typealias InboundIn = NativeFrame
-    typealias OutboundOut = NativeFrame
+    typealias InboundIn = BenchInbound
+    typealias OutboundOut = BenchOutbound
 
     struct Plan {
         var user: BenchUser
@@ -92,13 +92,23 @@ final class BenchHandler: ChannelInboundHandler, @unchecked Sendable {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        // Over the gateway this handler comes once the connection is open and upgraded.
+        if context.channel.isActive { self.sayHello() }
     }
 
     func channelActive(context: ChannelHandlerContext) {
+        self.sayHello()
+        context.fireChannelActive()
+    }
+
+    private var saidHello = false
+
+    private func sayHello() {
+        guard !self.saidHello else { return }
+        self.saidHello = true
         var hello = ClientEnvelope()
         hello.hello.token = self.plan.user.token
         self.write(hello, flush: true)
-        context.fireChannelActive()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
@@ -119,22 +129,21 @@ final class BenchHandler: ChannelInboundHandler, @unchecked Sendable {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let frame = Self.unwrapInboundIn(data)
-        switch frame.kind {
-        case .ping:
-            context.writeAndFlush(Self.wrapOutboundOut(.pong(frame.pingData ?? 0)), promise: nil)
+        let envelope: ServerEnvelope
+        switch Self.unwrapInboundIn(data) {
+        case .ping(let opaque):
+            context.writeAndFlush(Self.wrapOutboundOut(.pong(opaque)), promise: nil)
             return
-        case .pong:
-            if frame.pingData == Self.benchPing { self.tally.pongs.add(1, ordering: .relaxed) }
+        case .pong(let opaque):
+            if opaque == Self.benchPing { self.tally.pongs.add(1, ordering: .relaxed) }
             return
-        case .message:
-            break
-        default:
+        case .other:
             return
-        }
-        guard let envelope = try? frame.envelope(as: ServerEnvelope.self) else {
+        case .undecodable:
             self.tally.fail("\(self.plan.user.name): an envelope that does not parse")
             return
+        case .envelope(let decoded):
+            envelope = decoded
         }
         let now = NIODeadline.now().uptimeNanoseconds
         switch envelope.body {
@@ -239,11 +248,11 @@ final class BenchHandler: ChannelInboundHandler, @unchecked Sendable {
     private var reportedSent = 0
 
     private func write(_ envelope: ClientEnvelope, flush: Bool) {
-        guard let context = self.context, let frame = try? NativeFrame(envelope: envelope) else { return }
+        guard let context = self.context else { return }
         if flush {
-            context.writeAndFlush(Self.wrapOutboundOut(frame), promise: nil)
+            context.writeAndFlush(Self.wrapOutboundOut(.envelope(envelope)), promise: nil)
         } else {
-            context.write(Self.wrapOutboundOut(frame), promise: nil)
+            context.write(Self.wrapOutboundOut(.envelope(envelope)), promise: nil)
         }
     }
 

@@ -27,11 +27,17 @@ public enum BenchReport {
         bytes.map { String(format: "%.1f MiB", Double($0) / 1_048_576) } ?? "unknown"
     }
 
-    public static func text(_ result: BenchResult, ceilings: Ceilings?, storm: StormResult? = nil) -> String {
+    public static func text(
+        _ result: BenchResult,
+        ceilings: Ceilings?,
+        storm: StormResult? = nil,
+        nativePeer: BenchResult? = nil
+    ) -> String {
         let configuration = result.configuration
         let seconds = max(result.seconds, 1e-9)
         var lines = [
-            "courier bench: \(configuration.connections) connections, \(configuration.pattern), "
+            "courier bench: \(configuration.connections) \(configuration.transport == .websocket ? "WebSocket " : "")"
+                + "connections, \(configuration.pattern), "
                 + (configuration.pattern == .idle
                     ? "held \(configuration.settle)"
                     : "\(configuration.messagesPerConnection) messages of \(configuration.messageBytes) B each, "
@@ -75,6 +81,9 @@ public enum BenchReport {
         if result.failures > 0 {
             lines.append("failures:      \(result.failures); the first: \(result.firstFailure ?? "")")
         }
+        if let peer = nativePeer {
+            lines += Self.comparison(result, native: peer)
+        }
         if let storm {
             let tally = storm.tally
             let quiet = Double(result.endToEnd.valueAtPercentile(99))
@@ -93,7 +102,40 @@ public enum BenchReport {
         return lines.joined(separator: "\n")
     }
 
-    public static func json(_ result: BenchResult, ceilings: Ceilings?, storm: StormResult? = nil) throws -> String {
+    /// The WebSocket run beside its native peer: the peer's figures, and the ratios the issue's aims are about.
+    static func comparison(_ result: BenchResult, native peer: BenchResult) -> [String] {
+        if result.configuration.pattern == .idle {
+            let web = Self.perConnection(result)
+            let native = Self.perConnection(peer)
+            return [
+                "native peer:   " + (native.map { String(format: "%.1f KiB per connection", $0 / 1024) } ?? "unknown")
+                    + " (\(peer.connected) connected)",
+                "WebSocket/native memory per idle connection = "
+                    + (web.flatMap { web in native.map { String(format: "%.2f", web / max($0, 1)) } } ?? "unknown"),
+            ]
+        }
+        let rate = Double(result.acknowledged) / max(result.seconds, 1e-9)
+        let peerRate = Double(peer.acknowledged) / max(peer.seconds, 1e-9)
+        return [
+            "native peer:   acknowledged \(Int(peerRate)) msg/s, ack latency \(Self.percentiles(peer.acknowledgement)), "
+                + "server CPU " + String(format: "%.2f", (peer.serverCPUSeconds ?? 0) / max(peer.seconds, 1e-9))
+                + " cores busy",
+            "WebSocket/native acknowledged msg/s = " + String(format: "%.2f", rate / max(peerRate, 1e-9)),
+        ]
+    }
+
+    /// The server's memory per connection after an idle run settled.
+    static func perConnection(_ result: BenchResult) -> Double? {
+        guard let before = result.serverRSSBefore, let after = result.serverRSSAfter else { return nil }
+        return Double(after - before) / Double(max(1, result.connected))
+    }
+
+    public static func json(
+        _ result: BenchResult,
+        ceilings: Ceilings?,
+        storm: StormResult? = nil,
+        nativePeer: BenchResult? = nil
+    ) throws -> String {
         func latency(_ histogram: LatencyHistogram) -> [String: Double] {
             [
                 "p50_ms": Double(histogram.valueAtPercentile(50)) / 1000,
@@ -124,6 +166,19 @@ public enum BenchReport {
         if let ceilings {
             object["ceiling_fsync"] = latency(ceilings.fsync)
             object["ceiling_insert_messages_per_second"] = ceilings.insertMessagesPerSecond
+        }
+        object["transport"] = result.configuration.transport.rawValue
+        if let peer = nativePeer {
+            object["native_peer"] =
+                [
+                    "connected": peer.connected,
+                    "acknowledged": peer.acknowledged,
+                    "seconds": peer.seconds,
+                    "ack_latency": latency(peer.acknowledgement),
+                    "server_cpu_seconds": peer.serverCPUSeconds ?? 0,
+                    "server_rss_before_bytes": peer.serverRSSBefore ?? 0,
+                    "server_rss_after_bytes": peer.serverRSSAfter ?? 0,
+                ] as [String: Any]
         }
         if let storm {
             object["storm"] =

@@ -32,7 +32,7 @@ public struct BenchResult: Sendable {
 public struct BenchRun: Sendable {
     public var configuration: BenchConfiguration
     public var host: String
-    /// The nodes' native ports: user `i` connects to `ports[i % ports.count]`.
+    /// The nodes' ports (native, or HTTP for the WebSocket gateway): user `i` connects to `ports[i % ports.count]`.
     public var ports: [Int]
     /// The servers' process ids, for their CPU time and memory (Linux /proc), added up.
     public var serverProcesses: [Int32]
@@ -88,7 +88,14 @@ public struct BenchRun: Sendable {
                     )
                     let port = self.ports[index % self.ports.count]
                     tasks.addTask {
-                        try await Self.connect(host: self.host, port: port, plan: plan, tally: tally, group: group)
+                        try await Self.connect(
+                            host: self.host,
+                            port: port,
+                            transport: configuration.transport,
+                            plan: plan,
+                            tally: tally,
+                            group: group
+                        )
                     }
                 }
                 for try await connection in tasks { channels.append(connection) }
@@ -174,10 +181,13 @@ public struct BenchRun: Sendable {
         )
     }
 
+    /// Opens one bench connection: to a native port, or to an HTTP port's WebSocket gateway (returning once the
+    /// handshake is done).
     static func connect(
         host: String,
         port: Int,
         source: SocketAddress? = nil,
+        transport: BenchTransport = .native,
         plan: BenchHandler.Plan,
         tally: BenchTally,
         group: any EventLoopGroup
@@ -185,18 +195,43 @@ public struct BenchRun: Sendable {
         let handler = BenchHandler(plan: plan, tally: tally)
         var bootstrap = ClientBootstrap(group: group)
         if let source { bootstrap = bootstrap.bind(to: source) }
-        let channel =
-            try await bootstrap
-            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
-            .channelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    let pipeline = channel.pipeline.syncOperations
-                    try pipeline.addNativeHandlers()
-                    try pipeline.addHandler(handler)
+        bootstrap = bootstrap.channelOption(.tcpOption(.tcp_nodelay), value: 1)
+        switch transport {
+        case .native:
+            let channel =
+                try await bootstrap.channelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        let pipeline = channel.pipeline.syncOperations
+                        try pipeline.addNativeHandlers()
+                        try pipeline.addHandler(NativeBenchWire())
+                        try pipeline.addHandler(handler)
+                    }
                 }
+                .connect(host: host, port: port).get()
+            return (channel, handler)
+        case .websocket:
+            let upgraded = group.any().makePromise(of: Bool.self)
+            let channel: any Channel
+            do {
+                channel =
+                    try await bootstrap.channelInitializer { channel in
+                        channel.eventLoop.makeCompletedFuture {
+                            try channel.pipeline.syncOperations.addWebSocketClientHandlers(
+                                WebSocketClientOptions(host: "\(host):\(port)")
+                            ) {
+                                [WebSocketBenchWire(), handler]
+                            }
+                            .cascade(to: upgraded)
+                        }
+                    }
+                    .connect(host: host, port: port).get()
+            } catch {
+                upgraded.fail(error)
+                throw error
             }
-            .connect(host: host, port: port).get()
-        return (channel, handler)
+            _ = try await upgraded.futureResult.get()
+            return (channel, handler)
+        }
     }
 
     private func waitUntil(timeout: Duration, _ condition: () -> Bool) async throws {

@@ -145,6 +145,8 @@ public enum Benchmark {
         logger.logLevel = .warning
         let result: BenchResult
         var stormResult: StormResult?
+        /// With the WebSocket transport: the same load on the native port.
+        var peer: BenchResult?
         if let external = plan.externalServer {
             say("provisioning \(configuration.connections) users in \(external.dataFolder.path)")
             let users = try await BenchProvisioning.provision(
@@ -176,7 +178,7 @@ public enum Benchmark {
             )
             .run(users: users, progress: say)
         } else if configuration.pattern == .idle, configuration.processes > 1 {
-            let (users, server, port) = try await Self.provisionAndServe(plan, folder: folder, data: data, say: say)
+            let (users, server, port, _) = try await Self.provisionAndServe(plan, folder: folder, data: data, say: say)
             defer { server.stop() }
             let fill = try await IdleFill.run(
                 users: users,
@@ -199,19 +201,28 @@ public enum Benchmark {
                     ? "\(fill.connected - fill.answeredPing) connections did not answer a ping" : nil
             )
         } else {
-            let (users, server, port) = try await Self.provisionAndServe(plan, folder: folder, data: data, say: say)
+            if configuration.transport == .websocket {
+                peer = try await Self.nativePeer(plan, folder: folder, say: say)
+                say("the load over the WebSocket gateway")
+            }
+            let (users, server, native, http) = try await Self.provisionAndServe(
+                plan,
+                folder: folder,
+                data: data,
+                say: say
+            )
             defer { server.stop() }
             let run = BenchRun(
                 configuration: configuration,
                 host: "127.0.0.1",
-                port: port,
+                port: configuration.transport == .websocket ? http : native,
                 serverProcess: server.process.processIdentifier
             )
             result = try await run.run(users: users, progress: say)
             if plan.storm > 0 {
                 say("the same load again, with new users, during a login storm of \(plan.storm) connections")
                 let others = try await BenchProvisioning.provision(configuration, dataFolder: data, logger: logger)
-                let storm = LoginStorm(host: "127.0.0.1", port: port, workers: plan.storm, rate: plan.stormRate)
+                let storm = LoginStorm(host: "127.0.0.1", port: native, workers: plan.storm, rate: plan.stormRate)
                 let started = ContinuousClock.now
                 // The storm runs until the load is done; its time is the load's (not the storm's winding down).
                 let (during, elapsed) = try await withThrowingTaskGroup(
@@ -260,10 +271,39 @@ public enum Benchmark {
             }
         }
         return BenchOutcome(
-            text: BenchReport.text(result, ceilings: ceilings, storm: stormResult),
-            json: try BenchReport.json(result, ceilings: ceilings, storm: stormResult),
-            problem: Self.problem(result, storm: stormResult)
+            text: BenchReport.text(result, ceilings: ceilings, storm: stormResult, nativePeer: peer),
+            json: try BenchReport.json(result, ceilings: ceilings, storm: stormResult, nativePeer: peer),
+            problem: Self.problem(result, storm: stormResult) ?? peer.flatMap { Self.problem($0, storm: nil) }
         )
+    }
+
+    /// The peer of a run over the WebSocket gateway: the same load on the native port, first, on a server of its own
+    /// (fresh, so that neither run finds the other's memory in use, or freed).
+    private static func nativePeer(
+        _ plan: BenchPlan,
+        folder: URL,
+        say: @escaping @Sendable (String) -> Void
+    ) async throws -> BenchResult {
+        say("the peer: the same load on the native port, on a server of its own")
+        var native = plan
+        native.configuration.transport = .native
+        let peerFolder = folder.appendingPathComponent("native-peer")
+        let peerData = peerFolder.appendingPathComponent("data")
+        try FileManager.default.createDirectory(at: peerData, withIntermediateDirectories: true)
+        let (users, server, port, _) = try await Self.provisionAndServe(
+            native,
+            folder: peerFolder,
+            data: peerData,
+            say: say
+        )
+        defer { server.stop() }
+        return try await BenchRun(
+            configuration: native.configuration,
+            host: "127.0.0.1",
+            port: port,
+            serverProcess: server.process.processIdentifier
+        )
+        .run(users: users, progress: say)
     }
 
     /// Makes the run's users in `data`, then starts `courier serve` on it (with room for every connection).
@@ -272,20 +312,20 @@ public enum Benchmark {
         folder: URL,
         data: URL,
         say: @Sendable (String) -> Void
-    ) async throws -> (users: [BenchUser], server: ServerProcess, port: Int) {
+    ) async throws -> (users: [BenchUser], server: ServerProcess, port: Int, http: Int) {
         let configuration = plan.configuration
         var logger = Logger(label: "courier.bench")
         logger.logLevel = .warning
         say("provisioning \(configuration.connections) users in \(folder.path)")
         let users = try await BenchProvisioning.provision(configuration, dataFolder: data, logger: logger)
-        let (server, port, _) = try await BenchServers.serve(
+        let (server, port, http) = try await BenchServers.serve(
             executable: plan.executable,
             data: data,
             folder: folder,
             limits: ["max-connections=\(configuration.connections + 100)"] + plan.serverLimits
         )
-        say("server \(server.process.processIdentifier) on 127.0.0.1:\(port); connecting")
-        return (users, server, port)
+        say("server \(server.process.processIdentifier) on 127.0.0.1:\(port) (HTTP \(http)); connecting")
+        return (users, server, port, http)
     }
 
     /// Makes the run's users in a PostgreSQL database (migrating it first), then starts `plan.nodes` servers on it,

@@ -41,6 +41,10 @@ extension NativeTestClient {
         SHA256Hex.string(buffer.withUnsafeReadableBytes { SHA256.hash(data: $0) })
     }
 
+}
+
+/// Uploads and fetches as the protocol says, on either transport.
+extension EnvelopeTestClient {
     /// Uploads `bytes` on a stream, chunk by chunk within the server's window; with `upTo`, stops once that many
     /// bytes of the file are sent (with `endingThere`, ending the stream there: an upload cut short).
     public func upload(
@@ -53,11 +57,11 @@ extension NativeTestClient {
         -> UploadResult
     {
         var request = ClientEnvelope()
-        request.upload.sha256 = Self.sha256(bytes)
+        request.upload.sha256 = NativeTestClient.sha256(bytes)
         request.upload.size = UInt64(bytes.count)
         request.upload.streamID = stream
         let id = try await self.send(request)
-        let ready = try await self.expect("upload_ready") { $0.requestID == id ? $0 : nil }
+        let ready = try await self.expect(timeout: Patience.reply, "upload_ready") { $0.requestID == id ? $0 : nil }
         if case .error(let error)? = ready.body { return .refused(error) }
         let start = ready.uploadReady.offset
         var offset = Int(start)
@@ -65,7 +69,7 @@ extension NativeTestClient {
         let end = min(bytes.count, limit ?? bytes.count)
         while offset < end {
             if window == 0 {
-                let update = try await self.expectFrame("a window update") {
+                let update = try await self.expectFrame(timeout: Patience.reply, "a window update") {
                     $0.kind == .windowUpdate && $0.streamID == stream
                 }
                 window += Int(update.windowIncrement ?? 0)
@@ -85,7 +89,7 @@ extension NativeTestClient {
             window -= count
         }
         if offset < bytes.count && !endingThere { return .cut(startedAt: start, offset: offset) }
-        let answer = try await self.expect("upload_done") { $0.requestID == id ? $0 : nil }
+        let answer = try await self.expect(timeout: Patience.reply, "upload_done") { $0.requestID == id ? $0 : nil }
         switch answer.body {
         case .uploadDone(let done)?: return .done(done, startedAt: start)
         case .error(let error)?: return .refused(error)
@@ -105,7 +109,7 @@ extension NativeTestClient {
         guard case .success(let info) = ready else { return ready.map { ($0, []) } }
         var bytes: [UInt8] = []
         while true {
-            let frame = try await self.expectFrame("a chunk of stream \(stream)") {
+            let frame = try await self.expectFrame(timeout: Patience.reply, "a chunk of stream \(stream)") {
                 $0.kind == .mediaChunk && $0.streamID == stream
             }
             bytes.append(frame.payload)
@@ -129,7 +133,7 @@ extension NativeTestClient {
         request.fetch.length = length
         request.fetch.windowBytes = window
         let id = try await self.send(request)
-        let ready = try await self.expect("fetch_ready") { $0.requestID == id ? $0 : nil }
+        let ready = try await self.expect(timeout: Patience.reply, "fetch_ready") { $0.requestID == id ? $0 : nil }
         switch ready.body {
         case .fetchReady(let info)?: return .success(info)
         case .error(let error)?: return .failure(error)
@@ -148,7 +152,9 @@ extension NativeTestClient {
         envelope.send.to = peer
         envelope.send.body.media = media
         let requestID = try await self.send(envelope)
-        return try await self.expect("the answer to request \(requestID)") { $0.requestID == requestID ? $0 : nil }
+        return try await self.expect(timeout: Patience.reply, "the answer to request \(requestID)") {
+            $0.requestID == requestID ? $0 : nil
+        }
     }
 }
 

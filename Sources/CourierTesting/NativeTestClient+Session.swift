@@ -1,4 +1,5 @@
 public import CourierProtocol
+public import CourierWire
 public import NIOSSL
 
 /// The session protocol through a bare native client: logging in, sending texts, reading events.
@@ -40,12 +41,45 @@ extension NativeTestClient {
         return (client, try await client.expect("a welcome") { $0.welcome })
     }
 
+}
+
+/// What the session tests need of a client, whichever way it reaches the server (``NativeTestClient``,
+/// ``WebSocketTestClient``): sending an envelope, and reading until one matches.
+public protocol EnvelopeTestClient: Actor {
+    /// Sends an envelope, giving it the next request id unless it has one; returns the request id used.
+    @discardableResult
+    func send(_ envelope: ClientEnvelope) async throws -> UInt64
+
+    /// Reads until an envelope matches, keeping the others for later reads.
+    func expect<T: Sendable>(
+        timeout: Duration,
+        _ what: String,
+        _ match: @Sendable (ServerEnvelope) -> T?
+    ) async throws -> T
+
+    /// Sends a media stream's frame (a chunk, a window update, a reset).
+    func send(frame: NativeFrame) async throws
+
+    /// Reads until a media stream's frame matches, keeping envelopes and other frames for later reads.
+    func expectFrame(
+        timeout: Duration,
+        _ what: String,
+        where match: @Sendable (NativeFrame) -> Bool
+    ) async throws -> NativeFrame
+}
+
+extension NativeTestClient: EnvelopeTestClient {}
+extension WebSocketTestClient: EnvelopeTestClient {}
+
+extension EnvelopeTestClient {
     /// Sends a request built by `build` and waits for its answer.
     public func request(_ build: (inout ClientEnvelope) -> Void) async throws -> ServerEnvelope {
         var envelope = ClientEnvelope()
         build(&envelope)
         let requestID = try await self.send(envelope)
-        return try await self.expect("the answer to \(requestID)") { $0.requestID == requestID ? $0 : nil }
+        return try await self.expect(timeout: Patience.reply, "the answer to \(requestID)") {
+            $0.requestID == requestID ? $0 : nil
+        }
     }
 
     /// Sends a text and waits for its answer.
@@ -61,14 +95,16 @@ extension NativeTestClient {
         envelope.send.to = peer
         envelope.send.body.text = text
         let requestID = try await self.send(envelope)
-        return try await self.expect("the answer to request \(requestID)") { $0.requestID == requestID ? $0 : nil }
+        return try await self.expect(timeout: Patience.reply, "the answer to request \(requestID)") {
+            $0.requestID == requestID ? $0 : nil
+        }
     }
 
     /// Reads events until `count` messages have arrived, acknowledging each page.
     public func messages(_ count: Int, ack: Bool = true) async throws -> [Courier_V1_Message] {
         var messages: [Courier_V1_Message] = []
         while messages.count < count {
-            let events = try await self.expect("events") { envelope -> [Courier_V1_Event]? in
+            let events = try await self.expect(timeout: Patience.reply, "events") { envelope -> [Courier_V1_Event]? in
                 guard case .events(let events)? = envelope.body, !events.events.isEmpty else { return nil }
                 return events.events
             }

@@ -19,6 +19,8 @@ public struct CourierWireError: Error, Hashable, Sendable, CustomStringConvertib
             case unsupportedVersion = "unsupported-version"
             case frameTooLarge = "frame-too-large"
             case invalidFrame = "invalid-frame"
+            case webSocketViolation = "websocket-violation"
+            case inflateFailed = "inflate-failed"
         }
 
         private let base: Base
@@ -46,10 +48,16 @@ public struct CourierWireError: Error, Hashable, Sendable, CustomStringConvertib
         public static let badPreface = Code(.badPreface)
         /// Native: the preface names a protocol version this side does not speak.
         public static let unsupportedVersion = Code(.unsupportedVersion)
-        /// Native: a frame's length is over ``NativeFraming/Configuration/maxFramePayloadBytes``.
+        /// Native: a frame's length is over ``NativeFraming/Configuration/maxFramePayloadBytes``. WebSocket: a message
+        /// (its fragments together, or inflated) over ``WebSocketMessageCodec/Configuration/maxMessageBytes``.
         public static let frameTooLarge = Code(.frameTooLarge)
         /// Native: a control frame with the wrong payload length or on the wrong stream.
         public static let invalidFrame = Code(.invalidFrame)
+        /// WebSocket: a frame that breaks RFC 6455 (unmasked from a client, a continuation with nothing to continue,
+        /// a reserved bit not negotiated, a fragmented or oversized control frame).
+        public static let webSocketViolation = Code(.webSocketViolation)
+        /// WebSocket: a compressed message (permessage-deflate) whose bytes do not inflate.
+        public static let inflateFailed = Code(.inflateFailed)
 
         /// Every code this version defines.
         static var all: [Code] { Base.allCases.map(Code.init) }

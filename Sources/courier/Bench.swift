@@ -61,6 +61,11 @@ struct Bench: AsyncParsableCommand {
             With --server HOST:PORT --data FOLDER the bench loads a server started apart (under perf or valgrind, \
             with other flags), adding its users to that server's data folder while it runs; --server-pid gives its \
             CPU and memory.
+
+            With --transport websocket (pairs, group or idle) the connections go through the WebSocket gateway (/ws \
+            on the HTTP port) with JSON envelopes, as the web chat's do; the same load runs first on the native \
+            port, on a fresh server of its own, and the report adds its figures and the ratio (acknowledged msg/s, \
+            or memory per idle connection).
             """
     )
 
@@ -79,6 +84,16 @@ struct Bench: AsyncParsableCommand {
             """
     )
     var pattern = Pattern.pairs
+
+    @Option(
+        help: ArgumentHelp(
+            "How the connections reach the server: native (the native port) or websocket (the gateway /ws on the "
+                + "HTTP port, JSON envelopes as the web chat sends them). With websocket, the same load runs first on "
+                + "the native port, on a server of its own, and the report gives the ratio.",
+            valueName: "native|websocket"
+        )
+    )
+    var transport = "native"
 
     @Option(help: "Members per group, with --pattern group.")
     var groupSize = 100
@@ -231,6 +246,19 @@ struct Bench: AsyncParsableCommand {
         if self.processes > 1, self.pattern != .idle || self.server != nil {
             throw ValidationError("--processes goes with --pattern idle, on a server the bench starts")
         }
+        guard let transport = BenchTransport(rawValue: self.transport) else {
+            throw ValidationError("--transport is native or websocket, not \(self.transport)")
+        }
+        if transport == .websocket {
+            guard [.pairs, .group, .idle].contains(self.pattern), self.server == nil, self.database == nil,
+                self.storm == 0, self.processes == 1
+            else {
+                throw ValidationError(
+                    "--transport websocket goes with --pattern pairs, group or idle, on one server the bench starts "
+                        + "(without --server, --database, --storm or --processes)"
+                )
+            }
+        }
         if self.storm < 0 { throw ValidationError("--storm must not be negative") }
         if let stormRate, stormRate <= 0 || self.storm == 0 {
             throw ValidationError("--storm-rate must be positive, with --storm")
@@ -272,6 +300,7 @@ struct Bench: AsyncParsableCommand {
     var benchConfiguration: BenchConfiguration {
         var configuration = BenchConfiguration()
         configuration.connections = self.connections
+        configuration.transport = BenchTransport(rawValue: self.transport) ?? .native
         configuration.pattern =
             switch self.pattern {
             case .pairs: .pairs

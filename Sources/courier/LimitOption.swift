@@ -15,6 +15,7 @@ enum LimitOption {
         ("http-max-connections", { $0.http.maxConnections = try int($1) }),
         ("http-max-connections-per-address", { $0.http.maxConnectionsPerAddress = try int($1) }),
         ("http-idle-timeout", { $0.http.idleTimeout = try duration($1) }),
+        ("websocket-max-message-bytes", { $0.webSocket.maxMessageBytes = try bytes($1) }),
         ("health-probe-interval", { $0.http.healthProbeInterval = try duration($1) }),
         ("health-probe-timeout", { $0.http.healthProbeTimeout = try duration($1) }),
         ("reserved-descriptors", { $0.reservedDescriptors = try int($1) }),

@@ -18,7 +18,8 @@ struct Serve: AsyncParsableCommand {
         abstract: "Run the Courier server: on an embedded SQLite database, or as one node of several on PostgreSQL.",
         discussion: """
             Listens on 127.0.0.1 by default: the native port (6970, Courier's binary framing), the compat port \
-            (6969, the source notes' JSON-header framing) and the HTTP port (6980: /health, /metrics). Data goes to \
+            (6969, the source notes' JSON-header framing) and the HTTP port (6980: /health, /metrics, /media, and \
+            the WebSocket gateway /ws, the native session's envelopes as JSON for browsers). Data goes to \
             ./courier-data (courier.sqlite, in WAL mode with synchronous=FULL: an acknowledged message survives a \
             crash of the process or the machine). The address, port, TLS and data flags have environment variables \
             (named in each flag's help); the flag wins. Once it listens it prints "courier serve listening on \
@@ -106,6 +107,20 @@ struct Serve: AsyncParsableCommand {
     )
     var registration: String = ServerConfiguration.Accounts.Registration.closed.rawValue
 
+    @Option(
+        name: .customLong("allow-origin"),
+        help: ArgumentHelp(
+            "An origin (scheme://host[:port]) whose pages may open the WebSocket gateway /ws, besides the server's own "
+                + "when reached by IP address or localhost; a server reached by name lists it here "
+                + "(https://chat.example.com). Repeat for several. Browsers from other origins get 403.",
+            valueName: "origin"
+        )
+    )
+    var allowedOrigins: [String] = []
+
+    @Flag(help: "Turn the WebSocket gateway (/ws on the HTTP port, which the web chat uses) off.")
+    var noWebSocket = false
+
     @Option(name: .customLong("limit"), help: ArgumentHelp(LimitOption.help, valueName: "name=value"))
     var limits: [String] = []
 
@@ -119,6 +134,9 @@ struct Serve: AsyncParsableCommand {
         }
         guard ServerConfiguration.Accounts.Registration(rawValue: self.registration) != nil else {
             throw ValidationError("--registration is closed, invite or open, not \(self.registration)")
+        }
+        for origin in self.allowedOrigins where !ServerConfiguration.WebSocket.isOrigin(origin) {
+            throw ValidationError("--allow-origin takes scheme://host[:port] (http or https, no path), not \(origin)")
         }
         guard PostgresFeed.Mode(rawValue: self.fanout) != nil else {
             throw ValidationError("--fanout is notify or poll, not \(self.fanout)")
@@ -145,6 +163,8 @@ struct Serve: AsyncParsableCommand {
         configuration.httpPort = try port(self.httpPort, "COURIER_HTTP_PORT") ?? configuration.httpPort
         configuration.dataFolder = self.data.folder
         configuration.accounts.registration = .init(rawValue: self.registration) ?? .closed
+        configuration.webSocket.enabled = !self.noWebSocket
+        configuration.webSocket.allowedOrigins = self.allowedOrigins
         try LimitOption.apply(self.limits, to: &configuration)
         switch (self.tlsCertificate ?? environment["COURIER_TLS_CERT"], self.tlsKey ?? environment["COURIER_TLS_KEY"]) {
         case (nil, nil):

@@ -49,6 +49,13 @@ struct TLSTests {
                     )
                     #expect(plainHTTP.status != 0 && !plainHTTP.output.contains("status"), "\(plainHTTP)")
 
+                    // The WebSocket gateway on the same port: wss://, and a message from the native port through it.
+                    let (web, _) = try await WebSocketTestClient.login(port: fixture.ports.http, "bob", tls: trusting)
+                    #expect(try await alice.sendText("到 wss", to: .user("bob")).ack != nil)
+                    #expect(try await web.messages(1).map(\.body.text) == ["到 wss"])
+                    _ = try await bob.expect("txt")
+                    await web.close()
+
                     // A native client that does not trust the certificate, and one that speaks plain TCP: neither
                     // gets a welcome, and the server closes the plain one.
                     await #expect(throws: (any Error).self) {

@@ -35,6 +35,34 @@ public struct ServerConfiguration: Sendable {
     public var cluster: Cluster = .init()
     /// Who may make an account, and how often; how often users may look others up.
     public var accounts: Accounts = .init()
+    /// The WebSocket gateway at `/ws` on the HTTP port.
+    public var webSocket: WebSocket = .init()
+
+    /// The WebSocket gateway: the native session's envelopes as JSON, for browsers (docs/PROTOCOL.md, "The WebSocket
+    /// gateway"). Its sessions are counted with the native and compat ports' (``Limits``), not as HTTP connections.
+    public struct WebSocket: Sendable {
+        /// Whether `GET /ws` upgrades to the gateway.
+        public var enabled: Bool = true
+        /// Origins whose pages may open `/ws` besides the server's own, as `scheme://host[:port]`. The server's own
+        /// is taken by itself only when the request's `Host` is an address or `localhost` (the page's scheme the
+        /// port's, its host and port that `Host`); a server reached by name lists its name here. A browser's request
+        /// from any other origin is refused with 403; a client that sends no `Origin` (not a browser) is not asked.
+        public var allowedOrigins: [String] = []
+        /// The largest message, its fragments together, inflated: one envelope in JSON, or one media chunk (the
+        /// native port's frame limit) with its frame header. A larger one closes the connection (1009).
+        public var maxMessageBytes: Int = (1 << 20) + 64
+        /// Whether permessage-deflate is accepted when a client offers it (without context takeover either way:
+        /// no compression state outlives a message).
+        public var compression: Bool = true
+
+        public init() {}
+
+        /// Whether `origin` is written as ``allowedOrigins`` takes it: `http://` or `https://`, a host, perhaps a
+        /// port, no path.
+        public static func isOrigin(_ origin: String) -> Bool {
+            WebSocketOrigins.authority(ofOrigin: WebSocketOrigins.normalize(origin)) != nil
+        }
+    }
 
     /// Who may make an account (`SignUp` in a `hello`), and the limits on signing up and on finding users.
     public struct Accounts: Sendable {

@@ -1,4 +1,5 @@
 import CourierStore
+import CourierWire
 import Hummingbird
 import HummingbirdCore
 import HummingbirdTLS
@@ -7,7 +8,8 @@ import NIOCore
 import NIOHTTPTypes
 import Synchronization
 
-/// The HTTP port: `GET /health`, `GET /metrics`, and media (``MediaEndpoint``).
+/// The HTTP port: `GET /health`, `GET /metrics`, media (``MediaEndpoint``), and the WebSocket gateway at `/ws`
+/// (``GatewayChannel``).
 enum HTTPEndpoints {
     /// What `/health` says of the database: its kind (`sqlite`, `postgres`), and for a node sharing it, whether
     /// its listener for the other nodes' news is connected. Never where the database is: the port is public.
@@ -93,6 +95,7 @@ enum HTTPEndpoints {
         metrics: ServerMetrics,
         media: MediaService,
         logins: LoginThrottle,
+        sessions: SessionContext?,
         version: String,
         database: DatabaseHealth,
         logger: Logger,
@@ -122,6 +125,21 @@ enum HTTPEndpoints {
             )
         }
         MediaEndpoint(store: media.store, media: media, logins: logins).register(on: router)
+        if sessions != nil {
+            router.get("/ws") { _, _ -> Response in
+                // The gateway is reached by an upgrade; a plain GET, or a handshake NIO's upgrader declined (no
+                // valid key, another version), is told how (RFC 6455, 4.4).
+                Response(
+                    status: .upgradeRequired,
+                    headers: [
+                        .upgrade: "websocket", .secWebSocketVersion: "13", .contentType: "text/plain; charset=utf-8",
+                    ],
+                    body: .init(
+                        byteBuffer: ByteBuffer(string: "/ws is Courier's WebSocket gateway: open it as a WebSocket\n")
+                    )
+                )
+            }
+        }
         let connections = HTTPConnections(
             perAddress: configuration.http.maxConnectionsPerAddress,
             maxConnections: configuration.http.maxConnections
@@ -130,14 +148,28 @@ enum HTTPEndpoints {
             additionalChannelHandlers: [HTTPConnectionHandler(connections: connections)],
             idleTimeout: TimeAmount(configuration.http.idleTimeout)
         )
+        let gateway = sessions.map { sessions in
+            WebSocketGateway(
+                configuration: configuration.webSocket,
+                secure: configuration.tls != nil,
+                context: sessions,
+                maxFramePayloadBytes: NativeFraming.Configuration().maxFramePayloadBytes
+            )
+        }
+        let channels = HTTPServerBuilder { responder in
+            GatewayChannel(responder: responder, http1: http1, connections: connections, gateway: gateway)
+        }
+        // HTTPConnections keeps plain HTTP within its limit; WebSocket sessions are within the session limit.
+        let (accepted, overflow) = configuration.http.maxConnections.addingReportingOverflow(
+            gateway == nil ? 0 : configuration.limits.maxConnections
+        )
         return Application(
             router: router,
-            server: try configuration.tls.map { try .tls(.http1(configuration: http1), tlsConfiguration: $0) }
-                ?? .http1(configuration: http1),
+            server: try configuration.tls.map { try .tls(channels, tlsConfiguration: $0) } ?? channels,
             configuration: .init(
                 address: .hostname(configuration.host, port: configuration.httpPort),
                 serverName: "courier",
-                availableConnectionsDelegate: MaximumAvailableConnections(configuration.http.maxConnections)
+                availableConnectionsDelegate: MaximumAvailableConnections(overflow ? .max : accepted)
             ),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) },
             logger: logger
@@ -159,9 +191,9 @@ struct CourierRequestContext: RequestContext, RemoteAddressRequestContext {
 /// The HTTP port's connections: each client address's share (``AddressKey``), and room for a new connection on a full
 /// port. A connection with no request in progress (idle between requests, or still sending a request head) is
 /// *waiting*; when the port has `maxConnections` open, a new one makes the oldest waiting one close, so that partial
-/// heads held open from many addresses cannot keep `/health` and `/media` out (the port's accept limit is the same
-/// number: the room is made before it is reached). A connection whose request is being answered is never closed for
-/// room.
+/// heads held open from many addresses cannot keep `/health` and `/media` out (the room is made before the limit is
+/// reached); when none waits, the newcomer is closed. A connection whose request is being answered is never closed for
+/// room. A connection that became a WebSocket is counted out: the session limits count it.
 final class HTTPConnections: Sendable {
     let perAddress: Int
     let maxConnections: Int
@@ -183,12 +215,16 @@ final class HTTPConnections: Sendable {
 
     /// Counts a new connection in, as waiting.
     ///
-    /// - Returns: false when its address has its share already (it must close); otherwise the connection to close
-    ///   for room, if one must.
+    /// - Returns: false when its address has its share already, or the port is full and no connection waits (it
+    ///   must close); otherwise the connection to close for room, if one must.
     func opened(_ channel: any Channel, address: String) -> (admitted: Bool, closing: (any Channel)?) {
         let id = ObjectIdentifier(channel)
         return self.state.withLock { state in
             guard state.byAddress[address, default: 0] < self.perAddress else { return (false, nil) }
+            // Full, with no connection waiting to make room: the newcomer is the one that goes.
+            if state.open - state.closing.count >= self.maxConnections, state.waiting.count == 0 {
+                return (false, nil)
+            }
             state.byAddress[address, default: 0] += 1
             state.open += 1
             var closing: (any Channel)?
@@ -238,38 +274,87 @@ final class HTTPConnections: Sendable {
     }
 }
 
-/// Counts an HTTP connection in (closing it when its address has its share), tells ``HTTPConnections`` when it is
-/// answering a request and when it waits, and counts it out when it closes.
-final class HTTPConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
-    typealias InboundIn = HTTPRequestPart
-    typealias InboundOut = HTTPRequestPart
-    typealias OutboundIn = HTTPResponsePart
-    typealias OutboundOut = HTTPResponsePart
+/// Counts an HTTP connection in as it opens (closing it when its address has its share, or when the port is full and
+/// no connection waits to make room) and out as it closes, or as it becomes a WebSocket (``leftHTTP(_:)``): the
+/// first handler of the HTTP port's pipeline, before any request has been read. Until its first request has come
+/// whole (``firstRequestCame()``), it closes a connection silent past `firstRequestTimeout`; after that Hummingbird's
+/// idle timeout, or the WebSocket session's deadlines, take over.
+final class HTTPAdmissionHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
     let connections: HTTPConnections
+    let firstRequestTimeout: TimeAmount?
     private var address: String?
-    /// Requests whose heads came and whose answers have not all gone out (several, with pipelining).
-    private var answering = 0
+    private var deadline: Scheduled<Void>?
+    private var firstRequest = false
 
-    init(connections: HTTPConnections) {
+    init(connections: HTTPConnections, firstRequestTimeout: TimeAmount?) {
         self.connections = connections
+        self.firstRequestTimeout = firstRequestTimeout
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
         let address = AddressKey.of(ip: context.channel.remoteAddress?.ipAddress ?? "")
         let (admitted, closing) = self.connections.opened(context.channel, address: address)
         closing?.close(promise: nil)
-        if admitted {
-            self.address = address
-        } else {
+        guard admitted else {
             context.close(promise: nil)
+            return
         }
+        self.address = address
+        if context.channel.isActive { self.armDeadline(context: context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        self.armDeadline(context: context)
+        context.fireChannelActive()
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
+        self.deadline?.cancel()
+        self.deadline = nil
         if let address = self.address {
             self.address = nil
             self.connections.closed(context.channel, address: address)
         }
+    }
+
+    private func armDeadline(context: ChannelHandlerContext) {
+        guard self.deadline == nil, !self.firstRequest, let timeout = self.firstRequestTimeout else { return }
+        let channel = context.channel
+        self.deadline = context.eventLoop.scheduleTask(in: timeout) { channel.close(promise: nil) }
+    }
+
+    /// The first request's head came whole, and it is plain HTTP.
+    func firstRequestCame() {
+        self.firstRequest = true
+        self.deadline?.cancel()
+        self.deadline = nil
+    }
+
+    /// The connection became a WebSocket: its place on the HTTP port is free (the session limits count it now).
+    func leftHTTP(_ channel: any Channel) {
+        self.firstRequestCame()
+        if let address = self.address {
+            self.address = nil
+            self.connections.closed(channel, address: address)
+        }
+    }
+}
+
+/// Tells ``HTTPConnections`` when a plain HTTP connection is answering a request and when it waits for the next
+/// (``HTTPAdmissionHandler`` counts it in and out).
+final class HTTPConnectionHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPRequestPart
+    typealias InboundOut = HTTPRequestPart
+    typealias OutboundIn = HTTPResponsePart
+    typealias OutboundOut = HTTPResponsePart
+    let connections: HTTPConnections
+    /// Requests whose heads came and whose answers have not all gone out (several, with pipelining).
+    private var answering = 0
+
+    init(connections: HTTPConnections) {
+        self.connections = connections
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {

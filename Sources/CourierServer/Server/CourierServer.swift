@@ -263,6 +263,7 @@ public final class CourierServer: Service, Sendable {
             metrics: self.metrics,
             media: self.media,
             logins: self.logins,
+            sessions: self.configuration.webSocket.enabled ? context : nil,
             version: self.version,
             database: HTTPEndpoints.DatabaseHealth(
                 store: self.store,

@@ -33,6 +33,8 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     var eventLoop: (any EventLoop)!
     /// The connection's async work; set once the connection is admitted.
     var work: SessionWork?
+    /// Whether the connection was admitted or refused (``begin(context:)``).
+    private var begun = false
     /// This connection's mark in the group commit: after a write of it fails, its later ones fail too (see
     /// ``CommitQueue/enqueue(_:origin:)``), so none overtakes the failed one; the connection then closes.
     var origin = 0
@@ -89,6 +91,8 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
         self.eventLoop = context.eventLoop
+        // A WebSocket's session begins in a connection already open (after its HTTP upgrade).
+        if context.channel.isActive { self.begin(context: context) }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
@@ -97,6 +101,14 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     }
 
     func channelActive(context: ChannelHandlerContext) {
+        self.begin(context: context)
+        context.fireChannelActive()
+    }
+
+    /// Admits the connection and starts its session, once.
+    private func begin(context: ChannelHandlerContext) {
+        guard !self.begun else { return }
+        self.begun = true
         let ticket: ConnectionCounts.Ticket
         switch self.server.admit(address: self.requests.addressKey, channel: context.channel) {
         case .failure(let refusal):
@@ -124,7 +136,6 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         self.deadlines = deadlines
         self.deadlineKey = deadlines.register { [unowned self] now in self.deadlineFired(now) }
         self.armDeadline()
-        context.fireChannelActive()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
@@ -160,8 +171,12 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        // Bytes that break the framing: say which error where the transport can, then close. A peer that left
-        // (inside a frame, or resetting the connection) is not an error worth more than a debug line.
+        self.closeForFraming(error)
+    }
+
+    /// Bytes that break the framing: say which error where the transport can, then close. A peer that left
+    /// (inside a frame, or resetting the connection) is not an error worth more than a debug line.
+    private func closeForFraming(_ error: any Error) {
         let wire = error as? CourierWireError
         if let wire, wire.code != .truncated {
             self.requests.logger.info("closing: framing error", metadata: ["error": "\(error)"])
@@ -310,6 +325,8 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
             self.start { requests, work, writer in
                 try await requests.receiveInline(bytes, isLast: isLast, session: work, writer: writer)
             }
+        case .brokenFraming(let error):
+            self.closeForFraming(error)
         case .inlineAbandoned(let code, let message):
             self.start { requests, work, writer in
                 try await requests.abandonInline(code: code, message: message, session: work, writer: writer)

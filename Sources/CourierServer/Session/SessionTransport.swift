@@ -29,6 +29,9 @@ enum TransportInput<Outbound> {
     case inlineBytes(ByteBuffer, isLast: Bool)
     /// The inline media packet was broken off (a corrupt packet skipped): drop what came of it, answer this error.
     case inlineAbandoned(code: String, message: String)
+    /// A frame that breaks the framing, found only as it is read (a WebSocket message that does not inflate, or
+    /// inflates past the limit): close as for a decoder's error (``SessionTransport/closingFrames(framingError:)``).
+    case brokenFraming(any Error)
 }
 
 /// What a transport writes for one envelope: frames, and media bytes that the connection streams from the blob
@@ -103,17 +106,8 @@ struct NativeTransport: SessionTransport {
             return .reply([.pong(frame.pingData ?? 0)])
         case .pong:
             return .ignore
-        case .mediaChunk:
-            return .streamChunk(
-                streamID: frame.streamID,
-                bytes: frame.payload,
-                end: frame.flags.contains(.endStream)
-            )
-        case .windowUpdate:
-            guard frame.streamID != 0 else { return .ignore }
-            return .streamWindow(streamID: frame.streamID, increment: frame.windowIncrement ?? 0)
-        case .resetStream:
-            return .streamReset(streamID: frame.streamID)
+        case .mediaChunk, .windowUpdate, .resetStream:
+            return Self.streamInput(frame) ?? .ignore
         case .goaway:
             return .goodbye
         case let kind where kind.isExtension:
@@ -123,6 +117,21 @@ struct NativeTransport: SessionTransport {
                 code: ErrorCodes.unsupported,
                 message: "\(frame.kind) frames are not used by this server yet"
             )
+        }
+    }
+
+    /// What a media stream's frame (a chunk, a window update, a reset) asks for; nil for a frame of another kind.
+    static func streamInput<Outbound>(_ frame: NativeFrame) -> TransportInput<Outbound>? {
+        switch frame.kind {
+        case .mediaChunk:
+            .streamChunk(streamID: frame.streamID, bytes: frame.payload, end: frame.flags.contains(.endStream))
+        case .windowUpdate:
+            frame.streamID == 0
+                ? .ignore : .streamWindow(streamID: frame.streamID, increment: frame.windowIncrement ?? 0)
+        case .resetStream:
+            .streamReset(streamID: frame.streamID)
+        default:
+            nil
         }
     }
 
