@@ -55,6 +55,8 @@ final class BenchHandler: ChannelInboundHandler, @unchecked Sendable {
         /// spread evenly over one interval, so the total rate is smooth rather than a burst from every connection
         /// at once.
         var phase: UInt64 = 0
+        /// Whether the login goes out as the connection becomes active (not over the gateway: after its handshake).
+        var logsInWhenActive = true
     }
 
     private let plan: Plan
@@ -92,18 +94,18 @@ final class BenchHandler: ChannelInboundHandler, @unchecked Sendable {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        // Over the gateway this handler comes once the connection is open and upgraded.
-        if context.channel.isActive { self.sayHello() }
     }
 
     func channelActive(context: ChannelHandlerContext) {
-        self.sayHello()
+        if self.plan.logsInWhenActive { self.sayHello() }
         context.fireChannelActive()
     }
 
     private var saidHello = false
 
-    private func sayHello() {
+    /// Logs in: when the connection becomes active, or, over the gateway, once its handshake is done (what is written
+    /// while NIO's upgrade handler is still in the pipeline is lost).
+    func sayHello() {
         guard !self.saidHello else { return }
         self.saidHello = true
         var hello = ClientEnvelope()

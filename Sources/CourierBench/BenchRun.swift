@@ -192,6 +192,8 @@ public struct BenchRun: Sendable {
         tally: BenchTally,
         group: any EventLoopGroup
     ) async throws -> (any Channel, BenchHandler) {
+        var plan = plan
+        plan.logsInWhenActive = transport == .native
         let handler = BenchHandler(plan: plan, tally: tally)
         var bootstrap = ClientBootstrap(group: group)
         if let source { bootstrap = bootstrap.bind(to: source) }
@@ -230,6 +232,7 @@ public struct BenchRun: Sendable {
                 throw error
             }
             _ = try await upgraded.futureResult.get()
+            channel.eventLoop.execute { handler.sayHello() }
             return (channel, handler)
         }
     }

@@ -12,11 +12,12 @@ import Testing
 /// The `courier` command: `courier bench` in each of its patterns.
 extension CommandLineTests {
     @Test(
-        "courier bench: what is sent is acknowledged and delivered, in pairs, groups and open loop; idle reports memory",
+        "courier bench: what is sent is acknowledged and delivered, in pairs, groups, open loop and over the WebSocket gateway",
         arguments: [
             ["--pattern", "pairs", "--connections", "6", "--messages", "50"],
             ["--pattern", "group", "--group-size", "3", "--connections", "6", "--messages", "20"],
             ["--pattern", "pairs", "--connections", "4", "--messages", "40", "--rate", "400"],
+            ["--pattern", "pairs", "--connections", "6", "--messages", "30", "--transport", "websocket"],
         ]
     )
     func benchCountsAddUp(_ arguments: [String]) async throws {
@@ -40,6 +41,14 @@ extension CommandLineTests {
         #expect((ack["p50_ms"] ?? 0) > 0 && (ack["p50_ms"] ?? 0) <= (ack["p99_ms"] ?? 0))
         #expect((report["server_cpu_seconds"] as? Double ?? 0) > 0)
         #expect((report["server_peak_rss_bytes"] as? Int ?? 0) > 1_000_000)
+        if arguments.contains("websocket") {
+            // Over the gateway, beside the same load on the native port.
+            #expect(report["transport"] as? String == "websocket")
+            let peer = try #require(report["native_peer"] as? [String: Any], "\(report)")
+            #expect(peer["acknowledged"] as? Int == connections * messages && peer["connected"] as? Int == connections)
+        } else {
+            #expect(report["transport"] as? String == "native")
+        }
         if arguments.contains("--rate") {
             // 160 messages at 400/s take about 0.4 s: open loop keeps the pace rather than rushing.
             #expect((report["seconds"] as? Double ?? 0) >= 0.3, "\(report)")

@@ -64,7 +64,10 @@ struct GatewayChannel: ServerChildChannel, HTTPChannelHandler {
                         upgradePipelineHandler: { channel, head in
                             channel.eventLoop.makeCompletedFuture {
                                 let pipeline = channel.pipeline.syncOperations
-                                try pipeline.handler(type: HTTPAdmissionHandler.self).leftHTTP(channel)
+                                // The HTTP port's handlers are done with: the session's pipeline is all that stays.
+                                let admission = try pipeline.handler(type: HTTPAdmissionHandler.self)
+                                admission.leftHTTP(channel)
+                                pipeline.removeHandler(admission, promise: nil)
                                 try pipeline.removeHandler(pipeline.handler(type: CloseOnParseError.self), promise: nil)
                                 try pipeline.removeHandler(pipeline.handler(type: FirstRequestHead.self), promise: nil)
                                 try gateway.startSession(on: channel, request: head)
@@ -238,8 +241,23 @@ struct WebSocketGateway: Sendable {
             self.configuration.compression
             && PerMessageDeflate.negotiate(head.headers["sec-websocket-extensions"]) != nil
         let pipeline = channel.pipeline.syncOperations
-        // A peer's FIN ends the session, as on the native port (Hummingbird lets HTTP connections half-close).
-        try channel.syncOptions?.setOption(.allowRemoteHalfClosure, value: false)
+        // As the native port's connections are set (CourierServer.bind): a peer's FIN ends the session (Hummingbird
+        // lets HTTP connections half-close), the write buffer's marks are the session limit's, and reads start small.
+        let limits = self.context.configuration.limits
+        let options = channel.syncOptions
+        try options?.setOption(.allowRemoteHalfClosure, value: false)
+        try options?.setOption(
+            .writeBufferWaterMark,
+            value: .init(low: limits.outboundBufferBytes / 2, high: limits.outboundBufferBytes)
+        )
+        try options?.setOption(
+            .recvAllocator,
+            value: AdaptiveRecvByteBufferAllocator(
+                minimum: 64,
+                initial: min(max(limits.initialReadBytes, 64), 65_536),
+                maximum: 65_536
+            )
+        )
         var codec = WebSocketMessageCodec.Configuration(
             maxMessageBytes: self.configuration.maxMessageBytes,
             deflate: deflate
