@@ -14,13 +14,7 @@ extension NativeTestClient {
         tls: TLSConfiguration? = nil
     ) async throws -> (NativeTestClient, Courier_V1_Welcome) {
         let client = try await NativeTestClient.connect(port: port, tls: tls)
-        var hello = ClientEnvelope()
-        hello.hello.password.user = user
-        hello.hello.password.password = password ?? "pw-" + user
-        hello.hello.deviceName = device
-        hello.hello.ephemeral = ephemeral
-        try await client.send(hello)
-        return (client, try await client.expect("a welcome") { $0.welcome })
+        return (client, try await client.logIn(user, password: password, device: device, ephemeral: ephemeral))
     }
 
     /// Connects with a device token, resuming after `cursor` if given.
@@ -72,6 +66,22 @@ extension NativeTestClient: EnvelopeTestClient {}
 extension WebSocketTestClient: EnvelopeTestClient {}
 
 extension EnvelopeTestClient {
+    /// Sends a password `hello` (by default the password "pw-" + the user's name) and waits for the welcome.
+    public func logIn(
+        _ user: String,
+        password: String? = nil,
+        device: String,
+        ephemeral: Bool = false
+    ) async throws -> Courier_V1_Welcome {
+        var hello = ClientEnvelope()
+        hello.hello.password.user = user
+        hello.hello.password.password = password ?? "pw-" + user
+        hello.hello.deviceName = device
+        hello.hello.ephemeral = ephemeral
+        try await self.send(hello)
+        return try await self.expect(timeout: Patience.reply, "a welcome") { $0.welcome }
+    }
+
     /// Sends a request built by `build` and waits for its answer.
     public func request(_ build: (inout ClientEnvelope) -> Void) async throws -> ServerEnvelope {
         var envelope = ClientEnvelope()

@@ -95,13 +95,7 @@ public actor WebSocketTestClient {
         tls: TLSConfiguration? = nil
     ) async throws -> (WebSocketTestClient, Courier_V1_Welcome) {
         let client = try await WebSocketTestClient.connect(port: port, origin: origin, deflate: deflate, tls: tls)
-        var hello = ClientEnvelope()
-        hello.hello.password.user = user
-        hello.hello.password.password = password ?? "pw-" + user
-        hello.hello.deviceName = device
-        hello.hello.ephemeral = ephemeral
-        try await client.send(hello)
-        return (client, try await client.expect("a welcome") { $0.welcome })
+        return (client, try await client.logIn(user, password: password, device: device, ephemeral: ephemeral))
     }
 
     private init(channel: any Channel, deflate: Bool, inbox: FrameInbox<WebSocketMessage>) {

@@ -151,9 +151,7 @@ struct NativeTransport: SessionTransport {
     }
 
     func closingFrames(code: String, message: String) -> [NativeFrame] {
-        var envelope = ServerEnvelope()
-        envelope.error.code = code
-        envelope.error.message = message
+        let envelope = ServerEnvelope.failure(code: code, message: message)
         let goawayCode: NativeErrorCode =
             switch code {
             case ErrorCodes.envelopeInvalid, ErrorCodes.unsupported, ErrorCodes.notAuthenticated,
@@ -182,10 +180,18 @@ struct NativeTransport: SessionTransport {
         default:
             goawayCode = .protocolError
         }
-        var envelope = ServerEnvelope()
-        envelope.error.code = ErrorCodes.framingError
-        envelope.error.message = "\(framingError)"
+        let envelope = ServerEnvelope.failure(code: ErrorCodes.framingError, message: "\(framingError)")
         return ((try? NativeFrame(envelope: envelope)).map { [$0] } ?? [])
             + [.goaway(lastStreamID: 0, code: goawayCode, message: code.map { "\($0)" } ?? ErrorCodes.framingError)]
+    }
+}
+
+extension ServerEnvelope {
+    /// The `error` envelope a transport sends before it closes.
+    static func failure(code: String, message: String) -> ServerEnvelope {
+        var envelope = ServerEnvelope()
+        envelope.error.code = code
+        envelope.error.message = message
+        return envelope
     }
 }

@@ -98,9 +98,7 @@ struct WebSocketTransport: SessionTransport {
     }
 
     func closingFrames(code: String, message: String) -> [WebSocketMessage] {
-        var envelope = ServerEnvelope()
-        envelope.error.code = code
-        envelope.error.message = message
+        let envelope = ServerEnvelope.failure(code: code, message: message)
         let status: UInt16 =
             switch code {
             case ErrorCodes.envelopeInvalid, ErrorCodes.unsupported, ErrorCodes.notAuthenticated,
@@ -123,9 +121,7 @@ struct WebSocketTransport: SessionTransport {
             case .inflateFailed?: WebSocketMessage.CloseCode.invalidPayload
             default: WebSocketMessage.CloseCode.protocolError
             }
-        var envelope = ServerEnvelope()
-        envelope.error.code = ErrorCodes.framingError
-        envelope.error.message = "\(framingError)"
+        let envelope = ServerEnvelope.failure(code: ErrorCodes.framingError, message: "\(framingError)")
         let reason = wire.map { "\($0.code)" } ?? ErrorCodes.framingError
         return ((try? Self.json(envelope)).map { [.text($0)] } ?? []) + [.close(code: status, reason: reason)]
     }
