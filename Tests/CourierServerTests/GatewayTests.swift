@@ -106,7 +106,14 @@ struct GatewayTests {
             )
             let closed = try await again.expectClose()
             #expect(closed.code == WebSocketMessage.CloseCode.normal, "\(closed)")
-            #expect(loggedOut > 0)
+            // The logout was answered before the close.
+            #expect(
+                closed.envelopes.contains { envelope in
+                    guard envelope.requestID == loggedOut, case .done? = envelope.body else { return false }
+                    return true
+                },
+                "\(closed.envelopes)"
+            )
             // The token is revoked: it logs in no more.
             let refused = try await WebSocketTestClient.connect(port: fixture.ports.http)
             try await refused.send(hello)
