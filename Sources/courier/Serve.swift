@@ -18,8 +18,8 @@ struct Serve: AsyncParsableCommand {
         abstract: "Run the Courier server: on an embedded SQLite database, or as one node of several on PostgreSQL.",
         discussion: """
             Listens on 127.0.0.1 by default: the native port (6970, Courier's binary framing), the compat port \
-            (6969, the source notes' JSON-header framing) and the HTTP port (6980: /health, /metrics, /media, and \
-            the WebSocket gateway /ws, the native session's envelopes as JSON for browsers). Data goes to \
+            (6969, the source notes' JSON-header framing) and the HTTP port (6980: the web chat at /, /health, /metrics, \
+            /media, and the WebSocket gateway /ws, the native session's envelopes as JSON for browsers). Data goes to \
             ./courier-data (courier.sqlite, in WAL mode with synchronous=FULL: an acknowledged message survives a \
             crash of the process or the machine). The address, port, TLS and data flags have environment variables \
             (named in each flag's help); the flag wins. Once it listens it prints "courier serve listening on \
@@ -121,6 +121,18 @@ struct Serve: AsyncParsableCommand {
     @Flag(help: "Turn the WebSocket gateway (/ws on the HTTP port, which the web chat uses) off.")
     var noWebSocket = false
 
+    @Flag(help: "Turn the web chat (the page at / on the HTTP port) off; --no-web-socket turns it off too.")
+    var noWebChat = false
+
+    @Option(
+        help: ArgumentHelp(
+            "Serve the web chat's files from this folder (read at start) instead of those built in: for working on "
+                + "the page (Web/ in the repository).",
+            valueName: "folder"
+        )
+    )
+    var webRoot: String?
+
     @Option(name: .customLong("limit"), help: ArgumentHelp(LimitOption.help, valueName: "name=value"))
     var limits: [String] = []
 
@@ -165,6 +177,8 @@ struct Serve: AsyncParsableCommand {
         configuration.accounts.registration = .init(rawValue: self.registration) ?? .closed
         configuration.webSocket.enabled = !self.noWebSocket
         configuration.webSocket.allowedOrigins = self.allowedOrigins
+        configuration.web.enabled = !self.noWebChat
+        configuration.web.root = self.webRoot
         try LimitOption.apply(self.limits, to: &configuration)
         switch (self.tlsCertificate ?? environment["COURIER_TLS_CERT"], self.tlsKey ?? environment["COURIER_TLS_KEY"]) {
         case (nil, nil):

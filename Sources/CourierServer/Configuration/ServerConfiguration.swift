@@ -37,6 +37,19 @@ public struct ServerConfiguration: Sendable {
     public var accounts: Accounts = .init()
     /// The WebSocket gateway at `/ws` on the HTTP port.
     public var webSocket: WebSocket = .init()
+    /// The web chat at `/` on the HTTP port.
+    public var web: Web = .init()
+
+    /// The web chat: a page at `/` on the HTTP port that chats over the gateway (``WebSocket``), which it needs.
+    public struct Web: Sendable {
+        /// Whether `/` and `/web/` serve the page (only while the gateway is on).
+        public var enabled: Bool = true
+        /// A folder to serve the page's files from, read once at start, instead of those built into the binary
+        /// (Web/ in the repository): for working on the page.
+        public var root: String?
+
+        public init() {}
+    }
 
     /// The WebSocket gateway: the native session's envelopes as JSON, for browsers (docs/PROTOCOL.md, "The WebSocket
     /// gateway"). Its sessions are counted with the native and compat ports' (``Limits``), not as HTTP connections.

@@ -125,6 +125,9 @@ enum HTTPEndpoints {
             )
         }
         MediaEndpoint(store: media.store, media: media, logins: logins).register(on: router)
+        if sessions != nil, configuration.webSocket.enabled, configuration.web.enabled {
+            try WebPage.load(root: configuration.web.root).register(on: router)
+        }
         if sessions != nil {
             router.get("/ws") { _, _ -> Response in
                 // The gateway is reached by an upgrade; a plain GET, or a handshake NIO's upgrader declined (no

@@ -1,0 +1,115 @@
+import Crypto
+import Foundation
+import Hummingbird
+import NIOCore
+
+/// The web chat on the HTTP port: `GET /` is its page, `GET /web/<file>` its scripts, styles and pictures. The page
+/// talks to the server over the WebSocket gateway (`/ws`) and fetches media from `/media`, both on this port, so it
+/// is the server's own origin.
+///
+/// The files are Web/ in the repository, built into the binary (``WebAssets``, written by scripts/generate-web), or
+/// a folder's named by ``ServerConfiguration/Web/root`` (read once, at start: for working on the page). Every answer
+/// carries a strict Content-Security-Policy (scripts, styles and pictures from this origin only, no inline script or
+/// style, no framing), `nosniff`, no referrer, and an ETag from the file's SHA-256 with `Cache-Control: no-cache`:
+/// a browser keeps each file and asks whether it changed (304) on each visit, so a new server's page is never mixed
+/// with an old one's scripts.
+struct WebPage: Sendable {
+    struct File: Sendable {
+        let body: ByteBuffer
+        let contentType: String
+        let etag: String
+    }
+
+    let files: [String: File]
+
+    /// The policy every answer carries. `connect-src 'self'` takes the page's own `ws:`/`wss:` origin too (CSP 3).
+    static let contentSecurityPolicy =
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
+        + "media-src 'self' blob:; connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; "
+        + "frame-ancestors 'none'"
+
+    init(files: [(name: String, text: String)]) {
+        var table: [String: File] = [:]
+        for (name, text) in files {
+            guard let type = Self.contentType(of: name) else { continue }
+            let digest = SHA256.hash(data: Data(text.utf8)).prefix(16).map { String(format: "%02x", $0) }.joined()
+            table[name] = File(body: ByteBuffer(string: text), contentType: type, etag: "\"\(digest)\"")
+        }
+        self.files = table
+    }
+
+    /// The built-in page, or the one in `root`.
+    static func load(root: String?) throws -> WebPage {
+        guard let root else { return WebPage(files: WebAssets.files) }
+        let folder = URL(fileURLWithPath: root, isDirectory: true)
+        let names = try FileManager.default.contentsOfDirectory(atPath: folder.path).sorted()
+        let files = try names.filter { Self.contentType(of: $0) != nil }.map { name in
+            (name: name, text: try String(contentsOf: folder.appendingPathComponent(name), encoding: .utf8))
+        }
+        guard files.contains(where: { $0.name == "index.html" }) else {
+            throw CocoaError(
+                .fileNoSuchFile,
+                userInfo: [NSFilePathErrorKey: folder.appendingPathComponent("index.html").path]
+            )
+        }
+        return WebPage(files: files)
+    }
+
+    static func contentType(of name: String) -> String? {
+        switch name.split(separator: ".").last {
+        case "html": "text/html; charset=utf-8"
+        case "css": "text/css; charset=utf-8"
+        case "js": "text/javascript; charset=utf-8"
+        case "svg": "image/svg+xml"
+        case "webmanifest": "application/manifest+json"
+        default: nil
+        }
+    }
+
+    /// The total of every file's bytes: the page with everything it may load.
+    var totalBytes: Int { self.files.values.reduce(0) { $0 + $1.body.readableBytes } }
+
+    func register(on router: Router<CourierRequestContext>) {
+        router.get("/") { request, _ in self.respond(to: request, name: "index.html", bodyless: false) }
+        router.head("/") { request, _ in self.respond(to: request, name: "index.html", bodyless: true) }
+        router.get("/web/{file}") { request, context in
+            self.respond(to: request, name: context.parameters.get("file") ?? "", bodyless: false)
+        }
+        router.head("/web/{file}") { request, context in
+            self.respond(to: request, name: context.parameters.get("file") ?? "", bodyless: true)
+        }
+    }
+
+    func respond(to request: Request, name: String, bodyless: Bool) -> Response {
+        var headers: HTTPFields = [
+            .contentSecurityPolicy: Self.contentSecurityPolicy,
+            .init("X-Content-Type-Options")!: "nosniff",
+            .init("Referrer-Policy")!: "no-referrer",
+            .init("Cross-Origin-Opener-Policy")!: "same-origin",
+            .init("X-Frame-Options")!: "DENY",
+        ]
+        // index.html is only ever `/`: one address for the page.
+        guard name != "index.html" || request.uri.path == "/", let file = self.files[name] else {
+            headers[.contentType] = "text/plain; charset=utf-8"
+            return Response(
+                status: .notFound,
+                headers: headers,
+                body: .init(byteBuffer: ByteBuffer(string: "no such file\n"))
+            )
+        }
+        headers[.contentType] = file.contentType
+        headers[.eTag] = file.etag
+        headers[.cacheControl] = "no-cache"
+        if let match = request.headers[.ifNoneMatch],
+            match.split(separator: ",").contains(where: {
+                let tag = $0.trimmingCharacters(in: .whitespaces)
+                return tag == file.etag || tag == "W/\(file.etag)" || tag == "*"
+            })
+        {
+            return Response(status: .notModified, headers: headers)
+        }
+        headers[.contentLength] = String(file.body.readableBytes)
+        if bodyless { return Response(status: .ok, headers: headers) }
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: file.body))
+    }
+}

@@ -1,0 +1,105 @@
+import CourierServerTesting
+import CourierTesting
+import Foundation
+import Testing
+
+@testable import CourierServer
+
+@Suite("The web chat's files", .serialized)
+struct WebPageTests {
+    static let webFolder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("Web")
+
+    @Test("the files built into the server are Web/'s as they are (scripts/generate-web was run)")
+    func builtInFilesMatchTheFolder() throws {
+        let names = try FileManager.default.contentsOfDirectory(atPath: Self.webFolder.path)
+            .filter { WebPage.contentType(of: $0) != nil }.sorted()
+        #expect(WebAssets.files.map(\.name) == names, "run scripts/generate-web")
+        for (name, text) in WebAssets.files {
+            let onDisk = try String(contentsOf: Self.webFolder.appendingPathComponent(name), encoding: .utf8)
+            #expect(text == onDisk, "\(name) differs from Web/\(name): run scripts/generate-web")
+        }
+        // The whole page, with every script, style and picture it may load: under 200 KB.
+        #expect(WebPage(files: WebAssets.files).totalBytes < 200 * 1024)
+    }
+
+    @Test(
+        "the page and its files: types, a strict policy, ETags and 304, HEAD, 404 for anything else; off with the gateway"
+    )
+    func served() async throws {
+        try await ServerFixture.with { fixture in
+            let base = "http://127.0.0.1:\(fixture.ports.http)"
+            let head = try await ExternalProgram.curl(["--dump-header", "-", "--output", "/dev/null", "\(base)/"])
+            let lower = head.lowercased()
+            #expect(head.hasPrefix("HTTP/1.1 200"), "\(head)")
+            #expect(lower.contains("content-type: text/html; charset=utf-8"))
+            #expect(lower.contains("content-security-policy: default-src 'none'; script-src 'self'"))
+            #expect(!lower.contains("unsafe-inline"))
+            #expect(lower.contains("frame-ancestors 'none'") && lower.contains("x-frame-options: deny"))
+            #expect(lower.contains("x-content-type-options: nosniff"))
+            #expect(lower.contains("cache-control: no-cache"))
+            let etag = try #require(
+                head.split(separator: "\r\n").first { $0.lowercased().hasPrefix("etag:") }?.dropFirst(5)
+                    .trimmingCharacters(in: .whitespaces)
+            )
+            let cached = try await ExternalProgram.curl([
+                "--output", "/dev/null", "--write-out", "%{http_code}", "-H", "If-None-Match: \(etag)", "\(base)/",
+            ])
+            #expect(cached == "304")
+            let page = try await ExternalProgram.curl(["\(base)/"])
+            #expect(page.contains("<script type=\"module\" src=\"/web/app.js\"></script>"))
+            for (path, type) in [
+                ("/web/app.js", "text/javascript; charset=utf-8"), ("/web/app.css", "text/css; charset=utf-8"),
+                ("/web/icon.svg", "image/svg+xml"),
+            ] {
+                let type_ = try await ExternalProgram.curl([
+                    "--output", "/dev/null", "--write-out", "%{http_code} %{content_type}", "\(base)\(path)",
+                ])
+                #expect(type_ == "200 \(type)", "\(path)")
+            }
+            let headOnly = try await ExternalProgram.curl(["--head", "\(base)/web/session.js"])
+            #expect(headOnly.hasPrefix("HTTP/1.1 200") && headOnly.lowercased().contains("content-length: "))
+            for missing in ["/web/index.html", "/web/nothing.js", "/web/..%2FPackage.swift", "/index.html"] {
+                let status = try await ExternalProgram.curl([
+                    "--path-as-is", "--output", "/dev/null", "--write-out", "%{http_code}", "\(base)\(missing)",
+                ])
+                #expect(status == "404", "\(missing)")
+            }
+        }
+        try await ServerFixture.with(
+            { fixture in
+                let status = try await ExternalProgram.curl([
+                    "--output", "/dev/null", "--write-out", "%{http_code}", "http://127.0.0.1:\(fixture.ports.http)/",
+                ])
+                #expect(status == "404", "no page without the gateway it talks over")
+            },
+            configure: { $0.webSocket.enabled = false }
+        )
+    }
+
+    @Test("--web-root serves a folder's page instead, read at start; a folder without index.html is refused")
+    func webRoot() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("courier-web-\(UUID())")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        #expect(throws: (any Error).self) { try WebPage.load(root: folder.path) }
+        try "<!doctype html><title>本地</title>\n".write(
+            to: folder.appendingPathComponent("index.html"),
+            atomically: true,
+            encoding: .utf8
+        )
+        try "secret".write(to: folder.appendingPathComponent("notes.txt"), atomically: true, encoding: .utf8)
+        let root = folder.path
+        try await ServerFixture.with(
+            { fixture in
+                let base = "http://127.0.0.1:\(fixture.ports.http)"
+                #expect(try await ExternalProgram.curl(["\(base)/"]) == "<!doctype html><title>本地</title>\n")
+                let other = try await ExternalProgram.curl([
+                    "--output", "/dev/null", "--write-out", "%{http_code}", "\(base)/web/notes.txt",
+                ])
+                #expect(other == "404", "only the page's kinds of file are served")
+            },
+            configure: { $0.web.root = root }
+        )
+    }
+}

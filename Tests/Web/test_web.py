@@ -1,0 +1,667 @@
+#!/usr/bin/env python3
+"""The web chat in a real Chromium (Debian's, driven by Selenium through Debian's chromedriver).
+
+A real `courier serve` on loopback (SQLite in a temporary folder), real pages at its `/`, and the `courier` CLI beside
+them as a second kind of client. Every wait is for a condition, with a generous limit, never a fixed sleep.
+
+Run by scripts/test after the Swift tests:  python3 Tests/Web/test_web.py
+  COURIER_BIN          the courier binary (default .build/debug/courier)
+  COURIER_SCREENSHOTS  where screenshots go (default: a new temporary folder); the folder is printed
+  CHROMIUM, CHROMEDRIVER  the browser and its driver (default /usr/bin/chromium, /usr/bin/chromedriver)
+  COURIER_WEB_ROOT     serve the page from this folder (`serve --web-root`), for working on Web/ without a rebuild
+"""
+
+import http.server
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import zlib
+
+from selenium import webdriver
+from selenium.common.exceptions import (ElementNotInteractableException, NoAlertPresentException,
+                                        StaleElementReferenceException)
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COURIER = os.path.abspath(os.environ.get("COURIER_BIN", os.path.join(ROOT, ".build/debug/courier")))
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
+LIMIT = 60.0  # seconds: a condition not met by then fails the test
+PASSWORD = "correct horse 马"
+
+
+def wait_until(condition, what, limit=LIMIT):
+    deadline = time.monotonic() + limit
+    last_error = None
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+            if value:
+                return value
+        except (StaleElementReferenceException, AssertionError) as error:
+            last_error = error
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}" + (f" ({last_error})" if last_error else ""))
+
+
+def png(width, height):
+    """A real PNG: a colour gradient."""
+    rows = b"".join(b"\x00" + bytes(v for x in range(width) for v in (x * 4 % 256, y * 5 % 256, 160))
+                    for y in range(height))
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+class Server:
+    """`courier serve` on loopback, restartable on the same ports and data."""
+
+    def __init__(self, folder):
+        self.data = os.path.join(folder, "data")
+        self.home = os.path.join(folder, "home")
+        os.makedirs(self.home, exist_ok=True)
+        self.ports = ("0", "0", "0")
+        self.process = None
+
+    @property
+    def env(self):
+        return dict(os.environ, HOME=self.home, XDG_CONFIG_HOME=os.path.join(self.home, "config"),
+                    XDG_DATA_HOME=os.path.join(self.home, "share"))
+
+    def start(self):
+        native, compat, http_port = self.ports
+        self.process = subprocess.Popen(
+            [COURIER, "serve", "--data", self.data, "--port", native, "--compat-port", compat, "--http-port", http_port,
+             "--registration", "invite", "--log-level", "warning",
+             *(["--web-root", os.environ["COURIER_WEB_ROOT"]] if os.environ.get("COURIER_WEB_ROOT") else [])],
+            stdout=subprocess.PIPE, stderr=sys.stderr, text=True, env=self.env)
+        line = self.process.stdout.readline()
+        match = re.search(r"native [\d.]+:(\d+), compat [\d.]+:(\d+), http [\d.]+:(\d+)", line)
+        if not match:
+            raise RuntimeError(f"courier serve did not start: {line!r}")
+        self.ports = match.groups()
+        self.base = f"http://127.0.0.1:{self.ports[2]}"
+        threading.Thread(target=self.process.stdout.read, daemon=True).start()
+
+    def stop(self):
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout=60)
+        if self.process:
+            self.process.stdout.close()
+        self.process = None
+
+    def cli(self, *arguments, stdin=None):
+        server = ["--server", f"127.0.0.1:{self.ports[0]}"] if arguments[0] not in ("user", "invite") else []
+        data = ["--data", self.data] if arguments[0] in ("user", "invite") else []
+        done = subprocess.run([COURIER, *arguments, *server, *data], capture_output=True, text=True, env=self.env,
+                              input=stdin, timeout=120)
+        if done.returncode != 0:
+            raise AssertionError(f"courier {' '.join(arguments)} failed: {done.stderr}")
+        return done.stdout
+
+
+class Page:
+    """One browser with the chat open."""
+
+    def __init__(self, base, width=1280, height=800, phone=False):
+        options = webdriver.ChromeOptions()
+        options.binary_location = CHROMIUM
+        for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                         f"--window-size={width},{height}", "--lang=en-US", "--force-device-scale-factor=1"):
+            options.add_argument(argument)
+        self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+        if phone:
+            # A window is never narrower than 500 pixels: a phone's viewport is emulated instead.
+            self.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                                        {"width": width, "height": height, "deviceScaleFactor": 2, "mobile": True})
+        self.base = base
+        self.driver.get(base + "/")
+
+    def quit(self):
+        self.driver.quit()
+
+    def find(self, css):
+        return self.driver.find_element(By.CSS_SELECTOR, css)
+
+    def read(self, css):
+        """The text of the element, read again if the page redrew it meanwhile."""
+        for _ in range(100):
+            try:
+                return self.find(css).text
+            except StaleElementReferenceException:
+                continue
+        raise AssertionError(f"{css} kept being redrawn")
+
+    def all(self, css):
+        return self.driver.find_elements(By.CSS_SELECTOR, css)
+
+    def visible(self, css):
+        return wait_until(lambda: next((e for e in self.all(css) if e.is_displayed()), None), f"{css} shown")
+
+    def js(self, script, *arguments):
+        return self.driver.execute_script(script, *arguments)
+
+    def log_in(self, user, password=PASSWORD):
+        self.visible("#login-user").send_keys(user)
+        self.find("#login-password").send_keys(password + Keys.ENTER)
+        self.wait_online()
+
+    def wait_online(self):
+        wait_until(lambda: self.find("#connection-text").text == "Online", "the page online")
+
+    def retry(self):
+        """Connects now instead of at the end of the backoff."""
+        self.js("document.getElementById('retry').click()")
+
+    def click(self, css):
+        """Clicks the element shown, again if the page redrew it between finding and clicking."""
+        def clicked():
+            self.visible(css).click()
+            return True
+        wait_until(clicked, f"a click on {css}")
+
+    def conversation(self, key):
+        """Opens a conversation from the list."""
+        self.click(f'#conversations [data-key="{key}"]')
+        wait_until(lambda: self.find("#chat-bar").is_displayed(), "the conversation open")
+
+    def type(self, text):
+        """Puts text in the draft as typing would (characters outside the BMP, which chromedriver cannot type,
+        through the input event a browser fires)."""
+        draft = self.find("#draft")
+        if all(ord(c) < 0x10000 for c in text):
+            draft.send_keys(text)
+        else:
+            self.js("const d = arguments[0]; d.value += arguments[1]; d.dispatchEvent(new Event('input'));", draft, text)
+        return draft
+
+    def send(self, text):
+        self.type(text).send_keys(Keys.ENTER)
+
+    def texts(self):
+        return self.js("return [...document.querySelectorAll('#messages .message .text')].map(e => e.innerText)")
+
+    def message(self, text):
+        """The message whose text is `text`, once it is shown."""
+        def find():
+            for element in self.all("#messages .message"):
+                texts = element.find_elements(By.CSS_SELECTOR, ".text")
+                if texts and texts[0].text == text:
+                    return element
+            return None
+        return wait_until(find, f"the message {text!r}")
+
+    def actions(self, text, action):
+        self.message(text).find_element(By.CSS_SELECTOR, ".actions").click()
+        self.visible(f"#menu [data-action={action}]").click()
+
+    def shot(self, folder, name):
+        path = os.path.join(folder, name + ".png")
+        self.driver.save_screenshot(path)
+        return path
+
+
+class WebChatTests(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.folder = tempfile.mkdtemp(prefix="courier-web-")
+        cls.shots = os.environ.get("COURIER_SCREENSHOTS") or os.path.join(cls.folder, "screenshots")
+        os.makedirs(cls.shots, exist_ok=True)
+        print(f"web tests: screenshots in {cls.shots}", flush=True)
+        cls.server = Server(cls.folder)
+        for user in ("alice", "bob", "carol", "erin"):
+            cls.server.cli("user", "add", user, "--password", PASSWORD)
+        cls.server.start()
+        cls.alice = Page(cls.server.base)
+        cls.bob = Page(cls.server.base)
+        cls.alice.log_in("alice")
+        cls.bob.log_in("bob")
+
+    @classmethod
+    def tearDownClass(cls):
+        for page in (cls.alice, cls.bob):
+            page.quit()
+        cls.server.stop()
+        if not os.environ.get("COURIER_SCREENSHOTS"):
+            # The screenshots stay for looking at; the server's data goes.
+            shutil.rmtree(os.path.join(cls.folder, "data"), ignore_errors=True)
+
+    def tearDown(self):
+        # A failed test leaves both pages' screenshots and consoles, to see what they showed.
+        result = self._outcome.result
+        if any(test is self for test, _ in result.failures + result.errors):
+            for label, page in (("alice", self.alice), ("bob", self.bob)):
+                try:
+                    page.shot(self.shots, f"failed-{self._testMethodName}-{label}")
+                    for entry in page.driver.get_log("browser"):
+                        print(f"  {label} console: {entry['level']} {entry['message'][:400]}", flush=True)
+                except Exception as error:  # the page may be gone
+                    print(f"  {label}: {error}", flush=True)
+
+    def start_chat(self, page, user):
+        page.find("#new-chat").click()
+        page.visible('#dialog form[data-form=direct] input').send_keys(user + Keys.ENTER)
+        wait_until(lambda: page.find("#chat-title").text != "" and not page.find("#dialog").is_displayed(),
+                   "the chat open")
+
+    def test_01_page_is_served_strictly(self):
+        import urllib.request
+        with urllib.request.urlopen(self.server.base + "/") as answer:
+            policy = answer.headers["Content-Security-Policy"]
+            self.assertIn("script-src 'self'", policy)
+            self.assertNotIn("unsafe-inline", policy)
+            self.assertEqual(answer.headers["X-Content-Type-Options"], "nosniff")
+            etag = answer.headers["ETag"]
+            html = answer.read().decode()
+        self.assertNotRegex(html, r"<script(?![^>]*\bsrc=)", "no inline script")
+        total = len(html.encode())
+        for asset in re.findall(r'(?:src|href)="(/web/[^"]+)"', html):
+            with urllib.request.urlopen(self.server.base + asset) as answer:
+                total += len(answer.read())
+        for module in ("session.js", "text.js", "upload.js"):
+            with urllib.request.urlopen(self.server.base + "/web/" + module) as answer:
+                total += len(answer.read())
+        self.assertLess(total, 200 * 1024, "the whole page under 200 KB")
+        request = urllib.request.Request(self.server.base + "/", headers={"If-None-Match": etag})
+        with self.assertRaises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(request)
+        self.assertEqual(caught.exception.code, 304)
+        # No script error on load, in either browser.
+        for page in (self.alice, self.bob):
+            errors = [e for e in page.driver.get_log("browser") if e["level"] == "SEVERE"]
+            self.assertEqual(errors, [])
+
+    def test_02_two_browsers_chat(self):
+        alice, bob = self.alice, self.bob
+        self.start_chat(alice, "bob")
+        alice.send("你好 bob 👋 مرحبا")
+        bob.visible('#conversations [data-key="u:alice"] .badge')
+        self.assertEqual(bob.read('#conversations [data-key="u:alice"] .badge'), "1")
+        self.assertIn("你好 bob", bob.read('#conversations [data-key="u:alice"] .preview'))
+        self.assertEqual(bob.read('#conversations [data-key="u:alice"] .time'), "just now")
+        bob.conversation("u:alice")
+        bob.message("你好 bob 👋 مرحبا")
+        # Read marks: alice's message goes from ✓ to read once bob has it open.
+        wait_until(lambda: alice.message("你好 bob 👋 مرحبا").find_element(By.CSS_SELECTOR, ".status")
+                   .get_attribute("aria-label") == "read", "alice's message read")
+        self.assertEqual(bob.all('#conversations [data-key="u:alice"] .badge'), [])
+        # Typing, then presence.
+        bob.type("正在输入")
+        wait_until(lambda: "typing" in alice.read("#chat-subtitle"), "alice seeing bob type")
+        bob.find("#draft").send_keys(Keys.ENTER)
+        alice.message("正在输入")
+        wait_until(lambda: "online" in alice.read("#chat-subtitle"), "bob online")
+        # Right-to-left text reads right to left in its own paragraph.
+        bob.send("مرحبا بالعالم")
+        rtl = alice.message("مرحبا بالعالم").find_element(By.CSS_SELECTOR, ".text")
+        self.assertEqual(alice.js("return getComputedStyle(arguments[0]).direction", rtl), "rtl")
+
+    def test_03_chat_with_the_command_line(self):
+        self.server.cli("send", "--as", "carol", "--password", PASSWORD, "--to", "alice", "from the terminal 终端")
+        self.alice.conversation("u:carol")
+        self.alice.message("from the terminal 终端")
+        self.alice.send("answered from the page 页面")
+        def answered():
+            lines = self.server.cli("history", "--as", "carol", "--password", PASSWORD, "--with", "alice", "--json")
+            return [json.loads(line) for line in lines.splitlines() if "answered from the page" in line]
+        found = wait_until(answered, "the page's answer in carol's history")
+        self.assertEqual(len(found), 1)
+
+    def test_04_html_is_text(self):
+        attack = '<img src=x onerror="document.title=\'owned\'"><b>bold</b>'
+        self.bob.conversation("u:alice")
+        self.bob.send(attack)
+        self.alice.conversation("u:bob")
+        message = self.alice.message(attack)
+        self.assertEqual(message.find_elements(By.CSS_SELECTOR, ".bubble img, .bubble b"), [])
+        self.assertNotEqual(self.alice.driver.title, "owned")
+        with self.assertRaises(NoAlertPresentException):
+            self.alice.driver.switch_to.alert.text
+
+    def test_05_input_method_enter_does_not_send(self):
+        alice = self.alice
+        alice.conversation("u:bob")
+        draft = alice.type("nihao")
+        alice.js("arguments[0].dispatchEvent(new CompositionEvent('compositionstart', {data: ''}))", draft)
+        draft.send_keys(Keys.ENTER)  # the Enter that confirms the composition
+        self.assertEqual(draft.get_attribute("value").strip(), "nihao", "not sent while composing")
+        alice.js("const d = arguments[0]; d.value = '你好'; "
+                 "d.dispatchEvent(new CompositionEvent('compositionend', {data: '你好'})); "
+                 "d.dispatchEvent(new Event('input'));", draft)
+        wait_until(lambda: alice.js("return document.activeElement === arguments[0]", draft), "the draft focused")
+        # Shift+Enter is a new line.
+        draft.send_keys(Keys.SHIFT + Keys.ENTER + Keys.SHIFT + "世界")
+        self.assertEqual(draft.get_attribute("value"), "你好\n世界")
+        # After the composition has ended (compositionend leaves its flag up for one more task), Enter sends.
+        wait_until(lambda: alice.js("return true"), "a task to pass")
+        draft.send_keys(Keys.ENTER)
+        wait_until(lambda: draft.get_attribute("value") == "", "the draft sent")
+        self.bob.conversation("u:alice")
+        self.assertEqual(self.bob.message("你好\n世界").text.count("世界"), 1)
+        self.assertNotIn("nihao", " ".join(self.bob.texts()))
+
+    def test_06_send_while_the_server_is_down(self):
+        alice = self.alice
+        alice.conversation("u:bob")
+        self.server.stop()
+        try:
+            wait_until(lambda: "Offline" in alice.find("#connection-text").text, "the page offline")
+            self.shot_both("offline")
+            alice.send("written while the server was down 离线")
+            pending = alice.message("written while the server was down 离线")
+            self.assertEqual(pending.find_element(By.CSS_SELECTOR, ".status").get_attribute("aria-label"), "sending")
+            # It waits in the browser's storage, where a reload (of a page the browser kept) would find it.
+            self.assertIn("written while the server was down", alice.js("return localStorage.getItem('courier.outbox.alice')"))
+        finally:
+            self.server.start()
+        # Alice's page by its "Retry now" button, Bob's by itself (its backoff).
+        alice.retry()
+        alice.wait_online()
+        self.bob.wait_online()
+        self.bob.conversation("u:alice")
+        self.bob.message("written while the server was down 离线")
+        lines = self.server.cli("history", "--as", "bob", "--password", PASSWORD, "--with", "alice", "--json")
+        self.assertEqual(sum("written while the server was down" in line for line in lines.splitlines()), 1)
+        alice.conversation("u:bob")
+        wait_until(lambda: alice.message("written while the server was down 离线").find_element(
+            By.CSS_SELECTOR, ".status").get_attribute("aria-label") in ("sent", "delivered", "read"), "acknowledged")
+
+    def test_07_image_upload_shows_inline(self):
+        path = os.path.join(self.folder, "彩虹.png")
+        with open(path, "wb") as file:
+            file.write(png(64, 48))
+        self.alice.conversation("u:bob")
+        self.alice.find("#file").send_keys(path)
+        self.bob.conversation("u:alice")
+        image = wait_until(lambda: next((i for i in self.bob.all("#messages img.image")
+                                          if self.bob.js("return arguments[0].naturalWidth", i) == 64), None),
+                           "the picture shown to bob")
+        self.assertEqual(self.bob.js("return arguments[0].naturalHeight", image), 48)
+        wait_until(lambda: not self.alice.all("#uploads .upload"), "the upload's row gone")
+
+    def test_07b_video_files_cancel_and_resume(self):
+        alice, bob = self.alice, self.bob
+        alice.conversation("u:bob")
+        bob.conversation("u:alice")
+        # A video plays through /media's byte ranges, from its start, before the rest has come.
+        video = os.path.join(self.folder, "clip 视频.webm")
+        subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", "testsrc=duration=20:size=320x240:rate=25",
+                        "-c:v", "libvpx", "-b:v", "400k", "-y", video], check=True)
+        alice.find("#file").send_keys(video)
+        player = wait_until(lambda: bob.all("#messages video"), "the video at bob")[-1]
+        bob.js("arguments[0].muted = true; arguments[0].play();", player)
+        wait_until(lambda: bob.js("return arguments[0].currentTime", player) > 0.5, "the video playing")
+        # Another file is a download, of the same bytes.
+        document = os.path.join(self.folder, "notes 笔记.txt")
+        with open(document, "w", encoding="utf-8") as file:
+            file.write("文件内容 file contents\n")
+        alice.find("#file").send_keys(document)
+        link = wait_until(lambda: [a for a in bob.all("#messages a.file")
+                                   if a.get_attribute("download") == "notes 笔记.txt"], "the file at bob")[0]
+        import urllib.request
+        with urllib.request.urlopen(link.get_attribute("href")) as answer:
+            self.assertEqual(answer.read().decode(), "文件内容 file contents\n")
+        # A cancelled upload sends nothing.
+        big = os.path.join(self.folder, "cancelled.bin")
+        with open(big, "wb") as file:
+            file.write(os.urandom(48 << 20))
+        alice.find("#file").send_keys(big)
+        row = '#uploads .upload[data-name="cancelled.bin"]'
+        wait_until(lambda: alice.find(row).get_attribute("data-state") == "sending", "the upload sending")
+        alice.click(row + " button")
+        wait_until(lambda: not alice.all(row), "the cancelled upload gone")
+        alice.send("after the cancel")
+        bob.message("after the cancel")
+        self.assertFalse([a for a in bob.all("#messages a.file") if a.get_attribute("download") == "cancelled.bin"])
+        # An upload cut by a dropped connection goes on from where the server stands.
+        resumed = os.path.join(self.folder, "resumed.bin")
+        with open(resumed, "wb") as file:
+            file.write(os.urandom(48 << 20))
+        alice.find("#file").send_keys(resumed)
+        row = '#uploads .upload[data-name="resumed.bin"]'
+        wait_until(lambda: float(alice.find(row + " progress").get_attribute("value")) > 0.3, "a third sent")
+        self.server.stop()
+        try:
+            wait_until(lambda: alice.find(row).get_attribute("data-state") == "waiting", "the upload waiting")
+        finally:
+            self.server.start()
+        alice.retry()
+        offset = wait_until(lambda: alice.find(row).get_attribute("data-resumed-from"), "the upload resumed")
+        self.assertGreater(int(offset), 0)
+        link = wait_until(lambda: [a for a in bob.all("#messages a.file")
+                                   if a.get_attribute("download") == "resumed.bin"], "the resumed file at bob")[0]
+        with urllib.request.urlopen(link.get_attribute("href")) as answer:
+            with open(resumed, "rb") as file:
+                self.assertEqual(answer.read(), file.read())
+
+    def test_08_history_pages(self):
+        carol = Page(self.server.base)
+        try:
+            carol.log_in("carol")
+            carol.conversation("u:alice")
+            for i in range(70):
+                carol.type(f"page {i:02d}").send_keys(Keys.ENTER)
+            wait_until(lambda: len(carol.all("#messages .message.pending")) == 0, "carol's sends acknowledged")
+        finally:
+            carol.quit()
+        alice = self.alice
+        alice.driver.refresh()
+        alice.wait_online()
+        alice.conversation("u:carol")
+        alice.message("page 69")
+        wait_until(lambda: "page 00" not in alice.texts() and len(alice.texts()) <= 35, "one page loaded")
+        # Older pages, by the button (scrolling to the top loads them too).
+        def older_or_done():
+            if "page 00" in alice.texts():
+                return True
+            for button in alice.all("#messages button.older"):
+                try:
+                    button.click()
+                except (StaleElementReferenceException, ElementNotInteractableException):
+                    pass
+            return False
+        wait_until(older_or_done, "every page loaded")
+        texts = [t for t in alice.texts() if t.startswith("page ")]
+        self.assertEqual(texts, [f"page {i:02d}" for i in range(70)])
+        self.assertTrue(alice.all("#messages .start"))
+
+    def test_09_reply_edit_react_recall_search(self):
+        alice, bob = self.alice, self.bob
+        alice.conversation("u:bob")
+        alice.send("a banana for 读书会")
+        alice.actions("a banana for 读书会", "reply")
+        self.assertIn("Replying to", alice.find("#composer-context-text").text)
+        alice.send("the reply 回复")
+        bob.conversation("u:alice")
+        quote = bob.message("the reply 回复").find_element(By.CSS_SELECTOR, ".quote")
+        self.assertIn("a banana for 读书会", quote.text)
+        # Edit.
+        alice.actions("the reply 回复", "edit")
+        draft = alice.find("#draft")
+        draft.clear()
+        alice.send("the edited reply 改过")
+        edited = bob.message("the edited reply 改过")
+        self.assertIn("edited", edited.text)
+        # React.
+        bob.actions("the edited reply 改过", "reply")  # opens the menu; the reaction row is in it too
+        bob.find("#composer-cancel").click()
+        bob.message("the edited reply 改过").find_element(By.CSS_SELECTOR, ".actions").click()
+        bob.visible('#menu button[data-key="👍"]').click()
+        chip = wait_until(lambda: alice.message("the edited reply 改过").find_elements(By.CSS_SELECTOR, ".reaction"),
+                          "the reaction at alice")[0]
+        self.assertEqual(chip.text, "👍 1")
+        # Recall.
+        alice.send("to be recalled")
+        alice.actions("to be recalled", "recall")
+        wait_until(lambda: "This message was recalled" in bob.texts(), "the recall at bob")
+        # Search, in Chinese and in English, and the jump to a hit.
+        for query, expected in (("读书会", "a banana for 读书会"), ("BANANA", "a banana for 读书会")):
+            search = alice.find("#search")
+            search.clear()
+            search.send_keys(query + Keys.ENTER)
+            hit = alice.visible("#search-results .hit")
+            self.assertIn(query.lower(), hit.find_element(By.CSS_SELECTOR, "mark").text.lower())
+        hit.click()
+        wait_until(lambda: alice.all("#messages .message.flash"), "the jump to the hit")
+        self.assertEqual(alice.find("#messages .message.flash .text").text, expected)
+        self.shot_both("search", only=alice)
+        search.clear()
+        search.send_keys(Keys.ENTER)
+
+    def test_10_groups_profiles_mute(self):
+        alice, bob = self.alice, self.bob
+        alice.find("#new-chat").click()
+        form = alice.visible("#dialog form[data-form=group]")
+        inputs = form.find_elements(By.TAG_NAME, "input")
+        inputs[0].send_keys("bookclub")
+        inputs[1].send_keys("读书会 📚")
+        inputs[2].send_keys("bob, carol" + Keys.ENTER)
+        wait_until(lambda: alice.find("#chat-title").text == "读书会 📚", "the group open")
+        alice.send("@bob 欢迎")
+        bob.visible('#conversations [data-key="g:bookclub"] .mention-badge')
+        self.assertEqual(bob.read('#conversations [data-key="g:bookclub"] .conversation-title'), "读书会 📚")
+        bob.conversation("g:bookclub")
+        mention = bob.message("@bob 欢迎").find_element(By.CSS_SELECTOR, ".mention")
+        self.assertEqual(mention.text, "@bob")
+        # Manage: make bob an admin.
+        alice.find("#manage").click()
+        promote = wait_until(lambda: next((b for b in alice.all('#dialog li[data-user="bob"] button')
+                                           if b.text == "Make admin"), None), "the promote button")
+        promote.click()
+        wait_until(lambda: alice.find('#dialog li[data-user="bob"] .role').text == "admin", "bob an admin")
+        self.shot_both("group", only=alice)
+        alice.find("#dialog .close").click()
+        # Mute at bob.
+        bob.conversation("g:bookclub")
+        from selenium.webdriver.support.select import Select
+        Select(bob.find("#notify")).select_by_value("NOTIFY_LEVEL_NONE")
+        bob.visible('#conversations [data-key="g:bookclub"] .muted')
+        # A display name in Chinese, seen by bob.
+        alice.find("#me").click()
+        name = alice.visible("#dialog form input")
+        name.clear()
+        name.send_keys("爱丽丝" + Keys.ENTER)
+        wait_until(lambda: "Saved" in alice.find("#dialog .note[aria-live]").text, "the name saved")
+        # A picture.
+        path = os.path.join(self.folder, "avatar.png")
+        with open(path, "wb") as file:
+            file.write(png(200, 160))
+        alice.find('#dialog input[type=file]').send_keys(path)
+        wait_until(lambda: "Saved" in alice.find("#dialog .note[aria-live]").text and
+                   alice.all("#dialog img.avatar") or alice.find("#dialog .note[aria-live]").text == "Saved.",
+                   "the picture saved")
+        alice.find("#dialog .close").click()
+        wait_until(lambda: bob.read('#conversations [data-key="u:alice"] .conversation-title') == "爱丽丝",
+                   "bob seeing alice's name")
+        wait_until(lambda: bob.all('#conversations [data-key="u:alice"] img.avatar'), "bob seeing alice's picture")
+
+    def test_11_sign_up_by_invitation_and_log_out(self):
+        token = self.server.cli("invite", "create").strip()
+        page = Page(self.server.base)
+        try:
+            page.driver.get(f"{self.server.base}/#invite={token}")
+            page.visible("#invite-row")
+            self.assertEqual(page.find("#login-invite").get_attribute("value"), token)
+            page.find("#login-user").send_keys("dora")
+            page.find("#login-password").send_keys("a long password" + Keys.ENTER)
+            page.wait_online()
+            self.assertEqual(page.driver.current_url, self.server.base + "/")
+            stored = page.js("return localStorage.getItem('courier.session')")
+            self.assertEqual(json.loads(stored)["user"], "dora")
+            # Reloading logs in with the stored token.
+            page.driver.refresh()
+            page.wait_online()
+            old = json.loads(page.js("return localStorage.getItem('courier.session')"))["token"]
+            page.find("#me").click()
+            page.visible("#dialog [data-action=logout]").click()
+            page.visible("#login-user")
+            self.assertIsNone(page.js("return localStorage.getItem('courier.session')"))
+            import urllib.request
+            with self.assertRaises(urllib.error.HTTPError) as caught:
+                urllib.request.urlopen(f"{self.server.base}/media/{'0' * 64}?token={old}")
+            self.assertEqual(caught.exception.code, 401, "the logged-out token no longer works")
+        finally:
+            page.quit()
+
+    def test_12_another_origin_is_refused(self):
+        target = f"ws://127.0.0.1:{self.server.ports[2]}/ws"
+        page_html = ("<!doctype html><title>waiting</title><script>"
+                     f"const s = new WebSocket({json.dumps(target)});"
+                     "s.onopen = () => { document.title = 'opened'; };"
+                     "s.onclose = () => { if (document.title !== 'opened') document.title = 'refused'; };"
+                     "</script>").encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.end_headers()
+                self.wfile.write(page_html)
+
+            def log_message(self, *arguments):
+                pass
+
+        other = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=other.serve_forever, daemon=True).start()
+        try:
+            self.bob.driver.get(f"http://localhost:{other.server_port}/")
+            wait_until(lambda: self.bob.driver.title in ("opened", "refused"), "the other site's socket to settle")
+            self.assertEqual(self.bob.driver.title, "refused")
+        finally:
+            other.shutdown()
+        # The same refusal, seen on the wire: 403 before any session.
+        with socket.create_connection(("127.0.0.1", int(self.server.ports[2]))) as connection:
+            connection.sendall(
+                (f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{self.server.ports[2]}\r\nUpgrade: websocket\r\n"
+                 "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                 "Origin: http://evil.example\r\n\r\n").encode())
+            self.assertTrue(connection.recv(1024).startswith(b"HTTP/1.1 403"))
+        self.bob.driver.get(self.server.base + "/")
+        self.bob.wait_online()
+
+    def test_13_screenshots(self):
+        for size, (width, height) in (("desktop", (1280, 800)), ("phone", (390, 844))):
+            page = Page(self.server.base, width, height, phone=size == "phone")
+            try:
+                page.shot(self.shots, f"{size}-login")
+                page.log_in("bob")
+                page.visible("#conversations .conversation")
+                page.shot(self.shots, f"{size}-conversations")
+                page.conversation("u:alice")
+                page.message("the edited reply 改过")
+                page.shot(self.shots, f"{size}-conversation")
+                if size == "phone":
+                    page.find("#back").click()
+                page.conversation("g:bookclub")
+                page.message("@bob 欢迎")
+                page.shot(self.shots, f"{size}-group")
+            finally:
+                page.quit()
+
+    def shot_both(self, name, only=None):
+        for label, page in (("alice", self.alice), ("bob", self.bob)):
+            if only is None or page is only:
+                page.shot(self.shots, f"desktop-{name}-{label}")
+
+
+if __name__ == "__main__":
+    if not os.path.exists(COURIER):
+        sys.exit(f"{COURIER} not found: build first (swift build)")
+    result = unittest.main(verbosity=2, exit=False).result
+    sys.exit(0 if result.wasSuccessful() else 1)

@@ -1,0 +1,122 @@
+// Text as the page shows it. Everything another user wrote is put in the page as text nodes (textContent), never as
+// HTML: a message of `<img src=x onerror=…>` shows those characters.
+
+// An element, its attributes and children (strings become text nodes).
+export function h(tag, attributes = {}, ...children) {
+  const element = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (value === false || value === null || value === undefined) continue;
+    if (name === "class") element.className = value;
+    else if (name.startsWith("on")) element.addEventListener(name.slice(2), value);
+    else if (name === "text") element.textContent = value;
+    else element.setAttribute(name, value === true ? "" : value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    element.append(typeof child === "string" ? document.createTextNode(child) : child);
+  }
+  return element;
+}
+
+const minute = 60 * 1000;
+const day = 24 * 60 * minute;
+
+function startOfDay(ms) {
+  const date = new Date(ms);
+  date.setHours(0, 0, 0, 0);
+  return date.getTime();
+}
+
+// "just now", "5 min", "3 h", "yesterday", a weekday, then a date.
+export function relativeTime(ms, now = Date.now()) {
+  if (!ms) return "";
+  const age = now - ms;
+  if (age < minute) return "just now";
+  if (age < 60 * minute) return `${Math.floor(age / minute)} min`;
+  const today = startOfDay(now);
+  if (ms >= today) return age < 12 * 60 * minute ? `${Math.floor(age / (60 * minute))} h` : clock(ms);
+  if (ms >= today - day) return "yesterday";
+  if (ms >= today - 6 * day) return new Date(ms).toLocaleDateString(undefined, { weekday: "short" });
+  return new Date(ms).toLocaleDateString();
+}
+
+export function clock(ms) {
+  return new Date(ms).toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit" });
+}
+
+export function fullTime(ms) {
+  return new Date(ms).toLocaleString();
+}
+
+export function byteSize(bytes) {
+  const n = Number(bytes);
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MB`;
+}
+
+// A mention is `@name` or `＠name` after the start or a character that cannot be part of a name (the server's rule);
+// a link is http or https. One pass over the text, whatever its length.
+const tokens =
+  /(?<![\p{L}\p{N}_.\-])[@＠]([\p{L}\p{N}_.\-]+)|(?<!\w)https?:\/\/[^\s<>"]*[^\s<>".,;:!?)\]}'’”」』。，！？]/gu;
+
+// The text as nodes: links as anchors, mentions of `names` (lowercased) and of @all marked.
+export function richText(text, names = new Set()) {
+  const nodes = [];
+  let at = 0;
+  for (const match of text.matchAll(tokens)) {
+    const name = match[1];
+    if (name !== undefined && name !== "all" && !names.has(name.toLowerCase())) continue;
+    if (match.index > at) nodes.push(document.createTextNode(text.slice(at, match.index)));
+    nodes.push(
+      name !== undefined
+        ? h("span", { class: "mention", text: match[0] })
+        : h("a", { href: match[0], target: "_blank", rel: "noopener noreferrer nofollow", text: match[0] }),
+    );
+    at = match.index + match[0].length;
+  }
+  if (at < text.length) nodes.push(document.createTextNode(text.slice(at)));
+  return nodes;
+}
+
+// Whether `text` mentions `user` (or everyone).
+export function mentions(text, user) {
+  const wanted = user.toLowerCase();
+  for (const match of (text ?? "").matchAll(tokens)) {
+    const name = match[1]?.toLowerCase();
+    if (name === wanted || name === "all") return true;
+  }
+  return false;
+}
+
+// A search hit's fragment with its marks (in Unicode scalars from its start) as <mark> elements.
+export function markedFragment(fragment, marks = []) {
+  const characters = Array.from(fragment);
+  const nodes = [];
+  let at = 0;
+  for (const mark of [...marks].sort((a, b) => (a.start ?? 0) - (b.start ?? 0))) {
+    const start = Math.max(at, mark.start ?? 0);
+    const end = Math.min(characters.length, start + (mark.length ?? 0));
+    if (start > at) nodes.push(document.createTextNode(characters.slice(at, start).join("")));
+    if (end > start) nodes.push(h("mark", { text: characters.slice(start, end).join("") }));
+    at = Math.max(at, end);
+  }
+  if (at < characters.length) nodes.push(document.createTextNode(characters.slice(at).join("")));
+  return nodes;
+}
+
+// The first letter (a whole grapheme, so an emoji or a Chinese character stays whole) for an avatar's place.
+export function initial(name) {
+  const text = (name || "?").trim();
+  if (typeof Intl.Segmenter === "function") {
+    for (const { segment } of new Intl.Segmenter().segment(text)) return segment.toUpperCase();
+  }
+  return Array.from(text)[0]?.toUpperCase() ?? "?";
+}
+
+// A stable hue for a name's avatar.
+export function hue(name) {
+  let hash = 0;
+  for (const c of name) hash = (hash * 31 + c.codePointAt(0)) >>> 0;
+  return hash % 360;
+}
