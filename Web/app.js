@@ -111,8 +111,40 @@ async function fetchProfiles() {
   if (state.wantedProfiles.size > 0) setTimeout(fetchProfiles, 50);
 }
 
+const isDigest = (sha256) => typeof sha256 === "string" && /^[0-9a-f]{64}$/.test(sha256);
+
+// Audio and video stream from `/media` with byte ranges, which only a URL gives a player: the token rides in it.
 function mediaURL(sha256) {
   return `/media/${sha256}?token=${encodeURIComponent(session.token)}`;
+}
+
+// Pictures and files are fetched with the token in a header and shown from `blob:` URLs, so no link on the page
+// (copied, opened in a tab, kept in the history) carries the token. Dropped at sign-out.
+const blobs = new Map(); // sha256 -> Promise of a blob: URL
+function blobURL(sha256) {
+  if (!blobs.has(sha256)) {
+    const url = fetch(`/media/${sha256}`, { headers: { Authorization: `Bearer ${session.token}` } })
+      .then((answer) => {
+        if (!answer.ok) throw new Error(`media: ${answer.status}`);
+        return answer.blob();
+      })
+      .then((blob) => URL.createObjectURL(blob));
+    url.catch(() => blobs.delete(sha256));
+    blobs.set(sha256, url);
+  }
+  return blobs.get(sha256);
+}
+
+function dropBlobs() {
+  for (const url of blobs.values()) url.then(URL.revokeObjectURL, () => {});
+  blobs.clear();
+  mediaNodes.clear();
+}
+
+function picture(sha256, attributes) {
+  const image = h("img", attributes);
+  if (isDigest(sha256)) blobURL(sha256).then((url) => (image.src = url), () => image.classList.add("broken"));
+  return image;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -122,19 +154,42 @@ function mediaURL(sha256) {
 
 const outboxKey = () => `courier.outbox.${session.user}`;
 
-function loadOutbox() {
+// Tabs of one browser share the outbox: each merges what the others stored (by id) and drops what any of them saw
+// acknowledged. Two tabs may then send one entry both: the server stores it once (same id) and both hear the ack.
+const acknowledgedIds = new Set();
+
+function storedOutbox() {
   try {
-    state.outbox = JSON.parse(localStorage.getItem(outboxKey()) || "[]");
+    const stored = JSON.parse(localStorage.getItem(outboxKey()) || "[]");
+    return Array.isArray(stored) ? stored : [];
   } catch {
-    state.outbox = [];
+    return [];
   }
-  for (const entry of state.outbox) entry.inFlight = false;
+}
+
+function loadOutbox() {
+  const known = new Map(state.outbox.map((entry) => [entry.id, entry]));
+  for (const entry of storedOutbox()) {
+    if (!known.has(entry.id) && !acknowledgedIds.has(entry.id)) known.set(entry.id, { ...entry, inFlight: false });
+  }
+  state.outbox = [...known.values()].sort((a, b) => a.createdMs - b.createdMs);
+  if (session.state !== "online") for (const entry of state.outbox) entry.inFlight = false;
 }
 
 function saveOutbox() {
-  const kept = state.outbox.map(({ inFlight, ...entry }) => entry);
-  localStorage.setItem(outboxKey(), JSON.stringify(kept));
+  const mine = new Set(state.outbox.map((entry) => entry.id));
+  const others = storedOutbox().filter((entry) => !mine.has(entry.id) && !acknowledgedIds.has(entry.id));
+  const kept = [...state.outbox.map(({ inFlight, retryAt, ...entry }) => entry), ...others];
+  localStorage.setItem(outboxKey(), JSON.stringify(kept.sort((a, b) => a.createdMs - b.createdMs)));
 }
+
+window.addEventListener("storage", (event) => {
+  if (session.user && event.key === outboxKey()) {
+    loadOutbox();
+    flushOutbox();
+    render();
+  }
+});
 
 function newId() {
   const bytes = crypto.getRandomValues(new Uint8Array(12));
@@ -151,6 +206,10 @@ function queue(key, body, replyTo = null) {
   render({ toBottom: true });
 }
 
+// Errors that pass: the entry is sent again, in its place, after the server's `retryAfterMs` (or a second).
+const passingErrors = new Set(["storage-failed", "rate-limited", "throttled", "server-full", "shutting-down"]);
+let flushTimer = null;
+
 function flushOutbox() {
   if (session.state !== "online") return;
   const window = Math.max(1, Math.min(32, num(session.limits.maxUnackedSends) || 32));
@@ -158,16 +217,25 @@ function flushOutbox() {
   for (const entry of state.outbox) {
     if (inFlight >= window) break;
     if (entry.inFlight || entry.error) continue;
+    if (entry.retryAt > Date.now()) {
+      // Nothing after it overtakes it.
+      clearTimeout(flushTimer);
+      flushTimer = setTimeout(flushOutbox, entry.retryAt - Date.now());
+      break;
+    }
     entry.inFlight = true;
     inFlight++;
     const send = { id: entry.id, to: entry.to, body: entry.body };
     if (entry.replyTo) send.replyTo = { conversation: entry.to, seq: entry.replyTo.seq };
     session.request({ send }, (envelope) => {
       entry.inFlight = false;
+      const error = envelope.error;
       if (envelope.sendAck) {
         acknowledged(entry, envelope.sendAck);
-      } else if (envelope.error?.code !== "disconnected") {
-        entry.error = envelope.error?.message || envelope.error?.code || "refused";
+      } else if (error && passingErrors.has(error.code)) {
+        entry.retryAt = Date.now() + Math.max(1000, num(error.retryAfterMs));
+      } else if (error && error.code !== "disconnected") {
+        entry.error = `${error.message || error.code} (${error.code})`;
         saveOutbox();
       }
       render();
@@ -177,8 +245,17 @@ function flushOutbox() {
   }
 }
 
+function retrySend(entry) {
+  delete entry.error;
+  delete entry.retryAt;
+  saveOutbox();
+  flushOutbox();
+  render();
+}
+
 function acknowledged(entry, ack) {
-  state.outbox = state.outbox.filter((other) => other !== entry);
+  acknowledgedIds.add(entry.id);
+  state.outbox = state.outbox.filter((other) => other.id !== entry.id);
   saveOutbox();
   const c = conversation(keyOf(ack.conversation));
   const seq = num(ack.seq);
@@ -210,14 +287,20 @@ function addMessage(c, message) {
   wantProfile(message.from);
 }
 
+// Events are applied once each, in cursor order: one at or below the newest applied is skipped (a resend after a
+// reconnect; on a page's first login, what the lists and pages it loads already show). Each page is acknowledged
+// once applied; one that fails to apply is logged and the page goes on (the next load of the conversation shows it).
 function onEvents(events) {
   let last = 0;
   for (const event of events.events ?? []) {
-    last = Math.max(last, num(event.cursor));
+    const cursor = num(event.cursor);
+    last = Math.max(last, cursor);
+    if (cursor <= session.cursor) continue;
+    session.cursor = cursor;
     try {
       applyEvent(event);
     } catch (error) {
-      console.error("event", event, error);
+      console.error("event", cursor, error);
     }
   }
   if (last > 0) session.post({ ack: { cursor: String(last) } });
@@ -240,7 +323,7 @@ function applyEvent(event) {
         if (c.isGroup && mentions(message.body?.text ?? message.body?.media?.caption, session.user)) c.mentions++;
       }
     }
-    if (c.typing.delete(message.from)) renderHeader();
+    c.typing.delete(message.from);
   } else if (event.edit) {
     const c = conversation(keyOf(event.edit.conversation));
     const known = c.messages.get(num(event.edit.seq));
@@ -323,14 +406,12 @@ function onTyping(notice) {
   const c = conversation(keyOf(notice.conversation));
   if (notice.typing) c.typing.set(notice.user, Date.now() + 6000);
   else c.typing.delete(notice.user);
-  if (state.open === c.key) renderHeader();
-  renderList();
+  render({ messages: false });
 }
 
 function onPresence(notice) {
   state.presence.set(notice.user, { online: !!notice.online, lastSeenMs: num(notice.lastSeenMs) });
-  renderHeader();
-  renderList();
+  render({ messages: false });
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -538,24 +619,30 @@ const loadDraft = (key) => drafts.get(key) ?? "";
 // ---------------------------------------------------------------------------------------------------------------
 // Rendering
 
+// Everything that changes asks for a redraw; one happens per frame, however many asked (a reconnect's presence
+// notices, a page of events). The messages are redrawn only when something asked for them.
 let renderQueued = false;
 let scrollToBottom = false;
-function render({ toBottom = false } = {}) {
+let messagesWanted = false;
+function render({ toBottom = false, messages = true } = {}) {
   scrollToBottom ||= toBottom;
+  messagesWanted ||= messages;
   if (renderQueued) return;
   renderQueued = true;
   requestAnimationFrame(() => {
     renderQueued = false;
+    renderMe();
     renderList();
     renderHeader();
-    renderMessages(scrollToBottom);
+    if (messagesWanted) renderMessages(scrollToBottom);
+    messagesWanted = false;
     scrollToBottom = false;
   });
 }
 
 function avatar(user, label = user, size = "") {
   const thumb = user ? state.profiles.get(user)?.thumbnail?.sha256 : null;
-  if (thumb) return h("img", { class: `avatar ${size}`, src: mediaURL(thumb), alt: "" });
+  if (isDigest(thumb)) return picture(thumb, { class: `avatar ${size}`, alt: "" });
   const element = h("span", { class: `avatar ${size}`, "aria-hidden": "true", text: initial(label) });
   element.style.setProperty("--hue", hue(label));
   return element;
@@ -752,29 +839,48 @@ function statusMark(c, message) {
   return h("span", { class: "status", "aria-label": "sent", title: "sent", text: "✓" });
 }
 
-const mediaNodes = new Map(); // sha256 -> element: kept across renders so a playing video goes on playing
+// Media elements, one per message, kept across redraws: a playing video goes on playing, a picture is not fetched
+// again.
+const mediaNodes = new Map();
 
-function mediaElement(media) {
+function mediaElement(c, message, media) {
   const sha = media.sha256;
-  const cached = mediaNodes.get(`${sha}:${media.kind}`);
+  const key = `${c.key}:${message.seq ?? message.id}:${sha}`;
+  const cached = mediaNodes.get(key);
   if (cached) return cached;
-  const url = mediaURL(sha);
+  if (!isDigest(sha)) return h("p", { class: "text recalled", text: "(media this page cannot show)" });
   let element;
   if (media.kind === "KIND_IMAGE") {
-    const image = h("img", { class: "image", src: url, alt: media.name || "picture", loading: "lazy" });
+    const image = picture(sha, { class: "image", alt: media.name || "picture" });
     if (media.width && media.height) {
       image.width = Math.min(280, num(media.width));
-      image.style.aspectRatio = `${media.width} / ${media.height}`;
+      image.style.aspectRatio = `${num(media.width)} / ${num(media.height)}`;
     }
-    element = h("a", { class: "image-link", href: url, target: "_blank", rel: "noopener" }, image);
+    element = h("button", { type: "button", class: "image-link", "aria-label": `Open ${media.name || "the picture"}`, onclick: () => blobURL(sha).then((url) => window.open(url, "_blank", "noopener")) }, image);
   } else if (media.kind === "KIND_VOICE") {
-    element = h("audio", { controls: true, preload: "none", src: url });
+    element = h("audio", { controls: true, preload: "none", src: mediaURL(sha) });
   } else if (media.kind === "KIND_VIDEO") {
-    element = h("video", { controls: true, preload: "metadata", playsinline: true, src: url, class: "video" });
+    element = h("video", { controls: true, preload: "metadata", playsinline: true, src: mediaURL(sha), class: "video" });
   } else {
-    element = h("a", { class: "file", href: url, download: media.name || "file" }, `📄 ${media.name || "file"} · ${byteSize(media.size)}`);
+    element = h(
+      "a",
+      {
+        class: "file",
+        href: "#",
+        "data-sha256": sha,
+        download: media.name || "file",
+        onclick: (event) => {
+          event.preventDefault();
+          blobURL(sha).then(
+            (url) => h("a", { href: url, download: media.name || "file" }).click(),
+            (error) => showError(error),
+          );
+        },
+      },
+      `📄 ${media.name || "file"} · ${byteSize(media.size)}`,
+    );
   }
-  mediaNodes.set(`${sha}:${media.kind}`, element);
+  mediaNodes.set(key, element);
   return element;
 }
 
@@ -788,7 +894,13 @@ function messageRow(c, message, names) {
   const seq = num(message.seq);
   const body = message.body ?? {};
   const content = [];
-  if (c.isGroup && !mine) content.push(h("span", { class: "sender", dir: "auto", text: displayName(message.from) }));
+  if (c.isGroup && !mine) {
+    // The user name beside the display name: two members cannot pass for each other by choosing one name.
+    const shown = displayName(message.from);
+    content.push(
+      h("span", { class: "sender" }, h("bdi", { text: shown }), shown !== message.from ? h("span", { class: "handle", text: ` @${message.from}` }) : null),
+    );
+  }
   const reply = message.replyTo;
   if (reply) {
     const quoted = !reply.visible && !message.pending
@@ -803,7 +915,7 @@ function messageRow(c, message, names) {
   if (message.recalled) {
     content.push(h("p", { class: "text recalled", text: mine ? "You recalled this message" : "This message was recalled" }));
   } else if (body.media) {
-    content.push(mediaElement(body.media));
+    content.push(mediaElement(c, message, body.media));
     if (body.media.caption) content.push(h("p", { class: "text", dir: "auto" }, richText(body.media.caption, names)));
   } else {
     content.push(h("p", { class: "text", dir: "auto" }, richText(body.text ?? "", names)));
@@ -843,7 +955,12 @@ function messageRow(c, message, names) {
   const actions =
     message.pending || message.recalled
       ? message.pending?.error
-        ? h("button", { type: "button", class: "icon actions", "aria-label": "Discard", onclick: () => discard(message.pending) }, "🗑")
+        ? h(
+            "span",
+            { class: "failed-actions" },
+            h("button", { type: "button", class: "link", "data-action": "retry", onclick: () => retrySend(message.pending) }, "Retry"),
+            h("button", { type: "button", class: "link", "data-action": "discard", onclick: () => discard(message.pending) }, "Discard"),
+          )
         : null
       : h(
           "button",
@@ -886,7 +1003,15 @@ function openMenu(anchor, c, message) {
   const onKey = (event) => {
     if (event.key === "Escape") {
       event.preventDefault();
+      event.stopPropagation();
       close();
+    } else if (event.key === "ArrowDown" || event.key === "ArrowUp" || event.key === "ArrowRight" || event.key === "ArrowLeft") {
+      // Arrow keys move between the menu's items.
+      const items = [...menu.querySelectorAll("button")];
+      const at = items.indexOf(document.activeElement);
+      const step = event.key === "ArrowDown" || event.key === "ArrowRight" ? 1 : -1;
+      items[(at + step + items.length) % items.length]?.focus();
+      event.preventDefault();
     }
   };
   const onOutside = (event) => {
@@ -957,6 +1082,7 @@ async function recall(c, message) {
 }
 
 function discard(entry) {
+  acknowledgedIds.add(entry.id);
   state.outbox = state.outbox.filter((other) => other !== entry);
   saveOutbox();
   render();
@@ -1033,21 +1159,23 @@ function setUpComposer() {
   const draft = $("draft");
   draft.addEventListener("compositionstart", () => {
     composing = true;
+    draft.dataset.composing = "true";
   });
   draft.addEventListener("compositionend", () => {
     // Safari sends compositionend before the Enter's keydown: stay composing until that keydown has passed.
     setTimeout(() => {
       composing = false;
+      delete draft.dataset.composing;
     });
   });
   draft.addEventListener("keydown", (event) => {
-    if (event.key !== "Enter" || event.shiftKey || event.altKey || event.ctrlKey || event.metaKey) {
-      if (event.key === "Escape" && (state.replyTo || state.editing)) {
-        cancelContext();
-      }
+    if (event.isComposing || composing || event.keyCode === 229) return;
+    if (event.key === "Escape" && (state.replyTo || state.editing)) {
+      event.stopPropagation();
+      cancelContext();
       return;
     }
-    if (event.isComposing || composing || event.keyCode === 229) return;
+    if (event.key !== "Enter" || event.shiftKey || event.altKey || event.ctrlKey || event.metaKey) return;
     event.preventDefault();
     submitDraft();
   });
@@ -1092,6 +1220,19 @@ function cancelContext() {
 // ---------------------------------------------------------------------------------------------------------------
 // Media
 
+// The longest start of `text` within `bytes` UTF-8 bytes, cut between characters.
+function cutToBytes(text, bytes) {
+  const encoder = new TextEncoder();
+  let cut = "";
+  for (const character of text) {
+    if (encoder.encode(cut + character).length > bytes) break;
+    cut += character;
+  }
+  return cut;
+}
+
+const uploads = new Set(); // under way, cancelled at sign-out
+
 function sendFile(file) {
   const c = state.open && conversation(state.open);
   if (!c) return;
@@ -1105,6 +1246,8 @@ function sendFile(file) {
     return;
   }
   const upload = new Upload(session, file);
+  uploads.add(upload);
+  upload.done.finally(() => uploads.delete(upload)).catch(() => {});
   const bar = h("progress", { max: "1", value: "0", "aria-label": `Uploading ${file.name}` });
   const label = h("span", { class: "upload-state", text: "preparing" });
   const cancel = h("button", { type: "button", class: "link", onclick: () => upload.cancel() }, "Cancel");
@@ -1129,7 +1272,7 @@ function sendFile(file) {
     async (sha256) => {
       setTimeout(() => row.remove(), 1500);
       const type = file.type || "application/octet-stream";
-      const media = { kind: mediaKind(type), sha256, size: String(file.size), mime: type, name: file.name.slice(0, 200) };
+      const media = { kind: mediaKind(type), sha256, size: String(file.size), mime: type, name: cutToBytes(file.name, 255) };
       if (media.kind === "KIND_IMAGE") Object.assign(media, await imageSize(file));
       queue(c.key, { media });
     },
@@ -1231,11 +1374,17 @@ async function groupDialog() {
   await loadMembers(c);
   const group = c.peer.group;
   const myRole = c.members.get(session.user)?.role ?? "GROUP_ROLE_MEMBER";
-  const manage = async (action, done = () => {}) => {
+  const manage = async (action, question = null) => {
+    if (question && !window.confirm(question)) return;
     try {
       await session.ask({ manageGroup: { group, ...action } });
+      if (action.leave) {
+        $("dialog").close();
+        c.left = true;
+        render();
+        return;
+      }
       await loadMembers(c);
-      done();
       groupDialog();
     } catch (error) {
       showError(error);
@@ -1248,12 +1397,12 @@ async function groupDialog() {
       const role = member.role ?? "GROUP_ROLE_MEMBER";
       const buttons = [];
       if (user !== session.user && rank[myRole] > rank[role] && rank[myRole] >= 1) {
-        buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ remove: { users: [user] } }) }, "Remove"));
+        buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ remove: { users: [user] } }, `Remove ${user} from the group?`) }, "Remove"));
       }
       if (myRole === "GROUP_ROLE_OWNER" && user !== session.user) {
         if (role === "GROUP_ROLE_MEMBER") buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ promote: { users: [user] } }) }, "Make admin"));
         if (role === "GROUP_ROLE_ADMIN") buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ demote: { users: [user] } }) }, "Make member"));
-        buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ transfer: { user } }) }, "Hand over"));
+        buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ transfer: { user } }, `Make ${user} the group's owner? You become an admin.`) }, "Hand over"));
       }
       return h(
         "li",
@@ -1278,7 +1427,7 @@ async function groupDialog() {
     isAdmin
       ? h("form", { class: "stack", onsubmit: (e) => { e.preventDefault(); manage({ add: { users: addInput.value.split(/[\s,，、]+/).filter(Boolean) } }); } }, addLabel, addInput, h("button", { type: "submit" }, "Add"))
       : null,
-    h("button", { type: "button", class: "danger", onclick: () => manage({ leave: {} }, () => $("dialog").close()) }, "Leave the group"),
+    h("button", { type: "button", class: "danger", onclick: () => manage({ leave: {} }, "Leave the group?") }, "Leave the group"),
   );
 }
 
@@ -1346,7 +1495,9 @@ async function logOut() {
 // Search
 
 let searchState = null;
+let searchAsked = 0;
 async function search(query, before = null) {
+  const asked = ++searchAsked;
   const results = $("search-results");
   if (!query) {
     results.hidden = true;
@@ -1358,6 +1509,7 @@ async function search(query, before = null) {
   if (before) request.before = before;
   try {
     const answer = await session.ask({ search: request });
+    if (asked !== searchAsked) return; // a newer search was asked meanwhile
     const page = answer.search ?? {};
     searchState = { query, hits: [...(before ? searchState?.hits ?? [] : []), ...(page.hits ?? [])], more: !!page.more, next: page.next };
   } catch (error) {
@@ -1462,6 +1614,15 @@ async function submitLogin(event) {
 function started() {
   $("login").hidden = true;
   $("app").hidden = false;
+  renderMe();
+}
+
+let meShown = "";
+function renderMe() {
+  const profile = state.profiles.get(session.user);
+  const shown = `${session.user}:${profile?.displayName ?? ""}:${profile?.thumbnail?.sha256 ?? ""}`;
+  if (shown === meShown) return;
+  meShown = shown;
   $("me").replaceChildren(avatar(session.user, displayName(session.user), "small"), h("span", { class: "visually-hidden", text: session.user }));
 }
 
@@ -1470,26 +1631,42 @@ function renderConnection(detail) {
   const retry = $("retry");
   document.body.dataset.connection = detail.state;
   retry.hidden = detail.state !== "offline";
-  if (detail.state === "online") text.textContent = "Online";
-  else if (detail.state === "connecting") text.textContent = "Connecting…";
-  else if (detail.state === "offline") {
-    const seconds = Math.max(0, Math.ceil((session.retryAt - Date.now()) / 1000));
-    text.textContent = `Offline · retrying in ${seconds} s`;
-  }
+  const label = { online: "Online", connecting: "Connecting…", offline: "Offline" }[detail.state];
+  if (label && text.textContent !== label) text.textContent = label;
+  // The countdown is outside the live region: a screen reader hears "Offline" once, not every second.
+  const seconds = Math.max(0, Math.ceil((session.retryAt - Date.now()) / 1000));
+  $("connection-retry").textContent = detail.state === "offline" ? `· retrying in ${seconds} s` : "";
 }
 
 session.addEventListener("state", (event) => {
   renderConnection(event.detail);
   if (event.detail.state === "signedOut") {
+    const wasIn = !$("app").hidden;
+    for (const upload of uploads) upload.cancel();
+    $("uploads").replaceChildren();
     state.conversations.clear();
     state.open = null;
     state.profiles.clear();
+    state.wantedProfiles.clear();
+    state.presence.clear();
     state.outbox = [];
-    showLogin(event.detail.reason);
+    state.replyTo = state.editing = null;
+    acknowledgedIds.clear();
+    drafts.clear();
+    $("draft").value = "";
+    dropBlobs();
+    $("search").value = "";
+    search("");
+    document.body.classList.remove("chat-open");
+    // A refused login keeps its own message on the form.
+    if (wasIn) showLogin(event.detail.reason);
   }
 });
 
-session.addEventListener("welcome", () => {
+session.addEventListener("welcome", (event) => {
+  // The first login of this page loads the lists and pages as they stand at `latestCursor`: the events up to it
+  // change nothing more. A reconnect resumed after the newest event applied, so nothing is missed or applied twice.
+  if (session.cursor === 0) session.cursor = num(event.detail.latestCursor);
   loadOutbox();
   started();
   flushOutbox();
@@ -1498,15 +1675,8 @@ session.addEventListener("welcome", () => {
   loadConversations()
     .then(() => {
       const c = state.open && conversation(state.open);
-      if (c) {
-        // Messages may have come while the connection was down: the newest page again, then the read mark.
-        c.loaded = false;
-        c.more = true;
-        return loadOlder(c).then(() => {
-          if (document.visibilityState === "visible") markRead(c);
-          render();
-        });
-      }
+      if (c && document.visibilityState === "visible") markRead(c);
+      render();
     })
     .catch((error) => {
       if (error.code !== "disconnected") showError(error);
@@ -1518,7 +1688,8 @@ session.addEventListener("envelope", (event) => {
   if (envelope.events) onEvents(envelope.events);
   else if (envelope.typing) onTyping(envelope.typing);
   else if (envelope.presence) onPresence(envelope.presence);
-  else if (envelope.error) toast(`${envelope.error.message || envelope.error.code}`);
+  // What the server says before it closes (an idle timeout, a revoked device); a refused login says it on the form.
+  else if (envelope.error && session.state === "online") toast(`${envelope.error.message || envelope.error.code}`);
 });
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1563,10 +1734,11 @@ function start() {
       render();
     }
   });
+  // Escape leaves a conversation for the list, on a phone's one pane: not while composing, nor when a menu, a
+  // dialog or the draft's reply or edit took the key first (they stop it).
   document.addEventListener("keydown", (event) => {
-    if (event.key === "Escape" && document.body.classList.contains("chat-open") && !$("dialog").open && $("menu").hidden) {
-      if (document.activeElement !== $("draft") || (!state.replyTo && !state.editing)) closeConversation();
-    }
+    if (event.key !== "Escape" || event.isComposing || event.keyCode === 229 || event.defaultPrevented) return;
+    if (document.body.classList.contains("chat-open") && !$("dialog").open && $("menu").hidden) closeConversation();
   });
   window.addEventListener("hashchange", () => {
     if (!session.hasToken) showLogin();

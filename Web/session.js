@@ -36,6 +36,10 @@ export function parseFrame(buffer) {
 // Errors after which the stored token is of no more use: the page shows the login again.
 const signedOutCodes = new Set(["auth-failed", "token-expired", "token-revoked"]);
 const storageKey = "courier.session";
+// An expired token, kept so that the next password login renews its device instead of making another.
+const renewKey = "courier.renew";
+// Tokens of devices logged out while the server could not be reached: revoked at the next chance.
+const revokeKey = "courier.revoke";
 
 export class RequestError extends Error {
   constructor(error) {
@@ -62,15 +66,19 @@ export class Session extends EventTarget {
     this.limits = {};
     this.nextStream = 1;
     this.streams = new Map(); // stream id -> function(frame)
+    // The newest event cursor the page has applied: a reconnect resumes after it (`resume`), so two tabs sharing
+    // a device each get every event, whatever the other acknowledged. 0 until the first welcome.
+    this.cursor = 0;
+    this.lastReceived = 0;
     const saved = this.load();
     this.user = saved?.user ?? "";
     this.token = saved?.token ?? "";
     window.addEventListener("online", () => this.retryNow());
   }
 
-  load() {
+  load(key = storageKey) {
     try {
-      return JSON.parse(this.storage.getItem(storageKey) || "null");
+      return JSON.parse(this.storage.getItem(key) || "null");
     } catch {
       return null;
     }
@@ -112,7 +120,12 @@ export class Session extends EventTarget {
       ephemeral: true,
       ...(credentials ?? { token: this.token }),
     };
-    if (credentials?.password && this.token) hello.renewToken = this.token;
+    if (!credentials && this.cursor > 0) {
+      hello.cursor = String(this.cursor);
+      hello.resume = true;
+    }
+    const renew = this.load(renewKey);
+    if (credentials?.password && renew?.user === credentials.password.user) hello.renewToken = renew.token;
     socket.onopen = () => {
       this.request({ hello }, (envelope) => {
         if (envelope.welcome) {
@@ -123,6 +136,8 @@ export class Session extends EventTarget {
           this.token = envelope.welcome.token || this.token;
           this.limits = envelope.welcome.limits ?? {};
           this.storage.setItem(storageKey, JSON.stringify({ user: this.user, token: this.token }));
+          this.storage.removeItem(renewKey);
+          this.revokePending();
           this.startHeartbeat();
           this.setState("online");
           this.dispatchEvent(new CustomEvent("welcome", { detail: envelope.welcome }));
@@ -139,8 +154,9 @@ export class Session extends EventTarget {
       if (this.socket !== socket) return;
       this.socket = null;
       this.stopHeartbeat();
-      this.failPending();
+      // A refused login is answered with an error, then a close whose reason is the error's code.
       if (!welcomed) reject?.(new RequestError({ code: close.reason || "disconnected", message: "not connected" }));
+      this.failPending();
       if (signedOutCodes.has(close.reason) || this.state === "signedOut") {
         this.signedOut(close.reason);
       } else if (this.hasToken) {
@@ -152,6 +168,7 @@ export class Session extends EventTarget {
   }
 
   receive(data) {
+    this.lastReceived = Date.now();
     if (typeof data !== "string") {
       const parsed = parseFrame(data);
       if (parsed) this.streams.get(parsed.streamId)?.(parsed);
@@ -229,12 +246,29 @@ export class Session extends EventTarget {
     for (const handler of pending) handler({ error: { code: "disconnected", message: "the connection dropped" } });
   }
 
+  // `{}` every heartbeat interval; the server answers each. A connection that brought nothing for two and a half
+  // intervals is taken for dead (a network that dropped it without a word) and replaced.
   startHeartbeat() {
     this.stopHeartbeat();
     const interval = Number(this.limits.heartbeatIntervalMs || 20000);
+    this.lastReceived = Date.now();
     this.heartbeat = setInterval(() => {
-      if (this.socket?.readyState === WebSocket.OPEN) this.socket.send("{}");
+      const socket = this.socket;
+      if (socket?.readyState !== WebSocket.OPEN) return;
+      if (Date.now() - this.lastReceived > interval * 2.5) {
+        this.abandon(socket);
+        return;
+      }
+      socket.send("{}");
     }, interval);
+  }
+
+  // Lets go of a socket without waiting for its close, which a dead network may never bring.
+  abandon(socket) {
+    if (this.socket !== socket) return;
+    socket.onclose?.({ reason: "" });
+    socket.onclose = null;
+    socket.close();
   }
 
   stopHeartbeat() {
@@ -268,17 +302,59 @@ export class Session extends EventTarget {
   signedOut(reason) {
     this.closeSocket();
     clearTimeout(this.retryTimer);
+    if (reason === "token-expired" && this.token) {
+      this.storage.setItem(renewKey, JSON.stringify({ user: this.user, token: this.token }));
+    }
     this.token = "";
+    this.cursor = 0;
     this.storage.removeItem(storageKey);
     this.setState("signedOut", { reason });
   }
 
-  // Logs this device out: the server revokes its token.
+  // Logs this device out: the server revokes its token. Offline, the token is revoked at the next chance (the next
+  // login on this browser), so a page closed on a shared computer does not leave a working token behind.
   async logOut() {
+    const token = this.token;
+    let revoked = false;
     try {
-      if (this.state === "online") await this.ask({ logout: {} });
+      if (this.state === "online") {
+        await this.ask({ logout: {} });
+        revoked = true;
+      }
+    } catch {
+      // Kept for later, below.
     } finally {
+      if (!revoked && token) {
+        const pending = this.load(revokeKey) ?? [];
+        this.storage.setItem(revokeKey, JSON.stringify([...pending, token].slice(-20)));
+      }
       this.signedOut("logged-out");
+    }
+  }
+
+  // Revokes the tokens logged out offline: each on a connection of its own, which logs in with it and logs out.
+  revokePending() {
+    const pending = this.load(revokeKey) ?? [];
+    for (const token of pending) {
+      const socket = new WebSocket(this.url);
+      const done = () => {
+        const left = (this.load(revokeKey) ?? []).filter((other) => other !== token);
+        this.storage.setItem(revokeKey, JSON.stringify(left));
+      };
+      socket.onopen = () =>
+        socket.send(JSON.stringify({ requestId: "1", hello: { token, noEvents: true, deviceName: this.deviceName } }));
+      socket.onmessage = (message) => {
+        const envelope = JSON.parse(message.data);
+        if (envelope.welcome) socket.send(JSON.stringify({ requestId: "2", logout: {} }));
+        else if (envelope.done || envelope.error) {
+          done();
+          socket.close(1000);
+        }
+      };
+      socket.onclose = (close) => {
+        // A token the server no longer takes needs no revoking.
+        if (signedOutCodes.has(close.reason)) done();
+      };
     }
   }
 }

@@ -25,9 +25,20 @@ struct InviteCommand: AsyncParsableCommand {
             help: ArgumentHelp("How long it works, such as 12h or 7d (default: until revoked).", valueName: "duration")
         )
         var expires: DurationValue?
+        @Option(
+            help: ArgumentHelp(
+                "The web chat's address, such as https://chat.example.com: prints the sign-up link "
+                    + "(URL/#invite=TOKEN) instead of the bare token.",
+                valueName: "url"
+            )
+        )
+        var url: String?
 
         func validate() throws {
             guard self.uses >= 1, self.uses <= 1_000_000 else { throw ValidationError("--uses is 1 to 1000000") }
+            if let url, !(url.hasPrefix("http://") || url.hasPrefix("https://")) || url.contains("#") {
+                throw ValidationError("--url is the web chat's http:// or https:// address, without a #fragment")
+            }
         }
 
         func run() async throws {
@@ -39,7 +50,8 @@ struct InviteCommand: AsyncParsableCommand {
                     nowMs: now
                 )
             }
-            print(token)
+            // The token rides in the link's fragment, which a browser never sends to a server (nor to its logs).
+            if let url { print("\(url.hasSuffix("/") ? url : url + "/")#invite=\(token)") } else { print(token) }
             var standardError = StandardError()
             print(
                 "invitation \(invite.id): \(invite.maxUses) use\(invite.maxUses == 1 ? "" : "s"), "

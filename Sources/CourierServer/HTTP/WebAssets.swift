@@ -340,7 +340,7 @@ mark {
   width: 2.75rem;
   height: 2.75rem;
   border-radius: 50%;
-  background: hsl(var(--hue, 210) 45% 35%);
+  background: hsl(var(--hue, 210) 45% 30%);
   color: #fff;
   font-weight: 700;
   object-fit: cover;
@@ -794,6 +794,29 @@ mark {
   }
 }
 
+.image-link {
+  border: none;
+  background: none;
+  padding: 0;
+  display: block;
+}
+
+.image.broken {
+  min-width: 4rem;
+  min-height: 3rem;
+}
+
+.sender .handle {
+  font-weight: 400;
+  color: var(--ink-soft);
+}
+
+.failed-actions {
+  display: flex;
+  flex-direction: column;
+  font-size: 0.85rem;
+}
+
 """#),
         ("app.js", #"""
 // Courier's web chat: the page's state and what it shows. The server's envelopes are documented in docs/PROTOCOL.md;
@@ -909,8 +932,40 @@ async function fetchProfiles() {
   if (state.wantedProfiles.size > 0) setTimeout(fetchProfiles, 50);
 }
 
+const isDigest = (sha256) => typeof sha256 === "string" && /^[0-9a-f]{64}$/.test(sha256);
+
+// Audio and video stream from `/media` with byte ranges, which only a URL gives a player: the token rides in it.
 function mediaURL(sha256) {
   return `/media/${sha256}?token=${encodeURIComponent(session.token)}`;
+}
+
+// Pictures and files are fetched with the token in a header and shown from `blob:` URLs, so no link on the page
+// (copied, opened in a tab, kept in the history) carries the token. Dropped at sign-out.
+const blobs = new Map(); // sha256 -> Promise of a blob: URL
+function blobURL(sha256) {
+  if (!blobs.has(sha256)) {
+    const url = fetch(`/media/${sha256}`, { headers: { Authorization: `Bearer ${session.token}` } })
+      .then((answer) => {
+        if (!answer.ok) throw new Error(`media: ${answer.status}`);
+        return answer.blob();
+      })
+      .then((blob) => URL.createObjectURL(blob));
+    url.catch(() => blobs.delete(sha256));
+    blobs.set(sha256, url);
+  }
+  return blobs.get(sha256);
+}
+
+function dropBlobs() {
+  for (const url of blobs.values()) url.then(URL.revokeObjectURL, () => {});
+  blobs.clear();
+  mediaNodes.clear();
+}
+
+function picture(sha256, attributes) {
+  const image = h("img", attributes);
+  if (isDigest(sha256)) blobURL(sha256).then((url) => (image.src = url), () => image.classList.add("broken"));
+  return image;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -920,19 +975,42 @@ function mediaURL(sha256) {
 
 const outboxKey = () => `courier.outbox.${session.user}`;
 
-function loadOutbox() {
+// Tabs of one browser share the outbox: each merges what the others stored (by id) and drops what any of them saw
+// acknowledged. Two tabs may then send one entry both: the server stores it once (same id) and both hear the ack.
+const acknowledgedIds = new Set();
+
+function storedOutbox() {
   try {
-    state.outbox = JSON.parse(localStorage.getItem(outboxKey()) || "[]");
+    const stored = JSON.parse(localStorage.getItem(outboxKey()) || "[]");
+    return Array.isArray(stored) ? stored : [];
   } catch {
-    state.outbox = [];
+    return [];
   }
-  for (const entry of state.outbox) entry.inFlight = false;
+}
+
+function loadOutbox() {
+  const known = new Map(state.outbox.map((entry) => [entry.id, entry]));
+  for (const entry of storedOutbox()) {
+    if (!known.has(entry.id) && !acknowledgedIds.has(entry.id)) known.set(entry.id, { ...entry, inFlight: false });
+  }
+  state.outbox = [...known.values()].sort((a, b) => a.createdMs - b.createdMs);
+  if (session.state !== "online") for (const entry of state.outbox) entry.inFlight = false;
 }
 
 function saveOutbox() {
-  const kept = state.outbox.map(({ inFlight, ...entry }) => entry);
-  localStorage.setItem(outboxKey(), JSON.stringify(kept));
+  const mine = new Set(state.outbox.map((entry) => entry.id));
+  const others = storedOutbox().filter((entry) => !mine.has(entry.id) && !acknowledgedIds.has(entry.id));
+  const kept = [...state.outbox.map(({ inFlight, retryAt, ...entry }) => entry), ...others];
+  localStorage.setItem(outboxKey(), JSON.stringify(kept.sort((a, b) => a.createdMs - b.createdMs)));
 }
+
+window.addEventListener("storage", (event) => {
+  if (session.user && event.key === outboxKey()) {
+    loadOutbox();
+    flushOutbox();
+    render();
+  }
+});
 
 function newId() {
   const bytes = crypto.getRandomValues(new Uint8Array(12));
@@ -949,6 +1027,10 @@ function queue(key, body, replyTo = null) {
   render({ toBottom: true });
 }
 
+// Errors that pass: the entry is sent again, in its place, after the server's `retryAfterMs` (or a second).
+const passingErrors = new Set(["storage-failed", "rate-limited", "throttled", "server-full", "shutting-down"]);
+let flushTimer = null;
+
 function flushOutbox() {
   if (session.state !== "online") return;
   const window = Math.max(1, Math.min(32, num(session.limits.maxUnackedSends) || 32));
@@ -956,16 +1038,25 @@ function flushOutbox() {
   for (const entry of state.outbox) {
     if (inFlight >= window) break;
     if (entry.inFlight || entry.error) continue;
+    if (entry.retryAt > Date.now()) {
+      // Nothing after it overtakes it.
+      clearTimeout(flushTimer);
+      flushTimer = setTimeout(flushOutbox, entry.retryAt - Date.now());
+      break;
+    }
     entry.inFlight = true;
     inFlight++;
     const send = { id: entry.id, to: entry.to, body: entry.body };
     if (entry.replyTo) send.replyTo = { conversation: entry.to, seq: entry.replyTo.seq };
     session.request({ send }, (envelope) => {
       entry.inFlight = false;
+      const error = envelope.error;
       if (envelope.sendAck) {
         acknowledged(entry, envelope.sendAck);
-      } else if (envelope.error?.code !== "disconnected") {
-        entry.error = envelope.error?.message || envelope.error?.code || "refused";
+      } else if (error && passingErrors.has(error.code)) {
+        entry.retryAt = Date.now() + Math.max(1000, num(error.retryAfterMs));
+      } else if (error && error.code !== "disconnected") {
+        entry.error = `${error.message || error.code} (${error.code})`;
         saveOutbox();
       }
       render();
@@ -975,8 +1066,17 @@ function flushOutbox() {
   }
 }
 
+function retrySend(entry) {
+  delete entry.error;
+  delete entry.retryAt;
+  saveOutbox();
+  flushOutbox();
+  render();
+}
+
 function acknowledged(entry, ack) {
-  state.outbox = state.outbox.filter((other) => other !== entry);
+  acknowledgedIds.add(entry.id);
+  state.outbox = state.outbox.filter((other) => other.id !== entry.id);
   saveOutbox();
   const c = conversation(keyOf(ack.conversation));
   const seq = num(ack.seq);
@@ -1008,14 +1108,20 @@ function addMessage(c, message) {
   wantProfile(message.from);
 }
 
+// Events are applied once each, in cursor order: one at or below the newest applied is skipped (a resend after a
+// reconnect; on a page's first login, what the lists and pages it loads already show). Each page is acknowledged
+// once applied; one that fails to apply is logged and the page goes on (the next load of the conversation shows it).
 function onEvents(events) {
   let last = 0;
   for (const event of events.events ?? []) {
-    last = Math.max(last, num(event.cursor));
+    const cursor = num(event.cursor);
+    last = Math.max(last, cursor);
+    if (cursor <= session.cursor) continue;
+    session.cursor = cursor;
     try {
       applyEvent(event);
     } catch (error) {
-      console.error("event", event, error);
+      console.error("event", cursor, error);
     }
   }
   if (last > 0) session.post({ ack: { cursor: String(last) } });
@@ -1038,7 +1144,7 @@ function applyEvent(event) {
         if (c.isGroup && mentions(message.body?.text ?? message.body?.media?.caption, session.user)) c.mentions++;
       }
     }
-    if (c.typing.delete(message.from)) renderHeader();
+    c.typing.delete(message.from);
   } else if (event.edit) {
     const c = conversation(keyOf(event.edit.conversation));
     const known = c.messages.get(num(event.edit.seq));
@@ -1121,14 +1227,12 @@ function onTyping(notice) {
   const c = conversation(keyOf(notice.conversation));
   if (notice.typing) c.typing.set(notice.user, Date.now() + 6000);
   else c.typing.delete(notice.user);
-  if (state.open === c.key) renderHeader();
-  renderList();
+  render({ messages: false });
 }
 
 function onPresence(notice) {
   state.presence.set(notice.user, { online: !!notice.online, lastSeenMs: num(notice.lastSeenMs) });
-  renderHeader();
-  renderList();
+  render({ messages: false });
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1336,24 +1440,30 @@ const loadDraft = (key) => drafts.get(key) ?? "";
 // ---------------------------------------------------------------------------------------------------------------
 // Rendering
 
+// Everything that changes asks for a redraw; one happens per frame, however many asked (a reconnect's presence
+// notices, a page of events). The messages are redrawn only when something asked for them.
 let renderQueued = false;
 let scrollToBottom = false;
-function render({ toBottom = false } = {}) {
+let messagesWanted = false;
+function render({ toBottom = false, messages = true } = {}) {
   scrollToBottom ||= toBottom;
+  messagesWanted ||= messages;
   if (renderQueued) return;
   renderQueued = true;
   requestAnimationFrame(() => {
     renderQueued = false;
+    renderMe();
     renderList();
     renderHeader();
-    renderMessages(scrollToBottom);
+    if (messagesWanted) renderMessages(scrollToBottom);
+    messagesWanted = false;
     scrollToBottom = false;
   });
 }
 
 function avatar(user, label = user, size = "") {
   const thumb = user ? state.profiles.get(user)?.thumbnail?.sha256 : null;
-  if (thumb) return h("img", { class: `avatar ${size}`, src: mediaURL(thumb), alt: "" });
+  if (isDigest(thumb)) return picture(thumb, { class: `avatar ${size}`, alt: "" });
   const element = h("span", { class: `avatar ${size}`, "aria-hidden": "true", text: initial(label) });
   element.style.setProperty("--hue", hue(label));
   return element;
@@ -1550,29 +1660,48 @@ function statusMark(c, message) {
   return h("span", { class: "status", "aria-label": "sent", title: "sent", text: "✓" });
 }
 
-const mediaNodes = new Map(); // sha256 -> element: kept across renders so a playing video goes on playing
+// Media elements, one per message, kept across redraws: a playing video goes on playing, a picture is not fetched
+// again.
+const mediaNodes = new Map();
 
-function mediaElement(media) {
+function mediaElement(c, message, media) {
   const sha = media.sha256;
-  const cached = mediaNodes.get(`${sha}:${media.kind}`);
+  const key = `${c.key}:${message.seq ?? message.id}:${sha}`;
+  const cached = mediaNodes.get(key);
   if (cached) return cached;
-  const url = mediaURL(sha);
+  if (!isDigest(sha)) return h("p", { class: "text recalled", text: "(media this page cannot show)" });
   let element;
   if (media.kind === "KIND_IMAGE") {
-    const image = h("img", { class: "image", src: url, alt: media.name || "picture", loading: "lazy" });
+    const image = picture(sha, { class: "image", alt: media.name || "picture" });
     if (media.width && media.height) {
       image.width = Math.min(280, num(media.width));
-      image.style.aspectRatio = `${media.width} / ${media.height}`;
+      image.style.aspectRatio = `${num(media.width)} / ${num(media.height)}`;
     }
-    element = h("a", { class: "image-link", href: url, target: "_blank", rel: "noopener" }, image);
+    element = h("button", { type: "button", class: "image-link", "aria-label": `Open ${media.name || "the picture"}`, onclick: () => blobURL(sha).then((url) => window.open(url, "_blank", "noopener")) }, image);
   } else if (media.kind === "KIND_VOICE") {
-    element = h("audio", { controls: true, preload: "none", src: url });
+    element = h("audio", { controls: true, preload: "none", src: mediaURL(sha) });
   } else if (media.kind === "KIND_VIDEO") {
-    element = h("video", { controls: true, preload: "metadata", playsinline: true, src: url, class: "video" });
+    element = h("video", { controls: true, preload: "metadata", playsinline: true, src: mediaURL(sha), class: "video" });
   } else {
-    element = h("a", { class: "file", href: url, download: media.name || "file" }, `📄 ${media.name || "file"} · ${byteSize(media.size)}`);
+    element = h(
+      "a",
+      {
+        class: "file",
+        href: "#",
+        "data-sha256": sha,
+        download: media.name || "file",
+        onclick: (event) => {
+          event.preventDefault();
+          blobURL(sha).then(
+            (url) => h("a", { href: url, download: media.name || "file" }).click(),
+            (error) => showError(error),
+          );
+        },
+      },
+      `📄 ${media.name || "file"} · ${byteSize(media.size)}`,
+    );
   }
-  mediaNodes.set(`${sha}:${media.kind}`, element);
+  mediaNodes.set(key, element);
   return element;
 }
 
@@ -1586,7 +1715,13 @@ function messageRow(c, message, names) {
   const seq = num(message.seq);
   const body = message.body ?? {};
   const content = [];
-  if (c.isGroup && !mine) content.push(h("span", { class: "sender", dir: "auto", text: displayName(message.from) }));
+  if (c.isGroup && !mine) {
+    // The user name beside the display name: two members cannot pass for each other by choosing one name.
+    const shown = displayName(message.from);
+    content.push(
+      h("span", { class: "sender" }, h("bdi", { text: shown }), shown !== message.from ? h("span", { class: "handle", text: ` @${message.from}` }) : null),
+    );
+  }
   const reply = message.replyTo;
   if (reply) {
     const quoted = !reply.visible && !message.pending
@@ -1601,7 +1736,7 @@ function messageRow(c, message, names) {
   if (message.recalled) {
     content.push(h("p", { class: "text recalled", text: mine ? "You recalled this message" : "This message was recalled" }));
   } else if (body.media) {
-    content.push(mediaElement(body.media));
+    content.push(mediaElement(c, message, body.media));
     if (body.media.caption) content.push(h("p", { class: "text", dir: "auto" }, richText(body.media.caption, names)));
   } else {
     content.push(h("p", { class: "text", dir: "auto" }, richText(body.text ?? "", names)));
@@ -1641,7 +1776,12 @@ function messageRow(c, message, names) {
   const actions =
     message.pending || message.recalled
       ? message.pending?.error
-        ? h("button", { type: "button", class: "icon actions", "aria-label": "Discard", onclick: () => discard(message.pending) }, "🗑")
+        ? h(
+            "span",
+            { class: "failed-actions" },
+            h("button", { type: "button", class: "link", "data-action": "retry", onclick: () => retrySend(message.pending) }, "Retry"),
+            h("button", { type: "button", class: "link", "data-action": "discard", onclick: () => discard(message.pending) }, "Discard"),
+          )
         : null
       : h(
           "button",
@@ -1684,7 +1824,15 @@ function openMenu(anchor, c, message) {
   const onKey = (event) => {
     if (event.key === "Escape") {
       event.preventDefault();
+      event.stopPropagation();
       close();
+    } else if (event.key === "ArrowDown" || event.key === "ArrowUp" || event.key === "ArrowRight" || event.key === "ArrowLeft") {
+      // Arrow keys move between the menu's items.
+      const items = [...menu.querySelectorAll("button")];
+      const at = items.indexOf(document.activeElement);
+      const step = event.key === "ArrowDown" || event.key === "ArrowRight" ? 1 : -1;
+      items[(at + step + items.length) % items.length]?.focus();
+      event.preventDefault();
     }
   };
   const onOutside = (event) => {
@@ -1755,6 +1903,7 @@ async function recall(c, message) {
 }
 
 function discard(entry) {
+  acknowledgedIds.add(entry.id);
   state.outbox = state.outbox.filter((other) => other !== entry);
   saveOutbox();
   render();
@@ -1831,21 +1980,23 @@ function setUpComposer() {
   const draft = $("draft");
   draft.addEventListener("compositionstart", () => {
     composing = true;
+    draft.dataset.composing = "true";
   });
   draft.addEventListener("compositionend", () => {
     // Safari sends compositionend before the Enter's keydown: stay composing until that keydown has passed.
     setTimeout(() => {
       composing = false;
+      delete draft.dataset.composing;
     });
   });
   draft.addEventListener("keydown", (event) => {
-    if (event.key !== "Enter" || event.shiftKey || event.altKey || event.ctrlKey || event.metaKey) {
-      if (event.key === "Escape" && (state.replyTo || state.editing)) {
-        cancelContext();
-      }
+    if (event.isComposing || composing || event.keyCode === 229) return;
+    if (event.key === "Escape" && (state.replyTo || state.editing)) {
+      event.stopPropagation();
+      cancelContext();
       return;
     }
-    if (event.isComposing || composing || event.keyCode === 229) return;
+    if (event.key !== "Enter" || event.shiftKey || event.altKey || event.ctrlKey || event.metaKey) return;
     event.preventDefault();
     submitDraft();
   });
@@ -1890,6 +2041,19 @@ function cancelContext() {
 // ---------------------------------------------------------------------------------------------------------------
 // Media
 
+// The longest start of `text` within `bytes` UTF-8 bytes, cut between characters.
+function cutToBytes(text, bytes) {
+  const encoder = new TextEncoder();
+  let cut = "";
+  for (const character of text) {
+    if (encoder.encode(cut + character).length > bytes) break;
+    cut += character;
+  }
+  return cut;
+}
+
+const uploads = new Set(); // under way, cancelled at sign-out
+
 function sendFile(file) {
   const c = state.open && conversation(state.open);
   if (!c) return;
@@ -1903,6 +2067,8 @@ function sendFile(file) {
     return;
   }
   const upload = new Upload(session, file);
+  uploads.add(upload);
+  upload.done.finally(() => uploads.delete(upload)).catch(() => {});
   const bar = h("progress", { max: "1", value: "0", "aria-label": `Uploading ${file.name}` });
   const label = h("span", { class: "upload-state", text: "preparing" });
   const cancel = h("button", { type: "button", class: "link", onclick: () => upload.cancel() }, "Cancel");
@@ -1927,7 +2093,7 @@ function sendFile(file) {
     async (sha256) => {
       setTimeout(() => row.remove(), 1500);
       const type = file.type || "application/octet-stream";
-      const media = { kind: mediaKind(type), sha256, size: String(file.size), mime: type, name: file.name.slice(0, 200) };
+      const media = { kind: mediaKind(type), sha256, size: String(file.size), mime: type, name: cutToBytes(file.name, 255) };
       if (media.kind === "KIND_IMAGE") Object.assign(media, await imageSize(file));
       queue(c.key, { media });
     },
@@ -2029,11 +2195,17 @@ async function groupDialog() {
   await loadMembers(c);
   const group = c.peer.group;
   const myRole = c.members.get(session.user)?.role ?? "GROUP_ROLE_MEMBER";
-  const manage = async (action, done = () => {}) => {
+  const manage = async (action, question = null) => {
+    if (question && !window.confirm(question)) return;
     try {
       await session.ask({ manageGroup: { group, ...action } });
+      if (action.leave) {
+        $("dialog").close();
+        c.left = true;
+        render();
+        return;
+      }
       await loadMembers(c);
-      done();
       groupDialog();
     } catch (error) {
       showError(error);
@@ -2046,12 +2218,12 @@ async function groupDialog() {
       const role = member.role ?? "GROUP_ROLE_MEMBER";
       const buttons = [];
       if (user !== session.user && rank[myRole] > rank[role] && rank[myRole] >= 1) {
-        buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ remove: { users: [user] } }) }, "Remove"));
+        buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ remove: { users: [user] } }, `Remove ${user} from the group?`) }, "Remove"));
       }
       if (myRole === "GROUP_ROLE_OWNER" && user !== session.user) {
         if (role === "GROUP_ROLE_MEMBER") buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ promote: { users: [user] } }) }, "Make admin"));
         if (role === "GROUP_ROLE_ADMIN") buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ demote: { users: [user] } }) }, "Make member"));
-        buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ transfer: { user } }) }, "Hand over"));
+        buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ transfer: { user } }, `Make ${user} the group's owner? You become an admin.`) }, "Hand over"));
       }
       return h(
         "li",
@@ -2076,7 +2248,7 @@ async function groupDialog() {
     isAdmin
       ? h("form", { class: "stack", onsubmit: (e) => { e.preventDefault(); manage({ add: { users: addInput.value.split(/[\s,，、]+/).filter(Boolean) } }); } }, addLabel, addInput, h("button", { type: "submit" }, "Add"))
       : null,
-    h("button", { type: "button", class: "danger", onclick: () => manage({ leave: {} }, () => $("dialog").close()) }, "Leave the group"),
+    h("button", { type: "button", class: "danger", onclick: () => manage({ leave: {} }, "Leave the group?") }, "Leave the group"),
   );
 }
 
@@ -2144,7 +2316,9 @@ async function logOut() {
 // Search
 
 let searchState = null;
+let searchAsked = 0;
 async function search(query, before = null) {
+  const asked = ++searchAsked;
   const results = $("search-results");
   if (!query) {
     results.hidden = true;
@@ -2156,6 +2330,7 @@ async function search(query, before = null) {
   if (before) request.before = before;
   try {
     const answer = await session.ask({ search: request });
+    if (asked !== searchAsked) return; // a newer search was asked meanwhile
     const page = answer.search ?? {};
     searchState = { query, hits: [...(before ? searchState?.hits ?? [] : []), ...(page.hits ?? [])], more: !!page.more, next: page.next };
   } catch (error) {
@@ -2260,6 +2435,15 @@ async function submitLogin(event) {
 function started() {
   $("login").hidden = true;
   $("app").hidden = false;
+  renderMe();
+}
+
+let meShown = "";
+function renderMe() {
+  const profile = state.profiles.get(session.user);
+  const shown = `${session.user}:${profile?.displayName ?? ""}:${profile?.thumbnail?.sha256 ?? ""}`;
+  if (shown === meShown) return;
+  meShown = shown;
   $("me").replaceChildren(avatar(session.user, displayName(session.user), "small"), h("span", { class: "visually-hidden", text: session.user }));
 }
 
@@ -2268,26 +2452,42 @@ function renderConnection(detail) {
   const retry = $("retry");
   document.body.dataset.connection = detail.state;
   retry.hidden = detail.state !== "offline";
-  if (detail.state === "online") text.textContent = "Online";
-  else if (detail.state === "connecting") text.textContent = "Connecting…";
-  else if (detail.state === "offline") {
-    const seconds = Math.max(0, Math.ceil((session.retryAt - Date.now()) / 1000));
-    text.textContent = `Offline · retrying in ${seconds} s`;
-  }
+  const label = { online: "Online", connecting: "Connecting…", offline: "Offline" }[detail.state];
+  if (label && text.textContent !== label) text.textContent = label;
+  // The countdown is outside the live region: a screen reader hears "Offline" once, not every second.
+  const seconds = Math.max(0, Math.ceil((session.retryAt - Date.now()) / 1000));
+  $("connection-retry").textContent = detail.state === "offline" ? `· retrying in ${seconds} s` : "";
 }
 
 session.addEventListener("state", (event) => {
   renderConnection(event.detail);
   if (event.detail.state === "signedOut") {
+    const wasIn = !$("app").hidden;
+    for (const upload of uploads) upload.cancel();
+    $("uploads").replaceChildren();
     state.conversations.clear();
     state.open = null;
     state.profiles.clear();
+    state.wantedProfiles.clear();
+    state.presence.clear();
     state.outbox = [];
-    showLogin(event.detail.reason);
+    state.replyTo = state.editing = null;
+    acknowledgedIds.clear();
+    drafts.clear();
+    $("draft").value = "";
+    dropBlobs();
+    $("search").value = "";
+    search("");
+    document.body.classList.remove("chat-open");
+    // A refused login keeps its own message on the form.
+    if (wasIn) showLogin(event.detail.reason);
   }
 });
 
-session.addEventListener("welcome", () => {
+session.addEventListener("welcome", (event) => {
+  // The first login of this page loads the lists and pages as they stand at `latestCursor`: the events up to it
+  // change nothing more. A reconnect resumed after the newest event applied, so nothing is missed or applied twice.
+  if (session.cursor === 0) session.cursor = num(event.detail.latestCursor);
   loadOutbox();
   started();
   flushOutbox();
@@ -2296,15 +2496,8 @@ session.addEventListener("welcome", () => {
   loadConversations()
     .then(() => {
       const c = state.open && conversation(state.open);
-      if (c) {
-        // Messages may have come while the connection was down: the newest page again, then the read mark.
-        c.loaded = false;
-        c.more = true;
-        return loadOlder(c).then(() => {
-          if (document.visibilityState === "visible") markRead(c);
-          render();
-        });
-      }
+      if (c && document.visibilityState === "visible") markRead(c);
+      render();
     })
     .catch((error) => {
       if (error.code !== "disconnected") showError(error);
@@ -2316,7 +2509,8 @@ session.addEventListener("envelope", (event) => {
   if (envelope.events) onEvents(envelope.events);
   else if (envelope.typing) onTyping(envelope.typing);
   else if (envelope.presence) onPresence(envelope.presence);
-  else if (envelope.error) toast(`${envelope.error.message || envelope.error.code}`);
+  // What the server says before it closes (an idle timeout, a revoked device); a refused login says it on the form.
+  else if (envelope.error && session.state === "online") toast(`${envelope.error.message || envelope.error.code}`);
 });
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -2361,10 +2555,11 @@ function start() {
       render();
     }
   });
+  // Escape leaves a conversation for the list, on a phone's one pane: not while composing, nor when a menu, a
+  // dialog or the draft's reply or edit took the key first (they stop it).
   document.addEventListener("keydown", (event) => {
-    if (event.key === "Escape" && document.body.classList.contains("chat-open") && !$("dialog").open && $("menu").hidden) {
-      if (document.activeElement !== $("draft") || (!state.replyTo && !state.editing)) closeConversation();
-    }
+    if (event.key !== "Escape" || event.isComposing || event.keyCode === 229 || event.defaultPrevented) return;
+    if (document.body.classList.contains("chat-open") && !$("dialog").open && $("menu").hidden) closeConversation();
   });
   window.addEventListener("hashchange", () => {
     if (!session.hasToken) showLogin();
@@ -2441,8 +2636,9 @@ start();
   <aside class="sidebar" aria-label="Conversations">
     <header class="bar">
       <button id="me" type="button" class="me" aria-label="Your profile and settings"></button>
-      <div id="connection" class="connection" role="status" aria-live="polite">
-        <span id="connection-text"></span>
+      <div id="connection" class="connection">
+        <span id="connection-text" role="status" aria-live="polite"></span>
+        <span id="connection-retry" aria-hidden="true"></span>
         <button id="retry" type="button" class="link" hidden>Retry now</button>
       </div>
       <button id="new-chat" type="button" class="icon" aria-label="New chat" title="New chat">＋</button>
@@ -2535,6 +2731,10 @@ export function parseFrame(buffer) {
 // Errors after which the stored token is of no more use: the page shows the login again.
 const signedOutCodes = new Set(["auth-failed", "token-expired", "token-revoked"]);
 const storageKey = "courier.session";
+// An expired token, kept so that the next password login renews its device instead of making another.
+const renewKey = "courier.renew";
+// Tokens of devices logged out while the server could not be reached: revoked at the next chance.
+const revokeKey = "courier.revoke";
 
 export class RequestError extends Error {
   constructor(error) {
@@ -2561,15 +2761,19 @@ export class Session extends EventTarget {
     this.limits = {};
     this.nextStream = 1;
     this.streams = new Map(); // stream id -> function(frame)
+    // The newest event cursor the page has applied: a reconnect resumes after it (`resume`), so two tabs sharing
+    // a device each get every event, whatever the other acknowledged. 0 until the first welcome.
+    this.cursor = 0;
+    this.lastReceived = 0;
     const saved = this.load();
     this.user = saved?.user ?? "";
     this.token = saved?.token ?? "";
     window.addEventListener("online", () => this.retryNow());
   }
 
-  load() {
+  load(key = storageKey) {
     try {
-      return JSON.parse(this.storage.getItem(storageKey) || "null");
+      return JSON.parse(this.storage.getItem(key) || "null");
     } catch {
       return null;
     }
@@ -2611,7 +2815,12 @@ export class Session extends EventTarget {
       ephemeral: true,
       ...(credentials ?? { token: this.token }),
     };
-    if (credentials?.password && this.token) hello.renewToken = this.token;
+    if (!credentials && this.cursor > 0) {
+      hello.cursor = String(this.cursor);
+      hello.resume = true;
+    }
+    const renew = this.load(renewKey);
+    if (credentials?.password && renew?.user === credentials.password.user) hello.renewToken = renew.token;
     socket.onopen = () => {
       this.request({ hello }, (envelope) => {
         if (envelope.welcome) {
@@ -2622,6 +2831,8 @@ export class Session extends EventTarget {
           this.token = envelope.welcome.token || this.token;
           this.limits = envelope.welcome.limits ?? {};
           this.storage.setItem(storageKey, JSON.stringify({ user: this.user, token: this.token }));
+          this.storage.removeItem(renewKey);
+          this.revokePending();
           this.startHeartbeat();
           this.setState("online");
           this.dispatchEvent(new CustomEvent("welcome", { detail: envelope.welcome }));
@@ -2638,8 +2849,9 @@ export class Session extends EventTarget {
       if (this.socket !== socket) return;
       this.socket = null;
       this.stopHeartbeat();
-      this.failPending();
+      // A refused login is answered with an error, then a close whose reason is the error's code.
       if (!welcomed) reject?.(new RequestError({ code: close.reason || "disconnected", message: "not connected" }));
+      this.failPending();
       if (signedOutCodes.has(close.reason) || this.state === "signedOut") {
         this.signedOut(close.reason);
       } else if (this.hasToken) {
@@ -2651,6 +2863,7 @@ export class Session extends EventTarget {
   }
 
   receive(data) {
+    this.lastReceived = Date.now();
     if (typeof data !== "string") {
       const parsed = parseFrame(data);
       if (parsed) this.streams.get(parsed.streamId)?.(parsed);
@@ -2728,12 +2941,29 @@ export class Session extends EventTarget {
     for (const handler of pending) handler({ error: { code: "disconnected", message: "the connection dropped" } });
   }
 
+  // `{}` every heartbeat interval; the server answers each. A connection that brought nothing for two and a half
+  // intervals is taken for dead (a network that dropped it without a word) and replaced.
   startHeartbeat() {
     this.stopHeartbeat();
     const interval = Number(this.limits.heartbeatIntervalMs || 20000);
+    this.lastReceived = Date.now();
     this.heartbeat = setInterval(() => {
-      if (this.socket?.readyState === WebSocket.OPEN) this.socket.send("{}");
+      const socket = this.socket;
+      if (socket?.readyState !== WebSocket.OPEN) return;
+      if (Date.now() - this.lastReceived > interval * 2.5) {
+        this.abandon(socket);
+        return;
+      }
+      socket.send("{}");
     }, interval);
+  }
+
+  // Lets go of a socket without waiting for its close, which a dead network may never bring.
+  abandon(socket) {
+    if (this.socket !== socket) return;
+    socket.onclose?.({ reason: "" });
+    socket.onclose = null;
+    socket.close();
   }
 
   stopHeartbeat() {
@@ -2767,17 +2997,59 @@ export class Session extends EventTarget {
   signedOut(reason) {
     this.closeSocket();
     clearTimeout(this.retryTimer);
+    if (reason === "token-expired" && this.token) {
+      this.storage.setItem(renewKey, JSON.stringify({ user: this.user, token: this.token }));
+    }
     this.token = "";
+    this.cursor = 0;
     this.storage.removeItem(storageKey);
     this.setState("signedOut", { reason });
   }
 
-  // Logs this device out: the server revokes its token.
+  // Logs this device out: the server revokes its token. Offline, the token is revoked at the next chance (the next
+  // login on this browser), so a page closed on a shared computer does not leave a working token behind.
   async logOut() {
+    const token = this.token;
+    let revoked = false;
     try {
-      if (this.state === "online") await this.ask({ logout: {} });
+      if (this.state === "online") {
+        await this.ask({ logout: {} });
+        revoked = true;
+      }
+    } catch {
+      // Kept for later, below.
     } finally {
+      if (!revoked && token) {
+        const pending = this.load(revokeKey) ?? [];
+        this.storage.setItem(revokeKey, JSON.stringify([...pending, token].slice(-20)));
+      }
       this.signedOut("logged-out");
+    }
+  }
+
+  // Revokes the tokens logged out offline: each on a connection of its own, which logs in with it and logs out.
+  revokePending() {
+    const pending = this.load(revokeKey) ?? [];
+    for (const token of pending) {
+      const socket = new WebSocket(this.url);
+      const done = () => {
+        const left = (this.load(revokeKey) ?? []).filter((other) => other !== token);
+        this.storage.setItem(revokeKey, JSON.stringify(left));
+      };
+      socket.onopen = () =>
+        socket.send(JSON.stringify({ requestId: "1", hello: { token, noEvents: true, deviceName: this.deviceName } }));
+      socket.onmessage = (message) => {
+        const envelope = JSON.parse(message.data);
+        if (envelope.welcome) socket.send(JSON.stringify({ requestId: "2", logout: {} }));
+        else if (envelope.done || envelope.error) {
+          done();
+          socket.close(1000);
+        }
+      };
+      socket.onclose = (close) => {
+        // A token the server no longer takes needs no revoking.
+        if (signedOutCodes.has(close.reason)) done();
+      };
     }
   }
 }
