@@ -6,6 +6,9 @@ import { Upload, imageSize, mediaKind, thumbnail } from "./upload.js";
 import { h, relativeTime, clock, fullTime, byteSize, richText, mentions, markedFragment, initial, hue } from "./text.js";
 
 const $ = (id) => document.getElementById(id);
+// Replaces an element's children, leaving out the absent ones (a `cond ? element : null`).
+const fill = (element, ...children) =>
+  element.replaceChildren(...children.flat().filter((child) => child !== null && child !== undefined && child !== false));
 const reactionKeys = ["👍", "❤️", "😂", "🎉", "😮", "😢"];
 const pageSize = 30;
 
@@ -106,7 +109,9 @@ async function fetchProfiles() {
     }
     render();
   } catch {
-    // Asked again at the next welcome.
+    // Asked again a second later, or at the next welcome.
+    setTimeout(fetchProfiles, 1000);
+    return;
   }
   if (state.wantedProfiles.size > 0) setTimeout(fetchProfiles, 50);
 }
@@ -526,22 +531,26 @@ function markRead(c) {
   }
 }
 
+// Typing notices: "typing" at most every 3 s while the draft changes, "stopped" 4 s after the last change, on a send,
+// or when the draft loses focus; each to the conversation the typing was in.
 let typingSentAt = 0;
+let typingIn = null;
 let typingStop = null;
 function typing(active) {
-  const c = state.open && conversation(state.open);
-  if (!c || session.state !== "online") return;
   clearTimeout(typingStop);
-  if (active) {
-    if (Date.now() - typingSentAt > 3000) {
-      typingSentAt = Date.now();
-      session.post({ typing: { conversation: c.peer, typing: true } });
-    }
-    typingStop = setTimeout(() => typing(false), 4000);
-  } else if (typingSentAt) {
+  if (typingIn && (!active || typingIn.key !== state.open)) {
+    if (typingSentAt) session.post({ typing: { conversation: typingIn.peer, typing: false } });
     typingSentAt = 0;
-    session.post({ typing: { conversation: c.peer, typing: false } });
+    typingIn = null;
   }
+  const c = state.open && conversation(state.open);
+  if (!active || !c || session.state !== "online") return;
+  if (Date.now() - typingSentAt > 3000) {
+    typingSentAt = Date.now();
+    typingIn = c;
+    session.post({ typing: { conversation: c.peer, typing: true } });
+  }
+  typingStop = setTimeout(() => typing(false), 4000);
 }
 
 function showError(error) {
@@ -599,7 +608,8 @@ async function jumpTo(key, seq) {
       return;
     }
   }
-  render();
+  messagesWanted = true;
+  draw();
   const element = document.querySelector(`#messages [data-seq="${seq}"]`);
   if (!element) {
     toast("That message can no longer be shown.");
@@ -629,15 +639,18 @@ function render({ toBottom = false, messages = true } = {}) {
   messagesWanted ||= messages;
   if (renderQueued) return;
   renderQueued = true;
-  requestAnimationFrame(() => {
-    renderQueued = false;
-    renderMe();
-    renderList();
-    renderHeader();
-    if (messagesWanted) renderMessages(scrollToBottom);
-    messagesWanted = false;
-    scrollToBottom = false;
-  });
+  requestAnimationFrame(draw);
+}
+
+// Draws what was asked for, now (a jump draws at once, to find the message it jumps to).
+function draw() {
+  renderQueued = false;
+  renderMe();
+  renderList();
+  renderHeader();
+  if (messagesWanted) renderMessages(scrollToBottom);
+  messagesWanted = false;
+  scrollToBottom = false;
 }
 
 function avatar(user, label = user, size = "") {
@@ -786,7 +799,7 @@ function renderMessages(toBottom) {
     const date = new Date(num(message.timeMs)).toDateString();
     if (date !== day) {
       day = date;
-      rows.push(h("p", { class: "day", text: relativeTime(num(message.timeMs)).match(/min|now| h|:/) ? "Today" : new Date(num(message.timeMs)).toLocaleDateString() }));
+      rows.push(h("p", { class: "day", text: dayLabel(num(message.timeMs)) }));
     }
     rows.push(messageRow(c, message, names));
   }
@@ -803,6 +816,15 @@ function renderMessages(toBottom) {
   if (toBottom || atBottom) box.scrollTop = box.scrollHeight;
   else box.scrollTop = box.scrollHeight - fromBottom;
   if (focused) box.querySelector(`[data-focus="${CSS.escape(focused)}"]`)?.focus({ preventScroll: true });
+}
+
+function dayLabel(ms) {
+  const date = new Date(ms);
+  const today = new Date();
+  if (date.toDateString() === today.toDateString()) return "Today";
+  today.setDate(today.getDate() - 1);
+  if (date.toDateString() === today.toDateString()) return "Yesterday";
+  return date.toLocaleDateString(undefined, { weekday: "short", year: "numeric", month: "short", day: "numeric" });
 }
 
 async function older(c) {
@@ -871,6 +893,12 @@ function mediaElement(c, message, media) {
         download: media.name || "file",
         onclick: (event) => {
           event.preventDefault();
+          // A large file goes to the browser's downloads straight from /media (the token in that one request's
+          // URL), not through this page's memory.
+          if (num(media.size) > 32 * 1024 * 1024) {
+            h("a", { href: mediaURL(sha), download: media.name || "file" }).click();
+            return;
+          }
           blobURL(sha).then(
             (url) => h("a", { href: url, download: media.name || "file" }).click(),
             (error) => showError(error),
@@ -998,7 +1026,9 @@ function openMenu(anchor, c, message) {
     menu.hidden = true;
     document.removeEventListener("keydown", onKey, true);
     document.removeEventListener("click", onOutside, true);
-    anchor.focus();
+    // The button again, as the page now draws it (a redraw while the menu was open made a new one).
+    const key = anchor.dataset.focus;
+    (document.querySelector(`#messages [data-focus="${CSS.escape(key ?? "")}"]`) ?? anchor).focus();
   };
   const onKey = (event) => {
     if (event.key === "Escape") {
@@ -1020,7 +1050,7 @@ function openMenu(anchor, c, message) {
   const item = (label, action, extra = {}) =>
     h("button", { type: "button", role: "menuitem", ...extra, onclick: () => { close(); action(); } }, label);
   const hasText = !message.body?.media || message.body.media.caption !== undefined;
-  menu.replaceChildren(
+  fill(menu,
     h(
       "div",
       { class: "menu-reactions", role: "group", "aria-label": "React" },
@@ -1126,7 +1156,11 @@ function submitDraft() {
         message.editedMs = String(Date.now());
         render();
       })
-      .catch(showError);
+      .catch((error) => {
+        // Refused (the edit window passed, too many edits): the words come back to the draft.
+        showError(error);
+        if (!draft.value) draft.value = text;
+      });
     render();
     return;
   }
@@ -1287,7 +1321,7 @@ function sendFile(file) {
 
 function openDialog(title, ...content) {
   const dialog = $("dialog");
-  dialog.replaceChildren(
+  fill(dialog,
     h("h2", { id: "dialog-title", dir: "auto", text: title }),
     ...content,
     h("div", { class: "dialog-buttons" }, h("button", { type: "button", class: "close", onclick: () => dialog.close() }, "Close")),
@@ -1518,7 +1552,7 @@ async function search(query, before = null) {
   }
   results.hidden = false;
   $("conversations").hidden = true;
-  results.replaceChildren(
+  fill(results,
     h("p", { class: "note", text: searchState.hits.length ? `Messages with “${query}”` : `Nothing found for “${query}”` }),
     h(
       "ul",
@@ -1640,6 +1674,12 @@ function renderConnection(detail) {
 
 session.addEventListener("state", (event) => {
   renderConnection(event.detail);
+  if (event.detail.state === "offline") {
+    // Who is online and typing is unknown until the next welcome brings it again.
+    state.presence.clear();
+    for (const c of state.conversations.values()) c.typing.clear();
+    render({ messages: false });
+  }
   if (event.detail.state === "signedOut") {
     const wasIn = !$("app").hidden;
     for (const upload of uploads) upload.cancel();

@@ -150,7 +150,12 @@ export class Session extends EventTarget {
       });
     };
     socket.onmessage = (message) => this.receive(message.data);
+    // A server that neither answers nor refuses (its packets dropped) is given up on after 15 s.
+    const giveUp = setTimeout(() => {
+      if (!welcomed) this.abandon(socket);
+    }, 15000);
     socket.onclose = (close) => {
+      clearTimeout(giveUp);
       if (this.socket !== socket) return;
       this.socket = null;
       this.stopHeartbeat();

@@ -154,6 +154,7 @@ class Page:
                          f"--window-size={width},{height}", "--lang=en-US", "--force-device-scale-factor=1"):
             options.add_argument(argument)
         self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+        self.driver.set_page_load_timeout(LIMIT)
         if phone:
             # A window is never narrower than 500 pixels: a phone's viewport is emulated instead.
             self.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
@@ -235,8 +236,28 @@ class Page:
             return None
         return wait_until(find, f"the message {text!r}")
 
+    def open_menu(self, text):
+        """Opens the ⋯ menu of the message, again if the page redrew it between finding and clicking."""
+        def opened():
+            self.message(text).find_element(By.CSS_SELECTOR, ".actions").click()
+            return True
+        wait_until(opened, f"the menu of {text!r}")
+        self.visible("#menu")
+
+    def press(self, *keys, shift=False):
+        """Keys to whatever has the focus, as a keyboard sends them."""
+        from selenium.webdriver.common.action_chains import ActionChains
+        chain = ActionChains(self.driver)
+        if shift:
+            chain.key_down(Keys.SHIFT)
+        chain.send_keys(*keys)
+        if shift:
+            chain.key_up(Keys.SHIFT)
+        chain.perform()
+
     def actions(self, text, action):
-        self.message(text).find_element(By.CSS_SELECTOR, ".actions").click()
+        self.open_menu(text)
+        assert "null" not in self.read("#menu"), self.read("#menu")
         self.visible(f"#menu [data-action={action}]").click()
 
     def shot(self, folder, name):
@@ -526,6 +547,16 @@ class WebChatTests(unittest.TestCase):
         texts = [t for t in alice.texts() if t.startswith("page ")]
         self.assertEqual(texts, [f"page {i:02d}" for i in range(70)])
         self.assertTrue(alice.all("#messages .start"))
+        # A search hit pages older messages in until it reaches the one it names, on a page freshly loaded.
+        alice.driver.refresh()
+        alice.wait_online()
+        search = alice.visible("#search")
+        search.send_keys("page 03" + Keys.ENTER)
+        alice.click('#search-results .hit[data-key="u:carol"]')
+        wait_until(lambda: alice.js("return document.querySelector('#messages .message.flash .text')?.innerText")
+                   == "page 03", "the jump to an older page's message")
+        search.clear()
+        search.send_keys(Keys.ENTER)
 
     def test_09_reply_edit_react_recall_search(self):
         alice, bob = self.alice, self.bob
@@ -547,7 +578,7 @@ class WebChatTests(unittest.TestCase):
         # React.
         bob.actions("the edited reply 改过", "reply")  # opens the menu; the reaction row is in it too
         bob.find("#composer-cancel").click()
-        bob.message("the edited reply 改过").find_element(By.CSS_SELECTOR, ".actions").click()
+        bob.open_menu("the edited reply 改过")
         bob.visible('#menu button[data-key="👍"]').click()
         chip = wait_until(lambda: alice.message("the edited reply 改过").find_elements(By.CSS_SELECTOR, ".reaction"),
                           "the reaction at alice")[0]
@@ -562,6 +593,7 @@ class WebChatTests(unittest.TestCase):
             search.clear()
             search.send_keys(query + Keys.ENTER)
             hit = alice.visible("#search-results .hit")
+            self.assertNotIn("null", alice.read("#search-results"))
             self.assertIn(query.lower(), hit.find_element(By.CSS_SELECTOR, "mark").text.lower())
         hit.click()
         wait_until(lambda: alice.all("#messages .message.flash"), "the jump to the hit")
@@ -569,6 +601,38 @@ class WebChatTests(unittest.TestCase):
         self.shot_both("search", only=alice)
         search.clear()
         search.send_keys(Keys.ENTER)
+
+    def test_09b_keyboard_alone(self):
+        alice = self.alice
+        alice.conversation("u:bob")
+        alice.find("#draft").click()
+        active = lambda: alice.driver.switch_to.active_element
+        # Back from the draft to a message's actions button, by Tab alone.
+        for _ in range(12):
+            alice.press(Keys.TAB, shift=True)
+            if "actions" in (active().get_attribute("class") or ""):
+                break
+        self.assertIn("actions", active().get_attribute("class"))
+        alice.press(Keys.ENTER)
+        wait_until(lambda: active().get_attribute("data-action") == "reply", "the menu open on Reply")
+        alice.press(Keys.ARROW_DOWN)
+        self.assertNotEqual(active().get_attribute("data-action"), "reply", "arrows move in the menu")
+        # Escape closes the menu, and only the menu.
+        alice.press(Keys.ESCAPE)
+        wait_until(lambda: not alice.find("#menu").is_displayed(), "the menu closed")
+        self.assertTrue(alice.find("#chat-bar").is_displayed())
+        self.assertIn("actions", active().get_attribute("class"), "focus back on the button")
+        alice.press(Keys.ENTER)
+        wait_until(lambda: active().get_attribute("data-action") == "reply", "the menu open again")
+        alice.press(Keys.ENTER)
+        wait_until(lambda: alice.find("#composer-context").is_displayed(), "replying")
+        self.assertEqual(active(), alice.find("#draft"))
+        # Escape in the draft drops the reply and keeps the conversation; a second one leaves it.
+        alice.press(Keys.ESCAPE)
+        wait_until(lambda: not alice.find("#composer-context").is_displayed(), "the reply dropped")
+        self.assertTrue(alice.find("#chat-bar").is_displayed())
+        alice.press(Keys.ESCAPE)
+        wait_until(lambda: not alice.find("#chat-bar").is_displayed(), "the conversation left")
 
     def test_10_groups_profiles_mute(self):
         alice, bob = self.alice, self.bob
@@ -591,6 +655,7 @@ class WebChatTests(unittest.TestCase):
                                            if b.text == "Make admin"), None), "the promote button")
         promote.click()
         wait_until(lambda: alice.find('#dialog li[data-user="bob"] .role').text == "admin", "bob an admin")
+        self.assertNotIn("null", alice.read("#dialog"))
         self.shot_both("group", only=alice)
         alice.find("#dialog .close").click()
         # Mute at bob.
@@ -670,7 +735,9 @@ class WebChatTests(unittest.TestCase):
             def log_message(self, *arguments):
                 pass
 
-        other = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        # Threads: a connection Chromium opens ahead and leaves idle must not hold up the page's own.
+        other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        other.daemon_threads = True
         threading.Thread(target=other.serve_forever, daemon=True).start()
         try:
             self.bob.driver.get(f"http://localhost:{other.server_port}/")
@@ -680,7 +747,7 @@ class WebChatTests(unittest.TestCase):
             other.shutdown()
             other.server_close()
         # The same refusal, seen on the wire: 403 before any session.
-        with socket.create_connection(("127.0.0.1", int(self.server.ports[2]))) as connection:
+        with socket.create_connection(("127.0.0.1", int(self.server.ports[2])), timeout=LIMIT) as connection:
             connection.sendall(
                 (f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{self.server.ports[2]}\r\nUpgrade: websocket\r\n"
                  "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
