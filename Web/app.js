@@ -1022,7 +1022,10 @@ function messageRow(c, message, names) {
 function openMenu(anchor, c, message) {
   const menu = $("menu");
   const mine = message.from === session.user;
+  let open = true;
   const close = () => {
+    if (!open) return;
+    open = false;
     menu.hidden = true;
     document.removeEventListener("keydown", onKey, true);
     document.removeEventListener("click", onOutside, true);
@@ -1070,10 +1073,10 @@ function openMenu(anchor, c, message) {
   menu.style.top = `${Math.min(window.innerHeight - menu.offsetHeight - 8, box.bottom + 4)}px`;
   menu.style.left = `${Math.max(8, Math.min(window.innerWidth - menu.offsetWidth - 8, box.right - menu.offsetWidth))}px`;
   menu.querySelector("[data-action=reply]").focus();
-  setTimeout(() => {
-    document.addEventListener("keydown", onKey, true);
-    document.addEventListener("click", onOutside, true);
-  });
+  // At once: the click or key that opened the menu has passed the document's capture phase, so these do not see
+  // it; added later, a key pressed quickly enough could close the menu before they came, and they would stay.
+  document.addEventListener("keydown", onKey, true);
+  document.addEventListener("click", onOutside, true);
 }
 
 function ref(c, message) {
