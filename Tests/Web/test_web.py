@@ -134,6 +134,13 @@ class Server:
             self.process.stdout.close()
         self.process = None
 
+    def kill(self):
+        """SIGKILL: the server dies mid-write, with no goodbye to anyone."""
+        self.process.kill()
+        self.process.wait(timeout=60)
+        self.process.stdout.close()
+        self.process = None
+
     def cli(self, *arguments, stdin=None):
         server = ["--server", f"127.0.0.1:{self.ports[0]}"] if arguments[0] not in ("user", "invite") else []
         data = ["--data", self.data] if arguments[0] in ("user", "invite") else []
@@ -504,7 +511,7 @@ class WebChatTests(unittest.TestCase):
         alice.find("#file").send_keys(resumed)
         row = '#uploads .upload[data-name="resumed.bin"]'
         wait_until(lambda: float(alice.find(row + " progress").get_attribute("value")) > 0.3, "a third sent")
-        self.server.stop()
+        self.server.kill()
         try:
             wait_until(lambda: alice.find(row).get_attribute("data-state") == "waiting", "the upload waiting")
         finally:
