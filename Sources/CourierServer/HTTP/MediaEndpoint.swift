@@ -61,12 +61,7 @@ struct MediaEndpoint: Sendable {
             .cacheControl: "private, max-age=31536000, immutable",
         ]
         if !inert { headers[.contentDisposition] = "attachment" }
-        if let match = request.headers[.ifNoneMatch],
-            match.split(separator: ",").contains(where: {
-                let tag = $0.trimmingCharacters(in: .whitespaces)
-                return tag == etag || tag == "W/\(etag)" || tag == "*"
-            })
-        {
+        if request.ifNoneMatch(etag) {
             return Response(status: .notModified, headers: headers)
         }
         var status = HTTPResponse.Status.ok
@@ -131,5 +126,16 @@ struct MediaEndpoint: Sendable {
         ]
         if bearer { headers[.wwwAuthenticate] = "Bearer" }
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: text + "\n")))
+    }
+}
+
+extension Request {
+    /// Whether `If-None-Match` names `etag` (weakly or strongly) or `*`: the client's copy is current (304).
+    func ifNoneMatch(_ etag: String) -> Bool {
+        guard let match = self.headers[.ifNoneMatch] else { return false }
+        return match.split(separator: ",").contains {
+            let tag = $0.trimmingCharacters(in: .whitespaces)
+            return tag == etag || tag == "W/\(etag)" || tag == "*"
+        }
     }
 }

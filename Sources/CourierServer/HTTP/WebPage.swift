@@ -100,12 +100,7 @@ struct WebPage: Sendable {
         headers[.contentType] = file.contentType
         headers[.eTag] = file.etag
         headers[.cacheControl] = "no-cache"
-        if let match = request.headers[.ifNoneMatch],
-            match.split(separator: ",").contains(where: {
-                let tag = $0.trimmingCharacters(in: .whitespaces)
-                return tag == file.etag || tag == "W/\(file.etag)" || tag == "*"
-            })
-        {
+        if request.ifNoneMatch(file.etag) {
             return Response(status: .notModified, headers: headers)
         }
         headers[.contentLength] = String(file.body.readableBytes)
