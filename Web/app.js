@@ -878,7 +878,7 @@ function mediaElement(c, message, media) {
       image.width = Math.min(280, num(media.width));
       image.style.aspectRatio = `${num(media.width)} / ${num(media.height)}`;
     }
-    element = h("button", { type: "button", class: "image-link", "aria-label": `Open ${media.name || "the picture"}`, onclick: () => blobURL(sha).then((url) => window.open(url, "_blank", "noopener")) }, image);
+    element = h("button", { type: "button", class: "image-link", "aria-label": `Open ${media.name || "the picture"}`, onclick: () => openViewer(sha, media.name) }, image);
   } else if (media.kind === "KIND_VOICE") {
     element = h("audio", { controls: true, preload: "none", src: mediaURL(sha) });
   } else if (media.kind === "KIND_VIDEO") {
@@ -910,6 +910,21 @@ function mediaElement(c, message, media) {
   }
   mediaNodes.set(key, element);
   return element;
+}
+
+// A picture opens here, in the page, as an <img>: never as a document of its own (a `blob:` or `/media` address in a
+// tab would be a page on this origin built from bytes a user uploaded, whatever type the server gave them).
+function openViewer(sha256, name) {
+  const viewer = $("viewer");
+  const image = picture(sha256, { class: "viewer-image", alt: name || "picture" });
+  fill(viewer,
+    h("div", { class: "viewer-bar" },
+      h("span", { class: "viewer-name", dir: "auto", text: name || "" }),
+      h("button", { type: "button", class: "icon", "aria-label": "Close", title: "Close", onclick: () => viewer.close() }, "×")),
+    h("button", { type: "button", class: "viewer-body", "aria-label": "Close the picture", onclick: () => viewer.close() }, image),
+  );
+  if (!viewer.open) viewer.showModal();
+  viewer.querySelector(".viewer-bar button").focus();
 }
 
 function flashing(c, message) {

@@ -38,8 +38,11 @@ public enum Names {
 }
 
 extension Names {
-    /// Names no new user takes: `all` is what `@all` mentions (``Mentions``).
-    public static let reservedUserNames: Set<String> = [Mentions.everyoneWord]
+    /// Names no new user takes: the words a mention of everyone may be written with elsewhere (`all` is what `@all`
+    /// mentions here, ``Mentions``), and the names a reader takes for the server's own voice.
+    public static let reservedUserNames: Set<String> = [
+        Mentions.everyoneWord, "everyone", "here", "channel", "admin", "root", "system", "support", "courier",
+    ]
 
     /// Checks a new user's name: the rule, and not a reserved word nor one that reads as one (``NameSkeleton``).
     ///
@@ -47,9 +50,11 @@ extension Names {
     public static func validateNew(userName name: String) throws {
         try self.validate(name, what: "user name")
         let skeleton = NameSkeleton.of(name)
-        guard !self.reservedUserNames.contains(where: { NameSkeleton.of($0) == skeleton }) else {
-            throw CourierStoreError(.invalidName, "\(name) is reserved: @\(name) mentions every member of a group")
+        guard let reserved = self.reservedUserNames.first(where: { NameSkeleton.of($0) == skeleton }) else { return }
+        if reserved == Mentions.everyoneWord {
+            throw CourierStoreError(.invalidName, "\(name) is reserved: @\(reserved) mentions every member of a group")
         }
+        throw CourierStoreError(.invalidName, "\(name) is reserved: it reads as \(reserved), which no user may take")
     }
 }
 
@@ -100,51 +105,53 @@ extension Conversation {
 }
 
 /// What a user name looks like, so that a new name that reads as an existing one is refused: `bob1` beside `bobl`,
-/// `O1iver` beside `olIver`, `rnary` beside `mary`, `a.b` beside `a_b`. The letters and digits fonts draw alike are
-/// folded together (`I`, `l` and `1` as `l`; `O` and `0` as `o`), then case, then `rn` as `m` and `vv` as `w`, then
-/// `.` and `-` as `_`: two names with one skeleton are one name to whoever reads them. A lowercase `i` keeps its
-/// dot and stays itself.
+/// `O1iver` beside `olIver`, `rnary` beside `mary`, `clave` beside `dave`, `vvvfan` beside `vwfan`, `oliver.` beside
+/// `oliver`, `anna..lee` beside `anna.lee`.
 ///
-/// The databases work out the skeletons of the names they held before with the same replacements in SQL (the
-/// migration `v10-quiet`); ``sqlExpression(_:)`` is that expression, and a test holds the two equal.
+/// It is UTS #39's skeleton over the whole name, for the characters a name may hold: each character is mapped on its
+/// own (never a pair read left to right, so `vvv` and `vw` meet) to its prototype in Unicode's confusables data
+/// (`0` as `O`, `1` and `I` as `l`, `m` as `rn`), with two more pairs fonts draw alike (`d` as `cl`, `w` as `vv`);
+/// then case is folded (names are one without regard to case); then punctuation, which a reader skims: `.`, `-`
+/// and `_` are one mark, a run of them is one, and marks at the end are dropped. A lowercase `i` keeps its dot and
+/// stays itself.
 public enum NameSkeleton {
-    /// The replacements, in order: each replaces every occurrence, left to right, as SQL's `replace` does.
-    static let before: [(String, String)] = [("I", "l"), ("1", "l"), ("O", "o"), ("0", "o")]
-    static let after: [(String, String)] = [("rn", "m"), ("vv", "w"), (".", "_"), ("-", "_")]
+    /// Each character's prototype, before case is folded (UTS #39, confusables.txt, for the ASCII a name holds).
+    static let prototypes: [Character: String] = ["0": "O", "1": "l", "I": "l"]
+    /// Each character's prototype once case is folded: confusables.txt's `m`, and Courier's `d` and `w`.
+    static let foldedPrototypes: [Character: String] = ["m": "rn", "d": "cl", "w": "vv"]
+    static let marks: Set<Character> = [".", "-", "_"]
 
     /// A name's skeleton.
     public static func of(_ name: String) -> String {
-        var text = name
-        for (from, to) in self.before { text = self.replace(from, with: to, in: text) }
-        text = text.lowercased()
-        for (from, to) in self.after { text = self.replace(from, with: to, in: text) }
-        return text
+        var folded = ""
+        for character in name { folded += self.prototypes[character] ?? String(character) }
+        var skeleton = ""
+        var pendingMark = false
+        for character in folded.lowercased() {
+            if self.marks.contains(character) {
+                pendingMark = !skeleton.isEmpty
+                continue
+            }
+            if pendingMark { skeleton += "_" }
+            pendingMark = false
+            skeleton += self.foldedPrototypes[character] ?? String(character)
+        }
+        return skeleton
     }
+}
 
-    /// The same in SQL (SQLite's and PostgreSQL's `replace` and `lower` agree on ASCII), over a column.
+/// The skeletons migration `v10-quiet` gave the names of its day (a fold read left to right, kept as it shipped: a
+/// migration never changes). `v12-skeletons` works them out again with ``NameSkeleton``.
+package enum SkeletonV10 {
+    static let before: [(String, String)] = [("I", "l"), ("1", "l"), ("O", "o"), ("0", "o")]
+    static let after: [(String, String)] = [("rn", "m"), ("vv", "w"), (".", "_"), ("-", "_")]
+
+    /// The replacements in SQL (SQLite's and PostgreSQL's `replace` and `lower` agree on ASCII), over a column.
     package static func sqlExpression(_ column: String) -> String {
         var expression = column
         for (from, to) in self.before { expression = "replace(\(expression), '\(from)', '\(to)')" }
         expression = "lower(\(expression))"
         for (from, to) in self.after { expression = "replace(\(expression), '\(from)', '\(to)')" }
         return expression
-    }
-
-    private static func replace(_ target: String, with replacement: String, in text: String) -> String {
-        let bytes = Array(text.utf8)
-        let target = Array(target.utf8)
-        var result: [UInt8] = []
-        result.reserveCapacity(bytes.count)
-        var index = 0
-        while index < bytes.count {
-            if index + target.count <= bytes.count, Array(bytes[index..<index + target.count]) == target {
-                result.append(contentsOf: replacement.utf8)
-                index += target.count
-            } else {
-                result.append(bytes[index])
-                index += 1
-            }
-        }
-        return String(decoding: result, as: UTF8.self)
     }
 }

@@ -1,4 +1,7 @@
 internal import CourierStore
+internal import Logging
+internal import NIOCore
+internal import PostgresNIO
 
 /// The PostgreSQL schema, built only through versioned migrations, each a list of statements applied in one
 /// transaction. The same tables as ``SQLiteStore``'s (see `Sources/CourierStore/Schema.swift` for what each column
@@ -15,6 +18,9 @@ enum PostgresSchema {
     struct Migration: Sendable {
         var version: String
         var statements: [String]
+        /// Work on the rows that SQL alone cannot do (a rule of CourierStore's), run after the statements, in the
+        /// same transaction.
+        var rows: (@Sendable (PostgresConnection, Logger) async throws -> Void)? = nil
     }
 
     /// Every migration, oldest first. Never edit one that has shipped: add the next.
@@ -364,10 +370,85 @@ enum PostgresSchema {
                 """,
                 """
                 INSERT INTO name_skeletons (skeleton, user_id)
-                    SELECT DISTINCT ON (s) s, id FROM (SELECT \(NameSkeleton.sqlExpression("name")) AS s, id FROM users) n
+                    SELECT DISTINCT ON (s) s, id FROM (SELECT \(SkeletonV10.sqlExpression("name")) AS s, id FROM users) n
                     ORDER BY s, id
                 """,
             ]
         ),
+        Migration(version: "v11-media-types", statements: [], rows: Self.repairMediaTypes),
+        Migration(version: "v12-skeletons", statements: ["DELETE FROM name_skeletons"], rows: Self.workOutSkeletons),
     ]
+
+    /// Migration `v12-skeletons`, as SQLite's: every name's skeleton by today's ``NameSkeleton``, the oldest of names
+    /// that read alike keeping it.
+    static func workOutSkeletons(on connection: PostgresConnection, logger: Logger) async throws {
+        let users = try await connection.rows("SELECT id, name FROM users ORDER BY id", logger: logger)
+        var ids: [Int64] = []
+        var skeletons: [String] = []
+        for user in users {
+            ids.append(try user.get("id"))
+            skeletons.append(NameSkeleton.of(try user.get("name", as: String.self)))
+        }
+        try await connection.run(
+            """
+            INSERT INTO name_skeletons (skeleton, user_id)
+            SELECT skeleton, id FROM unnest(\(skeletons)::text[], \(ids)::bigint[]) WITH ORDINALITY AS u(skeleton, id, n)
+            ORDER BY n ON CONFLICT DO NOTHING
+            """,
+            logger: logger
+        )
+    }
+
+    /// Migration `v11-media-types`, as SQLite's (Sources/CourierStoreSQLite/Schema.swift): stored media types in
+    /// their one spelling (``MediaTypeRepair``), in `message_media` and in the bodies that carry them.
+    @Sendable
+    static func repairMediaTypes(on connection: PostgresConnection, logger: Logger) async throws {
+        let rows = try await connection.rows(
+            "SELECT sha256, conversation_id, seq, mime FROM message_media",
+            logger: logger
+        )
+        for row in rows {
+            let stored: String = try row.get("mime")
+            let repaired = MediaTypeRepair.type(stored)
+            guard repaired != stored else { continue }
+            let sha256: String = try row.get("sha256")
+            let conversation: Int64 = try row.get("conversation_id")
+            let seq: Int64 = try row.get("seq")
+            try await connection.run(
+                """
+                UPDATE message_media SET mime = \(repaired)
+                WHERE sha256 = \(sha256) AND conversation_id = \(conversation) AND seq = \(seq)
+                """,
+                logger: logger
+            )
+            let bodies = try await connection.rows(
+                "SELECT body FROM messages WHERE conversation_id = \(conversation) AND seq = \(seq)",
+                logger: logger
+            )
+            if let body = try bodies.first?.bytes("body"), let repairedBody = MediaTypeRepair.body(body) {
+                try await connection.run(
+                    """
+                    UPDATE messages SET body = \(ByteBuffer(bytes: repairedBody))
+                    WHERE conversation_id = \(conversation) AND seq = \(seq)
+                    """,
+                    logger: logger
+                )
+            }
+            let versions = try await connection.rows(
+                "SELECT version, body FROM message_versions WHERE conversation_id = \(conversation) AND seq = \(seq)",
+                logger: logger
+            )
+            for version in versions {
+                guard let repairedBody = MediaTypeRepair.body(try version.bytes("body")) else { continue }
+                let number: Int64 = try version.get("version")
+                try await connection.run(
+                    """
+                    UPDATE message_versions SET body = \(ByteBuffer(bytes: repairedBody))
+                    WHERE conversation_id = \(conversation) AND seq = \(seq) AND version = \(number)
+                    """,
+                    logger: logger
+                )
+            }
+        }
+    }
 }

@@ -249,6 +249,7 @@ public final class PostgresStore: StoreBackend, Service, CustomReflectable {
                     for statement in migration.statements {
                         try await connection.run(PostgresQuery(unsafeSQL: statement), logger: logger)
                     }
+                    try await migration.rows?(connection, logger)
                     try await connection.run(
                         "INSERT INTO courier_migrations (version, applied_ms) VALUES (\(migration.version), \(nowMs))",
                         logger: logger

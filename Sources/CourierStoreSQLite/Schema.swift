@@ -1,4 +1,5 @@
 internal import CourierStore
+internal import Foundation
 internal import GRDB
 
 /// The database schema, built only through migrations so that every data folder reaches the same shape.
@@ -302,9 +303,50 @@ enum Schema {
                         user_id INTEGER NOT NULL REFERENCES users(id)
                     ) WITHOUT ROWID;
                     INSERT OR IGNORE INTO name_skeletons (skeleton, user_id)
-                        SELECT \(NameSkeleton.sqlExpression("name")), id FROM users ORDER BY id;
+                        SELECT \(SkeletonV10.sqlExpression("name")), id FROM users ORDER BY id;
                     """
             )
+        }
+        migrator.registerMigration("v11-media-types") { db in
+            // Media types stored before they were parsed strictly, respelled (MediaTypeRepair), in the table the
+            // media endpoint reads and in the bodies (and earlier versions) delivered to clients.
+            let rows = try Row.fetchAll(db, sql: "SELECT sha256, conversation_id, seq, mime FROM message_media")
+            for row in rows {
+                let stored: String = row["mime"]
+                let conversation: Int64 = row["conversation_id"]
+                let seq: Int64 = row["seq"]
+                let repaired = MediaTypeRepair.type(stored)
+                guard repaired != stored else { continue }
+                try db.execute(
+                    sql: "UPDATE message_media SET mime = ? WHERE sha256 = ? AND conversation_id = ? AND seq = ?",
+                    arguments: [repaired, row["sha256"] as String, conversation, seq]
+                )
+                let key = "conversation_id = \(conversation) AND seq = \(seq)"
+                if let body = try Data.fetchOne(db, sql: "SELECT body FROM messages WHERE \(key)"),
+                    let repairedBody = MediaTypeRepair.body([UInt8](body))
+                {
+                    try db.execute(sql: "UPDATE messages SET body = ? WHERE \(key)", arguments: [Data(repairedBody)])
+                }
+                let versions = try Row.fetchAll(db, sql: "SELECT version, body FROM message_versions WHERE \(key)")
+                for version in versions {
+                    guard let repairedBody = MediaTypeRepair.body([UInt8](version["body"] as Data)) else { continue }
+                    try db.execute(
+                        sql: "UPDATE message_versions SET body = ? WHERE \(key) AND version = ?",
+                        arguments: [Data(repairedBody), version["version"] as Int64]
+                    )
+                }
+            }
+        }
+        migrator.registerMigration("v12-skeletons") { db in
+            // Every name's skeleton worked out again by today's rule (NameSkeleton: UTS #39 over the whole name, marks
+            // folded), the oldest of names that read alike keeping it; the accounts themselves are untouched.
+            try db.execute(sql: "DELETE FROM name_skeletons")
+            for row in try Row.fetchAll(db, sql: "SELECT id, name FROM users ORDER BY id") {
+                try db.execute(
+                    sql: "INSERT OR IGNORE INTO name_skeletons (skeleton, user_id) VALUES (?, ?)",
+                    arguments: [NameSkeleton.of(row["name"] as String), row["id"] as Int64]
+                )
+            }
         }
         return migrator
     }

@@ -46,7 +46,8 @@ struct Signup: AsyncParsableCommand {
             the default: ask the administrator for an account), whoever holds an invitation (invite: pass its \
             token with --invite), or anyone (open). The name has 1 to 32 ASCII letters, digits, '.', '_' or '-' \
             and is yours for good: no one else can ever take it, in any case, nor one that reads as it (O1iver \
-            beside oliver, rnary beside mary; `all`, which mentions everyone, is reserved). The password (at least 8 \
+            beside oliver, rnary beside mary, oliver. beside oliver; all, everyone, here, channel, admin, root, \
+            system, support and courier are reserved). The password (at least 8 \
             characters) is asked for twice on a terminal, else read from one line of standard input, unless \
             --password or $COURIER_PASSWORD gives it. The device token is saved as `courier login` saves it. \
             Refusals: registration-closed, invite-invalid, invite-expired, invite-used-up, weak-password, \

@@ -24,7 +24,8 @@ struct UserCommand: AsyncParsableCommand {
         @Argument(
             help: ArgumentHelp(
                 "The user name: 1 to 32 letters, digits, '.', '_' or '-', unique regardless of case and of letters "
-                    + "that read alike (O1iver beside oliver); not all."
+                    + "that read alike (O1iver beside oliver, oliver. beside oliver); not all, everyone, here, channel, "
+                    + "admin, root, system, support or courier."
             )
         )
         var name: String

@@ -80,7 +80,7 @@ extension MediaTests {
             ]).lowercased()
             #expect(headers.contains("content-type: application/octet-stream"), "\(headers)")
             #expect(headers.contains("content-disposition: attachment"), "\(headers)")
-            #expect(headers.contains("content-security-policy: sandbox"), "\(headers)")
+            #expect(headers.contains("content-security-policy: default-src 'none'; sandbox"), "\(headers)")
             await bob.close()
 
             // A group member who joined after the message does not see it either.

@@ -33,7 +33,13 @@ struct WebPageTests {
             let lower = head.lowercased()
             #expect(head.hasPrefix("HTTP/1.1 200"), "\(head)")
             #expect(lower.contains("content-type: text/html; charset=utf-8"))
-            #expect(lower.contains("content-security-policy: default-src 'none'; script-src 'self'"))
+            // Scripts only from the page's own files: never /media, which serves what users uploaded.
+            #expect(
+                lower.contains(
+                    "content-security-policy: default-src 'none'; script-src 127.0.0.1:\(fixture.ports.http)/web/;"
+                ),
+                "\(head)"
+            )
             #expect(!lower.contains("unsafe-inline"))
             #expect(lower.contains("frame-ancestors 'none'") && lower.contains("x-frame-options: deny"))
             #expect(lower.contains("x-content-type-options: nosniff"))
@@ -75,6 +81,22 @@ struct WebPageTests {
             },
             configure: { $0.webSocket.enabled = false }
         )
+    }
+
+    @Test("the policy's script source: the page's Host and /web/, or 'self' for a Host CSP cannot name")
+    func scriptSource() {
+        #expect(WebPage.scriptSource(host: "127.0.0.1:6980") == "127.0.0.1:6980/web/")
+        #expect(WebPage.scriptSource(host: "Chat.Example.COM") == "chat.example.com/web/")
+        #expect(WebPage.scriptSource(host: "chat.example.com:443") == "chat.example.com:443/web/")
+        for bad in [
+            "[::1]:6980", "", ":80", "a:b", "a:70000", "a:1:2", "evil.com; script-src *", "a b", "a/web", ".a", "a..b",
+            "a:", "例え.jp", "*.example.com",
+        ] {
+            #expect(WebPage.scriptSource(host: bad) == nil, "\(bad)")
+        }
+        #expect(WebPage.contentSecurityPolicy(host: "[::1]:6980").contains("script-src 'self';"))
+        #expect(WebPage.contentSecurityPolicy(host: nil).contains("script-src 'self';"))
+        #expect(WebPage.contentSecurityPolicy(host: "localhost:6980").contains("script-src localhost:6980/web/;"))
     }
 
     @Test("--web-root serves a folder's page instead, read at start; a folder without index.html is refused")

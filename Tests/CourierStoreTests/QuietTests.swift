@@ -7,6 +7,7 @@ import GRDB
 import PostgresNIO
 import Testing
 
+@testable import CourierStorePostgres
 @testable import CourierStoreSQLite
 
 @Suite("Titles, mentions, mute and names that read alike, on both databases")
@@ -229,14 +230,19 @@ struct QuietTests {
     }
 
     @Test(
-        "a new name that reads as another's is refused: I l 1, O 0, rn m, vv w, . - _, and the reserved all",
+        "a new name that reads as another's is refused: I l 1, O 0, rn m, vv w, cl d, . - _ folded, and the reserved words",
         arguments: StoreKind.allCases
     )
     func confusables(kind: StoreKind) async throws {
         try await StoreFixture.with(kind) { fixture in
             let store = fixture.store
-            try await fixture.users("oliver", "mary", "anna.lee", "willow")
-            for name in ["O1iver", "0liver", "OLIVER", "oIiver", "rnary", "anna_lee", "anna-lee", "wiIlow", "vviIlow"] {
+            try await fixture.users("oliver", "mary", "anna.lee", "willow", "alice", "carol", "dave", "vwfan")
+            for name in [
+                "O1iver", "0liver", "OLIVER", "oIiver", "rnary", "anna_lee", "anna-lee", "wiIlow", "vviIlow",
+                // Round three's probe: trailing and doubled marks, and folds read one character at a time.
+                "oliver.", "alice-", "carol.", "oliver__", "anna..lee", "anna.-lee", "clave", "vvvfan",
+                "rnaRy.", "c1ave",
+            ] {
                 await expectCode(.nameTaken) {
                     _ = try await store.addUser(name: name, password: "a good password", nowMs: Self.now)
                 }
@@ -244,7 +250,10 @@ struct QuietTests {
             await expectCode(.invalidName) {
                 _ = try await store.addUser(name: "ALL", password: "a good password", nowMs: Self.now)
             }
-            for reserved in ["aIl", "A1L"] {
+            for reserved in [
+                "aIl", "A1L", "all.", "all-", "everyone", "Here", "channel", "admin", "r00t", "system", "support",
+                "courier", "Admin.", "systern",
+            ] {
                 await expectCode(.invalidName) {
                     _ = try await store.addUser(name: reserved, password: "a good password", nowMs: Self.now)
                 }
@@ -274,31 +283,60 @@ struct QuietTests {
         }
     }
 
-    @Test("the migration's SQL works out the skeletons Swift does, on SQLite and on PostgreSQL")
-    func skeletonSQL() async throws {
-        let names = ["O1iver", "oliver", "Ian", "rnary", "vvIlma", "a.b-c_d", "ZOE0", "mix1IlO0", "RNrn", "iI1l"]
+    @Test("migration v12 works out every name's skeleton again, the oldest of names that read alike keeping it")
+    func skeletonsWorkedOutAgain() async throws {
+        // (id, name); under v10's fold oliver. and dave had skeletons of their own.
+        let users: [(Int64, String)] = [
+            (1, "oliver"), (2, "O1iver"), (3, "mary"), (4, "oliver."), (5, "vwfan"), (6, "vvvfan"), (7, "clave"),
+            (8, "dave"),
+        ]
+        let expected = ["oliver 1", "rnary 3", "vvvfan 5", "clave 7"]
         let queue = try DatabaseQueue()
-        for name in names {
-            let computed = try await queue.read { db in
-                try String.fetchOne(db, sql: "SELECT \(NameSkeleton.sqlExpression("?"))", arguments: [name])
+        try Schema.migrator.migrate(queue, upTo: "v11-media-types")
+        try await queue.write { db in
+            for (id, name) in users {
+                try db.execute(sql: "INSERT INTO users (id, name, created_ms) VALUES (?, ?, 0)", arguments: [id, name])
             }
-            #expect(computed == NameSkeleton.of(name), "SQLite: \(name)")
         }
+        try Schema.migrator.migrate(queue)
+        let rows = try await queue.read { db in
+            try Row.fetchAll(db, sql: "SELECT skeleton, user_id FROM name_skeletons ORDER BY user_id")
+                .map { "\($0["skeleton"] as String) \($0["user_id"] as Int64)" }
+        }
+        #expect(rows == expected)
         guard TestDatabase.isEnabled else { return }
         try await TestDatabase.with { location in
+            try await PostgresStore(location: location, logger: TestDatabase.logger).migrate()
             try await TestDatabase.admin(location) { connection in
-                for name in names {
-                    // The names are letters, digits and . _ - only: safe as a literal.
-                    let rows = try await connection.query(
-                        PostgresQuery(unsafeSQL: "SELECT \(NameSkeleton.sqlExpression("'\(name)'")) AS s"),
+                for (id, name) in users {
+                    try await connection.run(
+                        "INSERT INTO users (id, name, created_ms) VALUES (\(id), \(name), 0)",
                         logger: TestDatabase.logger
                     )
-                    var computed: String?
-                    for try await row in rows { computed = try row.decode(String.self) }
-                    #expect(computed == NameSkeleton.of(name), "PostgreSQL: \(name)")
                 }
+                // The migration's statement and rule, as `v12-skeletons` runs them.
+                try await connection.run("DELETE FROM name_skeletons", logger: TestDatabase.logger)
+                try await PostgresSchema.workOutSkeletons(on: connection, logger: TestDatabase.logger)
+                let found = try await connection.rows(
+                    "SELECT skeleton, user_id FROM name_skeletons ORDER BY user_id",
+                    logger: TestDatabase.logger
+                ).map { "\(try $0.get("skeleton", as: String.self)) \(try $0.get("user_id", as: Int64.self))" }
+                #expect(found == expected)
             }
         }
+    }
+
+    @Test("skeletons: one character at a time, case folded, marks folded and trimmed")
+    func skeletonRule() {
+        #expect(NameSkeleton.of("O1iver") == "oliver")
+        #expect(NameSkeleton.of("oliver.") == "oliver")
+        #expect(NameSkeleton.of("anna..lee") == "anna_lee")
+        #expect(NameSkeleton.of("anna-_.lee--") == "anna_lee")
+        #expect(NameSkeleton.of("vwfan") == NameSkeleton.of("vvvfan"))
+        #expect(NameSkeleton.of("dave") == NameSkeleton.of("clave"))
+        #expect(NameSkeleton.of("mary") == NameSkeleton.of("rnary"))
+        #expect(NameSkeleton.of("oiiver") != NameSkeleton.of("oliver"))
+        #expect(NameSkeleton.of("annalee") != NameSkeleton.of("anna.lee"))
     }
 
     @Test(
@@ -309,7 +347,9 @@ struct QuietTests {
         try await StoreFixture.with(kind) { fixture in
             let store = fixture.store
             let ids = try await Self.team(fixture)
-            try await fixture.users("bob_")
+            // bob_ beside bob: an account from before such names were refused (renamed in the database itself).
+            try await fixture.users("robert")
+            try await fixture.execute("UPDATE users SET name = 'bob_' WHERE name = 'robert'")
             let (alice, carol, erin) = (ids["alice"]!, ids["carol"]!, ids["erin"]!)
             try await store.changeMembers(of: "team", actor: nil, add: ["bob_"], remove: [], nowMs: Self.now)
             let bobUnderscore = try #require(try await store.user(named: "bob_")).id
@@ -368,6 +408,7 @@ struct QuietTests {
             try Row.fetchAll(db, sql: "SELECT skeleton, user_id FROM name_skeletons ORDER BY user_id")
                 .map { "\($0["skeleton"] as String) \($0["user_id"] as Int64)" }
         }
-        #expect(rows == ["oliver 1", "mary 3"])
+        // v10's skeletons, which v12 then works out again by today's rule (mary reads as rnary).
+        #expect(rows == ["oliver 1", "rnary 3"])
     }
 }

@@ -4,6 +4,7 @@ import CourierStorePostgres
 import CourierStoreSQLite
 import CourierTesting
 import Foundation
+import GRDB
 import Logging
 import PostgresNIO
 import Testing
@@ -34,6 +35,9 @@ struct StoreFixture: StoreTestHelpers, Sendable {
     /// Whether the database holds a text as it is anywhere (SQLite: in the bytes of its file and its write-ahead log;
     /// PostgreSQL: in the users' and devices' rows, as text or as bytes).
     let holdsText: @Sendable (String) async throws -> Bool
+    /// Runs a statement on the database from outside the store (the same SQL on both): what a database from before
+    /// a rule holds, made where the store would no longer make it.
+    let execute: @Sendable (String) async throws -> Void
 
     /// Runs `body` with a new, empty store of a kind, closed (or dropped) afterwards.
     static func with(
@@ -69,6 +73,13 @@ struct StoreFixture: StoreTestHelpers, Sendable {
                             guard FileManager.default.fileExists(atPath: path) else { return false }
                             return try Data(contentsOf: URL(fileURLWithPath: path)).range(of: Data(text.utf8)) != nil
                         }
+                    },
+                    execute: { sql in
+                        let queue = try DatabaseQueue(
+                            path: folder.appendingPathComponent(SQLiteStore.databaseFileName).path
+                        )
+                        try await queue.write { try $0.execute(sql: sql) }
+                        try queue.close()
                     }
                 )
                 try await body(fixture)
@@ -109,6 +120,11 @@ struct StoreFixture: StoreTestHelpers, Sendable {
                                 for try await exists in rows.decode(Bool.self) { found = exists }
                             }
                             return found
+                        },
+                        execute: { sql in
+                            try await TestDatabase.admin(location) { connection in
+                                try await connection.run(PostgresQuery(unsafeSQL: sql), logger: TestDatabase.logger)
+                            }
                         }
                     )
                     try await body(fixture)

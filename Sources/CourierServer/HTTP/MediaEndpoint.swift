@@ -49,18 +49,19 @@ struct MediaEndpoint: Sendable {
             return Self.plain(.notFound, "no such media")
         }
         let etag = "\"\(sha256)\""
-        // The type is the sender's word: only types a browser does not run are served as such; anything else (HTML,
-        // SVG, scripts…) is a download, so a message cannot plant a page on the server's origin.
-        let inert = Self.isInert(access.mime)
+        // The type is the sender's word: only a listed picture, sound or video whose bytes begin as its type's do is
+        // served as such; anything else (HTML, SVG, scripts, text, a type the bytes belie…) is a download, so a
+        // message cannot plant a page or a script on the server's origin.
+        let inline = try await self.inlineType(of: access, sha256: sha256)
         var headers: HTTPFields = [
-            .contentType: inert ? access.mime : MediaAccess.defaultType,
+            .contentType: inline ?? MediaAccess.defaultType,
             .init("X-Content-Type-Options")!: "nosniff",
-            .contentSecurityPolicy: "sandbox",
+            .contentSecurityPolicy: "default-src 'none'; sandbox",
             .eTag: etag,
             .acceptRanges: "bytes",
             .cacheControl: "private, max-age=31536000, immutable",
         ]
-        if !inert { headers[.contentDisposition] = "attachment" }
+        if inline == nil { headers[.contentDisposition] = "attachment" }
         if request.ifNoneMatch(etag) {
             return Response(status: .notModified, headers: headers)
         }
@@ -103,13 +104,12 @@ struct MediaEndpoint: Sendable {
         )
     }
 
-    /// Images (but SVG), audio, video, plain text and bytes: what a browser shows or plays and never runs.
-    static func isInert(_ mime: String) -> Bool {
-        let type = mime.split(separator: ";", maxSplits: 1).first?.trimmingCharacters(in: .whitespaces).lowercased()
-        guard let type else { return false }
-        if type == "image/svg+xml" { return false }
-        return type.hasPrefix("image/") || type.hasPrefix("audio/") || type.hasPrefix("video/")
-            || type == "text/plain" || type == MediaAccess.defaultType
+    /// The type `access` is served as inline: its canonical spelling when it is one of ``InlineMedia``'s and the
+    /// file begins as that type's files do; nil for a download.
+    func inlineType(of access: MediaAccess, sha256: String) async throws -> String? {
+        guard let type = MediaType(access.mime), InlineMedia.isListed(type) else { return nil }
+        let prefix = try await self.media.prefix(of: sha256, size: access.size)
+        return InlineMedia.matches(type, prefix: prefix) ? type.canonical : nil
     }
 
     private static func token(of request: Request) -> String? {

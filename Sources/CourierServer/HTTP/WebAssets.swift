@@ -704,6 +704,64 @@ mark {
   margin-top: 0;
 }
 
+/* A picture opened in the page (never in a tab of its own). */
+.viewer {
+  border: 0;
+  padding: 0;
+  width: 100vw;
+  height: 100dvh;
+  max-width: 100vw;
+  max-height: 100dvh;
+  background: rgb(0 0 0 / 88%);
+  color: #fff;
+}
+
+.viewer::backdrop {
+  background: transparent;
+}
+
+.viewer[open] {
+  display: flex;
+  flex-direction: column;
+}
+
+.viewer-bar {
+  display: flex;
+  align-items: center;
+  gap: 0.5rem;
+  padding: 0.5rem 0.75rem;
+}
+
+.viewer-name {
+  flex: 1;
+  min-width: 0;
+  overflow: hidden;
+  text-overflow: ellipsis;
+  white-space: nowrap;
+}
+
+.viewer-bar .icon {
+  color: #fff;
+}
+
+.viewer-body {
+  flex: 1;
+  min-height: 0;
+  display: flex;
+  align-items: center;
+  justify-content: center;
+  border: 0;
+  padding: 0;
+  background: none;
+  cursor: zoom-out;
+}
+
+.viewer-image {
+  max-width: 100%;
+  max-height: 100%;
+  object-fit: contain;
+}
+
 .stack {
   display: flex;
   flex-direction: column;
@@ -1699,7 +1757,7 @@ function mediaElement(c, message, media) {
       image.width = Math.min(280, num(media.width));
       image.style.aspectRatio = `${num(media.width)} / ${num(media.height)}`;
     }
-    element = h("button", { type: "button", class: "image-link", "aria-label": `Open ${media.name || "the picture"}`, onclick: () => blobURL(sha).then((url) => window.open(url, "_blank", "noopener")) }, image);
+    element = h("button", { type: "button", class: "image-link", "aria-label": `Open ${media.name || "the picture"}`, onclick: () => openViewer(sha, media.name) }, image);
   } else if (media.kind === "KIND_VOICE") {
     element = h("audio", { controls: true, preload: "none", src: mediaURL(sha) });
   } else if (media.kind === "KIND_VIDEO") {
@@ -1731,6 +1789,21 @@ function mediaElement(c, message, media) {
   }
   mediaNodes.set(key, element);
   return element;
+}
+
+// A picture opens here, in the page, as an <img>: never as a document of its own (a `blob:` or `/media` address in a
+// tab would be a page on this origin built from bytes a user uploaded, whatever type the server gave them).
+function openViewer(sha256, name) {
+  const viewer = $("viewer");
+  const image = picture(sha256, { class: "viewer-image", alt: name || "picture" });
+  fill(viewer,
+    h("div", { class: "viewer-bar" },
+      h("span", { class: "viewer-name", dir: "auto", text: name || "" }),
+      h("button", { type: "button", class: "icon", "aria-label": "Close", title: "Close", onclick: () => viewer.close() }, "×")),
+    h("button", { type: "button", class: "viewer-body", "aria-label": "Close the picture", onclick: () => viewer.close() }, image),
+  );
+  if (!viewer.open) viewer.showModal();
+  viewer.querySelector(".viewer-bar button").focus();
 }
 
 function flashing(c, message) {
@@ -2731,6 +2804,7 @@ start();
 
 <div id="menu" class="menu" role="menu" hidden></div>
 <dialog id="dialog" class="dialog" aria-labelledby="dialog-title"></dialog>
+<dialog id="viewer" class="viewer" aria-label="Picture"></dialog>
 </body>
 </html>
 

@@ -22,11 +22,35 @@ struct WebPage: Sendable {
 
     let files: [String: File]
 
-    /// The policy every answer carries. `connect-src 'self'` takes the page's own `ws:`/`wss:` origin too (CSP 3).
-    static let contentSecurityPolicy =
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
-        + "media-src 'self' blob:; connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; "
-        + "frame-ancestors 'none'"
+    /// The policy every answer carries, for a page asked for under `host` (the request's `Host`). Scripts run only
+    /// from `/web/` on that host: the page's own files, never another same-origin address (`/media` serves what users
+    /// uploaded). A `Host` that a CSP source cannot name (a bracketed IPv6 address, none at all) gets `'self'`, the
+    /// page still working: there `/media`'s strict types (no type a browser runs as script, `nosniff`) stand alone.
+    /// `connect-src 'self'` takes the page's own `ws:`/`wss:` origin too (CSP 3).
+    static func contentSecurityPolicy(host: String?) -> String {
+        let scripts = host.flatMap(Self.scriptSource(host:)) ?? "'self'"
+        return "default-src 'none'; script-src \(scripts); style-src 'self'; img-src 'self' blob: data:; "
+            + "media-src 'self' blob:; connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; "
+            + "frame-ancestors 'none'"
+    }
+
+    /// `host[:port]/web/` as a CSP host source (scheme left off: the page's own, or its upgrade to https), or nil
+    /// when `host` is not a DNS name or IPv4 address with an optional port (CSP's host source takes no IPv6 literal).
+    static func scriptSource(host: String) -> String? {
+        let parts = host.lowercased().split(separator: ":", omittingEmptySubsequences: false)
+        guard (1...2).contains(parts.count), let name = parts.first, !name.isEmpty, !name.hasPrefix("."),
+            !name.hasSuffix("."), !name.contains(".."),
+            name.utf8.allSatisfy({
+                $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") || ($0 >= 0x30 && $0 <= 0x39)
+                    || ($0 >= 0x61 && $0 <= 0x7A)
+            })
+        else { return nil }
+        if parts.count == 2 {
+            guard let port = Int(parts[1]), (1...65535).contains(port), parts[1].utf8.count <= 5 else { return nil }
+            return "\(name):\(port)/web/"
+        }
+        return "\(name)/web/"
+    }
 
     init(files: [(name: String, text: String)]) {
         var table: [String: File] = [:]
@@ -82,7 +106,7 @@ struct WebPage: Sendable {
 
     func respond(to request: Request, name: String, bodyless: Bool) -> Response {
         var headers: HTTPFields = [
-            .contentSecurityPolicy: Self.contentSecurityPolicy,
+            .contentSecurityPolicy: Self.contentSecurityPolicy(host: request.head.authority),
             .init("X-Content-Type-Options")!: "nosniff",
             .init("Referrer-Policy")!: "no-referrer",
             .init("Cross-Origin-Opener-Policy")!: "same-origin",

@@ -29,6 +29,10 @@ final class MediaService: Sendable {
     private let inProgress = Mutex<[UserID: [String: Int64]]?>(nil)
     /// The bytes every upload holds in ``Upload/pending``, against ``ServerConfiguration/Media/maxPendingUploadBytes``.
     private let pendingBytes = Atomic<Int>(0)
+    /// The first bytes of files served lately (``prefix(of:size:)``): a digest's bytes never change.
+    private let prefixes = Mutex<[String: [UInt8]]>([:])
+    /// The most files ``prefixes`` holds (it is emptied when full).
+    static let maxRememberedPrefixes = 4096
 
     init(
         folder: URL,
@@ -307,6 +311,22 @@ final class MediaService: Sendable {
             self.metrics.mediaBytesOut.increment(by: data.count)
             try await body(ByteBuffer(bytes: data))
         }
+    }
+
+    /// The first ``InlineMedia/prefixBytes`` bytes of a stored file of `size` bytes (all of a shorter one): what
+    /// its type is checked against before it is served inline. Read from the file once, then remembered.
+    func prefix(of sha256: String, size: Int64) async throws -> [UInt8] {
+        if let known = self.prefixes.withLock({ $0[sha256] }) { return known }
+        var bytes: [UInt8] = []
+        let count = min(Int64(InlineMedia.prefixBytes), max(0, size))
+        if count > 0 {
+            try await self.blobs.read(sha256, range: 0..<count) { data in bytes.append(contentsOf: data) }
+        }
+        self.prefixes.withLock { prefixes in
+            if prefixes.count >= Self.maxRememberedPrefixes { prefixes.removeAll(keepingCapacity: true) }
+            prefixes[sha256] = bytes
+        }
+        return bytes
     }
 
     /// Deletes abandoned uploads every ``ServerConfiguration/Media/cleanupInterval`` until cancelled.

@@ -58,8 +58,13 @@ extension SessionStateMachine {
                 id: "",
                 retryAfter: nil
             )
-        case .send(let send):
+        case .send(var send):
             if let refusal = self.validate(send, requestID: requestID) { return refusal }
+            // Stored, served and delivered only in its one spelling (validate parsed it).
+            if case .media(var media)? = send.body.content, !media.mime.isEmpty {
+                media.mime = MediaType.canonical(media.mime) ?? ""
+                send.body.media = media
+            }
             guard let address = Conversation(send.to) else {
                 return .refuse(
                     requestID: requestID,
@@ -346,16 +351,6 @@ extension SessionStateMachine {
     static let maxMimeBytes = 127
     static let maxMediaNameBytes = 255
 
-    /// Whether a MIME type is safe to send back in a `Content-Type` header and a compat header: `type/subtype` with
-    /// optional parameters, printable ASCII only.
-    static func isMediaType(_ text: String) -> Bool {
-        let bytes = Array(text.utf8)
-        guard let slash = bytes.firstIndex(of: UInt8(ascii: "/")), slash > 0, slash < bytes.count - 1 else {
-            return false
-        }
-        return bytes.allSatisfy { (0x20...0x7E).contains($0) }
-    }
-
     private func validate(_ send: Courier_V1_Send, requestID: UInt64) -> Action? {
         func refuse(_ code: String, _ message: String) -> Action {
             .refuse(requestID: requestID, code: code, message: message, id: send.id, retryAfter: nil)
@@ -392,10 +387,14 @@ extension SessionStateMachine {
                     "\(media.size) bytes is over the media limit of \(self.configuration.maxMediaBytes) bytes"
                 )
             }
-            if !media.mime.isEmpty, media.mime.utf8.count > Self.maxMimeBytes || !Self.isMediaType(media.mime) {
+            if !media.mime.isEmpty,
+                media.mime.utf8.count > Self.maxMimeBytes
+                    || MediaType.canonical(media.mime).map({ $0.utf8.count > Self.maxMimeBytes }) ?? true
+            {
                 return refuse(
                     ErrorCodes.invalidRequest,
-                    "media.mime is a MIME type (type/subtype, printable ASCII, at most \(Self.maxMimeBytes) bytes)"
+                    "media.mime is one media type (type/subtype and parameters, RFC 9110; no list), at most "
+                        + "\(Self.maxMimeBytes) bytes"
                 )
             }
             if media.name.utf8.count > Self.maxMediaNameBytes || media.name.contains("/")
