@@ -423,6 +423,18 @@ public struct ChatLoop: Sendable {
                         sink.yield(.roster(name, title: roster.title, roster.members))
                         return
                     }
+                    if case .leaveFrom(let user) = change {
+                        let left = try await client.leaveGroups(addedBy: user)
+                        let names = left.map { "#\(ChatText.printable($0))" }.joined(separator: ", ")
+                        sink.yield(
+                            .notice(
+                                left.isEmpty
+                                    ? "\(ChatText.printable(user)) put you in no group"
+                                    : "left \(left.count) group\(left.count == 1 ? "" : "s") \(ChatText.printable(user)) put you in: \(names)"
+                            )
+                        )
+                        return
+                    }
                     try await Self.apply(change, client: client)
                     sink.yield(.notice(ChatState.done(change)))
                 } catch {
@@ -468,6 +480,7 @@ public struct ChatLoop: Sendable {
         case .demote(let group, let users): try await client.setAdmins(users, in: group, admin: false)
         case .transfer(let group, let user): try await client.transferGroup(group, to: user)
         case .leave(let group): try await client.leaveGroup(group)
+        case .leaveFrom: break
         case .title(let group, let title): try await client.setGroupTitle(title, of: group)
         case .members: break
         }

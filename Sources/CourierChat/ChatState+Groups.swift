@@ -6,6 +6,7 @@ extension ChatState {
     mutating func groupCommand(_ words: [String], rest: String) -> [ChatAction] {
         let usage =
             "usage: /group new NAME USER… · add|remove|admin|member USER… · owner USER · title [TEXT] · members · leave"
+            + " · leave --from USER"
         guard let action = words.first else {
             self.notice = usage
             return []
@@ -18,6 +19,14 @@ extension ChatState {
                 return []
             }
             return [.manageGroup(.create(name, members: Array(users.dropFirst())))]
+        }
+        // Every group one user put you in, wherever you are.
+        if action == "leave", users.first == "--from" {
+            guard users.count == 2 else {
+                self.notice = "usage: /group leave --from USER (every group USER put you in)"
+                return []
+            }
+            return [.manageGroup(.leaveFrom(users[1]))]
         }
         guard case .group(let group)? = self.openThread?.conversation else {
             self.notice = "open a group first (/open #GROUP), or /group new NAME USER…"
@@ -109,6 +118,7 @@ extension ChatState {
         case .demote(let group, let users): "\(users.joined(separator: ", ")) no longer admin of #\(group)"
         case .transfer(let group, let user): "#\(group) is \(user)'s now"
         case .leave(let group): "left #\(group)"
+        case .leaveFrom(let user): "left the groups \(user) put you in"
         case .members(let group): "#\(group)"
         case .title(let group, let title): title.isEmpty ? "#\(group) has no title" : "titled #\(group)"
         }

@@ -580,6 +580,8 @@ enum GroupChange: Hashable {
     case demote(String, [String])
     case transfer(String, to: String)
     case leave(String)
+    /// Leave every group a user put this one in.
+    case leaveFrom(String)
     case members(String)
     case title(String, String)
 }

@@ -262,6 +262,19 @@ extension CourierClient {
         try await self.manageGroup(group) { $0.leave = Courier_V1_ManageGroup.Leave() }
     }
 
+    /// Leaves, in one request, every group this user is in because `user` put it there (made the group with it, or
+    /// added it).
+    ///
+    /// - Returns: The groups left, by name (none: empty).
+    /// - Throws: `unknown-user` when there is no such user.
+    public func leaveGroups(addedBy user: String) async throws -> [String] {
+        var envelope = ClientEnvelope()
+        envelope.leaveGroups.addedBy = user
+        let answer = try await self.request(envelope)
+        guard case .groupsLeft(let left)? = answer.body else { throw Self.unexpected(answer) }
+        return left.groups
+    }
+
     /// Makes members admins (`admin` true) or members again; the owner's to do.
     public func setAdmins(_ users: [String], in group: String, admin: Bool = true) async throws {
         try await self.manageGroup(group) {

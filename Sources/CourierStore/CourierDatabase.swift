@@ -95,6 +95,11 @@ public protocol CourierDatabase: Sendable {
         nowMs: Int64
     ) async throws -> [UserID: UInt64]
     func group(named name: String) async throws -> Group
+    func leaveGroups(
+        of user: UserID,
+        addedBy name: String,
+        nowMs: Int64
+    ) async throws -> (groups: [String], appended: [UserID: UInt64])
     @discardableResult
     func setRole(
         in group: String,
@@ -312,6 +317,9 @@ public struct StoreLimits: Sendable, Hashable {
     public var maxReceiptMarks: Int = 256
     /// How long after sending a sender may edit a message (zero: for ever).
     public var editWindow: Duration = .seconds(48 * 3600)
+    /// The most groups one user may have made (and asked for over a session) that still have a member; one more is
+    /// refused with `quota-exceeded`. Groups the administrator makes are not counted.
+    public var maxGroupsPerMaker: Int = 200
     /// The most times one message may be edited: each edit keeps the text it replaced.
     public var maxEditsPerMessage: Int = 20
     /// The most different reaction keys one message may carry.

@@ -377,6 +377,20 @@ enum PostgresSchema {
         ),
         Migration(version: "v11-media-types", statements: [], rows: Self.repairMediaTypes),
         Migration(version: "v12-skeletons", statements: ["DELETE FROM name_skeletons"], rows: Self.workOutSkeletons),
+        Migration(
+            version: "v13-group-origins",
+            statements: [
+                // As SQLite's (Sources/CourierStoreSQLite/Schema.swift).
+                "ALTER TABLE conversations ADD COLUMN creator_id BIGINT",
+                "UPDATE conversations SET creator_id = owner_id WHERE kind = 2",
+                "CREATE INDEX conversations_by_creator ON conversations (creator_id) WHERE creator_id IS NOT NULL",
+                "ALTER TABLE members ADD COLUMN added_by BIGINT",
+                """
+                UPDATE members SET added_by = c.owner_id FROM conversations c
+                WHERE c.id = members.conversation_id AND c.kind = 2 AND c.owner_id <> members.user_id
+                """,
+            ]
+        ),
     ]
 
     /// Migration `v12-skeletons`, as SQLite's: every name's skeleton by today's ``NameSkeleton``, the oldest of names
@@ -403,17 +417,17 @@ enum PostgresSchema {
     /// their one spelling (``MediaTypeRepair``), in `message_media` and in the bodies that carry them.
     @Sendable
     static func repairMediaTypes(on connection: PostgresConnection, logger: Logger) async throws {
-        let rows = try await connection.rows(
+        // Streamed, keeping only the rows to change: the table may be large, and few need it.
+        var changed: [(sha256: String, conversation: Int64, seq: Int64, repaired: String)] = []
+        let rows = try await connection.query(
             "SELECT sha256, conversation_id, seq, mime FROM message_media",
             logger: logger
         )
-        for row in rows {
-            let stored: String = try row.get("mime")
+        for try await (sha256, conversation, seq, stored) in rows.decode((String, Int64, Int64, String).self) {
             let repaired = MediaTypeRepair.type(stored)
-            guard repaired != stored else { continue }
-            let sha256: String = try row.get("sha256")
-            let conversation: Int64 = try row.get("conversation_id")
-            let seq: Int64 = try row.get("seq")
+            if repaired != stored { changed.append((sha256, conversation, seq, repaired)) }
+        }
+        for (sha256, conversation, seq, repaired) in changed {
             try await connection.run(
                 """
                 UPDATE message_media SET mime = \(repaired)

@@ -90,8 +90,8 @@ extension PostgresTransaction {
         // Two nodes making the name at once: the unique index on lower(name) lets one in.
         try await self.connection.value(
             """
-            INSERT INTO conversations (kind, name, owner_id, created_ms)
-            VALUES (2, \(name), \(owner.rawValue), \(nowMs)) ON CONFLICT DO NOTHING RETURNING id
+            INSERT INTO conversations (kind, name, owner_id, creator_id, created_ms)
+            VALUES (2, \(name), \(owner.rawValue), \(owner.rawValue), \(nowMs)) ON CONFLICT DO NOTHING RETURNING id
             """,
             as: Int64.self,
             logger: self.logger
@@ -159,15 +159,50 @@ extension PostgresTransaction {
         return members
     }
 
-    package func insertMembers(_ users: [UserID], into conversation: Int64, atSeq seq: Int64) async throws {
+    package func insertMembers(
+        _ users: [UserID],
+        into conversation: Int64,
+        atSeq seq: Int64,
+        addedBy: UserID?
+    ) async throws {
         guard !users.isEmpty else { return }
         try await self.connection.run(
             """
-            INSERT INTO members (conversation_id, user_id, joined_seq, read_seq, delivered_seq)
-            SELECT \(conversation), user_id, \(seq), \(seq), \(seq) FROM unnest(\(users.map(\.rawValue))::bigint[])
-                AS m(user_id)
+            INSERT INTO members (conversation_id, user_id, joined_seq, read_seq, delivered_seq, added_by)
+            SELECT \(conversation), user_id, \(seq), \(seq), \(seq), \(addedBy?.rawValue)::bigint
+            FROM unnest(\(users.map(\.rawValue))::bigint[]) AS m(user_id)
             """,
             logger: self.logger
+        )
+    }
+
+    package func groups(
+        of member: UserID,
+        addedBy: UserID,
+        locking: Bool
+    ) async throws -> [(row: GroupRow, name: String)] {
+        let rows = try await self.connection.rows(
+            """
+            SELECT c.id, c.owner_id, c.last_seq, c.title, c.name FROM conversations c
+            JOIN members m ON m.conversation_id = c.id
+            WHERE m.user_id = \(member.rawValue) AND m.added_by = \(addedBy.rawValue) AND c.kind = 2 ORDER BY c.id
+            \(unescaped: locking ? "FOR UPDATE OF c" : "")
+            """,
+            logger: self.logger
+        )
+        return try rows.map { (try Self.group($0), try $0.get("name", as: String.self)) }
+    }
+
+    package func groupsMade(by user: UserID) async throws -> Int {
+        Int(
+            try await self.connection.value(
+                """
+                SELECT count(*) FROM conversations c WHERE c.kind = 2 AND c.creator_id = \(user.rawValue)
+                AND EXISTS (SELECT 1 FROM members m WHERE m.conversation_id = c.id)
+                """,
+                as: Int64.self,
+                logger: self.logger
+            ) ?? 0
         )
     }
 

@@ -30,10 +30,10 @@ extension SQLiteTransaction {
             // The name is unique without regard to case (the column's NOCASE).
             try db.execute(
                 sql: """
-                    INSERT INTO conversations (kind, name, owner_id, created_ms) VALUES (2, ?, ?, ?)
+                    INSERT INTO conversations (kind, name, owner_id, creator_id, created_ms) VALUES (2, ?, ?, ?, ?)
                     ON CONFLICT DO NOTHING
                     """,
-                arguments: [name, owner.rawValue, nowMs]
+                arguments: [name, owner.rawValue, owner.rawValue, nowMs]
             )
             return db.changesCount == 1 ? db.lastInsertedRowID : nil
         }
@@ -85,17 +85,53 @@ extension SQLiteTransaction {
         }
     }
 
-    package func insertMembers(_ users: [UserID], into conversation: Int64, atSeq seq: Int64) async throws {
+    package func insertMembers(
+        _ users: [UserID],
+        into conversation: Int64,
+        atSeq seq: Int64,
+        addedBy: UserID?
+    ) async throws {
         try await self.update { db in
             let insert = try db.cachedStatement(
                 sql: """
-                    INSERT INTO members (conversation_id, user_id, joined_seq, read_seq, delivered_seq)
-                    VALUES (?, ?, ?, ?, ?)
+                    INSERT INTO members (conversation_id, user_id, joined_seq, read_seq, delivered_seq, added_by)
+                    VALUES (?, ?, ?, ?, ?, ?)
                     """
             )
             for user in users {
-                try insert.execute(arguments: [conversation, user.rawValue, seq, seq, seq])
+                try insert.execute(arguments: [conversation, user.rawValue, seq, seq, seq, addedBy?.rawValue])
             }
+        }
+    }
+
+    package func groups(
+        of member: UserID,
+        addedBy: UserID,
+        locking: Bool
+    ) async throws -> [(row: GroupRow, name: String)] {
+        try await self.access { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT c.id, c.owner_id, c.last_seq, c.title, c.name FROM conversations c
+                    JOIN members m ON m.conversation_id = c.id
+                    WHERE m.user_id = ? AND m.added_by = ? AND c.kind = 2 ORDER BY c.id
+                    """,
+                arguments: [member.rawValue, addedBy.rawValue]
+            ).map { (Self.group($0), $0["name"]) }
+        }
+    }
+
+    package func groupsMade(by user: UserID) async throws -> Int {
+        try await self.access { db in
+            try Int.fetchOne(
+                db,
+                sql: """
+                    SELECT count(*) FROM conversations c WHERE c.kind = 2 AND c.creator_id = ?
+                    AND EXISTS (SELECT 1 FROM members m WHERE m.conversation_id = c.id)
+                    """,
+                arguments: [user.rawValue]
+            ) ?? 0
         }
     }
 

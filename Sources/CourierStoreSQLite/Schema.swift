@@ -310,16 +310,18 @@ enum Schema {
         migrator.registerMigration("v11-media-types") { db in
             // Media types stored before they were parsed strictly, respelled (MediaTypeRepair), in the table the
             // media endpoint reads and in the bodies (and earlier versions) delivered to clients.
-            let rows = try Row.fetchAll(db, sql: "SELECT sha256, conversation_id, seq, mime FROM message_media")
-            for row in rows {
+            // Read through a cursor, keeping only the rows to change: the table may be large, and few need it.
+            var changed: [(sha256: String, conversation: Int64, seq: Int64, repaired: String)] = []
+            let rows = try Row.fetchCursor(db, sql: "SELECT sha256, conversation_id, seq, mime FROM message_media")
+            while let row = try rows.next() {
                 let stored: String = row["mime"]
-                let conversation: Int64 = row["conversation_id"]
-                let seq: Int64 = row["seq"]
                 let repaired = MediaTypeRepair.type(stored)
-                guard repaired != stored else { continue }
+                if repaired != stored { changed.append((row["sha256"], row["conversation_id"], row["seq"], repaired)) }
+            }
+            for (sha256, conversation, seq, repaired) in changed {
                 try db.execute(
                     sql: "UPDATE message_media SET mime = ? WHERE sha256 = ? AND conversation_id = ? AND seq = ?",
-                    arguments: [repaired, row["sha256"] as String, conversation, seq]
+                    arguments: [repaired, sha256, conversation, seq]
                 )
                 let key = "conversation_id = \(conversation) AND seq = \(seq)"
                 if let body = try Data.fetchOne(db, sql: "SELECT body FROM messages WHERE \(key)"),
@@ -347,6 +349,25 @@ enum Schema {
                     arguments: [NameSkeleton.of(row["name"] as String), row["id"] as Int64]
                 )
             }
+        }
+        migrator.registerMigration("v13-group-origins") { db in
+            try db.execute(
+                sql: """
+                    -- Who made a group (its first owner, kept when ownership passes on): what the per-maker cap
+                    -- counts. Groups from before: their owner now.
+                    ALTER TABLE conversations ADD COLUMN creator_id INTEGER;
+                    UPDATE conversations SET creator_id = owner_id WHERE kind = 2;
+                    CREATE INDEX conversations_by_creator ON conversations(creator_id) WHERE creator_id IS NOT NULL;
+                    -- Who put a member in a group (made it with them, or added them; NULL: the administrator, or the
+                    -- member itself): what leaving every group one person put one in reads. Members from before:
+                    -- the group's owner now, who alone added members then (the owner itself: NULL).
+                    ALTER TABLE members ADD COLUMN added_by INTEGER;
+                    UPDATE members SET added_by = (
+                        SELECT c.owner_id FROM conversations c
+                        WHERE c.id = members.conversation_id AND c.kind = 2 AND c.owner_id <> members.user_id
+                    );
+                    """
+            )
         }
         return migrator
     }

@@ -4,9 +4,9 @@
 ///
 /// A mention starts at an `@` that begins the text or follows a character that cannot be part of a name (a space,
 /// punctuation, or any non-ASCII character, so `你好@bob` mentions bob while `mail@bob.example` does not); the name is
-/// the run of ASCII letters, digits, `.`, `_` and `-` after it, starting with a letter or digit: the whole run when
-/// it is a member's name (a name may end with `.`, `_` or `-`), else the run without the `.`, `_` and `-` it ends with
-/// (`@bob.` at a sentence's end is bob); at most 32 bytes. Names compare without regard to case, as user names do.
+/// the run of ASCII letters, digits, `.`, `_` and `-` after it, starting with a letter or digit: the run without the
+/// `.`, `_` and `-` it ends with when that is a member's name (`@bob.` at a sentence's end is bob), else the whole run
+/// (an account from before names that read alike were refused may end with `.`, `_` or `-`); at most 32 bytes. Names compare without regard to case, as user names do.
 /// The server keeps a name only when it is a member's; the text itself is never changed.
 public struct Mentions: Hashable, Sendable {
     /// The names mentioned (the runs without the punctuation they end with), lowercased, each once, in the order

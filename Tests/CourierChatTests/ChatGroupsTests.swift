@@ -42,11 +42,12 @@ struct ChatGroupsTests {
         #expect(Self.run("/group title", in: &state) == [.manageGroup(.title("team", ""))])
         #expect(Self.run("/group members", in: &state) == [.manageGroup(.members("team"))])
         #expect(Self.run("/group leave", in: &state) == [.manageGroup(.leave("team"))])
+        #expect(Self.run("/group leave --from @spam", in: &state) == [.manageGroup(.leaveFrom("spam"))])
         #expect(Self.run("/mute", in: &state) == [.setNotify(.group("team"), .mentions)])
         #expect(Self.run("/mute none", in: &state) == [.setNotify(.group("team"), NotifyLevel.none)])
         #expect(Self.run("/unmute", in: &state) == [.setNotify(.group("team"), .all)])
         #expect(Self.run("/name 张伟 (Zhāng)", in: &state) == [.setDisplayName("张伟 (Zhāng)")])
-        for wrong in ["/group", "/group owner", "/group add", "/group fly", "/mute loudly"] {
+        for wrong in ["/group", "/group owner", "/group add", "/group fly", "/mute loudly", "/group leave --from"] {
             #expect(Self.run(wrong, in: &state).isEmpty, "\(wrong)")
             #expect(state.notice?.hasPrefix("usage") == true, "\(wrong): \(state.notice ?? "")")
         }
@@ -54,6 +55,8 @@ struct ChatGroupsTests {
         _ = state.select(.user("bob"), now: Self.now)
         #expect(Self.run("/group add carol", in: &state).isEmpty)
         #expect(state.notice?.contains("open a group") == true)
+        // Leaving one user's groups needs no group open.
+        #expect(Self.run("/group leave --from spam", in: &state) == [.manageGroup(.leaveFrom("spam"))])
     }
 
     @Test("a muted group rings only for mentions, counts them with '@', and shows its mark; none never rings")

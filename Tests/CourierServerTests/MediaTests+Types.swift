@@ -64,7 +64,8 @@ extension MediaTests {
                 "Authorization: Bearer \(bobWelcome.token)",
                 "http://127.0.0.1:\(fixture.ports.http)/media/\(NativeTestClient.sha256(picture))",
             ]).lowercased()
-            #expect(headers.contains("content-type: image/png; name=cat\r\n"), "\(headers)")
+            // Served as its type and subtype alone: a quoted parameter never reaches the header.
+            #expect(headers.contains("content-type: image/png\r\n"), "\(headers)")
             #expect(!headers.contains("content-disposition"), "\(headers)")
             #expect(headers.contains("x-content-type-options: nosniff"), "\(headers)")
             await alice.close()
@@ -91,7 +92,7 @@ extension MediaTests {
                 (png, "image/png", "image/png"),
                 (script, "image/png", nil),
                 (html, "image/gif", nil),
-                (mp4, "video/mp4", "video/mp4"),
+                (mp4, "video/mp4; codecs=\",text/html\"", "video/mp4"),
                 (mp4Named, "image/png", nil),
                 (html, "text/plain; charset=utf-8", nil),
                 (html, "image/svg+xml", nil),

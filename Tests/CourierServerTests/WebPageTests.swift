@@ -97,6 +97,21 @@ struct WebPageTests {
         #expect(WebPage.contentSecurityPolicy(host: "[::1]:6980").contains("script-src 'self';"))
         #expect(WebPage.contentSecurityPolicy(host: nil).contains("script-src 'self';"))
         #expect(WebPage.contentSecurityPolicy(host: "localhost:6980").contains("script-src localhost:6980/web/;"))
+        // Behind a proxy that rewrites Host, the allowed origins (the public name) still serve the page's scripts.
+        let proxied = WebPage.contentSecurityPolicy(
+            host: "127.0.0.1:6980",
+            allowedOrigins: ["https://Chat.Example.com", "http://other.example:8080/", "https://chat.example.com:443"]
+        )
+        #expect(
+            proxied.contains(
+                "script-src 127.0.0.1:6980/web/ https://chat.example.com/web/ http://other.example:8080/web/;"
+            ),
+            "\(proxied)"
+        )
+        #expect(
+            WebPage.contentSecurityPolicy(host: "[::1]:6980", allowedOrigins: ["https://chat.example.com"])
+                .contains("script-src https://chat.example.com/web/;")
+        )
     }
 
     @Test("--web-root serves a folder's page instead, read at start; a folder without index.html is refused")

@@ -326,6 +326,27 @@ struct QuietTests {
         }
     }
 
+    @Test(
+        "a display name that reads as another user's name, or a reserved one, is refused; one's own in any spelling is not",
+        arguments: StoreKind.allCases
+    )
+    func displayNamesThatPassForOthers(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let store = fixture.store
+            let ids = try await fixture.users("oliver", "mallory")
+            let mallory = ids["mallory"]!
+            for passing in ["oliver", "Oliver", "O1iver", "oliver.", "Admin", "SYSTEM", "c0urier"] {
+                await expectCode(.invalidProfile) {
+                    try await store.setProfile(of: mallory, ProfileUpdate(displayName: passing), nowMs: Self.now)
+                }
+            }
+            for fine in ["Oliver Twist", "奥利弗", "Mallory ✨", "MALLORY", "ma11ory"] {
+                try await store.setProfile(of: mallory, ProfileUpdate(displayName: fine), nowMs: Self.now)
+            }
+            try await store.setProfile(of: ids["oliver"]!, ProfileUpdate(displayName: "OLIVER"), nowMs: Self.now)
+        }
+    }
+
     @Test("skeletons: one character at a time, case folded, marks folded and trimmed")
     func skeletonRule() {
         #expect(NameSkeleton.of("O1iver") == "oliver")
@@ -354,15 +375,19 @@ struct QuietTests {
             try await store.changeMembers(of: "team", actor: nil, add: ["bob_"], remove: [], nowMs: Self.now)
             let bobUnderscore = try #require(try await store.user(named: "bob_")).id
             let bob = ids["bob"]!
-            // "@bob_" is bob_, a member; "@bob." is bob.
+            // "@bob_" and "@bob." are bob, never the look-alike bob_ (round three: a mention goes to the name it
+            // reads as); bob_ is mentioned by its whole name only where bob is no member.
             guard case .sent = try await Self.send(fixture, carol, "c1", to: .group("team"), "@bob_ 你好") else {
                 Issue.record("not sent")
                 return
             }
-            #expect(try await Self.mentions(fixture, bobUnderscore) == 1)
-            #expect(try await Self.mentions(fixture, bob) == 0)
-            _ = try await Self.send(fixture, carol, "c2", to: .group("team"), "问 @bob.")
             #expect(try await Self.mentions(fixture, bob) == 1)
+            #expect(try await Self.mentions(fixture, bobUnderscore) == 0)
+            _ = try await Self.send(fixture, carol, "c2", to: .group("team"), "问 @bob.")
+            #expect(try await Self.mentions(fixture, bob) == 2)
+            #expect(try await Self.mentions(fixture, bobUnderscore) == 0)
+            try await store.changeMembers(of: "team", actor: nil, add: [], remove: ["bob"], nowMs: Self.now)
+            _ = try await Self.send(fixture, carol, "c2b", to: .group("team"), "@bob_ 再见")
             #expect(try await Self.mentions(fixture, bobUnderscore) == 1)
             // A mention past the index's 4,096 characters counts: mentions are read from the whole text.
             let long = String(repeating: "长", count: 5_000) + " @alice"

@@ -320,6 +320,14 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     set {body = .setNotify(newValue)}
   }
 
+  public var leaveGroups: Courier_V1_LeaveGroups {
+    get {
+      if case .leaveGroups(let v)? = body {return v}
+      return Courier_V1_LeaveGroups()
+    }
+    set {body = .leaveGroups(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -348,6 +356,7 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     case profiles(Courier_V1_ProfilesRequest)
     case groupMembers(Courier_V1_GroupMembersRequest)
     case setNotify(Courier_V1_SetNotify)
+    case leaveGroups(Courier_V1_LeaveGroups)
 
   }
 
@@ -508,6 +517,14 @@ public nonisolated struct Courier_V1_ServerEnvelope: Sendable {
     set {body = .groupMembers(newValue)}
   }
 
+  public var groupsLeft: Courier_V1_GroupsLeft {
+    get {
+      if case .groupsLeft(let v)? = body {return v}
+      return Courier_V1_GroupsLeft()
+    }
+    set {body = .groupsLeft(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -529,6 +546,7 @@ public nonisolated struct Courier_V1_ServerEnvelope: Sendable {
     case user(Courier_V1_UserCard)
     case profiles(Courier_V1_Profiles)
     case groupMembers(Courier_V1_GroupMembers)
+    case groupsLeft(Courier_V1_GroupsLeft)
 
   }
 
@@ -2335,6 +2353,33 @@ public nonisolated struct Courier_V1_GroupMembersRequest: Sendable {
   public init() {}
 }
 
+/// Leaves, in one request, every group the user is in because `added_by` put it there (created the group with it, or
+/// added it): what someone who fills one's list with groups is answered with. Answered with `groups_left`.
+public nonisolated struct Courier_V1_LeaveGroups: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var addedBy: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// The groups a `LeaveGroups` left, by name.
+public nonisolated struct Courier_V1_GroupsLeft: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var groups: [String] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 public nonisolated struct Courier_V1_GroupMembers: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
@@ -2620,7 +2665,7 @@ nonisolated extension Courier_V1_NotifyLevel: SwiftProtobuf._ProtoNameProviding 
 
 nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ClientEnvelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0\u{1}upload\0\u{1}fetch\0\u{1}edit\0\u{1}react\0\u{1}versions\0\u{1}search\0\u{3}change_password\0\u{1}devices\0\u{3}revoke_device\0\u{3}delete_account\0\u{3}find_user\0\u{3}set_profile\0\u{1}profiles\0\u{3}group_members\0\u{3}set_notify\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0\u{1}upload\0\u{1}fetch\0\u{1}edit\0\u{1}react\0\u{1}versions\0\u{1}search\0\u{3}change_password\0\u{1}devices\0\u{3}revoke_device\0\u{3}delete_account\0\u{3}find_user\0\u{3}set_profile\0\u{1}profiles\0\u{3}group_members\0\u{3}set_notify\0\u{3}leave_groups\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2954,6 +2999,19 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
           self.body = .setNotify(v)
         }
       }()
+      case 27: try {
+        var v: Courier_V1_LeaveGroups?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .leaveGroups(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .leaveGroups(v)
+        }
+      }()
       default: break
       }
     }
@@ -3068,6 +3126,10 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
       guard case .setNotify(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 26)
     }()
+    case .leaveGroups?: try {
+      guard case .leaveGroups(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 27)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -3083,7 +3145,7 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
 
 nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ServerEnvelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}welcome\0\u{3}send_ack\0\u{1}error\0\u{1}events\0\u{1}history\0\u{1}unread\0\u{1}typing\0\u{1}presence\0\u{1}done\0\u{3}upload_ready\0\u{3}upload_done\0\u{3}fetch_ready\0\u{1}versions\0\u{1}search\0\u{1}devices\0\u{1}user\0\u{1}profiles\0\u{3}group_members\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}welcome\0\u{3}send_ack\0\u{1}error\0\u{1}events\0\u{1}history\0\u{1}unread\0\u{1}typing\0\u{1}presence\0\u{1}done\0\u{3}upload_ready\0\u{3}upload_done\0\u{3}fetch_ready\0\u{1}versions\0\u{1}search\0\u{1}devices\0\u{1}user\0\u{1}profiles\0\u{3}group_members\0\u{3}groups_left\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3326,6 +3388,19 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
           self.body = .groupMembers(v)
         }
       }()
+      case 20: try {
+        var v: Courier_V1_GroupsLeft?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .groupsLeft(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .groupsLeft(v)
+        }
+      }()
       default: break
       }
     }
@@ -3411,6 +3486,10 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
     case .groupMembers?: try {
       guard case .groupMembers(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 19)
+    }()
+    case .groupsLeft?: try {
+      guard case .groupsLeft(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 20)
     }()
     case nil: break
     }
@@ -6491,6 +6570,66 @@ nonisolated extension Courier_V1_GroupMembersRequest: SwiftProtobuf.Message, Swi
 
   public static func ==(lhs: Courier_V1_GroupMembersRequest, rhs: Courier_V1_GroupMembersRequest) -> Bool {
     if lhs.group != rhs.group {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_LeaveGroups: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".LeaveGroups"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}added_by\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.addedBy) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.addedBy.isEmpty {
+      try visitor.visitSingularStringField(value: self.addedBy, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_LeaveGroups, rhs: Courier_V1_LeaveGroups) -> Bool {
+    if lhs.addedBy != rhs.addedBy {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_GroupsLeft: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GroupsLeft"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}groups\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedStringField(value: &self.groups) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.groups.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.groups, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_GroupsLeft, rhs: Courier_V1_GroupsLeft) -> Bool {
+    if lhs.groups != rhs.groups {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

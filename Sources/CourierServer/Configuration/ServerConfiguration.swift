@@ -112,6 +112,15 @@ public struct ServerConfiguration: Sendable {
         public var maxProfileChangesPerAddress: Int = 100
         /// The window the profile-change counts cover.
         public var profileChangeWindow: Duration = .seconds(3600)
+        /// Groups one user creates and additions of members it makes (a request each) within `groupChangeWindow`,
+        /// refused or not: each puts others in a group they did not ask for. More are refused with `rate-limited`.
+        /// Counted on each node. (How many groups one user may have made at once is the store's
+        /// `maxGroupsPerMaker`.)
+        public var maxGroupChangesPerUser: Int = 30
+        /// The same for one client address.
+        public var maxGroupChangesPerAddress: Int = 100
+        /// The window the group-change counts cover.
+        public var groupChangeWindow: Duration = .seconds(3600)
 
         public init() {}
     }

@@ -126,7 +126,9 @@ enum HTTPEndpoints {
         }
         MediaEndpoint(store: media.store, media: media, logins: logins).register(on: router)
         if sessions != nil, configuration.webSocket.enabled, configuration.web.enabled {
-            try WebPage.load(root: configuration.web.root).register(on: router)
+            var page = try WebPage.load(root: configuration.web.root)
+            page.allowedOrigins = configuration.webSocket.allowedOrigins
+            page.register(on: router)
         }
         if sessions != nil {
             router.get("/ws") { _, _ -> Response in

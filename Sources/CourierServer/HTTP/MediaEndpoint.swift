@@ -104,12 +104,13 @@ struct MediaEndpoint: Sendable {
         )
     }
 
-    /// The type `access` is served as inline: its canonical spelling when it is one of ``InlineMedia``'s and the
-    /// file begins as that type's files do; nil for a download.
+    /// The type `access` is served as inline: its type and subtype alone (a picture, a sound or a video needs no
+    /// parameter, and a quoted one may hold a comma no browser should be asked to read past) when it is one of
+    /// ``InlineMedia``'s and the file begins as that type's files do; nil for a download.
     func inlineType(of access: MediaAccess, sha256: String) async throws -> String? {
         guard let type = MediaType(access.mime), InlineMedia.isListed(type) else { return nil }
         let prefix = try await self.media.prefix(of: sha256, size: access.size)
-        return InlineMedia.matches(type, prefix: prefix) ? type.canonical : nil
+        return InlineMedia.matches(type, prefix: prefix) ? type.essence : nil
     }
 
     private static func token(of request: Request) -> String? {

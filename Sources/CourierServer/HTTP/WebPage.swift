@@ -21,14 +21,29 @@ struct WebPage: Sendable {
     }
 
     let files: [String: File]
+    /// The gateway's allowed origins, whose `/web/` the policy lets scripts come from too.
+    var allowedOrigins: [String] = []
 
     /// The policy every answer carries, for a page asked for under `host` (the request's `Host`). Scripts run only
-    /// from `/web/` on that host: the page's own files, never another same-origin address (`/media` serves what users
-    /// uploaded). A `Host` that a CSP source cannot name (a bracketed IPv6 address, none at all) gets `'self'`, the
-    /// page still working: there `/media`'s strict types (no type a browser runs as script, `nosniff`) stand alone.
-    /// `connect-src 'self'` takes the page's own `ws:`/`wss:` origin too (CSP 3).
-    static func contentSecurityPolicy(host: String?) -> String {
-        let scripts = host.flatMap(Self.scriptSource(host:)) ?? "'self'"
+    /// from `/web/` on that host and on each of `allowedOrigins` (the gateway's, ``ServerConfiguration/WebSocket``:
+    /// behind a proxy that rewrites `Host`, the public name the page is read under): the page's own files, never
+    /// another same-origin address (`/media` serves what users uploaded). With neither a `Host` that a CSP source can
+    /// name (a bracketed IPv6 address, none at all) nor an allowed origin, `'self'`, the page still working: there
+    /// `/media`'s strict types (no type a browser runs as script, `nosniff`) stand alone. `connect-src 'self'` takes
+    /// the page's own `ws:`/`wss:` origin too (CSP 3).
+    static func contentSecurityPolicy(host: String?, allowedOrigins: [String] = []) -> String {
+        var sources: [String] = []
+        if let own = host.flatMap(Self.scriptSource(host:)) { sources.append(own) }
+        for origin in allowedOrigins {
+            let normalized = WebSocketOrigins.normalize(origin)
+            guard let authority = WebSocketOrigins.authority(ofOrigin: normalized),
+                let scheme = normalized.split(separator: ":").first,
+                let source = Self.scriptSource(host: authority)
+            else { continue }
+            let named = "\(scheme)://\(source)"
+            if !sources.contains(named) { sources.append(named) }
+        }
+        let scripts = sources.isEmpty ? "'self'" : sources.joined(separator: " ")
         return "default-src 'none'; script-src \(scripts); style-src 'self'; img-src 'self' blob: data:; "
             + "media-src 'self' blob:; connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; "
             + "frame-ancestors 'none'"
@@ -106,7 +121,10 @@ struct WebPage: Sendable {
 
     func respond(to request: Request, name: String, bodyless: Bool) -> Response {
         var headers: HTTPFields = [
-            .contentSecurityPolicy: Self.contentSecurityPolicy(host: request.head.authority),
+            .contentSecurityPolicy: Self.contentSecurityPolicy(
+                host: request.head.authority,
+                allowedOrigins: self.allowedOrigins
+            ),
             .init("X-Content-Type-Options")!: "nosniff",
             .init("Referrer-Policy")!: "no-referrer",
             .init("Cross-Origin-Opener-Policy")!: "same-origin",

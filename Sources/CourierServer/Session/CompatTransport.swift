@@ -92,7 +92,18 @@ final class CompatTransport: SessionTransport {
         var media = Courier_V1_Media()
         media.kind = kind
         media.size = UInt64(header.size)
-        if case .string(let mime)? = header["mime"] { media.mime = mime }
+        if case .string(let mime)? = header["mime"] {
+            // Refused before the bytes are taken (and counted against the quota), not after.
+            guard mime.isEmpty || (mime.utf8.count <= SessionStateMachine.maxMimeBytes && MediaType(mime) != nil) else {
+                return .refuse(
+                    code: ErrorCodes.invalidRequest,
+                    message: "mime is one media type (type/subtype and parameters, RFC 9110; no list), at most "
+                        + "\(SessionStateMachine.maxMimeBytes) bytes",
+                    id: envelope.send.id
+                )
+            }
+            media.mime = mime
+        }
         if case .string(let name)? = header["name"] { media.name = name }
         envelope.send.body.media = media
         input = .inlineMedia(envelope, size: Int64(header.size))
@@ -309,7 +320,7 @@ final class CompatTransport: SessionTransport {
             if !request.id.isEmpty { fields["id"] = .string(request.id) }
             return [CompatFrame(type: "done", payload: empty, fields: fields)]
         case .uploadReady, .uploadDone, .fetchReady, .events, .history, .unread, .versions, .search, .devices, .user,
-            .profiles, .groupMembers, nil:
+            .profiles, .groupMembers, .groupsLeft, nil:
             return []
         }
     }

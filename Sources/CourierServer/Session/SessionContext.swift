@@ -28,6 +28,8 @@ final class SessionContext: Sendable {
     let badInvites: LoginThrottle
     /// Profile changes, per user and per address.
     let profileChanges: LoginThrottle
+    /// Groups created and members added, per user and per address (``ServerConfiguration/Accounts/maxGroupChangesPerUser``).
+    let groupChanges: LoginThrottle
     /// Users looked up by name, per user and per address.
     let lookups: LoginThrottle
     /// The limits that hold across the nodes sharing the database (no-ops on a single node).
@@ -121,6 +123,11 @@ final class SessionContext: Sendable {
             perUser: accounts.maxProfileChangesPerUser,
             perAddress: accounts.maxProfileChangesPerAddress,
             window: accounts.profileChangeWindow
+        )
+        self.groupChanges = LoginThrottle(
+            perUser: accounts.maxGroupChangesPerUser,
+            perAddress: accounts.maxGroupChangesPerAddress,
+            window: accounts.groupChangeWindow
         )
         self.lookups = LoginThrottle(
             perUser: accounts.maxLookupsPerUser,

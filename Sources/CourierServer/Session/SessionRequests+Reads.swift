@@ -80,6 +80,14 @@ extension SessionRequests {
                 let appended = try await self.manageGroup(manage, by: user)
                 self.context.fanout.logsGrew(appended)
                 reply.done = Courier_V1_Done()
+            case .leaveGroups(let adder):
+                let left = try await self.context.store.leaveGroups(
+                    of: user.id,
+                    addedBy: adder,
+                    nowMs: SessionContext.nowMs()
+                )
+                self.context.fanout.logsGrew(left.appended)
+                reply.groupsLeft.groups = left.groups
             case .setNotify(let conversation, let level):
                 let appended = try await self.context.store.setNotify(
                     level,
@@ -230,6 +238,23 @@ extension SessionRequests {
     private func manageGroup(_ manage: Courier_V1_ManageGroup, by user: User) async throws -> [UserID: UInt64] {
         let store = self.context.store
         let now = SessionContext.nowMs()
+        // Creating a group and adding members put others where they did not ask to be: counted per user and per
+        // address, refused or not.
+        switch manage.action {
+        case .create?, .add?:
+            switch self.context.groupChanges.admit(user: user.name, address: self.addressKey) {
+            case .throttled(let wait):
+                throw SessionRefusal(
+                    ErrorCodes.rateLimited,
+                    "too many groups created and members added; retry later",
+                    retryAfter: wait
+                )
+            case .admitted(let ticket):
+                self.context.groupChanges.finish(ticket, failed: true)
+            }
+        default:
+            break
+        }
         switch manage.action {
         case .create(let members)?:
             return try await store.createGroup(

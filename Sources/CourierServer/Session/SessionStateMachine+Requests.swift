@@ -36,6 +36,8 @@ extension SessionStateMachine {
         case groupMembers(String)
         /// How a conversation alerts the user.
         case setNotify(Conversation, NotifyLevel)
+        /// Leave every group one user put this one in.
+        case leaveGroups(addedBy: String)
     }
 
     /// The most names one `profiles` request asks for.
@@ -244,6 +246,19 @@ extension SessionStateMachine {
             return .request(.setProfile(update), requestID: requestID)
         case .groupMembers(let asked):
             return .request(.groupMembers(asked.group), requestID: requestID)
+        case .leaveGroups(let leave):
+            guard Names.isValid(leave.addedBy) else {
+                return .refuse(
+                    requestID: requestID,
+                    code: ErrorCodes.unknownUser,
+                    message: "no user named \(leave.addedBy.debugDescription)",
+                    id: "",
+                    retryAfter: nil
+                )
+            }
+            // A change reaching every member of every group left: it takes from the sends' bucket too.
+            if let wait = active.bucket.take(now: now) { return .pause(wait) }
+            return .request(.leaveGroups(addedBy: leave.addedBy), requestID: requestID)
         case .setNotify(let set):
             guard let address = Conversation(set.conversation) else { return self.missingConversation(requestID) }
             guard let level = NotifyLevel(set.level) else {

@@ -126,8 +126,9 @@ extension GroupCommit {
         )
     }
 
-    /// The members a group message mentions (``Mentions``), by id (0 for `@all`): for each mention, the whole run
-    /// when it is a member's name, else the run without the punctuation it ends with when that is; the sender's own
+    /// The members a group message mentions (``Mentions``), by id (0 for `@all`): for each mention, the run without
+    /// the punctuation it ends with when that is a member's name (`@oliver.` is oliver, never an older look-alike
+    /// account named `oliver.`), else the whole run when that is; the sender's own
     /// name and others' are text. Direct messages mention nobody.
     ///
     /// - Throws: `not-admin` for `@all` from a member that is neither the owner nor an admin.
@@ -152,7 +153,7 @@ extension GroupCommit {
             return user
         }
         for (name, run) in zip(mentions.names, mentions.runs) {
-            guard let user = try member(run) ?? member(name), user != send.sender else { continue }
+            guard let user = try member(name) ?? member(run), user != send.sender else { continue }
             if !mentioned.contains(user.rawValue) { mentioned.append(user.rawValue) }
         }
         return mentioned

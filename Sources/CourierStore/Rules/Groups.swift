@@ -31,14 +31,33 @@ extension StoreBackend {
                 let user = try await Self.activeUser(named: member, transaction)
                 if !users.contains(user.id) { users.append(user.id) }
             }
-            if byOwner { try await Self.checkConsent(of: Array(users.dropFirst()), to: ownerUser.id, transaction) }
+            if byOwner {
+                try await Self.checkConsent(of: Array(users.dropFirst()), to: ownerUser.id, transaction)
+                // Checked under no lock: two creations racing may both pass at the cap (the rate limit above the
+                // store bounds how many can race).
+                let made = try await transaction.groupsMade(by: ownerUser.id)
+                guard made < self.limits.maxGroupsPerMaker else {
+                    throw CourierStoreError(
+                        .quotaExceeded,
+                        "you made \(made) groups that still have members; the limit is "
+                            + "\(self.limits.maxGroupsPerMaker): leave one you made first"
+                    )
+                }
+            }
             // Two writers making the name at once: its uniqueness lets one in.
             guard let group = try await transaction.insertGroup(name: name, owner: ownerUser.id, nowMs: nowMs) else {
                 throw CourierStoreError(.nameTaken, "a group named \(name) exists")
             }
             var log = LogWrites()
             try await Self.lockLogs(of: users, refusingRemoved: users, into: &log, transaction)
-            try await Self.addMembers(users, to: group, atSeq: 0, log: &log, transaction)
+            try await Self.addMembers(
+                users,
+                to: group,
+                atSeq: 0,
+                addedBy: byOwner ? ownerUser.id : nil,
+                log: &log,
+                transaction
+            )
             return try await Self.finish(log, nowMs: nowMs, transaction)
         }
     }
@@ -107,7 +126,7 @@ extension StoreBackend {
             }
             var log = LogWrites()
             try await Self.lockLogs(of: current + adding, refusingRemoved: adding, into: &log, transaction)
-            try await Self.addMembers(adding, to: row.id, atSeq: row.lastSeq, log: &log, transaction)
+            try await Self.addMembers(adding, to: row.id, atSeq: row.lastSeq, addedBy: actor, log: &log, transaction)
             for user in removing {
                 try await Self.removeMember(user, from: row, log: &log, transaction)
             }
@@ -116,6 +135,38 @@ extension StoreBackend {
                 try await Self.passOn(row, log: &log, transaction)
             }
             return try await Self.finish(log, nowMs: nowMs, transaction)
+        }
+    }
+
+    /// Leaves every group a user is in because another put it there (made the group with it, or added it), in one
+    /// transaction: what one answers someone who fills one's list with groups with. Each group passes on as a leave
+    /// passes it on.
+    ///
+    /// - Parameters:
+    ///   - user: The user leaving.
+    ///   - name: The user who put it in the groups (removed or not).
+    /// - Returns: The groups left, by name, and the users whose event logs grew, with their newest cursors.
+    /// - Throws: `unknown-user` (no one of that name), `storage-failed`.
+    public func leaveGroups(
+        of user: UserID,
+        addedBy name: String,
+        nowMs: Int64
+    ) async throws -> (groups: [String], appended: [UserID: UInt64]) {
+        try await self.transaction(doing: "leave the groups \(name) put a user in") { transaction in
+            guard let adder = try await Self.user(named: name, transaction) else {
+                throw CourierStoreError(.unknownUser, "no user named \(name)")
+            }
+            // The groups' rows first (by id), then the members' logs, as every change of members takes them.
+            let groups = try await transaction.groups(of: user, addedBy: adder.id, locking: true)
+            guard !groups.isEmpty else { return ([], [:]) }
+            let members = try await transaction.members(of: groups.map(\.row.id))
+            var log = LogWrites()
+            try await Self.lockLogs(of: members.values.flatMap { $0 }, into: &log, transaction)
+            for group in groups {
+                try await Self.removeMember(user, from: group.row, log: &log, transaction)
+                if group.row.owner == user { try await Self.passOn(group.row, log: &log, transaction) }
+            }
+            return (groups.map(\.name), try await Self.finish(log, nowMs: nowMs, transaction))
         }
     }
 
@@ -441,17 +492,27 @@ extension StoreBackend {
         }
     }
 
-    /// Adds members (whose logs, and the present members', are locked); everyone in the group afterwards gets a
-    /// `joined` event for each new member.
+    /// Adds members (whose logs, and the present members', are locked), put there by `addedBy` (nil: the
+    /// administrator; a member is never put there by itself); everyone in the group afterwards gets a `joined` event
+    /// for each new member.
     static func addMembers(
         _ users: [UserID],
         to group: Int64,
         atSeq seq: Int64,
+        addedBy: UserID?,
         log: inout LogWrites,
         _ transaction: Transaction
     ) async throws {
         guard !users.isEmpty else { return }
-        try await transaction.insertMembers(users, into: group, atSeq: seq)
+        if let addedBy, users.contains(addedBy) {
+            try await transaction.insertMembers([addedBy], into: group, atSeq: seq, addedBy: nil)
+        }
+        try await transaction.insertMembers(
+            users.filter { $0 != addedBy },
+            into: group,
+            atSeq: seq,
+            addedBy: addedBy
+        )
         let everyone = (try await transaction.members(of: [group])[group] ?? []).sorted()
         for user in users {
             for recipient in everyone {

@@ -38,6 +38,9 @@ extension StoreBackend {
                 throw CourierStoreError(.tokenRevoked, CourierStoreError.accountRemovedMessage)
             }
             for (id, row) in rows { log.book.start(id, at: row.cursor) }
+            if let displayName, !displayName.isEmpty {
+                try await Self.checkNotAnother(displayName, of: user, transaction)
+            }
             let before =
                 try await transaction.profiles(of: [user])[user]
                 ?? ProfileRow(displayName: nil, avatar: nil, thumbnail: nil, updatedMs: 0)
@@ -124,6 +127,25 @@ extension StoreBackend {
         }
         try DisplayNameText.check(trimmed)
         return trimmed
+    }
+
+    /// Refuses a display name that reads as another user's name or a reserved one (``NameSkeleton``): the chats
+    /// show a display name where the user name would be, so `oliver` (or `O1iver`, `Admin`) as mallory's display
+    /// name would pass mallory for oliver (or for the server). One's own name, in any spelling, is one's to show.
+    ///
+    /// - Throws: `invalid-profile`.
+    static func checkNotAnother(_ displayName: String, of user: UserID, _ transaction: Transaction) async throws {
+        let skeleton = NameSkeleton.of(displayName)
+        guard let own = try await transaction.name(of: user), NameSkeleton.of(own) != skeleton else { return }
+        if let reserved = Names.reservedUserNames.first(where: { NameSkeleton.of($0) == skeleton }) {
+            throw CourierStoreError(.invalidProfile, "a display name does not read as \(reserved), which no one is")
+        }
+        if try await transaction.skeletonTaken(skeleton) {
+            throw CourierStoreError(
+                .invalidProfile,
+                "\(displayName.debugDescription) reads as another user's name: a display name is not another's"
+            )
+        }
     }
 
     /// Refuses a profile picture that is not an image of a kind every client shows, or too large.

@@ -111,6 +111,7 @@ package protocol StoreTransaction: Sendable {
     /// Adds a group, unless its name is taken (in any case).
     ///
     /// - Returns: The group's conversation id, or nil when the name is taken.
+    /// The owner is recorded as the group's maker too.
     func insertGroup(name: String, owner: UserID, nowMs: Int64) async throws -> Int64?
     /// A group by name, or nil.
     func group(named name: String, locking: Bool) async throws -> GroupRow?
@@ -118,8 +119,14 @@ package protocol StoreTransaction: Sendable {
     func groups(of user: UserID, locking: Bool) async throws -> [GroupRow]
     /// The members of conversations, each conversation's by id.
     func members(of conversations: [Int64]) async throws -> [Int64: [UserID]]
-    /// Adds members to a conversation, as having joined (and read, and been delivered) at a seq.
-    func insertMembers(_ users: [UserID], into conversation: Int64, atSeq seq: Int64) async throws
+    /// Adds members to a conversation, as having joined (and read, and been delivered) at a seq, put there by
+    /// `addedBy` (nil: the administrator).
+    func insertMembers(_ users: [UserID], into conversation: Int64, atSeq seq: Int64, addedBy: UserID?) async throws
+    /// The groups a user is a member of because another put it there (made the group with it, or added it), by id
+    /// (locked in that order when `locking`), with their names.
+    func groups(of member: UserID, addedBy: UserID, locking: Bool) async throws -> [(row: GroupRow, name: String)]
+    /// How many groups a user made that still have a member.
+    func groupsMade(by user: UserID) async throws -> Int
     func deleteMember(_ user: UserID, from conversation: Int64) async throws
     /// A group's members with their roles (member or admin, as kept: the owner is the group's) and where they joined,
     /// the longest-standing first (by joined seq, then id).
