@@ -1506,6 +1506,17 @@ function profileDialog() {
       showError(error);
     }
   });
+  async function setDisplayName(name) {
+    try {
+      await session.ask({ setProfile: { displayName: name } });
+      state.profiles.set(session.user, { ...me, user: session.user, displayName: name });
+      nameInput.value = name;
+      status.textContent = name ? "Saved." : "The name is cleared.";
+      render();
+    } catch (error) {
+      showError(error);
+    }
+  }
   openDialog(
     "Your profile",
     h("div", { class: "profile-head" }, avatar(session.user, me.displayName || session.user, "large"), h("p", { text: `Logged in as ${session.user}` })),
@@ -1515,19 +1526,21 @@ function profileDialog() {
         class: "stack",
         onsubmit: async (event) => {
           event.preventDefault();
-          try {
-            await session.ask({ setProfile: { displayName: nameInput.value.trim() } });
-            state.profiles.set(session.user, { ...me, user: session.user, displayName: nameInput.value.trim() });
-            status.textContent = "Saved.";
-            render();
-          } catch (error) {
-            showError(error);
+          // An empty field saves nothing: clearing the name is its own button, never a slip of Enter.
+          const name = nameInput.value.trim();
+          if (!name) {
+            status.textContent = me.displayName ? "Type a name, or use “Clear the name”." : "Type a name to show beside yours.";
+            return;
           }
+          await setDisplayName(name);
         },
       },
       nameLabel,
       nameInput,
       h("button", { type: "submit", class: "primary" }, "Save name"),
+      me.displayName
+        ? h("button", { type: "button", class: "link", "data-action": "clear-name", onclick: () => setDisplayName("") }, "Clear the name")
+        : null,
     ),
     h("label", { class: "stack" }, "Picture", picture),
     me.avatar

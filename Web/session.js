@@ -124,8 +124,12 @@ export class Session extends EventTarget {
       hello.cursor = String(this.cursor);
       hello.resume = true;
     }
+    // A password login from this browser renews its device (the token it holds, or the expired one it kept) rather
+    // than making another: the server keeps one device per browser, however often its user logs in.
     const renew = this.load(renewKey);
+    const held = this.load(storageKey);
     if (credentials?.password && renew?.user === credentials.password.user) hello.renewToken = renew.token;
+    else if (credentials?.password && held?.token && held.user === credentials.password.user) hello.renewToken = held.token;
     socket.onopen = () => {
       this.request({ hello }, (envelope) => {
         if (envelope.welcome) {

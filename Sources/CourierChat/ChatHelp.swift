@@ -28,7 +28,7 @@ public enum ChatHelp {
         ("/search WORDS", "find messages; Enter opens one"),
         ("/group …", "make and run groups: /group lists how"),
         ("/mute [LEVEL]", "alert on mentions only (none; all)"),
-        ("/name [TEXT]", "set or clear your display name"),
+        ("/name [TEXT|--clear]", "show, set or clear your display name"),
         ("/help", "these keys and commands"),
         ("/quit", "quit"),
     ]

@@ -255,7 +255,17 @@ extension ChatState {
         case "/unmute":
             return self.muteCommand(["all"])
         case "/name":
-            return [.setDisplayName(rest)]
+            // Alone it shows the name; clearing it is said outright, never a slip of Enter.
+            if rest.isEmpty {
+                let name = self.displayNames[self.me.lowercased()]
+                self.notice =
+                    name.map {
+                        "your display name is \(ChatText.printable($0)) (/name TEXT changes it, /name --clear clears it)"
+                    }
+                    ?? "you have no display name: /name TEXT sets one"
+                return []
+            }
+            return [.setDisplayName(rest == "--clear" ? "" : rest)]
         case "/recall":
             return self.recallNewest()
         case "/save":

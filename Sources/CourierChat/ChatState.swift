@@ -386,18 +386,11 @@ struct ChatState {
         case .reaction(let change):
             let key = Self.key(change.conversation)
             guard let index = self.threads[key]?.lines.firstIndex(where: { $0.seq == change.seq }) else { return [] }
-            var reactions = self.threads[key]!.lines[index].reactions
-            let mine = change.user.lowercased() == self.me.lowercased()
-            if let at = reactions.firstIndex(where: { $0.key == change.key }) {
-                // Counted from the events: what the server counted is in the next page of history.
-                if mine, reactions[at].mine == change.on { return [] }
-                reactions[at].count += change.on ? 1 : -1
-                if mine { reactions[at].mine = change.on }
-                if reactions[at].count <= 0 { reactions.remove(at: at) }
-            } else if change.on {
-                reactions.append(ChatReaction(key: change.key, count: 1, mine: mine))
-            }
-            self.threads[key]?.lines[index].reactions = reactions
+            // Counted from the events: what the server counted is in the next page of history.
+            self.threads[key]?.lines[index].reactions.apply(
+                change,
+                mine: change.user.lowercased() == self.me.lowercased()
+            )
             return []
         case .membership(let group, let user, let joined):
             let key = Self.key(.group(group))

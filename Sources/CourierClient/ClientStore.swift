@@ -97,6 +97,30 @@ final class ClientStore: Sendable {
                     """
             )
         }
+        migrator.registerMigration("v5-reactions") { db in
+            // A message's reactions as the server last said them (a page of history, or the reaction events since),
+            // as JSON; and the seq of what it answers, to find the quotes an edit of the original changes.
+            try db.execute(
+                sql: """
+                    ALTER TABLE messages ADD COLUMN reactions TEXT;
+                    ALTER TABLE messages ADD COLUMN reply_seq INTEGER;
+                    CREATE INDEX messages_by_reply ON messages (conversation, reply_seq) WHERE reply_seq IS NOT NULL;
+                    """
+            )
+            let replies = try Row.fetchAll(
+                db,
+                sql: "SELECT conversation, seq, reply FROM messages WHERE reply IS NOT NULL"
+            )
+            for row in replies {
+                guard let reply = try? Courier_V1_Reply(serializedBytes: row["reply"] as Data), reply.seq > 0 else {
+                    continue
+                }
+                try db.execute(
+                    sql: "UPDATE messages SET reply_seq = ? WHERE conversation = ? AND seq = ?",
+                    arguments: [Int64(clamping: reply.seq), row["conversation"] as String, row["seq"] as Int64]
+                )
+            }
+        }
         // Processes opening a store at once (the first commands after an upgrade) can race for a migration: GRDB
         // checks what is applied before its transaction, so the loser's ALTER fails. It finds it applied on retry.
         var attempt = 1
@@ -302,6 +326,8 @@ final class ClientStore: Sendable {
         _ messages: [ChatMessage],
         recalls: [(Conversation, UInt64)],
         edits: [ChatMessage] = [],
+        reactions: [ReactionChange] = [],
+        user: String = "",
         cursor: UInt64
     ) async throws {
         try await self.pool.write { db in
@@ -310,16 +336,10 @@ final class ClientStore: Sendable {
             }
             // An edit of a message this device does not hold changes nothing: it is never stored as a new one.
             for edit in edits where !edit.recalled {
-                try db.execute(
-                    sql: """
-                        UPDATE messages SET text = ?, media = ?, edited = ?
-                        WHERE conversation = ? AND seq = ? AND recalled = 0
-                        """,
-                    arguments: [
-                        edit.text, Self.blob(edit.media), edit.edited?.timeIntervalSince1970, edit.conversation.key,
-                        Int64(edit.seq),
-                    ]
-                )
+                try Self.edit(edit, db)
+            }
+            for change in reactions {
+                try Self.react(change, user: user, db)
             }
             for (conversation, seq) in recalls {
                 try db.execute(
@@ -339,21 +359,126 @@ final class ClientStore: Sendable {
         }
     }
 
+    /// Stores a page of history as the server has it now: new messages, and for those held already their text as
+    /// edited, their reactions, whether they were recalled and the quote of what they answer (a page is newer news
+    /// than what was stored). The quotes of replies to a message edited since are brought up to date too.
+    func store(page messages: [ChatMessage]) async throws {
+        guard !messages.isEmpty else { return }
+        try await self.pool.write { db in
+            for message in messages {
+                try Self.insert(message, db)
+                try db.execute(
+                    sql: """
+                        UPDATE messages SET text = ?, media = ?, edited = ?, recalled = ?, reactions = ?, reply = ?
+                        WHERE conversation = ? AND seq = ?
+                        """,
+                    arguments: [
+                        message.text, Self.blob(message.media), message.edited?.timeIntervalSince1970,
+                        message.recalled, Self.reactionsText(message.reactions), Self.replyBlob(message.replyTo),
+                        message.conversation.key, Int64(message.seq),
+                    ]
+                )
+                if message.edited != nil, !message.recalled { try Self.requote(message, db) }
+            }
+        }
+    }
+
     private static func insert(_ message: ChatMessage, _ db: Database) throws {
         let (kind, peer) = Self.columns(message.conversation)
         try db.execute(
             sql: """
                 INSERT OR IGNORE INTO messages (conversation, seq, id, sender, kind, peer, time, text, media, recalled,
-                    edited, reply)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    edited, reply, reactions, reply_seq)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
             arguments: [
                 message.conversation.key, Int64(message.seq), message.id, message.from, kind, peer,
                 message.time.timeIntervalSince1970, message.text, Self.blob(message.media), message.recalled,
-                message.edited?.timeIntervalSince1970,
-                message.replyTo.flatMap { try? Courier_V1_Reply($0).serializedBytes() as Data },
+                message.edited?.timeIntervalSince1970, Self.replyBlob(message.replyTo),
+                Self.reactionsText(message.reactions),
+                message.replyTo.flatMap { $0.seq > 0 ? Int64(clamping: $0.seq) : nil },
             ]
         )
+    }
+
+    /// An edit of a stored message: its text (a media message's caption), and the quotes of the replies to it.
+    private static func edit(_ edit: ChatMessage, _ db: Database) throws {
+        try db.execute(
+            sql: """
+                UPDATE messages SET text = ?, media = ?, edited = ?
+                WHERE conversation = ? AND seq = ? AND recalled = 0
+                """,
+            arguments: [
+                edit.text, Self.blob(edit.media), edit.edited?.timeIntervalSince1970, edit.conversation.key,
+                Int64(edit.seq),
+            ]
+        )
+        try Self.requote(edit, db)
+    }
+
+    /// The quotes of the stored replies to a message, as the message now reads.
+    private static func requote(_ original: ChatMessage, _ db: Database) throws {
+        let replies = try Row.fetchAll(
+            db,
+            sql: "SELECT seq, reply FROM messages WHERE conversation = ? AND reply_seq = ?",
+            arguments: [original.conversation.key, Int64(clamping: original.seq)]
+        )
+        for row in replies {
+            guard let data = row["reply"] as Data?, let stored = try? Courier_V1_Reply(serializedBytes: data) else {
+                continue
+            }
+            var reply = ChatReply(stored)
+            guard !reply.recalled, reply.text != original.text || reply.media != original.media else { continue }
+            reply.text = original.text
+            reply.media = original.media
+            try db.execute(
+                sql: "UPDATE messages SET reply = ? WHERE conversation = ? AND seq = ?",
+                arguments: [Self.replyBlob(reply), original.conversation.key, row["seq"] as Int64]
+            )
+        }
+    }
+
+    /// A reaction put on a stored message or taken off, as the event log tells it (`user`: this client's user,
+    /// whose own reactions are marked `mine`).
+    private static func react(_ change: ReactionChange, user: String, _ db: Database) throws {
+        let key = change.conversation.key
+        guard
+            let row = try Row.fetchOne(
+                db,
+                sql: "SELECT reactions FROM messages WHERE conversation = ? AND seq = ? AND recalled = 0",
+                arguments: [key, Int64(clamping: change.seq)]
+            )
+        else { return }
+        var reactions = Self.reactions(row["reactions"])
+        reactions.apply(change, mine: change.user.lowercased() == user.lowercased())
+        try db.execute(
+            sql: "UPDATE messages SET reactions = ? WHERE conversation = ? AND seq = ?",
+            arguments: [Self.reactionsText(reactions), key, Int64(clamping: change.seq)]
+        )
+    }
+
+    private static func replyBlob(_ reply: ChatReply?) -> Data? {
+        reply.flatMap { try? Courier_V1_Reply($0).serializedBytes() as Data }
+    }
+
+    /// Reactions as stored: JSON, `[{"k": key, "c": count, "m": mine}]`; nil for none.
+    private struct StoredReaction: Codable {
+        var k: String
+        var c: Int
+        var m: Bool
+    }
+
+    private static func reactionsText(_ reactions: [ChatReaction]) -> String? {
+        guard !reactions.isEmpty else { return nil }
+        let stored = reactions.map { StoredReaction(k: $0.key, c: $0.count, m: $0.mine) }
+        return (try? JSONEncoder().encode(stored)).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    private static func reactions(_ text: String?) -> [ChatReaction] {
+        guard let text, let stored = try? JSONDecoder().decode([StoredReaction].self, from: Data(text.utf8)) else {
+            return []
+        }
+        return stored.map { ChatReaction(key: $0.k, count: $0.c, mine: $0.m) }
     }
 
     /// The messages of a conversation stored on this device, oldest first: all of them, or the newest `limit`.
@@ -392,7 +517,8 @@ final class ClientStore: Sendable {
             media: Self.media(row["media"]),
             recalled: row["recalled"],
             edited: (row["edited"] as Double?).map(Date.init(timeIntervalSince1970:)),
-            replyTo: (row["reply"] as Data?).flatMap { try? Courier_V1_Reply(serializedBytes: $0) }.map(ChatReply.init)
+            replyTo: (row["reply"] as Data?).flatMap { try? Courier_V1_Reply(serializedBytes: $0) }.map(ChatReply.init),
+            reactions: Self.reactions(row["reactions"])
         )
     }
 

@@ -97,6 +97,22 @@ public struct ChatReaction: Hashable, Sendable {
     }
 }
 
+extension [ChatReaction] {
+    /// A message's reactions with a change the event log tells applied (`mine`: the change is this user's, whose
+    /// own reaction is marked): a key's count up or down, gone at zero, a new key last. A change of one's own that
+    /// changes nothing (told twice) is ignored.
+    public mutating func apply(_ change: ReactionChange, mine: Bool) {
+        if let at = self.firstIndex(where: { $0.key == change.key }) {
+            if mine, self[at].mine == change.on { return }
+            self[at].count += change.on ? 1 : -1
+            if mine { self[at].mine = change.on }
+            if self[at].count <= 0 { self.remove(at: at) }
+        } else if change.on {
+            self.append(ChatReaction(key: change.key, count: 1, mine: mine))
+        }
+    }
+}
+
 /// A reaction put on a message or taken off, as the event log tells it.
 public struct ReactionChange: Hashable, Sendable {
     public var conversation: Conversation
@@ -183,8 +199,8 @@ public struct ChatMessage: Hashable, Sendable {
     public var edited: Date?
     /// The message it answers, when it is a reply.
     public var replyTo: ChatReply?
-    /// Its reactions: in a page of ``CourierClient/history(of:beforeSeq:limit:)`` (the event log brings each change
-    /// as ``ClientEvent/reaction(_:)``; the local store keeps none).
+    /// Its reactions: as a page of ``CourierClient/history(of:beforeSeq:limit:)`` says them, and in stored messages
+    /// (``CourierClient/storedMessages(in:limit:)``) as the last page and the reaction events since left them.
     public var reactions: [ChatReaction]
 
     /// The mentions its text (or its media's caption) makes, as the server read them (``Mentions``): in a group

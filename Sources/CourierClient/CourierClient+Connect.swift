@@ -107,7 +107,7 @@ extension CourierClient {
         hello.hello.deviceName = self.configuration.deviceName
         hello.hello.ephemeral = self.configuration.ephemeral
         hello.hello.noEvents = !self.configuration.receivesEvents
-        let stored = try await self.store.value("token")
+        let stored = try await self.heldToken()
         // The password first (until a password login succeeds) when configured so: it renews the stored token's
         // device rather than making a new one.
         var passwordFirst = self.configuration.passwordFirst && !self.state.withLock { $0.passwordLoginDone }
@@ -131,7 +131,7 @@ extension CourierClient {
                 hello.hello.password.user = user
                 hello.hello.password.password = password
                 // The device this store holds a token of (an expired one too) is renewed, not replaced.
-                if let renewing = stored ?? self.state.withLock({ $0.expiredToken }) {
+                if let renewing = stored ?? self.state.withLock({ $0.expiredToken }) ?? self.configuration.renewing {
                     hello.hello.renewToken = renewing
                 }
             case .token(let token):
@@ -189,7 +189,7 @@ extension CourierClient {
                     // if the token cannot be stored (a password login again would make another device).
                     state.password = nil
                 }
-                if !welcome.token.isEmpty { try await self.store.setValue(welcome.token, for: "token") }
+                if !welcome.token.isEmpty { try await self.keep(token: welcome.token) }
                 return welcome
             case .error(let error):
                 var refused = [
@@ -223,7 +223,7 @@ extension CourierClient {
                 if let storedToken, error.code != ErrorCodes.throttled {
                     // Unless another client of the store has put a new one there meanwhile (a login renewing the
                     // device): then the next attempt uses that.
-                    try await self.store.forgetToken(storedToken)
+                    try await self.forget(token: storedToken)
                     self.state.withLock { state in
                         if error.code == ErrorCodes.tokenExpired {
                             state.expiredToken = storedToken

@@ -113,6 +113,7 @@ extension CourierClient {
             var messages: [ChatMessage] = []
             var recalls: [(Conversation, UInt64)] = []
             var edits: [ChatMessage] = []
+            var reactions: [ReactionChange] = []
             var others: [ClientEvent] = []
             for event in events.events {
                 switch event.kind {
@@ -138,19 +139,17 @@ extension CourierClient {
                     edits.append(edited)
                     others.append(.edited(edited))
                 case .reaction(let reaction)?:
-                    others.append(
-                        .reaction(
-                            ReactionChange(
-                                conversation: Conversation(received: reaction.message.conversation),
-                                seq: reaction.message.seq,
-                                id: reaction.message.id,
-                                from: reaction.message.from,
-                                user: reaction.user,
-                                key: reaction.key,
-                                on: reaction.on
-                            )
-                        )
+                    let change = ReactionChange(
+                        conversation: Conversation(received: reaction.message.conversation),
+                        seq: reaction.message.seq,
+                        id: reaction.message.id,
+                        from: reaction.message.from,
+                        user: reaction.user,
+                        key: reaction.key,
+                        on: reaction.on
                     )
+                    reactions.append(change)
+                    others.append(.reaction(change))
                 case .profile(let profile)?:
                     others.append(.profile(ProfileInfo(profile)))
                 case .role(let change)?:
@@ -167,7 +166,14 @@ extension CourierClient {
                 }
             }
             // Durably stored first, then acknowledged: an event is never acked before it is on this disk.
-            try await self.store.store(messages, recalls: recalls, edits: edits, cursor: last.cursor)
+            try await self.store.store(
+                messages,
+                recalls: recalls,
+                edits: edits,
+                reactions: reactions,
+                user: user,
+                cursor: last.cursor
+            )
             self.state.withLock { $0.cursor = max($0.cursor ?? 0, last.cursor) }
             // Every message is new to this client (the page follows its own cursor), even where another client of
             // the store stored it first; one this client sent, which the server passes back when it has lost track

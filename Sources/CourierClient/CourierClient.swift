@@ -47,6 +47,14 @@ public final class CourierClient: Service, Sendable {
         /// stored token names is renewed (it gets a new token, and stays one device) unless it was revoked, in which
         /// case the login makes a new device. A refused password leaves the stored token as it was.
         public var passwordFirst: Bool = false
+        /// Whether the device token is kept in the store (an app's one place for it, read by the next client of
+        /// the store). False for a host that keeps it itself (the `courier` command's token file): the token lives
+        /// in memory only, a token an earlier version stored there is forgotten, and a client whose host has no
+        /// token logs in with the password, which the server checks.
+        public var storesToken: Bool = true
+        /// With ``storesToken`` false: a token the host holds for this client's device (an expired one too), so
+        /// that a password login renews that device instead of making another.
+        public var renewing: String?
         /// Where the local database lives (created if missing). Clients of one user on one machine may share it.
         public var storePath: String
         public var deviceName: String = "courier-client"
@@ -143,6 +151,8 @@ public final class CourierClient: Service, Sendable {
         var signedOut: String?
         /// A stored token the server refused as expired: the password login that follows renews its device.
         var expiredToken: String?
+        /// The device token, where the store does not keep it (``Configuration/storesToken`` false).
+        var token: String?
         /// Messages taken back by ``withdraw(id:)`` before they were sent: never sent now.
         var withdrawn: Set<String> = []
         /// Outbox messages taken over from clients of the store that are gone: reported, once acknowledged, as
@@ -252,13 +262,42 @@ public final class CourierClient: Service, Sendable {
 
     /// The device token the server gave this client's store at its last password login, if it still holds one.
     public func deviceToken() async throws -> String? {
-        try await self.store.value("token")
+        try await self.heldToken()
     }
 
     /// Forgets the stored device token: the next connection logs in with the configured credentials (a password
     /// login makes a new device).
     public func forgetDeviceToken() async throws {
+        self.state.withLock { $0.token = nil }
         try await self.store.setValue(nil, for: "token")
+    }
+
+    /// The device token this client holds: the store's, or with ``Configuration/storesToken`` false the one in
+    /// memory (and none is left in the store).
+    func heldToken() async throws -> String? {
+        guard self.configuration.storesToken else {
+            try await self.store.setValue(nil, for: "token")
+            return self.state.withLock { $0.token }
+        }
+        return try await self.store.value("token")
+    }
+
+    /// Keeps the token a welcome gave, where ``Configuration/storesToken`` says.
+    func keep(token: String) async throws {
+        guard self.configuration.storesToken else {
+            self.state.withLock { $0.token = token }
+            return
+        }
+        try await self.store.setValue(token, for: "token")
+    }
+
+    /// Forgets a refused token, unless another client of the store has put a new one there meanwhile.
+    func forget(token: String) async throws {
+        guard self.configuration.storesToken else {
+            self.state.withLock { if $0.token == token { $0.token = nil } }
+            return
+        }
+        try await self.store.forgetToken(token)
     }
 
     /// The messages not yet acknowledged by the server, oldest first (whichever client of the store sends them).
@@ -319,7 +358,11 @@ public final class CourierClient: Service, Sendable {
                 joinedSeq: $0.joinedSeq
             )
         }
-        return (page.messages.map(ChatMessage.init), page.more, receipts)
+        let messages = page.messages.map(ChatMessage.init)
+        // The page is the server's word on these messages now: the store takes their edits, reactions and
+        // recalls (a chat started again shows them), and the quotes of replies to messages edited since.
+        try await self.store.store(page: messages)
+        return (messages, page.more, receipts)
     }
 
     /// Unread counts of every conversation, most recently active first (asked for a page at a time).

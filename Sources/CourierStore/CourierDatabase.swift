@@ -63,6 +63,7 @@ public protocol CourierDatabase: Sendable {
         password: String,
         deviceName: String,
         renewing previous: String?,
+        reusing reuse: DeviceReuse?,
         nowMs: Int64
     ) async throws -> DeviceSession
     func authenticate(token: String, nowMs: Int64) async throws -> DeviceSession
@@ -232,6 +233,24 @@ extension CourierDatabase {
     }
 
     /// A password login that makes a new device.
+    /// A password login that renews the device of the token a client held (`renewing`), else makes one.
+    public func login(
+        user name: String,
+        password: String,
+        deviceName: String,
+        renewing previous: String?,
+        nowMs: Int64
+    ) async throws -> DeviceSession {
+        try await self.login(
+            user: name,
+            password: password,
+            deviceName: deviceName,
+            renewing: previous,
+            reusing: nil,
+            nowMs: nowMs
+        )
+    }
+
     public func login(
         user name: String,
         password: String,

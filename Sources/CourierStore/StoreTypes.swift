@@ -17,6 +17,16 @@ public struct DeviceID: RawRepresentable, Hashable, Comparable, Sendable, Custom
     public var description: String { "device#\(self.rawValue)" }
 }
 
+/// Which of a user's devices a password login takes over instead of making another, for a client that holds no
+/// token of its own (``CourierDatabase/login(user:password:deviceName:renewing:reusing:nowMs:)``): it gets a new
+/// token, and the one it had stops working.
+public enum DeviceReuse: Hashable, Sendable {
+    /// The user's newest device of this name that is not logged out: a client that names itself the same each time.
+    case named(String)
+    /// The user's oldest device of this name that is not logged out and has no open connection.
+    case idle(named: String)
+}
+
 /// An account.
 public struct User: Hashable, Sendable {
     public var id: UserID

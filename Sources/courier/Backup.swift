@@ -20,6 +20,8 @@ struct Backup: AsyncParsableCommand {
 
     func run() async throws {
         let folder = URL(fileURLWithPath: self.out, isDirectory: true)
+        // Nothing to back up: said before the copy's folder is made.
+        try options.requireData()
         do {
             try PrivateFiles.createFolder(folder)
         } catch {

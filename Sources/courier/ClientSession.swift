@@ -101,7 +101,10 @@ final class ClientSession: @unchecked Sendable {
     ) async throws {
         self.options = options
         self.paths = try options.paths()
-        let saved = freshLogin ? nil : self.paths.savedToken()
+        // The token file is the one place a device token is kept (never the client's store): without one, the
+        // password is asked for and checked.
+        let file = self.paths.savedToken()
+        let saved = freshLogin ? nil : file
         let credentials: CourierClient.Configuration.Credentials =
             if let signUp {
                 .signUp(user: options.user, password: signUp.password, invite: signUp.invite)
@@ -123,6 +126,9 @@ final class ClientSession: @unchecked Sendable {
         )
         configuration.deviceName = Self.deviceName(user: options.user)
         configuration.passwordFirst = freshLogin
+        configuration.storesToken = false
+        // A password login renews the device of the token the file holds (an expired one too).
+        configuration.renewing = file
         configuration.ephemeral = notices
         configuration.receivesEvents = events
         configuration.tls = options.tlsConfiguration()

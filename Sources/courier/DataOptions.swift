@@ -49,11 +49,38 @@ struct DataOptions: ParsableArguments {
         return URL(fileURLWithPath: path, isDirectory: true)
     }
 
+    /// Whether the data folder holds a Courier database.
+    var holdsData: Bool {
+        FileManager.default.fileExists(atPath: self.folder.appendingPathComponent(SQLiteStore.databaseFileName).path)
+    }
+
+    /// Refuses a data folder that holds no Courier database (a mistyped `--data`, a command run in another folder)
+    /// before anything is made there: only `serve` and `user add` make one.
+    func requireData() throws {
+        guard try self.postgres() == nil, !self.holdsData else { return }
+        throw CommandFailure(
+            description: "no Courier data in \(self.folder.path): give --data (or $COURIER_DATA) the folder "
+                + "`courier serve` uses; `courier serve` or `courier user add` makes a new one"
+        )
+    }
+
+    /// Says, on standard error, that a command made the data folder it was given.
+    func sayMade() {
+        FileHandle.standardError.write(Data("made a new data folder: \(self.folder.path)\n".utf8))
+    }
+
     /// Opens the store (PostgreSQL's with `--database`, bringing its schema up to date; else the data folder's, as
     /// a second process beside a running server) and runs `body` on it. The store's errors become one-line failures
     /// (`code: message`, exit status 1).
+    ///
+    /// - Parameter creating: Whether the command may make the data folder (`user add`), saying so when it does;
+    ///   else a folder without Courier's database is refused, and nothing is made (``requireData()``).
     @discardableResult
-    func withStore<T: Sendable>(_ body: @Sendable (any CourierDatabase) async throws -> T) async throws -> T {
+    func withStore<T: Sendable>(
+        creating: Bool = false,
+        _ body: @Sendable (any CourierDatabase) async throws -> T
+    ) async throws -> T {
+        if !creating { try self.requireData() }
         do {
             let logger = Logger(label: "courier.admin")
             if let location = try self.postgres() {
@@ -61,8 +88,10 @@ struct DataOptions: ParsableArguments {
                 try await store.migrate()
                 return try await store.withRunning { try await body(store) }
             }
+            let made = !self.holdsData
             let store = try SQLiteStore(folder: self.folder, logger: logger)
             defer { try? store.close() }
+            if made { self.sayMade() }
             return try await body(store)
         } catch let error as CourierStoreError {
             throw CommandFailure(description: "\(error.code): \(error.message)")
@@ -77,6 +106,7 @@ struct DataOptions: ParsableArguments {
                     + "tools (pg_dump)"
             )
         }
+        try self.requireData()
         do {
             let store = try SQLiteStore(folder: self.folder, logger: Logger(label: "courier.admin"))
             defer { try? store.close() }

@@ -209,6 +209,8 @@ struct Serve: AsyncParsableCommand {
             // Read once, by the process the crash-report set-up started: its children never see it.
             unsetenv(Self.madeFolderVariable)
         }
+        // A data folder without Courier's database gets a new one: said once listening (a mistyped --data shows).
+        let newData = try self.data.postgres() == nil && !self.data.holdsData
         // A crash leaves its backtrace in <data>/crashes/ (this re-executes the program once to set that up).
         ProcessSetup.enableCrashReports(in: configuration.dataFolder.appendingPathComponent("crashes"))
         let files = ProcessSetup.raiseOpenFileLimit()
@@ -282,6 +284,7 @@ struct Serve: AsyncParsableCommand {
                         "courier serve listening on native \(host):\(ports.native), compat \(host):\(ports.compat), "
                             + "http \(host):\(ports.http)"
                     )
+                    if newData { self.data.sayMade() }
                 }
                 try await tasks.waitForAll()
             }

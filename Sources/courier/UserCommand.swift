@@ -34,7 +34,7 @@ struct UserCommand: AsyncParsableCommand {
 
         func run() async throws {
             let password = self.password ?? generatedPassword()
-            let user = try await options.withStore { store in
+            let user = try await options.withStore(creating: true) { store in
                 try await store.addUser(name: self.name, password: password, nowMs: nowMs())
             }
             print(

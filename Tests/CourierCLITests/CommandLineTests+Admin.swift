@@ -11,12 +11,65 @@ import Testing
 
 /// The `courier` command: the admin commands (`user`, `group`, `backup`) and what reaches a running server.
 extension CommandLineTests {
+    @Test(
+        "commands that read or change a data folder refuse one without Courier data and make nothing; user add and serve make one and say so"
+    )
+    func missingDataFolder() async throws {
+        try await withTemporaryDirectory(prefix: "courier-cli") { folder in
+            let missing = folder.appendingPathComponent("no/such/folder").path
+            let commands: [[String]] = [
+                ["user", "list"], ["user", "devices", "alice"], ["user", "revoke", "alice", "1"],
+                ["user", "passwd", "alice", "--password", "a new password"], ["user", "remove", "alice"],
+                ["group", "list"], ["group", "show", "team"], ["group", "create", "team", "--owner", "alice"],
+                ["group", "add", "team", "bob"], ["group", "remove", "team", "bob"], ["group", "title", "team", "读书会"],
+                ["invite", "list"], ["invite", "create"], ["invite", "revoke", "1"],
+                ["backup", folder.appendingPathComponent("copy").path],
+            ]
+            for command in commands {
+                let result = try await CourierExecutable.run(command + ["--data", missing])
+                #expect(result.status == 1, "\(command): \(result)")
+                #expect(result.output.contains("no Courier data in \(missing)"), "\(command): \(result)")
+                #expect(!FileManager.default.fileExists(atPath: folder.appendingPathComponent("no").path), "\(command)")
+                #expect(
+                    !FileManager.default.fileExists(atPath: folder.appendingPathComponent("copy").path),
+                    "\(command)"
+                )
+            }
+            // An empty folder that exists is no data folder either, and is left as it was.
+            let empty = folder.appendingPathComponent("empty")
+            try FileManager.default.createDirectory(at: empty, withIntermediateDirectories: false)
+            let listed = try await Self.courier("user", "list", "--data", empty.path)
+            #expect(listed.status == 1 && listed.output.contains("no Courier data"), "\(listed)")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: empty.path).isEmpty)
+            // user add makes one, and says so once.
+            let first = try await Self.courier("user", "add", "alice", "--password", "pw-alice", "--data", missing)
+            #expect(first.status == 0, "\(first)")
+            #expect(first.output.contains("made a new data folder: \(missing)"), "\(first)")
+            #expect(first.output.contains("created user alice"), "\(first)")
+            let second = try await Self.courier("user", "add", "bob", "--password", "pw-bob", "--data", missing)
+            #expect(second.output == "created user bob\n", "\(second)")
+            let list = try await Self.courier("user", "list", "--data", missing)
+            #expect(list.status == 0 && list.output.contains("alice") && list.output.contains("bob"), "\(list)")
+            // serve, on a new folder, says it made it (after the line scripts wait for).
+            let served = folder.appendingPathComponent("served")
+            let (server, _, _) = try await Self.serve(folder, data: served)
+            defer { server.stop() }
+            try await waitUntil("the server's notice") {
+                let log = (try? String(contentsOf: server.log, encoding: .utf8)) ?? ""
+                return log.contains("made a new data folder: \(served.path)")
+            }
+        }
+    }
+
     @Test("user and group commands print what they did and refuse bad input with a one-line error")
     func adminCommands() async throws {
         try await withTemporaryDirectory(prefix: "courier-cli") { folder in
             let data = folder.appendingPathComponent("data").path
             var result = try await Self.courier("user", "add", "alice", "--password", "pw-alice", "--data", data)
-            #expect(result.status == 0 && result.output == "created user alice\n", "\(result)")
+            #expect(
+                result.status == 0 && result.output == "made a new data folder: \(data)\ncreated user alice\n",
+                "\(result)"
+            )
             result = try await Self.courier("user", "add", "bob", "--data", data)
             let generated = try #require(result.output.split(separator: " ").last).trimmingCharacters(in: .newlines)
             #expect(result.status == 0 && result.output.hasPrefix("created user bob with password "), "\(result)")

@@ -171,6 +171,40 @@ extension CommandLineTests {
         }
     }
 
+    @Test(
+        "a device token is kept in the token file alone: without it a wrong password is refused, not replaced by a token the store kept"
+    )
+    func tokenFileIsTheOnePlace() async throws {
+        try await withTemporaryDirectory(prefix: "courier-cli") { folder in
+            let cli = try await CLIFixture(folder: folder, users: ["alice", "carol"])
+            let server = try await cli.serve()
+            var result = try await cli.run(["login", "--as", "carol", "--password", "pw-carol"])
+            #expect(result.status == 0, "\(result)")
+            result = try await cli.run(["send", "--as", "carol", "--to", "alice", "早上好"])
+            #expect(result.status == 0, "\(result)")
+            let base = "127.0.0.1_\(cli.ports.native)"
+            let tokenFile = folder.appendingPathComponent("config/courier/\(base)/carol.token")
+            let storeFile = folder.appendingPathComponent("share/courier/\(base)/carol.sqlite")
+            let token = try String(contentsOf: tokenFile, encoding: .utf8).trimmingCharacters(
+                in: .whitespacesAndNewlines
+            )
+            // The client's store holds no token: the token's text is nowhere in it (nor in its write-ahead log).
+            for file in [storeFile.path, storeFile.path + "-wal"] where FileManager.default.fileExists(atPath: file) {
+                let bytes = try Data(contentsOf: URL(fileURLWithPath: file))
+                #expect(bytes.range(of: Data(token.utf8)) == nil, "the token is in \(file)")
+            }
+            // The token file gone, a wrong password is checked, and refused.
+            try FileManager.default.removeItem(at: tokenFile)
+            result = try await cli.run(["send", "--as", "carol", "--password", "not carol's", "--to", "alice", "hi"])
+            #expect(result.status != 0 && result.output.contains("auth-failed"), "\(result)")
+            // The right one gets in (and the token file is back).
+            result = try await cli.run(["send", "--as", "carol", "--password", "pw-carol", "--to", "alice", "hi"])
+            #expect(result.status == 0, "\(result)")
+            #expect(FileManager.default.fileExists(atPath: tokenFile.path))
+            #expect(await server.terminate() == 0)
+        }
+    }
+
     @Test("history shows others' control characters in caret notation, never raw to the terminal")
     func historyEscapes() async throws {
         try await withTemporaryDirectory(prefix: "courier-cli") { folder in

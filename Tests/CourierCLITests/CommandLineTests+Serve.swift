@@ -129,7 +129,18 @@ extension CommandLineTests {
             try Data().write(to: aFile)
             result = try await Self.courier("serve", "--data", aFile.path)
             #expect(result.status != 0 && result.output.contains("\(aFile.path) is a file, not a folder"), "\(result)")
+            // A command that reads finds no data there; one that may make it says why it cannot.
             result = try await Self.courier("user", "list", "--data", aFile.appendingPathComponent("data").path)
+            #expect(result.status != 0 && result.output.contains("no Courier data in"), "\(result)")
+            result = try await Self.courier(
+                "user",
+                "add",
+                "alice",
+                "--password",
+                "pw-alice",
+                "--data",
+                aFile.appendingPathComponent("data").path
+            )
             #expect(result.output.contains("a part of the path is a file, not a folder"), "\(result)")
             #expect(!result.output.contains("NSCocoaErrorDomain"), "\(result)")
             result = try await CourierExecutable.run(["proxy", "--port", "70000"])

@@ -47,6 +47,13 @@ struct ChatGroupsTests {
         #expect(Self.run("/mute none", in: &state) == [.setNotify(.group("team"), NotifyLevel.none)])
         #expect(Self.run("/unmute", in: &state) == [.setNotify(.group("team"), .all)])
         #expect(Self.run("/name 张伟 (Zhāng)", in: &state) == [.setDisplayName("张伟 (Zhāng)")])
+        // /name alone shows the name and changes nothing; clearing it is said outright.
+        #expect(Self.run("/name", in: &state).isEmpty)
+        #expect(state.notice?.contains("no display name") == true, "\(state.notice ?? "")")
+        state.setProfiles([ProfileInfo(user: "alice", displayName: "爱丽丝 ✨")])
+        #expect(Self.run("/name  ", in: &state).isEmpty)
+        #expect(state.notice?.contains("爱丽丝 ✨") == true, "\(state.notice ?? "")")
+        #expect(Self.run("/name --clear", in: &state) == [.setDisplayName("")])
         for wrong in ["/group", "/group owner", "/group add", "/group fly", "/mute loudly", "/group leave --from"] {
             #expect(Self.run(wrong, in: &state).isEmpty, "\(wrong)")
             #expect(state.notice?.hasPrefix("usage") == true, "\(wrong): \(state.notice ?? "")")

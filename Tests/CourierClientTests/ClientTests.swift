@@ -232,6 +232,74 @@ struct ClientTests {
         }
     }
 
+    @Test(
+        "the store keeps reactions and edits from the events and from every page of history, and quotes as their original now reads: a client started again shows them"
+    )
+    func reactionsAndQuotesSurviveARestart() async throws {
+        try await withTemporaryDirectory { folder in
+            try await ServerFixture.with { fixture in
+                try await fixture.user("alice")
+                try await fixture.user("bob")
+                let alice = try Self.client(fixture, "alice", folder: folder)
+                let phone = try Self.client(fixture, "bob", folder: folder, device: "phone")
+                let aliceEvents = EventReader(alice)
+                let phoneEvents = EventReader(phone)
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask { await alice.run() }
+                    group.addTask { await phone.run() }
+                    _ = try await aliceEvents.next("alice caught up") { $0 == .caughtUp ? true : nil }
+                    _ = try await phoneEvents.next("the phone caught up") { $0 == .caughtUp ? true : nil }
+                    _ = try await alice.send("周六去爬山吗", to: .user("bob"))
+                    _ = try await phoneEvents.next("the message") { event -> Bool? in
+                        if case .message(let message) = event, message.seq == 1 { true } else { nil }
+                    }
+                    _ = try await phone.send("好啊", to: .user("alice"), replyTo: .seq(1))
+                    _ = try await phoneEvents.next("the reply's ack") { event -> Bool? in
+                        if case .sent(_, _, 2, _) = event { true } else { nil }
+                    }
+                    try await alice.react(.seq(1, in: .user("bob")), key: "👀")
+                    try await phone.react(.seq(1, in: .user("alice")), key: "👍")
+                    try await alice.edit(.seq(1, in: .user("bob")), text: "周日去爬山吗")
+                    _ = try await phoneEvents.next("the edit") { event -> Bool? in
+                        if case .edited(let message) = event, message.seq == 1 { true } else { nil }
+                    }
+                    phone.stop()
+                    alice.stop()
+                    try await group.waitForAll()
+                }
+                // Started again on the same store: what it shows is what the events left there.
+                let again = try Self.client(fixture, "bob", folder: folder, device: "phone")
+                let stored = try await again.storedMessages(in: .user("alice"))
+                #expect(stored.map(\.text) == ["周日去爬山吗", "好啊"], "\(stored)")
+                #expect(
+                    stored.first?.reactions
+                        == [
+                            ChatReaction(key: "👀", count: 1, mine: false), ChatReaction(key: "👍", count: 1, mine: true),
+                        ],
+                    "\(stored.first?.reactions ?? [])"
+                )
+                #expect(stored.last?.replyTo?.text == "周日去爬山吗", "\(stored.last?.replyTo.map { "\($0)" } ?? "")")
+
+                // A device that never saw them learns them from a page, and keeps them.
+                let laptop = try Self.client(fixture, "bob", folder: folder, device: "laptop")
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    let events = EventReader(laptop)
+                    group.addTask { await laptop.run() }
+                    _ = try await events.next("the laptop caught up") { $0 == .caughtUp ? true : nil }
+                    _ = try await laptop.history(of: .user("alice"))
+                    laptop.stop()
+                    try await group.waitForAll()
+                }
+                let restarted = try Self.client(fixture, "bob", folder: folder, device: "laptop")
+                let paged = try await restarted.storedMessages(in: .user("alice"))
+                #expect(paged.map(\.text) == ["周日去爬山吗", "好啊"], "\(paged)")
+                #expect(paged.first?.reactions.map(\.key) == ["👀", "👍"], "\(paged)")
+                #expect(paged.first?.edited != nil)
+                #expect(paged.last?.replyTo?.text == "周日去爬山吗")
+            }
+        }
+    }
+
     @Test("the client is a ServiceLifecycle service: a graceful shutdown of its group stops it")
     func service() async throws {
         try await withTemporaryDirectory { folder in

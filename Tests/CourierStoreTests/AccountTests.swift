@@ -257,7 +257,7 @@ struct AccountTests {
     }
 
     @Test(
-        "a user has at most max-devices-per-user devices that can connect: one more is refused; renewal, revoked and expired ones do not count",
+        "a user has at most max-devices-per-user devices that can connect: one more logs out the one used longest ago, never the password; renewal, revoked and expired ones do not count",
         arguments: StoreKind.allCases
     )
     func devicesPerUser(kind: StoreKind) async throws {
@@ -276,30 +276,83 @@ struct AccountTests {
                     nowMs: at
                 )
             }
+            func usable(_ user: String, at: Int64) async throws -> [String] {
+                try await fixture.store.devices(of: user).filter { $0.revokedMs == nil && $0.expiresMs > at }.map(
+                    \.name
+                )
+            }
             var sessions: [DeviceSession] = []
             for name in ["手机", "laptop", "tablet"] { sessions.append(try await login("alice", name, nil, now)) }
-            await expectCode(.quotaExceeded) { _ = try await login("alice", "thief's", nil, now + 1) }
-            // Another user is not concerned; a renewal makes no device.
+            // A fourth: the oldest (none seen, the first made) is logged out, and its token stops working.
+            _ = try await login("alice", "new phone", nil, now + 1)
+            #expect(try await usable("alice", at: now + 1) == ["laptop", "tablet", "new phone"])
+            await expectCode(.tokenRevoked) {
+                _ = try await fixture.store.authenticate(token: sessions[0].token!, nowMs: now + 1)
+            }
+            // Another user is not concerned; a renewal makes no device and logs none out.
             _ = try await login("bob", "phone", nil, now + 1)
-            let renewed = try await login("alice", "手机", sessions[0].token, now + 2)
-            #expect(renewed.device.id == sessions[0].device.id)
-            // A revoked device frees a place.
-            try await fixture.store.revokeDevice(sessions[1].device.id, of: "alice", nowMs: now + 3)
+            let renewed = try await login("alice", "laptop", sessions[1].token, now + 2)
+            #expect(renewed.device.id == sessions[1].device.id)
+            #expect(try await usable("alice", at: now + 2).count == 3)
+            // A revoked device frees a place: the next login logs nobody out.
+            try await fixture.store.revokeDevice(sessions[2].device.id, of: "alice", nowMs: now + 3)
             _ = try await login("alice", "new laptop", nil, now + 4)
-            await expectCode(.quotaExceeded) { _ = try await login("alice", "thief's", nil, now + 5) }
-            // So does an expired one (past the token lifetime, never renewed); renewing one makes it usable again,
-            // which counts as one more.
+            #expect(try await usable("alice", at: now + 4) == ["laptop", "new phone", "new laptop"])
+            // Expired ones do not count; renewing one makes it usable again, which counts as one more.
             let later = now + 3_600_000 + 10
             for name in ["later", "x", "y"] { _ = try await login("alice", name, nil, later) }
-            await expectCode(.quotaExceeded) { _ = try await login("alice", "手机", renewed.token, later) }
-            // Ten logins at once for bob, who has one device: two get in (the count is taken under his row's lock).
+            _ = try await login("alice", "laptop", renewed.token, later)
+            #expect(try await usable("alice", at: later) == ["laptop", "x", "y"])
+            // Ten logins at once for bob: every one gets in, and bob is left with three devices.
             let results = await withTaskGroup(of: Bool.self) { group in
                 for index in 0..<10 {
                     group.addTask { (try? await login("bob", "d\(index)", nil, now + 10)) != nil }
                 }
                 return await group.reduce(into: [Bool]()) { $0.append($1) }
             }
-            #expect(results.filter { $0 }.count == 2, "\(results)")
+            #expect(results.allSatisfy { $0 }, "\(results)")
+            #expect(try await usable("bob", at: now + 10).count == 3)
+        }
+    }
+
+    @Test(
+        "a client that keeps no token takes its device over again: by its own name, or the oldest idle one of a name",
+        arguments: StoreKind.allCases
+    )
+    func devicesReused(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            try await fixture.users("carol")
+            let now = StoreFixture.start
+            let login = { @Sendable (reuse: DeviceReuse, name: String, at: Int64) in
+                try await fixture.store.login(
+                    user: "carol",
+                    password: "pw-carol",
+                    deviceName: name,
+                    renewing: nil,
+                    reusing: reuse,
+                    nowMs: at
+                )
+            }
+            // A hundred logins of a client without a name, none connected: one device throughout.
+            var last: DeviceSession?
+            for index in 0..<100 { last = try await login(.idle(named: "compat"), "compat", now + Int64(index)) }
+            let devices = try await fixture.store.devices(of: "carol")
+            #expect(devices.count == 1 && devices[0].name == "compat", "\(devices)")
+            // Each login gave a new token; the one before it stopped working.
+            _ = try await fixture.store.authenticate(token: last!.token!, nowMs: now + 200)
+            // Named clients: each its own device, again and again.
+            let phone = try await login(.named("compat/phone-1"), "compat/phone-1", now + 300)
+            let phoneAgain = try await login(.named("compat/phone-1"), "compat/phone-1", now + 301)
+            let tablet = try await login(.named("compat/tablet"), "compat/tablet", now + 302)
+            #expect(phone.device.id == phoneAgain.device.id && tablet.device.id != phone.device.id)
+            await expectCode(.authFailed) {
+                _ = try await fixture.store.authenticate(token: phone.token!, nowMs: now + 303)
+            }
+            // A revoked device is never taken over: a new one is made.
+            try await fixture.store.revokeDevice(phone.device.id, of: "carol", nowMs: now + 304)
+            let fresh = try await login(.named("compat/phone-1"), "compat/phone-1", now + 305)
+            #expect(fresh.device.id != phone.device.id)
+            #expect(try await fixture.store.devices(of: "carol").count == 4)
         }
     }
 

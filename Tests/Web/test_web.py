@@ -682,6 +682,10 @@ class WebChatTests(unittest.TestCase):
         name.clear()
         name.send_keys("爱丽丝" + Keys.ENTER)
         wait_until(lambda: "Saved" in alice.find("#dialog .note[aria-live]").text, "the name saved")
+        # An empty field and Enter clear nothing (round three: clearing is said outright).
+        name.clear()
+        name.send_keys(Keys.ENTER)
+        wait_until(lambda: "Type a name" in alice.find("#dialog .note[aria-live]").text, "the empty name refused")
         # A picture.
         path = os.path.join(self.folder, "avatar.png")
         with open(path, "wb") as file:
@@ -692,6 +696,14 @@ class WebChatTests(unittest.TestCase):
         wait_until(lambda: bob.read('#conversations [data-key="u:alice"] .conversation-title') == "爱丽丝",
                    "bob seeing alice's name")
         wait_until(lambda: bob.all('#conversations [data-key="u:alice"] img.avatar'), "bob seeing alice's picture")
+        self.assertEqual(bob.read('#conversations [data-key="u:alice"] .conversation-title'), "爱丽丝")
+        # "Clear the name" clears it: bob sees alice's user name again.
+        alice.find("#me").click()
+        alice.visible('#dialog [data-action="clear-name"]').click()
+        wait_until(lambda: "cleared" in alice.find("#dialog .note[aria-live]").text, "the name cleared")
+        alice.find("#dialog .close").click()
+        wait_until(lambda: bob.read('#conversations [data-key="u:alice"] .conversation-title') == "alice",
+                   "bob seeing alice's user name again")
 
     def test_11_sign_up_by_invitation_and_log_out(self):
         link = self.server.cli("invite", "create", "--url", self.server.base).strip()

@@ -2385,6 +2385,17 @@ function profileDialog() {
       showError(error);
     }
   });
+  async function setDisplayName(name) {
+    try {
+      await session.ask({ setProfile: { displayName: name } });
+      state.profiles.set(session.user, { ...me, user: session.user, displayName: name });
+      nameInput.value = name;
+      status.textContent = name ? "Saved." : "The name is cleared.";
+      render();
+    } catch (error) {
+      showError(error);
+    }
+  }
   openDialog(
     "Your profile",
     h("div", { class: "profile-head" }, avatar(session.user, me.displayName || session.user, "large"), h("p", { text: `Logged in as ${session.user}` })),
@@ -2394,19 +2405,21 @@ function profileDialog() {
         class: "stack",
         onsubmit: async (event) => {
           event.preventDefault();
-          try {
-            await session.ask({ setProfile: { displayName: nameInput.value.trim() } });
-            state.profiles.set(session.user, { ...me, user: session.user, displayName: nameInput.value.trim() });
-            status.textContent = "Saved.";
-            render();
-          } catch (error) {
-            showError(error);
+          // An empty field saves nothing: clearing the name is its own button, never a slip of Enter.
+          const name = nameInput.value.trim();
+          if (!name) {
+            status.textContent = me.displayName ? "Type a name, or use “Clear the name”." : "Type a name to show beside yours.";
+            return;
           }
+          await setDisplayName(name);
         },
       },
       nameLabel,
       nameInput,
       h("button", { type: "submit", class: "primary" }, "Save name"),
+      me.displayName
+        ? h("button", { type: "button", class: "link", "data-action": "clear-name", onclick: () => setDisplayName("") }, "Clear the name")
+        : null,
     ),
     h("label", { class: "stack" }, "Picture", picture),
     me.avatar
@@ -2936,8 +2949,12 @@ export class Session extends EventTarget {
       hello.cursor = String(this.cursor);
       hello.resume = true;
     }
+    // A password login from this browser renews its device (the token it holds, or the expired one it kept) rather
+    // than making another: the server keeps one device per browser, however often its user logs in.
     const renew = this.load(renewKey);
+    const held = this.load(storageKey);
     if (credentials?.password && renew?.user === credentials.password.user) hello.renewToken = renew.token;
+    else if (credentials?.password && held?.token && held.user === credentials.password.user) hello.renewToken = held.token;
     socket.onopen = () => {
       this.request({ hello }, (envelope) => {
         if (envelope.welcome) {

@@ -252,6 +252,11 @@ extension SessionRequests {
         return .close(code: ErrorCodes.storageFailed, message: message)
     }
 
+    /// The device name of a compat-port password login: `compat`, or `compat/ID` for a client that names itself.
+    static func compatDeviceName(client: String, maxBytes: Int) -> String {
+        client.isEmpty ? "compat" : Self.prefix("compat/" + client, maxBytes: maxBytes)
+    }
+
     /// Checks a hello's credentials with the store: a password (with a renewal of the device's token, if asked) or
     /// a token.
     private func check(_ hello: Courier_V1_Hello) async -> Result<DeviceSession, CourierStoreError> {
@@ -260,13 +265,22 @@ extension SessionRequests {
             let now = SessionContext.nowMs()
             switch hello.credentials {
             case .password(let password)?:
-                let deviceName = Self.prefix(hello.deviceName, maxBytes: store.limits.maxDeviceNameBytes)
+                var deviceName = Self.prefix(hello.deviceName, maxBytes: store.limits.maxDeviceNameBytes)
+                var reuse: DeviceReuse?
+                if self.transport.name == "compat" {
+                    // The notes' clients keep no token: each login would make a device. One that names itself
+                    // (`device`) gets its device again; one that does not, the oldest idle one of the port's.
+                    let named = Self.compatDeviceName(client: deviceName, maxBytes: store.limits.maxDeviceNameBytes)
+                    reuse = deviceName.isEmpty ? .idle(named: named) : .named(named)
+                    deviceName = named
+                }
                 return .success(
                     try await store.login(
                         user: password.user,
                         password: password.password,
                         deviceName: deviceName.isEmpty ? "device" : deviceName,
                         renewing: hello.renewToken.isEmpty ? nil : hello.renewToken,
+                        reusing: reuse,
                         nowMs: now
                     )
                 )

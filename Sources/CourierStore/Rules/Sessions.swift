@@ -12,14 +12,20 @@ extension StoreBackend {
     /// is a valid one), so timing does not tell which names exist. It runs on the store's password threads, never
     /// on the caller's.
     ///
+    /// A client that holds no token may name the device to take over instead (`reuse`, ``DeviceReuse``). Past
+    /// ``StoreLimits/maxDevicesPerUser`` devices that can connect, the login logs out the device used longest ago
+    /// (one with no open connection first): the limit bounds what logins leave in the store, and never locks a
+    /// password out.
+    ///
     /// - Throws: `auth-failed` (unknown user, removed user or wrong password: one code for all), `invalid-request`
-    ///   (a device name with control characters), `throttled` (too many password checks waiting), `quota-exceeded`
-    ///   (a new device past ``StoreLimits/maxDevicesPerUser``), `storage-failed`.
+    ///   (a device name with control characters), `throttled` (too many password checks waiting),
+    ///   `storage-failed`.
     public func login(
         user name: String,
         password: String,
         deviceName: String,
         renewing previous: String?,
+        reusing reuse: DeviceReuse?,
         nowMs: Int64
     ) async throws -> DeviceSession {
         try StoreText.check(deviceName, what: "device name", maxBytes: self.limits.maxDeviceNameBytes)
@@ -49,22 +55,14 @@ extension StoreBackend {
             guard try await transaction.passwordHash(of: current.id) == candidate?.1 else {
                 throw CourierStoreError(.authFailed, "wrong user name or password")
             }
-            let usable = { try await transaction.usableDevices(of: current.id, nowMs: nowMs) }
-            let full = { (count: Int) in
-                CourierStoreError(
-                    .quotaExceeded,
-                    "\(current.name) has \(count) devices, the most a user may have: revoke one first "
-                        + "(courier user revoke), or log in again from a device that has its token"
-                )
-            }
+            let maxDevices = self.limits.maxDevicesPerUser
             if let offered,
                 let held = try await transaction.device(holding: offered, nowMs: nowMs, locking: true),
                 held.device.userID == current.id, held.device.revokedMs == nil
             {
                 // An expired device renewed can connect again: one more, as a new one would be.
                 if held.device.expiresMs <= nowMs {
-                    let count = try await usable()
-                    guard count < self.limits.maxDevicesPerUser else { throw full(count) }
+                    try await Self.makeRoom(of: current.id, max: maxDevices, nowMs: nowMs, transaction)
                 }
                 let tokens = held.tokens.renewed(
                     offering: offered,
@@ -77,10 +75,20 @@ extension StoreBackend {
                 device.expiresMs = expiresMs
                 return (device, true)
             }
-            // A new device: only while the user has fewer than the limit that can connect (not revoked, not
-            // expired), so that logins, a thief's among them, cannot fill the store with devices.
-            let count = try await usable()
-            guard count < self.limits.maxDevicesPerUser else { throw full(count) }
+            // A client that holds no token but names its device (or the compat port's oldest idle one): that
+            // device again, with a new token (the one it had is lost to it), not another.
+            if let reuse, var device = try await Self.reusable(reuse, of: current.id, transaction) {
+                if device.expiresMs <= nowMs {
+                    try await Self.makeRoom(of: current.id, max: maxDevices, nowMs: nowMs, transaction)
+                }
+                try await transaction.setTokens(DeviceTokens(tokenHash: tokenHash, expiresMs: expiresMs), of: device.id)
+                device.expiresMs = expiresMs
+                return (device, true)
+            }
+            // A new device. The user keeps at most the limit that can connect (not revoked, not expired), so that
+            // logins, a thief's among them, cannot fill the store with devices; but the limit never locks a
+            // password out: past it, the device used longest ago is logged out.
+            try await Self.makeRoom(of: current.id, max: maxDevices, nowMs: nowMs, transaction)
             let device = try await Self.addDevice(
                 of: current,
                 named: deviceName,
@@ -92,6 +100,35 @@ extension StoreBackend {
             return (device, false)
         }
         return DeviceSession(user: user, device: device, token: token, renewed: renewed)
+    }
+
+    /// The device a login takes over for a client that holds no token, or nil for a new one.
+    static func reusable(_ reuse: DeviceReuse, of user: UserID, _ transaction: Transaction) async throws -> Device? {
+        let devices = try await transaction.devices(of: user).filter { $0.revokedMs == nil }
+        switch reuse {
+        case .named(let name):
+            return devices.filter { $0.name == name }.max { $0.id < $1.id }
+        case .idle(let name):
+            return devices.filter { $0.name == name && $0.connectedSinceMs == nil }.min { $0.id < $1.id }
+        }
+    }
+
+    /// Makes room for one more device that can connect when the user has `max` already: logs out those used
+    /// longest ago (devices with no open connection first), recorded as revocations for the running servers.
+    static func makeRoom(of user: UserID, max: Int, nowMs: Int64, _ transaction: Transaction) async throws {
+        let count = try await transaction.usableDevices(of: user, nowMs: nowMs)
+        guard count >= max else { return }
+        let usable = try await transaction.devices(of: user).filter { $0.revokedMs == nil && $0.expiresMs > nowMs }
+        let oldest = usable.sorted {
+            ($0.connectedSinceMs == nil ? 0 : 1, $0.lastSeenMs ?? $0.createdMs, $0.id.rawValue)
+                < ($1.connectedSinceMs == nil ? 0 : 1, $1.lastSeenMs ?? $1.createdMs, $1.id.rawValue)
+        }
+        let revoked = try await transaction.revokeDevices(
+            oldest.prefix(count - max + 1).map(\.id),
+            of: user,
+            nowMs: nowMs
+        )
+        try await transaction.recordChanges(revoked.map(StoreChange.deviceRevoked), nowMs: nowMs)
     }
 
     /// Finds the device a token belongs to. The first use of a renewed device's new token ends its previous one.
