@@ -26,9 +26,9 @@ public enum ChatHelp {
         ("/reply [TEXT]", "answer a message (↑ ↓ Enter pick it)"),
         ("/react EMOJI", "react to a message (again: take it off)"),
         ("/search WORDS", "find messages; Enter opens one"),
-        ("/group …", "make and run groups: /group lists how"),
+        ("/group …", "groups of your contacts: /group says how"),
         ("/mute [LEVEL]", "alert on mentions only (none; all)"),
-        ("/name [TEXT|--clear]", "show, set or clear your display name"),
+        ("/name [TEXT]", "show or set your name (--clear clears)"),
         ("/help", "these keys and commands"),
         ("/quit", "quit"),
     ]

@@ -80,6 +80,8 @@ public struct ChatLoop: Sendable {
         case notice(String)
         /// A group's title and members, as `/group members` asked.
         case roster(String, title: String, [GroupMemberInfo])
+        /// A group this user made: it opens, so that what follows (`/group title`) is about it.
+        case groupMade(String)
         /// The server knows no such user or group.
         case noSuchConversation(Conversation)
         case upload(id: String, UploadProgress)
@@ -228,6 +230,8 @@ public struct ChatLoop: Sendable {
                 state.notice = message
             case .roster(let group, let title, let members):
                 state.notice = state.roster(group, title: title, members)
+            case .groupMade(let group):
+                actions = state.select(.group(group), now: now)
             case .noSuchConversation(let conversation):
                 state.noSuchConversation(conversation)
                 full = true
@@ -436,6 +440,7 @@ public struct ChatLoop: Sendable {
                         return
                     }
                     try await Self.apply(change, client: client)
+                    if case .create(let group, _) = change { sink.yield(.groupMade(group)) }
                     sink.yield(.notice(ChatState.done(change)))
                 } catch {
                     sink.yield(.notice("not done: \(Self.words(error))"))

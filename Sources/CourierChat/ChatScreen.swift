@@ -214,7 +214,8 @@ struct ChatScreen: Equatable {
         if case .user(let peer) = thread.conversation {
             header = [(" @" + state.shown(peer), .bold)]
         } else {
-            header = [(" " + thread.conversation.description, .bold)]
+            // The group's name, and its title beside it when it has one.
+            header = [(" " + state.listLabel(thread), .bold)]
         }
         if case .user(let user) = thread.conversation {
             let name = user.lowercased()

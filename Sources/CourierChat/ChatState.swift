@@ -406,7 +406,11 @@ struct ChatState {
             self.notice = "\(user) \(joined ? "joined" : "left") #\(group)"
             return []
         case .typing(let conversation, let user, let typing):
-            guard user.lowercased() != self.me.lowercased() else { return [] }
+            // Shown in a conversation this chat knows (one just opened, with nothing in it yet, too); a notice never
+            // puts a conversation in the list by itself.
+            guard user.lowercased() != self.me.lowercased(),
+                self.threads[Self.key(conversation)] != nil || self.open == Self.key(conversation)
+            else { return [] }
             self[thread: conversation].typing[user.lowercased()] =
                 typing ? now.addingTimeInterval(Self.typingShownFor) : nil
             return []

@@ -326,11 +326,13 @@ final class ClientStore: Sendable {
         _ messages: [ChatMessage],
         recalls: [(Conversation, UInt64)],
         edits: [ChatMessage] = [],
-        reactions: [ReactionChange] = [],
+        reactions: [(change: ReactionChange, cursor: UInt64)] = [],
         user: String = "",
         cursor: UInt64
     ) async throws {
         try await self.pool.write { db in
+            let storedBefore =
+                UInt64(try String.fetchOne(db, sql: "SELECT value FROM state WHERE key = 'cursor'") ?? "0") ?? 0
             for message in messages {
                 try Self.insert(message, db)
             }
@@ -338,7 +340,9 @@ final class ClientStore: Sendable {
             for edit in edits where !edit.recalled {
                 try Self.edit(edit, db)
             }
-            for change in reactions {
+            // Counted once: a reaction another client of the store stored already (its cursor is behind the store's)
+            // is not counted again.
+            for (change, at) in reactions where at > storedBefore {
                 try Self.react(change, user: user, db)
             }
             for (conversation, seq) in recalls {
@@ -367,18 +371,32 @@ final class ClientStore: Sendable {
         try await self.pool.write { db in
             for message in messages {
                 try Self.insert(message, db)
+                let key = message.conversation.key
+                let seq = Int64(message.seq)
+                if message.recalled {
+                    try db.execute(
+                        sql: """
+                            UPDATE messages SET recalled = 1, text = '', media = NULL, reactions = NULL
+                            WHERE conversation = ? AND seq = ?
+                            """,
+                        arguments: [key, seq]
+                    )
+                    continue
+                }
+                // A recall stored meanwhile stays; an edit newer than the page's stays.
+                let edited = message.edited?.timeIntervalSince1970
                 try db.execute(
                     sql: """
-                        UPDATE messages SET text = ?, media = ?, edited = ?, recalled = ?, reactions = ?, reply = ?
-                        WHERE conversation = ? AND seq = ?
+                        UPDATE messages SET text = ?, media = ?, edited = ?, reactions = ?, reply = ?
+                        WHERE conversation = ? AND seq = ? AND recalled = 0
+                            AND (edited IS NULL OR (? IS NOT NULL AND ? >= edited))
                         """,
                     arguments: [
-                        message.text, Self.blob(message.media), message.edited?.timeIntervalSince1970,
-                        message.recalled, Self.reactionsText(message.reactions), Self.replyBlob(message.replyTo),
-                        message.conversation.key, Int64(message.seq),
+                        message.text, Self.blob(message.media), edited, Self.reactionsText(message.reactions),
+                        Self.replyBlob(message.replyTo), key, seq, edited, edited,
                     ]
                 )
-                if message.edited != nil, !message.recalled { try Self.requote(message, db) }
+                if db.changesCount > 0, message.edited != nil { try Self.requote(message, db) }
             }
         }
     }

@@ -113,7 +113,7 @@ extension CourierClient {
             var messages: [ChatMessage] = []
             var recalls: [(Conversation, UInt64)] = []
             var edits: [ChatMessage] = []
-            var reactions: [ReactionChange] = []
+            var reactions: [(change: ReactionChange, cursor: UInt64)] = []
             var others: [ClientEvent] = []
             for event in events.events {
                 switch event.kind {
@@ -148,7 +148,7 @@ extension CourierClient {
                         key: reaction.key,
                         on: reaction.on
                     )
-                    reactions.append(change)
+                    reactions.append((change, event.cursor))
                     others.append(.reaction(change))
                 case .profile(let profile)?:
                     others.append(.profile(ProfileInfo(profile)))

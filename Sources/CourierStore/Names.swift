@@ -140,6 +140,37 @@ public enum NameSkeleton {
     }
 }
 
+extension NameSkeleton {
+    /// What a display name reads as, to compare with user names: its compatibility form (NFKC: full-width letters
+    /// as the letters they are), Cyrillic and Greek letters that look Latin as those (`оliver` with a Cyrillic `о`
+    /// is oliver), an `@` before it and marks around it dropped, then ``of(_:)`` as written and in lower case (a
+    /// display name keeps its case: `OLIVER` reads as oliver, though a capital I alone reads as an l).
+    public static func ofDisplayName(_ name: String) -> Set<String> {
+        var folded = ""
+        for scalar in name.precomposedStringWithCompatibilityMapping.unicodeScalars {
+            folded.unicodeScalars.append(contentsOf: (self.latinLookalikes[scalar] ?? String(scalar)).unicodeScalars)
+        }
+        let trimmed = String(
+            folded.drop { !$0.isLetter && !$0.isNumber }.reversed().drop { !$0.isLetter && !$0.isNumber }.reversed()
+        )
+        return [Self.of(trimmed), Self.of(trimmed.lowercased())]
+    }
+
+    /// Cyrillic and Greek letters drawn as Latin ones (from Unicode's confusables data).
+    static let latinLookalikes: [Unicode.Scalar: String] = {
+        let pairs: [(String, String)] = [
+            ("а", "a"), ("в", "b"), ("е", "e"), ("ё", "e"), ("һ", "h"), ("і", "i"), ("ј", "j"), ("к", "k"), ("м", "m"),
+            ("н", "h"), ("о", "o"), ("р", "p"), ("с", "c"), ("т", "t"), ("у", "y"), ("х", "x"), ("ѕ", "s"), ("ԁ", "d"),
+            ("ԛ", "q"), ("ԝ", "w"), ("ɡ", "g"), ("А", "A"), ("В", "B"), ("Е", "E"), ("К", "K"), ("М", "M"), ("Н", "H"),
+            ("О", "O"), ("Р", "P"), ("С", "C"), ("Т", "T"), ("Х", "X"), ("У", "Y"), ("Ѕ", "S"), ("І", "I"), ("Ј", "J"),
+            ("α", "a"), ("ο", "o"), ("ρ", "p"), ("ν", "v"), ("τ", "t"), ("υ", "u"), ("ι", "i"), ("κ", "k"), ("χ", "x"),
+            ("ε", "e"), ("Α", "A"), ("Β", "B"), ("Ε", "E"), ("Ζ", "Z"), ("Η", "H"), ("Ι", "I"), ("Κ", "K"), ("Μ", "M"),
+            ("Ν", "N"), ("Ο", "O"), ("Ρ", "P"), ("Τ", "T"), ("Υ", "Y"), ("Χ", "X"),
+        ]
+        return Dictionary(uniqueKeysWithValues: pairs.map { ($0.0.unicodeScalars.first!, $0.1) })
+    }()
+}
+
 /// The skeletons migration `v10-quiet` gave the names of its day (a fold read left to right, kept as it shipped: a
 /// migration never changes). `v12-skeletons` works them out again with ``NameSkeleton``.
 package enum SkeletonV10 {

@@ -20,7 +20,13 @@ struct Backup: AsyncParsableCommand {
 
     func run() async throws {
         let folder = URL(fileURLWithPath: self.out, isDirectory: true)
-        // Nothing to back up: said before the copy's folder is made.
+        // Nothing to back up (or nothing this command backs up): said before the copy's folder is made.
+        if try options.postgres() != nil {
+            throw CommandFailure(
+                description: "this command works on the data folder's SQLite database; for PostgreSQL use its own "
+                    + "tools (pg_dump)"
+            )
+        }
         try options.requireData()
         do {
             try PrivateFiles.createFolder(folder)

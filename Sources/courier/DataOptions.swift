@@ -58,6 +58,13 @@ struct DataOptions: ParsableArguments {
     /// before anything is made there: only `serve` and `user add` make one.
     func requireData() throws {
         guard try self.postgres() == nil, !self.holdsData else { return }
+        var isFolder: ObjCBool = false
+        if FileManager.default.fileExists(atPath: self.folder.path, isDirectory: &isFolder), isFolder.boolValue,
+            !FileManager.default.isReadableFile(atPath: self.folder.path)
+                || !FileManager.default.isExecutableFile(atPath: self.folder.path)
+        {
+            throw CommandFailure(description: "cannot read \(self.folder.path): permission denied")
+        }
         throw CommandFailure(
             description: "no Courier data in \(self.folder.path): give --data (or $COURIER_DATA) the folder "
                 + "`courier serve` uses; `courier serve` or `courier user add` makes a new one"

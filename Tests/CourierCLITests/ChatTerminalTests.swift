@@ -324,7 +324,9 @@ struct ChatTerminalTests {
         }
     }
 
-    @Test("↑ edits the last message, /reply quotes one, /react 👍 shows under it, /search 上海 jumps to it")
+    @Test(
+        "↑ edits the last message, /reply quotes one, /react 👍 shows under it, /search 上海 jumps to it; started again, the chat shows reactions and quotes as they are"
+    )
     func editsRepliesReactionsSearch() async throws {
         try await Self.withServer(prefix: "courier-chat-edits") { _, _, address, environment, tmux in
             for user in ["alice", "bob"] {
@@ -405,11 +407,83 @@ struct ChatTerminalTests {
             _ = try await tmux.wait("alice", for: "the highlight ended") { rows in
                 !rows.contains { $0.contains("the message found") }
             }
-            try await tmux.press("alice", "C-c")
+
+            // Round three: an answer whose original is edited after it, then bob's chat started again shows the
+            // quote as the original now reads, and the reaction it showed.
+            try await tmux.type("alice", "周六见")
+            try await tmux.press("alice", "Enter")
+            _ = try await tmux.wait("bob", for: "周六见") { $0.contains { $0.contains("alice: 周六见") } }
+            try await tmux.type("bob", "/reply")
+            try await tmux.press("bob", "Enter")
+            _ = try await tmux.wait("bob", for: "the second pick") {
+                $0.contains { $0.contains("pick the message to answer") }
+            }
+            try await tmux.press("bob", "Enter")
+            _ = try await tmux.wait("bob", for: "answering again") { $0.contains { $0.contains("answering alice:") } }
+            try await tmux.type("bob", "好")
+            try await tmux.press("bob", "Enter")
+            _ = try await tmux.wait("alice", for: "the second answer") { rows in
+                rows.contains { $0.contains("bob: ↳ alice: 周六见") }
+            }
+            try await tmux.press("alice", "Up")
+            _ = try await tmux.wait("alice", for: "周六见 in the line") { $0.last == "> 周六见" }
+            try await tmux.press("alice", "BSpace")
+            try await tmux.press("alice", "BSpace")
+            try await tmux.type("alice", "日见")
+            try await tmux.press("alice", "Enter")
+            _ = try await tmux.wait("bob", for: "the quote, edited live") { rows in
+                rows.contains { $0.contains("↳ alice: 周日见") }
+            }
             try await tmux.press("bob", "C-c")
-            for user in ["alice", "bob"] {
+            _ = try await tmux.wait("bob", for: "bob's chat's end") { $0.contains { $0.contains("EXITED 0") } }
+            let again =
+                "'\(CourierExecutable.url.path)' chat --as bob --with alice --server \(address) --password pw-bob; "
+                + "echo \"EXITED $?\"; sleep 600"
+            try await tmux.start("bob-again", columns: 100, rows: 30, environment: environment, command: again)
+            _ = try await tmux.wait("bob-again", for: "the quote and the reaction after a restart") { rows in
+                guard let at = rows.firstIndex(where: { $0.contains("alice: 我家在上海西边") }), at + 1 < rows.count else {
+                    return false
+                }
+                return rows[at + 1].hasSuffix("👍 1") && rows.contains { $0.contains("↳ alice: 周日见") }
+                    && !rows.contains { $0.contains("周六见") }
+            }
+            try await tmux.press("alice", "C-c")
+            try await tmux.press("bob-again", "C-c")
+            for user in ["alice", "bob-again"] {
                 _ = try await tmux.wait(user, for: "the chat's end") { $0.contains { $0.contains("EXITED 0") } }
             }
+        }
+    }
+
+    @Test("/group new opens the group it made, so /group title is about it; the header shows the title beside the name")
+    func groupsInTheChat() async throws {
+        try await Self.withServer(prefix: "courier-chat-groups") { _, _, address, environment, tmux in
+            // Contacts: each has written to the other (only a contact can be put in one's groups).
+            for (user, peer) in [("bob", "alice"), ("alice", "bob")] {
+                let sent = try await CourierExecutable.run(
+                    ["send", "--as", user, "--password", "pw-" + user, "--to", peer, "hi", "--server", address],
+                    environment: environment
+                )
+                #expect(sent.status == 0, "\(sent)")
+            }
+            let command =
+                "'\(CourierExecutable.url.path)' chat --as alice --with bob --server \(address) --password pw-alice; "
+                + "echo \"EXITED $?\"; sleep 600"
+            try await tmux.start("alice", columns: 100, rows: 30, environment: environment, command: command)
+            _ = try await tmux.wait("alice", for: "connected") { $0.first?.contains("· connected") == true }
+            try await tmux.type("alice", "/group new club bob")
+            try await tmux.press("alice", "Enter")
+            // The header (right of the list) names the group made, and the list marks it open.
+            _ = try await tmux.wait("alice", for: "#club open") { rows in
+                rows.contains { $0.hasSuffix("│ #club") } && rows.contains { $0.hasPrefix("›#club") }
+            }
+            try await tmux.type("alice", "/group title 周末爬山 🏔")
+            try await tmux.press("alice", "Enter")
+            _ = try await tmux.wait("alice", for: "the title in the header") { rows in
+                rows.contains { $0.hasSuffix("│ #club 周末爬山 🏔") }
+            }
+            try await tmux.press("alice", "C-c")
+            _ = try await tmux.wait("alice", for: "the chat's end") { $0.contains { $0.contains("EXITED 0") } }
         }
     }
 
@@ -535,9 +609,9 @@ struct ChatTerminalTests {
                 // mutes it; bob's mention of her still counts, marked in the list.
                 try await tmux.type("alice", "/group new club bob")
                 try await tmux.press("alice", "Enter")
-                _ = try await tmux.wait("alice", for: "the group made") { rows in
-                    // Said "made #club", then (its event) "bob joined #club"; the list has it either way.
-                    rows.contains { $0.hasPrefix(" #club ") }
+                _ = try await tmux.wait("alice", for: "the group made, and open") { rows in
+                    // Said "made #club", then (its event) "bob joined #club"; the list has it open either way.
+                    rows.contains { $0.hasPrefix("›#club ") }
                 }
                 try await tmux.type("alice", "/open #club")
                 try await tmux.press("alice", "Enter")

@@ -66,6 +66,17 @@ struct ChatGroupsTests {
         #expect(Self.run("/group leave --from spam", in: &state) == [.manageGroup(.leaveFrom("spam"))])
     }
 
+    @Test("typing shows in a conversation the chat knows or has open, and never puts one in the list by itself")
+    func typingFromAStranger() {
+        var state = Self.state()
+        _ = state.apply(.typing(conversation: .user("mallory"), user: "mallory", typing: true), now: Self.now)
+        #expect(state.threads[ChatState.key(.user("mallory"))] == nil, "a stranger's typing made a conversation")
+        // A brand-new conversation alice opened: bob typing his first message shows.
+        _ = state.select(.user("bob"), now: Self.now)
+        _ = state.apply(.typing(conversation: .user("bob"), user: "bob", typing: true), now: Self.now)
+        #expect(state.threads[ChatState.key(.user("bob"))]?.typing["bob"] != nil)
+    }
+
     @Test("a muted group rings only for mentions, counts them with '@', and shows its mark; none never rings")
     func bell() {
         var state = Self.state()

@@ -300,6 +300,45 @@ struct ClientTests {
         }
     }
 
+    @Test("two clients of one store count a reaction once")
+    func sharedStoreReactions() async throws {
+        try await withTemporaryDirectory { folder in
+            try await ServerFixture.with { fixture in
+                try await fixture.user("alice")
+                try await fixture.user("bob")
+                let alice = try Self.client(fixture, "alice", folder: folder)
+                // One store, two clients (a chat and a command beside it), one device.
+                let first = try Self.client(fixture, "bob", folder: folder, device: "phone")
+                let second = try Self.client(fixture, "bob", folder: folder, device: "phone")
+                let aliceEvents = EventReader(alice)
+                let firstEvents = EventReader(first)
+                let secondEvents = EventReader(second)
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for client in [alice, first, second] { group.addTask { await client.run() } }
+                    for (reader, name) in [(aliceEvents, "alice"), (firstEvents, "first"), (secondEvents, "second")] {
+                        _ = try await reader.next("\(name) caught up") { $0 == .caughtUp ? true : nil }
+                    }
+                    let id = try await alice.send("投票：周六还是周日？", to: .user("bob"))
+                    _ = try await aliceEvents.next("the ack") { event -> Bool? in
+                        if case .sent(id, _, 1, _) = event { true } else { nil }
+                    }
+                    try await alice.react(.seq(1, in: .user("bob")), key: "🗳")
+                    for (reader, name) in [(firstEvents, "first"), (secondEvents, "second")] {
+                        _ = try await reader.next("the reaction at \(name)") { event -> Bool? in
+                            if case .reaction(let change) = event, change.seq == 1 { true } else { nil }
+                        }
+                    }
+                    let stored = try await first.storedMessages(in: .user("alice"))
+                    // (The server keeps the key in its emoji presentation.)
+                    #expect(stored.first?.reactions.map(\.count) == [1], "\(stored)")
+                    #expect(stored.first?.reactions.first?.key.unicodeScalars.first == "🗳".unicodeScalars.first)
+                    for client in [alice, first, second] { client.stop() }
+                    try await group.waitForAll()
+                }
+            }
+        }
+    }
+
     @Test("the client is a ServiceLifecycle service: a graceful shutdown of its group stops it")
     func service() async throws {
         try await withTemporaryDirectory { folder in

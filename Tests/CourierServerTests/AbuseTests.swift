@@ -10,7 +10,9 @@ import Testing
 /// What one user can do to others: type at strangers, put them in groups, flood a large group.
 @Suite("One user against the others", .serialized)
 struct AbuseTests {
-    @Test("a stranger's typing reaches nobody; a stranger cannot add anyone to a group over the protocol")
+    @Test(
+        "a stranger's typing reaches the recipient (who sees it only with the conversation open) and tells the stranger nothing; a stranger cannot add anyone to a group over the protocol"
+    )
     func strangers() async throws {
         try await ServerFixture.with { fixture in
             for name in ["alice", "mallory"] { try await fixture.user(name) }
@@ -27,20 +29,28 @@ struct AbuseTests {
             let created = try await mallory.send(create)
             let refused = try await mallory.expect { $0.requestID == created ? $0 : nil }
             #expect(refused.failure?.code == ErrorCodes.notContact)
-            // What alice gets next is mallory's message: no typing notice, no presence, no group came before it.
+            // Round three: typing before the first message of a new conversation shows (it tells only what the
+            // typist chose to show). No presence and no group come before the message, to either of them.
+            let notice = try await alice.expect("mallory's typing") { envelope -> Courier_V1_TypingNotice? in
+                if case .presence? = envelope.body { Issue.record("alice was told a stranger's presence") }
+                if case .typing(let notice)? = envelope.body { return notice }
+                return nil
+            }
+            #expect(notice.user == "mallory" && notice.typing && notice.conversation.user == "mallory")
             #expect(try await mallory.sendText("hi alice", to: .user("alice")).ack != nil)
             let first = try await alice.expect("the first notice or message") { envelope -> ServerEnvelope? in
                 switch envelope.body {
-                case .typing?, .presence?: envelope
+                case .presence?: envelope
                 case .events(let events)? where !events.events.isEmpty: envelope
                 default: nil
                 }
             }
             guard case .events(let events)? = first.body else {
-                Issue.record("alice heard from a stranger before any message: \(first)")
+                Issue.record("alice heard a stranger's presence before any message: \(first)")
                 return
             }
             #expect(events.events.first?.message.body.text == "hi alice")
+
             await alice.close()
             await mallory.close()
         }

@@ -16,10 +16,11 @@ struct ContactsTests {
             _ = try await fixture.sent(alice, "m1", to: .user("bob"), "hello?")
             #expect(try await fixture.store.peers(of: alice).isEmpty)
             #expect(try await fixture.store.peers(of: bob).isEmpty)
-            #expect(try await fixture.store.members(of: .user("bob"), for: alice) == [alice])
-            #expect(try await fixture.store.members(of: .user("alice"), for: bob) == [bob])
-            // A typing notice to someone never written to reaches only the typist's own devices.
-            #expect(try await fixture.store.members(of: .user("carol"), for: alice) == [alice])
+            #expect(try await fixture.store.members(of: .user("bob"), for: alice) == [alice, bob])
+            #expect(try await fixture.store.members(of: .user("alice"), for: bob) == [bob, alice])
+            // A typing notice to someone never written to reaches them too (round three: typing tells only what
+            // the typist chose to show), but presence stays between peers.
+            #expect(try await fixture.store.members(of: .user("carol"), for: alice) == [alice, carol])
 
             _ = try await fixture.sent(bob, "m2", to: .user("alice"), "hi")
             #expect(try await fixture.store.peers(of: alice) == [bob])

@@ -335,7 +335,11 @@ struct QuietTests {
             let store = fixture.store
             let ids = try await fixture.users("oliver", "mallory")
             let mallory = ids["mallory"]!
-            for passing in ["oliver", "Oliver", "O1iver", "oliver.", "Admin", "SYSTEM", "c0urier"] {
+            for passing in [
+                "oliver", "Oliver", "O1iver", "oliver.", "Admin", "SYSTEM", "c0urier",
+                // Round three's second probe: other scripts' look-alikes, full-width letters, an @ and marks.
+                "оliver", "ｏｌｉｖｅｒ", "Аdmin", "@oliver", "oliver!", "«Оliver»", "ΟLΙVΕR",
+            ] {
                 await expectCode(.invalidProfile) {
                     try await store.setProfile(of: mallory, ProfileUpdate(displayName: passing), nowMs: Self.now)
                 }

@@ -1286,8 +1286,12 @@ function applyEvent(event) {
   }
 }
 
+// Typing shows where the conversation is known here (a new one the user opened too); a typing notice never makes a
+// conversation appear in the list by itself.
 function onTyping(notice) {
-  const c = conversation(keyOf(notice.conversation));
+  const key = keyOf(notice.conversation);
+  if (!state.conversations.has(key) && state.open !== key) return;
+  const c = conversation(key);
   if (notice.typing) c.typing.set(notice.user, Date.now() + 6000);
   else c.typing.delete(notice.user);
   render({ messages: false });

@@ -39,8 +39,8 @@ extension StoreBackend {
                 guard made < self.limits.maxGroupsPerMaker else {
                     throw CourierStoreError(
                         .quotaExceeded,
-                        "you made \(made) groups that still have members; the limit is "
-                            + "\(self.limits.maxGroupsPerMaker): leave one you made first"
+                        "you made \(made) groups that still have members, the most one user may have made; a group "
+                            + "you made counts until its last member leaves"
                     )
                 }
             }
@@ -157,9 +157,11 @@ extension StoreBackend {
                 throw CourierStoreError(.unknownUser, "no user named \(name)")
             }
             // The groups' rows first (by id), then the members' logs, as every change of members takes them.
-            let groups = try await transaction.groups(of: user, addedBy: adder.id, locking: true)
+            let locked = try await transaction.groups(of: user, addedBy: adder.id, locking: true)
+            // Read again under the groups' locks: a leave that committed meanwhile is not left twice.
+            let members = try await transaction.members(of: locked.map(\.row.id))
+            let groups = locked.filter { members[$0.row.id]?.contains(user) == true }
             guard !groups.isEmpty else { return ([], [:]) }
-            let members = try await transaction.members(of: groups.map(\.row.id))
             var log = LogWrites()
             try await Self.lockLogs(of: members.values.flatMap { $0 }, into: &log, transaction)
             for group in groups {

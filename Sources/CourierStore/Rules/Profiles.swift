@@ -129,18 +129,20 @@ extension StoreBackend {
         return trimmed
     }
 
-    /// Refuses a display name that reads as another user's name or a reserved one (``NameSkeleton``): the chats
-    /// show a display name where the user name would be, so `oliver` (or `O1iver`, `Admin`) as mallory's display
-    /// name would pass mallory for oliver (or for the server). One's own name, in any spelling, is one's to show.
+    /// Refuses a display name that reads as another user's name or a reserved one
+    /// (``NameSkeleton/ofDisplayName(_:)``: look-alike letters of other scripts and full-width ones included): the
+    /// chats show a display name where the user name would be, so `oliver` (or `O1iver`, `оliver` with a Cyrillic
+    /// `о`, `Admin`) as mallory's display name would pass mallory for oliver (or for the server). One's own name, in
+    /// any spelling, is one's to show; a name with more in it (`Alice Chen`, `Alice 🌸`) is anyone's.
     ///
     /// - Throws: `invalid-profile`.
     static func checkNotAnother(_ displayName: String, of user: UserID, _ transaction: Transaction) async throws {
-        let skeleton = NameSkeleton.of(displayName)
-        guard let own = try await transaction.name(of: user), NameSkeleton.of(own) != skeleton else { return }
-        if let reserved = Names.reservedUserNames.first(where: { NameSkeleton.of($0) == skeleton }) {
+        let skeletons = NameSkeleton.ofDisplayName(displayName)
+        guard let own = try await transaction.name(of: user), !skeletons.contains(NameSkeleton.of(own)) else { return }
+        if let reserved = Names.reservedUserNames.first(where: { skeletons.contains(NameSkeleton.of($0)) }) {
             throw CourierStoreError(.invalidProfile, "a display name does not read as \(reserved), which no one is")
         }
-        if try await transaction.skeletonTaken(skeleton) {
+        for skeleton in skeletons.sorted() where try await transaction.skeletonTaken(skeleton) {
             throw CourierStoreError(
                 .invalidProfile,
                 "\(displayName.debugDescription) reads as another user's name: a display name is not another's"

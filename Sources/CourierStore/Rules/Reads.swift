@@ -371,8 +371,9 @@ extension StoreBackend {
     }
 
     /// Who a user's typing in a conversation reaches: the members of a group it is in; in a direct conversation, the
-    /// other user only when the two are peers (``peers(of:)``: contacts, or members of one group), else the user's
-    /// own devices only.
+    /// other user (who sees it where it has that conversation open, a brand-new one too: typing tells only what the
+    /// typist chose to show, and nothing of the other comes back; presence stays between peers) and the user's own
+    /// devices.
     ///
     /// - Throws: `unknown-group`, `unknown-user`, `not-member`, `storage-failed`.
     public func members(of address: Conversation, for user: UserID) async throws -> [UserID] {
@@ -388,8 +389,7 @@ extension StoreBackend {
                 guard let peer = try await transaction.user(named: name) else {
                     throw CourierStoreError(.unknownUser, "no user named \(name)")
                 }
-                let companions = try await transaction.companions(of: user, directOnly: false, with: peer.id)
-                return Self.peers(in: companions).contains(peer.id) ? [user, peer.id] : [user]
+                return peer.removedMs == nil && peer.id != user ? [user, peer.id] : [user]
             }
         }
     }

@@ -14,8 +14,8 @@ extension StoreBackend {
     ///
     /// A client that holds no token may name the device to take over instead (`reuse`, ``DeviceReuse``). Past
     /// ``StoreLimits/maxDevicesPerUser`` devices that can connect, the login logs out the device used longest ago
-    /// (one with no open connection first): the limit bounds what logins leave in the store, and never locks a
-    /// password out.
+    /// (one with no open connection first, one of the new one's name before others): the limit bounds the devices
+    /// that can connect, and never locks a password out.
     ///
     /// - Throws: `auth-failed` (unknown user, removed user or wrong password: one code for all), `invalid-request`
     ///   (a device name with control characters), `throttled` (too many password checks waiting),
@@ -62,7 +62,13 @@ extension StoreBackend {
             {
                 // An expired device renewed can connect again: one more, as a new one would be.
                 if held.device.expiresMs <= nowMs {
-                    try await Self.makeRoom(of: current.id, max: maxDevices, nowMs: nowMs, transaction)
+                    try await Self.makeRoom(
+                        of: current.id,
+                        max: maxDevices,
+                        named: held.device.name,
+                        nowMs: nowMs,
+                        transaction
+                    )
                 }
                 let tokens = held.tokens.renewed(
                     offering: offered,
@@ -79,7 +85,13 @@ extension StoreBackend {
             // device again, with a new token (the one it had is lost to it), not another.
             if let reuse, var device = try await Self.reusable(reuse, of: current.id, transaction) {
                 if device.expiresMs <= nowMs {
-                    try await Self.makeRoom(of: current.id, max: maxDevices, nowMs: nowMs, transaction)
+                    try await Self.makeRoom(
+                        of: current.id,
+                        max: maxDevices,
+                        named: device.name,
+                        nowMs: nowMs,
+                        transaction
+                    )
                 }
                 try await transaction.setTokens(DeviceTokens(tokenHash: tokenHash, expiresMs: expiresMs), of: device.id)
                 device.expiresMs = expiresMs
@@ -88,7 +100,7 @@ extension StoreBackend {
             // A new device. The user keeps at most the limit that can connect (not revoked, not expired), so that
             // logins, a thief's among them, cannot fill the store with devices; but the limit never locks a
             // password out: past it, the device used longest ago is logged out.
-            try await Self.makeRoom(of: current.id, max: maxDevices, nowMs: nowMs, transaction)
+            try await Self.makeRoom(of: current.id, max: maxDevices, named: deviceName, nowMs: nowMs, transaction)
             let device = try await Self.addDevice(
                 of: current,
                 named: deviceName,
@@ -114,15 +126,26 @@ extension StoreBackend {
     }
 
     /// Makes room for one more device that can connect when the user has `max` already: logs out those used
-    /// longest ago (devices with no open connection first), recorded as revocations for the running servers.
-    static func makeRoom(of user: UserID, max: Int, nowMs: Int64, _ transaction: Transaction) async throws {
+    /// longest ago, recorded as revocations for the running servers. Devices with no open connection go first, and
+    /// among them those of the new one's name (`named`: the same program logging in again, such as a script that
+    /// keeps no token), so that a phone put away is the last to go.
+    static func makeRoom(
+        of user: UserID,
+        max: Int,
+        named: String,
+        nowMs: Int64,
+        _ transaction: Transaction
+    ) async throws {
         let count = try await transaction.usableDevices(of: user, nowMs: nowMs)
         guard count >= max else { return }
         let usable = try await transaction.devices(of: user).filter { $0.revokedMs == nil && $0.expiresMs > nowMs }
-        let oldest = usable.sorted {
-            ($0.connectedSinceMs == nil ? 0 : 1, $0.lastSeenMs ?? $0.createdMs, $0.id.rawValue)
-                < ($1.connectedSinceMs == nil ? 0 : 1, $1.lastSeenMs ?? $1.createdMs, $1.id.rawValue)
+        func rank(_ device: Device) -> (Int, Int, Int64, Int64) {
+            (
+                device.connectedSinceMs == nil ? 0 : 1, device.name == named ? 0 : 1,
+                device.lastSeenMs ?? device.createdMs, device.id.rawValue
+            )
         }
+        let oldest = usable.sorted { rank($0) < rank($1) }
         let revoked = try await transaction.revokeDevices(
             oldest.prefix(count - max + 1).map(\.id),
             of: user,
