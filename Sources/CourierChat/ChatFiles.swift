@@ -60,11 +60,19 @@ public enum ChatFiles {
         let safe = Self.safeName(name)
         var destination: URL
         if let path {
-            let expanded = path == "~" || path.hasPrefix("~/") ? NSHomeDirectory() + path.dropFirst() : path
+            let expanded = Self.typedPath(path)
             var folder: ObjCBool = false
             if FileManager.default.fileExists(atPath: expanded, isDirectory: &folder) {
                 guard folder.boolValue else {
                     throw ChatError(description: "\(expanded) exists; name another file, or a folder")
+                }
+                destination = Self.unused(safe, in: URL(fileURLWithPath: expanded, isDirectory: true))
+            } else if expanded.hasSuffix("/") {
+                // A folder by its last slash: made, and the file saved into it.
+                do {
+                    try FileManager.default.createDirectory(atPath: expanded, withIntermediateDirectories: true)
+                } catch {
+                    throw ChatError(description: "cannot make the folder \(expanded) (\(error.localizedDescription))")
                 }
                 destination = Self.unused(safe, in: URL(fileURLWithPath: expanded, isDirectory: true))
             } else {
@@ -79,6 +87,18 @@ public enum ChatFiles {
             throw ChatError(description: "cannot write \(destination.path) (\(error.localizedDescription))")
         }
         return destination
+    }
+
+    /// A path as typed after a command: quotes around it (a path with spaces, as a shell would take it) dropped,
+    /// and `~` as the home folder (`$HOME`, as a shell reads it).
+    public static func typedPath(_ typed: String) -> String {
+        var path = typed.trimmingCharacters(in: .whitespaces)
+        for quote in ["\"", "'"] where path.count >= 2 && path.hasPrefix(quote) && path.hasSuffix(quote) {
+            path = String(path.dropFirst().dropLast())
+        }
+        guard path == "~" || path.hasPrefix("~/") else { return path }
+        let home = ProcessInfo.processInfo.environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
+        return home + path.dropFirst()
     }
 
     /// `name` in `folder`, or `name (2)`, `name (3)`… before its extension, whichever does not exist yet.

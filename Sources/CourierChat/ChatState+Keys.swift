@@ -237,7 +237,7 @@ extension ChatState {
                 self.notice = "open a conversation first: /open NAME or /open #GROUP"
                 return []
             }
-            let expanded = path.hasPrefix("~/") ? NSHomeDirectory() + path.dropFirst() : path
+            let expanded = ChatFiles.typedPath(path)
             let id = UUID().uuidString
             let name = (expanded as NSString).lastPathComponent
             self.uploads[id] = name

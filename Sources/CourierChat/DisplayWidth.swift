@@ -1,8 +1,8 @@
 /// How many terminal columns text takes: two for East Asian wide and fullwidth characters and for emoji, none for
 /// combining marks and other zero-width characters, one for the rest. Counted per grapheme cluster (what the user
 /// sees as one character), so "👍🏽" or "é" written with a combining accent take their true width.
-enum DisplayWidth {
-    static func of(_ text: some StringProtocol) -> Int {
+public enum DisplayWidth {
+    public static func of(_ text: some StringProtocol) -> Int {
         text.reduce(0) { $0 + Self.of($1) }
     }
 

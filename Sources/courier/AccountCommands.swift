@@ -25,14 +25,33 @@ enum Secrets {
     /// Whether passwords are asked for on a terminal (then a new one is asked for twice).
     static var onTerminal: Bool { isatty(STDIN_FILENO) == 1 }
 
-    /// A new password: asked for twice on a terminal (the two must match), else one line of standard input.
+    /// The fewest characters a chosen password has: the server's default (`store.minPasswordCharacters`), checked
+    /// here as soon as it is typed; a server that asks for more says so when it refuses.
+    static let minPasswordCharacters = 8
+
+    /// A new password: asked for twice on a terminal (the two must match), else one line of standard input. On a
+    /// terminal one that is too short is said to be at once, and asked for again, before it is asked to be repeated.
     static func newPassword(prompt: String) throws -> String {
         guard self.onTerminal else { return try self.read([prompt])[0] }
-        let typed = try self.read([prompt, "again: "])
-        guard typed[0] == typed[1] else {
+        var first = try self.read([prompt])[0]
+        var tries = 1
+        while first.count < self.minPasswordCharacters {
+            guard tries < 3 else {
+                throw CommandFailure(
+                    description: "a password has at least \(self.minPasswordCharacters) characters; nothing changed"
+                )
+            }
+            FileHandle.standardError.write(
+                Data("a password has at least \(self.minPasswordCharacters) characters; try another\n".utf8)
+            )
+            first = try self.read([prompt])[0]
+            tries += 1
+        }
+        let again = try self.read(["again: "])[0]
+        guard first == again else {
             throw CommandFailure(description: "the two passwords differ; nothing changed")
         }
-        return typed[0]
+        return first
     }
 }
 
@@ -128,7 +147,8 @@ struct DevicesCommand: AsyncParsableCommand {
         commandName: "devices",
         abstract: "List your devices (logins), or log one out with --revoke.",
         discussion: """
-            One device a line, newest first, tab-separated: id, name, "active" or "expired", created, and \
+            One device a line, newest first (under a header in columns on a terminal, else tab-separated; --json: one \
+            object a line): id, name, "active" or "expired", created, and \
             "connected since TIME" or "last seen TIME"; the one you are using is marked "(this one)". Logged-out \
             devices are not listed. --revoke ID logs that device out: its connections close within a second.
             """
@@ -138,6 +158,9 @@ struct DevicesCommand: AsyncParsableCommand {
 
     @Option(help: ArgumentHelp("Log this device out.", valueName: "id"))
     var revoke: Int64?
+
+    @Flag(help: "One JSON object a line.")
+    var json = false
 
     func run() async throws {
         try await ClientSession.run(self.options) { session in
@@ -156,16 +179,28 @@ struct DevicesCommand: AsyncParsableCommand {
                     return
                 }
                 let now = Date()
+                var table = Table(columns: ["id", "name", "state", "created", "seen"])
                 for device in try await session.client.devices() {
                     let state = device.expires <= now ? "expired" : "active"
+                    if self.json {
+                        var object: [String: Any] = [
+                            "id": device.id, "name": device.name, "current": device.current, "state": state,
+                            "created": Self.time(device.created),
+                        ]
+                        object["connected_since"] = device.connectedSince.map(Self.time)
+                        object["last_seen"] = device.lastSeen.map(Self.time)
+                        try printJSON(object)
+                        continue
+                    }
                     let seen =
                         device.connectedSince.map { "connected since \(Self.time($0))" }
                         ?? "last seen \(device.lastSeen.map(Self.time) ?? "-")"
-                    print(
-                        "\(device.id)\t\(ChatText.printable(device.name))\(device.current ? " (this one)" : "")\t"
-                            + "\(state)\tcreated \(Self.time(device.created))\t\(seen)"
-                    )
+                    table.add([
+                        .number(device.id), .text(device.name + (device.current ? " (this one)" : "")), .text(state),
+                        .text("created \(Self.time(device.created))"), .text(seen),
+                    ])
                 }
+                if !self.json { table.print() }
             } catch let error as CourierClientError {
                 throw CommandFailure(description: "\(error.code): \(error.message)")
             }

@@ -32,7 +32,11 @@ struct Login: AsyncParsableCommand {
 
 /// Where a message goes: `--to USER` or `--group G`.
 struct ConversationOptions: ParsableArguments {
-    @Option(help: ArgumentHelp("A user, for a direct conversation.", valueName: "user"))
+    /// `--to` or `--with` (as `history` and `chat` name it): either way.
+    @Option(
+        name: [.customLong("to"), .customLong("with")],
+        help: ArgumentHelp("A user, for a direct conversation (--with works too).", valueName: "user")
+    )
     var to: String?
 
     @Option(help: ArgumentHelp("A group, by name.", valueName: "group"))
@@ -42,7 +46,7 @@ struct ConversationOptions: ParsableArguments {
     /// (`--too bob`) is named as the unknown option it is, not taken for a missing conversation.
     func check() throws {
         guard (self.to == nil) != (self.group == nil) else {
-            throw ValidationError("name one conversation: --to USER or --group GROUP")
+            throw ValidationError("name one conversation: --to USER (or --with USER) or --group GROUP")
         }
     }
 

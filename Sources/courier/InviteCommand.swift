@@ -65,24 +65,38 @@ struct InviteCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "List invitations (never their tokens): id, state, uses, created, expires.",
             discussion: """
-                One a line, tab-separated: id, state (usable, used-up, expired or revoked), uses made of uses \
+                One a line (under a header in columns on a terminal, else tab-separated; --json: one object a \
+                line): id, state (usable, used-up, expired or revoked), uses made of uses \
                 allowed, created, and expires ("-" for none).
                 """
         )
         @OptionGroup var options: DataOptions
+        @Flag(help: "One JSON object a line.") var json = false
 
         func run() async throws {
             let now = nowMs()
+            var table = Table(columns: ["id", "state", "uses", "created", "expires"])
             for invite in try await options.withStore({ try await $0.invites() }) {
                 let state =
                     if invite.revokedMs != nil { "revoked" } else if invite.uses >= invite.maxUses {
                         "used-up"
                     } else if let expires = invite.expiresMs, expires <= now { "expired" } else { "usable" }
-                print(
-                    "\(invite.id)\t\(state)\t\(invite.uses)/\(invite.maxUses)\tcreated \(formatTime(invite.createdMs))"
-                        + "\texpires \(invite.expiresMs.map(formatTime) ?? "-")"
-                )
+                if self.json {
+                    var object: [String: Any] = [
+                        "id": invite.id, "state": state, "uses": invite.uses, "max_uses": invite.maxUses,
+                        "created": formatTime(invite.createdMs),
+                    ]
+                    object["expires"] = invite.expiresMs.map(formatTime)
+                    try printJSON(object)
+                    continue
+                }
+                table.add([
+                    .number(invite.id), .text(state), .text("\(invite.uses)/\(invite.maxUses)"),
+                    .text("created \(formatTime(invite.createdMs))"),
+                    .text("expires \(invite.expiresMs.map(formatTime) ?? "-")"),
+                ])
             }
+            if !self.json { table.print() }
         }
     }
 

@@ -10,7 +10,8 @@ struct ProfileCommand: AsyncParsableCommand {
         abstract: "Show or change your display name and avatar; show another user's profile with --user.",
         discussion: """
             Without a change it prints a profile: the user name, the display name ("-" for none) and the avatar's \
-            and thumbnail's ids (sha256, for `courier media get`), tab-separated. --display-name takes any script, \
+            and thumbnail's ids (sha256, for `courier media get`): under a header in columns on a terminal, else \
+            tab-separated; --json prints one object. --display-name takes any script, \
             at most 64 characters; "" removes it. --avatar takes a JPEG, PNG, WebP or GIF of at most 5 MiB, with a \
             thumbnail of at most 64 KiB: --thumbnail FILE, else one made with ffmpeg (128 pixels at most across), \
             else the avatar itself when it is that small. Everyone who sees you (your groups' members, the people \
@@ -35,6 +36,9 @@ struct ProfileCommand: AsyncParsableCommand {
 
     @Option(help: ArgumentHelp("Show this user's profile instead of yours.", valueName: "user"))
     var user: String?
+
+    @Flag(help: "Print the profile as one JSON object.")
+    var json = false
 
     /// The largest thumbnail the server takes (`max-thumbnail-bytes`' default).
     static let maxThumbnailBytes = 64 * 1024
@@ -72,11 +76,21 @@ struct ProfileCommand: AsyncParsableCommand {
         guard let profile else {
             throw CommandFailure(description: "no user named \(ChatText.printable(self.user ?? self.options.user))")
         }
+        if self.json {
+            var object: [String: Any] = ["user": profile.user]
+            object["display_name"] = profile.displayName
+            object["avatar"] = profile.avatar?.sha256
+            object["thumbnail"] = profile.thumbnail?.sha256
+            try printJSON(object)
+            return
+        }
         // The server's words reach a terminal: every field printable.
-        print(
-            [profile.user, profile.displayName ?? "-", profile.avatar?.sha256 ?? "-", profile.thumbnail?.sha256 ?? "-"]
-                .map(ChatText.printable).joined(separator: "\t")
-        )
+        var table = Table(columns: ["user", "display name", "avatar", "thumbnail"])
+        table.add([
+            .text(profile.user), profile.displayName.map(Table.Cell.text) ?? .none,
+            profile.avatar.map { .text($0.sha256) } ?? .none, profile.thumbnail.map { .text($0.sha256) } ?? .none,
+        ])
+        table.print()
     }
 
     /// The thumbnail to send with an avatar: the one given, else one ffmpeg makes, else the avatar itself when it is

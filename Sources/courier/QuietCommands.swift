@@ -53,7 +53,7 @@ struct UnreadCommand: AsyncParsableCommand {
         commandName: "unread",
         abstract: "List your conversations, most recently active first, with unread messages and mentions.",
         discussion: """
-            A line a conversation, tab-separated: the conversation (@user or #group), unread messages, unread \
+            A line a conversation (under a header in columns on a terminal, else tab-separated): the conversation (@user or #group), unread messages, unread \
             mentions of you, how it alerts you (all, mentions, none), and a group's title. --json prints one \
             object a line instead.
             """
@@ -73,6 +73,7 @@ struct UnreadCommand: AsyncParsableCommand {
                 throw CommandFailure(description: "\(error.code): \(error.message)")
             }
         }
+        var table = Table(columns: ["conversation", "unread", "mentions", "alerts", "title"])
         for count in counts {
             if self.json {
                 var object: [String: Any] = [
@@ -86,13 +87,12 @@ struct UnreadCommand: AsyncParsableCommand {
                 let data = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])
                 print(String(decoding: data, as: UTF8.self))
             } else {
-                print(
-                    [
-                        count.conversation.description, "\(count.unread)", "\(count.mentions)",
-                        count.notify.description, count.title,
-                    ].map(ChatText.printable).joined(separator: "\t")
-                )
+                table.add([
+                    .text(count.conversation.description), .number(Int64(count.unread)),
+                    .number(Int64(count.mentions)), .text(count.notify.description), .text(count.title),
+                ])
             }
         }
+        if !self.json { table.print() }
     }
 }

@@ -487,6 +487,34 @@ struct ChatTerminalTests {
         }
     }
 
+    @Test("signup on a terminal says a password is too short as soon as it is typed, and asks for it again")
+    func signupPasswordAtOnce() async throws {
+        try await Self.withServer(prefix: "courier-signup") { _, _, address, environment, tmux in
+            let command =
+                "'\(CourierExecutable.url.path)' signup --as newbie --server \(address); echo \"EXITED $?\"; sleep 600"
+            try await tmux.start("signup", columns: 100, rows: 20, environment: environment, command: command)
+            _ = try await tmux.wait("signup", for: "the first prompt") {
+                $0.contains { $0.contains("password for newbie:") }
+            }
+            try await tmux.type("signup", "short")
+            try await tmux.press("signup", "Enter")
+            // Said before any "again:", and asked for once more.
+            _ = try await tmux.wait("signup", for: "too short, at once") { rows in
+                rows.contains { $0.contains("at least 8 characters") } && !rows.contains { $0.contains("again:") }
+                    && rows.filter { $0.contains("password for newbie:") }.count == 2
+            }
+            try await tmux.type("signup", "long enough 密码")
+            try await tmux.press("signup", "Enter")
+            _ = try await tmux.wait("signup", for: "the second prompt") { $0.contains { $0.contains("again:") } }
+            try await tmux.type("signup", "long enough 密码")
+            try await tmux.press("signup", "Enter")
+            // This server takes no sign-ups: the server says so, once the password was good.
+            _ = try await tmux.wait("signup", for: "the server's refusal") { rows in
+                rows.contains { $0.contains("registration-closed") } && rows.contains { $0.contains("EXITED 1") }
+            }
+        }
+    }
+
     @Test("the chat's commands: /help, /save, /view, /recall, /close; sends from other commands; last seen; offline")
     func commands() async throws {
         try await withTemporaryDirectory(prefix: "courier-chat-commands") { folder in

@@ -102,6 +102,18 @@ extension CommandLineTests {
 
             result = try await Self.courier("invite", "list", "--data", cli.data.path)
             #expect(result.output.hasPrefix("1\tused-up\t1/1\tcreated "), "\(result)")
+            result = try await Self.courier("invite", "list", "--json", "--data", cli.data.path)
+            let invite = try #require(
+                try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any],
+                "\(result)"
+            )
+            #expect(invite["state"] as? String == "used-up" && invite["uses"] as? Int == 1, "\(result)")
+            result = try await cli.run(["devices", "--as", "xiaoming", "--json"])
+            let devices = try result.output.split(separator: "\n").map {
+                try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])
+            }
+            #expect(devices.filter { $0["current"] as? Bool == true }.count == 1, "\(result)")
+            #expect(devices.allSatisfy { $0["state"] as? String == "active" && $0["id"] is Int }, "\(result)")
             #expect(!result.output.contains(token), "the token is never listed")
 
             result = try await cli.run(["delete-account", "--as", "xiaoming"], input: "新的密码也要足够长\n")

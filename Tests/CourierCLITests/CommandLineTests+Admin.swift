@@ -61,6 +61,39 @@ extension CommandLineTests {
         }
     }
 
+    @Test("listings: a header and columns aligned by display width on a terminal, tab-separated lines elsewhere")
+    func tables() {
+        var table = Table(columns: ["conversation", "unread", "title"])
+        table.add([.text("#读书会"), .number(12), .text("周末 · نادي")])
+        table.add([.text("@bob"), .number(3), .none])
+        table.add([.text("@a\u{1B}[2J"), .number(0), .text("x")])
+        #expect(
+            table.lines(onTerminal: false) == ["#读书会\t12\t周末 · نادي", "@bob\t3\t-", "@a^[[2J\t0\tx"]
+        )
+        let lines = table.lines(onTerminal: true)
+        #expect(lines[0] == "CONVERSATION  UNREAD  TITLE")
+        // 读书会 is six columns wide: "#读书会" takes seven, padded to CONVERSATION's twelve.
+        #expect(lines[1] == "#读书会       12      周末 · نادي", "\(lines[1])")
+        #expect(lines[2] == "@bob          3       -")
+        #expect(lines[3].hasPrefix("@a^[[2J"))
+    }
+
+    @Test("a mistyped command is named, with the command it likely meant, before its options are blamed")
+    func mistypedCommand() async throws {
+        var result = try await Self.courier("sedn", "--as", "alice", "--to", "bob", "hi")
+        #expect(result.status != 0, "\(result)")
+        #expect(result.output.contains("no command 'sedn'; did you mean 'send'?"), "\(result)")
+        #expect(!result.output.contains("Unknown option"), "\(result)")
+        result = try await Self.courier("histroy", "--as", "alice")
+        #expect(result.output.contains("did you mean 'history'?"), "\(result)")
+        result = try await Self.courier("frobnicate")
+        #expect(result.status != 0 && result.output.contains("no command 'frobnicate'; `courier --help` lists them"))
+        result = try await Self.courier("help", "send")
+        #expect(result.status == 0 && result.output.contains("USAGE: courier send"), "\(result)")
+        result = try await Self.courier("--version")
+        #expect(result.status == 0 && result.output.contains("0.1.0"), "\(result)")
+    }
+
     @Test("user and group commands print what they did and refuse bad input with a one-line error")
     func adminCommands() async throws {
         try await withTemporaryDirectory(prefix: "courier-cli") { folder in

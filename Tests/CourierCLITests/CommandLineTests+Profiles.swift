@@ -45,6 +45,12 @@ extension CommandLineTests {
             #expect(result.output == "alice\t王小明 🐉\n", "\(result)")
             result = try await cli.run(["profile", "--as", "bob", "--user", "alice"], environment: asBob)
             #expect(result.output.hasSuffix("alice\t王小明 🐉\t\(avatar)\t\(thumbnail)\n"), "\(result)")
+            result = try await cli.run(["profile", "--as", "bob", "--user", "alice", "--json"], environment: asBob)
+            let profile = try #require(
+                try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any],
+                "\(result)"
+            )
+            #expect(profile["display_name"] as? String == "王小明 🐉" && profile["avatar"] as? String == avatar)
 
             // bob fetches the thumbnail: a JPEG that ffmpeg made at most 128 pixels across, the shape kept.
             let copy = folder.appendingPathComponent("thumbnail.jpg")

@@ -196,6 +196,22 @@ extension CommandLineTests {
                 result.status != 0 && result.output.contains("is already using the data folder \(data.path)"),
                 "\(result)"
             )
+            // A client that forgets --tls is told the server speaks TLS, and how to speak it too.
+            result = try await CourierExecutable.run(
+                [
+                    "send", "--as", "alice", "--password", "pw-alice", "--to", "bob", "hi", "--server",
+                    "127.0.0.1:\(native)",
+                ],
+                environment: [
+                    "HOME": folder.path, "XDG_CONFIG_HOME": folder.appendingPathComponent("config").path,
+                    "XDG_DATA_HOME": folder.appendingPathComponent("share").path,
+                ]
+            )
+            #expect(
+                result.status != 0 && result.output.contains("speaks TLS") && result.output.contains("--tls"),
+                "\(result)"
+            )
+            #expect(!result.output.contains("0x15, not"), "\(result)")
             await alice.close()
             #expect(await server.terminate() == 0)
         }

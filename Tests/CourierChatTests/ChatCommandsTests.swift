@@ -223,6 +223,22 @@ struct ChatCommandsTests {
             #expect(throws: ChatError.self) {
                 _ = try ChatFiles.save(source, as: "x", to: named.path, downloads: downloads)
             }
+            // A folder named with its last slash that does not exist yet: made, and the file saved into it (round
+            // three: a file named after the folder was written instead).
+            let into = try ChatFiles.save(
+                source,
+                as: "照片.jpg",
+                to: folder.appendingPathComponent("新文件夹").path + "/",
+                downloads: downloads
+            )
+            #expect(into.path == folder.appendingPathComponent("新文件夹/照片.jpg").path, "\(into.path)")
+            // Paths as typed: quotes dropped, ~ as $HOME.
+            let home = try #require(ProcessInfo.processInfo.environment["HOME"])
+            #expect(ChatFiles.typedPath("~/x.png") == home + "/x.png")
+            #expect(ChatFiles.typedPath("~") == home)
+            #expect(ChatFiles.typedPath("\"/tmp/my photo.png\"") == "/tmp/my photo.png")
+            #expect(ChatFiles.typedPath("'~/a b.png'") == home + "/a b.png")
+            #expect(ChatFiles.typedPath("\"half") == "\"half")
             let settings = ChatSettings(file: folder.appendingPathComponent("alice.chat.json"))
             #expect(settings.closed().isEmpty)
             try settings.save(closed: ["@bob": 4, "#team": 9])

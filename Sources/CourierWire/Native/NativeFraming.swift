@@ -129,11 +129,17 @@ public struct NativeFrameDecoder: NIOSingleStepByteToMessageDecoder, Sendable {
         for offset in checked..<max(checked, available) {
             let byte = buffer.getInteger(at: buffer.readerIndex + offset, as: UInt8.self)!
             guard byte == magic[offset] else {
+                // A TLS record (a handshake, or the alert a TLS server answers a plain hello with) begins 0x16 or
+                // 0x15: the peer speaks TLS, and the fix is to speak it too.
+                let tls = offset == 0 && (byte == 0x15 || byte == 0x16)
                 try self.fail(
                     CourierWireError(
                         .badPreface,
-                        "byte \(offset) of the preface is 0x\(String(byte, radix: 16)), not 0x\(String(magic[offset], radix: 16)): "
-                            + "the peer does not speak Courier's native framing"
+                        tls
+                            ? "the peer speaks TLS (its first byte is 0x\(String(byte, radix: 16)), a TLS record): "
+                                + "connect over TLS (the courier command's --tls)"
+                            : "byte \(offset) of the preface is 0x\(String(byte, radix: 16)), not "
+                                + "0x\(String(magic[offset], radix: 16)): the peer does not speak Courier's native framing"
                     )
                 )
             }
