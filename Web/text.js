@@ -48,11 +48,18 @@ export function fullTime(ms) {
   return new Date(ms).toLocaleString();
 }
 
+// A byte count for people, in decimal units as the command line says them (ChatText.size): 512 B, 2.4 MB, 30 MB.
 export function byteSize(bytes) {
-  const n = Number(bytes);
-  if (n < 1024) return `${n} B`;
-  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KB`;
-  return `${(n / 1024 / 1024).toFixed(1)} MB`;
+  let value = Number(bytes);
+  if (value < 1000) return `${value} B`;
+  const units = ["kB", "MB", "GB", "TB"];
+  value /= 1000;
+  let unit = 0;
+  while (value >= 999.5 && unit < units.length - 1) {
+    value /= 1000;
+    unit += 1;
+  }
+  return `${value < 10 ? value.toFixed(1) : value.toFixed(0)} ${units[unit]}`;
 }
 
 // A mention is `@name` or `＠name` after the start or a character that cannot be part of a name (the server's rule);

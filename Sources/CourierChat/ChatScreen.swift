@@ -298,7 +298,18 @@ struct ChatScreen: Equatable {
         var result: [Pieces] = []
         var spans: [Range<Int>] = []
         var previous: Date?
+        // Membership and title lines, each after the message it followed, dim and centred like a time line.
+        var notices = thread.notices[...]
+        func noticeRow(_ notice: ChatState.Notice) -> Pieces {
+            let text = "· \(notice.text) ·"
+            let side = max(0, (width - DisplayWidth.of(text)) / 2)
+            return [(String(repeating: " ", count: side) + text, .dim)]
+        }
         for line in thread.lines {
+            while let notice = notices.first, let seq = line.seq, notice.afterSeq < seq {
+                result.append(noticeRow(notice))
+                notices = notices.dropFirst()
+            }
             if previous.map({ line.time.timeIntervalSince($0) >= 300 }) ?? true {
                 let label = " \(relative.format(line.time, now: now)) "
                 let side = max(0, (width - DisplayWidth.of(label)) / 2)
@@ -351,6 +362,8 @@ struct ChatScreen: Equatable {
             }
             spans.append(first..<result.count)
         }
+        // Those after the newest message (at the end, after what waits in the outbox too).
+        result += notices.map(noticeRow)
         return (result, spans)
     }
 

@@ -27,11 +27,20 @@ struct ChatState {
         var reactions: [ChatReaction] = []
     }
 
+    /// A line in a group's history from its events: who joined or left, what it was named.
+    struct Notice: Hashable {
+        /// The newest message before it.
+        var afterSeq: UInt64
+        var text: String
+    }
+
     /// A conversation as the chat holds it.
     struct Thread {
         var conversation: Conversation
         /// Acknowledged messages by sequence number, then those waiting in the outbox, in order written.
         var lines: [Line] = []
+        /// Membership and title lines heard while the chat runs (the newest ``maxNotices``).
+        var notices: [Notice] = []
         var unread: UInt64 = 0
         /// Up to where each other member's devices received and read the conversation, by lowercased name.
         var delivered: [String: UInt64] = [:]
@@ -404,6 +413,8 @@ struct ChatState {
                 self.threads[key]?.joined[user.lowercased()] = thread.lastSeq
             }
             self.notice = "\(user) \(joined ? "joined" : "left") #\(group)"
+            let who = user.lowercased() == self.me.lowercased() ? "you" : self.shown(user)
+            self.addNotice("\(who) \(joined ? "joined" : "left")", to: .group(group))
             return []
         case .typing(let conversation, let user, let typing):
             // Shown in a conversation this chat knows (one just opened, with nothing in it yet, too); a notice never
@@ -437,6 +448,10 @@ struct ChatState {
             let who = by.isEmpty ? "the administrator" : self.shown(by)
             self.notice =
                 title.isEmpty ? "\(who) took the title of #\(group) away" : "\(who) named #\(group) “\(printable)”"
+            self.addNotice(
+                title.isEmpty ? "\(who) took the group's title away" : "\(who) named the group “\(printable)”",
+                to: .group(group)
+            )
             return []
         case .notify(let conversation, let level):
             self[thread: conversation].notify = level
@@ -524,6 +539,17 @@ struct ChatState {
     }
 
     /// The thread of a conversation, made if new.
+    /// The most membership and title lines a thread keeps.
+    static let maxNotices = 100
+
+    /// A membership or title line after the thread's newest message.
+    mutating func addNotice(_ text: String, to conversation: Conversation) {
+        var thread = self[thread: conversation]
+        thread.notices.append(Notice(afterSeq: thread.lastSeq, text: text))
+        if thread.notices.count > Self.maxNotices { thread.notices.removeFirst(thread.notices.count - Self.maxNotices) }
+        self[thread: conversation] = thread
+    }
+
     subscript(thread conversation: Conversation) -> Thread {
         get { self.threads[Self.key(conversation), default: Thread(conversation: conversation)] }
         set { self.threads[Self.key(conversation)] = newValue }

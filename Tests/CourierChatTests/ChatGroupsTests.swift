@@ -66,6 +66,21 @@ struct ChatGroupsTests {
         #expect(Self.run("/group leave --from spam", in: &state) == [.manageGroup(.leaveFrom("spam"))])
     }
 
+    @Test("the group's history shows who joined and left and what it was named, where it happened")
+    func membershipLines() throws {
+        var state = Self.state()
+        _ = state.apply(.membership(group: "team", user: "carol", joined: true), now: Self.now)
+        _ = state.apply(.groupTitle(group: "team", title: "读书会 📚", by: "bob"), now: Self.now)
+        _ = state.apply(.message(ChatStateTests.message(2, from: "carol", in: .group("team"))), now: Self.now)
+        _ = state.apply(.membership(group: "team", user: "bob", joined: false), now: Self.now)
+        let rows = ChatScreen(state, now: Self.now).rows.map(\.plain)
+        let joined = try #require(rows.firstIndex { $0.contains("· carol joined ·") }, "\(rows)")
+        let named = try #require(rows.firstIndex { $0.contains("· bob named the group “读书会 📚” ·") }, "\(rows)")
+        let second = try #require(rows.firstIndex { $0.contains("│ carol: hi") }, "\(rows)")
+        let left = try #require(rows.firstIndex { $0.contains("· bob left ·") }, "\(rows)")
+        #expect(joined < named && named < second && second < left, "\(rows.joined(separator: "\n"))")
+    }
+
     @Test("typing shows in a conversation the chat knows or has open, and never puts one in the list by itself")
     func typingFromAStranger() {
         var state = Self.state()

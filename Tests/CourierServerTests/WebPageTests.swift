@@ -83,6 +83,30 @@ struct WebPageTests {
         )
     }
 
+    @Test("/api/v1/server tells the login form who may sign up, and whether the page's origin may open the gateway")
+    func serverInfo() async throws {
+        try await ServerFixture.with { fixture in
+            let base = "http://127.0.0.1:\(fixture.ports.http)"
+            var answer = try await ExternalProgram.curl(["\(base)/api/v1/server?origin=\(base)"])
+            #expect(answer == "{\"registration\":\"closed\",\"originAllowed\":true}\n", "\(answer)")
+            answer = try await ExternalProgram.curl(["\(base)/api/v1/server?origin=http://chat.example:6980"])
+            #expect(answer.contains("\"originAllowed\":false"), "\(answer)")
+            answer = try await ExternalProgram.curl(["\(base)/api/v1/server"])
+            #expect(answer == "{\"registration\":\"closed\"}\n", "\(answer)")
+        }
+        try await ServerFixture.with(
+            { fixture in
+                let base = "http://127.0.0.1:\(fixture.ports.http)"
+                let answer = try await ExternalProgram.curl(["\(base)/api/v1/server?origin=https://chat.example"])
+                #expect(answer == "{\"registration\":\"open\",\"originAllowed\":true}\n", "\(answer)")
+            },
+            configure: {
+                $0.accounts.registration = .open
+                $0.webSocket.allowedOrigins = ["https://chat.example"]
+            }
+        )
+    }
+
     @Test("the policy's script source: the page's Host and /web/, or 'self' for a Host CSP cannot name")
     func scriptSource() {
         #expect(WebPage.scriptSource(host: "127.0.0.1:6980") == "127.0.0.1:6980/web/")

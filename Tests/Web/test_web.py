@@ -156,11 +156,12 @@ class Server:
 class Page:
     """One browser with the chat open."""
 
-    def __init__(self, base, width=1280, height=800, phone=False):
+    def __init__(self, base, width=1280, height=800, phone=False, arguments=()):
         options = webdriver.ChromeOptions()
         options.binary_location = CHROMIUM
         for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                         f"--window-size={width},{height}", "--lang=en-US", "--force-device-scale-factor=1"):
+                         f"--window-size={width},{height}", "--lang=en-US", "--force-device-scale-factor=1",
+                         *arguments):
             options.add_argument(argument)
         self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
         self.driver.set_page_load_timeout(LIMIT)
@@ -658,6 +659,16 @@ class WebChatTests(unittest.TestCase):
         bob.conversation("g:bookclub")
         mention = bob.message("@bob 欢迎").find_element(By.CSS_SELECTOR, ".mention")
         self.assertEqual(mention.text, "@bob")
+        # The group's history says who joined and what it was named, from the events (round three), and keeps
+        # saying it after a reload.
+        notices = lambda: bob.js("return [...document.querySelectorAll('#messages .notice')].map(e => e.textContent)")
+        wait_until(lambda: "carol joined" in notices() and any("named the group “读书会 📚”" in n for n in notices()),
+                   "the joined and named lines")
+        bob.driver.refresh()
+        bob.wait_online()
+        bob.conversation("g:bookclub")
+        bob.message("@bob 欢迎")
+        wait_until(lambda: "carol joined" in notices(), "the lines after a reload")
         # Manage: make bob an admin.
         alice.find("#manage").click()
         promote = wait_until(lambda: next((b for b in alice.all('#dialog li[data-user="bob"] button')
@@ -878,6 +889,95 @@ class WebChatTests(unittest.TestCase):
             attacker.close()
             sink.shutdown()
             sink.server_close()
+
+    def test_12c_what_a_new_user_tripped_over(self):
+        """Round three's walk-through, the page's part: pictures that load late keep the newest message in view; a
+        voice note fits its bubble on a phone and shows its length unplayed; a group's title is not squeezed by the
+        alert menu; Recall and Edit only within their windows; sizes in decimal units as the command line says them;
+        the sign-up form as the server takes accounts; a page under a name not allowed says so."""
+        alice, bob = self.alice, self.bob
+        # Pictures sent while bob looks at the bottom: when they load, the newest message is still in view.
+        bob.conversation("u:alice")
+        paths = []
+        for index in range(3):
+            path = os.path.join(self.folder, f"tall-{index}.png")
+            with open(path, "wb") as file:
+                file.write(png(40, 600))
+            paths.append(path)
+        alice.conversation("u:bob")
+        alice.find("#file").send_keys("\n".join(paths))
+        wait_until(lambda: not alice.all("#uploads .upload"), "the pictures sent")
+        alice.send("after the pictures 图片之后")
+        bob.message("after the pictures 图片之后")
+        wait_until(lambda: bob.js("return [...document.querySelectorAll('#messages img.image')]"
+                                  ".slice(-3).every(i => i.complete && i.naturalHeight === 600)"), "the pictures loaded")
+        wait_until(lambda: bob.js("const b = document.getElementById('messages');"
+                                  "return b.scrollHeight - b.scrollTop - b.clientHeight < 5"), "bob's view at the bottom")
+        # Sizes as the command line says them (decimal).
+        sizes = bob.driver.execute_async_script(
+            "const done = arguments[0]; import('/web/text.js').then(m => done([m.byteSize(30000000), "
+            "m.byteSize(999), m.byteSize(1500)]));")
+        self.assertEqual(sizes, ["30 MB", "999 B", "1.5 kB"])
+        # Recall and Edit are offered within their windows only (the welcome says them: 2 min and 48 h here).
+        alice.send("recall me maybe")
+        alice.open_menu("recall me maybe")
+        self.assertIn("left)", alice.read("#menu [data-action=recall]"))
+        alice.press(Keys.ESCAPE)
+        alice.js("window.__realNow = Date.now; Date.now = () => window.__realNow() + 3 * 60 * 1000;")
+        try:
+            alice.open_menu("recall me maybe")
+            self.assertEqual(alice.all("#menu [data-action=recall]"), [])
+            self.assertTrue(alice.all("#menu [data-action=edit]"), "edit stays within its 48 h")
+            alice.press(Keys.ESCAPE)
+        finally:
+            alice.js("Date.now = window.__realNow;")
+        # A voice note on a phone: inside its bubble, no sideways scrolling, its length known before playing.
+        voice = os.path.join(self.folder, "语音.ogg")
+        subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+                        "sine=frequency=440:duration=3", "-c:a", "libopus", voice], check=True, timeout=120)
+        self.server.cli("send", "--as", "alice", "--password", PASSWORD, "--to", "bob", "--file", voice,
+                        "--kind", "voice")
+        phone = Page(self.server.base, 390, 844, phone=True)
+        try:
+            phone.log_in("bob")
+            phone.conversation("u:alice")
+            audio = wait_until(lambda: (phone.all("#messages audio.voice") or [None])[-1], "the voice note")
+            wait_until(lambda: phone.js("return arguments[0].readyState >= 1 && arguments[0].duration > 2", audio),
+                       "its length read from the metadata")
+            inside = phone.js("const a = arguments[0].getBoundingClientRect();"
+                              "const b = arguments[0].closest('.bubble').getBoundingClientRect();"
+                              "return a.left >= b.left - 1 && a.right <= b.right + 1", audio)
+            self.assertTrue(inside, "the player inside its bubble")
+            self.assertLessEqual(phone.js("const m = document.getElementById('messages'); return m.scrollWidth - m.clientWidth"), 0)
+            self.assertLessEqual(phone.js("return document.documentElement.scrollWidth"), phone.js("return window.innerWidth"))
+            # A group's short title in full beside the alert menu.
+            phone.find("#back").click()
+            phone.conversation("g:bookclub")
+            wait_until(lambda: phone.read("#chat-title") == "读书会 📚", "the group's title")
+            self.assertTrue(phone.js("const t = document.getElementById('chat-title'); return t.scrollWidth <= t.clientWidth"),
+                            "the title shown whole")
+            phone.shot(self.shots, "phone-group-header")
+        finally:
+            phone.quit()
+        # The sign-up form as this server (by invitation) takes accounts.
+        info = json.loads(urllib.request.urlopen(self.server.base + "/api/v1/server").read())
+        self.assertEqual(info["registration"], "invite")
+        # A page read under a name --allow-origin does not list says so, and how to allow it.
+        port = self.server.ports[2]
+        named = Page(f"http://chat.example:{port}", arguments=("--host-resolver-rules=MAP chat.example 127.0.0.1",))
+        try:
+            named.visible("#login-user")
+            wait_until(lambda: "--allow-origin http://chat.example:" in named.read("#login-error"), "the origin refused")
+            # The invitation field shows with "Create an account" (this server takes accounts by invitation), laid
+            # out as wide as the others.
+            named.find("#login-switch").click()
+            wait_until(lambda: named.find("#login-invite").is_displayed(), "the invitation field")
+            widths = named.js("return ['login-user', 'login-invite'].map(i => document.getElementById(i).offsetWidth)")
+            self.assertEqual(widths[0], widths[1], "the invitation field as wide as the others")
+            lefts = named.js("return ['login-user', 'login-invite'].map(i => document.getElementById(i).getBoundingClientRect().left)")
+            self.assertEqual(lefts[0], lefts[1], "and aligned with them")
+        finally:
+            named.quit()
 
     def test_13_screenshots(self):
         for size, (width, height) in (("desktop", (1280, 800)), ("phone", (390, 844))):

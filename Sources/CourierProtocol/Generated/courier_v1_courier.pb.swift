@@ -718,6 +718,12 @@ public nonisolated struct Courier_V1_Limits: Sendable {
   /// The largest `mediaChunk` payload either side may send.
   public var maxChunkBytes: UInt32 = 0
 
+  /// How long after sending a sender may recall a message, and edit it (0: for ever), in milliseconds: a client
+  /// offers each only within its window.
+  public var recallWindowMs: UInt64 = 0
+
+  public var editWindowMs: UInt64 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -3753,7 +3759,7 @@ nonisolated extension Courier_V1_Welcome: SwiftProtobuf.Message, SwiftProtobuf._
 
 nonisolated extension Courier_V1_Limits: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Limits"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}max_text_bytes\0\u{3}max_unacked_sends\0\u{3}heartbeat_interval_ms\0\u{3}max_media_bytes\0\u{3}media_quota_left_bytes\0\u{3}upload_window_bytes\0\u{3}max_chunk_bytes\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}max_text_bytes\0\u{3}max_unacked_sends\0\u{3}heartbeat_interval_ms\0\u{3}max_media_bytes\0\u{3}media_quota_left_bytes\0\u{3}upload_window_bytes\0\u{3}max_chunk_bytes\0\u{3}recall_window_ms\0\u{3}edit_window_ms\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3768,6 +3774,8 @@ nonisolated extension Courier_V1_Limits: SwiftProtobuf.Message, SwiftProtobuf._M
       case 5: try { try decoder.decodeSingularUInt64Field(value: &self.mediaQuotaLeftBytes) }()
       case 6: try { try decoder.decodeSingularUInt32Field(value: &self.uploadWindowBytes) }()
       case 7: try { try decoder.decodeSingularUInt32Field(value: &self.maxChunkBytes) }()
+      case 8: try { try decoder.decodeSingularUInt64Field(value: &self.recallWindowMs) }()
+      case 9: try { try decoder.decodeSingularUInt64Field(value: &self.editWindowMs) }()
       default: break
       }
     }
@@ -3795,6 +3803,12 @@ nonisolated extension Courier_V1_Limits: SwiftProtobuf.Message, SwiftProtobuf._M
     if self.maxChunkBytes != 0 {
       try visitor.visitSingularUInt32Field(value: self.maxChunkBytes, fieldNumber: 7)
     }
+    if self.recallWindowMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.recallWindowMs, fieldNumber: 8)
+    }
+    if self.editWindowMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.editWindowMs, fieldNumber: 9)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3806,6 +3820,8 @@ nonisolated extension Courier_V1_Limits: SwiftProtobuf.Message, SwiftProtobuf._M
     if lhs.mediaQuotaLeftBytes != rhs.mediaQuotaLeftBytes {return false}
     if lhs.uploadWindowBytes != rhs.uploadWindowBytes {return false}
     if lhs.maxChunkBytes != rhs.maxChunkBytes {return false}
+    if lhs.recallWindowMs != rhs.recallWindowMs {return false}
+    if lhs.editWindowMs != rhs.editWindowMs {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

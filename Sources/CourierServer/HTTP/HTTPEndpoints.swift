@@ -128,6 +128,8 @@ enum HTTPEndpoints {
         if sessions != nil, configuration.webSocket.enabled, configuration.web.enabled {
             var page = try WebPage.load(root: configuration.web.root)
             page.allowedOrigins = configuration.webSocket.allowedOrigins
+            page.registration = configuration.accounts.registration.rawValue
+            page.secure = configuration.tls != nil
             page.register(on: router)
         }
         if sessions != nil {

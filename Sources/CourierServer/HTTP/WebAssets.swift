@@ -160,6 +160,17 @@ textarea {
   margin-top: 0.75rem;
 }
 
+/* The invitation's label and field, laid out as the card's other fields are. */
+#invite-row {
+  display: flex;
+  flex-direction: column;
+  gap: 0.4rem;
+}
+
+#invite-row[hidden] {
+  display: none;
+}
+
 /* The two panes */
 
 .app {
@@ -384,7 +395,8 @@ mark {
 
 .chat-title {
   flex: 1;
-  min-width: 0;
+  /* Room for a short title in any script before the alert menu takes any: the menu shrinks first. */
+  min-width: min(9rem, 40%);
 }
 
 .chat-title h2 {
@@ -404,9 +416,15 @@ mark {
   white-space: nowrap;
 }
 
+.notify {
+  flex: 0 1 auto;
+  min-width: 0;
+}
+
 .notify select {
   font-size: 0.85rem;
   padding: 0.3em 0.4em;
+  max-width: 100%;
 }
 
 .back {
@@ -416,6 +434,8 @@ mark {
 .messages {
   flex: 1;
   overflow-y: auto;
+  /* Nothing in a message widens the pane: it never scrolls sideways. */
+  overflow-x: hidden;
   padding: 0.75rem;
   display: flex;
   flex-direction: column;
@@ -424,7 +444,8 @@ mark {
 
 .older,
 .start,
-.day {
+.day,
+.notice {
   align-self: center;
   font-size: 0.85rem;
   color: var(--ink-soft);
@@ -566,6 +587,14 @@ mark {
   display: block;
   max-width: min(360px, 100%);
   border-radius: 8px;
+}
+
+/* A voice note's player fits its bubble, however narrow the screen. */
+.voice {
+  display: block;
+  width: min(300px, 100%);
+  max-width: 100%;
+  min-width: 0;
 }
 
 .file {
@@ -1036,6 +1065,46 @@ function picture(sha256, attributes) {
 // browser's storage, so one written while the server cannot be reached goes out at the next welcome, once: its id
 // is chosen here, and the server answers a resend of an id it committed with the original acknowledgement.
 
+// Lines in a group's history from its membership and title events ("bob joined", "alice named the group …"), each
+// after the message it followed (by seq). Kept in the browser (the newest 100 a group), as history pages carry none.
+const noticesKey = () => `courier.notices.${session.user}`;
+const maxNotices = 100;
+
+function storedNotices() {
+  try {
+    const stored = JSON.parse(localStorage.getItem(noticesKey()) || "{}");
+    return stored && typeof stored === "object" && !Array.isArray(stored) ? stored : {};
+  } catch {
+    return {};
+  }
+}
+
+function addNotice(c, afterSeq, notice) {
+  const entry = { afterSeq, timeMs: Date.now(), ...notice };
+  c.notices = [...(c.notices ?? storedNotices()[c.key] ?? []), entry].slice(-maxNotices);
+  const all = storedNotices();
+  all[c.key] = c.notices;
+  try {
+    localStorage.setItem(noticesKey(), JSON.stringify(all));
+  } catch {
+    // Storage full: the lines stay for this visit.
+  }
+}
+
+function noticesOf(c) {
+  if (!c.notices) c.notices = Array.isArray(storedNotices()[c.key]) ? storedNotices()[c.key] : [];
+  return c.notices;
+}
+
+function noticeRow(notice) {
+  const who = notice.user === session.user ? "You" : notice.user ? displayName(notice.user) : "The administrator";
+  const text =
+    notice.kind === "joined" ? `${who} joined` :
+    notice.kind === "left" ? `${who} left` :
+    notice.title ? `${who} named the group “${notice.title}”` : `${who} took the group's title away`;
+  return h("p", { class: "notice", dir: "auto", text });
+}
+
 const outboxKey = () => `courier.outbox.${session.user}`;
 
 // Tabs of one browser share the outbox: each merges what the others stored (by id) and drops what any of them saw
@@ -1266,6 +1335,7 @@ function applyEvent(event) {
     const notice = event.membership;
     const c = conversation(`g:${notice.group}`);
     const joined = notice.change === "CHANGE_JOINED";
+    addNotice(c, num(notice.seq), { user: notice.user, kind: joined ? "joined" : "left" });
     if (joined) c.members.set(notice.user, { role: "GROUP_ROLE_MEMBER", joinedSeq: num(notice.seq) });
     else c.members.delete(notice.user);
     if (notice.user === session.user && !joined) c.left = true;
@@ -1280,7 +1350,9 @@ function applyEvent(event) {
     member.role = event.role.role ?? "GROUP_ROLE_MEMBER";
     c.members.set(event.role.user, member);
   } else if (event.title) {
-    conversation(`g:${event.title.group}`).title = event.title.title ?? "";
+    const c = conversation(`g:${event.title.group}`);
+    c.title = event.title.title ?? "";
+    addNotice(c, c.lastSeq, { user: event.title.by ?? "", kind: "title", title: c.title });
   } else if (event.notify) {
     conversation(keyOf(event.notify.conversation)).notify = event.notify.level ?? "NOTIFY_LEVEL_ALL";
   }
@@ -1659,6 +1731,9 @@ function memberNames(c) {
   return names;
 }
 
+// Whether the message pane's view is at its bottom (the user has not scrolled up from there).
+let pinnedToBottom = true;
+
 function renderMessages(toBottom) {
   const c = state.open && conversation(state.open);
   const box = $("messages");
@@ -1677,7 +1752,13 @@ function renderMessages(toBottom) {
       : h("p", { class: "start", text: "The beginning of the conversation" }),
   );
   let day = "";
+  // Membership and title lines go after the message they followed; those after the newest message, at the end.
+  const notices = c.isGroup ? noticesOf(c).filter((n) => typeof n?.afterSeq === "number") : [];
+  let next = 0;
+  const oldest = Math.min(...c.messages.keys());
+  while (next < notices.length && notices[next].afterSeq < oldest && c.more) next += 1;
   for (const seq of [...c.messages.keys()].sort((a, b) => a - b)) {
+    while (next < notices.length && notices[next].afterSeq < seq) rows.push(noticeRow(notices[next++]));
     const message = c.messages.get(seq);
     const date = new Date(num(message.timeMs)).toDateString();
     if (date !== day) {
@@ -1686,6 +1767,7 @@ function renderMessages(toBottom) {
     }
     rows.push(messageRow(c, message, names));
   }
+  while (next < notices.length) rows.push(noticeRow(notices[next++]));
   for (const entry of state.outbox.filter((e) => e.key === c.key)) {
     rows.push(
       messageRow(
@@ -1696,8 +1778,10 @@ function renderMessages(toBottom) {
     );
   }
   box.replaceChildren(...rows);
-  if (toBottom || atBottom) box.scrollTop = box.scrollHeight;
-  else box.scrollTop = box.scrollHeight - fromBottom;
+  if (toBottom || atBottom) {
+    box.scrollTop = box.scrollHeight;
+    pinnedToBottom = true;
+  } else box.scrollTop = box.scrollHeight - fromBottom;
   if (focused) box.querySelector(`[data-focus="${CSS.escape(focused)}"]`)?.focus({ preventScroll: true });
 }
 
@@ -1763,7 +1847,8 @@ function mediaElement(c, message, media) {
     }
     element = h("button", { type: "button", class: "image-link", "aria-label": `Open ${media.name || "the picture"}`, onclick: () => openViewer(sha, media.name) }, image);
   } else if (media.kind === "KIND_VOICE") {
-    element = h("audio", { controls: true, preload: "none", src: mediaURL(sha) });
+    // The metadata only (a range of the file's start): its length shows before it is played.
+    element = h("audio", { controls: true, preload: "metadata", src: mediaURL(sha), class: "voice" });
   } else if (media.kind === "KIND_VIDEO") {
     element = h("video", { controls: true, preload: "metadata", playsinline: true, src: mediaURL(sha), class: "video" });
   } else {
@@ -1961,8 +2046,10 @@ function openMenu(anchor, c, message) {
       }),
     ),
     item("Reply", () => startReply(message), { "data-action": "reply" }),
-    mine && hasText ? item("Edit", () => startEdit(message), { "data-action": "edit" }) : null,
-    mine ? item("Recall", () => recall(c, message), { "data-action": "recall" }) : null,
+    mine && hasText && within(message, session.limits?.editWindowMs) ? item("Edit", () => startEdit(message), { "data-action": "edit" }) : null,
+    mine && within(message, session.limits?.recallWindowMs)
+      ? item(`Recall${left(message, session.limits?.recallWindowMs)}`, () => recall(c, message), { "data-action": "recall" })
+      : null,
     num(message.editedMs) > 0 ? item("Earlier versions", () => showVersions(c, message), { "data-action": "versions" }) : null,
     !message.body?.media ? item("Copy text", () => navigator.clipboard?.writeText(message.body?.text ?? ""), { "data-action": "copy" }) : null,
   );
@@ -2002,6 +2089,21 @@ function startEdit(message) {
   $("draft").value = message.body?.text ?? message.body?.media?.caption ?? "";
   render();
   $("draft").focus();
+}
+
+// Whether a message of one's own is still within a window the server said (its welcome's limits; 0 or none: for
+// ever), by the message's server time; and what is left of it, said beside Recall.
+function within(message, windowMs) {
+  const window = num(windowMs);
+  if (!window || message.pending) return true;
+  return Date.now() - num(message.timeMs) < window;
+}
+
+function left(message, windowMs) {
+  const window = num(windowMs);
+  if (!window || message.pending) return "";
+  const seconds = Math.max(0, Math.ceil((num(message.timeMs) + window - Date.now()) / 1000));
+  return seconds >= 120 ? ` (${Math.ceil(seconds / 60)} min left)` : ` (${seconds} s left)`;
 }
 
 async function recall(c, message) {
@@ -2494,6 +2596,34 @@ async function search(query, before = null) {
 // ---------------------------------------------------------------------------------------------------------------
 // Logging in, signing up, the connection's state
 
+// What the server says before a login (GET /api/v1/server): who may sign up, and whether this page's origin may
+// open the gateway. Asked once; the form shows "Create an account" only where accounts are made, and the invitation
+// field only where one is needed.
+let serverInfo = null;
+async function loadServerInfo() {
+  if (serverInfo) return serverInfo;
+  try {
+    const answer = await fetch(`/api/v1/server?origin=${encodeURIComponent(location.origin)}`, { cache: "no-store" });
+    if (answer.ok) serverInfo = await answer.json();
+  } catch {
+    // The server cannot be reached: the form says so when a login fails.
+  }
+  return serverInfo;
+}
+
+async function applyServerInfo() {
+  const info = await loadServerInfo();
+  if (!info) return;
+  const invited = new URLSearchParams(location.hash.slice(1)).has("invite");
+  $("login-switch").hidden = info.registration === "closed" && !invited;
+  if (signingUp) $("invite-row").hidden = info.registration === "open" && !invited;
+  if (info.originAllowed === false) {
+    $("login-error").textContent =
+      `This page's address (${location.origin}) is not one the server lets in: start it with ` +
+      `--allow-origin ${location.origin}, or open the page at the server's own address.`;
+  }
+}
+
 function showLogin(reason = "") {
   $("app").hidden = true;
   $("login").hidden = false;
@@ -2511,12 +2641,14 @@ function showLogin(reason = "") {
   };
   $("login-error").textContent = reasons[reason] ?? "";
   $("login-user").focus();
+  applyServerInfo();
 }
 
 let signingUp = false;
 function setSignUp(on) {
   signingUp = on;
-  $("invite-row").hidden = !on;
+  const invited = new URLSearchParams(location.hash.slice(1)).has("invite");
+  $("invite-row").hidden = !on || (serverInfo?.registration === "open" && !invited);
   $("login-submit").textContent = on ? "Create the account" : "Log in";
   $("login-switch").textContent = on ? "I have an account" : "Create an account";
   $("login-password").autocomplete = on ? "new-password" : "current-password";
@@ -2544,6 +2676,12 @@ async function submitLogin(event) {
     "invite-used-up": "That invitation has been used up.",
     disconnected: "The server cannot be reached.",
   };
+  // A page under an address the server does not let in sees the gateway refused as a connection that failed.
+  if (serverInfo?.originAllowed === false) {
+    messages.disconnected =
+      `This page's address (${location.origin}) is not one the server lets in: start it with ` +
+      `--allow-origin ${location.origin}, or open the page at the server's own address.`;
+  }
   try {
     const credentials = signingUp
       ? { signUp: { user, password, invite: $("login-invite").value.trim() } }
@@ -2678,9 +2816,18 @@ function start() {
     if (!event.target.value) search("");
   });
   $("messages").addEventListener("scroll", () => {
+    const box = $("messages");
+    pinnedToBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 80;
     const c = state.open && conversation(state.open);
-    if (c && $("messages").scrollTop < 120 && c.more && c.loaded && !c.loading) older(c);
+    if (c && box.scrollTop < 120 && c.more && c.loaded && !c.loading) older(c);
   });
+  // A picture or a video that loads after the pane was scrolled grows it: a view at the bottom stays there, so the
+  // newest message is never pushed below the fold. (Load events do not bubble: caught on the way down.)
+  for (const type of ["load", "loadedmetadata"]) {
+    $("messages").addEventListener(type, () => {
+      if (pinnedToBottom) $("messages").scrollTop = $("messages").scrollHeight;
+    }, true);
+  }
   document.addEventListener("visibilitychange", () => {
     const c = state.open && conversation(state.open);
     if (c && document.visibilityState === "visible") {
@@ -3249,11 +3396,18 @@ export function fullTime(ms) {
   return new Date(ms).toLocaleString();
 }
 
+// A byte count for people, in decimal units as the command line says them (ChatText.size): 512 B, 2.4 MB, 30 MB.
 export function byteSize(bytes) {
-  const n = Number(bytes);
-  if (n < 1024) return `${n} B`;
-  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KB`;
-  return `${(n / 1024 / 1024).toFixed(1)} MB`;
+  let value = Number(bytes);
+  if (value < 1000) return `${value} B`;
+  const units = ["kB", "MB", "GB", "TB"];
+  value /= 1000;
+  let unit = 0;
+  while (value >= 999.5 && unit < units.length - 1) {
+    value /= 1000;
+    unit += 1;
+  }
+  return `${value < 10 ? value.toFixed(1) : value.toFixed(0)} ${units[unit]}`;
 }
 
 // A mention is `@name` or `＠name` after the start or a character that cannot be part of a name (the server's rule);

@@ -23,6 +23,10 @@ struct WebPage: Sendable {
     let files: [String: File]
     /// The gateway's allowed origins, whose `/web/` the policy lets scripts come from too.
     var allowedOrigins: [String] = []
+    /// Who may sign up (``ServerConfiguration/Accounts/registration``), for the login form.
+    var registration = "closed"
+    /// Whether the port speaks TLS (the page's origin is `https`).
+    var secure = false
 
     /// The policy every answer carries, for a page asked for under `host` (the request's `Host`). Scripts run only
     /// from `/web/` on that host and on each of `allowedOrigins` (the gateway's, ``ServerConfiguration/WebSocket``:
@@ -108,7 +112,34 @@ struct WebPage: Sendable {
     /// The total of every file's bytes: the page with everything it may load.
     var totalBytes: Int { self.files.values.reduce(0) { $0 + $1.body.readableBytes } }
 
+    /// What the page needs to know before it logs in, `GET /api/v1/server?origin=ORIGIN`: who may sign up
+    /// (`closed`, `invite`, `open`: the login form offers "Create an account" and the invitation field by it), and
+    /// whether a page from ORIGIN (the page's own, `location.origin`) may open the gateway, so that a page read under a
+    /// name `--allow-origin` does not list says so, and how to allow it, instead of "cannot be reached".
+    func serverInfo(_ request: Request) -> Response {
+        let origin = request.uri.queryParameters.get("origin")
+        var fields = ["\"registration\":\"\(self.registration)\""]
+        if let origin {
+            let verdict = WebSocketOrigins.check(
+                origin: origin,
+                host: request.head.authority,
+                secure: self.secure,
+                allowed: self.allowedOrigins
+            )
+            fields.append("\"originAllowed\":\(verdict == .allowed)")
+        }
+        return Response(
+            status: .ok,
+            headers: [
+                .contentType: "application/json", .cacheControl: "no-store",
+                .init("X-Content-Type-Options")!: "nosniff",
+            ],
+            body: .init(byteBuffer: ByteBuffer(string: "{" + fields.joined(separator: ",") + "}\n"))
+        )
+    }
+
     func register(on router: Router<CourierRequestContext>) {
+        router.get("/api/v1/server") { request, _ in self.serverInfo(request) }
         router.get("/") { request, _ in self.respond(to: request, name: "index.html", bodyless: false) }
         router.head("/") { request, _ in self.respond(to: request, name: "index.html", bodyless: true) }
         router.get("/web/{file}") { request, context in

@@ -432,6 +432,9 @@ extension SessionRequests {
         )
         welcome.welcome.limits.uploadWindowBytes = UInt32(clamping: media.uploadWindowBytes)
         welcome.welcome.limits.maxChunkBytes = UInt32(clamping: media.maxChunkBytes)
+        let store = self.context.store.limits
+        welcome.welcome.limits.recallWindowMs = UInt64(max(0, store.recallWindow.wholeMilliseconds))
+        welcome.welcome.limits.editWindowMs = UInt64(max(0, store.editWindow.wholeMilliseconds))
         return welcome
     }
 }
