@@ -144,7 +144,7 @@ public enum ErrorCodes {
         (mediaTooLarge, false, "a media file over the server's `max_media_bytes`: nothing is taken"),
         (
             quotaExceeded, false,
-            "the upload would put the user's stored media over its quota: nothing is stored; at login (closed), the user has `max-devices-per-user` devices already"
+            "the upload would put the user's stored media over its quota: nothing is stored; a group past `max-groups-per-maker`"
         ),
         (
             mediaMismatch, false,
