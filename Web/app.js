@@ -173,7 +173,7 @@ function storedNotices() {
 
 function addNotice(c, afterSeq, notice) {
   const entry = { afterSeq, timeMs: Date.now(), ...notice };
-  c.notices = [...(c.notices ?? storedNotices()[c.key] ?? []), entry].slice(-maxNotices);
+  c.notices = [...noticesOf(c), entry].slice(-maxNotices);
   const all = storedNotices();
   all[c.key] = c.notices;
   try {
@@ -1557,6 +1557,37 @@ async function groupDialog() {
       ? h("form", { class: "stack", onsubmit: (e) => { e.preventDefault(); manage({ add: { users: addInput.value.split(/[\s,，、]+/).filter(Boolean) } }); } }, addLabel, addInput, h("button", { type: "submit" }, "Add"))
       : null,
     h("button", { type: "button", class: "danger", onclick: () => manage({ leave: {} }, "Leave the group?") }, "Leave the group"),
+    leaveAllForm(),
+  );
+}
+
+// Leaves, in one request, every group one user put this one in: the answer to someone who fills the list with groups.
+function leaveAllForm() {
+  const [label, input] = field("Leave every group this user put you in", { name: "added-by", autocomplete: "off", spellcheck: "false" });
+  return h(
+    "form",
+    {
+      class: "stack",
+      "data-form": "leave-all",
+      onsubmit: async (event) => {
+        event.preventDefault();
+        const addedBy = input.value.trim().replace(/^[@＠]/, "");
+        if (!addedBy) return;
+        try {
+          const answer = await session.ask({ leaveGroups: { addedBy } });
+          const left = answer.groupsLeft?.groups ?? [];
+          for (const group of left) conversation(`g:${group}`).left = true;
+          toast(left.length ? `Left ${left.length} group${left.length === 1 ? "" : "s"} ${addedBy} put you in.` : `${addedBy} put you in no group.`);
+          $("dialog").close();
+          render();
+        } catch (error) {
+          showError(error);
+        }
+      },
+    },
+    label,
+    input,
+    h("button", { type: "submit", class: "danger" }, "Leave them all"),
   );
 }
 

@@ -62,25 +62,45 @@ export function byteSize(bytes) {
   return `${value < 10 ? value.toFixed(1) : value.toFixed(0)} ${units[unit]}`;
 }
 
-// A mention is `@name` or `＠name` after the start or a character that cannot be part of a name (the server's rule);
-// a link is http or https. One pass over the text, whatever its length.
+// A mention is `@name` or `＠name` (the server's rule, Mentions in CourierVocabulary): after the start or a character
+// that cannot be part of a name (a space, punctuation, any non-ASCII character: `你好@bob` mentions bob), the run of
+// ASCII letters, digits, `.`, `_` and `-` from a letter or digit; it names the run without the marks it ends with when
+// that is a member (`@bob.` is bob), else the whole run. A link is http or https. One pass over the text, whatever its
+// length.
 const tokens =
-  /(?<![\p{L}\p{N}_.\-])[@＠]([\p{L}\p{N}_.\-]+)|(?<!\w)https?:\/\/[^\s<>"]*[^\s<>".,;:!?)\]}'’”」』。，！？]/gu;
+  /(?<![A-Za-z0-9_.\-@＠])[@＠]([A-Za-z0-9][A-Za-z0-9_.\-]*)|(?<!\w)https?:\/\/[^\s<>"]*[^\s<>".,;:!?)\]}'’”」』。，！？]/gu;
+
+// The name a mention's run gives, among `names` (lowercased), or null: the run without its trailing marks first.
+function mentioned(run, names) {
+  if (run.length > 32) return null;
+  const whole = run.toLowerCase();
+  const trimmed = whole.replace(/[._-]+$/, "");
+  if (trimmed === "all") return "all";
+  if (names.has(trimmed)) return trimmed;
+  if (names.has(whole)) return whole;
+  return null;
+}
 
 // The text as nodes: links as anchors, mentions of `names` (lowercased) and of @all marked.
 export function richText(text, names = new Set()) {
   const nodes = [];
   let at = 0;
   for (const match of text.matchAll(tokens)) {
-    const name = match[1];
-    if (name !== undefined && name !== "all" && !names.has(name.toLowerCase())) continue;
+    const run = match[1];
+    let shown = match[0];
+    if (run !== undefined) {
+      const name = mentioned(run, names);
+      if (name === null) continue;
+      // The mark covers `@name`; a trailing mark that is not the name's stays text.
+      shown = match[0].slice(0, 1 + name.length);
+    }
     if (match.index > at) nodes.push(document.createTextNode(text.slice(at, match.index)));
     nodes.push(
-      name !== undefined
-        ? h("span", { class: "mention", text: match[0] })
-        : h("a", { href: match[0], target: "_blank", rel: "noopener noreferrer nofollow", text: match[0] }),
+      run !== undefined
+        ? h("span", { class: "mention", text: shown })
+        : h("a", { href: shown, target: "_blank", rel: "noopener noreferrer nofollow", text: shown }),
     );
-    at = match.index + match[0].length;
+    at = match.index + shown.length;
   }
   if (at < text.length) nodes.push(document.createTextNode(text.slice(at)));
   return nodes;
@@ -88,10 +108,9 @@ export function richText(text, names = new Set()) {
 
 // Whether `text` mentions `user` (or everyone).
 export function mentions(text, user) {
-  const wanted = user.toLowerCase();
+  const wanted = new Set([user.toLowerCase()]);
   for (const match of (text ?? "").matchAll(tokens)) {
-    const name = match[1]?.toLowerCase();
-    if (name === wanted || name === "all") return true;
+    if (match[1] !== undefined && mentioned(match[1], wanted) !== null) return true;
   }
   return false;
 }

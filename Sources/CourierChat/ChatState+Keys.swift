@@ -257,6 +257,10 @@ extension ChatState {
         case "/name":
             // Alone it shows the name; clearing it is said outright, never a slip of Enter.
             if rest.isEmpty {
+                guard self.profilesUpdated[self.me.lowercased()] != nil else {
+                    self.notice = "your profile has not come from the server yet: try /name again in a moment"
+                    return self.profilesWanted()
+                }
                 let name = self.displayNames[self.me.lowercased()]
                 self.notice =
                     name.map {

@@ -19,14 +19,16 @@ extension ChatState {
     static let maxDisplayNameColumns = 24
 
     /// Asks for the profiles of the users the chat shows (the other users of its direct conversations, the senders of
-    /// the lines it holds) that were not asked for yet (or whose asking failed), a hundred at a time.
+    /// the lines it holds, and this user, whose name `/name` shows) that were not asked for yet (or whose asking
+    /// failed), a hundred at a time.
     mutating func profilesWanted() -> [ChatAction] {
-        var wanted: Set<String> = []
+        // One's own too: `/name` shows it.
+        var wanted: Set<String> = [self.me.lowercased()]
         for thread in self.threads.values {
             if case .user(let peer) = thread.conversation { wanted.insert(peer.lowercased()) }
             for line in thread.lines { wanted.insert(line.from.lowercased()) }
         }
-        let new = wanted.subtracting(self.profilesAsked).subtracting([self.me.lowercased(), ""]).sorted()
+        let new = wanted.subtracting(self.profilesAsked).subtracting([""]).sorted()
         guard !new.isEmpty else { return [] }
         self.profilesAsked.formUnion(new)
         return stride(from: 0, to: new.count, by: Self.profilesPerRequest).map {

@@ -538,7 +538,6 @@ struct ChatState {
         }
     }
 
-    /// The thread of a conversation, made if new.
     /// The most membership and title lines a thread keeps.
     static let maxNotices = 100
 
@@ -550,6 +549,7 @@ struct ChatState {
         self[thread: conversation] = thread
     }
 
+    /// The thread of a conversation, made if new.
     subscript(thread conversation: Conversation) -> Thread {
         get { self.threads[Self.key(conversation), default: Thread(conversation: conversation)] }
         set { self.threads[Self.key(conversation)] = newValue }

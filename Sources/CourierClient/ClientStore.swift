@@ -347,7 +347,10 @@ final class ClientStore: Sendable {
             }
             for (conversation, seq) in recalls {
                 try db.execute(
-                    sql: "UPDATE messages SET recalled = 1, text = '', media = NULL WHERE conversation = ? AND seq = ?",
+                    sql: """
+                        UPDATE messages SET recalled = 1, text = '', media = NULL, reactions = NULL
+                        WHERE conversation = ? AND seq = ?
+                        """,
                     arguments: [conversation.key, seq]
                 )
             }

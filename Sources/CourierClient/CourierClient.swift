@@ -153,6 +153,8 @@ public final class CourierClient: Service, Sendable {
         var expiredToken: String?
         /// The device token, where the store does not keep it (``Configuration/storesToken`` false).
         var token: String?
+        /// Whether a token an earlier version left in the store has been forgotten.
+        var tokenPurged = false
         /// Messages taken back by ``withdraw(id:)`` before they were sent: never sent now.
         var withdrawn: Set<String> = []
         /// Outbox messages taken over from clients of the store that are gone: reported, once acknowledged, as
@@ -276,7 +278,13 @@ public final class CourierClient: Service, Sendable {
     /// memory (and none is left in the store).
     func heldToken() async throws -> String? {
         guard self.configuration.storesToken else {
-            try await self.store.setValue(nil, for: "token")
+            // A token an earlier version stored is forgotten, once.
+            if self.state.withLock({ state in
+                defer { state.tokenPurged = true }
+                return !state.tokenPurged
+            }) {
+                try await self.store.setValue(nil, for: "token")
+            }
             return self.state.withLock { $0.token }
         }
         return try await self.store.value("token")

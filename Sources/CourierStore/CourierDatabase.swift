@@ -232,7 +232,6 @@ extension CourierDatabase {
         try BlobStore(folder: folder, configuration: configuration, logger: logger)
     }
 
-    /// A password login that makes a new device.
     /// A password login that renews the device of the token a client held (`renewing`), else makes one.
     public func login(
         user name: String,
@@ -251,6 +250,7 @@ extension CourierDatabase {
         )
     }
 
+    /// A password login that makes a new device.
     public func login(
         user name: String,
         password: String,

@@ -406,8 +406,9 @@ enum PostgresSchema {
         try await connection.run(
             """
             INSERT INTO name_skeletons (skeleton, user_id)
-            SELECT skeleton, id FROM unnest(\(skeletons)::text[], \(ids)::bigint[]) WITH ORDINALITY AS u(skeleton, id, n)
-            ORDER BY n ON CONFLICT DO NOTHING
+            SELECT DISTINCT ON (skeleton) skeleton, id FROM unnest(\(skeletons)::text[], \(ids)::bigint[])
+                AS u(skeleton, id)
+            ORDER BY skeleton, id
             """,
             logger: logger
         )

@@ -86,12 +86,12 @@ extension PostgresTransaction {
 
     // MARK: Groups and members
 
-    package func insertGroup(name: String, owner: UserID, nowMs: Int64) async throws -> Int64? {
+    package func insertGroup(name: String, owner: UserID, madeBy maker: UserID?, nowMs: Int64) async throws -> Int64? {
         // Two nodes making the name at once: the unique index on lower(name) lets one in.
         try await self.connection.value(
             """
             INSERT INTO conversations (kind, name, owner_id, creator_id, created_ms)
-            VALUES (2, \(name), \(owner.rawValue), \(owner.rawValue), \(nowMs)) ON CONFLICT DO NOTHING RETURNING id
+            VALUES (2, \(name), \(owner.rawValue), \(maker?.rawValue)::bigint, \(nowMs)) ON CONFLICT DO NOTHING RETURNING id
             """,
             as: Int64.self,
             logger: self.logger

@@ -25,7 +25,7 @@ extension SQLiteTransaction {
 
     // MARK: Groups and members
 
-    package func insertGroup(name: String, owner: UserID, nowMs: Int64) async throws -> Int64? {
+    package func insertGroup(name: String, owner: UserID, madeBy maker: UserID?, nowMs: Int64) async throws -> Int64? {
         try await self.update { db in
             // The name is unique without regard to case (the column's NOCASE).
             try db.execute(
@@ -33,7 +33,7 @@ extension SQLiteTransaction {
                     INSERT INTO conversations (kind, name, owner_id, creator_id, created_ms) VALUES (2, ?, ?, ?, ?)
                     ON CONFLICT DO NOTHING
                     """,
-                arguments: [name, owner.rawValue, owner.rawValue, nowMs]
+                arguments: [name, owner.rawValue, maker?.rawValue, nowMs]
             )
             return db.changesCount == 1 ? db.lastInsertedRowID : nil
         }

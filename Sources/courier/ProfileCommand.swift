@@ -11,8 +11,9 @@ struct ProfileCommand: AsyncParsableCommand {
         discussion: """
             Without a change it prints a profile: the user name, the display name ("-" for none) and the avatar's \
             and thumbnail's ids (sha256, for `courier media get`): under a header in columns on a terminal, else \
-            tab-separated; --json prints one object. --display-name takes any script, \
-            at most 64 characters; "" removes it. --avatar takes a JPEG, PNG, WebP or GIF of at most 5 MiB, with a \
+            tab-separated; --json prints one object. --display-name takes any script, at most 64 characters, \
+            never one that reads as another user's name or a reserved one; "" removes it. --avatar takes a JPEG, \
+            PNG, WebP or GIF of at most 5 MiB, with a \
             thumbnail of at most 64 KiB: --thumbnail FILE, else one made with ffmpeg (128 pixels at most across), \
             else the avatar itself when it is that small. Everyone who sees you (your groups' members, the people \
             you write with) gets the change, offline devices when they next connect; the server takes 20 changes \

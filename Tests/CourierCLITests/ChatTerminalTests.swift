@@ -455,7 +455,9 @@ struct ChatTerminalTests {
         }
     }
 
-    @Test("/group new opens the group it made, so /group title is about it; the header shows the title beside the name")
+    @Test(
+        "/group new opens the group it made, so /group title is about it; the header shows the title beside the name; the history says who joined and what it was named; /name alone shows the name"
+    )
     func groupsInTheChat() async throws {
         try await Self.withServer(prefix: "courier-chat-groups") { _, _, address, environment, tmux in
             // Contacts: each has written to the other (only a contact can be put in one's groups).
@@ -482,6 +484,25 @@ struct ChatTerminalTests {
             _ = try await tmux.wait("alice", for: "the title in the header") { rows in
                 rows.contains { $0.hasSuffix("│ #club 周末爬山 🏔") }
             }
+            // The group's history says who joined and what it was named.
+            _ = try await tmux.wait("alice", for: "the history's lines") { rows in
+                rows.contains { $0.contains("· bob joined ·") }
+                    && rows.contains { $0.contains("named the group “周末爬山 🏔” ·") }
+            }
+            // /name alone shows the name and changes nothing; /name TEXT sets it; --clear clears it.
+            try await tmux.type("alice", "/name 爱丽丝")
+            try await tmux.press("alice", "Enter")
+            _ = try await tmux.wait("alice", for: "the name set") {
+                $0.contains { $0.contains("your display name is set") }
+            }
+            try await tmux.type("alice", "/name")
+            try await tmux.press("alice", "Enter")
+            _ = try await tmux.wait("alice", for: "the name shown") { rows in
+                rows.contains { $0.contains("your display name is 爱丽丝") }
+            }
+            try await tmux.type("alice", "/name --clear")
+            try await tmux.press("alice", "Enter")
+            _ = try await tmux.wait("alice", for: "the name cleared") { $0.contains { $0.contains("no display name") } }
             try await tmux.press("alice", "C-c")
             _ = try await tmux.wait("alice", for: "the chat's end") { $0.contains { $0.contains("EXITED 0") } }
         }

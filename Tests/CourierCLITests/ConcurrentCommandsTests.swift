@@ -43,15 +43,21 @@ struct ConcurrentCommandsTests {
             var result = try await cli.run(["login", "--as", "alice", "--password", "pw-alice"])
             #expect(result.status == 0, "\(result)")
 
-            // Two windows on alice's store, as `courier chat` opens it (the device and token the login saved).
+            // Two windows on alice's store, as `courier chat` opens it: the device the login saved, by the token in
+            // the token file (the one place a token is kept: the store holds none).
             let store = folder.appendingPathComponent("share/courier/127.0.0.1_\(cli.ports.native)/alice.sqlite")
             #expect(FileManager.default.fileExists(atPath: store.path))
+            let token = try String(
+                contentsOf: folder.appendingPathComponent("config/courier/127.0.0.1_\(cli.ports.native)/alice.token"),
+                encoding: .utf8
+            ).trimmingCharacters(in: .whitespacesAndNewlines)
             let windows = try (0..<2).map { _ in
                 var configuration = CourierClient.Configuration(
                     port: cli.ports.native,
-                    credentials: .password(user: "alice", password: "unused: the store holds a token"),
+                    credentials: .token(token),
                     storePath: store.path
                 )
+                configuration.storesToken = false
                 configuration.ephemeral = true
                 configuration.maxBackoff = .seconds(1)
                 return Window(try CourierClient(configuration: configuration))

@@ -47,10 +47,14 @@ struct ChatGroupsTests {
         #expect(Self.run("/mute none", in: &state) == [.setNotify(.group("team"), NotifyLevel.none)])
         #expect(Self.run("/unmute", in: &state) == [.setNotify(.group("team"), .all)])
         #expect(Self.run("/name 张伟 (Zhāng)", in: &state) == [.setDisplayName("张伟 (Zhāng)")])
-        // /name alone shows the name and changes nothing; clearing it is said outright.
+        // /name alone shows the name and changes nothing: before the user's own profile came, it asks for it (and
+        // does not say "none"); once it came, it says it; clearing it is said outright.
+        #expect(Self.run("/name", in: &state).contains(.loadProfiles(["alice", "bob"])))
+        #expect(state.notice?.contains("not come from the server yet") == true, "\(state.notice ?? "")")
+        state.setProfiles([ProfileInfo(user: "alice", displayName: nil)])
         #expect(Self.run("/name", in: &state).isEmpty)
         #expect(state.notice?.contains("no display name") == true, "\(state.notice ?? "")")
-        state.setProfiles([ProfileInfo(user: "alice", displayName: "爱丽丝 ✨")])
+        state.setProfiles([ProfileInfo(user: "alice", displayName: "爱丽丝 ✨", updated: Date(timeIntervalSince1970: 2))])
         #expect(Self.run("/name  ", in: &state).isEmpty)
         #expect(state.notice?.contains("爱丽丝 ✨") == true, "\(state.notice ?? "")")
         #expect(Self.run("/name --clear", in: &state) == [.setDisplayName("")])

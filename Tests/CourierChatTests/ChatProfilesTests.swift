@@ -23,7 +23,8 @@ struct ChatProfilesTests {
     @Test("each user the chat shows is asked for once; display names show beside user names, within the pane")
     func displayNames() {
         var state = Self.state()
-        #expect(state.profilesWanted() == [.loadProfiles(["bob", "carol"])])
+        // The user's own too: /name shows it.
+        #expect(state.profilesWanted() == [.loadProfiles(["alice", "bob", "carol"])])
         #expect(state.profilesWanted().isEmpty, "asked once")
         state.setProfiles([
             ProfileInfo(user: "bob", displayName: "ボブ・田中"),

@@ -11,7 +11,7 @@ import Testing
 @Suite("One user against the others", .serialized)
 struct AbuseTests {
     @Test(
-        "a stranger's typing reaches the recipient (who sees it only with the conversation open) and tells the stranger nothing; a stranger cannot add anyone to a group over the protocol"
+        "a stranger's typing reaches the recipient (who sees it only with the conversation open) and no presence comes with it; a stranger cannot add anyone to a group over the protocol"
     )
     func strangers() async throws {
         try await ServerFixture.with { fixture in

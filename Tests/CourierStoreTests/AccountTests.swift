@@ -335,11 +335,18 @@ struct AccountTests {
             }
             // A hundred logins of a client without a name, none connected: one device throughout.
             var last: DeviceSession?
-            for index in 0..<100 { last = try await login(.idle(named: "compat"), "compat", now + Int64(index)) }
+            var previous: DeviceSession?
+            for index in 0..<100 {
+                previous = last
+                last = try await login(.idle(named: "compat"), "compat", now + Int64(index))
+            }
             let devices = try await fixture.store.devices(of: "carol")
             #expect(devices.count == 1 && devices[0].name == "compat", "\(devices)")
             // Each login gave a new token; the one before it stopped working.
             _ = try await fixture.store.authenticate(token: last!.token!, nowMs: now + 200)
+            await expectCode(.authFailed) {
+                _ = try await fixture.store.authenticate(token: previous!.token!, nowMs: now + 200)
+            }
             // Named clients: each its own device, again and again.
             let phone = try await login(.named("compat/phone-1"), "compat/phone-1", now + 300)
             let phoneAgain = try await login(.named("compat/phone-1"), "compat/phone-1", now + 301)

@@ -153,8 +153,10 @@ struct GroupFloodTests {
             try await store.changeMembers(of: "g1", actor: ids["vic"]!, add: [], remove: ["vic"], nowMs: 3)
             try await store.changeMembers(of: "g1", actor: ids["spam"]!, add: [], remove: ["spam"], nowMs: 3)
             try await store.createGroup(name: "g3", owner: "spam", members: [], byOwner: true, nowMs: 4)
-            // The administrator is not held to it.
+            // The administrator is not held to it, and what it makes counts for nobody.
             try await store.createGroup(name: "g4", owner: "spam", members: ["vic"], nowMs: 5)
+            try await store.changeMembers(of: "g3", actor: ids["spam"]!, add: [], remove: ["spam"], nowMs: 6)
+            try await store.createGroup(name: "g5", owner: "spam", members: [], byOwner: true, nowMs: 7)
         }
     }
 

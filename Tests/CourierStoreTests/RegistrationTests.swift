@@ -35,6 +35,17 @@ struct RegistrationTests {
             await expectCode(.inviteInvalid) { _ = try await signUp("alice", nil) }
             await expectCode(.inviteInvalid) { _ = try await signUp("alice", "ci_forged") }
             await expectCode(.inviteInvalid) { _ = try await signUp("carol", "ci_forged") }
+            // Nor the password rules: the invitation is said first (as the server checks it, and PROTOCOL.md says).
+            await expectCode(.inviteInvalid) {
+                _ = try await store.signUp(
+                    user: "carol",
+                    password: "short",
+                    invite: "ci_forged",
+                    requiresInvite: true,
+                    deviceName: "phone",
+                    nowMs: now
+                )
+            }
 
             let li = try await signUp("li.wei", token)
             #expect(li.user.name == "li.wei" && li.device.name == "phone")

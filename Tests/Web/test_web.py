@@ -918,6 +918,13 @@ class WebChatTests(unittest.TestCase):
             "const done = arguments[0]; import('/web/text.js').then(m => done([m.byteSize(30000000), "
             "m.byteSize(999), m.byteSize(1500)]));")
         self.assertEqual(sizes, ["30 MB", "999 B", "1.5 kB"])
+        # Mentions read as the server reads them: a trailing mark is not the name's, a name ends at any non-ASCII
+        # letter, an address is no mention.
+        read = bob.driver.execute_async_script(
+            "const done = arguments[0]; import('/web/text.js').then(m => done(["
+            "m.mentions('谢谢 @bob.', 'bob'), m.mentions('你好@bob你好', 'bob'), m.mentions('mail@bob.example', 'bob'),"
+            "m.mentions('＠@bob', 'bob'), m.richText('thanks @bob.', new Set(['bob']))[1].textContent]));")
+        self.assertEqual(read, [True, True, False, False, "@bob"])
         # Recall and Edit are offered within their windows only (the welcome says them: 2 min and 48 h here).
         alice.send("recall me maybe")
         alice.open_menu("recall me maybe")

@@ -1081,7 +1081,7 @@ function storedNotices() {
 
 function addNotice(c, afterSeq, notice) {
   const entry = { afterSeq, timeMs: Date.now(), ...notice };
-  c.notices = [...(c.notices ?? storedNotices()[c.key] ?? []), entry].slice(-maxNotices);
+  c.notices = [...noticesOf(c), entry].slice(-maxNotices);
   const all = storedNotices();
   all[c.key] = c.notices;
   try {
@@ -2465,6 +2465,37 @@ async function groupDialog() {
       ? h("form", { class: "stack", onsubmit: (e) => { e.preventDefault(); manage({ add: { users: addInput.value.split(/[\s,，、]+/).filter(Boolean) } }); } }, addLabel, addInput, h("button", { type: "submit" }, "Add"))
       : null,
     h("button", { type: "button", class: "danger", onclick: () => manage({ leave: {} }, "Leave the group?") }, "Leave the group"),
+    leaveAllForm(),
+  );
+}
+
+// Leaves, in one request, every group one user put this one in: the answer to someone who fills the list with groups.
+function leaveAllForm() {
+  const [label, input] = field("Leave every group this user put you in", { name: "added-by", autocomplete: "off", spellcheck: "false" });
+  return h(
+    "form",
+    {
+      class: "stack",
+      "data-form": "leave-all",
+      onsubmit: async (event) => {
+        event.preventDefault();
+        const addedBy = input.value.trim().replace(/^[@＠]/, "");
+        if (!addedBy) return;
+        try {
+          const answer = await session.ask({ leaveGroups: { addedBy } });
+          const left = answer.groupsLeft?.groups ?? [];
+          for (const group of left) conversation(`g:${group}`).left = true;
+          toast(left.length ? `Left ${left.length} group${left.length === 1 ? "" : "s"} ${addedBy} put you in.` : `${addedBy} put you in no group.`);
+          $("dialog").close();
+          render();
+        } catch (error) {
+          showError(error);
+        }
+      },
+    },
+    label,
+    input,
+    h("button", { type: "submit", class: "danger" }, "Leave them all"),
   );
 }
 
@@ -3410,25 +3441,45 @@ export function byteSize(bytes) {
   return `${value < 10 ? value.toFixed(1) : value.toFixed(0)} ${units[unit]}`;
 }
 
-// A mention is `@name` or `＠name` after the start or a character that cannot be part of a name (the server's rule);
-// a link is http or https. One pass over the text, whatever its length.
+// A mention is `@name` or `＠name` (the server's rule, Mentions in CourierVocabulary): after the start or a character
+// that cannot be part of a name (a space, punctuation, any non-ASCII character: `你好@bob` mentions bob), the run of
+// ASCII letters, digits, `.`, `_` and `-` from a letter or digit; it names the run without the marks it ends with when
+// that is a member (`@bob.` is bob), else the whole run. A link is http or https. One pass over the text, whatever its
+// length.
 const tokens =
-  /(?<![\p{L}\p{N}_.\-])[@＠]([\p{L}\p{N}_.\-]+)|(?<!\w)https?:\/\/[^\s<>"]*[^\s<>".,;:!?)\]}'’”」』。，！？]/gu;
+  /(?<![A-Za-z0-9_.\-@＠])[@＠]([A-Za-z0-9][A-Za-z0-9_.\-]*)|(?<!\w)https?:\/\/[^\s<>"]*[^\s<>".,;:!?)\]}'’”」』。，！？]/gu;
+
+// The name a mention's run gives, among `names` (lowercased), or null: the run without its trailing marks first.
+function mentioned(run, names) {
+  if (run.length > 32) return null;
+  const whole = run.toLowerCase();
+  const trimmed = whole.replace(/[._-]+$/, "");
+  if (trimmed === "all") return "all";
+  if (names.has(trimmed)) return trimmed;
+  if (names.has(whole)) return whole;
+  return null;
+}
 
 // The text as nodes: links as anchors, mentions of `names` (lowercased) and of @all marked.
 export function richText(text, names = new Set()) {
   const nodes = [];
   let at = 0;
   for (const match of text.matchAll(tokens)) {
-    const name = match[1];
-    if (name !== undefined && name !== "all" && !names.has(name.toLowerCase())) continue;
+    const run = match[1];
+    let shown = match[0];
+    if (run !== undefined) {
+      const name = mentioned(run, names);
+      if (name === null) continue;
+      // The mark covers `@name`; a trailing mark that is not the name's stays text.
+      shown = match[0].slice(0, 1 + name.length);
+    }
     if (match.index > at) nodes.push(document.createTextNode(text.slice(at, match.index)));
     nodes.push(
-      name !== undefined
-        ? h("span", { class: "mention", text: match[0] })
-        : h("a", { href: match[0], target: "_blank", rel: "noopener noreferrer nofollow", text: match[0] }),
+      run !== undefined
+        ? h("span", { class: "mention", text: shown })
+        : h("a", { href: shown, target: "_blank", rel: "noopener noreferrer nofollow", text: shown }),
     );
-    at = match.index + match[0].length;
+    at = match.index + shown.length;
   }
   if (at < text.length) nodes.push(document.createTextNode(text.slice(at)));
   return nodes;
@@ -3436,10 +3487,9 @@ export function richText(text, names = new Set()) {
 
 // Whether `text` mentions `user` (or everyone).
 export function mentions(text, user) {
-  const wanted = user.toLowerCase();
+  const wanted = new Set([user.toLowerCase()]);
   for (const match of (text ?? "").matchAll(tokens)) {
-    const name = match[1]?.toLowerCase();
-    if (name === wanted || name === "all") return true;
+    if (match[1] !== undefined && mentioned(match[1], wanted) !== null) return true;
   }
   return false;
 }

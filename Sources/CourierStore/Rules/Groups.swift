@@ -45,7 +45,16 @@ extension StoreBackend {
                 }
             }
             // Two writers making the name at once: its uniqueness lets one in.
-            guard let group = try await transaction.insertGroup(name: name, owner: ownerUser.id, nowMs: nowMs) else {
+            // The maker, whose groups count against its cap: the owner who asked; none for the administrator's.
+            let maker = byOwner ? ownerUser.id : nil
+            guard
+                let group = try await transaction.insertGroup(
+                    name: name,
+                    owner: ownerUser.id,
+                    madeBy: maker,
+                    nowMs: nowMs
+                )
+            else {
                 throw CourierStoreError(.nameTaken, "a group named \(name) exists")
             }
             var log = LogWrites()

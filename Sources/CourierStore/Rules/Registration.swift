@@ -61,8 +61,9 @@ extension StoreBackend {
 
     /// Makes an account and its first device, as a login would: the new user's first session.
     ///
-    /// What is wrong is said in this order, each before any password is hashed: the password, the invitation (so
-    /// that someone without one learns nothing of which names exist), the name. The invitation's use is counted in
+    /// What is wrong is said in this order, each before any password is hashed: the invitation (first, so that
+    /// someone without one learns nothing else: not which names exist, not the password rules), the password, the
+    /// name. The invitation's use is counted in
     /// the account's transaction, under its row's lock: two sign-ups with the last use of one cannot both make an
     /// account.
     ///
@@ -82,9 +83,9 @@ extension StoreBackend {
         nowMs: Int64
     ) async throws -> DeviceSession {
         try StoreText.check(deviceName, what: "device name", maxBytes: self.limits.maxDeviceNameBytes)
-        try self.checkChosen(password: password)
         let inviteHash: [UInt8]? = requiresInvite ? invite.map(SessionToken.digest) : nil
         if requiresInvite { try await self.checkInvite(invite, nowMs: nowMs) }
+        try self.checkChosen(password: password)
         try Names.validateNew(userName: name)
         let (taken, confusable) = try await self.reading(doing: "check a user name") { transaction in
             (

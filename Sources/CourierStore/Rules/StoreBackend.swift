@@ -108,11 +108,10 @@ package protocol StoreTransaction: Sendable {
 
     // MARK: Groups and members
 
-    /// Adds a group, unless its name is taken (in any case).
+    /// Adds a group, unless its name is taken (in any case), made by `maker` (nil: the administrator's).
     ///
     /// - Returns: The group's conversation id, or nil when the name is taken.
-    /// The owner is recorded as the group's maker too.
-    func insertGroup(name: String, owner: UserID, nowMs: Int64) async throws -> Int64?
+    func insertGroup(name: String, owner: UserID, madeBy maker: UserID?, nowMs: Int64) async throws -> Int64?
     /// A group by name, or nil.
     func group(named name: String, locking: Bool) async throws -> GroupRow?
     /// The groups a user is a member of, by id (locked in that order when `locking`).

@@ -136,8 +136,9 @@ public struct NativeFrameDecoder: NIOSingleStepByteToMessageDecoder, Sendable {
                     CourierWireError(
                         .badPreface,
                         tls
-                            ? "the peer speaks TLS (its first byte is 0x\(String(byte, radix: 16)), a TLS record): "
-                                + "connect over TLS (the courier command's --tls)"
+                            ? "the peer speaks TLS (its first byte is 0x\(String(byte, radix: 16)), a TLS record) "
+                                + "where this side speaks Courier's framing in the clear: a client reaching a TLS "
+                                + "server connects over TLS (the courier command's --tls)"
                             : "byte \(offset) of the preface is 0x\(String(byte, radix: 16)), not "
                                 + "0x\(String(magic[offset], radix: 16)): the peer does not speak Courier's native framing"
                     )
