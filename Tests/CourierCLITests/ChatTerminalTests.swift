@@ -508,6 +508,40 @@ struct ChatTerminalTests {
         }
     }
 
+    @Test("with the token file gone, the chat asks for the password and checks it: a wrong one does not connect")
+    func chatChecksAnAskedPassword() async throws {
+        try await Self.withServer(prefix: "courier-chat-password") { folder, _, address, environment, tmux in
+            let login = try await CourierExecutable.run(
+                ["login", "--as", "alice", "--password", "pw-alice", "--server", address],
+                environment: environment
+            )
+            #expect(login.status == 0, "\(login)")
+            // Round three: the chat kept the device's token in its own store too, and connected with it whatever
+            // password was typed. The token file is the one place a token is kept now.
+            let base = address.replacingOccurrences(of: ":", with: "_")
+            try FileManager.default.removeItem(at: folder.appendingPathComponent("config/courier/\(base)/alice.token"))
+            let command =
+                "'\(CourierExecutable.url.path)' chat --as alice --with bob --server \(address); echo \"EXITED $?\"; "
+                + "sleep 600"
+            try await tmux.start("alice", columns: 100, rows: 20, environment: environment, command: command)
+            _ = try await tmux.wait("alice", for: "the password prompt") {
+                $0.contains { $0.contains("password for alice:") }
+            }
+            try await tmux.type("alice", "not alice's password")
+            try await tmux.press("alice", "Enter")
+            // Refused, and asked again; the right one connects.
+            _ = try await tmux.wait("alice", for: "the refusal") { rows in
+                rows.contains { $0.contains("wrong user name or password") }
+                    && rows.filter { $0.contains("password for alice:") }.count == 2
+            }
+            try await tmux.type("alice", "pw-alice")
+            try await tmux.press("alice", "Enter")
+            _ = try await tmux.wait("alice", for: "connected") { $0.first?.contains("· connected") == true }
+            try await tmux.press("alice", "C-c")
+            _ = try await tmux.wait("alice", for: "the chat's end") { $0.contains { $0.contains("EXITED 0") } }
+        }
+    }
+
     @Test("signup on a terminal says a password is too short as soon as it is typed, and asks for it again")
     func signupPasswordAtOnce() async throws {
         try await Self.withServer(prefix: "courier-signup") { _, _, address, environment, tmux in
