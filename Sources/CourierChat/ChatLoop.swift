@@ -422,26 +422,7 @@ public struct ChatLoop: Sendable {
         case .manageGroup(let change):
             group.addTask {
                 do {
-                    if case .members(let name) = change {
-                        let roster = try await client.groupRoster(of: name)
-                        sink.yield(.roster(name, title: roster.title, roster.members))
-                        return
-                    }
-                    if case .leaveFrom(let user) = change {
-                        let left = try await client.leaveGroups(addedBy: user)
-                        let names = left.map { "#\(ChatText.printable($0))" }.joined(separator: ", ")
-                        sink.yield(
-                            .notice(
-                                left.isEmpty
-                                    ? "\(ChatText.printable(user)) put you in no group"
-                                    : "left \(left.count) group\(left.count == 1 ? "" : "s") \(ChatText.printable(user)) put you in: \(names)"
-                            )
-                        )
-                        return
-                    }
-                    try await Self.apply(change, client: client)
-                    if case .create(let group, _) = change { sink.yield(.groupMade(group)) }
-                    sink.yield(.notice(ChatState.done(change)))
+                    for input in try await Self.manage(change, client: client) { sink.yield(input) }
                 } catch {
                     sink.yield(.notice("not done: \(Self.words(error))"))
                 }
@@ -472,22 +453,6 @@ public struct ChatLoop: Sendable {
             }
         case .send, .sendReply, .closedChanged, .bell, .redraw, .quit:
             break
-        }
-    }
-
-    /// Asks the server for a group change.
-    private static func apply(_ change: GroupChange, client: CourierClient) async throws {
-        switch change {
-        case .create(let group, let members): try await client.createGroup(group, members: members)
-        case .add(let group, let users): try await client.addMembers(users, to: group)
-        case .remove(let group, let users): try await client.removeMembers(users, from: group)
-        case .promote(let group, let users): try await client.setAdmins(users, in: group)
-        case .demote(let group, let users): try await client.setAdmins(users, in: group, admin: false)
-        case .transfer(let group, let user): try await client.transferGroup(group, to: user)
-        case .leave(let group): try await client.leaveGroup(group)
-        case .leaveFrom: break
-        case .title(let group, let title): try await client.setGroupTitle(title, of: group)
-        case .members: break
         }
     }
 
