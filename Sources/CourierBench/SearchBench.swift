@@ -10,8 +10,10 @@ import PostgresNIO
 /// `courier bench --pattern search`: the search index's cost and speed, on SQLite or on PostgreSQL.
 ///
 /// The same messages (mixed Chinese and English, drawn from a seeded generator over a vocabulary of common words) are
-/// loaded twice through the store's group commit, closed loop (each batch after the one before): once without the
-/// search index and once with it, for the index's cost in throughput and in bytes per message. Then, on the indexed
+/// loaded three times through the store's group commit, closed loop (each batch after the one before): without the
+/// search index; with it written in each message's own transaction; and with it written beside the group commit
+/// (``SearchIndexer``, as a server does), the load's time running until the last message is indexed: the index's cost
+/// in throughput and in bytes per message. Then, on the indexed
 /// store, searches of one and two Chinese characters, three or more, English words and mixed queries, each the first
 /// page (20 hits) for a user in its own conversations, timed one after another; and the peer, in the same run: a
 /// `LIKE '%…%'` scan of the same data for the same queries (fewer of them: each reads every message).
@@ -28,12 +30,30 @@ struct SearchBench {
         var seconds: Double
         var bytes: Int64
         var perSecond: Double
+        /// With the index written beside the group commit: what its queue did.
+        var indexer: SearchIndexer.Figures? = nil
+    }
+
+    /// How the load writes the index.
+    enum Index {
+        case none
+        case inCommit
+        case deferred
+
+        var name: String {
+            switch self {
+            case .none: "without the index"
+            case .inCommit: "index in the transaction"
+            case .deferred: "index beside the commit"
+            }
+        }
     }
 
     struct Result: Sendable {
         var backend: String
         var messages: Int
         var withoutIndex: Load
+        var inCommit: Load
         var withIndex: Load
         var search: [String: [Double]]
         var like: [String: [Double]]
@@ -87,24 +107,36 @@ struct SearchBench {
             configuration.maxConnections = 4
             configuration.node = "bench-search"
             // Without the index first, in a database of its own; then with it, in another.
-            let without = try await self.postgres(location, name: "plain", index: false, logger: logger)
-            let with = try await self.postgres(location, name: "index", index: true, logger: logger)
+            let without = try await self.postgres(location, name: "plain", index: .none, logger: logger)
+            let inCommit = try await self.postgres(location, name: "incommit", index: .inCommit, logger: logger)
+            let with = try await self.postgres(location, name: "index", index: .deferred, logger: logger)
             return Result(
                 backend: "postgresql",
                 messages: self.messages,
                 withoutIndex: without.load,
+                inCommit: inCommit.load,
                 withIndex: with.load,
                 search: with.search,
                 like: with.like,
                 hits: with.hits
             )
         }
-        let without = try await self.sqlite(self.folder.appendingPathComponent("plain"), index: false, logger: logger)
-        let with = try await self.sqlite(self.folder.appendingPathComponent("indexed"), index: true, logger: logger)
+        let without = try await self.sqlite(self.folder.appendingPathComponent("plain"), index: .none, logger: logger)
+        let inCommit = try await self.sqlite(
+            self.folder.appendingPathComponent("incommit"),
+            index: .inCommit,
+            logger: logger
+        )
+        let with = try await self.sqlite(
+            self.folder.appendingPathComponent("indexed"),
+            index: .deferred,
+            logger: logger
+        )
         return Result(
             backend: "sqlite",
             messages: self.messages,
             withoutIndex: without.load,
+            inCommit: inCommit.load,
             withIndex: with.load,
             search: with.search,
             like: with.like,
@@ -114,11 +146,12 @@ struct SearchBench {
 
     typealias Measured = (load: Load, search: [String: [Double]], like: [String: [Double]], hits: [String: Double])
 
-    private func sqlite(_ folder: URL, index: Bool, logger: Logger) async throws -> Measured {
+    private func sqlite(_ folder: URL, index: Index, logger: Logger) async throws -> Measured {
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         var configuration = SQLiteStore.Configuration()
         configuration.passwordHasher = BenchProvisioning.hasher
-        configuration.indexesForSearch = index
+        configuration.indexesForSearch = index != .none
+        configuration.searchIndex.deferred = index == .deferred
         configuration.backgroundCheckpoints = true
         let store = try SQLiteStore(folder: folder, configuration: configuration, logger: logger)
         defer { try? store.close() }
@@ -126,14 +159,15 @@ struct SearchBench {
         let checkpoints = Task {
             while (try? await Task.sleep(for: configuration.checkpointInterval)) != nil { try? await store.maintain() }
         }
-        let (users, seconds) = try await self.load(store, indexed: index)
+        let (users, seconds) = try await self.load(store, index: index)
         checkpoints.cancel()
         let file = folder.appendingPathComponent(SQLiteStore.databaseFileName)
         try await store.maintain()
         let bytes = try self.sqliteBytes(file)
-        let load = Load(seconds: seconds, bytes: bytes, perSecond: Double(self.messages) / seconds)
-        self.say("sqlite \(index ? "with" : "without") the index: \(Self.format(load))")
-        guard index else { return (load, [:], [:], [:]) }
+        var load = Load(seconds: seconds, bytes: bytes, perSecond: Double(self.messages) / seconds)
+        if index == .deferred { load.indexer = store.searchIndexer.figures }
+        self.say("sqlite \(index.name): \(Self.format(load))")
+        guard index == .deferred else { return (load, [:], [:], [:]) }
         let like = try DatabaseQueue(path: file.path)
         let (search, hits) = try await self.searches(store, users: users)
         let scans = try await self.likes(users: users) { user, query in
@@ -168,7 +202,7 @@ struct SearchBench {
     private func postgres(
         _ location: PostgresLocation,
         name: String,
-        index: Bool,
+        index: Index,
         logger: Logger
     ) async throws -> Measured {
         // A database of the run's own beside the one given (dropped before and after): the bench's rows never mix
@@ -193,11 +227,12 @@ struct SearchBench {
         configuration.passwordHasher = BenchProvisioning.hasher
         configuration.maxConnections = 4
         configuration.node = "bench-search"
-        configuration.indexesForSearch = index
+        configuration.indexesForSearch = index != .none
+        configuration.searchIndex.deferred = index == .deferred
         let store = PostgresStore(location: scoped, configuration: configuration, logger: logger)
         try await store.migrate()
         let measured: Measured = try await store.withRunning {
-            let (users, seconds) = try await self.load(store, indexed: index)
+            let (users, seconds) = try await self.load(store, index: index)
             try await connection.run("VACUUM ANALYZE", logger: logger)
             var bytes: Int64 = 0
             for try await size in try await connection.query(
@@ -206,9 +241,10 @@ struct SearchBench {
             ).decode(Int64.self) {
                 bytes = size
             }
-            let load = Load(seconds: seconds, bytes: bytes, perSecond: Double(self.messages) / seconds)
-            self.say("postgresql \(index ? "with" : "without") the index: \(Self.format(load))")
-            guard index else { return (load, [:], [:], [:]) }
+            var load = Load(seconds: seconds, bytes: bytes, perSecond: Double(self.messages) / seconds)
+            if index == .deferred { load.indexer = store.searchIndexer.figures }
+            self.say("postgresql \(index.name): \(Self.format(load))")
+            guard index == .deferred else { return (load, [:], [:], [:]) }
             let (search, hits) = try await self.searches(store, users: users)
             let scans = try await self.likes(users: users) { user, query in
                 let rows = try await connection.query(
@@ -233,13 +269,15 @@ struct SearchBench {
         return measured
     }
 
-    /// Users in pairs and groups of 8, and the messages, in batches through the group commit, closed loop.
+    /// Users in pairs and groups of 8, and the messages, in batches through the group commit, closed loop; with the
+    /// index written beside the commit, until the last one is indexed.
     ///
     /// - Returns: The users, and the seconds the messages took.
     private func load(
         _ store: any CourierDatabase,
-        indexed: Bool
+        index: Index
     ) async throws -> (users: [UserID], seconds: Double) {
+        let indexed = index != .none
         var added: [UserID] = []
         for index in 0..<self.users {
             added.append(try await store.addUser(name: "s\(index)", password: "pw", nowMs: 1).id)
@@ -286,6 +324,8 @@ struct SearchBench {
         }
         let clock = ContinuousClock()
         let start = clock.now
+        // The index's queue written as a server writes it, on a task beside the commits.
+        let follower = index == .deferred ? Task { await store.followSearchIndex(logger: Logger(label: "bench")) } : nil
         var sent = 0
         var lastSaid = start
         var next = try build(from: 0)
@@ -305,6 +345,10 @@ struct SearchBench {
                 lastSaid = clock.now
                 self.say("loaded \(sent) of \(self.messages)")
             }
+        }
+        if let follower {
+            store.searchIndexer.finish()
+            await follower.value
         }
         let elapsed = clock.now - start
         self.say("building the requests took \(building) of \(elapsed)")
@@ -385,17 +429,38 @@ struct SearchBench {
             "",
             "load (group commit, closed loop)   messages/s     seconds   database MB",
         ]
-        for (name, load) in [("without the index", result.withoutIndex), ("with the index", result.withIndex)] {
+        for (index, load) in [
+            (Index.none, result.withoutIndex), (.inCommit, result.inCommit), (.deferred, result.withIndex),
+        ] {
             lines.append(
-                name.padding(toLength: 34, withPad: " ", startingAt: 0)
+                index.name.padding(toLength: 34, withPad: " ", startingAt: 0)
                     + String(format: "%11.0f %11.1f %13.1f", load.perSecond, load.seconds, Double(load.bytes) / 1e6)
             )
         }
         let ratio = result.withIndex.perSecond / max(1, result.withoutIndex.perSecond)
+        let inCommitRatio = result.inCommit.perSecond / max(1, result.withoutIndex.perSecond)
         let perMessage = Double(result.withIndex.bytes - result.withoutIndex.bytes) / Double(max(1, result.messages))
         lines.append(
-            String(format: "throughput with / without: %.2f   index bytes per message: %.0f", ratio, perMessage)
+            String(
+                format: "throughput with / without: %.2f (in the transaction: %.2f)   index bytes per message: %.0f",
+                ratio,
+                inCommitRatio,
+                perMessage
+            )
         )
+        if let figures = result.withIndex.indexer {
+            lines.append(
+                String(
+                    format:
+                        "index beside the commit: %d messages in %d transactions, longest wait %.0f ms, %d over 1 s, %d swept",
+                    figures.indexed,
+                    figures.batches,
+                    Self.milliseconds(figures.maxLag),
+                    figures.lateOverOneSecond,
+                    figures.swept
+                )
+            )
+        }
         lines.append("")
         lines.append("first page (20 hits)   search p50     p99   hits/page   LIKE p50    LIKE/search (p50)")
         for (kind, _) in Self.kinds {
@@ -434,7 +499,11 @@ struct SearchBench {
             "messages": result.messages,
             "load_without_index_per_second": result.withoutIndex.perSecond,
             "load_with_index_per_second": result.withIndex.perSecond,
+            "load_index_in_transaction_per_second": result.inCommit.perSecond,
             "throughput_ratio": result.withIndex.perSecond / max(1, result.withoutIndex.perSecond),
+            "throughput_ratio_in_transaction": result.inCommit.perSecond / max(1, result.withoutIndex.perSecond),
+            "index_longest_wait_ms": Self.milliseconds(result.withIndex.indexer?.maxLag ?? .zero),
+            "index_waits_over_1s": result.withIndex.indexer?.lateOverOneSecond ?? 0,
             "index_bytes_per_message": Double(result.withIndex.bytes - result.withoutIndex.bytes)
                 / Double(max(1, result.messages)),
         ]

@@ -175,10 +175,16 @@ public protocol CourierDatabase: Sendable {
         before cursor: UInt64,
         limit: Int
     ) async throws -> SearchPage
-    /// Indexes for search up to `limit` messages stored before the index existed, the newest first.
+    /// Indexes for search up to `limit` messages left unindexed (stored before the index existed, or lost from a
+    /// ``SearchIndexer``'s queue), the newest first.
     ///
     /// - Returns: How many it indexed; 0 once none is left.
     func indexPending(limit: Int) async throws -> Int
+    /// The queue of new messages' search tokens, written beside the group commit (``SearchIndexer``).
+    var searchIndexer: SearchIndexer { get }
+    /// Writes the search index's queue as it fills until ``SearchIndexer/finish()`` (at once with an index written
+    /// in the group commit's transaction).
+    func followSearchIndex(logger: Logger) async
     func unreadCounts(for user: UserID) async throws -> [UnreadCount]
     func peers(of user: UserID) async throws -> Set<UserID>
     func contacts(of user: UserID) async throws -> Set<UserID>
@@ -296,6 +302,8 @@ extension CourierDatabase {
 public struct StoreSettings: Sendable {
     /// The limits and policies.
     public var limits: StoreLimits = .init()
+    /// How the search index is written beside the group commit.
+    public var searchIndex: SearchIndexer.Configuration = .init()
     /// The cost of password hashes written from now on.
     public var passwordHasher: PasswordHasher = .standard
     /// Threads that hash and check passwords (scrypt costs about 32 MiB and 0.1 s each), apart from the threads

@@ -66,9 +66,11 @@ extension Names {
 public enum StoreText {
     /// Whether a string has no control characters and no bidirectional controls.
     public static func isClean(_ text: String) -> Bool {
+        // The control characters (general category Cc) are exactly U+0000-001F and U+007F-009F: no table read.
         !text.unicodeScalars.contains { scalar in
-            scalar.properties.generalCategory == .control || (0x202A...0x202E).contains(scalar.value)
-                || (0x2066...0x2069).contains(scalar.value)
+            let value = scalar.value
+            return value < 0x20 || (0x7F...0x9F).contains(value) || (0x202A...0x202E).contains(value)
+                || (0x2066...0x2069).contains(value)
         }
     }
 

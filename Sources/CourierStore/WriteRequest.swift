@@ -211,6 +211,8 @@ public struct AppliedBatch: Sendable {
     /// The users the batch made peers (``CourierDatabase/peers(of:)``): a direct conversation in which one had
     /// written or read, and the other now has too. Each now sees the other's presence.
     public var introductions: [Introduction] = []
+    /// The new messages' search tokens, for the index written beside the commit (``SearchIndexer``).
+    package var searchEntries: [SearchIndexer.Entry] = []
 
     public init(
         outcomes: [WriteOutcome],

@@ -102,7 +102,9 @@ extension PostgresGroupCommit {
             )
         }
         try await self.writeEdits(connection)
-        if self.store.configuration.indexesForSearch { try await self.writeSearch(connection) }
+        if self.store.configuration.indexesForSearch {
+            try await self.writeSearch(connection, deferred: self.store.searchIndexer.isDeferred)
+        }
         let recalled = self.commit.recalledMessages
         if !recalled.isEmpty {
             try await connection.run(
@@ -132,11 +134,22 @@ extension PostgresGroupCommit {
         }
     }
 
-    /// Writes the search index's rows of new messages (the position follows the order of the batch), sets the tokens
-    /// of edited ones and drops recalled ones.
-    private func writeSearch(_ connection: PostgresConnection) async throws {
+    /// Writes the search index's rows of new messages (the position follows the order of the batch; `deferred`:
+    /// unindexed, for the ``SearchIndexer`` to index after the commit), sets the tokens of edited ones and drops
+    /// recalled ones.
+    private func writeSearch(_ connection: PostgresConnection, deferred: Bool) async throws {
         let messages = self.commit.newMessages.filter { !$0.recalled }
-        if !messages.isEmpty {
+        if !messages.isEmpty, deferred {
+            try await connection.run(
+                """
+                INSERT INTO message_search (conversation_id, seq)
+                SELECT c, s FROM unnest(\(messages.map(\.conversation))::bigint[], \(messages.map(\.seq))::bigint[])
+                    WITH ORDINALITY AS m(c, s, n)
+                ORDER BY n
+                """,
+                logger: self.logger
+            )
+        } else if !messages.isEmpty {
             try await connection.run(
                 """
                 INSERT INTO message_search (conversation_id, seq, tokens)

@@ -19,7 +19,7 @@ extension PostgresStore {
         freshRoom: (@Sendable (UserID) -> Int)?
     ) async throws -> AppliedBatch {
         guard !requests.isEmpty else { return AppliedBatch(outcomes: [], appended: [:]) }
-        return try await self.write(doing: "store \(requests.count) writes") { connection in
+        let applied = try await self.write(doing: "store \(requests.count) writes") { connection in
             var batch = PostgresGroupCommit(
                 commit: GroupCommit(nowMs: nowMs, limits: self.limits, freshRoom: freshRoom),
                 store: self
@@ -47,6 +47,10 @@ extension PostgresStore {
             try await batch.write(connection)
             return batch.commit.result(outcomes)
         }
+        if self.configuration.indexesForSearch, self.searchIndexer.isDeferred {
+            self.searchIndexer.committed(applied.searchEntries)
+        }
+        return applied
     }
 }
 

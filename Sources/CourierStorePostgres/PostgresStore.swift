@@ -68,12 +68,15 @@ public final class PostgresStore: StoreBackend, Service, CustomReflectable {
         /// Whether the group commit writes the search index (always, but for the benchmark that measures what the
         /// index costs: `courier bench --pattern search` loads the same messages without it too).
         package var indexesForSearch = true
+        /// How the search index is written beside the group commit (``SearchIndexer``).
+        public var searchIndex: SearchIndexer.Configuration = .init()
 
         public init() {}
 
         /// The settings of a node: what every store applies (``StoreSettings``), under this node's name.
         public init(serving settings: StoreSettings, node: String) {
             self.limits = settings.limits
+            self.searchIndex = settings.searchIndex
             self.passwordHasher = settings.passwordHasher
             self.passwordThreads = settings.passwordThreads
             self.maxQueuedPasswordChecks = settings.maxQueuedPasswordChecks
@@ -95,6 +98,7 @@ public final class PostgresStore: StoreBackend, Service, CustomReflectable {
         StoreDescription(kind: "postgres", location: self.location.description)
     }
     package let passwords: Passwords
+    public let searchIndexer: SearchIndexer
     /// Whether the pool runs yet, and what waits for it to.
     private let pool = Mutex<(running: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
     /// Users' names by id: names never change and users are never deleted.
@@ -125,6 +129,7 @@ public final class PostgresStore: StoreBackend, Service, CustomReflectable {
         self.migrationLockTimeout = configuration.migrationLockTimeout
         self.logger = logger
         self.configuration = configuration
+        self.searchIndexer = SearchIndexer(configuration: configuration.searchIndex, deferredByDefault: true)
         self.passwords = Passwords(
             hasher: configuration.passwordHasher,
             threads: configuration.passwordThreads,
@@ -339,6 +344,8 @@ extension PostgresStore {
     /// left a database of messages stored before it: what the tests of ``CourierDatabase/indexPending(limit:)`` start
     /// from.
     package func resetSearchIndex() async throws {
+        // As a database from before the index: nothing queued for it either.
+        self.searchIndexer.discardQueue()
         try await self.write(doing: "reset the search index") { connection in
             try await connection.run("DELETE FROM message_search", logger: self.logger)
             try await connection.run(

@@ -21,7 +21,7 @@ extension SQLiteStore {
         freshRoom: (@Sendable (UserID) -> Int)?
     ) async throws -> AppliedBatch {
         let limits = self.limits
-        return try await self.write { db in
+        let applied = try await self.write { db in
             var commit = GroupCommit(nowMs: nowMs, limits: limits, freshRoom: freshRoom)
             var outcomes: [WriteOutcome] = []
             outcomes.reserveCapacity(requests.count)
@@ -45,6 +45,10 @@ extension SQLiteStore {
             try self.write(commit, db)
             return commit.result(outcomes)
         }
+        if self.configuration.indexesForSearch, self.searchIndexer.isDeferred {
+            self.searchIndexer.committed(applied.searchEntries)
+        }
+        return applied
     }
 
     /// Reads the rows a rule asked for.
@@ -373,7 +377,9 @@ extension SQLiteStore {
         for (device, cursor) in commit.ackedCursors {
             try deviceUpdate.execute(arguments: [cursor, device.rawValue])
         }
-        if self.configuration.indexesForSearch { try SQLiteStore.writeSearch(commit, db) }
+        if self.configuration.indexesForSearch {
+            try SQLiteStore.writeSearch(commit, deferred: self.searchIndexer.isDeferred, db)
+        }
         try SQLiteStore.writeLog(commit.log, db)
     }
 }

@@ -43,6 +43,8 @@ public final class SQLiteStore: StoreBackend {
         /// Whether the group commit writes the search index (always, but for the benchmark that measures what the
         /// index costs: `courier bench --pattern search` loads the same messages without it too).
         package var indexesForSearch = true
+        /// How the search index is written beside the group commit (``SearchIndexer``).
+        public var searchIndex: SearchIndexer.Configuration = .init()
 
         public init() {}
 
@@ -53,6 +55,7 @@ public final class SQLiteStore: StoreBackend {
             self.passwordHasher = settings.passwordHasher
             self.passwordThreads = settings.passwordThreads
             self.maxQueuedPasswordChecks = settings.maxQueuedPasswordChecks
+            self.searchIndex = settings.searchIndex
             self.backgroundCheckpoints = true
         }
     }
@@ -74,6 +77,7 @@ public final class SQLiteStore: StoreBackend {
     let logger: Logger
     let names: Mutex<[UserID: String]> = Mutex([:])
     package let passwords: Passwords
+    public let searchIndexer: SearchIndexer
     /// This process's write transactions take turns: a rule's transaction spans several accesses to the writer.
     let turns = AsyncLock()
 
@@ -137,6 +141,7 @@ public final class SQLiteStore: StoreBackend {
         self.configuration = configuration
         self.path = path
         self.logger = logger
+        self.searchIndexer = SearchIndexer(configuration: configuration.searchIndex, deferredByDefault: false)
         self.passwords = Passwords(
             hasher: configuration.passwordHasher,
             threads: configuration.passwordThreads,
@@ -287,6 +292,8 @@ extension SQLiteStore {
     /// left a database of messages stored before it: what the tests of ``CourierDatabase/indexPending(limit:)`` start
     /// from.
     package func resetSearchIndex() async throws {
+        // As a database from before the index: nothing queued for it either.
+        self.searchIndexer.discardQueue()
         try await self.write { db in
             try db.execute(sql: "DELETE FROM message_search")
             try db.execute(sql: Schema.numberMessagesForSearch)

@@ -246,12 +246,19 @@ extension SQLiteStore {
         }
     }
 
-    /// Inserts the search index's rows of new messages, sets the tokens of edited ones and drops recalled ones.
-    static func writeSearch(_ commit: GroupCommit, _ db: Database) throws {
+    /// Inserts the search index's rows of new messages (`deferred`: unindexed, for the ``SearchIndexer`` to index
+    /// after the commit), sets the tokens of edited ones and drops recalled ones.
+    static func writeSearch(_ commit: GroupCommit, deferred: Bool, _ db: Database) throws {
+        if deferred {
+            let insert = try db.cachedStatement(sql: "INSERT INTO message_search (conversation_id, seq) VALUES (?, ?)")
+            for message in commit.newMessages where !message.recalled {
+                try insert.execute(arguments: [message.conversation, message.seq])
+            }
+        }
         let insert = try db.cachedStatement(
             sql: "INSERT INTO message_search (conversation_id, seq, tokens) VALUES (?, ?, ?)"
         )
-        for message in commit.newMessages where !message.recalled {
+        for message in commit.newMessages where !message.recalled && !deferred {
             let tokens = SearchIndex.tokens(
                 ofBody: message.body,
                 prepared: message.searchTokens,
@@ -283,18 +290,40 @@ extension SQLiteStore {
 extension SQLiteTransaction {
     // MARK: Search
 
-    package func pendingSearch(limit: Int) async throws -> [(doc: Int64, conversation: Int64, body: [UInt8])] {
+    package func pendingSearch(
+        limit: Int,
+        upTo: Int64
+    ) async throws -> [(doc: Int64, conversation: Int64, body: [UInt8])] {
         try await self.access { db in
             try Row.fetchAll(
                 db.cachedStatement(
                     sql: """
                         SELECT s.doc, s.conversation_id, m.body FROM message_search s
                         JOIN messages m ON m.conversation_id = s.conversation_id AND m.seq = s.seq
-                        WHERE s.tokens IS NULL ORDER BY s.doc DESC LIMIT ?
+                        WHERE s.tokens IS NULL AND s.doc <= ? ORDER BY s.doc DESC LIMIT ?
                         """
                 ),
-                arguments: [limit]
+                arguments: [upTo, limit]
             ).map { ($0["doc"], $0["conversation_id"], [UInt8]($0["body"] as Data)) }
+        }
+    }
+
+    package func highestPendingSearch() async throws -> Int64? {
+        try await self.access { db in
+            try Int64.fetchOne(
+                db.cachedStatement(sql: "SELECT max(doc) FROM message_search WHERE tokens IS NULL")
+            )
+        }
+    }
+
+    package func setSearchTokens(at documents: [(conversation: Int64, seq: Int64, tokens: [String])]) async throws {
+        try await self.update { db in
+            let update = try db.cachedStatement(
+                sql: "UPDATE message_search SET tokens = ? WHERE conversation_id = ? AND seq = ? AND tokens IS NULL"
+            )
+            for (conversation, seq, tokens) in documents {
+                try update.execute(arguments: [tokens.joined(separator: " "), conversation, seq])
+            }
         }
     }
 

@@ -51,11 +51,12 @@ struct Bench: AsyncParsableCommand {
             With --pattern search the bench measures the search index on the store itself (no server, no network): \
             it stores --stored messages (default 1,000,000; mixed Chinese and English, always the same ones) among \
             --connections users (each in two direct conversations and one group of 8) through the group commit, in \
-            batches of 2,000, closed loop, twice: without the index and with it, for the index's cost in throughput \
-            and in bytes per message. Then it times --queries first pages (20 hits) of each kind of query (one and \
+            batches of 2,000, closed loop, three times: without the index, with it written in each message's own \
+            transaction, and with it written beside the group commit as a server does (timed until the last message \
+            is indexed), for the index's cost in throughput and in bytes per message. Then it times --queries first pages (20 hits) of each kind of query (one and \
             two Chinese characters, three or more, English words, mixed), each for a random user, one at a time, \
             and a LIKE '%…%' scan of the same data for a tenth as many of the same queries, the peer. On SQLite by \
-            default (in $TMPDIR); with --database on PostgreSQL, in two databases it creates beside the one named \
+            default (in $TMPDIR); with --database on PostgreSQL, in three databases it creates beside the one named \
             and drops after (the user needs CREATEDB).
 
             With --server HOST:PORT --data FOLDER the bench loads a server started apart (under perf or valgrind, \

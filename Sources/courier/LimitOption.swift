@@ -38,6 +38,11 @@ enum LimitOption {
         ("max-history-page", { $0.limits.maxHistoryPage = try int($1) }),
         ("max-answer-bytes", { $0.limits.maxAnswerBytes = try bytes($1) }),
         ("search-index-batch", { $0.limits.searchIndexBatch = try int($1) }),
+        ("search-index-deferred", { $0.store.searchIndex.deferred = try flag($1) }),
+        ("search-index-delay", { $0.store.searchIndex.delay = try duration($1) }),
+        ("search-index-max-batch", { $0.store.searchIndex.maxBatch = try int($1) }),
+        ("search-index-max-queued", { $0.store.searchIndex.maxQueued = try count($1) }),
+        ("search-index-sweep-interval", { $0.store.searchIndex.sweepInterval = try duration($1) }),
         ("max-search-scan", { $0.store.limits.maxSearchScan = try int($1) }),
         ("max-search-page", { $0.store.limits.maxSearchPage = try int($1) }),
         ("max-failed-logins-per-user", { $0.limits.maxFailedLoginsPerUser = try int($1) }),
@@ -140,6 +145,15 @@ enum LimitOption {
     }
 
     /// A count that may be zero (to turn something off).
+    /// 1 for on, 0 for off.
+    static func flag(_ text: String) throws -> Bool {
+        switch text {
+        case "1": return true
+        case "0": return false
+        default: throw BadValue(description: "\(text) is neither 1 (on) nor 0 (off)")
+        }
+    }
+
     static func count(_ text: String) throws -> Int {
         guard let value = Int(text), value >= 0 else { throw BadValue(description: "\(text) is not 0 or more") }
         return try Self.bounded(value, text)

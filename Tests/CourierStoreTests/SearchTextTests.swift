@@ -229,4 +229,40 @@ struct SearchTextTests {
             }
         }
     }
+
+    @Test("ASCII and the common CJK blocks, read a scalar at a time, give exactly the tokens of the general way")
+    func commonTextsFastPath() {
+        var random = SeededRandom(seed: TestSeed.make(for: "search common texts"))
+        // Every kind the fast way takes: upper and lower case, digits, ASCII punctuation and controls, CR LF (one
+        // character of two scalars), ideographs, kana, Hangul syllables, at the ends of their blocks too.
+        let pool: [String] = [
+            "a", "Z", "q", "0", "9", " ", ".", "-", "_", "\r\n", "\r", "\n", "\t", "\u{0}", "\u{7F}", "~", "@",
+            "中", "文", "上", "海", "\u{4E00}", "\u{9FFF}", "ぁ", "\u{3096}", "ァ", "\u{30FA}", "가", "\u{D7A3}", "한",
+            "Hello", "WORLD", String(repeating: "x", count: 70),
+        ]
+        for _ in 0..<2_000 {
+            let text = (0..<Int.random(in: 0...30, using: &random)).map { _ in pool.randomElement(using: &random)! }
+                .joined()
+            let fast = SearchText.commonIndexTokens(text)
+            #expect(fast != nil, "\(text.debugDescription)")
+            #expect(fast == SearchText.generalIndexTokens(text), "\(text.debugDescription)")
+        }
+        // Anything else takes the general way.
+        for text in ["café", "ｱ", "👍", "e\u{301}", "ー", "々", "\u{80}", "ß", "ع"] {
+            #expect(SearchText.commonIndexTokens("abc " + text) == nil, "\(text.debugDescription)")
+        }
+    }
+
+    @Test("a clean text: no control (general category Cc) and no bidirectional control, for every scalar")
+    func cleanEveryScalar() {
+        for value in UInt32(0)...0x10FFFF {
+            guard let scalar = Unicode.Scalar(value) else { continue }
+            let expected =
+                scalar.properties.generalCategory != .control && !(0x202A...0x202E).contains(value)
+                && !(0x2066...0x2069).contains(value)
+            if StoreText.isClean(String(scalar)) != expected {
+                Issue.record("U+\(String(value, radix: 16)): isClean is \(!expected)")
+            }
+        }
+    }
 }

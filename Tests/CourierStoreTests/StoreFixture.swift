@@ -43,6 +43,7 @@ struct StoreFixture: StoreTestHelpers, Sendable {
     static func with(
         _ kind: StoreKind,
         limits: StoreLimits = StoreLimits(),
+        searchIndex: SearchIndexer.Configuration = .init(),
         _ body: @Sendable (StoreFixture) async throws -> Void
     ) async throws {
         switch kind {
@@ -50,6 +51,7 @@ struct StoreFixture: StoreTestHelpers, Sendable {
             var sqlite = SQLiteStore.Configuration()
             sqlite.passwordHasher = Self.cheapHasher
             sqlite.limits = limits
+            sqlite.searchIndex = searchIndex
             let configuration = sqlite
             try await withTemporaryDirectory(prefix: "store") { folder in
                 let store = try SQLiteStore(folder: folder, configuration: configuration, logger: Logger(label: "test"))
@@ -88,6 +90,7 @@ struct StoreFixture: StoreTestHelpers, Sendable {
             var postgres = PostgresStore.Configuration()
             postgres.passwordHasher = Self.cheapHasher
             postgres.limits = limits
+            postgres.searchIndex = searchIndex
             postgres.maxConnections = 4
             let configuration = postgres
             try await TestDatabase.with { location in

@@ -299,6 +299,9 @@ public final class CourierServer: Service, Sendable {
         // Written until every connection has gone (their last edges included), then it ends.
         async let activityWritten: Void = activity.run(hub: self.hub, store: self.store)
         defer { activity.finish() }
+        // New messages' search tokens, written beside the group commit until its last batch is in.
+        async let searchIndexed: Void = self.store.followSearchIndex(logger: self.logger)
+        defer { self.store.searchIndexer.finish() }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await self.commits.run() }
             group.addTask { await self.watchChanges() }
@@ -374,6 +377,8 @@ public final class CourierServer: Service, Sendable {
         }
         activity.finish()
         await activityWritten
+        self.store.searchIndexer.finish()
+        await searchIndexed
         try? self.store.close()
         self.logger.info("stopped")
     }

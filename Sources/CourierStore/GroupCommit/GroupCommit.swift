@@ -116,12 +116,25 @@ package struct GroupCommit: Sendable {
 
     /// The batch's result, once the driver has written it.
     package func result(_ outcomes: [WriteOutcome]) -> AppliedBatch {
-        AppliedBatch(
+        var batch = AppliedBatch(
             outcomes: outcomes,
             appended: self.log.appended,
             fresh: self.log.book.fresh,
             introductions: self.introductions
         )
+        let now = ContinuousClock.now
+        batch.searchEntries = self.newMessages.compactMap { message in
+            message.recalled
+                ? nil
+                : SearchIndexer.Entry(
+                    conversation: message.conversation,
+                    seq: message.seq,
+                    prepared: message.searchTokens,
+                    body: message.body,
+                    queued: now
+                )
+        }
+        return batch
     }
 
     /// Thrown by a rule that met a row not loaded, before it changed anything.

@@ -29,6 +29,9 @@ extension StoreBackend {
         let maxScan = max(limit, self.limits.maxSearchScan)
         let start = cursor == 0 || cursor > UInt64(Int64.max) ? Int64.max : Int64(cursor)
         guard !tokens.isEmpty else { return SearchPage(hits: [], more: false, next: 0) }
+        // Everything committed through this store before the search is in the index first: a sender finds its own
+        // sends (``SearchIndexer``).
+        await self.flushSearchIndex()
         return try await self.reading(doing: "search") { transaction in
             var conversations: [Int64]?
             if let conversation {
@@ -96,16 +99,21 @@ extension StoreBackend {
     /// characters, and a longer one is refused before any work (one character can hold a megabyte of marks).
     public static var maxSearchQueryBytes: Int { 4_096 }
 
-    /// Indexes up to `limit` messages stored before the search index existed (the migration numbered them in the
-    /// order they were sent, and left them for this), the newest first, in one transaction.
+    /// Indexes up to `limit` messages left unindexed, the newest first, in one transaction: those stored before the
+    /// search index existed (the migration numbered them in the order they were sent, and left them for this), and
+    /// those a search index queue lost (``SearchIndexer``): at `upTo` and below by their place in the index.
     ///
     /// - Returns: How many it indexed; 0 once none is left.
     public func indexPending(limit: Int) async throws -> Int {
+        try await self.indexPending(limit: limit, upTo: .max)
+    }
+
+    package func indexPending(limit: Int, upTo: Int64) async throws -> Int {
         let limit = max(1, limit)
         // Read, then tokenized outside any transaction (the writer is not held meanwhile), then written where no
         // edit or recall came first (a row still without tokens).
         let pending = try await self.reading(doing: "read messages to index for search") { transaction in
-            try await transaction.pendingSearch(limit: limit)
+            try await transaction.pendingSearch(limit: limit, upTo: upTo)
         }
         guard !pending.isEmpty else { return 0 }
         let tokens = pending.map { ($0.doc, SearchIndex.tokens(ofBody: $0.body, conversation: $0.conversation)) }
@@ -113,5 +121,12 @@ extension StoreBackend {
             try await transaction.setSearchTokens(tokens)
         }
         return pending.count
+    }
+
+    /// The highest place in the index of a row still unindexed, or nil when none is.
+    package func highestPendingSearch() async throws -> Int64? {
+        try await self.reading(doing: "look for messages left unindexed") { transaction in
+            try await transaction.highestPendingSearch()
+        }
     }
 }

@@ -216,11 +216,16 @@ package protocol StoreTransaction: Sendable {
         before: Int64,
         limit: Int
     ) async throws -> [FoundMessage]
-    /// Messages stored before the index existed and not indexed yet, the highest index position first, at most
-    /// `limit`, with their bodies.
-    func pendingSearch(limit: Int) async throws -> [(doc: Int64, conversation: Int64, body: [UInt8])]
+    /// Messages not indexed yet at index positions up to `upTo`, the highest first, at most `limit`, with their
+    /// bodies.
+    func pendingSearch(limit: Int, upTo: Int64) async throws -> [(doc: Int64, conversation: Int64, body: [UInt8])]
+    /// The highest index position of a message not indexed yet, or nil.
+    func highestPendingSearch() async throws -> Int64?
     /// Sets the tokens of index positions that have none yet.
     func setSearchTokens(_ tokens: [(doc: Int64, tokens: [String])]) async throws
+    /// Sets the tokens of messages, by place, that have none yet; skips a row another transaction holds (it is
+    /// editing or recalling the message, or indexing it too), and never waits for one.
+    func setSearchTokens(at documents: [(conversation: Int64, seq: Int64, tokens: [String])]) async throws
     /// Every conversation a user is in, the one with the newest message first.
     func memberships(of user: UserID) async throws -> [Membership]
     /// Users' names and when each was last seen: the latest disconnect of any of its devices (nil if never).

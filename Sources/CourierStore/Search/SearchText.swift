@@ -31,6 +31,58 @@ public enum SearchText {
 
     /// The tokens of a text for the index: each once, in the order first met, at most ``maxIndexTokens``.
     public static func indexTokens(_ text: String) -> [String] {
+        Self.commonIndexTokens(text) ?? Self.generalIndexTokens(text)
+    }
+
+    /// ``indexTokens(_:)`` of a text of ASCII and the common CJK blocks alone (``isCommonCJK(_:)``), the commonest
+    /// texts, read a Unicode scalar at a time; nil for any other text. The same tokens as the general way: in such a
+    /// text every scalar is a character of its own (but CR LF, two separators either way), ASCII letters are
+    /// lowered, digits and letters make words, other ASCII separates, and a CJK scalar is its own form, in NFC.
+    package static func commonIndexTokens(_ text: String) -> [String]? {
+        var tokens = OrderedTokens(limit: Self.maxIndexTokens)
+        var word: [UInt8] = []
+        var run: [Unicode.Scalar] = []
+        word.reserveCapacity(Self.maxWordCharacters)
+        func endWord() {
+            guard !word.isEmpty else { return }
+            tokens.add(String(decoding: word.prefix(Self.maxWordCharacters), as: UTF8.self))
+            word.removeAll(keepingCapacity: true)
+        }
+        func endRun() {
+            guard !run.isEmpty else { return }
+            for index in run.indices {
+                tokens.add(String(run[index]))
+                if index + 1 < run.count {
+                    var pair = String(run[index])
+                    pair.unicodeScalars.append(run[index + 1])
+                    tokens.add(pair)
+                }
+            }
+            run.removeAll(keepingCapacity: true)
+        }
+        for scalar in text.unicodeScalars {
+            let value = scalar.value
+            if value < 0x80 {
+                endRun()
+                switch value {
+                case 0x41...0x5A: word.append(UInt8(value + 0x20))
+                case 0x30...0x39, 0x61...0x7A: word.append(UInt8(value))
+                default: endWord()
+                }
+            } else if Self.isCommonCJK(value) {
+                endWord()
+                run.append(scalar)
+            } else {
+                return nil
+            }
+        }
+        endWord()
+        endRun()
+        return tokens.list
+    }
+
+    /// ``indexTokens(_:)`` of any text, a character at a time.
+    package static func generalIndexTokens(_ text: String) -> [String] {
         var tokens = OrderedTokens(limit: Self.maxIndexTokens)
         for piece in Self.pieces(of: Self.normalized(text)) {
             switch piece {
