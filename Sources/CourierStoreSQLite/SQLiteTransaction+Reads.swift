@@ -42,18 +42,18 @@ extension SQLiteTransaction {
 
     private static func logRead(_ row: Row) -> LogRead {
         let seq: Int64 = row[EventColumn.seq]
-        let message = (row[EventColumn.sender] as Int64?).map { sender in
+        let message = row.optionalInt64(EventColumn.sender).map { sender in
             MessageRead(
                 seq: seq,
                 sender: UserID(rawValue: sender),
-                senderDevice: (row[EventColumn.senderDevice] as Int64?).map(DeviceID.init(rawValue:)),
+                senderDevice: row.optionalInt64(EventColumn.senderDevice).map(DeviceID.init(rawValue:)),
                 clientID: row[EventColumn.clientID],
                 timeMs: row[EventColumn.time],
                 body: [UInt8](row[EventColumn.body] as Data),
                 recalled: row[EventColumn.recalled],
-                editedMs: row[EventColumn.editedMs],
-                replySeq: row[EventColumn.replySeq],
-                reply: (row[EventColumn.replySender] as Int64?).map { replySender in
+                editedMs: row.optionalInt64(EventColumn.editedMs),
+                replySeq: row.optionalInt64(EventColumn.replySeq),
+                reply: row.optionalInt64(EventColumn.replySender).map { replySender in
                     ReplyRead(
                         sender: UserID(rawValue: replySender),
                         clientID: row[EventColumn.replyClientID],
@@ -67,16 +67,16 @@ extension SQLiteTransaction {
             cursor: row[EventColumn.cursor],
             kind: row[EventColumn.kind],
             seq: seq,
-            actor: (row[EventColumn.actor] as Int64?).map(UserID.init(rawValue:)),
-            detail: row[EventColumn.detail],
+            actor: row.optionalInt64(EventColumn.actor).map(UserID.init(rawValue:)),
+            detail: row.optionalInt64(EventColumn.detail),
             conversation: ConversationHeader(
-                groupName: row[EventColumn.groupName],
-                userA: (row[EventColumn.userA] as Int64?).map(UserID.init(rawValue:)),
-                userB: (row[EventColumn.userB] as Int64?).map(UserID.init(rawValue:))
+                groupName: row.optionalString(EventColumn.groupName),
+                userA: row.optionalInt64(EventColumn.userA).map(UserID.init(rawValue:)),
+                userB: row.optionalInt64(EventColumn.userB).map(UserID.init(rawValue:))
             ),
             message: message,
-            key: row[EventColumn.key],
-            joinedSeq: row[EventColumn.joinedSeq]
+            key: row.optionalString(EventColumn.key),
+            joinedSeq: row.optionalInt64(EventColumn.joinedSeq)
         )
     }
 
@@ -512,5 +512,21 @@ extension SQLiteStore {
                 $0["detail"] as String
             }
         }
+    }
+}
+
+extension Row {
+    /// A column's integer, or nil for NULL. Asking GRDB for an `Int64?` decodes through the generic `Optional`
+    /// conformance, which looks its type up in the Swift runtime's metadata cache at every call: reading a page of a
+    /// user's log back spent a tenth of the server's time there. An `Int64` is read straight from the statement.
+    @inline(__always)
+    func optionalInt64(_ index: Int) -> Int64? {
+        self.hasNull(atIndex: index) ? nil : (self[index] as Int64)
+    }
+
+    /// A column's text, or nil for NULL (as ``optionalInt64(_:)``).
+    @inline(__always)
+    func optionalString(_ index: Int) -> String? {
+        self.hasNull(atIndex: index) ? nil : (self[index] as String)
     }
 }

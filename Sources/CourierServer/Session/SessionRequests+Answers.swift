@@ -76,8 +76,18 @@ extension SessionRequests {
     func envelopes(for events: [StoredEvent], handle: ConnectionHandle, caughtUp: Bool) -> [ServerEnvelope] {
         let limit = self.context.configuration.limits.maxEventsBytes
         var envelopes: [ServerEnvelope] = []
-        var current = ServerEnvelope()
+        // Gathered apart and put in an envelope once: appending through the envelope's oneof copies the list at
+        // every event (its getter hands out a copy), quadratic in a page.
+        var current: [Courier_V1_Event] = []
         var bytes = 0
+        func envelope(_ events: [Courier_V1_Event], caughtUp: Bool) -> ServerEnvelope {
+            var list = Courier_V1_Events()
+            list.events = events
+            list.caughtUp = caughtUp
+            var envelope = ServerEnvelope()
+            envelope.events = list
+            return envelope
+        }
         for event in events {
             if case .message(let message) = event.kind, handle.isOwnSend(id: message.id, from: message.fromDevice) {
                 continue
@@ -91,15 +101,14 @@ extension SessionRequests {
                 default: 256
                 }
             if bytes > 0, bytes + size > limit {
-                envelopes.append(current)
-                current = ServerEnvelope()
+                envelopes.append(envelope(current, caughtUp: false))
+                current = []
                 bytes = 0
             }
-            current.events.events.append(outgoing)
+            current.append(outgoing)
             bytes += size
         }
-        current.events.caughtUp = caughtUp
-        if !current.events.events.isEmpty || caughtUp { envelopes.append(current) }
+        if !current.isEmpty || caughtUp { envelopes.append(envelope(current, caughtUp: caughtUp)) }
         return envelopes
     }
 }
