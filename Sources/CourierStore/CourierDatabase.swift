@@ -180,6 +180,10 @@ public protocol CourierDatabase: Sendable {
     ///
     /// - Returns: How many it indexed; 0 once none is left.
     func indexPending(limit: Int) async throws -> Int
+    /// The same, for rows at `upTo` and below by their place in the index.
+    func indexPending(limit: Int, upTo: Int64) async throws -> Int
+    /// The highest place in the index of a message not indexed yet, or nil when none is.
+    func highestPendingSearch() async throws -> Int64?
     /// The queue of new messages' search tokens, written beside the group commit (``SearchIndexer``).
     var searchIndexer: SearchIndexer { get }
     /// Writes the search index's queue as it fills until ``SearchIndexer/finish()`` (at once with an index written

@@ -338,12 +338,12 @@ extension PostgresTransaction {
         ).first.flatMap { try $0.get("doc", as: Int64?.self) }
     }
 
-    package func setSearchTokens(_ tokens: [(doc: Int64, tokens: [String])]) async throws {
-        guard !tokens.isEmpty else { return }
+    package func setSearchTokens(_ tokens: [(doc: Int64, tokens: [String])]) async throws -> Int {
+        guard !tokens.isEmpty else { return 0 }
         // One statement: each row's tokens as one string, split again (a token never holds a space). A row another
         // transaction holds (an edit, a recall, another node indexing it) is skipped, never waited for: two writers
         // of the index could otherwise each wait for the other.
-        try await self.connection.run(
+        return try await self.connection.rows(
             """
             WITH t(doc, tokens) AS (SELECT * FROM unnest(\(tokens.map(\.doc))::bigint[],
                     \(tokens.map { $0.tokens.joined(separator: " ") })::text[])),
@@ -351,9 +351,10 @@ extension PostgresTransaction {
                     WHERE s.tokens IS NULL FOR UPDATE OF s SKIP LOCKED)
             UPDATE message_search SET tokens = string_to_array(free.tokens, ' ')
             FROM free WHERE message_search.doc = free.doc
+            RETURNING message_search.doc
             """,
             logger: self.logger
-        )
+        ).count
     }
 
     package func setSearchTokens(at documents: [(conversation: Int64, seq: Int64, tokens: [String])]) async throws {

@@ -327,14 +327,17 @@ extension SQLiteTransaction {
         }
     }
 
-    package func setSearchTokens(_ tokens: [(doc: Int64, tokens: [String])]) async throws {
+    package func setSearchTokens(_ tokens: [(doc: Int64, tokens: [String])]) async throws -> Int {
         try await self.update { db in
             let update = try db.cachedStatement(
                 sql: "UPDATE message_search SET tokens = ? WHERE doc = ? AND tokens IS NULL"
             )
+            var set = 0
             for (doc, tokens) in tokens {
                 try update.execute(arguments: [tokens.joined(separator: " "), doc])
+                set += db.changesCount
             }
+            return set
         }
     }
 }

@@ -42,6 +42,7 @@ enum LimitOption {
         ("search-index-delay", { $0.store.searchIndex.delay = try duration($1) }),
         ("search-index-max-batch", { $0.store.searchIndex.maxBatch = try int($1) }),
         ("search-index-max-queued", { $0.store.searchIndex.maxQueued = try count($1) }),
+        ("search-index-max-queued-bytes", { $0.store.searchIndex.maxQueuedBytes = try bytes($1) }),
         ("search-index-sweep-interval", { $0.store.searchIndex.sweepInterval = try duration($1) }),
         ("max-search-scan", { $0.store.limits.maxSearchScan = try int($1) }),
         ("max-search-page", { $0.store.limits.maxSearchPage = try int($1) }),
@@ -144,7 +145,6 @@ enum LimitOption {
         return value
     }
 
-    /// A count that may be zero (to turn something off).
     /// 1 for on, 0 for off.
     static func flag(_ text: String) throws -> Bool {
         switch text {
@@ -154,6 +154,7 @@ enum LimitOption {
         }
     }
 
+    /// A count that may be zero (to turn something off).
     static func count(_ text: String) throws -> Int {
         guard let value = Int(text), value >= 0 else { throw BadValue(description: "\(text) is not 0 or more") }
         return try Self.bounded(value, text)

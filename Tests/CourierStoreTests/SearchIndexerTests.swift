@@ -7,6 +7,7 @@ import CourierTesting
 import Foundation
 import Logging
 import PostgresNIO
+import Synchronization
 import Testing
 
 @Suite("The search index written beside the group commit: searches see their own sends, a lost queue loses nothing")
@@ -145,6 +146,30 @@ struct SearchIndexerTests {
         }
     }
 
+    @Test(
+        "the queue's memory is bounded in bytes too: a long text past it is left for the sweep",
+        arguments: StoreKind.allCases
+    )
+    func bytesBound(kind: StoreKind) async throws {
+        var index = Self.deferred
+        index.maxQueuedBytes = 4_096
+        try await StoreFixture.with(kind, searchIndex: index) { fixture in
+            let ids = try await fixture.users("alice", "bob")
+            let long = "长文本 " + String(repeating: "字", count: 2_000)
+            _ = try await fixture.store.apply(
+                Self.sends(ids["alice"]!, to: "bob", [("short", "短 short"), ("long", long)]),
+                nowMs: Self.now
+            )
+            #expect(fixture.store.searchIndexer.queued == 1)
+            #expect(fixture.store.searchIndexer.figures.dropped == 1)
+            #expect(try await Self.highestPending(fixture.store) != nil)
+            // The sweep indexes both unindexed rows (the queued one too: the queue then finds it indexed).
+            #expect(try await fixture.store.indexPending(limit: 10) == 2)
+            #expect(try await SearchTests.ids(fixture, ids["bob"]!, "长文本") == ["long"])
+            #expect(try await SearchTests.ids(fixture, ids["bob"]!, "短") == ["short"])
+        }
+    }
+
     @Test("an edit or a recall before the queue is written wins over the queued tokens", arguments: StoreKind.allCases)
     func editAndRecallWin(kind: StoreKind) async throws {
         try await StoreFixture.with(kind, searchIndex: Self.deferred) { fixture in
@@ -201,8 +226,17 @@ struct SearchIndexerTests {
                         "SELECT doc FROM message_search WHERE seq = 1 FOR UPDATE",
                         logger: TestDatabase.logger
                     )
-                    // Returns while the lock is held (it would wait for ever if it waited for the row).
-                    try await store.indexQueuedSearch()
+                    // Returns while the lock is held: waiting for the row, it would never (the test then fails at
+                    // the timeout, and the lock goes with the connection).
+                    let done = Mutex(false)
+                    let writing = Task {
+                        try await store.indexQueuedSearch()
+                        done.withLock { $0 = true }
+                    }
+                    try await waitUntil("the queue written while a row is held", timeout: .seconds(30)) {
+                        done.withLock { $0 }
+                    }
+                    try await writing.value
                     #expect(try await Self.highestPending(store) != nil)
                     try await holder.run("ROLLBACK", logger: TestDatabase.logger)
                 }
@@ -234,6 +268,55 @@ struct SearchIndexerTests {
             }
             store.searchIndexer.finish()
             await follower.value
+        }
+    }
+
+    @Test(
+        "a search writes its own conversations' entries only; the rest wait for the follower",
+        arguments: StoreKind.allCases
+    )
+    func searchFlushesItsOwnConversations(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind, searchIndex: Self.deferred) { fixture in
+            let ids = try await fixture.users("alice", "bob", "carol", "dave")
+            _ = try await fixture.store.apply(
+                Self.sends(ids["alice"]!, to: "bob", [("ab", "你好 bob")])
+                    + Self.sends(ids["carol"]!, to: "dave", [("cd", "你好 dave")]),
+                nowMs: Self.now
+            )
+            #expect(fixture.store.searchIndexer.queued == 2)
+            #expect(try await SearchTests.ids(fixture, ids["bob"]!, "你好") == ["ab"])
+            // Carol and dave's message is still queued, unindexed.
+            #expect(fixture.store.searchIndexer.queued == 1)
+            #expect(try await SearchTests.ids(fixture, ids["dave"]!, "你好") == ["cd"])
+            #expect(fixture.store.searchIndexer.queued == 0)
+        }
+    }
+
+    @Test("the database gone while finishing: the follower gives up at once, and the rows wait for the next start")
+    func followerGivesUpWhenFinishing() async throws {
+        try await withTemporaryDirectory(prefix: "indexer") { folder in
+            var configuration = SQLiteStore.Configuration()
+            configuration.passwordHasher = StoreFixture.cheapHasher
+            configuration.searchIndex = Self.deferred
+            let store = try SQLiteStore(folder: folder, configuration: configuration, logger: Logger(label: "test"))
+            let alice = try await store.addUser(name: "alice", password: "pw", nowMs: Self.now).id
+            let bob = try await store.addUser(name: "bob", password: "pw", nowMs: Self.now).id
+            _ = try await store.apply(Self.sends(alice, to: "bob", [("g", "下次启动 next start")]), nowMs: Self.now)
+            try store.close()
+            store.searchIndexer.finish()
+            let done = Mutex(false)
+            let follower = Task {
+                await store.followSearchIndex(logger: Logger(label: "test"))
+                done.withLock { $0 = true }
+            }
+            try await waitUntil("the follower gave up", timeout: .seconds(30)) { done.withLock { $0 } }
+            await follower.value
+            // Not lost: the next start indexes it.
+            let reopened = try SQLiteStore(folder: folder, configuration: configuration, logger: Logger(label: "test"))
+            defer { try? reopened.close() }
+            #expect(try await reopened.highestPendingSearch() != nil)
+            #expect(try await reopened.indexPending(limit: 10) == 1)
+            #expect(try await reopened.search(for: bob, query: "启动", in: nil, before: 0, limit: 5).hits.count == 1)
         }
     }
 

@@ -20,9 +20,23 @@ extension CourierServer {
     /// once, on a database that never lacked it). On several nodes each takes batches the others do not hold.
     func indexForSearch() async {
         var total = 0
+        // The rows unindexed at start, and no newer: on PostgreSQL new messages wait unindexed for a moment
+        // (``SearchIndexer``), and under a steady load there would always be some.
+        let upTo: Int64
+        do {
+            guard let highest = try await self.store.highestPendingSearch() else { return }
+            upTo = highest
+        } catch {
+            self.logger.warning("looking for messages to index for search failed", metadata: ["error": "\(error)"])
+            return
+        }
         while !Task.isCancelled {
             do {
-                let done = try await self.store.indexPending(limit: max(1, self.configuration.limits.searchIndexBatch))
+                let done = try await self.store.indexPending(
+                    limit: max(1, self.configuration.limits.searchIndexBatch),
+                    upTo: upTo
+                )
+                // None left, or those left held by another transaction (the follower, another node).
                 if done == 0 { break }
                 total += done
                 // The sessions' writes go first: one batch, then whatever the commit queue holds.

@@ -29,9 +29,12 @@ extension StoreBackend {
         let maxScan = max(limit, self.limits.maxSearchScan)
         let start = cursor == 0 || cursor > UInt64(Int64.max) ? Int64.max : Int64(cursor)
         guard !tokens.isEmpty else { return SearchPage(hits: [], more: false, next: 0) }
-        // Everything committed through this store before the search is in the index first: a sender finds its own
-        // sends (``SearchIndexer``).
-        await self.flushSearchIndex()
+        // Everything committed through this store in the user's conversations before the search is in the index
+        // first: a sender finds its own sends (``SearchIndexer``).
+        if self.searchIndexer.isDeferred, self.searchIndexer.queued > 0 {
+            let mine = try await self.reading(doing: "search") { try await $0.conversationIDs(of: user) }
+            await self.flushSearchIndex(for: Set(mine))
+        }
         return try await self.reading(doing: "search") { transaction in
             var conversations: [Int64]?
             if let conversation {
@@ -103,12 +106,13 @@ extension StoreBackend {
     /// search index existed (the migration numbered them in the order they were sent, and left them for this), and
     /// those a search index queue lost (``SearchIndexer``): at `upTo` and below by their place in the index.
     ///
-    /// - Returns: How many it indexed; 0 once none is left.
+    /// - Returns: How many it indexed; 0 once none is left (or those left are held by another transaction, which is
+    ///   indexing, editing or recalling them).
     public func indexPending(limit: Int) async throws -> Int {
         try await self.indexPending(limit: limit, upTo: .max)
     }
 
-    package func indexPending(limit: Int, upTo: Int64) async throws -> Int {
+    public func indexPending(limit: Int, upTo: Int64) async throws -> Int {
         let limit = max(1, limit)
         // Read, then tokenized outside any transaction (the writer is not held meanwhile), then written where no
         // edit or recall came first (a row still without tokens).
@@ -117,14 +121,13 @@ extension StoreBackend {
         }
         guard !pending.isEmpty else { return 0 }
         let tokens = pending.map { ($0.doc, SearchIndex.tokens(ofBody: $0.body, conversation: $0.conversation)) }
-        try await self.transaction(doing: "index messages for search") { transaction in
+        return try await self.transaction(doing: "index messages for search") { transaction in
             try await transaction.setSearchTokens(tokens)
         }
-        return pending.count
     }
 
     /// The highest place in the index of a row still unindexed, or nil when none is.
-    package func highestPendingSearch() async throws -> Int64? {
+    public func highestPendingSearch() async throws -> Int64? {
         try await self.reading(doing: "look for messages left unindexed") { transaction in
             try await transaction.highestPendingSearch()
         }

@@ -221,8 +221,11 @@ package protocol StoreTransaction: Sendable {
     func pendingSearch(limit: Int, upTo: Int64) async throws -> [(doc: Int64, conversation: Int64, body: [UInt8])]
     /// The highest index position of a message not indexed yet, or nil.
     func highestPendingSearch() async throws -> Int64?
-    /// Sets the tokens of index positions that have none yet.
-    func setSearchTokens(_ tokens: [(doc: Int64, tokens: [String])]) async throws
+    /// Sets the tokens of index positions that have none yet; skips a row another transaction holds, never waits
+    /// for one.
+    ///
+    /// - Returns: How many rows it set.
+    func setSearchTokens(_ tokens: [(doc: Int64, tokens: [String])]) async throws -> Int
     /// Sets the tokens of messages, by place, that have none yet; skips a row another transaction holds (it is
     /// editing or recalling the message, or indexing it too), and never waits for one.
     func setSearchTokens(at documents: [(conversation: Int64, seq: Int64, tokens: [String])]) async throws

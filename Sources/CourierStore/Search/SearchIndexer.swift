@@ -11,15 +11,21 @@ internal import Synchronization
 ///
 /// What holds:
 /// - No entry is lost to a crash: the unindexed row commits with the message, and whatever the queue held is found
-///   again by ``StoreBackend/indexPending(limit:)`` (run at start, and every ``Configuration-swift.struct/sweepInterval``
-///   for rows left unindexed that long: a node that died with its queue).
-/// - A search sees every message committed through this store before it began: it writes the queue first
-///   (``StoreBackend/indexQueuedSearch()``), so a sender finds its own sends at once. Sends committed by another node
-///   are found once that node has written its queue (``Configuration-swift.struct/delay`` later, under load).
+///   again by ``StoreBackend/indexPending(limit:upTo:)``: by the server's backfill at start, and by the follower every
+///   ``Configuration-swift.struct/sweepInterval`` for rows unindexed at two looks in a row (a node that died with its
+///   queue).
+/// - A search sees every message committed through this store in the searcher's conversations before it began: it
+///   writes those entries of the queue first (``StoreBackend/flushSearchIndex(for:)``), at most one batch of the
+///   follower's after, so a sender finds its own sends at once. Sends committed by another node are found once that
+///   node has written its queue (``Configuration-swift.struct/delay`` later, under load). A row another transaction
+///   is sweeping at that moment is skipped, not waited for, and found once that one commits.
 /// - An edit or a recall in the meantime wins: the queue writes tokens only to a row that has none
 ///   (an edit writes its tokens in its own transaction, a recall deletes the row).
-/// - Memory is bounded: past ``Configuration-swift.struct/maxQueued`` entries the queue keeps no more, and the
-///   rows it dropped are swept from the database (``StoreBackend/indexPending(limit:)``).
+/// - Memory is bounded: past ``Configuration-swift.struct/maxQueued`` entries or
+///   ``Configuration-swift.struct/maxQueuedBytes`` the queue keeps no more, and the rows it dropped are swept from the
+///   database at once.
+/// - A database that fails: the follower retries with a growing pause (up to 5 s); once finished it gives up at the
+///   first failure (the rows wait in the database for the next start).
 public final class SearchIndexer: Sendable {
     /// Settings of the index's writing; every store takes them (``StoreSettings/searchIndex``).
     public struct Configuration: Sendable, Hashable {
@@ -29,15 +35,19 @@ public final class SearchIndexer: Sendable {
         /// the transaction, its one writer does the same FTS5 work either way and a second transaction only adds to
         /// it.
         public var deferred: Bool? = nil
-        /// How long the first entry queued waits for others before the queue is written: one transaction (and on
-        /// SQLite one FTS5 segment) for all that came meanwhile.
+        /// How long the first entry queued waits for others before the queue is written: one transaction for all
+        /// that came meanwhile.
         public var delay: Duration = .milliseconds(50)
-        /// The most entries written in one transaction.
-        public var maxBatch: Int = 8_192
+        /// The most entries written in one transaction (a search waits for at most one such, and so does an edit of
+        /// a message in it, on PostgreSQL: the transaction holds the rows it writes).
+        public var maxBatch: Int = 2_048
         /// The most entries queued in memory; the rows of those past it are left for the sweep.
         public var maxQueued: Int = 65_536
-        /// How often rows left unindexed are looked for (``StoreBackend/indexPending(limit:)``): rows unindexed at
-        /// one look and still at the next (a queue lost with its process, on another node) are indexed then.
+        /// The most bytes of tokens and bodies queued in memory; the rows of those past it are left for the sweep.
+        public var maxQueuedBytes: Int = 64 << 20
+        /// How often rows left unindexed are looked for (``StoreBackend/indexPending(limit:upTo:)``): rows
+        /// unindexed at one look and still at the next (a queue lost with its process, on another node) are indexed
+        /// then.
         public var sweepInterval: Duration = .seconds(30)
 
         public init() {}
@@ -49,7 +59,7 @@ public final class SearchIndexer: Sendable {
         package var seq: Int64
         /// Its text's tokens, when the request came with them (``WriteRequest/Send/prepareSearch()``).
         package var prepared: [String]?
-        /// Its body, for the tokens when none were prepared.
+        /// Its body, for the tokens when none were prepared (empty when they were).
         package var body: [UInt8]
         /// When it was queued (``ContinuousClock``), for the lag.
         package var queued: ContinuousClock.Instant
@@ -64,7 +74,7 @@ public final class SearchIndexer: Sendable {
             self.conversation = conversation
             self.seq = seq
             self.prepared = prepared
-            self.body = body
+            self.body = prepared == nil ? body : []
             self.queued = queued
         }
 
@@ -72,11 +82,16 @@ public final class SearchIndexer: Sendable {
         package var tokens: [String] {
             SearchIndex.tokens(ofBody: self.body, prepared: self.prepared, conversation: self.conversation)
         }
+
+        /// What it holds in memory, roughly.
+        var bytes: Int {
+            64 + self.body.count + (self.prepared?.reduce(0) { $0 + $1.utf8.count + 16 } ?? 0)
+        }
     }
 
     /// What the queue has done, for metrics and the benchmark.
     public struct Figures: Sendable, Hashable {
-        /// Entries written.
+        /// Entries written (their rows indexed, or found indexed, edited or recalled already).
         public var indexed = 0
         /// Transactions that wrote them.
         public var batches = 0
@@ -92,11 +107,32 @@ public final class SearchIndexer: Sendable {
 
     private struct State {
         var queue: [Entry] = []
+        var bytes = 0
         var waiter: CheckedContinuation<Void, Never>?
         var finished = false
         /// Entries dropped since the last sweep: the next sweep runs at once.
         var overflowed = false
         var figures = Figures()
+
+        mutating func admit(_ entries: some Collection<Entry>, limits: Configuration, atFront: Bool) {
+            var kept: [Entry] = []
+            for entry in entries {
+                guard self.queue.count + kept.count < limits.maxQueued,
+                    self.bytes + entry.bytes <= limits.maxQueuedBytes
+                else {
+                    self.figures.dropped += 1
+                    self.overflowed = true
+                    continue
+                }
+                self.bytes += entry.bytes
+                kept.append(entry)
+            }
+            if atFront { self.queue.insert(contentsOf: kept, at: 0) } else { self.queue.append(contentsOf: kept) }
+        }
+
+        mutating func removed(_ entries: some Collection<Entry>) {
+            self.bytes -= entries.reduce(0) { $0 + $1.bytes }
+        }
     }
 
     package let configuration: Configuration
@@ -104,7 +140,7 @@ public final class SearchIndexer: Sendable {
     /// database's choice).
     public let isDeferred: Bool
     private let state = Mutex(State())
-    /// One writer of the queue at a time: a search's flush waits for a write in flight to end.
+    /// One writer of the queue at a time: a search's flush waits for a write in flight to end (one batch).
     package let writing = AsyncLock()
 
     /// - Parameter deferredByDefault: The database's choice when the configuration makes none.
@@ -113,16 +149,11 @@ public final class SearchIndexer: Sendable {
         self.isDeferred = configuration.deferred ?? deferredByDefault
     }
 
-    /// Queues the new messages of a committed group commit; wakes ``StoreBackend/followSearchIndex()``.
+    /// Queues the new messages of a committed group commit; wakes ``StoreBackend/followSearchIndex(logger:)``.
     package func committed(_ entries: [Entry]) {
         guard !entries.isEmpty else { return }
         let waiter = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
-            let room = max(0, self.configuration.maxQueued - state.queue.count)
-            if room < entries.count {
-                state.figures.dropped += entries.count - room
-                state.overflowed = true
-            }
-            state.queue.append(contentsOf: entries.prefix(room))
+            state.admit(entries, limits: self.configuration, atFront: false)
             defer { state.waiter = nil }
             return state.waiter
         }
@@ -133,21 +164,37 @@ public final class SearchIndexer: Sendable {
     package func take() -> [Entry] {
         self.state.withLock { state in
             let count = min(state.queue.count, max(1, self.configuration.maxBatch))
-            defer { state.queue.removeFirst(count) }
-            return Array(state.queue.prefix(count))
+            let taken = Array(state.queue.prefix(count))
+            state.queue.removeFirst(count)
+            state.removed(taken)
+            return taken
+        }
+    }
+
+    /// Takes every queued entry of these conversations (nil: every entry).
+    package func take(in conversations: Set<Int64>?) -> [Entry] {
+        self.state.withLock { state in
+            guard let conversations else {
+                defer {
+                    state.queue = []
+                    state.bytes = 0
+                }
+                return state.queue
+            }
+            var taken: [Entry] = []
+            state.queue.removeAll { entry in
+                guard conversations.contains(entry.conversation) else { return false }
+                taken.append(entry)
+                return true
+            }
+            state.removed(taken)
+            return taken
         }
     }
 
     /// Puts entries whose write failed back in front (as room allows; the sweep finds the rest).
     package func requeue(_ entries: [Entry]) {
-        self.state.withLock { state in
-            let room = max(0, self.configuration.maxQueued - state.queue.count)
-            if room < entries.count {
-                state.figures.dropped += entries.count - room
-                state.overflowed = true
-            }
-            state.queue.insert(contentsOf: entries.prefix(room), at: 0)
-        }
+        self.state.withLock { $0.admit(entries, limits: self.configuration, atFront: true) }
     }
 
     /// Records a written batch.
@@ -178,7 +225,10 @@ public final class SearchIndexer: Sendable {
     @discardableResult
     package func discardQueue() -> Int {
         self.state.withLock { state in
-            defer { state.queue = [] }
+            defer {
+                state.queue = []
+                state.bytes = 0
+            }
             return state.queue.count
         }
     }
@@ -191,9 +241,9 @@ public final class SearchIndexer: Sendable {
         }
     }
 
-    /// Waits until entries are queued, ``finish()`` is called, or `timeout` passes.
+    /// Waits until entries are queued, ``finish()`` is called, the task is cancelled, or `timeout` passes.
     ///
-    /// - Returns: false once finished with nothing queued.
+    /// - Returns: false once finished (or cancelled) with nothing queued.
     package func waitForEntries(timeout: Duration) async -> Bool {
         let ready = self.state.withLock { state -> Bool? in
             if !state.queue.isEmpty { return true }
@@ -201,7 +251,7 @@ public final class SearchIndexer: Sendable {
         }
         if let ready { return ready }
         if Task.isCancelled { return false }
-        // A timer wakes the wait for the sweep; an entry or finish() wakes it sooner.
+        // A timer wakes the wait for the sweep; an entry, finish() or cancellation wakes it sooner.
         let timer = Task {
             // Cancelled (the wait ended sooner): it wakes nobody.
             guard (try? await Task.sleep(for: timeout)) != nil else { return }
@@ -220,6 +270,8 @@ public final class SearchIndexer: Sendable {
                 case .none: waiter.resume()
                 case .some(let earlier): earlier?.resume()
                 }
+                // Cancelled before the waiter was in place: the handler found nobody to wake.
+                if Task.isCancelled { self.wake() }
             }
         } onCancel: {
             self.wake()
@@ -236,7 +288,7 @@ public final class SearchIndexer: Sendable {
         waiter?.resume()
     }
 
-    /// Ends ``StoreBackend/followSearchIndex()`` once the queue is written.
+    /// Ends ``StoreBackend/followSearchIndex(logger:)`` once the queue is written.
     public func finish() {
         self.state.withLock { $0.finished = true }
         self.wake()
@@ -246,38 +298,53 @@ public final class SearchIndexer: Sendable {
 }
 
 extension StoreBackend {
-    /// Writes the queued tokens (``SearchIndexer``), a batch per transaction, until the queue is empty.
+    /// Writes entries in transactions of at most a batch each.
+    ///
+    /// - Throws: `storage-failed` when a transaction failed (the entries not written are queued again).
+    private func writeSearchEntries(_ entries: [SearchIndexer.Entry]) async throws {
+        let indexer = self.searchIndexer
+        var start = 0
+        while start < entries.count {
+            let batch = Array(entries[start..<min(entries.count, start + max(1, indexer.configuration.maxBatch))])
+            // Tokens not prepared are worked out here, outside the transaction.
+            let documents = batch.map { ($0.conversation, $0.seq, $0.tokens) }
+            do {
+                try await self.transaction(doing: "index messages for search") { transaction in
+                    try await transaction.setSearchTokens(at: documents)
+                }
+            } catch {
+                indexer.requeue(Array(entries[start...]))
+                throw error
+            }
+            indexer.wrote(batch, at: .now)
+            start += batch.count
+        }
+    }
+
+    /// Writes the queue, a batch per transaction, until it is empty; a search may come between two batches.
     ///
     /// - Throws: `storage-failed` when a transaction failed (its entries are queued again).
     package func indexQueuedSearch() async throws {
         let indexer = self.searchIndexer
-        try await indexer.writing.withLock {
-            while true {
-                let entries = indexer.take()
-                if entries.isEmpty { return }
-                // Tokens not prepared are worked out here, outside the transaction.
-                let documents = entries.map { ($0.conversation, $0.seq, $0.tokens) }
-                do {
-                    try await self.transaction(doing: "index messages for search") { transaction in
-                        try await transaction.setSearchTokens(at: documents)
-                    }
-                } catch {
-                    indexer.requeue(entries)
-                    throw error
-                }
-                indexer.wrote(entries, at: .now)
+        while indexer.queued > 0 {
+            try await indexer.writing.withLock {
+                try await self.writeSearchEntries(indexer.take())
             }
         }
     }
 
-    /// Writes the queue now, for a search to see everything committed before it (a failure is left to the search's
-    /// own reads to report).
-    package func flushSearchIndex() async {
-        guard self.searchIndexer.isDeferred else { return }
-        try? await self.indexQueuedSearch()
+    /// Writes the queued entries of these conversations now (nil: all), for a search to see everything committed in
+    /// them before it (a failure is left to the search's own reads to report).
+    package func flushSearchIndex(for conversations: Set<Int64>?) async {
+        let indexer = self.searchIndexer
+        guard indexer.isDeferred, indexer.queued > 0 else { return }
+        try? await indexer.writing.withLock {
+            try await self.writeSearchEntries(indexer.take(in: conversations))
+        }
     }
 
-    /// Indexes rows left unindexed: those at `upTo` and below (by their place in the index), a batch at a time.
+    /// Indexes rows left unindexed at `upTo` and below (by their place in the index), a batch at a time, until a
+    /// batch indexes none (none left, or those left held by another transaction).
     ///
     /// - Returns: How many it indexed.
     package func sweepSearchIndex(upTo: Int64) async throws -> Int {
@@ -301,6 +368,7 @@ extension StoreBackend {
         var nextSweep = clock.now + configuration.sweepInterval
         // The highest unindexed row seen at the last look: still unindexed at the next, it was left behind.
         var seenPending: Int64? = nil
+        var failures = 0
         while true {
             let more = await indexer.waitForEntries(timeout: max(.milliseconds(1), nextSweep - clock.now))
             if more, indexer.queued > 0 {
@@ -310,10 +378,14 @@ extension StoreBackend {
                 }
                 do {
                     try await self.indexQueuedSearch()
+                    failures = 0
                 } catch {
                     logger.warning("indexing messages for search failed", metadata: ["error": "\(error)"])
-                    // Cancelled, it stops: the rows stay unindexed in the database, for the next start's sweep.
-                    guard (try? await Task.sleep(for: configuration.delay)) != nil else { return }
+                    // Finished or cancelled, it stops: the rows stay unindexed in the database, for the next start.
+                    if indexer.isFinished || Task.isCancelled { return }
+                    failures += 1
+                    let pause = min(configuration.delay * (1 << min(failures, 10)), .seconds(5))
+                    guard (try? await Task.sleep(for: pause)) != nil else { return }
                 }
             }
             if !more { return }
@@ -321,13 +393,12 @@ extension StoreBackend {
             if overflowed || clock.now >= nextSweep {
                 nextSweep = clock.now + configuration.sweepInterval
                 do {
-                    // Rows the queue dropped are the newest: all are swept then.
-                    if let seen = overflowed ? Int64.max : seenPending {
-                        _ = try await self.sweepSearchIndex(upTo: seen)
-                    }
-                    seenPending = try await self.highestPendingSearch()
+                    let highest = try await self.highestPendingSearch()
+                    // Rows the queue dropped are the newest: all unindexed now are swept then.
+                    if let seen = overflowed ? highest : seenPending { _ = try await self.sweepSearchIndex(upTo: seen) }
+                    seenPending = overflowed ? nil : highest
                 } catch {
-                    logger.warning("indexing messages for search failed", metadata: ["error": "\(error)"])
+                    logger.warning("sweeping unindexed messages for search failed", metadata: ["error": "\(error)"])
                 }
             }
         }
