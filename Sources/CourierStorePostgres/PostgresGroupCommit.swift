@@ -19,6 +19,7 @@ extension PostgresStore {
         freshRoom: (@Sendable (UserID) -> Int)?
     ) async throws -> AppliedBatch {
         guard !requests.isEmpty else { return AppliedBatch(outcomes: [], appended: [:]) }
+        let queuesSearch = self.configuration.indexesForSearch && self.searchIndexer.isDeferred
         let applied = try await self.write(doing: "store \(requests.count) writes") { connection in
             var batch = PostgresGroupCommit(
                 commit: GroupCommit(nowMs: nowMs, limits: self.limits, freshRoom: freshRoom),
@@ -45,11 +46,9 @@ extension PostgresStore {
                 }
             }
             try await batch.write(connection)
-            return batch.commit.result(outcomes)
+            return batch.commit.result(outcomes, queuesSearch: queuesSearch)
         }
-        if self.configuration.indexesForSearch, self.searchIndexer.isDeferred {
-            self.searchIndexer.committed(applied.searchEntries)
-        }
+        if queuesSearch { self.searchIndexer.committed(applied.searchEntries) }
         return applied
     }
 }

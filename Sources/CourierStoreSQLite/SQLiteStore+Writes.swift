@@ -21,6 +21,7 @@ extension SQLiteStore {
         freshRoom: (@Sendable (UserID) -> Int)?
     ) async throws -> AppliedBatch {
         let limits = self.limits
+        let queuesSearch = self.configuration.indexesForSearch && self.searchIndexer.isDeferred
         let applied = try await self.write { db in
             var commit = GroupCommit(nowMs: nowMs, limits: limits, freshRoom: freshRoom)
             var outcomes: [WriteOutcome] = []
@@ -43,11 +44,9 @@ extension SQLiteStore {
                 }
             }
             try self.write(commit, db)
-            return commit.result(outcomes)
+            return commit.result(outcomes, queuesSearch: queuesSearch)
         }
-        if self.configuration.indexesForSearch, self.searchIndexer.isDeferred {
-            self.searchIndexer.committed(applied.searchEntries)
-        }
+        if queuesSearch { self.searchIndexer.committed(applied.searchEntries) }
         return applied
     }
 

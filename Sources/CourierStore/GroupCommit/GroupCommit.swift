@@ -115,13 +115,16 @@ package struct GroupCommit: Sendable {
     }
 
     /// The batch's result, once the driver has written it.
-    package func result(_ outcomes: [WriteOutcome]) -> AppliedBatch {
+    /// - Parameter queuesSearch: Whether the new messages' search tokens go to a ``SearchIndexer`` (they are kept in
+    ///   ``AppliedBatch/searchEntries``).
+    package func result(_ outcomes: [WriteOutcome], queuesSearch: Bool = false) -> AppliedBatch {
         var batch = AppliedBatch(
             outcomes: outcomes,
             appended: self.log.appended,
             fresh: self.log.book.fresh,
             introductions: self.introductions
         )
+        guard queuesSearch else { return batch }
         let now = ContinuousClock.now
         batch.searchEntries = self.newMessages.compactMap { message in
             message.recalled
