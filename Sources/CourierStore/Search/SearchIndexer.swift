@@ -5,9 +5,10 @@ internal import Synchronization
 ///
 /// A group commit stores each new message's row of the index unindexed (its tokens NULL), in the message's own
 /// transaction, and hands the message's tokens to this queue; ``StoreBackend/indexQueuedSearch()`` writes the queue's
-/// tokens a moment later in one transaction of their own. On SQLite that takes FTS5's insert (its postings flushed
-/// as a segment at every commit, and the merges of those segments: half the single writer's time per message) off
-/// the path every message takes, and makes it one segment for hundreds of messages instead of one per group commit.
+/// tokens a moment later in one transaction of their own. On PostgreSQL, where writers run side by side, that takes
+/// the GIN index's insertions out of the group commit's transaction (the default there); SQLite's one writer would do
+/// the same FTS5 work in a second transaction, so it indexes in the message's own
+/// (``Configuration-swift.struct/deferred``; docs/BENCHMARKS.md, issue 43, has both measured).
 ///
 /// What holds:
 /// - No entry is lost to a crash: the unindexed row commits with the message, and whatever the queue held is found
