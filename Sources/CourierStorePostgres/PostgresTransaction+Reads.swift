@@ -317,61 +317,6 @@ extension PostgresTransaction {
     /// The newest rows of a conversation a search checks one by one before it turns to the GIN index for the rest.
     static let searchWindow = 1_000
 
-    package func pendingSearch(
-        limit: Int,
-        upTo: Int64
-    ) async throws -> [(doc: Int64, conversation: Int64, body: [UInt8])] {
-        try await self.connection.rows(
-            """
-            SELECT s.doc, s.conversation_id, m.body FROM message_search s
-            JOIN messages m ON m.conversation_id = s.conversation_id AND m.seq = s.seq
-            WHERE s.tokens IS NULL AND s.doc <= \(upTo) ORDER BY s.doc DESC LIMIT \(Int64(limit))
-            """,
-            logger: self.logger
-        ).map { (try $0.get("doc"), try $0.get("conversation_id"), try $0.bytes("body")) }
-    }
-
-    package func highestPendingSearch() async throws -> Int64? {
-        try await self.connection.rows(
-            "SELECT max(doc) AS doc FROM message_search WHERE tokens IS NULL",
-            logger: self.logger
-        ).first.flatMap { try $0.get("doc", as: Int64?.self) }
-    }
-
-    package func setSearchTokens(_ tokens: [(doc: Int64, tokens: [String])]) async throws -> Int {
-        guard !tokens.isEmpty else { return 0 }
-        // One statement: each row's tokens as one string, split again (a token never holds a space). A row another
-        // transaction holds (an edit, a recall, another node indexing it) is skipped, never waited for: two writers
-        // of the index could otherwise each wait for the other.
-        return try await self.connection.rows(
-            """
-            WITH t(doc, tokens) AS (SELECT * FROM unnest(\(tokens.map(\.doc))::bigint[],
-                    \(tokens.map { $0.tokens.joined(separator: " ") })::text[])),
-                free AS (SELECT s.doc, t.tokens FROM message_search s JOIN t ON s.doc = t.doc
-                    WHERE s.tokens IS NULL FOR UPDATE OF s SKIP LOCKED)
-            UPDATE message_search SET tokens = string_to_array(free.tokens, ' ')
-            FROM free WHERE message_search.doc = free.doc
-            RETURNING message_search.doc
-            """,
-            logger: self.logger
-        ).count
-    }
-
-    package func setSearchTokens(at documents: [(conversation: Int64, seq: Int64, tokens: [String])]) async throws {
-        guard !documents.isEmpty else { return }
-        try await self.connection.run(
-            """
-            WITH d(c, s, tokens) AS (SELECT * FROM unnest(\(documents.map(\.conversation))::bigint[],
-                    \(documents.map(\.seq))::bigint[], \(documents.map { $0.tokens.joined(separator: " ") })::text[])),
-                free AS (SELECT r.doc, d.tokens FROM message_search r JOIN d ON r.conversation_id = d.c AND r.seq = d.s
-                    WHERE r.tokens IS NULL FOR UPDATE OF r SKIP LOCKED)
-            UPDATE message_search SET tokens = string_to_array(free.tokens, ' ')
-            FROM free WHERE message_search.doc = free.doc
-            """,
-            logger: self.logger
-        )
-    }
-
     private static func found(_ row: PostgresRandomAccessRow) throws -> FoundMessage {
         FoundMessage(
             conversation: try row.get("conversation_id"),

@@ -20,6 +20,22 @@ struct SearchIndexerTests {
         return configuration
     }
 
+    /// Runs `body` while a follower writes the store's queue (``StoreBackend/followSearchIndex(logger:)``), then
+    /// finishes it and waits for it to return, whatever `body` did: what the follower had left is written by then.
+    static func following(_ store: any CourierDatabase, _ body: () async throws -> Void) async throws {
+        let follower = Task { await store.followSearchIndex(logger: Logger(label: "test")) }
+        let result: Result<Void, any Error>
+        do {
+            try await body()
+            result = .success(())
+        } catch {
+            result = .failure(error)
+        }
+        store.searchIndexer.finish()
+        await follower.value
+        try result.get()
+    }
+
     @Test(
         "by default PostgreSQL indexes beside the commit and SQLite in the transaction",
         arguments: StoreKind.allCases
@@ -55,11 +71,11 @@ struct SearchIndexerTests {
             )
             // Committed, not indexed yet: both rows wait in the database and in the queue.
             #expect(fixture.store.searchIndexer.queued == 2)
-            #expect(try await Self.highestPending(fixture.store) != nil)
+            #expect(try await fixture.store.highestPendingSearch() != nil)
             #expect(try await SearchTests.ids(fixture, alice, "开会") == ["m1"])
             #expect(try await SearchTests.ids(fixture, bob, "مرحبا") == ["m2"])
             #expect(fixture.store.searchIndexer.queued == 0)
-            #expect(try await Self.highestPending(fixture.store) == nil)
+            #expect(try await fixture.store.highestPendingSearch() == nil)
             #expect(fixture.store.searchIndexer.figures.indexed == 2)
         }
     }
@@ -75,15 +91,16 @@ struct SearchIndexerTests {
         try await StoreFixture.with(kind, searchIndex: index) { fixture in
             let ids = try await fixture.users("alice", "bob")
             let store = fixture.store
-            let follower = Task { await store.followSearchIndex(logger: Logger(label: "test")) }
-            _ = try await store.apply(Self.sends(ids["alice"]!, to: "bob", [("a", "火车站")]), nowMs: Self.now)
-            try await waitUntil("the follower indexed the message") { try await Self.highestPending(store) == nil }
-            #expect(store.searchIndexer.figures.indexed == 1)
-            // Finishing: what came last is written before the follower returns.
-            _ = try await store.apply(Self.sends(ids["alice"]!, to: "bob", [("b", "图书馆")]), nowMs: Self.now)
-            store.searchIndexer.finish()
-            await follower.value
-            #expect(try await Self.highestPending(store) == nil)
+            try await Self.following(store) {
+                _ = try await store.apply(Self.sends(ids["alice"]!, to: "bob", [("a", "火车站")]), nowMs: Self.now)
+                try await waitUntil("the follower indexed the message") {
+                    try await store.highestPendingSearch() == nil
+                }
+                #expect(store.searchIndexer.figures.indexed == 1)
+                // Finishing: what came last is written before the follower returns.
+                _ = try await store.apply(Self.sends(ids["alice"]!, to: "bob", [("b", "图书馆")]), nowMs: Self.now)
+            }
+            #expect(try await store.highestPendingSearch() == nil)
             #expect(store.searchIndexer.figures.indexed == 2)
         }
     }
@@ -109,10 +126,9 @@ struct SearchIndexerTests {
             // Not found until swept: nothing queued, the rows unindexed.
             #expect(try await SearchTests.ids(fixture, bob, "丢失") == [])
             // The follower looks, sees the rows unindexed, and at its next look indexes those still unindexed.
-            let follower = Task { await store.followSearchIndex(logger: Logger(label: "test")) }
-            try await waitUntil("the sweep indexed the lost rows") { try await Self.highestPending(store) == nil }
-            store.searchIndexer.finish()
-            await follower.value
+            try await Self.following(store) {
+                try await waitUntil("the sweep indexed the lost rows") { try await store.highestPendingSearch() == nil }
+            }
             #expect(store.searchIndexer.figures.swept == 5)
             #expect(try await SearchTests.ids(fixture, bob, "丢失", limit: 10) == (0..<5).reversed().map { "lost\($0)" })
         }
@@ -135,10 +151,9 @@ struct SearchIndexerTests {
             )
             #expect(store.searchIndexer.queued == 2)
             #expect(store.searchIndexer.figures.dropped == 3)
-            let follower = Task { await store.followSearchIndex(logger: Logger(label: "test")) }
-            try await waitUntil("the overflow swept") { try await Self.highestPending(store) == nil }
-            store.searchIndexer.finish()
-            await follower.value
+            try await Self.following(store) {
+                try await waitUntil("the overflow swept") { try await store.highestPendingSearch() == nil }
+            }
             #expect(store.searchIndexer.figures.swept >= 3)
             #expect(
                 try await SearchTests.ids(fixture, ids["bob"]!, "溢出", limit: 10) == (0..<5).reversed().map { "o\($0)" }
@@ -162,11 +177,28 @@ struct SearchIndexerTests {
             )
             #expect(fixture.store.searchIndexer.queued == 1)
             #expect(fixture.store.searchIndexer.figures.dropped == 1)
-            #expect(try await Self.highestPending(fixture.store) != nil)
+            #expect(try await fixture.store.highestPendingSearch() != nil)
             // The sweep indexes both unindexed rows (the queued one too: the queue then finds it indexed).
             #expect(try await fixture.store.indexPending(limit: 10) == 2)
             #expect(try await SearchTests.ids(fixture, ids["bob"]!, "长文本") == ["long"])
             #expect(try await SearchTests.ids(fixture, ids["bob"]!, "短") == ["short"])
+        }
+    }
+
+    @Test("the queue is written in transactions of at most max-batch entries", arguments: StoreKind.allCases)
+    func batches(kind: StoreKind) async throws {
+        var index = Self.deferred
+        index.maxBatch = 2
+        try await StoreFixture.with(kind, searchIndex: index) { fixture in
+            let ids = try await fixture.users("alice", "bob")
+            _ = try await fixture.store.apply(
+                Self.sends(ids["alice"]!, to: "bob", (0..<5).map { ("b\($0)", "分批 batch \($0)") }),
+                nowMs: Self.now
+            )
+            #expect(try await SearchTests.ids(fixture, ids["bob"]!, "分批", limit: 10).count == 5)
+            #expect(fixture.store.searchIndexer.figures.indexed == 5)
+            #expect(fixture.store.searchIndexer.figures.batches == 3)
+            #expect(try await fixture.store.highestPendingSearch() == nil)
         }
     }
 
@@ -199,7 +231,7 @@ struct SearchIndexerTests {
             #expect(try await SearchTests.ids(fixture, bob, "苹果") == [])
             #expect(try await SearchTests.ids(fixture, bob, "香蕉") == ["e"])
             #expect(try await SearchTests.ids(fixture, bob, "recalled") == [])
-            #expect(try await Self.highestPending(store) == nil)
+            #expect(try await store.highestPendingSearch() == nil)
         }
     }
 
@@ -237,7 +269,7 @@ struct SearchIndexerTests {
                         done.withLock { $0 }
                     }
                     try await writing.value
-                    #expect(try await Self.highestPending(store) != nil)
+                    #expect(try await store.highestPendingSearch() != nil)
                     try await holder.run("ROLLBACK", logger: TestDatabase.logger)
                 }
                 let bob = try await store.user(named: "bob")!.id
@@ -257,17 +289,20 @@ struct SearchIndexerTests {
         try await StoreFixture.with(.postgres, searchIndex: index) { fixture in
             let ids = try await fixture.users("alice", "bob")
             let store = fixture.store
-            let follower = Task { await store.followSearchIndex(logger: Logger(label: "test")) }
-            try await fixture.another { other in
-                _ = try await store.apply(Self.sends(ids["alice"]!, to: "bob", [("n", "另一个节点 node")]), nowMs: Self.now)
-                try await waitUntil("the other node finds the send") {
-                    try await other.search(for: ids["bob"]!, query: "节点", in: nil, before: 0, limit: 5).hits.count == 1
+            try await Self.following(store) {
+                try await fixture.another { other in
+                    _ = try await store.apply(
+                        Self.sends(ids["alice"]!, to: "bob", [("n", "另一个节点 node")]),
+                        nowMs: Self.now
+                    )
+                    try await waitUntil("the other node finds the send") {
+                        try await other.search(for: ids["bob"]!, query: "节点", in: nil, before: 0, limit: 5).hits.count
+                            == 1
+                    }
+                    // Found through the index the first node wrote: the other node's own queue never held it.
+                    #expect(other.searchIndexer.figures.indexed == 0)
                 }
-                // Found through the index the first node wrote: the other node's own queue never held it.
-                #expect(other.searchIndexer.figures.indexed == 0)
             }
-            store.searchIndexer.finish()
-            await follower.value
         }
     }
 
@@ -317,14 +352,6 @@ struct SearchIndexerTests {
             #expect(try await reopened.highestPendingSearch() != nil)
             #expect(try await reopened.indexPending(limit: 10) == 1)
             #expect(try await reopened.search(for: bob, query: "启动", in: nil, before: 0, limit: 5).hits.count == 1)
-        }
-    }
-
-    static func highestPending(_ store: any CourierDatabase) async throws -> Int64? {
-        switch store {
-        case let store as SQLiteStore: try await store.highestPendingSearch()
-        case let store as PostgresStore: try await store.highestPendingSearch()
-        default: throw FixtureError(message: "a store of another kind")
         }
     }
 }

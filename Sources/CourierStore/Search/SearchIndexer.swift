@@ -172,16 +172,9 @@ public final class SearchIndexer: Sendable {
         }
     }
 
-    /// Takes every queued entry of these conversations (nil: every entry).
-    package func take(in conversations: Set<Int64>?) -> [Entry] {
+    /// Takes every queued entry of these conversations.
+    package func take(in conversations: Set<Int64>) -> [Entry] {
         self.state.withLock { state in
-            guard let conversations else {
-                defer {
-                    state.queue = []
-                    state.bytes = 0
-                }
-                return state.queue
-            }
             var taken: [Entry] = []
             state.queue.removeAll { entry in
                 guard conversations.contains(entry.conversation) else { return false }
@@ -334,9 +327,9 @@ extension StoreBackend {
         }
     }
 
-    /// Writes the queued entries of these conversations now (nil: all), for a search to see everything committed in
-    /// them before it (a failure is left to the search's own reads to report).
-    package func flushSearchIndex(for conversations: Set<Int64>?) async {
+    /// Writes the queued entries of these conversations now, for a search to see everything committed in them
+    /// before it (a failure is left to the search's own reads to report).
+    package func flushSearchIndex(for conversations: Set<Int64>) async {
         let indexer = self.searchIndexer
         guard indexer.isDeferred, indexer.queued > 0 else { return }
         try? await indexer.writing.withLock {
