@@ -376,9 +376,10 @@ extension SQLiteStore {
         for (device, cursor) in commit.ackedCursors {
             try deviceUpdate.execute(arguments: [cursor, device.rawValue])
         }
+        try SQLiteStore.writeLog(commit.log, db)
+        // Last: FTS5 keeps its new terms in memory only until the transaction's next write (see writeSearch).
         if self.configuration.indexesForSearch {
             try SQLiteStore.writeSearch(commit, deferred: self.searchIndexer.isDeferred, db)
         }
-        try SQLiteStore.writeLog(commit.log, db)
     }
 }

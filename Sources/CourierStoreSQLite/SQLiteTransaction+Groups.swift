@@ -248,24 +248,14 @@ extension SQLiteStore {
 
     /// Inserts the search index's rows of new messages (`deferred`: unindexed, for the ``SearchIndexer`` to index
     /// after the commit), sets the tokens of edited ones and drops recalled ones.
+    ///
+    /// Call it last in the transaction: once a statement has written FTS5's table, every later statement of the
+    /// transaction that opens a statement journal (any write that fires a trigger or touches an index) makes FTS5
+    /// flush the terms it holds in memory to a segment of its own (its `xSavepoint`). Written row by row, or
+    /// before the log, the index took a segment per message, and merging them was half the writer's time. Here
+    /// the new messages' rows go in one statement per ``searchRowsPerStatement``, after everything else, and FTS5
+    /// writes one segment for the batch at the commit.
     static func writeSearch(_ commit: GroupCommit, deferred: Bool, _ db: Database) throws {
-        if deferred {
-            let insert = try db.cachedStatement(sql: "INSERT INTO message_search (conversation_id, seq) VALUES (?, ?)")
-            for message in commit.newMessages where !message.recalled {
-                try insert.execute(arguments: [message.conversation, message.seq])
-            }
-        }
-        let insert = try db.cachedStatement(
-            sql: "INSERT INTO message_search (conversation_id, seq, tokens) VALUES (?, ?, ?)"
-        )
-        for message in commit.newMessages where !message.recalled && !deferred {
-            let tokens = SearchIndex.tokens(
-                ofBody: message.body,
-                prepared: message.searchTokens,
-                conversation: message.conversation
-            )
-            try insert.execute(arguments: [message.conversation, message.seq, tokens.joined(separator: " ")])
-        }
         // The last edit of each message is its text.
         var edited: [MessagePosition: EditWrite] = [:]
         for edit in commit.edits { edited[edit.position] = edit }
@@ -284,6 +274,52 @@ extension SQLiteStore {
         for message in commit.recalledMessages {
             try delete.execute(arguments: [message.conversation, message.seq])
         }
+        let rows: [[(any DatabaseValueConvertible)?]] = commit.newMessages.lazy.filter { !$0.recalled }.map {
+            message in
+            guard !deferred else { return [message.conversation, message.seq, nil] }
+            let tokens = SearchIndex.tokens(
+                ofBody: message.body,
+                prepared: message.searchTokens,
+                conversation: message.conversation
+            )
+            return [message.conversation, message.seq, tokens.joined(separator: " ")]
+        }
+        try Self.executeRows(
+            rows,
+            sql: "INSERT INTO message_search (conversation_id, seq, tokens) VALUES ",
+            db
+        )
+    }
+
+    /// How many rows one statement writes to the search index at most (three values each: SQLite takes 32,766).
+    static let searchRowsPerStatement = 1024
+
+    /// Runs `sql` followed by a `VALUES` list of `rows` (each of the same width), in as few statements as
+    /// ``searchRowsPerStatement`` allows: a single row by a cached statement, more by one prepared for the count.
+    ///
+    /// - Returns: How many rows the statements changed (not counting what their triggers changed).
+    @discardableResult
+    static func executeRows(
+        _ rows: [[(any DatabaseValueConvertible)?]],
+        sql: String,
+        suffix: String = "",
+        _ db: Database
+    ) throws -> Int {
+        guard let width = rows.first?.count else { return 0 }
+        let tuple = "(" + repeatElement("?", count: width).joined(separator: ", ") + ")"
+        var (start, changed) = (rows.startIndex, 0)
+        while start < rows.endIndex {
+            let end = min(start + Self.searchRowsPerStatement, rows.endIndex)
+            let values = repeatElement(tuple, count: end - start).joined(separator: ", ")
+            let statement =
+                end - start == 1
+                ? try db.cachedStatement(sql: sql + values + suffix)
+                : try db.makeStatement(sql: sql + values + suffix)
+            try statement.execute(arguments: StatementArguments(rows[start..<end].flatMap { $0 }))
+            changed += db.changesCount
+            start = end
+        }
+        return changed
     }
 }
 
@@ -317,29 +353,31 @@ extension SQLiteTransaction {
     }
 
     package func setSearchTokens(at documents: [(conversation: Int64, seq: Int64, tokens: [String])]) async throws {
-        try await self.update { db in
-            let update = try db.cachedStatement(
-                sql: "UPDATE message_search SET tokens = ? WHERE conversation_id = ? AND seq = ? AND tokens IS NULL"
+        _ = try await self.update { db in
+            // One statement for the lot (see SQLiteStore.writeSearch: FTS5 writes a segment per statement).
+            try SQLiteStore.executeRows(
+                documents.map { [$0.conversation, $0.seq, $0.tokens.joined(separator: " ")] },
+                sql: "UPDATE message_search SET tokens = v.column3 FROM (VALUES ",
+                suffix: """
+                    ) AS v WHERE message_search.conversation_id = v.column1 AND message_search.seq = v.column2
+                    AND message_search.tokens IS NULL
+                    """,
+                db
             )
-            for (conversation, seq, tokens) in documents {
-                try update.execute(arguments: [tokens.joined(separator: " "), conversation, seq])
-            }
         }
     }
 
     package func setSearchTokens(_ tokens: [(doc: Int64, tokens: [String])]) async throws -> Int {
         try await self.update { db in
-            let update = try db.cachedStatement(
-                sql: "UPDATE message_search SET tokens = ? WHERE doc = ? AND tokens IS NULL"
+            try SQLiteStore.executeRows(
+                tokens.map { [$0.doc, $0.tokens.joined(separator: " ")] },
+                sql: "UPDATE message_search SET tokens = v.column2 FROM (VALUES ",
+                suffix: ") AS v WHERE message_search.doc = v.column1 AND message_search.tokens IS NULL",
+                db
             )
-            var set = 0
-            for (doc, tokens) in tokens {
-                try update.execute(arguments: [tokens.joined(separator: " "), doc])
-                set += db.changesCount
-            }
-            return set
         }
     }
+
 }
 
 extension SQLiteTransaction {
