@@ -377,7 +377,7 @@ extension SQLiteStore {
             try deviceUpdate.execute(arguments: [cursor, device.rawValue])
         }
         try SQLiteStore.writeLog(commit.log, db)
-        // Last: FTS5 keeps its new terms in memory only until the transaction's next write (see writeSearch).
+        // Last: FTS5 holds the batch's terms in memory until the commit, or the next write (see writeSearch).
         if self.configuration.indexesForSearch {
             try SQLiteStore.writeSearch(commit, deferred: self.searchIndexer.isDeferred, db)
         }

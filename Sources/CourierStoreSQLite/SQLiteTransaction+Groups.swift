@@ -249,16 +249,31 @@ extension SQLiteStore {
     /// Inserts the search index's rows of new messages (`deferred`: unindexed, for the ``SearchIndexer`` to index
     /// after the commit), sets the tokens of edited ones and drops recalled ones.
     ///
-    /// Call it last in the transaction: once a statement has written FTS5's table, every later statement of the
-    /// transaction that opens a statement journal (any write that fires a trigger or touches an index) makes FTS5
-    /// flush the terms it holds in memory to a segment of its own (its `xSavepoint`). Written row by row, or
-    /// before the log, the index took a segment per message, and merging them was half the writer's time. Here
-    /// the new messages' rows go in one statement per ``searchRowsPerStatement``, after everything else, and FTS5
-    /// writes one segment for the batch at the commit.
+    /// One statement for the new messages' rows: once a statement has written FTS5's table, every later statement
+    /// of the transaction that opens a statement journal (any write that fires a trigger or touches an index) makes
+    /// FTS5 flush the terms it holds in memory to a segment of its own (its `xSavepoint`). Written row by row, the
+    /// index took a segment per message, and merging them was half of the writer's time. Here the rows go in one
+    /// statement per ``searchRowsPerStatement``, as the transaction's last write, and FTS5 writes one segment for
+    /// the batch at the commit. The edits of messages the batch sent are folded into their rows first.
     static func writeSearch(_ commit: GroupCommit, deferred: Bool, _ db: Database) throws {
-        // The last edit of each message is its text.
+        // The last edit of each message is its text; a message the batch sent goes in as last edited.
         var edited: [MessagePosition: EditWrite] = [:]
         for edit in commit.edits { edited[edit.position] = edit }
+        var rows: [[(any DatabaseValueConvertible)?]] = []
+        for message in commit.newMessages where !message.recalled {
+            let position = MessagePosition(conversation: message.conversation, seq: message.seq)
+            let edit = edited.removeValue(forKey: position)
+            guard !deferred || edit != nil else {
+                rows.append([message.conversation, message.seq, nil])
+                continue
+            }
+            let tokens = SearchIndex.tokens(
+                ofBody: edit?.body ?? message.body,
+                prepared: edit.map(\.searchTokens) ?? message.searchTokens,
+                conversation: message.conversation
+            )
+            rows.append([message.conversation, message.seq, tokens.joined(separator: " ")])
+        }
         let update = try db.cachedStatement(
             sql: "UPDATE message_search SET tokens = ? WHERE conversation_id = ? AND seq = ?"
         )
@@ -273,16 +288,6 @@ extension SQLiteStore {
         let delete = try db.cachedStatement(sql: "DELETE FROM message_search WHERE conversation_id = ? AND seq = ?")
         for message in commit.recalledMessages {
             try delete.execute(arguments: [message.conversation, message.seq])
-        }
-        let rows: [[(any DatabaseValueConvertible)?]] = commit.newMessages.lazy.filter { !$0.recalled }.map {
-            message in
-            guard !deferred else { return [message.conversation, message.seq, nil] }
-            let tokens = SearchIndex.tokens(
-                ofBody: message.body,
-                prepared: message.searchTokens,
-                conversation: message.conversation
-            )
-            return [message.conversation, message.seq, tokens.joined(separator: " ")]
         }
         try Self.executeRows(
             rows,
