@@ -7,8 +7,16 @@ extension SQLiteTransaction {
 
     package func events(of user: UserID, after cursor: Int64, limit: Int) async throws -> [LogRead] {
         try await self.access { db in
-            try Row.fetchAll(db.cachedStatement(sql: SQLiteStore.eventsSQL), arguments: [user.rawValue, cursor, limit])
-                .map(Self.logRead)
+            // Decoded as the statement steps: a cursor's row is the statement's own, where fetching all would
+            // copy every row (and its columns' names) first.
+            var reads: [LogRead] = []
+            reads.reserveCapacity(limit)
+            let rows = try Row.fetchCursor(
+                db.cachedStatement(sql: SQLiteStore.eventsSQL),
+                arguments: [user.rawValue, cursor, limit]
+            )
+            while let row = try rows.next() { reads.append(Self.logRead(row)) }
+            return reads
         }
     }
 
@@ -49,7 +57,7 @@ extension SQLiteTransaction {
                 senderDevice: row.optionalInt64(EventColumn.senderDevice).map(DeviceID.init(rawValue:)),
                 clientID: row[EventColumn.clientID],
                 timeMs: row[EventColumn.time],
-                body: [UInt8](row[EventColumn.body] as Data),
+                body: row.bytes(EventColumn.body),
                 recalled: row[EventColumn.recalled],
                 editedMs: row.optionalInt64(EventColumn.editedMs),
                 replySeq: row.optionalInt64(EventColumn.replySeq),
@@ -57,7 +65,7 @@ extension SQLiteTransaction {
                     ReplyRead(
                         sender: UserID(rawValue: replySender),
                         clientID: row[EventColumn.replyClientID],
-                        body: [UInt8](row[EventColumn.replyBody] as Data),
+                        body: row.bytes(EventColumn.replyBody),
                         recalled: row[EventColumn.replyRecalled]
                     )
                 }
@@ -522,6 +530,12 @@ extension Row {
     @inline(__always)
     func optionalInt64(_ index: Int) -> Int64? {
         self.hasNull(atIndex: index) ? nil : (self[index] as Int64)
+    }
+
+    /// A column's bytes (a blob's, or a text's), copied once, straight from SQLite's buffer (empty for NULL).
+    @inline(__always)
+    func bytes(_ index: Int) -> [UInt8] {
+        (try? self.withUnsafeData(atIndex: index) { data in data.map { [UInt8]($0) } ?? [] }) ?? []
     }
 
     /// A column's text, or nil for NULL (as ``optionalInt64(_:)``).
