@@ -247,14 +247,15 @@ extension PostgresGroupCommit {
     }
 
     /// Reads, in one query, the delivered receipts of acknowledgements' ranges: the newest message from someone
-    /// else in each conversation of the events each covers.
+    /// else in each conversation of the events each covers, and those messages' senders.
     mutating func loadDeliveries(_ ranges: [AckRange], _ connection: PostgresConnection) async throws {
         let ranges = ranges.filter { !self.commit.has(.deliveries($0)) }
         guard !ranges.isEmpty else { return }
         var found: [Int: [Delivery]] = [:]
         for row in try await connection.rows(
             """
-            SELECT a.i AS range, e.conversation_id AS conversation, MAX(e.seq) AS seq
+            SELECT a.i AS range, e.conversation_id AS conversation, MAX(e.seq) AS seq,
+                array_agg(DISTINCT m.sender_id) AS senders
             FROM unnest(\(ranges.indices.map(Int64.init))::bigint[], \(ranges.map(\.user.rawValue))::bigint[],
                 \(ranges.map(\.from))::bigint[], \(ranges.map(\.to))::bigint[]) AS a(i, u, o, n)
             JOIN events e ON e.user_id = a.u AND e.cursor > a.o AND e.cursor <= a.n AND e.kind = 1
@@ -265,7 +266,11 @@ extension PostgresGroupCommit {
             logger: self.logger
         ) {
             found[Int(try row.get("range", as: Int64.self)), default: []].append(
-                Delivery(conversation: try row.get("conversation"), seq: try row.get("seq"))
+                Delivery(
+                    conversation: try row.get("conversation"),
+                    seq: try row.get("seq"),
+                    senders: Set(try row.get("senders", as: [Int64].self).map(UserID.init(rawValue:)))
+                )
             )
         }
         for (index, range) in ranges.enumerated() {

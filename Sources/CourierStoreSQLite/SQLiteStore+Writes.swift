@@ -168,7 +168,9 @@ extension SQLiteStore {
                 let rows = try Row.fetchAll(
                     db.cachedStatement(
                         sql: """
-                            SELECT e.conversation_id AS conversation, MAX(e.seq) AS seq FROM events e
+                            SELECT e.conversation_id AS conversation, MAX(e.seq) AS seq,
+                                group_concat(DISTINCT m.sender_id) AS senders
+                            FROM events e
                             JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
                             WHERE e.user_id = ? AND e.cursor > ? AND e.cursor <= ? AND e.kind = 1 AND m.sender_id != ?
                             GROUP BY e.conversation_id ORDER BY e.conversation_id
@@ -176,7 +178,19 @@ extension SQLiteStore {
                     ),
                     arguments: [range.user.rawValue, range.from, range.to, range.user.rawValue]
                 )
-                commit.loadDeliveries(range, rows.map { Delivery(conversation: $0["conversation"], seq: $0["seq"]) })
+                commit.loadDeliveries(
+                    range,
+                    rows.map {
+                        Delivery(
+                            conversation: $0["conversation"],
+                            seq: $0["seq"],
+                            senders: Set(
+                                ($0["senders"] as String).split(separator: ",").compactMap { Int64($0) }
+                                    .map(UserID.init(rawValue:))
+                            )
+                        )
+                    }
+                )
             case .messageAt(let position):
                 let row = try Row.fetchOne(
                     db.cachedStatement(

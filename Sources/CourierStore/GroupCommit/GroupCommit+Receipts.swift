@@ -1,7 +1,9 @@
 extension GroupCommit {
     /// A device has stored every event of its user's log up to a cursor: the device's acknowledged cursor moves
     /// there, and each conversation with a message from someone else among the events this newly covers gets a
-    /// delivered receipt up to the newest such message, for its other members.
+    /// delivered receipt up to the newest such message, for the members who sent those messages (in a direct
+    /// conversation, the other member; in a group, the senders whose messages reached the user, not every member:
+    /// a receipt to each member for each member's acknowledgement grew with the square of the group).
     ///
     /// The rules: the device must be the user's; a cursor is taken no further than the events stored before this
     /// batch, and never back; acknowledgements of one device in a batch each start where the one before left it; a
@@ -38,7 +40,7 @@ extension GroupCommit {
             member.dirty = true
             conversation.members[user] = member
             self.conversations[delivery.conversation] = conversation
-            for other in conversation.members.keys.sorted() where other != user {
+            for other in conversation.members.keys.sorted() where other != user && delivery.senders.contains(other) {
                 self.log.append(
                     to: other,
                     .receipt,

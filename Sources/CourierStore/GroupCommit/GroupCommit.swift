@@ -371,14 +371,18 @@ package struct AckRange: Hashable, Sendable {
     }
 }
 
-/// A delivered receipt an acknowledgement makes: up to a message in a conversation.
+/// A delivered receipt an acknowledgement makes: up to a message in a conversation, for the members whose messages
+/// it newly covers.
 package struct Delivery: Hashable, Sendable {
     package var conversation: Int64
     package var seq: Int64
+    /// The senders of the messages from others among the events the acknowledgement covers there.
+    package var senders: Set<UserID>
 
-    package init(conversation: Int64, seq: Int64) {
+    package init(conversation: Int64, seq: Int64, senders: Set<UserID>) {
         self.conversation = conversation
         self.seq = seq
+        self.senders = senders
     }
 }
 

@@ -1,0 +1,59 @@
+import CourierStore
+import Testing
+
+extension MessagingTests {
+    @Test(
+        "in a group, an acknowledgement's delivered receipt goes to the senders of the messages it covers, not to every member",
+        arguments: StoreKind.allCases
+    )
+    func groupDeliveredReceipts(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let ids = try await fixture.users("alice", "bob", "carol", "dave")
+            let (alice, bob, carol, dave) = (ids["alice"]!, ids["bob"]!, ids["carol"]!, ids["dave"]!)
+            try await fixture.store.createGroup(
+                name: "tea",
+                owner: "alice",
+                members: ["bob", "carol", "dave"],
+                nowMs: StoreFixture.start
+            )
+            let phone = try await fixture.store.login(
+                user: "bob",
+                password: "pw-bob",
+                deviceName: "phone",
+                nowMs: StoreFixture.start
+            ).device.id
+            var before: [UserID: UInt64] = [:]
+            for user in [alice, carol, dave] { before[user] = try await fixture.store.logCursor(of: user) }
+            func receipts(_ user: UserID) async throws -> [(String, UInt64)] {
+                try await fixture.log(user, after: before[user]!).compactMap { event in
+                    guard case .receipt(.group("tea"), let who, .delivered, let upTo) = event.kind else { return nil }
+                    return (who, upTo)
+                }
+            }
+            // alice writes twice, then bob's phone takes both: alice hears it; carol and dave, who wrote nothing
+            // bob received, hear nothing.
+            _ = try await fixture.sent(alice, "a1", to: .group("tea"), "第一条 🍵")
+            _ = try await fixture.sent(alice, "a2", to: .group("tea"), "مرحبا")
+            _ = try await fixture.store.apply(
+                [.ack(user: bob, device: phone, cursor: try await fixture.store.logCursor(of: bob))],
+                nowMs: StoreFixture.start
+            )
+            #expect(try await receipts(alice).map(\.0) == ["bob"])
+            #expect(try await receipts(alice).map(\.1) == [2])
+            #expect(try await receipts(carol).isEmpty)
+            #expect(try await receipts(dave).isEmpty)
+            // carol writes, and bob's own message follows it: the next acknowledgement covers carol's message
+            // only (bob's own is no delivery), so carol hears it, up to hers; alice does not hear again.
+            _ = try await fixture.sent(carol, "c1", to: .group("tea"), "好")
+            _ = try await fixture.sent(bob, "b1", to: .group("tea"), "收到")
+            _ = try await fixture.store.apply(
+                [.ack(user: bob, device: phone, cursor: try await fixture.store.logCursor(of: bob))],
+                nowMs: StoreFixture.start
+            )
+            #expect(try await receipts(carol).map(\.0) == ["bob"])
+            #expect(try await receipts(carol).map(\.1) == [3])
+            #expect(try await receipts(alice).count == 1)
+            #expect(try await receipts(dave).isEmpty)
+        }
+    }
+}
