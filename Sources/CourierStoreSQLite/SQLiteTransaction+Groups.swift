@@ -252,9 +252,9 @@ extension SQLiteStore {
     /// One statement for the new messages' rows: once a statement has written FTS5's table, every later statement
     /// of the transaction that opens a statement journal (any write that fires a trigger or touches an index) makes
     /// FTS5 flush the terms it holds in memory to a segment of its own (its `xSavepoint`). Written row by row, the
-    /// index took a segment per message, and merging them was half of the writer's time. Here the rows go in one
-    /// statement per ``searchRowsPerStatement``, as the transaction's last write, and FTS5 writes one segment for
-    /// the batch at the commit. The edits of messages the batch sent are folded into their rows first.
+    /// index took a segment per message, and merging them was half of the writer's time. Here the edits of older
+    /// messages go in one statement, the recalls in another, and the new messages' rows (as the batch last edited
+    /// them) in a third, as the transaction's last write: at most three segments a batch, one when it only sends.
     static func writeSearch(_ commit: GroupCommit, deferred: Bool, _ db: Database) throws {
         // The last edit of each message is its text; a message the batch sent goes in as last edited.
         var edited: [MessagePosition: EditWrite] = [:]
@@ -274,21 +274,30 @@ extension SQLiteStore {
             )
             rows.append([message.conversation, message.seq, tokens.joined(separator: " ")])
         }
-        let update = try db.cachedStatement(
-            sql: "UPDATE message_search SET tokens = ? WHERE conversation_id = ? AND seq = ?"
+        // Edits of older messages, then recalls, one statement each (each is a segment of its own).
+        try Self.executeRows(
+            edited.sorted { ($0.key.conversation, $0.key.seq) < ($1.key.conversation, $1.key.seq) }.map {
+                position,
+                edit in
+                let tokens = SearchIndex.tokens(
+                    ofBody: edit.body,
+                    prepared: edit.searchTokens,
+                    conversation: position.conversation
+                )
+                return [position.conversation, position.seq, tokens.joined(separator: " ")]
+            },
+            sql: "UPDATE message_search SET tokens = v.column3 FROM (VALUES ",
+            suffix: """
+                ) AS v WHERE message_search.conversation_id = v.column1 AND message_search.seq = v.column2
+                """,
+            db
         )
-        for (position, edit) in edited {
-            let tokens = SearchIndex.tokens(
-                ofBody: edit.body,
-                prepared: edit.searchTokens,
-                conversation: position.conversation
-            )
-            try update.execute(arguments: [tokens.joined(separator: " "), position.conversation, position.seq])
-        }
-        let delete = try db.cachedStatement(sql: "DELETE FROM message_search WHERE conversation_id = ? AND seq = ?")
-        for message in commit.recalledMessages {
-            try delete.execute(arguments: [message.conversation, message.seq])
-        }
+        try Self.executeRows(
+            commit.recalledMessages.map { [$0.conversation, $0.seq] },
+            sql: "DELETE FROM message_search WHERE (conversation_id, seq) IN (VALUES ",
+            suffix: ")",
+            db
+        )
         try Self.executeRows(
             rows,
             sql: "INSERT INTO message_search (conversation_id, seq, tokens) VALUES ",
@@ -296,11 +305,8 @@ extension SQLiteStore {
         )
     }
 
-    /// How many rows one statement writes to the search index at most (three values each: SQLite takes 32,766).
-    static let searchRowsPerStatement = 1024
-
-    /// Runs `sql` followed by a `VALUES` list of `rows` (each of the same width), in as few statements as
-    /// ``searchRowsPerStatement`` allows: a single row by a cached statement, more by one prepared for the count.
+    /// Runs `sql` followed by a `VALUES` list of `rows` (each of the same width), in as few statements as SQLite
+    /// binds values in one (32,766): a single row by a cached statement, more by one prepared for the count.
     ///
     /// - Returns: How many rows the statements changed (not counting what their triggers changed).
     @discardableResult
@@ -312,9 +318,10 @@ extension SQLiteStore {
     ) throws -> Int {
         guard let width = rows.first?.count else { return 0 }
         let tuple = "(" + repeatElement("?", count: width).joined(separator: ", ") + ")"
+        let perStatement = max(1, db.maximumStatementArgumentCount / width)
         var (start, changed) = (rows.startIndex, 0)
         while start < rows.endIndex {
-            let end = min(start + Self.searchRowsPerStatement, rows.endIndex)
+            let end = min(start + perStatement, rows.endIndex)
             let values = repeatElement(tuple, count: end - start).joined(separator: ", ")
             let statement =
                 end - start == 1
@@ -359,7 +366,8 @@ extension SQLiteTransaction {
 
     package func setSearchTokens(at documents: [(conversation: Int64, seq: Int64, tokens: [String])]) async throws {
         _ = try await self.update { db in
-            // One statement for the lot (see SQLiteStore.writeSearch: FTS5 writes a segment per statement).
+            // One statement for the lot, as SQLite binds them (see SQLiteStore.writeSearch: FTS5 writes a segment
+            // per statement).
             try SQLiteStore.executeRows(
                 documents.map { [$0.conversation, $0.seq, $0.tokens.joined(separator: " ")] },
                 sql: "UPDATE message_search SET tokens = v.column3 FROM (VALUES ",

@@ -10,7 +10,7 @@ extension SQLiteTransaction {
             // Decoded as the statement steps: a cursor's row is the statement's own, where fetching all would
             // copy every row (and its columns' names) first.
             var reads: [LogRead] = []
-            reads.reserveCapacity(limit)
+            reads.reserveCapacity(min(limit, 64))
             let rows = try Row.fetchCursor(
                 db.cachedStatement(sql: SQLiteStore.eventsSQL),
                 arguments: [user.rawValue, cursor, limit]
@@ -532,7 +532,8 @@ extension Row {
         self.hasNull(atIndex: index) ? nil : (self[index] as Int64)
     }
 
-    /// A column's bytes (a blob's, or a text's), copied once, straight from SQLite's buffer (empty for NULL).
+    /// A column's bytes (a blob's, or a text's), copied once, straight from SQLite's buffer (empty for NULL: the
+    /// columns read this way are `NOT NULL`, or read only where they are not).
     @inline(__always)
     func bytes(_ index: Int) -> [UInt8] {
         (try? self.withUnsafeData(atIndex: index) { data in data.map { [UInt8]($0) } ?? [] }) ?? []

@@ -54,6 +54,25 @@ extension MessagingTests {
             #expect(try await receipts(carol).map(\.1) == [3])
             #expect(try await receipts(alice).count == 1)
             #expect(try await receipts(dave).isEmpty)
+            // One acknowledgement covering two senders' messages: both hear it, up to the newest; and a sender
+            // who left the group before it hears nothing (nor does anyone else).
+            _ = try await fixture.sent(alice, "a3", to: .group("tea"), "三")
+            _ = try await fixture.sent(dave, "d1", to: .group("tea"), "👋 bye")
+            _ = try await fixture.sent(carol, "c2", to: .group("tea"), "😀")
+            try await fixture.store.changeMembers(
+                of: "tea",
+                actor: nil,
+                add: [],
+                remove: ["dave"],
+                nowMs: StoreFixture.start
+            )
+            _ = try await fixture.store.apply(
+                [.ack(user: bob, device: phone, cursor: try await fixture.store.logCursor(of: bob))],
+                nowMs: StoreFixture.start
+            )
+            #expect(try await receipts(alice).map(\.1) == [2, 7])
+            #expect(try await receipts(carol).map(\.1) == [3, 7])
+            #expect(try await receipts(dave).isEmpty)
         }
     }
 }

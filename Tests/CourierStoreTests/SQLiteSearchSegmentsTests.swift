@@ -47,15 +47,17 @@ struct SQLiteSearchSegmentsTests {
     /// A batch as the group commit takes it: sends to two conversations, an edit and a recall among them.
     static func batch(_ round: Int, _ ids: [String: UserID]) -> [WriteRequest] {
         let alice = ids["alice"]!
+        // Tokens prepared as a server does on the event loop (the edit's are not: its own text must be indexed,
+        // never the tokens its message came with).
         var requests: [WriteRequest] = (0..<64).map { index in
-            .send(
-                .init(
-                    sender: alice,
-                    id: "r\(round)-\(index)",
-                    to: .user(index % 2 == 0 ? "bob" : "carol"),
-                    body: SearchTests.body("第\(round)批 第\(index)条 上海 message\(index) مرحبا 🚀")
-                )
+            var send = WriteRequest.Send(
+                sender: alice,
+                id: "r\(round)-\(index)",
+                to: .user(index % 2 == 0 ? "bob" : "carol"),
+                body: SearchTests.body("第\(round)批 第\(index)条 上海 message\(index) مرحبا 🚀")
             )
+            send.prepareSearch()
+            return .send(send)
         }
         requests.insert(
             // r0-0 and r1-0 are the first of each round's 32 messages to bob.
@@ -99,18 +101,37 @@ struct SQLiteSearchSegmentsTests {
             #expect(try await Self.found(store, ids["alice"]!, "上海").count == 124)
             #expect(try await Self.found(store, ids["bob"]!, "北京").sorted() == ["r0-0", "r1-0"])
             #expect(try await Self.found(store, ids["carol"]!, "مرحبا").count == 62)
+            // A batch that edits and recalls older messages besides its sends: a segment for the edits, one for
+            // the recalls, one for the sends (one per edit and per recall, written row by row).
+            let alice = ids["alice"]!
+            var older: [WriteRequest] = [
+                // r0-2 is bob's second message, r1-4 his 35th; r0-5 and r1-7 went to carol.
+                .edit(.init(user: alice, conversation: .user("bob"), seq: 2, body: SearchTests.body("北京 again"))),
+                .recall(user: alice, conversation: .user("carol"), id: "r0-5"),
+                .edit(.init(user: alice, conversation: .user("bob"), seq: 35, body: SearchTests.body("又 北京"))),
+                .recall(user: alice, conversation: .user("carol"), id: "r1-7"),
+            ]
+            older += (0..<4).map {
+                .send(.init(sender: alice, id: "late\($0)", to: .user("bob"), body: SearchTests.body("上海 晚了")))
+            }
+            let outcomes = try await store.apply(older, nowMs: StoreFixture.start).outcomes
+            #expect(outcomes.allSatisfy { if case .refused = $0 { false } else { true } })
+            #expect(try Self.segments(folder) == 2 + 3)
+            #expect(try await Self.found(store, alice, "上海").count == 124 + 4 - 4)
+            #expect(try await Self.found(store, ids["bob"]!, "北京").sorted() == ["r0-0", "r0-2", "r1-0", "r1-4"])
         }
     }
 
     @Test("beside the commit: the follower's batch is one segment too")
     func besideTheCommit() async throws {
         try await Self.withStore(deferred: true) { store, folder, ids in
-            let follower = Task { await store.followSearchIndex(logger: Logger(label: "test")) }
             let outcomes = try await store.apply(Self.batch(0, ids), nowMs: StoreFixture.start).outcomes
             #expect(outcomes.allSatisfy { if case .refused = $0 { false } else { true } })
             // The commit indexes only the message the batch edited (an edit's tokens are written with it); the
             // other rows wait, unindexed, for the follower, which writes them in one transaction: one more segment.
+            // (The follower starts after the count: the entries wait in its queue meanwhile.)
             #expect(try Self.segments(folder) == 1)
+            let follower = Task { await store.followSearchIndex(logger: Logger(label: "test")) }
             store.searchIndexer.finish()
             await follower.value
             #expect(try Self.segments(folder) == 2)

@@ -24,8 +24,12 @@ extension GroupCommit {
             return delivery.seq > member.deliveredSeq
         }
         let conversations = try moving.map { try self.conversation($0.conversation) }
+        // Each receipt's recipients: the members (still) who sent what it covers; only their logs grow.
+        let recipients = zip(moving, conversations).map { delivery, conversation in
+            delivery.senders.filter { $0 != user && conversation.members[$0] != nil }.sorted()
+        }
         try self.require(
-            rows: conversations.flatMap(\.members.keys),
+            rows: recipients.flatMap { $0 },
             names: (moving.isEmpty ? [] : [user]) + conversations.flatMap { self.namedUsers(of: $0.header) }
         )
         let reader = moving.isEmpty ? "" : try self.name(of: user)
@@ -40,7 +44,7 @@ extension GroupCommit {
             member.dirty = true
             conversation.members[user] = member
             self.conversations[delivery.conversation] = conversation
-            for other in conversation.members.keys.sorted() where other != user && delivery.senders.contains(other) {
+            for other in recipients[index] {
                 self.log.append(
                     to: other,
                     .receipt,
