@@ -390,7 +390,6 @@ extension SQLiteTransaction {
             )
         }
     }
-
 }
 
 extension SQLiteTransaction {

@@ -178,7 +178,8 @@ package enum BatchNeed: Hashable, Sendable {
     /// database has several writers.
     case device(DeviceID)
     /// The delivered receipts an acknowledgement makes (``GroupCommit/loadDeliveries(_:_:)``): for each
-    /// conversation of the user's events in the range, the newest message there from someone else.
+    /// conversation of the user's events in the range, the newest message there from someone else, and the senders
+    /// of those messages.
     case deliveries(AckRange)
     /// A message by its place (``GroupCommit/loadMessage(at:_:)``), read under its conversation's lock.
     case messageAt(MessagePosition)
