@@ -8,41 +8,76 @@ extension PostgresTransaction {
     package func events(of user: UserID, after cursor: Int64, limit: Int) async throws -> [LogRead] {
         try await self.connection.rows(
             """
-            SELECT e.cursor, e.kind, e.seq AS event_seq, e.actor_id, e.detail,
-                   c.name AS group_name, c.user_a, c.user_b,
-                   m.sender_id, m.sender_device_id, m.client_id, m.time_ms, m.body, m.recalled,
-                   m.edited_ms, m.reply_seq, r.sender_id AS r_sender, r.client_id AS r_client_id, r.body AS r_body,
-                   r.recalled AS r_recalled,
-                   CASE WHEN r.seq IS NOT NULL THEN (SELECT joined_seq FROM members j
-                       WHERE j.conversation_id = e.conversation_id AND j.user_id = e.user_id) END AS reader_joined,
-                   e.key
-            FROM events e
-            LEFT JOIN conversations c ON c.id = e.conversation_id
-            LEFT JOIN messages m ON e.kind IN (1, 2, 5, 6) AND m.conversation_id = e.conversation_id AND m.seq = e.seq
-            LEFT JOIN messages r ON e.kind = 1 AND r.conversation_id = m.conversation_id AND r.seq = m.reply_seq
+            SELECT \(unescaped: Self.logColumns)
+            FROM events e \(unescaped: Self.logJoins)
             WHERE e.user_id = \(user.rawValue) AND e.cursor > \(cursor)
             ORDER BY e.cursor LIMIT \(Int64(limit))
             """,
             logger: self.logger
-        ).map { row in
-            let seq: Int64 = try row.get("event_seq")
-            let message = try row.get("sender_id", as: Int64?.self).map { sender in
-                var message = try Self.messageRead(row, seq: seq, sender: sender)
-                message.reply = try Self.replyRead(row)
-                return message
-            }
-            return LogRead(
-                cursor: try row.get("cursor"),
-                kind: try row.get("kind", as: Int64.self),
-                seq: seq,
-                actor: try row.get("actor_id", as: Int64?.self).map(UserID.init(rawValue:)),
-                detail: try row.get("detail", as: Int64?.self),
-                conversation: try Self.header(row),
-                message: message,
-                key: try row.get("key", as: String?.self),
-                joinedSeq: try row.get("reader_joined", as: Int64?.self)
-            )
+        ).map(Self.logRead)
+    }
+
+    package func events(of users: [UserID: Int64], limit: Int) async throws -> [UserID: [LogRead]] {
+        let logs = Array(users)
+        var reads: [UserID: [LogRead]] = [:]
+        // One query for every log: each user's page through a lateral join on the log's own order.
+        for row in try await self.connection.rows(
+            """
+            SELECT a.u AS log_user, x.* FROM unnest(\(logs.map(\.key.rawValue))::bigint[],
+                \(logs.map(\.value))::bigint[]) AS a(u, o)
+            CROSS JOIN LATERAL (
+                SELECT \(unescaped: Self.logColumns)
+                FROM events e \(unescaped: Self.logJoins)
+                WHERE e.user_id = a.u AND e.cursor > a.o
+                ORDER BY e.cursor LIMIT \(Int64(limit))
+            ) x
+            ORDER BY a.u, x.cursor
+            """,
+            logger: self.logger
+        ) {
+            reads[UserID(rawValue: try row.get("log_user")), default: []].append(try Self.logRead(row))
         }
+        return reads
+    }
+
+    /// The columns of a log read (``logRead(_:)``), over ``logJoins``.
+    static let logColumns = """
+        e.cursor, e.kind, e.seq AS event_seq, e.actor_id, e.detail,
+               c.name AS group_name, c.user_a, c.user_b,
+               m.sender_id, m.sender_device_id, m.client_id, m.time_ms, m.body, m.recalled,
+               m.edited_ms, m.reply_seq, r.sender_id AS r_sender, r.client_id AS r_client_id, r.body AS r_body,
+               r.recalled AS r_recalled,
+               CASE WHEN r.seq IS NOT NULL THEN (SELECT joined_seq FROM members j
+                   WHERE j.conversation_id = e.conversation_id AND j.user_id = e.user_id) END AS reader_joined,
+               e.key
+        """
+
+    /// What a log read joins its entries to: the conversation, the message, and the message it answers.
+    static let logJoins = """
+        LEFT JOIN conversations c ON c.id = e.conversation_id
+        LEFT JOIN messages m ON e.kind IN (1, 2, 5, 6) AND m.conversation_id = e.conversation_id AND m.seq = e.seq
+        LEFT JOIN messages r ON e.kind = 1 AND r.conversation_id = m.conversation_id AND r.seq = m.reply_seq
+        """
+
+    /// A log entry of a row of ``logColumns``.
+    static func logRead(_ row: PostgresRandomAccessRow) throws -> LogRead {
+        let seq: Int64 = try row.get("event_seq")
+        let message = try row.get("sender_id", as: Int64?.self).map { sender in
+            var message = try Self.messageRead(row, seq: seq, sender: sender)
+            message.reply = try Self.replyRead(row)
+            return message
+        }
+        return LogRead(
+            cursor: try row.get("cursor"),
+            kind: try row.get("kind", as: Int64.self),
+            seq: seq,
+            actor: try row.get("actor_id", as: Int64?.self).map(UserID.init(rawValue:)),
+            detail: try row.get("detail", as: Int64?.self),
+            conversation: try Self.header(row),
+            message: message,
+            key: try row.get("key", as: String?.self),
+            joinedSeq: try row.get("reader_joined", as: Int64?.self)
+        )
     }
 
     /// A message's columns of a row (its seq and sender read already).

@@ -6,18 +6,28 @@ extension SQLiteTransaction {
     // MARK: Logs and history
 
     package func events(of user: UserID, after cursor: Int64, limit: Int) async throws -> [LogRead] {
+        try await self.access { db in try Self.events(of: user, after: cursor, limit: limit, db) }
+    }
+
+    package func events(of users: [UserID: Int64], limit: Int) async throws -> [UserID: [LogRead]] {
         try await self.access { db in
-            // Decoded as the statement steps: a cursor's row is the statement's own, where fetching all would
-            // copy every row (and its columns' names) first.
-            var reads: [LogRead] = []
-            reads.reserveCapacity(min(limit, 64))
-            let rows = try Row.fetchCursor(
-                db.cachedStatement(sql: SQLiteStore.eventsSQL),
-                arguments: [user.rawValue, cursor, limit]
-            )
-            while let row = try rows.next() { reads.append(Self.logRead(row)) }
-            return reads
+            try users.reduce(into: [:]) { logs, log in
+                logs[log.key] = try Self.events(of: log.key, after: log.value, limit: limit, db)
+            }
         }
+    }
+
+    private static func events(of user: UserID, after cursor: Int64, limit: Int, _ db: Database) throws -> [LogRead] {
+        // Decoded as the statement steps: a cursor's row is the statement's own, where fetching all would copy
+        // every row (and its columns' names) first.
+        var reads: [LogRead] = []
+        reads.reserveCapacity(min(limit, 64))
+        let rows = try Row.fetchCursor(
+            db.cachedStatement(sql: SQLiteStore.eventsSQL),
+            arguments: [user.rawValue, cursor, limit]
+        )
+        while let row = try rows.next() { reads.append(Self.logRead(row)) }
+        return reads
     }
 
     /// The columns of ``SQLiteStore/eventsSQL``, in order: rows are decoded by position, which costs a fraction of

@@ -132,6 +132,9 @@ public struct ServerConfiguration: Sendable {
         public var pollInterval: Duration = .milliseconds(250)
         /// The most users whose cursors one read asks for; more are read in several.
         public var maxUsersPerPoll: Int = 5_000
+        /// The most users whose new events one read asks for when another node says their logs grew (each at most
+        /// `limits.maxHandedEvents` events); more are read in several. 0 reads none: each connection reads its own.
+        public var maxUsersPerFeedRead: Int = 256
         /// How often the node tells the database it is alive (``nodeLifetime`` more), so that the connections and
         /// password attempts it counts toward the limits that hold across nodes keep counting.
         public var nodeHeartbeatInterval: Duration = .seconds(5)

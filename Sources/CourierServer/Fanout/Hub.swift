@@ -169,6 +169,17 @@ final class Hub: Fanout {
         return handles.reduce(0) { max($0, $1.freshRoom) }
     }
 
+    /// For each of these users with a connection that could take fresh events now (``ConnectionHandle/freshAfter``),
+    /// the cursor after which they would start: the lowest among its connections.
+    func freshAfter(of users: some Sequence<UserID>) -> [UserID: UInt64] {
+        var after: [UserID: UInt64] = [:]
+        for handle in self.connections(of: users) {
+            guard let cursor = handle.freshAfter else { continue }
+            after[handle.user] = min(after[handle.user] ?? cursor, cursor)
+        }
+        return after
+    }
+
     /// The connections of some users.
     func connections(of users: some Sequence<UserID>) -> [ConnectionHandle] {
         self.state.withLock { state in users.flatMap { state.byUser[$0].map { Array($0.values) } ?? [] } }
@@ -392,6 +403,17 @@ final class ConnectionHandle: Sendable {
             let undelivered = state.latest > state.delivered ? state.latest - state.delivered : 0
             guard undelivered <= UInt64(state.handed.count) else { return 0 }
             return max(0, self.maxHanded - state.handed.count)
+        }
+    }
+
+    /// The cursor after which fresh events would be taken as they are, when the connection takes them and holds
+    /// everything it has not sent yet (``freshRoom``); nil otherwise.
+    var freshAfter: UInt64? {
+        guard self.wantsEvents, self.maxHanded > 0 else { return nil }
+        return self.state.withLock { state in
+            let undelivered = state.latest > state.delivered ? state.latest - state.delivered : 0
+            guard undelivered <= UInt64(state.handed.count), state.handed.count < self.maxHanded else { return nil }
+            return state.latest
         }
     }
 

@@ -53,17 +53,51 @@ extension CourierServer {
 
     /// Passes the other nodes' news to this node's connections until the feed ends; reads every online user's
     /// cursor when news may have been missed.
+    ///
+    /// The events of logs that grew on another node are read here, for every connection that can take them as they
+    /// are, in one read, and handed over as a commit here hands its own: one query per piece of news, where each
+    /// connection read its own page (a query and a transaction of PostgreSQL's per delivery, most of the cost of a
+    /// second node). A connection that is behind, or whose events did not all fit, reads from the store as before.
     func followFeed(_ feed: any StoreFeed) async {
         for await news in feed.news {
             switch news {
             case .logs(let cursors):
-                self.hub.logsGrew(cursors)
+                self.hub.logsGrew(cursors, fresh: await self.freshEvents(upTo: cursors))
             case .notice(let bytes):
                 (self.fanout as? ClusterFanout)?.received(notice: bytes)
             case .resync:
                 await self.catchUpOnlineUsers()
             }
         }
+    }
+
+    /// The events of logs another node grew, up to the cursors it gave, for the users with a connection that can
+    /// take them as they are (caught up, with room for them all): at most
+    /// ``ServerConfiguration/Cluster-swift.struct/maxUsersPerFeedRead`` users a read, `maxHandedEvents` each. None
+    /// when the read fails: the connections read their own.
+    func freshEvents(upTo cursors: [UserID: UInt64]) async -> [UserID: [StoredEvent]] {
+        let limit = self.configuration.limits.maxHandedEvents
+        let slice = self.configuration.cluster.maxUsersPerFeedRead
+        guard limit > 0, slice > 0 else { return [:] }
+        let wanted = self.hub.freshAfter(of: cursors.keys).filter { user, after in
+            let cursor = cursors[user] ?? 0
+            return cursor > after && cursor - after <= UInt64(limit)
+        }
+        let users = wanted.sorted { $0.key < $1.key }
+        var fresh: [UserID: [StoredEvent]] = [:]
+        for start in stride(from: 0, to: users.count, by: slice) {
+            let part = users[start..<min(users.count, start + slice)]
+            let gap = part.map { cursors[$0.key]! - $0.value }.max() ?? 0
+            guard
+                let read = try? await self.store.events(
+                    for: Dictionary(uniqueKeysWithValues: part.map { ($0.key, $0.value) }),
+                    limit: Int(gap)
+                )
+            else { break }
+            // No further than the news says: later events come with later news.
+            for (user, events) in read { fresh[user] = events.filter { $0.cursor <= cursors[user]! } }
+        }
+        return fresh
     }
 
     /// Reads the online users' cursors on an interval (``ServerConfiguration/Cluster-swift.struct/pollInterval``):

@@ -12,18 +12,40 @@ extension StoreBackend {
         let limit = max(1, min(limit, self.limits.maxEventsPerRead))
         return try await self.reading(doing: "read the log of \(user)") { transaction in
             let rows = try await transaction.events(of: user, after: Int64(clamping: cursor), limit: limit)
-            var named: Set<UserID> = []
+            return try await Self.events(of: [user: rows], transaction)[user] ?? []
+        }
+    }
+
+    public func events(for users: [UserID: UInt64], limit: Int) async throws -> [UserID: [StoredEvent]] {
+        guard !users.isEmpty else { return [:] }
+        let limit = max(1, min(limit, self.limits.maxEventsPerRead))
+        return try await self.reading(doing: "read the logs of \(users.count) users") { transaction in
+            let rows = try await transaction.events(of: users.mapValues { Int64(clamping: $0) }, limit: limit)
+            return try await Self.events(of: rows.filter { !$0.value.isEmpty }, transaction)
+        }
+    }
+
+    /// Log entries as their users read them, with the names and profiles they show read once for all.
+    private static func events(
+        of logs: [UserID: [LogRead]],
+        _ transaction: Transaction
+    ) async throws -> [UserID: [StoredEvent]] {
+        var named: Set<UserID> = []
+        for (user, rows) in logs {
             for row in rows {
                 named.formUnion(Self.namedUsers(of: row.conversation, for: user))
                 if let actor = row.actor { named.insert(actor) }
                 if let sender = row.message?.sender { named.insert(sender) }
                 if let sender = row.message?.reply?.sender { named.insert(sender) }
             }
-            let names = try await transaction.names(of: named)
-            // A profile event says the profile as it is now.
-            let profiled = rows.filter { $0.kind == LogEventKind.profile.rawValue }.compactMap(\.actor)
-            let profiles = profiled.isEmpty ? [:] : try await transaction.profiles(of: Array(Set(profiled)))
-            return try rows.map { row in
+        }
+        let names = named.isEmpty ? [:] : try await transaction.names(of: named)
+        // A profile event says the profile as it is now.
+        let profiled = Set(logs.values.joined().filter { $0.kind == LogEventKind.profile.rawValue }.compactMap(\.actor))
+        let profiles = profiled.isEmpty ? [:] : try await transaction.profiles(of: Array(profiled))
+        var events: [UserID: [StoredEvent]] = [:]
+        for (user, rows) in logs {
+            events[user] = try rows.map { row in
                 if row.kind == LogEventKind.profile.rawValue, let actor = row.actor {
                     return StoredEvent(
                         cursor: UInt64(row.cursor),
@@ -33,6 +55,7 @@ extension StoreBackend {
                 return try Self.event(row, for: user, names: names)
             }
         }
+        return events
     }
 
     /// A log entry as its user reads it.
