@@ -152,9 +152,10 @@ public protocol CourierDatabase: Sendable {
     // MARK: Reads
 
     func events(for user: UserID, after cursor: UInt64, limit: Int) async throws -> [StoredEvent]
-    /// The same for several users at once, each after its own cursor, at most `limit` each, in one read: what a
-    /// node reads for its connections when another node says their logs grew (users with nothing new are left out).
-    func events(for users: [UserID: UInt64], limit: Int) async throws -> [UserID: [StoredEvent]]
+    /// The same for several users at once, each after its own cursor and up to another (at most
+    /// `maxEventsPerRead` each), in one read: what a node reads for its connections when another node says their
+    /// logs grew (users with nothing new are left out).
+    func events(for logs: [UserID: LogSpan]) async throws -> [UserID: [StoredEvent]]
     func logCursor(of user: UserID) async throws -> UInt64
     /// The newest cursors of several users' logs (users that do not exist are left out): what a server polls for
     /// its online users when several share the database.
@@ -391,5 +392,16 @@ extension CourierDatabase {
     /// Applies writes, returning fresh events for every user up to ``StoreLimits/maxFreshEventsPerUser``.
     public func apply(_ requests: [WriteRequest], nowMs: Int64) async throws -> AppliedBatch {
         try await self.apply(requests, nowMs: nowMs, freshRoom: nil)
+    }
+}
+
+/// The entries of a user's log after one cursor, up to another (both its own).
+public struct LogSpan: Hashable, Sendable {
+    public var after: UInt64
+    public var upTo: UInt64
+
+    public init(after: UInt64, upTo: UInt64) {
+        self.after = after
+        self.upTo = upTo
     }
 }

@@ -17,27 +17,28 @@ extension PostgresTransaction {
         ).map(Self.logRead)
     }
 
-    package func events(of users: [UserID: Int64], limit: Int) async throws -> [UserID: [LogRead]] {
-        let logs = Array(users)
+    package func events(of logs: [UserID: (after: Int64, upTo: Int64)], limit: Int) async throws -> [UserID: [LogRead]]
+    {
+        let logs = Array(logs)
         var reads: [UserID: [LogRead]] = [:]
-        // One query for every log: each user's page through a lateral join on the log's own order.
+        // One query for every log: each user's span through a lateral join on the log's own order (sorted again
+        // below: SQL promises no order without an ORDER BY over the whole, which would sort the wide rows).
         for row in try await self.connection.rows(
             """
             SELECT a.u AS log_user, x.* FROM unnest(\(logs.map(\.key.rawValue))::bigint[],
-                \(logs.map(\.value))::bigint[]) AS a(u, o)
+                \(logs.map(\.value.after))::bigint[], \(logs.map(\.value.upTo))::bigint[]) AS a(u, o, t)
             CROSS JOIN LATERAL (
                 SELECT \(unescaped: Self.logColumns)
                 FROM events e \(unescaped: Self.logJoins)
-                WHERE e.user_id = a.u AND e.cursor > a.o
+                WHERE e.user_id = a.u AND e.cursor > a.o AND e.cursor <= a.t
                 ORDER BY e.cursor LIMIT \(Int64(limit))
             ) x
-            ORDER BY a.u, x.cursor
             """,
             logger: self.logger
         ) {
             reads[UserID(rawValue: try row.get("log_user")), default: []].append(try Self.logRead(row))
         }
-        return reads
+        return reads.mapValues { $0.sorted { $0.cursor < $1.cursor } }
     }
 
     /// The columns of a log read (``logRead(_:)``), over ``logJoins``.

@@ -9,10 +9,18 @@ extension SQLiteTransaction {
         try await self.access { db in try Self.events(of: user, after: cursor, limit: limit, db) }
     }
 
-    package func events(of users: [UserID: Int64], limit: Int) async throws -> [UserID: [LogRead]] {
+    package func events(of logs: [UserID: (after: Int64, upTo: Int64)], limit: Int) async throws -> [UserID: [LogRead]]
+    {
         try await self.access { db in
-            try users.reduce(into: [:]) { logs, log in
-                logs[log.key] = try Self.events(of: log.key, after: log.value, limit: limit, db)
+            try logs.reduce(into: [:]) { reads, log in
+                let (after, upTo) = log.value
+                reads[log.key] = try Self.events(
+                    of: log.key,
+                    after: after,
+                    limit: Int(clamping: min(Int64(limit), upTo - after)),
+                    db
+                )
+                .filter { $0.cursor <= upTo }
             }
         }
     }

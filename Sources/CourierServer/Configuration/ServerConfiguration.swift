@@ -133,8 +133,11 @@ public struct ServerConfiguration: Sendable {
         /// The most users whose cursors one read asks for; more are read in several.
         public var maxUsersPerPoll: Int = 5_000
         /// The most users whose new events one read asks for when another node says their logs grew (each at most
-        /// `limits.maxHandedEvents` events); more are read in several. 0 reads none: each connection reads its own.
+        /// what its connections have room for, `limits.maxHandedEvents`); more are read in several. 0 reads none:
+        /// each connection reads its own.
         public var maxUsersPerFeedRead: Int = 256
+        /// The most events one such read asks for, all its users together; more are read in several.
+        public var maxEventsPerFeedRead: Int = 1_024
         /// How often the node tells the database it is alive (``nodeLifetime`` more), so that the connections and
         /// password attempts it counts toward the limits that hold across nodes keep counting.
         public var nodeHeartbeatInterval: Duration = .seconds(5)

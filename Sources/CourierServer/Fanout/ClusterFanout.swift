@@ -4,7 +4,8 @@ import Foundation
 
 /// The ``Fanout`` of a server that shares its database with others (the nodes on PostgreSQL): its own
 /// connections through the ``Hub``, and the other nodes' through the database's ``StoreFeed``. What the feed
-/// carries is hints: the logs' cursors (the events are read from the store), and typing and presence notices (at
+/// carries is hints: the logs' cursors (the events are read from the store, by the node for the connections that
+/// are caught up, ``CourierServer/wake(_:)``), and typing and presence notices (at
 /// most once). Revoked devices and removed users reach the other nodes through the store's changes, as the admin
 /// commands' do.
 final class ClusterFanout: Fanout {

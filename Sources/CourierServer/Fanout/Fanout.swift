@@ -5,8 +5,8 @@ import CourierStore
 /// database (``ClusterFanout``). A session speaks to this protocol only and never knows which it has.
 ///
 /// Everything it carries is a hint. The store is the truth: a connection woken with a cursor reads its events from
-/// the store at its own pace, so a hint that is lost (a node that restarts, a notification dropped) costs latency,
-/// never a message. Typing and presence notices are ephemeral: at most once, coalesced per user and conversation.
+/// the store at its own pace (unless they are handed to it, read already), so a hint that is lost (a node that
+/// restarts, a notification dropped) costs latency, never a message. Typing and presence notices are ephemeral: at most once, coalesced per user and conversation.
 protocol Fanout: Sendable {
     /// These users' logs grew to these cursors. Called after the commit that grew them, never inside it. `fresh`
     /// has the new events as written, for some of the users: a connection that is caught up may be handed them

@@ -5,8 +5,10 @@ import Synchronization
 /// The server's map of who is connected: each user's connections, and a way to wake or close them. It is also the
 /// in-process ``Fanout``.
 ///
-/// Waking a connection never queues data: ``ConnectionHandle/notify(cursor:)`` only raises the cursor the
-/// connection has to catch up to, and the connection reads the events from the store at its own pace. Typing and
+/// Waking a connection never queues more than a bounded few events: ``ConnectionHandle/notify(cursor:fresh:)``
+/// raises the cursor the connection has to catch up to, hands over at most `maxHanded` events it can send as they
+/// are (a commit's own, or what the node read for it when another node wrote), and otherwise the connection reads
+/// the events from the store at its own pace. Typing and
 /// presence notices are coalesced to the latest state per conversation and user, so a connection's pending notices
 /// are bounded by its conversations, not by how much happens.
 final class Hub: Fanout {
@@ -169,15 +171,17 @@ final class Hub: Fanout {
         return handles.reduce(0) { max($0, $1.freshRoom) }
     }
 
-    /// For each of these users with a connection that could take fresh events now (``ConnectionHandle/freshAfter``),
-    /// the cursor after which they would start: the lowest among its connections.
-    func freshAfter(of users: some Sequence<UserID>) -> [UserID: UInt64] {
-        var after: [UserID: UInt64] = [:]
+    /// For each of these users with connections that could take fresh events now (``ConnectionHandle/freshAfter``),
+    /// where they would start (the lowest cursor among those connections) and how many they have room for (the
+    /// least). Its other connections (behind, full, or taking no events) read from the store as they would anyway.
+    func freshAfter(of users: some Sequence<UserID>) -> [UserID: (after: UInt64, room: Int)] {
+        var found: [UserID: (after: UInt64, room: Int)] = [:]
         for handle in self.connections(of: users) {
-            guard let cursor = handle.freshAfter else { continue }
-            after[handle.user] = min(after[handle.user] ?? cursor, cursor)
+            guard let (after, room) = handle.freshAfter else { continue }
+            let known = found[handle.user] ?? (after, room)
+            found[handle.user] = (min(known.after, after), min(known.room, room))
         }
-        return after
+        return found
     }
 
     /// The connections of some users.
@@ -406,14 +410,15 @@ final class ConnectionHandle: Sendable {
         }
     }
 
-    /// The cursor after which fresh events would be taken as they are, when the connection takes them and holds
-    /// everything it has not sent yet (``freshRoom``); nil otherwise.
-    var freshAfter: UInt64? {
+    /// The cursor after which fresh events would be taken as they are, and how many more it holds, when the
+    /// connection takes them and holds everything it has not sent yet (``freshRoom``); nil otherwise.
+    var freshAfter: (after: UInt64, room: Int)? {
         guard self.wantsEvents, self.maxHanded > 0 else { return nil }
         return self.state.withLock { state in
             let undelivered = state.latest > state.delivered ? state.latest - state.delivered : 0
             guard undelivered <= UInt64(state.handed.count), state.handed.count < self.maxHanded else { return nil }
-            return state.latest
+            // A connection that logged in caught up has sent up to where it started, and was never told a cursor.
+            return (max(state.latest, state.delivered), self.maxHanded - state.handed.count)
         }
     }
 

@@ -62,7 +62,7 @@ extension CourierServer {
         for await news in feed.news {
             switch news {
             case .logs(let cursors):
-                self.hub.logsGrew(cursors, fresh: await self.freshEvents(upTo: cursors))
+                await self.wake(cursors)
             case .notice(let bytes):
                 (self.fanout as? ClusterFanout)?.received(notice: bytes)
             case .resync:
@@ -71,33 +71,51 @@ extension CourierServer {
         }
     }
 
-    /// The events of logs another node grew, up to the cursors it gave, for the users with a connection that can
-    /// take them as they are (caught up, with room for them all): at most
-    /// ``ServerConfiguration/Cluster-swift.struct/maxUsersPerFeedRead`` users a read, `maxHandedEvents` each. None
-    /// when the read fails: the connections read their own.
-    func freshEvents(upTo cursors: [UserID: UInt64]) async -> [UserID: [StoredEvent]] {
-        let limit = self.configuration.limits.maxHandedEvents
-        let slice = self.configuration.cluster.maxUsersPerFeedRead
-        guard limit > 0, slice > 0 else { return [:] }
-        let wanted = self.hub.freshAfter(of: cursors.keys).filter { user, after in
+    /// Tells this node's connections that other nodes grew their users' logs to these cursors: at once for the
+    /// users it does not read for; for the others, with their new events, read by the node for every connection of
+    /// theirs that can take them as they are (caught up, with room for them all), at most
+    /// ``ServerConfiguration/Cluster-swift.struct/maxUsersPerFeedRead`` users and
+    /// ``ServerConfiguration/Cluster-swift.struct/maxEventsPerFeedRead`` events a read, each part's users woken as
+    /// soon as it is read. When a read fails, the rest are woken without their events and read their own.
+    func wake(_ cursors: [UserID: UInt64]) async {
+        let cluster = self.configuration.cluster
+        let wanted = self.hub.freshAfter(of: cursors.keys).compactMap { user, found -> (UserID, LogSpan)? in
             let cursor = cursors[user] ?? 0
-            return cursor > after && cursor - after <= UInt64(limit)
+            guard cursor > found.after, cursor - found.after <= UInt64(max(0, found.room)) else { return nil }
+            return (user, LogSpan(after: found.after, upTo: cursor))
+        }.sorted { $0.0 < $1.0 }
+        guard cluster.maxUsersPerFeedRead > 0, !wanted.isEmpty else {
+            self.hub.logsGrew(cursors)
+            return
         }
-        let users = wanted.sorted { $0.key < $1.key }
-        var fresh: [UserID: [StoredEvent]] = [:]
-        for start in stride(from: 0, to: users.count, by: slice) {
-            let part = users[start..<min(users.count, start + slice)]
-            let gap = part.map { cursors[$0.key]! - $0.value }.max() ?? 0
-            guard
-                let read = try? await self.store.events(
-                    for: Dictionary(uniqueKeysWithValues: part.map { ($0.key, $0.value) }),
-                    limit: Int(gap)
+        let read = Set(wanted.map(\.0))
+        self.hub.logsGrew(cursors.filter { !read.contains($0.key) })
+        var start = 0
+        while start < wanted.count {
+            // A part: up to the users and the events a read may ask for (one user at least).
+            var end = start
+            var events: UInt64 = 0
+            while end < wanted.count, end - start < cluster.maxUsersPerFeedRead {
+                let span = wanted[end].1.upTo - wanted[end].1.after
+                if end > start, events + span > UInt64(max(1, cluster.maxEventsPerFeedRead)) { break }
+                events += span
+                end += 1
+            }
+            let part = wanted[start..<end]
+            let partCursors = Dictionary(uniqueKeysWithValues: part.map { ($0.0, cursors[$0.0]!) })
+            do {
+                let fresh = try await self.store.events(for: Dictionary(uniqueKeysWithValues: Array(part)))
+                self.hub.logsGrew(partCursors, fresh: fresh)
+            } catch {
+                self.logger.warning(
+                    "reading other nodes' events for this node's connections failed; they read their own",
+                    metadata: ["error": "\(error)", "users": "\(wanted.count - start)"]
                 )
-            else { break }
-            // No further than the news says: later events come with later news.
-            for (user, events) in read { fresh[user] = events.filter { $0.cursor <= cursors[user]! } }
+                self.hub.logsGrew(Dictionary(uniqueKeysWithValues: wanted[start...].map { ($0.0, cursors[$0.0]!) }))
+                return
+            }
+            start = end
         }
-        return fresh
     }
 
     /// Reads the online users' cursors on an interval (``ServerConfiguration/Cluster-swift.struct/pollInterval``):

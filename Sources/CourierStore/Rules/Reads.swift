@@ -16,11 +16,15 @@ extension StoreBackend {
         }
     }
 
-    public func events(for users: [UserID: UInt64], limit: Int) async throws -> [UserID: [StoredEvent]] {
-        guard !users.isEmpty else { return [:] }
-        let limit = max(1, min(limit, self.limits.maxEventsPerRead))
-        return try await self.reading(doing: "read the logs of \(users.count) users") { transaction in
-            let rows = try await transaction.events(of: users.mapValues { Int64(clamping: $0) }, limit: limit)
+    public func events(for logs: [UserID: LogSpan]) async throws -> [UserID: [StoredEvent]] {
+        let logs = logs.filter { $0.value.upTo > $0.value.after }
+        guard let widest = logs.values.map({ $0.upTo - $0.after }).max() else { return [:] }
+        let limit = Int(clamping: min(widest, UInt64(max(1, self.limits.maxEventsPerRead))))
+        return try await self.reading(doing: "read the logs of \(logs.count) users") { transaction in
+            let rows = try await transaction.events(
+                of: logs.mapValues { (Int64(clamping: $0.after), Int64(clamping: $0.upTo)) },
+                limit: limit
+            )
             return try await Self.events(of: rows.filter { !$0.value.isEmpty }, transaction)
         }
     }

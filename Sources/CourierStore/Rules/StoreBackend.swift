@@ -158,8 +158,9 @@ package protocol StoreTransaction: Sendable {
 
     /// The entries of a user's log after a cursor, oldest first, at most `limit`.
     func events(of user: UserID, after cursor: Int64, limit: Int) async throws -> [LogRead]
-    /// The entries of several users' logs, each after its own cursor, oldest first, at most `limit` each.
-    func events(of users: [UserID: Int64], limit: Int) async throws -> [UserID: [LogRead]]
+    /// The entries of several users' logs, each after its own cursor and up to another, oldest first, at most
+    /// `limit` each.
+    func events(of logs: [UserID: (after: Int64, upTo: Int64)], limit: Int) async throws -> [UserID: [LogRead]]
     /// Users' names by id (the ones that exist), from the store's cache where it has them.
     func names(of users: Set<UserID>) async throws -> [UserID: String]
     /// The newest cursors of users' logs (the users that exist).

@@ -1,0 +1,51 @@
+import CourierProtocol
+import CourierStore
+import Testing
+
+@testable import CourierServer
+
+extension FanoutTests {
+    static func joined(_ cursors: ClosedRange<UInt64>) -> [StoredEvent] {
+        cursors.map { StoredEvent(cursor: $0, kind: .membership(group: "g", user: "a", change: .joined, seq: $0)) }
+    }
+
+    @Test(
+        "where a node's read of other nodes' events starts for a user: caught up connections only, the lowest cursor, the least room"
+    )
+    func freshAfter() throws {
+        let hub = Hub()
+        // alice logged in caught up at 7: it was never told a cursor, and has sent up to 7.
+        let alice = try Self.register(hub, Self.alice, device: 1, maxHanded: 4)
+        alice.delivered(upTo: 7)
+        #expect(alice.freshAfter.map { [$0.after, UInt64($0.room)] } == [7, 4])
+        // Two events handed and not sent yet: it still takes more, after them, with less room.
+        hub.logsGrew([Self.alice: 9], fresh: [Self.alice: Self.joined(8...9)])
+        #expect(alice.freshAfter.map { [$0.after, UInt64($0.room)] } == [9, 2])
+        // Full: none.
+        hub.logsGrew([Self.alice: 11], fresh: [Self.alice: Self.joined(10...11)])
+        #expect(alice.freshAfter == nil)
+        #expect(hub.freshAfter(of: [Self.alice]).isEmpty)
+
+        // bob is behind (told 5, sent nothing, holding nothing): he reads from the store, so none.
+        let bob = try Self.register(hub, Self.bob, device: 2, maxHanded: 4)
+        hub.logsGrew([Self.bob: 5], fresh: [:])
+        #expect(bob.freshAfter == nil)
+
+        // carol's phone is caught up at 3, her tablet too at 2 with one event held; a connection that takes no
+        // events does not count.
+        let phone = try Self.register(hub, Self.carol, device: 3, maxHanded: 4)
+        phone.delivered(upTo: 3)
+        let tablet = try Self.register(hub, Self.carol, device: 4, maxHanded: 4)
+        tablet.delivered(upTo: 2)
+        tablet.notify(cursor: 3, fresh: Self.joined(3...3))
+        _ = try Self.register(hub, Self.carol, device: 5, events: false, maxHanded: 4)
+        let found = hub.freshAfter(of: [Self.alice, Self.bob, Self.carol])
+        #expect(Set(found.keys) == [Self.carol])
+        #expect(found[Self.carol].map { [$0.after, UInt64($0.room)] } == [3, 3])
+        // A connection of hers that is behind reads from the store whatever the node reads: the others still count.
+        let behind = try Self.register(hub, Self.carol, device: 6, maxHanded: 4)
+        behind.notify(cursor: 4)
+        #expect(behind.freshAfter == nil)
+        #expect(hub.freshAfter(of: [Self.carol])[Self.carol].map { [$0.after, UInt64($0.room)] } == [3, 3])
+    }
+}
