@@ -54,10 +54,10 @@ extension CourierServer {
     /// Passes the other nodes' news to this node's connections until the feed ends; reads every online user's
     /// cursor when news may have been missed.
     ///
-    /// The events of logs that grew on another node are read here, for every connection that can take them as they
-    /// are, in one read, and handed over as a commit here hands its own: one query per piece of news, where each
-    /// connection read its own page (a query and a transaction of PostgreSQL's per delivery, most of the cost of a
-    /// second node). A connection that is behind, or whose events did not all fit, reads from the store as before.
+    /// The events of logs that grew on another node are read here (``wake(_:)``), for every connection that can
+    /// take them as they are, a query per part of the news, and handed over as a commit here hands its own, where
+    /// each connection read its own page (a query and a transaction of PostgreSQL's per delivery, most of the cost
+    /// of a second node). A connection that is behind, or without room for them, reads from the store as before.
     func followFeed(_ feed: any StoreFeed) async {
         for await news in feed.news {
             switch news {
