@@ -445,61 +445,6 @@ extension SQLiteTransaction {
             return result
         }
     }
-
-    // MARK: Media
-
-    package func mediaUsage(of user: UserID) async throws -> Int64 {
-        try await self.access { db in
-            try Int64.fetchOne(
-                db.cachedStatement(sql: "SELECT COALESCE(SUM(size), 0) FROM media_owners WHERE user_id = ?"),
-                arguments: [user.rawValue]
-            ) ?? 0
-        }
-    }
-
-    package func uploadedSize(by user: UserID, sha256: String) async throws -> Int64? {
-        try await self.access { db in
-            try Int64.fetchOne(
-                db.cachedStatement(sql: "SELECT size FROM media_owners WHERE user_id = ? AND sha256 = ?"),
-                arguments: [user.rawValue, sha256]
-            )
-        }
-    }
-
-    package func insertUpload(user: UserID, sha256: String, size: Int64, nowMs: Int64) async throws {
-        try await self.update { db in
-            try db.cachedStatement(
-                sql: "INSERT OR IGNORE INTO media_owners (user_id, sha256, size, created_ms) VALUES (?, ?, ?, ?)"
-            ).execute(arguments: [user.rawValue, sha256, size, nowMs])
-        }
-    }
-
-    package func mediaCarriers(of sha256: String, for user: UserID) async throws -> [MediaCarrier] {
-        try await self.access { db in
-            try Row.fetchAll(
-                db.cachedStatement(
-                    sql: """
-                        SELECT mm.seq, m.joined_seq, msg.time_ms, o.size, mm.mime, mm.name
-                        FROM message_media mm
-                        JOIN members m ON m.conversation_id = mm.conversation_id AND m.user_id = ?
-                        JOIN messages msg ON msg.conversation_id = mm.conversation_id AND msg.seq = mm.seq
-                        JOIN media_owners o ON o.user_id = msg.sender_id AND o.sha256 = mm.sha256
-                        WHERE mm.sha256 = ?
-                        """
-                ),
-                arguments: [user.rawValue, sha256]
-            ).map { row in
-                MediaCarrier(
-                    seq: row[0],
-                    joinedSeq: row[1],
-                    timeMs: row[2],
-                    size: row[3],
-                    mime: row[4],
-                    name: row[5]
-                )
-            }
-        }
-    }
 }
 
 extension SQLiteStore {
@@ -538,28 +483,5 @@ extension SQLiteStore {
                 $0["detail"] as String
             }
         }
-    }
-}
-
-extension Row {
-    /// A column's integer, or nil for NULL. Asking GRDB for an `Int64?` decodes through the generic `Optional`
-    /// conformance, which looks its type up in the Swift runtime's metadata cache at every call: reading a page of a
-    /// user's log back spent a tenth of the server's time there. An `Int64` is read straight from the statement.
-    @inline(__always)
-    func optionalInt64(_ index: Int) -> Int64? {
-        self.hasNull(atIndex: index) ? nil : (self[index] as Int64)
-    }
-
-    /// A column's bytes (a blob's, or a text's), copied once, straight from SQLite's buffer (empty for NULL: the
-    /// columns read this way are `NOT NULL`, or read only where they are not).
-    @inline(__always)
-    func bytes(_ index: Int) -> [UInt8] {
-        (try? self.withUnsafeData(atIndex: index) { data in data.map { [UInt8]($0) } ?? [] }) ?? []
-    }
-
-    /// A column's text, or nil for NULL (as ``optionalInt64(_:)``).
-    @inline(__always)
-    func optionalString(_ index: Int) -> String? {
-        self.hasNull(atIndex: index) ? nil : (self[index] as String)
     }
 }

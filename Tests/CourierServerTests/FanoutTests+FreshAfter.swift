@@ -49,3 +49,24 @@ extension FanoutTests {
         #expect(hub.freshAfter(of: [Self.carol])[Self.carol].map { [$0.after, UInt64($0.room)] } == [3, 3])
     }
 }
+
+extension FanoutTests {
+    @Test("a node's reads of other nodes' events: parts of at most so many users and events, a larger user alone")
+    func feedReadParts() {
+        // 256 users and 1,024 events a read by default: 600 users of one event each go in three parts by users.
+        #expect(
+            CourierServer.feedReadParts(Array(repeating: 1, count: 600), maxUsers: 256, maxEvents: 1_024)
+                == [0..<256, 256..<512, 512..<600]
+        )
+        // Of 64 events each, 16 users reach 1,024 events.
+        #expect(
+            CourierServer.feedReadParts(Array(repeating: 64, count: 40), maxUsers: 256, maxEvents: 1_024)
+                == [0..<16, 16..<32, 32..<40]
+        )
+        // A user wanting more than a part holds is read alone; none is left out; nothing gives no part.
+        #expect(CourierServer.feedReadParts([3, 2_000, 1, 1], maxUsers: 256, maxEvents: 4) == [0..<1, 1..<2, 2..<4])
+        #expect(CourierServer.feedReadParts([], maxUsers: 256, maxEvents: 1_024).isEmpty)
+        // Limits below one count as one.
+        #expect(CourierServer.feedReadParts([1, 1], maxUsers: 0, maxEvents: 0) == [0..<1, 1..<2])
+    }
+}

@@ -90,18 +90,13 @@ extension CourierServer {
         }
         let read = Set(wanted.map(\.0))
         self.hub.logsGrew(cursors.filter { !read.contains($0.key) })
-        var start = 0
-        while start < wanted.count {
-            // A part: up to the users and the events a read may ask for (one user at least).
-            var end = start
-            var events: UInt64 = 0
-            while end < wanted.count, end - start < cluster.maxUsersPerFeedRead {
-                let span = wanted[end].1.upTo - wanted[end].1.after
-                if end > start, events + span > UInt64(max(1, cluster.maxEventsPerFeedRead)) { break }
-                events += span
-                end += 1
-            }
-            let part = wanted[start..<end]
+        let parts = Self.feedReadParts(
+            wanted.map { $0.1.upTo - $0.1.after },
+            maxUsers: cluster.maxUsersPerFeedRead,
+            maxEvents: cluster.maxEventsPerFeedRead
+        )
+        for range in parts {
+            let part = wanted[range]
             let partCursors = Dictionary(uniqueKeysWithValues: part.map { ($0.0, cursors[$0.0]!) })
             do {
                 let fresh = try await self.store.events(for: Dictionary(uniqueKeysWithValues: Array(part)))
@@ -109,13 +104,32 @@ extension CourierServer {
             } catch {
                 self.logger.warning(
                     "reading other nodes' events for this node's connections failed; they read their own",
-                    metadata: ["error": "\(error)", "users": "\(wanted.count - start)"]
+                    metadata: ["error": "\(error)", "users": "\(wanted.count - range.lowerBound)"]
                 )
-                self.hub.logsGrew(Dictionary(uniqueKeysWithValues: wanted[start...].map { ($0.0, cursors[$0.0]!) }))
+                self.hub.logsGrew(
+                    Dictionary(uniqueKeysWithValues: wanted[range.lowerBound...].map { ($0.0, cursors[$0.0]!) })
+                )
                 return
             }
+        }
+    }
+
+    /// The parts a read of other nodes' events goes in, for users wanting these many events each, in order:
+    /// consecutive runs of at most `maxUsers` users and `maxEvents` events together (a user wanting more alone).
+    static func feedReadParts(_ spans: [UInt64], maxUsers: Int, maxEvents: Int) -> [Range<Int>] {
+        var parts: [Range<Int>] = []
+        var start = 0
+        while start < spans.count {
+            var (end, events) = (start, UInt64(0))
+            while end < spans.count, end - start < max(1, maxUsers) {
+                if end > start, events + spans[end] > UInt64(max(1, maxEvents)) { break }
+                events += spans[end]
+                end += 1
+            }
+            parts.append(start..<end)
             start = end
         }
+        return parts
     }
 
     /// Reads the online users' cursors on an interval (``ServerConfiguration/Cluster-swift.struct/pollInterval``):

@@ -1,0 +1,270 @@
+import CourierProtocol
+import CourierStore
+import Synchronization
+
+/// One authenticated connection, as the rest of the server sees it.
+final class ConnectionHandle: Sendable {
+    /// What the connection's delivery loop has to do next.
+    enum Wake: Sendable {
+        /// Events up to this cursor exist; send those after what was sent.
+        case events(upTo: UInt64)
+        /// Typing and presence notices to send.
+        case notices([ServerEnvelope])
+        /// Send this error, then close.
+        case terminate(code: String, message: String)
+    }
+
+    private struct State {
+        var latest: UInt64 = 0
+        var delivered: UInt64 = 0
+        var typing: [TypingKey: Courier_V1_TypingNotice] = [:]
+        var presence: [String: Courier_V1_PresenceNotice] = [:]
+        var termination: (code: String, message: String)?
+        /// Called (once until the next ``take()`` that finds nothing) when there is something to do.
+        var waker: (@Sendable () -> Void)?
+        /// The waker was called and the connection has not found the handle empty since.
+        var woken = false
+        /// The ids of this connection's sends whose events its delivery has not passed yet (see ``willSend(id:)``).
+        var ownSends: Set<String> = []
+        /// Fresh events handed over at commit, consecutive cursors, at most ``maxHanded`` (see ``notify(cursor:fresh:)``).
+        var handed: [StoredEvent] = []
+    }
+
+    private struct TypingKey: Hashable {
+        var conversation: Courier_V1_Conversation
+        var user: String
+    }
+
+    let id: Int
+    let user: UserID
+    let device: DeviceID
+    let wantsEphemeral: Bool
+    /// False for a connection that asked for no events (`Hello.no_events`): it only sends and asks.
+    let wantsEvents: Bool
+    /// The most send ids ``willSend(id:)`` remembers; past it, a send's own event is delivered back to its
+    /// connection (clients drop it by id: it answers a send of theirs).
+    let maxOwnSends: Int
+    /// The most fresh events held for the delivery (0: none; everything is read from the store).
+    let maxHanded: Int
+    /// Where the nodes sharing a database count this connection, if they do.
+    let lease: Int64?
+    private let state = Mutex(State())
+
+    init(
+        id: Int,
+        user: UserID,
+        device: DeviceID,
+        wantsEphemeral: Bool,
+        wantsEvents: Bool = true,
+        maxOwnSends: Int = 1024,
+        maxHanded: Int = 0,
+        lease: Int64? = nil
+    ) {
+        self.id = id
+        self.lease = lease
+        self.user = user
+        self.device = device
+        self.wantsEphemeral = wantsEphemeral
+        self.wantsEvents = wantsEvents
+        self.maxOwnSends = maxOwnSends
+        self.maxHanded = maxHanded
+    }
+
+    /// This connection is about to submit a send with this id: its own delivery will skip the message's event
+    /// (the connection has the acknowledgement), while the device's other connections receive it like any other
+    /// device of the user. Called before the send is committed, so the event can never overtake it.
+    func willSend(id: String) {
+        // A connection that gets no events has nothing to skip.
+        guard self.wantsEvents else { return }
+        self.state.withLock { state in
+            guard state.ownSends.count < self.maxOwnSends else { return }
+            state.ownSends.insert(id)
+        }
+    }
+
+    /// The send was refused, or answered a resend of an id stored earlier: no new event of it will come.
+    func forgetSend(id: String) {
+        _ = self.state.withLock { $0.ownSends.remove(id) }
+    }
+
+    /// Whether an event's message is one this connection sent (and forgets it: each event is read once).
+    func isOwnSend(id: String, from device: DeviceID?) -> Bool {
+        guard device == self.device else { return false }
+        return self.state.withLock { $0.ownSends.remove(id) != nil }
+    }
+
+    /// Raises the cursor the connection has to catch up to (nothing for a connection that asked for no events),
+    /// holding `fresh` (the new events, consecutive cursors) for the delivery to send without reading them back.
+    ///
+    /// What is held stays consecutive and bounded: events that do not follow the ones held replace them (the
+    /// delivery reads the gap from the store), and past ``maxHanded`` nothing is held (it reads them all). Holding
+    /// is never needed for correctness: the delivery reads whatever it is not handed.
+    func notify(cursor: UInt64, fresh: [StoredEvent] = []) {
+        guard self.wantsEvents else { return }
+        self.wake { state in
+            if let first = fresh.first, self.maxHanded > 0 {
+                if let last = state.handed.last, first.cursor != last.cursor + 1 { state.handed.removeAll() }
+                // A recall of a message still held: it goes out recalled, without its body, as a read would send it.
+                for event in fresh where !state.handed.isEmpty {
+                    guard case .recall(let conversation, let seq, let id, _) = event.kind else { continue }
+                    state.handed = state.handed.map {
+                        $0.recalled { $0.id == id && $0.seq == seq && $0.conversation == conversation }
+                    }
+                }
+                if state.handed.count + fresh.count <= self.maxHanded {
+                    state.handed.append(contentsOf: fresh)
+                } else {
+                    state.handed.removeAll()
+                }
+            }
+            guard cursor > state.latest else { return false }
+            state.latest = cursor
+            return true
+        }
+    }
+
+    /// Up to `limit` handed events that follow `cursor` directly; none when what is held does not start there (the
+    /// delivery reads from the store). Held events at or before `cursor` are dropped: they were read already.
+    func takeHanded(after cursor: UInt64, limit: Int) -> [StoredEvent] {
+        self.state.withLock { state in
+            let stale = state.handed.prefix { $0.cursor <= cursor }.count
+            state.handed.removeFirst(stale)
+            guard let first = state.handed.first, first.cursor == cursor + 1 else { return [] }
+            let taken = Array(state.handed.prefix(max(1, limit)))
+            state.handed.removeFirst(taken.count)
+            return taken
+        }
+    }
+
+    /// Marks events up to a cursor as sent, so that ``take()`` asks for newer ones only.
+    func delivered(upTo cursor: UInt64) {
+        self.state.withLock { $0.delivered = max($0.delivered, cursor) }
+    }
+
+    /// Posts a typing notice, replacing an unsent one for the same user and conversation.
+    func post(typing notice: Courier_V1_TypingNotice) {
+        guard self.wantsEphemeral else { return }
+        self.wake { state in
+            state.typing[TypingKey(conversation: notice.conversation, user: notice.user)] = notice
+            return true
+        }
+    }
+
+    /// Posts a presence notice, replacing an unsent one for the same user.
+    func post(presence notice: Courier_V1_PresenceNotice) {
+        guard self.wantsEphemeral else { return }
+        self.wake { state in
+            state.presence[notice.user] = notice
+            return true
+        }
+    }
+
+    /// How many fresh events this connection can take as they are: room under ``maxHanded``, when everything it
+    /// has not sent yet is held (a connection that is behind reads from the store and cannot use them).
+    var freshRoom: Int {
+        guard self.wantsEvents, self.maxHanded > 0 else { return 0 }
+        return self.state.withLock { state in
+            let undelivered = state.latest > state.delivered ? state.latest - state.delivered : 0
+            guard undelivered <= UInt64(state.handed.count) else { return 0 }
+            return max(0, self.maxHanded - state.handed.count)
+        }
+    }
+
+    /// The cursor after which fresh events would be taken as they are, and how many more it holds, when the
+    /// connection takes them and holds everything it has not sent yet (``freshRoom``); nil otherwise.
+    var freshAfter: (after: UInt64, room: Int)? {
+        guard self.wantsEvents, self.maxHanded > 0 else { return nil }
+        return self.state.withLock { state in
+            let undelivered = state.latest > state.delivered ? state.latest - state.delivered : 0
+            guard undelivered <= UInt64(state.handed.count), state.handed.count < self.maxHanded else { return nil }
+            // A connection that logged in caught up has sent up to where it started, and was never told a cursor.
+            return (max(state.latest, state.delivered), self.maxHanded - state.handed.count)
+        }
+    }
+
+    /// The typing and presence notices waiting to be sent.
+    var pendingNotices: Int {
+        self.state.withLock { $0.typing.count + $0.presence.count }
+    }
+
+    /// The cursors of the fresh events held.
+    var handedCursors: [UInt64] {
+        self.state.withLock { $0.handed.map(\.cursor) }
+    }
+
+    /// The cursor the connection has to catch up to.
+    var pendingCursor: UInt64 {
+        self.state.withLock { $0.latest }
+    }
+
+    /// Asks the connection to send an error and close.
+    func terminate(code: String, message: String) {
+        self.wake { state in
+            if state.termination == nil { state.termination = (code, message) }
+            return true
+        }
+    }
+
+    /// Sets what wakes the connection when there is something to do, and calls it at once if there is.
+    func setWaker(_ waker: @escaping @Sendable () -> Void) {
+        let call = self.state.withLock { state -> Bool in
+            state.waker = waker
+            guard Self.hasWork(state), !state.woken else { return false }
+            state.woken = true
+            return true
+        }
+        if call { waker() }
+    }
+
+    /// The connection is gone: nothing wakes it any more (and the handle no longer keeps what the waker holds).
+    func clearWaker() {
+        self.state.withLock { $0.waker = nil }
+    }
+
+    /// What the connection has to do next: termination first, then notices, then events. Nil when nothing; the
+    /// waker is then called again for whatever comes next.
+    func take() -> Wake? {
+        self.state.withLock { state in
+            let wake = Self.take(&state)
+            if wake == nil { state.woken = false }
+            return wake
+        }
+    }
+
+    private static func hasWork(_ state: State) -> Bool {
+        state.termination != nil || !state.typing.isEmpty || !state.presence.isEmpty || state.latest > state.delivered
+    }
+
+    private static func take(_ state: inout State) -> Wake? {
+        if let termination = state.termination {
+            return .terminate(code: termination.code, message: termination.message)
+        }
+        if !state.typing.isEmpty || !state.presence.isEmpty {
+            var notices: [ServerEnvelope] = []
+            for notice in state.presence.values {
+                var envelope = ServerEnvelope()
+                envelope.presence = notice
+                notices.append(envelope)
+            }
+            for notice in state.typing.values {
+                var envelope = ServerEnvelope()
+                envelope.typing = notice
+                notices.append(envelope)
+            }
+            state.presence.removeAll()
+            state.typing.removeAll()
+            return .notices(notices)
+        }
+        if state.latest > state.delivered { return .events(upTo: state.latest) }
+        return nil
+    }
+
+    private func wake(_ change: (inout State) -> Bool) {
+        let waker = self.state.withLock { state -> (@Sendable () -> Void)? in
+            guard change(&state), !state.woken, let waker = state.waker else { return nil }
+            state.woken = true
+            return waker
+        }
+        waker?()
+    }
+}
