@@ -74,6 +74,9 @@ struct SessionDeadlineTests {
         }
     }
 
+    /// Where the tests' wall clock starts, in milliseconds since 1970.
+    static let wallOrigin: Int64 = 1_795_824_000_000
+
     /// A configuration with the defaults, changed by `configure`.
     static func configured(_ configure: (inout ServerConfiguration) -> Void) -> ServerConfiguration {
         var configuration = ServerConfiguration()
@@ -89,12 +92,16 @@ struct SessionDeadlineTests {
         defer { folder.remove() }
         let loop = NIOAsyncTestingEventLoop()
         let origin = ContinuousClock.now
-        // The session's clock is the loop's time, which only the test moves.
-        let clock = SessionClock { origin + .nanoseconds(Int64(loop.now.uptimeNanoseconds)) }
+        // The session's clocks are the loop's time, which only the test moves: the monotonic one from now, the wall
+        // clock from a fixed moment (2026-11-28 00:00 UTC).
+        let clock = SessionClock(
+            { origin + .nanoseconds(Int64(loop.now.uptimeNanoseconds)) },
+            wallMs: { Self.wallOrigin + Int64(loop.now.uptimeNanoseconds / 1_000_000) }
+        )
         let (context, store) = try SessionHandlerTests.context(in: folder, configuration: configuration, clock: clock)
         defer { try? store.close() }
-        _ = try await store.addUser(name: "alice", password: "secret", nowMs: SessionContext.nowMs())
-        _ = try await store.addUser(name: "bob", password: "secret", nowMs: SessionContext.nowMs())
+        _ = try await store.addUser(name: "alice", password: "secret", nowMs: SessionClock.systemWallMs())
+        _ = try await store.addUser(name: "bob", password: "secret", nowMs: SessionClock.systemWallMs())
         let commits = Task { await context.commits.run() }
         defer { commits.cancel() }
         let channel = NIOAsyncTestingChannel(loop: loop)
@@ -202,12 +209,14 @@ struct SessionDeadlineTests {
             }
         ) { connection in
             let welcome = try await connection.login()
-            #expect(welcome.tokenExpiresMs > 0)
-            // The expiry is read against the wall clock when the login registers the connection: the moments the
-            // password check took since the token was made come off it, so it is checked with a margin.
-            await connection.advance(by: .seconds(3_500))
+            // The token was made on the session's wall clock, which stands still until the test moves it: it expires
+            // exactly an hour after the login.
+            #expect(welcome.tokenExpiresMs == Self.wallOrigin + 3_600_000)
+            await connection.advance(by: .milliseconds(3_599_900))
             #expect(connection.channel.isActive)
-            await connection.advance(by: .seconds(100) + .milliseconds(200))
+            #expect(try await connection.written().isEmpty)
+            // The wheel's resolution is 100 ms: the close comes at most one slot after the expiry.
+            await connection.advance(by: .milliseconds(200))
             try await Self.expectClosed(connection, code: ErrorCodes.tokenExpired)
         }
     }

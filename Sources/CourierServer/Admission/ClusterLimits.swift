@@ -66,7 +66,7 @@ final class ClusterLimits: Sendable {
             user: LoginLimits.userKey(user),
             address: address,
             limits: self.loginLimits,
-            nowMs: SessionContext.nowMs()
+            nowMs: SessionClock.systemWallMs()
         )
     }
 
@@ -77,7 +77,7 @@ final class ClusterLimits: Sendable {
         return try await admission.admitSignUp(
             address: address,
             limits: self.signUpLimits,
-            nowMs: SessionContext.nowMs()
+            nowMs: SessionClock.systemWallMs()
         )
     }
 
@@ -85,7 +85,7 @@ final class ClusterLimits: Sendable {
     /// ``ServerConfiguration/Cluster-swift.struct/loginInFlightLifetime``.
     func finish(_ attempt: PasswordAttempt, failed: Bool) async {
         do {
-            try await self.admission?.finishPasswordAttempt(attempt, failed: failed, nowMs: SessionContext.nowMs())
+            try await self.admission?.finishPasswordAttempt(attempt, failed: failed, nowMs: SessionClock.systemWallMs())
         } catch {
             self.logger.warning("a login's end could not be counted", metadata: ["error": "\(error)"])
         }
@@ -114,7 +114,7 @@ final class ClusterLimits: Sendable {
             user: user,
             maxPerUser: maxPerUser,
             yielding: yielding,
-            nowMs: SessionContext.nowMs()
+            nowMs: SessionClock.systemWallMs()
         )
     }
 
@@ -160,7 +160,7 @@ final class ClusterLimits: Sendable {
                     throw error
                 }
                 if ContinuousClock.now - lastPrune >= .seconds(60) {
-                    let now = SessionContext.nowMs()
+                    let now = SessionClock.systemWallMs()
                     let window = max(self.loginLimits.window, self.loginLimits.inFlightLifetime)
                     let signUpWindow = max(self.signUpLimits.window, self.signUpLimits.inFlightLifetime)
                     // A dead node's yielded connections are kept ten lifetimes: back within that, it closes them.
@@ -195,7 +195,7 @@ final class ClusterLimits: Sendable {
     /// Says the node is alive; if it had lapsed (cut off from the database past `nodeLifetime`), the other nodes
     /// may have dropped its leases, and its open connections are counted again.
     private func heartbeat(_ admission: any ClusterAdmission) async throws {
-        let now = SessionContext.nowMs()
+        let now = SessionClock.systemWallMs()
         let lapsed = try await admission.heartbeat(
             nowMs: now,
             aliveUntilMs: now + self.cluster.nodeLifetime.wholeMilliseconds

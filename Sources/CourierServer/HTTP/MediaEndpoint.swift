@@ -37,7 +37,7 @@ struct MediaEndpoint: Sendable {
         }
         let session: DeviceSession
         do {
-            session = try await self.store.authenticate(token: token, nowMs: SessionContext.nowMs())
+            session = try await self.store.authenticate(token: token, nowMs: SessionClock.systemWallMs())
             self.logins.finish(ticket, failed: false)
         } catch let error as CourierStoreError {
             self.logins.finish(ticket, failed: error.code == .authFailed)

@@ -300,7 +300,7 @@ final class MediaService: Sendable {
             sha256: digest,
             size: upload.size,
             quota: self.configuration.quotaBytesPerUser,
-            nowMs: SessionContext.nowMs()
+            nowMs: SessionClock.systemWallMs()
         )
         return (digest, max(0, left))
     }

@@ -183,7 +183,7 @@ extension CourierServer {
                 }
                 if ContinuousClock.now - lastPrune > .seconds(60) {
                     lastPrune = .now
-                    try await self.store.pruneChanges(olderThanMs: SessionContext.nowMs() - 600_000)
+                    try await self.store.pruneChanges(olderThanMs: SessionClock.systemWallMs() - 600_000)
                 }
             } catch {
                 self.logger.warning("reading changes failed", metadata: ["error": "\(error)"])

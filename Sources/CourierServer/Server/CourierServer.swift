@@ -158,7 +158,7 @@ public final class CourierServer: Service, Sendable {
         self.commits = CommitQueue(
             store: store,
             configuration: configuration.commit,
-            clock: { SessionContext.nowMs() },
+            clock: { SessionClock.systemWallMs() },
             // Fresh events only for users with a connection that can take them as they are.
             freshRoom: { hub.freshRoom(for: $0) },
             onCommit: { report in

@@ -277,9 +277,4 @@ final class SessionContext: Sendable {
     func fanoutWait(of user: UserID) -> Duration? {
         self.fanoutBudgets.withLock { buckets in buckets[user]?.debt(now: self.clock.now) }
     }
-
-    /// The server's clock, in milliseconds since 1970.
-    static func nowMs() -> Int64 {
-        Int64((Date().timeIntervalSince1970 * 1000).rounded())
-    }
 }

@@ -38,7 +38,7 @@ extension SessionHandler {
     }
 
     private func workEnded(_ end: SessionStateMachine.WorkEnd) {
-        switch self.machine.workEnded(end, now: self.now, nowMs: SessionContext.nowMs()) {
+        switch self.machine.workEnded(end, now: self.now, nowMs: self.server.clock.wallMs) {
         case .none:
             return
         case .takeNext:
@@ -58,7 +58,7 @@ extension SessionHandler {
     /// The login's work registered the connection: the session is active from now (see
     /// ``SessionStateMachine/authenticated(_:now:nowMs:)``).
     func activate(_ session: DeviceSession) {
-        guard self.machine.authenticated(session, now: self.now, nowMs: SessionContext.nowMs()) else { return }
+        guard self.machine.authenticated(session, now: self.now, nowMs: self.server.clock.wallMs) else { return }
         self.armDeadline()
     }
 

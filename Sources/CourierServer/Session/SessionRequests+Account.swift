@@ -24,7 +24,7 @@ extension SessionRequests {
                     old: old,
                     new: new,
                     keepDevices: keepDevices,
-                    nowMs: SessionContext.nowMs()
+                    nowMs: self.context.clock.wallMs
                 )
             }
             self.logger.info("password changed", metadata: ["user": "\(user.name)", "kept devices": "\(keepDevices)"])
@@ -52,7 +52,7 @@ extension SessionRequests {
             reply.devices.devices = Array(entries.prefix(fitting))
             reply.devices.more = fitting < entries.count
         case .revokeDevice(let device):
-            try await store.revokeDevice(device, of: user.name, nowMs: SessionContext.nowMs())
+            try await store.revokeDevice(device, of: user.name, nowMs: self.context.clock.wallMs)
             self.logger.info("device revoked by its user", metadata: ["user": "\(user.name)", "device": "\(device)"])
             reply.done = Courier_V1_Done()
             if device == deviceSession.device.id {
@@ -60,7 +60,7 @@ extension SessionRequests {
             }
         case .deleteAccount(let password):
             try await self.withOwnPassword(of: user) {
-                try await store.deleteAccount(user.id, password: password, nowMs: SessionContext.nowMs())
+                try await store.deleteAccount(user.id, password: password, nowMs: self.context.clock.wallMs)
             }
             self.logger.notice("account deleted by its user", metadata: ["user": "\(user.name)"])
             reply.done = Courier_V1_Done()
@@ -88,7 +88,7 @@ extension SessionRequests {
                 if case .set(let avatar, let thumbnail)? = update.avatar {
                     for picture in [avatar, thumbnail] { try await self.checkImage(picture, of: user.id) }
                 }
-                let appended = try await store.setProfile(of: user.id, update, nowMs: SessionContext.nowMs())
+                let appended = try await store.setProfile(of: user.id, update, nowMs: self.context.clock.wallMs)
                 self.context.fanout.logsGrew(appended)
                 reply.done = Courier_V1_Done()
             }

@@ -137,7 +137,7 @@ extension SessionRequests {
         do {
             try await self.context.store.checkInvite(
                 signUp.invite.isEmpty ? nil : signUp.invite,
-                nowMs: SessionContext.nowMs()
+                nowMs: self.context.clock.wallMs
             )
             self.context.badInvites.finish(ticket, failed: false)
             return nil
@@ -262,7 +262,7 @@ extension SessionRequests {
     private func check(_ hello: Courier_V1_Hello) async -> Result<DeviceSession, CourierStoreError> {
         let store = self.context.store
         do {
-            let now = SessionContext.nowMs()
+            let now = self.context.clock.wallMs
             switch hello.credentials {
             case .password(let password)?:
                 var deviceName = Self.prefix(hello.deviceName, maxBytes: store.limits.maxDeviceNameBytes)
@@ -366,7 +366,7 @@ extension SessionRequests {
                     registered.device,
                     of: registered.user,
                     connected: true,
-                    ms: SessionContext.nowMs()
+                    ms: self.context.clock.wallMs
                 )
             }
             return .registered(registered, firstForUser: firstForUser)
@@ -399,7 +399,7 @@ extension SessionRequests {
                 try? await store.revokeDevice(
                     deviceSession.device.id,
                     of: deviceSession.user.name,
-                    nowMs: SessionContext.nowMs()
+                    nowMs: self.context.clock.wallMs
                 )
             }
         }.value

@@ -17,7 +17,7 @@ extension SessionRequests {
     private func disconnected(_ handle: ConnectionHandle) async {
         let last = self.context.hub.unregister(handle)
         if let lease = handle.lease { await self.context.cluster.close(lease: lease) }
-        let now = SessionContext.nowMs()
+        let now = self.context.clock.wallMs
         if last.lastForDevice {
             self.context.activity.note(handle.device, of: handle.user, connected: false, ms: now)
         }

@@ -84,7 +84,7 @@ extension SessionRequests {
                 let left = try await self.context.store.leaveGroups(
                     of: user.id,
                     addedBy: adder,
-                    nowMs: SessionContext.nowMs()
+                    nowMs: self.context.clock.wallMs
                 )
                 self.context.fanout.logsGrew(left.appended)
                 reply.groupsLeft.groups = left.groups
@@ -93,7 +93,7 @@ extension SessionRequests {
                     level,
                     in: conversation,
                     for: user.id,
-                    nowMs: SessionContext.nowMs()
+                    nowMs: self.context.clock.wallMs
                 )
                 self.context.fanout.logsGrew(appended)
                 reply.done = Courier_V1_Done()
@@ -171,7 +171,7 @@ extension SessionRequests {
                 try await self.context.store.revokeDevice(
                     deviceSession.device.id,
                     of: user.name,
-                    nowMs: SessionContext.nowMs()
+                    nowMs: self.context.clock.wallMs
                 )
                 reply.done = Courier_V1_Done()
                 try await writer.write(reply)
@@ -237,7 +237,7 @@ extension SessionRequests {
 
     private func manageGroup(_ manage: Courier_V1_ManageGroup, by user: User) async throws -> [UserID: UInt64] {
         let store = self.context.store
-        let now = SessionContext.nowMs()
+        let now = self.context.clock.wallMs
         // Creating a group and adding members put others where they did not ask to be: counted per user and per
         // address, refused or not.
         switch manage.action {
