@@ -213,6 +213,14 @@ public struct AppliedBatch: Sendable {
     public var introductions: [Introduction] = []
     /// The new messages' search tokens, for the index written beside the commit (``SearchIndexer``).
     package var searchEntries: [SearchIndexer.Entry] = []
+    /// How many rounds of reads the batch took (``GroupCommit/Run``).
+    package var loads = Loads()
+
+    /// Rounds of reads: the ones the requests declared, and the ones a rule asked for that no declaration foresaw.
+    package struct Loads: Hashable, Sendable {
+        package var waves = 0
+        package var misses = 0
+    }
 
     public init(
         outcomes: [WriteOutcome],

@@ -22,54 +22,49 @@ extension PostgresStore {
         let queuesSearch = self.configuration.indexesForSearch && self.searchIndexer.isDeferred
         let applied = try await self.write(doing: "store \(requests.count) writes") { connection in
             var batch = PostgresGroupCommit(
-                commit: GroupCommit(nowMs: nowMs, limits: self.limits, freshRoom: freshRoom),
+                run: GroupCommit.Run(GroupCommit(nowMs: nowMs, limits: self.limits, freshRoom: freshRoom), requests),
                 store: self
             )
             try await batch.plan(requests, connection)
-            var outcomes: [WriteOutcome] = []
-            outcomes.reserveCapacity(requests.count)
-            for request in requests {
-                var rounds = 0
-                while true {
-                    switch try batch.commit.step(request) {
-                    case .applied(let outcome):
-                        outcomes.append(outcome)
-                    case .needs(let needs):
-                        rounds += 1
-                        guard rounds <= GroupCommit.maxRoundsPerRequest else {
-                            throw CourierStoreError(.storageFailed, "a write's rows could not be read: \(needs)")
-                        }
-                        try await batch.load(needs, connection)
-                        continue
-                    }
-                    break
-                }
+            while case .load(let needs) = try batch.run.next() {
+                try await batch.load(needs, connection)
             }
             try await batch.write(connection)
-            return batch.commit.result(outcomes, queuesSearch: queuesSearch)
+            return batch.run.result(queuesSearch: queuesSearch)
         }
         if queuesSearch { self.searchIndexer.committed(applied.searchEntries) }
         return applied
     }
 }
 
-/// One group commit on PostgreSQL: the rows of ``GroupCommit``'s rules, locked and read in a few statements for the
-/// whole batch (the plan), then as the rules ask for more, and the batch's writes in one statement per table.
+/// One group commit on PostgreSQL: the plan takes the rows' locks in the batch's order (the conversations, the
+/// users, the devices, reading them as it locks them); then the step/load loop every database shares
+/// (``GroupCommit/Run``) reads what the requests declare, in one statement per kind of row for the whole batch each
+/// wave, and what the rules still ask for; then the batch's writes, one statement per table.
 struct PostgresGroupCommit {
-    var commit: GroupCommit
+    /// The batch's step/load loop, with its rules and rows.
+    var run: GroupCommit.Run
     let store: PostgresStore
     var logger: Logger { self.store.logger }
     /// Whether the plan's locks are taken: a row locked after them is locked out of their order, without waiting.
     private(set) var planned = false
 
-    init(commit: GroupCommit, store: PostgresStore) {
-        self.commit = commit
+    /// The batch's rules and rows, loaded in place.
+    var commit: GroupCommit {
+        get { self.run.commit }
+        _modify { yield &self.run.commit }
+    }
+
+    init(run: GroupCommit.Run, store: PostgresStore) {
+        self.run = run
         self.store = store
     }
 
     // MARK: The plan
 
-    /// Locks the rows the requests will write, in the order every write takes them, and reads them.
+    /// Locks the rows the requests will write, in the order every write takes them, and reads them. What else the
+    /// requests read (a resend's original, an acknowledgement's deliveries, uploads) the waves read after it, under
+    /// these locks.
     mutating func plan(_ requests: [WriteRequest], _ connection: PostgresConnection) async throws {
         try await self.lookUpNames(requests, connection)
         var conversations: Set<Int64> = []
@@ -119,8 +114,6 @@ struct PostgresGroupCommit {
         let members = try await self.lockConversations(conversations.sorted(), connection)
         try await self.lockUsers(members.union(users), connection)
         try await self.lockDevices(acks.map(\.device), connection)
-        try await self.planDeliveries(acks, connection)
-        try await self.lookForResends(requests, connection)
         self.planned = true
     }
 
@@ -176,44 +169,6 @@ struct PostgresGroupCommit {
             guard let peer = self.commit.loadedUserID(named: name) else { return (nil, nil) }
             return (self.commit.loadedDirectID(UserPair(user, peer)), peer)
         }
-    }
-
-    /// Reads, in one query for the batch, the delivered receipts each acknowledgement makes, for the ranges its
-    /// rule will ask for (``GroupCommit/ackRange(of:from:to:stored:)``, each starting where the one before left its
-    /// device). The users' and devices' rows are locked: what this reads cannot change while the batch runs.
-    private mutating func planDeliveries(
-        _ acks: [(user: UserID, device: DeviceID, cursor: UInt64)],
-        _ connection: PostgresConnection
-    ) async throws {
-        var cursors: [DeviceID: Int64] = [:]
-        var ranges: [AckRange] = []
-        for ack in acks {
-            guard let device = self.commit.loadedDevice(ack.device), device.user == ack.user,
-                let stored = self.commit.users[ack.user]?.cursor
-            else { continue }
-            let old = cursors[ack.device] ?? device.ackedCursor
-            guard let range = GroupCommit.ackRange(of: ack.user, from: old, to: ack.cursor, stored: stored) else {
-                continue
-            }
-            cursors[ack.device] = range.to
-            ranges.append(range)
-        }
-        try await self.loadDeliveries(ranges, connection)
-    }
-
-    /// Reads, in one query under the senders' locks, what they stored before under the ids they send now.
-    private mutating func lookForResends(_ requests: [WriteRequest], _ connection: PostgresConnection) async throws {
-        var keys: [MessageKey] = []
-        for case .send(let send) in requests where !send.id.isEmpty {
-            // An id the send will be refused for goes nowhere near the database (PostgreSQL refuses a NUL in text,
-            // which would fail the whole batch).
-            guard
-                (try? StoreText.check(send.id, what: "message id", maxBytes: self.commit.limits.maxMessageIDBytes))
-                    != nil
-            else { continue }
-            keys.append(MessageKey(sender: send.sender, id: send.id))
-        }
-        try await self.loadMessages(keys, connection)
     }
 }
 

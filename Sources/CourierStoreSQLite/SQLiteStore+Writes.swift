@@ -8,7 +8,8 @@ extension SQLiteStore {
     /// Each request is checked before it writes anything, so a refused request changes nothing while the others
     /// commit. If the database itself fails (disk full, I/O error), the whole transaction rolls back and this throws:
     /// none of the requests is committed, and none may be acknowledged. Only this process writes while the
-    /// transaction is open (SQLite's write lock): rows are read as the rules ask for them, one statement each.
+    /// transaction is open (SQLite's write lock): rows are read as the requests declare them and the rules ask for
+    /// them (``GroupCommit/Run``), one statement each.
     ///
     /// - Parameters:
     ///   - requests: The writes, applied in order.
@@ -23,28 +24,12 @@ extension SQLiteStore {
         let limits = self.limits
         let queuesSearch = self.configuration.indexesForSearch && self.searchIndexer.isDeferred
         let applied = try await self.write { db in
-            var commit = GroupCommit(nowMs: nowMs, limits: limits, freshRoom: freshRoom)
-            var outcomes: [WriteOutcome] = []
-            outcomes.reserveCapacity(requests.count)
-            for request in requests {
-                var rounds = 0
-                while true {
-                    switch try commit.step(request) {
-                    case .applied(let outcome):
-                        outcomes.append(outcome)
-                    case .needs(let needs):
-                        rounds += 1
-                        guard rounds <= GroupCommit.maxRoundsPerRequest else {
-                            throw CourierStoreError(.storageFailed, "a write's rows could not be read: \(needs)")
-                        }
-                        try self.load(needs, into: &commit, db)
-                        continue
-                    }
-                    break
-                }
+            var run = GroupCommit.Run(GroupCommit(nowMs: nowMs, limits: limits, freshRoom: freshRoom), requests)
+            while case .load(let needs) = try run.next() {
+                try self.load(needs, into: &run.commit, db)
             }
-            try self.write(commit, db)
-            return commit.result(outcomes, queuesSearch: queuesSearch)
+            try self.write(run.commit, db)
+            return run.result(queuesSearch: queuesSearch)
         }
         if queuesSearch { self.searchIndexer.committed(applied.searchEntries) }
         return applied

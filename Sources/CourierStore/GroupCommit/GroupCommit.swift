@@ -8,8 +8,10 @@
 /// changes anything, so asking again is always safe. What the batch writes (new messages, recalls, receipts'
 /// cursors, events) is gathered here, and the driver writes it when every request is applied.
 ///
-/// A driver may load rows before the first step (PostgreSQL's plan locks and reads the whole batch's rows in a few
-/// statements); a rule finds them loaded and asks for nothing.
+/// Drivers do not wait for the misses: every request first declares what it will read (``declareNeeds(of:into:)``),
+/// and the loop every driver runs (``Run``) loads what the whole batch declares in one round per wave, so a rule
+/// finds its rows loaded and asks for nothing; a miss is left for what no declaration foresaw (a conversation the
+/// batch makes). PostgreSQL's plan takes the locks, in their order, before the first wave.
 package struct GroupCommit: Sendable {
     /// The server's clock, in milliseconds since 1970.
     package let nowMs: Int64
