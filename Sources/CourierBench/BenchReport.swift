@@ -70,6 +70,10 @@ public enum BenchReport {
             )
         }
         lines.append("server peak RSS: \(Self.mebibytes(result.serverPeakRSS))")
+        if let hops = result.clusterHops {
+            lines.append("cross-node hops (the nodes' /metrics, all nodes):")
+            lines += hops.lines
+        }
         if let ceilings {
             let ratio = Double(result.acknowledged) / seconds / ceilings.insertMessagesPerSecond
             lines += [
@@ -159,6 +163,15 @@ public enum BenchReport {
             "end_to_end_latency": latency(result.endToEnd),
         ]
         object["server_cpu_seconds"] = result.serverCPUSeconds
+        if let hops = result.clusterHops {
+            object["cluster_hops"] = hops.hops.map { hop -> [String: Any] in
+                [
+                    "hop": hop.hop, "count": hop.count, "mean_ms": hop.meanMs,
+                    "p50_at_most_ms": hop.p50AtMostMs.isFinite ? hop.p50AtMostMs : -1,
+                    "p99_at_most_ms": hop.p99AtMostMs.isFinite ? hop.p99AtMostMs : -1,
+                ]
+            }
+        }
         object["server_peak_rss_bytes"] = result.serverPeakRSS
         object["server_rss_before_bytes"] = result.serverRSSBefore
         object["server_rss_after_bytes"] = result.serverRSSAfter

@@ -25,6 +25,8 @@ public struct BenchResult: Sendable {
     public var serverPeakRSS: Int?
     public var serverRSSBefore: Int?
     public var serverRSSAfter: Int?
+    /// With several nodes: how long the hops of deliveries between them took (``ClusterHops``).
+    public var clusterHops: ClusterHops?
 }
 
 /// Runs the load: connects every user, waits until all are logged in, starts them together, and waits until every

@@ -163,20 +163,22 @@ public enum Benchmark {
             )
             .run(users: users, progress: say)
         } else if let database = plan.database {
-            let (users, servers, ports) = try await Self.provisionAndServeNodes(
+            let (users, servers, ports, httpPorts) = try await Self.provisionAndServeNodes(
                 plan,
                 database: database,
                 folder: folder,
                 say: say
             )
             defer { for server in servers { server.stop() } }
-            result = try await BenchRun(
+            var run = try await BenchRun(
                 configuration: configuration,
                 host: "127.0.0.1",
                 ports: ports,
                 serverProcesses: servers.map(\.process.processIdentifier)
             )
             .run(users: users, progress: say)
+            if plan.nodes > 1 { run.clusterHops = await ClusterHops.fetch(httpPorts: httpPorts) }
+            result = run
         } else if configuration.pattern == .idle, configuration.processes > 1 {
             let (users, server, port, _) = try await Self.provisionAndServe(plan, folder: folder, data: data, say: say)
             defer { server.stop() }
@@ -335,7 +337,7 @@ public enum Benchmark {
         database: String,
         folder: URL,
         say: @Sendable (String) -> Void
-    ) async throws -> (users: [BenchUser], servers: [ServerProcess], ports: [Int]) {
+    ) async throws -> (users: [BenchUser], servers: [ServerProcess], ports: [Int], httpPorts: [Int]) {
         let configuration = plan.configuration
         var logger = Logger(label: "courier.bench")
         logger.logLevel = .warning
@@ -351,12 +353,13 @@ public enum Benchmark {
         let users = try await store.withRunning { try await BenchProvisioning.provision(configuration, store: store) }
         var servers: [ServerProcess] = []
         var ports: [Int] = []
+        var httpPorts: [Int] = []
         do {
             for node in 0..<plan.nodes {
                 let nodeFolder = folder.appendingPathComponent("node\(node)")
                 let data = nodeFolder.appendingPathComponent("data")
                 try FileManager.default.createDirectory(at: data, withIntermediateDirectories: true)
-                let (server, port, _) = try await BenchServers.serve(
+                let (server, port, http) = try await BenchServers.serve(
                     executable: plan.executable,
                     data: data,
                     folder: nodeFolder,
@@ -366,6 +369,7 @@ public enum Benchmark {
                 )
                 servers.append(server)
                 ports.append(port)
+                httpPorts.append(http)
                 say("node \(node): server \(server.process.processIdentifier) on 127.0.0.1:\(port)")
             }
         } catch {
@@ -373,7 +377,7 @@ public enum Benchmark {
             throw error
         }
         say("connecting")
-        return (users, servers, ports)
+        return (users, servers, ports, httpPorts)
     }
 
     /// What makes a run not a measurement: failures, or messages missing.

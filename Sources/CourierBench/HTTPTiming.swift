@@ -10,17 +10,21 @@ public enum HTTPTiming {
         /// From sending the request to the end of the body.
         public var seconds: Double
         public var bodyBytes: Int64
+        /// The body itself, when asked for (``get(port:path:keepingBody:)``).
+        public var body: [UInt8] = []
     }
 
     /// GETs `path` from 127.0.0.1:`port` with `Connection: close` and reads until the server closes.
-    public static func get(port: Int, path: String) async throws -> Result {
+    public static func get(port: Int, path: String, keepingBody: Bool = false) async throws -> Result {
         let started = NIODeadline.now()
         let promise = MultiThreadedEventLoopGroup.singleton.any().makePromise(of: Result.self)
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(Counter(started: started, promise: promise))
+                    try channel.pipeline.syncOperations.addHandler(
+                        Counter(started: started, keepingBody: keepingBody, promise: promise)
+                    )
                 }
             }
             .connect(host: "127.0.0.1", port: port).get()
@@ -34,15 +38,18 @@ public enum HTTPTiming {
         typealias InboundIn = ByteBuffer
 
         let started: NIODeadline
+        let keepingBody: Bool
         let promise: EventLoopPromise<Result>
+        var kept: [UInt8] = []
         var head: [UInt8] = []
         var status = 0
         var body: Int64 = 0
         var firstByte: NIODeadline?
         var headDone = false
 
-        init(started: NIODeadline, promise: EventLoopPromise<Result>) {
+        init(started: NIODeadline, keepingBody: Bool, promise: EventLoopPromise<Result>) {
             self.started = started
+            self.keepingBody = keepingBody
             self.promise = promise
         }
 
@@ -50,6 +57,7 @@ public enum HTTPTiming {
             let buffer = Self.unwrapInboundIn(data)
             if self.headDone {
                 self.body += Int64(buffer.readableBytes)
+                if self.keepingBody { self.kept += buffer.readableBytesView }
                 return
             }
             self.head += buffer.readableBytesView
@@ -58,6 +66,7 @@ public enum HTTPTiming {
             let line = self.head.prefix { $0 != 13 }
             self.status = Int(String(decoding: line, as: UTF8.self).split(separator: " ").dropFirst().first ?? "") ?? 0
             self.body = Int64(self.head.count - end)
+            if self.keepingBody { self.kept = Array(self.head[end...]) }
             self.head = []
             if self.body > 0 { self.firstByte = .now() }
         }
@@ -73,7 +82,8 @@ public enum HTTPTiming {
                     status: self.status,
                     firstByteSeconds: Double(((self.firstByte ?? now) - self.started).nanoseconds) / 1e9,
                     seconds: Double((now - self.started).nanoseconds) / 1e9,
-                    bodyBytes: self.body
+                    bodyBytes: self.body,
+                    body: self.kept
                 )
             )
         }

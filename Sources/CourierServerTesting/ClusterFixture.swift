@@ -116,6 +116,17 @@ public struct ClusterFixture: Sendable {
         )
     }
 
+    /// A figure of a node's `/metrics`, read with curl: the value on the line that starts with `name` and a space (0
+    /// when there is none).
+    public func metric(_ name: String, of node: Int) async throws -> Int {
+        let metrics = try await ExternalProgram.output(
+            "/usr/bin/curl",
+            ["--silent", "--show-error", "--max-time", "60", "http://127.0.0.1:\(self.nodes[node].ports.http)/metrics"]
+        )
+        let line = metrics.split(separator: "\n").first { $0.hasPrefix(name + " ") }
+        return line.flatMap { Double($0.split(separator: " ").last ?? "") }.map { Int($0) } ?? 0
+    }
+
     /// Creates a user with the password "pw-" + name.
     @discardableResult
     public func user(_ name: String) async throws -> User {

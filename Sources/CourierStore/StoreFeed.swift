@@ -17,6 +17,24 @@ public protocol StoreFeed: Sendable {
 
     /// Whether news is received now; false while the listener is disconnected, and for a feed that only polls.
     var isListening: Bool { get }
+
+    /// Has the feed report how long its hops take (for the server's metrics), from now on.
+    func observe(_ hops: @escaping @Sendable (FeedHop, Duration) -> Void)
+}
+
+extension StoreFeed {
+    /// A feed that times nothing reports nothing.
+    public func observe(_ hops: @escaping @Sendable (FeedHop, Duration) -> Void) {}
+}
+
+/// The hops of a piece of news a feed can time.
+public enum FeedHop: String, Sendable, CaseIterable {
+    /// On the node that committed: from the commit's news given to the feed until it is sent (waiting while the
+    /// news before it is sent, then the send).
+    case publish
+    /// From the sending node's send until this node's listener received it, by the two nodes' wall clocks (on
+    /// different machines their difference adds in).
+    case notify
 }
 
 /// One piece of news from another server.

@@ -48,7 +48,9 @@ public final class PostgresFeed: StoreFeed, Service, CustomReflectable {
     let logger: Logger
     /// This process's mark on what it publishes: its own notifications come back to it and are skipped.
     let origin: String
-    private let pending = Mutex<(logs: [UserID: UInt64], notices: [[UInt8]])>(([:], []))
+    /// What waits to be sent, and since when the oldest of it has.
+    private let pending = Mutex<Pending>(Pending())
+    private let hops = Mutex<(@Sendable (FeedHop, Duration) -> Void)?>(nil)
     private let wake: (stream: AsyncStream<Void>, continuation: AsyncStream<Void>.Continuation)
     public let news: AsyncStream<FeedNews>
     private let newsContinuation: AsyncStream<FeedNews>.Continuation
@@ -68,10 +70,21 @@ public final class PostgresFeed: StoreFeed, Service, CustomReflectable {
 
     public var isListening: Bool { self.listening.load(ordering: .relaxed) }
 
+    struct Pending {
+        var logs: [UserID: UInt64] = [:]
+        var notices: [[UInt8]] = []
+        var since: ContinuousClock.Instant?
+    }
+
+    public func observe(_ hops: @escaping @Sendable (FeedHop, Duration) -> Void) {
+        self.hops.withLock { $0 = hops }
+    }
+
     public func publish(logs cursors: [UserID: UInt64]) {
         guard self.configuration.mode == .notify, !cursors.isEmpty else { return }
         self.pending.withLock { pending in
             pending.logs.merge(cursors, uniquingKeysWith: max)
+            if pending.since == nil { pending.since = .now }
         }
         self.wake.continuation.yield()
     }
@@ -106,11 +119,13 @@ public final class PostgresFeed: StoreFeed, Service, CustomReflectable {
     private func sendPending() async {
         await self.store.whenRunning()
         for await _ in self.wake.stream {
-            let (logs, notices) = self.pending.withLock { pending in
-                defer { pending = ([:], []) }
+            let taken = self.pending.withLock { pending in
+                defer { pending = Pending() }
                 return pending
             }
-            for payload in Self.payloads(origin: self.origin, logs: logs, notices: notices) {
+            let stamp = Self.stamp(self.origin, wallMicroseconds: Self.wallMicroseconds())
+            var sent = false
+            for payload in Self.payloads(origin: stamp, logs: taken.logs, notices: taken.notices) {
                 do {
                     let (channel, logger) = (self.configuration.channel, self.logger)
                     let timeout = self.store.configuration.transactionTimeout
@@ -119,13 +134,27 @@ public final class PostgresFeed: StoreFeed, Service, CustomReflectable {
                             try await connection.run("SELECT pg_notify(\(channel), \(payload))", logger: logger)
                         }
                     }
+                    sent = true
                 } catch {
                     // A hint lost: the other nodes' polling finds the events.
                     self.logger.debug("notify failed", metadata: ["error": "\(error)"])
                 }
             }
+            if sent, let since = taken.since, let hops = self.hops.withLock({ $0 }) {
+                hops(.publish, .now - since)
+            }
             if Task.isCancelled { return }
         }
+    }
+
+    /// A payload's first word: the sender's origin, and the moment of sending by its wall clock (microseconds since
+    /// 1970) after an `@`. A node from before the stamp reads the word whole, as an origin not its own.
+    static func stamp(_ origin: String, wallMicroseconds: Int64) -> String {
+        "\(origin)@\(wallMicroseconds)"
+    }
+
+    static func wallMicroseconds() -> Int64 {
+        Int64((Date().timeIntervalSince1970 * 1_000_000).rounded())
     }
 
     /// The payloads for a batch: `ORIGIN L user:cursor,user:cursor…` for logs, `ORIGIN N base64` for each notice,
@@ -154,7 +183,7 @@ public final class PostgresFeed: StoreFeed, Service, CustomReflectable {
     /// A payload as news, nil for one of this process's own or one that is not Courier's.
     static func news(from payload: String, skipping origin: String) -> FeedNews? {
         let parts = payload.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[0] != origin else { return nil }
+        guard parts.count == 3, Self.sender(of: parts[0]).origin != origin else { return nil }
         switch parts[1] {
         case "L":
             var logs: [UserID: UInt64] = [:]
@@ -170,6 +199,12 @@ public final class PostgresFeed: StoreFeed, Service, CustomReflectable {
         default:
             return nil
         }
+    }
+
+    /// A payload's first word as its origin and, when stamped, the moment it was sent (``stamp(_:wallMicroseconds:)``).
+    static func sender(of word: Substring) -> (origin: Substring, sentMicroseconds: Int64?) {
+        guard let at = word.firstIndex(of: "@") else { return (word, nil) }
+        return (word[..<at], Int64(word[word.index(after: at)...]))
     }
 
     // MARK: Listening
@@ -237,7 +272,14 @@ public final class PostgresFeed: StoreFeed, Service, CustomReflectable {
             self.logger.debug("listening for other nodes' news")
             self.newsContinuation.yield(.resync)
             for try await notification in notifications {
-                if let news = Self.news(from: notification.payload, skipping: self.origin),
+                let news = Self.news(from: notification.payload, skipping: self.origin)
+                if news != nil, let hops = self.hops.withLock({ $0 }),
+                    let first = notification.payload.split(separator: " ", maxSplits: 1).first,
+                    let sent = Self.sender(of: first).sentMicroseconds
+                {
+                    hops(.notify, .microseconds(max(0, Self.wallMicroseconds() - sent)))
+                }
+                if let news,
                     case .dropped = self.newsContinuation.yield(news)
                 {
                     // The oldest news went: the newest says so.

@@ -44,7 +44,9 @@ struct Bench: AsyncParsableCommand {
             bench migrates it, adds the run's users to it (they stay; use a database of its own), and starts \
             --nodes servers on it, each with a data folder of its own; user i connects to node i mod --nodes, so \
             with two nodes or more every pair's partners are on different nodes and every end-to-end latency is \
-            across nodes. The insert ceiling is then pgbench (PostgreSQL's own) inserting the same rows into tables \
+            across nodes; the report then adds the hops of those deliveries from the nodes' /metrics (the news of \
+            a commit published, received by the other node, its events read and handed to its connections). The \
+            insert ceiling is then pgbench (PostgreSQL's own) inserting the same rows into tables \
             of their own in that database, from as many clients as nodes. A password may be left out of the URL \
             and given in $PGPASSWORD, out of sight of other users' process listings.
 

@@ -79,6 +79,13 @@ extension CommandLineTests {
             // Both nodes' processes counted, the ceiling measured by pgbench in the same database.
             #expect((report["server_cpu_seconds"] as? Double ?? 0) > 0)
             #expect((report["ceiling_insert_messages_per_second"] as? Double ?? 0) > 0)
+            // Every pair's partners are on different nodes: each delivery crossed, and its hops were timed.
+            let hops = try #require(report["cluster_hops"] as? [[String: Any]], "\(line)")
+            #expect(hops.compactMap { $0["hop"] as? String }.sorted() == ["notify", "publish", "wake"])
+            for hop in hops {
+                #expect((hop["count"] as? Int ?? 0) > 0, "\(hop)")
+                #expect((hop["mean_ms"] as? Double ?? -1) >= 0, "\(hop)")
+            }
             if let password = location.password { #expect(!result.output.contains(password)) }
             // The users went into the database the nodes shared.
             var users: Int64 = 0

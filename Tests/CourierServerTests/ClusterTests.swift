@@ -263,6 +263,33 @@ struct ClusterTests {
         }
     }
 
+    @Test("a message between two nodes is timed hop by hop: its news published, received and woken, in /metrics")
+    func hopsInMetrics() async throws {
+        try await ClusterFixture.with(nodes: 2) { cluster in
+            try await cluster.user("alice")
+            try await cluster.user("bob")
+            let (alice, _) = try await NativeTestClient.login(port: cluster.nodes[0].ports.native, "alice")
+            let (bob, _) = try await NativeTestClient.login(port: cluster.nodes[1].ports.native, "bob")
+            try await waitUntil("both nodes listen") { cluster.nodes.allSatisfy { $0.feed.isListening } }
+            func count(_ hop: String, _ node: Int) async throws -> Int {
+                try await cluster.metric("courier_cluster_hop_seconds_count{hop=\"\(hop)\"}", of: node)
+            }
+            let before = (try await count("notify", 1), try await count("wake", 1))
+            _ = try await alice.sendText("你好，مرحبا 👋", to: .user("bob"), id: "m1")
+            #expect(try await bob.messages(1).map(\.id) == ["m1"])
+            // Only the notification can have brought it (no polling: an hour); each hop is recorded once it ended.
+            try await waitUntil("node 0 timed its publishing") { try await count("publish", 0) >= 1 }
+            try await waitUntil("node 1 timed the news' arrival and its wake") {
+                let (notify, wake) = (try await count("notify", 1), try await count("wake", 1))
+                return notify > before.0 && wake > before.1
+            }
+            await alice.close()
+            await bob.close()
+        } configure: {
+            $0.cluster.pollInterval = .seconds(3600)
+        }
+    }
+
     @Test("a listener cut off catches up when it reconnects: what was sent meanwhile arrives; /health says so")
     func listenerReconnects() async throws {
         var feed = PostgresFeed.Configuration()

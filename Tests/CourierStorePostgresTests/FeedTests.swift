@@ -42,6 +42,62 @@ struct FeedTests {
         }
     }
 
+    @Test("a payload's first word carries its send time; a node skips its own stamped payloads, an older one reads it")
+    func stampedPayloads() throws {
+        let stamp = PostgresFeed.stamp("abc", wallMicroseconds: 1_795_824_000_123_456)
+        #expect(PostgresFeed.sender(of: stamp[...]) == ("abc", 1_795_824_000_123_456))
+        #expect(PostgresFeed.sender(of: "abc") == ("abc", nil))
+        #expect(PostgresFeed.sender(of: "abc@x").sentMicroseconds == nil)
+        let payload = PostgresFeed.payloads(origin: stamp, logs: [UserID(rawValue: 7): 42], notices: [])[0]
+        #expect(PostgresFeed.news(from: payload, skipping: "abc") == nil, "its own")
+        #expect(PostgresFeed.news(from: payload, skipping: "other") == .logs([UserID(rawValue: 7): 42]))
+        // A node from before the stamp compares the whole first word with its origin: another's, read the same.
+        #expect(PostgresFeed.news(from: payload, skipping: "abc@1") == .logs([UserID(rawValue: 7): 42]))
+    }
+
+    @Test(
+        "two feeds on one database: news published on one reaches the other, and both time their hop of it",
+        .timeLimit(.minutes(1))
+    )
+    func hopsTimed() async throws {
+        try await TestDatabase.with { location in
+            func feed(_ node: String) -> PostgresFeed {
+                var configuration = PostgresStore.Configuration()
+                configuration.node = node
+                let store = PostgresStore(location: location, configuration: configuration, logger: TestDatabase.logger)
+                return PostgresFeed(store: store, logger: TestDatabase.logger)
+            }
+            let (one, two) = (feed("one"), feed("two"))
+            try await one.store.migrate()
+            let seen = Mutex<[String: [FeedHop]]>([:])
+            one.observe { hop, _ in seen.withLock { $0["one", default: []].append(hop) } }
+            two.observe { hop, duration in
+                #expect(duration >= .zero && duration < .seconds(60), "\(duration)")
+                seen.withLock { $0["two", default: []].append(hop) }
+            }
+            try await one.store.withRunning {
+                try await two.store.withRunning {
+                    await withThrowingTaskGroup(of: Void.self) { group in
+                        group.addTask { try await one.run() }
+                        group.addTask { try await two.run() }
+                        defer { group.cancelAll() }
+                        var news = two.news.makeAsyncIterator()
+                        // Listening once the resync comes; then one's news arrives at two.
+                        #expect(await news.next() == .resync)
+                        one.publish(logs: [UserID(rawValue: 5): 9])
+                        while let next = await news.next() {
+                            if next == .logs([UserID(rawValue: 5): 9]) { break }
+                        }
+                        #expect(seen.withLock { $0["two"] } == [.notify])
+                        // One times its send once it returned; wait for it, not for a while.
+                        while seen.withLock({ $0["one"] }) == nil { try? await Task.sleep(for: .milliseconds(5)) }
+                        #expect(seen.withLock { $0["one"] } == [.publish])
+                    }
+                }
+            }
+        }
+    }
+
     @Test("a node starting clears the devices it left connected, and no other node's; nor does a late disconnect")
     func connectedDevicesPerNode() async throws {
         try await TestDatabase.with { location in

@@ -24,7 +24,15 @@ final class ServerMetrics: Sendable {
     let loginsThrottled: Counter
     /// Connections that had sent nothing yet, closed to make room for a new one on a full server.
     let connectionsClosedForRoom: Counter
+    /// A delivery's hops between nodes: the news of a commit sent (`publish`), received (`notify`), and its events
+    /// read and handed to this node's connections (`wake`).
+    let clusterHops: [ClusterHop: DurationHistogram]
     private let open = Atomic<Int>(0)
+
+    /// The hops ``clusterHops`` times, as its `hop` label names them.
+    enum ClusterHop: String, CaseIterable, Sendable {
+        case publish, notify, wake
+    }
 
     init() {
         let registry = self.registry
@@ -104,6 +112,27 @@ final class ServerMetrics: Sendable {
                 "courier_logins_throttled_total",
                 "Logins refused with throttled before any password was checked."
             )
+        )
+        let hopHelp = """
+            A delivery's hops between nodes: publish (the commit's news until this node sent it), notify (another \
+            node's send until this node received it, by the two wall clocks), wake (received until this node's \
+            connections have the events).
+            """
+        self.clusterHops = Dictionary(
+            uniqueKeysWithValues: ClusterHop.allCases.map { hop in
+                (
+                    hop,
+                    registry.makeDurationHistogram(
+                        descriptor: Self.name("courier_cluster_hop_seconds", hopHelp),
+                        labels: [("hop", hop.rawValue)],
+                        buckets: [
+                            .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1),
+                            .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25),
+                            .milliseconds(50), .milliseconds(100), .milliseconds(250), .seconds(1),
+                        ]
+                    )
+                )
+            }
         )
         self.connectionsClosedForRoom = registry.makeCounter(
             descriptor: Self.name(

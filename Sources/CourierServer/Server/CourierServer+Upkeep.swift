@@ -59,10 +59,16 @@ extension CourierServer {
     /// each connection read its own page (a query and a transaction of PostgreSQL's per delivery, most of the cost
     /// of a second node). A connection that is behind, or without room for them, reads from the store as before.
     func followFeed(_ feed: any StoreFeed) async {
+        let hops = self.metrics.clusterHops
+        feed.observe { hop, duration in
+            hops[hop == .publish ? .publish : .notify]?.record(duration)
+        }
         for await news in feed.news {
             switch news {
             case .logs(let cursors):
+                let started = ContinuousClock.now
                 await self.wake(cursors)
+                hops[.wake]?.record(.now - started)
             case .notice(let bytes):
                 (self.fanout as? ClusterFanout)?.received(notice: bytes)
             case .resync:
