@@ -123,22 +123,30 @@ public final class PostgresFeed: StoreFeed, Service, CustomReflectable {
                 defer { pending = Pending() }
                 return pending
             }
-            let stamp = Self.stamp(self.origin, wallMicroseconds: Self.wallMicroseconds())
             var sent = false
-            for payload in Self.payloads(origin: stamp, logs: taken.logs, notices: taken.notices) {
-                do {
-                    let (channel, logger) = (self.configuration.channel, self.logger)
-                    let timeout = self.store.configuration.transactionTimeout
-                    try await self.store.client.withConnection { connection in
-                        try await PostgresStore.untilClosed(connection, within: timeout) {
-                            try await connection.run("SELECT pg_notify(\(channel), \(payload))", logger: logger)
+            do {
+                let (channel, logger, origin) = (self.configuration.channel, self.logger, self.origin)
+                let timeout = self.store.configuration.transactionTimeout
+                sent = try await self.store.client.withConnection { connection in
+                    // Stamped once the connection is had: the notify hop starts at the send, not in the pool's queue.
+                    let stamp = Self.stamp(origin, wallMicroseconds: Self.wallMicroseconds())
+                    var sent = false
+                    for payload in Self.payloads(origin: stamp, logs: taken.logs, notices: taken.notices) {
+                        do {
+                            try await PostgresStore.untilClosed(connection, within: timeout) {
+                                try await connection.run("SELECT pg_notify(\(channel), \(payload))", logger: logger)
+                            }
+                            sent = true
+                        } catch {
+                            // A hint lost: the other nodes' polling finds the events.
+                            logger.debug("notify failed", metadata: ["error": "\(error)"])
                         }
                     }
-                    sent = true
-                } catch {
-                    // A hint lost: the other nodes' polling finds the events.
-                    self.logger.debug("notify failed", metadata: ["error": "\(error)"])
+                    return sent
                 }
+            } catch {
+                // No connection: the hints are lost; the other nodes' polling finds the events.
+                self.logger.debug("notify failed", metadata: ["error": "\(error)"])
             }
             if sent, let since = taken.since, let hops = self.hops.withLock({ $0 }) {
                 hops(.publish, .now - since)
@@ -273,7 +281,8 @@ public final class PostgresFeed: StoreFeed, Service, CustomReflectable {
             self.newsContinuation.yield(.resync)
             for try await notification in notifications {
                 let news = Self.news(from: notification.payload, skipping: self.origin)
-                if news != nil, let hops = self.hops.withLock({ $0 }),
+                // Only news of logs (a notice of typing or presence is not a delivery).
+                if case .logs? = news, let hops = self.hops.withLock({ $0 }),
                     let first = notification.payload.split(separator: " ", maxSplits: 1).first,
                     let sent = Self.sender(of: first).sentMicroseconds
                 {
