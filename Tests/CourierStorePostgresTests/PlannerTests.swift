@@ -28,7 +28,11 @@ struct PlannerTests {
             let names = (1...200).map { "USER\($0 * 60)" }
             let (cost, plan) = try await store.withRunning {
                 try await store.read(doing: "explain") { connection in
-                    let cost = try await connection.value("SHOW random_page_cost", as: String.self, logger: store.logger)
+                    let cost = try await connection.value(
+                        "SHOW random_page_cost",
+                        as: String.self,
+                        logger: store.logger
+                    )
                     var plan: [String] = []
                     // The statement the group commit's waves run for user names (PostgresGroupCommit.userIDs).
                     for try await line in try await connection.query(
