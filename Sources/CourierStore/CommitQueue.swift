@@ -14,12 +14,6 @@ public final class CommitQueue: Sendable {
     public struct Configuration: Sendable {
         /// The most writes applied in one transaction.
         public var maxBatchRequests: Int = 4096
-        /// The most batches applied at once; nil for the store's own figure (``CourierDatabase/batchesAppliedTogether``:
-        /// one for SQLite, whose single writer takes them in turn anyway; two for PostgreSQL, where one batch's
-        /// statements and commit would otherwise leave the database idle while the next batch waits). Each is a
-        /// transaction of its own, its rows locked in the order every other's are. A writer (an origin) has writes
-        /// in one batch at a time, so its writes keep their order.
-        public var maxBatchesInFlight: Int? = nil
 
         public init() {}
     }
@@ -49,13 +43,7 @@ public final class CommitQueue: Sendable {
         /// Origins with a write in a batch that failed: their later writes fail too, until ``forget(origin:)``.
         var failedOrigins: Set<Int> = []
         var nextOrigin = 1
-        /// Batches being applied, and the origins with writes in them (``noOrigin`` for writes without one).
-        var inFlight = 0
-        var busyOrigins: Set<Int> = []
     }
-
-    /// The origin writes without one share: they keep the order they were enqueued in, as one writer's would.
-    private static let noOrigin = 0
 
     private let store: any CourierDatabase
     private let configuration: Configuration
@@ -157,80 +145,55 @@ public final class CommitQueue: Sendable {
         waiter?.resume()
     }
 
-    /// Commits batches until ``finish()`` has been called and nothing is waiting: up to
-    /// ``Configuration-swift.struct/maxBatchesInFlight`` at once.
+    /// Commits batches until ``finish()`` has been called and nothing is waiting.
     public func run() async {
-        await withDiscardingTaskGroup { group in
-            while let batch = await self.nextBatch() {
-                group.addTask { await self.apply(batch) }
-            }
-        }
-    }
-
-    /// Applies one batch and answers its writes.
-    private func apply(_ batch: [Pending]) async {
         let clock = ContinuousClock()
-        let start = clock.now
-        do {
-            let applied = try await self.store.apply(
-                batch.map(\.request),
-                nowMs: self.clock(),
-                freshRoom: self.freshRoom
-            )
-            self.onCommit(
-                BatchReport(
-                    requests: batch.count,
-                    duration: clock.now - start,
-                    appended: applied.appended,
-                    fresh: applied.fresh,
-                    introductions: applied.introductions,
-                    failed: false
+        while let batch = await self.nextBatch() {
+            let start = clock.now
+            do {
+                let applied = try await self.store.apply(
+                    batch.map(\.request),
+                    nowMs: self.clock(),
+                    freshRoom: self.freshRoom
                 )
-            )
-            self.release(batch)
-            for (pending, outcome) in zip(batch, applied.outcomes) {
-                pending.ticket.complete(.success(outcome))
-            }
-        } catch {
-            self.onCommit(
-                BatchReport(requests: batch.count, duration: clock.now - start, appended: [:], failed: true)
-            )
-            // The writes waiting behind the failed ones of the same origins must not overtake them.
-            let origins = Set(batch.compactMap(\.origin))
-            let behind = self.state.withLock { state -> [Pending] in
-                guard !origins.isEmpty else { return [] }
-                state.failedOrigins.formUnion(origins)
-                let behind = state.pending.filter { $0.origin.map(origins.contains) ?? false }
-                state.pending.removeAll { $0.origin.map(origins.contains) ?? false }
-                return behind
-            }
-            self.release(batch)
-            for pending in batch {
-                pending.ticket.complete(.failure(error))
-            }
-            for pending in behind {
-                pending.ticket.complete(.failure(Self.earlierFailure))
+                self.onCommit(
+                    BatchReport(
+                        requests: batch.count,
+                        duration: clock.now - start,
+                        appended: applied.appended,
+                        fresh: applied.fresh,
+                        introductions: applied.introductions,
+                        failed: false
+                    )
+                )
+                for (pending, outcome) in zip(batch, applied.outcomes) {
+                    pending.ticket.complete(.success(outcome))
+                }
+            } catch {
+                self.onCommit(
+                    BatchReport(requests: batch.count, duration: clock.now - start, appended: [:], failed: true)
+                )
+                // The writes waiting behind the failed ones of the same origins must not overtake them.
+                let origins = Set(batch.compactMap(\.origin))
+                let behind = self.state.withLock { state -> [Pending] in
+                    guard !origins.isEmpty else { return [] }
+                    state.failedOrigins.formUnion(origins)
+                    let behind = state.pending.filter { $0.origin.map(origins.contains) ?? false }
+                    state.pending.removeAll { $0.origin.map(origins.contains) ?? false }
+                    return behind
+                }
+                for pending in batch {
+                    pending.ticket.complete(.failure(error))
+                }
+                for pending in behind {
+                    pending.ticket.complete(.failure(Self.earlierFailure))
+                }
             }
         }
     }
 
-    /// A batch is done: its origins may have writes in the next, and one more batch may start.
-    private func release(_ batch: [Pending]) {
-        let waiter = self.state.withLock { state in
-            state.inFlight -= 1
-            for pending in batch { state.busyOrigins.remove(pending.origin ?? Self.noOrigin) }
-            defer { state.waiter = nil }
-            return state.waiter
-        }
-        waiter?.resume()
-    }
-
-    /// The next writes to apply, waiting for some (and for room among the batches in flight); nil once finished with
-    /// nothing left. The writes of an origin with writes in flight wait for the next batch, and so do the writes
-    /// after them.
+    /// The next writes to apply, waiting for some; nil once finished with nothing left.
     private func nextBatch() async -> [Pending]? {
-        let maxInFlight = max(1, self.configuration.maxBatchesInFlight ?? self.store.batchesAppliedTogether)
-        let maxRequests = max(1, self.configuration.maxBatchRequests)
         while true {
             enum Step {
                 case batch([Pending])
@@ -238,27 +201,13 @@ public final class CommitQueue: Sendable {
                 case wait
             }
             let step = self.state.withLock { state -> Step in
-                if state.pending.isEmpty { return state.finished ? .done : .wait }
-                guard state.inFlight < maxInFlight else { return .wait }
-                var batch: [Pending] = []
-                if state.busyOrigins.isEmpty, state.pending.count <= maxRequests {
-                    swap(&batch, &state.pending)
-                } else {
-                    var rest: [Pending] = []
-                    rest.reserveCapacity(state.pending.count)
-                    for pending in state.pending {
-                        if batch.count < maxRequests, !state.busyOrigins.contains(pending.origin ?? Self.noOrigin) {
-                            batch.append(pending)
-                        } else {
-                            rest.append(pending)
-                        }
-                    }
-                    guard !batch.isEmpty else { return .wait }
-                    state.pending = rest
+                if !state.pending.isEmpty {
+                    let count = min(state.pending.count, self.configuration.maxBatchRequests)
+                    let batch = Array(state.pending.prefix(count))
+                    state.pending.removeFirst(count)
+                    return .batch(batch)
                 }
-                for pending in batch { state.busyOrigins.insert(pending.origin ?? Self.noOrigin) }
-                state.inFlight += 1
-                return .batch(batch)
+                return state.finished ? .done : .wait
             }
             switch step {
             case .batch(let batch): return batch
@@ -266,12 +215,7 @@ public final class CommitQueue: Sendable {
             case .wait:
                 await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
                     let resumeNow = self.state.withLock { state in
-                        if state.finished, state.pending.isEmpty { return true }
-                        if state.inFlight < maxInFlight,
-                            state.pending.contains(where: { !state.busyOrigins.contains($0.origin ?? Self.noOrigin) })
-                        {
-                            return true
-                        }
+                        if !state.pending.isEmpty || state.finished { return true }
                         state.waiter = waiter
                         return false
                     }

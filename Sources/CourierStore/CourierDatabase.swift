@@ -16,11 +16,6 @@ public protocol CourierDatabase: Sendable {
     /// What the store is and where, without credentials.
     var storeDescription: StoreDescription { get }
 
-    /// How many group commits (``apply(_:nowMs:freshRoom:)``) the store is best given at once: 1 where one writer
-    /// takes them in turn anyway (SQLite); more where one batch's statements and commit would leave the database
-    /// idle while the next waits (PostgreSQL). ``CommitQueue`` keeps to it unless told otherwise.
-    var batchesAppliedTogether: Int { get }
-
     // MARK: Accounts (admin)
 
     func addUser(name: String, password: String, nowMs: Int64) async throws -> User
@@ -243,8 +238,6 @@ public protocol CourierDatabase: Sendable {
 }
 
 extension CourierDatabase {
-    public var batchesAppliedTogether: Int { 1 }
-
     public func blobStorage(
         folder: URL,
         configuration: BlobStore.Configuration,

@@ -52,9 +52,6 @@ public final class PostgresStore: StoreBackend, Service, CustomReflectable {
         /// their indexes, at 11,700 users, and growing with the tables). 1.1 is what PostgreSQL's documentation
         /// suggests when the data is cached or on SSDs, as the rows a server touches are.
         public var randomPageCost: Double? = 1.1
-        /// How many group commits a node gives the database at once (``CourierDatabase/batchesAppliedTogether``): the
-        /// next batch's reads and rules run while the last one's statements and commit do.
-        public var batchesAppliedTogether: Int = 2
         /// How many times a write that PostgreSQL aborted for a deadlock, a serialization failure or a row lock taken
         /// out of order that would have waited (nothing of it was committed) is tried again before it fails with
         /// `storage-failed`.
@@ -104,7 +101,6 @@ public final class PostgresStore: StoreBackend, Service, CustomReflectable {
     let logger: Logger
     public let configuration: Configuration
     public var limits: StoreLimits { self.configuration.limits }
-    public var batchesAppliedTogether: Int { max(1, self.configuration.batchesAppliedTogether) }
     public var storeDescription: StoreDescription {
         StoreDescription(kind: "postgres", location: self.location.description)
     }

@@ -196,58 +196,6 @@ struct LockOrderTests {
         }
     }
 
-    @Test(
-        "two batches at once: one waiting for a row lock does not hold up another's writes, and a writer's own writes wait for its batch",
-        .timeLimit(.minutes(1))
-    )
-    func batchesInFlight() async throws {
-        try await Self.withStore { location, store, _ in
-            #expect(store.batchesAppliedTogether == 2)
-            var ids: [String: UserID] = [:]
-            for name in ["alice", "bob", "carol", "dave"] {
-                ids[name] = try await store.addUser(name: name, password: "x", nowMs: 1).id
-            }
-            let queue = CommitQueue(store: store, clock: { 2 })
-            let (a, c) = (queue.newOrigin(), queue.newOrigin())
-            func send(_ from: String, _ id: String, to: String) -> WriteRequest {
-                .send(.init(sender: ids[from]!, id: id, to: .user(to), body: Array("你好 \(id) 🙂".utf8)))
-            }
-            let logger = TestDatabase.logger
-            try await TestDatabase.admin(location) { holder in
-                try await TestDatabase.admin(location) { watcher in
-                    // Bob's row held elsewhere: alice's first batch locks it in its plan, and waits.
-                    try await holder.run("BEGIN", logger: logger)
-                    try await holder.run(
-                        "SELECT id FROM users WHERE id = \(ids["bob"]!.rawValue) FOR NO KEY UPDATE",
-                        logger: logger
-                    )
-                    try await withThrowingTaskGroup(of: Void.self) { group in
-                        group.addTask { await queue.run() }
-                        let a1 = queue.enqueue(send("alice", "a1", to: "bob"), origin: a)
-                        try await Self.waitForLockWaiter(on: "FROM users", watcher)
-                        // Alice's next write waits for her batch; carol's goes in a batch of its own, now.
-                        let a2 = queue.enqueue(send("alice", "a2", to: "bob"), origin: a)
-                        let a2Done = Finished()
-                        a2.whenComplete { _ in a2Done.value.store(true, ordering: .relaxed) }
-                        let c1 = try await queue.enqueue(send("carol", "c1", to: "dave"), origin: c).outcome()
-                        guard case .sent(let carol) = c1 else { throw CancellationError() }
-                        #expect(carol.seq == 1)
-                        let overtook = a2Done.value.load(ordering: .relaxed)
-                        #expect(!overtook, "a2 overtook a1, held in its batch")
-                        try await holder.run("ROLLBACK", logger: logger)
-                        let seqs = try await [a1.outcome(), a2.outcome()].map { outcome -> UInt64 in
-                            guard case .sent(let receipt) = outcome else { return 0 }
-                            return receipt.seq
-                        }
-                        #expect(seqs == [1, 2])
-                        queue.finish()
-                        try await group.waitForAll()
-                    }
-                }
-            }
-        }
-    }
-
     static func withStore(
         _ body: @Sendable (PostgresLocation, PostgresStore, LogCapture) async throws -> Void
     ) async throws {
