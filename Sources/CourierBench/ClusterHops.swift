@@ -49,7 +49,7 @@ public struct ClusterHops: Sendable, Codable, Hashable {
             }
         }
         let hops = counts.keys.sorted().compactMap { hop -> Hop? in
-            guard let count = counts[hop], count > 0 else { return nil }
+            guard let count = counts[hop], count.isFinite, count > 0 else { return nil }
             let cumulative = (buckets[hop] ?? [:]).sorted { $0.key < $1.key }
             func bound(_ quantile: Double) -> Double {
                 let wanted = quantile * count
@@ -67,12 +67,20 @@ public struct ClusterHops: Sendable, Codable, Hashable {
     }
 
     /// The hops of the nodes listening on these HTTP ports; nil when none could be read.
-    static func fetch(httpPorts: [Int]) async -> ClusterHops? {
+    static func fetch(httpPorts: [Int], within timeout: Duration = .seconds(10)) async -> ClusterHops? {
         var texts: [String] = []
         for port in httpPorts {
-            guard let result = try? await HTTPTiming.get(port: port, path: "/metrics", keepingBody: true),
-                result.status == 200
-            else { continue }
+            // A node that never answers costs the report its figures, not the bench its end.
+            let result = await withTaskGroup(of: HTTPTiming.Result?.self) { group in
+                group.addTask { try? await HTTPTiming.get(port: port, path: "/metrics", keepingBody: true) }
+                group.addTask {
+                    try? await Task.sleep(for: timeout)
+                    return nil
+                }
+                defer { group.cancelAll() }
+                return await group.next() ?? nil
+            }
+            guard let result, result.status == 200 else { continue }
             texts.append(String(decoding: result.body, as: UTF8.self))
         }
         guard !texts.isEmpty else { return nil }

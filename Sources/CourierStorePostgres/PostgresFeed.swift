@@ -123,6 +123,7 @@ public final class PostgresFeed: StoreFeed, Service, CustomReflectable {
                 defer { pending = Pending() }
                 return pending
             }
+            guard !taken.logs.isEmpty || !taken.notices.isEmpty else { continue }
             var sent = false
             do {
                 let (channel, logger, origin) = (self.configuration.channel, self.logger, self.origin)
@@ -131,12 +132,15 @@ public final class PostgresFeed: StoreFeed, Service, CustomReflectable {
                     // Stamped once the connection is had: the notify hop starts at the send, not in the pool's queue.
                     let stamp = Self.stamp(origin, wallMicroseconds: Self.wallMicroseconds())
                     var sent = false
-                    for payload in Self.payloads(origin: stamp, logs: taken.logs, notices: taken.notices) {
+                    let payloads = Self.payloads(origin: stamp, logs: taken.logs, notices: taken.notices)
+                    // The logs' payloads come first; the publish hop is theirs (a notice is not a delivery).
+                    let logPayloads = payloads.count - taken.notices.count
+                    for (index, payload) in payloads.enumerated() {
                         do {
                             try await PostgresStore.untilClosed(connection, within: timeout) {
                                 try await connection.run("SELECT pg_notify(\(channel), \(payload))", logger: logger)
                             }
-                            sent = true
+                            if index < logPayloads { sent = true }
                         } catch {
                             // A hint lost: the other nodes' polling finds the events.
                             logger.debug("notify failed", metadata: ["error": "\(error)"])
@@ -159,6 +163,15 @@ public final class PostgresFeed: StoreFeed, Service, CustomReflectable {
     /// 1970) after an `@`. A node from before the stamp reads the word whole, as an origin not its own.
     static func stamp(_ origin: String, wallMicroseconds: Int64) -> String {
         "\(origin)@\(wallMicroseconds)"
+    }
+
+    /// The notify hop of a notification stamped `sentMicroseconds`, received at `nowMicroseconds`: nil for a stamp
+    /// more than an hour away from this node's clock (anybody who may connect to the database may notify on the
+    /// channel, with any number), none below zero (another node's clock a little ahead).
+    static func notifyHop(sentMicroseconds sent: Int64, nowMicroseconds now: Int64) -> Duration? {
+        let (elapsed, overflow) = now.subtractingReportingOverflow(sent)
+        guard !overflow, (-3_600_000_000...3_600_000_000).contains(elapsed) else { return nil }
+        return .microseconds(max(0, elapsed))
     }
 
     static func wallMicroseconds() -> Int64 {
@@ -284,9 +297,10 @@ public final class PostgresFeed: StoreFeed, Service, CustomReflectable {
                 // Only news of logs (a notice of typing or presence is not a delivery).
                 if case .logs? = news, let hops = self.hops.withLock({ $0 }),
                     let first = notification.payload.split(separator: " ", maxSplits: 1).first,
-                    let sent = Self.sender(of: first).sentMicroseconds
+                    let sent = Self.sender(of: first).sentMicroseconds,
+                    let hop = Self.notifyHop(sentMicroseconds: sent, nowMicroseconds: Self.wallMicroseconds())
                 {
-                    hops(.notify, .microseconds(max(0, Self.wallMicroseconds() - sent)))
+                    hops(.notify, hop)
                 }
                 if let news,
                     case .dropped = self.newsContinuation.yield(news)

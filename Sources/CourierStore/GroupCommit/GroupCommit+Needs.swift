@@ -20,7 +20,9 @@ extension GroupCommit {
     private func declare(_ request: WriteRequest, into needs: inout NeedList) {
         switch request {
         case .send(let send):
-            if !send.id.isEmpty, send.id.utf8.count <= self.limits.maxMessageIDBytes, StoreText.isClean(send.id) {
+            if !send.id.isEmpty {
+                // An id the rule refuses reads nothing.
+                guard send.id.utf8.count <= self.limits.maxMessageIDBytes, StoreText.isClean(send.id) else { return }
                 let key = MessageKey(sender: send.sender, id: send.id)
                 // Not read yet: declared, and the rest with it, as a resend is rare (one costs a few rows unread).
                 if case .some(.some(let original)) = self.messages[key] {
@@ -36,7 +38,9 @@ extension GroupCommit {
                 }
                 needs.want(.message(key), self)
             }
-            if let media = send.media { needs.want(.upload(UploadKey(user: send.sender, sha256: media.sha256)), self) }
+            if let media = send.media, SHA256Hex.isValid(media.sha256) {
+                needs.want(.upload(UploadKey(user: send.sender, sha256: media.sha256)), self)
+            }
             needs.want(.name(send.sender), self)
             self.declareConversation(send.to, for: send.sender, sending: true, into: &needs)
             if case .group = send.to, let mentions = send.mentions {
@@ -47,14 +51,17 @@ extension GroupCommit {
         case .ack(let user, let device, let cursor):
             needs.want(.device(device), self)
             needs.want(.user(user), self)
+            // Each acknowledgement of a device starts where the one before it in the batch left the device, as the
+            // rule's do.
             guard let row = self.loadedDevice(device), row.user == user, let stored = self.users[user]?.cursor,
                 let range = Self.ackRange(
                     of: user,
-                    from: self.ackedCursors[device] ?? row.ackedCursor,
+                    from: needs.ackedCursors[device] ?? self.ackedCursors[device] ?? row.ackedCursor,
                     to: cursor,
                     stored: stored
                 )
             else { return }
+            needs.ackedCursors[device] = range.to
             guard let deliveries = self.deliveries[range] else {
                 needs.want(.deliveries(range), self)
                 return
@@ -146,6 +153,8 @@ package struct NeedList: Sendable {
 
     /// Whether the request being declared wants a row not loaded (declared by another request already, perhaps).
     var missing = false
+    /// The devices' acknowledged cursors as this wave's acknowledgements so far leave them.
+    var ackedCursors: [DeviceID: Int64] = [:]
 
     mutating func want(_ need: BatchNeed, _ commit: GroupCommit) {
         guard !commit.has(need) else { return }

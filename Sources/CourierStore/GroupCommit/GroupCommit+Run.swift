@@ -18,7 +18,8 @@ extension GroupCommit {
         package var commit: GroupCommit
         private let requests: [WriteRequest]
         private var outcomes: [WriteOutcome] = []
-        /// The requests that declared rows in the last wave: the others are done declaring.
+        /// The requests that declared rows in the last wave (and every acknowledgement): the others are done
+        /// declaring.
         private var declaring: [Int]
         private var waves = 0
         private var rounds = 0
@@ -55,7 +56,15 @@ extension GroupCommit {
             while self.waves < Self.maxWaves {
                 self.waves += 1
                 var needs = NeedList()
-                self.declaring.removeAll { !self.commit.declareNeeds(of: self.requests[$0], into: &needs) }
+                // An acknowledgement stays: the ones after it of the same device start where it leaves the device.
+                self.declaring.removeAll { index in
+                    let request = self.requests[index]
+                    guard self.commit.declareNeeds(of: request, into: &needs) else {
+                        if case .ack = request { return false }
+                        return true
+                    }
+                    return false
+                }
                 guard needs.needs.isEmpty else {
                     self.waveLoads += 1
                     return .load(needs.needs)
