@@ -322,6 +322,9 @@ public struct StoreSettings: Sendable {
     public static let maxPasswordThreads = 64
     /// Password checks that may wait for a thread; one more is refused at once with `throttled`.
     public var maxQueuedPasswordChecks: Int = 16
+    /// On PostgreSQL: the planner's cost of a page read at random for the store's connections (their
+    /// `random_page_cost`); nil keeps the database's own (see `PostgresStore.Configuration.randomPageCost`).
+    public var postgresRandomPageCost: Double? = 1.1
 
     public init() {}
 }

@@ -87,6 +87,7 @@ public final class PostgresStore: StoreBackend, Service, CustomReflectable {
             self.passwordHasher = settings.passwordHasher
             self.passwordThreads = settings.passwordThreads
             self.maxQueuedPasswordChecks = settings.maxQueuedPasswordChecks
+            self.randomPageCost = settings.postgresRandomPageCost
             self.node = node
         }
     }

@@ -44,6 +44,7 @@ enum LimitOption {
         ("search-index-max-queued", { $0.store.searchIndex.maxQueued = try count($1) }),
         ("search-index-max-queued-bytes", { $0.store.searchIndex.maxQueuedBytes = try bytes($1) }),
         ("search-index-sweep-interval", { $0.store.searchIndex.sweepInterval = try duration($1) }),
+        ("postgres-random-page-cost", { $0.store.postgresRandomPageCost = try pageCost($1) }),
         ("max-search-scan", { $0.store.limits.maxSearchScan = try int($1) }),
         ("max-search-page", { $0.store.limits.maxSearchPage = try int($1) }),
         ("max-failed-logins-per-user", { $0.limits.maxFailedLoginsPerUser = try int($1) }),
@@ -182,6 +183,15 @@ enum LimitOption {
         let value = try Self.bytes64(text)
         guard let fits = Int(exactly: value) else { throw BadValue(description: "\(text) is too large") }
         return fits
+    }
+
+    /// A page cost for PostgreSQL's planner: a positive number, or 0 for the database's own (nil).
+    static func pageCost(_ text: String) throws -> Double? {
+        if text == "0" { return nil }
+        guard let value = Double(text), value.isFinite, value > 0, value <= 1_000 else {
+            throw BadValue(description: "\(text) is not a page cost (a positive number up to 1000, or 0)")
+        }
+        return value
     }
 
     static func double(_ text: String) throws -> Double {

@@ -1,5 +1,6 @@
 import CourierPostgresTesting
 import CourierProtocol
+import CourierServer
 import CourierStorePostgres
 import CourierTesting
 import Foundation
@@ -77,6 +78,9 @@ extension CommandLineTests {
                 ("sends-per-second=1e300", "at most 1000000000"), ("outbound-buffer-bytes=2048T", "at most 1024T"),
                 // A bound of its own: threads the server would start.
                 ("password-threads=100000", "at most 64"),
+                // A page cost PostgreSQL would take, or 0 for its own; nothing negative or absurd.
+                ("postgres-random-page-cost=-1", "is not a page cost"),
+                ("postgres-random-page-cost=1e9", "is not a page cost"),
             ] {
                 result = try await Self.courier("serve", "--data", data.path, "--limit", limit)
                 #expect(result.status != 0 && result.output.contains(said), "\(limit): \(result)")
@@ -89,6 +93,12 @@ extension CommandLineTests {
                     "\(result)"
                 )
             }
+            // The page cost: 0 is the database's own (none sent), another number is sent as it is.
+            var configuration = ServerConfiguration()
+            try LimitOption.apply(["postgres-random-page-cost=0"], to: &configuration)
+            #expect(configuration.store.postgresRandomPageCost == nil)
+            try LimitOption.apply(["postgres-random-page-cost=2.5"], to: &configuration)
+            #expect(configuration.store.postgresRandomPageCost == 2.5)
             // Every limit docs/PROTOCOL.md lists is a --limit name, and every --limit name is listed there.
             #expect(Set(LimitOption.setters.map(\.name)) == Set(try Self.documentedLimits()))
             // No help says a default twice (ours in the text, then ArgumentParser's).

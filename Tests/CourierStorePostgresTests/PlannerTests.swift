@@ -52,4 +52,33 @@ struct PlannerTests {
             #expect(!plan.contains("Seq Scan on users"), "\(plan)")
         }
     }
+
+    @Test("a server told 0 (`--limit postgres-random-page-cost=0`) leaves the database's own page cost")
+    func databasesOwnCost() async throws {
+        try await TestDatabase.with { location in
+            var settings = StoreSettings()
+            settings.postgresRandomPageCost = nil
+            let store = PostgresStore(
+                location: location,
+                configuration: PostgresStore.Configuration(serving: settings, node: "planner"),
+                logger: TestDatabase.logger
+            )
+            let (ours, theirs) = try await store.withRunning {
+                try await store.read(doing: "show") { connection in
+                    let ours = try await connection.value(
+                        "SHOW random_page_cost",
+                        as: String.self,
+                        logger: store.logger
+                    )
+                    let theirs = try await connection.value(
+                        "SELECT boot_val FROM pg_settings WHERE name = 'random_page_cost'",
+                        as: String.self,
+                        logger: store.logger
+                    )
+                    return (ours, theirs)
+                }
+            }
+            #expect(ours == theirs && ours == "4", "\(ours), \(theirs)")
+        }
+    }
 }
