@@ -20,39 +20,52 @@ package enum LogEventKind: Int64, Sendable {
 /// entries are numbered on from the cursor stored for it (read in the same transaction, under its lock where the
 /// database has several writers), and the events appended are kept as a read would return them (``fresh``).
 package struct EventLogBook: Sendable {
-    /// The newest cursor of each user whose log grew.
-    package private(set) var appended: [UserID: UInt64] = [:]
-    /// Each known user's newest cursor: the stored one, then that of the last entry numbered.
-    package private(set) var cursors: [UserID: Int64] = [:]
-    /// The events appended, as a read of the log would return them, for each user whose every new event is here
-    /// (contiguous from the user's first new cursor), at most ``maxFreshPerUser`` each.
-    package private(set) var fresh: [UserID: [StoredEvent]] = [:]
-    /// Users with more new events than their limit, or one appended without its event: read back instead.
-    private var unfresh: Set<UserID> = []
+    /// What the book knows of one user's log: one entry per user, so that numbering an entry looks the user up
+    /// once (a group's message is an entry in every member's log).
+    fileprivate struct UserLog: Sendable {
+        /// The newest cursor: the stored one, then that of the last entry numbered.
+        var cursor: Int64
+        var grew = false
+        /// The events appended, while every one of them is kept (``EventLogBook/fresh``).
+        var fresh: [StoredEvent] = []
+        /// More new events than the limit, or one appended without its event: read back instead.
+        var unfresh = false
+        /// How many fresh events the user's connections can take; asked at the user's first new entry.
+        var freshLimit: Int?
+    }
+
+    private var logs: [UserID: UserLog] = [:]
     /// The most fresh events kept per user (0: none).
     package var maxFreshPerUser = 0
     /// How many fresh events each user's connections can take (nil: ``maxFreshPerUser`` for all); asked once per
     /// user and batch, before its first event is made.
     package var freshRoom: (@Sendable (UserID) -> Int)?
-    private var freshLimits: [UserID: Int] = [:]
 
     package init() {}
 
+    /// The newest cursor of each user whose log grew.
+    package var appended: [UserID: UInt64] {
+        var appended: [UserID: UInt64] = [:]
+        for (user, log) in self.logs where log.grew { appended[user] = UInt64(log.cursor) }
+        return appended
+    }
+
+    /// The events appended, as a read of the log would return them, for each user whose every new event is here
+    /// (contiguous from the user's first new cursor), at most ``maxFreshPerUser`` each.
+    package var fresh: [UserID: [StoredEvent]] {
+        var fresh: [UserID: [StoredEvent]] = [:]
+        for (user, log) in self.logs where log.grew && !log.unfresh { fresh[user] = log.fresh }
+        return fresh
+    }
+
     /// Whether the user's stored cursor is known (``start(_:at:)``).
     package func knows(_ user: UserID) -> Bool {
-        self.cursors[user] != nil
+        self.logs[user] != nil
     }
 
     /// The user's cursor as stored when the transaction read it; its entries are numbered on from it.
     package mutating func start(_ user: UserID, at cursor: Int64) {
-        if self.cursors[user] == nil { self.cursors[user] = cursor }
-    }
-
-    private mutating func freshLimit(of user: UserID) -> Int {
-        if let known = self.freshLimits[user] { return known }
-        let limit = min(self.maxFreshPerUser, self.freshRoom?(user) ?? self.maxFreshPerUser)
-        self.freshLimits[user] = limit
-        return limit
+        if self.logs[user] == nil { self.logs[user] = UserLog(cursor: cursor) }
     }
 
     /// Numbers the next entry of a user's log (whose cursor must be known), keeping its event while the user's new
@@ -60,26 +73,16 @@ package struct EventLogBook: Sendable {
     ///
     /// - Returns: The entry's cursor.
     package mutating func next(for user: UserID, event: @autoclosure () -> StoredEvent.Kind?) -> Int64 {
-        precondition(self.knows(user), "the stored cursor of \(user) was not read")
-        let cursor = self.cursors[user]! + 1
-        self.cursors[user] = cursor
-        self.appended[user] = UInt64(cursor)
-        if !self.unfresh.contains(user) {
-            if self.fresh[user, default: []].count < self.freshLimit(of: user), let event = event() {
-                self.fresh[user, default: []].append(StoredEvent(cursor: UInt64(cursor), kind: event))
-            } else {
-                self.fresh[user] = nil
-                self.unfresh.insert(user)
-            }
-        }
+        let (maxFresh, room) = (self.maxFreshPerUser, self.freshRoom)
+        guard let cursor = self.logs[user]?.numberNext(maxFresh: maxFresh, room: { room?(user) }, event: event)
+        else { preconditionFailure("the stored cursor of \(user) was not read") }
         return cursor
     }
-
     /// A message this batch appended was recalled in it too: its fresh events say so, without its body, as a read
     /// after the commit would.
     package mutating func markRecalled(id: String, from sender: String) {
-        for (user, events) in self.fresh {
-            self.fresh[user] = events.map { event in
+        for (user, log) in self.logs where !log.fresh.isEmpty {
+            self.logs[user]!.fresh = log.fresh.map { event in
                 var event = event.recalled { $0.id == id && $0.from == sender }
                 // A reply to it, sent in this batch, quotes it recalled.
                 if case .message(var message) = event.kind, message.replyTo?.visible == true,
@@ -104,8 +107,8 @@ package struct EventLogBook: Sendable {
     /// replies to it, show the body as it now is, as a read after the commit would.
     package mutating func markEdited(id: String, from sender: String, body: [UInt8], editedMs: Int64) {
         let matches = { (message: StoredMessage) in message.id == id && message.from == sender }
-        for (user, events) in self.fresh {
-            self.fresh[user] = events.map { event in
+        for (user, log) in self.logs where !log.fresh.isEmpty {
+            self.logs[user]!.fresh = log.fresh.map { event in
                 switch event.kind {
                 case .message(var message) where matches(message):
                     message.body = body
@@ -128,6 +131,29 @@ package struct EventLogBook: Sendable {
 
     /// The users whose logs grew, with their newest cursors, to store.
     package var grown: [(user: UserID, cursor: Int64)] {
-        self.appended.keys.sorted().map { ($0, self.cursors[$0]!) }
+        self.logs.filter(\.value.grew).map { ($0.key, $0.value.cursor) }.sorted { $0.user < $1.user }
+    }
+}
+
+extension EventLogBook.UserLog {
+    /// Numbers the user's next entry, keeping its event while every new one is kept and under the limit: the
+    /// smaller of `maxFresh` and what the user's connections can take (`room`, asked once; nil: `maxFresh`).
+    fileprivate mutating func numberNext(
+        maxFresh: Int,
+        room: () -> Int?,
+        event: () -> StoredEvent.Kind?
+    ) -> Int64 {
+        self.cursor += 1
+        self.grew = true
+        guard !self.unfresh else { return self.cursor }
+        let limit = self.freshLimit ?? min(maxFresh, room() ?? maxFresh)
+        self.freshLimit = limit
+        if self.fresh.count < limit, let event = event() {
+            self.fresh.append(StoredEvent(cursor: UInt64(self.cursor), kind: event))
+        } else {
+            self.fresh = []
+            self.unfresh = true
+        }
+        return self.cursor
     }
 }

@@ -254,14 +254,16 @@ extension PostgresGroupCommit {
         var found: [Int: [Delivery]] = [:]
         for row in try await connection.rows(
             """
-            SELECT a.i AS range, e.conversation_id AS conversation, MAX(e.seq) AS seq,
-                array_agg(DISTINCT m.sender_id) AS senders
-            FROM unnest(\(ranges.indices.map(Int64.init))::bigint[], \(ranges.map(\.user.rawValue))::bigint[],
-                \(ranges.map(\.from))::bigint[], \(ranges.map(\.to))::bigint[]) AS a(i, u, o, n)
-            JOIN events e ON e.user_id = a.u AND e.cursor > a.o AND e.cursor <= a.n AND e.kind = 1
-            JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
-            WHERE m.sender_id != a.u
-            GROUP BY a.i, e.conversation_id ORDER BY a.i, e.conversation_id
+            SELECT range, conversation, MAX(seq) AS seq, array_agg(DISTINCT sender) AS senders
+            FROM (
+                SELECT a.i AS range, a.u AS reader, e.conversation_id AS conversation, e.seq AS seq,
+                    \(unescaped: LogEventKind.messageSenderSQL(events: "e")) AS sender
+                FROM unnest(\(ranges.indices.map(Int64.init))::bigint[], \(ranges.map(\.user.rawValue))::bigint[],
+                    \(ranges.map(\.from))::bigint[], \(ranges.map(\.to))::bigint[]) AS a(i, u, o, n)
+                JOIN events e ON e.user_id = a.u AND e.cursor > a.o AND e.cursor <= a.n AND e.kind = 1
+            ) covered
+            WHERE sender != reader
+            GROUP BY range, conversation ORDER BY range, conversation
             """,
             logger: self.logger
         ) {

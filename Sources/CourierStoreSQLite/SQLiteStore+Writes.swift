@@ -153,12 +153,15 @@ extension SQLiteStore {
                 let rows = try Row.fetchAll(
                     db.cachedStatement(
                         sql: """
-                            SELECT e.conversation_id AS conversation, MAX(e.seq) AS seq,
-                                group_concat(DISTINCT m.sender_id) AS senders
-                            FROM events e
-                            JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
-                            WHERE e.user_id = ? AND e.cursor > ? AND e.cursor <= ? AND e.kind = 1 AND m.sender_id != ?
-                            GROUP BY e.conversation_id ORDER BY e.conversation_id
+                            SELECT conversation, MAX(seq) AS seq, group_concat(DISTINCT sender) AS senders
+                            FROM (
+                                SELECT e.conversation_id AS conversation, e.seq AS seq,
+                                    \(LogEventKind.messageSenderSQL(events: "e")) AS sender
+                                FROM events e
+                                WHERE e.user_id = ? AND e.cursor > ? AND e.cursor <= ? AND e.kind = 1
+                            )
+                            WHERE sender != ?
+                            GROUP BY conversation ORDER BY conversation
                             """
                     ),
                     arguments: [range.user.rawValue, range.from, range.to, range.user.rawValue]

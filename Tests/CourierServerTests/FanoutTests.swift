@@ -153,7 +153,7 @@ extension FanoutTests {
 }
 
 extension FanoutTests {
-    @Test("fresh room: none offline or behind; what is left under maxHanded for a caught-up connection")
+    @Test("fresh room: none offline; what is left under maxHanded, for a connection caught up or behind")
     func freshRoom() throws {
         let hub = Hub()
         #expect(hub.freshRoom(for: Self.alice) == 0)
@@ -167,12 +167,20 @@ extension FanoutTests {
             }
         )
         #expect(hub.freshRoom(for: Self.alice) == 5)
-        // Behind: events past what is held (read from the store): no room.
+        // Behind (events past what is held, read from the store): still room for what comes after them.
         handle.notify(cursor: 10)
-        #expect(hub.freshRoom(for: Self.alice) == 0)
-        // Caught up again.
-        handle.delivered(upTo: 10)
-        _ = handle.takeHanded(after: 10, limit: 64)
+        #expect(hub.freshRoom(for: Self.alice) == 5)
+        handle.notify(
+            cursor: 12,
+            fresh: (11...12).map {
+                StoredEvent(cursor: $0, kind: .membership(group: "g", user: "a", change: .joined, seq: $0))
+            }
+        )
+        // The new ones do not follow the ones held: they replace them, and wait for the gap to be read.
+        #expect(handle.handedCursors == [11, 12])
+        #expect(hub.freshRoom(for: Self.alice) == 6)
+        #expect(handle.takeHanded(after: 3, limit: 64).isEmpty)
+        #expect(handle.takeHanded(after: 10, limit: 64).map(\.cursor) == [11, 12])
         #expect(hub.freshRoom(for: Self.alice) == 8)
         // A connection that takes no events has no room.
         _ = try Self.register(hub, Self.bob, device: 2, events: false, maxHanded: 8)

@@ -77,8 +77,8 @@ struct FreshEventsTests {
     )
     func editsEqualToTheLog(kind: StoreKind) async throws {
         try await StoreFixture.with(kind) { fixture in
-            let ids = try await fixture.users("alice", "bob", "carol")
-            let (alice, bob, carol) = (ids["alice"]!, ids["bob"]!, ids["carol"]!)
+            let ids = try await fixture.users("alice", "bob", "carol", "dave")
+            let (alice, bob, carol, dave) = (ids["alice"]!, ids["bob"]!, ids["carol"]!, ids["dave"]!)
             try await fixture.store.createGroup(
                 name: "team",
                 owner: "alice",
@@ -86,6 +86,15 @@ struct FreshEventsTests {
                 nowMs: StoreFixture.start
             )
             _ = try await fixture.sent(alice, "old", to: .group("team"), "before", nowMs: StoreFixture.start)
+            // dave joins after the first message: a reply to it quotes it for the others, not for him (each
+            // member's event of one message is made once per way of seeing it, and shared).
+            try await fixture.store.changeMembers(
+                of: "team",
+                actor: nil,
+                add: ["dave"],
+                remove: [],
+                nowMs: StoreFixture.start
+            )
             let team = Conversation.group("team")
             func body(_ text: String) -> [UInt8] { Array(text.utf8) }
             let batch = try await fixture.store.apply(
@@ -105,11 +114,20 @@ struct FreshEventsTests {
                 nowMs: StoreFixture.start + 10
             )
             #expect(batch.outcomes.allSatisfy { refusal($0) == nil }, "\(batch.outcomes)")
-            for user in [alice, bob, carol] {
+            for user in [alice, bob, carol, dave] {
                 let fresh = try #require(batch.fresh[user])
                 let read = try await fixture.log(user, after: fresh.first!.cursor - 1)
                 #expect(fresh == read, "user \(user)")
             }
+            func quote(of id: String, for user: UserID) -> StoredReply? {
+                batch.fresh[user]?.lazy.compactMap { event -> StoredReply? in
+                    guard case .message(let message) = event.kind, message.id == id else { return nil }
+                    return message.replyTo
+                }.first
+            }
+            #expect(quote(of: "r3", for: carol)?.visible == true)
+            #expect(quote(of: "r3", for: dave)?.visible == false)
+            #expect(quote(of: "r1", for: dave)?.visible == true)
         }
     }
 

@@ -38,6 +38,8 @@ struct StoreFixture: StoreTestHelpers, Sendable {
     /// Runs a statement on the database from outside the store (the same SQL on both): what a database from before
     /// a rule holds, made where the store would no longer make it.
     let execute: @Sendable (String) async throws -> Void
+    /// The integer a query of one row and one column answers (raw SQL, as an administrator).
+    let count: @Sendable (String) async throws -> Int
 
     /// Runs `body` with a new, empty store of a kind, closed (or dropped) afterwards.
     static func with(
@@ -82,6 +84,13 @@ struct StoreFixture: StoreTestHelpers, Sendable {
                         )
                         try await queue.write { try $0.execute(sql: sql) }
                         try queue.close()
+                    },
+                    count: { sql in
+                        let queue = try DatabaseQueue(
+                            path: folder.appendingPathComponent(SQLiteStore.databaseFileName).path
+                        )
+                        defer { try? queue.close() }
+                        return try await queue.read { try Int.fetchOne($0, sql: sql) ?? 0 }
                     }
                 )
                 try await body(fixture)
@@ -128,6 +137,17 @@ struct StoreFixture: StoreTestHelpers, Sendable {
                             try await TestDatabase.admin(location) { connection in
                                 try await connection.run(PostgresQuery(unsafeSQL: sql), logger: TestDatabase.logger)
                             }
+                        },
+                        count: { sql in
+                            var count = 0
+                            try await TestDatabase.admin(location) { connection in
+                                let rows = try await connection.query(
+                                    PostgresQuery(unsafeSQL: sql),
+                                    logger: TestDatabase.logger
+                                )
+                                for try await value in rows.decode(Int64.self) { count = Int(value) }
+                            }
+                            return count
                         }
                     )
                     try await body(fixture)

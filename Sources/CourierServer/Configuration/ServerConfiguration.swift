@@ -220,7 +220,7 @@ public struct ServerConfiguration: Sendable {
         /// Fresh events a caught-up connection is handed as committed (instead of reading them back from the
         /// store); a connection with this many waiting, or behind, reads from the store at its own pace. 0 reads
         /// everything from the store.
-        public var maxHandedEvents: Int = 64
+        public var maxHandedEvents: Int = 1024
         /// The most text bytes in one `Events` envelope; a page of large texts goes out in several. Keep it well
         /// under the native frame limit (1 MiB).
         public var maxEventsBytes: Int = 256 * 1024

@@ -159,15 +159,13 @@ final class ConnectionHandle: Sendable {
         }
     }
 
-    /// How many fresh events this connection can take as they are: room under ``maxHanded``, when everything it
-    /// has not sent yet is held (a connection that is behind reads from the store and cannot use them).
+    /// How many fresh events this connection can hold as committed: room under ``maxHanded``. A connection that is
+    /// behind holds them too: it reads the gap before them from the store, then sends them from memory. (Without
+    /// that, a connection that fell behind once, as every member of a busy group does, read every later event back
+    /// from the store: a page read takes longer than a send from memory, so it stayed behind.)
     var freshRoom: Int {
         guard self.wantsEvents, self.maxHanded > 0 else { return 0 }
-        return self.state.withLock { state in
-            let undelivered = state.latest > state.delivered ? state.latest - state.delivered : 0
-            guard undelivered <= UInt64(state.handed.count) else { return 0 }
-            return max(0, self.maxHanded - state.handed.count)
-        }
+        return self.state.withLock { max(0, self.maxHanded - $0.handed.count) }
     }
 
     /// The cursor after which fresh events would be taken as they are, and how many more it holds, when the

@@ -84,34 +84,45 @@ extension GroupCommit {
                 mentioned: mentioned
             )
         )
+        // One event for all the members who name the conversation alike and see the quote alike (in a group, all
+        // of them): built once, its message shared by every member's fresh event instead of copied for each.
+        var made: [EventVariant: StoredEvent.Kind] = [:]
         for (member, membership) in conversation.members.sorted(by: { $0.key < $1.key }) {
+            let variant = EventVariant(
+                conversation: naming(member),
+                quoteVisible: reply.map { position, _ in position.seq > membership.joinedSeq } ?? false
+            )
             self.log.append(
                 to: member,
                 .message,
                 conversation: key,
                 seq: seq,
-                event: .message(
-                    StoredMessage(
-                        id: id,
-                        from: sender,
-                        fromDevice: send.device,
-                        conversation: naming(member),
-                        seq: UInt64(seq),
-                        timeMs: time,
-                        body: send.body,
-                        recalled: false,
-                        replyTo: reply.map { position, row in
-                            StoredReply(
-                                seq: UInt64(position.seq),
-                                visible: position.seq > membership.joinedSeq,
-                                id: row.id,
-                                from: replyFrom ?? "",
-                                body: row.body,
-                                recalled: false
-                            )
-                        }
+                // The sender, so that an acknowledgement finds whom to tell without reading the message.
+                actor: send.sender,
+                event: Self.made(variant, in: &made) {
+                    .message(
+                        StoredMessage(
+                            id: id,
+                            from: sender,
+                            fromDevice: send.device,
+                            conversation: variant.conversation,
+                            seq: UInt64(seq),
+                            timeMs: time,
+                            body: send.body,
+                            recalled: false,
+                            replyTo: reply.map { position, row in
+                                StoredReply(
+                                    seq: UInt64(position.seq),
+                                    visible: variant.quoteVisible,
+                                    id: row.id,
+                                    from: replyFrom ?? "",
+                                    body: row.body,
+                                    recalled: false
+                                )
+                            }
+                        )
                     )
-                )
+                }
             )
         }
         return .sent(
@@ -157,5 +168,26 @@ extension GroupCommit {
             if !mentioned.contains(user.rawValue) { mentioned.append(user.rawValue) }
         }
         return mentioned
+    }
+}
+
+/// What makes one member's event of a new message differ from another's: how it names the conversation (a direct
+/// conversation by the other member), and whether it may see the message a reply quotes (joined before it).
+struct EventVariant: Hashable {
+    var conversation: Conversation
+    var quoteVisible: Bool
+}
+
+extension GroupCommit {
+    /// The event made for a variant, made now if it is the first.
+    static func made(
+        _ variant: EventVariant,
+        in made: inout [EventVariant: StoredEvent.Kind],
+        _ make: () -> StoredEvent.Kind
+    ) -> StoredEvent.Kind {
+        if let event = made[variant] { return event }
+        let event = make()
+        made[variant] = event
+        return event
     }
 }

@@ -37,3 +37,14 @@ package struct LogWrites: Sendable {
         )
     }
 }
+
+extension LogEventKind {
+    /// The sender of a message entry (`kind` 1) of the events table named `events`, as SQL both databases run:
+    /// entries since the acknowledgements' rework carry it (`actor_id`); older ones read it from their message.
+    package static func messageSenderSQL(events: String) -> String {
+        """
+        COALESCE(\(events).actor_id, (SELECT s.sender_id FROM messages s
+            WHERE s.conversation_id = \(events).conversation_id AND s.seq = \(events).seq))
+        """
+    }
+}
