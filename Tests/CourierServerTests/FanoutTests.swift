@@ -16,7 +16,8 @@ struct FanoutTests {
         device: Int64,
         ephemeral: Bool = true,
         events: Bool = true,
-        maxHanded: Int = 0
+        maxHanded: Int = 0,
+        maxHandedBytes: Int = .max
     ) throws -> ConnectionHandle {
         guard
             case .registered(let handle, _, _) = hub.register(
@@ -24,7 +25,8 @@ struct FanoutTests {
                 device: DeviceID(rawValue: device),
                 ephemeral: ephemeral,
                 events: events,
-                maxHanded: maxHanded
+                maxHanded: maxHanded,
+                maxHandedBytes: maxHandedBytes
             )
         else {
             throw TestFailure(description: "not registered")
@@ -184,6 +186,47 @@ extension FanoutTests {
         #expect(hub.freshRoom(for: Self.alice) == 8)
         // A connection that takes no events has no room.
         _ = try Self.register(hub, Self.bob, device: 2, events: false, maxHanded: 8)
+        #expect(hub.freshRoom(for: Self.bob) == 0)
+    }
+}
+
+extension FanoutTests {
+    @Test("held texts are bounded in bytes: what would pass maxHandedBytes is read from the store after what is held")
+    func heldBytes() throws {
+        let hub = Hub()
+        let handle = try Self.register(hub, Self.alice, device: 1, maxHanded: 8, maxHandedBytes: 400)
+        func text(_ cursor: UInt64, _ body: String) -> StoredEvent {
+            let message = StoredMessage(
+                id: "m\(cursor)",
+                from: "bob",
+                fromDevice: nil,
+                conversation: .user("bob"),
+                seq: cursor,
+                timeMs: 0,
+                body: Array(body.utf8),
+                recalled: false
+            )
+            return StoredEvent(cursor: cursor, kind: .message(message))
+        }
+        // 64 + 90 bytes each: two fit in 400, a third does not, and is left for the store.
+        let long = String(repeating: "长", count: 30)
+        handle.notify(cursor: 2, fresh: [text(1, long), text(2, long)])
+        #expect(handle.handedCursors == [1, 2])
+        #expect(hub.freshRoom(for: Self.alice) == 6)
+        handle.notify(cursor: 3, fresh: [text(3, long)])
+        #expect(handle.handedCursors == [1, 2], "the ones held stay, the new one is read after them")
+        #expect(handle.takeHanded(after: 0, limit: 64).map(\.cursor) == [1, 2])
+        handle.notify(cursor: 6, fresh: [text(5, long), text(6, long)])
+        #expect(handle.handedCursors == [5, 6])
+        // A short one still fits (68 bytes: 376 in all).
+        handle.notify(cursor: 7, fresh: [text(7, "🙂")])
+        #expect(handle.handedCursors == [5, 6, 7])
+        #expect(hub.freshRoom(for: Self.alice) == 5)
+        #expect(handle.handedCursors == [5, 6, 7], "past 400 bytes: not held")
+        // Bytes all taken: the store is told there is no room, whatever the count.
+        let full = try Self.register(hub, Self.bob, device: 2, maxHanded: 8, maxHandedBytes: 100)
+        full.notify(cursor: 1, fresh: [text(1, String(repeating: "x", count: 36))])
+        #expect(full.handedCursors == [1])
         #expect(hub.freshRoom(for: Self.bob) == 0)
     }
 }

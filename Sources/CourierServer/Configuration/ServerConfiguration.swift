@@ -221,6 +221,9 @@ public struct ServerConfiguration: Sendable {
         /// store); a connection with this many waiting, or behind, reads from the store at its own pace. 0 reads
         /// everything from the store.
         public var maxHandedEvents: Int = 1024
+        /// The most bytes of texts those hold for one connection (a message's body and quote, 64 bytes an event
+        /// besides): a client that stops reading pins no more than this of the messages sent to it.
+        public var maxHandedBytes: Int = 1024 * 1024
         /// The most text bytes in one `Events` envelope; a page of large texts goes out in several. Keep it well
         /// under the native frame limit (1 MiB).
         public var maxEventsBytes: Int = 256 * 1024

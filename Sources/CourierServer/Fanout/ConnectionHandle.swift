@@ -27,7 +27,11 @@ final class ConnectionHandle: Sendable {
         /// The ids of this connection's sends whose events its delivery has not passed yet (see ``willSend(id:)``).
         var ownSends: Set<String> = []
         /// Fresh events handed over at commit, consecutive cursors, at most ``maxHanded`` (see ``notify(cursor:fresh:)``).
-        var handed: [StoredEvent] = []
+        var handed: [StoredEvent] = [] {
+            didSet { self.handedBytes = self.handed.reduce(0) { $0 + $1.heldBytes } }
+        }
+        /// What ``handed`` holds, as ``StoredEvent/heldBytes`` counts it: at most ``maxHandedBytes``.
+        private(set) var handedBytes = 0
     }
 
     private struct TypingKey: Hashable {
@@ -46,6 +50,9 @@ final class ConnectionHandle: Sendable {
     let maxOwnSends: Int
     /// The most fresh events held for the delivery (0: none; everything is read from the store).
     let maxHanded: Int
+    /// The most bytes of texts those may hold (``StoredEvent/heldBytes``): a client that stops reading pins no
+    /// more than this of other users' messages.
+    let maxHandedBytes: Int
     /// Where the nodes sharing a database count this connection, if they do.
     let lease: Int64?
     private let state = Mutex(State())
@@ -58,6 +65,7 @@ final class ConnectionHandle: Sendable {
         wantsEvents: Bool = true,
         maxOwnSends: Int = 1024,
         maxHanded: Int = 0,
+        maxHandedBytes: Int = .max,
         lease: Int64? = nil
     ) {
         self.id = id
@@ -68,6 +76,7 @@ final class ConnectionHandle: Sendable {
         self.wantsEvents = wantsEvents
         self.maxOwnSends = maxOwnSends
         self.maxHanded = maxHanded
+        self.maxHandedBytes = maxHandedBytes
     }
 
     /// This connection is about to submit a send with this id: its own delivery will skip the message's event
@@ -97,7 +106,8 @@ final class ConnectionHandle: Sendable {
     /// holding `fresh` (the new events, consecutive cursors) for the delivery to send without reading them back.
     ///
     /// What is held stays consecutive and bounded: events that do not follow the ones held replace them (the
-    /// delivery reads the gap from the store), and past ``maxHanded`` nothing is held (it reads them all). Holding
+    /// delivery reads the gap from the store), and those that would take it past ``maxHanded`` or
+    /// ``maxHandedBytes`` are not held (it reads them after what it holds). Holding
     /// is never needed for correctness: the delivery reads whatever it is not handed.
     func notify(cursor: UInt64, fresh: [StoredEvent] = []) {
         guard self.wantsEvents else { return }
@@ -111,10 +121,12 @@ final class ConnectionHandle: Sendable {
                         $0.recalled { $0.id == id && $0.seq == seq && $0.conversation == conversation }
                     }
                 }
-                if state.handed.count + fresh.count <= self.maxHanded {
+                // Past either bound the new ones are not held: they follow what is, and are read from the store
+                // once that is sent.
+                if state.handed.count + fresh.count <= self.maxHanded,
+                    state.handedBytes + fresh.reduce(0, { $0 + $1.heldBytes }) <= self.maxHandedBytes
+                {
                     state.handed.append(contentsOf: fresh)
-                } else {
-                    state.handed.removeAll()
                 }
             }
             guard cursor > state.latest else { return false }
@@ -165,7 +177,9 @@ final class ConnectionHandle: Sendable {
     /// from the store: a page read takes longer than a send from memory, so it stayed behind.)
     var freshRoom: Int {
         guard self.wantsEvents, self.maxHanded > 0 else { return 0 }
-        return self.state.withLock { max(0, self.maxHanded - $0.handed.count) }
+        return self.state.withLock { state in
+            state.handedBytes < self.maxHandedBytes ? max(0, self.maxHanded - state.handed.count) : 0
+        }
     }
 
     /// The cursor after which fresh events would be taken as they are, and how many more it holds, when the
@@ -264,5 +278,17 @@ final class ConnectionHandle: Sendable {
             return waker
         }
         waker?()
+    }
+}
+
+extension StoredEvent {
+    /// What holding this event costs, as ``ConnectionHandle/maxHandedBytes`` counts it: its texts (a message's
+    /// body and quote, an edit's body) and 64 bytes besides, whether or not other recipients share them.
+    var heldBytes: Int {
+        switch self.kind {
+        case .message(let message): 64 + message.body.count + (message.replyTo?.body.count ?? 0)
+        case .edit(let message): 64 + message.body.count
+        default: 64
+        }
     }
 }

@@ -55,6 +55,7 @@ final class Hub: Fanout {
         events: Bool = true,
         maxOwnSends: Int = 1024,
         maxHanded: Int = 0,
+        maxHandedBytes: Int = .max,
         maxPerUser: Int = .max,
         yielding: Bool = false,
         lease: Int64? = nil
@@ -81,6 +82,7 @@ final class Hub: Fanout {
                 wantsEvents: events,
                 maxOwnSends: maxOwnSends,
                 maxHanded: maxHanded,
+                maxHandedBytes: maxHandedBytes,
                 lease: lease
             )
             state.nextID += 1

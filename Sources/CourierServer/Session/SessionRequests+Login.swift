@@ -355,6 +355,7 @@ extension SessionRequests {
             maxOwnSends: limits.maxUnackedSends.multipliedReportingOverflow(by: 4).overflow
                 ? Int.max : limits.maxUnackedSends * 4,
             maxHanded: limits.maxHandedEvents,
+            maxHandedBytes: limits.maxHandedBytes,
             // Where the nodes count together, they have decided.
             maxPerUser: lease == nil ? limits.maxConnectionsPerUser : .max,
             yielding: yielding,
