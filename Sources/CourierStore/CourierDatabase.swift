@@ -349,7 +349,7 @@ public struct StoreLimits: Sendable, Hashable {
     public var maxDevicesPerUser: Int = 100
     /// The most events of one user a group commit returns as they were written (``AppliedBatch/fresh``); a user
     /// with more has them read back. 0 returns none.
-    public var maxFreshEventsPerUser: Int = 1024
+    public var maxFreshEventsPerUser: Int = 4096
     /// The most members' receipt marks a history page carries (``HistoryPage/receipts``), the furthest read
     /// first: in a larger group, "read by N" counts these.
     public var maxReceiptMarks: Int = 256

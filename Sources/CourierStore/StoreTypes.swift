@@ -426,20 +426,20 @@ public enum MembershipChange: Int64, Hashable, Sendable {
 
 /// One entry of a user's event log.
 public struct StoredEvent: Hashable, Sendable {
-    /// The large payloads are boxed (`indirect`): an event copied, or one message's event handed to every member
-    /// of a group, shares one payload instead of copying it.
-    public enum Kind: Hashable, Sendable {
-        indirect case message(StoredMessage)
+    /// Boxed (`indirect`): an event is a cursor and a reference (16 bytes), and one message's event handed to every
+    /// member of a group shares one payload instead of copying it.
+    public indirect enum Kind: Hashable, Sendable {
+        case message(StoredMessage)
         case recall(conversation: Conversation, seq: UInt64, id: String, by: String)
         case receipt(conversation: Conversation, user: String, kind: ReceiptKind, upToSeq: UInt64)
         case membership(group: String, user: String, change: MembershipChange, seq: UInt64)
         /// The sender edited a message: the message as it now is (its body and `editedMs`; recalled, with no body,
         /// when it was recalled since). Never a new message: a client that lacks it has nothing to change.
-        indirect case edit(StoredMessage)
-        indirect case reaction(StoredReaction)
+        case edit(StoredMessage)
+        case reaction(StoredReaction)
         /// A user the log's user knows (or the log's user itself) changed its profile: the profile as it is when
         /// read (a user's whose account was deleted since reads with no display name and no avatar).
-        indirect case profile(UserProfile)
+        case profile(UserProfile)
         /// A member's role in a group changed (promoted, demoted, made owner): at the group's seq then.
         case role(group: String, user: String, role: GroupRole, seq: UInt64)
         /// A member of a group (`by`) gave it a title, or took it away (empty): at the group's seq then.

@@ -217,10 +217,11 @@ public struct ServerConfiguration: Sendable {
         public var outboundBufferBytes: Int = 256 * 1024
         /// Events per `Events` envelope when syncing or delivering.
         public var eventsPerPage: Int = 64
-        /// Fresh events a caught-up connection is handed as committed (instead of reading them back from the
-        /// store); a connection with this many waiting, or behind, reads from the store at its own pace. 0 reads
-        /// everything from the store.
-        public var maxHandedEvents: Int = 1024
+        /// Fresh events a connection is handed as committed (instead of reading them back from the store), 16
+        /// bytes each besides their texts (a group's message is one payload shared by every member); what comes
+        /// past this many waiting is read from the store at the connection's own pace, and a connection that is
+        /// behind reads the gap before what it holds. 0 reads everything from the store.
+        public var maxHandedEvents: Int = 4096
         /// The most bytes of texts those hold for one connection (a message's body and quote, 64 bytes an event
         /// besides): a client that stops reading pins no more than this of the messages sent to it.
         public var maxHandedBytes: Int = 1024 * 1024
