@@ -35,6 +35,7 @@ enum LimitOption {
         ("events-per-page", { $0.limits.eventsPerPage = try int($1) }),
         ("max-handed-events", { $0.limits.maxHandedEvents = try count($1) }),
         ("max-handed-bytes", { $0.limits.maxHandedBytes = try bytes($1) }),
+        ("encoded-events-cache-bytes", { $0.limits.encodedEventsCacheBytes = try bytes($1) }),
         ("max-events-bytes", { $0.limits.maxEventsBytes = try bytes($1) }),
         ("max-history-page", { $0.limits.maxHistoryPage = try int($1) }),
         ("max-answer-bytes", { $0.limits.maxAnswerBytes = try bytes($1) }),

@@ -225,6 +225,9 @@ public struct ServerConfiguration: Sendable {
         /// The most bytes of texts those hold for one connection (a message's body and quote, 64 bytes an event
         /// besides): a client that stops reading pins no more than this of the messages sent to it.
         public var maxHandedBytes: Int = 1024 * 1024
+        /// The most bytes of group events each event loop keeps encoded for the native port, so that a message to
+        /// a group is encoded once for the members whose connections share the loop (0: each is encoded for each).
+        public var encodedEventsCacheBytes: Int = 4 * 1024 * 1024
         /// The most text bytes in one `Events` envelope; a page of large texts goes out in several. Keep it well
         /// under the native frame limit (1 MiB).
         public var maxEventsBytes: Int = 256 * 1024

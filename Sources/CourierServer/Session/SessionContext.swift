@@ -38,6 +38,8 @@ final class SessionContext: Sendable {
     let clock: SessionClock
     /// The deadlines of the sessions, one wheel per event loop.
     let deadlines: LoopDeadlinesTable
+    /// Group events encoded lately, one cache per event loop.
+    let encodings: LoopEventEncodings
     /// Every open session's channel, until its end's bookkeeping is done; and who waits for there to be none.
     private let sessions = Mutex<
         (open: [ObjectIdentifier: any Channel], stopping: Bool, waiters: [CheckedContinuation<Void, Never>])
@@ -107,6 +109,7 @@ final class SessionContext: Sendable {
             )
         )
         self.deadlines = LoopDeadlinesTable(resolution: configuration.limits.deadlineResolution, clock: clock)
+        self.encodings = LoopEventEncodings(maxBytes: configuration.limits.encodedEventsCacheBytes)
         self.logins = logins
         let accounts = configuration.accounts
         self.signUps = LoginThrottle(

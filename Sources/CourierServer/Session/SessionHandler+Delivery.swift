@@ -143,12 +143,30 @@ extension SessionHandler {
     private func send(_ events: [StoredEvent], delivery: inout SessionDelivery) {
         guard let last = events.last else { return }
         let (reachesLatest, acknowledge) = delivery.wrote(upTo: last.cursor)
-        for envelope in self.requests.envelopes(for: events, handle: delivery.handle, caughtUp: reachesLatest) {
-            self.emit(envelope)
+        for page in self.requests.pages(for: events, handle: delivery.handle, caughtUp: reachesLatest) {
+            if let encodings = self.encodings, let frame = self.encodedFrame(page.events, page.caughtUp, encodings) {
+                self.emit([.frame(frame)], promise: nil)
+            } else {
+                self.emit(self.requests.envelope(of: page.events, caughtUp: page.caughtUp))
+            }
         }
         self.server.metrics.eventsOut.increment(by: events.count)
         delivery.handle.delivered(upTo: last.cursor)
         if let acknowledge { self.acknowledge(acknowledge, delivery: delivery) }
+    }
+
+    /// A page's frame with its envelope encoded by hand (``EventWire``), on a transport that takes one; nil
+    /// otherwise (or if an event does not serialize: the envelope's own serialization then says why).
+    private func encodedFrame(
+        _ events: [StoredEvent],
+        _ caughtUp: Bool,
+        _ encodings: EventEncodingCache
+    ) -> Transport.Outbound? {
+        guard self.transport.takesEncodedEnvelopes,
+            let kinds = try? events.map({ (cursor: $0.cursor, kind: try encodings.kindBytes(of: $0)) })
+        else { return nil }
+        let allocator = self.context.channel.allocator
+        return self.transport.frame(envelopeBytes: EventWire.envelope(kinds, caughtUp: caughtUp, allocator: allocator))
     }
 
     /// Acknowledges delivered events for a connection that asked for `ackedOnWrite`: it rides the group commit

@@ -55,6 +55,8 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
 
     // Delivering (``SessionHandler+Delivery``).
     var delivery: SessionDelivery?
+    /// The loop's encodings of group events, shared by its connections; set once the connection is admitted.
+    var encodings: EventEncodingCache?
 
     // Deadlines (``SessionHandler+Deadlines``).
     var deadlines: LoopDeadlines?
@@ -132,6 +134,7 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         self.machine.opened(now: self.now)
         self.origin = self.server.commits.newOrigin()
         self.work = SessionWork(media: self.server.media.configuration, ticket: ticket)
+        self.encodings = self.server.encodings.forLoop(context.eventLoop)
         let deadlines = self.server.deadlines.forLoop(context.eventLoop)
         self.deadlines = deadlines
         self.deadlineKey = deadlines.register { [unowned self] now in self.deadlineFired(now) }

@@ -70,29 +70,23 @@ extension SessionRequests {
         return self.errorEnvelope(requestID, code: ErrorCodes.internalError, message: "\(error)", id: request.messageID)
     }
 
-    /// Envelopes for a page of events: at most `maxEventsBytes` of text each, so that a page of large texts never
-    /// makes a frame over the native limit. The connection that sent a message has its acknowledgement and does not
-    /// get it again; other connections of the same device do (another process of the same app).
-    func envelopes(for events: [StoredEvent], handle: ConnectionHandle, caughtUp: Bool) -> [ServerEnvelope] {
+    /// A page of events split in envelopes' worth: at most `maxEventsBytes` of text each, so that a page of large
+    /// texts never makes a frame over the native limit; the last says whether the page reaches the latest cursor.
+    /// The connection that sent a message has its acknowledgement and does not get it again; other connections of
+    /// the same device do (another process of the same app).
+    func pages(
+        for events: [StoredEvent],
+        handle: ConnectionHandle,
+        caughtUp: Bool
+    ) -> [(events: [StoredEvent], caughtUp: Bool)] {
         let limit = self.context.configuration.limits.maxEventsBytes
-        var envelopes: [ServerEnvelope] = []
-        // Gathered apart and put in an envelope once: appending through the envelope's oneof copies the list at
-        // every event (its getter hands out a copy), quadratic in a page.
-        var current: [Courier_V1_Event] = []
+        var pages: [(events: [StoredEvent], caughtUp: Bool)] = []
+        var current: [StoredEvent] = []
         var bytes = 0
-        func envelope(_ events: [Courier_V1_Event], caughtUp: Bool) -> ServerEnvelope {
-            var list = Courier_V1_Events()
-            list.events = events
-            list.caughtUp = caughtUp
-            var envelope = ServerEnvelope()
-            envelope.events = list
-            return envelope
-        }
         for event in events {
             if case .message(let message) = event.kind, handle.isOwnSend(id: message.id, from: message.fromDevice) {
                 continue
             }
-            let outgoing = Courier_V1_Event(event, rawBody: self.transport.sendsRawBodies)
             // Bodies, a reply's quote among them, and an edit's new body: what makes an envelope large.
             let size =
                 switch event.kind {
@@ -101,15 +95,27 @@ extension SessionRequests {
                 default: 256
                 }
             if bytes > 0, bytes + size > limit {
-                envelopes.append(envelope(current, caughtUp: false))
+                pages.append((current, false))
                 current = []
                 bytes = 0
             }
-            current.append(outgoing)
+            current.append(event)
             bytes += size
         }
-        if !current.isEmpty || caughtUp { envelopes.append(envelope(current, caughtUp: caughtUp)) }
-        return envelopes
+        if !current.isEmpty || caughtUp { pages.append((current, caughtUp)) }
+        return pages
+    }
+
+    /// A page's envelope (``pages(for:handle:caughtUp:)``).
+    func envelope(of page: [StoredEvent], caughtUp: Bool) -> ServerEnvelope {
+        var list = Courier_V1_Events()
+        // Gathered apart and put in the envelope once: appending through the envelope's oneof copies the list at
+        // every event (its getter hands out a copy), quadratic in a page.
+        list.events = page.map { Courier_V1_Event($0, rawBody: self.transport.sendsRawBodies) }
+        list.caughtUp = caughtUp
+        var envelope = ServerEnvelope()
+        envelope.events = list
+        return envelope
     }
 }
 

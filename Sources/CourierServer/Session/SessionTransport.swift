@@ -78,6 +78,18 @@ protocol SessionTransport: Sendable {
     /// Whether media goes inline in the connection's byte stream (then an envelope's outputs must not be interleaved
     /// with other writes); false when it travels on streams of its own.
     var streamsMediaInline: Bool { get }
+
+    /// Whether ``frame(envelopeBytes:)`` makes frames: a protobuf envelope serialized elsewhere (``EventWire``).
+    var takesEncodedEnvelopes: Bool { get }
+
+    /// The frame carrying a serialized `ServerEnvelope`, on a transport that ``takesEncodedEnvelopes``.
+    func frame(envelopeBytes: ByteBuffer) -> Outbound?
+}
+
+extension SessionTransport {
+    var takesEncodedEnvelopes: Bool { false }
+
+    func frame(envelopeBytes: ByteBuffer) -> Outbound? { nil }
 }
 
 /// The native port: one protobuf envelope per `message` frame; acks may also come as `ack` frames.
@@ -85,6 +97,11 @@ struct NativeTransport: SessionTransport {
     var name: String { "native" }
     var streamsMediaInline: Bool { false }
     var sendsRawBodies: Bool { true }
+    var takesEncodedEnvelopes: Bool { true }
+
+    func frame(envelopeBytes: ByteBuffer) -> NativeFrame? {
+        NativeFrame(kind: .message, payload: envelopeBytes)
+    }
 
     func interpret(_ frame: NativeFrame) -> TransportInput<NativeFrame> {
         switch frame.kind {
