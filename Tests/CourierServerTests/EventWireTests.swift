@@ -137,6 +137,17 @@ struct EventWireTests {
                 != cache.kindBytes(of: StoredEvent(cursor: 9, kind: group))
         )
         #expect(cache.misses == 2)
+        // Another text of the same length at the same place (hashed alike): told apart by its bytes.
+        let other = message(.group("tea"), "大家坏")
+        #expect(
+            try cache.kindBytes(of: StoredEvent(cursor: 9, kind: other))
+                == EventWire.kindBytes(of: StoredEvent(cursor: 9, kind: other))
+        )
+        #expect(
+            try cache.kindBytes(of: StoredEvent(cursor: 9, kind: group))
+                == EventWire.kindBytes(of: StoredEvent(cursor: 9, kind: group))
+        )
+        #expect(cache.misses == 3)
         // Past its bytes the cache starts afresh: the first is encoded again.
         for seq in UInt64(2)...20 {
             _ = try cache.kindBytes(of: StoredEvent(cursor: 1, kind: message(.group("tea"), "x", seq: seq)))

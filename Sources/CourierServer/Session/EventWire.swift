@@ -72,7 +72,29 @@ enum EventWire {
 /// conversation's event goes to one user, named the user's own way), holding at most ``maxBytes`` of encodings,
 /// after which the cache starts afresh (0: nothing is kept). Used on its loop only.
 final class EventEncodingCache {
-    private var kinds: [StoredEvent.Kind: [UInt8]] = [:]
+    /// An event's kind, hashed by what tells messages apart cheaply (a message's place, length and state, not
+    /// every byte of its text) and compared whole.
+    private struct Key: Hashable {
+        let kind: StoredEvent.Kind
+
+        static func == (lhs: Key, rhs: Key) -> Bool { lhs.kind == rhs.kind }
+
+        func hash(into hasher: inout Hasher) {
+            switch self.kind {
+            case .message(let message), .edit(let message):
+                hasher.combine(message.conversation)
+                hasher.combine(message.seq)
+                hasher.combine(message.body.count)
+                hasher.combine(message.editedMs)
+                hasher.combine(message.recalled)
+                hasher.combine(message.replyTo?.visible)
+            default:
+                hasher.combine(self.kind)
+            }
+        }
+    }
+
+    private var kinds: [Key: [UInt8]] = [:]
     private var bytes = 0
     let maxBytes: Int
     private(set) var hits = 0
@@ -85,7 +107,7 @@ final class EventEncodingCache {
     /// The kind's bytes (``EventWire/kindBytes(of:)``), encoded now unless a group's event just like it was.
     func kindBytes(of event: StoredEvent) throws -> [UInt8] {
         guard self.maxBytes > 0, Self.isShared(event.kind) else { return try EventWire.kindBytes(of: event) }
-        if let bytes = self.kinds[event.kind] {
+        if let bytes = self.kinds[Key(kind: event.kind)] {
             self.hits += 1
             return bytes
         }
@@ -98,7 +120,7 @@ final class EventEncodingCache {
             self.kinds.removeAll(keepingCapacity: true)
             self.bytes = 0
         }
-        self.kinds[event.kind] = encoded
+        self.kinds[Key(kind: event.kind)] = encoded
         self.bytes += cost
         return encoded
     }
