@@ -101,8 +101,7 @@ struct PostgresGroupCommit {
                         AS a(u, d, c)
                     JOIN devices v ON v.id = a.d AND v.user_id = a.u
                     JOIN events e ON e.user_id = a.u AND e.kind = 1 AND e.cursor <= a.c AND e.cursor > v.acked_cursor
-                    JOIN messages m ON m.conversation_id = e.conversation_id AND m.seq = e.seq
-                    WHERE m.sender_id != a.u
+                    WHERE \(unescaped: LogEventKind.messageSenderSQL(events: "e")) != a.u
                     """,
                     as: Int64.self,
                     logger: self.logger

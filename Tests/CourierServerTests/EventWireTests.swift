@@ -107,7 +107,7 @@ struct EventWireTests {
 
     @Test("the loop's cache: a group's event encoded once for every member, a direct one each time, bounded in bytes")
     func cache() throws {
-        let cache = EventEncodingCache(maxBytes: 1_000)
+        let cache = EventEncodingCache(maxBytes: 16_000)
         func message(_ conversation: Conversation, _ text: String, seq: UInt64 = 1) -> StoredEvent.Kind {
             .message(
                 StoredMessage(
@@ -149,14 +149,14 @@ struct EventWireTests {
         )
         #expect(cache.misses == 3)
         // Past its bytes the cache starts afresh: the first is encoded again.
-        for seq in UInt64(2)...20 {
+        for seq in UInt64(2)...200 {
             _ = try cache.kindBytes(of: StoredEvent(cursor: 1, kind: message(.group("tea"), "x", seq: seq)))
         }
         let misses = cache.misses
         _ = try cache.kindBytes(of: StoredEvent(cursor: 1, kind: group))
         #expect(cache.misses == misses + 1)
-        // An event larger than the cache is encoded, never kept.
-        let large = message(.group("tea"), String(repeating: "长", count: 400))
+        // An event larger than a sixteenth of the cache is encoded, never kept.
+        let large = message(.group("tea"), String(repeating: "长", count: 200))
         _ = try cache.kindBytes(of: StoredEvent(cursor: 1, kind: large))
         _ = try cache.kindBytes(of: StoredEvent(cursor: 2, kind: large))
         #expect(cache.misses == misses + 3)

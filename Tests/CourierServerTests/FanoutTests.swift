@@ -169,16 +169,18 @@ extension FanoutTests {
             }
         )
         #expect(hub.freshRoom(for: Self.alice) == 5)
-        // Behind (events past what is held, read from the store): still room for what comes after them.
+        // Behind: the log grew by events not handed (read from the store). What was held may be recalled by them,
+        // so it is read again too; there is room for what comes after them.
         handle.notify(cursor: 10)
-        #expect(hub.freshRoom(for: Self.alice) == 5)
+        #expect(handle.handedCursors.isEmpty)
+        #expect(hub.freshRoom(for: Self.alice) == 8)
         handle.notify(
             cursor: 12,
             fresh: (11...12).map {
                 StoredEvent(cursor: $0, kind: .membership(group: "g", user: "a", change: .joined, seq: $0))
             }
         )
-        // The new ones do not follow the ones held: they replace them, and wait for the gap to be read.
+        // Held after the gap, which is read from the store first.
         #expect(handle.handedCursors == [11, 12])
         #expect(hub.freshRoom(for: Self.alice) == 6)
         #expect(handle.takeHanded(after: 3, limit: 64).isEmpty)
@@ -191,10 +193,10 @@ extension FanoutTests {
 }
 
 extension FanoutTests {
-    @Test("held texts are bounded in bytes: what would pass maxHandedBytes is read from the store after what is held")
+    @Test("held events are bounded in bytes: what would pass maxHandedBytes is read from the store after what is held")
     func heldBytes() throws {
         let hub = Hub()
-        let handle = try Self.register(hub, Self.alice, device: 1, maxHanded: 8, maxHandedBytes: 400)
+        let handle = try Self.register(hub, Self.alice, device: 1, maxHanded: 8, maxHandedBytes: 1_000)
         func text(_ cursor: UInt64, _ body: String) -> StoredEvent {
             let message = StoredMessage(
                 id: "m\(cursor)",
@@ -208,8 +210,9 @@ extension FanoutTests {
             )
             return StoredEvent(cursor: cursor, kind: .message(message))
         }
-        // 64 + 90 bytes each: two fit in 400, a third does not, and is left for the store.
+        // 256 + 90 + 2 + 3 bytes each: two fit in 1,000, a third does not, and is left for the store.
         let long = String(repeating: "长", count: 30)
+        #expect(text(1, long).heldBytes == 351)
         handle.notify(cursor: 2, fresh: [text(1, long), text(2, long)])
         #expect(handle.handedCursors == [1, 2])
         #expect(hub.freshRoom(for: Self.alice) == 6)
@@ -218,14 +221,24 @@ extension FanoutTests {
         #expect(handle.takeHanded(after: 0, limit: 64).map(\.cursor) == [1, 2])
         handle.notify(cursor: 6, fresh: [text(5, long), text(6, long)])
         #expect(handle.handedCursors == [5, 6])
-        // A short one still fits (68 bytes: 376 in all).
+        // A short one still fits (265 bytes: 967 in all); the next does not.
         handle.notify(cursor: 7, fresh: [text(7, "🙂")])
         #expect(handle.handedCursors == [5, 6, 7])
         #expect(hub.freshRoom(for: Self.alice) == 5)
-        #expect(handle.handedCursors == [5, 6, 7], "past 400 bytes: not held")
+        handle.notify(cursor: 8, fresh: [text(8, String(repeating: "x", count: 40))])
+        #expect(handle.handedCursors == [5, 6, 7], "past 1,000 bytes: not held")
+        // Taking some gives their bytes back: the next fits again.
+        #expect(handle.takeHanded(after: 4, limit: 2).map(\.cursor) == [5, 6])
+        handle.notify(cursor: 9, fresh: [text(8, "x"), text(9, "y")])
+        #expect(handle.handedCursors == [7, 8, 9])
+        // The log grew by events not handed (no room for them): one may recall a message held, so nothing held
+        // is sent from memory; it is read again from the store.
+        handle.notify(cursor: 10)
+        #expect(handle.handedCursors.isEmpty)
+        #expect(hub.freshRoom(for: Self.alice) == 8)
         // Bytes all taken: the store is told there is no room, whatever the count.
-        let full = try Self.register(hub, Self.bob, device: 2, maxHanded: 8, maxHandedBytes: 100)
-        full.notify(cursor: 1, fresh: [text(1, String(repeating: "x", count: 36))])
+        let full = try Self.register(hub, Self.bob, device: 2, maxHanded: 8, maxHandedBytes: 300)
+        full.notify(cursor: 1, fresh: [text(1, String(repeating: "x", count: 39))])
         #expect(full.handedCursors == [1])
         #expect(hub.freshRoom(for: Self.bob) == 0)
     }

@@ -222,8 +222,9 @@ public struct ServerConfiguration: Sendable {
         /// past this many waiting is read from the store at the connection's own pace, and a connection that is
         /// behind reads the gap before what it holds. 0 reads everything from the store.
         public var maxHandedEvents: Int = 4096
-        /// The most bytes of texts those hold for one connection (a message's body and quote, 64 bytes an event
-        /// besides): a client that stops reading pins no more than this of the messages sent to it.
+        /// The most bytes those hold for one connection, counted as their texts (a message's body and quote, ids and
+        /// names) and 256 bytes an event besides: a client that stops reading pins no more than this of the messages
+        /// sent to it.
         public var maxHandedBytes: Int = 1024 * 1024
         /// The most bytes of group events each event loop keeps encoded for the native port, so that a message to
         /// a group is encoded once for the members whose connections share the loop (0: each is encoded for each).

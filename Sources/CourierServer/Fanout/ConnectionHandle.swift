@@ -27,11 +27,30 @@ final class ConnectionHandle: Sendable {
         /// The ids of this connection's sends whose events its delivery has not passed yet (see ``willSend(id:)``).
         var ownSends: Set<String> = []
         /// Fresh events handed over at commit, consecutive cursors, at most ``maxHanded`` (see ``notify(cursor:fresh:)``).
-        var handed: [StoredEvent] = [] {
-            didSet { self.handedBytes = self.handed.reduce(0) { $0 + $1.heldBytes } }
-        }
+        private(set) var handed: [StoredEvent] = []
         /// What ``handed`` holds, as ``StoredEvent/heldBytes`` counts it: at most ``maxHandedBytes``.
         private(set) var handedBytes = 0
+
+        mutating func hold(_ events: [StoredEvent], bytes: Int) {
+            self.handed.append(contentsOf: events)
+            self.handedBytes += bytes
+        }
+
+        /// Lets go of the first `count` held events (all of them, capacity included, when that is all).
+        mutating func release(first count: Int) {
+            guard count < self.handed.count else {
+                self.handed = []
+                self.handedBytes = 0
+                return
+            }
+            self.handedBytes -= self.handed.prefix(count).reduce(0) { $0 + $1.heldBytes }
+            self.handed.removeFirst(count)
+        }
+
+        mutating func mapHeld(_ transform: (StoredEvent) -> StoredEvent) {
+            self.handed = self.handed.map(transform)
+            self.handedBytes = self.handed.reduce(0) { $0 + $1.heldBytes }
+        }
     }
 
     private struct TypingKey: Hashable {
@@ -113,21 +132,26 @@ final class ConnectionHandle: Sendable {
         guard self.wantsEvents else { return }
         self.wake { state in
             if let first = fresh.first, self.maxHanded > 0 {
-                if let last = state.handed.last, first.cursor != last.cursor + 1 { state.handed.removeAll() }
+                if let last = state.handed.last, first.cursor != last.cursor + 1 { state.release(first: .max) }
                 // A recall of a message still held: it goes out recalled, without its body, as a read would send it.
                 for event in fresh where !state.handed.isEmpty {
                     guard case .recall(let conversation, let seq, let id, _) = event.kind else { continue }
-                    state.handed = state.handed.map {
+                    state.mapHeld {
                         $0.recalled { $0.id == id && $0.seq == seq && $0.conversation == conversation }
                     }
                 }
                 // Past either bound the new ones are not held: they follow what is, and are read from the store
                 // once that is sent.
-                if state.handed.count + fresh.count <= self.maxHanded,
-                    state.handedBytes + fresh.reduce(0, { $0 + $1.heldBytes }) <= self.maxHandedBytes
+                let bytes = fresh.reduce(0) { $0 + $1.heldBytes }
+                if state.handed.count + fresh.count <= self.maxHanded, state.handedBytes + bytes <= self.maxHandedBytes
                 {
-                    state.handed.append(contentsOf: fresh)
+                    state.hold(fresh, bytes: bytes)
                 }
+            } else if cursor > state.latest, !state.handed.isEmpty {
+                // The log grew by events this connection is not handed (it had no room, or they were more than it
+                // had): one of them may recall a message held, which must not go out with its body. What is held is
+                // read again from the store, with them.
+                state.release(first: .max)
             }
             guard cursor > state.latest else { return false }
             state.latest = cursor
@@ -139,11 +163,10 @@ final class ConnectionHandle: Sendable {
     /// delivery reads from the store). Held events at or before `cursor` are dropped: they were read already.
     func takeHanded(after cursor: UInt64, limit: Int) -> [StoredEvent] {
         self.state.withLock { state in
-            let stale = state.handed.prefix { $0.cursor <= cursor }.count
-            state.handed.removeFirst(stale)
+            state.release(first: state.handed.prefix { $0.cursor <= cursor }.count)
             guard let first = state.handed.first, first.cursor == cursor + 1 else { return [] }
             let taken = Array(state.handed.prefix(max(1, limit)))
-            state.handed.removeFirst(taken.count)
+            state.release(first: taken.count)
             return taken
         }
     }
@@ -188,7 +211,9 @@ final class ConnectionHandle: Sendable {
         guard self.wantsEvents, self.maxHanded > 0 else { return nil }
         return self.state.withLock { state in
             let undelivered = state.latest > state.delivered ? state.latest - state.delivered : 0
-            guard undelivered <= UInt64(state.handed.count), state.handed.count < self.maxHanded else { return nil }
+            guard undelivered <= UInt64(state.handed.count), state.handed.count < self.maxHanded,
+                state.handedBytes < self.maxHandedBytes
+            else { return nil }
             // A connection that logged in caught up has sent up to where it started, and was never told a cursor.
             return (max(state.latest, state.delivered), self.maxHanded - state.handed.count)
         }
@@ -282,13 +307,15 @@ final class ConnectionHandle: Sendable {
 }
 
 extension StoredEvent {
-    /// What holding this event costs, as ``ConnectionHandle/maxHandedBytes`` counts it: its texts (a message's
-    /// body and quote, an edit's body) and 64 bytes besides, whether or not other recipients share them.
+    /// What holding this event costs, as ``ConnectionHandle/maxHandedBytes`` counts it, whether or not other
+    /// recipients share it: a message's texts (its body and quote, its id and sender's name, the quote's) and 256
+    /// bytes besides for the rest of it; 256 for any other event.
     var heldBytes: Int {
         switch self.kind {
-        case .message(let message): 64 + message.body.count + (message.replyTo?.body.count ?? 0)
-        case .edit(let message): 64 + message.body.count
-        default: 64
+        case .message(let message), .edit(let message):
+            256 + message.body.count + message.id.utf8.count + message.from.utf8.count
+                + (message.replyTo.map { $0.body.count + $0.id.utf8.count + $0.from.utf8.count } ?? 0)
+        default: 256
         }
     }
 }

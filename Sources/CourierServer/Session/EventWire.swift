@@ -69,8 +69,9 @@ enum EventWire {
 
 /// The kinds of group events one event loop encoded lately, by their content: a message to a group is encoded once
 /// for all the members whose connections are on the loop, not once each. Only group events are kept (a direct
-/// conversation's event goes to one user, named the user's own way), holding at most ``maxBytes`` of encodings,
-/// after which the cache starts afresh (0: nothing is kept). Used on its loop only.
+/// conversation's event goes to one user, named the user's own way), holding at most ``maxBytes`` of encodings
+/// (none larger than a sixteenth of it), after which the cache starts afresh (0: nothing is kept). Used on its loop
+/// only.
 final class EventEncodingCache {
     /// An event's kind, hashed by what tells messages apart cheaply (a message's place, length and state, not
     /// every byte of its text) and compared whole.
@@ -113,9 +114,10 @@ final class EventEncodingCache {
         }
         self.misses += 1
         let encoded = try EventWire.kindBytes(of: event)
-        // What an entry costs: its bytes, and about as much again for the event it is found by.
+        // What an entry costs: its bytes, and about as much again for the event it is found by. One larger than a
+        // sixteenth of the cache is not kept: a few large texts would empty it for every group on the loop.
         let cost = 2 * encoded.count + 64
-        guard cost <= self.maxBytes else { return encoded }
+        guard cost <= self.maxBytes / 16 else { return encoded }
         if self.bytes + cost > self.maxBytes {
             self.kinds.removeAll(keepingCapacity: true)
             self.bytes = 0
