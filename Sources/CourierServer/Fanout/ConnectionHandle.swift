@@ -125,9 +125,10 @@ final class ConnectionHandle: Sendable {
     /// holding `fresh` (the new events, consecutive cursors) for the delivery to send without reading them back.
     ///
     /// What is held stays consecutive and bounded: events that do not follow the ones held replace them (the
-    /// delivery reads the gap from the store), and those that would take it past ``maxHanded`` or
-    /// ``maxHandedBytes`` are not held (it reads them after what it holds). Holding
-    /// is never needed for correctness: the delivery reads whatever it is not handed.
+    /// delivery reads the gap from the store), those that would take it past ``maxHanded`` or ``maxHandedBytes`` are
+    /// not held (it reads them after what it holds), and a log that grew by events not handed lets go of what is
+    /// held (one of them may recall it). Holding is never needed for correctness: the delivery reads whatever it is
+    /// not handed.
     func notify(cursor: UInt64, fresh: [StoredEvent] = []) {
         guard self.wantsEvents else { return }
         self.wake { state in
