@@ -2,9 +2,12 @@ package import CourierProtocol
 
 /// One durable write of a session: what ``CourierDatabase/apply(_:nowMs:freshRoom:)`` takes many of per transaction,
 /// with ``GroupCommit``'s rules.
+///
+/// A send, an edit and a reaction are boxed (`indirect`): a request is copied at each step of the group commit, and a
+/// send's copy retained each of its texts, arrays and tokens.
 public enum WriteRequest: Hashable, Sendable {
     /// Store a message and append it to the event log of every member of its conversation.
-    case send(Send)
+    indirect case send(Send)
     /// A device has durably stored every event up to a cursor. Messages from others that this newly covers produce
     /// `delivered` receipts for their conversations' other members.
     case ack(user: UserID, device: DeviceID, cursor: UInt64)
@@ -15,9 +18,9 @@ public enum WriteRequest: Hashable, Sendable {
     case recall(user: UserID, conversation: Conversation, id: String)
     /// The sender replaces a message's text (a media message's caption), within the store's edit window; every
     /// member's log gets the message as it now is.
-    case edit(Edit)
+    indirect case edit(Edit)
     /// A member puts a reaction on a message or takes it off; every member's log gets the change.
-    case react(React)
+    indirect case react(React)
 
     /// A new text for a message.
     public struct Edit: Hashable, Sendable {

@@ -38,6 +38,13 @@ extension GroupCommit {
             self.requests = requests
             self.declaring = Array(requests.indices)
             self.outcomes.reserveCapacity(requests.count)
+            // What the sends add to, sized once rather than grown a send at a time.
+            let sends = requests.reduce(0) { count, request in
+                if case .send = request { count + 1 } else { count }
+            }
+            self.commit.positioned.reserveCapacity(sends)
+            self.commit.newMessageIndex.reserveCapacity(sends)
+            self.commit.newMessages.reserveCapacity(sends)
         }
 
         /// What the driver does next.

@@ -85,8 +85,9 @@ extension GroupCommit {
             )
         )
         // One event for all the members who name the conversation alike and see the quote alike (in a group, all
-        // of them): built once, its message shared by every member's fresh event instead of copied for each.
-        var made: [EventVariant: StoredEvent.Kind] = [:]
+        // of them): built once, its message shared by every member's fresh event instead of copied for each. (A
+        // direct conversation's two members name it each by the other: nothing to share, nothing kept.)
+        var made: [EventVariant: StoredEvent.Kind]? = conversation.groupName == nil ? nil : [:]
         for (member, membership) in conversation.members.sorted(by: { $0.key < $1.key }) {
             let variant = EventVariant(
                 conversation: naming(member),
@@ -179,15 +180,16 @@ struct EventVariant: Hashable {
 }
 
 extension GroupCommit {
-    /// The event made for a variant, made now if it is the first.
+    /// The event made for a variant, made now if it is the first (every time when nothing is kept: nil).
     static func made(
         _ variant: EventVariant,
-        in made: inout [EventVariant: StoredEvent.Kind],
+        in made: inout [EventVariant: StoredEvent.Kind]?,
         _ make: () -> StoredEvent.Kind
     ) -> StoredEvent.Kind {
-        if let event = made[variant] { return event }
+        guard made != nil else { return make() }
+        if let event = made![variant] { return event }
         let event = make()
-        made[variant] = event
+        made![variant] = event
         return event
     }
 }
