@@ -80,3 +80,48 @@ struct HandOffTests {
         )
     }
 }
+
+extension HandOffTests {
+    @Test(
+        "a group's member that falls behind gets every message once, in order, and one recalled meanwhile recalled; the caught-up member gets them as they come"
+    )
+    func groupBehind() async throws {
+        try await ServerFixture.with { fixture in
+            for name in ["alice", "bob", "carol"] { try await fixture.user(name) }
+            try await fixture.store.createGroup(name: "tea-party", owner: "alice", members: ["bob", "carol"], nowMs: 0)
+            var group = Courier_V1_Conversation()
+            group.group = "tea-party"
+            let (bob, bobWelcome) = try await NativeTestClient.login(port: fixture.ports.native, "bob")
+            let (carol, carolWelcome) = try await NativeTestClient.login(port: fixture.ports.native, "carol")
+            let (alice, _) = try await NativeTestClient.login(port: fixture.ports.native, "alice")
+            for member in [bob, carol] { _ = try await member.expect("caught up") { $0.events.caughtUp ? true : nil } }
+
+            // bob reads nothing while alice sends 8 MB to the group, more than the sockets buffer: his delivery
+            // stalls, the commits go on, and he holds what his bounds allow. carol reads as they come.
+            try await bob.stopReading()
+            let count = 256
+            let texts = ["你好", "こんにちは", "🙂👍🏽", "مرحبا", "שלום"]
+            let carolReads = Task { try await Self.messages(carol, count, after: carolWelcome.cursor) }
+            for index in 0..<count {
+                let text = texts[index % texts.count] + String(repeating: "h", count: 32 * 1024)
+                _ = try await alice.sendText(text, to: group, id: "g\(index)")
+            }
+            // The last one recalled while bob is behind: it reaches him recalled, never with its text.
+            var recall = ClientEnvelope()
+            recall.recall.conversation = group
+            recall.recall.id = "g\(count - 1)"
+            let requestID = try await alice.send(recall)
+            _ = try await alice.expect("the recall's answer") { $0.requestID == requestID ? true : nil }
+            let carolGot = try await carolReads.value
+            #expect(carolGot.map(\.id) == (0..<count).map { "g\($0)" })
+
+            try await bob.resumeReading()
+            let bobGot = try await Self.messages(bob, count, after: bobWelcome.cursor)
+            #expect(bobGot.map(\.id) == (0..<count).map { "g\($0)" })
+            #expect(bobGot.dropLast().allSatisfy { $0.body.text.hasSuffix("hhhh") && !$0.recalled })
+            let last = try #require(bobGot.last)
+            #expect(last.recalled)
+            #expect(last.body.text.isEmpty)
+        }
+    }
+}
