@@ -11,6 +11,11 @@ import Testing
     .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
 )
 struct PlannerTests {
+    /// The connection's `random_page_cost`, as PostgreSQL shows it.
+    static func pageCost(_ connection: PostgresConnection) async throws -> String? {
+        try await connection.value("SHOW random_page_cost", as: String.self, logger: TestDatabase.logger)
+    }
+
     @Test("the store's connections cost a random page read at 1.1: a batch's name lookup reads the name index")
     func namesByIndex() async throws {
         try await TestDatabase.with { location in
@@ -28,11 +33,7 @@ struct PlannerTests {
             let names = (1...200).map { "USER\($0 * 60)" }
             let (cost, plan) = try await store.withRunning {
                 try await store.read(doing: "explain") { connection in
-                    let cost = try await connection.value(
-                        "SHOW random_page_cost",
-                        as: String.self,
-                        logger: store.logger
-                    )
+                    let cost = try await Self.pageCost(connection)
                     var plan: [String] = []
                     // The statement the group commit's waves run for user names (PostgresGroupCommit.userIDs).
                     for try await line in try await connection.query(
@@ -65,11 +66,7 @@ struct PlannerTests {
             )
             let (ours, theirs) = try await store.withRunning {
                 try await store.read(doing: "show") { connection in
-                    let ours = try await connection.value(
-                        "SHOW random_page_cost",
-                        as: String.self,
-                        logger: store.logger
-                    )
+                    let ours = try await Self.pageCost(connection)
                     let theirs = try await connection.value(
                         "SELECT boot_val FROM pg_settings WHERE name = 'random_page_cost'",
                         as: String.self,

@@ -1,5 +1,4 @@
 import NIOCore
-import Synchronization
 
 /// A hashed timing wheel: deadlines of many sessions, kept in slots of `resolution`, so that checking them costs
 /// work per due entry rather than per session.
@@ -148,32 +147,6 @@ final class LoopDeadlines {
         let now = self.clock.now
         for key in self.wheel.advance(to: now) {
             self.targets[key]?(now)
-        }
-    }
-}
-
-/// Which ``LoopDeadlines`` belongs to which event loop.
-final class LoopDeadlinesTable: Sendable {
-    private let table = Mutex<[ObjectIdentifier: NIOLoopBound<LoopDeadlines>]>([:])
-    let resolution: Duration
-    let clock: SessionClock
-
-    /// - Parameters:
-    ///   - resolution: The wheels' slot width, kept between 1 ms and 10 s.
-    ///   - clock: The clock the wheels are advanced to.
-    init(resolution: Duration, clock: SessionClock = .continuous) {
-        self.resolution = min(max(resolution, .milliseconds(1)), .seconds(10))
-        self.clock = clock
-    }
-
-    /// The deadlines of the loop the caller runs on.
-    func forLoop(_ loop: any EventLoop) -> LoopDeadlines {
-        loop.preconditionInEventLoop()
-        return self.table.withLock { table in
-            if let existing = table[ObjectIdentifier(loop)] { return existing.value }
-            let made = LoopDeadlines(loop: loop, resolution: self.resolution, clock: self.clock)
-            table[ObjectIdentifier(loop)] = NIOLoopBound(made, eventLoop: loop)
-            return made
         }
     }
 }

@@ -1,7 +1,6 @@
 import CourierProtocol
 import CourierStore
 import NIOCore
-import Synchronization
 
 /// A page of events as the native port sends it, encoded without going through swift-protobuf for the layers around
 /// the events: each event's kind is serialized once (an `Event` with no cursor, which is the kind's field alone),
@@ -140,27 +139,5 @@ final class EventEncodingCache {
         }
         if case .group = conversation { return true }
         return false
-    }
-}
-
-/// One ``EventEncodingCache`` per event loop.
-final class LoopEventEncodings: Sendable {
-    private let table = Mutex<[ObjectIdentifier: NIOLoopBound<EventEncodingCache>]>([:])
-    /// Each loop's ``EventEncodingCache/maxBytes``.
-    let maxBytes: Int
-
-    init(maxBytes: Int) {
-        self.maxBytes = maxBytes
-    }
-
-    /// The cache of the loop the caller runs on.
-    func forLoop(_ loop: any EventLoop) -> EventEncodingCache {
-        loop.preconditionInEventLoop()
-        return self.table.withLock { table in
-            if let existing = table[ObjectIdentifier(loop)] { return existing.value }
-            let made = EventEncodingCache(maxBytes: self.maxBytes)
-            table[ObjectIdentifier(loop)] = NIOLoopBound(made, eventLoop: loop)
-            return made
-        }
     }
 }

@@ -37,9 +37,9 @@ final class SessionContext: Sendable {
     /// The clock of the sessions' deadlines and rates, and of the fan-out budgets.
     let clock: SessionClock
     /// The deadlines of the sessions, one wheel per event loop.
-    let deadlines: LoopDeadlinesTable
+    let deadlines: PerLoop<LoopDeadlines>
     /// Group events encoded lately, one cache per event loop.
-    let encodings: LoopEventEncodings
+    let encodings: PerLoop<EventEncodingCache>
     /// Every open session's channel, until its end's bookkeeping is done; and who waits for there to be none.
     private let sessions = Mutex<
         (open: [ObjectIdentifier: any Channel], stopping: Bool, waiters: [CheckedContinuation<Void, Never>])
@@ -108,8 +108,11 @@ final class SessionContext: Sendable {
                 [:]
             )
         )
-        self.deadlines = LoopDeadlinesTable(resolution: configuration.limits.deadlineResolution, clock: clock)
-        self.encodings = LoopEventEncodings(maxBytes: configuration.limits.encodedEventsCacheBytes)
+        // The wheels' slot width kept between 1 ms and 10 s.
+        let resolution = min(max(configuration.limits.deadlineResolution, .milliseconds(1)), .seconds(10))
+        self.deadlines = PerLoop { LoopDeadlines(loop: $0, resolution: resolution, clock: clock) }
+        let encodedBytes = configuration.limits.encodedEventsCacheBytes
+        self.encodings = PerLoop { _ in EventEncodingCache(maxBytes: encodedBytes) }
         self.logins = logins
         let accounts = configuration.accounts
         self.signUps = LoginThrottle(
