@@ -120,6 +120,9 @@ extension SessionHandler {
         }
     }
 
+    @_specialize(where Transport == NativeTransport)
+    @_specialize(where Transport == WebSocketTransport)
+    @_specialize(where Transport == CompatTransport)
     func channelWritabilityChanged(context: ChannelHandlerContext) {
         self.machine.writabilityChanged(writable: context.channel.isWritable, now: self.now)
         if context.channel.isWritable {

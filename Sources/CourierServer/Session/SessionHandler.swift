@@ -15,6 +15,11 @@ import NIOCore
 /// the group commit at once and are answered in order as their outcomes come back. Deadlines (authentication, idle,
 /// token expiry, a client that stopped reading) are the machine's, armed in the loop's ``LoopDeadlines``.
 /// Everything written in one turn of the loop goes out with one flush.
+///
+/// NIO calls a handler through its protocols, and a generic class's protocol methods run unspecialized: each use of
+/// `Transport` in them, and in everything they call, was a lookup at run time (the handler's code ran generic, 4 to
+/// 5 % of the closed loop's server CPU, docs/BENCHMARKS.md, step 7). The methods NIO calls are specialized for each
+/// transport (`@_specialize`): the generic entry jumps to the transport's own copy, which calls specialized code.
 final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     typealias InboundIn = Transport.Inbound
     typealias OutboundIn = Transport.Outbound
@@ -90,6 +95,9 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
 
     // MARK: Lifecycle
 
+    @_specialize(where Transport == NativeTransport)
+    @_specialize(where Transport == WebSocketTransport)
+    @_specialize(where Transport == CompatTransport)
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
         self.eventLoop = context.eventLoop
@@ -102,6 +110,9 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         self.context = nil
     }
 
+    @_specialize(where Transport == NativeTransport)
+    @_specialize(where Transport == WebSocketTransport)
+    @_specialize(where Transport == CompatTransport)
     func channelActive(context: ChannelHandlerContext) {
         self.begin(context: context)
         context.fireChannelActive()
@@ -141,6 +152,9 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         self.armDeadline()
     }
 
+    @_specialize(where Transport == NativeTransport)
+    @_specialize(where Transport == WebSocketTransport)
+    @_specialize(where Transport == CompatTransport)
     func channelInactive(context: ChannelHandlerContext) {
         _ = self.machine.close()
         for (_, promise) in self.deferred.removeAll() { promise?.fail(ChannelError.ioOnClosedChannel) }
@@ -221,6 +235,9 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
 
     // MARK: Reading
 
+    @_specialize(where Transport == NativeTransport)
+    @_specialize(where Transport == WebSocketTransport)
+    @_specialize(where Transport == CompatTransport)
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         self.inReadBurst = true
         guard self.work != nil, self.machine.takesInput else { return }
@@ -230,6 +247,9 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         self.drain()
     }
 
+    @_specialize(where Transport == NativeTransport)
+    @_specialize(where Transport == WebSocketTransport)
+    @_specialize(where Transport == CompatTransport)
     func channelReadComplete(context: ChannelHandlerContext) {
         self.inReadBurst = false
         if self.flushPending {
@@ -238,6 +258,9 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         }
     }
 
+    @_specialize(where Transport == NativeTransport)
+    @_specialize(where Transport == WebSocketTransport)
+    @_specialize(where Transport == CompatTransport)
     func read(context: ChannelHandlerContext) {
         if self.mayRead {
             context.read()

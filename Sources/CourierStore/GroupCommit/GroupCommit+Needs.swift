@@ -25,7 +25,8 @@ extension GroupCommit {
                 guard send.id.utf8.count <= self.limits.maxMessageIDBytes, StoreText.isClean(send.id) else { return }
                 let key = MessageKey(sender: send.sender, id: send.id)
                 // Not read yet: declared, and the rest with it, as a resend is rare (one costs a few rows unread).
-                if case .some(.some(let original)) = self.messages[key] {
+                switch self.messages[key] {
+                case .some(.some(let original)):
                     // A resend: only how its original's conversation is named.
                     let header =
                         self.conversations[original.conversation]?.header ?? self.headers[original.conversation]
@@ -35,8 +36,11 @@ extension GroupCommit {
                     }
                     for user in self.namedUsers(of: header) { needs.want(.name(user), self) }
                     return
+                case .some(.none):
+                    break
+                case .none:
+                    needs.wantUnloaded(.message(key))
                 }
-                needs.want(.message(key), self)
             }
             if let media = send.media, SHA256Hex.isValid(media.sha256) {
                 needs.want(.upload(UploadKey(user: send.sender, sha256: media.sha256)), self)
@@ -63,7 +67,7 @@ extension GroupCommit {
             else { return }
             needs.ackedCursors[device] = range.to
             guard let deliveries = self.deliveries[range] else {
-                needs.want(.deliveries(range), self)
+                needs.wantUnloaded(.deliveries(range))
                 return
             }
             if !deliveries.isEmpty { needs.want(.name(user), self) }
@@ -105,13 +109,13 @@ extension GroupCommit {
         switch address {
         case .group(let name):
             guard let found = self.groupIDs[name] else {
-                needs.want(.groupID(named: name), self)
+                needs.wantUnloaded(.groupID(named: name))
                 return
             }
             id = found
         case .user(let name):
             guard let found = self.userIDs[name] else {
-                needs.want(.userID(named: name), self)
+                needs.wantUnloaded(.userID(named: name))
                 return
             }
             guard let peer = found else { return }
@@ -119,14 +123,14 @@ extension GroupCommit {
             needs.want(.name(peer), self)
             let pair = UserPair(user, peer)
             guard let direct = self.directIDs[pair] else {
-                needs.want(.directID(pair), self)
+                needs.wantUnloaded(.directID(pair))
                 return
             }
             id = direct
         }
         guard let id else { return }
         guard let conversation = self.conversations[id] else {
-            needs.want(.conversation(id), self)
+            needs.wantUnloaded(.conversation(id))
             return
         }
         guard conversation.members[user] != nil, needs.declaring(id) else { return }
@@ -158,6 +162,11 @@ package struct NeedList: Sendable {
 
     mutating func want(_ need: BatchNeed, _ commit: GroupCommit) {
         guard !commit.has(need) else { return }
+        self.wantUnloaded(need)
+    }
+
+    /// ``want(_:_:)`` for a row the caller has just found not loaded (one lookup fewer).
+    mutating func wantUnloaded(_ need: BatchNeed) {
         self.missing = true
         guard self.seen.insert(need).inserted else { return }
         self.needs.append(need)
