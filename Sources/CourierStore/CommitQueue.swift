@@ -24,7 +24,7 @@ public final class CommitQueue: Sendable {
         public var duration: Duration
         public var appended: [UserID: UInt64]
         /// The events as written, for users with few enough (``AppliedBatch/fresh``).
-        public var fresh: [UserID: [StoredEvent]] = [:]
+        public var fresh: [UserID: FreshRun] = [:]
         /// The users the batch made peers (``AppliedBatch/introductions``).
         public var introductions: [Introduction] = []
         public var failed: Bool

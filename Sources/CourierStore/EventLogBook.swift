@@ -23,6 +23,8 @@ package struct EventLogBook: Sendable {
     /// What the book knows of one user's log: one entry per user, so that numbering an entry looks the user up
     /// once (a group's message is an entry in every member's log).
     fileprivate struct UserLog: Sendable {
+        /// The cursor stored before the transaction: the one the new entries follow.
+        let stored: Int64
         /// The newest cursor: the stored one, then that of the last entry numbered.
         var cursor: Int64
         var grew = false
@@ -50,11 +52,13 @@ package struct EventLogBook: Sendable {
         return appended
     }
 
-    /// The events appended, as a read of the log would return them, for each user whose every new event is here
-    /// (contiguous from the user's first new cursor), at most ``maxFreshPerUser`` each.
-    package var fresh: [UserID: [StoredEvent]] {
-        var fresh: [UserID: [StoredEvent]] = [:]
-        for (user, log) in self.logs where log.grew && !log.unfresh { fresh[user] = log.fresh }
+    /// The events appended, as a read of the log would return them, with the cursor they follow, for each user whose
+    /// every new event is here, at most ``maxFreshPerUser`` each.
+    package var fresh: [UserID: FreshRun] {
+        var fresh: [UserID: FreshRun] = [:]
+        for (user, log) in self.logs where log.grew && !log.unfresh {
+            fresh[user] = FreshRun(after: UInt64(clamping: log.stored), events: log.fresh)
+        }
         return fresh
     }
 
@@ -65,7 +69,7 @@ package struct EventLogBook: Sendable {
 
     /// The user's cursor as stored when the transaction read it; its entries are numbered on from it.
     package mutating func start(_ user: UserID, at cursor: Int64) {
-        if self.logs[user] == nil { self.logs[user] = UserLog(cursor: cursor) }
+        if self.logs[user] == nil { self.logs[user] = UserLog(stored: cursor, cursor: cursor) }
     }
 
     /// Numbers the next entry of a user's log (whose cursor must be known), keeping its event while the user's new

@@ -201,6 +201,21 @@ public struct SendReceipt: Hashable, Sendable {
     }
 }
 
+/// A user's new events as one batch appended them: every event of the user's log after ``after``, up to the last
+/// one's cursor. What they follow is said, not worked out from their cursors: a connection holds them only when it
+/// has sent everything up to ``after`` (cursors only grow; nothing says they are consecutive).
+public struct FreshRun: Sendable {
+    /// The user's newest cursor before these events: the one they follow.
+    public var after: UInt64
+    /// The events, in the log's order.
+    public var events: [StoredEvent]
+
+    public init(after: UInt64, events: [StoredEvent]) {
+        self.after = after
+        self.events = events
+    }
+}
+
 /// The result of one group commit.
 public struct AppliedBatch: Sendable {
     /// One outcome per request, in order.
@@ -210,7 +225,7 @@ public struct AppliedBatch: Sendable {
     /// The events the batch appended, as a read of each log would return them, for users with at most
     /// ``StoreLimits/maxFreshEventsPerUser`` new ones: the server hands them to connections that are caught up
     /// instead of reading them back. A user missing here has events all the same (``appended``): read them.
-    public var fresh: [UserID: [StoredEvent]] = [:]
+    public var fresh: [UserID: FreshRun] = [:]
     /// The users the batch made peers (``CourierDatabase/peers(of:)``): a direct conversation in which one had
     /// written or read, and the other now has too. Each now sees the other's presence.
     public var introductions: [Introduction] = []
@@ -228,7 +243,7 @@ public struct AppliedBatch: Sendable {
     public init(
         outcomes: [WriteOutcome],
         appended: [UserID: UInt64],
-        fresh: [UserID: [StoredEvent]] = [:],
+        fresh: [UserID: FreshRun] = [:],
         introductions: [Introduction] = []
     ) {
         self.outcomes = outcomes

@@ -19,10 +19,10 @@ extension FanoutTests {
         alice.delivered(upTo: 7)
         #expect(alice.freshAfter.map { [$0.after, UInt64($0.room)] } == [7, 4])
         // Two events handed and not sent yet: it still takes more, after them, with less room.
-        hub.logsGrew([Self.alice: 9], fresh: [Self.alice: Self.joined(8...9)])
+        hub.logsGrew([Self.alice: 9], fresh: [Self.alice: Self.following(Self.joined(8...9))])
         #expect(alice.freshAfter.map { [$0.after, UInt64($0.room)] } == [9, 2])
         // Full: none.
-        hub.logsGrew([Self.alice: 11], fresh: [Self.alice: Self.joined(10...11)])
+        hub.logsGrew([Self.alice: 11], fresh: [Self.alice: Self.following(Self.joined(10...11))])
         #expect(alice.freshAfter == nil)
         #expect(hub.freshAfter(of: [Self.alice]).isEmpty)
 
@@ -37,7 +37,7 @@ extension FanoutTests {
         phone.delivered(upTo: 3)
         let tablet = try Self.register(hub, Self.carol, device: 4, maxHanded: 4)
         tablet.delivered(upTo: 2)
-        tablet.notify(cursor: 3, fresh: Self.joined(3...3))
+        tablet.notify(cursor: 3, fresh: Self.following(Self.joined(3...3)))
         _ = try Self.register(hub, Self.carol, device: 5, events: false, maxHanded: 4)
         let found = hub.freshAfter(of: [Self.alice, Self.bob, Self.carol])
         #expect(Set(found.keys) == [Self.carol])
@@ -47,6 +47,41 @@ extension FanoutTests {
         behind.notify(cursor: 4)
         #expect(behind.freshAfter == nil)
         #expect(hub.freshAfter(of: [Self.carol])[Self.carol].map { [$0.after, UInt64($0.room)] } == [3, 3])
+    }
+}
+
+extension FanoutTests {
+    @Test(
+        "cursors that only grow, with gaps: a run is held by the cursor it says it follows, never by arithmetic on cursors"
+    )
+    func sparseCursors() throws {
+        let hub = Hub()
+        let handle = try Self.register(hub, Self.alice, device: 1, ephemeral: false, maxHanded: 8)
+        handle.delivered(upTo: 100)
+        #expect(handle.freshAfter.map { [$0.after, UInt64($0.room)] } == [100, 8])
+        // A run after 100 with gaps inside it: held whole, and taken from 100.
+        hub.logsGrew(
+            [Self.alice: 130],
+            fresh: [Self.alice: FreshRun(after: 100, events: Self.events([104, 117, 130]))]
+        )
+        #expect(handle.handedCursors == [104, 117, 130])
+        #expect(handle.freshAfter.map { [$0.after, UInt64($0.room)] } == [130, 5], "it holds all it has not sent")
+        // The next run follows the last held (130), whatever the distance: held after it.
+        hub.logsGrew([Self.alice: 171], fresh: [Self.alice: FreshRun(after: 130, events: Self.events([150, 171]))])
+        #expect(handle.handedCursors == [104, 117, 130, 150, 171])
+        #expect(handle.takeHanded(after: 99, limit: 10).isEmpty, "100 not sent yet: the store first")
+        #expect(handle.takeHanded(after: 100, limit: 2).map(\.cursor) == [104, 117])
+        // Sent up to 117 and 130 taken from the store meanwhile (read already): dropped, the rest follows 130.
+        #expect(handle.takeHanded(after: 130, limit: 10).map(\.cursor) == [150, 171])
+        handle.delivered(upTo: 171)
+        // A run that says it follows 180, which this connection never had: what it holds is let go, the run is
+        // held, and it is not taken until the delivery has read up to 180 from the store.
+        hub.logsGrew([Self.alice: 175], fresh: [Self.alice: FreshRun(after: 172, events: Self.events([175]))])
+        hub.logsGrew([Self.alice: 200], fresh: [Self.alice: FreshRun(after: 180, events: Self.events([190, 200]))])
+        #expect(handle.handedCursors == [190, 200])
+        #expect(handle.freshAfter == nil, "between 171 and 180 is not held")
+        #expect(handle.takeHanded(after: 175, limit: 10).isEmpty)
+        #expect(handle.takeHanded(after: 180, limit: 10).map(\.cursor) == [190, 200])
     }
 }
 

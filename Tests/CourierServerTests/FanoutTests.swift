@@ -84,7 +84,7 @@ struct FanoutTests {
         handle.pendingNotices
     }
 
-    static func events(_ cursors: ClosedRange<UInt64>) -> [StoredEvent] {
+    static func events(_ cursors: some Sequence<UInt64>) -> [StoredEvent] {
         cursors.map { cursor in
             var event = StoredEvent.placeholder
             event.cursor = cursor
@@ -92,31 +92,41 @@ struct FanoutTests {
         }
     }
 
+    /// A run of consecutive cursors, as a store numbering each log on from its head hands it over.
+    static func run(_ cursors: ClosedRange<UInt64>) -> FreshRun {
+        FreshRun(after: cursors.lowerBound - 1, events: Self.events(cursors))
+    }
+
+    /// Events with consecutive cursors, as the run that follows the one before the first.
+    static func following(_ events: [StoredEvent]) -> FreshRun {
+        FreshRun(after: (events.first?.cursor ?? 1) - 1, events: events)
+    }
+
     @Test("handed events: held while they follow each other and fit, taken only from where the delivery stands")
     func handed() throws {
         let hub = Hub()
         let handle = try Self.register(hub, Self.alice, device: 1, ephemeral: false, maxHanded: 4)
-        hub.logsGrew([Self.alice: 2], fresh: [Self.alice: Self.events(1...2)])
-        hub.logsGrew([Self.alice: 3], fresh: [Self.alice: Self.events(3...3)])
+        hub.logsGrew([Self.alice: 2], fresh: [Self.alice: Self.run(1...2)])
+        hub.logsGrew([Self.alice: 3], fresh: [Self.alice: Self.run(3...3)])
         #expect(handle.handedCursors == [1, 2, 3] && handle.pendingCursor == 3)
         // Taken from where the delivery stands, a page at a time.
         #expect(handle.takeHanded(after: 0, limit: 2).map(\.cursor) == [1, 2])
         // A gap (an admin command's events, cursor only): the new run replaces what is held; the delivery reads
         // the gap from the store, then takes the run.
         hub.logsGrew([Self.alice: 4])
-        hub.logsGrew([Self.alice: 6], fresh: [Self.alice: Self.events(5...6)])
+        hub.logsGrew([Self.alice: 6], fresh: [Self.alice: Self.run(5...6)])
         #expect(handle.handedCursors == [5, 6])
         #expect(handle.takeHanded(after: 2, limit: 10).isEmpty, "4 must come from the store")
         #expect(handle.takeHanded(after: 4, limit: 10).map(\.cursor) == [5, 6])
         // Past the bound: nothing held, everything read from the store, and the cursor still raised.
-        hub.logsGrew([Self.alice: 11], fresh: [Self.alice: Self.events(7...11)])
+        hub.logsGrew([Self.alice: 11], fresh: [Self.alice: Self.run(7...11)])
         #expect(handle.handedCursors.isEmpty && handle.pendingCursor == 11)
         // Events the delivery read already are dropped when it takes.
-        hub.logsGrew([Self.alice: 13], fresh: [Self.alice: Self.events(12...13)])
+        hub.logsGrew([Self.alice: 13], fresh: [Self.alice: Self.run(12...13)])
         #expect(handle.takeHanded(after: 12, limit: 10).map(\.cursor) == [13])
         // A connection that asked for no events holds nothing.
         let quiet = try Self.register(hub, Self.bob, device: 2, ephemeral: false, events: false, maxHanded: 4)
-        hub.logsGrew([Self.bob: 1], fresh: [Self.bob: Self.events(1...1)])
+        hub.logsGrew([Self.bob: 1], fresh: [Self.bob: Self.run(1...1)])
         #expect(quiet.handedCursors.isEmpty && quiet.pendingCursor == 0)
     }
 }
@@ -136,13 +146,19 @@ extension FanoutTests {
             body: Array("secret".utf8),
             recalled: false
         )
-        hub.logsGrew([Self.alice: 1], fresh: [Self.alice: [StoredEvent(cursor: 1, kind: .message(message))]])
+        hub.logsGrew(
+            [Self.alice: 1],
+            fresh: [Self.alice: FreshRun(after: 0, events: [StoredEvent(cursor: 1, kind: .message(message))])]
+        )
         hub.logsGrew(
             [Self.alice: 2],
             fresh: [
-                Self.alice: [
-                    StoredEvent(cursor: 2, kind: .recall(conversation: .user("bob"), seq: 3, id: "m1", by: "bob"))
-                ]
+                Self.alice: FreshRun(
+                    after: 1,
+                    events: [
+                        StoredEvent(cursor: 2, kind: .recall(conversation: .user("bob"), seq: 3, id: "m1", by: "bob"))
+                    ]
+                )
             ]
         )
         let taken = handle.takeHanded(after: 0, limit: 10)
@@ -164,9 +180,11 @@ extension FanoutTests {
         // Three held as committed: room for five more.
         handle.notify(
             cursor: 3,
-            fresh: (1...3).map {
-                StoredEvent(cursor: $0, kind: .membership(group: "g", user: "a", change: .joined, seq: $0))
-            }
+            fresh: Self.following(
+                (1...3).map {
+                    StoredEvent(cursor: $0, kind: .membership(group: "g", user: "a", change: .joined, seq: $0))
+                }
+            )
         )
         #expect(hub.freshRoom(for: Self.alice) == 5)
         // Behind: the log grew by events not handed (read from the store). What was held may be recalled by them,
@@ -176,9 +194,11 @@ extension FanoutTests {
         #expect(hub.freshRoom(for: Self.alice) == 8)
         handle.notify(
             cursor: 12,
-            fresh: (11...12).map {
-                StoredEvent(cursor: $0, kind: .membership(group: "g", user: "a", change: .joined, seq: $0))
-            }
+            fresh: Self.following(
+                (11...12).map {
+                    StoredEvent(cursor: $0, kind: .membership(group: "g", user: "a", change: .joined, seq: $0))
+                }
+            )
         )
         // Held after the gap, which is read from the store first.
         #expect(handle.handedCursors == [11, 12])
@@ -213,23 +233,23 @@ extension FanoutTests {
         // 256 + 90 + 2 + 3 bytes each: two fit in 1,000, a third does not, and is left for the store.
         let long = String(repeating: "长", count: 30)
         #expect(text(1, long).heldBytes == 351)
-        handle.notify(cursor: 2, fresh: [text(1, long), text(2, long)])
+        handle.notify(cursor: 2, fresh: Self.following([text(1, long), text(2, long)]))
         #expect(handle.handedCursors == [1, 2])
         #expect(hub.freshRoom(for: Self.alice) == 6)
-        handle.notify(cursor: 3, fresh: [text(3, long)])
+        handle.notify(cursor: 3, fresh: Self.following([text(3, long)]))
         #expect(handle.handedCursors == [1, 2], "the ones held stay, the new one is read after them")
         #expect(handle.takeHanded(after: 0, limit: 64).map(\.cursor) == [1, 2])
-        handle.notify(cursor: 6, fresh: [text(5, long), text(6, long)])
+        handle.notify(cursor: 6, fresh: Self.following([text(5, long), text(6, long)]))
         #expect(handle.handedCursors == [5, 6])
         // A short one still fits (265 bytes: 967 in all); the next does not.
-        handle.notify(cursor: 7, fresh: [text(7, "🙂")])
+        handle.notify(cursor: 7, fresh: Self.following([text(7, "🙂")]))
         #expect(handle.handedCursors == [5, 6, 7])
         #expect(hub.freshRoom(for: Self.alice) == 5)
-        handle.notify(cursor: 8, fresh: [text(8, String(repeating: "x", count: 40))])
+        handle.notify(cursor: 8, fresh: Self.following([text(8, String(repeating: "x", count: 40))]))
         #expect(handle.handedCursors == [5, 6, 7], "past 1,000 bytes: not held")
         // Taking some gives their bytes back: the next fits again.
         #expect(handle.takeHanded(after: 4, limit: 2).map(\.cursor) == [5, 6])
-        handle.notify(cursor: 9, fresh: [text(8, "x"), text(9, "y")])
+        handle.notify(cursor: 9, fresh: Self.following([text(8, "x"), text(9, "y")]))
         #expect(handle.handedCursors == [7, 8, 9])
         // The log grew by events not handed (no room for them): one may recall a message held, so nothing held
         // is sent from memory; it is read again from the store.
@@ -238,7 +258,7 @@ extension FanoutTests {
         #expect(hub.freshRoom(for: Self.alice) == 8)
         // Bytes all taken: the store is told there is no room, whatever the count.
         let full = try Self.register(hub, Self.bob, device: 2, maxHanded: 8, maxHandedBytes: 300)
-        full.notify(cursor: 1, fresh: [text(1, String(repeating: "x", count: 39))])
+        full.notify(cursor: 1, fresh: Self.following([text(1, String(repeating: "x", count: 39))]))
         #expect(full.handedCursors == [1])
         #expect(hub.freshRoom(for: Self.bob) == 0)
     }

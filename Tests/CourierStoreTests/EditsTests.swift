@@ -202,7 +202,7 @@ struct EditsTests {
             #expect(versions.map { String(decoding: $0.body, as: UTF8.self) } == ["one", "one!"])
             // The fresh events equal what a read returns, but for what the recall changed after them.
             let read = try await fixture.log(bob, after: 1)
-            let fresh = batch.fresh[bob] ?? []
+            let fresh = batch.fresh[bob]?.events ?? []
             #expect(fresh.map(\.cursor) == read.map(\.cursor))
         }
     }

@@ -40,7 +40,7 @@ struct FreshEventsTests {
                 nowMs: now + 1
             )
             // Every kind is there: messages, a read receipt, a recall; then delivered receipts.
-            let kinds = first.fresh[bob]!.map { event -> String in
+            let kinds = first.fresh[bob]!.events.map { event -> String in
                 switch event.kind {
                 case .message: "message"
                 case .receipt(_, _, let kind, _): "\(kind)"
@@ -55,13 +55,16 @@ struct FreshEventsTests {
                 }
             }
             #expect(kinds == ["message", "message", "message", "read", "message", "recall"], "\(kinds)")
-            #expect(second.fresh[alice]?.count == 2 && second.fresh[carol]?.count == 1)
+            #expect(second.fresh[alice]?.events.count == 2 && second.fresh[carol]?.events.count == 1)
             for (batch, name) in [(first, "first"), (second, "second")] {
                 #expect(!batch.fresh.isEmpty, "\(name)")
                 #expect(Set(batch.fresh.keys) == Set(batch.appended.keys), "\(name): every user's events are fresh")
-                for (user, fresh) in batch.fresh {
-                    let before = fresh.first!.cursor - 1
-                    let read = try await fixture.log(user, after: before).filter { $0.cursor <= batch.appended[user]! }
+                for (user, run) in batch.fresh {
+                    // The cursor the run says it follows: what a read after it returns is the run, nothing between.
+                    let fresh = run.events
+                    let read = try await fixture.log(user, after: run.after).filter {
+                        $0.cursor <= batch.appended[user]!
+                    }
                     // a2 was recalled in the same batch: its fresh event says so, as the read does.
                     let expected = read
                     #expect(fresh == expected, "\(name), user \(user)")
@@ -115,12 +118,12 @@ struct FreshEventsTests {
             )
             #expect(batch.outcomes.allSatisfy { refusal($0) == nil }, "\(batch.outcomes)")
             for user in [alice, bob, carol, dave] {
-                let fresh = try #require(batch.fresh[user])
-                let read = try await fixture.log(user, after: fresh.first!.cursor - 1)
-                #expect(fresh == read, "user \(user)")
+                let run = try #require(batch.fresh[user])
+                let read = try await fixture.log(user, after: run.after)
+                #expect(run.events == read, "user \(user)")
             }
             func quote(of id: String, for user: UserID) -> StoredReply? {
-                batch.fresh[user]?.lazy.compactMap { event -> StoredReply? in
+                batch.fresh[user]?.events.lazy.compactMap { event -> StoredReply? in
                     guard case .message(let message) = event.kind, message.id == id else { return nil }
                     return message.replyTo
                 }.first
@@ -156,7 +159,7 @@ struct FreshEventsTests {
                     },
                     nowMs: StoreFixture.start + 1
                 )
-                #expect(two.fresh[bob]?.count == (limit == 0 ? nil : 2), "limit \(limit)")
+                #expect(two.fresh[bob]?.events.count == (limit == 0 ? nil : 2), "limit \(limit)")
             }
         }
     }
@@ -188,13 +191,13 @@ struct FreshEventsTests {
             #expect(batch.fresh[bob] == nil)
             // More new events than room: none at all (a connection takes them only contiguous), read back instead.
             #expect(batch.fresh[carol] == nil)
-            #expect(batch.fresh[dave]?.count == 3)
+            #expect(batch.fresh[dave]?.events.count == 3)
             #expect(batch.appended[bob] != nil && batch.appended[carol] != nil)
             // Asked once per user and batch.
             let askedUsers = asked.withLock { $0 }
             #expect(askedUsers.count == Set(askedUsers).count)
             let readBack = try await fixture.store.events(for: dave, after: 0, limit: 100)
-            #expect(batch.fresh[dave] == Array(readBack.suffix(3)))
+            #expect(batch.fresh[dave]?.events == Array(readBack.suffix(3)))
         }
     }
 }

@@ -17,7 +17,7 @@ final class ClusterFanout: Fanout {
         self.feed = feed
     }
 
-    func logsGrew(_ cursors: [UserID: UInt64], fresh: [UserID: [StoredEvent]]) {
+    func logsGrew(_ cursors: [UserID: UInt64], fresh: [UserID: FreshRun]) {
         self.hub.logsGrew(cursors, fresh: fresh)
         self.feed.publish(logs: cursors)
     }

@@ -26,23 +26,32 @@ final class ConnectionHandle: Sendable {
         var woken = false
         /// The ids of this connection's sends whose events its delivery has not passed yet (see ``willSend(id:)``).
         var ownSends: Set<String> = []
-        /// Fresh events handed over at commit, consecutive cursors, at most ``maxHanded`` (see ``notify(cursor:fresh:)``).
+        /// Fresh events handed over at commit: every event of the user's log after ``handedAfter`` up to the last
+        /// one held, at most ``maxHanded`` (see ``notify(cursor:fresh:)``).
         private(set) var handed: [StoredEvent] = []
+        /// The cursor the held events follow (meaningful while some are held). Said by the store with each run, never
+        /// worked out from the cursors: they only grow, and need not be consecutive.
+        private(set) var handedAfter: UInt64 = 0
         /// What ``handed`` holds, as ``StoredEvent/heldBytes`` counts it: at most ``maxHandedBytes``.
         private(set) var handedBytes = 0
 
-        mutating func hold(_ events: [StoredEvent], bytes: Int) {
+        /// Holds a run of events that follows `after`: what is held already, or, when nothing is, what was sent.
+        mutating func hold(_ events: [StoredEvent], after: UInt64, bytes: Int) {
+            if self.handed.isEmpty { self.handedAfter = after }
             self.handed.append(contentsOf: events)
             self.handedBytes += bytes
         }
 
-        /// Lets go of the first `count` held events (all of them, capacity included, when that is all).
+        /// Lets go of the first `count` held events (all of them, capacity included, when that is all); the rest
+        /// then follow the last one let go.
         mutating func release(first count: Int) {
+            guard count > 0 else { return }
             guard count < self.handed.count else {
                 self.handed = []
                 self.handedBytes = 0
                 return
             }
+            self.handedAfter = self.handed[count - 1].cursor
             self.handedBytes -= self.handed.prefix(count).reduce(0) { $0 + $1.heldBytes }
             self.handed.removeFirst(count)
         }
@@ -122,18 +131,20 @@ final class ConnectionHandle: Sendable {
     }
 
     /// Raises the cursor the connection has to catch up to (nothing for a connection that asked for no events),
-    /// holding `fresh` (the new events, consecutive cursors) for the delivery to send without reading them back.
+    /// holding `fresh` (the new events, and the cursor they follow) for the delivery to send without reading them
+    /// back.
     ///
-    /// What is held stays consecutive and bounded: events that do not follow the ones held replace them (the
-    /// delivery reads the gap from the store), those that would take it past ``maxHanded`` or ``maxHandedBytes`` are
-    /// not held (it reads them after what it holds), and a log that grew by events not handed lets go of what is
-    /// held (one of them may recall it). Holding is never needed for correctness: the delivery reads whatever it is
-    /// not handed.
-    func notify(cursor: UInt64, fresh: [StoredEvent] = []) {
+    /// What is held stays one unbroken run of the log and bounded: events that do not follow the last one held
+    /// replace what is held (the delivery reads the gap from the store), those that would take it past
+    /// ``maxHanded`` or ``maxHandedBytes`` are not held (it reads them after what it holds), and a log that grew by
+    /// events not handed lets go of what is held (one of them may recall it). Holding is never needed for
+    /// correctness: the delivery reads whatever it is not handed.
+    func notify(cursor: UInt64, fresh run: FreshRun? = nil) {
         guard self.wantsEvents else { return }
         self.wake { state in
-            if let first = fresh.first, self.maxHanded > 0 {
-                if let last = state.handed.last, first.cursor != last.cursor + 1 { state.release(first: .max) }
+            if let run, !run.events.isEmpty, self.maxHanded > 0 {
+                let fresh = run.events
+                if let last = state.handed.last, run.after != last.cursor { state.release(first: .max) }
                 // A recall of a message still held: it goes out recalled, without its body, as a read would send it.
                 for event in fresh where !state.handed.isEmpty {
                     guard case .recall(let conversation, let seq, let id, _) = event.kind else { continue }
@@ -146,7 +157,7 @@ final class ConnectionHandle: Sendable {
                 let bytes = fresh.reduce(0) { $0 + $1.heldBytes }
                 if state.handed.count + fresh.count <= self.maxHanded, state.handedBytes + bytes <= self.maxHandedBytes
                 {
-                    state.hold(fresh, bytes: bytes)
+                    state.hold(fresh, after: run.after, bytes: bytes)
                 }
             } else if cursor > state.latest, !state.handed.isEmpty {
                 // The log grew by events this connection is not handed (it had no room, or they were more than it
@@ -165,7 +176,7 @@ final class ConnectionHandle: Sendable {
     func takeHanded(after cursor: UInt64, limit: Int) -> [StoredEvent] {
         self.state.withLock { state in
             state.release(first: state.handed.prefix { $0.cursor <= cursor }.count)
-            guard let first = state.handed.first, first.cursor == cursor + 1 else { return [] }
+            guard !state.handed.isEmpty, state.handedAfter == cursor else { return [] }
             let taken = Array(state.handed.prefix(max(1, limit)))
             state.release(first: taken.count)
             return taken
@@ -211,9 +222,15 @@ final class ConnectionHandle: Sendable {
     var freshAfter: (after: UInt64, room: Int)? {
         guard self.wantsEvents, self.maxHanded > 0 else { return nil }
         return self.state.withLock { state in
-            let undelivered = state.latest > state.delivered ? state.latest - state.delivered : 0
-            guard undelivered <= UInt64(state.handed.count), state.handed.count < self.maxHanded,
-                state.handedBytes < self.maxHandedBytes
+            // Everything not sent yet is held: nothing is pending, or what is held follows what was sent (or some of
+            // it was sent) and reaches the newest cursor.
+            let holdsTheRest =
+                if let last = state.handed.last {
+                    state.handedAfter <= state.delivered && last.cursor >= state.latest
+                } else {
+                    state.latest <= state.delivered
+                }
+            guard holdsTheRest, state.handed.count < self.maxHanded, state.handedBytes < self.maxHandedBytes
             else { return nil }
             // A connection that logged in caught up has sent up to where it started, and was never told a cursor.
             return (max(state.latest, state.delivered), self.maxHanded - state.handed.count)

@@ -9,9 +9,10 @@ import CourierStore
 /// restarts, a notification dropped) costs latency, never a message. Typing and presence notices are ephemeral: at most once, coalesced per user and conversation.
 protocol Fanout: Sendable {
     /// These users' logs grew to these cursors. Called after the commit that grew them, never inside it. `fresh`
-    /// has the new events as written, for some of the users: a connection that is caught up may be handed them
-    /// instead of reading them back (a bounded optimisation; the cursor alone is always enough).
-    func logsGrew(_ cursors: [UserID: UInt64], fresh: [UserID: [StoredEvent]])
+    /// has the new events as written, with the cursor they follow, for some of the users: a connection that has
+    /// sent up to there may be handed them instead of reading them back (a bounded optimisation; the cursor alone
+    /// is always enough).
+    func logsGrew(_ cursors: [UserID: UInt64], fresh: [UserID: FreshRun])
 
     /// A user is typing (or stopped) in a conversation: the members' connections that want notices learn it, each
     /// with the conversation named its own way (a direct conversation by the other side's name), except the

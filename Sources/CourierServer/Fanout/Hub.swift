@@ -193,12 +193,12 @@ final class Hub: Fanout {
 
     /// Tells the connections of users whose logs grew that there are events up to these cursors, handing them the
     /// fresh events where there are some.
-    func logsGrew(_ cursors: [UserID: UInt64], fresh: [UserID: [StoredEvent]]) {
+    func logsGrew(_ cursors: [UserID: UInt64], fresh: [UserID: FreshRun]) {
         guard !cursors.isEmpty else { return }
         let targets = self.state.withLock { state in
             cursors.flatMap { user, cursor in (state.byUser[user]?.values).map { $0.map { ($0, cursor) } } ?? [] }
         }
-        for (handle, cursor) in targets { handle.notify(cursor: cursor, fresh: fresh[handle.user] ?? []) }
+        for (handle, cursor) in targets { handle.notify(cursor: cursor, fresh: fresh[handle.user]) }
     }
 
     func typing(_ notice: TypingHint, to members: [UserID]) {

@@ -87,6 +87,8 @@ extension CourierServer {
         let cluster = self.configuration.cluster
         let wanted = self.hub.freshAfter(of: cursors.keys).compactMap { user, found -> (UserID, LogSpan)? in
             let cursor = cursors[user] ?? 0
+            // The span's width as its count of events: exact while each user's cursors are consecutive, as the
+            // stores number them today (a wider count only reads less here; docs/LOG-DESIGN.md, step 1).
             guard cursor > found.after, cursor - found.after <= UInt64(max(0, found.room)) else { return nil }
             return (user, LogSpan(after: found.after, upTo: cursor))
         }.sorted { $0.0 < $1.0 }
@@ -105,7 +107,12 @@ extension CourierServer {
             let part = wanted[range]
             let partCursors = Dictionary(uniqueKeysWithValues: part.map { ($0.0, cursors[$0.0]!) })
             do {
-                let fresh = try await self.store.events(for: Dictionary(uniqueKeysWithValues: Array(part)))
+                let spans = Dictionary(uniqueKeysWithValues: Array(part))
+                var fresh: [UserID: FreshRun] = [:]
+                for (user, events) in try await self.store.events(for: spans) {
+                    guard let span = spans[user] else { continue }
+                    fresh[user] = FreshRun(after: span.after, events: events)
+                }
                 self.hub.logsGrew(partCursors, fresh: fresh)
             } catch {
                 self.logger.warning(
