@@ -188,9 +188,13 @@ extension GroupCommit {
     ///   - names: Users whose names the events or answers carry.
     func require(rows: some Sequence<UserID>, names: some Sequence<UserID>) throws {
         var needs: [BatchNeed] = []
-        for user in Set(rows) where self.users[user] == nil { needs.append(.user(user)) }
-        for user in Set(names) where self.names[user] == nil { needs.append(.name(user)) }
-        guard needs.isEmpty else { throw Miss(needs: needs) }
+        // Looked up as given (a group's members on every send): duplicates are dropped only from what is missing.
+        for user in rows where self.users[user] == nil { needs.append(.user(user)) }
+        for user in names where self.names[user] == nil { needs.append(.name(user)) }
+        guard needs.isEmpty else {
+            var seen: Set<BatchNeed> = []
+            throw Miss(needs: needs.filter { seen.insert($0).inserted })
+        }
     }
 
     /// A loaded name.
