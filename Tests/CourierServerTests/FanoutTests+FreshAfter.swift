@@ -47,6 +47,16 @@ extension FanoutTests {
         behind.notify(cursor: 4)
         #expect(behind.freshAfter == nil)
         #expect(hub.freshAfter(of: [Self.carol])[Self.carol].map { [$0.after, UInt64($0.room)] } == [3, 3])
+
+        // dave holds 4 and 5; 6 and 7 do not fit (read from the store), and the delivery sends 3 to 7 from there:
+        // caught up, he takes what comes after 7, though 4 and 5 are still held until his next take.
+        let dave = try Self.register(hub, UserID(rawValue: 4), device: 7, maxHanded: 3)
+        dave.delivered(upTo: 3)
+        dave.notify(cursor: 5, fresh: Self.following(Self.joined(4...5)))
+        dave.notify(cursor: 7, fresh: Self.following(Self.joined(6...7)))
+        #expect(dave.handedCursors == [4, 5] && dave.freshAfter == nil)
+        dave.delivered(upTo: 7)
+        #expect(dave.freshAfter.map { [$0.after, UInt64($0.room)] } == [7, 1])
     }
 }
 

@@ -222,14 +222,12 @@ final class ConnectionHandle: Sendable {
     var freshAfter: (after: UInt64, room: Int)? {
         guard self.wantsEvents, self.maxHanded > 0 else { return nil }
         return self.state.withLock { state in
-            // Everything not sent yet is held: nothing is pending, or what is held follows what was sent (or some of
-            // it was sent) and reaches the newest cursor.
+            // Everything not sent yet is held: nothing is pending (what is still held was sent from the store, and
+            // goes at the next take), or what is held follows what was sent (or some of it was sent) and reaches the
+            // newest cursor.
             let holdsTheRest =
-                if let last = state.handed.last {
-                    state.handedAfter <= state.delivered && last.cursor >= state.latest
-                } else {
-                    state.latest <= state.delivered
-                }
+                state.latest <= state.delivered
+                || state.handed.last.map { state.handedAfter <= state.delivered && $0.cursor >= state.latest } == true
             guard holdsTheRest, state.handed.count < self.maxHanded, state.handedBytes < self.maxHandedBytes
             else { return nil }
             // A connection that logged in caught up has sent up to where it started, and was never told a cursor.

@@ -17,9 +17,10 @@ import NIOCore
 /// Everything written in one turn of the loop goes out with one flush.
 ///
 /// NIO calls a handler through its protocols, and a generic class's protocol methods run unspecialized: each use of
-/// `Transport` in them, and in everything they call, was a lookup at run time (the handler's code ran generic, 4 to
-/// 5 % of the closed loop's server CPU, docs/BENCHMARKS.md, step 7). The methods NIO calls are specialized for each
-/// transport (`@_specialize`): the generic entry jumps to the transport's own copy, which calls specialized code.
+/// `Transport` in them, and in everything they call, was a lookup at run time (2.5 % of the closed loop's server
+/// samples in those lookups alone; docs/BENCHMARKS.md, step 7). The methods NIO calls on the hot paths are
+/// specialized for each transport (`@_specialize`): the generic entry jumps to the transport's own copy, which calls
+/// specialized code. The cold ones (`handlerRemoved`, `errorCaught`, `triggerUserOutboundEvent`) run generic.
 final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     typealias InboundIn = Transport.Inbound
     typealias OutboundIn = Transport.Outbound

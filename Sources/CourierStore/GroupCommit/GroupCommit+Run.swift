@@ -65,7 +65,7 @@ extension GroupCommit {
                 var needs = NeedList()
                 // An acknowledgement stays: the ones after it of the same device start where it leaves the device.
                 // (A loop rather than `removeAll(where:)`, whose closure, reading the commit while the list changes,
-                // copied the whole commit and each request: 2 % of the writer's samples.)
+                // copied the whole commit and each request: 1.5 % of the server's samples.)
                 var still: [Int] = []
                 still.reserveCapacity(self.declaring.count)
                 for index in self.declaring {
