@@ -37,6 +37,9 @@ package struct EventLogBook: Sendable {
     }
 
     private var logs: [UserID: UserLog] = [:]
+    /// Users' rows carried from the batch before (``GroupCommit/CarriedRows``): a user's stored cursor is taken from
+    /// here at its first entry, so that a batch does not start every carried user's log.
+    package var carried: [UserID: UserRow] = [:]
     /// The most fresh events kept per user (0: none).
     package var maxFreshPerUser = 0
     /// How many fresh events each user's connections can take (nil: ``maxFreshPerUser`` for all); asked once per
@@ -62,9 +65,9 @@ package struct EventLogBook: Sendable {
         return fresh
     }
 
-    /// Whether the user's stored cursor is known (``start(_:at:)``).
+    /// Whether the user's stored cursor is known (``start(_:at:)``, or carried).
     package func knows(_ user: UserID) -> Bool {
-        self.logs[user] != nil
+        self.logs[user] != nil || self.carried[user] != nil
     }
 
     /// The user's cursor as stored when the transaction read it; its entries are numbered on from it.
@@ -77,6 +80,7 @@ package struct EventLogBook: Sendable {
     ///
     /// - Returns: The entry's cursor.
     package mutating func next(for user: UserID, event: @autoclosure () -> StoredEvent.Kind?) -> Int64 {
+        if self.logs[user] == nil, let row = self.carried[user] { self.start(user, at: row.cursor) }
         let (maxFresh, room) = (self.maxFreshPerUser, self.freshRoom)
         guard let cursor = self.logs[user]?.numberNext(maxFresh: maxFresh, room: { room?(user) }, event: event)
         else { preconditionFailure("the stored cursor of \(user) was not read") }

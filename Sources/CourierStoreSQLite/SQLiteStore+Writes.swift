@@ -23,14 +23,30 @@ extension SQLiteStore {
     ) async throws -> AppliedBatch {
         let limits = self.limits
         let queuesSearch = self.configuration.indexesForSearch && self.searchIndexer.isDeferred
-        let applied = try await self.write { db in
-            var run = GroupCommit.Run(GroupCommit(nowMs: nowMs, limits: limits, freshRoom: freshRoom), requests)
-            while case .load(let needs) = try run.next() {
-                try self.load(needs, into: &run.commit, db)
-            }
-            try self.write(run.commit, db)
-            return run.result(queuesSearch: queuesSearch)
-        }
+        let maxCarried = self.configuration.maxCarriedRows
+        let (applied, _) = try await self.write(
+            keepingRows: true,
+            { db -> (AppliedBatch, CarriedRows?) in
+                // The rows the batch before carried, unless another process wrote since (its `data_version`).
+                let taken = self.carried.withLock { carried in
+                    defer { carried = nil }
+                    return carried
+                }
+                let version = try Int64.fetchOne(db, sql: "PRAGMA data_version") ?? 0
+                var commit = GroupCommit(nowMs: nowMs, limits: limits, freshRoom: freshRoom)
+                if let taken, taken.dataVersion == version { commit.start(carrying: taken.rows) }
+                var run = GroupCommit.Run(commit, requests)
+                while case .load(let needs) = try run.next() {
+                    try self.load(needs, into: &run.commit, db)
+                }
+                try self.write(run.commit, db)
+                let applied = run.result(queuesSearch: queuesSearch)
+                guard maxCarried > 0 else { return (applied, nil) }
+                let rows = run.commit.takeCarriedRows()
+                return (applied, rows.count <= maxCarried ? CarriedRows(rows: rows, dataVersion: version) : nil)
+            },
+            committed: { _, carriedOn in self.carried.withLock { $0 = carriedOn } }
+        )
         if queuesSearch { self.searchIndexer.committed(applied.searchEntries) }
         return applied
     }
@@ -364,7 +380,8 @@ extension SQLiteStore {
             sql:
                 "UPDATE members SET read_seq = ?, delivered_seq = ?, sent = ? WHERE conversation_id = ? AND user_id = ?"
         )
-        for conversation in commit.conversations.values {
+        for id in commit.touched.sorted() {
+            guard let conversation = commit.conversations[id] else { continue }
             if conversation.dirty {
                 try conversationUpdate.execute(arguments: [conversation.lastSeq, conversation.lastMs, conversation.id])
             }

@@ -40,6 +40,10 @@ public final class SQLiteStore: StoreBackend {
         /// With ``backgroundCheckpoints``: the log's size in pages past which a write still copies it back itself,
         /// should the checkpoints fall behind (SQLite's `wal_autocheckpoint`; 16,384 pages of 4 KiB are 64 MiB).
         public var writerCheckpointPages: Int = 16_384
+        /// The most rows the group commit carries from one batch to the next (conversations and their members,
+        /// users, names, devices, ids), instead of reading them again; past it, what a batch read is dropped once it
+        /// commits. 0: none carried. See ``StoreSettings/sqliteMaxCarriedRows``.
+        public var maxCarriedRows: Int = StoreSettings().sqliteMaxCarriedRows
         /// Whether the group commit writes the search index (always, but for the benchmark that measures what the
         /// index costs: `courier bench --pattern search` loads the same messages without it too).
         package var indexesForSearch = true
@@ -56,6 +60,7 @@ public final class SQLiteStore: StoreBackend {
             self.passwordThreads = settings.passwordThreads
             self.maxQueuedPasswordChecks = settings.maxQueuedPasswordChecks
             self.searchIndex = settings.searchIndex
+            self.maxCarriedRows = settings.sqliteMaxCarriedRows
             self.backgroundCheckpoints = true
         }
     }
@@ -68,6 +73,19 @@ public final class SQLiteStore: StoreBackend {
     private let checkpointer: DatabaseQueue?
     /// Writes so far, and those the last checkpoint saw: ``maintain()`` does nothing when no write came since.
     let writeCount = Atomic<Int>(0)
+    /// The rows the last group commit carried on to the next (``GroupCommit/CarriedRows``), with the database's
+    /// `data_version` when it committed: another process's commit changes it, and the rows are dropped. Taken by the
+    /// next batch, put back by it once it commits; dropped by every other write. Only changed inside a write turn.
+    let carried = Mutex<CarriedRows?>(nil)
+
+    struct CarriedRows: Sendable {
+        var rows: GroupCommit.CarriedRows
+        var dataVersion: Int64
+    }
+
+    func dropCarriedRows() {
+        self.carried.withLock { $0 = nil }
+    }
     private let checkpointedWrites = Mutex<Int>(0)
     public let configuration: Configuration
     public var limits: StoreLimits { self.configuration.limits }
@@ -231,11 +249,20 @@ public final class SQLiteStore: StoreBackend {
     }
 
     /// Runs a write transaction, turning database errors into `storage-failed` and passing refusals through.
-    func write<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws -> T {
+    ///
+    /// Every write but the group commit's drops the rows the group commit carries from one batch to the next
+    /// (``carried``): it may change them. The group commit keeps them (`keepingRows`) and, in `committed`, called
+    /// after the commit and before any other write can start, stores what it carries on.
+    func write<T: Sendable>(
+        keepingRows: Bool = false,
+        _ body: @escaping @Sendable (Database) throws -> T,
+        committed: @escaping @Sendable (T) -> Void = { _ in }
+    ) async throws -> T {
         defer { self.writeCount.add(1, ordering: .relaxed) }
         do {
             return try await self.turns.withLock {
                 try await self.pool.writeWithoutTransaction { db in
+                    if !keepingRows { self.dropCarriedRows() }
                     // A transaction a failed rollback left open is rolled back first.
                     if db.isInsideTransaction { try db.rollback() }
                     var result: T?
@@ -243,6 +270,7 @@ public final class SQLiteStore: StoreBackend {
                         result = try body(db)
                         return .commit
                     }
+                    committed(result!)
                     return result!
                 }
             }

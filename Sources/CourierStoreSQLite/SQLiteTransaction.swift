@@ -14,6 +14,8 @@ extension SQLiteStore {
         do {
             return try await self.turns.withLock {
                 try await self.pool.writeWithoutTransaction { db in
+                    // It may change what the group commit carries (``SQLiteStore/write(keepingRows:_:committed:)``).
+                    self.dropCarriedRows()
                     // A transaction a failed rollback left open is rolled back first.
                     if db.isInsideTransaction { try db.rollback() }
                     try db.beginTransaction(.immediate)

@@ -47,6 +47,7 @@ enum LimitOption {
         ("search-index-max-queued-bytes", { $0.store.searchIndex.maxQueuedBytes = try bytes($1) }),
         ("search-index-sweep-interval", { $0.store.searchIndex.sweepInterval = try duration($1) }),
         ("postgres-random-page-cost", { $0.store.postgresRandomPageCost = try pageCost($1) }),
+        ("sqlite-max-carried-rows", { $0.store.sqliteMaxCarriedRows = try count($1) }),
         ("max-search-scan", { $0.store.limits.maxSearchScan = try int($1) }),
         ("max-search-page", { $0.store.limits.maxSearchPage = try int($1) }),
         ("max-failed-logins-per-user", { $0.limits.maxFailedLoginsPerUser = try int($1) }),

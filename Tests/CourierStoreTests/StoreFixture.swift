@@ -46,6 +46,7 @@ struct StoreFixture: StoreTestHelpers, Sendable {
         _ kind: StoreKind,
         limits: StoreLimits = StoreLimits(),
         searchIndex: SearchIndexer.Configuration = .init(),
+        sqliteCarriedRows: Int = StoreSettings().sqliteMaxCarriedRows,
         _ body: @Sendable (StoreFixture) async throws -> Void
     ) async throws {
         switch kind {
@@ -54,6 +55,7 @@ struct StoreFixture: StoreTestHelpers, Sendable {
             sqlite.passwordHasher = Self.cheapHasher
             sqlite.limits = limits
             sqlite.searchIndex = searchIndex
+            sqlite.maxCarriedRows = sqliteCarriedRows
             let configuration = sqlite
             try await withTemporaryDirectory(prefix: "store") { folder in
                 let store = try SQLiteStore(folder: folder, configuration: configuration, logger: Logger(label: "test"))

@@ -57,7 +57,7 @@ extension GroupCommit {
             needs.want(.user(user), self)
             // Each acknowledgement of a device starts where the one before it in the batch left the device, as the
             // rule's do.
-            guard let row = self.loadedDevice(device), row.user == user, let stored = self.users[user]?.cursor,
+            guard let row = self.loadedDevice(device), row.user == user, let stored = self.userRow(user)?.cursor,
                 let range = Self.ackRange(
                     of: user,
                     from: needs.ackedCursors[device] ?? self.ackedCursors[device] ?? row.ackedCursor,

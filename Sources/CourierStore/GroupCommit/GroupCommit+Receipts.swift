@@ -44,6 +44,7 @@ extension GroupCommit {
             member.dirty = true
             conversation.members[user] = member
             self.conversations[delivery.conversation] = conversation
+            self.touched.insert(delivery.conversation)
             for other in recipients[index] {
                 self.log.append(
                     to: other,
@@ -90,6 +91,7 @@ extension GroupCommit {
         member.dirty = true
         conversation.members[user] = member
         self.conversations[key] = conversation
+        self.touched.insert(key)
         for recipient in conversation.members.keys.sorted() {
             self.log.append(
                 to: recipient,

@@ -8,7 +8,7 @@ extension GroupCommit {
         switch need {
         case .groupID(let name): self.groupIDs[name] != nil
         case .userID(let name): self.userIDs[name] != nil
-        case .user(let user): self.users[user] != nil
+        case .user(let user): self.userRow(user) != nil
         case .name(let user): self.names[user] != nil
         case .directID(let pair): self.directIDs[pair] != nil
         case .newDirect(let pair): (self.directIDs[pair] ?? nil) != nil
@@ -33,9 +33,14 @@ extension GroupCommit {
         self.userIDs[name] = .some(id)
     }
 
+    /// A user's row as the batch read it, or carried it from the batch before (``CarriedRows``).
+    func userRow(_ user: UserID) -> UserRow? {
+        self.users[user] ?? self.log.book.carried[user]
+    }
+
     /// A user's row; its log's entries are numbered on from its cursor.
     package mutating func loadUser(_ user: UserID, _ row: UserRow) {
-        guard self.users[user] == nil else { return }
+        guard self.userRow(user) == nil else { return }
         self.users[user] = row
         self.log.book.start(user, at: row.cursor)
     }
@@ -52,6 +57,7 @@ extension GroupCommit {
     package mutating func load(_ conversation: BatchConversation) {
         guard self.conversations[conversation.id] == nil else { return }
         self.conversations[conversation.id] = conversation
+        self.loadedMembers += conversation.members.count
     }
 
     package mutating func loadHeader(_ id: Int64, _ header: ConversationHeader) {
@@ -122,7 +128,7 @@ extension GroupCommit {
     }
 
     func user(_ user: UserID) throws -> UserRow {
-        guard let row = self.users[user] else { throw Miss(needs: [.user(user)]) }
+        guard let row = self.userRow(user) else { throw Miss(needs: [.user(user)]) }
         return row
     }
 
@@ -189,7 +195,7 @@ extension GroupCommit {
     func require(rows: some Sequence<UserID>, names: some Sequence<UserID>) throws {
         var needs: [BatchNeed] = []
         // Looked up as given (a group's members on every send): duplicates are dropped only from what is missing.
-        for user in rows where self.users[user] == nil { needs.append(.user(user)) }
+        for user in rows where self.userRow(user) == nil { needs.append(.user(user)) }
         for user in names where self.names[user] == nil { needs.append(.name(user)) }
         guard needs.isEmpty else {
             var seen: Set<BatchNeed> = []

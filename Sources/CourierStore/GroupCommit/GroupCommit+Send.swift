@@ -52,6 +52,7 @@ extension GroupCommit {
         // Nothing below is refused.
         let id = send.id.isEmpty ? WriteRequest.Send.assignedID() : send.id
         let (seq, time) = conversation.send(by: send.sender, nowMs: self.nowMs)
+        self.touched.insert(key)
         if let introduction { self.introductions.append(introduction) }
         self.conversations[key] = conversation
         let message = MessageKey(sender: send.sender, id: id)

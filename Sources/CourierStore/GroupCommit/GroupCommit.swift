@@ -68,6 +68,11 @@ package struct GroupCommit: Sendable {
     package internal(set) var recalledMessages: [MessagePosition] = []
     /// The devices' acknowledged cursors as the batch moved them.
     package internal(set) var ackedCursors: [DeviceID: Int64] = [:]
+    /// The conversations whose rows or members the batch changed (a seq, a time, a mark): the ones to write, found
+    /// without looking at every conversation loaded (or carried from the batch before, ``CarriedRows``).
+    package internal(set) var touched: Set<Int64> = []
+    /// How many members the conversations held here have: carried in, and loaded by this batch (``CarriedRows``).
+    var loadedMembers = 0
     /// The batch's edits, in order: each writes the message's new body and keeps the one it replaced.
     package internal(set) var edits: [EditWrite] = []
     /// The reactions the batch puts on or takes off, in order.
