@@ -7,7 +7,9 @@ extension SQLiteStore {
     /// Devices whose first connection came (`connected`), or whose last one ended, in one transaction: `user
     /// devices` shows each connected since then, or when it was last seen.
     public func recordDeviceActivity(_ changes: [DeviceActivityChange]) async throws {
-        try await self.write { db in
+        // Neither column is one the group commit carries (``write(keepingRows:_:committed:)``): devices connecting
+        // and leaving do not make it read everything again.
+        try await self.write(keepingRows: true) { db in
             for change in changes {
                 if change.connected {
                     try db.execute(

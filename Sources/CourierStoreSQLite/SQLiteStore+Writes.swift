@@ -27,15 +27,19 @@ extension SQLiteStore {
         let (applied, _) = try await self.write(
             keepingRows: true,
             { db -> (AppliedBatch, CarriedRows?) in
-                // The rows the batch before carried, unless another process wrote since (its `data_version`).
-                let taken = self.carried.withLock { carried in
+                // The rows the batch before carried, unless another process wrote since (its `data_version`). Each
+                // table is held by the batch alone from here (consumed, not copied): one changed while another
+                // reference lives would be copied whole.
+                var taken = self.carried.withLock { carried in
                     defer { carried = nil }
                     return carried
                 }
                 let version = try Int64.fetchOne(db, sql: "PRAGMA data_version") ?? 0
                 var commit = GroupCommit(nowMs: nowMs, limits: limits, freshRoom: freshRoom)
-                if let taken, taken.dataVersion == version { commit.start(carrying: taken.rows) }
-                var run = GroupCommit.Run(commit, requests)
+                if let carried = taken.take(), carried.dataVersion == version {
+                    commit.start(carrying: (consume carried).rows)
+                }
+                var run = GroupCommit.Run(consume commit, requests)
                 while case .load(let needs) = try run.next() {
                     try self.load(needs, into: &run.commit, db)
                 }
@@ -45,7 +49,9 @@ extension SQLiteStore {
                 let rows = run.commit.takeCarriedRows()
                 return (applied, rows.count <= maxCarried ? CarriedRows(rows: rows, dataVersion: version) : nil)
             },
-            committed: { _, carriedOn in self.carried.withLock { $0 = carriedOn } }
+            committed: { result in
+                self.carried.withLock { $0 = result.1.take() }
+            }
         )
         if queuesSearch { self.searchIndexer.committed(applied.searchEntries) }
         return applied

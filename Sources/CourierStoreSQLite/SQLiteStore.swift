@@ -251,12 +251,13 @@ public final class SQLiteStore: StoreBackend {
     /// Runs a write transaction, turning database errors into `storage-failed` and passing refusals through.
     ///
     /// Every write but the group commit's drops the rows the group commit carries from one batch to the next
-    /// (``carried``): it may change them. The group commit keeps them (`keepingRows`) and, in `committed`, called
-    /// after the commit and before any other write can start, stores what it carries on.
+    /// (``carried``): it may change them, unless it says it changes none of them (`keepingRows`). The group commit
+    /// keeps them, and in `committed`, called after the commit and before any other write can start, stores what it
+    /// carries on (and takes it out of the result, so that nothing else holds those tables).
     func write<T: Sendable>(
         keepingRows: Bool = false,
         _ body: @escaping @Sendable (Database) throws -> T,
-        committed: @escaping @Sendable (T) -> Void = { _ in }
+        committed: @escaping @Sendable (inout T) -> Void = { _ in }
     ) async throws -> T {
         defer { self.writeCount.add(1, ordering: .relaxed) }
         do {
@@ -270,8 +271,9 @@ public final class SQLiteStore: StoreBackend {
                         result = try body(db)
                         return .commit
                     }
-                    committed(result!)
-                    return result!
+                    var value = result.take()!
+                    committed(&value)
+                    return value
                 }
             }
         } catch let error as CourierStoreError {
