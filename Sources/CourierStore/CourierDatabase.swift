@@ -152,10 +152,11 @@ public protocol CourierDatabase: Sendable {
     // MARK: Reads
 
     func events(for user: UserID, after cursor: UInt64, limit: Int) async throws -> [StoredEvent]
-    /// The same for several users at once, each after its own cursor and up to another (at most
-    /// `maxEventsPerRead` each), in one read: what a node reads for its connections when another node says their
-    /// logs grew (users with nothing new are left out).
-    func events(for logs: [UserID: LogSpan]) async throws -> [UserID: [StoredEvent]]
+    /// The same for several users at once, each after its own cursor and up to another, at most `limit` each (at
+    /// least 1, at most `maxEventsPerRead`), in one read: what a node reads for its connections when another node
+    /// says their logs grew (users with nothing new are left out). A span's width is not its count of events: the
+    /// logs share one stream of positions.
+    func events(for logs: [UserID: LogSpan], limit: Int) async throws -> [UserID: [StoredEvent]]
     func logCursor(of user: UserID) async throws -> UInt64
     /// The newest cursors of several users' logs (users that do not exist are left out): what a server polls for
     /// its online users when several share the database.

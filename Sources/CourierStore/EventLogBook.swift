@@ -16,16 +16,24 @@ package enum LogEventKind: Int64, Sendable {
     case notify = 10
 }
 
-/// The bookkeeping of one write transaction's appends to users' event logs, whatever the database: each user's
-/// entries are numbered on from the cursor stored for it (read in the same transaction, under its lock where the
-/// database has several writers), and the events appended are kept as a read would return them (``fresh``).
+/// The bookkeeping of one write transaction's appends to users' event logs, whatever the database, and the events
+/// appended, kept as a read would return them (``fresh``).
+///
+/// A cursor is a position in one stream shared by every user's log (docs/LOG-DESIGN.md, step 1): a user's cursors
+/// grow, with gaps where other users' entries took positions. The rules number the transaction's entries 1, 2, …
+/// in the order they append them (``next(for:event:)``); at its end the database takes as many positions from its
+/// one counter (``StoreTransaction/writeLog(_:)``), whose row it holds until the commit, and ``rebase(by:)`` adds
+/// the counter's base to every cursor the book made. So positions are taken in commit order: a reader that has seen
+/// one committed never meets a smaller one later. Nothing but ``grown``, ``appended`` and ``fresh`` reads a cursor,
+/// and only after the rebase.
 package struct EventLogBook: Sendable {
     /// What the book knows of one user's log: one entry per user, so that numbering an entry looks the user up
     /// once (a group's message is an entry in every member's log).
     fileprivate struct UserLog: Sendable {
         /// The cursor stored before the transaction: the one the new entries follow.
         let stored: Int64
-        /// The newest cursor: the stored one, then that of the last entry numbered.
+        /// The newest cursor: the stored one, then that of the last entry numbered (its number in the transaction
+        /// until ``EventLogBook/rebase(by:)``, its position after).
         var cursor: Int64
         var grew = false
         /// The events appended, while every one of them is kept (``EventLogBook/fresh``).
@@ -37,6 +45,10 @@ package struct EventLogBook: Sendable {
     }
 
     private var logs: [UserID: UserLog] = [:]
+    /// How many entries the transaction numbered: the positions it takes at its end.
+    package private(set) var count: Int64 = 0
+    /// Whether the entries' numbers were made positions (``rebase(by:)``).
+    package private(set) var rebased = false
     /// Users' rows carried from the batch before (``GroupCommit/CarriedRows``): a user's stored cursor is taken from
     /// here at its first entry, so that a batch does not start every carried user's log.
     package var carried: [UserID: UserRow] = [:]
@@ -48,16 +60,18 @@ package struct EventLogBook: Sendable {
 
     package init() {}
 
-    /// The newest cursor of each user whose log grew.
+    /// The newest cursor of each user whose log grew (after ``rebase(by:)``).
     package var appended: [UserID: UInt64] {
+        precondition(self.rebased || self.count == 0, "the log's entries were not given their positions")
         var appended: [UserID: UInt64] = [:]
         for (user, log) in self.logs where log.grew { appended[user] = UInt64(log.cursor) }
         return appended
     }
 
     /// The events appended, as a read of the log would return them, with the cursor they follow, for each user whose
-    /// every new event is here, at most ``maxFreshPerUser`` each.
+    /// every new event is here, at most ``maxFreshPerUser`` each (after ``rebase(by:)``).
     package var fresh: [UserID: FreshRun] {
+        precondition(self.rebased || self.count == 0, "the log's entries were not given their positions")
         var fresh: [UserID: FreshRun] = [:]
         for (user, log) in self.logs where log.grew && !log.unfresh {
             fresh[user] = FreshRun(after: UInt64(clamping: log.stored), events: log.fresh)
@@ -78,13 +92,31 @@ package struct EventLogBook: Sendable {
     /// Numbers the next entry of a user's log (whose cursor must be known), keeping its event while the user's new
     /// events are all kept.
     ///
-    /// - Returns: The entry's cursor.
+    /// - Returns: The entry's number in the transaction (1, 2, …), its position once ``rebase(by:)`` adds the base.
     package mutating func next(for user: UserID, event: @autoclosure () -> StoredEvent.Kind?) -> Int64 {
+        precondition(!self.rebased, "an entry numbered after the log's positions were taken")
         if self.logs[user] == nil, let row = self.carried[user] { self.start(user, at: row.cursor) }
         let (maxFresh, room) = (self.maxFreshPerUser, self.freshRoom)
-        guard let cursor = self.logs[user]?.numberNext(maxFresh: maxFresh, room: { room?(user) }, event: event)
+        let number = self.count + 1
+        guard self.logs[user]?.number(number, maxFresh: maxFresh, room: { room?(user) }, event: event) != nil
         else { preconditionFailure("the stored cursor of \(user) was not read") }
-        return cursor
+        self.count = number
+        return number
+    }
+
+    /// Makes the entries' numbers positions: `base` is the position before the first, taken from the database's
+    /// counter at the transaction's end. Every cursor the book made moves by it.
+    package mutating func rebase(by base: Int64) {
+        precondition(!self.rebased, "the log's positions were taken twice")
+        self.rebased = true
+        guard self.count > 0 else { return }
+        precondition(base >= 0, "a negative base")
+        for (user, log) in self.logs where log.grew {
+            var log = log
+            log.cursor += base
+            log.fresh = log.fresh.map { StoredEvent(cursor: $0.cursor + UInt64(base), kind: $0.kind) }
+            self.logs[user] = log
+        }
     }
     /// A message this batch appended was recalled in it too: its fresh events say so, without its body, as a read
     /// after the commit would.
@@ -137,23 +169,26 @@ package struct EventLogBook: Sendable {
         }
     }
 
-    /// The users whose logs grew, with their newest cursors, to store.
+    /// The users whose logs grew, with their newest cursors, to store (after ``rebase(by:)``).
     package var grown: [(user: UserID, cursor: Int64)] {
-        self.logs.filter(\.value.grew).map { ($0.key, $0.value.cursor) }.sorted { $0.user < $1.user }
+        precondition(self.rebased || self.count == 0, "the log's entries were not given their positions")
+        return self.logs.filter(\.value.grew).map { ($0.key, $0.value.cursor) }.sorted { $0.user < $1.user }
     }
 }
 
 extension EventLogBook.UserLog {
-    /// Numbers the user's next entry, keeping its event while every new one is kept and under the limit: the
-    /// smaller of `maxFresh` and what the user's connections can take (`room`, asked once; nil: `maxFresh`).
-    fileprivate mutating func numberNext(
+    /// Gives the user's next entry its number in the transaction, keeping its event while every new one is kept
+    /// and under the limit: the smaller of `maxFresh` and what the user's connections can take (`room`, asked once;
+    /// nil: `maxFresh`).
+    fileprivate mutating func number(
+        _ number: Int64,
         maxFresh: Int,
         room: () -> Int?,
         event: () -> StoredEvent.Kind?
-    ) -> Int64 {
-        self.cursor += 1
+    ) {
+        self.cursor = number
         self.grew = true
-        guard !self.unfresh else { return self.cursor }
+        guard !self.unfresh else { return }
         let limit = self.freshLimit ?? min(maxFresh, room() ?? maxFresh)
         self.freshLimit = limit
         if self.fresh.count < limit, let event = event() {
@@ -162,6 +197,5 @@ extension EventLogBook.UserLog {
             self.fresh = []
             self.unfresh = true
         }
-        return self.cursor
     }
 }

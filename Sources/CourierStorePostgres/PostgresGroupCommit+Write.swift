@@ -4,7 +4,7 @@ internal import PostgresNIO
 
 extension PostgresGroupCommit {
     /// Writes what the batch changed, one statement for each table.
-    func write(_ connection: PostgresConnection) async throws {
+    mutating func write(_ connection: PostgresConnection) async throws {
         try await self.writeMessages(connection)
         let changed = self.commit.conversations.values.filter(\.dirty).sorted { $0.id < $1.id }
         if !changed.isEmpty {
@@ -54,7 +54,7 @@ extension PostgresGroupCommit {
                 logger: self.logger
             )
         }
-        try await PostgresTransaction.writeLog(self.commit.log, connection, logger: self.logger)
+        try await PostgresTransaction.writeLog(&self.commit.log, connection, logger: self.logger)
     }
 
     /// Inserts the batch's messages in one statement (and their media in another), and recalls the messages stored

@@ -391,6 +391,15 @@ enum PostgresSchema {
                 """,
             ]
         ),
+        Migration(
+            version: "v14-log-positions",
+            statements: [
+                // As SQLite's. Every node of the cluster must run this version or later once it is applied: an
+                // older one numbers a log from the user's own cursor and would take a position the counter gives.
+                "CREATE TABLE log_positions (id SMALLINT PRIMARY KEY CHECK (id = 1), last BIGINT NOT NULL)",
+                "INSERT INTO log_positions (id, last) SELECT 1, COALESCE(max(log_cursor), 0) FROM users",
+            ]
+        ),
     ]
 
     /// Migration `v12-skeletons`, as SQLite's: every name's skeleton by today's ``NameSkeleton``, the oldest of names

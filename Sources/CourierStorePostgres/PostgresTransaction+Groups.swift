@@ -51,16 +51,32 @@ extension PostgresTransaction {
         return found
     }
 
-    package func writeLog(_ log: LogWrites) async throws {
-        try await Self.writeLog(log, self.connection, logger: self.logger)
+    package func writeLog(_ log: inout LogWrites) async throws {
+        try await Self.writeLog(&log, self.connection, logger: self.logger)
     }
 
-    /// Writes log entries, in one statement, and the grown logs' newest cursors, in another. Each user's entries
-    /// are numbered from its cursor read under its row's lock: until the transaction ends, no other node appends
-    /// to that log, so each log stays gap-free and its entries become visible in order.
-    static func writeLog(_ log: LogWrites, _ connection: PostgresConnection, logger: Logger) async throws {
+    /// Takes the entries' positions from the counter, then writes the entries, in one statement, and the grown
+    /// logs' newest cursors, in another.
+    ///
+    /// The counter's row stays locked until the transaction ends, so the cluster's transactions take positions in
+    /// the order they commit: a reader that has seen a position never meets a smaller one committed later, without
+    /// any node's bookkeeping of what is in flight. The price is that every node's transactions that append take
+    /// turns for their last statements and commit. Each user's row is locked before (the plan's), so holding the
+    /// counter never waits for a row another transaction holds while it waits for the counter.
+    static func writeLog(_ log: inout LogWrites, _ connection: PostgresConnection, logger: Logger) async throws {
+        guard log.count > 0 else {
+            log.positions(after: 0)
+            return
+        }
+        guard
+            let last = try await connection.value(
+                "UPDATE log_positions SET last = last + \(log.count) RETURNING last",
+                as: Int64.self,
+                logger: logger
+            )
+        else { throw CourierStoreError(.storageFailed, "the log's counter is missing") }
+        log.positions(after: last - log.count)
         let events = log.events
-        guard !events.isEmpty else { return }
         try await connection.run(
             """
             INSERT INTO events (user_id, cursor, kind, conversation_id, seq, actor_id, detail, key)

@@ -43,7 +43,7 @@ extension SQLiteStore {
                 while case .load(let needs) = try run.next() {
                     try self.load(needs, into: &run.commit, db)
                 }
-                try self.write(run.commit, db)
+                try self.write(&run.commit, db)
                 let applied = run.result(queuesSearch: queuesSearch)
                 guard maxCarried > 0 else { return (applied, nil) }
                 let rows = run.commit.takeCarriedRows()
@@ -303,7 +303,7 @@ extension SQLiteStore {
     }
 
     /// Writes what the batch changed.
-    private func write(_ commit: GroupCommit, _ db: Database) throws {
+    private func write(_ commit: inout GroupCommit, _ db: Database) throws {
         let insertMessage = try db.cachedStatement(
             sql: """
                 INSERT INTO messages (conversation_id, seq, sender_id, sender_device_id, client_id, time_ms, body,
@@ -401,7 +401,7 @@ extension SQLiteStore {
         for (device, cursor) in commit.ackedCursors {
             try deviceUpdate.execute(arguments: [cursor, device.rawValue])
         }
-        try SQLiteStore.writeLog(commit.log, db)
+        try SQLiteStore.writeLog(&commit.log, db)
         // Last: FTS5 holds the batch's terms in memory until the commit, or the next write (see writeSearch).
         if self.configuration.indexesForSearch {
             try SQLiteStore.writeSearch(commit, deferred: self.searchIndexer.isDeferred, db)

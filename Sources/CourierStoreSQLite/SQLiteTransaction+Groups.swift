@@ -19,8 +19,13 @@ extension SQLiteTransaction {
         }
     }
 
-    package func writeLog(_ log: LogWrites) async throws {
-        try await self.update { db in try SQLiteStore.writeLog(log, db) }
+    package func writeLog(_ log: inout LogWrites) async throws {
+        let unwritten = log
+        log = try await self.update { db in
+            var log = unwritten
+            try SQLiteStore.writeLog(&log, db)
+            return log
+        }
     }
 
     // MARK: Groups and members
@@ -226,8 +231,20 @@ extension SQLiteTransaction {
 }
 
 extension SQLiteStore {
-    /// Writes log entries and the grown logs' newest cursors; one writer at a time.
-    static func writeLog(_ log: LogWrites, _ db: Database) throws {
+    /// Takes the entries' positions from the counter, then writes them and the grown logs' newest cursors. One
+    /// writer at a time: positions are taken in commit order.
+    static func writeLog(_ log: inout LogWrites, _ db: Database) throws {
+        guard log.count > 0 else {
+            log.positions(after: 0)
+            return
+        }
+        guard
+            let last = try Int64.fetchOne(
+                db.cachedStatement(sql: "UPDATE log_positions SET last = last + ? RETURNING last"),
+                arguments: [log.count]
+            )
+        else { throw CourierStoreError(.storageFailed, "the log's counter is missing") }
+        log.positions(after: last - log.count)
         let insert = try db.cachedStatement(
             sql: """
                 INSERT INTO events (user_id, cursor, kind, conversation_id, seq, actor_id, detail, key)

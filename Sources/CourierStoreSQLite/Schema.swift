@@ -369,6 +369,20 @@ enum Schema {
                     """
             )
         }
+        migrator.registerMigration("v14-log-positions") { db in
+            try db.execute(
+                sql: """
+                    -- One counter for every user's log (docs/LOG-DESIGN.md, step 1): a transaction takes its entries'
+                    -- positions from it at its end. It starts at the newest cursor any user has, so every cursor a
+                    -- device holds stays valid and the stored entries keep theirs.
+                    CREATE TABLE log_positions (
+                        id INTEGER PRIMARY KEY CHECK (id = 1),
+                        last INTEGER NOT NULL
+                    );
+                    INSERT INTO log_positions (id, last) SELECT 1, COALESCE(max(log_cursor), 0) FROM users;
+                    """
+            )
+        }
         return migrator
     }
 }

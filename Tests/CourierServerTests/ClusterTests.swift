@@ -290,6 +290,32 @@ struct ClusterTests {
         }
     }
 
+    @Test(
+        "a node reads other nodes' news for its connections: each message from another node is handed to bob as that read found it, not read back by his connection"
+    )
+    func feedReadsHanded() async throws {
+        try await ClusterFixture.with(nodes: 2) { cluster in
+            try await cluster.user("alice")
+            try await cluster.user("bob")
+            let (alice, _) = try await NativeTestClient.login(port: cluster.nodes[0].ports.native, "alice")
+            let (bob, _) = try await NativeTestClient.login(port: cluster.nodes[1].ports.native, "bob")
+            _ = try await bob.expect("caught up") { $0.events.caughtUp ? true : nil }
+            try await waitUntil("both nodes listen") { cluster.nodes.allSatisfy { $0.feed.isListening } }
+            // The log's cursors are positions shared by every user (alice's own entries sit between bob's): the
+            // node's read must take each span as the events in it, not as its width.
+            let before = try await cluster.metric("courier_events_handed_total", of: 1)
+            for (index, text) in ["你好", "こんにちは", "👋🏽", "مرحبا", "שלום"].enumerated() {
+                _ = try await alice.sendText(text, to: .user("bob"), id: "m\(index)")
+                #expect(try await bob.messages(1).map(\.body.text) == [text])
+            }
+            #expect(try await cluster.metric("courier_events_handed_total", of: 1) >= before + 5)
+            await alice.close()
+            await bob.close()
+        } configure: {
+            $0.cluster.pollInterval = .seconds(3600)
+        }
+    }
+
     @Test("a listener cut off catches up when it reconnects: what was sent meanwhile arrives; /health says so")
     func listenerReconnects() async throws {
         var feed = PostgresFeed.Configuration()

@@ -1,31 +1,46 @@
 import CourierProtocol
 import CourierServerTesting
+import CourierStore
 import CourierTesting
 import Foundation
 import Testing
 
 @Suite("Fresh events handed over at commit, and the store for whoever is behind")
 struct HandOffTests {
-    /// Reads events until `count` messages have come, checking that cursors follow each other from the first.
+    /// Reads events until `count` messages have come, checking that they are the user's log after `cursor` as the
+    /// store has it, each event once, in order, none left out (the logs share one stream of positions: the
+    /// cursors grow with gaps where other users' entries are).
+    ///
+    /// - Returns: The messages, and the cursor of the last event read.
     static func messages(
         _ client: NativeTestClient,
         _ count: Int,
-        after cursor: UInt64
-    ) async throws -> [Courier_V1_Message] {
+        after cursor: UInt64,
+        of user: String,
+        in store: any CourierDatabase
+    ) async throws -> (messages: [Courier_V1_Message], last: UInt64) {
         var messages: [Courier_V1_Message] = []
-        var last = cursor
+        var cursors: [UInt64] = []
         while messages.count < count {
             let events = try await client.expect(timeout: .seconds(60), "events") { envelope -> [Courier_V1_Event]? in
                 guard case .events(let events)? = envelope.body, !events.events.isEmpty else { return nil }
                 return events.events
             }
             for event in events {
-                #expect(event.cursor == last + 1, "cursor \(event.cursor) after \(last): a gap or a duplicate")
-                last = event.cursor
+                #expect(event.cursor > cursors.last ?? cursor, "cursor \(event.cursor) after \(cursors.last ?? cursor)")
+                cursors.append(event.cursor)
                 if case .message(let message)? = event.kind { messages.append(message) }
             }
         }
-        return messages
+        let id = try #require(try await store.user(named: user)).id
+        var stored: [UInt64] = []
+        while stored.last ?? cursor < cursors.last! {
+            let page = try await store.events(for: id, after: stored.last ?? cursor, limit: 512)
+            if page.isEmpty { break }
+            stored += page.map(\.cursor).filter { $0 <= cursors.last! }
+        }
+        #expect(cursors == stored, "the events read are not the log's: a gap or a duplicate")
+        return (messages, cursors.last!)
     }
 
     @Test("a recipient pushed past the bound catches up from the store, in order, no gaps, no duplicates")
@@ -62,17 +77,24 @@ struct HandOffTests {
                 try await writer.value
                 let handedBefore = try await fixture.metric("courier_events_handed_total")
                 try await bob.resumeReading()
-                let received = try await Self.messages(bob, count, after: welcome.cursor)
+                let (received, caughtUp) = try await Self.messages(
+                    bob,
+                    count,
+                    after: welcome.cursor,
+                    of: "bob",
+                    in: fixture.store
+                )
                 #expect(received.map(\.id) == (0..<count).map { "m\($0)" })
                 let handedAfter = try await fixture.metric("courier_events_handed_total")
                 #expect(handedAfter < handedBefore + count, "some of them came from the store")
 
                 // Phase 2: bob keeps up; each new message is handed to him as committed, none read back.
-                let last = received.count
+                var last = caughtUp
                 for index in 0..<5 {
                     _ = try await alice.sendText("one \(index)", to: .user("bob"), id: "one-\(index)")
-                    let one = try await Self.messages(bob, 1, after: welcome.cursor + UInt64(last + index))
-                    #expect(one.map(\.id) == ["one-\(index)"])
+                    let one = try await Self.messages(bob, 1, after: last, of: "bob", in: fixture.store)
+                    #expect(one.messages.map(\.id) == ["one-\(index)"])
+                    last = one.last
                 }
                 #expect(try await fixture.metric("courier_events_handed_total") >= handedAfter + 5)
             },
@@ -101,7 +123,10 @@ extension HandOffTests {
             try await bob.stopReading()
             let count = 256
             let texts = ["你好", "こんにちは", "🙂👍🏽", "مرحبا", "שלום"]
-            let carolReads = Task { try await Self.messages(carol, count, after: carolWelcome.cursor) }
+            let store = fixture.store
+            let carolReads = Task {
+                try await Self.messages(carol, count, after: carolWelcome.cursor, of: "carol", in: store).messages
+            }
             for index in 0..<count {
                 let text = texts[index % texts.count] + String(repeating: "h", count: 32 * 1024)
                 _ = try await alice.sendText(text, to: group, id: "g\(index)")
@@ -116,7 +141,7 @@ extension HandOffTests {
             #expect(carolGot.map(\.id) == (0..<count).map { "g\($0)" })
 
             try await bob.resumeReading()
-            let bobGot = try await Self.messages(bob, count, after: bobWelcome.cursor)
+            let bobGot = try await Self.messages(bob, count, after: bobWelcome.cursor, of: "bob", in: store).messages
             #expect(bobGot.map(\.id) == (0..<count).map { "g\($0)" })
             #expect(bobGot.dropLast().allSatisfy { $0.body.text.hasSuffix("hhhh") && !$0.recalled })
             let last = try #require(bobGot.last)

@@ -17,7 +17,7 @@ struct MigrationTests {
     /// Every migration's version, oldest first, written out: a migration added, renamed or dropped is seen here.
     static let versions = [
         "v1", "v2-nodes", "v3-media", "v4-admission", "v5-edits", "v6-search", "v7-invites", "v8-profiles",
-        "v9-roles", "v10-quiet", "v11-media-types", "v12-skeletons", "v13-group-origins",
+        "v9-roles", "v10-quiet", "v11-media-types", "v12-skeletons", "v13-group-origins", "v14-log-positions",
     ]
 
     static func store(_ location: PostgresLocation) -> PostgresStore {

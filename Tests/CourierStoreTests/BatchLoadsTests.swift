@@ -59,7 +59,8 @@ struct BatchLoadsTests {
             // declared too; each sender hears a delivered receipt.
             // The first reader's phone acknowledges twice in the batch (up to its first event, then all): the second
             // starts where the first left it, in the declaration as in the rule.
-            var acks: [WriteRequest] = [.ack(user: readers[0], device: phones[0], cursor: 1)]
+            let firstEvent = try #require(try await fixture.log(readers[0]).first?.cursor)
+            var acks: [WriteRequest] = [.ack(user: readers[0], device: phones[0], cursor: firstEvent)]
             for index in 0..<Self.pairs {
                 let cursor = try await store.logCursor(of: readers[index])
                 acks.append(.ack(user: readers[index], device: phones[index], cursor: cursor))

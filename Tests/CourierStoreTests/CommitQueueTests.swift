@@ -105,9 +105,12 @@ struct CommitQueueTests {
             let error = try #require(failure, "256 KiB held 200 messages of 8 KiB")
             #expect(error.code == .storageFailed)
             #expect(committed > 0)
-            // Exactly the committed messages are there, numbered without gaps; the refused one left no trace.
+            // Exactly the committed messages are there, in both logs, whose positions together are gap-free: the
+            // refused one left no trace, not even a position taken from the counter.
             let texts = try await fixture.log(ids["bob"]!)
-            #expect(texts.map(\.cursor) == Array(1...UInt64(committed)))
+            let own = try await fixture.log(alice)
+            #expect(texts.count == committed && own.count == committed)
+            #expect((texts + own).map(\.cursor).sorted() == Array(1...UInt64(2 * committed)))
             let page = try await fixture.store.history(for: alice, in: .user("bob"), beforeSeq: 0, limit: 1000)
             #expect(page.messages.map(\.seq) == Array((1...UInt64(committed)).reversed()))
             // Small writes that fit still work (the store is not wedged).
@@ -207,10 +210,13 @@ struct CommitQueueTests {
             await expectCode(.storageFailed) { try fixture.store.backup(to: copy) }
             let restored = try SQLiteFixture(folder: backup)
             let log = try await restored.log(ids["bob"]!)
-            // A prefix of the writes, whole: cursors and sequence numbers gap-free, the user's cursor matching.
+            // A prefix of the writes, whole: both logs' positions together gap-free, sequence numbers too, the user's
+            // cursor matching.
             #expect(log.count >= 100)
-            #expect(log.map(\.cursor) == Array(1...UInt64(log.count)))
-            #expect(try await restored.store.logCursor(of: ids["bob"]!) == UInt64(log.count))
+            let own = try await restored.log(ids["alice"]!)
+            #expect(own.count == log.count)
+            #expect((log + own).map(\.cursor).sorted() == Array(1...UInt64(2 * log.count)))
+            #expect(try await restored.store.logCursor(of: ids["bob"]!) == log.last?.cursor)
             #expect(try await restored.texts(ids["bob"]!) == (0..<log.count).map { "\($0)" })
             _ = try await restored.store.login(user: "alice", password: "pw-alice", deviceName: "restored", nowMs: 1)
         }

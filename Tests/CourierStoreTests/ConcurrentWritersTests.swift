@@ -13,7 +13,7 @@ struct ConcurrentWritersTests {
     }
 
     @Test(
-        "three stores writing at once: every log gap-free, every conversation gap-free, every id stored once",
+        "three stores writing at once: the logs' positions gap-free together, a reader following one never skips, every conversation gap-free, every id stored once",
         arguments: StoreKind.allCases
     )
     func threeWriters(kind: StoreKind) async throws {
@@ -31,7 +31,7 @@ struct ConcurrentWritersTests {
             try await fixture.store.createGroup(name: "half", owner: names[0], members: ["user1", "user2"], nowMs: 1)
             let plan = WritePlan(names: names, ids: ids, devices: devices)
 
-            let results = try await Self.write(fixture: fixture, plan: plan, seed: seed)
+            let (results, followed) = try await Self.write(fixture: fixture, plan: plan, seed: seed)
 
             // Every conversation's messages, numbered 1...last without a gap, each id once.
             var stored: [Conversation: [StoredMessage]] = [:]
@@ -79,11 +79,19 @@ struct ConcurrentWritersTests {
                 #expect(found.map { "\(ids[0].rawValue)/\($0.id)" } == key)
             }
 
-            // Every user's log: cursors 1...n, each message once, and every message of its conversations there.
+            // Every user's log: its cursors growing, each message once, and every message of its conversations
+            // there. All the logs' positions together: 1...n, each taken once (a batch rolled back took none).
+            var positions: [UInt64] = []
             for (index, user) in ids.enumerated() {
                 let log = try await fixture.log(user)
-                #expect(log.map(\.cursor) == Array((0..<UInt64(log.count)).map { $0 + 1 }), "\(names[index])")
-                #expect(try await fixture.store.logCursor(of: user) == UInt64(log.count))
+                positions += log.map(\.cursor)
+                #expect(zip(log, log.dropFirst()).allSatisfy { $0.cursor < $1.cursor }, "\(names[index])")
+                #expect(try await fixture.store.logCursor(of: user) == log.last?.cursor ?? 0)
+                if index == 0 {
+                    // Read while the writers wrote, each read after the newest seen: positions are taken in commit
+                    // order, so none committed later was smaller.
+                    #expect(followed == log.map(\.cursor), "a reader following user0's log skipped events")
+                }
                 var messages: [String] = []
                 for event in log {
                     guard case .message(let message) = event.kind else { continue }
@@ -102,18 +110,46 @@ struct ConcurrentWritersTests {
                 }
                 #expect(messages.count == expected, "\(names[index])")
             }
+            #expect(positions.sorted() == Array(1...UInt64(positions.count)))
         }
     }
 }
 
 extension ConcurrentWritersTests {
-    /// Three writers on each of three stores on the fixture's database, 30 batches each, all at once.
-    static func write(fixture: StoreFixture, plan: WritePlan, seed: UInt64) async throws -> [Applied] {
+    /// Three writers on each of three stores on the fixture's database, 30 batches each, all at once, and a reader
+    /// following user0's log meanwhile, each read after the newest cursor it has seen.
+    ///
+    /// - Returns: The batches, and the cursors the reader saw, in the order it saw them.
+    static func write(
+        fixture: StoreFixture,
+        plan: WritePlan,
+        seed: UInt64
+    ) async throws -> ([Applied], followed: [UInt64]) {
         let applied = Mutex<[Applied]>([])
+        let follow = Follow()
         try await fixture.another { second in
             try await fixture.another { third in
                 let stores: [any CourierDatabase] = [fixture.store, second, third]
                 try await withThrowingTaskGroup(of: [Applied].self) { group in
+                    group.addTask {
+                        var seen: [UInt64] = []
+                        while true {
+                            let last = follow.writing.load(ordering: .acquiring) == 0
+                            while true {
+                                let read = try await fixture.store.events(
+                                    for: plan.ids[0],
+                                    after: seen.last ?? 0,
+                                    limit: 100
+                                )
+                                seen += read.map(\.cursor)
+                                if read.isEmpty { break }
+                            }
+                            if last || Task.isCancelled { break }
+                            await Task.yield()
+                        }
+                        follow.seen.withLock { $0 = seen }
+                        return []
+                    }
                     for (storeIndex, store) in stores.enumerated() {
                         for writer in 0..<3 {
                             let writerSeed = seed &+ UInt64(storeIndex * 3 + writer)
@@ -129,6 +165,7 @@ extension ConcurrentWritersTests {
                                     let result = try await store.apply(requests, nowMs: 1_000 + Int64(batch))
                                     applied.append(Applied(requests: requests, outcomes: result.outcomes))
                                 }
+                                follow.writing.subtract(1, ordering: .releasing)
                                 return applied
                             }
                         }
@@ -139,7 +176,14 @@ extension ConcurrentWritersTests {
                 }
             }
         }
-        return applied.withLock { $0 }
+        return (applied.withLock { $0 }, follow.seen.withLock { $0 })
+    }
+
+    /// What the reader of ``write(fixture:plan:seed:)`` shares with the writers.
+    final class Follow: Sendable {
+        /// The writers still writing.
+        let writing = Atomic<Int>(9)
+        let seen = Mutex<[UInt64]>([])
     }
 }
 
@@ -162,7 +206,7 @@ struct WritePlan: Sendable {
                 return .ack(
                     user: user,
                     device: self.devices[sender],
-                    cursor: UInt64.random(in: 0...400, using: &random)
+                    cursor: UInt64.random(in: 0...4_000, using: &random)
                 )
             case 2:
                 return .markRead(user: user, conversation: .group("all"), upToSeq: .random(in: 0...200, using: &random))

@@ -44,25 +44,34 @@ struct LogReadsTests {
                 ],
                 nowMs: StoreFixture.start + 1
             )
-            var ends: [UserID: UInt64] = [:]
-            for user in [alice, bob, carol, dave] { ends[user] = try await fixture.store.logCursor(of: user) }
-            // alice from the start to her end; bob from 1 up to two before his end; carol with nothing new;
-            // dave from the start.
+            var logs: [UserID: [UInt64]] = [:]
+            for user in [alice, bob, carol, dave] { logs[user] = try await fixture.log(user).map(\.cursor) }
+            let (bobs, carols) = (logs[bob]!, logs[carol]!)
+            try #require(bobs.count >= 4 && !carols.isEmpty)
+            // alice from the start to her end; bob from his first event up to two before his end; carol with
+            // nothing new; dave from the start. The logs share one stream of positions: a span's width is no count.
             let spans = [
-                alice: LogSpan(after: 0, upTo: ends[alice]!),
-                bob: LogSpan(after: 1, upTo: ends[bob]! - 2),
-                carol: LogSpan(after: ends[carol]!, upTo: ends[carol]!),
-                dave: LogSpan(after: 0, upTo: ends[dave]!),
+                alice: LogSpan(after: 0, upTo: logs[alice]!.last!),
+                bob: LogSpan(after: bobs[0], upTo: bobs[bobs.count - 3]),
+                carol: LogSpan(after: carols.last!, upTo: carols.last!),
+                dave: LogSpan(after: 0, upTo: logs[dave]!.last!),
             ]
-            let read = try await fixture.store.events(for: spans)
+            let read = try await fixture.store.events(for: spans, limit: 100)
             #expect(Set(read.keys) == [alice, bob, dave])
             for (user, span) in spans where user != carol {
                 let one = try await fixture.store.events(for: user, after: span.after, limit: 100)
                     .filter { $0.cursor <= span.upTo }
                 #expect(read[user] == one, "\(user)")
-                #expect(read[user]?.map(\.cursor) == Array((span.after + 1)...span.upTo), "\(user)")
+                #expect(
+                    read[user]?.map(\.cursor) == logs[user]!.filter { $0 > span.after && $0 <= span.upTo },
+                    "\(user)"
+                )
             }
-            #expect(try await fixture.store.events(for: [:]).isEmpty)
+            // The limit is per user: each log's oldest events in its span, however wide the span.
+            let first = try await fixture.store.events(for: spans, limit: 1)
+            #expect(Set(first.keys) == [alice, bob, dave])
+            for (user, events) in first { #expect(events.map(\.cursor) == read[user].map { [$0[0].cursor] }) }
+            #expect(try await fixture.store.events(for: [:], limit: 100).isEmpty)
         }
     }
 }

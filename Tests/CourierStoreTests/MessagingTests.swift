@@ -28,7 +28,12 @@ struct MessagingTests {
 
             let bobLog = try await fixture.log(bob)
             let aliceLog = try await fixture.log(alice)
-            #expect(bobLog.map(\.cursor) == [1, 2] && aliceLog.map(\.cursor) == [1, 2])
+            // Both logs grew by two; their cursors are positions in one stream, each taken once.
+            #expect(bobLog.count == 2 && aliceLog.count == 2)
+            let positions = (bobLog + aliceLog).map(\.cursor)
+            #expect(Set(positions).count == 4 && positions.allSatisfy { $0 > 0 })
+            #expect(bobLog.map(\.cursor) == bobLog.map(\.cursor).sorted())
+            #expect(aliceLog.map(\.cursor) == aliceLog.map(\.cursor).sorted())
             guard case .message(let received) = bobLog[0].kind, case .message(let own) = aliceLog[0].kind else {
                 Issue.record("expected messages, got \(bobLog) and \(aliceLog)")
                 return
@@ -36,7 +41,7 @@ struct MessagingTests {
             #expect(received.from == "alice" && received.conversation == .user("alice") && received.id == "m1")
             #expect(own.from == "alice" && own.conversation == .user("bob"))
             #expect(try await fixture.texts(bob) == ["hi bob", "hi alice"])
-            #expect(try await fixture.texts(bob, after: 1) == ["hi alice"])
+            #expect(try await fixture.texts(bob, after: bobLog[0].cursor) == ["hi alice"])
         }
     }
 
@@ -337,13 +342,15 @@ struct MessagingTests {
             for index in 1...3 { _ = try await fixture.sent(alice, "u\(index)", to: .user("bob"), "\(index)") }
             #expect(try await fixture.store.unreadCounts(for: bob).map(\.unread) == [3])
             #expect(try await fixture.store.unreadCounts(for: alice).map(\.unread) == [0])
+            let bobCursors = try await fixture.log(bob).map(\.cursor)
+            try #require(bobCursors.count == 3)
 
             // bob's phone stores the first two events and acks them: alice learns "delivered up to 2".
             _ = try await fixture.store.apply(
-                [.ack(user: bob, device: bobDevice.id, cursor: 2)],
+                [.ack(user: bob, device: bobDevice.id, cursor: bobCursors[1])],
                 nowMs: StoreFixture.start
             )
-            #expect(try await fixture.store.ackedCursor(of: bobDevice.id) == 2)
+            #expect(try await fixture.store.ackedCursor(of: bobDevice.id) == bobCursors[1])
             let aliceCursor = try await fixture.store.logCursor(of: alice)
             guard case .receipt(.user("bob"), "bob", .delivered, 2)? = try await fixture.log(alice).last?.kind else {
                 Issue.record("no delivered receipt: \(try await fixture.log(alice))")
@@ -351,15 +358,15 @@ struct MessagingTests {
             }
             // Acking again, or backwards, changes nothing; an ack past the log's end is capped.
             _ = try await fixture.store.apply(
-                [.ack(user: bob, device: bobDevice.id, cursor: 1)],
+                [.ack(user: bob, device: bobDevice.id, cursor: bobCursors[0])],
                 nowMs: StoreFixture.start
             )
             #expect(try await fixture.store.logCursor(of: alice) == aliceCursor)
             _ = try await fixture.store.apply(
-                [.ack(user: bob, device: bobDevice.id, cursor: 1_000)],
+                [.ack(user: bob, device: bobDevice.id, cursor: .max)],
                 nowMs: StoreFixture.start
             )
-            #expect(try await fixture.store.ackedCursor(of: bobDevice.id) == 3)
+            #expect(try await fixture.store.ackedCursor(of: bobDevice.id) == bobCursors[2])
             // Another user's device cannot be acked for.
             let wrong = try await fixture.store.apply(
                 [.ack(user: alice, device: bobDevice.id, cursor: 3)],
@@ -406,16 +413,18 @@ struct MessagingTests {
             for index in 1...3 { _ = try await fixture.sent(alice, "a\(index)", to: .user("bob"), "\(index)") }
             _ = try await fixture.sent(carol, "c1", to: .user("bob"), "c")
             let stored = try await fixture.store.logCursor(of: bob)
-            #expect(stored == 4)
+            let bobCursors = try await fixture.log(bob).map(\.cursor)
+            #expect(bobCursors.count == 4 && bobCursors.last == stored)
+            try #require(bobCursors.count == 4)
             let aliceBefore = try await fixture.store.logCursor(of: alice)
             let batch = try await fixture.store.apply(
                 [
-                    .ack(user: bob, device: phone, cursor: 2),
+                    .ack(user: bob, device: phone, cursor: bobCursors[1]),
                     .send(.init(sender: alice, id: "a4", to: .user("bob"), body: Array("4".utf8))),
-                    .ack(user: bob, device: phone, cursor: 1_000),
-                    .ack(user: alice, device: tablet, cursor: 3),
-                    .ack(user: bob, device: tablet, cursor: 3),
-                    .ack(user: bob, device: phone, cursor: 1),
+                    .ack(user: bob, device: phone, cursor: .max),
+                    .ack(user: alice, device: tablet, cursor: bobCursors[2]),
+                    .ack(user: bob, device: tablet, cursor: bobCursors[2]),
+                    .ack(user: bob, device: phone, cursor: bobCursors[0]),
                 ],
                 nowMs: StoreFixture.start
             )
@@ -423,7 +432,7 @@ struct MessagingTests {
             // The phone moved to 2, then to the end of what was stored before the batch (not past the batch's own
             // message), and not back; the tablet to 3.
             #expect(try await fixture.store.ackedCursor(of: phone) == stored)
-            #expect(try await fixture.store.ackedCursor(of: tablet) == 3)
+            #expect(try await fixture.store.ackedCursor(of: tablet) == bobCursors[2])
             // alice hears "delivered up to 2", her message, then "up to 3"; the tablet's ack adds nothing; carol
             // hears "up to 1" (her only message, the fourth event of bob's log).
             let heard = try await fixture.log(alice, after: aliceBefore).map(\.kind)
@@ -454,9 +463,11 @@ struct MessagingTests {
             let old = try await fixture.store.login(user: "bob", password: "pw-bob", deviceName: "old", nowMs: 1).device
             for index in 1...4 { _ = try await fixture.sent(ids["alice"]!, "n\(index)", to: .user("bob"), "\(index)") }
             let new = try await fixture.store.login(user: "bob", password: "pw-bob", deviceName: "new", nowMs: 2).device
+            let present = try await fixture.store.logCursor(of: ids["bob"]!)
+            #expect(try await fixture.log(ids["bob"]!).count == 4)
             #expect(old.ackedCursor == 0)
-            #expect(new.ackedCursor == 4)
-            #expect(try await fixture.store.ackedCursor(of: new.id) == 4)
+            #expect(present > 0 && new.ackedCursor == present)
+            #expect(try await fixture.store.ackedCursor(of: new.id) == present)
         }
     }
 
@@ -507,8 +518,11 @@ struct MessagingTests {
             let plan = try await fixture.store.explainEventsQuery()
             #expect(plan.contains { $0.contains("SEARCH e USING PRIMARY KEY (user_id=? AND cursor>?)") }, "\(plan)")
             #expect(!plan.contains { $0.hasPrefix("SCAN") }, "\(plan)")
+            let cursors = try await fixture.log(ids["bob"]!).map(\.cursor)
+            try #require(cursors.count == 300)
             #expect(
-                try await fixture.store.events(for: ids["bob"]!, after: 298, limit: 100).map(\.cursor) == [299, 300]
+                try await fixture.store.events(for: ids["bob"]!, after: cursors[297], limit: 100).map(\.cursor)
+                    == Array(cursors[298...])
             )
         }
     }

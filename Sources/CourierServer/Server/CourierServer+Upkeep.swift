@@ -85,32 +85,36 @@ extension CourierServer {
     /// soon as it is read. When a read fails, the rest are woken without their events and read their own.
     func wake(_ cursors: [UserID: UInt64]) async {
         let cluster = self.configuration.cluster
-        let wanted = self.hub.freshAfter(of: cursors.keys).compactMap { user, found -> (UserID, LogSpan)? in
+        // A span's width is not its count of events (the logs share one stream of positions): each user's read is
+        // limited to the room its connections have, and a read that stops short of the span's end is no run.
+        let wanted = self.hub.freshAfter(of: cursors.keys).compactMap { user, found -> FeedRead? in
             let cursor = cursors[user] ?? 0
-            // The span's width as its count of events: exact while each user's cursors are consecutive, as the
-            // stores number them today (a wider count only reads less here; docs/LOG-DESIGN.md, step 1).
-            guard cursor > found.after, cursor - found.after <= UInt64(max(0, found.room)) else { return nil }
-            return (user, LogSpan(after: found.after, upTo: cursor))
-        }.sorted { $0.0 < $1.0 }
+            guard cursor > found.after, found.room > 0 else { return nil }
+            return FeedRead(user: user, span: LogSpan(after: found.after, upTo: cursor), room: found.room)
+        }.sorted { $0.user < $1.user }
         guard cluster.maxUsersPerFeedRead > 0, !wanted.isEmpty else {
             self.hub.logsGrew(cursors)
             return
         }
-        let read = Set(wanted.map(\.0))
+        let read = Set(wanted.map(\.user))
         self.hub.logsGrew(cursors.filter { !read.contains($0.key) })
         let parts = Self.feedReadParts(
-            wanted.map { $0.1.upTo - $0.1.after },
+            wanted.map { min(UInt64($0.room), $0.span.upTo - $0.span.after) },
             maxUsers: cluster.maxUsersPerFeedRead,
             maxEvents: cluster.maxEventsPerFeedRead
         )
         for range in parts {
             let part = wanted[range]
-            let partCursors = Dictionary(uniqueKeysWithValues: part.map { ($0.0, cursors[$0.0]!) })
+            let partCursors = Dictionary(uniqueKeysWithValues: part.map { ($0.user, cursors[$0.user]!) })
             do {
-                let spans = Dictionary(uniqueKeysWithValues: Array(part))
+                let spans = Dictionary(uniqueKeysWithValues: part.map { ($0.user, $0.span) })
+                let rooms = Dictionary(uniqueKeysWithValues: part.map { ($0.user, $0.room) })
                 var fresh: [UserID: FreshRun] = [:]
-                for (user, events) in try await self.store.events(for: spans) {
-                    guard let span = spans[user] else { continue }
+                let limit = (part.map(\.room).max() ?? 0) + 1
+                for (user, events) in try await self.store.events(for: spans, limit: limit) {
+                    guard let span = spans[user], let room = rooms[user], events.count <= room,
+                        events.last?.cursor == span.upTo
+                    else { continue }
                     fresh[user] = FreshRun(after: span.after, events: events)
                 }
                 self.hub.logsGrew(partCursors, fresh: fresh)
@@ -120,14 +124,21 @@ extension CourierServer {
                     metadata: ["error": "\(error)", "users": "\(wanted.count - range.lowerBound)"]
                 )
                 self.hub.logsGrew(
-                    Dictionary(uniqueKeysWithValues: wanted[range.lowerBound...].map { ($0.0, cursors[$0.0]!) })
+                    Dictionary(uniqueKeysWithValues: wanted[range.lowerBound...].map { ($0.user, cursors[$0.user]!) })
                 )
                 return
             }
         }
     }
 
-    /// The parts a read of other nodes' events goes in, for users wanting these many events each, in order:
+    /// One user's share of a read of other nodes' events: its span, and the most events its connections can take.
+    struct FeedRead {
+        var user: UserID
+        var span: LogSpan
+        var room: Int
+    }
+
+    /// The parts a read of other nodes' events goes in, for users wanting at most these many events each, in order:
     /// consecutive runs of at most `maxUsers` users and `maxEvents` events together (a user wanting more alone).
     static func feedReadParts(_ spans: [UInt64], maxUsers: Int, maxEvents: Int) -> [Range<Int>] {
         var parts: [Range<Int>] = []

@@ -241,9 +241,10 @@ extension StoreBackend {
             for peer in peers.sorted() where log.book.knows(peer) {
                 log.append(to: peer, .profile, conversation: 0, seq: 0, actor: user.id)
             }
-            try await transaction.writeLog(log)
             let revoked = try await transaction.revokeDevices(nil, of: user.id, nowMs: nowMs)
             try await transaction.markRemoved(user.id, nowMs: nowMs)
+            // Last but the changes: the log's positions hold the counter's row until the commit.
+            try await transaction.writeLog(&log)
             try await transaction.recordChanges(
                 revoked.map(StoreChange.deviceRevoked) + [.userRemoved(user.id)]
                     + log.appended.keys.sorted().map(StoreChange.logAppended),
@@ -562,8 +563,12 @@ extension StoreBackend {
     /// Writes a change's log entries and records each grown log as a change, for the running servers.
     ///
     /// - Returns: The users whose logs grew, with their newest cursors.
-    static func finish(_ log: LogWrites, nowMs: Int64, _ transaction: Transaction) async throws -> [UserID: UInt64] {
-        try await transaction.writeLog(log)
+    static func finish(
+        _ log: consuming LogWrites,
+        nowMs: Int64,
+        _ transaction: Transaction
+    ) async throws -> [UserID: UInt64] {
+        try await transaction.writeLog(&log)
         try await transaction.recordChanges(log.appended.keys.sorted().map(StoreChange.logAppended), nowMs: nowMs)
         return log.appended
     }

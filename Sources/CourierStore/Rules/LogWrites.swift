@@ -1,6 +1,6 @@
-/// Entries a transaction appends to users' event logs, numbered by an ``EventLogBook`` from each user's stored
-/// cursor (read under the user's lock where the database has several writers), and written together at its end
-/// (``StoreTransaction/writeLog(_:)``).
+/// Entries a transaction appends to users' event logs, numbered by an ``EventLogBook`` in the order they are
+/// appended, and written together at its end (``StoreTransaction/writeLog(_:)``), where they take their positions
+/// (``positions(after:)``).
 package struct LogWrites: Sendable {
     package var book = EventLogBook()
     /// The entries, in the order they were numbered.
@@ -10,6 +10,17 @@ package struct LogWrites: Sendable {
 
     /// The users whose logs grew, with their newest cursors.
     package var appended: [UserID: UInt64] { self.book.appended }
+
+    /// How many positions the entries take.
+    package var count: Int64 { self.book.count }
+
+    /// Gives the entries their positions, `base + 1` on, in the order they were numbered: a database's
+    /// ``StoreTransaction/writeLog(_:)`` calls it with the base its counter gave, before it writes them.
+    package mutating func positions(after base: Int64) {
+        self.book.rebase(by: base)
+        guard base != 0 else { return }
+        for index in self.events.indices { self.events[index].cursor += base }
+    }
 
     /// Numbers and keeps the next entry of a user's log, whose stored cursor must be known (``EventLogBook/start(_:at:)``).
     package mutating func append(

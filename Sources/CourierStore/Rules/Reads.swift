@@ -16,10 +16,10 @@ extension StoreBackend {
         }
     }
 
-    public func events(for logs: [UserID: LogSpan]) async throws -> [UserID: [StoredEvent]] {
+    public func events(for logs: [UserID: LogSpan], limit: Int) async throws -> [UserID: [StoredEvent]] {
         let logs = logs.filter { $0.value.upTo > $0.value.after }
-        guard let widest = logs.values.map({ $0.upTo - $0.after }).max() else { return [:] }
-        let limit = Int(clamping: min(widest, UInt64(max(1, self.limits.maxEventsPerRead))))
+        guard !logs.isEmpty else { return [:] }
+        let limit = max(1, min(limit, self.limits.maxEventsPerRead))
         return try await self.reading(doing: "read the logs of \(logs.count) users") { transaction in
             let rows = try await transaction.events(
                 of: logs.mapValues { (Int64(clamping: $0.after), Int64(clamping: $0.upTo)) },

@@ -103,8 +103,11 @@ package protocol StoreTransaction: Sendable {
     ///
     /// - Throws: `storage-failed` when one does not exist.
     func lockUsers(_ users: [UserID]) async throws -> [UserID: UserRow]
-    /// Writes log entries and the grown logs' newest cursors.
-    func writeLog(_ log: LogWrites) async throws
+    /// Takes the entries' positions from the database's one counter (``LogWrites/positions(after:)``), then writes
+    /// them and the grown logs' newest cursors. Where several writers share the database, the counter's row stays
+    /// locked until the commit, so positions are taken in commit order: call it as the transaction's last write
+    /// but bookkeeping.
+    func writeLog(_ log: inout LogWrites) async throws
 
     // MARK: Groups and members
 
