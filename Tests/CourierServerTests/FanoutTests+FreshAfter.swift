@@ -96,22 +96,29 @@ extension FanoutTests {
 }
 
 extension FanoutTests {
-    @Test("a node's reads of other nodes' events: parts of at most so many users and events, a larger user alone")
-    func feedReadParts() {
-        // 256 users and 1,024 events a read by default: 600 users of one event each go in three parts by users.
-        #expect(
-            CourierServer.feedReadParts(Array(repeating: 1, count: 600), maxUsers: 256, maxEvents: 1_024)
-                == [0..<256, 256..<512, 512..<600]
-        )
-        // Of 64 events each, 16 users reach 1,024 events.
-        #expect(
-            CourierServer.feedReadParts(Array(repeating: 64, count: 40), maxUsers: 256, maxEvents: 1_024)
-                == [0..<16, 16..<32, 32..<40]
-        )
-        // A user wanting more than a part holds is read alone; none is left out; nothing gives no part.
-        #expect(CourierServer.feedReadParts([3, 2_000, 1, 1], maxUsers: 256, maxEvents: 4) == [0..<1, 1..<2, 2..<4])
-        #expect(CourierServer.feedReadParts([], maxUsers: 256, maxEvents: 1_024).isEmpty)
-        // Limits below one count as one.
-        #expect(CourierServer.feedReadParts([1, 1], maxUsers: 0, maxEvents: 0) == [0..<1, 1..<2])
+    @Test(
+        "a node's reads of other nodes' events: parts of at most so many users, each user's share of the events bounded so that a part reads at most so many"
+    )
+    func feedReads() {
+        func reads(_ rooms: [Int], _ maxUsers: Int, _ maxEvents: Int) -> [String] {
+            CourierServer.feedReads(rooms: rooms, maxUsers: maxUsers, maxEvents: maxEvents).map {
+                "\($0.range.lowerBound)..<\($0.range.upperBound):\($0.limit)"
+            }
+        }
+        // 256 users and 1,024 events a read by default: 600 users go in three parts by users, the full ones with
+        // four events each, the last (88 users) with eleven.
+        #expect(reads(Array(repeating: 64, count: 600), 256, 1_024) == ["0..<256:4", "256..<512:4", "512..<600:11"])
+        // Few users: each may bring one more than the most room among them, no more.
+        #expect(reads([3, 9, 2], 256, 1_024) == ["0..<3:10"])
+        #expect(reads([0, 0], 256, 1_024) == ["0..<2:1"])
+        // Every part reads at most maxEvents rows, whatever the rooms.
+        for (rooms, maxUsers, maxEvents) in [([Int](repeating: 5_000, count: 1_000), 256, 1_024), ([7, 7, 7], 2, 5)] {
+            for (range, limit) in CourierServer.feedReads(rooms: rooms, maxUsers: maxUsers, maxEvents: maxEvents) {
+                #expect(range.count <= maxUsers && range.count * limit <= maxEvents, "\(range) \(limit)")
+            }
+        }
+        // None is left out; nothing gives no part; limits below one count as one.
+        #expect(reads([], 256, 1_024).isEmpty)
+        #expect(reads([4, 4], 0, 0) == ["0..<1:1", "1..<2:1"])
     }
 }

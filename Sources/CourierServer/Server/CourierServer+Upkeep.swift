@@ -83,10 +83,13 @@ extension CourierServer {
     /// ``ServerConfiguration/Cluster-swift.struct/maxUsersPerFeedRead`` users and
     /// ``ServerConfiguration/Cluster-swift.struct/maxEventsPerFeedRead`` events a read, each part's users woken as
     /// soon as it is read. When a read fails, the rest are woken without their events and read their own.
+    ///
+    /// A span's width is not its count of events (the logs share one stream of positions), so a read cannot be
+    /// sized by its spans: each user's share of a part is limited instead (``feedReads(rooms:maxUsers:maxEvents:)``),
+    /// and a user whose read stops short of its span's end, or brings more than its connections have room for, is
+    /// woken without events and reads its own.
     func wake(_ cursors: [UserID: UInt64]) async {
         let cluster = self.configuration.cluster
-        // A span's width is not its count of events (the logs share one stream of positions): each user's read is
-        // limited to the room its connections have, and a read that stops short of the span's end is no run.
         let wanted = self.hub.freshAfter(of: cursors.keys).compactMap { user, found -> FeedRead? in
             let cursor = cursors[user] ?? 0
             guard cursor > found.after, found.room > 0 else { return nil }
@@ -98,19 +101,18 @@ extension CourierServer {
         }
         let read = Set(wanted.map(\.user))
         self.hub.logsGrew(cursors.filter { !read.contains($0.key) })
-        let parts = Self.feedReadParts(
-            wanted.map { min(UInt64($0.room), $0.span.upTo - $0.span.after) },
+        let parts = Self.feedReads(
+            rooms: wanted.map(\.room),
             maxUsers: cluster.maxUsersPerFeedRead,
             maxEvents: cluster.maxEventsPerFeedRead
         )
-        for range in parts {
+        for (range, limit) in parts {
             let part = wanted[range]
             let partCursors = Dictionary(uniqueKeysWithValues: part.map { ($0.user, cursors[$0.user]!) })
             do {
                 let spans = Dictionary(uniqueKeysWithValues: part.map { ($0.user, $0.span) })
                 let rooms = Dictionary(uniqueKeysWithValues: part.map { ($0.user, $0.room) })
                 var fresh: [UserID: FreshRun] = [:]
-                let limit = (part.map(\.room).max() ?? 0) + 1
                 for (user, events) in try await self.store.events(for: spans, limit: limit) {
                     guard let span = spans[user], let room = rooms[user], events.count <= room,
                         events.last?.cursor == span.upTo
@@ -138,22 +140,17 @@ extension CourierServer {
         var room: Int
     }
 
-    /// The parts a read of other nodes' events goes in, for users wanting at most these many events each, in order:
-    /// consecutive runs of at most `maxUsers` users and `maxEvents` events together (a user wanting more alone).
-    static func feedReadParts(_ spans: [UInt64], maxUsers: Int, maxEvents: Int) -> [Range<Int>] {
-        var parts: [Range<Int>] = []
-        var start = 0
-        while start < spans.count {
-            var (end, events) = (start, UInt64(0))
-            while end < spans.count, end - start < max(1, maxUsers) {
-                if end > start, events + spans[end] > UInt64(max(1, maxEvents)) { break }
-                events += spans[end]
-                end += 1
-            }
-            parts.append(start..<end)
-            start = end
+    /// The parts a read of other nodes' events goes in, for users whose connections have room for so many events
+    /// each, in order: consecutive runs of at most `maxUsers` users, each with the most events a user's read in it
+    /// may bring. That is one more than the most room any of its users has (so that a read with more than its user's
+    /// room is seen to have more), and no more than the part's share of `maxEvents`: a part never reads more than
+    /// `maxEvents` rows (or one a user, when the part's users outnumber them).
+    static func feedReads(rooms: [Int], maxUsers: Int, maxEvents: Int) -> [(range: Range<Int>, limit: Int)] {
+        stride(from: 0, to: rooms.count, by: max(1, maxUsers)).map { start in
+            let range = start..<min(rooms.count, start + max(1, maxUsers))
+            let room = rooms[range].max() ?? 0
+            return (range, max(1, min(room + 1, max(1, maxEvents) / range.count)))
         }
-        return parts
     }
 
     /// Reads the online users' cursors on an interval (``ServerConfiguration/Cluster-swift.struct/pollInterval``):
