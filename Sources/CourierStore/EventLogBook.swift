@@ -111,11 +111,12 @@ package struct EventLogBook: Sendable {
         self.rebased = true
         guard self.count > 0 else { return }
         precondition(base >= 0, "a negative base")
-        for (user, log) in self.logs where log.grew {
-            var log = log
-            log.cursor += base
-            log.fresh = log.fresh.map { StoredEvent(cursor: $0.cursor + UInt64(base), kind: $0.kind) }
-            self.logs[user] = log
+        // In place: each user's fresh events are held by the book alone here.
+        for index in self.logs.values.indices where self.logs.values[index].grew {
+            self.logs.values[index].cursor += base
+            for event in self.logs.values[index].fresh.indices {
+                self.logs.values[index].fresh[event].cursor += UInt64(base)
+            }
         }
     }
     /// A message this batch appended was recalled in it too: its fresh events say so, without its body, as a read
