@@ -30,8 +30,9 @@ package struct EventLogBook: Sendable {
     /// What the book knows of one user's log: one entry per user, so that numbering an entry looks the user up
     /// once (a group's message is an entry in every member's log).
     fileprivate struct UserLog: Sendable {
-        /// The cursor stored before the transaction: the one the new entries follow.
-        let stored: Int64
+        /// The cursor stored before the transaction: the one the new entries follow. Where a batch appends to a log
+        /// without its user's lock, the database reads it again under the counter (``EventLogBook/follow(_:)``).
+        var stored: Int64
         /// The newest cursor: the stored one, then that of the last entry numbered (its number in the transaction
         /// until ``EventLogBook/rebase(by:)``, its position after).
         var cursor: Int64
@@ -167,6 +168,15 @@ package struct EventLogBook: Sendable {
                     return event
                 }
             }
+        }
+    }
+
+    /// The heads the grown logs had when the transaction took its positions, read under the counter: what each
+    /// user's new entries follow (``FreshRun/after``), where a batch appends without the user's lock (a log without
+    /// a head had none: 0).
+    package mutating func follow(_ heads: [UserID: Int64]) {
+        for index in self.logs.values.indices where self.logs.values[index].grew {
+            self.logs.values[index].stored = heads[self.logs.keys[index]] ?? 0
         }
     }
 

@@ -58,7 +58,9 @@ extension PostgresGroupCommit {
             try await self.makeDirect(pair, connection)
         }
         _ = try await self.lockConversations(conversations.sorted(), connection)
-        try await self.lockUsers(users, connection)
+        // Every user a request is from was locked by the plan: the users the rules ask for later are ones whose logs
+        // grow, or whose names they show.
+        try await self.readUsers(users, connection)
         try await self.loadNames(names, connection)
         try await self.loadHeaders(headers, connection)
         try await self.loadMessages(messages, connection)
@@ -212,13 +214,21 @@ extension PostgresGroupCommit {
 
     /// Locks users' rows in the order of their ids and reads their cursors (the ones loaded already are skipped).
     mutating func lockUsers(_ users: Set<UserID>, _ connection: PostgresConnection) async throws {
+        try await self.loadUsers(users, lock: self.planned ? .nowait : .wait, connection)
+    }
+
+    /// Reads users' rows without locking them: users whose logs only grow in this batch.
+    mutating func readUsers(_ users: Set<UserID>, _ connection: PostgresConnection) async throws {
+        try await self.loadUsers(users, lock: .none, connection)
+    }
+
+    private mutating func loadUsers(
+        _ users: Set<UserID>,
+        lock: PostgresTransaction.UserLock,
+        _ connection: PostgresConnection
+    ) async throws {
         let ids = users.filter { !self.commit.has(.user($0)) }.map(\.rawValue).sorted()
-        for (user, row) in try await PostgresTransaction.lockUsers(
-            ids,
-            nowait: self.planned,
-            connection,
-            logger: self.logger
-        ) {
+        for (user, row) in try await PostgresTransaction.users(ids, lock: lock, connection, logger: self.logger) {
             self.commit.loadUser(user, row)
         }
     }

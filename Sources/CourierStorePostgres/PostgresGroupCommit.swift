@@ -108,10 +108,13 @@ struct PostgresGroupCommit {
                 )
             )
         }
-        // The conversations' rows locked and read with their members, two statements for the batch; then every
-        // member's row, then the devices.
+        // The conversations' rows locked and read with their members, two statements for the batch; then the rows
+        // of the users the requests are from (a sender's lock keeps a resend of its id on another node out until
+        // this batch commits), then the devices. The other members' rows are read without a lock: their logs only
+        // grow, and a log's positions are taken under the counter at the batch's end.
         let members = try await self.lockConversations(conversations.sorted(), connection)
-        try await self.lockUsers(members.union(users), connection)
+        try await self.lockUsers(users, connection)
+        try await self.readUsers(members.subtracting(users), connection)
         try await self.lockDevices(acks.map(\.device), connection)
         self.planned = true
     }

@@ -398,6 +398,10 @@ enum PostgresSchema {
                 // older one numbers a log from the user's own cursor and would take a position the counter gives.
                 "CREATE TABLE log_positions (id SMALLINT PRIMARY KEY CHECK (id = 1), last BIGINT NOT NULL)",
                 "INSERT INTO log_positions (id, last) SELECT 1, COALESCE(max(log_cursor), 0) FROM users",
+                // No foreign key: the counter's holder writes it and must never wait for a user's row.
+                "CREATE TABLE log_heads (user_id BIGINT PRIMARY KEY, cursor BIGINT NOT NULL)",
+                "INSERT INTO log_heads (user_id, cursor) SELECT id, log_cursor FROM users WHERE log_cursor > 0",
+                "ALTER TABLE users DROP COLUMN log_cursor",
             ]
         ),
     ]

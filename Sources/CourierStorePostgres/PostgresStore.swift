@@ -10,10 +10,13 @@ internal import Synchronization
 ///
 /// It keeps what the SQLite store keeps, with the same rules (the same conformance tests run on both), and holds
 /// them with several writers at once: every write is one transaction on a pooled connection (a ServiceLifecycle
-/// `Service`: run it while the store is used). Each user's event log stays gap-free and in order because the
-/// transaction that appends to it holds the user's row (`users.log_cursor`) until it commits. A transaction locks
-/// rows in one order: conversations, then users, then devices, each by id, so that two group commits never wait
-/// for each other in a circle (PostgreSQL breaks one that does anyway, and the write is retried).
+/// `Service`: run it while the store is used). Every user's event log takes its positions from one counter
+/// (`log_positions`) at the end of the transaction that appends, which holds the counter's row until it commits:
+/// positions are committed in the order they are taken, and a reader never meets a smaller one later
+/// (``PostgresTransaction/writeLog(_:_:logger:)``). A transaction locks rows in one order: conversations, then the
+/// users its requests are from, then devices, each by id, and the counter last, so that two group commits never wait
+/// for each other in a circle (PostgreSQL breaks one that does anyway, and the write is retried). The members whose
+/// logs a batch only appends to are not locked.
 ///
 /// The schema is brought up to date by ``migrate()`` at a node's start. Nodes starting together on an empty
 /// database do not race: the migrations run in one transaction under an advisory lock, so one node applies them and

@@ -6,38 +6,47 @@ extension PostgresTransaction {
     // MARK: Logs
 
     package func lockUsers(_ users: [UserID]) async throws -> [UserID: UserRow] {
-        try await Self.lockUsers(users.map(\.rawValue).sorted(), nowait: false, self.connection, logger: self.logger)
+        try await Self.users(users.map(\.rawValue).sorted(), lock: .wait, self.connection, logger: self.logger)
     }
 
-    /// Locks users' rows, in the order of their ids, and reads their cursors and whether they were removed.
+    /// How ``users(_:lock:_:logger:)`` takes users' rows.
+    enum UserLock {
+        /// Locked, waiting for another transaction that holds one.
+        case wait
+        /// Locked, for a lock taken out of a batch's order: a row another transaction holds is not waited for
+        /// (PostgreSQL refuses at once with `lock_not_available`, and the write runs again from a new plan), so a
+        /// lock taken out of order can never close a circle of waiting transactions.
+        case nowait
+        /// Read without a lock: a user whose log only grows (its entries take their positions under the counter).
+        case none
+    }
+
+    /// Reads users' rows, in the order of their ids, locking them as asked: their logs' newest cursors
+    /// (``UserRow/cursor``: another transaction may append to a log meanwhile, without the user's lock) and whether
+    /// they were removed.
     ///
-    /// - Parameter nowait: For a lock taken out of a batch's order: a row another transaction holds is not waited
-    ///   for (PostgreSQL refuses at once with `lock_not_available`, and the write runs again from a new plan), so a
-    ///   lock taken out of order can never close a circle of waiting transactions.
     /// - Throws: `storage-failed` when one of them does not exist.
-    static func lockUsers(
+    static func users(
         _ ids: [Int64],
-        nowait: Bool,
+        lock: UserLock,
         _ connection: PostgresConnection,
         logger: Logger
     ) async throws -> [UserID: UserRow] {
         guard !ids.isEmpty else { return [:] }
-        let rows =
-            nowait
-            ? try await connection.rows(
-                """
-                SELECT id, log_cursor, removed_ms IS NOT NULL AS removed FROM users WHERE id = ANY(\(ids))
-                ORDER BY id FOR UPDATE NOWAIT
-                """,
-                logger: logger
-            )
-            : try await connection.rows(
-                """
-                SELECT id, log_cursor, removed_ms IS NOT NULL AS removed FROM users WHERE id = ANY(\(ids))
-                ORDER BY id FOR UPDATE
-                """,
-                logger: logger
-            )
+        let clause =
+            switch lock {
+            case .wait: "FOR UPDATE OF u"
+            case .nowait: "FOR UPDATE OF u NOWAIT"
+            case .none: ""
+            }
+        let rows = try await connection.rows(
+            """
+            SELECT u.id, COALESCE(h.cursor, 0) AS log_cursor, u.removed_ms IS NOT NULL AS removed
+            FROM users u LEFT JOIN log_heads h ON h.user_id = u.id WHERE u.id = ANY(\(ids))
+            ORDER BY u.id \(unescaped: clause)
+            """,
+            logger: logger
+        )
         var found: [UserID: UserRow] = [:]
         for row in rows {
             found[UserID(rawValue: try row.get("id"))] = UserRow(
@@ -55,14 +64,18 @@ extension PostgresTransaction {
         try await Self.writeLog(&log, self.connection, logger: self.logger)
     }
 
-    /// Takes the entries' positions from the counter, then writes the entries, in one statement, and the grown
-    /// logs' newest cursors, in another.
+    /// Takes the entries' positions from the counter, then, in one statement, writes the entries and the grown logs'
+    /// newest cursors (`log_heads`) and reads the cursors they had, which each user's fresh events follow.
     ///
-    /// The counter's row stays locked until the transaction ends, so the cluster's transactions take positions in
-    /// the order they commit: a reader that has seen a position never meets a smaller one committed later, without
-    /// any node's bookkeeping of what is in flight. The price is that every node's transactions that append take
-    /// turns for their last statements and commit. Each user's row is locked before (the plan's), so holding the
-    /// counter never waits for a row another transaction holds while it waits for the counter.
+    /// The counter's row stays locked until the transaction ends, so every log's positions are committed in the
+    /// order they are taken, on every node, with no horizon to track. A log's head is written only under the
+    /// counter, and no user's row is needed: a batch appends to a member's log without locking the member, and the
+    /// cursor it read for the member earlier may be behind by then (another node may have appended since); the head
+    /// read here, under the counter, is exact. What the counter costs: the transactions of every node that append
+    /// take turns for these two statements and their commits (docs/BENCHMARKS.md, "Step 9").
+    ///
+    /// Nothing here waits for a row another transaction may hold while it waits for the counter: `events` and
+    /// `log_heads` have no foreign keys, and only holders of the counter write them.
     static func writeLog(_ log: inout LogWrites, _ connection: PostgresConnection, logger: Logger) async throws {
         guard log.count > 0 else {
             log.positions(after: 0)
@@ -77,27 +90,34 @@ extension PostgresTransaction {
         else { throw CourierStoreError(.storageFailed, "the log's counter is missing") }
         log.positions(after: last - log.count)
         let events = log.events
-        try await connection.run(
-            """
-            INSERT INTO events (user_id, cursor, kind, conversation_id, seq, actor_id, detail, key)
-            SELECT user_id, cursor, kind, conversation_id, seq, NULLIF(actor_id, 0), NULLIF(detail, 0), NULLIF(key, '')
-            FROM unnest(\(events.map(\.user.rawValue))::bigint[], \(events.map(\.cursor))::bigint[],
-                \(events.map(\.kind.rawValue))::smallint[], \(events.map(\.conversation))::bigint[],
-                \(events.map(\.seq))::bigint[], \(events.map { $0.actor?.rawValue ?? 0 })::bigint[],
-                \(events.map { $0.detail ?? 0 })::smallint[], \(events.map { $0.key ?? "" })::text[])
-                AS e(user_id, cursor, kind, conversation_id, seq, actor_id, detail, key)
-            """,
-            logger: logger
-        )
         let grown = log.book.grown
-        try await connection.run(
+        // One snapshot, taken after the counter's lock was granted: `old` sees every head committed before.
+        var heads: [UserID: Int64] = [:]
+        for row in try await connection.rows(
             """
-            UPDATE users SET log_cursor = g.cursor
-            FROM unnest(\(grown.map(\.user.rawValue))::bigint[], \(grown.map(\.cursor))::bigint[]) AS g(id, cursor)
-            WHERE users.id = g.id
+            WITH old AS (
+                SELECT user_id, cursor FROM log_heads WHERE user_id = ANY(\(grown.map(\.user.rawValue))::bigint[])
+            ), entries AS (
+                INSERT INTO events (user_id, cursor, kind, conversation_id, seq, actor_id, detail, key)
+                SELECT user_id, cursor, kind, conversation_id, seq, NULLIF(actor_id, 0), NULLIF(detail, 0),
+                    NULLIF(key, '')
+                FROM unnest(\(events.map(\.user.rawValue))::bigint[], \(events.map(\.cursor))::bigint[],
+                    \(events.map(\.kind.rawValue))::smallint[], \(events.map(\.conversation))::bigint[],
+                    \(events.map(\.seq))::bigint[], \(events.map { $0.actor?.rawValue ?? 0 })::bigint[],
+                    \(events.map { $0.detail ?? 0 })::smallint[], \(events.map { $0.key ?? "" })::text[])
+                    AS e(user_id, cursor, kind, conversation_id, seq, actor_id, detail, key)
+            ), heads AS (
+                INSERT INTO log_heads (user_id, cursor)
+                SELECT * FROM unnest(\(grown.map(\.user.rawValue))::bigint[], \(grown.map(\.cursor))::bigint[])
+                ON CONFLICT (user_id) DO UPDATE SET cursor = excluded.cursor
+            )
+            SELECT user_id, cursor FROM old
             """,
             logger: logger
-        )
+        ) {
+            heads[UserID(rawValue: try row.get("user_id"))] = try row.get("cursor", as: Int64.self)
+        }
+        log.book.follow(heads)
     }
 
     // MARK: Groups and members

@@ -140,7 +140,10 @@ extension PostgresTransaction {
     package func logCursors(of users: [UserID]) async throws -> [UserID: Int64] {
         var cursors: [UserID: Int64] = [:]
         for row in try await self.connection.rows(
-            "SELECT id, log_cursor FROM users WHERE id = ANY(\(users.map(\.rawValue)))",
+            """
+            SELECT u.id, COALESCE(h.cursor, 0) AS log_cursor FROM users u LEFT JOIN log_heads h ON h.user_id = u.id
+            WHERE u.id = ANY(\(users.map(\.rawValue)))
+            """,
             logger: self.logger
         ) {
             cursors[UserID(rawValue: try row.get("id"))] = try row.get("log_cursor", as: Int64.self)

@@ -82,7 +82,7 @@ package struct PostgresTransaction: StoreTransaction {
 
     package func logCursor(of user: UserID) async throws -> Int64 {
         try await self.connection.value(
-            "SELECT log_cursor FROM users WHERE id = \(user.rawValue)",
+            "SELECT cursor FROM log_heads WHERE user_id = \(user.rawValue)",
             as: Int64.self,
             logger: self.logger
         ) ?? 0

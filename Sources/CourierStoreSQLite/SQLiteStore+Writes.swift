@@ -80,7 +80,7 @@ extension SQLiteStore {
             case .user(let user):
                 guard
                     let row = try Row.fetchOne(
-                        db.cachedStatement(sql: "SELECT log_cursor, removed_ms FROM users WHERE id = ?"),
+                        db.cachedStatement(sql: SQLiteStore.userRowSQL),
                         arguments: [user.rawValue]
                     )
                 else { throw CourierStoreError(.storageFailed, "user \(user.rawValue) is missing") }

@@ -63,7 +63,8 @@ extension SQLiteTransaction {
 
     package func logCursor(of user: UserID) async throws -> Int64 {
         try await self.access { db in
-            try Int64.fetchOne(db, sql: "SELECT log_cursor FROM users WHERE id = ?", arguments: [user.rawValue]) ?? 0
+            try Int64.fetchOne(db, sql: "SELECT cursor FROM log_heads WHERE user_id = ?", arguments: [user.rawValue])
+                ?? 0
         }
     }
 

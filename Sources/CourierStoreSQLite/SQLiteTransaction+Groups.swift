@@ -8,7 +8,7 @@ extension SQLiteTransaction {
     package func lockUsers(_ users: [UserID]) async throws -> [UserID: UserRow] {
         try await self.access { db in
             var rows: [UserID: UserRow] = [:]
-            let statement = try db.cachedStatement(sql: "SELECT log_cursor, removed_ms FROM users WHERE id = ?")
+            let statement = try db.cachedStatement(sql: SQLiteStore.userRowSQL)
             for user in users {
                 guard let row = try Row.fetchOne(statement, arguments: [user.rawValue]) else {
                     throw CourierStoreError(.storageFailed, "user \(user.rawValue) is missing")
@@ -231,6 +231,13 @@ extension SQLiteTransaction {
 }
 
 extension SQLiteStore {
+    /// A user's row as the rules read it: its log's newest cursor (0 before its first entry) and whether it was
+    /// removed.
+    static let userRowSQL = """
+        SELECT COALESCE((SELECT cursor FROM log_heads WHERE user_id = users.id), 0) AS log_cursor, removed_ms
+        FROM users WHERE id = ?
+        """
+
     /// Takes the entries' positions from the counter, then writes them and the grown logs' newest cursors. One
     /// writer at a time: positions are taken in commit order.
     static func writeLog(_ log: inout LogWrites, _ db: Database) throws {
@@ -257,9 +264,14 @@ extension SQLiteStore {
                 event.actor?.rawValue, event.detail, event.key,
             ])
         }
-        let cursorUpdate = try db.cachedStatement(sql: "UPDATE users SET log_cursor = ? WHERE id = ?")
+        let cursorUpdate = try db.cachedStatement(
+            sql: """
+                INSERT INTO log_heads (user_id, cursor) VALUES (?, ?)
+                ON CONFLICT (user_id) DO UPDATE SET cursor = excluded.cursor
+                """
+        )
         for (user, cursor) in log.book.grown {
-            try cursorUpdate.execute(arguments: [cursor, user.rawValue])
+            try cursorUpdate.execute(arguments: [user.rawValue, cursor])
         }
     }
 

@@ -134,7 +134,12 @@ extension SQLiteTransaction {
     package func logCursors(of users: [UserID]) async throws -> [UserID: Int64] {
         try await self.access { db in
             var cursors: [UserID: Int64] = [:]
-            let statement = try db.cachedStatement(sql: "SELECT log_cursor FROM users WHERE id = ?")
+            let statement = try db.cachedStatement(
+                sql: """
+                    SELECT COALESCE((SELECT cursor FROM log_heads WHERE user_id = users.id), 0) FROM users
+                    WHERE id = ?
+                    """
+            )
             for user in users {
                 if let cursor = try Int64.fetchOne(statement, arguments: [user.rawValue]) { cursors[user] = cursor }
             }

@@ -380,6 +380,14 @@ enum Schema {
                         last INTEGER NOT NULL
                     );
                     INSERT INTO log_positions (id, last) SELECT 1, COALESCE(max(log_cursor), 0) FROM users;
+                    -- Each log's newest cursor, out of the user's row: written only by a transaction that took
+                    -- positions, so that appending to a log needs no lock on its user (none before its first entry).
+                    CREATE TABLE log_heads (
+                        user_id INTEGER PRIMARY KEY,
+                        cursor INTEGER NOT NULL
+                    );
+                    INSERT INTO log_heads (user_id, cursor) SELECT id, log_cursor FROM users WHERE log_cursor > 0;
+                    ALTER TABLE users DROP COLUMN log_cursor;
                     """
             )
         }

@@ -108,7 +108,11 @@ struct CarriedRowsTests {
                     )
                 }
                 for id in ids {
-                    acked.append(try await fixture.count("SELECT log_cursor FROM users WHERE id = \(id.rawValue)"))
+                    acked.append(
+                        try await fixture.count(
+                            "SELECT COALESCE(MAX(cursor), 0) FROM log_heads WHERE user_id = \(id.rawValue)"
+                        )
+                    )
                 }
                 acked.append(
                     try await fixture.count(

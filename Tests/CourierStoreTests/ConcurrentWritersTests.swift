@@ -10,10 +10,11 @@ struct ConcurrentWritersTests {
     struct Applied: Sendable {
         var requests: [WriteRequest]
         var outcomes: [WriteOutcome]
+        var fresh: [UserID: FreshRun]
     }
 
     @Test(
-        "three stores writing at once: the logs' positions gap-free together, a reader following one never skips, every conversation gap-free, every id stored once",
+        "three stores writing at once: the logs' positions gap-free together, a reader following one never skips, each fresh run follows the cursor it names, every conversation gap-free, every id stored once",
         arguments: StoreKind.allCases
     )
     func threeWriters(kind: StoreKind) async throws {
@@ -82,8 +83,10 @@ struct ConcurrentWritersTests {
             // Every user's log: its cursors growing, each message once, and every message of its conversations
             // there. All the logs' positions together: 1...n, each taken once (a batch rolled back took none).
             var positions: [UInt64] = []
+            var logs: [UserID: [UInt64]] = [:]
             for (index, user) in ids.enumerated() {
                 let log = try await fixture.log(user)
+                logs[user] = log.map(\.cursor)
                 positions += log.map(\.cursor)
                 #expect(zip(log, log.dropFirst()).allSatisfy { $0.cursor < $1.cursor }, "\(names[index])")
                 #expect(try await fixture.store.logCursor(of: user) == log.last?.cursor ?? 0)
@@ -111,6 +114,19 @@ struct ConcurrentWritersTests {
                 #expect(messages.count == expected, "\(names[index])")
             }
             #expect(positions.sorted() == Array(1...UInt64(positions.count)))
+            // Each batch's fresh events follow the cursor they say, directly: the entry before the first of them in
+            // the log is that cursor (other stores appended to these logs meanwhile, without the users' locks).
+            var runs = 0
+            for result in results {
+                for (user, run) in result.fresh {
+                    guard let first = run.events.first, let log = logs[user], let at = log.firstIndex(of: first.cursor)
+                    else { continue }
+                    runs += 1
+                    #expect(run.after == (at == 0 ? 0 : log[at - 1]), "\(user): a run after \(run.after)")
+                    #expect(Array(log[at..<min(log.count, at + run.events.count)]) == run.events.map(\.cursor))
+                }
+            }
+            #expect(runs > 0)
         }
     }
 }
@@ -163,7 +179,9 @@ extension ConcurrentWritersTests {
                                         using: &random
                                     )
                                     let result = try await store.apply(requests, nowMs: 1_000 + Int64(batch))
-                                    applied.append(Applied(requests: requests, outcomes: result.outcomes))
+                                    applied.append(
+                                        Applied(requests: requests, outcomes: result.outcomes, fresh: result.fresh)
+                                    )
                                 }
                                 follow.writing.subtract(1, ordering: .releasing)
                                 return applied

@@ -21,6 +21,10 @@ struct LogPositionsMigrationTests {
     /// above bob's 41; a device of alice's that stored up to her old 7 reads the message after it.
     static func check(_ store: any CourierDatabase) async throws {
         let (alice, carol) = (UserID(rawValue: 1), UserID(rawValue: 3))
+        // The heads moved out of the users' rows, as they were.
+        for user in Self.users {
+            #expect(try await store.logCursor(of: UserID(rawValue: user.id)) == UInt64(user.cursor), "\(user.name)")
+        }
         let outcome = try await store.apply(
             [.send(.init(sender: carol, id: "c1", to: .user("alice"), body: Array("你好 🌏".utf8)))],
             nowMs: 1
@@ -72,6 +76,11 @@ struct LogPositionsMigrationTests {
             let migration = try #require(PostgresSchema.migrations.first { $0.version == "v14-log-positions" })
             try await TestDatabase.admin(location) { connection in
                 let logger = TestDatabase.logger
+                // The schema as it was before: the users' rows held their logs' cursors.
+                try await connection.run(
+                    "ALTER TABLE users ADD COLUMN log_cursor BIGINT NOT NULL DEFAULT 0",
+                    logger: logger
+                )
                 for user in Self.users {
                     try await connection.run(
                         """
@@ -83,6 +92,7 @@ struct LogPositionsMigrationTests {
                 }
                 // The migration's statements, as they ran before these users existed, run again over them.
                 try await connection.run("DROP TABLE log_positions", logger: logger)
+                try await connection.run("DROP TABLE log_heads", logger: logger)
                 for statement in migration.statements {
                     try await connection.run(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
