@@ -395,7 +395,7 @@ enum PostgresSchema {
             version: "v14-log-positions",
             statements: [
                 // As SQLite's. Every node of the cluster must run this version or later once it is applied: an
-                // older one numbers a log from the user's own cursor and would take a position the counter gives.
+                // older one reads and writes the users' `log_cursor`, which is gone, and fails its writes.
                 "CREATE TABLE log_positions (id SMALLINT PRIMARY KEY CHECK (id = 1), last BIGINT NOT NULL)",
                 "INSERT INTO log_positions (id, last) SELECT 1, COALESCE(max(log_cursor), 0) FROM users",
                 // No foreign key: the counter's holder writes it and must never wait for a user's row.
