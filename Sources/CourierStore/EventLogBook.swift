@@ -180,6 +180,11 @@ package struct EventLogBook: Sendable {
         }
     }
 
+    /// The users whose logs grew, before or after the rebase.
+    package var grownUsers: [UserID] {
+        self.logs.filter(\.value.grew).map(\.key).sorted()
+    }
+
     /// The users whose logs grew, with their newest cursors, to store (after ``rebase(by:)``).
     package var grown: [(user: UserID, cursor: Int64)] {
         precondition(self.rebased || self.count == 0, "the log's entries were not given their positions")

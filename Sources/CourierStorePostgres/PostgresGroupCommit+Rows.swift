@@ -125,9 +125,16 @@ extension PostgresGroupCommit {
         return found
     }
 
-    /// Makes two users' direct conversation. Both users' rows are locked (the rules load them first): no other
-    /// transaction makes this pair's conversation meanwhile.
+    /// Makes two users' direct conversation, with both users' rows locked: no other transaction makes this pair's
+    /// conversation meanwhile. The sender's is the plan's; the peer's is taken here, out of the batch's order and
+    /// so without waiting, when the plan did not know the peer (a user who signed up after it looked the name up).
     private mutating func makeDirect(_ pair: UserPair, _ connection: PostgresConnection) async throws {
+        _ = try await PostgresTransaction.users(
+            Set([pair.a, pair.b]).map(\.rawValue).sorted(),
+            lock: .nowait,
+            connection,
+            logger: self.logger
+        )
         guard
             let id = try await connection.value(
                 """

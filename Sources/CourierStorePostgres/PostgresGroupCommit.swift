@@ -6,9 +6,10 @@ extension PostgresStore {
     /// Applies many writes in one transaction (group commit), with ``GroupCommit``'s rules.
     ///
     /// Before any request is applied, the batch locks every row it plans to write, in one order: the
-    /// conversations, then the users whose logs grow (their members, the senders, the acknowledging users), then
-    /// the acknowledging devices, each by id. Another node's batch touching the same users waits for this one's
-    /// commit, and no two batches wait for each other in a circle. What is applied is read under the locks. A row
+    /// conversations, then the users its requests are from (and a direct message's peer), then the acknowledging
+    /// devices, each by id; the log's counter last, at its end. Another node's batch from the same users waits for
+    /// this one's commit, and no two batches wait for each other in a circle. The members whose logs only grow are
+    /// read without a lock (``PostgresTransaction/writeLog(_:_:logger:)``). What is applied is read under the locks. A row
     /// the plan did not foresee (a conversation another node made since the plan read, and its members) is locked
     /// out of order without waiting: when another transaction holds it, the batch is rolled back and runs again from
     /// a new plan, which foresees it. (Waiting there could close a circle, which PostgreSQL breaks only after its

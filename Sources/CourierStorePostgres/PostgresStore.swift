@@ -45,9 +45,10 @@ public final class PostgresStore: StoreBackend, Service, CustomReflectable {
         public var node: String = ProcessInfo.processInfo.hostName
         /// How long PostgreSQL lets one of this node's transactions sit idle before it ends it (its
         /// `idle_in_transaction_session_timeout`): a node cut off from the network in the middle of a write holds the
-        /// rows it locked, and every other node's writes to those users wait, until then. The node's own
-        /// transactions never wait for anything but the database.
-        public var abandonedTransactionTimeout: Duration = .seconds(30)
+        /// rows it locked until then, and, when it stopped between taking its log's positions and its commit, the
+        /// positions' counter: every node's writes that append to a log wait for it. The node's own transactions
+        /// never wait for anything but the database, and between two statements only for their rules (milliseconds).
+        public var abandonedTransactionTimeout: Duration = .seconds(5)
         /// The planner's cost of reading a page at random, relative to reading one in sequence, for this store's
         /// connections (their `random_page_cost`; nil leaves the database's own). PostgreSQL's default, 4, is a
         /// spinning disk's: with it, a group commit's keyed reads and updates of a few hundred users, members or
@@ -130,7 +131,10 @@ public final class PostgresStore: StoreBackend, Service, CustomReflectable {
             (
                 "idle_in_transaction_session_timeout",
                 String(max(1, configuration.abandonedTransactionTimeout.wholeMilliseconds))
-            )
+            ),
+            // What the writes rely on, whatever the database's default: each statement sees what committed before
+            // it began (the log's heads, read once the counter is held), and a row updated meanwhile is read again.
+            ("default_transaction_isolation", "read committed"),
         ]
         if let cost = configuration.randomPageCost, cost.isFinite, cost > 0 {
             client.options.additionalStartupParameters.append(("random_page_cost", String(cost)))

@@ -172,11 +172,19 @@ struct CarriedRowsTests {
         try await fixture.store.createGroup(name: "team", owner: "ann", members: ["ben"], nowMs: StoreFixture.start)
         _ = try await fixture.sent(ids["ann"]!, "one", to: .group("team"), "一")
         try await addLilei()
-        _ = try await fixture.sent(ids["ann"]!, "two", to: .group("team"), "二")
+        let second = try await fixture.store.apply(
+            [.send(.init(sender: ids["ann"]!, id: "two", to: .group("team"), body: Array("二".utf8)))],
+            nowMs: StoreFixture.start
+        )
         #expect(try await fixture.texts(ids["lilei"]!) == ["二"])
-        // The log's numbering carried on from what was written between: no cursor taken twice.
-        let log = try await fixture.log(ids["lilei"]!)
-        #expect(Set(log.map(\.cursor)).count == log.count)
+        // Each member's fresh event follows the entry written between (the membership change), not the head the
+        // rows carried from before it: a connection holding it as following the older head would skip that entry.
+        for name in ["ann", "ben", "lilei"] {
+            let log = try await fixture.log(ids[name]!)
+            let run = try #require(second.fresh[ids[name]!], "\(name)")
+            #expect(log.count >= 2 && run.events.map(\.cursor) == [log[log.count - 1].cursor], "\(name)")
+            #expect(run.after == log[log.count - 2].cursor, "\(name): a run after \(run.after)")
+        }
     }
 
     @Test("a member added between two batches (a write outside the group commit) gets the second batch's message")

@@ -243,13 +243,13 @@ extension StoreBackend {
             }
             let revoked = try await transaction.revokeDevices(nil, of: user.id, nowMs: nowMs)
             try await transaction.markRemoved(user.id, nowMs: nowMs)
-            // Last but the changes: the log's positions hold the counter's row until the commit.
-            try await transaction.writeLog(&log)
             try await transaction.recordChanges(
                 revoked.map(StoreChange.deviceRevoked) + [.userRemoved(user.id)]
-                    + log.appended.keys.sorted().map(StoreChange.logAppended),
+                    + log.book.grownUsers.map(StoreChange.logAppended),
                 nowMs: nowMs
             )
+            // Last: the log's positions hold the counter until the commit (``StoreTransaction/writeLog(_:)``).
+            try await transaction.writeLog(&log)
         }
     }
 
@@ -560,7 +560,8 @@ extension StoreBackend {
         try await transaction.deleteMember(user, from: group.id)
     }
 
-    /// Writes a change's log entries and records each grown log as a change, for the running servers.
+    /// Records each grown log as a change, for the running servers, and writes the change's log entries: last, as
+    /// the positions they take hold the counter until the commit (``StoreTransaction/writeLog(_:)``).
     ///
     /// - Returns: The users whose logs grew, with their newest cursors.
     static func finish(
@@ -568,8 +569,8 @@ extension StoreBackend {
         nowMs: Int64,
         _ transaction: Transaction
     ) async throws -> [UserID: UInt64] {
+        try await transaction.recordChanges(log.book.grownUsers.map(StoreChange.logAppended), nowMs: nowMs)
         try await transaction.writeLog(&log)
-        try await transaction.recordChanges(log.appended.keys.sorted().map(StoreChange.logAppended), nowMs: nowMs)
         return log.appended
     }
 

@@ -105,8 +105,8 @@ package protocol StoreTransaction: Sendable {
     func lockUsers(_ users: [UserID]) async throws -> [UserID: UserRow]
     /// Takes the entries' positions from the database's one counter (``LogWrites/positions(after:)``), then writes
     /// them and the grown logs' newest cursors. Where several writers share the database, the counter's row stays
-    /// locked until the commit, so positions are taken in commit order: call it as the transaction's last write
-    /// but bookkeeping.
+    /// locked until the commit, so positions are taken in commit order: call it as the transaction's last
+    /// statement, after every other lock it takes (a holder of the counter must never wait for anything).
     func writeLog(_ log: inout LogWrites) async throws
 
     // MARK: Groups and members
