@@ -316,6 +316,50 @@ struct ClusterTests {
         }
     }
 
+    @Test(
+        "a node's read gives each user an equal share of a part; users it cut short are read again with their whole room, not left to read their own"
+    )
+    func feedReadsCutShortReadAgain() async throws {
+        try await ClusterFixture.with(nodes: 2) { cluster in
+            var ids: [String: UserID] = [:]
+            for name in ["alice", "bob", "carol"] { ids[name] = try await cluster.user(name).id }
+            // Contacts of alice's (only they can be put in her group): both have written to each other.
+            for name in ["bob", "carol"] {
+                let (owner, member) = (ids["alice"]!, ids[name]!)
+                _ = try await cluster.store.apply(
+                    [
+                        .send(.init(sender: owner, id: "hi-\(name)", to: .user(name), body: Array("你好".utf8))),
+                        .send(.init(sender: member, id: "hi", to: .user("alice"), body: Array("こんにちは".utf8))),
+                    ],
+                    nowMs: 0
+                )
+            }
+            let (alice, _) = try await NativeTestClient.login(port: cluster.nodes[0].ports.native, "alice")
+            let (bob, _) = try await NativeTestClient.login(port: cluster.nodes[1].ports.native, "bob")
+            let (carol, _) = try await NativeTestClient.login(port: cluster.nodes[1].ports.native, "carol")
+            for client in [bob, carol] { _ = try await client.expect("caught up") { $0.events.caughtUp ? true : nil } }
+            try await waitUntil("both nodes listen") { cluster.nodes.allSatisfy { $0.feed.isListening } }
+            let before = try await cluster.metric("courier_events_handed_total", of: 1)
+            // One transaction puts several entries in each member's log (who joined); node 1 reads bob's and carol's
+            // together with 3 events a read: one each at first, which cuts both short, then each alone with room.
+            let created = try await alice.request {
+                $0.manageGroup.group = "tea-party"
+                $0.manageGroup.create.users = ["bob", "carol"]
+            }
+            #expect(created.body.isDone, "\(created)")
+            let entries = try await cluster.store.events(for: ids["bob"]!, after: 0, limit: 100)
+                .filter { if case .membership = $0.kind { true } else { false } }
+            #expect((2...3).contains(entries.count), "\(entries.count) entries: the test's limit of 3 needs 2 or 3")
+            try await waitUntil("node 1 hands both members their entries as it read them") {
+                try await cluster.metric("courier_events_handed_total", of: 1) >= before + 2 * entries.count
+            }
+            for client in [alice, bob, carol] { await client.close() }
+        } configure: {
+            $0.cluster.pollInterval = .seconds(3600)
+            $0.cluster.maxEventsPerFeedRead = 3
+        }
+    }
+
     @Test("a listener cut off catches up when it reconnects: what was sent meanwhile arrives; /health says so")
     func listenerReconnects() async throws {
         var feed = PostgresFeed.Configuration()

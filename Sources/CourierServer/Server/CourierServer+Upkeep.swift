@@ -85,9 +85,10 @@ extension CourierServer {
     /// soon as it is read. When a read fails, the rest are woken without their events and read their own.
     ///
     /// A span's width is not its count of events (the logs share one stream of positions), so a read cannot be
-    /// sized by its spans: each user's share of a part is limited instead (``feedReads(rooms:maxUsers:maxEvents:)``),
-    /// and a user whose read stops short of its span's end, or brings more than its connections have room for, is
-    /// woken without events and reads its own.
+    /// sized by its spans: each user's share of a part is limited instead (``feedReads(rooms:maxUsers:maxEvents:)``).
+    /// A user whose share cut its read short, with room for more, is read again with others like it, in parts small
+    /// enough for each to bring all its connections have room for. A user whose read stops short of its span's end
+    /// then, or brings more than that room, is woken without events and reads its own.
     func wake(_ cursors: [UserID: UInt64]) async {
         let cluster = self.configuration.cluster
         let wanted = self.hub.freshAfter(of: cursors.keys).compactMap { user, found -> FeedRead? in
@@ -101,36 +102,64 @@ extension CourierServer {
         }
         let read = Set(wanted.map(\.user))
         self.hub.logsGrew(cursors.filter { !read.contains($0.key) })
-        let parts = Self.feedReads(
-            rooms: wanted.map(\.room),
-            maxUsers: cluster.maxUsersPerFeedRead,
-            maxEvents: cluster.maxEventsPerFeedRead
-        )
-        for (range, limit) in parts {
-            let part = wanted[range]
-            let partCursors = Dictionary(uniqueKeysWithValues: part.map { ($0.user, cursors[$0.user]!) })
-            do {
-                let spans = Dictionary(uniqueKeysWithValues: part.map { ($0.user, $0.span) })
-                let rooms = Dictionary(uniqueKeysWithValues: part.map { ($0.user, $0.room) })
-                var fresh: [UserID: FreshRun] = [:]
-                for (user, events) in try await self.store.events(for: spans, limit: limit) {
-                    guard let span = spans[user], let room = rooms[user], events.count <= room,
-                        events.last?.cursor == span.upTo
-                    else { continue }
-                    fresh[user] = FreshRun(after: span.after, events: events)
+        // First with equal shares; then the users those cut short, each with its whole room.
+        var pass = wanted
+        for second in [false, true] where !pass.isEmpty {
+            let widest = (pass.map(\.room).max() ?? 0) + 1
+            let parts = Self.feedReads(
+                rooms: pass.map(\.room),
+                maxUsers: second
+                    ? max(1, min(cluster.maxUsersPerFeedRead, cluster.maxEventsPerFeedRead / widest))
+                    : cluster.maxUsersPerFeedRead,
+                maxEvents: cluster.maxEventsPerFeedRead
+            )
+            var cut: [FeedRead] = []
+            for (range, limit) in parts {
+                do {
+                    let found = try await self.read(pass[range], limit: limit)
+                    let woken = pass[range].filter { second || !found.cut.contains($0.user) }
+                    self.hub.logsGrew(
+                        Dictionary(uniqueKeysWithValues: woken.map { ($0.user, cursors[$0.user]!) }),
+                        fresh: found.fresh
+                    )
+                    if !second { cut += pass[range].filter { found.cut.contains($0.user) } }
+                } catch {
+                    self.logger.warning(
+                        "reading other nodes' events for this node's connections failed; they read their own",
+                        metadata: ["error": "\(error)", "users": "\(pass.count - range.lowerBound + cut.count)"]
+                    )
+                    self.hub.logsGrew(
+                        Dictionary(
+                            uniqueKeysWithValues: (pass[range.lowerBound...] + cut).map { ($0.user, cursors[$0.user]!) }
+                        )
+                    )
+                    return
                 }
-                self.hub.logsGrew(partCursors, fresh: fresh)
-            } catch {
-                self.logger.warning(
-                    "reading other nodes' events for this node's connections failed; they read their own",
-                    metadata: ["error": "\(error)", "users": "\(wanted.count - range.lowerBound)"]
-                )
-                self.hub.logsGrew(
-                    Dictionary(uniqueKeysWithValues: wanted[range.lowerBound...].map { ($0.user, cursors[$0.user]!) })
-                )
-                return
+            }
+            pass = cut
+        }
+    }
+
+    /// Reads one part of a node's read of other nodes' events, at most `limit` events a user.
+    ///
+    /// - Returns: The runs read whole (up to the span's end, within the user's room), and the users whose reads the
+    ///   limit cut short while they had room for more.
+    private func read(
+        _ part: ArraySlice<FeedRead>,
+        limit: Int
+    ) async throws -> (fresh: [UserID: FreshRun], cut: Set<UserID>) {
+        let byUser = Dictionary(uniqueKeysWithValues: part.map { ($0.user, $0) })
+        var fresh: [UserID: FreshRun] = [:]
+        var cut: Set<UserID> = []
+        for (user, events) in try await self.store.events(for: byUser.mapValues(\.span), limit: limit) {
+            guard let wanted = byUser[user] else { continue }
+            if events.count <= wanted.room, events.last?.cursor == wanted.span.upTo {
+                fresh[user] = FreshRun(after: wanted.span.after, events: events)
+            } else if events.count == limit, limit <= wanted.room {
+                cut.insert(user)
             }
         }
+        return (fresh, cut)
     }
 
     /// One user's share of a read of other nodes' events: its span, and the most events its connections can take.
