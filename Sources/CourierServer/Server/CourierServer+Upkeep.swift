@@ -105,14 +105,13 @@ extension CourierServer {
         // First with equal shares; then the users those cut short, each with its whole room.
         var pass = wanted
         for second in [false, true] where !pass.isEmpty {
-            let widest = (pass.map(\.room).max() ?? 0) + 1
-            let parts = Self.feedReads(
-                rooms: pass.map(\.room),
-                maxUsers: second
-                    ? max(1, min(cluster.maxUsersPerFeedRead, cluster.maxEventsPerFeedRead / widest))
-                    : cluster.maxUsersPerFeedRead,
-                maxEvents: cluster.maxEventsPerFeedRead
-            )
+            let rooms = pass.map(\.room)
+            // The second pass: parts of as many users as can each bring their whole room (and one).
+            let maxUsers =
+                second
+                ? max(1, min(cluster.maxUsersPerFeedRead, cluster.maxEventsPerFeedRead / (rooms.max()! + 1)))
+                : cluster.maxUsersPerFeedRead
+            let parts = Self.feedReads(rooms: rooms, maxUsers: maxUsers, maxEvents: cluster.maxEventsPerFeedRead)
             var cut: [FeedRead] = []
             for (range, limit) in parts {
                 do {
