@@ -85,7 +85,7 @@ package struct EventLogBook: Sendable {
         self.logs[user] != nil || self.carried[user] != nil
     }
 
-    /// The user's cursor as stored when the transaction read it; its entries are numbered on from it.
+    /// The user's cursor as stored when the transaction read it: the one its new entries follow (``fresh``).
     package mutating func start(_ user: UserID, at cursor: Int64) {
         if self.logs[user] == nil { self.logs[user] = UserLog(stored: cursor, cursor: cursor) }
     }

@@ -38,7 +38,7 @@ extension GroupCommit {
         self.users[user] ?? self.log.book.carried[user]
     }
 
-    /// A user's row; its log's entries are numbered on from its cursor.
+    /// A user's row; its log's new entries follow its cursor.
     package mutating func loadUser(_ user: UserID, _ row: UserRow) {
         guard self.userRow(user) == nil else { return }
         self.users[user] = row

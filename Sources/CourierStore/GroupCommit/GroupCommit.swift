@@ -16,7 +16,7 @@ package struct GroupCommit: Sendable {
     /// The server's clock, in milliseconds since 1970.
     package let nowMs: Int64
     package let limits: StoreLimits
-    /// The entries the batch appends to users' logs, numbered from each user's stored cursor.
+    /// The entries the batch appends to users' logs, given their positions as it is written.
     package var log = LogWrites()
     /// The users this batch made peers.
     package var introductions: [Introduction] = []
@@ -279,8 +279,9 @@ package struct UserPair: Hashable, Sendable {
 
 /// A user's row as a batch reads it.
 package struct UserRow: Hashable, Sendable {
-    /// The newest cursor of its log stored before the batch: its new entries are numbered on from it, and no
-    /// acknowledgement covers more.
+    /// The newest cursor of its log as the batch read it: no acknowledgement covers more. Where the row was read
+    /// without the user's lock (PostgreSQL's members), another node may have appended since; the head the new
+    /// entries follow is read again under the positions' counter (``EventLogBook/follow(_:)``).
     package var cursor: Int64
     package var removed: Bool
 
