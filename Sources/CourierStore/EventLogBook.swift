@@ -105,6 +105,32 @@ package struct EventLogBook: Sendable {
         return number
     }
 
+    /// Numbers one entry shared by several users' logs (whose cursors must be known): a group's message, stored
+    /// once and read by each member through its membership (docs/LOG-DESIGN.md, step 3). Each user's log grows by
+    /// the same position, and keeps its own event while its new events are all kept.
+    ///
+    /// - Returns: The entry's number in the transaction, its position once ``rebase(by:)`` adds the base.
+    package mutating func next(
+        forAll users: some Sequence<UserID>,
+        event: (UserID) -> StoredEvent.Kind?
+    ) -> Int64 {
+        precondition(!self.rebased, "an entry numbered after the log's positions were taken")
+        let (maxFresh, room) = (self.maxFreshPerUser, self.freshRoom)
+        let number = self.count + 1
+        for user in users {
+            if self.logs[user] == nil, let row = self.carried[user] { self.start(user, at: row.cursor) }
+            let numbered: Void? = self.logs[user]?.number(
+                number,
+                maxFresh: maxFresh,
+                room: { room?(user) },
+                event: { event(user) }
+            )
+            guard numbered != nil else { preconditionFailure("the stored cursor of \(user) was not read") }
+        }
+        self.count = number
+        return number
+    }
+
     /// Makes the entries' numbers positions: `base` is the position before the first, taken from the database's
     /// counter at the transaction's end. Every cursor the book made moves by it.
     package mutating func rebase(by base: Int64) {

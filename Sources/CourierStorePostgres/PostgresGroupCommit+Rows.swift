@@ -277,7 +277,9 @@ extension PostgresGroupCommit {
                     \(unescaped: LogEventKind.messageSenderSQL(events: "e")) AS sender
                 FROM unnest(\(ranges.indices.map(Int64.init))::bigint[], \(ranges.map(\.user.rawValue))::bigint[],
                     \(ranges.map(\.from))::bigint[], \(ranges.map(\.to))::bigint[]) AS a(i, u, o, n)
-                JOIN events e ON e.user_id = a.u AND e.cursor > a.o AND e.cursor <= a.n AND e.kind = 1
+                CROSS JOIN LATERAL (
+                    \(unescaped: LogEventKind.userLogSQL(user: "a.u", after: "a.o", upTo: "a.n", messagesOnly: true))
+                ) e
             ) covered
             WHERE sender != reader
             GROUP BY range, conversation ORDER BY range, conversation

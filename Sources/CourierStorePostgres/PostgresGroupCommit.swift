@@ -101,7 +101,10 @@ struct PostgresGroupCommit {
                         \(acks.map(\.device.rawValue))::bigint[], \(acks.map { Int64(clamping: $0.cursor) })::bigint[])
                         AS a(u, d, c)
                     JOIN devices v ON v.id = a.d AND v.user_id = a.u
-                    JOIN events e ON e.user_id = a.u AND e.kind = 1 AND e.cursor <= a.c AND e.cursor > v.acked_cursor
+                    CROSS JOIN LATERAL (
+                        \(unescaped: LogEventKind.userLogSQL(
+                            user: "a.u", after: "v.acked_cursor", upTo: "a.c", messagesOnly: true))
+                    ) e
                     WHERE \(unescaped: LogEventKind.messageSenderSQL(events: "e")) != a.u
                     """,
                     as: Int64.self,

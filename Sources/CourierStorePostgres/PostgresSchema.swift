@@ -404,6 +404,26 @@ enum PostgresSchema {
                 "ALTER TABLE users DROP COLUMN log_cursor",
             ]
         ),
+        Migration(
+            version: "v15-group-events",
+            statements: [
+                // As SQLite's. No foreign keys: the counter's holder writes group_events and waits for no row.
+                """
+                CREATE TABLE group_events (conversation_id BIGINT NOT NULL, cursor BIGINT NOT NULL,
+                    seq BIGINT NOT NULL, sender_id BIGINT NOT NULL, PRIMARY KEY (conversation_id, cursor))
+                """,
+                """
+                CREATE TABLE group_spans (user_id BIGINT NOT NULL, conversation_id BIGINT NOT NULL,
+                    from_seq BIGINT NOT NULL, to_seq BIGINT NOT NULL, to_cursor BIGINT NOT NULL,
+                    PRIMARY KEY (user_id, conversation_id, from_seq))
+                """,
+                """
+                INSERT INTO group_spans (user_id, conversation_id, from_seq, to_seq, to_cursor)
+                SELECT m.user_id, m.conversation_id, m.joined_seq, 9223372036854775807, 9223372036854775807
+                FROM members m JOIN conversations c ON c.id = m.conversation_id AND c.kind = 2
+                """,
+            ]
+        ),
     ]
 
     /// Migration `v12-skeletons`, as SQLite's: every name's skeleton by today's ``NameSkeleton``, the oldest of names

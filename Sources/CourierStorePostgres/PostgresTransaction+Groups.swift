@@ -90,6 +90,7 @@ extension PostgresTransaction {
         else { throw CourierStoreError(.storageFailed, "the log's counter is missing") }
         log.positions(after: last - log.count)
         let events = log.events
+        let shared = log.groupEvents
         let grown = log.book.grown
         // One snapshot, taken after the counter's lock was granted: `old` sees every head committed before.
         var heads: [UserID: Int64] = [:]
@@ -106,6 +107,10 @@ extension PostgresTransaction {
                     \(events.map(\.seq))::bigint[], \(events.map { $0.actor?.rawValue ?? 0 })::bigint[],
                     \(events.map { $0.detail ?? 0 })::smallint[], \(events.map { $0.key ?? "" })::text[])
                     AS e(user_id, cursor, kind, conversation_id, seq, actor_id, detail, key)
+            ), shared AS (
+                INSERT INTO group_events (conversation_id, cursor, seq, sender_id)
+                SELECT * FROM unnest(\(shared.map(\.conversation))::bigint[], \(shared.map(\.cursor))::bigint[],
+                    \(shared.map(\.seq))::bigint[], \(shared.map(\.sender.rawValue))::bigint[])
             ), heads AS (
                 INSERT INTO log_heads (user_id, cursor)
                 SELECT * FROM unnest(\(grown.map(\.user.rawValue))::bigint[], \(grown.map(\.cursor))::bigint[])
@@ -210,6 +215,17 @@ extension PostgresTransaction {
             """,
             logger: self.logger
         )
+        // Each member's span in the group opens at the seq it joined at (a rejoin at the seq it left at reopens it).
+        try await self.connection.run(
+            """
+            INSERT INTO group_spans (user_id, conversation_id, from_seq, to_seq, to_cursor)
+            SELECT user_id, \(conversation), \(seq), 9223372036854775807, 9223372036854775807
+            FROM unnest(\(users.map(\.rawValue))::bigint[]) AS m(user_id)
+            ON CONFLICT (user_id, conversation_id, from_seq) DO UPDATE SET to_seq = excluded.to_seq,
+                to_cursor = excluded.to_cursor
+            """,
+            logger: self.logger
+        )
     }
 
     package func groups(
@@ -245,6 +261,17 @@ extension PostgresTransaction {
     package func deleteMember(_ user: UserID, from conversation: Int64) async throws {
         try await self.connection.run(
             "DELETE FROM members WHERE conversation_id = \(conversation) AND user_id = \(user.rawValue)",
+            logger: self.logger
+        )
+        // The open span closes at the group's last seq as the member leaves, and at the log's counter as the last
+        // commit left it: the conversation's row is locked, so every message of the group up to that seq has
+        // committed its position, and any later one takes its position after this transaction commits.
+        try await self.connection.run(
+            """
+            UPDATE group_spans SET to_seq = (SELECT last_seq FROM conversations WHERE id = \(conversation)),
+                to_cursor = (SELECT last FROM log_positions)
+            WHERE conversation_id = \(conversation) AND user_id = \(user.rawValue) AND to_seq = 9223372036854775807
+            """,
             logger: self.logger
         )
     }

@@ -9,9 +9,12 @@ extension PostgresTransaction {
         try await self.connection.rows(
             """
             SELECT \(unescaped: Self.logColumns)
-            FROM events e \(unescaped: Self.logJoins)
-            WHERE e.user_id = \(user.rawValue) AND e.cursor > \(cursor)
-            ORDER BY e.cursor LIMIT \(Int64(limit))
+            FROM (
+                \(unescaped: LogEventKind.userLogSQL(
+                    user: "\(user.rawValue)", after: "\(cursor)", limit: "\(limit)"))
+                ORDER BY cursor LIMIT \(Int64(limit))
+            ) e \(unescaped: Self.logJoins)
+            ORDER BY e.cursor
             """,
             logger: self.logger
         ).map(Self.logRead)
@@ -29,9 +32,11 @@ extension PostgresTransaction {
                 \(logs.map(\.value.after))::bigint[], \(logs.map(\.value.upTo))::bigint[]) AS a(u, o, t)
             CROSS JOIN LATERAL (
                 SELECT \(unescaped: Self.logColumns)
-                FROM events e \(unescaped: Self.logJoins)
-                WHERE e.user_id = a.u AND e.cursor > a.o AND e.cursor <= a.t
-                ORDER BY e.cursor LIMIT \(Int64(limit))
+                FROM (
+                    \(unescaped: LogEventKind.userLogSQL(
+                        user: "a.u", after: "a.o", upTo: "a.t", limit: "\(limit)"))
+                    ORDER BY cursor LIMIT \(Int64(limit))
+                ) e \(unescaped: Self.logJoins)
             ) x
             """,
             logger: self.logger

@@ -179,14 +179,13 @@ extension SQLiteStore {
                             FROM (
                                 SELECT e.conversation_id AS conversation, e.seq AS seq,
                                     \(LogEventKind.messageSenderSQL(events: "e")) AS sender
-                                FROM events e
-                                WHERE e.user_id = ? AND e.cursor > ? AND e.cursor <= ? AND e.kind = 1
+                                FROM (\(LogEventKind.userLogSQL(user: "?1", after: "?2", upTo: "?3", messagesOnly: true))) e
                             )
-                            WHERE sender != ?
+                            WHERE sender != ?1
                             GROUP BY conversation ORDER BY conversation
                             """
                     ),
-                    arguments: [range.user.rawValue, range.from, range.to, range.user.rawValue]
+                    arguments: [range.user.rawValue, range.from, range.to]
                 )
                 commit.loadDeliveries(
                     range,

@@ -78,8 +78,10 @@ extension SQLiteTransaction {
                     VALUES (?, ?, ?, ?, ?, ?)
                     """
             )
+            let span = try db.cachedStatement(sql: SQLiteStore.openSpanSQL)
             for user in users {
                 try insert.execute(arguments: [conversation, user.rawValue, seq, seq, seq, addedBy?.rawValue])
+                try span.execute(arguments: [user.rawValue, conversation, seq])
             }
         }
     }
@@ -121,6 +123,7 @@ extension SQLiteTransaction {
                 sql: "DELETE FROM members WHERE conversation_id = ? AND user_id = ?",
                 arguments: [conversation, user.rawValue]
             )
+            try db.execute(sql: SQLiteStore.closeSpanSQL, arguments: [conversation, user.rawValue])
         }
     }
 
@@ -434,4 +437,22 @@ extension SQLiteTransaction {
             ) ?? false
         }
     }
+}
+
+extension SQLiteStore {
+    /// A member's span in a group opens at the seq it joined at (a rejoin at the seq it left at reopens that span).
+    static let openSpanSQL = """
+        INSERT INTO group_spans (user_id, conversation_id, from_seq, to_seq, to_cursor)
+        VALUES (?, ?, ?, 9223372036854775807, 9223372036854775807)
+        ON CONFLICT (user_id, conversation_id, from_seq) DO UPDATE SET to_seq = excluded.to_seq,
+            to_cursor = excluded.to_cursor
+        """
+
+    /// A member's open span closes at the group's last seq as it leaves, and at the log's counter as it stands:
+    /// the group's messages up to that seq all took their positions (one writer).
+    static let closeSpanSQL = """
+        UPDATE group_spans SET to_seq = (SELECT last_seq FROM conversations WHERE id = ?1),
+            to_cursor = (SELECT last FROM log_positions)
+        WHERE conversation_id = ?1 AND user_id = ?2 AND to_seq = 9223372036854775807
+        """
 }

@@ -62,6 +62,14 @@ extension SQLiteStore {
                 event.actor?.rawValue, event.detail, event.key,
             ])
         }
+        if !log.groupEvents.isEmpty {
+            let shared = try db.cachedStatement(
+                sql: "INSERT INTO group_events (conversation_id, cursor, seq, sender_id) VALUES (?, ?, ?, ?)"
+            )
+            for event in log.groupEvents {
+                try shared.execute(arguments: [event.conversation, event.cursor, event.seq, event.sender.rawValue])
+            }
+        }
         let cursorUpdate = try db.cachedStatement(
             sql: """
                 INSERT INTO log_heads (user_id, cursor) VALUES (?, ?)

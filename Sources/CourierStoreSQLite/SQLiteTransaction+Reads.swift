@@ -473,12 +473,11 @@ extension SQLiteStore {
                CASE WHEN r.seq IS NOT NULL THEN (SELECT joined_seq FROM members j
                    WHERE j.conversation_id = e.conversation_id AND j.user_id = e.user_id) END,
                e.key
-        FROM events e
+        FROM (\(LogEventKind.userLogSQL(user: "?1", after: "?2", limit: "?3")) ORDER BY cursor LIMIT ?3) e
         LEFT JOIN conversations c ON c.id = e.conversation_id
         LEFT JOIN messages m ON e.kind IN (1, 2, 5, 6) AND m.conversation_id = e.conversation_id AND m.seq = e.seq
         LEFT JOIN messages r ON e.kind = 1 AND r.conversation_id = m.conversation_id AND r.seq = m.reply_seq
-        WHERE e.user_id = ? AND e.cursor > ?
-        ORDER BY e.cursor LIMIT ?
+        ORDER BY e.cursor
         """
 
     /// SQLite's plan for the sync query, one line per step (for the test that holds the sync's cost down).

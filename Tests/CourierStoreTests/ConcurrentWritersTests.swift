@@ -81,13 +81,26 @@ struct ConcurrentWritersTests {
             }
 
             // Every user's log: its cursors growing, each message once, and every message of its conversations
-            // there. All the logs' positions together: 1...n, each taken once (a batch rolled back took none).
-            var positions: [UInt64] = []
+            // there. All the logs' positions together: 1...n, each taken once (a batch rolled back took none); a
+            // position in several logs is one group's message, stored once (the same message in every one).
+            var positions: [UInt64: Set<String>] = [:]
             var logs: [UserID: [UInt64]] = [:]
             for (index, user) in ids.enumerated() {
                 let log = try await fixture.log(user)
                 logs[user] = log.map(\.cursor)
-                positions += log.map(\.cursor)
+                for event in log {
+                    let entry =
+                        switch event.kind {
+                        case .message(let message):
+                            if case .group = message.conversation {
+                                "\(message.conversation)@\(message.seq)"
+                            } else {
+                                "\(user.rawValue): \(event.kind)"
+                            }
+                        default: "\(user.rawValue): \(event.kind)"
+                        }
+                    positions[event.cursor, default: []].insert(entry)
+                }
                 #expect(zip(log, log.dropFirst()).allSatisfy { $0.cursor < $1.cursor }, "\(names[index])")
                 #expect(try await fixture.store.logCursor(of: user) == log.last?.cursor ?? 0)
                 if index == 0 {
@@ -113,7 +126,9 @@ struct ConcurrentWritersTests {
                 }
                 #expect(messages.count == expected, "\(names[index])")
             }
-            #expect(positions.sorted() == Array(1...UInt64(positions.count)))
+            #expect(positions.keys.sorted() == Array(1...UInt64(positions.count)))
+            #expect(positions.values.allSatisfy { $0.count == 1 }, "\(positions.filter { $0.value.count > 1 })")
+            #expect(positions.values.contains { $0.first!.hasPrefix("#") }, "no group's message was written")
             // Each batch's fresh events follow the cursor they say, directly: the entry before the first of them in
             // the log is that cursor (other stores appended to these logs meanwhile, without the users' locks).
             var runs = 0

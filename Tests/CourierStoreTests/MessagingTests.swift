@@ -507,7 +507,7 @@ struct MessagingTests {
         }
     }
 
-    @Test("SQLite's plan: a sync reads the event log by its primary key from the cursor on, whatever the history")
+    @Test("SQLite's plan: a sync reads the event log and the groups' messages by their keys from the cursor on")
     func syncQueryPlan() async throws {
         try await withTemporaryDirectory { folder in
             let fixture = try SQLiteFixture(folder: folder)
@@ -516,8 +516,18 @@ struct MessagingTests {
                 _ = try await fixture.sent(ids["alice"]!, "s\(index)", to: .user("bob"), "\(index)")
             }
             let plan = try await fixture.store.explainEventsQuery()
+            // The user's own entries and its groups' messages, each read by its key from the cursor on; the only
+            // scan is of the page they make (`e`, at most the limit's rows).
             #expect(plan.contains { $0.contains("SEARCH e USING PRIMARY KEY (user_id=? AND cursor>?)") }, "\(plan)")
-            #expect(!plan.contains { $0.hasPrefix("SCAN") }, "\(plan)")
+            #expect(plan.contains { $0.contains("SEARCH s USING PRIMARY KEY (user_id=?)") }, "\(plan)")
+            #expect(
+                plan.contains {
+                    // Bounded above too: each group gives a page no more than its first `limit` messages.
+                    $0.contains("SEARCH g USING PRIMARY KEY (conversation_id=? AND cursor>? AND cursor<?)")
+                },
+                "\(plan)"
+            )
+            #expect(plan.filter { $0.hasPrefix("SCAN") } == ["SCAN e"], "\(plan)")
             let cursors = try await fixture.log(ids["bob"]!).map(\.cursor)
             try #require(cursors.count == 300)
             #expect(

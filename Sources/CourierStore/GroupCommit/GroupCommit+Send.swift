@@ -89,43 +89,54 @@ extension GroupCommit {
         // of them): built once, its message shared by every member's fresh event instead of copied for each. (A
         // direct conversation's two members name it each by the other: nothing to share, nothing kept.)
         var made: [EventVariant: StoredEvent.Kind]? = conversation.groupName == nil ? nil : [:]
-        for (member, membership) in conversation.members.sorted(by: { $0.key < $1.key }) {
+        let event = { (member: UserID) -> StoredEvent.Kind? in
             let variant = EventVariant(
                 conversation: naming(member),
-                quoteVisible: reply.map { position, _ in position.seq > membership.joinedSeq } ?? false
+                quoteVisible: reply.map { position, _ in
+                    position.seq > (conversation.members[member]?.joinedSeq ?? .max)
+                } ?? false
             )
-            self.log.append(
-                to: member,
-                .message,
-                conversation: key,
-                seq: seq,
-                // The sender, so that an acknowledgement finds whom to tell without reading the message.
-                actor: send.sender,
-                event: Self.made(variant, in: &made) {
-                    .message(
-                        StoredMessage(
-                            id: id,
-                            from: sender,
-                            fromDevice: send.device,
-                            conversation: variant.conversation,
-                            seq: UInt64(seq),
-                            timeMs: time,
-                            body: send.body,
-                            recalled: false,
-                            replyTo: reply.map { position, row in
-                                StoredReply(
-                                    seq: UInt64(position.seq),
-                                    visible: variant.quoteVisible,
-                                    id: row.id,
-                                    from: replyFrom ?? "",
-                                    body: row.body,
-                                    recalled: false
-                                )
-                            }
-                        )
+            return Self.made(variant, in: &made) {
+                .message(
+                    StoredMessage(
+                        id: id,
+                        from: sender,
+                        fromDevice: send.device,
+                        conversation: variant.conversation,
+                        seq: UInt64(seq),
+                        timeMs: time,
+                        body: send.body,
+                        recalled: false,
+                        replyTo: reply.map { position, row in
+                            StoredReply(
+                                seq: UInt64(position.seq),
+                                visible: variant.quoteVisible,
+                                id: row.id,
+                                from: replyFrom ?? "",
+                                body: row.body,
+                                recalled: false
+                            )
+                        }
                     )
-                }
-            )
+                )
+            }
+        }
+        let members = conversation.members.keys.sorted()
+        if conversation.groupName != nil {
+            // A group's message is stored once, in the group's stream; every member's log grows by its position.
+            self.log.appendShared(to: members, conversation: key, seq: seq, sender: send.sender, event: event)
+        } else {
+            for member in members {
+                self.log.append(
+                    to: member,
+                    .message,
+                    conversation: key,
+                    seq: seq,
+                    // The sender, so that an acknowledgement finds whom to tell without reading the message.
+                    actor: send.sender,
+                    event: event(member)
+                )
+            }
         }
         return .sent(
             SendReceipt(

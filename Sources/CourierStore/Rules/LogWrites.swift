@@ -5,6 +5,8 @@ package struct LogWrites: Sendable {
     package var book = EventLogBook()
     /// The entries, in the order they were numbered.
     package private(set) var events: [EventRow] = []
+    /// The groups' messages, each stored once for all its members (``appendShared(to:conversation:seq:sender:event:)``).
+    package private(set) var groupEvents: [GroupEventRow] = []
 
     package init() {}
 
@@ -20,6 +22,21 @@ package struct LogWrites: Sendable {
         self.book.rebase(by: base)
         guard base != 0 else { return }
         for index in self.events.indices { self.events[index].cursor += base }
+        for index in self.groupEvents.indices { self.groupEvents[index].cursor += base }
+    }
+
+    /// Numbers a group's message once for all its members: one row in the group's stream, which each member reads
+    /// through its span of membership (`group_spans`), and one position that every member's log grows by (its
+    /// head moves there, and its connections are handed the event).
+    package mutating func appendShared(
+        to members: some Sequence<UserID>,
+        conversation: Int64,
+        seq: Int64,
+        sender: UserID,
+        event: (UserID) -> StoredEvent.Kind?
+    ) {
+        let cursor = self.book.next(forAll: members, event: event)
+        self.groupEvents.append(GroupEventRow(conversation: conversation, cursor: cursor, seq: seq, sender: sender))
     }
 
     /// Numbers and keeps the next entry of a user's log, whose stored cursor must be known (``EventLogBook/start(_:at:)``).
@@ -49,7 +66,54 @@ package struct LogWrites: Sendable {
     }
 }
 
+/// A group's message in the group's stream (`group_events`): what each member's log holds of it, stored once.
+package struct GroupEventRow: Sendable, Equatable {
+    package var conversation: Int64
+    package var cursor: Int64
+    package var seq: Int64
+    package var sender: UserID
+}
+
 extension LogEventKind {
+    /// A user's log as a table both databases read, with the columns of `events`: the user's own entries and its
+    /// groups' messages in its spans of membership (each stored once, in `group_events`), after `after` and up to
+    /// `upTo`. The arguments are SQL expressions; `messagesOnly` keeps only messages (kind 1).
+    ///
+    /// With `limit`, each span gives at most its first `limit` messages after `after` (a page takes no more from
+    /// any one), so that a page read after a long absence reads a bounded part of a busy group's backlog instead of
+    /// sorting all of it; a span that closed is read only up to the position the log's counter had when it closed.
+    package static func userLogSQL(
+        user: String,
+        after: String,
+        upTo: String? = nil,
+        limit: String? = nil,
+        messagesOnly: Bool = false
+    ) -> String {
+        let bound = { (table: String) in upTo.map { " AND \(table).cursor <= \($0)" } ?? "" }
+        let first = limit.map { limit in
+            """
+
+                AND g.cursor <= COALESCE((
+                    SELECT x.cursor FROM group_events x
+                    WHERE x.conversation_id = s.conversation_id AND x.cursor > \(after) AND x.cursor <= s.to_cursor
+                        AND x.seq > s.from_seq AND x.seq <= s.to_seq
+                    ORDER BY x.cursor LIMIT 1 OFFSET \(limit) - 1
+                ), 9223372036854775807)
+            """
+        }
+        return """
+            SELECT e.user_id, e.cursor, e.kind, e.conversation_id, e.seq, e.actor_id, e.detail, e.key
+            FROM events e
+            WHERE e.user_id = \(user) AND e.cursor > \(after)\(bound("e"))\(messagesOnly ? " AND e.kind = 1" : "")
+            UNION ALL
+            SELECT s.user_id, g.cursor, 1, g.conversation_id, g.seq, g.sender_id, NULL, NULL
+            FROM group_spans s
+            JOIN group_events g ON g.conversation_id = s.conversation_id AND g.cursor > \(after)\(bound("g"))
+                AND g.cursor <= s.to_cursor AND g.seq > s.from_seq AND g.seq <= s.to_seq\(first ?? "")
+            WHERE s.user_id = \(user)
+            """
+    }
+
     /// The sender of a message entry (`kind` 1) of the events table named `events`, as SQL both databases run:
     /// entries since the acknowledgements' rework carry it (`actor_id`); older ones read it from their message.
     package static func messageSenderSQL(events: String) -> String {
