@@ -94,6 +94,8 @@ let package = Package(
                 "CourierVocabulary",
                 "CourierStore",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                // SQLite's own C API, for what GRDB does not wrap (a statement's count of steps, in a test).
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSettings

@@ -414,12 +414,13 @@ enum PostgresSchema {
                 """,
                 """
                 CREATE TABLE group_spans (user_id BIGINT NOT NULL, conversation_id BIGINT NOT NULL,
-                    from_seq BIGINT NOT NULL, to_seq BIGINT NOT NULL, to_cursor BIGINT NOT NULL,
-                    PRIMARY KEY (user_id, conversation_id, from_seq))
+                    from_seq BIGINT NOT NULL, to_seq BIGINT NOT NULL, from_cursor BIGINT NOT NULL,
+                    to_cursor BIGINT NOT NULL, PRIMARY KEY (user_id, conversation_id, from_seq))
                 """,
                 """
-                INSERT INTO group_spans (user_id, conversation_id, from_seq, to_seq, to_cursor)
-                SELECT m.user_id, m.conversation_id, m.joined_seq, 9223372036854775807, 9223372036854775807
+                INSERT INTO group_spans (user_id, conversation_id, from_seq, to_seq, from_cursor, to_cursor)
+                SELECT m.user_id, m.conversation_id, m.joined_seq, 9223372036854775807,
+                    (SELECT last FROM log_positions), 9223372036854775807
                 FROM members m JOIN conversations c ON c.id = m.conversation_id AND c.kind = 2
                 """,
             ]

@@ -215,11 +215,14 @@ extension PostgresTransaction {
             """,
             logger: self.logger
         )
-        // Each member's span in the group opens at the seq it joined at (a rejoin at the seq it left at reopens it).
+        // Each member's span in the group opens at the seq it joined at, and at the log's counter as the last commit
+        // left it (a rejoin at the seq it left at reopens the span, from where it began): the group's row is
+        // locked, so its messages up to the seq have their positions, and later ones take theirs after this commits.
         try await self.connection.run(
             """
-            INSERT INTO group_spans (user_id, conversation_id, from_seq, to_seq, to_cursor)
-            SELECT user_id, \(conversation), \(seq), 9223372036854775807, 9223372036854775807
+            INSERT INTO group_spans (user_id, conversation_id, from_seq, to_seq, from_cursor, to_cursor)
+            SELECT user_id, \(conversation), \(seq), 9223372036854775807, (SELECT last FROM log_positions),
+                9223372036854775807
             FROM unnest(\(users.map(\.rawValue))::bigint[]) AS m(user_id)
             ON CONFLICT (user_id, conversation_id, from_seq) DO UPDATE SET to_seq = excluded.to_seq,
                 to_cursor = excluded.to_cursor

@@ -440,10 +440,12 @@ extension SQLiteTransaction {
 }
 
 extension SQLiteStore {
-    /// A member's span in a group opens at the seq it joined at (a rejoin at the seq it left at reopens that span).
+    /// A member's span in a group opens at the seq it joined at and at the log's counter as it stands (a rejoin
+    /// at the seq it left at reopens that span). No transaction sends to a group and changes its members: the
+    /// group's messages after the seq take their positions after this.
     static let openSpanSQL = """
-        INSERT INTO group_spans (user_id, conversation_id, from_seq, to_seq, to_cursor)
-        VALUES (?, ?, ?, 9223372036854775807, 9223372036854775807)
+        INSERT INTO group_spans (user_id, conversation_id, from_seq, to_seq, from_cursor, to_cursor)
+        VALUES (?, ?, ?, 9223372036854775807, (SELECT last FROM log_positions), 9223372036854775807)
         ON CONFLICT (user_id, conversation_id, from_seq) DO UPDATE SET to_seq = excluded.to_seq,
             to_cursor = excluded.to_cursor
         """

@@ -1,6 +1,7 @@
 package import CourierStore
 internal import Foundation
 internal import GRDB
+internal import GRDBSQLite
 
 extension SQLiteTransaction {
     // MARK: Logs and history
@@ -479,6 +480,18 @@ extension SQLiteStore {
         LEFT JOIN messages r ON e.kind = 1 AND r.conversation_id = m.conversation_id AND r.seq = m.reply_seq
         ORDER BY e.cursor
         """
+
+    /// How many of SQLite's virtual machine steps one page of a user's log takes to read: the work the read does,
+    /// counted by SQLite whatever the machine's speed (for the test that a page's cost does not grow with a
+    /// group's backlog).
+    package func eventsQuerySteps(for user: UserID, after cursor: Int64, limit: Int) async throws -> Int {
+        try await self.read { db in
+            let statement = try db.makeStatement(sql: Self.eventsSQL)
+            let rows = try Row.fetchCursor(statement, arguments: [user.rawValue, cursor, limit])
+            while try rows.next() != nil {}
+            return Int(sqlite3_stmt_status(statement.sqliteStatement, SQLITE_STMTSTATUS_VM_STEP, 0))
+        }
+    }
 
     /// SQLite's plan for the sync query, one line per step (for the test that holds the sync's cost down).
     package func explainEventsQuery() async throws -> [String] {

@@ -405,20 +405,23 @@ enum Schema {
                         PRIMARY KEY (conversation_id, cursor)
                     ) WITHOUT ROWID;
                     -- When each user belonged to each group: the group's messages after from_seq, up to to_seq
-                    -- (the seq it left at; the largest integer while it is a member), whose positions are at most
-                    -- to_cursor (the log's counter when it left: every message up to to_seq had its position by
-                    -- then, and none after). A span stays once closed: a device that had not read to the leave
-                    -- still reads what came before it.
+                    -- (the seq it left at; the largest integer while it is a member). Their positions lie after
+                    -- from_cursor and at most at to_cursor, the log's counter as it stood at the join and at the
+                    -- leave (the group's row locked: every message up to the seq had its position by then, and
+                    -- none after). A span stays once closed: a device that had not read to the leave still reads
+                    -- what came before it.
                     CREATE TABLE group_spans (
                         user_id INTEGER NOT NULL,
                         conversation_id INTEGER NOT NULL,
                         from_seq INTEGER NOT NULL,
                         to_seq INTEGER NOT NULL,
+                        from_cursor INTEGER NOT NULL,
                         to_cursor INTEGER NOT NULL,
                         PRIMARY KEY (user_id, conversation_id, from_seq)
                     ) WITHOUT ROWID;
-                    INSERT INTO group_spans (user_id, conversation_id, from_seq, to_seq, to_cursor)
-                    SELECT m.user_id, m.conversation_id, m.joined_seq, 9223372036854775807, 9223372036854775807
+                    INSERT INTO group_spans (user_id, conversation_id, from_seq, to_seq, from_cursor, to_cursor)
+                    SELECT m.user_id, m.conversation_id, m.joined_seq, 9223372036854775807,
+                        (SELECT last FROM log_positions), 9223372036854775807
                     FROM members m JOIN conversations c ON c.id = m.conversation_id AND c.kind = 2;
                     """
             )

@@ -179,6 +179,44 @@ struct GroupStreamTests {
         }
     }
 
+    @Test("SQLite: a page's work does not grow with the group's backlog before the join or after the cursor")
+    func pageCostBounded() async throws {
+        // SQLite's own count of steps, not time: the same on any machine. A bound SQLite did not use as the index's
+        // range (the whole stream after the cursor walked, row by row) makes the larger backlog cost ~8 times more.
+        func steps(backlog: Int) async throws -> Int {
+            try await withTemporaryDirectory { folder in
+                let fixture = try SQLiteFixture(folder: folder)
+                let ids = try await fixture.users("alice", "carol")
+                let (alice, carol) = (ids["alice"]!, ids["carol"]!)
+                try await fixture.store.createGroup(name: "tea", owner: "alice", members: [], nowMs: StoreFixture.start)
+                func send(_ range: Range<Int>) async throws {
+                    let requests = range.map { index in
+                        WriteRequest.send(
+                            .init(sender: alice, id: "m\(index)", to: .group("tea"), body: Array("第\(index)条 🍵".utf8))
+                        )
+                    }
+                    _ = try await fixture.store.apply(requests, nowMs: StoreFixture.start)
+                }
+                try await send(0..<backlog)
+                try await fixture.store.changeMembers(
+                    of: "tea",
+                    actor: nil,
+                    add: ["carol"],
+                    remove: [],
+                    nowMs: StoreFixture.start
+                )
+                try await send(backlog..<(2 * backlog))
+                let page = try await fixture.store.events(for: carol, after: 0, limit: 8)
+                #expect(page.count == 8)
+                #expect(Self.groupTexts(page).first == "第\(backlog)条 🍵")
+                return try await fixture.store.eventsQuerySteps(for: carol, after: 0, limit: 8)
+            }
+        }
+        let small = try await steps(backlog: 50)
+        let large = try await steps(backlog: 400)
+        #expect(large < small * 3 / 2, "a page took \(small) steps behind 100 messages, \(large) behind 800")
+    }
+
     @Test("migration v15: the members of groups from before read the group's new messages; others do not (SQLite)")
     func sqliteMigration() async throws {
         try await withTemporaryDirectory { folder in

@@ -79,9 +79,11 @@ extension LogEventKind {
     /// groups' messages in its spans of membership (each stored once, in `group_events`), after `after` and up to
     /// `upTo`. The arguments are SQL expressions; `messagesOnly` keeps only messages (kind 1).
     ///
-    /// With `limit`, each span gives at most its first `limit` messages after `after` (a page takes no more from
-    /// any one), so that a page read after a long absence reads a bounded part of a busy group's backlog instead of
-    /// sorting all of it; a span that closed is read only up to the position the log's counter had when it closed.
+    /// A span's messages are read by position between the counter as it stood when the user joined and when it
+    /// left (`from_cursor`, `to_cursor`), so nothing before the join or after the leave is walked. With `limit`,
+    /// each span gives at most its first `limit` messages after `after`, so that a page after a long absence reads
+    /// a bounded part of a busy group's backlog instead of sorting all of it. Each bound is one expression: SQLite
+    /// takes one lower and one upper bound of an index's range, and would filter by the others row by row.
     package static func userLogSQL(
         user: String,
         after: String,
@@ -89,27 +91,30 @@ extension LogEventKind {
         limit: String? = nil,
         messagesOnly: Bool = false
     ) -> String {
-        let bound = { (table: String) in upTo.map { " AND \(table).cursor <= \($0)" } ?? "" }
-        let first = limit.map { limit in
-            """
-
-                AND g.cursor <= COALESCE((
-                    SELECT x.cursor FROM group_events x
-                    WHERE x.conversation_id = s.conversation_id AND x.cursor > \(after) AND x.cursor <= s.to_cursor
-                        AND x.seq > s.from_seq AND x.seq <= s.to_seq
-                    ORDER BY x.cursor LIMIT 1 OFFSET \(limit) - 1
-                ), 9223372036854775807)
-            """
-        }
+        let lower = "CASE WHEN s.from_cursor > \(after) THEN s.from_cursor ELSE \(after) END"
+        let end = upTo.map { "CASE WHEN s.to_cursor < \($0) THEN s.to_cursor ELSE \($0) END" } ?? "s.to_cursor"
+        let inSpan = "AND g.seq > s.from_seq AND g.seq <= s.to_seq"
+        let upper =
+            limit.map { limit in
+                """
+                COALESCE((
+                        SELECT g.cursor FROM group_events g
+                        WHERE g.conversation_id = s.conversation_id AND g.cursor > \(lower) AND g.cursor <= \(end)
+                            \(inSpan)
+                        ORDER BY g.cursor LIMIT 1 OFFSET \(limit) - 1
+                    ), \(end))
+                """
+            } ?? end
         return """
             SELECT e.user_id, e.cursor, e.kind, e.conversation_id, e.seq, e.actor_id, e.detail, e.key
             FROM events e
-            WHERE e.user_id = \(user) AND e.cursor > \(after)\(bound("e"))\(messagesOnly ? " AND e.kind = 1" : "")
+            WHERE e.user_id = \(user) AND e.cursor > \(after)\(upTo.map { " AND e.cursor <= \($0)" } ?? "")\(
+                messagesOnly ? " AND e.kind = 1" : "")
             UNION ALL
             SELECT s.user_id, g.cursor, 1, g.conversation_id, g.seq, g.sender_id, NULL, NULL
             FROM group_spans s
-            JOIN group_events g ON g.conversation_id = s.conversation_id AND g.cursor > \(after)\(bound("g"))
-                AND g.cursor <= s.to_cursor AND g.seq > s.from_seq AND g.seq <= s.to_seq\(first ?? "")
+            JOIN group_events g ON g.conversation_id = s.conversation_id AND g.cursor > \(lower)
+                AND g.cursor <= \(upper) \(inSpan)
             WHERE s.user_id = \(user)
             """
     }
