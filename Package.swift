@@ -378,6 +378,7 @@ let package = Package(
             dependencies: [
                 "CourierPostgresTesting",
                 "courier",
+                "CourierBench",
                 "CourierChat",
                 "CourierClient",
                 "CourierProtocol",

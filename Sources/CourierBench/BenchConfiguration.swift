@@ -43,6 +43,11 @@ public struct BenchConfiguration: Sendable, Hashable {
     public var processes: Int = 1
     /// For `.idle`: how long the connections are held before the server's memory is read.
     public var settle: Duration = .seconds(5)
+    /// With `.pairs` on several nodes (`nodes`): each pair's two partners connect to the same node, so no message
+    /// crosses between nodes and no two nodes write one conversation (by default they are on different nodes).
+    public var partnersOnOneNode = false
+    /// The nodes the connections are spread over (user `i` on node `i % nodes`).
+    public var nodes = 1
     /// The longest the load may take before the run gives up and reports what it has.
     public var timeout: Duration = .seconds(300)
 

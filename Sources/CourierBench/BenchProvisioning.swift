@@ -34,6 +34,15 @@ public enum BenchProvisioning {
         return try await Self.provision(configuration, store: store)
     }
 
+    /// The partner of user `index` of `count` in the pairs pattern: `index ^ 1` (`span` 1: on different nodes when
+    /// there are several, user `i` being on node `i % nodes`); or, with `span` the number of nodes, the user `span`
+    /// places away in its block of `2 × span`, which is on the same node. Nil when that user does not exist.
+    public static func partner(of index: Int, count: Int, span: Int) -> Int? {
+        let block = index / (2 * span) * (2 * span)
+        let partner = block + (index - block + span) % (2 * span)
+        return partner < count ? partner : nil
+    }
+
     /// Makes the users, groups and tokens of a run in a store (a PostgreSQL database the nodes share).
     public static func provision(
         _ configuration: BenchConfiguration,
@@ -51,8 +60,11 @@ public enum BenchProvisioning {
         var targets: [BenchUser.Target] = Array(repeating: .none, count: names.count)
         switch configuration.pattern {
         case .pairs:
-            for index in names.indices where index ^ 1 < names.count {
-                targets[index] = .user(names[index ^ 1])
+            let span = configuration.partnersOnOneNode ? configuration.nodes : 1
+            for index in names.indices {
+                if let partner = Self.partner(of: index, count: names.count, span: span) {
+                    targets[index] = .user(names[partner])
+                }
             }
         case .groups(let size):
             for start in stride(from: 0, to: names.count, by: size) {

@@ -54,7 +54,7 @@ public struct BenchPlan: Sendable {
     /// in it afterwards.
     public var database: String?
     /// With `database`: how many `courier serve` nodes share it (user `i` connects to node `i % nodes`: with two or
-    /// more, each pair's partners are on different nodes).
+    /// more, each pair's partners are on different nodes, unless `BenchConfiguration.partnersOnOneNode`).
     public var nodes = 1
 
     public init(configuration: BenchConfiguration, executable: URL) {

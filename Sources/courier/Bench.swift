@@ -162,6 +162,14 @@ struct Bench: AsyncParsableCommand {
     )
     var timeout = DurationValue(.seconds(300))
 
+    @Flag(
+        help: """
+            With --pattern pairs and --nodes: each pair's partners on the same node, so no message crosses between \
+            nodes and no two nodes write one conversation (by default every pair is split between two nodes).
+            """
+    )
+    var partnersOnOneNode = false
+
     @Flag(help: "Skip measuring the fsync and bare-insert ceilings.")
     var noCeilings = false
 
@@ -243,6 +251,14 @@ struct Bench: AsyncParsableCommand {
             }
         }
         if let rate, rate <= 0 { throw ValidationError("--rate must be positive") }
+        if self.partnersOnOneNode {
+            guard self.pattern == .pairs, self.nodes > 1, self.connections.isMultiple(of: 2 * self.nodes) else {
+                throw ValidationError(
+                    "--partners-on-one-node goes with --pattern pairs, --nodes 2 or more, and --connections a "
+                        + "multiple of twice the nodes"
+                )
+            }
+        }
         guard self.processes >= 1, self.processes <= 250 else {
             throw ValidationError("--processes must be between 1 and 250")
         }
@@ -317,6 +333,8 @@ struct Bench: AsyncParsableCommand {
         configuration.settle = self.settle.duration
         configuration.processes = self.processes
         configuration.timeout = self.timeout.duration
+        configuration.nodes = self.nodes
+        configuration.partnersOnOneNode = self.partnersOnOneNode
         return configuration
     }
 
