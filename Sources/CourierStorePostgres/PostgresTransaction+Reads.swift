@@ -53,8 +53,8 @@ extension PostgresTransaction {
                m.sender_id, m.sender_device_id, m.client_id, m.time_ms, m.body, m.recalled,
                m.edited_ms, m.reply_seq, r.sender_id AS r_sender, r.client_id AS r_client_id, r.body AS r_body,
                r.recalled AS r_recalled,
-               CASE WHEN r.seq IS NOT NULL THEN (SELECT joined_seq FROM members j
-                   WHERE j.conversation_id = e.conversation_id AND j.user_id = e.user_id) END AS reader_joined,
+               CASE WHEN r.seq IS NOT NULL THEN COALESCE(e.joined_seq, (SELECT joined_seq FROM members j
+                   WHERE j.conversation_id = e.conversation_id AND j.user_id = e.user_id)) END AS reader_joined,
                e.key
         """
 

@@ -471,8 +471,8 @@ extension SQLiteStore {
                c.name AS group_name, c.user_a, c.user_b,
                m.sender_id, m.sender_device_id, m.client_id, m.time_ms, m.body, m.recalled,
                m.edited_ms, m.reply_seq, r.sender_id, r.client_id, r.body, r.recalled,
-               CASE WHEN r.seq IS NOT NULL THEN (SELECT joined_seq FROM members j
-                   WHERE j.conversation_id = e.conversation_id AND j.user_id = e.user_id) END,
+               CASE WHEN r.seq IS NOT NULL THEN COALESCE(e.joined_seq, (SELECT joined_seq FROM members j
+                   WHERE j.conversation_id = e.conversation_id AND j.user_id = e.user_id)) END,
                e.key
         FROM (\(LogEventKind.userLogSQL(user: "?1", after: "?2", limit: "?3")) ORDER BY cursor LIMIT ?3) e
         LEFT JOIN conversations c ON c.id = e.conversation_id

@@ -123,6 +123,67 @@ struct GroupStreamTests {
     }
 
     @Test(
+        "a reply's quote, read back, is seen as the membership it came in allowed, whatever came after",
+        arguments: StoreKind.allCases
+    )
+    func quotesByTheirSpan(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let ids = try await fixture.users("alice", "bob", "carol", "dave")
+            let (alice, bob, carol, dave) = (ids["alice"]!, ids["bob"]!, ids["carol"]!, ids["dave"]!)
+            try await fixture.store.createGroup(
+                name: "tea",
+                owner: "alice",
+                members: ["bob", "carol"],
+                nowMs: StoreFixture.start
+            )
+            func change(add: [String] = [], remove: [String] = []) async throws {
+                try await fixture.store.changeMembers(
+                    of: "tea",
+                    actor: nil,
+                    add: add,
+                    remove: remove,
+                    nowMs: StoreFixture.start
+                )
+            }
+            _ = try await fixture.sent(alice, "q1", to: .group("tea"), "原文 📜")
+            try await change(add: ["dave"])
+            let reply = try await fixture.store.apply(
+                [
+                    .send(
+                        .init(
+                            sender: bob,
+                            id: "r1",
+                            to: .group("tea"),
+                            body: Array("回复 ↩️".utf8),
+                            replyTo: .id("q1", from: "alice")
+                        )
+                    )
+                ],
+                nowMs: StoreFixture.start
+            )
+            // As handed over when it was sent: carol may see the quote, dave (who joined after it) may not.
+            var handed: [UserID: Bool] = [:]
+            for user in [carol, dave] {
+                guard case .message(let message)? = reply.fresh[user]?.events.last?.kind else { continue }
+                handed[user] = message.replyTo?.visible
+            }
+            #expect(handed == [carol: true, dave: false])
+            // carol leaves and comes back later; read back, each sees it as it was handed.
+            try await change(remove: ["carol"])
+            _ = try await fixture.sent(alice, "m3", to: .group("tea"), "后来 ⏳")
+            try await change(add: ["carol"])
+            for (user, visible) in [(carol, true), (dave, false)] {
+                let quotes = try await fixture.log(user).compactMap { event -> StoredReply? in
+                    guard case .message(let message) = event.kind, message.id == "r1" else { return nil }
+                    return message.replyTo
+                }
+                #expect(quotes.map(\.visible) == [visible], "\(user)")
+                #expect(quotes.map { String(decoding: $0.body, as: UTF8.self) } == [visible ? "原文 📜" : ""])
+            }
+        }
+    }
+
+    @Test(
         "pages of every size over two busy groups and a direct chat, one left midway: the same events, in order, once",
         arguments: StoreKind.allCases
     )

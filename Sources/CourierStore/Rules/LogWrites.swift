@@ -77,7 +77,9 @@ package struct GroupEventRow: Sendable, Equatable {
 extension LogEventKind {
     /// A user's log as a table both databases read, with the columns of `events`: the user's own entries and its
     /// groups' messages in its spans of membership (each stored once, in `group_events`), after `after` and up to
-    /// `upTo`. The arguments are SQL expressions; `messagesOnly` keeps only messages (kind 1).
+    /// `upTo`. The arguments are SQL expressions; `messagesOnly` keeps only messages (kind 1). A group's message
+    /// also carries `joined_seq`, where its span began: whether the reader may see what a reply quotes is decided
+    /// by the membership the message came in, not by a later one (NULL for the user's own entries).
     ///
     /// A span's messages are read by position between the counter as it stood when the user joined and when it
     /// left (`from_cursor`, `to_cursor`), so nothing before the join or after the leave is walked. With `limit`,
@@ -106,12 +108,13 @@ extension LogEventKind {
                 """
             } ?? end
         return """
-            SELECT e.user_id, e.cursor, e.kind, e.conversation_id, e.seq, e.actor_id, e.detail, e.key
+            SELECT e.user_id, e.cursor, e.kind, e.conversation_id, e.seq, e.actor_id, e.detail, e.key,
+                NULL AS joined_seq
             FROM events e
             WHERE e.user_id = \(user) AND e.cursor > \(after)\(upTo.map { " AND e.cursor <= \($0)" } ?? "")\(
                 messagesOnly ? " AND e.kind = 1" : "")
             UNION ALL
-            SELECT s.user_id, g.cursor, 1, g.conversation_id, g.seq, g.sender_id, NULL, NULL
+            SELECT s.user_id, g.cursor, 1, g.conversation_id, g.seq, g.sender_id, NULL, NULL, s.from_seq
             FROM group_spans s
             JOIN group_events g ON g.conversation_id = s.conversation_id AND g.cursor > \(lower)
                 AND g.cursor <= \(upper) \(inSpan)
