@@ -22,6 +22,16 @@ struct GroupStreamTests {
         }
     }
 
+    /// Adds and removes members of a group, as the administrator.
+    static func change(
+        _ store: any CourierDatabase,
+        of group: String = "tea",
+        add: [String] = [],
+        remove: [String] = []
+    ) async throws {
+        try await store.changeMembers(of: group, actor: nil, add: add, remove: remove, nowMs: StoreFixture.start)
+    }
+
     @Test(
         "join, leave, rejoin, and leave and rejoin with nothing between: each member's log, heads and acknowledgements",
         arguments: StoreKind.allCases
@@ -36,17 +46,8 @@ struct GroupStreamTests {
                 members: ["bob"],
                 nowMs: StoreFixture.start
             )
-            func change(add: [String] = [], remove: [String] = []) async throws {
-                try await fixture.store.changeMembers(
-                    of: "tea",
-                    actor: nil,
-                    add: add,
-                    remove: remove,
-                    nowMs: StoreFixture.start
-                )
-            }
             _ = try await fixture.sent(alice, "m1", to: .group("tea"), "早上好 ☀️")
-            try await change(add: ["carol"])
+            try await Self.change(fixture.store, add: ["carol"])
             let carolJoined = try await fixture.store.logCursor(of: carol)
             // carol's phone from here (a device starts at its user's head)
             let phone = try await fixture.store.login(
@@ -74,15 +75,15 @@ struct GroupStreamTests {
             let acknowledged = (
                 bob: try await delivered(bob, after: bobBefore), alice: try await delivered(alice, after: aliceBefore)
             )
-            try await change(remove: ["carol"])
+            try await Self.change(fixture.store, remove: ["carol"])
             _ = try await fixture.sent(alice, "m3", to: .group("tea"), "مرحبا بالجميع")
             // A device of carol's that had read only to her joining still reads what came while she belonged.
             #expect(Self.groupTexts(try await fixture.log(carol, after: carolJoined)) == ["こんにちは"])
-            try await change(add: ["carol"])
+            try await Self.change(fixture.store, add: ["carol"])
             _ = try await fixture.sent(alice, "m4", to: .group("tea"), "👋 欢迎回来")
             // Out and in again with no message between: the span reopens, nothing twice.
-            try await change(remove: ["carol"])
-            try await change(add: ["carol"])
+            try await Self.change(fixture.store, remove: ["carol"])
+            try await Self.change(fixture.store, add: ["carol"])
             _ = try await fixture.sent(carol, "m5", to: .group("tea"), "谢谢 🙏")
 
             let everything = ["早上好 ☀️", "こんにちは", "مرحبا بالجميع", "👋 欢迎回来", "谢谢 🙏"]
@@ -136,17 +137,8 @@ struct GroupStreamTests {
                 members: ["bob", "carol"],
                 nowMs: StoreFixture.start
             )
-            func change(add: [String] = [], remove: [String] = []) async throws {
-                try await fixture.store.changeMembers(
-                    of: "tea",
-                    actor: nil,
-                    add: add,
-                    remove: remove,
-                    nowMs: StoreFixture.start
-                )
-            }
             _ = try await fixture.sent(alice, "q1", to: .group("tea"), "原文 📜")
-            try await change(add: ["dave"])
+            try await Self.change(fixture.store, add: ["dave"])
             let reply = try await fixture.store.apply(
                 [
                     .send(
@@ -169,9 +161,9 @@ struct GroupStreamTests {
             }
             #expect(handed == [carol: true, dave: false])
             // carol leaves and comes back later; read back, each sees it as it was handed.
-            try await change(remove: ["carol"])
+            try await Self.change(fixture.store, remove: ["carol"])
             _ = try await fixture.sent(alice, "m3", to: .group("tea"), "后来 ⏳")
-            try await change(add: ["carol"])
+            try await Self.change(fixture.store, add: ["carol"])
             for (user, visible) in [(carol, true), (dave, false)] {
                 let quotes = try await fixture.log(user).compactMap { event -> StoredReply? in
                     guard case .message(let message) = event.kind, message.id == "r1" else { return nil }
@@ -204,13 +196,7 @@ struct GroupStreamTests {
             var sent = 0
             for round in 0..<40 {
                 if round == 25 {
-                    try await fixture.store.changeMembers(
-                        of: "chai",
-                        actor: nil,
-                        add: [],
-                        remove: ["carol"],
-                        nowMs: StoreFixture.start
-                    )
+                    try await Self.change(fixture.store, of: "chai", remove: ["carol"])
                 }
                 let (sender, to): (UserID, Conversation) =
                     switch random.next() % 4 {
@@ -259,13 +245,7 @@ struct GroupStreamTests {
                     _ = try await fixture.store.apply(requests, nowMs: StoreFixture.start)
                 }
                 try await send(0..<backlog)
-                try await fixture.store.changeMembers(
-                    of: "tea",
-                    actor: nil,
-                    add: ["carol"],
-                    remove: [],
-                    nowMs: StoreFixture.start
-                )
+                try await Self.change(fixture.store, add: ["carol"])
                 try await send(backlog..<(2 * backlog))
                 let page = try await fixture.store.events(for: carol, after: 0, limit: 8)
                 #expect(page.count == 8)
