@@ -95,14 +95,7 @@ package struct EventLogBook: Sendable {
     ///
     /// - Returns: The entry's number in the transaction (1, 2, …), its position once ``rebase(by:)`` adds the base.
     package mutating func next(for user: UserID, event: @autoclosure () -> StoredEvent.Kind?) -> Int64 {
-        precondition(!self.rebased, "an entry numbered after the log's positions were taken")
-        if self.logs[user] == nil, let row = self.carried[user] { self.start(user, at: row.cursor) }
-        let (maxFresh, room) = (self.maxFreshPerUser, self.freshRoom)
-        let number = self.count + 1
-        guard self.logs[user]?.number(number, maxFresh: maxFresh, room: { room?(user) }, event: event) != nil
-        else { preconditionFailure("the stored cursor of \(user) was not read") }
-        self.count = number
-        return number
+        self.next(forAll: CollectionOfOne(user)) { _ in event() }
     }
 
     /// Numbers one entry shared by several users' logs (whose cursors must be known): a group's message, stored
