@@ -54,6 +54,7 @@ extension PostgresGroupCommit {
             let found = try await self.directIDs(pairs, connection)
             for pair in pairs { self.commit.loadDirect(pair, id: found[pair]) }
         }
+        try self.requireLocked(by: userNames.union(groupNames), pairs)
         for pair in newPairs.sorted(by: { ($0.a, $0.b) < ($1.a, $1.b) }) {
             try await self.makeDirect(pair, connection)
         }
@@ -162,23 +163,42 @@ extension PostgresGroupCommit {
     ///
     /// - Returns: Every member of them.
     mutating func lockConversations(_ ids: [Int64], _ connection: PostgresConnection) async throws -> Set<UserID> {
+        try await self.loadConversations(ids, lock: self.planned ? .nowait : .wait, connection)
+    }
+
+    /// Throws ``StaleBatchRead`` when a conversation a request names, found after the plan, is one the plan read
+    /// without its lock (for acknowledgements alone): the request may write it. The batch runs again from a new
+    /// plan, which finds the name and locks the row. Rare: the name was taken, or its direct conversation made, in
+    /// the moment between the plan's lookups and its read of the acknowledgements' conversations.
+    private func requireLocked(by names: Set<String>, _ pairs: Set<UserPair>) throws {
+        guard !self.unlocked.isEmpty else { return }
+        let found =
+            names.compactMap { self.commit.loadedGroupID(named: $0) }
+            + pairs.compactMap { self.commit.loadedDirectID($0) }
+        if found.contains(where: { self.unlocked[$0] != nil }) { throw StaleBatchRead() }
+    }
+
+    /// Reads conversations' rows with their members without locking them (the ones loaded already are kept),
+    /// noting each one's last seq in ``unlocked``.
+    ///
+    /// - Returns: Every member of them.
+    mutating func readConversations(_ ids: [Int64], _ connection: PostgresConnection) async throws -> Set<UserID> {
+        try await self.loadConversations(ids.filter { !self.commit.has(.conversation($0)) }, lock: .none, connection)
+    }
+
+    private mutating func loadConversations(
+        _ ids: [Int64],
+        lock: PostgresTransaction.RowLock,
+        _ connection: PostgresConnection
+    ) async throws -> Set<UserID> {
         guard !ids.isEmpty else { return [] }
-        let rows =
-            self.planned
-            ? try await connection.rows(
-                """
-                SELECT id, name, user_a, user_b, last_seq, last_ms, owner_id FROM conversations WHERE id = ANY(\(ids))
-                ORDER BY id FOR UPDATE NOWAIT
-                """,
-                logger: self.logger
-            )
-            : try await connection.rows(
-                """
-                SELECT id, name, user_a, user_b, last_seq, last_ms, owner_id FROM conversations WHERE id = ANY(\(ids))
-                ORDER BY id FOR UPDATE
-                """,
-                logger: self.logger
-            )
+        let rows = try await connection.rows(
+            """
+            SELECT id, name, user_a, user_b, last_seq, last_ms, owner_id FROM conversations WHERE id = ANY(\(ids))
+            ORDER BY id \(unescaped: lock.clause())
+            """,
+            logger: self.logger
+        )
         var members: [Int64: [UserID: BatchConversation.Member]] = [:]
         var everyone: Set<UserID> = []
         for member in try await connection.rows(
@@ -200,6 +220,7 @@ extension PostgresGroupCommit {
         }
         for row in rows {
             let id: Int64 = try row.get("id")
+            if lock == .none, !self.commit.has(.conversation(id)) { self.unlocked[id] = try row.get("last_seq") }
             self.commit.load(
                 BatchConversation(
                     id: id,
@@ -231,7 +252,7 @@ extension PostgresGroupCommit {
 
     private mutating func loadUsers(
         _ users: Set<UserID>,
-        lock: PostgresTransaction.UserLock,
+        lock: PostgresTransaction.RowLock,
         _ connection: PostgresConnection
     ) async throws {
         let ids = users.filter { !self.commit.has(.user($0)) }.map(\.rawValue).sorted()

@@ -5,8 +5,11 @@ internal import PostgresNIO
 extension PostgresGroupCommit {
     /// Writes what the batch changed, one statement for each table.
     mutating func write(_ connection: PostgresConnection) async throws {
-        try await self.writeMessages(connection)
         let changed = self.commit.conversations.values.filter(\.dirty).sorted { $0.id < $1.id }
+        // A conversation read without its lock is never written: its seq could be another node's meanwhile.
+        // (``requireLocked(by:_:)`` sends every request that could change one to a new plan first.)
+        if changed.contains(where: { self.unlocked[$0.id] != nil }) { throw StaleBatchRead() }
+        try await self.writeMessages(connection)
         if !changed.isEmpty {
             try await connection.run(
                 """
@@ -33,9 +36,13 @@ extension PostgresGroupCommit {
             }
         }
         if !users.isEmpty {
+            // Every mark only moves forward. A member's row is written under its user's lock, but its conversation
+            // may have been read without one (acknowledgements'), and a leave and a rejoin meanwhile make a new row:
+            // the merge never takes one back.
             try await connection.run(
                 """
-                UPDATE members SET read_seq = m.read_seq, delivered_seq = m.delivered_seq, sent = m.sent
+                UPDATE members SET read_seq = GREATEST(members.read_seq, m.read_seq),
+                    delivered_seq = GREATEST(members.delivered_seq, m.delivered_seq), sent = members.sent OR m.sent
                 FROM unnest(\(conversationIDs)::bigint[], \(users)::bigint[], \(reads)::bigint[],
                     \(delivered)::bigint[], \(sent)::boolean[]) AS m(conversation_id, user_id, read_seq, delivered_seq, sent)
                 WHERE members.conversation_id = m.conversation_id AND members.user_id = m.user_id

@@ -6,10 +6,12 @@ extension PostgresStore {
     /// Applies many writes in one transaction (group commit), with ``GroupCommit``'s rules.
     ///
     /// Before any request is applied, the batch locks every row it plans to write, in one order: the
-    /// conversations, then the users its requests are from (and a direct message's peer), then the acknowledging
-    /// devices, each by id; the log's counter last, at its end. Another node's batch from the same users waits for
-    /// this one's commit, and no two batches wait for each other in a circle. The members whose logs only grow are
-    /// read without a lock (``PostgresTransaction/writeLog(_:_:logger:)``). What is applied is read under the locks. A row
+    /// conversations, then the users its requests are from (and the peer of a direct conversation yet to be made),
+    /// then the acknowledging devices, each by id; the log's counter last, at its end. Another node's batch from the
+    /// same users waits for this one's commit, and no two batches wait for each other in a circle. The members whose
+    /// logs only grow are read without a lock (``PostgresTransaction/writeLog(_:_:logger:)``), and so are the
+    /// conversations acknowledgements alone deliver into (they write only their users' member rows, under those
+    /// users' locks). What is applied is read under the locks. A row
     /// the plan did not foresee (a conversation another node made since the plan read, and its members) is locked
     /// out of order without waiting: when another transaction holds it, the batch is rolled back and runs again from
     /// a new plan, which foresees it. (Waiting there could close a circle, which PostgreSQL breaks only after its
@@ -49,6 +51,10 @@ struct PostgresGroupCommit {
     var logger: Logger { self.store.logger }
     /// Whether the plan's locks are taken: a row locked after them is locked out of their order, without waiting.
     private(set) var planned = false
+    /// The conversations read without their rows' locks (the ones only acknowledgements deliver into), with the
+    /// last seq each had: one the batch's rules then change is locked before the batch writes it
+    /// (``lockChanged(_:)``).
+    var unlocked: [Int64: Int64] = [:]
 
     /// The batch's rules and rows, loaded in place.
     var commit: GroupCommit {
@@ -76,8 +82,13 @@ struct PostgresGroupCommit {
             case .send(let send):
                 users.insert(send.sender)
                 let (conversation, peer) = self.planned(send.to, for: send.sender)
-                if let conversation { conversations.insert(conversation) }
-                if let peer { users.insert(peer) }
+                if let conversation {
+                    conversations.insert(conversation)
+                } else if let peer {
+                    // A direct conversation yet to be made: both users' rows are locked while it is (makeDirect).
+                    // Once made, the peer's row is not written: its log grows without a lock.
+                    users.insert(peer)
+                }
             case .markRead, .recall, .edit, .react:
                 // A read mark, a recall, an edit or a reaction locks the conversation's row, not the other user's
                 // (an edit or a reaction is read under that lock: no recall comes between).
@@ -91,10 +102,13 @@ struct PostgresGroupCommit {
                 acks.append((user, device, cursor))
             }
         }
+        var delivering: Set<Int64> = []
         if !acks.isEmpty {
-            // The conversations whose delivered receipts the acknowledgements would make, as they stand before the
-            // locks (read again under them).
-            conversations.formUnion(
+            // The conversations whose delivered receipts the acknowledgements would make. An acknowledgement writes
+            // only its user's member rows there, which every request that writes them does under that user's
+            // lock; so these conversations are read without theirs (another node's sends into them do not wait
+            // for this batch, nor this batch for them).
+            delivering.formUnion(
                 try await connection.values(
                     """
                     SELECT DISTINCT e.conversation_id FROM unnest(\(acks.map(\.user.rawValue))::bigint[],
@@ -112,11 +126,13 @@ struct PostgresGroupCommit {
                 )
             )
         }
-        // The conversations' rows locked and read with their members, two statements for the batch; then the rows
+        // The conversations' rows locked and read with their members, two statements for the batch (the ones only
+        // acknowledgements deliver into read without a lock, two more); then the rows
         // of the users the requests are from (a sender's lock keeps a resend of its id on another node out until
         // this batch commits), then the devices. The other members' rows are read without a lock: their logs only
         // grow, and a log's positions are taken under the counter at the batch's end.
-        let members = try await self.lockConversations(conversations.sorted(), connection)
+        var members = try await self.lockConversations(conversations.sorted(), connection)
+        members.formUnion(try await self.readConversations(delivering.subtracting(conversations).sorted(), connection))
         try await self.lockUsers(users, connection)
         try await self.readUsers(members.subtracting(users), connection)
         try await self.lockDevices(acks.map(\.device), connection)
@@ -200,3 +216,7 @@ extension WriteRequest {
         }
     }
 }
+
+/// A group commit came to need a lock on a conversation its plan read without one: the transaction is rolled back
+/// and runs again from a new plan (``PostgresStore/isRetryable(_:)``).
+struct StaleBatchRead: Error {}

@@ -192,10 +192,12 @@ extension PostgresStore {
         }
     }
 
-    /// Whether PostgreSQL aborted a transaction that may succeed when run again: a deadlock (40P01), a
+    /// Whether a transaction was aborted and may succeed when run again: PostgreSQL's deadlock (40P01),
     /// serialization failure (40001), or a row lock a batch took out of its order with NOWAIT that another
-    /// transaction held (55P03).
+    /// transaction held (55P03); or a group commit that came to need a lock on a row it had read without one
+    /// (``StaleBatchRead``).
     static func isRetryable(_ error: any Error) -> Bool {
+        if error is StaleBatchRead { return true }
         guard let error = error as? PSQLError, let state = error.serverInfo?[.sqlState] else { return false }
         return state == "40P01" || state == "40001" || state == "55P03"
     }

@@ -9,16 +9,27 @@ extension PostgresTransaction {
         try await Self.users(users.map(\.rawValue).sorted(), lock: .wait, self.connection, logger: self.logger)
     }
 
-    /// How ``users(_:lock:_:logger:)`` takes users' rows.
-    enum UserLock {
+    /// How a batch takes rows (users' in ``users(_:lock:_:logger:)``, conversations' in a group commit).
+    enum RowLock {
         /// Locked, waiting for another transaction that holds one.
         case wait
         /// Locked, for a lock taken out of a batch's order: a row another transaction holds is not waited for
         /// (PostgreSQL refuses at once with `lock_not_available`, and the write runs again from a new plan), so a
         /// lock taken out of order can never close a circle of waiting transactions.
         case nowait
-        /// Read without a lock: a user whose log only grows (its entries take their positions under the counter).
+        /// Read without a lock: a user whose log only grows (its entries take their positions under the counter),
+        /// or a conversation only acknowledgements deliver into (they write only their users' member rows).
         case none
+
+        /// The clause that takes the lock, of the rows of `table` (an alias in the query) or of every table in it.
+        func clause(of table: String? = nil) -> String {
+            let of = table.map { " OF \($0)" } ?? ""
+            return switch self {
+            case .wait: "FOR UPDATE\(of)"
+            case .nowait: "FOR UPDATE\(of) NOWAIT"
+            case .none: ""
+            }
+        }
     }
 
     /// Reads users' rows, in the order of their ids, locking them as asked: their logs' newest cursors
@@ -28,17 +39,12 @@ extension PostgresTransaction {
     /// - Throws: `storage-failed` when one of them does not exist.
     static func users(
         _ ids: [Int64],
-        lock: UserLock,
+        lock: RowLock,
         _ connection: PostgresConnection,
         logger: Logger
     ) async throws -> [UserID: UserRow] {
         guard !ids.isEmpty else { return [:] }
-        let clause =
-            switch lock {
-            case .wait: "FOR UPDATE OF u"
-            case .nowait: "FOR UPDATE OF u NOWAIT"
-            case .none: ""
-            }
+        let clause = lock.clause(of: "u")
         let rows = try await connection.rows(
             """
             SELECT u.id, COALESCE(h.cursor, 0) AS log_cursor, u.removed_ms IS NOT NULL AS removed

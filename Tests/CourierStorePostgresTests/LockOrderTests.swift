@@ -122,44 +122,171 @@ struct LockOrderTests {
             let alice = try await store.addUser(name: "alice", password: "x", nowMs: 1).id
             _ = try await store.addUser(name: "bob", password: "x", nowMs: 1)
             let carol = try await store.addUser(name: "carol", password: "x", nowMs: 1).id
-            let logger = TestDatabase.logger
-            let batch = try await TestDatabase.admin(location) { other in
-                // carol's row held by another node's batch for as long as this batch takes.
-                try await other.run("BEGIN", logger: logger)
-                try await other.run("SELECT id FROM users WHERE id = \(carol.rawValue) FOR UPDATE", logger: logger)
-                let finished = Finished()
-                let batch = Task {
-                    defer { finished.value.store(true, ordering: .releasing) }
-                    return try await store.apply(
-                        [
-                            .markRead(user: alice, conversation: .user("carol"), upToSeq: 1),
-                            .send(.init(sender: alice, id: "m1", to: .user("bob"), body: Array("hi".utf8))),
-                        ],
-                        nowMs: 2
-                    )
-                }
-                // Done, or stuck behind carol's row: either way the row is let go once one of them is seen.
-                var waited = false
-                try await waitUntil("the batch ends or waits") {
-                    try await other.run("SELECT pg_stat_clear_snapshot()", logger: logger)
-                    waited =
-                        try await other.value(
-                            """
-                            SELECT count(*)::bigint FROM pg_stat_activity
-                            WHERE datname = current_database() AND wait_event_type = 'Lock'
-                            """,
-                            as: Int64.self,
-                            logger: logger
-                        ) != 0
-                    return waited || finished.value.load(ordering: .acquiring)
-                }
-                #expect(!waited, "the batch waited for carol's row")
-                try await other.run("COMMIT", logger: logger)
-                return await batch.result
-            }
-            let outcomes = try batch.get().outcomes
+            // carol's row held by another node's batch for as long as this batch takes.
+            let outcomes = try await Self.withoutWaiting(
+                for: "SELECT id FROM users WHERE id = \(carol.rawValue) FOR UPDATE",
+                location
+            ) {
+                try await store.apply(
+                    [
+                        .markRead(user: alice, conversation: .user("carol"), upToSeq: 1),
+                        .send(.init(sender: alice, id: "m1", to: .user("bob"), body: Array("hi".utf8))),
+                    ],
+                    nowMs: 2
+                )
+            }.outcomes
             #expect(outcomes.map(refusal) == [.notMember, nil], "\(outcomes)")
             #expect(!capture.text.contains("write retried"), "the batch ran once")
+        }
+    }
+
+    @Test(
+        "an acknowledgement does not lock the conversations it delivers into, nor a send to a direct conversation its peer's row"
+    )
+    func acksAndSendsLockLess() async throws {
+        try await Self.withStore { location, store, capture in
+            let alice = try await store.addUser(name: "alice", password: "x", nowMs: 1).id
+            let bob = try await store.addUser(name: "bob", password: "x", nowMs: 1).id
+            let phone = try await store.login(user: "bob", password: "x", deviceName: "phone", nowMs: 1).device.id
+            _ = try await store.apply(
+                [.send(.init(sender: alice, id: "m1", to: .user("bob"), body: Array("你好 👋".utf8)))],
+                nowMs: 2
+            )
+            let conversation = try #require(
+                try await TestDatabase.admin(location) { connection in
+                    try await connection.value(
+                        "SELECT conversation_id FROM messages WHERE client_id = 'm1'",
+                        as: Int64.self,
+                        logger: TestDatabase.logger
+                    )
+                }
+            )
+            let aliceBefore = try await store.logCursor(of: alice)
+            // The conversation's row held, as another node's batch sending into it holds it: bob's phone
+            // acknowledges alice's message all the same, and alice hears it was delivered.
+            let acked = try await Self.withoutWaiting(
+                for: "SELECT id FROM conversations WHERE id = \(conversation) FOR UPDATE",
+                location
+            ) {
+                try await store.apply(
+                    [.ack(user: bob, device: phone, cursor: try await store.logCursor(of: bob))],
+                    nowMs: 3
+                )
+            }
+            #expect(acked.outcomes == [.done])
+            let heard = try await store.events(for: alice, after: aliceBefore, limit: 10).map(\.kind)
+            #expect(heard == [.receipt(conversation: .user("bob"), user: "bob", kind: .delivered, upToSeq: 1)])
+            let delivered = try await TestDatabase.admin(location) { connection in
+                try await connection.value(
+                    "SELECT delivered_seq FROM members WHERE conversation_id = \(conversation) AND user_id = \(bob.rawValue)",
+                    as: Int64.self,
+                    logger: TestDatabase.logger
+                )
+            }
+            #expect(delivered == 1)
+            // bob's row held, as another node's batch of bob's own requests holds it: alice's send into their
+            // conversation goes on.
+            let sent = try await Self.withoutWaiting(
+                for: "SELECT id FROM users WHERE id = \(bob.rawValue) FOR UPDATE",
+                location
+            ) {
+                try await store.apply(
+                    [.send(.init(sender: alice, id: "m2", to: .user("bob"), body: Array("שלום".utf8)))],
+                    nowMs: 4
+                )
+            }
+            guard case .sent(let receipt) = sent.outcomes.first else {
+                Issue.record("not sent: \(sent.outcomes)")
+                return
+            }
+            #expect(receipt.seq == 2)
+            #expect(!capture.text.contains("write retried"), "every batch ran once")
+        }
+    }
+
+    @Test(
+        "a request that names, after the plan, a conversation the plan read without its lock runs again from a new plan"
+    )
+    func unlockedConversationNamedLater() async throws {
+        try await Self.withStore { location, store, capture in
+            let alice = try await store.addUser(name: "alice", password: "x", nowMs: 1).id
+            let bob = try await store.addUser(name: "bob", password: "x", nowMs: 1).id
+            let phone = try await store.login(user: "bob", password: "x", deviceName: "phone", nowMs: 1).device.id
+            try await store.createGroup(name: "tea", owner: "alice", members: ["bob"], nowMs: 1)
+            _ = try await store.apply(
+                [.send(.init(sender: alice, id: "m1", to: .group("tea"), body: Array("お茶".utf8)))],
+                nowMs: 2
+            )
+            let logger = TestDatabase.logger
+            let outcomes = try await TestDatabase.admin(location) { held in
+                try await TestDatabase.admin(location) { other in
+                    // bob's row held: the batch plans (bob's acknowledgement delivers into tea, read without its
+                    // lock; bob's send names books, which is nothing yet) and waits for it.
+                    try await held.run("BEGIN", logger: logger)
+                    try await held.run("SELECT id FROM users WHERE id = \(bob.rawValue) FOR UPDATE", logger: logger)
+                    let batch = Task {
+                        try await store.apply(
+                            [
+                                .ack(user: bob, device: phone, cursor: try await store.logCursor(of: bob)),
+                                .send(.init(sender: bob, id: "b1", to: .group("books"), body: Array("好".utf8))),
+                            ],
+                            nowMs: 3
+                        )
+                    }
+                    try await Self.waitForLockWaiter(on: "FROM users", other)
+                    // Meanwhile another node renames tea to books: the send's name, found after the plan, is the
+                    // conversation the plan did not lock.
+                    try await other.run("UPDATE conversations SET name = 'books' WHERE name = 'tea'", logger: logger)
+                    try await held.run("COMMIT", logger: logger)
+                    return try await batch.value.outcomes
+                }
+            }
+            #expect(outcomes.count == 2 && outcomes.first == .done, "\(outcomes)")
+            guard outcomes.count == 2, case .sent(let receipt) = outcomes[1] else {
+                Issue.record("not sent: \(outcomes)")
+                return
+            }
+            #expect(receipt.seq == 2)
+            #expect(capture.text.contains("write retried"), "the batch ran again from a new plan")
+            let stored = try await store.history(for: alice, in: .group("books"), beforeSeq: 0, limit: 10).messages
+            #expect(stored.sorted { $0.seq < $1.seq }.map(\.id) == ["m1", "b1"])
+        }
+    }
+
+    /// Runs `body` while another connection holds the rows `lock` locks (in a transaction of its own), and
+    /// records an issue if `body` waited for a lock meanwhile. The rows are let go once `body` has ended or is
+    /// seen waiting, so a regression fails rather than hangs.
+    static func withoutWaiting<T: Sendable>(
+        for lock: String,
+        _ location: PostgresLocation,
+        _ body: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        let logger = TestDatabase.logger
+        return try await TestDatabase.admin(location) { other in
+            try await other.run("BEGIN", logger: logger)
+            try await other.run(PostgresQuery(unsafeSQL: lock), logger: logger)
+            let finished = Finished()
+            let task = Task {
+                defer { finished.value.store(true, ordering: .releasing) }
+                return try await body()
+            }
+            var waited = false
+            try await waitUntil("the batch ends or waits") {
+                try await other.run("SELECT pg_stat_clear_snapshot()", logger: logger)
+                waited =
+                    try await other.value(
+                        """
+                        SELECT count(*)::bigint FROM pg_stat_activity
+                        WHERE datname = current_database() AND wait_event_type = 'Lock'
+                        """,
+                        as: Int64.self,
+                        logger: logger
+                    ) != 0
+                return waited || finished.value.load(ordering: .acquiring)
+            }
+            #expect(!waited, "the batch waited for the rows of: \(lock)")
+            try await other.run("COMMIT", logger: logger)
+            return try await task.value
         }
     }
 
