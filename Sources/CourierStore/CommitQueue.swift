@@ -117,7 +117,7 @@ public final class CommitQueue: Sendable {
         return ticket
     }
 
-    static let earlierFailure = CourierStoreError(
+    package static let earlierFailure = CourierStoreError(
         .storageFailed,
         "an earlier write of this connection was not stored: not stored either, send both again in order"
     )
@@ -237,7 +237,10 @@ public final class CommitTicket: Sendable {
 
     private let state = Mutex(State())
 
-    fileprivate func complete(_ result: Result<WriteOutcome, any Error>) {
+    /// A ticket for a write its creator completes (a write another node commits).
+    package init() {}
+
+    package func complete(_ result: Result<WriteOutcome, any Error>) {
         let (waiter, callback) = self.state.withLock { state in
             state.result = result
             defer {

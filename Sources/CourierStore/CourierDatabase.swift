@@ -224,6 +224,8 @@ public protocol CourierDatabase: Sendable {
     /// Where the nodes sharing this database keep the limits that must hold on all of them together; nil for a
     /// database one server owns (its memory is the whole cluster).
     var clusterAdmission: (any ClusterAdmission)? { get }
+    /// Where the nodes sharing this store take each other's writes; nil for a store of one server's own.
+    var clusterRoutes: (any ClusterRoutes)? { get }
 
     // MARK: Upkeep
 
@@ -299,6 +301,7 @@ extension CourierDatabase {
 
     /// One server owns the database.
     public var clusterAdmission: (any ClusterAdmission)? { nil }
+    public var clusterRoutes: (any ClusterRoutes)? { nil }
 
     /// No upkeep of its own.
     public var maintenanceInterval: Duration? { nil }

@@ -50,6 +50,12 @@ public struct CourierStoreError: Error, Hashable, Sendable, CustomStringConverti
         private let value: Value
         private init(_ value: Value) { self.value = value }
 
+        /// The code its text names (``description``), if it is one.
+        package init?(named name: String) {
+            guard let value = Value(rawValue: name) else { return nil }
+            self.value = value
+        }
+
         /// A user or group name breaks the naming rule (``Names``).
         public static let invalidName = Code(.invalidName)
         /// A user or group of that name exists (or existed: removed users keep their names).

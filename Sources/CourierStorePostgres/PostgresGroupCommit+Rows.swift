@@ -59,8 +59,8 @@ extension PostgresGroupCommit {
             try await self.makeDirect(pair, connection)
         }
         _ = try await self.lockConversations(conversations.sorted(), connection)
-        // Every user a request is from was locked by the plan: the users the rules ask for later are ones whose logs
-        // grow, or whose names they show.
+        // The users whose acknowledgements the batch applies were locked by the plan: the users the rules ask for
+        // later are ones whose logs grow, whose member rows' marks are merged, or whose names they show.
         try await self.readUsers(users, connection)
         try await self.loadNames(names, connection)
         try await self.loadHeaders(headers, connection)
@@ -320,8 +320,8 @@ extension PostgresGroupCommit {
         }
     }
 
-    /// Reads messages by their senders' ids, in one query (the senders' rows are locked: no other transaction
-    /// stores a message of theirs until this one ends).
+    /// Reads messages by their senders' ids, in one query. The senders' rows are not locked: a message of the same
+    /// id another transaction commits meanwhile breaks this batch's insert, which then runs again and finds it.
     mutating func loadMessages(_ keys: [MessageKey], _ connection: PostgresConnection) async throws {
         let keys = Array(Set(keys.filter { !self.commit.has(.message($0)) }))
         guard !keys.isEmpty else { return }

@@ -6,12 +6,12 @@ extension PostgresStore {
     /// Applies many writes in one transaction (group commit), with ``GroupCommit``'s rules.
     ///
     /// Before any request is applied, the batch locks every row it plans to write, in one order: the
-    /// conversations, then the users its requests are from (and the peer of a direct conversation yet to be made),
-    /// then the acknowledging devices, each by id; the log's counter last, at its end. Another node's batch from the
-    /// same users waits for this one's commit, and no two batches wait for each other in a circle. The members whose
-    /// logs only grow are read without a lock (``PostgresTransaction/writeLog(_:_:logger:)``), and so are the
-    /// conversations acknowledgements alone deliver into (they write only their users' member rows, under those
-    /// users' locks). What is applied is read under the locks. A row
+    /// conversations, then the users whose acknowledgements it applies (and both users of a direct conversation it
+    /// makes), then the acknowledging devices, each by id; the log's counter last, at its end. Another node's
+    /// batch on the same rows waits for this one's commit, and no two batches wait for each other in a circle. The
+    /// users whose logs only grow are read without a lock (``PostgresTransaction/writeLog(_:_:logger:)``), and so
+    /// are the conversations acknowledgements alone deliver into (they write only their users' member rows, whose
+    /// marks every batch merges, never taking one back). What is applied is read under the locks. A row
     /// the plan did not foresee (a conversation another node made since the plan read, and its members) is locked
     /// out of order without waiting: when another transaction holds it, the batch is rolled back and runs again from
     /// a new plan, which foresees it. (Waiting there could close a circle, which PostgreSQL breaks only after its
@@ -80,20 +80,21 @@ struct PostgresGroupCommit {
         for request in requests {
             switch request {
             case .send(let send):
-                users.insert(send.sender)
+                // The sender's row is not locked: its log grows without a lock, its member rows' marks are merged
+                // (never taken back), and a resend of the same id committed meanwhile by another node breaks the
+                // batch's insert on `messages_by_client_id`, and the batch runs again from a new plan, which finds
+                // it (``PostgresStore/isRetryable(_:)``).
                 let (conversation, peer) = self.planned(send.to, for: send.sender)
                 if let conversation {
                     conversations.insert(conversation)
                 } else if let peer {
                     // A direct conversation yet to be made: both users' rows are locked while it is (makeDirect).
-                    // Once made, the peer's row is not written: its log grows without a lock.
-                    users.insert(peer)
+                    users.formUnion([send.sender, peer])
                 }
             case .markRead, .recall, .edit, .react:
-                // A read mark, a recall, an edit or a reaction locks the conversation's row, not the other user's
-                // (an edit or a reaction is read under that lock: no recall comes between).
+                // A read mark, a recall, an edit or a reaction locks the conversation's row, and no user's (an edit
+                // or a reaction is read under that lock: no recall comes between).
                 guard let user = request.user, let address = request.address else { continue }
-                users.insert(user)
                 if let conversation = self.planned(address, for: user).conversation {
                     conversations.insert(conversation)
                 }

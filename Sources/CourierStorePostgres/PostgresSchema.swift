@@ -425,5 +425,13 @@ enum PostgresSchema {
                 """,
             ]
         ),
+        Migration(
+            version: "v16-forward-ports",
+            statements: [
+                // Where each node takes the writes of the conversations it owns (ClusterRoutes), and its secret for
+                // this run, which the nodes prove they know to each other.
+                "ALTER TABLE cluster_nodes ADD COLUMN forward_address TEXT, ADD COLUMN forward_secret TEXT"
+            ]
+        ),
     ]
 }

@@ -12,6 +12,7 @@ extension PostgresStore: ClusterAdmission {
     static let admissionLockClass: Int32 = 0x436F_7572
 
     public var clusterAdmission: (any ClusterAdmission)? { self }
+    public var clusterRoutes: (any ClusterRoutes)? { self }
 
     public func admitPasswordAttempt(
         user: String,
@@ -186,10 +187,13 @@ extension PostgresStore: ClusterAdmission {
                 as: Int64.self,
                 logger: logger
             )
+            let forward = self.forward.withLock { $0 }
             try await connection.run(
                 """
-                INSERT INTO cluster_nodes (name, alive_until_ms) VALUES (\(node), \(aliveUntilMs))
-                ON CONFLICT (name) DO UPDATE SET alive_until_ms = excluded.alive_until_ms
+                INSERT INTO cluster_nodes (name, alive_until_ms, forward_address, forward_secret)
+                VALUES (\(node), \(aliveUntilMs), \(forward?.address), \(forward?.secret))
+                ON CONFLICT (name) DO UPDATE SET alive_until_ms = excluded.alive_until_ms,
+                    forward_address = excluded.forward_address, forward_secret = excluded.forward_secret
                 """,
                 logger: logger
             )
@@ -272,5 +276,50 @@ extension PostgresStore: ClusterAdmission {
             "SELECT pg_advisory_xact_lock(\(Self.admissionLockClass), hashtext(\(key)))",
             logger: logger
         )
+    }
+}
+
+extension PostgresStore: ClusterRoutes {
+    public var node: String { self.configuration.node }
+
+    public func advertise(_ forward: ForwardEndpoint?) async throws {
+        self.forward.withLock { $0 = forward }
+        let logger = self.logger
+        let node = self.configuration.node
+        try await self.write(doing: "say where the node takes forwarded writes") { connection in
+            try await connection.run(
+                """
+                UPDATE cluster_nodes SET forward_address = \(forward?.address), forward_secret = \(forward?.secret)
+                WHERE name = \(node)
+                """,
+                logger: logger
+            )
+        }
+    }
+
+    public func livePeers(nowMs: Int64) async throws -> [ClusterPeer] {
+        let logger = self.logger
+        return try await self.read(doing: "read the nodes alive") { connection in
+            var peers: [ClusterPeer] = []
+            for row in try await connection.rows(
+                """
+                SELECT name, forward_address, forward_secret FROM cluster_nodes WHERE alive_until_ms > \(nowMs)
+                ORDER BY name
+                """,
+                logger: logger
+            ) {
+                let address = try row.get("forward_address", as: String?.self)
+                let secret = try row.get("forward_secret", as: String?.self)
+                peers.append(
+                    ClusterPeer(
+                        name: try row.get("name"),
+                        forward: address.flatMap { address in
+                            secret.map { ForwardEndpoint(address: address, secret: $0) }
+                        }
+                    )
+                )
+            }
+            return peers
+        }
     }
 }

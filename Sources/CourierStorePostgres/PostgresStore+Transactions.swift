@@ -194,11 +194,14 @@ extension PostgresStore {
 
     /// Whether a transaction was aborted and may succeed when run again: PostgreSQL's deadlock (40P01),
     /// serialization failure (40001), or a row lock a batch took out of its order with NOWAIT that another
-    /// transaction held (55P03); or a group commit that came to need a lock on a row it had read without one
-    /// (``StaleBatchRead``).
+    /// transaction held (55P03); a message id its sender used in another transaction committed meanwhile (23505 on
+    /// `messages_by_client_id`: a batch does not lock its senders' rows); or a group commit that came to need a
+    /// lock on a row it had read without one (``StaleBatchRead``).
     static func isRetryable(_ error: any Error) -> Bool {
         if error is StaleBatchRead { return true }
         guard let error = error as? PSQLError, let state = error.serverInfo?[.sqlState] else { return false }
+        // A message id its sender used on another node meanwhile: run again, the batch finds the original.
+        if state == "23505", error.serverInfo?[.constraintName] == "messages_by_client_id" { return true }
         return state == "40P01" || state == "40001" || state == "55P03"
     }
 

@@ -22,11 +22,16 @@ extension PostgresTransaction {
         case none
 
         /// The clause that takes the lock, of the rows of `table` (an alias in the query) or of every table in it.
+        ///
+        /// `FOR NO KEY UPDATE`: the lockers wait for each other, but not a foreign key's check, which only shares
+        /// the key (a message's insert checks its sender's row). A batch holding its acknowledging users' rows
+        /// would otherwise wait for another node's batch that inserts their messages while that one waits for the
+        /// first's (each node commits the messages of the conversations it owns, whoever sends them).
         func clause(of table: String? = nil) -> String {
             let of = table.map { " OF \($0)" } ?? ""
             return switch self {
-            case .wait: "FOR UPDATE\(of)"
-            case .nowait: "FOR UPDATE\(of) NOWAIT"
+            case .wait: "FOR NO KEY UPDATE\(of)"
+            case .nowait: "FOR NO KEY UPDATE\(of) NOWAIT"
             case .none: ""
             }
         }

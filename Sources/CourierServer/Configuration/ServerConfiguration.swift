@@ -153,6 +153,33 @@ public struct ServerConfiguration: Sendable {
         /// The most leases kept that another node's login made yield before this node registered their connections
         /// (a lease whose login then failed stays until newer ones push it out).
         public var maxEarlyYields: Int = 1_024
+        /// Whether each conversation's writes (its sends, read marks, recalls, edits and reactions) are committed by
+        /// one node, its owner, chosen among the live nodes by rendezvous hashing (docs/LOG-DESIGN.md, "Step 4"): the node that
+        /// takes a write from its client forwards it to the owner's forward port and answers with the owner's
+        /// outcome. Ownership is a hint, never a lock: while the nodes disagree about an owner, a conversation is
+        /// written from two nodes, slower, never wrong. False (the default, until the forward hop costs less than
+        /// the turns it saves: docs/BENCHMARKS.md, "Step 11"): every node commits its own clients' writes.
+        public var forwardWrites: Bool = false
+        /// The address the forward port listens on.
+        public var forwardHost: String = "127.0.0.1"
+        /// The forward port; 0 takes a free one (the nodes find it in the database).
+        public var forwardPort: Int = 0
+        /// The host the other nodes dial the forward port at; nil: ``forwardHost``.
+        public var forwardAdvertisedHost: String?
+        /// How often the node reads which nodes are alive, and where their forward ports are.
+        public var routesRefreshInterval: Duration = .seconds(1)
+        /// How long a forwarded write may wait for its outcome; then the link to that node is closed and every
+        /// write waiting on it fails with `storage-failed` (the client sends it again, under the same id).
+        public var forwardTimeout: Duration = .seconds(30)
+        /// How long a connection to the forward port has to prove it is a node of the cluster; then it is closed.
+        public var forwardHelloTimeout: Duration = .seconds(5)
+        /// The largest frame on a forward link, in bytes; a larger one closes the link.
+        public var maxForwardFrameBytes: Int = 1 << 20
+        /// Forwarded writes one link may have waiting for their commit on this node; past it, the link is not read
+        /// until half of them are answered.
+        public var maxForwardsInFlight: Int = 8_192
+        /// Connections to the forward port at once; one more is closed at once.
+        public var maxForwardConnections: Int = 64
 
         public init() {}
     }

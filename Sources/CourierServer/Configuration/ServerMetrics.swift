@@ -27,6 +27,11 @@ final class ServerMetrics: Sendable {
     /// A delivery's hops between nodes: the news of a commit sent (`publish`), received (`notify`), and its events
     /// read and handed to this node's connections (`wake`).
     let clusterHops: [ClusterHop: DurationHistogram]
+    /// Writes this node forwarded to the owners of their conversations, and writes other nodes forwarded to it.
+    let forwardsSent: Counter
+    let forwardsTaken: Counter
+    /// The live nodes this node routes conversations' writes among, itself included (0: it forwards nothing).
+    let clusterNodes: Gauge
     private let open = Atomic<Int>(0)
 
     /// The hops ``clusterHops`` times, as its `hop` label names them.
@@ -46,6 +51,24 @@ final class ServerMetrics: Sendable {
             descriptor: Self.name(
                 "courier_connections_total",
                 "Connections accepted since the server started, native and compat."
+            )
+        )
+        self.forwardsSent = registry.makeCounter(
+            descriptor: Self.name(
+                "courier_forwards_sent_total",
+                "Writes this node took from its clients and forwarded to the node that owns their conversation."
+            )
+        )
+        self.forwardsTaken = registry.makeCounter(
+            descriptor: Self.name(
+                "courier_forwards_taken_total",
+                "Writes other nodes forwarded to this node, the owner of their conversation."
+            )
+        )
+        self.clusterNodes = registry.makeGauge(
+            descriptor: Self.name(
+                "courier_cluster_nodes",
+                "Live nodes with a forward port that this node routes conversations' writes among, itself included."
             )
         )
         self.messagesIn = registry.makeCounter(

@@ -99,7 +99,7 @@ extension CourierServer {
 /// A port the server could not listen on, and why, in plain words.
 public struct ListenFailed: Error, CustomStringConvertible {
     public enum Port: String, Sendable {
-        case native, compat, http
+        case native, compat, http, forward
     }
 
     public var port: Port

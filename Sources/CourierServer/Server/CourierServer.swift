@@ -41,6 +41,9 @@ public final class CourierServer: Service, Sendable {
     /// The news between the nodes that share the store; nil for a store of this server's own.
     let feed: (any StoreFeed)?
     let commits: CommitQueue
+    /// Where each conversation's writes are committed, on a node sharing its database with others
+    /// (``ServerConfiguration/Cluster-swift.struct/forwardWrites``).
+    let forwarder: Forwarder?
     let metrics: ServerMetrics
     let media: MediaService
     let logins: LoginThrottle
@@ -155,7 +158,7 @@ public final class CourierServer: Service, Sendable {
             folderLock.release()
             throw error
         }
-        self.commits = CommitQueue(
+        let commits = CommitQueue(
             store: store,
             configuration: configuration.commit,
             clock: { SessionClock.systemWallMs() },
@@ -167,6 +170,19 @@ public final class CourierServer: Service, Sendable {
                 if !report.introductions.isEmpty { fanout.introduce(report.introductions) }
             }
         )
+        self.commits = commits
+        self.forwarder =
+            if let routes = store.clusterRoutes, configuration.cluster.forwardWrites {
+                Forwarder(
+                    node: routes.node,
+                    commits: commits,
+                    cluster: configuration.cluster,
+                    metrics: metrics,
+                    logger: logger
+                )
+            } else {
+                nil
+            }
     }
 
     /// The configuration with its connection limits lowered, if need be, so that both ports' connections and the
@@ -248,6 +264,7 @@ public final class CourierServer: Service, Sendable {
             configuration: self.configuration,
             store: self.store,
             commits: self.commits,
+            forwarder: self.forwarder,
             hub: self.hub,
             fanout: self.fanout,
             activity: activity,
@@ -284,10 +301,18 @@ public final class CourierServer: Service, Sendable {
                 error
             )
         }
+        let forwardPort: (any Channel)?
+        do {
+            forwardPort = try await self.listenForForwards()
+        } catch {
+            try? await native.close()
+            throw error
+        }
         let compat: any Channel
         do {
             compat = try await self.bindCompat(context: context)
         } catch {
+            try? await forwardPort?.close()
             try? await native.close()
             throw ListenFailed(
                 port: .compat,
@@ -306,6 +331,9 @@ public final class CourierServer: Service, Sendable {
             group.addTask { await self.commits.run() }
             group.addTask { await self.watchChanges() }
             group.addTask { await self.cluster.run() }
+            if let forwarder = self.forwarder, let routes = self.store.clusterRoutes {
+                group.addTask { await self.followRoutes(routes, forwarder) }
+            }
             if let feed = self.feed {
                 group.addTask { await self.followFeed(feed) }
                 group.addTask { await self.pollOnlineUsers() }
@@ -338,6 +366,8 @@ public final class CourierServer: Service, Sendable {
                 context.shutDownSessions()
                 await context.sessionsEnded()
                 await self.cluster.forget()
+                self.forwarder?.stop()
+                forwardPort?.close(promise: nil)
                 self.commits.finish()
                 group.cancelAll()
                 try await group.waitForAll()
@@ -371,6 +401,8 @@ public final class CourierServer: Service, Sendable {
             }
             await context.sessionsEnded()
             await self.cluster.forget()
+            self.forwarder?.stop()
+            forwardPort?.close(promise: nil)
             self.commits.finish()
             group.cancelAll()
             try await group.waitForAll()

@@ -10,6 +10,8 @@ final class SessionContext: Sendable {
     let configuration: ServerConfiguration
     let store: any CourierDatabase
     let commits: CommitQueue
+    /// Where each conversation's writes are committed, on a node that shares its database (nil: all here).
+    let forwarder: Forwarder?
     /// This node's connections: registration, and the handles sessions deliver through.
     let hub: Hub
     /// How news reaches other connections (and nodes); sessions tell it what happened.
@@ -75,6 +77,7 @@ final class SessionContext: Sendable {
         configuration: ServerConfiguration,
         store: any CourierDatabase,
         commits: CommitQueue,
+        forwarder: Forwarder? = nil,
         hub: Hub,
         fanout: any Fanout,
         activity: DeviceActivity,
@@ -144,6 +147,7 @@ final class SessionContext: Sendable {
         self.configuration = configuration
         self.store = store
         self.commits = commits
+        self.forwarder = forwarder
         self.hub = hub
         self.fanout = fanout
         self.metrics = metrics
@@ -282,5 +286,19 @@ final class SessionContext: Sendable {
     /// How long a user's next send must wait for its fan-out budget; nil when it may go now.
     func fanoutWait(of user: UserID) -> Duration? {
         self.fanoutBudgets.withLock { buckets in buckets[user]?.debt(now: self.clock.now) }
+    }
+}
+
+extension SessionContext {
+    /// Commits a connection's write: here, or at the node that owns its conversation (``Forwarder``).
+    func submit(_ request: WriteRequest, origin: Int, userName: String?) -> CommitTicket {
+        guard let forwarder, let userName else { return self.commits.enqueue(request, origin: origin) }
+        return forwarder.submit(request, origin: origin, userName: userName)
+    }
+
+    /// A connection is gone and every write of it has come back.
+    func forget(origin: Int) {
+        self.commits.forget(origin: origin)
+        self.forwarder?.forget(origin: origin)
     }
 }

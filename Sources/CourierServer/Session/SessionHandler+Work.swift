@@ -103,7 +103,8 @@ extension SessionHandler {
         )
         guard let work = self.work else { return }
         let (bound, loop) = (self.bound, self.eventLoop!)
-        self.server.commits.enqueue(request, origin: self.origin).whenComplete { result in
+        let user = self.machine.session?.user.name
+        self.server.submit(request, origin: self.origin, userName: user).whenComplete { result in
             // Outcomes of one batch come together: one turn of the loop answers them all.
             if work.completed(serial, result) {
                 loop.execute { bound.value.writesCompleted() }

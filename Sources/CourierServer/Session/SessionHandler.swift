@@ -179,7 +179,7 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
         let origin = self.origin
         work.ended {
             // Every write of the connection has come back: its mark is done with.
-            requests.context.commits.forget(origin: origin)
+            requests.context.forget(origin: origin)
             Task {
                 await requests.connectionEnded(work)
                 requests.context.sessionClosed(channel)
