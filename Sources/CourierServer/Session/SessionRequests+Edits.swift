@@ -34,12 +34,7 @@ extension SessionRequests {
             body: try body.serializedBytes()
         )
         edit.prepareSearch(text: SearchIndex.text(of: body))
-        return try await self.committed(
-            .edit(edit),
-            user: session.user.id,
-            to: message.conversation,
-            requestID: requestID
-        )
+        return try await self.committed(.edit(edit), user: session.user, to: message.conversation, requestID: requestID)
     }
 
     /// A reaction put on a message or taken off.
@@ -56,22 +51,35 @@ extension SessionRequests {
         let request = WriteRequest.react(
             .init(user: user.id, conversation: message.conversation, seq: message.seq, key: key, on: on)
         )
-        return try await self.committed(request, user: user.id, to: message.conversation, requestID: requestID)
+        return try await self.committed(request, user: user, to: message.conversation, requestID: requestID)
     }
 
     /// Commits a write and answers it: `done`, or its refusal. What it cost the members' logs is charged to the
     /// user's fan-out budget, as a send's is (its next edit, reaction or send waits while the budget is spent).
+    /// On a node that forwards, it is committed by its conversation's owner, under an origin of its own (the
+    /// session waits for it before its next request).
     private func committed(
         _ request: WriteRequest,
-        user: UserID,
+        user: User,
         to conversation: Conversation,
         requestID: UInt64
     ) async throws -> ServerEnvelope {
-        switch try await self.context.commits.enqueue(request).outcome() {
+        let outcome: WriteOutcome
+        if self.context.forwarder != nil {
+            let origin = self.context.commits.newOrigin()
+            defer { self.context.forget(origin: origin) }
+            outcome = try await self.context.submit(request, origin: origin, userName: user.name).outcome()
+        } else {
+            outcome = try await self.context.commits.enqueue(request).outcome()
+        }
+        switch outcome {
         case .refused(let error):
             throw error
         case .done, .sent:
-            self.context.chargeFanout(of: user, deliveries: self.context.fanoutEstimate(of: user, to: conversation))
+            self.context.chargeFanout(
+                of: user.id,
+                deliveries: self.context.fanoutEstimate(of: user.id, to: conversation)
+            )
             var reply = ServerEnvelope()
             reply.requestID = requestID
             reply.done = Courier_V1_Done()
