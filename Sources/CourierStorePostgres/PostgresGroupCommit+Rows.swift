@@ -175,11 +175,11 @@ extension PostgresGroupCommit {
         let found =
             names.compactMap { self.commit.loadedGroupID(named: $0) }
             + pairs.compactMap { self.commit.loadedDirectID($0) }
-        if found.contains(where: { self.unlocked[$0] != nil }) { throw StaleBatchRead() }
+        if found.contains(where: self.unlocked.contains) { throw StaleBatchRead() }
     }
 
     /// Reads conversations' rows with their members without locking them (the ones loaded already are kept),
-    /// noting each one's last seq in ``unlocked``.
+    /// noting each in ``unlocked``.
     ///
     /// - Returns: Every member of them.
     mutating func readConversations(_ ids: [Int64], _ connection: PostgresConnection) async throws -> Set<UserID> {
@@ -220,7 +220,7 @@ extension PostgresGroupCommit {
         }
         for row in rows {
             let id: Int64 = try row.get("id")
-            if lock == .none, !self.commit.has(.conversation(id)) { self.unlocked[id] = try row.get("last_seq") }
+            if lock == .none, !self.commit.has(.conversation(id)) { self.unlocked.insert(id) }
             self.commit.load(
                 BatchConversation(
                     id: id,

@@ -6,9 +6,10 @@ extension PostgresGroupCommit {
     /// Writes what the batch changed, one statement for each table.
     mutating func write(_ connection: PostgresConnection) async throws {
         let changed = self.commit.conversations.values.filter(\.dirty).sorted { $0.id < $1.id }
-        // A conversation read without its lock is never written: its seq could be another node's meanwhile.
-        // (``requireLocked(by:_:)`` sends every request that could change one to a new plan first.)
-        if changed.contains(where: { self.unlocked[$0.id] != nil }) { throw StaleBatchRead() }
+        // A conversation read without its lock never gets a new seq: another node could take the same meanwhile.
+        // (``requireLocked(by:_:)`` sends every request that names one after the plan to a new plan first; this
+        // checks the sends, the only requests that change a conversation's row.)
+        if changed.contains(where: { self.unlocked.contains($0.id) }) { throw StaleBatchRead() }
         try await self.writeMessages(connection)
         if !changed.isEmpty {
             try await connection.run(
@@ -26,19 +27,31 @@ extension PostgresGroupCommit {
         var reads: [Int64] = []
         var delivered: [Int64] = []
         var sent: [Bool] = []
-        for conversation in self.commit.conversations.values {
-            for (user, member) in conversation.members where member.dirty {
-                conversationIDs.append(conversation.id)
-                users.append(user.rawValue)
-                reads.append(member.readSeq)
-                delivered.append(member.deliveredSeq)
-                sent.append(member.sent)
-            }
+        let dirty = self.commit.conversations.values.flatMap { conversation in
+            conversation.members.filter(\.value.dirty).map { (conversation.id, $0.key, $0.value) }
+        }
+        for (conversation, user, member) in dirty.sorted(by: { ($0.0, $0.1.rawValue) < ($1.0, $1.1.rawValue) }) {
+            conversationIDs.append(conversation)
+            users.append(user.rawValue)
+            reads.append(member.readSeq)
+            delivered.append(member.deliveredSeq)
+            sent.append(member.sent)
         }
         if !users.isEmpty {
-            // Every mark only moves forward. A member's row is written under its user's lock, but its conversation
-            // may have been read without one (acknowledgements'), and a leave and a rejoin meanwhile make a new row:
-            // the merge never takes one back.
+            // Every mark only moves forward. A batch may write a member's row without holding its user's lock or
+            // its conversation's (another node's batch may write the same row: a send forwarded to the
+            // conversation's owner, the user's acknowledgement on its own node), and a leave and a rejoin meanwhile
+            // make a new row: the merge never takes one back. The rows are locked first in one order, so two
+            // batches writing the same rows wait for each other, never in a circle.
+            try await connection.run(
+                """
+                SELECT 1 FROM members
+                WHERE (conversation_id, user_id) IN (
+                    SELECT * FROM unnest(\(conversationIDs)::bigint[], \(users)::bigint[]))
+                ORDER BY conversation_id, user_id FOR NO KEY UPDATE
+                """,
+                logger: self.logger
+            )
             try await connection.run(
                 """
                 UPDATE members SET read_seq = GREATEST(members.read_seq, m.read_seq),

@@ -51,10 +51,9 @@ struct PostgresGroupCommit {
     var logger: Logger { self.store.logger }
     /// Whether the plan's locks are taken: a row locked after them is locked out of their order, without waiting.
     private(set) var planned = false
-    /// The conversations read without their rows' locks (the ones only acknowledgements deliver into), with the
-    /// last seq each had: one the batch's rules then change is locked before the batch writes it
-    /// (``lockChanged(_:)``).
-    var unlocked: [Int64: Int64] = [:]
+    /// The conversations read without their rows' locks (the ones only acknowledgements deliver into): a request
+    /// that names one after the plan, or a send into one, sends the batch to a new plan (``StaleBatchRead``).
+    var unlocked: Set<Int64> = []
 
     /// The batch's rules and rows, loaded in place.
     var commit: GroupCommit {
@@ -128,10 +127,9 @@ struct PostgresGroupCommit {
             )
         }
         // The conversations' rows locked and read with their members, two statements for the batch (the ones only
-        // acknowledgements deliver into read without a lock, two more); then the rows
-        // of the users the requests are from (a sender's lock keeps a resend of its id on another node out until
-        // this batch commits), then the devices. The other members' rows are read without a lock: their logs only
-        // grow, and a log's positions are taken under the counter at the batch's end.
+        // acknowledgements deliver into read without a lock, two more); then the rows of the users whose
+        // acknowledgements the batch applies, then their devices. The other users' rows are read without a lock:
+        // their logs only grow, and a log's positions are taken under the counter at the batch's end.
         var members = try await self.lockConversations(conversations.sorted(), connection)
         members.formUnion(try await self.readConversations(delivering.subtracting(conversations).sorted(), connection))
         try await self.lockUsers(users, connection)

@@ -193,12 +193,16 @@ final class ForwardedWritesHandler: ChannelInboundHandler {
             )
             return
         }
-        let origin: Int
-        if let known = self.origins[write.origin] {
+        // Origin 0: a write its node waits for before the next (an edit, a reaction), which nothing orders.
+        let origin: Int?
+        if write.origin == 0 {
+            origin = nil
+        } else if let known = self.origins[write.origin] {
             origin = known
         } else {
-            origin = self.commits.newOrigin()
-            self.origins[write.origin] = origin
+            let new = self.commits.newOrigin()
+            self.origins[write.origin] = new
+            origin = new
         }
         self.inFlight += 1
         self.metrics.forwardsTaken.increment()

@@ -76,11 +76,23 @@ final class Forwarder: Sendable {
     /// Commits a write here or at its conversation's owner.
     ///
     /// - Parameters:
-    ///   - origin: The connection it came from (``CommitQueue/newOrigin()``).
+    ///   - origin: The connection it came from (``CommitQueue/newOrigin()``), whose writes keep their order; nil
+    ///     for a write its caller waits for before its next (an edit, a reaction), which nothing orders.
     ///   - userName: The name of the user it is from, which names a direct conversation with the other's.
-    func submit(_ request: WriteRequest, origin: Int, userName: String) -> CommitTicket {
+    func submit(_ request: WriteRequest, origin: Int?, userName: String) -> CommitTicket {
         guard let key = WriteRoutes.key(of: request, userName: userName) else {
             return self.commits.enqueue(request, origin: origin)
+        }
+        guard let origin else {
+            let owner = self.state.withLock { state -> NodeLink? in
+                guard let owner = state.routes.owner(of: key), owner.name != self.node else { return nil }
+                return self.link(to: owner, &state)
+            }
+            guard let owner else { return self.commits.enqueue(request) }
+            let ticket = CommitTicket()
+            self.metrics.forwardsSent.increment()
+            owner.send(request, origin: nil) { ticket.complete($0) }
+            return ticket
         }
         enum Route {
             case failed
@@ -92,20 +104,8 @@ final class Forwarder: Sendable {
             var pin = state.pins[origin]?[key] ?? Pin(link: nil, count: 0)
             if pin.count == 0 {
                 pin.link = nil
-                if let owner = state.routes.owner(of: key), owner.name != self.node, let endpoint = owner.forward {
-                    if let link = state.links[owner.name] {
-                        pin.link = link
-                    } else {
-                        let link = NodeLink(
-                            node: self.node,
-                            peer: owner.name,
-                            endpoint: endpoint,
-                            cluster: self.cluster,
-                            logger: self.logger
-                        )
-                        state.links[owner.name] = link
-                        pin.link = link
-                    }
+                if let owner = state.routes.owner(of: key), owner.name != self.node {
+                    pin.link = self.link(to: owner, &state)
                 }
             }
             pin.count += 1
@@ -129,6 +129,21 @@ final class Forwarder: Sendable {
             }
         }
         return ticket
+    }
+
+    /// The link to a node, made when there is none yet.
+    private func link(to owner: ClusterPeer, _ state: inout State) -> NodeLink? {
+        guard let endpoint = owner.forward else { return nil }
+        if let link = state.links[owner.name] { return link }
+        let link = NodeLink(
+            node: self.node,
+            peer: owner.name,
+            endpoint: endpoint,
+            cluster: self.cluster,
+            logger: self.logger
+        )
+        state.links[owner.name] = link
+        return link
     }
 
     private func finished(_ origin: Int, _ key: String, _ result: Result<WriteOutcome, any Error>) {
@@ -171,6 +186,9 @@ final class NodeLink: Sendable {
         case idle
         case connecting
         case open(any Channel)
+        /// Dropped, its waiting writes being failed: a write now fails too, so that none can overtake one of them
+        /// on the next connection before its origin is marked failed.
+        case draining
         case closed
     }
 
@@ -202,22 +220,25 @@ final class NodeLink: Sendable {
         self.logger = logger
     }
 
-    func send(_ request: WriteRequest, origin: Int, done: @escaping Done) {
+    func send(_ request: WriteRequest, origin: Int?, done: @escaping Done) {
         enum Action {
             case none, fail, connect
             case flush(any Channel)
         }
         let action = self.state.withLock { state -> Action in
-            if case .closed = state.phase { return .fail }
+            switch state.phase {
+            case .closed, .draining: return .fail
+            case .idle, .connecting, .open: break
+            }
             let id = state.nextID
             state.nextID += 1
             state.pending[id] = (.now, done)
-            state.outbox.append(Courier_V1_NodeWrite(request, id: id, origin: origin))
+            state.outbox.append(Courier_V1_NodeWrite(request, id: id, origin: origin ?? 0))
             switch state.phase {
             case .idle:
                 state.phase = .connecting
                 return .connect
-            case .connecting, .closed:
+            case .connecting, .closed, .draining:
                 return .none
             case .open(let channel):
                 guard !state.flushScheduled else { return .none }
@@ -233,13 +254,16 @@ final class NodeLink: Sendable {
         }
     }
 
-    /// Writes what waits in the outbox, with one flush.
+    /// Writes what waits in the outbox, with one flush: only on the link's channel still open (a flush scheduled
+    /// for a channel since dropped leaves the outbox to the next).
     private func flush(_ channel: any Channel) {
-        let writes = self.state.withLock { state in
+        let writes = self.state.withLock { state -> [Courier_V1_NodeWrite] in
+            guard case .open(let current) = state.phase, current === channel else { return [] }
             state.flushScheduled = false
             defer { state.outbox = [] }
             return state.outbox
         }
+        guard !writes.isEmpty else { return }
         for write in writes {
             let frame = Courier_V1_NodeFrame.with { $0.write = write }
             channel.write(frame.buffer(channel.allocator), promise: nil)
@@ -303,11 +327,17 @@ final class NodeLink: Sendable {
     /// The link is down: every write waiting on it fails; the next write dials again.
     fileprivate func dropped(reason: String) {
         let waiting = self.state.withLock { state -> [Done] in
-            if case .closed = state.phase {} else { state.phase = .idle }
+            if case .closed = state.phase {} else { state.phase = .draining }
             state.outbox = []
             state.flushScheduled = false
             defer { state.pending = [:] }
             return state.pending.values.map(\.done)
+        }
+        defer {
+            // Every origin that had a write waiting is marked failed now: the next write may dial again.
+            self.state.withLock { state in
+                if case .draining = state.phase { state.phase = .idle }
+            }
         }
         if !waiting.isEmpty {
             self.logger.warning(

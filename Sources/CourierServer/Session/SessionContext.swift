@@ -291,7 +291,7 @@ final class SessionContext: Sendable {
 
 extension SessionContext {
     /// Commits a connection's write: here, or at the node that owns its conversation (``Forwarder``).
-    func submit(_ request: WriteRequest, origin: Int, userName: String?) -> CommitTicket {
+    func submit(_ request: WriteRequest, origin: Int?, userName: String?) -> CommitTicket {
         guard let forwarder, let userName else { return self.commits.enqueue(request, origin: origin) }
         return forwarder.submit(request, origin: origin, userName: userName)
     }

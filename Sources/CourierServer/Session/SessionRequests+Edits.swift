@@ -56,23 +56,15 @@ extension SessionRequests {
 
     /// Commits a write and answers it: `done`, or its refusal. What it cost the members' logs is charged to the
     /// user's fan-out budget, as a send's is (its next edit, reaction or send waits while the budget is spent).
-    /// On a node that forwards, it is committed by its conversation's owner, under an origin of its own (the
-    /// session waits for it before its next request).
+    /// On a node that forwards, it is committed by its conversation's owner (the session waits for it before its
+    /// next request: nothing else orders it).
     private func committed(
         _ request: WriteRequest,
         user: User,
         to conversation: Conversation,
         requestID: UInt64
     ) async throws -> ServerEnvelope {
-        let outcome: WriteOutcome
-        if self.context.forwarder != nil {
-            let origin = self.context.commits.newOrigin()
-            defer { self.context.forget(origin: origin) }
-            outcome = try await self.context.submit(request, origin: origin, userName: user.name).outcome()
-        } else {
-            outcome = try await self.context.commits.enqueue(request).outcome()
-        }
-        switch outcome {
+        switch try await self.context.submit(request, origin: nil, userName: user.name).outcome() {
         case .refused(let error):
             throw error
         case .done, .sent:
