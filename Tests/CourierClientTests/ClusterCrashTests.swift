@@ -16,10 +16,11 @@ import Testing
 )
 struct ClusterCrashTests {
     @Test(
-        "10,000 sends over three nodes, one node SIGKILLed and PostgreSQL restarted meanwhile: every acknowledged message is stored once and delivered once"
+        "10,000 sends over three nodes, one node SIGKILLed and PostgreSQL restarted meanwhile: every acknowledged message is stored once and delivered once (with each conversation's writes forwarded to its owner, and without)",
+        arguments: [false, true]
     )
-    func killNodeAndRestartDatabase() async throws {
-        let seed = TestSeed.make(for: "killNodeAndRestartDatabase")
+    func killNodeAndRestartDatabase(forwarding: Bool) async throws {
+        let seed = TestSeed.make(for: "killNodeAndRestartDatabase-\(forwarding ? "forwarding" : "local")")
         var random = SeededRandom(seed: seed)
         let perSender = 5_000
         try await TestDatabase.with { location in
@@ -39,6 +40,8 @@ struct ClusterCrashTests {
                 #expect(status == 0, "\(output)")
 
                 // Three nodes, each on its own ports and data folder; a lost notification is made up for in 100 ms.
+                // Forwarding: alice's conversation with bob and the group are each owned by one of the nodes, which
+                // may be the one killed (started again, on a new forward port the others read within 200 ms).
                 var ports: [(native: Int, compat: Int, http: Int)] = []
                 for _ in 0..<3 {
                     ports.append((try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick()))
@@ -50,6 +53,8 @@ struct ClusterCrashTests {
                             "--port", String(ports[node].native), "--compat-port", String(ports[node].compat),
                             "--http-port", String(ports[node].http), "--node", "node\(node)",
                             "--limit", "cluster-poll-interval=100ms",
+                            "--limit", "forward-writes=\(forwarding ? 1 : 0)",
+                            "--limit", "routes-refresh-interval=200ms",
                         ],
                         environment: environment,
                         readyPort: ports[node].native,
@@ -59,7 +64,10 @@ struct ClusterCrashTests {
                 var nodes: [ServerProcess] = []
                 for node in 0..<3 { nodes.append(try await start(node)) }
 
-                // alice on node 0 writes to bob, carol on node 1 to the group; bob reads on node 2.
+                // alice on node 0 writes to bob, carol on node 1 to the group; bob reads on node 2. The node killed:
+                // alice's (node 0); with forwarding, the group's owner (node 2, by the routes' hash of "trio" over
+                // node0…node2), which carol's node forwards every send of hers to.
+                let victim = forwarding ? 2 : 0
                 func client(_ user: String, node: Int) throws -> CourierClient {
                     var configuration = CourierClient.Configuration(
                         port: ports[node].native,
@@ -86,7 +94,7 @@ struct ClusterCrashTests {
                     group.addTask { await alice.run() }
                     group.addTask { await carol.run() }
 
-                    // At two seeded counts of acknowledgements: node 0 SIGKILLed and started again, and
+                    // At two seeded counts of acknowledgements: a node SIGKILLed and started again, and
                     // PostgreSQL restarted, in a seeded order.
                     let total = 2 * perSender
                     var marks = (0..<2).map { _ in Int.random(in: 200..<(total - 1_000), using: &random) }.sorted()
@@ -98,9 +106,11 @@ struct ClusterCrashTests {
                     for (index, mark) in marks.enumerated() {
                         try await waitUntil("\(mark) acknowledgements", timeout: .seconds(180)) { acked() >= mark }
                         if (index == 0) == killFirst {
-                            await nodes[0].kill()
-                            print("killNodeAndRestartDatabase: node 0 SIGKILLed after \(acked()) acknowledgements")
-                            nodes[0] = try await start(0)
+                            await nodes[victim].kill()
+                            print(
+                                "killNodeAndRestartDatabase: node \(victim) SIGKILLed after \(acked()) acknowledgements"
+                            )
+                            nodes[victim] = try await start(victim)
                         } else {
                             print("killNodeAndRestartDatabase: restarting PostgreSQL after \(acked()) acknowledgements")
                             try await TestDatabase.restartCluster()
@@ -115,6 +125,16 @@ struct ClusterCrashTests {
                     }
                     for client in clients { client.stop() }
                     try await group.waitForAll()
+                }
+                if forwarding {
+                    // carol's node forwarded her sends (it is never killed: its count covers the whole run).
+                    let metrics = try await ExternalProgram.output(
+                        "/usr/bin/curl",
+                        ["--silent", "--show-error", "--max-time", "60", "http://127.0.0.1:\(ports[1].http)/metrics"]
+                    )
+                    let line = metrics.split(separator: "\n").first { $0.hasPrefix("courier_forwards_sent_total ") }
+                    let sent = line.flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
+                    #expect(sent >= Double(perSender), "carol's node forwarded \(sent) writes")
                 }
                 for node in nodes { #expect(await node.terminate() == 0, "a graceful stop exits 0") }
 
