@@ -1,5 +1,7 @@
 /// Where a node takes the writes other nodes forward to it: the conversations it owns (``ClusterRoutes``).
-public struct ForwardEndpoint: Hashable, Sendable, CustomStringConvertible {
+public struct ForwardEndpoint: Hashable, Sendable, CustomStringConvertible, CustomDebugStringConvertible,
+    CustomReflectable
+{
     /// `host:port`, as the other nodes dial it.
     public var address: String
     /// The node's secret for this run, which the nodes prove they know to each other (the database is what they
@@ -12,6 +14,8 @@ public struct ForwardEndpoint: Hashable, Sendable, CustomStringConvertible {
     }
 
     public var description: String { self.address }
+    public var debugDescription: String { self.address }
+    public var customMirror: Mirror { Mirror(self, children: ["address": self.address]) }
 }
 
 /// A node alive in the cluster, and its forward port (nil: a node that takes no forwarded writes).

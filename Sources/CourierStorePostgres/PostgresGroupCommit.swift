@@ -105,9 +105,9 @@ struct PostgresGroupCommit {
         var delivering: Set<Int64> = []
         if !acks.isEmpty {
             // The conversations whose delivered receipts the acknowledgements would make. An acknowledgement writes
-            // only its user's member rows there, which every request that writes them does under that user's
-            // lock; so these conversations are read without theirs (another node's sends into them do not wait
-            // for this batch, nor this batch for them).
+            // only its user's member rows there, whose marks every batch merges (never taking one back) and locks
+            // in one order as it writes them; so these conversations are read without their locks (another node's
+            // sends into them do not wait for this batch, nor this batch for them).
             delivering.formUnion(
                 try await connection.values(
                     """

@@ -111,9 +111,9 @@ public final class PostgresStore: StoreBackend, Service, CustomReflectable {
     }
     package let passwords: Passwords
     public let searchIndexer: SearchIndexer
-    /// Whether the pool runs yet, and what waits for it to.
     /// Where this node takes forwarded writes, written with each heartbeat (``advertise(_:)``).
     let forward = Mutex<ForwardEndpoint?>(nil)
+    /// Whether the pool runs yet, and what waits for it to.
     private let pool = Mutex<(running: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
     /// Users' names by id: names never change and users are never deleted.
     let names: Mutex<[UserID: String]> = Mutex([:])
