@@ -99,6 +99,27 @@ struct Serve: AsyncParsableCommand {
     var node: String?
 
     @Option(
+        name: .customLong("forward-host"),
+        help: ArgumentHelp(
+            "With --database and --limit forward-writes=1: the address this node's forward port listens on, where the "
+                + "other nodes send it the writes of the conversations it owns (default: 127.0.0.1, for nodes on one "
+                + "machine). Keep it on a network only the nodes share.",
+            valueName: "address"
+        )
+    )
+    var forwardHost: String?
+
+    @Option(
+        name: .customLong("forward-advertise-host"),
+        help: ArgumentHelp(
+            "The host the other nodes dial this node's forward port at, when it is not --forward-host (behind NAT, "
+                + "or a --forward-host of 0.0.0.0).",
+            valueName: "host"
+        )
+    )
+    var forwardAdvertiseHost: String?
+
+    @Option(
         help: ArgumentHelp(
             "Who may make an account: closed (only `courier user add`), invite (whoever holds a `courier invite "
                 + "create` token) or open (anyone; sign-ups are throttled per address and in all).",
@@ -179,6 +200,8 @@ struct Serve: AsyncParsableCommand {
         configuration.webSocket.allowedOrigins = self.allowedOrigins
         configuration.web.enabled = !self.noWebChat
         configuration.web.root = self.webRoot
+        if let host = self.forwardHost { configuration.cluster.forwardHost = host }
+        configuration.cluster.forwardAdvertisedHost = self.forwardAdvertiseHost
         try LimitOption.apply(self.limits, to: &configuration)
         switch (self.tlsCertificate ?? environment["COURIER_TLS_CERT"], self.tlsKey ?? environment["COURIER_TLS_KEY"]) {
         case (nil, nil):

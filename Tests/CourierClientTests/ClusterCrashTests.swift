@@ -5,6 +5,7 @@ import CourierStorePostgres
 import CourierTesting
 import Foundation
 import Logging
+import PostgresNIO
 import Synchronization
 import Testing
 
@@ -54,7 +55,7 @@ struct ClusterCrashTests {
                             "--http-port", String(ports[node].http), "--node", "node\(node)",
                             "--limit", "cluster-poll-interval=100ms",
                             "--limit", "forward-writes=\(forwarding ? 1 : 0)",
-                            "--limit", "routes-refresh-interval=200ms",
+                            "--limit", "routes-refresh-interval=200ms", "--forward-host", "127.0.0.2",
                         ],
                         environment: environment,
                         readyPort: ports[node].native,
@@ -127,6 +128,17 @@ struct ClusterCrashTests {
                     try await group.waitForAll()
                 }
                 if forwarding {
+                    // Each node took forwards on the address --forward-host named (one loopback address of many).
+                    let addresses = try await TestDatabase.admin(location) { connection in
+                        var found: [String] = []
+                        let rows = try await connection.query(
+                            "SELECT forward_address FROM cluster_nodes ORDER BY name",
+                            logger: Logger(label: "verify")
+                        )
+                        for try await address in rows.decode(String?.self) { found.append(address ?? "") }
+                        return found
+                    }
+                    #expect(addresses.count == 3 && addresses.allSatisfy { $0.hasPrefix("127.0.0.2:") }, "\(addresses)")
                     // carol's node forwarded her sends (it is never killed: its count covers the whole run).
                     let metrics = try await ExternalProgram.output(
                         "/usr/bin/curl",
