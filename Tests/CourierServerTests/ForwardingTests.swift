@@ -6,7 +6,6 @@ import CourierStorePostgres
 import CourierTesting
 import Foundation
 import NIOCore
-import NIOExtras
 import NIOPosix
 import PostgresNIO
 import Testing
@@ -235,16 +234,7 @@ struct ForwardingClusterTests {
     )
     func strangersRefused() async throws {
         try await ClusterFixture.with(nodes: 1) { cluster in
-            let address = try await TestDatabase.admin(cluster.location) { connection in
-                var found: [String] = []
-                let rows = try await connection.query(
-                    "SELECT forward_address FROM cluster_nodes WHERE name = 'node0'",
-                    logger: TestDatabase.logger
-                )
-                for try await address in rows.decode(String.self) { found.append(address) }
-                return found.first ?? ""
-            }
-            let port = try #require(Int(address.split(separator: ":").last ?? ""))
+            let port = try await Self.forwardPort(cluster)
             // A hello whose proof is made with a wrong secret: no welcome, closed.
             var guesser = try await FrameClient.connect(port: port)
             guard case .challenge(let challenge) = try await guesser.next()?.kind else {
@@ -282,6 +272,59 @@ struct ForwardingClusterTests {
     }
 }
 
+extension ForwardingClusterTests {
+    @Test("the forward port's limits: connections at once, the hello's deadline, a frame's size")
+    func forwardPortLimits() async throws {
+        try await ClusterFixture.with(nodes: 1) { cluster in
+            let port = try await Self.forwardPort(cluster)
+            // Two connections at once (neither has said hello): a third is closed before any challenge.
+            var first = try await FrameClient.connect(port: port)
+            var second = try await FrameClient.connect(port: port)
+            guard case .challenge = try await first.next()?.kind, case .challenge = try await second.next()?.kind
+            else {
+                Issue.record("no challenge")
+                return
+            }
+            var third = try await FrameClient.connect(port: port)
+            #expect(try await third.next() == nil, "a third connection at once is closed")
+            // A connection that says nothing is closed once the hello's deadline has passed.
+            #expect(try await first.next() == nil)
+            #expect(try await second.next() == nil)
+            // A frame over the limit closes the link, before it is read whole.
+            var large = try await FrameClient.connect(port: port)
+            _ = try await large.next()
+            try await large.send(
+                .with {
+                    $0.hello = .with {
+                        $0.node = String(repeating: "节点🛰️", count: 200)
+                        $0.nonce = Data(NodeProof.nonce())
+                    }
+                }
+            )
+            #expect(try await large.next() == nil, "closed for a frame over max-forward-frame-bytes")
+        } configure: { configuration in
+            configuration.cluster.forwardWrites = true
+            configuration.cluster.maxForwardConnections = 2
+            configuration.cluster.forwardHelloTimeout = .seconds(3)
+            configuration.cluster.maxForwardFrameBytes = 1_024
+        }
+    }
+
+    /// The port node0 takes forwarded writes on, as it wrote it in the database.
+    static func forwardPort(_ cluster: ClusterFixture) async throws -> Int {
+        let address = try await TestDatabase.admin(cluster.location) { connection in
+            var found: [String] = []
+            let rows = try await connection.query(
+                "SELECT forward_address FROM cluster_nodes WHERE name = 'node0'",
+                logger: TestDatabase.logger
+            )
+            for try await address in rows.decode(String.self) { found.append(address) }
+            return found.first ?? ""
+        }
+        return try #require(Int(address.split(separator: ":").last ?? ""))
+    }
+}
+
 /// A raw connection to a forward port, frame by frame.
 struct FrameClient {
     let channel: any Channel
@@ -307,12 +350,7 @@ struct FrameClient {
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(
-                        ByteToMessageHandler(LengthFieldBasedFrameDecoder(lengthFieldBitLength: .fourBytes))
-                    )
-                    try channel.pipeline.syncOperations.addHandler(
-                        LengthFieldPrepender(lengthFieldBitLength: .fourBytes)
-                    )
+                    try channel.pipeline.syncOperations.addNodeFraming(maxFrameBytes: 1 << 20)
                     try channel.pipeline.syncOperations.addHandler(Collector(continuation))
                 }
             }

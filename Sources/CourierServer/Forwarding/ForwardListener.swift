@@ -2,7 +2,6 @@ import CourierProtocol
 import CourierStore
 import Logging
 import NIOCore
-import NIOExtras
 import NIOPosix
 import Synchronization
 
@@ -34,13 +33,7 @@ enum ForwardListener {
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let pipeline = channel.pipeline.syncOperations
-                    try pipeline.addHandler(
-                        ByteToMessageHandler(
-                            LengthFieldBasedFrameDecoder(lengthFieldBitLength: .fourBytes),
-                            maximumBufferSize: cluster.maxForwardFrameBytes + 4
-                        )
-                    )
-                    try pipeline.addHandler(LengthFieldPrepender(lengthFieldBitLength: .fourBytes))
+                    try pipeline.addNodeFraming(maxFrameBytes: cluster.maxForwardFrameBytes)
                     try pipeline.addHandler(
                         ForwardedWritesHandler(
                             node: node,

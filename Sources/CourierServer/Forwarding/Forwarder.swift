@@ -2,7 +2,6 @@ import CourierProtocol
 import CourierStore
 import Logging
 import NIOCore
-import NIOExtras
 import NIOPosix
 import Synchronization
 
@@ -284,13 +283,7 @@ final class NodeLink: Sendable {
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let pipeline = channel.pipeline.syncOperations
-                    try pipeline.addHandler(
-                        ByteToMessageHandler(
-                            LengthFieldBasedFrameDecoder(lengthFieldBitLength: .fourBytes),
-                            maximumBufferSize: self.cluster.maxForwardFrameBytes + 4
-                        )
-                    )
-                    try pipeline.addHandler(LengthFieldPrepender(lengthFieldBitLength: .fourBytes))
+                    try pipeline.addNodeFraming(maxFrameBytes: self.cluster.maxForwardFrameBytes)
                     try pipeline.addHandler(NodeDialHandler(link: self, node: self.node, cluster: self.cluster))
                 }
             }

@@ -4,6 +4,7 @@ import CourierVocabulary
 import Crypto
 import Foundation
 import NIOCore
+import NIOExtras
 import SwiftProtobuf
 
 /// A write as it goes to the node that owns its conversation, and back from the frame (docs/LOG-DESIGN.md, "Step 4").
@@ -274,5 +275,19 @@ extension Courier_V1_NodeFrame {
         // Serializing a message built here cannot fail (no required fields, no Any).
         let bytes: [UInt8] = (try? self.serializedBytes()) ?? []
         return allocator.buffer(bytes: bytes)
+    }
+}
+
+extension ChannelPipeline.SynchronousOperations {
+    /// A forward link's framing, both ways: a 4-byte big-endian length before each frame, and no more than
+    /// `maxFrameBytes` after it (a longer frame is an error, which closes the link).
+    func addNodeFraming(maxFrameBytes: Int) throws {
+        try self.addHandler(
+            ByteToMessageHandler(
+                LengthFieldBasedFrameDecoder(lengthFieldBitLength: .fourBytes),
+                maximumBufferSize: maxFrameBytes + 4
+            )
+        )
+        try self.addHandler(LengthFieldPrepender(lengthFieldBitLength: .fourBytes))
     }
 }
