@@ -28,35 +28,46 @@ extension PostgresTransaction {
 
     package func setSearchTokens(_ tokens: [(doc: Int64, tokens: [String])]) async throws -> Int {
         guard !tokens.isEmpty else { return 0 }
-        // One statement: each row's tokens as one string, split again (a token never holds a space). A row another
-        // transaction holds (an edit, a recall, another node indexing it) is skipped, never waited for: two writers
-        // of the index could otherwise each wait for the other.
-        return try await self.connection.rows(
-            """
-            WITH t(doc, tokens) AS (SELECT * FROM unnest(\(tokens.map(\.doc))::bigint[],
-                    \(tokens.map { $0.tokens.joined(separator: " ") })::text[])),
-                free AS (SELECT s.doc, t.tokens FROM message_search s JOIN t ON s.doc = t.doc
-                    WHERE s.tokens IS NULL FOR UPDATE OF s SKIP LOCKED)
-            UPDATE message_search SET tokens = string_to_array(free.tokens, ' ')
-            FROM free WHERE message_search.doc = free.doc
-            RETURNING message_search.doc
-            """,
-            logger: self.logger
-        ).count
+        return try await self.connection.rows(Self.searchTokensStatement(byDoc: tokens), logger: self.logger).count
     }
 
     package func setSearchTokens(at documents: [(conversation: Int64, seq: Int64, tokens: [String])]) async throws {
         guard !documents.isEmpty else { return }
-        try await self.connection.run(
-            """
-            WITH d(c, s, tokens) AS (SELECT * FROM unnest(\(documents.map(\.conversation))::bigint[],
-                    \(documents.map(\.seq))::bigint[], \(documents.map { $0.tokens.joined(separator: " ") })::text[])),
-                free AS (SELECT r.doc, d.tokens FROM message_search r JOIN d ON r.conversation_id = d.c AND r.seq = d.s
-                    WHERE r.tokens IS NULL FOR UPDATE OF r SKIP LOCKED)
-            UPDATE message_search SET tokens = string_to_array(free.tokens, ' ')
-            FROM free WHERE message_search.doc = free.doc
-            """,
-            logger: self.logger
-        )
+        try await self.connection.run(Self.searchTokensStatement(at: documents), logger: self.logger)
+    }
+
+    // Each document's row is found by its key, one probe a document (the lateral subquery), never through
+    // `message_search_pending`: that partial index keeps an entry for every row indexed since the table was last
+    // vacuumed (an update leaves the old version's entry behind), so a plan that reads it to find the few rows
+    // pending reads all of those, more with every batch until autovacuum runs (100,135 entries read for 800 rows in
+    // a bench's database). A row another transaction holds (an edit, a recall, another node indexing it) is skipped,
+    // never waited for: two writers of the index could otherwise each wait for the other.
+
+    /// The statement of ``setSearchTokens(_:)``: each row's tokens as one string, split again (a token never holds a
+    /// space).
+    static func searchTokensStatement(byDoc tokens: [(doc: Int64, tokens: [String])]) -> PostgresQuery {
+        """
+        WITH t(doc, tokens) AS (SELECT * FROM unnest(\(tokens.map(\.doc))::bigint[],
+                \(tokens.map { $0.tokens.joined(separator: " ") })::text[])),
+            free AS (SELECT r.doc, t.tokens FROM t CROSS JOIN LATERAL (SELECT doc FROM message_search
+                WHERE doc = t.doc AND tokens IS NULL FOR UPDATE SKIP LOCKED) r)
+        UPDATE message_search SET tokens = string_to_array(free.tokens, ' ')
+        FROM free WHERE message_search.doc = free.doc
+        RETURNING message_search.doc
+        """
+    }
+
+    /// The statement of ``setSearchTokens(at:)``, by conversation and seq.
+    static func searchTokensStatement(
+        at documents: [(conversation: Int64, seq: Int64, tokens: [String])]
+    ) -> PostgresQuery {
+        """
+        WITH d(c, s, tokens) AS (SELECT * FROM unnest(\(documents.map(\.conversation))::bigint[],
+                \(documents.map(\.seq))::bigint[], \(documents.map { $0.tokens.joined(separator: " ") })::text[])),
+            free AS (SELECT r.doc, d.tokens FROM d CROSS JOIN LATERAL (SELECT doc FROM message_search
+                WHERE conversation_id = d.c AND seq = d.s AND tokens IS NULL FOR UPDATE SKIP LOCKED) r)
+        UPDATE message_search SET tokens = string_to_array(free.tokens, ' ')
+        FROM free WHERE message_search.doc = free.doc
+        """
     }
 }
