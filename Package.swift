@@ -24,6 +24,7 @@ let package = Package(
         .library(name: "CourierTesting", targets: ["CourierTesting"]),
         .library(name: "CourierServerTesting", targets: ["CourierServerTesting"]),
         .library(name: "MediaCache", targets: ["MediaCache"]),
+        .library(name: "CourierPush", targets: ["CourierPush"]),
         .executable(name: "courier", targets: ["courier"]),
     ],
     dependencies: [
@@ -256,6 +257,13 @@ let package = Package(
             ],
             swiftSettings: strictSettings
         ),
+        // Reaching devices that are away: Web Push's message encryption (RFC 8291, `aes128gcm`) and VAPID (RFC 8292),
+        // composed of swift-crypto's primitives; no server, store or network of its own.
+        .target(
+            name: "CourierPush",
+            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: strictSettings
+        ),
         // The terminal chat behind `courier chat`: a value-type state that keys and client events change, a screen
         // laid out by display width, a key decoder, the raw-mode terminal, and the loop joining them to the SDK.
         .target(
@@ -289,6 +297,15 @@ let package = Package(
         .testTarget(
             name: "CourierVocabularyTests",
             dependencies: ["CourierVocabulary"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "CourierPushTests",
+            dependencies: [
+                "CourierPush",
+                "CourierTesting",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
             swiftSettings: strictSettings
         ),
         .testTarget(
