@@ -120,6 +120,7 @@ let package = Package(
         .target(
             name: "CourierServer",
             dependencies: [
+                "CourierPush",
                 "CourierVocabulary",
                 "CourierWire",
                 "CourierProtocol",

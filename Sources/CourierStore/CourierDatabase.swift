@@ -28,6 +28,13 @@ public protocol CourierDatabase: Sendable {
 
     // MARK: Registration and one's own account
 
+    /// The key kept under `name` for every server on this database (one per SQLite file, one per PostgreSQL
+    /// cluster): made by `make` the first time it is asked for, and the same afterwards, on every node, whoever
+    /// made it. A credential: never shown, listed or logged.
+    ///
+    /// - Throws: `storage-failed`.
+    func serverKey(named name: String, nowMs: Int64, make: @Sendable () -> [UInt8]) async throws -> [UInt8]
+
     func createInvite(maxUses: Int, expiresMs: Int64?, nowMs: Int64) async throws -> (invite: Invite, token: String)
     func invites() async throws -> [Invite]
     func revokeInvite(_ id: Int64, nowMs: Int64) async throws

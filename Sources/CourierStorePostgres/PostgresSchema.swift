@@ -433,5 +433,19 @@ enum PostgresSchema {
                 "ALTER TABLE cluster_nodes ADD COLUMN forward_address TEXT, ADD COLUMN forward_secret TEXT"
             ]
         ),
+        Migration(
+            version: "v17-server-keys",
+            statements: [
+                // Keys every node of the cluster shares, made once by whichever asks first (the Web Push signing
+                // key): credentials, read only by the servers.
+                """
+                CREATE TABLE server_keys (
+                    name TEXT PRIMARY KEY,
+                    value BYTEA NOT NULL,
+                    created_ms BIGINT NOT NULL
+                )
+                """
+            ]
+        ),
     ]
 }

@@ -233,6 +233,23 @@ package struct PostgresTransaction: StoreTransaction {
         return revoked.sorted().map(DeviceID.init(rawValue:))
     }
 
+    // MARK: Server keys
+
+    package func serverKey(named name: String) async throws -> [UInt8]? {
+        try await self.connection.row("SELECT value FROM server_keys WHERE name = \(name)", logger: self.logger)
+            .map { try $0.bytes("value") }
+    }
+
+    package func insertServerKey(named name: String, value: [UInt8], nowMs: Int64) async throws {
+        try await self.connection.run(
+            """
+            INSERT INTO server_keys (name, value, created_ms) VALUES (\(name), \(ByteBuffer(bytes: value)), \(nowMs))
+            ON CONFLICT (name) DO NOTHING
+            """,
+            logger: self.logger
+        )
+    }
+
     // MARK: Invitations
 
     package func insertInvite(tokenHash: [UInt8], maxUses: Int, expiresMs: Int64?, nowMs: Int64) async throws -> Int64 {

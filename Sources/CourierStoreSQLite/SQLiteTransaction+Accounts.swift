@@ -257,6 +257,25 @@ extension SQLiteStore {
 }
 
 extension SQLiteTransaction {
+    // MARK: Server keys
+
+    package func serverKey(named name: String) async throws -> [UInt8]? {
+        try await self.access { db in
+            try Data.fetchOne(db, sql: "SELECT value FROM server_keys WHERE name = ?", arguments: [name]).map {
+                Array($0)
+            }
+        }
+    }
+
+    package func insertServerKey(named name: String, value: [UInt8], nowMs: Int64) async throws {
+        try await self.update { db in
+            try db.execute(
+                sql: "INSERT INTO server_keys (name, value, created_ms) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING",
+                arguments: [name, Data(value), nowMs]
+            )
+        }
+    }
+
     // MARK: Invitations
 
     package func insertInvite(tokenHash: [UInt8], maxUses: Int, expiresMs: Int64?, nowMs: Int64) async throws -> Int64 {

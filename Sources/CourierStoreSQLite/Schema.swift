@@ -426,6 +426,19 @@ enum Schema {
                     """
             )
         }
+        migrator.registerMigration("v16-server-keys") { db in
+            // Keys the server keeps with its data, made once (the Web Push signing key): credentials, in the
+            // database's file, which only the server's user reads.
+            try db.execute(
+                sql: """
+                    CREATE TABLE server_keys (
+                        name TEXT PRIMARY KEY,
+                        value BLOB NOT NULL,
+                        created_ms INTEGER NOT NULL
+                    ) WITHOUT ROWID;
+                    """
+            )
+        }
         return migrator
     }
 }

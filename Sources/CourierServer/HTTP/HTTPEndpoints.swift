@@ -92,6 +92,7 @@ enum HTTPEndpoints {
 
     static func application(
         configuration: ServerConfiguration,
+        vapidPublicKey: String,
         metrics: ServerMetrics,
         media: MediaService,
         logins: LoginThrottle,
@@ -122,6 +123,14 @@ enum HTTPEndpoints {
                 status: .ok,
                 headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
                 body: .init(byteBuffer: ByteBuffer(string: metrics.exposition()))
+            )
+        }
+        router.get("/api/v1/push/vapid-public-key") { _, _ -> Response in
+            // The key a browser subscribes with (`applicationServerKey`): public, the same on every node.
+            Response(
+                status: .ok,
+                headers: [.contentType: "application/json", .cacheControl: "no-cache"],
+                body: .init(byteBuffer: ByteBuffer(string: "{\"key\":\"\(vapidPublicKey)\"}\n"))
             )
         }
         MediaEndpoint(store: media.store, media: media, logins: logins).register(on: router)

@@ -274,9 +274,11 @@ public final class CourierServer: Service, Sendable {
             cluster: self.cluster,
             logger: self.logger
         )
+        let vapid = try await self.vapidKey()
         let (httpPorts, httpRunning) = AsyncStream.makeStream(of: Int.self)
         let http = try HTTPEndpoints.application(
             configuration: self.configuration,
+            vapidPublicKey: vapid.publicKey,
             metrics: self.metrics,
             media: self.media,
             logins: self.logins,

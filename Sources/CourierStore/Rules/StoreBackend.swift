@@ -68,6 +68,13 @@ package protocol StoreTransaction: Sendable {
     /// - Returns: Whether one was.
     func revokeInvite(_ id: Int64, nowMs: Int64) async throws -> Bool
 
+    // MARK: Server keys
+
+    /// A key the servers keep (the Web Push signing key), by name, or nil.
+    func serverKey(named name: String) async throws -> [UInt8]?
+    /// Keeps a key under a name, unless one is kept under it already (then nothing changes).
+    func insertServerKey(named name: String, value: [UInt8], nowMs: Int64) async throws
+
     // MARK: Profiles
 
     /// Users' profiles, of those that set one, by id.
