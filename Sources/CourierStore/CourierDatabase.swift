@@ -28,6 +28,24 @@ public protocol CourierDatabase: Sendable {
 
     // MARK: Registration and one's own account
 
+    /// Registers a device's Web Push subscription (its endpoint and keys, checked by the caller), or moves one
+    /// registered before, by any device, to it.
+    ///
+    /// - Throws: `invalid-request` (an endpoint past ``StoreLimits/maxPushEndpointBytes``; past
+    ///   ``StoreLimits/maxPushSubscriptionsPerDevice`` or ``StoreLimits/maxPushSubscriptionsPerUser``),
+    ///   `storage-failed`.
+    func addPushSubscription(
+        endpoint: String,
+        p256dh: [UInt8],
+        auth: [UInt8],
+        for session: DeviceSession,
+        nowMs: Int64
+    ) async throws
+    /// Removes one of the session's user's push subscriptions; whether it had it.
+    func removePushSubscription(endpoint: String, for session: DeviceSession) async throws -> Bool
+    /// A user's push subscriptions, oldest first. A revoked device has none.
+    func pushSubscriptions(of user: UserID) async throws -> [PushSubscriptionRow]
+
     /// The key kept under `name` for every server on this database (one per SQLite file, one per PostgreSQL
     /// cluster): made by `make` the first time it is asked for, and the same afterwards, on every node, whoever
     /// made it. A credential: never shown, listed or logged.
@@ -362,6 +380,12 @@ public struct StoreLimits: Sendable, Hashable {
     /// The most devices of one user that can connect (not revoked, not expired); a password login that would make
     /// one more is refused with `quota-exceeded` (renewing a device's token is not a new device).
     public var maxDevicesPerUser: Int = 100
+    /// The most Web Push subscriptions one device keeps (a browser has one per site; a few allow for reinstalls).
+    public var maxPushSubscriptionsPerDevice: Int = 4
+    /// The most Web Push subscriptions one user keeps, over all its devices.
+    public var maxPushSubscriptionsPerUser: Int = 32
+    /// The longest push endpoint taken, in bytes of UTF-8 (the push services' are a few hundred).
+    public var maxPushEndpointBytes: Int = 1024
     /// The most events of one user a group commit returns as they were written (``AppliedBatch/fresh``); a user
     /// with more has them read back. 0 returns none.
     public var maxFreshEventsPerUser: Int = 4096

@@ -343,3 +343,27 @@ public struct DeviceActivityChange: Hashable, Sendable {
         self.ms = ms
     }
 }
+
+/// A Web Push subscription of a device (`PushSubscription.toJSON()` of a browser): where to push, and the keys a
+/// push is sealed with. The store keeps the bytes as they came; the server checks them before they are stored.
+public struct PushSubscriptionRow: Hashable, Sendable {
+    /// The push service's URL for this subscription: its identity (a subscription registered again moves to the
+    /// device that registers it).
+    public var endpoint: String
+    public var device: DeviceID
+    public var user: UserID
+    /// The user agent's P-256 public key, uncompressed (65 bytes).
+    public var p256dh: [UInt8]
+    /// The authentication secret (16 bytes).
+    public var auth: [UInt8]
+    public var createdMs: Int64
+
+    public init(endpoint: String, device: DeviceID, user: UserID, p256dh: [UInt8], auth: [UInt8], createdMs: Int64) {
+        self.endpoint = endpoint
+        self.device = device
+        self.user = user
+        self.p256dh = p256dh
+        self.auth = auth
+        self.createdMs = createdMs
+    }
+}

@@ -434,7 +434,7 @@ enum PostgresSchema {
             ]
         ),
         Migration(
-            version: "v17-server-keys",
+            version: "v17-push",
             statements: [
                 // Keys every node of the cluster shares, made once by whichever asks first (the Web Push signing
                 // key): credentials, read only by the servers.
@@ -444,7 +444,21 @@ enum PostgresSchema {
                     value BYTEA NOT NULL,
                     created_ms BIGINT NOT NULL
                 )
+                """,
+                // Devices' Web Push subscriptions, by endpoint (a browser's subscription, wherever registered);
+                // dropped when their device is revoked.
                 """
+                CREATE TABLE push_subscriptions (
+                    endpoint TEXT PRIMARY KEY,
+                    device_id BIGINT NOT NULL REFERENCES devices (id),
+                    user_id BIGINT NOT NULL,
+                    p256dh BYTEA NOT NULL,
+                    auth BYTEA NOT NULL,
+                    created_ms BIGINT NOT NULL
+                )
+                """,
+                "CREATE INDEX push_subscriptions_by_user ON push_subscriptions (user_id)",
+                "CREATE INDEX push_subscriptions_by_device ON push_subscriptions (device_id)",
             ]
         ),
     ]

@@ -205,7 +205,7 @@ package struct PostgresTransaction: StoreTransaction {
         return DeviceID(rawValue: id)
     }
 
-    package func revokeDevices(_ devices: [DeviceID]?, of user: UserID, nowMs: Int64) async throws -> [DeviceID] {
+    package func markDevicesRevoked(_ devices: [DeviceID]?, of user: UserID, nowMs: Int64) async throws -> [DeviceID] {
         let revoked =
             if let devices {
                 try await self.connection.values(
@@ -231,6 +231,55 @@ package struct PostgresTransaction: StoreTransaction {
                 )
             }
         return revoked.sorted().map(DeviceID.init(rawValue:))
+    }
+
+    // MARK: Push subscriptions
+
+    package func pushSubscriptions(of user: UserID) async throws -> [PushSubscriptionRow] {
+        try await self.connection.rows(
+            "SELECT * FROM push_subscriptions WHERE user_id = \(user.rawValue) ORDER BY created_ms, endpoint",
+            logger: self.logger
+        ).map { row in
+            PushSubscriptionRow(
+                endpoint: try row.get("endpoint"),
+                device: DeviceID(rawValue: try row.get("device_id")),
+                user: UserID(rawValue: try row.get("user_id")),
+                p256dh: try row.bytes("p256dh"),
+                auth: try row.bytes("auth"),
+                createdMs: try row.get("created_ms")
+            )
+        }
+    }
+
+    package func putPushSubscription(_ row: PushSubscriptionRow) async throws {
+        try await self.connection.run(
+            """
+            INSERT INTO push_subscriptions (endpoint, device_id, user_id, p256dh, auth, created_ms)
+            VALUES (\(row.endpoint), \(row.device.rawValue), \(row.user.rawValue), \(ByteBuffer(bytes: row.p256dh)),
+                \(ByteBuffer(bytes: row.auth)), \(row.createdMs))
+            ON CONFLICT (endpoint) DO UPDATE SET device_id = excluded.device_id, user_id = excluded.user_id,
+                p256dh = excluded.p256dh, auth = excluded.auth, created_ms = excluded.created_ms
+            """,
+            logger: self.logger
+        )
+    }
+
+    package func deletePushSubscription(endpoint: String, of user: UserID) async throws -> Bool {
+        try await self.connection.rows(
+            """
+            DELETE FROM push_subscriptions WHERE endpoint = \(endpoint) AND user_id = \(user.rawValue)
+            RETURNING endpoint
+            """,
+            logger: self.logger
+        ).count == 1
+    }
+
+    package func deletePushSubscriptions(of devices: [DeviceID]) async throws {
+        guard !devices.isEmpty else { return }
+        try await self.connection.run(
+            "DELETE FROM push_subscriptions WHERE device_id = ANY(\(devices.map(\.rawValue)))",
+            logger: self.logger
+        )
     }
 
     // MARK: Server keys

@@ -172,7 +172,7 @@ extension SQLiteTransaction {
         }
     }
 
-    package func revokeDevices(_ devices: [DeviceID]?, of user: UserID, nowMs: Int64) async throws -> [DeviceID] {
+    package func markDevicesRevoked(_ devices: [DeviceID]?, of user: UserID, nowMs: Int64) async throws -> [DeviceID] {
         try await self.update { db in
             let active = try Int64.fetchAll(
                 db,
@@ -252,6 +252,66 @@ extension SQLiteStore {
         for change in changes {
             let columns = change.columns
             try insert.execute(arguments: [columns.kind, columns.user?.rawValue, columns.device?.rawValue, nowMs])
+        }
+    }
+}
+
+extension SQLiteTransaction {
+    // MARK: Push subscriptions
+
+    package func pushSubscriptions(of user: UserID) async throws -> [PushSubscriptionRow] {
+        try await self.access { db in
+            try Row.fetchAll(
+                db,
+                sql: "SELECT * FROM push_subscriptions WHERE user_id = ? ORDER BY created_ms, endpoint",
+                arguments: [user.rawValue]
+            ).map { row in
+                PushSubscriptionRow(
+                    endpoint: row["endpoint"],
+                    device: DeviceID(rawValue: row["device_id"]),
+                    user: UserID(rawValue: row["user_id"]),
+                    p256dh: Array(row["p256dh"] as Data),
+                    auth: Array(row["auth"] as Data),
+                    createdMs: row["created_ms"]
+                )
+            }
+        }
+    }
+
+    package func putPushSubscription(_ row: PushSubscriptionRow) async throws {
+        try await self.update { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO push_subscriptions (endpoint, device_id, user_id, p256dh, auth, created_ms)
+                    VALUES (?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (endpoint) DO UPDATE SET device_id = excluded.device_id, user_id = excluded.user_id,
+                        p256dh = excluded.p256dh, auth = excluded.auth, created_ms = excluded.created_ms
+                    """,
+                arguments: [
+                    row.endpoint, row.device.rawValue, row.user.rawValue, Data(row.p256dh), Data(row.auth),
+                    row.createdMs,
+                ]
+            )
+        }
+    }
+
+    package func deletePushSubscription(endpoint: String, of user: UserID) async throws -> Bool {
+        try await self.update { db in
+            try db.execute(
+                sql: "DELETE FROM push_subscriptions WHERE endpoint = ? AND user_id = ?",
+                arguments: [endpoint, user.rawValue]
+            )
+            return db.changesCount == 1
+        }
+    }
+
+    package func deletePushSubscriptions(of devices: [DeviceID]) async throws {
+        guard !devices.isEmpty else { return }
+        try await self.update { db in
+            try db.execute(
+                sql: "DELETE FROM push_subscriptions WHERE device_id IN (SELECT value FROM json_each(?))",
+                arguments: ["[" + devices.map { String($0.rawValue) }.joined(separator: ",") + "]"]
+            )
         }
     }
 }

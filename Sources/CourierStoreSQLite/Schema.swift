@@ -426,16 +426,28 @@ enum Schema {
                     """
             )
         }
-        migrator.registerMigration("v16-server-keys") { db in
-            // Keys the server keeps with its data, made once (the Web Push signing key): credentials, in the
-            // database's file, which only the server's user reads.
+        migrator.registerMigration("v16-push") { db in
             try db.execute(
                 sql: """
+                    -- Keys the server keeps with its data, made once (the Web Push signing key): credentials, in
+                    -- the database's file, which only the server's user reads.
                     CREATE TABLE server_keys (
                         name TEXT PRIMARY KEY,
                         value BLOB NOT NULL,
                         created_ms INTEGER NOT NULL
                     ) WITHOUT ROWID;
+                    -- Devices' Web Push subscriptions, by endpoint (a browser's subscription, wherever registered);
+                    -- dropped when their device is revoked.
+                    CREATE TABLE push_subscriptions (
+                        endpoint TEXT PRIMARY KEY,
+                        device_id INTEGER NOT NULL REFERENCES devices (id),
+                        user_id INTEGER NOT NULL,
+                        p256dh BLOB NOT NULL,
+                        auth BLOB NOT NULL,
+                        created_ms INTEGER NOT NULL
+                    ) WITHOUT ROWID;
+                    CREATE INDEX push_subscriptions_by_user ON push_subscriptions (user_id);
+                    CREATE INDEX push_subscriptions_by_device ON push_subscriptions (device_id);
                     """
             )
         }

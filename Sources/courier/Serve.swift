@@ -119,6 +119,15 @@ struct Serve: AsyncParsableCommand {
     )
     var forwardAdvertiseHost: String?
 
+    @Flag(
+        name: .customLong("allow-private-targets"),
+        help: ArgumentHelp(
+            "Let Web Push endpoints be plain http:// and reach loopback and private addresses (for tests and private "
+                + "networks; off, a subscription's endpoint must be https)."
+        )
+    )
+    var allowPrivateTargets = false
+
     @Option(
         help: ArgumentHelp(
             "Who may make an account: closed (only `courier user add`), invite (whoever holds a `courier invite "
@@ -202,6 +211,7 @@ struct Serve: AsyncParsableCommand {
         configuration.web.root = self.webRoot
         if let host = self.forwardHost { configuration.cluster.forwardHost = host }
         configuration.cluster.forwardAdvertisedHost = self.forwardAdvertiseHost
+        configuration.push.allowPrivateTargets = self.allowPrivateTargets
         try LimitOption.apply(self.limits, to: &configuration)
         switch (self.tlsCertificate ?? environment["COURIER_TLS_CERT"], self.tlsKey ?? environment["COURIER_TLS_KEY"]) {
         case (nil, nil):

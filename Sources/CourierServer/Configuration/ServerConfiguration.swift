@@ -39,6 +39,18 @@ public struct ServerConfiguration: Sendable {
     public var webSocket: WebSocket = .init()
     /// The web chat at `/` on the HTTP port.
     public var web: Web = .init()
+    /// Pushes to devices that are away (issue 44, being built).
+    public var push: Push = .init()
+
+    /// Pushes to devices that are away: Web Push subscriptions and where pushes may go.
+    public struct Push: Sendable {
+        /// Whether push endpoints (and later webhook and gateway URLs) may be plain `http://` and reach loopback,
+        /// private, link-local or metadata addresses: for tests and private deployments only
+        /// (`courier serve --allow-private-targets`).
+        public var allowPrivateTargets: Bool = false
+
+        public init() {}
+    }
 
     /// The web chat: a page at `/` on the HTTP port that chats over the gateway (``WebSocket``), which it needs.
     public struct Web: Sendable {

@@ -68,6 +68,19 @@ package protocol StoreTransaction: Sendable {
     /// - Returns: Whether one was.
     func revokeInvite(_ id: Int64, nowMs: Int64) async throws -> Bool
 
+    // MARK: Push subscriptions
+
+    /// A user's push subscriptions, oldest first.
+    func pushSubscriptions(of user: UserID) async throws -> [PushSubscriptionRow]
+    /// Stores a subscription, replacing one with the same endpoint (of any device).
+    func putPushSubscription(_ row: PushSubscriptionRow) async throws
+    /// Deletes a user's subscription by endpoint.
+    ///
+    /// - Returns: Whether there was one.
+    func deletePushSubscription(endpoint: String, of user: UserID) async throws -> Bool
+    /// Deletes every subscription of these devices.
+    func deletePushSubscriptions(of devices: [DeviceID]) async throws
+
     // MARK: Server keys
 
     /// A key the servers keep (the Web Push signing key), by name, or nil.
@@ -99,10 +112,11 @@ package protocol StoreTransaction: Sendable {
     ///
     /// - Returns: Its id.
     func insertDevice(_ device: NewDevice) async throws -> DeviceID
-    /// Revokes a user's devices that are not revoked yet: the ones given, or all of them (nil).
+    /// Marks a user's devices revoked, those that are not yet: the ones given, or all of them (nil). The rules call
+    /// ``revokeDevices(_:of:nowMs:)``, which drops their push subscriptions too.
     ///
     /// - Returns: The devices revoked now, by id.
-    func revokeDevices(_ devices: [DeviceID]?, of user: UserID, nowMs: Int64) async throws -> [DeviceID]
+    func markDevicesRevoked(_ devices: [DeviceID]?, of user: UserID, nowMs: Int64) async throws -> [DeviceID]
 
     /// How many devices of a user can connect: not revoked, token not expired at `nowMs`.
     func usableDevices(of user: UserID, nowMs: Int64) async throws -> Int

@@ -1,0 +1,194 @@
+import CourierPush
+import CourierStore
+import Foundation
+import Hummingbird
+import NIOCore
+
+/// `POST` and `DELETE /api/v1/push/subscriptions` on the HTTP port: a device registers the browser's Web Push
+/// subscription (`PushSubscription.toJSON()`) or removes it, with its device token in `Authorization: Bearer`.
+///
+/// Nothing is stored that a push could not use: the endpoint must be an absolute `https://` URL (or `http://` when the
+/// server allows private targets, for tests), the keys a P-256 point and a 16-byte secret. Refusals are JSON,
+/// `{"error": {"code", "message"}}`, with the status that matches the code.
+struct PushEndpoint: Sendable {
+    /// The largest request body read: a subscription is a few hundred bytes.
+    static let maxBodyBytes = 8192
+
+    let store: any CourierDatabase
+    let logins: LoginThrottle
+    let allowPrivateTargets: Bool
+
+    func register(on router: Router<CourierRequestContext>) {
+        router.post("/api/v1/push/subscriptions") { request, context in
+            await self.answer { try await self.subscribe(request, context) }
+        }
+        router.delete("/api/v1/push/subscriptions") { request, context in
+            await self.answer { try await self.unsubscribe(request, context) }
+        }
+    }
+
+    private struct Subscription: Decodable {
+        struct Keys: Decodable {
+            var p256dh: String
+            var auth: String
+        }
+        var endpoint: String
+        var keys: Keys
+    }
+
+    private struct Removal: Decodable {
+        var endpoint: String
+    }
+
+    private func subscribe(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
+        let session = try await APIAuth.session(of: request, context, store: self.store, logins: self.logins)
+        let body = try await APIRefusal.decode(Subscription.self, from: request, upTo: Self.maxBodyBytes)
+        try self.check(endpoint: body.endpoint)
+        let keys: PushSubscriptionKeys
+        do {
+            keys = try PushSubscriptionKeys(p256dh: body.keys.p256dh, auth: body.keys.auth)
+        } catch let error as PushError {
+            throw APIRefusal(.badRequest, "invalid-request", error.description)
+        }
+        try await APIRefusal.mapping {
+            try await self.store.addPushSubscription(
+                endpoint: body.endpoint,
+                p256dh: keys.p256dh,
+                auth: keys.auth,
+                for: session,
+                nowMs: SessionClock.systemWallMs()
+            )
+        }
+        return APIRefusal.json(.created, ["endpoint": body.endpoint])
+    }
+
+    private func unsubscribe(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
+        let session = try await APIAuth.session(of: request, context, store: self.store, logins: self.logins)
+        let body = try await APIRefusal.decode(Removal.self, from: request, upTo: Self.maxBodyBytes)
+        let removed = try await APIRefusal.mapping {
+            try await self.store.removePushSubscription(endpoint: body.endpoint, for: session)
+        }
+        guard removed else { throw APIRefusal(.notFound, "not-found", "no such push subscription of this user") }
+        return Response(status: .noContent)
+    }
+
+    /// An endpoint a push can go to: absolute, with a host, `https` (or `http` when private targets are allowed).
+    /// Where it resolves to is checked when a push is sent, not here: a name may point elsewhere later.
+    private func check(endpoint: String) throws {
+        guard let audience = VAPIDKey.audience(of: endpoint) else {
+            throw APIRefusal(.badRequest, "invalid-request", "a push endpoint is an absolute https URL")
+        }
+        guard audience.hasPrefix("https://") || self.allowPrivateTargets else {
+            throw APIRefusal(.badRequest, "invalid-request", "a push endpoint is an https URL")
+        }
+    }
+
+    private func answer(_ body: () async throws -> Response) async -> Response {
+        do {
+            return try await body()
+        } catch let refusal as APIRefusal {
+            return refusal.response
+        } catch {
+            return APIRefusal(.serviceUnavailable, "storage-failed", "the request failed; try again").response
+        }
+    }
+}
+
+/// The device a request to `/api/v1` speaks for: the token in `Authorization: Bearer` (never in the URL, where logs
+/// keep it). An unknown token counts against the address as a failed login does on the other ports.
+enum APIAuth {
+    static func session(
+        of request: Request,
+        _ context: CourierRequestContext,
+        store: any CourierDatabase,
+        logins: LoginThrottle
+    ) async throws -> DeviceSession {
+        guard let authorization = request.headers[.authorization],
+            case let parts = authorization.split(separator: " ", maxSplits: 1),
+            parts.count == 2, parts[0].lowercased() == "bearer"
+        else {
+            throw APIRefusal(.unauthorized, "auth-failed", "a device token is needed: Authorization: Bearer <token>")
+        }
+        let address = AddressKey.of(ip: context.remoteAddress?.ipAddress ?? "?")
+        guard case .admitted(let ticket) = logins.admit(user: nil, address: address) else {
+            throw APIRefusal(.tooManyRequests, "throttled", "too many failed logins from this address; retry later")
+        }
+        do {
+            let session = try await store.authenticate(token: String(parts[1]), nowMs: SessionClock.systemWallMs())
+            logins.finish(ticket, failed: false)
+            return session
+        } catch let error as CourierStoreError {
+            logins.finish(ticket, failed: error.code == .authFailed)
+            throw APIRefusal(error)
+        }
+    }
+}
+
+/// A refusal of `/api/v1`: the protocol's error code, a message for people, and the HTTP status that matches.
+struct APIRefusal: Error {
+    var status: HTTPResponse.Status
+    var code: String
+    var message: String
+
+    init(_ status: HTTPResponse.Status, _ code: String, _ message: String) {
+        self.status = status
+        self.code = code
+        self.message = message
+    }
+
+    init(_ error: CourierStoreError) {
+        let status: HTTPResponse.Status =
+            switch error.code {
+            case .authFailed, .tokenExpired, .tokenRevoked: .unauthorized
+            case .throttled: .tooManyRequests
+            case .storageFailed: .serviceUnavailable
+            default: .badRequest
+            }
+        self.init(status, error.code.description, error.message)
+    }
+
+    var response: Response {
+        var response = Self.json(self.status, ["error": ["code": self.code, "message": self.message]])
+        if self.status == .unauthorized { response.headers[.wwwAuthenticate] = "Bearer" }
+        return response
+    }
+
+    /// Runs a store call, its refusals turned into ``APIRefusal``s.
+    static func mapping<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as CourierStoreError {
+            throw APIRefusal(error)
+        }
+    }
+
+    /// The request's body as JSON of a type, read up to `limit` bytes.
+    static func decode<T: Decodable>(_ type: T.Type, from request: Request, upTo limit: Int) async throws -> T {
+        let buffer: ByteBuffer
+        do {
+            buffer = try await request.body.collect(upTo: limit)
+        } catch {
+            throw APIRefusal(.contentTooLarge, "invalid-request", "the body is larger than \(limit) bytes")
+        }
+        do {
+            return try JSONDecoder().decode(T.self, from: Data(buffer.readableBytesView))
+        } catch {
+            throw APIRefusal(.badRequest, "invalid-request", "the body is not the JSON this request takes")
+        }
+    }
+
+    /// A JSON answer.
+    static func json(_ status: HTTPResponse.Status, _ object: some Encodable) -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let body = (try? encoder.encode(object)) ?? Data("{}".utf8)
+        return Response(
+            status: status,
+            headers: [
+                .contentType: "application/json", .cacheControl: "no-store",
+                .init("X-Content-Type-Options")!: "nosniff",
+            ],
+            body: .init(byteBuffer: ByteBuffer(bytes: body + Data("\n".utf8)))
+        )
+    }
+}
