@@ -26,12 +26,17 @@ public enum Base64URL {
     }
 
     /// The bytes a text spells, or nil when it is not base64url: a character outside the alphabet, a length no
-    /// encoding has, or bits left over that an encoder would have written as zero. Trailing `=` padding is allowed
-    /// (some senders add it), nothing after it.
+    /// encoding has, or bits left over that an encoder would have written as zero. The padding some senders add is
+    /// allowed when it is exactly what base64 pads with (`==` after 2 characters of a group, `=` after 3).
     public static func decode(_ text: some StringProtocol) -> [UInt8]? {
         var utf8 = Array(text.utf8)
-        while utf8.last == UInt8(ascii: "=") { utf8.removeLast() }
+        var padding = 0
+        while utf8.last == UInt8(ascii: "=") {
+            utf8.removeLast()
+            padding += 1
+        }
         guard utf8.count % 4 != 1 else { return nil }
+        guard padding == 0 || (utf8.count % 4 != 0 && padding == 4 - utf8.count % 4) else { return nil }
         var out: [UInt8] = []
         out.reserveCapacity(utf8.count * 3 / 4)
         var group: UInt32 = 0

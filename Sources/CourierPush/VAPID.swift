@@ -60,12 +60,20 @@ public struct VAPIDKey: Sendable, CustomStringConvertible, CustomDebugStringConv
     /// - Parameters:
     ///   - endpoint: The subscription's endpoint.
     ///   - subject: A contact for the push service's operator (`mailto:` or `https:`), the JWT's `sub`.
-    ///   - expires: The JWT's `exp`, in seconds since 1970: at most ``longestLifetimeSeconds`` after now.
+    ///   - nowSeconds: The time, in seconds since 1970.
+    ///   - lifetimeSeconds: How long the token is good for, the JWT's `exp` after now: at most
+    ///     ``longestLifetimeSeconds`` (longer is cut to it), at least 1.
     /// - Throws: ``PushError`` `bad-endpoint` when the endpoint has no origin.
-    public func authorization(for endpoint: String, subject: String, expires: Int64) throws -> String {
+    public func authorization(
+        for endpoint: String,
+        subject: String,
+        nowSeconds: Int64,
+        lifetimeSeconds: Int64 = 12 * 3600
+    ) throws -> String {
         guard let audience = Self.audience(of: endpoint) else {
             throw PushError(.badEndpoint, "a push endpoint is an absolute http(s) URL")
         }
+        let expires = nowSeconds + min(max(1, lifetimeSeconds), Self.longestLifetimeSeconds)
         return "vapid t=\(try self.token(audience: audience, subject: subject, expires: expires)), k=\(self.publicKey)"
     }
 

@@ -27,7 +27,7 @@ public struct PushError: Error, Equatable, CustomStringConvertible {
 /// A browser's subscription keys (`PushSubscription.toJSON().keys`): the user agent's P-256 public key and its
 /// authentication secret. Made only from keys that are what they claim to be, since a subscription's body is the
 /// network's.
-public struct PushSubscriptionKeys: Sendable, Hashable {
+public struct PushSubscriptionKeys: Sendable, Hashable, CustomStringConvertible, CustomDebugStringConvertible {
     /// The user agent's public key, an uncompressed point (65 bytes, `0x04 ‖ x ‖ y`).
     public let p256dh: [UInt8]
     /// The authentication secret, 16 bytes.
@@ -59,6 +59,10 @@ public struct PushSubscriptionKeys: Sendable, Hashable {
         self.p256dh = p256dh
         self.auth = auth
     }
+
+    /// The public key only: the authentication secret is never shown.
+    public var description: String { "PushSubscriptionKeys(p256dh: \(Base64URL.encode(self.p256dh)))" }
+    public var debugDescription: String { self.description }
 }
 
 /// Message encryption for Web Push (RFC 8291) in the `aes128gcm` content coding (RFC 8188): one record, so that a

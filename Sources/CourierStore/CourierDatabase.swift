@@ -29,11 +29,11 @@ public protocol CourierDatabase: Sendable {
     // MARK: Registration and one's own account
 
     /// Registers a device's Web Push subscription (its endpoint and keys, checked by the caller), or moves one
-    /// registered before, by any device, to it.
+    /// registered before to it: from another user only with the same keys. Past
+    /// ``StoreLimits/maxPushSubscriptionsPerDevice`` or ``StoreLimits/maxPushSubscriptionsPerUser`` the oldest goes.
     ///
-    /// - Throws: `invalid-request` (an endpoint past ``StoreLimits/maxPushEndpointBytes``; past
-    ///   ``StoreLimits/maxPushSubscriptionsPerDevice`` or ``StoreLimits/maxPushSubscriptionsPerUser``),
-    ///   `storage-failed`.
+    /// - Throws: `invalid-request` (an endpoint past ``StoreLimits/maxPushEndpointBytes``; another user's endpoint
+    ///   with other keys), `token-revoked` (the device was logged out meanwhile), `storage-failed`.
     func addPushSubscription(
         endpoint: String,
         p256dh: [UInt8],
@@ -380,9 +380,10 @@ public struct StoreLimits: Sendable, Hashable {
     /// The most devices of one user that can connect (not revoked, not expired); a password login that would make
     /// one more is refused with `quota-exceeded` (renewing a device's token is not a new device).
     public var maxDevicesPerUser: Int = 100
-    /// The most Web Push subscriptions one device keeps (a browser has one per site; a few allow for reinstalls).
+    /// The most Web Push subscriptions one device keeps (a browser has one per site; a few allow for reinstalls):
+    /// past it the device's oldest goes.
     public var maxPushSubscriptionsPerDevice: Int = 4
-    /// The most Web Push subscriptions one user keeps, over all its devices.
+    /// The most Web Push subscriptions one user keeps, over all its devices: past it the user's oldest goes.
     public var maxPushSubscriptionsPerUser: Int = 32
     /// The longest push endpoint taken, in bytes of UTF-8 (the push services' are a few hundred).
     public var maxPushEndpointBytes: Int = 1024

@@ -237,18 +237,30 @@ package struct PostgresTransaction: StoreTransaction {
 
     package func pushSubscriptions(of user: UserID) async throws -> [PushSubscriptionRow] {
         try await self.connection.rows(
-            "SELECT * FROM push_subscriptions WHERE user_id = \(user.rawValue) ORDER BY created_ms, endpoint",
+            """
+            SELECT s.* FROM push_subscriptions s JOIN devices d ON d.id = s.device_id
+            WHERE s.user_id = \(user.rawValue) AND d.revoked_ms IS NULL ORDER BY s.created_ms, s.endpoint
+            """,
             logger: self.logger
-        ).map { row in
-            PushSubscriptionRow(
-                endpoint: try row.get("endpoint"),
-                device: DeviceID(rawValue: try row.get("device_id")),
-                user: UserID(rawValue: try row.get("user_id")),
-                p256dh: try row.bytes("p256dh"),
-                auth: try row.bytes("auth"),
-                createdMs: try row.get("created_ms")
-            )
-        }
+        ).map(Self.pushSubscription)
+    }
+
+    package func pushSubscription(at endpoint: String) async throws -> PushSubscriptionRow? {
+        try await self.connection.row(
+            "SELECT * FROM push_subscriptions WHERE endpoint = \(endpoint)",
+            logger: self.logger
+        ).map(Self.pushSubscription)
+    }
+
+    static func pushSubscription(_ row: PostgresRandomAccessRow) throws -> PushSubscriptionRow {
+        PushSubscriptionRow(
+            endpoint: try row.get("endpoint"),
+            device: DeviceID(rawValue: try row.get("device_id")),
+            user: UserID(rawValue: try row.get("user_id")),
+            p256dh: try row.bytes("p256dh"),
+            auth: try row.bytes("auth"),
+            createdMs: try row.get("created_ms")
+        )
     }
 
     package func putPushSubscription(_ row: PushSubscriptionRow) async throws {

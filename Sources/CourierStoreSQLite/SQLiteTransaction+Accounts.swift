@@ -263,19 +263,31 @@ extension SQLiteTransaction {
         try await self.access { db in
             try Row.fetchAll(
                 db,
-                sql: "SELECT * FROM push_subscriptions WHERE user_id = ? ORDER BY created_ms, endpoint",
+                sql: """
+                    SELECT s.* FROM push_subscriptions s JOIN devices d ON d.id = s.device_id
+                    WHERE s.user_id = ? AND d.revoked_ms IS NULL ORDER BY s.created_ms, s.endpoint
+                    """,
                 arguments: [user.rawValue]
-            ).map { row in
-                PushSubscriptionRow(
-                    endpoint: row["endpoint"],
-                    device: DeviceID(rawValue: row["device_id"]),
-                    user: UserID(rawValue: row["user_id"]),
-                    p256dh: Array(row["p256dh"] as Data),
-                    auth: Array(row["auth"] as Data),
-                    createdMs: row["created_ms"]
-                )
-            }
+            ).map(Self.pushSubscription)
         }
+    }
+
+    package func pushSubscription(at endpoint: String) async throws -> PushSubscriptionRow? {
+        try await self.access { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM push_subscriptions WHERE endpoint = ?", arguments: [endpoint])
+                .map(Self.pushSubscription)
+        }
+    }
+
+    static func pushSubscription(_ row: Row) -> PushSubscriptionRow {
+        PushSubscriptionRow(
+            endpoint: row["endpoint"],
+            device: DeviceID(rawValue: row["device_id"]),
+            user: UserID(rawValue: row["user_id"]),
+            p256dh: Array(row["p256dh"] as Data),
+            auth: Array(row["auth"] as Data),
+            createdMs: row["created_ms"]
+        )
     }
 
     package func putPushSubscription(_ row: PushSubscriptionRow) async throws {

@@ -445,7 +445,7 @@ enum Schema {
                         p256dh BLOB NOT NULL,
                         auth BLOB NOT NULL,
                         created_ms INTEGER NOT NULL
-                    ) WITHOUT ROWID;
+                    );
                     CREATE INDEX push_subscriptions_by_user ON push_subscriptions (user_id);
                     CREATE INDEX push_subscriptions_by_device ON push_subscriptions (device_id);
                     """

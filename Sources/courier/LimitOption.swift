@@ -99,7 +99,7 @@ enum LimitOption {
         ("max-devices-per-user", { $0.store.limits.maxDevicesPerUser = try int($1) }),
         ("max-push-subscriptions-per-device", { $0.store.limits.maxPushSubscriptionsPerDevice = try int($1) }),
         ("max-push-subscriptions-per-user", { $0.store.limits.maxPushSubscriptionsPerUser = try int($1) }),
-        ("max-push-endpoint-bytes", { $0.store.limits.maxPushEndpointBytes = try int($1) }),
+        ("max-push-endpoint-bytes", { $0.store.limits.maxPushEndpointBytes = try int($1, atMost: 2048) }),
         ("max-batch-requests", { $0.commit.maxBatchRequests = try int($1) }),
         ("compat-max-header-bytes", { $0.compat.maxHeaderBytes = try bytes($1) }),
         ("max-media-bytes", { $0.media.maxMediaBytes = try bytes64($1) }),

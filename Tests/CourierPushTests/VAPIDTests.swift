@@ -40,11 +40,12 @@ struct VAPIDTests {
     )
     func verifies() async throws {
         let key = VAPIDKey()
-        let expires = Int64(Date().timeIntervalSince1970) + 12 * 3600
+        let now = Int64(Date().timeIntervalSince1970)
+        let expires = now + 12 * 3600
         let authorization = try key.authorization(
             for: "https://updates.push.services.mozilla.com/wpush/v2/gAAAAABk-推送?x=1",
             subject: "mailto:运维@example.com",
-            expires: expires
+            nowSeconds: now
         )
         #expect(authorization.hasSuffix(", k=\(key.publicKey)"))
         let (header, claims) = try await Self.verify(authorization)
@@ -57,7 +58,7 @@ struct VAPIDTests {
         let other = try VAPIDKey().authorization(
             for: "https://push.example/x",
             subject: "mailto:a@b.c",
-            expires: expires
+            nowSeconds: now
         )
         let forged = other.replacingOccurrences(
             of: String(other.split(separator: " ").last!.dropFirst(2)),
@@ -78,13 +79,16 @@ struct VAPIDTests {
             #expect(!shown.contains(secret))
             #expect(shown.contains(key.publicKey))
         }
-        _ = try await Self.verify(
+        // Signed by the key read back; a lifetime past RFC 8292's 24 hours is cut to them.
+        let (_, claims) = try await Self.verify(
             try again.authorization(
                 for: "https://fcm.googleapis.com/fcm/send/abc",
                 subject: "https://courier.example",
-                expires: 1
+                nowSeconds: 1_000,
+                lifetimeSeconds: 7 * 86_400
             )
         )
+        #expect((claims["exp"] as? NSNumber)?.int64Value == 1_000 + VAPIDKey.longestLifetimeSeconds)
         #expect(throws: (any Error).self) { _ = try VAPIDKey(privateKeyBytes: [UInt8](repeating: 0, count: 32)) }
         #expect(throws: (any Error).self) { _ = try VAPIDKey(privateKeyBytes: [1, 2, 3]) }
     }
@@ -109,7 +113,7 @@ struct VAPIDTests {
             #expect(VAPIDKey.audience(of: endpoint) == audience, "\(endpoint)")
         }
         #expect(throws: PushError(.badEndpoint, "")) {
-            _ = try VAPIDKey().authorization(for: "ftp://x/y", subject: "mailto:a@b.c", expires: 1)
+            _ = try VAPIDKey().authorization(for: "ftp://x/y", subject: "mailto:a@b.c", nowSeconds: 1)
         }
     }
 

@@ -154,6 +154,11 @@ struct WebPushEncryptionTests {
             }
         }
         #expect(try PushSubscriptionKeys(p256dh: Self.userAgentPublic + "=", auth: Self.authSecret + "==").auth == auth)
+        // The secret never shows in what the keys print.
+        let keys = try PushSubscriptionKeys(p256dh: point, auth: auth)
+        for shown in [String(describing: keys), String(reflecting: keys)] {
+            #expect(!shown.contains(Self.authSecret) && shown.contains(Self.userAgentPublic))
+        }
     }
 
     @Test("base64url: what is encoded decodes back, whatever the length; what is not base64url is refused")
@@ -172,7 +177,8 @@ struct WebPushEncryptionTests {
             )
             #expect(Base64URL.decode(text) == bytes, "seed \(seed), length \(length)")
         }
-        for bad in ["A", "AAAAA", "AB=C", "A B", "ab+/", "中文", "AB\u{0}", "AR"] {
+        #expect(Base64URL.decode("QQ==") == [0x41] && Base64URL.decode("QUI=") == [0x41, 0x42])
+        for bad in ["A", "AAAAA", "AB=C", "A B", "ab+/", "中文", "AB\u{0}", "AR", "AAAA====", "QQ=", "QUI==", "="] {
             #expect(Base64URL.decode(bad) == nil, "\(bad)")
         }
     }

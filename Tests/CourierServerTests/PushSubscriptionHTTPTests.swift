@@ -44,7 +44,7 @@ struct PushSubscriptionHTTPTests {
             let (_, alice) = try await NativeTestClient.login(fixture, "alice", device: "浏览器")
             let (_, bob) = try await NativeTestClient.login(fixture, "bob", device: "web")
             let port = fixture.ports.http
-            let endpoint = "https://fcm.googleapis.com/fcm/send/订阅-1"
+            let endpoint = "https://fcm.googleapis.com/fcm/send/dQw4w9WgXcQ:APA91bE-subscription_1"
 
             let added = try await Self.call(port, "POST", token: alice.token, body: Self.subscription(endpoint))
             #expect(added.status == 201, "\(added)")
@@ -57,6 +57,10 @@ struct PushSubscriptionHTTPTests {
                 (alice.token, Self.subscription("http://push.example/plain"), 400, "invalid-request"),
                 (alice.token, Self.subscription("ftp://push.example/x"), 400, "invalid-request"),
                 (alice.token, Self.subscription("/relative"), 400, "invalid-request"),
+                (alice.token, Self.subscription("https://push.example/订阅"), 400, "invalid-request"),
+                (alice.token, Self.subscription("https://push.example/a#b"), 400, "invalid-request"),
+                (alice.token, Self.subscription("https://push.example/a b"), 400, "invalid-request"),
+                (alice.token, Self.subscription("https://push%2Eexample/a"), 400, "invalid-request"),
                 (alice.token, Self.subscription(endpoint, p256dh: "BCVx"), 400, "invalid-request"),
                 (alice.token, Self.subscription(endpoint, auth: "AAAA"), 400, "invalid-request"),
                 (
@@ -69,6 +73,10 @@ struct PushSubscriptionHTTPTests {
                 #expect(Self.code(answer.body) == code, "\(body.prefix(80)): \(answer)")
             }
 
+            let unsigned = try await Self.call(port, "DELETE", token: nil, body: #"{"endpoint":"\#(endpoint)"}"#)
+            #expect(unsigned.status == 401 && Self.code(unsigned.body) == "auth-failed", "\(unsigned)")
+            let garbled = try await Self.call(port, "DELETE", token: alice.token, body: "[1, 2")
+            #expect(garbled.status == 400 && Self.code(garbled.body) == "invalid-request", "\(garbled)")
             // Only its user removes it; then it is gone.
             let notBobs = try await Self.call(port, "DELETE", token: bob.token, body: #"{"endpoint":"\#(endpoint)"}"#)
             #expect(notBobs.status == 404 && Self.code(notBobs.body) == "not-found", "\(notBobs)")

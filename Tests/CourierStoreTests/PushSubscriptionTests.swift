@@ -1,4 +1,5 @@
 import CourierStore
+import Synchronization
 import Testing
 
 @Suite("Web Push subscriptions: kept per device, moved by endpoint, bounded, dropped with their device")
@@ -52,17 +53,28 @@ struct PushSubscriptionTests {
             #expect(kept[0].device == phone.device.id && kept[1].device == laptop.device.id)
             #expect(kept[0].p256dh == Self.key && kept[0].auth == Self.auth)
 
-            // The same browser's subscription registered by bob (another login in that browser) is his now.
+            // The same browser's subscription registered by bob (another login in that browser, the same keys) is
+            // his now; one who only learned the endpoint, with other keys, cannot take it.
+            await #expect(throws: CourierStoreError.self) {
+                try await fixture.store.addPushSubscription(
+                    endpoint: "https://push.example/a",
+                    p256dh: Self.key,
+                    auth: [1] + Self.auth.dropFirst(),
+                    for: bob,
+                    nowMs: now + 2
+                )
+            }
+            #expect(try await Self.endpoints(fixture, ids["alice"]!) == ["https://push.example/a", shared])
             try await fixture.store.addPushSubscription(
                 endpoint: shared,
                 p256dh: Self.key,
-                auth: [1] + Self.auth.dropFirst(),
+                auth: Self.auth,
                 for: bob,
                 nowMs: now + 2
             )
             #expect(try await Self.endpoints(fixture, ids["alice"]!) == ["https://push.example/a"])
             let bobs = try await fixture.store.pushSubscriptions(of: ids["bob"]!)
-            #expect(bobs.map(\.endpoint) == [shared] && bobs[0].auth.first == 1 && bobs[0].device == bob.device.id)
+            #expect(bobs.map(\.endpoint) == [shared] && bobs[0].device == bob.device.id)
 
             // Only its user removes it.
             #expect(try await fixture.store.removePushSubscription(endpoint: shared, for: phone) == false)
@@ -80,6 +92,17 @@ struct PushSubscriptionTests {
             )
             try await fixture.store.revokeDevice(phone.device.id, of: "alice", nowMs: now + 4)
             #expect(try await Self.endpoints(fixture, ids["alice"]!) == ["https://push.example/b"])
+            // A device logged out cannot register again (a registration that waited past its revocation).
+            await #expect(throws: CourierStoreError.self) {
+                try await fixture.store.addPushSubscription(
+                    endpoint: "https://push.example/c",
+                    p256dh: Self.key,
+                    auth: Self.auth,
+                    for: phone,
+                    nowMs: now + 4
+                )
+            }
+            #expect(try await Self.endpoints(fixture, ids["alice"]!) == ["https://push.example/b"])
             // A new password logs every device out: nothing is left.
             try await fixture.store.setPassword(user: "alice", password: "新密码-2026", nowMs: now + 5)
             #expect(try await Self.endpoints(fixture, ids["alice"]!).isEmpty)
@@ -87,7 +110,7 @@ struct PushSubscriptionTests {
     }
 
     @Test(
-        "a device's and a user's subscriptions are bounded, and so is an endpoint's length",
+        "past a device's or a user's limit the oldest subscription makes room; an endpoint too long is refused",
         arguments: StoreKind.allCases
     )
     func limits(kind: StoreKind) async throws {
@@ -99,29 +122,43 @@ struct PushSubscriptionTests {
             let ids = try await fixture.users("alice")
             let phone = try await Self.login(fixture, "alice", "phone")
             let laptop = try await Self.login(fixture, "alice", "laptop")
-            let now = StoreFixture.start
+            let clock = Mutex(StoreFixture.start)
             func add(_ endpoint: String, _ session: DeviceSession) async throws {
+                let now = clock.withLock {
+                    $0 += 1
+                    return $0
+                }
                 try await fixture.store.addPushSubscription(
-                    endpoint: endpoint,
+                    endpoint: "https://p.example/" + endpoint,
                     p256dh: Self.key,
                     auth: Self.auth,
                     for: session,
                     nowMs: now
                 )
             }
-            try await add("https://p.example/1", phone)
-            try await add("https://p.example/2", phone)
-            await #expect(throws: CourierStoreError.self) { try await add("https://p.example/3", phone) }
-            // Registering one it has again is no new one.
-            try await add("https://p.example/2", phone)
-            try await add("https://p.example/3", laptop)
-            await #expect(throws: CourierStoreError.self) { try await add("https://p.example/4", laptop) }
-            #expect(try await Self.endpoints(fixture, ids["alice"]!).count == 3)
-            let long = "https://p.example/" + String(repeating: "长", count: 16)
-            #expect(long.utf8.count > 64)
-            #expect(try await fixture.store.removePushSubscription(endpoint: "https://p.example/3", for: laptop))
-            await #expect(throws: CourierStoreError.self) { try await add(long, laptop) }
-            #expect(try await Self.endpoints(fixture, ids["alice"]!).count == 2)
+            func kept() async throws -> [String] {
+                try await Self.endpoints(fixture, ids["alice"]!).map {
+                    String($0.dropFirst("https://p.example/".count))
+                }
+            }
+            try await add("1", phone)
+            try await add("2", phone)
+            try await add("3", phone)
+            #expect(try await kept() == ["2", "3"], "the device's oldest made room")
+            // Registering one it has again is no new one (it is the newest now).
+            try await add("2", phone)
+            #expect(try await kept() == ["3", "2"])
+            try await add("4", laptop)
+            try await add("5", laptop)
+            #expect(try await kept() == ["2", "4", "5"], "the user's oldest made room")
+            let long = String(repeating: "长", count: 16)
+            do {
+                try await add(long, laptop)
+                Issue.record("an endpoint past the limit was taken")
+            } catch let error as CourierStoreError {
+                #expect(error.code == .invalidRequest)
+            }
+            #expect(try await kept() == ["2", "4", "5"])
         }
     }
 }

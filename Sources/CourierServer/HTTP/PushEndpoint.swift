@@ -72,10 +72,14 @@ struct PushEndpoint: Sendable {
         return Response(status: .noContent)
     }
 
-    /// An endpoint a push can go to: absolute, with a host, `https` (or `http` when private targets are allowed).
-    /// Where it resolves to is checked when a push is sent, not here: a name may point elsewhere later.
+    /// An endpoint a push can go to: printable ASCII (no space, no fragment, no percent-encoded host), absolute, with
+    /// a host, `https` (or `http` when private targets are allowed), so that what is stored is what a push will be
+    /// sent to. Where it resolves to is checked when a push is sent, not here: a name may point elsewhere later.
     private func check(endpoint: String) throws {
-        guard let audience = VAPIDKey.audience(of: endpoint) else {
+        guard endpoint.utf8.allSatisfy({ (0x21...0x7E).contains($0) && $0 != UInt8(ascii: "#") }),
+            let host = URLComponents(string: endpoint)?.percentEncodedHost, !host.contains("%"),
+            let audience = VAPIDKey.audience(of: endpoint)
+        else {
             throw APIRefusal(.badRequest, "invalid-request", "a push endpoint is an absolute https URL")
         }
         guard audience.hasPrefix("https://") || self.allowPrivateTargets else {
@@ -110,8 +114,14 @@ enum APIAuth {
             throw APIRefusal(.unauthorized, "auth-failed", "a device token is needed: Authorization: Bearer <token>")
         }
         let address = AddressKey.of(ip: context.remoteAddress?.ipAddress ?? "?")
-        guard case .admitted(let ticket) = logins.admit(user: nil, address: address) else {
-            throw APIRefusal(.tooManyRequests, "throttled", "too many failed logins from this address; retry later")
+        let ticket: LoginGate.Ticket
+        switch logins.admit(user: nil, address: address) {
+        case .admitted(let admitted):
+            ticket = admitted
+        case .throttled(let retryAfter):
+            var refusal = APIRefusal(.tooManyRequests, "throttled", "too many failed logins from this address")
+            refusal.retryAfterSeconds = max(1, Int(retryAfter.components.seconds))
+            throw refusal
         }
         do {
             let session = try await store.authenticate(token: String(parts[1]), nowMs: SessionClock.systemWallMs())
@@ -129,6 +139,8 @@ struct APIRefusal: Error {
     var status: HTTPResponse.Status
     var code: String
     var message: String
+    /// For 429: when to ask again.
+    var retryAfterSeconds: Int?
 
     init(_ status: HTTPResponse.Status, _ code: String, _ message: String) {
         self.status = status
@@ -150,6 +162,7 @@ struct APIRefusal: Error {
     var response: Response {
         var response = Self.json(self.status, ["error": ["code": self.code, "message": self.message]])
         if self.status == .unauthorized { response.headers[.wwwAuthenticate] = "Bearer" }
+        if let seconds = self.retryAfterSeconds { response.headers[.retryAfter] = String(seconds) }
         return response
     }
 

@@ -1,11 +1,6 @@
 // The rules of Web Push subscriptions, for every database.
 
 extension StoreBackend {
-    /// Registers a device's push subscription, or moves one registered before (by any device) to it.
-    ///
-    /// - Throws: `invalid-request` for an endpoint longer than ``StoreLimits/maxPushEndpointBytes``, or past
-    ///   ``StoreLimits/maxPushSubscriptionsPerDevice`` or ``StoreLimits/maxPushSubscriptionsPerUser``;
-    ///   `storage-failed`.
     public func addPushSubscription(
         endpoint: String,
         p256dh: [UInt8],
@@ -15,10 +10,7 @@ extension StoreBackend {
     ) async throws {
         let limits = self.limits
         guard endpoint.utf8.count <= limits.maxPushEndpointBytes else {
-            throw CourierStoreError(
-                .invalidRequest,
-                "a push endpoint is at most \(limits.maxPushEndpointBytes) bytes"
-            )
+            throw CourierStoreError(.invalidRequest, "a push endpoint is at most \(limits.maxPushEndpointBytes) bytes")
         }
         let row = PushSubscriptionRow(
             endpoint: endpoint,
@@ -29,48 +21,70 @@ extension StoreBackend {
             createdMs: nowMs
         )
         try await self.transaction(doing: "register a push subscription") { transaction in
-            // The user's row first: two registrations of one user count each other's.
-            _ = try await transaction.lockUsers([session.user.id])
-            let theirs = try await transaction.pushSubscriptions(of: session.user.id).filter { $0.endpoint != endpoint }
-            guard theirs.filter({ $0.device == session.device.id }).count < limits.maxPushSubscriptionsPerDevice else {
-                throw CourierStoreError(
-                    .invalidRequest,
-                    "a device has at most \(limits.maxPushSubscriptionsPerDevice) push subscriptions"
-                )
+            // The user's row first, as every revocation takes it (``StoreTransaction/revokeDevices(_:of:nowMs:)``):
+            // a device revoked while its registration waited is seen revoked here, or its revocation, after this
+            // commits, drops what this wrote. Two registrations of one user count each other's.
+            let rows = try await transaction.lockUsers([session.user.id])
+            guard let user = rows[session.user.id], !user.removed,
+                let device = try await transaction.devices(of: session.user.id).first(where: {
+                    $0.id == session.device.id
+                }),
+                device.revokedMs == nil, device.expiresMs > nowMs
+            else {
+                throw CourierStoreError(.tokenRevoked, "the device was logged out")
             }
-            guard theirs.count < limits.maxPushSubscriptionsPerUser else {
-                throw CourierStoreError(
-                    .invalidRequest,
-                    "a user has at most \(limits.maxPushSubscriptionsPerUser) push subscriptions"
-                )
+            // An endpoint is a browser's subscription: another user's moves here only with its own keys (the same
+            // browser, another login); whoever merely learned the endpoint cannot take the pushes away.
+            if let held = try await transaction.pushSubscription(at: endpoint), held.user != session.user.id,
+                !(Self.sameBytes(held.p256dh, p256dh) && Self.sameBytes(held.auth, auth))
+            {
+                throw CourierStoreError(.invalidRequest, "this endpoint is registered with other keys")
+            }
+            // Past a limit the oldest subscriptions make room, as the oldest devices do: a user is never locked out
+            // by subscriptions of browsers long gone.
+            var theirs = try await transaction.pushSubscriptions(of: session.user.id).filter { $0.endpoint != endpoint }
+            let mine = session.device.id
+            while theirs.filter({ $0.device == mine }).count >= max(1, limits.maxPushSubscriptionsPerDevice) {
+                let oldest = theirs.first { $0.device == mine }!
+                _ = try await transaction.deletePushSubscription(endpoint: oldest.endpoint, of: session.user.id)
+                theirs.removeAll { $0.endpoint == oldest.endpoint }
+            }
+            while theirs.count >= max(1, limits.maxPushSubscriptionsPerUser) {
+                _ = try await transaction.deletePushSubscription(endpoint: theirs[0].endpoint, of: session.user.id)
+                theirs.removeFirst()
             }
             try await transaction.putPushSubscription(row)
         }
     }
 
-    /// Removes one of the user's push subscriptions.
-    ///
-    /// - Returns: Whether the user had it.
     public func removePushSubscription(endpoint: String, for session: DeviceSession) async throws -> Bool {
         try await self.transaction(doing: "remove a push subscription") { transaction in
             try await transaction.deletePushSubscription(endpoint: endpoint, of: session.user.id)
         }
     }
 
-    /// A user's push subscriptions, of devices not revoked, oldest first.
     public func pushSubscriptions(of user: UserID) async throws -> [PushSubscriptionRow] {
         try await self.reading(doing: "list push subscriptions") { transaction in
             try await transaction.pushSubscriptions(of: user)
         }
     }
+
+    /// Whether two keys are the same, in time that does not depend on where they differ.
+    static func sameBytes(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        guard a.count == b.count else { return false }
+        var difference: UInt8 = 0
+        for index in a.indices { difference |= a[index] ^ b[index] }
+        return difference == 0
+    }
 }
 
 extension StoreTransaction {
     /// Revokes a user's devices that are not revoked yet, the ones given or all of them (nil), and drops their push
-    /// subscriptions: a revoked device is pushed nothing.
+    /// subscriptions: a revoked device is pushed nothing. The user's row is locked first, as a registration locks it.
     ///
     /// - Returns: The devices revoked now, by id.
     func revokeDevices(_ devices: [DeviceID]?, of user: UserID, nowMs: Int64) async throws -> [DeviceID] {
+        _ = try await self.lockUsers([user])
         let revoked = try await self.markDevicesRevoked(devices, of: user, nowMs: nowMs)
         try await self.deletePushSubscriptions(of: revoked)
         return revoked

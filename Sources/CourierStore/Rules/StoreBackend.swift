@@ -70,8 +70,10 @@ package protocol StoreTransaction: Sendable {
 
     // MARK: Push subscriptions
 
-    /// A user's push subscriptions, oldest first.
+    /// A user's push subscriptions, of devices not revoked, oldest first.
     func pushSubscriptions(of user: UserID) async throws -> [PushSubscriptionRow]
+    /// The subscription with this endpoint, whoever's it is, or nil.
+    func pushSubscription(at endpoint: String) async throws -> PushSubscriptionRow?
     /// Stores a subscription, replacing one with the same endpoint (of any device).
     func putPushSubscription(_ row: PushSubscriptionRow) async throws
     /// Deletes a user's subscription by endpoint.
