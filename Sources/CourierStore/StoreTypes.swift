@@ -346,7 +346,7 @@ public struct DeviceActivityChange: Hashable, Sendable {
 
 /// A Web Push subscription of a device (`PushSubscription.toJSON()` of a browser): where to push, and the keys a
 /// push is sealed with. The store keeps the bytes as they came; the server checks them before they are stored.
-public struct PushSubscriptionRow: Hashable, Sendable {
+public struct PushSubscriptionRow: Hashable, Sendable, CustomStringConvertible, CustomDebugStringConvertible {
     /// The push service's URL for this subscription: its identity (a subscription registered again moves to the
     /// device that registers it).
     public var endpoint: String
@@ -366,4 +366,10 @@ public struct PushSubscriptionRow: Hashable, Sendable {
         self.auth = auth
         self.createdMs = createdMs
     }
+
+    /// Where and whose, never the keys: the authentication secret is a credential.
+    public var description: String {
+        "PushSubscriptionRow(endpoint: \(self.endpoint), device: \(self.device.rawValue), user: \(self.user.rawValue))"
+    }
+    public var debugDescription: String { self.description }
 }

@@ -52,6 +52,9 @@ struct PushSubscriptionTests {
             #expect(kept.map(\.endpoint) == ["https://push.example/a", shared])
             #expect(kept[0].device == phone.device.id && kept[1].device == laptop.device.id)
             #expect(kept[0].p256dh == Self.key && kept[0].auth == Self.auth)
+            for shown in [String(describing: kept[0]), String(reflecting: kept[0]), "\(kept)"] {
+                #expect(shown.contains("https://push.example/a") && !shown.contains("\(Self.auth)"), "\(shown)")
+            }
 
             // The same browser's subscription registered by bob (another login in that browser, the same keys) is
             // his now; one who only learned the endpoint, with other keys, cannot take it.
