@@ -30,18 +30,17 @@ struct MediaEndpoint: Sendable {
                 bearer: true
             )
         }
-        // Unknown tokens count against the address, as failed logins do on the other ports.
-        let address = AddressKey.of(ip: context.remoteAddress?.ipAddress ?? "?")
-        guard case .admitted(let ticket) = self.logins.admit(user: nil, address: address) else {
-            return Self.plain(.tooManyRequests, "throttled: too many failed logins from this address; retry later")
-        }
         let session: DeviceSession
         do {
-            session = try await self.store.authenticate(token: token, nowMs: SessionClock.systemWallMs())
-            self.logins.finish(ticket, failed: false)
-        } catch let error as CourierStoreError {
-            self.logins.finish(ticket, failed: error.code == .authFailed)
-            return Self.plain(.unauthorized, "\(error.code): \(error.message)", bearer: true)
+            session = try await APIAuth.session(token: token, context, store: self.store, logins: self.logins)
+        } catch let refusal as APIRefusal {
+            var answer = Self.plain(
+                refusal.status,
+                "\(refusal.code): \(refusal.message)",
+                bearer: refusal.status == .unauthorized
+            )
+            if let seconds = refusal.retryAfterSeconds { answer.headers[.retryAfter] = String(seconds) }
+            return answer
         }
         guard SHA256Hex.isValid(sha256),
             let access = try await self.store.mediaAccess(for: session.user.id, sha256: sha256)
@@ -114,11 +113,7 @@ struct MediaEndpoint: Sendable {
     }
 
     private static func token(of request: Request) -> String? {
-        if let authorization = request.headers[.authorization] {
-            let parts = authorization.split(separator: " ", maxSplits: 1)
-            if parts.count == 2, parts[0].lowercased() == "bearer" { return String(parts[1]) }
-        }
-        return request.uri.queryParameters.get("token")
+        APIAuth.bearer(of: request) ?? request.uri.queryParameters.get("token")
     }
 
     private static func plain(_ status: HTTPResponse.Status, _ text: String, bearer: Bool = false) -> Response {

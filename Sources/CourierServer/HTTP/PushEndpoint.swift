@@ -98,21 +98,40 @@ struct PushEndpoint: Sendable {
     }
 }
 
-/// The device a request to `/api/v1` speaks for: the token in `Authorization: Bearer` (never in the URL, where logs
-/// keep it). An unknown token counts against the address as a failed login does on the other ports.
+/// The device a request on the HTTP port speaks for, by its token. An unknown token counts against the address as a
+/// failed login does on the other ports.
 enum APIAuth {
+    /// The token of `Authorization: Bearer <token>`, or nil.
+    static func bearer(of request: Request) -> String? {
+        guard let authorization = request.headers[.authorization] else { return nil }
+        let parts = authorization.split(separator: " ", maxSplits: 1)
+        return parts.count == 2 && parts[0].lowercased() == "bearer" ? String(parts[1]) : nil
+    }
+
+    /// The device a request to `/api/v1` speaks for: its token only in `Authorization: Bearer` (never in the URL,
+    /// where logs keep it).
     static func session(
         of request: Request,
         _ context: CourierRequestContext,
         store: any CourierDatabase,
         logins: LoginThrottle
     ) async throws -> DeviceSession {
-        guard let authorization = request.headers[.authorization],
-            case let parts = authorization.split(separator: " ", maxSplits: 1),
-            parts.count == 2, parts[0].lowercased() == "bearer"
-        else {
+        guard let token = Self.bearer(of: request) else {
             throw APIRefusal(.unauthorized, "auth-failed", "a device token is needed: Authorization: Bearer <token>")
         }
+        return try await Self.session(token: token, context, store: store, logins: logins)
+    }
+
+    /// The device a token belongs to, the address's failed attempts counted.
+    ///
+    /// - Throws: ``APIRefusal``: 429 `throttled` (with when to retry) past the address's failures, 401 for a token
+    ///   unknown, expired or revoked.
+    static func session(
+        token: String,
+        _ context: CourierRequestContext,
+        store: any CourierDatabase,
+        logins: LoginThrottle
+    ) async throws -> DeviceSession {
         let address = AddressKey.of(ip: context.remoteAddress?.ipAddress ?? "?")
         let ticket: LoginGate.Ticket
         switch logins.admit(user: nil, address: address) {
@@ -124,7 +143,7 @@ enum APIAuth {
             throw refusal
         }
         do {
-            let session = try await store.authenticate(token: String(parts[1]), nowMs: SessionClock.systemWallMs())
+            let session = try await store.authenticate(token: token, nowMs: SessionClock.systemWallMs())
             logins.finish(ticket, failed: false)
             return session
         } catch let error as CourierStoreError {
