@@ -28,6 +28,8 @@ public final class CommitQueue: Sendable {
         /// The users the batch made peers (``AppliedBatch/introductions``).
         public var introductions: [Introduction] = []
         public var failed: Bool
+        /// How many messages the batch wrote to the push outbox (``AppliedBatch/pushes``).
+        public var pushes = 0
     }
 
     private struct Pending {
@@ -163,7 +165,8 @@ public final class CommitQueue: Sendable {
                         appended: applied.appended,
                         fresh: applied.fresh,
                         introductions: applied.introductions,
-                        failed: false
+                        failed: false,
+                        pushes: applied.pushes
                     )
                 )
                 for (pending, outcome) in zip(batch, applied.outcomes) {

@@ -45,6 +45,17 @@ public protocol CourierDatabase: Sendable {
     func removePushSubscription(endpoint: String, for session: DeviceSession) async throws -> Bool
     /// A user's push subscriptions, oldest first. A revoked device has none.
     func pushSubscriptions(of user: UserID) async throws -> [PushSubscriptionRow]
+    /// Takes the push outbox's due rows for a while, and what each owes (``StoreBackend/claimPushes(node:nowMs:leaseMs:limit:)``).
+    func claimPushes(node: String, nowMs: Int64, leaseMs: Int64, limit: Int) async throws
+        -> (jobs: [PushJob], nextDueMs: Int64?)
+    /// Records what became of taken pushes.
+    func finishPushes(_ results: PushResults) async throws
+    /// The push outbox's rows, in order (pushes owed, and retries).
+    func pushOutbox() async throws -> [PushOutboxRow]
+    /// Whether a user's notifications show who wrote and what (on by default).
+    func pushPreviews(of user: UserID) async throws -> Bool
+    /// Sets whether a user's notifications show who wrote and what ("New message" otherwise).
+    func setPushPreviews(_ on: Bool, for user: UserID) async throws
 
     /// The key kept under `name` for every server on this database (one per SQLite file, one per PostgreSQL
     /// cluster): made by `make` the first time it is asked for, and the same afterwards, on every node, whoever

@@ -229,6 +229,8 @@ public struct AppliedBatch: Sendable {
     /// The users the batch made peers (``CourierDatabase/peers(of:)``): a direct conversation in which one had
     /// written or read, and the other now has too. Each now sees the other's presence.
     public var introductions: [Introduction] = []
+    /// How many of the batch's messages it wrote to the push outbox: the node's push sender has work.
+    public var pushes = 0
     /// The new messages' search tokens, for the index written beside the commit (``SearchIndexer``).
     package var searchEntries: [SearchIndexer.Entry] = []
     /// How many rounds of reads the batch took (``GroupCommit/Run``).

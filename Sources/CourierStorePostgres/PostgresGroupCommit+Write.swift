@@ -108,6 +108,17 @@ extension PostgresGroupCommit {
                 logger: self.logger
             )
         }
+        let pushed = messages.filter { $0.pushes && !$0.recalled }
+        if !pushed.isEmpty {
+            try await connection.run(
+                """
+                INSERT INTO push_outbox (conversation_id, seq, due_ms)
+                SELECT c, s, \(self.commit.nowMs) FROM unnest(\(pushed.map(\.conversation))::bigint[],
+                    \(pushed.map(\.seq))::bigint[]) AS p(c, s)
+                """,
+                logger: self.logger
+            )
+        }
         let mentions = messages.filter { !$0.recalled }.flatMap { message in
             message.mentioned.map { (message.conversation, message.seq, $0) }
         }

@@ -52,7 +52,8 @@ extension PostgresTransaction {
         let clause = lock.clause(of: "u")
         let rows = try await connection.rows(
             """
-            SELECT u.id, COALESCE(h.cursor, 0) AS log_cursor, u.removed_ms IS NOT NULL AS removed
+            SELECT u.id, COALESCE(h.cursor, 0) AS log_cursor, u.removed_ms IS NOT NULL AS removed,
+                u.push_targets > 0 AS pushable
             FROM users u LEFT JOIN log_heads h ON h.user_id = u.id WHERE u.id = ANY(\(ids))
             ORDER BY u.id \(unescaped: clause)
             """,
@@ -62,7 +63,8 @@ extension PostgresTransaction {
         for row in rows {
             found[UserID(rawValue: try row.get("id"))] = UserRow(
                 cursor: try row.get("log_cursor"),
-                removed: try row.get("removed", as: Bool.self)
+                removed: try row.get("removed", as: Bool.self),
+                pushable: try row.get("pushable", as: Bool.self)
             )
         }
         if let missing = ids.first(where: { found[UserID(rawValue: $0)] == nil }) {

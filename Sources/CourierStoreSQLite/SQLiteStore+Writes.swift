@@ -84,7 +84,14 @@ extension SQLiteStore {
                         arguments: [user.rawValue]
                     )
                 else { throw CourierStoreError(.storageFailed, "user \(user.rawValue) is missing") }
-                commit.loadUser(user, UserRow(cursor: row["log_cursor"], removed: (row["removed_ms"] as Int64?) != nil))
+                commit.loadUser(
+                    user,
+                    UserRow(
+                        cursor: row["log_cursor"],
+                        removed: (row["removed_ms"] as Int64?) != nil,
+                        pushable: row["push_targets"] > 0
+                    )
+                )
             case .name(let user):
                 do {
                     commit.loadName(of: user, try self.name(of: user, db))
@@ -322,6 +329,11 @@ extension SQLiteStore {
                 try insertMedia.execute(arguments: [
                     media.sha256, message.conversation, message.seq, media.mime, media.name,
                 ])
+            }
+            if message.pushes && !message.recalled {
+                try db.cachedStatement(
+                    sql: "INSERT INTO push_outbox (conversation_id, seq, due_ms) VALUES (?, ?, ?)"
+                ).execute(arguments: [message.conversation, message.seq, commit.nowMs])
             }
             if !message.recalled {
                 for user in message.mentioned {

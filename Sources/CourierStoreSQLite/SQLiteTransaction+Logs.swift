@@ -13,7 +13,11 @@ extension SQLiteTransaction {
                 guard let row = try Row.fetchOne(statement, arguments: [user.rawValue]) else {
                     throw CourierStoreError(.storageFailed, "user \(user.rawValue) is missing")
                 }
-                rows[user] = UserRow(cursor: row["log_cursor"], removed: (row["removed_ms"] as Int64?) != nil)
+                rows[user] = UserRow(
+                    cursor: row["log_cursor"],
+                    removed: (row["removed_ms"] as Int64?) != nil,
+                    pushable: row["push_targets"] > 0
+                )
             }
             return rows
         }
@@ -30,10 +34,11 @@ extension SQLiteTransaction {
 }
 
 extension SQLiteStore {
-    /// A user's row as the rules read it: its log's newest cursor (0 before its first entry) and whether it was
-    /// removed.
+    /// A user's row as the rules read it: its log's newest cursor (0 before its first entry), whether it was
+    /// removed, and whether it has somewhere to be pushed.
     static let userRowSQL = """
-        SELECT COALESCE((SELECT cursor FROM log_heads WHERE user_id = users.id), 0) AS log_cursor, removed_ms
+        SELECT COALESCE((SELECT cursor FROM log_heads WHERE user_id = users.id), 0) AS log_cursor, removed_ms,
+            push_targets
         FROM users WHERE id = ?
         """
 

@@ -451,6 +451,32 @@ enum Schema {
                     """
             )
         }
+        migrator.registerMigration("v17-push-outbox") { db in
+            try db.execute(
+                sql: """
+                    -- How many places a user is pushed to (its Web Push subscriptions): a message to a user with
+                    -- none writes nothing to the outbox. Kept by the rules that add and drop subscriptions.
+                    ALTER TABLE users ADD COLUMN push_targets INTEGER NOT NULL DEFAULT 0;
+                    UPDATE users SET push_targets = (SELECT count(*) FROM push_subscriptions s WHERE s.user_id = users.id);
+                    -- Whether a user's notifications show who wrote and what.
+                    ALTER TABLE users ADD COLUMN push_previews INTEGER NOT NULL DEFAULT 1;
+                    -- The pushes messages owe: one row per message written in its transaction (user and endpoint
+                    -- NULL), or one per subscription to try again. A node takes a row by moving due_ms past a
+                    -- lease; the row goes once sent.
+                    CREATE TABLE push_outbox (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        conversation_id INTEGER NOT NULL,
+                        seq INTEGER NOT NULL,
+                        user_id INTEGER,
+                        endpoint TEXT,
+                        attempts INTEGER NOT NULL DEFAULT 0,
+                        due_ms INTEGER NOT NULL,
+                        claimed_by TEXT
+                    );
+                    CREATE INDEX push_outbox_by_due ON push_outbox (due_ms, id);
+                    """
+            )
+        }
         return migrator
     }
 }

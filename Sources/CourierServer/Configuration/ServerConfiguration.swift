@@ -48,6 +48,30 @@ public struct ServerConfiguration: Sendable {
         /// private, link-local or metadata addresses: for tests and private deployments only
         /// (`courier serve --allow-private-targets`).
         public var allowPrivateTargets: Bool = false
+        /// Who runs the server, for the push services (RFC 8292 §2.1: a `mailto:` or `https:` URL). Some services
+        /// refuse `localhost`: set a real contact on a public server (`courier serve --push-contact`).
+        public var subject: String = "mailto:postmaster@localhost"
+        /// How long a push service keeps a push for a device that is away (the `TTL` header), in seconds; a push
+        /// not sent by then is not retried.
+        public var ttlSeconds: Int = 86_400
+        /// How long a node holds the outbox rows it took: if it dies, another node sends them after this.
+        public var lease: Duration = .seconds(60)
+        /// The most outbox rows taken at once.
+        public var batch: Int = 128
+        /// The most pushes in flight at once, per node.
+        public var maxConcurrentPushes: Int = 64
+        /// On a database shared with other nodes: how often to look for rows a node that died left.
+        public var pollInterval: Duration = .seconds(15)
+        /// A push service's deadlines: to connect, and for the whole request.
+        public var connectTimeout: Duration = .seconds(5)
+        public var requestTimeout: Duration = .seconds(15)
+        /// The most bytes of a push service's answer read.
+        public var maxResponseBytes: Int = 16 << 10
+        /// The wait before the first retry, doubled with each (with up to a fifth more at random), up to the cap.
+        public var retryBase: Duration = .seconds(2)
+        public var retryCap: Duration = .seconds(3600)
+        /// The most attempts at one push.
+        public var maxAttempts: Int = 10
 
         public init() {}
     }

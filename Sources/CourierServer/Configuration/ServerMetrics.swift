@@ -32,6 +32,8 @@ final class ServerMetrics: Sendable {
     let forwardsTaken: Counter
     /// The live nodes this node routes conversations' writes among, itself included (0: it forwards nothing).
     let clusterNodes: Gauge
+    /// Pushes to subscriptions by outcome (``PushSender/Outcome``).
+    let pushes: [String: Counter]
     private let open = Atomic<Int>(0)
 
     /// The hops ``clusterHops`` times, as its `hop` label names them.
@@ -157,6 +159,21 @@ final class ServerMetrics: Sendable {
                 )
             }
         )
+        self.pushes = Dictionary(
+            uniqueKeysWithValues: ["sent", "gone", "retry", "dropped"].map { outcome in
+                (
+                    outcome,
+                    registry.makeCounter(
+                        descriptor: Self.name(
+                            "courier_pushes_total",
+                            "Web Push requests by outcome: sent, gone (404/410: the subscription dropped), retry "
+                                + "(429, 5xx, a failed connection), dropped (refused otherwise, or not sendable)."
+                        ),
+                        labels: [("outcome", outcome)]
+                    )
+                )
+            }
+        )
         self.connectionsClosedForRoom = registry.makeCounter(
             descriptor: Self.name(
                 "courier_connections_closed_for_room_total",
@@ -196,6 +213,17 @@ final class ServerMetrics: Sendable {
         self.commitDuration.record(report.duration)
         self.commitBatchSize.record(Double(report.requests))
         if report.failed { self.commitFailures.increment() }
+    }
+
+    func pushed(_ outcome: PushSender.Outcome) {
+        let name =
+            switch outcome {
+            case .sent: "sent"
+            case .gone: "gone"
+            case .retry: "retry"
+            case .dropped: "dropped"
+            }
+        self.pushes[name]?.increment()
     }
 
     /// The Prometheus text exposition of every figure.

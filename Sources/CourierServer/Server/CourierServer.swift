@@ -45,6 +45,8 @@ public final class CourierServer: Service, Sendable {
     /// (``ServerConfiguration/Cluster-swift.struct/forwardWrites``).
     let forwarder: Forwarder?
     let metrics: ServerMetrics
+    /// Raised by a commit that wrote to the push outbox: the push sender has work.
+    let pushWork = Wake()
     let media: MediaService
     let logins: LoginThrottle
     let cluster: ClusterLimits
@@ -158,6 +160,7 @@ public final class CourierServer: Service, Sendable {
             folderLock.release()
             throw error
         }
+        let pushWork = self.pushWork
         let commits = CommitQueue(
             store: store,
             configuration: configuration.commit,
@@ -168,6 +171,7 @@ public final class CourierServer: Service, Sendable {
                 metrics.committed(report)
                 fanout.logsGrew(report.appended, fresh: report.fresh)
                 if !report.introductions.isEmpty { fanout.introduce(report.introductions) }
+                if report.pushes > 0 { pushWork.raise() }
             }
         )
         self.commits = commits
@@ -275,6 +279,15 @@ public final class CourierServer: Service, Sendable {
             logger: self.logger
         )
         let vapid = try await self.vapidKey()
+        let pushes = PushSender(
+            store: self.store,
+            key: vapid,
+            configuration: self.configuration.push,
+            shared: self.feed != nil,
+            wake: self.pushWork,
+            metrics: self.metrics,
+            logger: self.logger
+        )
         let (httpPorts, httpRunning) = AsyncStream.makeStream(of: Int.self)
         let http = try HTTPEndpoints.application(
             configuration: self.configuration,
@@ -343,6 +356,7 @@ public final class CourierServer: Service, Sendable {
             group.addTask { await self.maintainStore() }
             group.addTask { await self.indexForSearch() }
             group.addTask { await self.media.removeAbandonedUploads() }
+            group.addTask { await pushes.run() }
             group.addTask {
                 defer { httpRunning.finish() }
                 do {

@@ -82,7 +82,10 @@ extension GroupCommit {
                 recalled: false,
                 replySeq: reply?.0.seq,
                 searchTokens: send.searchTokens,
-                mentioned: mentioned
+                mentioned: mentioned,
+                pushes: conversation.members.keys.contains { member in
+                    member != send.sender && self.userRow(member)?.pushable == true
+                }
             )
         )
         // One event for all the members who name the conversation alike and see the quote alike (in a group, all

@@ -131,6 +131,7 @@ package struct GroupCommit: Sendable {
             fresh: self.log.book.fresh,
             introductions: self.introductions
         )
+        batch.pushes = self.newMessages.count { $0.pushes && !$0.recalled }
         guard queuesSearch else { return batch }
         let now = ContinuousClock.now
         batch.searchEntries = self.newMessages.compactMap { message in
@@ -284,10 +285,14 @@ package struct UserRow: Hashable, Sendable {
     /// entries follow is read again under the positions' counter (``EventLogBook/follow(_:)``).
     package var cursor: Int64
     package var removed: Bool
+    /// Whether the user has somewhere to be pushed (a Web Push subscription): a message to it is written to the
+    /// push outbox.
+    package var pushable: Bool
 
-    package init(cursor: Int64, removed: Bool) {
+    package init(cursor: Int64, removed: Bool, pushable: Bool = false) {
         self.cursor = cursor
         self.removed = removed
+        self.pushable = pushable
     }
 }
 
@@ -414,6 +419,9 @@ package struct NewMessage: Sendable {
     package var searchTokens: [String]? = nil
     /// The members it mentions (by user id; 0 for `@all`).
     package var mentioned: [Int64] = []
+    /// Whether a member other than its sender has somewhere to be pushed: it goes to the push outbox (unless
+    /// recalled in the same batch).
+    package var pushes = false
 }
 
 /// An entry the batch appends to a user's log.

@@ -35,7 +35,8 @@ extension StoreBackend {
             }
             // An endpoint is a browser's subscription: another user's moves here only with its own keys (the same
             // browser, another login); whoever merely learned the endpoint cannot take the pushes away.
-            if let held = try await transaction.pushSubscription(at: endpoint), held.user != session.user.id,
+            let held = try await transaction.pushSubscription(at: endpoint)
+            if let held, held.user != session.user.id,
                 !(Self.sameBytes(held.p256dh, p256dh) && Self.sameBytes(held.auth, auth))
             {
                 throw CourierStoreError(.invalidRequest, "this endpoint is registered with other keys")
@@ -54,12 +55,18 @@ extension StoreBackend {
                 theirs.removeFirst()
             }
             try await transaction.putPushSubscription(row)
+            // The user it moved from, if any, counts one fewer.
+            try await transaction.recountPushTargets(of: Array(Set([session.user.id, held?.user ?? session.user.id])))
         }
     }
 
     public func removePushSubscription(endpoint: String, for session: DeviceSession) async throws -> Bool {
         try await self.transaction(doing: "remove a push subscription") { transaction in
-            try await transaction.deletePushSubscription(endpoint: endpoint, of: session.user.id)
+            guard try await transaction.deletePushSubscription(endpoint: endpoint, of: session.user.id) else {
+                return false
+            }
+            try await transaction.recountPushTargets(of: [session.user.id])
+            return true
         }
     }
 
@@ -87,6 +94,7 @@ extension StoreTransaction {
         _ = try await self.lockUsers([user])
         let revoked = try await self.markDevicesRevoked(devices, of: user, nowMs: nowMs)
         try await self.deletePushSubscriptions(of: revoked)
+        if !revoked.isEmpty { try await self.recountPushTargets(of: [user]) }
         return revoked
     }
 }

@@ -82,6 +82,30 @@ package protocol StoreTransaction: Sendable {
     func deletePushSubscription(endpoint: String, of user: UserID) async throws -> Bool
     /// Deletes every subscription of these devices.
     func deletePushSubscriptions(of devices: [DeviceID]) async throws
+    /// Sets users' count of places to be pushed to (``UserRow/pushable``) to what they have now.
+    func recountPushTargets(of users: [UserID]) async throws
+    /// Whether a user's notifications show who wrote and what (true for a user never asked).
+    func pushPreviews(of user: UserID) async throws -> Bool
+    func setPushPreviews(_ on: Bool, of user: UserID) async throws
+
+    // MARK: The push outbox
+
+    /// Takes up to `limit` rows due at `nowMs` (the earliest first) that no other transaction holds, making them
+    /// due again only after `nowMs + leaseMs`.
+    func claimPushOutbox(node: String, nowMs: Int64, leaseMs: Int64, limit: Int) async throws -> [PushOutboxRow]
+    /// The earliest time a row is due, or nil for an empty outbox.
+    func nextPushDueMs() async throws -> Int64?
+    func deletePushOutbox(_ ids: [Int64]) async throws
+    func insertPushRetries(_ retries: [PushResults.Retry]) async throws
+    /// Every row, in order.
+    func pushOutboxRows() async throws -> [PushOutboxRow]
+    /// The members of a conversation joined before `seq` that have somewhere to be pushed and are not removed
+    /// (only `user`, when given), with their mute, their preview setting, and whether the message at `seq`
+    /// mentions them.
+    func pushRecipients(of conversation: Int64, seq: Int64, only user: UserID?) async throws -> [PushRecipientRow]
+    /// The subscriptions of these users' devices that are neither revoked nor expired, with whether each device
+    /// has a live session.
+    func pushTargets(of users: [UserID], nowMs: Int64) async throws -> [PushTargetRow]
 
     // MARK: Server keys
 

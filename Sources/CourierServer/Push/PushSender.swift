@@ -1,0 +1,331 @@
+import CourierPush
+import CourierStore
+import Foundation
+import Logging
+import Synchronization
+
+/// Sends what the push outbox holds, on every node: it takes the rows that are due under a lease
+/// (``CourierDatabase/claimPushes(node:nowMs:leaseMs:limit:)``), so that each is sent by one node, sends each
+/// delivery (RFC 8030, 8291, 8292) a few at a time, and records what became of them: done, retried later with
+/// backoff (429 and 5xx, honouring `Retry-After`; a failed connection), dropped with the subscription (404, 410),
+/// or dropped for good (any other refusal, or past the attempts or the push's time to live).
+///
+/// It works only while there is work: a commit that wrote pushes wakes it (`wake`); otherwise it sleeps until
+/// the next retry is due, and on a shared database it also looks, now and then, for rows a node that died left.
+final class PushSender: Sendable {
+    private let store: any CourierDatabase
+    private let key: VAPIDKey
+    private let configuration: ServerConfiguration.Push
+    /// Whether other nodes share the store: rows a dead one took come back due, with no hint.
+    private let shared: Bool
+    private let http: OutboundHTTP
+    private let metrics: ServerMetrics
+    private let logger: Logger
+    private let wake: Wake
+    /// Who takes the rows, in the outbox (for an operator reading it).
+    private let name = "\(ProcessInfo.processInfo.hostName)/\(getpid())/\(UInt32.random(in: 0...UInt32.max))"
+
+    init(
+        store: any CourierDatabase,
+        key: VAPIDKey,
+        configuration: ServerConfiguration.Push,
+        shared: Bool,
+        wake: Wake,
+        metrics: ServerMetrics,
+        logger: Logger
+    ) {
+        self.wake = wake
+        self.store = store
+        self.key = key
+        self.configuration = configuration
+        self.shared = shared
+        self.metrics = metrics
+        self.logger = logger
+        var limits = OutboundHTTP.Limits()
+        limits.connectTimeout = configuration.connectTimeout
+        limits.requestTimeout = configuration.requestTimeout
+        limits.maxResponseBytes = configuration.maxResponseBytes
+        limits.allowPrivateTargets = configuration.allowPrivateTargets
+        self.http = OutboundHTTP(limits: limits, logger: logger)
+    }
+
+    /// Sends until the task is cancelled, then closes its connections.
+    func run() async {
+        while !Task.isCancelled {
+            let nowMs = SessionClock.systemWallMs()
+            let claimed: (jobs: [PushJob], nextDueMs: Int64?)
+            do {
+                claimed = try await self.store.claimPushes(
+                    node: self.name,
+                    nowMs: nowMs,
+                    leaseMs: Int64(self.configuration.lease.components.seconds * 1000),
+                    limit: self.configuration.batch
+                )
+            } catch {
+                self.logger.warning("taking pushes from the outbox failed", metadata: ["error": "\(error)"])
+                guard (try? await Task.sleep(for: .seconds(1))) != nil else { break }
+                continue
+            }
+            if !claimed.jobs.isEmpty {
+                let results = await self.send(claimed.jobs, nowMs: nowMs)
+                do {
+                    try await self.store.finishPushes(results)
+                } catch {
+                    // The rows come back due when their lease ends, and are sent again.
+                    self.logger.warning("recording sent pushes failed", metadata: ["error": "\(error)"])
+                }
+                continue
+            }
+            var wait: Duration? = claimed.nextDueMs.map { .milliseconds(max(0, $0 - SessionClock.systemWallMs())) }
+            if self.shared { wait = min(wait ?? self.configuration.pollInterval, self.configuration.pollInterval) }
+            await self.wake.wait(upTo: wait)
+        }
+        await self.http.shutdown()
+    }
+
+    /// Sends every delivery of the jobs, at most ``ServerConfiguration/Push/maxConcurrentPushes`` at once.
+    private func send(_ jobs: [PushJob], nowMs: Int64) async -> PushResults {
+        var results = PushResults()
+        let work = jobs.flatMap { job in job.deliveries.map { (job, $0) } }
+        await withTaskGroup(of: (PushJob, PushDelivery, Outcome).self) { group in
+            var next = 0
+            func start() {
+                guard next < work.count else { return }
+                let (job, delivery) = work[next]
+                next += 1
+                group.addTask { (job, delivery, await self.push(delivery, of: job, nowMs: nowMs)) }
+            }
+            for _ in 0..<max(1, self.configuration.maxConcurrentPushes) { start() }
+            while let (job, delivery, outcome) = await group.next() {
+                self.record(outcome, of: delivery, in: job, nowMs: nowMs, into: &results)
+                start()
+            }
+        }
+        results.done = jobs.map(\.row)
+        return results
+    }
+
+    enum Outcome: Equatable {
+        case sent
+        case gone
+        case retry(afterMs: Int64?)
+        case dropped
+    }
+
+    private func record(
+        _ outcome: Outcome,
+        of delivery: PushDelivery,
+        in job: PushJob,
+        nowMs: Int64,
+        into results: inout PushResults
+    ) {
+        self.metrics.pushed(outcome)
+        switch outcome {
+        case .sent, .dropped:
+            break
+        case .gone:
+            results.gone.append((delivery.subscription.endpoint, delivery.user))
+        case .retry(let afterMs):
+            let attempts = job.attempts + 1
+            let delayMs = Self.retryDelayMs(attempts: attempts, retryAfterMs: afterMs, self.configuration)
+            // Past its attempts, or due after the push would have expired: no use.
+            let expiresMs = job.timeMs + Int64(self.configuration.ttlSeconds) * 1000
+            guard attempts < self.configuration.maxAttempts, nowMs + delayMs < expiresMs else {
+                self.logger.info(
+                    "a push was given up",
+                    metadata: ["endpoint": "\(OutboundHTTP.origin(of: delivery.subscription.endpoint))"]
+                )
+                return
+            }
+            results.retries.append(
+                PushResults.Retry(
+                    conversationID: job.conversationID,
+                    seq: job.seq,
+                    user: delivery.user,
+                    endpoint: delivery.subscription.endpoint,
+                    attempts: attempts,
+                    dueMs: nowMs + delayMs
+                )
+            )
+        }
+    }
+
+    /// The wait before attempt `attempts + 1`: the base doubled with each attempt, up to the cap, with up to a
+    /// fifth more at random (retries of many pushes do not come back all at once); never before `Retry-After`.
+    static func retryDelayMs(attempts: Int, retryAfterMs: Int64?, _ configuration: ServerConfiguration.Push) -> Int64 {
+        let base = max(1, Int64(configuration.retryBase.components.seconds * 1000))
+        let cap = max(base, Int64(configuration.retryCap.components.seconds * 1000))
+        let doubled = base << Int64(min(max(0, attempts - 1), 30))
+        let backoff = min(cap, doubled)
+        let jittered = backoff + Int64.random(in: 0...(backoff / 5))
+        return max(jittered, min(retryAfterMs ?? 0, cap))
+    }
+
+    /// One delivery: its payload sealed for the subscription, and what the push service answered.
+    private func push(_ delivery: PushDelivery, of job: PushJob, nowMs: Int64) async -> Outcome {
+        let subscription = delivery.subscription
+        let request: WebPushRequest
+        do {
+            let keys = try PushSubscriptionKeys(p256dh: subscription.p256dh, auth: subscription.auth)
+            request = try WebPushRequest(
+                payload: Self.payload(of: job, for: delivery),
+                endpoint: subscription.endpoint,
+                keys: keys,
+                key: self.key,
+                subject: self.configuration.subject,
+                urgency: delivery.urgent ? .high : .normal,
+                topic: self.key.topic(for: String(job.conversationID)),
+                ttlSeconds: self.configuration.ttlSeconds,
+                nowSeconds: nowMs / 1000
+            )
+        } catch {
+            self.logger.warning("a push could not be made", metadata: ["error": "\(error)"])
+            return .dropped
+        }
+        let response: OutboundHTTP.Response
+        do {
+            response = try await self.http.post(subscription.endpoint, headers: request.headers, body: request.body)
+        } catch let refusal as OutboundHTTP.Refusal {
+            self.logger.info("a push endpoint was refused", metadata: ["reason": "\(refusal)"])
+            return .dropped
+        } catch {
+            return .retry(afterMs: nil)
+        }
+        return Self.outcome(of: response, nowMs: nowMs)
+    }
+
+    /// What a push service's answer means (RFC 8030 §5, §7.3; RFC 8292 §4).
+    static func outcome(of response: OutboundHTTP.Response, nowMs: Int64) -> Outcome {
+        switch response.status {
+        case 200..<300:
+            return .sent
+        case 404, 410:
+            return .gone
+        case 429, 500..<600:
+            return .retry(afterMs: response.headers.first(name: "Retry-After").flatMap { Self.retryAfterMs($0, nowMs) })
+        default:
+            return .dropped
+        }
+    }
+
+    /// A `Retry-After` value (seconds, or an HTTP date) as milliseconds from now.
+    static func retryAfterMs(_ value: String, _ nowMs: Int64) -> Int64? {
+        let trimmed = value.trimmingCharacters(in: .whitespaces)
+        if let seconds = Int64(trimmed), seconds >= 0 { return min(seconds, 86_400) * 1000 }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        guard let date = formatter.date(from: trimmed) else { return nil }
+        return max(0, Int64(date.timeIntervalSince1970 * 1000) - nowMs)
+    }
+
+    /// The JSON the service worker reads: the conversation (as the recipient names it), the message's id and seq,
+    /// the sender, and, unless the recipient hides previews, the sender's display name and one line of the text.
+    static func payload(of job: PushJob, for delivery: PushDelivery) -> [UInt8] {
+        struct Payload: Encodable {
+            struct Address: Encodable {
+                var user: String?
+                var group: String?
+            }
+            var conversation: Address
+            var message_id: String
+            var seq: UInt64
+            var time_ms: Int64
+            var from: String
+            var from_name: String?
+            var text: String?
+            var previews: Bool
+        }
+        var address = Payload.Address()
+        switch delivery.conversation {
+        case .user(let name): address.user = name
+        case .group(let name): address.group = name
+        }
+        let payload = Payload(
+            conversation: address,
+            message_id: job.messageID,
+            seq: job.seq,
+            time_ms: job.timeMs,
+            from: job.from,
+            from_name: delivery.previews ? job.fromDisplayName : nil,
+            text: delivery.previews ? Self.line(job.text) : nil,
+            previews: delivery.previews
+        )
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let bytes = (try? encoder.encode(payload)).map { Array($0) } ?? []
+        // Names and ids are bounded far below the limit, and the line too (at most 4 bytes a character).
+        precondition(bytes.count <= WebPushEncryption.maxPayload, "a push's payload fits in one record")
+        return bytes
+    }
+
+    /// The most characters of text a notification shows.
+    static let maxLineCharacters = 160
+
+    /// A text's first line that is not blank, cut to ``maxLineCharacters`` characters (whole ones: a flag or a
+    /// family emoji is never cut in two) with an ellipsis.
+    static func line(_ text: String) -> String {
+        let line = text.split(whereSeparator: \.isNewline).first { !$0.allSatisfy(\.isWhitespace) } ?? ""
+        let trimmed = line.trimmingCharacters(in: .whitespaces)
+        guard trimmed.count > Self.maxLineCharacters else { return trimmed }
+        return String(trimmed.prefix(Self.maxLineCharacters - 1)) + "…"
+    }
+}
+
+/// A wake-up call that is kept until taken: ``raise()`` before ``wait(upTo:)`` makes the wait return at once.
+final class Wake: Sendable {
+    private struct State {
+        var raised = false
+        var waiter: CheckedContinuation<Void, Never>?
+    }
+
+    private let state = Mutex(State())
+
+    func raise() {
+        // A waiter takes the call; with none waiting, it is kept for the next.
+        let waiter = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard let waiter = state.waiter else {
+                state.raised = true
+                return nil
+            }
+            state.waiter = nil
+            return waiter
+        }
+        waiter?.resume()
+    }
+
+    /// Returns once raised (taking the call), after `limit` (nil: no limit), or when the task is cancelled. The
+    /// caller looks for work after every return: a call taken by a wait that also timed out is not lost.
+    func wait(upTo limit: Duration?) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.raised() }
+            if let limit { group.addTask { try? await Task.sleep(for: limit) } }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    private func raised() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let now = self.state.withLock { state -> Bool in
+                    if state.raised {
+                        state.raised = false
+                        return true
+                    }
+                    if Task.isCancelled { return true }
+                    state.waiter = continuation
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+        } onCancel: {
+            let waiter = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
+                defer { state.waiter = nil }
+                return state.waiter
+            }
+            waiter?.resume()
+        }
+    }
+}

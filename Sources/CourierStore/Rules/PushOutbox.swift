@@ -1,0 +1,267 @@
+// The rules of the push outbox, for every database: what a committed message owes the devices that are away, taken
+// by one node at a time, sent, and then done, retried or dropped.
+//
+// A batch that stores a message writes an outbox row for it when a member other than its sender has a push target
+// (``UserRow/pushable``), in the message's own transaction: a node killed after the commit leaves the row for
+// another (or for itself, restarted). A node takes rows under a lease (``claimPushes(node:nowMs:leaseMs:limit:)``):
+// no other node takes them while it lasts, and a node that dies with them leaves them to be taken again once it
+// ends. What a row owes is worked out when it is taken, not when it was written: who is a member, who muted the
+// conversation, who hides previews, which devices have a subscription and no live session.
+
+internal import CourierProtocol
+internal import Foundation
+
+/// A row of the push outbox: a message whose recipients are to be pushed (``user`` nil), or the retry of one
+/// subscription's push of it.
+public struct PushOutboxRow: Hashable, Sendable {
+    public var id: Int64
+    public var conversation: Int64
+    public var seq: Int64
+    public var user: UserID?
+    public var endpoint: String?
+    /// The failed attempts before this row (0 for a message's first).
+    public var attempts: Int
+
+    public init(id: Int64, conversation: Int64, seq: Int64, user: UserID?, endpoint: String?, attempts: Int) {
+        self.id = id
+        self.conversation = conversation
+        self.seq = seq
+        self.user = user
+        self.endpoint = endpoint
+        self.attempts = attempts
+    }
+}
+
+/// A member a message may be pushed to, as the outbox reads it: one with a push target, joined before the message.
+package struct PushRecipientRow: Hashable, Sendable {
+    package var user: UserID
+    package var notify: NotifyLevel
+    /// Whether the user's notifications show who wrote and what (``CourierDatabase/setPushPreviews(_:for:)``).
+    package var previews: Bool
+    /// Whether the message mentions the user, by name or with `@all`.
+    package var mentioned: Bool
+
+    package init(user: UserID, notify: NotifyLevel, previews: Bool, mentioned: Bool) {
+        self.user = user
+        self.notify = notify
+        self.previews = previews
+        self.mentioned = mentioned
+    }
+}
+
+/// A push subscription with whether its device has a live session now (on any node that is alive).
+package struct PushTargetRow: Sendable {
+    package var subscription: PushSubscriptionRow
+    package var live: Bool
+
+    package init(subscription: PushSubscriptionRow, live: Bool) {
+        self.subscription = subscription
+        self.live = live
+    }
+}
+
+/// One message's pushes, as a node takes them from the outbox.
+public struct PushJob: Sendable {
+    /// The outbox row, to finish with ``CourierDatabase/finishPushes(_:)``.
+    public var row: Int64
+    /// The failed attempts before this one.
+    public var attempts: Int
+    public var conversationID: Int64
+    public var seq: UInt64
+    /// The id the sender gave the message.
+    public var messageID: String
+    public var timeMs: Int64
+    /// The sender's name, and the display name it chose (nil for none).
+    public var from: String
+    public var fromDisplayName: String?
+    /// What a notification says of the message: its text, or its media's caption or kind.
+    public var text: String
+    public var deliveries: [PushDelivery]
+}
+
+/// One subscription's push of a message.
+public struct PushDelivery: Sendable {
+    public var user: UserID
+    /// The conversation as the recipient names it.
+    public var conversation: Conversation
+    /// A direct message or a mention: the push service delivers it at once (`Urgency: high`).
+    public var urgent: Bool
+    /// Whether the notification may show the sender and the text (the recipient's setting).
+    public var previews: Bool
+    public var subscription: PushSubscriptionRow
+}
+
+/// What became of a job's pushes, for ``CourierDatabase/finishPushes(_:)``.
+public struct PushResults: Sendable {
+    /// A subscription to try again, not before a time.
+    public struct Retry: Sendable, Hashable {
+        public var conversationID: Int64
+        public var seq: UInt64
+        public var user: UserID
+        public var endpoint: String
+        public var attempts: Int
+        public var dueMs: Int64
+
+        public init(conversationID: Int64, seq: UInt64, user: UserID, endpoint: String, attempts: Int, dueMs: Int64) {
+            self.conversationID = conversationID
+            self.seq = seq
+            self.user = user
+            self.endpoint = endpoint
+            self.attempts = attempts
+            self.dueMs = dueMs
+        }
+    }
+
+    /// The outbox rows done with (sent, refused for good, or retried in a row of their own).
+    public var done: [Int64] = []
+    public var retries: [Retry] = []
+    /// Subscriptions their push service no longer knows (404, 410): dropped.
+    public var gone: [(endpoint: String, user: UserID)] = []
+
+    public init() {}
+
+    public var isEmpty: Bool { self.done.isEmpty && self.retries.isEmpty && self.gone.isEmpty }
+}
+
+extension StoreBackend {
+    /// Takes outbox rows that are due, for `leaseMs` (no other node takes them meanwhile), and works out their
+    /// pushes: for each message, every member other than its sender, joined before it, whose mute lets it alert
+    /// (all: always; mentions: a mention, `@all`, or a direct message; none: never), on each subscription of a
+    /// device with no live session (a retry: its one subscription, if it is still there). A row that owes nothing
+    /// (a recalled message, every device online, every member muted) is done with here.
+    ///
+    /// - Returns: The jobs to send, and the time the next row not taken is due (nil for none).
+    public func claimPushes(
+        node: String,
+        nowMs: Int64,
+        leaseMs: Int64,
+        limit: Int
+    ) async throws -> (jobs: [PushJob], nextDueMs: Int64?) {
+        try await self.transaction(doing: "take pushes") { transaction in
+            let rows = try await transaction.claimPushOutbox(
+                node: node,
+                nowMs: nowMs,
+                leaseMs: leaseMs,
+                limit: max(1, limit)
+            )
+            var jobs: [PushJob] = []
+            var empty: [Int64] = []
+            for row in rows {
+                if let job = try await Self.pushJob(for: row, nowMs: nowMs, transaction), !job.deliveries.isEmpty {
+                    jobs.append(job)
+                } else {
+                    empty.append(row.id)
+                }
+            }
+            try await transaction.deletePushOutbox(empty)
+            return (jobs, try await transaction.nextPushDueMs())
+        }
+    }
+
+    /// Records what became of taken jobs: their rows done, retries due later, subscriptions gone.
+    public func finishPushes(_ results: PushResults) async throws {
+        guard !results.isEmpty else { return }
+        try await self.transaction(doing: "finish pushes") { transaction in
+            try await transaction.deletePushOutbox(results.done)
+            try await transaction.insertPushRetries(results.retries)
+            var users: Set<UserID> = []
+            for (endpoint, user) in results.gone {
+                if try await transaction.deletePushSubscription(endpoint: endpoint, of: user) { users.insert(user) }
+            }
+            try await transaction.recountPushTargets(of: users.sorted())
+        }
+    }
+
+    /// The rows of the outbox, in order.
+    public func pushOutbox() async throws -> [PushOutboxRow] {
+        try await self.reading(doing: "read the push outbox") { transaction in
+            try await transaction.pushOutboxRows()
+        }
+    }
+
+    /// Whether a user's notifications show who wrote and what (on by default).
+    public func pushPreviews(of user: UserID) async throws -> Bool {
+        try await self.reading(doing: "read a push setting") { transaction in
+            try await transaction.pushPreviews(of: user)
+        }
+    }
+
+    /// Sets whether a user's notifications show who wrote and what; they say "New message" otherwise.
+    public func setPushPreviews(_ on: Bool, for user: UserID) async throws {
+        try await self.transaction(doing: "set a push setting") { transaction in
+            try await transaction.setPushPreviews(on, of: user)
+        }
+    }
+
+    /// One row's pushes, or nil when its message is gone or recalled.
+    private static func pushJob(
+        for row: PushOutboxRow,
+        nowMs: Int64,
+        _ transaction: Transaction
+    ) async throws -> PushJob? {
+        var recipients = try await transaction.pushRecipients(of: row.conversation, seq: row.seq, only: row.user)
+        guard let first = recipients.first,
+            let found = try await transaction.message(in: row.conversation, seq: row.seq, visibleTo: first.user),
+            !found.message.recalled
+        else { return nil }
+        let message = found.message
+        let direct = found.header.groupName == nil
+        recipients.removeAll { recipient in
+            guard recipient.user != message.sender else { return true }
+            switch recipient.notify {
+            case .all: return false
+            case .mentions: return !(direct || recipient.mentioned)
+            case .none: return true
+            }
+        }
+        guard !recipients.isEmpty else { return nil }
+        var targets = try await transaction.pushTargets(of: recipients.map(\.user), nowMs: nowMs)
+        targets.removeAll { $0.live || (row.endpoint != nil && $0.subscription.endpoint != row.endpoint) }
+        guard !targets.isEmpty else { return nil }
+        let names = try await transaction.names(of: [message.sender])
+        let profiles = try await transaction.profiles(of: [message.sender])
+        let from = names[message.sender] ?? ""
+        let byUser = Dictionary(recipients.map { ($0.user, $0) }, uniquingKeysWith: { first, _ in first })
+        let deliveries = targets.compactMap { target -> PushDelivery? in
+            guard let recipient = byUser[target.subscription.user] else { return nil }
+            return PushDelivery(
+                user: recipient.user,
+                conversation: found.header.groupName.map(Conversation.group) ?? .user(from),
+                urgent: direct || recipient.mentioned,
+                previews: recipient.previews,
+                subscription: target.subscription
+            )
+        }
+        return PushJob(
+            row: row.id,
+            attempts: row.attempts,
+            conversationID: row.conversation,
+            seq: UInt64(row.seq),
+            messageID: message.clientID,
+            timeMs: message.timeMs,
+            from: from,
+            fromDisplayName: profiles[message.sender]?.displayName,
+            text: Self.pushText(ofBody: message.body),
+            deliveries: deliveries
+        )
+    }
+
+    /// What a notification says of a message: its text, or its media's caption, or the media's kind.
+    static func pushText(ofBody body: [UInt8]) -> String {
+        guard let parsed = try? Courier_V1_Body(serializedBytes: body) else { return "" }
+        switch parsed.content {
+        case .text(let text)?:
+            return text
+        case .media(let media)?:
+            guard media.caption.isEmpty else { return media.caption }
+            switch MediaType(media.mime)?.type {
+            case "image": return "Photo"
+            case "audio": return "Voice message"
+            case "video": return "Video"
+            default: return media.name.isEmpty ? "File" : media.name
+            }
+        case nil:
+            return ""
+        }
+    }
+}
