@@ -58,7 +58,7 @@ final class PushSender: Sendable {
                 claimed = try await self.store.claimPushes(
                     node: self.name,
                     nowMs: nowMs,
-                    leaseMs: Int64(self.configuration.lease.components.seconds * 1000),
+                    leaseMs: Self.milliseconds(self.configuration.lease),
                     limit: self.configuration.batch
                 )
             } catch {
@@ -153,8 +153,8 @@ final class PushSender: Sendable {
     /// The wait before attempt `attempts + 1`: the base doubled with each attempt, up to the cap, with up to a
     /// fifth more at random (retries of many pushes do not come back all at once); never before `Retry-After`.
     static func retryDelayMs(attempts: Int, retryAfterMs: Int64?, _ configuration: ServerConfiguration.Push) -> Int64 {
-        let base = max(1, Int64(configuration.retryBase.components.seconds * 1000))
-        let cap = max(base, Int64(configuration.retryCap.components.seconds * 1000))
+        let base = max(1, Self.milliseconds(configuration.retryBase))
+        let cap = max(base, Self.milliseconds(configuration.retryCap))
         let doubled = base << Int64(min(max(0, attempts - 1), 30))
         let backoff = min(cap, doubled)
         let jittered = backoff + Int64.random(in: 0...(backoff / 5))
@@ -192,6 +192,11 @@ final class PushSender: Sendable {
             return .retry(afterMs: nil)
         }
         return Self.outcome(of: response, nowMs: nowMs)
+    }
+
+    static func milliseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
     }
 
     /// What a push service's answer means (RFC 8030 §5, §7.3; RFC 8292 §4).
