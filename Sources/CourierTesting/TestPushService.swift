@@ -7,7 +7,8 @@ import Foundation
 /// answers each endpoint with the statuses a test asks for (201 otherwise).
 ///
 /// - `GET /subscribe?name=N` makes a subscriber: `PushSubscription.toJSON()` as a browser gives it.
-/// - `POST /answers` `{"N": ["429:2", "500", "410"]}`: the next answers of N's endpoint (`status[:Retry-After]`).
+/// - `POST /answers` `{"N": ["429:2", "500", "410", "hang"]}`: the next answers of N's endpoint
+///   (`status[:Retry-After]`; `hang` never answers, and is listed with status 0).
 /// - `GET /received` lists every push taken, in order: `name`, `status` (the answer), `headers` (lower-case names),
 ///   `payload` (the opened JSON's members, or null with `error`), `vapid` (`valid`, `aud`, `exp`, `sub`, `k`).
 ///
@@ -205,7 +206,7 @@ public final class TestPushService: Sendable {
                     planned = answers.get(name) or ['201']
                     answer = planned.pop(0) if answers.get(name) else '201'
                 status, _, retry_after = answer.partition(':')
-                entry = {'name': name, 'status': int(status),
+                entry = {'name': name, 'status': 0 if status == 'hang' else int(status),
                          'headers': {k.lower(): v for k, v in self.headers.items()},
                          'payload': None,
                          'vapid': check_vapid(self.headers.get('Authorization', ''),
@@ -220,6 +221,10 @@ public final class TestPushService: Sendable {
                     entry['error'] = repr(error)
                 with lock:
                     received.append(entry)
+                if status == 'hang':
+                    # Never answers (the sender is killed meanwhile, or gives up at its deadline).
+                    time.sleep(3600)
+                    return
                 self.reply(int(status), b'', [('Retry-After', retry_after)] if retry_after else [])
 
         server = ThreadingHTTPServer(('127.0.0.1', 0), Handler)

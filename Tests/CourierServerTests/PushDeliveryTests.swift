@@ -1,3 +1,4 @@
+import CourierPostgresTesting
 import CourierServer
 import CourierServerTesting
 import CourierStore
@@ -44,7 +45,11 @@ struct PushDeliveryTests {
         }
     }
 
-    static func pushes(_ service: TestPushService, to name: String, count: Int) async throws
+    static func pushes(
+        _ service: TestPushService,
+        to name: String,
+        count: Int
+    ) async throws
         -> [TestPushService.Push]
     {
         var found: [TestPushService.Push] = []
@@ -169,7 +174,9 @@ struct PushDeliveryTests {
         )
     }
 
-    @Test("a user who hides previews gets \"New message\": no text and no display name in the payload; a muted conversation nothing")
+    @Test(
+        "a user who hides previews gets \"New message\": no text and no display name in the payload; a muted conversation nothing"
+    )
     func previewsAndMutes() async throws {
         let service = try await TestPushService.start()
         try await ServerFixture.with(
@@ -189,6 +196,63 @@ struct PushDeliveryTests {
                 try await waitUntil("the outbox is empty") { try await fixture.store.pushOutbox().isEmpty }
                 #expect(try await service.received().count == 1)
                 await alice.close()
+            },
+            configure: Self.configure
+        )
+    }
+
+    @Test(
+        "two nodes on PostgreSQL: every message to an away device pushed exactly once, whichever node committed it",
+        .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
+    )
+    func onceAcrossNodes() async throws {
+        let service = try await TestPushService.start()
+        try await ClusterFixture.with(
+            nodes: 2,
+            { cluster in
+                for name in ["alice", "bob", "carol"] { try await cluster.user(name) }
+                let ports = cluster.nodes.map(\.ports)
+                // bob registers through node 1 and goes away.
+                let (bobClient, bob) = try await NativeTestClient.login(port: ports[1].native, "bob", device: "手机")
+                let subscriber = try await service.subscribe("bob")
+                let added = try await PushSubscriptionHTTPTests.call(
+                    ports[1].http,
+                    "POST",
+                    token: bob.token,
+                    body: subscriber.json
+                )
+                #expect(added.status == 201, "\(added)")
+                await bobClient.close()
+                try await waitUntil("bob's phone is away") {
+                    try await cluster.store.devices(of: "bob").first?.connectedSinceMs == nil
+                }
+                // alice writes through node 0, carol through node 1, at once.
+                let (alice, _) = try await NativeTestClient.login(port: ports[0].native, "alice")
+                let (carol, _) = try await NativeTestClient.login(port: ports[1].native, "carol")
+                let count = 25
+                async let fromAlice: Void = {
+                    for index in 0..<count {
+                        _ = try await alice.sendText("a\(index)", to: .user("bob"), id: "a-\(index)")
+                    }
+                }()
+                async let fromCarol: Void = {
+                    for index in 0..<count {
+                        _ = try await carol.sendText("c\(index)", to: .user("bob"), id: "c-\(index)")
+                    }
+                }()
+                _ = try await (fromAlice, fromCarol)
+                _ = try await Self.pushes(service, to: "bob", count: 2 * count)
+                try await waitUntil("the outbox is empty") { try await cluster.store.pushOutbox().isEmpty }
+                let ids = try await service.received().compactMap { $0.payload?["message_id"] }
+                #expect(ids.count == 2 * count)
+                #expect(Set(ids) == Set((0..<count).flatMap { ["a-\($0)", "c-\($0)"] }))
+                let sent = [
+                    try await cluster.metric("courier_pushes_total{outcome=\"sent\"}", of: 0),
+                    try await cluster.metric("courier_pushes_total{outcome=\"sent\"}", of: 1),
+                ]
+                #expect(sent.reduce(0, +) == 2 * count, "\(sent)")
+                await alice.close()
+                await carol.close()
             },
             configure: Self.configure
         )

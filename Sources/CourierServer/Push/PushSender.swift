@@ -18,7 +18,8 @@ final class PushSender: Sendable {
     private let configuration: ServerConfiguration.Push
     /// Whether other nodes share the store: rows a dead one took come back due, with no hint.
     private let shared: Bool
-    private let http: OutboundHTTP
+    /// The push services' HTTP clients' settings: the clients live only while ``run()`` does.
+    private let limits: OutboundHTTP.Limits
     private let metrics: ServerMetrics
     private let logger: Logger
     private let wake: Wake
@@ -46,11 +47,12 @@ final class PushSender: Sendable {
         limits.requestTimeout = configuration.requestTimeout
         limits.maxResponseBytes = configuration.maxResponseBytes
         limits.allowPrivateTargets = configuration.allowPrivateTargets
-        self.http = OutboundHTTP(limits: limits, logger: logger)
+        self.limits = limits
     }
 
     /// Sends until the task is cancelled, then closes its connections.
     func run() async {
+        let http = OutboundHTTP(limits: self.limits, logger: self.logger)
         while !Task.isCancelled {
             let nowMs = SessionClock.systemWallMs()
             let claimed: (jobs: [PushJob], nextDueMs: Int64?)
@@ -67,7 +69,7 @@ final class PushSender: Sendable {
                 continue
             }
             if !claimed.jobs.isEmpty {
-                let results = await self.send(claimed.jobs, nowMs: nowMs)
+                let results = await self.send(claimed.jobs, nowMs: nowMs, http)
                 do {
                     try await self.store.finishPushes(results)
                 } catch {
@@ -80,11 +82,11 @@ final class PushSender: Sendable {
             if self.shared { wait = min(wait ?? self.configuration.pollInterval, self.configuration.pollInterval) }
             await self.wake.wait(upTo: wait)
         }
-        await self.http.shutdown()
+        await http.shutdown()
     }
 
     /// Sends every delivery of the jobs, at most ``ServerConfiguration/Push/maxConcurrentPushes`` at once.
-    private func send(_ jobs: [PushJob], nowMs: Int64) async -> PushResults {
+    private func send(_ jobs: [PushJob], nowMs: Int64, _ http: OutboundHTTP) async -> PushResults {
         var results = PushResults()
         let work = jobs.flatMap { job in job.deliveries.map { (job, $0) } }
         await withTaskGroup(of: (PushJob, PushDelivery, Outcome).self) { group in
@@ -93,7 +95,7 @@ final class PushSender: Sendable {
                 guard next < work.count else { return }
                 let (job, delivery) = work[next]
                 next += 1
-                group.addTask { (job, delivery, await self.push(delivery, of: job, nowMs: nowMs)) }
+                group.addTask { (job, delivery, await self.push(delivery, of: job, nowMs: nowMs, http)) }
             }
             for _ in 0..<max(1, self.configuration.maxConcurrentPushes) { start() }
             while let (job, delivery, outcome) = await group.next() {
@@ -162,7 +164,7 @@ final class PushSender: Sendable {
     }
 
     /// One delivery: its payload sealed for the subscription, and what the push service answered.
-    private func push(_ delivery: PushDelivery, of job: PushJob, nowMs: Int64) async -> Outcome {
+    private func push(_ delivery: PushDelivery, of job: PushJob, nowMs: Int64, _ http: OutboundHTTP) async -> Outcome {
         let subscription = delivery.subscription
         let request: WebPushRequest
         do {
@@ -184,7 +186,7 @@ final class PushSender: Sendable {
         }
         let response: OutboundHTTP.Response
         do {
-            response = try await self.http.post(subscription.endpoint, headers: request.headers, body: request.body)
+            response = try await http.post(subscription.endpoint, headers: request.headers, body: request.body)
         } catch let refusal as OutboundHTTP.Refusal {
             self.logger.info("a push endpoint was refused", metadata: ["reason": "\(refusal)"])
             return .dropped
