@@ -45,6 +45,8 @@ public struct ProfileInfo: Hashable, Sendable {
     public var thumbnail: MediaInfo?
     /// When it last changed; nil when never set.
     public var updated: Date?
+    /// In the user's own profile only: whether its push notifications show who wrote and what.
+    public var pushPreviews: Bool?
 
     public init(
         user: String,
@@ -68,6 +70,7 @@ public struct ProfileInfo: Hashable, Sendable {
             thumbnail: profile.hasThumbnail ? MediaInfo(profile.thumbnail) : nil,
             updated: profile.updatedMs == 0 ? nil : Date(timeIntervalSince1970: Double(profile.updatedMs) / 1000)
         )
+        self.pushPreviews = profile.hasPushPreviews ? profile.pushPreviews : nil
     }
 }
 
@@ -151,6 +154,14 @@ extension CourierClient {
     public func setDisplayName(_ name: String) async throws {
         var envelope = ClientEnvelope()
         envelope.setProfile.displayName = name
+        try Self.expectDone(try await self.request(envelope))
+    }
+
+    /// Sets whether the user's push notifications show who wrote and what (on by default) or only "New message": a
+    /// setting of the user's own, which nobody else sees.
+    public func setPushPreviews(_ on: Bool) async throws {
+        var envelope = ClientEnvelope()
+        envelope.setProfile.pushPreviews = on
         try Self.expectDone(try await self.request(envelope))
     }
 

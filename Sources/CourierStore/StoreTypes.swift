@@ -100,11 +100,18 @@ public struct ProfileUpdate: Hashable, Sendable {
     /// The display name: an empty one removes it.
     public var displayName: String?
     public var avatar: Avatar?
+    /// Whether the user's push notifications show who wrote and what: a setting of its own, not part of the profile
+    /// others see (``CourierDatabase/setPushPreviews(_:for:)``).
+    public var pushPreviews: Bool?
 
-    public init(displayName: String? = nil, avatar: Avatar? = nil) {
+    public init(displayName: String? = nil, avatar: Avatar? = nil, pushPreviews: Bool? = nil) {
         self.displayName = displayName
         self.avatar = avatar
+        self.pushPreviews = pushPreviews
     }
+
+    /// Whether it changes the profile others see (not only the push setting).
+    public var changesProfile: Bool { self.displayName != nil || self.avatar != nil }
 }
 
 /// An invitation to sign up (``StoreBackend/createInvite(maxUses:expiresMs:nowMs:)``). Its token is shown once, when

@@ -17,7 +17,9 @@ struct ProfileCommand: AsyncParsableCommand {
             thumbnail of at most 64 KiB: --thumbnail FILE, else one made with ffmpeg (128 pixels at most across), \
             else the avatar itself when it is that small. Everyone who sees you (your groups' members, the people \
             you write with) gets the change, offline devices when they next connect; the server takes 20 changes \
-            an hour by default (rate-limited past them).
+            an hour by default (rate-limited past them). Your own profile also shows whether your push \
+            notifications show who wrote and what (--push-previews on, the default) or only "New message" (off): \
+            a setting nobody else sees.
             """
     )
 
@@ -35,6 +37,14 @@ struct ProfileCommand: AsyncParsableCommand {
     @Flag(help: "Take your avatar off.")
     var removeAvatar = false
 
+    @Option(
+        help: ArgumentHelp(
+            "Whether your push notifications show who wrote and what (on, the default), or only \"New message\" (off).",
+            valueName: "on|off"
+        )
+    )
+    var pushPreviews: Switch?
+
     @Option(help: ArgumentHelp("Show this user's profile instead of yours.", valueName: "user"))
     var user: String?
 
@@ -45,7 +55,7 @@ struct ProfileCommand: AsyncParsableCommand {
     static let maxThumbnailBytes = 64 * 1024
 
     func run() async throws {
-        let changes = self.displayName != nil || self.avatar != nil || self.removeAvatar
+        let changes = self.displayName != nil || self.avatar != nil || self.removeAvatar || self.pushPreviews != nil
         self.checkParsed {
             if changes, self.user != nil { throw ValidationError("--user shows a profile: it changes none") }
             if self.avatar != nil, self.removeAvatar { throw ValidationError("--avatar or --remove-avatar, not both") }
@@ -69,6 +79,7 @@ struct ProfileCommand: AsyncParsableCommand {
                     try await session.client.setAvatar(file: URL(fileURLWithPath: avatar), thumbnail: thumbnail)
                 }
                 if self.removeAvatar { try await session.client.removeAvatar() }
+                if let previews = self.pushPreviews { try await session.client.setPushPreviews(previews == .on) }
                 return try await session.client.profiles(of: [self.user ?? self.options.user]).first
             } catch let error as CourierClientError {
                 throw CommandFailure(description: "\(error.code): \(error.message)")
@@ -82,15 +93,23 @@ struct ProfileCommand: AsyncParsableCommand {
             object["display_name"] = profile.displayName
             object["avatar"] = profile.avatar?.sha256
             object["thumbnail"] = profile.thumbnail?.sha256
+            object["push_previews"] = profile.pushPreviews
             try printJSON(object)
             return
         }
         // The server's words reach a terminal: every field printable.
-        var table = Table(columns: ["user", "display name", "avatar", "thumbnail"])
-        table.add([
+        var columns = ["user", "display name", "avatar", "thumbnail"]
+        var row: [Table.Cell] = [
             .text(profile.user), profile.displayName.map(Table.Cell.text) ?? .none,
             profile.avatar.map { .text($0.sha256) } ?? .none, profile.thumbnail.map { .text($0.sha256) } ?? .none,
-        ])
+        ]
+        // One's own profile: the push setting too.
+        if let previews = profile.pushPreviews {
+            columns.append("push previews")
+            row.append(.text(previews ? "on" : "off"))
+        }
+        var table = Table(columns: columns)
+        table.add(row)
         table.print()
     }
 
@@ -136,4 +155,9 @@ struct ProfileCommand: AsyncParsableCommand {
         return path.split(separator: ":").map { URL(fileURLWithPath: String($0)).appendingPathComponent(name) }
             .first { FileManager.default.isExecutableFile(atPath: $0.path) }
     }
+}
+
+/// A setting's `on` or `off` on the command line.
+enum Switch: String, ExpressibleByArgument, CaseIterable {
+    case on, off
 }

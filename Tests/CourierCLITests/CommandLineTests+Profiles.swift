@@ -25,7 +25,8 @@ extension CommandLineTests {
                 environment: asAlice
             )
             let fields = result.output.split(separator: "\n").last?.split(separator: "\t").map(String.init) ?? []
-            #expect(result.status == 0 && fields.count == 4, "\(result)")
+            // One's own profile has a fifth column: the push setting, on by default.
+            #expect(result.status == 0 && fields.count == 5 && fields.last == "on", "\(result)")
             #expect(fields.prefix(2) == ["alice", "王小明 🐉"], "\(result)")
             let (avatar, thumbnail) = (fields[safe: 2] ?? "", fields[safe: 3] ?? "")
             #expect(avatar.count == 64 && thumbnail.count == 64 && avatar != thumbnail, "\(result)")
@@ -51,6 +52,8 @@ extension CommandLineTests {
                 "\(result)"
             )
             #expect(profile["display_name"] as? String == "王小明 🐉" && profile["avatar"] as? String == avatar)
+            // Another's push setting is not shown.
+            #expect(profile["push_previews"] == nil, "\(profile)")
 
             // bob fetches the thumbnail: a JPEG that ffmpeg made at most 128 pixels across, the shape kept.
             let copy = folder.appendingPathComponent("thumbnail.jpg")
@@ -72,7 +75,19 @@ extension CommandLineTests {
                 ["profile", "--as", "alice", "--display-name", "", "--remove-avatar"],
                 environment: asAlice
             )
-            #expect(result.status == 0 && result.output.hasSuffix("alice\t-\t-\t-\n"), "\(result)")
+            #expect(result.status == 0 && result.output.hasSuffix("alice\t-\t-\t-\ton\n"), "\(result)")
+
+            // The push setting: off, seen by its user alone, and changing it is no profile change for bob.
+            result = try await cli.run(["profile", "--as", "alice", "--push-previews", "off"], environment: asAlice)
+            #expect(result.status == 0 && result.output.hasSuffix("alice\t-\t-\t-\toff\n"), "\(result)")
+            result = try await cli.run(["profile", "--as", "alice", "--json"], environment: asAlice)
+            #expect(result.output.contains(#""push_previews":false"#), "\(result)")
+            result = try await cli.run(["profile", "--as", "bob", "--user", "alice"], environment: asBob)
+            #expect(result.output.hasSuffix("alice\t-\t-\t-\n"), "\(result)")
+            result = try await cli.run(["profile", "--as", "alice", "--push-previews", "maybe"], environment: asAlice)
+            #expect(result.status != 0 && result.output.contains("on"), "\(result)")
+            result = try await cli.run(["profile", "--as", "alice", "--push-previews", "on"], environment: asAlice)
+            #expect(result.status == 0 && result.output.hasSuffix("\ton\n"), "\(result)")
         }
     }
 }

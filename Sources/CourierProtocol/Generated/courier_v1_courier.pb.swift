@@ -1995,6 +1995,16 @@ public nonisolated struct Courier_V1_Profile: @unchecked Sendable {
     set {_uniqueStorage()._updatedMs = newValue}
   }
 
+  /// In one's own profile only: whether one's push notifications show who wrote and what (`SetProfile`).
+  public var pushPreviews: Bool {
+    get {_storage._pushPreviews ?? false}
+    set {_uniqueStorage()._pushPreviews = newValue}
+  }
+  /// Returns true if `pushPreviews` has been explicitly set.
+  public var hasPushPreviews: Bool {_storage._pushPreviews != nil}
+  /// Clears the value of `pushPreviews`. Subsequent reads from it will return its default value.
+  public mutating func clearPushPreviews() {_uniqueStorage()._pushPreviews = nil}
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -2046,6 +2056,17 @@ public nonisolated struct Courier_V1_SetProfile: @unchecked Sendable {
     get {_storage._removeAvatar}
     set {_uniqueStorage()._removeAvatar = newValue}
   }
+
+  /// Present: whether this user's push notifications show who wrote and what (on by default), or only "New message".
+  /// Private: nobody else sees it, and changing it alone is not a profile change (no event, not counted as one).
+  public var pushPreviews: Bool {
+    get {_storage._pushPreviews ?? false}
+    set {_uniqueStorage()._pushPreviews = newValue}
+  }
+  /// Returns true if `pushPreviews` has been explicitly set.
+  public var hasPushPreviews: Bool {_storage._pushPreviews != nil}
+  /// Clears the value of `pushPreviews`. Subsequent reads from it will return its default value.
+  public mutating func clearPushPreviews() {_uniqueStorage()._pushPreviews = nil}
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -5786,7 +5807,7 @@ nonisolated extension Courier_V1_UserCard: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Courier_V1_Profile: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Profile"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}user\0\u{3}display_name\0\u{1}avatar\0\u{1}thumbnail\0\u{3}updated_ms\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}user\0\u{3}display_name\0\u{1}avatar\0\u{1}thumbnail\0\u{3}updated_ms\0\u{3}push_previews\0")
 
   fileprivate class _StorageClass {
     var _user: String = String()
@@ -5794,6 +5815,7 @@ nonisolated extension Courier_V1_Profile: SwiftProtobuf.Message, SwiftProtobuf._
     var _avatar: Courier_V1_Media? = nil
     var _thumbnail: Courier_V1_Media? = nil
     var _updatedMs: Int64 = 0
+    var _pushPreviews: Bool? = nil
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -5809,6 +5831,7 @@ nonisolated extension Courier_V1_Profile: SwiftProtobuf.Message, SwiftProtobuf._
       _avatar = source._avatar
       _thumbnail = source._thumbnail
       _updatedMs = source._updatedMs
+      _pushPreviews = source._pushPreviews
     }
   }
 
@@ -5832,6 +5855,7 @@ nonisolated extension Courier_V1_Profile: SwiftProtobuf.Message, SwiftProtobuf._
         case 3: try { try decoder.decodeSingularMessageField(value: &_storage._avatar) }()
         case 4: try { try decoder.decodeSingularMessageField(value: &_storage._thumbnail) }()
         case 5: try { try decoder.decodeSingularInt64Field(value: &_storage._updatedMs) }()
+        case 6: try { try decoder.decodeSingularBoolField(value: &_storage._pushPreviews) }()
         default: break
         }
       }
@@ -5859,6 +5883,9 @@ nonisolated extension Courier_V1_Profile: SwiftProtobuf.Message, SwiftProtobuf._
       if _storage._updatedMs != 0 {
         try visitor.visitSingularInt64Field(value: _storage._updatedMs, fieldNumber: 5)
       }
+      try { if let v = _storage._pushPreviews {
+        try visitor.visitSingularBoolField(value: v, fieldNumber: 6)
+      } }()
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -5873,6 +5900,7 @@ nonisolated extension Courier_V1_Profile: SwiftProtobuf.Message, SwiftProtobuf._
         if _storage._avatar != rhs_storage._avatar {return false}
         if _storage._thumbnail != rhs_storage._thumbnail {return false}
         if _storage._updatedMs != rhs_storage._updatedMs {return false}
+        if _storage._pushPreviews != rhs_storage._pushPreviews {return false}
         return true
       }
       if !storagesAreEqual {return false}
@@ -5884,13 +5912,14 @@ nonisolated extension Courier_V1_Profile: SwiftProtobuf.Message, SwiftProtobuf._
 
 nonisolated extension Courier_V1_SetProfile: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".SetProfile"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}display_name\0\u{1}avatar\0\u{1}thumbnail\0\u{3}remove_avatar\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}display_name\0\u{1}avatar\0\u{1}thumbnail\0\u{3}remove_avatar\0\u{3}push_previews\0")
 
   fileprivate class _StorageClass {
     var _displayName: String? = nil
     var _avatar: Courier_V1_Media? = nil
     var _thumbnail: Courier_V1_Media? = nil
     var _removeAvatar: Bool = false
+    var _pushPreviews: Bool? = nil
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -5905,6 +5934,7 @@ nonisolated extension Courier_V1_SetProfile: SwiftProtobuf.Message, SwiftProtobu
       _avatar = source._avatar
       _thumbnail = source._thumbnail
       _removeAvatar = source._removeAvatar
+      _pushPreviews = source._pushPreviews
     }
   }
 
@@ -5927,6 +5957,7 @@ nonisolated extension Courier_V1_SetProfile: SwiftProtobuf.Message, SwiftProtobu
         case 2: try { try decoder.decodeSingularMessageField(value: &_storage._avatar) }()
         case 3: try { try decoder.decodeSingularMessageField(value: &_storage._thumbnail) }()
         case 4: try { try decoder.decodeSingularBoolField(value: &_storage._removeAvatar) }()
+        case 5: try { try decoder.decodeSingularBoolField(value: &_storage._pushPreviews) }()
         default: break
         }
       }
@@ -5951,6 +5982,9 @@ nonisolated extension Courier_V1_SetProfile: SwiftProtobuf.Message, SwiftProtobu
       if _storage._removeAvatar != false {
         try visitor.visitSingularBoolField(value: _storage._removeAvatar, fieldNumber: 4)
       }
+      try { if let v = _storage._pushPreviews {
+        try visitor.visitSingularBoolField(value: v, fieldNumber: 5)
+      } }()
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -5964,6 +5998,7 @@ nonisolated extension Courier_V1_SetProfile: SwiftProtobuf.Message, SwiftProtobu
         if _storage._avatar != rhs_storage._avatar {return false}
         if _storage._thumbnail != rhs_storage._thumbnail {return false}
         if _storage._removeAvatar != rhs_storage._removeAvatar {return false}
+        if _storage._pushPreviews != rhs_storage._pushPreviews {return false}
         return true
       }
       if !storagesAreEqual {return false}

@@ -79,6 +79,12 @@ extension SessionRequests {
                 reply.user.profile = Courier_V1_Profile(found)
             }
         case .setProfile(let update):
+            if let previews = update.pushPreviews { try await store.setPushPreviews(previews, for: user.id) }
+            // The push setting alone is no profile change: nobody else sees it.
+            guard update.changesProfile else {
+                reply.done = Courier_V1_Done()
+                break
+            }
             switch self.context.profileChanges.admit(user: user.name, address: self.addressKey) {
             case .throttled(let wait):
                 throw SessionRefusal(ErrorCodes.rateLimited, "too many profile changes; retry later", retryAfter: wait)
@@ -93,7 +99,11 @@ extension SessionRequests {
                 reply.done = Courier_V1_Done()
             }
         case .profiles(let names):
-            let profiles = try await store.profiles(of: names, for: user.id).map(Courier_V1_Profile.init)
+            var profiles = try await store.profiles(of: names, for: user.id).map(Courier_V1_Profile.init)
+            // One's own profile says one's push setting, which nobody else sees.
+            if let own = profiles.firstIndex(where: { $0.user.lowercased() == user.name.lowercased() }) {
+                profiles[own].pushPreviews = try await store.pushPreviews(of: user.id)
+            }
             reply.profiles.profiles = profiles
         default:
             throw SessionRefusal(ErrorCodes.invalidRequest, "not a request about the account")

@@ -229,6 +229,11 @@ extension SessionStateMachine {
         case .setProfile(let set):
             var update = ProfileUpdate()
             if set.hasDisplayName { update.displayName = set.displayName }
+            if set.hasPushPreviews {
+                update.pushPreviews = set.pushPreviews
+                // A write of the user's row: it takes from the bucket the sends take from.
+                if let wait = active.bucket.take(now: now) { return .pause(wait) }
+            }
             switch (set.hasAvatar, set.hasThumbnail, set.removeAvatar) {
             case (false, false, false): break
             case (false, false, true): update.avatar = .remove
