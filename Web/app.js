@@ -4,6 +4,7 @@
 import { Session, RequestError } from "./session.js";
 import { Upload, imageSize, mediaKind, thumbnail } from "./upload.js";
 import { h, relativeTime, clock, fullTime, byteSize, richText, mentions, markedFragment, initial, hue } from "./text.js";
+import { registerWorker, onNotificationClick, pushSupported, pushEnabled, enablePush, disablePush } from "./push.js";
 
 const $ = (id) => document.getElementById(id);
 // Replaces an element's children, leaving out the absent ones (a `cond ? element : null`).
@@ -491,6 +492,12 @@ async function loadConversations() {
   }
   state.loadedList = true;
   render();
+  // A notification's click opened this page at a conversation: shown once the list is in.
+  if (openAtStart) {
+    const key = openAtStart;
+    openAtStart = "";
+    openConversation(key);
+  }
   // The last message of each, for the list.
   await Promise.all(
     [...state.conversations.values()]
@@ -1655,13 +1662,63 @@ function profileDialog() {
       ? h("button", { type: "button", class: "link", onclick: async () => { await session.ask({ setProfile: { removeAvatar: true } }).catch(showError); state.profiles.delete(session.user); wantProfile(session.user); } }, "Remove the picture")
       : null,
     status,
+    notificationSettings(),
     h("button", { type: "button", class: "danger", "data-action": "logout", onclick: logOut }, "Log out"),
   );
 }
 
 async function logOut() {
   $("dialog").close();
+  // This browser's notifications stop with the device (the server drops its subscriptions too).
+  await disablePush(session.token).catch(() => {});
   await session.logOut().catch(() => {});
+}
+
+// Notifications while the page is closed: asked for on a click, never on load; and whether they show who wrote what.
+function notificationSettings() {
+  const note = h("p", { class: "note", "aria-live": "polite" });
+  const enabled = h("input", { type: "checkbox", "data-setting": "push", disabled: !pushSupported() });
+  const previews = h("input", { type: "checkbox", "data-setting": "push-previews" });
+  const me = state.profiles.get(session.user) ?? {};
+  previews.checked = me.pushPreviews !== false;
+  if (!pushSupported()) note.textContent = "This browser cannot notify you while the page is closed.";
+  else pushEnabled().then((on) => { enabled.checked = on; }).catch(() => {});
+  enabled.addEventListener("change", async () => {
+    enabled.disabled = true;
+    try {
+      if (enabled.checked) {
+        await enablePush(session.token);
+        note.textContent = "On: this browser shows new messages while Courier is closed.";
+      } else {
+        await disablePush(session.token);
+        note.textContent = "Off.";
+      }
+    } catch (error) {
+      enabled.checked = false;
+      note.textContent = error.message;
+    } finally {
+      enabled.disabled = false;
+    }
+  });
+  previews.addEventListener("change", async () => {
+    const on = previews.checked;
+    try {
+      await session.ask({ setProfile: { pushPreviews: on } });
+      state.profiles.set(session.user, { ...(state.profiles.get(session.user) ?? {}), user: session.user, pushPreviews: on });
+      note.textContent = on ? "Notifications show who wrote and what." : "Notifications say only “New message”.";
+    } catch (error) {
+      previews.checked = !on;
+      showError(error);
+    }
+  });
+  return h(
+    "fieldset",
+    { class: "stack settings" },
+    h("legend", { text: "Notifications" }),
+    h("label", { class: "check" }, enabled, " Notify me when Courier is closed"),
+    h("label", { class: "check" }, previews, " Show who wrote and what"),
+    note,
+  );
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1910,7 +1967,19 @@ session.addEventListener("envelope", (event) => {
 // ---------------------------------------------------------------------------------------------------------------
 // Start
 
+// The conversation a notification's click asked for (`/#open=u:alice`), opened once the list is loaded.
+let openAtStart = (() => {
+  const key = new URLSearchParams(location.hash.slice(1)).get("open") ?? "";
+  if (key) history.replaceState(null, "", location.pathname);
+  return /^[ug]:./.test(key) ? key : "";
+})();
+
 function start() {
+  registerWorker();
+  onNotificationClick((key) => {
+    if (session.hasToken && !$("app").hidden) openConversation(key);
+    else openAtStart = key;
+  });
   $("login-form").addEventListener("submit", submitLogin);
   $("login-switch").addEventListener("click", () => setSignUp(!signingUp));
   $("retry").addEventListener("click", () => session.retryNow());

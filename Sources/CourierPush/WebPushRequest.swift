@@ -49,6 +49,30 @@ public struct WebPushRequest: Sendable {
         nowSeconds: Int64,
         paddedTo: Int = 0
     ) throws {
+        try self.init(
+            payload: payload,
+            endpoint: endpoint,
+            keys: keys,
+            authorization: try key.authorization(for: endpoint, subject: subject, nowSeconds: nowSeconds),
+            urgency: urgency,
+            topic: topic,
+            ttlSeconds: ttlSeconds,
+            paddedTo: paddedTo
+        )
+    }
+
+    /// A push with an `Authorization` made before (``VAPIDKey/authorization(for:subject:nowSeconds:lifetimeSeconds:)``
+    /// for the endpoint's origin, still good): a sender signs one token per push service for hours, not one per push.
+    public init(
+        payload: some Collection<UInt8>,
+        endpoint: String,
+        keys: PushSubscriptionKeys,
+        authorization: String,
+        urgency: Urgency,
+        topic: String?,
+        ttlSeconds: Int,
+        paddedTo: Int = 0
+    ) throws {
         if let topic {
             precondition(
                 topic.utf8.count <= 32 && Base64URL.decode(topic) != nil,
@@ -64,9 +88,7 @@ public struct WebPushRequest: Sendable {
             ("Urgency", urgency.rawValue),
         ]
         if let topic { headers.append(("Topic", topic)) }
-        headers.append(
-            ("Authorization", try key.authorization(for: endpoint, subject: subject, nowSeconds: nowSeconds))
-        )
+        headers.append(("Authorization", authorization))
         self.endpoint = endpoint
         self.headers = headers
         self.body = body

@@ -46,7 +46,12 @@ public protocol CourierDatabase: Sendable {
     /// A user's push subscriptions, oldest first. A revoked device has none.
     func pushSubscriptions(of user: UserID) async throws -> [PushSubscriptionRow]
     /// Takes the push outbox's due rows for a while, and what each owes (``StoreBackend/claimPushes(node:nowMs:leaseMs:limit:)``).
-    func claimPushes(node: String, nowMs: Int64, leaseMs: Int64, limit: Int) async throws
+    func claimPushes(
+        node: String,
+        nowMs: Int64,
+        leaseMs: Int64,
+        limit: Int
+    ) async throws
         -> (jobs: [PushJob], nextDueMs: Int64?)
     /// Records what became of taken pushes.
     func finishPushes(_ results: PushResults) async throws

@@ -6,7 +6,12 @@ extension PostgresTransaction {
     // MARK: The push outbox
 
     /// Rows another node has taken (and holds, in its transaction) are skipped, not waited for.
-    package func claimPushOutbox(node: String, nowMs: Int64, leaseMs: Int64, limit: Int) async throws
+    package func claimPushOutbox(
+        node: String,
+        nowMs: Int64,
+        leaseMs: Int64,
+        limit: Int
+    ) async throws
         -> [PushOutboxRow]
     {
         try await self.connection.rows(
@@ -59,7 +64,11 @@ extension PostgresTransaction {
             .map(Self.pushOutboxRow)
     }
 
-    package func pushRecipients(of conversation: Int64, seq: Int64, only user: UserID?) async throws
+    package func pushRecipients(
+        of conversation: Int64,
+        seq: Int64,
+        only user: UserID?
+    ) async throws
         -> [PushRecipientRow]
     {
         let only = user?.rawValue ?? 0

@@ -5,7 +5,12 @@ internal import GRDB
 extension SQLiteTransaction {
     // MARK: The push outbox
 
-    package func claimPushOutbox(node: String, nowMs: Int64, leaseMs: Int64, limit: Int) async throws
+    package func claimPushOutbox(
+        node: String,
+        nowMs: Int64,
+        leaseMs: Int64,
+        limit: Int
+    ) async throws
         -> [PushOutboxRow]
     {
         try await self.update { db in
@@ -72,7 +77,11 @@ extension SQLiteTransaction {
         }
     }
 
-    package func pushRecipients(of conversation: Int64, seq: Int64, only user: UserID?) async throws
+    package func pushRecipients(
+        of conversation: Int64,
+        seq: Int64,
+        only user: UserID?
+    ) async throws
         -> [PushRecipientRow]
     {
         try await self.access { db in

@@ -5,7 +5,9 @@ import Testing
 
 @Suite("Web Push and a crash: a server SIGKILLed while it sends a push sends it after its restart")
 struct PushCrashTests {
-    @Test("the outbox row committed with the message survives SIGKILL in the middle of its push, and is sent once the lease ends")
+    @Test(
+        "the outbox row committed with the message survives SIGKILL in the middle of its push, and is sent once the lease ends"
+    )
     func killedWhileSending() async throws {
         let service = try await TestPushService.start()
         try await withTemporaryDirectory(prefix: "courier-push-crash") { folder in

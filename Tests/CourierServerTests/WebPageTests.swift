@@ -63,6 +63,14 @@ struct WebPageTests {
                 ])
                 #expect(type_ == "200 \(type)", "\(path)")
             }
+            // The service worker: a script from /web/ that may control the whole origin, and only such a script.
+            let worker = try await ExternalProgram.curl([
+                "--dump-header", "-", "--output", "/dev/null", "\(base)/web/sw.js",
+            ])
+            .lowercased()
+            #expect(worker.contains("service-worker-allowed: /\r\n"), "\(worker)")
+            #expect(worker.contains("worker-src 127.0.0.1:\(fixture.ports.http)/web/;"), "\(worker)")
+            #expect(!lower.contains("service-worker-allowed"), "only the worker's script says it")
             let headOnly = try await ExternalProgram.curl(["--head", "\(base)/web/session.js"])
             #expect(headOnly.hasPrefix("HTTP/1.1 200") && headOnly.lowercased().contains("content-length: "))
             for missing in ["/web/index.html", "/web/nothing.js", "/web/..%2FPackage.swift", "/index.html"] {

@@ -29,7 +29,11 @@ struct PushOutboxTests {
         return receipt
     }
 
-    static func claim(_ fixture: StoreFixture, node: String = "n1", at nowMs: Int64 = Self.now) async throws
+    static func claim(
+        _ fixture: StoreFixture,
+        node: String = "n1",
+        at nowMs: Int64 = Self.now
+    ) async throws
         -> [PushJob]
     {
         try await fixture.store.claimPushes(node: node, nowMs: nowMs, leaseMs: 60_000, limit: 100).jobs
@@ -190,11 +194,15 @@ struct PushOutboxTests {
             ]
             results.gone = [("https://push.example/laptop", bob)]
             try await fixture.store.finishPushes(results)
-            #expect(try await fixture.store.pushSubscriptions(of: bob).map(\.endpoint) == ["https://push.example/phone"])
+            #expect(
+                try await fixture.store.pushSubscriptions(of: bob).map(\.endpoint) == ["https://push.example/phone"]
+            )
 
             // Not due yet; then due, to the phone alone, its attempts counted.
-            #expect(try await fixture.store.claimPushes(node: "n", nowMs: Self.now, leaseMs: 1, limit: 9).nextDueMs
-                == Self.now + 5_000)
+            #expect(
+                try await fixture.store.claimPushes(node: "n", nowMs: Self.now, leaseMs: 1, limit: 9).nextDueMs
+                    == Self.now + 5_000
+            )
             #expect(try await Self.claim(fixture, at: Self.now + 4_999).isEmpty)
             let retry = try await Self.claim(fixture, at: Self.now + 5_000)
             #expect(Self.shape(retry, names) == ["x1→bob@https://push.example/phone"])

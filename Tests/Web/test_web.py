@@ -276,6 +276,67 @@ class Page:
         return path
 
 
+class DevTools:
+    """Chromium's DevTools protocol beside chromedriver (its own connection to a target, for the events and targets
+    Selenium's execute_cdp_cmd cannot reach: the service worker's registration, the worker itself)."""
+
+    def __init__(self, driver, target_type, url_prefix=""):
+        import websocket
+        address = driver.capabilities["goog:chromeOptions"]["debuggerAddress"]
+        def find():
+            with urllib.request.urlopen(f"http://{address}/json/list") as answer:
+                targets = json.loads(answer.read())
+            return next((t for t in targets if t["type"] == target_type and t["url"].startswith(url_prefix)), None)
+        target = wait_until(find, f"a {target_type} target")
+        self.socket = websocket.create_connection(target["webSocketDebuggerUrl"], timeout=LIMIT,
+                                                  suppress_origin=True)
+        self.next_id = 0
+        self.events = []
+
+    def call(self, method, **params):
+        self.next_id += 1
+        self.socket.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            message = json.loads(self.socket.recv())
+            if message.get("id") == self.next_id:
+                if "error" in message:
+                    raise AssertionError(f"{method}: {message['error']}")
+                return message.get("result", {})
+            self.events.append(message)
+
+    def event(self, method, matching=lambda params: True):
+        """The first event of `method` whose params match, waiting for it."""
+        deadline = time.monotonic() + LIMIT
+        while time.monotonic() < deadline:
+            for message in self.events:
+                if message.get("method") == method and matching(message["params"]):
+                    return message["params"]
+            self.events.append(json.loads(self.socket.recv()))
+        raise AssertionError(f"no {method} event")
+
+    def close(self):
+        self.socket.close()
+
+
+# The browser here reaches no push service: PushManager's subscribe is stood in for, with a subscription whose keys
+# are made in the page (a P-256 key pair and a 16-byte secret) and whose endpoint goes nowhere.
+STAND_IN_SUBSCRIBE = """
+const b64 = (bytes) => btoa(String.fromCharCode(...new Uint8Array(bytes))).replace(/\\+/g, "-").replace(/\\//g, "_").replace(/=+$/, "");
+const pair = await crypto.subtle.generateKey({ name: "ECDH", namedCurve: "P-256" }, true, ["deriveBits"]);
+const p256dh = b64(await crypto.subtle.exportKey("raw", pair.publicKey));
+const auth = b64(crypto.getRandomValues(new Uint8Array(16)));
+const endpoint = "https://push.invalid/courier-web-test/" + auth;
+let held = null;
+PushManager.prototype.getSubscription = async function () { return held; };
+PushManager.prototype.subscribe = async function (options) {
+  held = { endpoint, options, toJSON: () => ({ endpoint, expirationTime: null, keys: { p256dh, auth } }),
+           unsubscribe: async () => { held = null; return true; } };
+  return held;
+};
+return endpoint;
+"""
+
+
 class WebChatTests(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -989,6 +1050,93 @@ class WebChatTests(unittest.TestCase):
             self.assertEqual(lefts[0], lefts[1], "and aligned with them")
         finally:
             named.quit()
+
+
+    def test_13b_notifications_when_closed(self):
+        """Web Push: asked for on a click, registered with the server; the service worker shows a push (one per
+        conversation, "New message" when previews are hidden) and a click on it opens the conversation."""
+        import sqlite3
+        page = self.bob
+        origin = self.server.base
+        # A conversation with alice for the click to open.
+        self.start_chat(self.alice, "bob")
+        self.alice.send("通知のテスト")
+        page.wait_online()
+        page.driver.execute_cdp_cmd("Browser.grantPermissions", {"origin": origin, "permissions": ["notifications"]})
+        endpoint = page.driver.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            f"(async () => {{ {STAND_IN_SUBSCRIBE} }})().then(done, (e) => done('error: ' + e));")
+        self.assertTrue(endpoint.startswith("https://push.invalid/"), endpoint)
+        # Nothing is asked on load: the worker is there, no subscription yet.
+        database = f"file:{os.path.join(self.server.data, 'courier.sqlite')}?mode=ro"
+        def stored(query):
+            with sqlite3.connect(database, uri=True) as connection:
+                return connection.execute(query).fetchall()
+        self.assertEqual(stored("SELECT endpoint FROM push_subscriptions"), [])
+        page.click("#me")
+        page.visible("#dialog input[data-setting=push]").click()
+        wait_until(lambda: "On:" in page.read("#dialog .settings .note"), "notifications on")
+        wait_until(lambda: stored("SELECT endpoint FROM push_subscriptions") == [(endpoint,)], "the subscription stored")
+        scope = page.driver.execute_async_script(
+            "const done = arguments[arguments.length - 1]; navigator.serviceWorker.ready.then((r) => done(r.scope));")
+        self.assertEqual(scope, origin + "/")
+
+        # A push, delivered as the push service would: through DevTools to the worker's registration.
+        tools = DevTools(page.driver, "page", origin)
+        try:
+            tools.call("ServiceWorker.enable")
+            registration = tools.event("ServiceWorker.workerRegistrationUpdated",
+                                       lambda p: any(r["scopeURL"] == origin + "/" for r in p["registrations"]))
+            registration_id = next(r["registrationId"] for r in registration["registrations"]
+                                   if r["scopeURL"] == origin + "/")
+            def push(payload):
+                tools.call("ServiceWorker.deliverPushMessage", origin=origin, registrationId=registration_id,
+                           data=json.dumps(payload, ensure_ascii=False))
+            def shown():
+                return page.driver.execute_async_script(
+                    "const done = arguments[arguments.length - 1];"
+                    "navigator.serviceWorker.ready.then((r) => r.getNotifications())"
+                    ".then((ns) => done(ns.map((n) => [n.title, n.body, n.tag])));")
+            base = {"conversation": {"user": "alice"}, "message_id": "m1", "seq": 1, "time_ms": 0, "from": "alice"}
+            push({**base, "from_name": "愛麗絲 🌸", "text": "你好 👋🏽", "previews": True})
+            wait_until(lambda: shown() == [["愛麗絲 🌸", "你好 👋🏽", "u:alice"]], "the notification")
+            # A burst in one conversation leaves one notification, the newest.
+            push({**base, "message_id": "m2", "seq": 2, "text": "مرحبا — second", "previews": True})
+            wait_until(lambda: shown() == [["alice", "مرحبا — second", "u:alice"]], "the notification replaced")
+            push({**base, "conversation": {"group": "team"}, "message_id": "m3", "previews": False})
+            wait_until(lambda: sorted(shown()) == [["Courier", "New message", "g:team"],
+                                                     ["alice", "مرحبا — second", "u:alice"]], "a hidden preview")
+        finally:
+            tools.close()
+
+        # The previews setting is the user's, on the server.
+        preview = page.visible("#dialog input[data-setting=push-previews]")
+        self.assertTrue(preview.is_selected())
+        preview.click()
+        wait_until(lambda: stored("SELECT push_previews FROM users WHERE name = 'bob'") == [(0,)], "previews off")
+        page.js("document.getElementById('dialog').close()")
+
+        # A click on the conversation's notification opens it in the page.
+        page.js("document.body.classList.remove('chat-open')")
+        worker = DevTools(page.driver, "service_worker", origin)
+        try:
+            clicked = worker.call("Runtime.evaluate", awaitPromise=True, returnByValue=True, expression=(
+                "self.registration.getNotifications({tag: 'u:alice'}).then((ns) => {"
+                " self.dispatchEvent(new NotificationEvent('notificationclick', {notification: ns[0]}));"
+                " return ns.length; })"))
+            self.assertEqual(clicked["result"]["value"], 1, clicked)
+        finally:
+            worker.close()
+        wait_until(lambda: page.find("#chat-title").text == "alice" and page.find("#chat-bar").is_displayed(),
+                   "the conversation opened by the click")
+        self.assertIn("通知のテスト", page.texts())
+        # Turned off: the server forgets the subscription.
+        page.click("#me")
+        toggle = page.visible("#dialog input[data-setting=push]")
+        wait_until(toggle.is_selected, "the setting shown on")
+        toggle.click()
+        wait_until(lambda: stored("SELECT endpoint FROM push_subscriptions") == [], "the subscription removed")
+        page.js("document.getElementById('dialog').close()")
 
     def test_13_screenshots(self):
         for size, (width, height) in (("desktop", (1280, 800)), ("phone", (390, 844))):

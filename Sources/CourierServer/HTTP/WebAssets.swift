@@ -803,6 +803,25 @@ mark {
   font-size: 1rem;
 }
 
+/* A group of settings in a dialog: a legend, then checkboxes with their words beside them. */
+.settings {
+  border: 1px solid var(--line);
+  border-radius: 10px;
+  padding: 0.5rem 0.75rem;
+}
+
+.settings legend {
+  font-weight: 600;
+  padding: 0 0.25rem;
+}
+
+.check {
+  display: flex;
+  align-items: center;
+  gap: 0.5rem;
+  min-height: 2rem;
+}
+
 .members li {
   display: flex;
   align-items: center;
@@ -912,6 +931,7 @@ mark {
 import { Session, RequestError } from "./session.js";
 import { Upload, imageSize, mediaKind, thumbnail } from "./upload.js";
 import { h, relativeTime, clock, fullTime, byteSize, richText, mentions, markedFragment, initial, hue } from "./text.js";
+import { registerWorker, onNotificationClick, pushSupported, pushEnabled, enablePush, disablePush } from "./push.js";
 
 const $ = (id) => document.getElementById(id);
 // Replaces an element's children, leaving out the absent ones (a `cond ? element : null`).
@@ -1399,6 +1419,12 @@ async function loadConversations() {
   }
   state.loadedList = true;
   render();
+  // A notification's click opened this page at a conversation: shown once the list is in.
+  if (openAtStart) {
+    const key = openAtStart;
+    openAtStart = "";
+    openConversation(key);
+  }
   // The last message of each, for the list.
   await Promise.all(
     [...state.conversations.values()]
@@ -2563,13 +2589,63 @@ function profileDialog() {
       ? h("button", { type: "button", class: "link", onclick: async () => { await session.ask({ setProfile: { removeAvatar: true } }).catch(showError); state.profiles.delete(session.user); wantProfile(session.user); } }, "Remove the picture")
       : null,
     status,
+    notificationSettings(),
     h("button", { type: "button", class: "danger", "data-action": "logout", onclick: logOut }, "Log out"),
   );
 }
 
 async function logOut() {
   $("dialog").close();
+  // This browser's notifications stop with the device (the server drops its subscriptions too).
+  await disablePush(session.token).catch(() => {});
   await session.logOut().catch(() => {});
+}
+
+// Notifications while the page is closed: asked for on a click, never on load; and whether they show who wrote what.
+function notificationSettings() {
+  const note = h("p", { class: "note", "aria-live": "polite" });
+  const enabled = h("input", { type: "checkbox", "data-setting": "push", disabled: !pushSupported() });
+  const previews = h("input", { type: "checkbox", "data-setting": "push-previews" });
+  const me = state.profiles.get(session.user) ?? {};
+  previews.checked = me.pushPreviews !== false;
+  if (!pushSupported()) note.textContent = "This browser cannot notify you while the page is closed.";
+  else pushEnabled().then((on) => { enabled.checked = on; }).catch(() => {});
+  enabled.addEventListener("change", async () => {
+    enabled.disabled = true;
+    try {
+      if (enabled.checked) {
+        await enablePush(session.token);
+        note.textContent = "On: this browser shows new messages while Courier is closed.";
+      } else {
+        await disablePush(session.token);
+        note.textContent = "Off.";
+      }
+    } catch (error) {
+      enabled.checked = false;
+      note.textContent = error.message;
+    } finally {
+      enabled.disabled = false;
+    }
+  });
+  previews.addEventListener("change", async () => {
+    const on = previews.checked;
+    try {
+      await session.ask({ setProfile: { pushPreviews: on } });
+      state.profiles.set(session.user, { ...(state.profiles.get(session.user) ?? {}), user: session.user, pushPreviews: on });
+      note.textContent = on ? "Notifications show who wrote and what." : "Notifications say only “New message”.";
+    } catch (error) {
+      previews.checked = !on;
+      showError(error);
+    }
+  });
+  return h(
+    "fieldset",
+    { class: "stack settings" },
+    h("legend", { text: "Notifications" }),
+    h("label", { class: "check" }, enabled, " Notify me when Courier is closed"),
+    h("label", { class: "check" }, previews, " Show who wrote and what"),
+    note,
+  );
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -2818,7 +2894,19 @@ session.addEventListener("envelope", (event) => {
 // ---------------------------------------------------------------------------------------------------------------
 // Start
 
+// The conversation a notification's click asked for (`/#open=u:alice`), opened once the list is loaded.
+let openAtStart = (() => {
+  const key = new URLSearchParams(location.hash.slice(1)).get("open") ?? "";
+  if (key) history.replaceState(null, "", location.pathname);
+  return /^[ug]:./.test(key) ? key : "";
+})();
+
 function start() {
+  registerWorker();
+  onNotificationClick((key) => {
+    if (session.hasToken && !$("app").hidden) openConversation(key);
+    else openAtStart = key;
+  });
   $("login-form").addEventListener("submit", submitLogin);
   $("login-switch").addEventListener("click", () => setSignUp(!signingUp));
   $("retry").addEventListener("click", () => session.retryNow());
@@ -3002,6 +3090,95 @@ start();
 <dialog id="viewer" class="viewer" aria-label="Picture"></dialog>
 </body>
 </html>
+
+"""#),
+        ("push.js", #"""
+// Web Push in the page: the service worker (registered on every visit, so that it controls the page and takes
+// clicks on notifications), the subscription the server pushes to (made only on the user's click, never on load), and
+// its removal. The server is told with the device's token, in a header.
+
+const worker = "/web/sw.js";
+
+export const pushSupported = () =>
+  "serviceWorker" in navigator && "PushManager" in window && "Notification" in window && window.isSecureContext;
+
+// The service worker, registered for the whole origin; null where the browser has none.
+export async function registerWorker() {
+  if (!("serviceWorker" in navigator)) return null;
+  try {
+    return await navigator.serviceWorker.register(worker, { scope: "/", updateViaCache: "none" });
+  } catch {
+    return null;
+  }
+}
+
+// Calls `open(key)` when a click on a notification asks this page to show a conversation.
+export function onNotificationClick(open) {
+  navigator.serviceWorker?.addEventListener("message", (event) => {
+    if (event.origin && event.origin !== location.origin) return;
+    const key = event.data?.open;
+    if (typeof key === "string" && /^[ug]:/.test(key)) open(key);
+  });
+}
+
+// Whether this browser is subscribed (and allowed to show notifications).
+export async function pushEnabled() {
+  if (!pushSupported() || Notification.permission !== "granted") return false;
+  const registration = await navigator.serviceWorker.getRegistration("/");
+  return Boolean(await registration?.pushManager.getSubscription());
+}
+
+const decode = (text) => {
+  const plain = atob(text.replace(/-/g, "+").replace(/_/g, "/") + "=".repeat((4 - (text.length % 4)) % 4));
+  return Uint8Array.from(plain, (c) => c.charCodeAt(0));
+};
+const same = (a, b) => a.length === b.length && a.every((byte, index) => byte === b[index]);
+
+async function tell(token, method, body) {
+  const answer = await fetch("/api/v1/push/subscriptions", {
+    method,
+    headers: { "Content-Type": "application/json", Authorization: `Bearer ${token}` },
+    body: JSON.stringify(body),
+    credentials: "omit",
+  });
+  if (!answer.ok && !(method === "DELETE" && answer.status === 404)) {
+    const error = await answer.json().catch(() => null);
+    throw new Error(error?.error?.message ?? `the server answered ${answer.status}`);
+  }
+}
+
+// Asks for permission (on a click), subscribes with the server's key, and registers the subscription for this device.
+export async function enablePush(token) {
+  if (!pushSupported()) throw new Error("This browser cannot show notifications when the page is closed.");
+  const permission = await Notification.requestPermission();
+  if (permission !== "granted") {
+    throw new Error("Notifications are blocked for this site: allow them in the browser's site settings.");
+  }
+  await registerWorker();
+  const registration = await navigator.serviceWorker.ready;
+  const answer = await fetch("/api/v1/push/vapid-public-key", { credentials: "omit" });
+  if (!answer.ok) throw new Error(`the server answered ${answer.status}`);
+  const key = decode((await answer.json()).key);
+  let subscription = await registration.pushManager.getSubscription();
+  // A subscription made for another server's key (the data folder was replaced) is of no use: made again.
+  const held = subscription?.options?.applicationServerKey;
+  if (subscription && held && !same(new Uint8Array(held), key)) {
+    await subscription.unsubscribe();
+    subscription = null;
+  }
+  subscription ??= await registration.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: key });
+  await tell(token, "POST", subscription.toJSON());
+}
+
+// Removes this browser's subscription, from the server (while the token is good) and from the browser.
+export async function disablePush(token) {
+  if (!("serviceWorker" in navigator)) return;
+  const registration = await navigator.serviceWorker.getRegistration("/");
+  const subscription = await registration?.pushManager.getSubscription();
+  if (!subscription) return;
+  if (token) await tell(token, "DELETE", { endpoint: subscription.endpoint }).catch(() => {});
+  await subscription.unsubscribe().catch(() => {});
+}
 
 """#),
         ("session.js", #"""
@@ -3374,6 +3551,67 @@ export class Session extends EventTarget {
     }
   }
 }
+
+"""#),
+        ("sw.js", #"""
+// The web chat's service worker, controlling the whole origin (served with `Service-Worker-Allowed: /`): it shows the
+// server's Web Push messages as notifications, one per conversation (a burst replaces it), and a click on one focuses
+// the chat, or opens it, at that conversation. It caches nothing and sees no token: a push carries all it shows.
+
+const keyOf = (conversation) =>
+  conversation?.user ? `u:${conversation.user}` : conversation?.group ? `g:${conversation.group}` : "";
+
+self.addEventListener("install", () => self.skipWaiting());
+self.addEventListener("activate", (event) => event.waitUntil(self.clients.claim()));
+
+// What a push says, as a notification: the sender's display name (and the group) and one line of text, or only "New
+// message" when the user hides previews.
+function notificationOf(push) {
+  const key = keyOf(push?.conversation);
+  if (!key) return null;
+  const options = { tag: key, renotify: true, icon: "/web/icon.svg", dir: "auto", data: { key, seq: push.seq ?? 0 } };
+  if (push.previews === false || typeof push.text !== "string") {
+    return { title: "Courier", options: { ...options, body: "New message" } };
+  }
+  const from = String(push.from_name || push.from || "");
+  const title = push.conversation.group ? `${from} in ${push.conversation.group}` : from;
+  return { title, options: { ...options, body: push.text } };
+}
+
+self.addEventListener("push", (event) => {
+  let push = null;
+  try {
+    push = event.data?.json() ?? null;
+  } catch {
+    push = null;
+  }
+  const shown = notificationOf(push);
+  if (!shown) return;
+  event.waitUntil(self.registration.showNotification(shown.title, shown.options));
+});
+
+// The chat at a conversation: a window of it told to open the conversation and focused, or a new one opened there.
+async function openChat(key) {
+  const windows = await self.clients.matchAll({ type: "window", includeUncontrolled: true });
+  const open = windows.find((client) => new URL(client.url).origin === self.location.origin);
+  if (open) {
+    open.postMessage({ open: key });
+    await open.focus().catch(() => {});
+    return;
+  }
+  await self.clients.openWindow("/#open=" + encodeURIComponent(key));
+}
+
+self.addEventListener("notificationclick", (event) => {
+  event.notification.close();
+  const opened = openChat(event.notification.data?.key ?? "");
+  // A click the browser dispatched keeps the worker alive until the chat is open; an event a script made cannot.
+  try {
+    event.waitUntil(opened);
+  } catch {
+    opened.catch(() => {});
+  }
+});
 
 """#),
         ("text.js", #"""

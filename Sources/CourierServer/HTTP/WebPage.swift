@@ -48,7 +48,9 @@ struct WebPage: Sendable {
             if !sources.contains(named) { sources.append(named) }
         }
         let scripts = sources.isEmpty ? "'self'" : sources.joined(separator: " ")
-        return "default-src 'none'; script-src \(scripts); style-src 'self'; img-src 'self' blob: data:; "
+        // The service worker (`/web/sw.js`) comes from where the scripts do, never from elsewhere on the origin.
+        return "default-src 'none'; script-src \(scripts); worker-src \(scripts); style-src 'self'; "
+            + "img-src 'self' blob: data:; "
             + "media-src 'self' blob:; connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; "
             + "frame-ancestors 'none'"
     }
@@ -171,6 +173,8 @@ struct WebPage: Sendable {
             )
         }
         headers[.contentType] = file.contentType
+        // The service worker's script lives under /web/ and controls the whole origin: its notifications open `/`.
+        if name == "sw.js" { headers[.init("Service-Worker-Allowed")!] = "/" }
         headers[.eTag] = file.etag
         headers[.cacheControl] = "no-cache"
         if request.ifNoneMatch(file.etag) {

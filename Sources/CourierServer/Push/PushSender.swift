@@ -23,6 +23,9 @@ final class PushSender: Sendable {
     private let metrics: ServerMetrics
     private let logger: Logger
     private let wake: Wake
+    /// The VAPID `Authorization` kept for each push service's origin, with its expiry (seconds since 1970): signing
+    /// one costs more than sealing a push.
+    private let tokens = Mutex<[String: (value: String, expires: Int64)]>([:])
     /// Who takes the rows, in the outbox (for an operator reading it).
     private let name = "\(ProcessInfo.processInfo.hostName)/\(getpid())/\(UInt32.random(in: 0...UInt32.max))"
 
@@ -173,12 +176,10 @@ final class PushSender: Sendable {
                 payload: Self.payload(of: job, for: delivery),
                 endpoint: subscription.endpoint,
                 keys: keys,
-                key: self.key,
-                subject: self.configuration.subject,
+                authorization: try self.authorization(for: subscription.endpoint, nowSeconds: nowMs / 1000),
                 urgency: delivery.urgent ? .high : .normal,
                 topic: self.key.topic(for: String(job.conversationID)),
-                ttlSeconds: self.configuration.ttlSeconds,
-                nowSeconds: nowMs / 1000
+                ttlSeconds: self.configuration.ttlSeconds
             )
         } catch {
             self.logger.warning("a push could not be made", metadata: ["error": "\(error)"])
@@ -199,6 +200,33 @@ final class PushSender: Sendable {
     static func milliseconds(_ duration: Duration) -> Int64 {
         let (seconds, attoseconds) = duration.components
         return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    }
+
+    /// How long a VAPID token is made for, and how much of that is left when a new one is made instead.
+    static let tokenLifetimeSeconds: Int64 = 12 * 3600
+    static let tokenRenewalSeconds: Int64 = 3600
+
+    /// The `Authorization` for a push to `endpoint`: the one kept for its origin while it has an hour left, else a
+    /// new one for twelve hours.
+    func authorization(for endpoint: String, nowSeconds: Int64) throws -> String {
+        guard let audience = VAPIDKey.audience(of: endpoint) else {
+            throw OutboundHTTP.Refusal(description: "a push endpoint is an absolute http(s) URL")
+        }
+        if let kept = self.tokens.withLock({ $0[audience] }), kept.expires - nowSeconds > Self.tokenRenewalSeconds {
+            return kept.value
+        }
+        let value = try self.key.authorization(
+            for: endpoint,
+            subject: self.configuration.subject,
+            nowSeconds: nowSeconds,
+            lifetimeSeconds: Self.tokenLifetimeSeconds
+        )
+        self.tokens.withLock { tokens in
+            // Bounded by the push services in use: a few; a flood of origins (webhook-like endpoints) starts over.
+            if tokens.count >= 1024 { tokens.removeAll() }
+            tokens[audience] = (value, nowSeconds + Self.tokenLifetimeSeconds)
+        }
+        return value
     }
 
     /// What a push service's answer means (RFC 8030 §5, §7.3; RFC 8292 §4).
