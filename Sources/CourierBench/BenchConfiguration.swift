@@ -48,6 +48,9 @@ public struct BenchConfiguration: Sendable, Hashable {
     public var partnersOnOneNode = false
     /// The nodes the connections are spread over (user `i` on node `i % nodes`).
     public var nodes = 1
+    /// Whether every user has a Web Push subscription too (at an address never reached: they are online), so that
+    /// every message takes the push outbox's path.
+    public var pushSubscribers = false
     /// The longest the load may take before the run gives up and reports what it has.
     public var timeout: Duration = .seconds(300)
 

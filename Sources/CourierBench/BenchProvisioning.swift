@@ -1,5 +1,6 @@
 public import CourierStore
 import CourierStoreSQLite
+import Crypto
 public import Foundation
 public import Logging
 
@@ -77,8 +78,18 @@ public enum BenchProvisioning {
             break
         }
         var users: [BenchUser] = []
+        let pushKey = Array(P256.KeyAgreement.PrivateKey().publicKey.x963Representation)
         for (index, name) in names.enumerated() {
             let session = try await store.login(user: name, password: name, deviceName: "bench", nowMs: now)
+            if configuration.pushSubscribers {
+                try await store.addPushSubscription(
+                    endpoint: "https://push.invalid/bench/\(name)",
+                    p256dh: pushKey,
+                    auth: (0..<16).map { _ in UInt8.random(in: 0...255) },
+                    for: session,
+                    nowMs: now
+                )
+            }
             users.append(BenchUser(name: name, token: session.token ?? "", target: targets[index]))
         }
         return users

@@ -18,14 +18,15 @@ public enum BenchServers {
         folder: URL,
         limits: [String],
         database: String? = nil,
-        node: String? = nil
+        node: String? = nil,
+        arguments extra: [String] = []
     ) async throws -> (server: ServerProcess, port: Int, http: Int) {
         let (server, native, http) = try await ServerProcess.start(
             executable: executable,
             data: data,
             logFolder: folder,
             arguments: ["--log-level", "warning"] + limits.flatMap { ["--limit", $0] }
-                + (node.map { ["--node", $0] } ?? []),
+                + (node.map { ["--node", $0] } ?? []) + extra,
             environment: database.map { ["COURIER_DATABASE": $0] } ?? [:]
         )
         return (server, native, http)

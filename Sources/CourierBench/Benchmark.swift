@@ -16,6 +16,8 @@ public struct BenchPlan: Sendable {
         /// The search index on the store itself: `stored` messages loaded without it and with it, then `queries`
         /// first pages of each kind of query, and a LIKE scan of the same data (``SearchBench``).
         case search(stored: Int, queries: Int)
+        /// Pushes to `recipients` devices away, for `messages` messages to their group (``PushBench``).
+        case push(recipients: Int, messages: Int)
     }
 
     /// A server started apart (under a profiler, say): the bench adds its users to its data folder while it runs.
@@ -102,6 +104,16 @@ public enum Benchmark {
             }
         }
         switch plan.scenario {
+        case .push(let recipients, let messages):
+            let bench = PushBench(
+                recipients: recipients,
+                messages: messages,
+                executable: plan.executable,
+                folder: folder,
+                say: say
+            )
+            let result = try await bench.run(limits: plan.serverLimits)
+            return BenchOutcome(text: PushBench.text(result), json: try PushBench.json(result))
         case .media:
             let bench = MediaBench(bytes: plan.fileBytes, executable: plan.executable, folder: folder, say: say)
             let result = try await bench.run(limits: plan.serverLimits)

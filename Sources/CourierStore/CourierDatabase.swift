@@ -53,8 +53,10 @@ public protocol CourierDatabase: Sendable {
         limit: Int
     ) async throws
         -> (jobs: [PushJob], nextDueMs: Int64?)
-    /// Records what became of taken pushes.
-    func finishPushes(_ results: PushResults) async throws
+    /// Keeps rows a node is still sending taken (``StoreBackend/renewPushes(_:node:untilMs:)``).
+    func renewPushes(_ rows: [Int64], node: String, untilMs: Int64) async throws
+    /// Records what became of a node's pushes (``StoreBackend/finishPushes(_:node:)``).
+    func finishPushes(_ results: PushResults, node: String) async throws
     /// The push outbox's rows, in order (pushes owed, and retries).
     func pushOutbox() async throws -> [PushOutboxRow]
     /// Whether a user's notifications show who wrote and what (on by default).

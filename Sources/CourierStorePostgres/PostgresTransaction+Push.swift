@@ -41,9 +41,21 @@ extension PostgresTransaction {
         try await self.connection.value("SELECT min(due_ms) FROM push_outbox", as: Int64.self, logger: self.logger)
     }
 
-    package func deletePushOutbox(_ ids: [Int64]) async throws {
+    package func finishPushOutbox(_ ids: [Int64], node: String) async throws -> [Int64] {
+        guard !ids.isEmpty else { return [] }
+        return try await self.connection.values(
+            "DELETE FROM push_outbox WHERE id = ANY(\(ids)) AND claimed_by = \(node) RETURNING id",
+            as: Int64.self,
+            logger: self.logger
+        )
+    }
+
+    package func renewPushOutbox(_ ids: [Int64], node: String, untilMs: Int64) async throws {
         guard !ids.isEmpty else { return }
-        try await self.connection.run("DELETE FROM push_outbox WHERE id = ANY(\(ids))", logger: self.logger)
+        try await self.connection.run(
+            "UPDATE push_outbox SET due_ms = \(untilMs) WHERE id = ANY(\(ids)) AND claimed_by = \(node)",
+            logger: self.logger
+        )
     }
 
     package func insertPushRetries(_ retries: [PushResults.Retry]) async throws {
@@ -93,14 +105,14 @@ extension PostgresTransaction {
         }
     }
 
-    /// A device counts as live unless the node holding its connection has stopped renewing its place in the cluster:
-    /// a node that died with it does not keep its pushes away.
+    /// A device counts as live only while the node holding its connection renews its place in the cluster: a node
+    /// that died with it (its place run out, or pruned) does not keep its pushes away.
     package func pushTargets(of users: [UserID], nowMs: Int64) async throws -> [PushTargetRow] {
         guard !users.isEmpty else { return [] }
         return try await self.connection.rows(
             """
-            SELECT s.*, d.connected_since_ms IS NOT NULL AND NOT EXISTS (
-                SELECT 1 FROM cluster_nodes n WHERE n.name = d.connected_node AND n.alive_until_ms <= \(nowMs)) AS live
+            SELECT s.*, d.connected_since_ms IS NOT NULL AND (d.connected_node IS NULL OR EXISTS (
+                SELECT 1 FROM cluster_nodes n WHERE n.name = d.connected_node AND n.alive_until_ms > \(nowMs))) AS live
             FROM push_subscriptions s JOIN devices d ON d.id = s.device_id
             WHERE s.user_id = ANY(\(users.map(\.rawValue))) AND d.revoked_ms IS NULL AND d.expires_ms > \(nowMs)
             ORDER BY s.user_id, s.created_ms, s.endpoint

@@ -43,12 +43,28 @@ extension SQLiteTransaction {
         }
     }
 
-    package func deletePushOutbox(_ ids: [Int64]) async throws {
+    package func finishPushOutbox(_ ids: [Int64], node: String) async throws -> [Int64] {
+        guard !ids.isEmpty else { return [] }
+        return try await self.update { db in
+            try Int64.fetchAll(
+                db,
+                sql: """
+                    DELETE FROM push_outbox WHERE id IN (SELECT value FROM json_each(?)) AND claimed_by = ?
+                    RETURNING id
+                    """,
+                arguments: [Self.jsonList(ids), node]
+            )
+        }
+    }
+
+    package func renewPushOutbox(_ ids: [Int64], node: String, untilMs: Int64) async throws {
         guard !ids.isEmpty else { return }
         try await self.update { db in
             try db.execute(
-                sql: "DELETE FROM push_outbox WHERE id IN (SELECT value FROM json_each(?))",
-                arguments: [Self.jsonList(ids)]
+                sql: """
+                    UPDATE push_outbox SET due_ms = ? WHERE id IN (SELECT value FROM json_each(?)) AND claimed_by = ?
+                    """,
+                arguments: [untilMs, Self.jsonList(ids), node]
             )
         }
     }

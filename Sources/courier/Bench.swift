@@ -50,6 +50,12 @@ struct Bench: AsyncParsableCommand {
             of their own in that database, from as many clients as nodes. A password may be left out of the URL \
             and given in $PGPASSWORD, out of sight of other users' process listings.
 
+            With --pattern push the bench stands in for a push service on loopback (every push answered 201 at \
+            once), makes --connections users each with a device that never connects and a Web Push subscription \
+            there, in groups of at most 1,000 with a sender, starts a server that may push to loopback, sends \
+            --messages texts to each group, and times the pushes (each sealed and POSTed) until the last is taken: \
+            pushes a second, and the server's CPU a push.
+
             With --pattern search the bench measures the search index on the store itself (no server, no network): \
             it stores --stored messages (default 1,000,000; mixed Chinese and English, always the same ones) among \
             --connections users (each in two direct conversations and one group of 8) through the group commit, in \
@@ -73,7 +79,7 @@ struct Bench: AsyncParsableCommand {
     )
 
     enum Pattern: String, ExpressibleByArgument, CaseIterable {
-        case pairs, group, idle, media, proxy, search
+        case pairs, group, idle, media, proxy, search, push
     }
 
     @Option(help: "Connections, one user each.")
@@ -83,7 +89,8 @@ struct Bench: AsyncParsableCommand {
         help: """
             pairs (each sends to its partner), group (groups of --group-size), idle (only logged in), media (one \
             file of --size bytes uploaded by one client and downloaded by another), proxy (courier proxy against \
-            nginx, direct and caching, on one file of --size bytes), search (the search index, on the store itself).
+            nginx, direct and caching, on one file of --size bytes), search (the search index, on the store itself), \
+            push (Web Push to --connections devices away, --messages messages to each of their groups).
             """
     )
     var pattern = Pattern.pairs
@@ -169,6 +176,15 @@ struct Bench: AsyncParsableCommand {
             """
     )
     var partnersOnOneNode = false
+
+    @Flag(
+        help: """
+            With --pattern pairs or group: every user also has a Web Push subscription (never pushed: the users are \
+            online), so that every message writes, takes and drops a row of the push outbox: what the push path \
+            costs the messages themselves.
+            """
+    )
+    var pushSubscribers = false
 
     @Flag(help: "Skip measuring the fsync and bare-insert ceilings.")
     var noCeilings = false
@@ -285,7 +301,7 @@ struct Bench: AsyncParsableCommand {
         if self.storm > 0, self.pattern != .pairs && self.pattern != .group || self.server != nil {
             throw ValidationError("--storm goes with --pattern pairs or group, on a server the bench starts")
         }
-        if self.pattern == .media || self.pattern == .proxy || self.pattern == .search, self.server != nil {
+        if [.media, .proxy, .search, .push].contains(self.pattern), self.server != nil {
             throw ValidationError("--pattern \(self.pattern.rawValue) starts its own server")
         }
         if self.pattern == .search {
@@ -324,7 +340,7 @@ struct Bench: AsyncParsableCommand {
             switch self.pattern {
             case .pairs: .pairs
             case .group: .groups(size: self.groupSize)
-            case .idle, .media, .proxy, .search: .idle
+            case .idle, .media, .proxy, .search, .push: .idle
             }
         configuration.messagesPerConnection = self.messages
         configuration.messageBytes = self.bytes
@@ -335,6 +351,7 @@ struct Bench: AsyncParsableCommand {
         configuration.timeout = self.timeout.duration
         configuration.nodes = self.nodes
         configuration.partnersOnOneNode = self.partnersOnOneNode
+        configuration.pushSubscribers = self.pushSubscribers
         return configuration
     }
 
@@ -360,6 +377,7 @@ struct Bench: AsyncParsableCommand {
             case .media: .media
             case .proxy: .proxy(runs: self.runs, readers: self.readers)
             case .search: .search(stored: self.stored, queries: self.queries)
+            case .push: .push(recipients: self.connections, messages: self.messages)
             case .pairs, .group, .idle: .messages
             }
         plan.fileBytes = Int64(self.bytes)

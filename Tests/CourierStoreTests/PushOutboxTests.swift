@@ -29,6 +29,7 @@ struct PushOutboxTests {
         return receipt
     }
 
+    /// Takes the due rows as a sender does: the ones that owe nothing are finished at once; the others returned.
     static func claim(
         _ fixture: StoreFixture,
         node: String = "n1",
@@ -36,7 +37,11 @@ struct PushOutboxTests {
     ) async throws
         -> [PushJob]
     {
-        try await fixture.store.claimPushes(node: node, nowMs: nowMs, leaseMs: 60_000, limit: 100).jobs
+        let jobs = try await fixture.store.claimPushes(node: node, nowMs: nowMs, leaseMs: 60_000, limit: 100).jobs
+        var empty = PushResults()
+        empty.done = jobs.filter(\.deliveries.isEmpty).map(\.row)
+        try await fixture.store.finishPushes(empty, node: node)
+        return jobs.filter { !$0.deliveries.isEmpty }
     }
 
     /// Each job as "messageID→user@endpoint…", for comparing.
@@ -74,10 +79,13 @@ struct PushOutboxTests {
             _ = try await Self.send(fixture, alice, "self", to: .user("alice"), "note")
             #expect(try await fixture.store.pushOutbox().isEmpty)
 
-            // bob's laptop is online: only his phone is pushed. dave has no subscription.
+            // bob's laptop is online (through a node that is alive, on PostgreSQL): only his phone is pushed. dave
+            // has no subscription.
             try await fixture.store.recordDeviceActivity([
                 DeviceActivityChange(device: bobLaptop.device.id, connected: true, ms: Self.now)
             ])
+            let admission = fixture.store.clusterAdmission
+            _ = try await admission?.heartbeat(nowMs: Self.now, aliveUntilMs: Self.now + 60_000)
             let sent = try await Self.send(fixture, alice, "a1", to: .group("team"), "第一行\n第二行")
             let rows = try await fixture.store.pushOutbox()
             #expect(rows.count == 1 && rows[0].seq == Int64(sent.seq) && rows[0].user == nil)
@@ -95,10 +103,27 @@ struct PushOutboxTests {
             #expect(try await Self.claim(fixture, node: "n2", at: Self.now + 60_001).count == 1)
 
             // Done: gone from the outbox.
+            // Done by the node that took it last: gone from the outbox (not by the one whose lease ran out).
             var results = PushResults()
             results.done = [job.row]
-            try await fixture.store.finishPushes(results)
+            try await fixture.store.finishPushes(results, node: "n1")
+            #expect(try await fixture.store.pushOutbox().count == 1)
+            try await fixture.store.finishPushes(results, node: "n2")
             #expect(try await fixture.store.pushOutbox().isEmpty)
+
+            // The node holding the laptop's connection died and its place in the cluster is gone (pruned): the
+            // laptop is away.
+            if let admission {
+                try await admission.forgetNode()
+                _ = try await Self.send(fixture, alice, "a2", to: .user("bob"), "在吗")
+                #expect(
+                    Self.shape(try await Self.claim(fixture), names) == [
+                        "a2→bob@https://push.example/bob-laptop,bob@https://push.example/bob-phone"
+                    ]
+                )
+                // Alive again: the laptop is online again.
+                _ = try await admission.heartbeat(nowMs: Self.now, aliveUntilMs: Self.now + 60_000)
+            }
 
             // A direct message is urgent and names the conversation by its sender; bob hides previews.
             try await fixture.store.setPushPreviews(false, for: bob)
@@ -184,6 +209,7 @@ struct PushOutboxTests {
             results.done = [job.row]
             results.retries = [
                 .init(
+                    row: job.row,
                     conversationID: job.conversationID,
                     seq: sent.seq,
                     user: bob,
@@ -193,7 +219,7 @@ struct PushOutboxTests {
                 )
             ]
             results.gone = [("https://push.example/laptop", bob)]
-            try await fixture.store.finishPushes(results)
+            try await fixture.store.finishPushes(results, node: "n1")
             #expect(
                 try await fixture.store.pushSubscriptions(of: bob).map(\.endpoint) == ["https://push.example/phone"]
             )
@@ -210,11 +236,39 @@ struct PushOutboxTests {
             results = PushResults()
             results.done = retry.map(\.row)
             results.gone = [("https://push.example/phone", bob)]
-            try await fixture.store.finishPushes(results)
+            try await fixture.store.finishPushes(results, node: "n1")
 
             // bob has no subscription left: a new message writes no row.
             _ = try await Self.send(fixture, alice, "x2", to: .user("bob"), "ping again")
             #expect(try await fixture.store.pushOutbox().isEmpty)
+        }
+    }
+
+    @Test(
+        "a member who joined after the message, and a removed user, are pushed nothing",
+        arguments: StoreKind.allCases
+    )
+    func joinedAfterAndRemoved(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let ids = try await QuietTests.team(fixture)
+            let names = Dictionary(uniqueKeysWithValues: ids.map { ($0.value, $0.key) })
+            try await Self.subscribe(
+                fixture,
+                try await PushSubscriptionTests.login(fixture, "erin", "手机"),
+                "https://push.example/erin"
+            )
+            try await Self.subscribe(
+                fixture,
+                try await PushSubscriptionTests.login(fixture, "dave", "手机"),
+                "https://push.example/dave"
+            )
+            // Written before erin joins, taken after: not hers.
+            _ = try await Self.send(fixture, ids["alice"]!, "j1", to: .group("team"), "before erin")
+            try await fixture.store.changeMembers(of: "team", actor: nil, add: ["erin"], remove: [], nowMs: Self.now)
+            #expect(Self.shape(try await Self.claim(fixture), names) == ["j1→dave@https://push.example/dave"])
+            _ = try await Self.send(fixture, ids["alice"]!, "j2", to: .group("team"), "after erin")
+            try await fixture.store.removeUser(named: "dave", nowMs: Self.now)
+            #expect(Self.shape(try await Self.claim(fixture), names) == ["j2→erin@https://push.example/erin"])
         }
     }
 

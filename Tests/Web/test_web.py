@@ -1116,8 +1116,9 @@ class WebChatTests(unittest.TestCase):
         wait_until(lambda: stored("SELECT push_previews FROM users WHERE name = 'bob'") == [(0,)], "previews off")
         page.js("document.getElementById('dialog').close()")
 
-        # A click on the conversation's notification opens it in the page.
-        page.js("document.body.classList.remove('chat-open')")
+        # A click on the conversation's notification opens it in the page (another conversation is open before).
+        self.start_chat(page, "carol")
+        wait_until(lambda: page.find("#chat-title").text == "carol", "carol's conversation open")
         worker = DevTools(page.driver, "service_worker", origin)
         try:
             clicked = worker.call("Runtime.evaluate", awaitPromise=True, returnByValue=True, expression=(

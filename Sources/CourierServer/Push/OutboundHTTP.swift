@@ -47,6 +47,9 @@ final class OutboundHTTP: Sendable {
         var description: String
     }
 
+    /// A request that did not finish within its deadline (resolving, connecting, sending and the answer together).
+    struct TimedOut: Error {}
+
     private struct Pinned {
         var client: HTTPClient
         var address: String
@@ -107,7 +110,25 @@ final class OutboundHTTP: Sendable {
     /// - Throws: ``Refusal`` for a URL that may not be requested (not http(s), a private address, a host that
     ///   resolves to none allowed); AsyncHTTPClient's errors for a request that failed (connection, deadline).
     func post(_ url: String, headers: [(name: String, value: String)], body: [UInt8]) async throws -> Response {
-        let client = try await self.client(for: url)
+        // One deadline for all of it: a server that answers a byte at a time, or a name that takes long to
+        // resolve, holds a push no longer than a silent one.
+        let deadline = self.limits.connectTimeout + self.limits.requestTimeout
+        return try await withThrowingTaskGroup(of: Response?.self) { group in
+            group.addTask { try await self.request(url, headers: headers, body: body) }
+            group.addTask {
+                try await Task.sleep(for: deadline)
+                return nil
+            }
+            defer { group.cancelAll() }
+            guard let first = try await group.next(), let response = first else { throw TimedOut() }
+            return response
+        }
+    }
+
+    private func request(_ url: String, headers: [(name: String, value: String)], body: [UInt8]) async throws
+        -> Response
+    {
+        let (client, url) = try await self.client(for: url)
         var request = HTTPClientRequest(url: url)
         request.method = .POST
         for (name, value) in headers where name.lowercased() != "content-length" {
@@ -124,14 +145,17 @@ final class OutboundHTTP: Sendable {
         return Response(status: Int(response.status.code), headers: response.headers, body: kept)
     }
 
-    /// The client that requests `url`: the direct one, or one whose connections go to the host's checked address.
-    private func client(for url: String) async throws -> HTTPClient {
-        guard let parts = URLComponents(string: url), let scheme = parts.scheme?.lowercased(),
+    /// The client that requests `url`, and the URL to give it: the direct client, or one whose connections go to
+    /// the host's checked address. The URL's host is written in lower case, and must then be what AsyncHTTPClient
+    /// reads from it (`URL.host`, which keeps the case it is given): the address it connects to is looked up by
+    /// that name, so any other spelling would have it resolve the name again, unchecked.
+    func client(for url: String) async throws -> (HTTPClient, String) {
+        guard var parts = URLComponents(string: url), let scheme = parts.scheme?.lowercased(),
             var host = parts.host, !host.isEmpty
         else { throw Refusal(description: "not an absolute URL") }
         if self.limits.allowPrivateTargets {
             guard scheme == "https" || scheme == "http" else { throw Refusal(description: "not an http(s) URL") }
-            return self.direct
+            return (self.direct, url)
         }
         guard scheme == "https" else { throw Refusal(description: "not an https URL: \(Self.origin(of: url))") }
         if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
@@ -139,9 +163,13 @@ final class OutboundHTTP: Sendable {
             guard TargetAddress.isPublic(host) else {
                 throw Refusal(description: "\(Self.origin(of: url)) is not a public address")
             }
-            return self.direct
+            return (self.direct, url)
         }
         let key = host.lowercased()
+        parts.host = key
+        guard let rewritten = parts.string, URL(string: rewritten)?.host == key else {
+            throw Refusal(description: "\(Self.origin(of: url)): a host that cannot be pinned")
+        }
         let now = ContinuousClock.now
         let kept = self.state.withLock { state -> HTTPClient? in
             guard let pinned = state.pinned[key], now - pinned.resolved < self.limits.resolvedFor else { return nil }
@@ -149,7 +177,7 @@ final class OutboundHTTP: Sendable {
             state.pinned[key]!.used = state.uses
             return pinned.client
         }
-        if let kept { return kept }
+        if let kept { return (kept, rewritten) }
         let addresses = try await Self.resolve(key)
         guard let address = addresses.first(where: TargetAddress.isPublic) else {
             throw Refusal(
@@ -183,7 +211,7 @@ final class OutboundHTTP: Sendable {
             }
         }
         guard !retired.contains(where: { $0 === client }) else { throw Refusal(description: "shutting down") }
-        return client
+        return (client, rewritten)
     }
 
     /// A host's addresses, as the system resolves them (off the concurrency pool: `getaddrinfo` blocks).

@@ -72,20 +72,47 @@ final class PushSender: Sendable {
                 continue
             }
             if !claimed.jobs.isEmpty {
-                let results = await self.send(claimed.jobs, nowMs: nowMs, http)
+                let results = await self.keepingTaken(claimed.jobs.map(\.row)) {
+                    await self.send(claimed.jobs, nowMs: nowMs, http)
+                }
                 do {
-                    try await self.store.finishPushes(results)
+                    try await self.store.finishPushes(results, node: self.name)
                 } catch {
                     // The rows come back due when their lease ends, and are sent again.
                     self.logger.warning("recording sent pushes failed", metadata: ["error": "\(error)"])
                 }
                 continue
             }
-            var wait: Duration? = claimed.nextDueMs.map { .milliseconds(max(0, $0 - SessionClock.systemWallMs())) }
+            // Nothing taken: a row due now is another node's, in its transaction this moment; a moment later it is
+            // taken (or free again).
+            var wait: Duration? = claimed.nextDueMs.map {
+                .milliseconds(max(Self.idleFloorMs, $0 - SessionClock.systemWallMs()))
+            }
             if self.shared { wait = min(wait ?? self.configuration.pollInterval, self.configuration.pollInterval) }
             await self.wake.wait(upTo: wait)
         }
         await http.shutdown()
+    }
+
+    /// The shortest wait after a look that took nothing.
+    static let idleFloorMs: Int64 = 100
+
+    /// Runs `body` while renewing the lease on `rows` every third of it, so that a long job (a large group's
+    /// message, slow push services) is never taken by another node meanwhile and sent twice.
+    private func keepingTaken<T: Sendable>(_ rows: [Int64], _ body: @Sendable () async -> T) async -> T {
+        let lease = self.configuration.lease
+        let renewing = Task {
+            while (try? await Task.sleep(for: lease / 3)) != nil {
+                let until = SessionClock.systemWallMs() + Self.milliseconds(lease)
+                do {
+                    try await self.store.renewPushes(rows, node: self.name, untilMs: until)
+                } catch {
+                    self.logger.warning("keeping pushes taken failed", metadata: ["error": "\(error)"])
+                }
+            }
+        }
+        defer { renewing.cancel() }
+        return await body()
     }
 
     /// Sends every delivery of the jobs, at most ``ServerConfiguration/Push/maxConcurrentPushes`` at once.
@@ -144,6 +171,7 @@ final class PushSender: Sendable {
             }
             results.retries.append(
                 PushResults.Retry(
+                    row: job.row,
                     conversationID: job.conversationID,
                     seq: job.seq,
                     user: delivery.user,
@@ -160,20 +188,26 @@ final class PushSender: Sendable {
     static func retryDelayMs(attempts: Int, retryAfterMs: Int64?, _ configuration: ServerConfiguration.Push) -> Int64 {
         let base = max(1, Self.milliseconds(configuration.retryBase))
         let cap = max(base, Self.milliseconds(configuration.retryCap))
-        let doubled = base << Int64(min(max(0, attempts - 1), 30))
-        let backoff = min(cap, doubled)
-        let jittered = backoff + Int64.random(in: 0...(backoff / 5))
-        return max(jittered, min(retryAfterMs ?? 0, cap))
+        let (doubled, overflow) = base.multipliedReportingOverflow(by: 1 << Int64(min(max(0, attempts - 1), 30)))
+        let backoff = overflow ? cap : min(cap, doubled)
+        let jittered = backoff.addingReportingOverflow(Int64.random(in: 0...(backoff / 5)))
+        // Never before the service asked (its Retry-After is read up to a day): past the push's time to live, the
+        // push is given up instead.
+        return max(jittered.overflow ? backoff : jittered.partialValue, retryAfterMs ?? 0)
     }
 
     /// One delivery: its payload sealed for the subscription, and what the push service answered.
     private func push(_ delivery: PushDelivery, of job: PushJob, nowMs: Int64, _ http: OutboundHTTP) async -> Outcome {
         let subscription = delivery.subscription
         let request: WebPushRequest
+        guard let payload = Self.payload(of: job, for: delivery) else {
+            self.logger.warning("a push's payload is too long even without its text: not sent")
+            return .dropped
+        }
         do {
             let keys = try PushSubscriptionKeys(p256dh: subscription.p256dh, auth: subscription.auth)
             request = try WebPushRequest(
-                payload: Self.payload(of: job, for: delivery),
+                payload: payload,
                 endpoint: subscription.endpoint,
                 keys: keys,
                 authorization: try self.authorization(for: subscription.endpoint, nowSeconds: nowMs / 1000),
@@ -257,7 +291,10 @@ final class PushSender: Sendable {
 
     /// The JSON the service worker reads: the conversation (as the recipient names it), the message's id and seq,
     /// the sender, and, unless the recipient hides previews, the sender's display name and one line of the text.
-    static func payload(of job: PushJob, for delivery: PushDelivery) -> [UInt8] {
+    ///
+    /// - Returns: At most ``WebPushEncryption/maxPayload`` bytes: past it (names and ids long in bytes) without the
+    ///   display name and the text; nil if even that is too long (never a trap: the text is anyone's).
+    static func payload(of job: PushJob, for delivery: PushDelivery) -> [UInt8]? {
         struct Payload: Encodable {
             struct Address: Encodable {
                 var user: String?
@@ -277,7 +314,7 @@ final class PushSender: Sendable {
         case .user(let name): address.user = name
         case .group(let name): address.group = name
         }
-        let payload = Payload(
+        var payload = Payload(
             conversation: address,
             message_id: job.messageID,
             seq: job.seq,
@@ -289,22 +326,48 @@ final class PushSender: Sendable {
         )
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let bytes = (try? encoder.encode(payload)).map { Array($0) } ?? []
-        // Names and ids are bounded far below the limit, and the line too (at most 4 bytes a character).
-        precondition(bytes.count <= WebPushEncryption.maxPayload, "a push's payload fits in one record")
-        return bytes
+        for attempt in 0..<2 {
+            if attempt == 1 {
+                payload.from_name = nil
+                payload.text = nil
+            }
+            if let bytes = try? encoder.encode(payload), bytes.count <= WebPushEncryption.maxPayload {
+                return Array(bytes)
+            }
+        }
+        return nil
     }
 
-    /// The most characters of text a notification shows.
+    /// The most characters of text a notification shows, and the most bytes of UTF-8 they take.
     static let maxLineCharacters = 160
+    static let maxLineBytes = 1024
 
-    /// A text's first line that is not blank, cut to ``maxLineCharacters`` characters (whole ones: a flag or a
-    /// family emoji is never cut in two) with an ellipsis.
+    /// A text's first line that is not blank, its control characters made spaces (JSON would spell each in six
+    /// bytes), cut to ``maxLineCharacters`` characters (whole ones: a flag or a family emoji is never cut in two) and
+    /// to ``maxLineBytes`` bytes (at a scalar, where one character alone is longer), with an ellipsis.
     static func line(_ text: String) -> String {
         let line = text.split(whereSeparator: \.isNewline).first { !$0.allSatisfy(\.isWhitespace) } ?? ""
-        let trimmed = line.trimmingCharacters(in: .whitespaces)
-        guard trimmed.count > Self.maxLineCharacters else { return trimmed }
-        return String(trimmed.prefix(Self.maxLineCharacters - 1)) + "…"
+        let shown = String.UnicodeScalarView(
+            line.unicodeScalars.map { $0.properties.generalCategory == .control ? " " : $0 }
+        )
+        var trimmed = String(shown).trimmingCharacters(in: .whitespaces)
+        var cut = false
+        if trimmed.count > Self.maxLineCharacters {
+            trimmed = String(trimmed.prefix(Self.maxLineCharacters - 1))
+            cut = true
+        }
+        if trimmed.utf8.count > Self.maxLineBytes - 3 {
+            var kept = String.UnicodeScalarView()
+            var bytes = 0
+            for scalar in trimmed.unicodeScalars {
+                bytes += scalar.utf8.count
+                if bytes > Self.maxLineBytes - 3 { break }
+                kept.append(scalar)
+            }
+            trimmed = String(kept)
+            cut = true
+        }
+        return cut ? trimmed + "…" : trimmed
     }
 }
 

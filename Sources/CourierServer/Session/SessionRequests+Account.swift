@@ -79,9 +79,9 @@ extension SessionRequests {
                 reply.user.profile = Courier_V1_Profile(found)
             }
         case .setProfile(let update):
-            if let previews = update.pushPreviews { try await store.setPushPreviews(previews, for: user.id) }
             // The push setting alone is no profile change: nobody else sees it.
             guard update.changesProfile else {
+                if let previews = update.pushPreviews { try await store.setPushPreviews(previews, for: user.id) }
                 reply.done = Courier_V1_Done()
                 break
             }
@@ -96,6 +96,8 @@ extension SessionRequests {
                 }
                 let appended = try await store.setProfile(of: user.id, update, nowMs: self.context.clock.wallMs)
                 self.context.fanout.logsGrew(appended)
+                // With a profile change, the push setting only once that is made (a refused change changes nothing).
+                if let previews = update.pushPreviews { try await store.setPushPreviews(previews, for: user.id) }
                 reply.done = Courier_V1_Done()
             }
         case .profiles(let names):

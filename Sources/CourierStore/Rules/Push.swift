@@ -24,7 +24,10 @@ extension StoreBackend {
             // The user's row first, as every revocation takes it (``StoreTransaction/revokeDevices(_:of:nowMs:)``):
             // a device revoked while its registration waited is seen revoked here, or its revocation, after this
             // commits, drops what this wrote. Two registrations of one user count each other's.
-            let rows = try await transaction.lockUsers([session.user.id])
+            // The endpoint's user too, if another holds it (a move counts for both): users are locked in order.
+            let before = try await transaction.pushSubscription(at: endpoint)
+            let locked = Set([session.user.id] + (before.map { [$0.user] } ?? []))
+            let rows = try await transaction.lockUsers(locked.sorted())
             guard let user = rows[session.user.id], !user.removed,
                 let device = try await transaction.devices(of: session.user.id).first(where: {
                     $0.id == session.device.id
@@ -36,6 +39,10 @@ extension StoreBackend {
             // An endpoint is a browser's subscription: another user's moves here only with its own keys (the same
             // browser, another login); whoever merely learned the endpoint cannot take the pushes away.
             let held = try await transaction.pushSubscription(at: endpoint)
+            if let held, !locked.contains(held.user) {
+                // Moved to a third user since it was read: rare enough to ask again.
+                throw CourierStoreError(.invalidRequest, "this endpoint was just registered elsewhere: try again")
+            }
             if let held, held.user != session.user.id,
                 !(Self.sameBytes(held.p256dh, p256dh) && Self.sameBytes(held.auth, auth))
             {

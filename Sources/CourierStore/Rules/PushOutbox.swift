@@ -95,6 +95,8 @@ public struct PushDelivery: Sendable {
 public struct PushResults: Sendable {
     /// A subscription to try again, not before a time.
     public struct Retry: Sendable, Hashable {
+        /// The outbox row it retries a push of: dropped unless this node still holds that row.
+        public var row: Int64
         public var conversationID: Int64
         public var seq: UInt64
         public var user: UserID
@@ -102,7 +104,16 @@ public struct PushResults: Sendable {
         public var attempts: Int
         public var dueMs: Int64
 
-        public init(conversationID: Int64, seq: UInt64, user: UserID, endpoint: String, attempts: Int, dueMs: Int64) {
+        public init(
+            row: Int64,
+            conversationID: Int64,
+            seq: UInt64,
+            user: UserID,
+            endpoint: String,
+            attempts: Int,
+            dueMs: Int64
+        ) {
+            self.row = row
             self.conversationID = conversationID
             self.seq = seq
             self.user = user
@@ -130,45 +141,75 @@ extension StoreBackend {
     /// device with no live session (a retry: its one subscription, if it is still there). A row that owes nothing
     /// (a recalled message, every device online, every member muted) is done with here.
     ///
-    /// - Returns: The jobs to send, and the time the next row not taken is due (nil for none).
+    /// The transaction that takes the rows does only that (the writer is free again at once: SQLite has one); their
+    /// pushes are worked out in reads after it.
+    ///
+    /// - Returns: A job for every row taken, in order (one that owes nothing has no deliveries: finish it like the
+    ///   others), and the time the next row not taken is due (nil for none).
     public func claimPushes(
         node: String,
         nowMs: Int64,
         leaseMs: Int64,
         limit: Int
     ) async throws -> (jobs: [PushJob], nextDueMs: Int64?) {
-        try await self.transaction(doing: "take pushes") { transaction in
+        let (rows, nextDueMs) = try await self.transaction(doing: "take pushes") { transaction in
             let rows = try await transaction.claimPushOutbox(
                 node: node,
                 nowMs: nowMs,
                 leaseMs: leaseMs,
                 limit: max(1, limit)
             )
+            return (rows, try await transaction.nextPushDueMs())
+        }
+        guard !rows.isEmpty else { return ([], nextDueMs) }
+        let jobs = try await self.reading(doing: "work out pushes") { transaction in
             var jobs: [PushJob] = []
-            var empty: [Int64] = []
             for row in rows {
-                if let job = try await Self.pushJob(for: row, nowMs: nowMs, transaction), !job.deliveries.isEmpty {
-                    jobs.append(job)
-                } else {
-                    empty.append(row.id)
-                }
+                jobs.append(
+                    try await Self.pushJob(for: row, nowMs: nowMs, transaction)
+                        ?? PushJob(
+                            row: row.id,
+                            attempts: row.attempts,
+                            conversationID: row.conversation,
+                            seq: UInt64(row.seq),
+                            messageID: "",
+                            timeMs: 0,
+                            from: "",
+                            fromDisplayName: nil,
+                            text: "",
+                            deliveries: []
+                        )
+                )
             }
-            try await transaction.deletePushOutbox(empty)
-            return (jobs, try await transaction.nextPushDueMs())
+            return jobs
+        }
+        return (jobs, nextDueMs)
+    }
+
+    /// Keeps rows a node is still sending taken: due again only after `untilMs`, unless another node took them
+    /// meanwhile (then they are that node's).
+    public func renewPushes(_ rows: [Int64], node: String, untilMs: Int64) async throws {
+        guard !rows.isEmpty else { return }
+        try await self.transaction(doing: "keep pushes taken") { transaction in
+            try await transaction.renewPushOutbox(rows, node: node, untilMs: untilMs)
         }
     }
 
-    /// Records what became of taken jobs: their rows done, retries due later, subscriptions gone.
-    public func finishPushes(_ results: PushResults) async throws {
+    /// Records what became of a node's jobs: the rows it still holds done, with their retries due later (the retries
+    /// of a row another node took meanwhile go: that node sends it all again); subscriptions gone, dropped.
+    public func finishPushes(_ results: PushResults, node: String) async throws {
         guard !results.isEmpty else { return }
         try await self.transaction(doing: "finish pushes") { transaction in
-            try await transaction.deletePushOutbox(results.done)
-            try await transaction.insertPushRetries(results.retries)
-            var users: Set<UserID> = []
+            // The users first, as every writer of their subscriptions takes them, in order.
+            let users = Set(results.gone.map(\.user)).sorted()
+            if !users.isEmpty { _ = try await transaction.lockUsers(users) }
+            let held = Set(try await transaction.finishPushOutbox(results.done, node: node))
+            try await transaction.insertPushRetries(results.retries.filter { held.contains($0.row) })
+            var changed: Set<UserID> = []
             for (endpoint, user) in results.gone {
-                if try await transaction.deletePushSubscription(endpoint: endpoint, of: user) { users.insert(user) }
+                if try await transaction.deletePushSubscription(endpoint: endpoint, of: user) { changed.insert(user) }
             }
-            try await transaction.recountPushTargets(of: users.sorted())
+            try await transaction.recountPushTargets(of: changed.sorted())
         }
     }
 

@@ -95,7 +95,12 @@ package protocol StoreTransaction: Sendable {
     func claimPushOutbox(node: String, nowMs: Int64, leaseMs: Int64, limit: Int) async throws -> [PushOutboxRow]
     /// The earliest time a row is due, or nil for an empty outbox.
     func nextPushDueMs() async throws -> Int64?
-    func deletePushOutbox(_ ids: [Int64]) async throws
+    /// Deletes the rows among `ids` that `node` holds.
+    ///
+    /// - Returns: The ids deleted.
+    func finishPushOutbox(_ ids: [Int64], node: String) async throws -> [Int64]
+    /// Makes the rows among `ids` that `node` holds due at `untilMs`.
+    func renewPushOutbox(_ ids: [Int64], node: String, untilMs: Int64) async throws
     func insertPushRetries(_ retries: [PushResults.Retry]) async throws
     /// Every row, in order.
     func pushOutboxRows() async throws -> [PushOutboxRow]
