@@ -496,7 +496,8 @@ async function loadConversations() {
   if (openAtStart) {
     const key = openAtStart;
     openAtStart = "";
-    openConversation(key);
+    // Only one of the user's own conversations: a link cannot start one with anybody.
+    if (state.conversations.has(key)) openConversation(key);
   }
   // The last message of each, for the list.
   await Promise.all(
@@ -1881,6 +1882,9 @@ function started() {
   $("login").hidden = true;
   $("app").hidden = false;
   renderMe();
+  // A subscription this browser holds is told to the server again: the server may have dropped it (a 410 from the
+  // push service, the device logged out elsewhere) while the browser kept it.
+  pushEnabled().then((on) => on && enablePush(session.token)).catch(() => {});
 }
 
 let meShown = "";
@@ -1977,8 +1981,8 @@ let openAtStart = (() => {
 function start() {
   registerWorker();
   onNotificationClick((key) => {
-    if (session.hasToken && !$("app").hidden) openConversation(key);
-    else openAtStart = key;
+    if (!session.hasToken || $("app").hidden || !state.loadedList) openAtStart = key;
+    else if (state.conversations.has(key)) openConversation(key);
   });
   $("login-form").addEventListener("submit", submitLogin);
   $("login-switch").addEventListener("click", () => setSignUp(!signingUp));

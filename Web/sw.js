@@ -29,15 +29,20 @@ self.addEventListener("push", (event) => {
   } catch {
     push = null;
   }
-  const shown = notificationOf(push);
-  if (!shown) return;
+  // A push that says nothing readable still shows one: a push the user never sees is not what was promised
+  // (`userVisibleOnly`).
+  const shown = notificationOf(push) ?? { title: "Courier", options: { body: "New message", tag: "courier" } };
   event.waitUntil(self.registration.showNotification(shown.title, shown.options));
 });
 
 // The chat at a conversation: a window of it told to open the conversation and focused, or a new one opened there.
 async function openChat(key) {
   const windows = await self.clients.matchAll({ type: "window", includeUncontrolled: true });
-  const open = windows.find((client) => new URL(client.url).origin === self.location.origin);
+  // The chat's own page, never another address of the origin (a file open from /media).
+  const open = windows.find((client) => {
+    const url = new URL(client.url);
+    return url.origin === self.location.origin && url.pathname === "/";
+  });
   if (open) {
     open.postMessage({ open: key });
     await open.focus().catch(() => {});

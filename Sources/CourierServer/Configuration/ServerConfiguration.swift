@@ -56,8 +56,9 @@ public struct ServerConfiguration: Sendable {
         public var ttlSeconds: Int = 86_400
         /// How long a node holds the outbox rows it took: if it dies, another node sends them after this.
         public var lease: Duration = .seconds(60)
-        /// The most outbox rows taken at once.
-        public var batch: Int = 128
+        /// The most outbox rows taken at once (each a message, whose pushes are one per subscription of its members:
+        /// a few large groups' messages are thousands).
+        public var batch: Int = 32
         /// The most pushes in flight at once, per node.
         public var maxConcurrentPushes: Int = 64
         /// On a database shared with other nodes: how often to look for rows a node that died left.

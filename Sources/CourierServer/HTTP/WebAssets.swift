@@ -1423,7 +1423,8 @@ async function loadConversations() {
   if (openAtStart) {
     const key = openAtStart;
     openAtStart = "";
-    openConversation(key);
+    // Only one of the user's own conversations: a link cannot start one with anybody.
+    if (state.conversations.has(key)) openConversation(key);
   }
   // The last message of each, for the list.
   await Promise.all(
@@ -2808,6 +2809,9 @@ function started() {
   $("login").hidden = true;
   $("app").hidden = false;
   renderMe();
+  // A subscription this browser holds is told to the server again: the server may have dropped it (a 410 from the
+  // push service, the device logged out elsewhere) while the browser kept it.
+  pushEnabled().then((on) => on && enablePush(session.token)).catch(() => {});
 }
 
 let meShown = "";
@@ -2904,8 +2908,8 @@ let openAtStart = (() => {
 function start() {
   registerWorker();
   onNotificationClick((key) => {
-    if (session.hasToken && !$("app").hidden) openConversation(key);
-    else openAtStart = key;
+    if (!session.hasToken || $("app").hidden || !state.loadedList) openAtStart = key;
+    else if (state.conversations.has(key)) openConversation(key);
   });
   $("login-form").addEventListener("submit", submitLogin);
   $("login-switch").addEventListener("click", () => setSignUp(!signingUp));
@@ -3585,15 +3589,20 @@ self.addEventListener("push", (event) => {
   } catch {
     push = null;
   }
-  const shown = notificationOf(push);
-  if (!shown) return;
+  // A push that says nothing readable still shows one: a push the user never sees is not what was promised
+  // (`userVisibleOnly`).
+  const shown = notificationOf(push) ?? { title: "Courier", options: { body: "New message", tag: "courier" } };
   event.waitUntil(self.registration.showNotification(shown.title, shown.options));
 });
 
 // The chat at a conversation: a window of it told to open the conversation and focused, or a new one opened there.
 async function openChat(key) {
   const windows = await self.clients.matchAll({ type: "window", includeUncontrolled: true });
-  const open = windows.find((client) => new URL(client.url).origin === self.location.origin);
+  // The chat's own page, never another address of the origin (a file open from /media).
+  const open = windows.find((client) => {
+    const url = new URL(client.url);
+    return url.origin === self.location.origin && url.pathname === "/";
+  });
   if (open) {
     open.postMessage({ open: key });
     await open.focus().catch(() => {});

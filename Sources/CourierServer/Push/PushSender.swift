@@ -213,7 +213,10 @@ final class PushSender: Sendable {
                 authorization: try self.authorization(for: subscription.endpoint, nowSeconds: nowMs / 1000),
                 urgency: delivery.urgent ? .high : .normal,
                 topic: self.key.topic(for: String(job.conversationID)),
-                ttlSeconds: self.configuration.ttlSeconds
+                ttlSeconds: self.configuration.ttlSeconds,
+                // The push service sees the sealed length: padded to a multiple of 512 bytes, it tells little of
+                // the text's.
+                paddedTo: min(WebPushEncryption.maxPayload, (payload.count / 512 + 1) * 512)
             )
         } catch {
             self.logger.warning("a push could not be made", metadata: ["error": "\(error)"])
