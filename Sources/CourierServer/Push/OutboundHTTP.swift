@@ -125,7 +125,11 @@ final class OutboundHTTP: Sendable {
         }
     }
 
-    private func request(_ url: String, headers: [(name: String, value: String)], body: [UInt8]) async throws
+    private func request(
+        _ url: String,
+        headers: [(name: String, value: String)],
+        body: [UInt8]
+    ) async throws
         -> Response
     {
         let (client, url) = try await self.client(for: url)

@@ -62,7 +62,7 @@ package struct PushTargetRow: Sendable {
 
 /// One message's pushes, as a node takes them from the outbox.
 public struct PushJob: Sendable {
-    /// The outbox row, to finish with ``CourierDatabase/finishPushes(_:)``.
+    /// The outbox row, to finish with ``CourierDatabase/finishPushes(_:node:)``.
     public var row: Int64
     /// The failed attempts before this one.
     public var attempts: Int
@@ -91,7 +91,7 @@ public struct PushDelivery: Sendable {
     public var subscription: PushSubscriptionRow
 }
 
-/// What became of a job's pushes, for ``CourierDatabase/finishPushes(_:)``.
+/// What became of a job's pushes, for ``CourierDatabase/finishPushes(_:node:)``.
 public struct PushResults: Sendable {
     /// A subscription to try again, not before a time.
     public struct Retry: Sendable, Hashable {
@@ -139,7 +139,7 @@ extension StoreBackend {
     /// pushes: for each message, every member other than its sender, joined before it, whose mute lets it alert
     /// (all: always; mentions: a mention, `@all`, or a direct message; none: never), on each subscription of a
     /// device with no live session (a retry: its one subscription, if it is still there). A row that owes nothing
-    /// (a recalled message, every device online, every member muted) is done with here.
+    /// (a recalled message, every device online, every member muted) comes back as a job without deliveries.
     ///
     /// The transaction that takes the rows does only that (the writer is free again at once: SQLite has one); their
     /// pushes are worked out in reads after it.
