@@ -635,7 +635,8 @@ class WebChatTests(unittest.TestCase):
         alice.conversation("u:bob")
         alice.send("a banana for 读书会")
         alice.actions("a banana for 读书会", "reply")
-        self.assertIn("Replying to", alice.find("#composer-context-text").text)
+        # The page draws on its next frame: waited for, not read at once.
+        wait_until(lambda: "Replying to" in alice.read("#composer-context-text"), "the reply's context shown")
         alice.send("the reply 回复")
         bob.conversation("u:alice")
         quote = bob.message("the reply 回复").find_element(By.CSS_SELECTOR, ".quote")
