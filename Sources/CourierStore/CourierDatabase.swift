@@ -45,12 +45,14 @@ public protocol CourierDatabase: Sendable {
     func removePushSubscription(endpoint: String, for session: DeviceSession) async throws -> Bool
     /// A user's push subscriptions, oldest first. A revoked device has none.
     func pushSubscriptions(of user: UserID) async throws -> [PushSubscriptionRow]
-    /// Takes the push outbox's due rows for a while, and what each owes (``StoreBackend/claimPushes(node:nowMs:leaseMs:limit:)``).
+    /// Takes the push outbox's due rows for a while, and what each owes (``StoreBackend/claimPushes(node:nowMs:leaseMs:limit:maxClaims:)``).
     func claimPushes(
         node: String,
         nowMs: Int64,
         leaseMs: Int64,
-        limit: Int
+        limit: Int,
+        maxClaims: Int
+
     ) async throws
         -> (jobs: [PushJob], nextDueMs: Int64?)
     /// Keeps rows a node is still sending taken (``StoreBackend/renewPushes(_:node:untilMs:)``).

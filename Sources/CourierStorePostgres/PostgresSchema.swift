@@ -486,7 +486,8 @@ enum PostgresSchema {
                     endpoint TEXT,
                     attempts INTEGER NOT NULL DEFAULT 0,
                     due_ms BIGINT NOT NULL,
-                    claimed_by TEXT
+                    claimed_by TEXT,
+                    claims INTEGER NOT NULL DEFAULT 0
                 )
                 """,
                 "CREATE INDEX push_outbox_by_due ON push_outbox (due_ms, id)",

@@ -16,11 +16,11 @@ extension PostgresTransaction {
     {
         try await self.connection.rows(
             """
-            UPDATE push_outbox o SET due_ms = \(nowMs + leaseMs), claimed_by = \(node)
+            UPDATE push_outbox o SET due_ms = \(nowMs + leaseMs), claimed_by = \(node), claims = o.claims + 1
             FROM (SELECT id FROM push_outbox WHERE due_ms <= \(nowMs) ORDER BY due_ms, id LIMIT \(limit)
                 FOR UPDATE SKIP LOCKED) c
             WHERE o.id = c.id
-            RETURNING o.id, o.conversation_id, o.seq, o.user_id, o.endpoint, o.attempts
+            RETURNING o.id, o.conversation_id, o.seq, o.user_id, o.endpoint, o.attempts, o.claims
             """,
             logger: self.logger
         ).map(Self.pushOutboxRow).sorted { $0.id < $1.id }
@@ -33,7 +33,8 @@ extension PostgresTransaction {
             seq: try row.get("seq"),
             user: try row.get("user_id", as: Int64?.self).map(UserID.init(rawValue:)),
             endpoint: try row.get("endpoint", as: String?.self),
-            attempts: Int(try row.get("attempts", as: Int32.self))
+            attempts: Int(try row.get("attempts", as: Int32.self)),
+            claims: Int(try row.get("claims", as: Int32.self))
         )
     }
 

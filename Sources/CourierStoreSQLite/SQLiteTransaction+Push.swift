@@ -17,9 +17,9 @@ extension SQLiteTransaction {
             try Row.fetchAll(
                 db,
                 sql: """
-                    UPDATE push_outbox SET due_ms = ?, claimed_by = ?
+                    UPDATE push_outbox SET due_ms = ?, claimed_by = ?, claims = claims + 1
                     WHERE id IN (SELECT id FROM push_outbox WHERE due_ms <= ? ORDER BY due_ms, id LIMIT ?)
-                    RETURNING id, conversation_id, seq, user_id, endpoint, attempts
+                    RETURNING id, conversation_id, seq, user_id, endpoint, attempts, claims
                     """,
                 arguments: [nowMs + leaseMs, node, nowMs, limit]
             ).map(Self.pushOutboxRow).sorted { $0.id < $1.id }
@@ -33,7 +33,8 @@ extension SQLiteTransaction {
             seq: row["seq"],
             user: (row["user_id"] as Int64?).map(UserID.init(rawValue:)),
             endpoint: row["endpoint"],
-            attempts: row["attempts"]
+            attempts: row["attempts"],
+            claims: row["claims"]
         )
     }
 

@@ -471,7 +471,10 @@ enum Schema {
                         endpoint TEXT,
                         attempts INTEGER NOT NULL DEFAULT 0,
                         due_ms INTEGER NOT NULL,
-                        claimed_by TEXT
+                        claimed_by TEXT,
+                        -- How many times a node took it: a row that never gets done (its job fails, or kills its
+                        -- node) is given up after a few.
+                        claims INTEGER NOT NULL DEFAULT 0
                     );
                     CREATE INDEX push_outbox_by_due ON push_outbox (due_ms, id);
                     """

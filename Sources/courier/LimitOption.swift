@@ -111,6 +111,7 @@ enum LimitOption {
         ("push-retry-base", { $0.push.retryBase = try duration($1) }),
         ("push-retry-cap", { $0.push.retryCap = try duration($1) }),
         ("max-push-attempts", { $0.push.maxAttempts = try int($1) }),
+        ("max-push-claims", { $0.push.maxClaims = try int($1) }),
         ("max-batch-requests", { $0.commit.maxBatchRequests = try int($1) }),
         ("compat-max-header-bytes", { $0.compat.maxHeaderBytes = try bytes($1) }),
         ("max-media-bytes", { $0.media.maxMediaBytes = try bytes64($1) }),

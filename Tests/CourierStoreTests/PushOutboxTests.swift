@@ -37,7 +37,13 @@ struct PushOutboxTests {
     ) async throws
         -> [PushJob]
     {
-        let jobs = try await fixture.store.claimPushes(node: node, nowMs: nowMs, leaseMs: 60_000, limit: 100).jobs
+        let jobs = try await fixture.store.claimPushes(
+            node: node,
+            nowMs: nowMs,
+            leaseMs: 60_000,
+            limit: 100,
+            maxClaims: 10
+        ).jobs
         var empty = PushResults()
         empty.done = jobs.filter(\.deliveries.isEmpty).map(\.row)
         try await fixture.store.finishPushes(empty, node: node)
@@ -226,7 +232,8 @@ struct PushOutboxTests {
 
             // Not due yet; then due, to the phone alone, its attempts counted.
             #expect(
-                try await fixture.store.claimPushes(node: "n", nowMs: Self.now, leaseMs: 1, limit: 9).nextDueMs
+                try await fixture.store.claimPushes(node: "n", nowMs: Self.now, leaseMs: 1, limit: 9, maxClaims: 10)
+                    .nextDueMs
                     == Self.now + 5_000
             )
             #expect(try await Self.claim(fixture, at: Self.now + 4_999).isEmpty)
@@ -240,6 +247,46 @@ struct PushOutboxTests {
 
             // bob has no subscription left: a new message writes no row.
             _ = try await Self.send(fixture, alice, "x2", to: .user("bob"), "ping again")
+            #expect(try await fixture.store.pushOutbox().isEmpty)
+        }
+    }
+
+    @Test(
+        "a row taken again and again without being done (its node dies each time) is given up past max-push-claims",
+        arguments: StoreKind.allCases
+    )
+    func givenUp(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let ids = try await fixture.users("alice", "bob")
+            try await Self.subscribe(
+                fixture,
+                try await PushSubscriptionTests.login(fixture, "bob", "手机"),
+                "https://push.example/bob"
+            )
+            _ = try await Self.send(fixture, ids["alice"]!, "g1", to: .user("bob"), "ping")
+            // Taken twice, each lease running out (the node died): still owed.
+            for round in 0..<2 {
+                let jobs = try await fixture.store.claimPushes(
+                    node: "n\(round)",
+                    nowMs: Self.now + Int64(round) * 1_000,
+                    leaseMs: 500,
+                    limit: 10,
+                    maxClaims: 2
+                ).jobs
+                #expect(jobs.count == 1 && jobs[0].deliveries.count == 1 && !jobs[0].givenUp, "round \(round)")
+            }
+            // The third time it is given up: no deliveries; finished, it is gone.
+            let third = try await fixture.store.claimPushes(
+                node: "n2",
+                nowMs: Self.now + 2_000,
+                leaseMs: 500,
+                limit: 10,
+                maxClaims: 2
+            ).jobs
+            #expect(third.count == 1 && third[0].givenUp && third[0].deliveries.isEmpty)
+            var results = PushResults()
+            results.done = third.map(\.row)
+            try await fixture.store.finishPushes(results, node: "n2")
             #expect(try await fixture.store.pushOutbox().isEmpty)
         }
     }

@@ -73,6 +73,9 @@ public struct ServerConfiguration: Sendable {
         public var retryCap: Duration = .seconds(3600)
         /// The most attempts at one push.
         public var maxAttempts: Int = 10
+        /// The most times an outbox row is taken without being done (its job failed, or its node died each time)
+        /// before it is given up.
+        public var maxClaims: Int = 10
 
         public init() {}
     }

@@ -5,7 +5,7 @@ import Logging
 import Synchronization
 
 /// Sends what the push outbox holds, on every node: it takes the rows that are due under a lease
-/// (``CourierDatabase/claimPushes(node:nowMs:leaseMs:limit:)``), so that each is sent by one node, sends each
+/// (``CourierDatabase/claimPushes(node:nowMs:leaseMs:limit:maxClaims:)``), so that each is sent by one node, sends each
 /// delivery (RFC 8030, 8291, 8292) a few at a time, and records what became of them: done, retried later with
 /// backoff (429 and 5xx, honouring `Retry-After`; a failed connection), dropped with the subscription (404, 410),
 /// or dropped for good (any other refusal, or past the attempts or the push's time to live).
@@ -64,12 +64,19 @@ final class PushSender: Sendable {
                     node: self.name,
                     nowMs: nowMs,
                     leaseMs: Self.milliseconds(self.configuration.lease),
-                    limit: self.configuration.batch
+                    limit: self.configuration.batch,
+                    maxClaims: self.configuration.maxClaims
                 )
             } catch {
                 self.logger.warning("taking pushes from the outbox failed", metadata: ["error": "\(error)"])
                 guard (try? await Task.sleep(for: .seconds(1))) != nil else { break }
                 continue
+            }
+            for job in claimed.jobs where job.givenUp {
+                self.logger.warning(
+                    "a message's pushes were given up: taken too many times without being done",
+                    metadata: ["conversation": "\(job.conversationID)", "seq": "\(job.seq)"]
+                )
             }
             if !claimed.jobs.isEmpty {
                 let results = await self.keepingTaken(claimed.jobs.map(\.row)) {

@@ -3,7 +3,7 @@
 //
 // A batch that stores a message writes an outbox row for it when a member other than its sender has a push target
 // (``UserRow/pushable``), in the message's own transaction: a node killed after the commit leaves the row for
-// another (or for itself, restarted). A node takes rows under a lease (``claimPushes(node:nowMs:leaseMs:limit:)``):
+// another (or for itself, restarted). A node takes rows under a lease (``claimPushes(node:nowMs:leaseMs:limit:maxClaims:)``):
 // no other node takes them while it lasts, and a node that dies with them leaves them to be taken again once it
 // ends. What a row owes is worked out when it is taken, not when it was written: who is a member, who muted the
 // conversation, who hides previews, which devices have a subscription and no live session.
@@ -21,14 +21,25 @@ public struct PushOutboxRow: Hashable, Sendable {
     public var endpoint: String?
     /// The failed attempts before this row (0 for a message's first).
     public var attempts: Int
+    /// How many times a node has taken it, this time included.
+    public var claims: Int
 
-    public init(id: Int64, conversation: Int64, seq: Int64, user: UserID?, endpoint: String?, attempts: Int) {
+    public init(
+        id: Int64,
+        conversation: Int64,
+        seq: Int64,
+        user: UserID?,
+        endpoint: String?,
+        attempts: Int,
+        claims: Int = 0
+    ) {
         self.id = id
         self.conversation = conversation
         self.seq = seq
         self.user = user
         self.endpoint = endpoint
         self.attempts = attempts
+        self.claims = claims
     }
 }
 
@@ -77,6 +88,9 @@ public struct PushJob: Sendable {
     /// What a notification says of the message: its text, or its media's caption or kind.
     public var text: String
     public var deliveries: [PushDelivery]
+    /// Taken too many times without being done (``StoreBackend/claimPushes(node:nowMs:leaseMs:limit:maxClaims:)``):
+    /// given up, with no deliveries.
+    public var givenUp = false
 }
 
 /// One subscription's push of a message.
@@ -144,13 +158,18 @@ extension StoreBackend {
     /// The transaction that takes the rows does only that (the writer is free again at once: SQLite has one); their
     /// pushes are worked out in reads after it.
     ///
+    /// A row taken more than `maxClaims` times was never done (its job failed each time, or killed its node): it comes
+    /// back given up, with no deliveries. A row whose pushes cannot be worked out now is left out, taken, to be tried
+    /// again when its lease ends.
+    ///
     /// - Returns: A job for every row taken, in order (one that owes nothing has no deliveries: finish it like the
     ///   others), and the time the next row not taken is due (nil for none).
     public func claimPushes(
         node: String,
         nowMs: Int64,
         leaseMs: Int64,
-        limit: Int
+        limit: Int,
+        maxClaims: Int = 10
     ) async throws -> (jobs: [PushJob], nextDueMs: Int64?) {
         let (rows, nextDueMs) = try await self.transaction(doing: "take pushes") { transaction in
             let rows = try await transaction.claimPushOutbox(
@@ -165,21 +184,29 @@ extension StoreBackend {
         let jobs = try await self.reading(doing: "work out pushes") { transaction in
             var jobs: [PushJob] = []
             for row in rows {
-                jobs.append(
-                    try await Self.pushJob(for: row, nowMs: nowMs, transaction)
-                        ?? PushJob(
-                            row: row.id,
-                            attempts: row.attempts,
-                            conversationID: row.conversation,
-                            seq: UInt64(row.seq),
-                            messageID: "",
-                            timeMs: 0,
-                            from: "",
-                            fromDisplayName: nil,
-                            text: "",
-                            deliveries: []
-                        )
+                let nothing = PushJob(
+                    row: row.id,
+                    attempts: row.attempts,
+                    conversationID: row.conversation,
+                    seq: UInt64(row.seq),
+                    messageID: "",
+                    timeMs: 0,
+                    from: "",
+                    fromDisplayName: nil,
+                    text: "",
+                    deliveries: [],
+                    givenUp: row.claims > max(1, maxClaims)
                 )
+                guard !nothing.givenUp else {
+                    jobs.append(nothing)
+                    continue
+                }
+                do {
+                    jobs.append(try await Self.pushJob(for: row, nowMs: nowMs, transaction) ?? nothing)
+                } catch {
+                    // This row alone waits for its lease to end (and counts one more claim); the others go on.
+                    continue
+                }
             }
             return jobs
         }
