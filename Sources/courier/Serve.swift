@@ -130,6 +130,15 @@ struct Serve: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
+            "Who runs this server, for the Web Push services (a mailto: or https: URL, sent in every push's VAPID "
+                + "token; default mailto:postmaster@localhost, which some services refuse).",
+            valueName: "url"
+        )
+    )
+    var pushContact: String?
+
+    @Option(
+        help: ArgumentHelp(
             "Who may make an account: closed (only `courier user add`), invite (whoever holds a `courier invite "
                 + "create` token) or open (anyone; sign-ups are throttled per address and in all).",
             valueName: "closed|invite|open"
@@ -174,6 +183,14 @@ struct Serve: AsyncParsableCommand {
         {
             if let port { try PortNumber.check(port, flag: flag, allowsZero: true) }
         }
+        if let contact = self.pushContact {
+            let lower = contact.lowercased()
+            guard (lower.hasPrefix("mailto:") && contact.count > 7) || lower.hasPrefix("https://"),
+                contact.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F })
+            else {
+                throw ValidationError("--push-contact takes a mailto: or https: URL, not \(contact.debugDescription)")
+            }
+        }
         guard ServerConfiguration.Accounts.Registration(rawValue: self.registration) != nil else {
             throw ValidationError("--registration is closed, invite or open, not \(self.registration)")
         }
@@ -212,6 +229,7 @@ struct Serve: AsyncParsableCommand {
         if let host = self.forwardHost { configuration.cluster.forwardHost = host }
         configuration.cluster.forwardAdvertisedHost = self.forwardAdvertiseHost
         configuration.push.allowPrivateTargets = self.allowPrivateTargets
+        if let contact = self.pushContact { configuration.push.subject = contact }
         try LimitOption.apply(self.limits, to: &configuration)
         switch (self.tlsCertificate ?? environment["COURIER_TLS_CERT"], self.tlsKey ?? environment["COURIER_TLS_KEY"]) {
         case (nil, nil):

@@ -101,6 +101,14 @@ extension CommandLineTests {
             #expect(configuration.store.postgresRandomPageCost == 2.5)
             // Every limit docs/PROTOCOL.md lists is a --limit name, and every --limit name is listed there.
             #expect(Set(LimitOption.setters.map(\.name)) == Set(try Self.documentedLimits()))
+            // The push contact is a mailto: or https: URL, nothing else.
+            for contact in ["javascript:alert(1)", "mailto:", "ops@example.com", "https://ex ample.com"] {
+                result = try await CourierExecutable.run(["serve", "--data", data.path, "--push-contact", contact])
+                #expect(
+                    result.status != 0 && result.output.contains("--push-contact takes a mailto: or https: URL"),
+                    "\(contact): \(result)"
+                )
+            }
             // No help says a default twice (ours in the text, then ArgumentParser's).
             for command in [["serve"], ["proxy", "serve"], ["send"], ["history"], ["bench"], ["backup"]] {
                 let help = try await CourierExecutable.run(command + ["--help"])
