@@ -44,7 +44,7 @@ struct PushBench {
         let provisioned = ContinuousClock.now
         self.say("provisioning \(self.recipients) recipients with a subscription each")
         let token = try await self.provision(data: data, sink: sink.port, logger: logger)
-        let provisionSeconds = Self.seconds(ContinuousClock.now - provisioned)
+        let provisionSeconds = (ContinuousClock.now - provisioned).seconds
         let (server, port, _) = try await BenchServers.serve(
             executable: self.executable,
             data: data,
@@ -102,8 +102,8 @@ struct PushBench {
                 recipients: self.recipients,
                 messages: self.messages,
                 pushes: sink.count,
-                sendSeconds: Self.seconds(sent - start),
-                pushSeconds: Self.seconds(last - start),
+                sendSeconds: (sent - start).seconds,
+                pushSeconds: (last - start).seconds,
                 serverCPUSeconds: cpuBefore.flatMap { before in cpuAfter.map { $0 - before } },
                 serverRSSPeak: peak.withLock { $0 },
                 provisionSeconds: provisionSeconds
@@ -148,11 +148,6 @@ struct PushBench {
             _ = try await store.createGroup(name: Self.group(index), owner: "sender", members: members, nowMs: now)
         }
         return sender.token ?? ""
-    }
-
-    static func seconds(_ duration: Duration) -> Double {
-        let (seconds, attoseconds) = duration.components
-        return Double(seconds) + Double(attoseconds) / 1e18
     }
 
     static func text(_ result: Result) -> String {

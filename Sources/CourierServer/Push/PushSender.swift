@@ -63,7 +63,7 @@ final class PushSender: Sendable {
                 claimed = try await self.store.claimPushes(
                     node: self.name,
                     nowMs: nowMs,
-                    leaseMs: Self.milliseconds(self.configuration.lease),
+                    leaseMs: self.configuration.lease.wholeMilliseconds,
                     limit: self.configuration.batch,
                     maxClaims: self.configuration.maxClaims
                 )
@@ -110,7 +110,7 @@ final class PushSender: Sendable {
         let lease = self.configuration.lease
         let renewing = Task {
             while (try? await Task.sleep(for: lease / 3)) != nil {
-                let until = SessionClock.systemWallMs() + Self.milliseconds(lease)
+                let until = SessionClock.systemWallMs() + lease.wholeMilliseconds
                 do {
                     try await self.store.renewPushes(rows, node: self.name, untilMs: until)
                 } catch {
@@ -193,8 +193,8 @@ final class PushSender: Sendable {
     /// The wait before attempt `attempts + 1`: the base doubled with each attempt, up to the cap, with up to a
     /// fifth more at random (retries of many pushes do not come back all at once); never before `Retry-After`.
     static func retryDelayMs(attempts: Int, retryAfterMs: Int64?, _ configuration: ServerConfiguration.Push) -> Int64 {
-        let base = max(1, Self.milliseconds(configuration.retryBase))
-        let cap = max(base, Self.milliseconds(configuration.retryCap))
+        let base = max(1, configuration.retryBase.wholeMilliseconds)
+        let cap = max(base, configuration.retryCap.wholeMilliseconds)
         let (doubled, overflow) = base.multipliedReportingOverflow(by: 1 << Int64(min(max(0, attempts - 1), 30)))
         let backoff = overflow ? cap : min(cap, doubled)
         let jittered = backoff.addingReportingOverflow(Int64.random(in: 0...(backoff / 5)))
@@ -239,11 +239,6 @@ final class PushSender: Sendable {
             return .retry(afterMs: nil)
         }
         return Self.outcome(of: response, nowMs: nowMs)
-    }
-
-    static func milliseconds(_ duration: Duration) -> Int64 {
-        let (seconds, attoseconds) = duration.components
-        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
     }
 
     /// How long a VAPID token is made for, and how much of that is left when a new one is made instead.
