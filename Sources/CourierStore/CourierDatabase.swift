@@ -43,6 +43,10 @@ public protocol CourierDatabase: Sendable {
     ) async throws
     /// Removes one of the session's user's push subscriptions; whether it had it.
     func removePushSubscription(endpoint: String, for session: DeviceSession) async throws -> Bool
+    /// Registers a phone's pushkey with a push gateway for a device (``StoreBackend/addPushGateway(_:for:nowMs:)``).
+    func addPushGateway(_ gateway: PushGateway, for session: DeviceSession, nowMs: Int64) async throws
+    /// Removes one of the session's user's gateway registrations; whether it had it.
+    func removePushGateway(appID: String, pushkey: String, for session: DeviceSession) async throws -> Bool
     /// A user's push subscriptions, oldest first. A revoked device has none.
     func pushSubscriptions(of user: UserID) async throws -> [PushSubscriptionRow]
     /// Takes the push outbox's due rows for a while, and what each owes (``StoreBackend/claimPushes(node:nowMs:leaseMs:limit:maxClaims:)``).
@@ -400,13 +404,17 @@ public struct StoreLimits: Sendable, Hashable {
     /// The most devices of one user that can connect (not revoked, not expired); a password login that would make
     /// one more is refused with `quota-exceeded` (renewing a device's token is not a new device).
     public var maxDevicesPerUser: Int = 100
-    /// The most Web Push subscriptions one device keeps (a browser has one per site; a few allow for reinstalls):
-    /// past it the device's oldest goes.
+    /// The most push targets (Web Push subscriptions and gateway pushkeys) one device keeps (a browser has one per
+    /// site; a few allow for reinstalls): past it the device's oldest goes.
     public var maxPushSubscriptionsPerDevice: Int = 4
-    /// The most Web Push subscriptions one user keeps, over all its devices: past it the user's oldest goes.
+    /// The most push targets one user keeps, over all its devices: past it the user's oldest goes.
     public var maxPushSubscriptionsPerUser: Int = 32
     /// The longest push endpoint taken, in bytes of UTF-8 (the push services' are a few hundred).
     public var maxPushEndpointBytes: Int = 1024
+    /// The longest app id of a push gateway registration (Matrix's limit).
+    public var maxPushAppIDBytes: Int = 64
+    /// The longest pushkey of a push gateway registration (Matrix's limit).
+    public var maxPushKeyBytes: Int = 512
     /// The most events of one user a group commit returns as they were written (``AppliedBatch/fresh``); a user
     /// with more has them read back. 0 returns none.
     public var maxFreshEventsPerUser: Int = 4096

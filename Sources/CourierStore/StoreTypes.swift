@@ -353,6 +353,29 @@ public struct DeviceActivityChange: Hashable, Sendable {
 
 /// A Web Push subscription of a device (`PushSubscription.toJSON()` of a browser): where to push, and the keys a
 /// push is sealed with. The store keeps the bytes as they came; the server checks them before they are stored.
+/// A phone app's registration with a push gateway (Matrix's Push Gateway API): the gateway forwards each push to
+/// APNs or FCM as the app and pushkey say.
+public struct PushGateway: Hashable, Sendable {
+    /// The app, reverse-DNS style (`org.example.courier.ios`), as the gateway knows it.
+    public var appID: String
+    /// The phone's token with its platform's push service (an APNs device token, an FCM registration id).
+    public var pushkey: String
+    /// The gateway's `notify` URL.
+    public var url: String
+
+    public init(appID: String, pushkey: String, url: String) {
+        self.appID = appID
+        self.pushkey = pushkey
+        self.url = url
+    }
+
+    /// The row's key among the user's push targets: one per user, app and pushkey (a pushkey is never moved to
+    /// another user as a browser's endpoint is: nothing proves the phone's), never an URL a browser could give.
+    public static func key(user: UserID, appID: String, pushkey: String) -> String {
+        "gateway:\(user.rawValue):\(appID.utf8.count):\(appID):\(pushkey)"
+    }
+}
+
 public struct PushSubscriptionRow: Hashable, Sendable, CustomStringConvertible, CustomDebugStringConvertible {
     /// The push service's URL for this subscription: its identity (a subscription registered again moves to the
     /// device that registers it).
@@ -364,19 +387,34 @@ public struct PushSubscriptionRow: Hashable, Sendable, CustomStringConvertible, 
     /// The authentication secret (16 bytes).
     public var auth: [UInt8]
     public var createdMs: Int64
+    /// For a phone's registration with a push gateway (Matrix's Push Gateway API) instead of a browser's Web Push
+    /// subscription: the gateway, app and pushkey (the keys are empty, and ``endpoint`` is
+    /// ``PushGateway/key(user:appID:pushkey:)``).
+    public var gateway: PushGateway?
 
-    public init(endpoint: String, device: DeviceID, user: UserID, p256dh: [UInt8], auth: [UInt8], createdMs: Int64) {
+    public init(
+        endpoint: String,
+        device: DeviceID,
+        user: UserID,
+        p256dh: [UInt8],
+        auth: [UInt8],
+        createdMs: Int64,
+        gateway: PushGateway? = nil
+    ) {
         self.endpoint = endpoint
         self.device = device
         self.user = user
         self.p256dh = p256dh
         self.auth = auth
         self.createdMs = createdMs
+        self.gateway = gateway
     }
 
-    /// Where and whose, never the keys: the authentication secret is a credential.
+    /// Where and whose, never the keys nor a pushkey: the authentication secret is a credential, and a pushkey
+    /// lets whoever holds it reach the phone.
     public var description: String {
-        "PushSubscriptionRow(endpoint: \(self.endpoint), device: \(self.device.rawValue), user: \(self.user.rawValue))"
+        let place = self.gateway.map { "gateway: \($0.url), app: \($0.appID)" } ?? "endpoint: \(self.endpoint)"
+        return "PushSubscriptionRow(\(place), device: \(self.device.rawValue), user: \(self.user.rawValue))"
     }
     public var debugDescription: String { self.description }
 }

@@ -493,5 +493,15 @@ enum PostgresSchema {
                 "CREATE INDEX push_outbox_by_due ON push_outbox (due_ms, id)",
             ]
         ),
+        Migration(
+            version: "v19-push-gateways",
+            statements: [
+                // A phone's registration with a push gateway (Matrix's Push Gateway API) is a push target too: its
+                // endpoint is a key of the user's (gateway:…), its keys empty, and these say where it goes.
+                "ALTER TABLE push_subscriptions ADD COLUMN gateway_url TEXT",
+                "ALTER TABLE push_subscriptions ADD COLUMN app_id TEXT",
+                "ALTER TABLE push_subscriptions ADD COLUMN pushkey TEXT",
+            ]
+        ),
     ]
 }

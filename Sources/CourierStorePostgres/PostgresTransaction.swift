@@ -259,18 +259,28 @@ package struct PostgresTransaction: StoreTransaction {
             user: UserID(rawValue: try row.get("user_id")),
             p256dh: try row.bytes("p256dh"),
             auth: try row.bytes("auth"),
-            createdMs: try row.get("created_ms")
+            createdMs: try row.get("created_ms"),
+            gateway: try (row.get("gateway_url") as String?).map { url in
+                PushGateway(
+                    appID: try row.get("app_id") as String? ?? "",
+                    pushkey: try row.get("pushkey") as String? ?? "",
+                    url: url
+                )
+            }
         )
     }
 
     package func putPushSubscription(_ row: PushSubscriptionRow) async throws {
         try await self.connection.run(
             """
-            INSERT INTO push_subscriptions (endpoint, device_id, user_id, p256dh, auth, created_ms)
+            INSERT INTO push_subscriptions
+                (endpoint, device_id, user_id, p256dh, auth, created_ms, gateway_url, app_id, pushkey)
             VALUES (\(row.endpoint), \(row.device.rawValue), \(row.user.rawValue), \(ByteBuffer(bytes: row.p256dh)),
-                \(ByteBuffer(bytes: row.auth)), \(row.createdMs))
+                \(ByteBuffer(bytes: row.auth)), \(row.createdMs), \(row.gateway?.url), \(row.gateway?.appID),
+                \(row.gateway?.pushkey))
             ON CONFLICT (endpoint) DO UPDATE SET device_id = excluded.device_id, user_id = excluded.user_id,
-                p256dh = excluded.p256dh, auth = excluded.auth, created_ms = excluded.created_ms
+                p256dh = excluded.p256dh, auth = excluded.auth, created_ms = excluded.created_ms,
+                gateway_url = excluded.gateway_url, app_id = excluded.app_id, pushkey = excluded.pushkey
             """,
             logger: self.logger
         )

@@ -286,7 +286,10 @@ extension SQLiteTransaction {
             user: UserID(rawValue: row["user_id"]),
             p256dh: Array(row["p256dh"] as Data),
             auth: Array(row["auth"] as Data),
-            createdMs: row["created_ms"]
+            createdMs: row["created_ms"],
+            gateway: (row["gateway_url"] as String?).map { url in
+                PushGateway(appID: row["app_id"] ?? "", pushkey: row["pushkey"] ?? "", url: url)
+            }
         )
     }
 
@@ -294,14 +297,16 @@ extension SQLiteTransaction {
         try await self.update { db in
             try db.execute(
                 sql: """
-                    INSERT INTO push_subscriptions (endpoint, device_id, user_id, p256dh, auth, created_ms)
-                    VALUES (?, ?, ?, ?, ?, ?)
+                    INSERT INTO push_subscriptions
+                        (endpoint, device_id, user_id, p256dh, auth, created_ms, gateway_url, app_id, pushkey)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT (endpoint) DO UPDATE SET device_id = excluded.device_id, user_id = excluded.user_id,
-                        p256dh = excluded.p256dh, auth = excluded.auth, created_ms = excluded.created_ms
+                        p256dh = excluded.p256dh, auth = excluded.auth, created_ms = excluded.created_ms,
+                        gateway_url = excluded.gateway_url, app_id = excluded.app_id, pushkey = excluded.pushkey
                     """,
                 arguments: [
                     row.endpoint, row.device.rawValue, row.user.rawValue, Data(row.p256dh), Data(row.auth),
-                    row.createdMs,
+                    row.createdMs, row.gateway?.url, row.gateway?.appID, row.gateway?.pushkey,
                 ]
             )
         }

@@ -480,6 +480,17 @@ enum Schema {
                     """
             )
         }
+        migrator.registerMigration("v18-push-gateways") { db in
+            try db.execute(
+                sql: """
+                    -- A phone's registration with a push gateway (Matrix's Push Gateway API) is a push target too:
+                    -- its endpoint is a key of the user's (gateway:…), its keys empty, and these say where it goes.
+                    ALTER TABLE push_subscriptions ADD COLUMN gateway_url TEXT;
+                    ALTER TABLE push_subscriptions ADD COLUMN app_id TEXT;
+                    ALTER TABLE push_subscriptions ADD COLUMN pushkey TEXT;
+                    """
+            )
+        }
         return migrator
     }
 }

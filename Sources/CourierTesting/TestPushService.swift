@@ -12,6 +12,11 @@ import Foundation
 /// - `GET /received` lists every push taken, in order: `name`, `status` (the answer), `headers` (lower-case names),
 ///   `payload` (the opened JSON's members, or null with `error`), `vapid` (`valid`, `aud`, `exp`, `sub`, `k`).
 ///
+/// - `POST /gateway/N/_matrix/push/v1/notify`: a push gateway (Matrix's Push Gateway API) named N. It checks the
+///   body's shape (`notification` with `devices`, `counts.unread`, `prio`), lists it as a push to N (`payload`: the
+///   notification's members), and answers 200 with `{"rejected": []}`, or as N's answers say (`200:rejected` lists
+///   every pushkey of the request as rejected).
+///
 /// The service stops when the test's process ends, or after an hour.
 public final class TestPushService: Sendable {
     public let port: Int
@@ -21,6 +26,9 @@ public final class TestPushService: Sendable {
 
     /// The origin subscribers' endpoints are on.
     public var origin: String { "http://127.0.0.1:\(self.port)" }
+
+    /// The `notify` URL of a push gateway named `name`.
+    public func gateway(_ name: String) -> String { "\(self.origin)/gateway/\(name)/_matrix/push/v1/notify" }
 
     private init(port: Int, pid: Int32, folder: TemporaryDirectory) {
         self.port = port
@@ -197,6 +205,9 @@ public final class TestPushService: Sendable {
                             answers[name] = list(list_)
                     self.reply(204)
                     return
+                if self.path.startswith('/gateway/'):
+                    self.gateway(body)
+                    return
                 if not self.path.startswith('/push/'):
                     self.reply(404)
                     return
@@ -226,6 +237,41 @@ public final class TestPushService: Sendable {
                     time.sleep(3600)
                     return
                 self.reply(int(status), b'', [('Retry-After', retry_after)] if retry_after else [])
+
+            def gateway(self, body):
+                # /gateway/NAME/_matrix/push/v1/notify: a push gateway as Matrix's Push Gateway API says.
+                name = self.path[len('/gateway/'):].split('/')[0]
+                with lock:
+                    answer = answers[name].pop(0) if answers.get(name) else '200'
+                status, _, extra = answer.partition(':')
+                entry = {'name': name, 'status': 0 if status == 'hang' else int(status), 'path': self.path,
+                         'headers': {k.lower(): v for k, v in self.headers.items()}, 'payload': None,
+                         'vapid': {'valid': False}}
+                pushkeys = []
+                try:
+                    notification = json.loads(body)['notification']
+                    devices = notification['devices']
+                    assert isinstance(devices, list) and devices, 'devices'
+                    for device in devices:
+                        assert isinstance(device['app_id'], str) and isinstance(device['pushkey'], str), 'device'
+                        pushkeys.append(device['pushkey'])
+                    assert isinstance(notification['counts']['unread'], int), 'counts'
+                    assert notification['prio'] in ('high', 'low'), 'prio'
+                    entry['payload'] = {k: v if isinstance(v, str) else
+                                        json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(',', ':'))
+                                        for k, v in notification.items()}
+                except Exception as error:
+                    entry['error'] = repr(error)
+                with lock:
+                    received.append(entry)
+                if status == 'hang':
+                    time.sleep(3600)
+                    return
+                reply = json.dumps({'rejected': pushkeys if extra == 'rejected' else []}).encode()
+                headers = [('Content-Type', 'application/json')]
+                if extra and extra != 'rejected':
+                    headers.append(('Retry-After', extra))
+                self.reply(int(status), reply, headers)
 
         server = ThreadingHTTPServer(('127.0.0.1', 0), Handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -100,6 +100,8 @@ enum LimitOption {
         ("max-push-subscriptions-per-device", { $0.store.limits.maxPushSubscriptionsPerDevice = try int($1) }),
         ("max-push-subscriptions-per-user", { $0.store.limits.maxPushSubscriptionsPerUser = try int($1) }),
         ("max-push-endpoint-bytes", { $0.store.limits.maxPushEndpointBytes = try int($1, atMost: 2048) }),
+        ("max-push-app-id-bytes", { $0.store.limits.maxPushAppIDBytes = try int($1, atMost: 256) }),
+        ("max-push-key-bytes", { $0.store.limits.maxPushKeyBytes = try int($1, atMost: 4096) }),
         ("push-ttl", { $0.push.ttlSeconds = try int($1, atMost: 28 * 86_400) }),
         ("push-lease", { $0.push.lease = try duration($1) }),
         ("push-batch", { $0.push.batch = try int($1) }),

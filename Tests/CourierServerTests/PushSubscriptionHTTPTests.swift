@@ -14,14 +14,15 @@ struct PushSubscriptionHTTPTests {
         _ port: Int,
         _ method: String,
         token: String?,
-        body: String
+        body: String,
+        path: String = "/api/v1/push/subscriptions"
     ) async throws -> (status: Int, body: String) {
         var arguments = [
             "--silent", "--show-error", "--max-time", "60", "--request", method, "--header",
             "Content-Type: application/json", "--data-binary", body, "--write-out", "\n%{http_code}",
         ]
         if let token { arguments += ["--header", "Authorization: Bearer \(token)"] }
-        let output = try await HTTPTests.curl(arguments + ["http://127.0.0.1:\(port)/api/v1/push/subscriptions"])
+        let output = try await HTTPTests.curl(arguments + ["http://127.0.0.1:\(port)\(path)"])
         let lines = output.split(separator: "\n", omittingEmptySubsequences: false)
         return (Int(lines.last ?? "") ?? 0, lines.dropLast().joined(separator: "\n"))
     }

@@ -336,4 +336,72 @@ struct PushOutboxTests {
             #expect(try await fixture.store.pushOutbox().isEmpty)
         }
     }
+
+    @Test(
+        "a phone's pushkey with a gateway is a push target: kept per user, limited, dropped with its device; its jobs carry the unread count",
+        arguments: StoreKind.allCases
+    )
+    func gateways(kind: StoreKind) async throws {
+        var limits = StoreLimits()
+        limits.maxPushKeyBytes = 32
+        try await StoreFixture.with(kind, limits: limits) { fixture in
+            let ids = try await QuietTests.team(fixture)
+            let (alice, bob, carol) = (ids["alice"]!, ids["bob"]!, ids["carol"]!)
+            let bobPhone = try await PushSubscriptionTests.login(fixture, "bob", "iPhone")
+            let carolPhone = try await PushSubscriptionTests.login(fixture, "carol", "Pixel")
+            let url = "https://gateway.example/_matrix/push/v1/notify"
+            let bobs = PushGateway(appID: "org.example.courier.ios", pushkey: "apns-令牌-1", url: url)
+            try await fixture.store.addPushGateway(bobs, for: bobPhone, nowMs: Self.now)
+            // carol's phone holds the same pushkey (two accounts in one app): hers is her own registration, and
+            // takes nothing from bob.
+            try await fixture.store.addPushGateway(bobs, for: carolPhone, nowMs: Self.now)
+            let kept = try await fixture.store.pushSubscriptions(of: bob)
+            #expect(kept.map(\.gateway) == [bobs] && kept[0].device == bobPhone.device.id && kept[0].auth.isEmpty)
+            #expect(try await fixture.store.pushSubscriptions(of: carol).map(\.gateway) == [bobs])
+            // The pushkey is a credential of sorts: never in a description.
+            #expect(!"\(kept)".contains("apns"))
+            // Too long a pushkey, or an empty app id, is refused.
+            for wrong in [
+                PushGateway(appID: "a", pushkey: String(repeating: "k", count: 33), url: url),
+                PushGateway(appID: "", pushkey: "k", url: url),
+            ] {
+                do {
+                    try await fixture.store.addPushGateway(wrong, for: bobPhone, nowMs: Self.now)
+                    Issue.record("taken: \(wrong.appID) \(wrong.pushkey.count)")
+                } catch let error as CourierStoreError {
+                    #expect(error.code == .invalidRequest)
+                }
+            }
+
+            // Two messages to bob: each job's delivery to the gateway carries his unread messages so far.
+            _ = try await Self.send(fixture, alice, "g1", to: .user("bob"), "一")
+            _ = try await Self.send(fixture, alice, "g2", to: .group("team"), "二")
+            let jobs = try await Self.claim(fixture)
+            let bobsDeliveries = jobs.flatMap(\.deliveries).filter { $0.user == bob }
+            #expect(bobsDeliveries.map(\.subscription.gateway) == [bobs, bobs])
+            #expect(bobsDeliveries.map(\.unread) == [2, 2])
+            #expect(bobsDeliveries.map(\.urgent) == [true, false])
+            var done = PushResults()
+            done.done = jobs.map(\.row)
+            // The gateway rejected bob's pushkey: his registration goes, carol's stays.
+            done.gone = [(kept[0].endpoint, bob)]
+            try await fixture.store.finishPushes(done, node: "n1")
+            #expect(try await fixture.store.pushSubscriptions(of: bob).isEmpty)
+            #expect(try await fixture.store.pushSubscriptions(of: carol).count == 1)
+            _ = try await Self.send(fixture, alice, "g3", to: .user("bob"), "三")
+            #expect(try await fixture.store.pushOutbox().isEmpty, "bob has no push target left")
+
+            // Removed by its user with its app id and pushkey; revoking the device drops the rest.
+            try await fixture.store.addPushGateway(bobs, for: bobPhone, nowMs: Self.now)
+            let removed = try await fixture.store.removePushGateway(
+                appID: bobs.appID,
+                pushkey: bobs.pushkey,
+                for: carolPhone
+            )
+            #expect(removed)
+            #expect(try await fixture.store.pushSubscriptions(of: carol).isEmpty)
+            try await fixture.store.revokeDevice(bobPhone.device.id, of: "bob", nowMs: Self.now + 1)
+            #expect(try await fixture.store.pushSubscriptions(of: bob).isEmpty)
+        }
+    }
 }

@@ -5,7 +5,8 @@ import Hummingbird
 import NIOCore
 
 /// `POST` and `DELETE /api/v1/push/subscriptions` on the HTTP port: a device registers the browser's Web Push
-/// subscription (`PushSubscription.toJSON()`) or removes it, with its device token in `Authorization: Bearer`.
+/// subscription (`PushSubscription.toJSON()`) or removes it, with its device token in `Authorization: Bearer`; and
+/// `POST` and `DELETE /api/v1/push/gateways`: a phone app registers its pushkey with the operator's push gateway.
 ///
 /// Nothing is stored that a push could not use: the endpoint must be an absolute `https://` URL (or `http://` when the
 /// server allows private targets, for tests), the keys a P-256 point and a 16-byte secret. Refusals are JSON,
@@ -25,6 +26,55 @@ struct PushEndpoint: Sendable {
         router.delete("/api/v1/push/subscriptions") { request, context in
             await self.answer { try await self.unsubscribe(request, context) }
         }
+        router.post("/api/v1/push/gateways") { request, context in
+            await self.answer { try await self.registerGateway(request, context) }
+        }
+        router.delete("/api/v1/push/gateways") { request, context in
+            await self.answer { try await self.removeGateway(request, context) }
+        }
+    }
+
+    /// A phone's registration with a push gateway (Matrix's Push Gateway API): its app, its pushkey, and the
+    /// gateway's `notify` URL.
+    private struct Gateway: Decodable {
+        var app_id: String
+        var pushkey: String
+        var url: String
+    }
+
+    private struct GatewayRemoval: Decodable {
+        var app_id: String
+        var pushkey: String
+    }
+
+    private func registerGateway(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
+        let session = try await APIAuth.session(of: request, context, store: self.store, logins: self.logins)
+        let body = try await APIRefusal.decode(Gateway.self, from: request, upTo: Self.maxBodyBytes)
+        try self.check(endpoint: body.url, what: "a gateway URL")
+        // Printed into logs and JSON only by the gateway: no control characters, no spaces.
+        guard body.app_id.unicodeScalars.allSatisfy({ (0x21...0x7E).contains($0.value) }),
+            body.pushkey.unicodeScalars.allSatisfy({ (0x21...0x7E).contains($0.value) })
+        else {
+            throw APIRefusal(.badRequest, "invalid-request", "an app id and a pushkey are printable ASCII")
+        }
+        try await APIRefusal.mapping {
+            try await self.store.addPushGateway(
+                PushGateway(appID: body.app_id, pushkey: body.pushkey, url: body.url),
+                for: session,
+                nowMs: SessionClock.systemWallMs()
+            )
+        }
+        return APIRefusal.json(.created, ["app_id": body.app_id, "url": body.url])
+    }
+
+    private func removeGateway(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
+        let session = try await APIAuth.session(of: request, context, store: self.store, logins: self.logins)
+        let body = try await APIRefusal.decode(GatewayRemoval.self, from: request, upTo: Self.maxBodyBytes)
+        let removed = try await APIRefusal.mapping {
+            try await self.store.removePushGateway(appID: body.app_id, pushkey: body.pushkey, for: session)
+        }
+        guard removed else { throw APIRefusal(.notFound, "not-found", "no such pushkey of this user") }
+        return Response(status: .noContent)
     }
 
     private struct Subscription: Decodable {
@@ -75,15 +125,15 @@ struct PushEndpoint: Sendable {
     /// An endpoint a push can go to: printable ASCII (no space, no fragment, no percent-encoded host), absolute, with
     /// a host, `https` (or `http` when private targets are allowed), so that what is stored is what a push will be
     /// sent to. Where it resolves to is checked when a push is sent, not here: a name may point elsewhere later.
-    private func check(endpoint: String) throws {
+    private func check(endpoint: String, what: String = "a push endpoint") throws {
         guard endpoint.utf8.allSatisfy({ (0x21...0x7E).contains($0) && $0 != UInt8(ascii: "#") }),
             let host = URLComponents(string: endpoint)?.percentEncodedHost, !host.contains("%"),
             let audience = VAPIDKey.audience(of: endpoint)
         else {
-            throw APIRefusal(.badRequest, "invalid-request", "a push endpoint is an absolute https URL")
+            throw APIRefusal(.badRequest, "invalid-request", "\(what) is an absolute https URL")
         }
         guard audience.hasPrefix("https://") || self.allowPrivateTargets else {
-            throw APIRefusal(.badRequest, "invalid-request", "a push endpoint is an https URL")
+            throw APIRefusal(.badRequest, "invalid-request", "\(what) is an https URL")
         }
     }
 

@@ -20,7 +20,57 @@ extension StoreBackend {
             auth: auth,
             createdMs: nowMs
         )
-        try await self.transaction(doing: "register a push subscription") { transaction in
+        try await self.addPushTarget(row, for: session, nowMs: nowMs)
+    }
+
+    /// Registers a phone's pushkey with a push gateway (Matrix's Push Gateway API) for a device: pushes then go to
+    /// the gateway's `notify` URL, as a browser's go to its endpoint, and count against the same limits. A pushkey
+    /// registered again by the same user moves to the device that registers it; another user's registration of
+    /// the same pushkey is its own (one phone, two accounts), and is never taken away by this one.
+    ///
+    /// - Throws: `invalid-request` for an app id past ``StoreLimits/maxPushAppIDBytes``, a pushkey past
+    ///   ``StoreLimits/maxPushKeyBytes`` or an URL past ``StoreLimits/maxPushEndpointBytes``; `token-revoked` for a
+    ///   device logged out meanwhile.
+    public func addPushGateway(_ gateway: PushGateway, for session: DeviceSession, nowMs: Int64) async throws {
+        let limits = self.limits
+        guard !gateway.appID.isEmpty, gateway.appID.utf8.count <= limits.maxPushAppIDBytes else {
+            throw CourierStoreError(.invalidRequest, "an app id is 1 to \(limits.maxPushAppIDBytes) bytes")
+        }
+        guard !gateway.pushkey.isEmpty, gateway.pushkey.utf8.count <= limits.maxPushKeyBytes else {
+            throw CourierStoreError(.invalidRequest, "a pushkey is 1 to \(limits.maxPushKeyBytes) bytes")
+        }
+        guard gateway.url.utf8.count <= limits.maxPushEndpointBytes else {
+            throw CourierStoreError(.invalidRequest, "a gateway URL is at most \(limits.maxPushEndpointBytes) bytes")
+        }
+        let row = PushSubscriptionRow(
+            endpoint: PushGateway.key(user: session.user.id, appID: gateway.appID, pushkey: gateway.pushkey),
+            device: session.device.id,
+            user: session.user.id,
+            p256dh: [],
+            auth: [],
+            createdMs: nowMs,
+            gateway: gateway
+        )
+        try await self.addPushTarget(row, for: session, nowMs: nowMs)
+    }
+
+    /// Removes a device's user's registration of a pushkey with a gateway.
+    ///
+    /// - Returns: Whether there was one.
+    public func removePushGateway(appID: String, pushkey: String, for session: DeviceSession) async throws -> Bool {
+        try await self.removePushSubscription(
+            endpoint: PushGateway.key(user: session.user.id, appID: appID, pushkey: pushkey),
+            for: session
+        )
+    }
+
+    /// Adds a push target (a subscription or a gateway's pushkey) under the user's lock, the oldest making room past
+    /// the limits.
+    private func addPushTarget(_ row: PushSubscriptionRow, for session: DeviceSession, nowMs: Int64) async throws {
+        let limits = self.limits
+        let endpoint = row.endpoint
+        let (p256dh, auth) = (row.p256dh, row.auth)
+        try await self.transaction(doing: "register a push target") { transaction in
             // The user's row first, as every revocation takes it (``StoreTransaction/revokeDevices(_:of:nowMs:)``):
             // a device revoked while its registration waited is seen revoked here, or its revocation, after this
             // commits, drops what this wrote. Two registrations of one user count each other's.

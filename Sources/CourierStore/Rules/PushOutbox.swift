@@ -103,6 +103,8 @@ public struct PushDelivery: Sendable {
     /// Whether the notification may show the sender and the text (the recipient's setting).
     public var previews: Bool
     public var subscription: PushSubscriptionRow
+    /// For a gateway's pushkey: the recipient's unread messages over all its conversations (the app's badge).
+    public var unread: Int = 0
 }
 
 /// What became of a job's pushes, for ``CourierDatabase/finishPushes(_:node:)``.
@@ -290,6 +292,13 @@ extension StoreBackend {
         let profiles = try await transaction.profiles(of: [message.sender])
         let from = names[message.sender] ?? ""
         let byUser = Dictionary(recipients.map { ($0.user, $0) }, uniquingKeysWith: { first, _ in first })
+        // A gateway's push carries the app's badge: the recipient's unread messages, everywhere.
+        var unread: [UserID: Int] = [:]
+        for user in Set(targets.filter { $0.subscription.gateway != nil }.map(\.subscription.user)) {
+            unread[user] = try await transaction.memberships(of: user).reduce(0) { total, membership in
+                total + Int(max(0, membership.lastSeq - max(membership.readSeq, membership.joinedSeq)))
+            }
+        }
         let deliveries = targets.compactMap { target -> PushDelivery? in
             guard let recipient = byUser[target.subscription.user] else { return nil }
             return PushDelivery(
@@ -297,7 +306,8 @@ extension StoreBackend {
                 conversation: found.header.groupName.map(Conversation.group) ?? .user(from),
                 urgent: direct || recipient.mentioned,
                 previews: recipient.previews,
-                subscription: target.subscription
+                subscription: target.subscription,
+                unread: unread[recipient.user] ?? 0
             )
         }
         return PushJob(
