@@ -86,6 +86,10 @@ function displayName(user) {
   return name || user;
 }
 
+// A program's account (its profile says `bot`) is marked wherever its name shows.
+const isBot = (user) => !!user && state.profiles.get(user)?.bot === true;
+const botBadge = () => h("span", { class: "bot-badge", title: "a bot: a program's account", text: "bot" });
+
 function titleOf(c) {
   if (c.isGroup) return c.title || c.peer.group;
   return displayName(c.peer.user);
@@ -765,6 +769,7 @@ function renderList() {
               "span",
               { class: "conversation-top" },
               h("span", { class: "conversation-title", dir: "auto", text: title }),
+              !c.isGroup && isBot(c.peer.user) ? botBadge() : null,
               muted ? h("span", { class: "muted", title: "muted", "aria-label": "muted", text: "🔕" }) : null,
               h("time", { class: "time", "data-ms": last ? String(num(last.timeMs)) : false, title: last ? fullTime(num(last.timeMs)) : "", text: last ? relativeTime(num(last.timeMs)) : "" }),
             ),
@@ -808,7 +813,7 @@ function renderHeader() {
   $("composer").hidden = !c;
   if (!c) return;
   const title = titleOf(c);
-  $("chat-title").textContent = title;
+  $("chat-title").replaceChildren(h("bdi", { text: title }), !c.isGroup && isBot(c.peer.user) ? botBadge() : null);
   $("chat-subtitle").textContent = subtitle(c);
   $("chat-avatar").replaceChildren(avatar(c.isGroup ? null : c.peer.user, title));
   $("notify").value = c.notify;
@@ -1009,7 +1014,13 @@ function messageRow(c, message, names) {
     // The user name beside the display name: two members cannot pass for each other by choosing one name.
     const shown = displayName(message.from);
     content.push(
-      h("span", { class: "sender" }, h("bdi", { text: shown }), shown !== message.from ? h("span", { class: "handle", text: ` @${message.from}` }) : null),
+      h(
+        "span",
+        { class: "sender" },
+        h("bdi", { text: shown }),
+        shown !== message.from ? h("span", { class: "handle", text: ` @${message.from}` }) : null,
+        isBot(message.from) ? botBadge() : null,
+      ),
     );
   }
   const reply = message.replyTo;

@@ -6,8 +6,11 @@ extension ChatState {
     /// How a user is shown in the conversation: its display name, cut to a third of the terminal's width (at most
     /// ``maxDisplayNameColumns``), with its user name, which is always whole (a name cannot push it out of sight, nor
     /// pass itself off as another's); or the user name alone.
+    /// A bot's user name says so: `helper [bot]`.
     func shown(_ user: String) -> String {
-        guard let name = self.displayNames[user.lowercased()] else { return user }
+        let key = user.lowercased()
+        let user = self.bots.contains(key) ? "\(user) [bot]" : user
+        guard let name = self.displayNames[key] else { return user }
         let room = max(4, min(Self.maxDisplayNameColumns, self.columns / 3))
         let printable = ChatText.printable(name)
         let cut =
@@ -45,6 +48,7 @@ extension ChatState {
             if let known = self.profilesUpdated[key], known > updated { continue }
             self.profilesUpdated[key] = updated
             self.displayNames[key] = profile.displayName
+            if profile.bot { self.bots.insert(key) } else { self.bots.remove(key) }
         }
     }
 

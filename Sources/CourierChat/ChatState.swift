@@ -92,6 +92,8 @@ struct ChatState {
     var lastSeen: [String: Date] = [:]
     /// Users' display names (by user name, lowercased), as their profiles say.
     var displayNames: [String: String] = [:]
+    /// The users whose profiles say they are bots, by lower-cased name.
+    var bots: Set<String> = []
     /// Groups' titles, by key, as the server said them.
     var titles: [String: String] = [:]
     /// The users whose profiles were asked for (by user name, lowercased): each once.

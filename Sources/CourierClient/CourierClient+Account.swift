@@ -47,6 +47,8 @@ public struct ProfileInfo: Hashable, Sendable {
     public var updated: Date?
     /// In the user's own profile only: whether its push notifications show who wrote and what.
     public var pushPreviews: Bool?
+    /// The user is a bot, a program's account: show it as one.
+    public var bot = false
 
     public init(
         user: String,
@@ -71,6 +73,7 @@ public struct ProfileInfo: Hashable, Sendable {
             updated: profile.updatedMs == 0 ? nil : Date(timeIntervalSince1970: Double(profile.updatedMs) / 1000)
         )
         self.pushPreviews = profile.hasPushPreviews ? profile.pushPreviews : nil
+        self.bot = profile.bot
     }
 }
 

@@ -26,6 +26,18 @@ public protocol CourierDatabase: Sendable {
     func devices(of name: String) async throws -> [Device]
     func revokeDevice(_ device: DeviceID, of name: String, nowMs: Int64) async throws
 
+    // MARK: Bots
+
+    /// Makes a bot and its first token (``StoreBackend/addBot(name:owner:nowMs:)``).
+    func addBot(name: String, owner: String, nowMs: Int64) async throws -> String
+    /// Ends a bot's tokens, and gives it a new one when `replacing`.
+    @discardableResult
+    func revokeBotTokens(of name: String, replacing: Bool, nowMs: Int64) async throws -> String?
+    /// Every bot, removed ones included.
+    func bots(nowMs: Int64) async throws -> [Bot]
+    /// Whether a user is a bot.
+    func isBot(_ user: UserID) async throws -> Bool
+
     // MARK: Registration and one's own account
 
     /// Registers a device's Web Push subscription (its endpoint and keys, checked by the caller), or moves one

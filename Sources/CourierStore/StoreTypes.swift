@@ -73,19 +73,23 @@ public struct UserProfile: Hashable, Sendable {
     public var thumbnail: ProfileImage?
     /// When it last changed (0: never set).
     public var updatedMs: Int64
+    /// The user is a bot, a program's account (`courier bot create`): shown as one by every client.
+    public var bot: Bool
 
     public init(
         user: String,
         displayName: String? = nil,
         avatar: ProfileImage? = nil,
         thumbnail: ProfileImage? = nil,
-        updatedMs: Int64 = 0
+        updatedMs: Int64 = 0,
+        bot: Bool = false
     ) {
         self.user = user
         self.displayName = displayName
         self.avatar = avatar
         self.thumbnail = thumbnail
         self.updatedMs = updatedMs
+        self.bot = bot
     }
 }
 

@@ -503,5 +503,14 @@ enum PostgresSchema {
                 "ALTER TABLE push_subscriptions ADD COLUMN pushkey TEXT",
             ]
         ),
+        Migration(
+            version: "v20-bots",
+            statements: [
+                // A bot is a user a program speaks for (courier bot create): its owner is the user who answers for
+                // it; its profile says it is a bot, for every client to show.
+                "ALTER TABLE users ADD COLUMN bot_owner BIGINT",
+                "ALTER TABLE profiles ADD COLUMN bot BOOLEAN NOT NULL DEFAULT false",
+            ]
+        ),
     ]
 }

@@ -46,6 +46,20 @@ package struct PostgresTransaction: StoreTransaction {
         ).map(PostgresStore.user)
     }
 
+    package func setBotOwner(_ owner: UserID, of bot: UserID) async throws {
+        try await self.connection.run(
+            "UPDATE users SET bot_owner = \(owner.rawValue) WHERE id = \(bot.rawValue)",
+            logger: self.logger
+        )
+    }
+
+    package func botOwners() async throws -> [(bot: UserID, owner: UserID)] {
+        try await self.connection.rows(
+            "SELECT id, bot_owner FROM users WHERE bot_owner IS NOT NULL ORDER BY id",
+            logger: self.logger
+        ).map { (UserID(rawValue: try $0.get("id")), UserID(rawValue: try $0.get("bot_owner"))) }
+    }
+
     package func passwordHash(of user: UserID) async throws -> String? {
         try await self.connection.value(
             "SELECT password_hash FROM users WHERE id = \(user.rawValue)",
@@ -398,12 +412,12 @@ package struct PostgresTransaction: StoreTransaction {
             """
             INSERT INTO profiles (
                 user_id, display_name, avatar_sha256, avatar_size, avatar_mime, avatar_width, avatar_height,
-                thumb_sha256, thumb_size, thumb_mime, thumb_width, thumb_height, updated_ms
+                thumb_sha256, thumb_size, thumb_mime, thumb_width, thumb_height, updated_ms, bot
             ) VALUES (
                 \(user.rawValue), \(profile.displayName), \(avatar?.sha256), \(avatar?.size), \(avatar?.mime),
                 \(avatar.map { Int64($0.width) }), \(avatar.map { Int64($0.height) }), \(thumbnail?.sha256),
                 \(thumbnail?.size), \(thumbnail?.mime), \(thumbnail.map { Int64($0.width) }),
-                \(thumbnail.map { Int64($0.height) }), \(profile.updatedMs)
+                \(thumbnail.map { Int64($0.height) }), \(profile.updatedMs), \(profile.bot)
             )
             ON CONFLICT (user_id) DO UPDATE SET
                 display_name = EXCLUDED.display_name, avatar_sha256 = EXCLUDED.avatar_sha256,
@@ -411,7 +425,7 @@ package struct PostgresTransaction: StoreTransaction {
                 avatar_width = EXCLUDED.avatar_width, avatar_height = EXCLUDED.avatar_height,
                 thumb_sha256 = EXCLUDED.thumb_sha256, thumb_size = EXCLUDED.thumb_size,
                 thumb_mime = EXCLUDED.thumb_mime, thumb_width = EXCLUDED.thumb_width,
-                thumb_height = EXCLUDED.thumb_height, updated_ms = EXCLUDED.updated_ms
+                thumb_height = EXCLUDED.thumb_height, updated_ms = EXCLUDED.updated_ms, bot = EXCLUDED.bot
             """,
             logger: self.logger
         )
@@ -445,7 +459,8 @@ package struct PostgresTransaction: StoreTransaction {
             displayName: try row.get("display_name"),
             avatar: try image("avatar"),
             thumbnail: try image("thumb"),
-            updatedMs: try row.get("updated_ms")
+            updatedMs: try row.get("updated_ms"),
+            bot: try row.get("bot", as: Bool?.self) ?? false
         )
     }
 

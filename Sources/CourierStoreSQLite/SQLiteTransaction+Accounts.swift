@@ -20,6 +20,23 @@ extension SQLiteTransaction {
         }
     }
 
+    package func setBotOwner(_ owner: UserID, of bot: UserID) async throws {
+        try await self.update { db in
+            try db.execute(
+                sql: "UPDATE users SET bot_owner = ? WHERE id = ?",
+                arguments: [owner.rawValue, bot.rawValue]
+            )
+        }
+    }
+
+    package func botOwners() async throws -> [(bot: UserID, owner: UserID)] {
+        try await self.access { db in
+            try Row.fetchAll(db, sql: "SELECT id, bot_owner FROM users WHERE bot_owner IS NOT NULL ORDER BY id").map {
+                (UserID(rawValue: $0["id"]), UserID(rawValue: $0["bot_owner"]))
+            }
+        }
+    }
+
     static func user(_ row: Row) -> User {
         User(
             id: UserID(rawValue: row["id"]),
@@ -435,14 +452,14 @@ extension SQLiteTransaction {
                 sql: """
                     INSERT OR REPLACE INTO profiles (
                         user_id, display_name, avatar_sha256, avatar_size, avatar_mime, avatar_width, avatar_height,
-                        thumb_sha256, thumb_size, thumb_mime, thumb_width, thumb_height, updated_ms
-                    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        thumb_sha256, thumb_size, thumb_mime, thumb_width, thumb_height, updated_ms, bot
+                    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                 arguments: [
                     user.rawValue, profile.displayName, profile.avatar?.sha256, profile.avatar?.size,
                     profile.avatar?.mime, profile.avatar?.width, profile.avatar?.height, profile.thumbnail?.sha256,
                     profile.thumbnail?.size, profile.thumbnail?.mime, profile.thumbnail?.width,
-                    profile.thumbnail?.height, profile.updatedMs,
+                    profile.thumbnail?.height, profile.updatedMs, profile.bot,
                 ]
             )
         }
@@ -479,7 +496,8 @@ extension SQLiteTransaction {
             displayName: row["display_name"],
             avatar: image("avatar"),
             thumbnail: image("thumb"),
-            updatedMs: row["updated_ms"]
+            updatedMs: row["updated_ms"],
+            bot: row["bot"] ?? false
         )
     }
 }

@@ -491,6 +491,16 @@ enum Schema {
                     """
             )
         }
+        migrator.registerMigration("v19-bots") { db in
+            try db.execute(
+                sql: """
+                    -- A bot is a user a program speaks for (courier bot create): its owner is the user who answers
+                    -- for it; its profile says it is a bot, for every client to show.
+                    ALTER TABLE users ADD COLUMN bot_owner INTEGER;
+                    ALTER TABLE profiles ADD COLUMN bot INTEGER NOT NULL DEFAULT 0;
+                    """
+            )
+        }
         return migrator
     }
 }

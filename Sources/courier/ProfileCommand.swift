@@ -94,6 +94,7 @@ struct ProfileCommand: AsyncParsableCommand {
             object["avatar"] = profile.avatar?.sha256
             object["thumbnail"] = profile.thumbnail?.sha256
             object["push_previews"] = profile.pushPreviews
+            object["bot"] = profile.bot
             try printJSON(object)
             return
         }
@@ -103,6 +104,11 @@ struct ProfileCommand: AsyncParsableCommand {
             .text(profile.user), profile.displayName.map(Table.Cell.text) ?? .none,
             profile.avatar.map { .text($0.sha256) } ?? .none, profile.thumbnail.map { .text($0.sha256) } ?? .none,
         ]
+        // A program's account says so.
+        if profile.bot {
+            columns.append("kind")
+            row.append(.text("bot"))
+        }
         // One's own profile: the push setting too.
         if let previews = profile.pushPreviews {
             columns.append("push previews")

@@ -2005,6 +2005,12 @@ public nonisolated struct Courier_V1_Profile: @unchecked Sendable {
   /// Clears the value of `pushPreviews`. Subsequent reads from it will return its default value.
   public mutating func clearPushPreviews() {_uniqueStorage()._pushPreviews = nil}
 
+  /// The user is a bot, a program's account (`courier bot create`, docs/BOTS.md): clients show it as one.
+  public var bot: Bool {
+    get {_storage._bot}
+    set {_uniqueStorage()._bot = newValue}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -5807,7 +5813,7 @@ nonisolated extension Courier_V1_UserCard: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Courier_V1_Profile: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Profile"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}user\0\u{3}display_name\0\u{1}avatar\0\u{1}thumbnail\0\u{3}updated_ms\0\u{3}push_previews\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}user\0\u{3}display_name\0\u{1}avatar\0\u{1}thumbnail\0\u{3}updated_ms\0\u{3}push_previews\0\u{1}bot\0")
 
   fileprivate class _StorageClass {
     var _user: String = String()
@@ -5816,6 +5822,7 @@ nonisolated extension Courier_V1_Profile: SwiftProtobuf.Message, SwiftProtobuf._
     var _thumbnail: Courier_V1_Media? = nil
     var _updatedMs: Int64 = 0
     var _pushPreviews: Bool? = nil
+    var _bot: Bool = false
 
       // This property is used as the initial default value for new instances of the type.
       // The type itself is protecting the reference to its storage via CoW semantics.
@@ -5832,6 +5839,7 @@ nonisolated extension Courier_V1_Profile: SwiftProtobuf.Message, SwiftProtobuf._
       _thumbnail = source._thumbnail
       _updatedMs = source._updatedMs
       _pushPreviews = source._pushPreviews
+      _bot = source._bot
     }
   }
 
@@ -5856,6 +5864,7 @@ nonisolated extension Courier_V1_Profile: SwiftProtobuf.Message, SwiftProtobuf._
         case 4: try { try decoder.decodeSingularMessageField(value: &_storage._thumbnail) }()
         case 5: try { try decoder.decodeSingularInt64Field(value: &_storage._updatedMs) }()
         case 6: try { try decoder.decodeSingularBoolField(value: &_storage._pushPreviews) }()
+        case 7: try { try decoder.decodeSingularBoolField(value: &_storage._bot) }()
         default: break
         }
       }
@@ -5886,6 +5895,9 @@ nonisolated extension Courier_V1_Profile: SwiftProtobuf.Message, SwiftProtobuf._
       try { if let v = _storage._pushPreviews {
         try visitor.visitSingularBoolField(value: v, fieldNumber: 6)
       } }()
+      if _storage._bot != false {
+        try visitor.visitSingularBoolField(value: _storage._bot, fieldNumber: 7)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -5901,6 +5913,7 @@ nonisolated extension Courier_V1_Profile: SwiftProtobuf.Message, SwiftProtobuf._
         if _storage._thumbnail != rhs_storage._thumbnail {return false}
         if _storage._updatedMs != rhs_storage._updatedMs {return false}
         if _storage._pushPreviews != rhs_storage._pushPreviews {return false}
+        if _storage._bot != rhs_storage._bot {return false}
         return true
       }
       if !storagesAreEqual {return false}

@@ -41,6 +41,29 @@ public struct ServerConfiguration: Sendable {
     public var web: Web = .init()
     /// Pushes to devices that are away (issue 44, being built).
     public var push: Push = .init()
+    /// The HTTP API bots (and scripts with a device token) speak: `/api/v1`, docs/BOTS.md.
+    public var api: API = .init()
+
+    /// The HTTP API's limits, on top of the HTTP port's connections per address and the failed-token throttle.
+    public struct API: Sendable {
+        /// Requests per second one user may make, all its tokens together (a long poll counts once); past the
+        /// burst the next is answered 429 with `Retry-After`.
+        public var requestsPerSecond: Double = 30
+        public var requestBurst: Double = 60
+        /// The same for one address, all its users together.
+        public var requestsPerSecondPerAddress: Double = 120
+        public var requestBurstPerAddress: Double = 240
+        /// The longest `timeout` of `GET /api/v1/updates` (Telegram's limit, 50 s).
+        public var maxPollSeconds: Int = 50
+        /// The most updates one answer carries (`limit` asks for fewer).
+        public var maxUpdatesPerPoll: Int = 100
+        /// Long polls one user may have open at once, all its tokens together; one more is answered 409.
+        public var maxPollsPerUser: Int = 4
+        /// The largest JSON body taken.
+        public var maxBodyBytes: Int = 128 * 1024
+
+        public init() {}
+    }
 
     /// Pushes to devices that are away: Web Push subscriptions and where pushes may go.
     public struct Push: Sendable {

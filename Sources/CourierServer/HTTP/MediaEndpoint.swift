@@ -19,6 +19,10 @@ struct MediaEndpoint: Sendable {
         router.head("/media/{sha256}") { request, context in
             try await self.respond(to: request, context: context, bodyless: true)
         }
+        // The HTTP API's name for it (docs/BOTS.md), the same answer.
+        router.get("/api/v1/media/{sha256}") { request, context in
+            try await self.respond(to: request, context: context, bodyless: false)
+        }
     }
 
     private func respond(to request: Request, context: CourierRequestContext, bodyless: Bool) async throws -> Response {

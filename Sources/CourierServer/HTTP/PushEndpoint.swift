@@ -221,11 +221,44 @@ struct APIRefusal: Error {
         let status: HTTPResponse.Status =
             switch error.code {
             case .authFailed, .tokenExpired, .tokenRevoked: .unauthorized
+            case .notMember, .notSender, .notOwner, .notAdmin, .notContact: .forbidden
+            case .unknownUser, .unknownGroup, .unknownMessage, .unknownMedia, .unknownUpload: .notFound
             case .throttled: .tooManyRequests
+            case .quotaExceeded, .mediaTooLarge: .contentTooLarge
             case .storageFailed: .serviceUnavailable
             default: .badRequest
             }
         self.init(status, error.code.description, error.message)
+    }
+
+    /// 429 `rate-limited`, with when to ask again.
+    static func throttled(_ wait: Duration, _ message: String) -> APIRefusal {
+        var refusal = APIRefusal(.tooManyRequests, "rate-limited", message)
+        let (seconds, attoseconds) = wait.components
+        refusal.retryAfterSeconds = max(1, Int(seconds) + (attoseconds > 0 ? 1 : 0))
+        return refusal
+    }
+
+    /// Runs a check of the store's, its refusal turned into an ``APIRefusal``.
+    static func check(_ body: () throws -> Void) throws {
+        do {
+            try body()
+        } catch let error as CourierStoreError {
+            throw APIRefusal(error)
+        }
+    }
+
+    /// The answer to a request: what `body` returns, or its refusal as JSON (anything else is 503 `storage-failed`).
+    static func answer(_ body: () async throws -> Response) async -> Response {
+        do {
+            return try await body()
+        } catch let refusal as APIRefusal {
+            return refusal.response
+        } catch let error as CourierStoreError {
+            return APIRefusal(error).response
+        } catch {
+            return APIRefusal(.serviceUnavailable, "storage-failed", "the request failed; try again").response
+        }
     }
 
     var response: Response {

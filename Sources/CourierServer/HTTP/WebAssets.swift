@@ -923,6 +923,18 @@ mark {
   font-size: 0.85rem;
 }
 
+/* A bot's name: marked wherever it shows (4.5:1 and more, white on the accent). */
+.bot-badge {
+  background: var(--accent);
+  border-radius: 0.3rem;
+  color: var(--accent-ink);
+  font-size: 0.7rem;
+  font-weight: 600;
+  margin-inline-start: 0.35rem;
+  padding: 0 0.3rem;
+  vertical-align: middle;
+}
+
 """#),
         ("app.js", #"""
 // Courier's web chat: the page's state and what it shows. The server's envelopes are documented in docs/PROTOCOL.md;
@@ -1012,6 +1024,10 @@ function displayName(user) {
   const name = state.profiles.get(user)?.displayName;
   return name || user;
 }
+
+// A program's account (its profile says `bot`) is marked wherever its name shows.
+const isBot = (user) => !!user && state.profiles.get(user)?.bot === true;
+const botBadge = () => h("span", { class: "bot-badge", title: "a bot: a program's account", text: "bot" });
 
 function titleOf(c) {
   if (c.isGroup) return c.title || c.peer.group;
@@ -1692,6 +1708,7 @@ function renderList() {
               "span",
               { class: "conversation-top" },
               h("span", { class: "conversation-title", dir: "auto", text: title }),
+              !c.isGroup && isBot(c.peer.user) ? botBadge() : null,
               muted ? h("span", { class: "muted", title: "muted", "aria-label": "muted", text: "🔕" }) : null,
               h("time", { class: "time", "data-ms": last ? String(num(last.timeMs)) : false, title: last ? fullTime(num(last.timeMs)) : "", text: last ? relativeTime(num(last.timeMs)) : "" }),
             ),
@@ -1735,7 +1752,7 @@ function renderHeader() {
   $("composer").hidden = !c;
   if (!c) return;
   const title = titleOf(c);
-  $("chat-title").textContent = title;
+  $("chat-title").replaceChildren(h("bdi", { text: title }), !c.isGroup && isBot(c.peer.user) ? botBadge() : null);
   $("chat-subtitle").textContent = subtitle(c);
   $("chat-avatar").replaceChildren(avatar(c.isGroup ? null : c.peer.user, title));
   $("notify").value = c.notify;
@@ -1936,7 +1953,13 @@ function messageRow(c, message, names) {
     // The user name beside the display name: two members cannot pass for each other by choosing one name.
     const shown = displayName(message.from);
     content.push(
-      h("span", { class: "sender" }, h("bdi", { text: shown }), shown !== message.from ? h("span", { class: "handle", text: ` @${message.from}` }) : null),
+      h(
+        "span",
+        { class: "sender" },
+        h("bdi", { text: shown }),
+        shown !== message.from ? h("span", { class: "handle", text: ` @${message.from}` }) : null,
+        isBot(message.from) ? botBadge() : null,
+      ),
     );
   }
   const reply = message.replyTo;

@@ -132,6 +132,7 @@ extension Courier_V1_Profile {
         if let avatar = profile.avatar { self.avatar = Courier_V1_Media(picture: avatar) }
         if let thumbnail = profile.thumbnail { self.thumbnail = Courier_V1_Media(picture: thumbnail) }
         self.updatedMs = profile.updatedMs
+        self.bot = profile.bot
     }
 }
 

@@ -277,7 +277,7 @@ extension ProfileImage {
 
 extension ProfileRow {
     /// Whether it says nothing: no display name, no avatar.
-    var isEmpty: Bool { self.displayName == nil && self.avatar == nil && self.thumbnail == nil }
+    var isEmpty: Bool { self.displayName == nil && self.avatar == nil && self.thumbnail == nil && !self.bot }
 }
 
 extension UserProfile {
@@ -288,7 +288,8 @@ extension UserProfile {
             displayName: row?.displayName,
             avatar: row?.avatar,
             thumbnail: row?.thumbnail,
-            updatedMs: row?.updatedMs ?? 0
+            updatedMs: row?.updatedMs ?? 0,
+            bot: row?.bot ?? false
         )
     }
 }

@@ -46,6 +46,10 @@ package protocol StoreTransaction: Sendable {
     /// - Returns: The new user's id, or nil when the name is taken.
     func insertUser(name: String, passwordHash: String, nowMs: Int64) async throws -> UserID?
     func setPasswordHash(_ hash: String, of user: UserID) async throws
+    /// Makes a user a bot, answered for by `owner`.
+    func setBotOwner(_ owner: UserID, of bot: UserID) async throws
+    /// Every bot, with its owner, by id.
+    func botOwners() async throws -> [(bot: UserID, owner: UserID)]
     /// Marks a user removed and drops its password hash.
     func markRemoved(_ user: UserID, nowMs: Int64) async throws
     /// The newest cursor of a user's event log.

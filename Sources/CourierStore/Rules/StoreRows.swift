@@ -76,12 +76,21 @@ package struct ProfileRow: Hashable, Sendable {
     package var avatar: ProfileImage?
     package var thumbnail: ProfileImage?
     package var updatedMs: Int64
+    /// The user is a bot (``StoreBackend/addBot(name:owner:nowMs:)``): every client shows it as one.
+    package var bot: Bool
 
-    package init(displayName: String?, avatar: ProfileImage?, thumbnail: ProfileImage?, updatedMs: Int64) {
+    package init(
+        displayName: String?,
+        avatar: ProfileImage?,
+        thumbnail: ProfileImage?,
+        updatedMs: Int64,
+        bot: Bool = false
+    ) {
         self.displayName = displayName
         self.avatar = avatar
         self.thumbnail = thumbnail
         self.updatedMs = updatedMs
+        self.bot = bot
     }
 }
 

@@ -1,0 +1,740 @@
+import CourierProtocol
+import CourierStore
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import Synchronization
+
+/// The HTTP API on the HTTP port (`/api/v1`, docs/BOTS.md, docs/openapi.yaml): what a bot (or a script holding a
+/// user's device token) does without speaking the native protocol. Each operation is the protocol's own: a send goes
+/// through the same group commit, fan-out budget and store rules as a connection's, so a bot is limited like anyone.
+///
+/// `Authorization: Bearer <token>` on every request: a missing, unknown, expired or revoked token is 401 (and counts
+/// against the address, as a failed login does). Refusals are `{"error": {"code", "message"}}` with the protocol's
+/// error code and the status that matches it.
+///
+/// `GET /api/v1/updates` is a long poll, as Telegram's `getUpdates`: updates are the entries of the user's own event
+/// log that are messages (and edits of messages) from others, `update_id` their cursor. An `offset` acknowledges every
+/// update below it, for the token's device, which then never gets them again; an update not acknowledged comes again
+/// in every answer. While it waits, the poll holds a place in the node's map of connections (and nothing else): a
+/// commit on any node that grows the user's log wakes it, as it wakes a connection.
+struct BotAPI: Sendable {
+    let context: SessionContext
+    let logins: LoginThrottle
+    let limiter: APIRateLimiter
+
+    init(context: SessionContext, logins: LoginThrottle) {
+        self.context = context
+        self.logins = logins
+        self.limiter = APIRateLimiter(context.configuration.api)
+    }
+
+    var configuration: ServerConfiguration.API { self.context.configuration.api }
+
+    func register(on router: Router<CourierRequestContext>) {
+        router.get("/api/v1/me") { request, context in
+            await APIRefusal.answer { try await self.me(request, context) }
+        }
+        router.get("/api/v1/updates") { request, context in
+            await APIRefusal.answer { try await self.updates(request, context) }
+        }
+        router.post("/api/v1/messages") { request, context in
+            await APIRefusal.answer { try await self.send(request, context) }
+        }
+        router.post("/api/v1/messages/edit") { request, context in
+            await APIRefusal.answer { try await self.edit(request, context) }
+        }
+        router.post("/api/v1/messages/react") { request, context in
+            await APIRefusal.answer { try await self.react(request, context) }
+        }
+        router.post("/api/v1/messages/recall") { request, context in
+            await APIRefusal.answer { try await self.recall(request, context) }
+        }
+        router.get("/api/v1/history") { request, context in
+            await APIRefusal.answer { try await self.history(request, context) }
+        }
+        router.post("/api/v1/media") { request, context in
+            await APIRefusal.answer { try await self.upload(request, context) }
+        }
+    }
+
+    // MARK: Who is asking
+
+    /// The device the request speaks for, once the address and then the user have a request left in their rates.
+    private func authorize(_ request: Request, _ context: CourierRequestContext) async throws -> DeviceSession {
+        let address = AddressKey.of(ip: context.remoteAddress?.ipAddress ?? "?")
+        try self.limiter.take(address: address)
+        let session = try await APIAuth.session(of: request, context, store: self.context.store, logins: self.logins)
+        try self.limiter.take(user: session.user.id)
+        return session
+    }
+
+    private func me(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
+        let session = try await self.authorize(request, context)
+        let bot = try await APIRefusal.mapping { try await self.context.store.isBot(session.user.id) }
+        struct Me: Encodable {
+            var user: String
+            var bot: Bool
+            var device: Int64
+        }
+        return APIRefusal.json(.ok, Me(user: session.user.name, bot: bot, device: session.device.id.rawValue))
+    }
+
+    // MARK: Updates
+
+    private func updates(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
+        let session = try await self.authorize(request, context)
+        let query = request.uri.queryParameters
+        func number(_ name: String) throws -> Int64? {
+            guard let text = query[name[...]] else { return nil }
+            guard let value = Int64(text), value >= 0 else {
+                throw APIRefusal(.badRequest, "invalid-request", "\(name) is a whole number, 0 or more")
+            }
+            return value
+        }
+        let offset = try number("offset") ?? 0
+        let timeout = min(try number("timeout") ?? 0, Int64(max(0, self.configuration.maxPollSeconds)))
+        let limit = Int(min(try number("limit") ?? Int64.max, Int64(max(1, self.configuration.maxUpdatesPerPoll))))
+        let store = self.context.store
+        let user = session.user
+
+        // The offset acknowledges what is below it, for this device: never sent again.
+        var after = try await APIRefusal.mapping { try await store.ackedCursor(of: session.device.id) }
+        if offset > 0, UInt64(offset) - 1 > after {
+            let latest = try await APIRefusal.mapping { try await store.logCursor(of: user.id) }
+            let acknowledged = min(UInt64(offset) - 1, latest)
+            if acknowledged > after {
+                try await self.commit(.ack(user: user.id, device: session.device.id, cursor: acknowledged), user)
+                after = acknowledged
+            }
+        }
+        guard timeout > 0 else {
+            let (found, _) = try await self.read(after: after, limit: limit, session)
+            return APIRefusal.json(.ok, ["updates": found])
+        }
+        // A place among the user's connections while it waits: woken by any commit that grows the log.
+        let registration = self.context.hub.register(
+            user: user.id,
+            device: session.device.id,
+            ephemeral: false,
+            maxPerUser: self.context.configuration.limits.maxConnectionsPerUser
+        )
+        guard case .registered(let handle, _, _) = registration else {
+            throw APIRefusal(.serviceUnavailable, "server-full", "no room for another wait of this user: try again")
+        }
+        defer { _ = self.context.hub.unregister(handle) }
+        guard self.limiter.startPoll(of: user.id) else {
+            throw APIRefusal(.conflict, "conflict", "this user has as many long polls open as it may")
+        }
+        defer { self.limiter.endPoll(of: user.id) }
+        let deadline = ContinuousClock.now + .seconds(timeout)
+        var skippedTo = after
+        while true {
+            handle.delivered(upTo: skippedTo)
+            let (found, readTo) = try await self.read(after: skippedTo, limit: limit, session)
+            if !found.isEmpty { return APIRefusal.json(.ok, ["updates": found]) }
+            skippedTo = max(skippedTo, readTo)
+            handle.delivered(upTo: skippedTo)
+            guard ContinuousClock.now < deadline, await Self.wait(on: handle, until: deadline) else { break }
+            if case .terminate? = handle.take() {
+                throw APIRefusal(.unauthorized, "token-revoked", "the token was revoked")
+            }
+        }
+        // Only what is no update was read (receipts, the bot's own messages): acknowledged, so that the next poll
+        // does not read it again.
+        if skippedTo > after {
+            try? await self.commit(.ack(user: user.id, device: session.device.id, cursor: skippedTo), user)
+        }
+        return APIRefusal.json(.ok, ["updates": [APIUpdate]()])
+    }
+
+    /// Waits until the handle has something, or the deadline (or the request's task is cancelled); false then.
+    private static func wait(on handle: ConnectionHandle, until deadline: ContinuousClock.Instant) async -> Bool {
+        let waiter = PollWaiter()
+        let timer = Task {
+            try? await Task.sleep(until: deadline)
+            waiter.resume(false)
+        }
+        defer {
+            timer.cancel()
+            handle.clearWaker()
+        }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                waiter.set(continuation)
+                handle.setWaker { waiter.resume(true) }
+            }
+        } onCancel: {
+            waiter.resume(false)
+        }
+    }
+
+    /// The updates after a cursor, up to `limit`, reading on past entries that are none (a few pages at most).
+    ///
+    /// - Returns: The updates, and the cursor read to.
+    private func read(after cursor: UInt64, limit: Int, _ session: DeviceSession) async throws -> ([APIUpdate], UInt64)
+    {
+        var after = cursor
+        var found: [APIUpdate] = []
+        for _ in 0..<8 {
+            let events = try await APIRefusal.mapping {
+                try await self.context.store.events(for: session.user.id, after: after, limit: limit)
+            }
+            guard let last = events.last else { break }
+            for event in events {
+                guard found.count < limit else { break }
+                switch event.kind {
+                case .message(let message) where message.from != session.user.name:
+                    found.append(APIUpdate(update_id: event.cursor, message: APIMessage(message, for: session)))
+                case .edit(let message) where message.from != session.user.name:
+                    found.append(APIUpdate(update_id: event.cursor, edited_message: APIMessage(message, for: session)))
+                default:
+                    break
+                }
+            }
+            after = last.cursor
+            if !found.isEmpty { break }
+        }
+        return (found, after)
+    }
+
+    // MARK: Writes
+
+    private struct SendBody: Decodable {
+        struct Media: Decodable {
+            var sha256: String
+            var size: UInt64
+            var mime: String?
+            var name: String?
+            var kind: String?
+        }
+        var to: String?
+        var group: String?
+        /// The text; with media, its caption (may be absent).
+        var text: String?
+        var reply_to: UInt64?
+        /// Media this user uploaded (`POST /api/v1/media`), sent without its bytes again.
+        var media: Media?
+    }
+
+    /// The body of a send: its text, or its media with the text as the caption, checked as a connection's send is.
+    private func body(of send: SendBody) throws -> (Courier_V1_Body, MediaReference?) {
+        let maxText = self.context.configuration.limits.maxTextBytes
+        let text = send.text ?? ""
+        guard text.utf8.count <= maxText else {
+            throw APIRefusal(.badRequest, "text-too-large", "\(text.utf8.count) bytes of text; the limit is \(maxText)")
+        }
+        var body = Courier_V1_Body()
+        guard let given = send.media else {
+            guard !text.isEmpty else { throw APIRefusal(.badRequest, "empty-message", "the text is empty") }
+            body.text = text
+            return (body, nil)
+        }
+        guard SHA256Hex.isValid(given.sha256) else {
+            throw APIRefusal(.badRequest, "invalid-request", "media.sha256 is 64 lowercase hex digits")
+        }
+        let maxMedia = self.context.configuration.media.maxMediaBytes
+        guard given.size <= UInt64(maxMedia) else {
+            throw APIRefusal(.contentTooLarge, "media-too-large", "\(given.size) bytes is over the media limit")
+        }
+        let name = given.name ?? ""
+        try Self.check(fileName: name)
+        var media = Courier_V1_Media()
+        media.sha256 = given.sha256
+        media.size = given.size
+        if let mime = given.mime, !mime.isEmpty {
+            guard let canonical = MediaType.canonical(mime), canonical.utf8.count <= 127 else {
+                throw APIRefusal(.badRequest, "invalid-request", "media.mime is one media type (type/subtype)")
+            }
+            media.mime = canonical
+        }
+        media.name = name
+        switch given.kind ?? "file" {
+        case "image": media.kind = .image
+        case "voice": media.kind = .voice
+        case "video": media.kind = .video
+        case "file": media.kind = .file
+        default: throw APIRefusal(.badRequest, "invalid-request", "media.kind is image, voice, video or file")
+        }
+        media.caption = text
+        body.media = media
+        let reference = MediaReference(
+            sha256: media.sha256,
+            size: Int64(media.size),
+            mime: media.mime,
+            name: media.name
+        )
+        return (body, reference)
+    }
+
+    /// A file name a message may carry: no folder, no control characters, at most 255 bytes.
+    static func check(fileName name: String) throws {
+        guard name.utf8.count <= 255, !name.contains("/"),
+            !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
+        else {
+            throw APIRefusal(
+                .badRequest,
+                "invalid-request",
+                "a file name has no / and no control characters, at most 255 bytes"
+            )
+        }
+    }
+
+    private func send(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
+        let session = try await self.authorize(request, context)
+        let body = try await APIRefusal.decode(SendBody.self, from: request, upTo: self.configuration.maxBodyBytes)
+        let address = try Self.address(to: body.to, group: body.group)
+        let (message, media) = try self.body(of: body)
+        // The Idempotency-Key is the message's id: a retry with it answers the message it made, never a second.
+        var id = WriteRequest.Send.assignedID()
+        if let key = request.headers[HTTPField.Name("Idempotency-Key")!] {
+            let maxID = self.context.configuration.store.limits.maxMessageIDBytes
+            guard !key.isEmpty, key.utf8.count <= maxID, StoreText.isClean(key) else {
+                throw APIRefusal(
+                    .badRequest,
+                    "invalid-request",
+                    "an Idempotency-Key is 1 to \(maxID) bytes without control characters"
+                )
+            }
+            id = key
+        }
+        if let wait = self.context.fanoutWait(of: session.user.id) {
+            throw APIRefusal.throttled(wait, "this user's messages reached too many people lately: wait")
+        }
+        var send = WriteRequest.Send(
+            sender: session.user.id,
+            device: session.device.id,
+            id: id,
+            to: address,
+            body: try message.serializedBytes(),
+            media: media,
+            replyTo: body.reply_to.map { .seq($0) }
+        )
+        send.prepareSearch(body: message)
+        self.context.metrics.messagesIn.increment()
+        let reserved = self.context.fanoutEstimate(of: session.user.id, to: address)
+        self.context.chargeFanout(of: session.user.id, deliveries: reserved)
+        let outcome: WriteOutcome
+        do {
+            outcome = try await self.context.submit(.send(send), origin: nil, userName: session.user.name).outcome()
+        } catch {
+            self.context.chargeFanout(of: session.user.id, deliveries: -reserved)
+            throw APIRefusal(.serviceUnavailable, "storage-failed", "the message was not stored; try again")
+        }
+        switch outcome {
+        case .sent(let receipt):
+            self.context.chargeFanout(of: session.user.id, deliveries: receipt.recipients - reserved)
+            if !receipt.duplicate {
+                self.context.learnFanout(of: session.user.id, to: address, deliveries: receipt.recipients)
+            }
+            struct Sent: Encodable {
+                var id: String
+                var seq: UInt64
+                var time_ms: Int64
+                var duplicate: Bool
+            }
+            return APIRefusal.json(
+                receipt.duplicate ? .ok : .created,
+                Sent(id: receipt.id, seq: receipt.seq, time_ms: receipt.timeMs, duplicate: receipt.duplicate)
+            )
+        case .refused(let error):
+            self.context.chargeFanout(of: session.user.id, deliveries: -reserved)
+            throw APIRefusal(error)
+        case .done:
+            self.context.chargeFanout(of: session.user.id, deliveries: -reserved)
+            throw APIRefusal(.serviceUnavailable, "storage-failed", "the message was not stored; try again")
+        }
+    }
+
+    /// A message named by its conversation and seq, or by its id.
+    private struct MessageTarget: Decodable {
+        var to: String?
+        var group: String?
+        var seq: UInt64?
+        var id: String?
+        var text: String?
+        var reaction: String?
+        var on: Bool?
+    }
+
+    private func name(of target: MessageTarget) throws -> MessageName {
+        let address = try Self.address(to: target.to, group: target.group)
+        if let seq = target.seq, seq > 0 { return MessageName(conversation: address, seq: seq) }
+        if let id = target.id, !id.isEmpty { return MessageName(id: id, in: address) }
+        throw APIRefusal(.badRequest, "invalid-request", "a message is named by its seq or its id")
+    }
+
+    private func edit(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
+        let session = try await self.authorize(request, context)
+        let target = try await APIRefusal.decode(
+            MessageTarget.self,
+            from: request,
+            upTo: self.configuration.maxBodyBytes
+        )
+        let name = try self.name(of: target)
+        guard let text = target.text else { throw APIRefusal(.badRequest, "invalid-request", "an edit needs a text") }
+        let maxText = self.context.configuration.limits.maxTextBytes
+        guard text.utf8.count <= maxText else {
+            throw APIRefusal(.badRequest, "text-too-large", "\(text.utf8.count) bytes of text; the limit is \(maxText)")
+        }
+        let message = try await APIRefusal.mapping { try await self.context.store.message(name, for: session.user.id) }
+        guard message.from == session.user.name else {
+            throw APIRefusal(.forbidden, "not-sender", "only its sender may edit a message")
+        }
+        guard !message.recalled else { throw APIRefusal(.badRequest, "message-recalled", "the message was recalled") }
+        var body = (try? Courier_V1_Body(serializedBytes: message.body)) ?? Courier_V1_Body()
+        switch body.content {
+        case .media(var media)?:
+            media.caption = text
+            body.media = media
+        case .text?, nil:
+            guard !text.isEmpty else { throw APIRefusal(.badRequest, "empty-message", "the text is empty") }
+            body.text = text
+        }
+        var edit = WriteRequest.Edit(
+            user: session.user.id,
+            device: session.device.id,
+            conversation: message.conversation,
+            seq: message.seq,
+            body: try body.serializedBytes()
+        )
+        edit.prepareSearch(text: SearchIndex.text(of: body))
+        try await self.commit(.edit(edit), session.user, to: message.conversation)
+        return Response(status: .noContent)
+    }
+
+    private func react(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
+        let session = try await self.authorize(request, context)
+        let target = try await APIRefusal.decode(
+            MessageTarget.self,
+            from: request,
+            upTo: self.configuration.maxBodyBytes
+        )
+        let name = try self.name(of: target)
+        guard let key = target.reaction else {
+            throw APIRefusal(.badRequest, "invalid-reaction", "a reaction needs its key (\"reaction\")")
+        }
+        try APIRefusal.check { _ = try ReactionKey.validate(key) }
+        let message = try await APIRefusal.mapping { try await self.context.store.message(name, for: session.user.id) }
+        try await self.commit(
+            .react(
+                .init(
+                    user: session.user.id,
+                    conversation: message.conversation,
+                    seq: message.seq,
+                    key: key,
+                    on: target.on ?? true
+                )
+            ),
+            session.user,
+            to: message.conversation
+        )
+        return Response(status: .noContent)
+    }
+
+    private func recall(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
+        let session = try await self.authorize(request, context)
+        let target = try await APIRefusal.decode(
+            MessageTarget.self,
+            from: request,
+            upTo: self.configuration.maxBodyBytes
+        )
+        let name = try self.name(of: target)
+        let message = try await APIRefusal.mapping { try await self.context.store.message(name, for: session.user.id) }
+        guard message.from == session.user.name else {
+            throw APIRefusal(.forbidden, "not-sender", "only its sender may recall a message")
+        }
+        try await self.commit(
+            .recall(user: session.user.id, conversation: message.conversation, id: message.id),
+            session.user,
+            to: message.conversation
+        )
+        return Response(status: .noContent)
+    }
+
+    /// Commits a write and waits for it; its cost charged to the user's fan-out budget, as a connection's is.
+    private func commit(_ request: WriteRequest, _ user: User, to conversation: Conversation? = nil) async throws {
+        if conversation != nil, let wait = self.context.fanoutWait(of: user.id) {
+            throw APIRefusal.throttled(wait, "this user's changes reached too many people lately: wait")
+        }
+        let outcome: WriteOutcome
+        do {
+            outcome = try await self.context.submit(request, origin: nil, userName: user.name).outcome()
+        } catch {
+            throw APIRefusal(.serviceUnavailable, "storage-failed", "the change was not stored; try again")
+        }
+        if case .refused(let error) = outcome { throw APIRefusal(error) }
+        if let conversation {
+            self.context.chargeFanout(
+                of: user.id,
+                deliveries: self.context.fanoutEstimate(of: user.id, to: conversation)
+            )
+        }
+    }
+
+    // MARK: Media
+
+    /// `POST /api/v1/media?name=NAME`: the body's bytes stored as this user's media (`Content-Length` needed, the
+    /// size limit and the quota checked before a byte is stored, `Content-Type` its type), answered with what a
+    /// send's `media` names. The bytes are stored as they come, never held whole.
+    private func upload(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
+        let session = try await self.authorize(request, context)
+        guard let length = request.headers[.contentLength].flatMap({ Int64($0) }), length > 0 else {
+            throw APIRefusal(.lengthRequired, "invalid-request", "an upload states its Content-Length (1 byte or more)")
+        }
+        let name = request.uri.queryParameters["name"].map(String.init) ?? ""
+        try Self.check(fileName: name)
+        var mime = "application/octet-stream"
+        if let given = request.headers[.contentType] {
+            guard let canonical = MediaType.canonical(given), canonical.utf8.count <= 127 else {
+                throw APIRefusal(.badRequest, "invalid-request", "Content-Type is one media type (type/subtype)")
+            }
+            mime = canonical
+        }
+        let media = self.context.media
+        var upload = try await APIRefusal.mapping {
+            try await media.begin(
+                id: MediaService.compatUploadID(user: session.user.id),
+                user: session.user.id,
+                size: length,
+                sha256: nil
+            )
+        }
+        let sha256: String
+        let left: Int64
+        do {
+            for try await bytes in request.body { try await media.write(bytes, to: &upload) }
+            (sha256, left) = try await media.finish(upload)
+        } catch {
+            // Not resumable: what came of it goes.
+            await media.release(upload, discard: true)
+            if let error = error as? CourierStoreError { throw APIRefusal(error) }
+            throw APIRefusal(.badRequest, "invalid-request", "the upload was cut short")
+        }
+        struct Stored: Encodable {
+            var sha256: String
+            var size: Int64
+            var mime: String
+            var name: String
+            var quota_left: Int64
+        }
+        return APIRefusal.json(.created, Stored(sha256: sha256, size: length, mime: mime, name: name, quota_left: left))
+    }
+
+    // MARK: Reads
+
+    private func history(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
+        let session = try await self.authorize(request, context)
+        let query = request.uri.queryParameters
+        let address = try Self.address(to: query["to"].map(String.init), group: query["group"].map(String.init))
+        let before = query["before"].flatMap { UInt64($0) } ?? 0
+        let limit = min(max(1, query["limit"].flatMap { Int($0) } ?? 50), 100)
+        let page = try await APIRefusal.mapping {
+            try await self.context.store.history(for: session.user.id, in: address, beforeSeq: before, limit: limit)
+        }
+        struct Page: Encodable {
+            var messages: [APIMessage]
+            var more: Bool
+        }
+        return APIRefusal.json(.ok, Page(messages: page.messages.map { APIMessage($0, for: session) }, more: page.more))
+    }
+
+    /// The conversation a request names: `to` a user, or `group`, one of them.
+    static func address(to user: String?, group: String?) throws -> Conversation {
+        switch (user, group) {
+        case (let user?, nil): return .user(user)
+        case (nil, let group?): return .group(group)
+        default: throw APIRefusal(.badRequest, "invalid-request", "name one conversation: \"to\" a user, or \"group\"")
+        }
+    }
+}
+
+/// One update of `GET /api/v1/updates`: a new message, or a message edited.
+struct APIUpdate: Encodable {
+    var update_id: UInt64
+    var message: APIMessage?
+    var edited_message: APIMessage?
+}
+
+/// A message as the HTTP API shows it to one reader.
+struct APIMessage: Encodable {
+    struct Media: Encodable {
+        var sha256: String
+        var size: UInt64
+        var mime: String
+        var name: String
+        var kind: String
+        var caption: String?
+    }
+    struct Reply: Encodable {
+        var seq: UInt64
+        var id: String?
+        var from: String?
+    }
+    var id: String
+    var seq: UInt64
+    var from: String
+    /// For a direct message: the user it went to.
+    var to: String?
+    /// For a group's message: the group.
+    var group: String?
+    var time_ms: Int64
+    var text: String?
+    var media: Media?
+    var reply_to: Reply?
+    var edited_ms: Int64?
+    var recalled: Bool?
+
+    init(_ message: StoredMessage, for session: DeviceSession) {
+        self.id = message.id
+        self.seq = message.seq
+        self.from = message.from
+        self.time_ms = message.timeMs
+        switch message.conversation {
+        case .user(let peer):
+            self.to = message.from == session.user.name ? peer : session.user.name
+        case .group(let name):
+            self.group = name
+        }
+        self.edited_ms = message.editedMs
+        if message.recalled {
+            self.recalled = true
+        } else if let body = try? Courier_V1_Body(serializedBytes: message.body) {
+            switch body.content {
+            case .text(let text)?:
+                self.text = text
+            case .media(let media)?:
+                let kind =
+                    switch media.kind {
+                    case .image: "image"
+                    case .voice: "voice"
+                    case .video: "video"
+                    default: "file"
+                    }
+                self.media = Media(
+                    sha256: media.sha256,
+                    size: media.size,
+                    mime: media.mime,
+                    name: media.name,
+                    kind: kind,
+                    caption: media.caption.isEmpty ? nil : media.caption
+                )
+            case nil:
+                break
+            }
+        }
+        if let reply = message.replyTo {
+            self.reply_to = Reply(
+                seq: reply.seq,
+                id: reply.visible ? reply.id : nil,
+                from: reply.visible ? reply.from : nil
+            )
+        }
+    }
+}
+
+/// The HTTP API's request rates, per user and per address, and its long polls per user.
+final class APIRateLimiter: Sendable {
+    private struct State {
+        var users: [UserID: TokenBucket] = [:]
+        var addresses: [String: TokenBucket] = [:]
+        var polls: [UserID: Int] = [:]
+    }
+
+    private let configuration: ServerConfiguration.API
+    private let state = Mutex(State())
+    /// The most buckets kept of each kind: past it, the full ones are dropped.
+    static let maxBuckets = 100_000
+
+    init(_ configuration: ServerConfiguration.API) {
+        self.configuration = configuration
+    }
+
+    func take(user: UserID) throws {
+        let now = ContinuousClock.now
+        let wait = self.state.withLock { state in
+            Self.take(
+                &state.users,
+                user,
+                rate: self.configuration.requestsPerSecond,
+                burst: self.configuration.requestBurst,
+                now: now
+            )
+        }
+        if let wait { throw APIRefusal.throttled(wait, "too many requests of this user") }
+    }
+
+    func take(address: String) throws {
+        let now = ContinuousClock.now
+        let wait = self.state.withLock { state in
+            Self.take(
+                &state.addresses,
+                address,
+                rate: self.configuration.requestsPerSecondPerAddress,
+                burst: self.configuration.requestBurstPerAddress,
+                now: now
+            )
+        }
+        if let wait { throw APIRefusal.throttled(wait, "too many requests from this address") }
+    }
+
+    private static func take<Key: Hashable>(
+        _ buckets: inout [Key: TokenBucket],
+        _ key: Key,
+        rate: Double,
+        burst: Double,
+        now: ContinuousClock.Instant
+    ) -> Duration? {
+        if buckets.count >= Self.maxBuckets {
+            buckets = buckets.filter {
+                var bucket = $0.value
+                return !bucket.isFull(now: now)
+            }
+        }
+        var bucket = buckets[key] ?? TokenBucket(rate: max(0.001, rate), burst: burst, now: now)
+        let wait = bucket.take(now: now)
+        buckets[key] = bucket
+        return wait
+    }
+
+    func startPoll(of user: UserID) -> Bool {
+        self.state.withLock { state in
+            guard state.polls[user, default: 0] < max(1, self.configuration.maxPollsPerUser) else { return false }
+            state.polls[user, default: 0] += 1
+            return true
+        }
+    }
+
+    func endPoll(of user: UserID) {
+        self.state.withLock { state in
+            state.polls[user, default: 1] -= 1
+            if state.polls[user] == 0 { state.polls[user] = nil }
+        }
+    }
+}
+
+/// One long poll's wait: resumed once, by the first of a wake, the deadline and a cancellation, whichever comes first
+/// (one that comes before the wait began is kept for it).
+private final class PollWaiter: Sendable {
+    private let state = Mutex<(continuation: CheckedContinuation<Bool, Never>?, result: Bool?)>((nil, nil))
+
+    func set(_ continuation: CheckedContinuation<Bool, Never>) {
+        let ready = self.state.withLock { state -> Bool? in
+            if let result = state.result { return result }
+            state.continuation = continuation
+            return nil
+        }
+        if let ready { continuation.resume(returning: ready) }
+    }
+
+    func resume(_ value: Bool) {
+        let continuation = self.state.withLock { state -> CheckedContinuation<Bool, Never>? in
+            guard state.result == nil else { return nil }
+            state.result = value
+            defer { state.continuation = nil }
+            return state.continuation
+        }
+        continuation?.resume(returning: value)
+    }
+}
