@@ -403,4 +403,53 @@ struct BotAPITests {
             configure: { $0.media.quotaBytesPerUser = 1_000_000 }
         )
     }
+
+    @Test(
+        "two nodes on PostgreSQL: a poll on one node is woken by a message committed on the other; the bot's send reaches a user on the first",
+        .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
+    )
+    func acrossNodes() async throws {
+        try await ClusterFixture.with(nodes: 2) { cluster in
+            try await cluster.user("alice")
+            let token = try await cluster.store.addBot(name: "helper", owner: "alice", nowMs: Self.now())
+            let ports = cluster.nodes.map(\.ports)
+            let (alice, _) = try await NativeTestClient.login(port: ports[0].native, "alice")
+            // The poll waits on node 1; alice writes through node 0.
+            async let waited = Self.call(ports[1].http, "GET", "/api/v1/updates?timeout=50", token: token)
+            try await waitUntil("the poll is waiting on node 1") {
+                try await Self.call(ports[1].http, "GET", "/metrics", token: nil).body.contains("courier_api_polls_waiting 1")
+            }
+            _ = try await alice.sendText("跨节点 hello", to: .user("helper"), id: "x-1")
+            let updates = Self.updates(try await waited)
+            #expect(updates.map { Self.message($0)["id"] as? String } == ["x-1"])
+            let updateID = try #require(updates.first?["update_id"] as? Int)
+            // Acknowledged on node 0: node 1 does not send it again.
+            let none = try await Self.call(ports[0].http, "GET", "/api/v1/updates?offset=\(updateID + 1)", token: token)
+            #expect(Self.updates(none).isEmpty, "\(none)")
+            #expect(Self.updates(try await Self.call(ports[1].http, "GET", "/api/v1/updates", token: token)).isEmpty)
+
+            // The bot answers through node 1; alice, on node 0, gets it once, even when the request is retried.
+            for _ in 0..<2 {
+                let sent = try await Self.call(
+                    ports[1].http,
+                    "POST",
+                    "/api/v1/messages",
+                    token: token,
+                    json: ["to": "alice", "text": "收到 ✅"],
+                    headers: ["Idempotency-Key: reply-x-1"]
+                )
+                #expect([200, 201].contains(sent.status), "\(sent)")
+            }
+            let received = try await alice.messages(1)
+            #expect(received.map(\.body.text) == ["收到 ✅"])
+            let history = try await cluster.store.history(
+                for: try #require(try await cluster.store.user(named: "alice")).id,
+                in: .user("helper"),
+                beforeSeq: 0,
+                limit: 10
+            )
+            #expect(history.messages.map(\.id) == ["reply-x-1", "x-1"])
+            await alice.close()
+        }
+    }
 }

@@ -34,7 +34,10 @@ final class ServerMetrics: Sendable {
     let clusterNodes: Gauge
     /// Pushes to subscriptions by outcome (``PushSender/Outcome``).
     let pushes: [String: Counter]
+    /// The HTTP API's long polls waiting now (`GET /api/v1/updates`).
+    let apiPolls: Gauge
     private let open = Atomic<Int>(0)
+    private let polls = Atomic<Int>(0)
 
     /// The hops ``clusterHops`` times, as its `hop` label names them.
     enum ClusterHop: String, CaseIterable, Sendable {
@@ -174,6 +177,12 @@ final class ServerMetrics: Sendable {
                 )
             }
         )
+        self.apiPolls = registry.makeGauge(
+            descriptor: Self.name(
+                "courier_api_polls_waiting",
+                "Long polls of the HTTP API (GET /api/v1/updates) waiting for an update now."
+            )
+        )
         self.connectionsClosedForRoom = registry.makeCounter(
             descriptor: Self.name(
                 "courier_connections_closed_for_room_total",
@@ -204,6 +213,12 @@ final class ServerMetrics: Sendable {
     func connectionClosed() {
         let (_, now) = self.open.subtract(1, ordering: .relaxed)
         self.connectionsOpen.set(to: Double(now))
+    }
+
+    /// A long poll began or stopped waiting.
+    func polling(_ change: Int) {
+        let (_, now) = self.polls.add(change, ordering: .relaxed)
+        self.apiPolls.set(to: Double(now))
     }
 
     /// Connections open now.

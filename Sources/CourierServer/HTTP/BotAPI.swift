@@ -128,6 +128,8 @@ struct BotAPI: Sendable {
             throw APIRefusal(.conflict, "conflict", "this user has as many long polls open as it may")
         }
         defer { self.limiter.endPoll(of: user.id) }
+        self.context.metrics.polling(1)
+        defer { self.context.metrics.polling(-1) }
         let deadline = ContinuousClock.now + .seconds(timeout)
         var skippedTo = after
         while true {

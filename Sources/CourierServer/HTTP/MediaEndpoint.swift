@@ -19,14 +19,34 @@ struct MediaEndpoint: Sendable {
         router.head("/media/{sha256}") { request, context in
             try await self.respond(to: request, context: context, bodyless: true)
         }
-        // The HTTP API's name for it (docs/BOTS.md), the same answer.
+        // The HTTP API's name for it (docs/BOTS.md): the same answer, the token only in the header, refusals in
+        // the API's JSON.
         router.get("/api/v1/media/{sha256}") { request, context in
-            try await self.respond(to: request, context: context, bodyless: false)
+            try await self.respond(to: request, context: context, bodyless: false, api: true)
         }
     }
 
-    private func respond(to request: Request, context: CourierRequestContext, bodyless: Bool) async throws -> Response {
+    private func respond(
+        to request: Request,
+        context: CourierRequestContext,
+        bodyless: Bool,
+        api: Bool = false
+    ) async throws -> Response {
         let sha256 = context.parameters.get("sha256") ?? ""
+        if api {
+            let session: DeviceSession
+            do {
+                session = try await APIAuth.session(of: request, context, store: self.store, logins: self.logins)
+            } catch let refusal as APIRefusal {
+                return refusal.response
+            }
+            guard SHA256Hex.isValid(sha256),
+                let access = try await self.store.mediaAccess(for: session.user.id, sha256: sha256)
+            else {
+                return APIRefusal(.notFound, "unknown-media", "no such media").response
+            }
+            return try await self.serve(request, sha256: sha256, access: access, bodyless: bodyless)
+        }
         guard let token = Self.token(of: request) else {
             return Self.plain(
                 .unauthorized,
@@ -51,6 +71,16 @@ struct MediaEndpoint: Sendable {
         else {
             return Self.plain(.notFound, "no such media")
         }
+        return try await self.serve(request, sha256: sha256, access: access, bodyless: bodyless)
+    }
+
+    /// The file, or the range asked for, of media the user may see.
+    private func serve(
+        _ request: Request,
+        sha256: String,
+        access: MediaAccess,
+        bodyless: Bool
+    ) async throws -> Response {
         let etag = "\"\(sha256)\""
         // The type is the sender's word: only a listed picture, sound or video whose bytes begin as its type's do is
         // served as such; anything else (HTML, SVG, scripts, text, a type the bytes belie…) is a download, so a
