@@ -417,7 +417,8 @@ struct BotAPITests {
             // The poll waits on node 1; alice writes through node 0.
             async let waited = Self.call(ports[1].http, "GET", "/api/v1/updates?timeout=50", token: token)
             try await waitUntil("the poll is waiting on node 1") {
-                try await Self.call(ports[1].http, "GET", "/metrics", token: nil).body.contains("courier_api_polls_waiting 1")
+                let metrics = try await Self.call(ports[1].http, "GET", "/metrics", token: nil)
+                return metrics.body.contains("courier_api_polls_waiting 1")
             }
             _ = try await alice.sendText("跨节点 hello", to: .user("helper"), id: "x-1")
             let updates = Self.updates(try await waited)
