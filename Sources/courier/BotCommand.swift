@@ -26,7 +26,7 @@ struct BotCommand: AsyncParsableCommand {
         @Option(help: "The user who answers for the bot (told when its webhook fails for good).") var owner: String
 
         func run() async throws {
-            let token = try await options.withStore(creating: true) { store in
+            let token = try await options.withStore { store in
                 try await store.addBot(name: self.name, owner: self.owner, nowMs: nowMs())
             }
             print(token)

@@ -19,7 +19,8 @@ struct Serve: AsyncParsableCommand {
         discussion: """
             Listens on 127.0.0.1 by default: the native port (6970, Courier's binary framing), the compat port \
             (6969, the source notes' JSON-header framing) and the HTTP port (6980: the web chat at /, /health, /metrics, \
-            /media, and the WebSocket gateway /ws, the native session's envelopes as JSON for browsers). Data goes to \
+            /media, the HTTP API /api/v1 for bots (docs/BOTS.md), and the WebSocket gateway /ws, the native \
+            session's envelopes as JSON for browsers). Data goes to \
             ./courier-data (courier.sqlite, in WAL mode with synchronous=FULL: an acknowledged message survives a \
             crash of the process or the machine). The address, port, TLS and data flags have environment variables \
             (named in each flag's help); the flag wins. Once it listens it prints "courier serve listening on \

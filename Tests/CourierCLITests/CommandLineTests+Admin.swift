@@ -23,6 +23,8 @@ extension CommandLineTests {
                 ["group", "list"], ["group", "show", "team"], ["group", "create", "team", "--owner", "alice"],
                 ["group", "add", "team", "bob"], ["group", "remove", "team", "bob"], ["group", "title", "team", "读书会"],
                 ["invite", "list"], ["invite", "create"], ["invite", "revoke", "1"],
+                ["bot", "list"], ["bot", "create", "helper", "--owner", "alice"], ["bot", "token", "helper"],
+                ["bot", "revoke", "helper"],
                 ["backup", folder.appendingPathComponent("copy").path],
             ]
             for command in commands {
