@@ -37,6 +37,23 @@ public protocol CourierDatabase: Sendable {
     func bots(nowMs: Int64) async throws -> [Bot]
     /// Whether a user is a bot.
     func isBot(_ user: UserID) async throws -> Bool
+    /// The owner of a bot, by name.
+    func botOwner(of bot: UserID) async throws -> String?
+
+    // MARK: Webhooks
+
+    /// Sets a bot's outgoing webhook (``StoreBackend/setWebhook(url:for:nowMs:)``).
+    func setWebhook(url: String, for session: DeviceSession, nowMs: Int64) async throws -> WebhookRow
+    func removeWebhook(of user: UserID) async throws -> WebhookRow?
+    func webhook(of user: UserID) async throws -> WebhookRow?
+    func claimWebhooks(node: String, nowMs: Int64, leaseMs: Int64, limit: Int) async throws -> [WebhookRow]
+    func releaseWebhooks(node: String) async throws
+    @discardableResult
+    func recordWebhook(_ row: WebhookRow, node: String) async throws -> Bool
+    func createIncomingHook(group: String, bot: String, nowMs: Int64) async throws -> (token: String, id: Int64)
+    func incomingHook(token: String) async throws -> (id: Int64, bot: User, group: String)?
+    func incomingHooks() async throws -> [IncomingHook]
+    func revokeIncomingHook(_ id: Int64, nowMs: Int64) async throws
 
     // MARK: Registration and one's own account
 

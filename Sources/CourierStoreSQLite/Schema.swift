@@ -501,6 +501,39 @@ enum Schema {
                     """
             )
         }
+        migrator.registerMigration("v20-webhooks") { db in
+            try db.execute(
+                sql: """
+                    -- A bot's outgoing webhook: its updates are POSTed to url, signed with secret (Standard
+                    -- Webhooks), in order, from cursor on. One node at a time sends them (claimed_by, until
+                    -- lease_until_ms); failures back off (attempts, due_ms) and, failing for long enough, disable it.
+                    CREATE TABLE webhooks (
+                        user_id INTEGER PRIMARY KEY,
+                        url TEXT NOT NULL,
+                        secret BLOB NOT NULL,
+                        created_ms INTEGER NOT NULL,
+                        cursor INTEGER NOT NULL,
+                        attempts INTEGER NOT NULL DEFAULT 0,
+                        due_ms INTEGER NOT NULL DEFAULT 0,
+                        failing_since_ms INTEGER,
+                        disabled_ms INTEGER,
+                        last_error TEXT,
+                        claimed_by TEXT,
+                        lease_until_ms INTEGER NOT NULL DEFAULT 0
+                    );
+                    -- Incoming webhooks: a POST to /hooks/<secret> posts into a group as a bot. Only the secret's
+                    -- SHA-256 is kept.
+                    CREATE TABLE incoming_hooks (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        token_hash BLOB NOT NULL UNIQUE,
+                        bot_id INTEGER NOT NULL,
+                        group_name TEXT NOT NULL,
+                        created_ms INTEGER NOT NULL,
+                        revoked_ms INTEGER
+                    );
+                    """
+            )
+        }
         return migrator
     }
 }

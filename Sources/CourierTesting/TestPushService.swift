@@ -17,6 +17,10 @@ import Foundation
 ///   notification's members), and answers 200 with `{"rejected": []}`, or as N's answers say (`200:rejected` lists
 ///   every pushkey of the request as rejected).
 ///
+/// - `POST /webhook/N`: a bot's webhook named N, its deliveries verified with PyPI's `standardwebhooks` under the
+///   secret `POST /secrets {"N": "whsec_…"}` registered (`signature`), and verified again as if six minutes later,
+///   which the library must refuse (`replay_refused`); `payload` is the update's members.
+///
 /// The service stops when the test's process ends, or after an hour.
 public final class TestPushService: Sendable {
     public let port: Int
@@ -26,6 +30,17 @@ public final class TestPushService: Sendable {
 
     /// The origin subscribers' endpoints are on.
     public var origin: String { "http://127.0.0.1:\(self.port)" }
+
+    /// The URL of a bot's webhook named `name`, whose deliveries are verified under `secret` (`whsec_…`).
+    public func webhook(_ name: String) -> String { "\(self.origin)/webhook/\(name)" }
+
+    /// Registers the secret a webhook's deliveries are verified under.
+    public func expect(secret: String, for name: String) async throws {
+        let body = try JSONSerialization.data(withJSONObject: [name: secret])
+        _ = try await ExternalProgram.curl([
+            "--silent", "--fail", "--data-binary", String(decoding: body, as: UTF8.self), "\(self.origin)/secrets",
+        ])
+    }
 
     /// The `notify` URL of a push gateway named `name`.
     public func gateway(_ name: String) -> String { "\(self.origin)/gateway/\(name)/_matrix/push/v1/notify" }
@@ -98,6 +113,10 @@ public final class TestPushService: Sendable {
         public var expiresSeconds: Int64?
         public var subject: String?
         public var vapidKey: String?
+        /// For a webhook: whether standardwebhooks verified its signature, and refused it again as a replay six
+        /// minutes later.
+        public var signatureValid = false
+        public var replayRefused = false
     }
 
     /// Every push taken so far, in order.
@@ -118,7 +137,9 @@ public final class TestPushService: Sendable {
                 audience: vapid["aud"] as? String,
                 expiresSeconds: (vapid["exp"] as? NSNumber)?.int64Value,
                 subject: vapid["sub"] as? String,
-                vapidKey: vapid["k"] as? String
+                vapidKey: vapid["k"] as? String,
+                signatureValid: entry["signature"] as? Bool ?? false,
+                replayRefused: entry["replay_refused"] as? Bool ?? false
             )
         }
     }
@@ -133,7 +154,7 @@ public final class TestPushService: Sendable {
 
         port_file, parent = sys.argv[1], int(sys.argv[2])
         lock = threading.Lock()
-        subscribers, answers, received = {}, {}, []
+        subscribers, answers, received, secrets = {}, {}, [], {}
 
         def b64d(s):
             return base64.urlsafe_b64decode(s + '=' * (-len(s) % 4))
@@ -208,6 +229,14 @@ public final class TestPushService: Sendable {
                 if self.path.startswith('/gateway/'):
                     self.gateway(body)
                     return
+                if self.path == '/secrets':
+                    with lock:
+                        secrets.update(json.loads(body))
+                    self.reply(204)
+                    return
+                if self.path.startswith('/webhook/'):
+                    self.webhook(body)
+                    return
                 if not self.path.startswith('/push/'):
                     self.reply(404)
                     return
@@ -272,6 +301,49 @@ public final class TestPushService: Sendable {
                 if extra and extra != 'rejected':
                     headers.append(('Retry-After', extra))
                 self.reply(int(status), reply, headers)
+
+            def webhook(self, body):
+                # /webhook/NAME: a bot's webhook, its deliveries checked with PyPI's standardwebhooks (the spec's
+                # reference library) under the secret the test registered for NAME, and checked again six minutes
+                # later, which the library must refuse as a replay.
+                import standardwebhooks
+                import standardwebhooks.webhooks as library
+                name = self.path[len('/webhook/'):].split('/')[0]
+                with lock:
+                    answer = answers[name].pop(0) if answers.get(name) else '200'
+                    secret = secrets.get(name)
+                status, _, extra = answer.partition(':')
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                entry = {'name': name, 'status': 0 if status == 'hang' else int(status), 'headers': headers,
+                         'payload': None, 'vapid': {'valid': False}, 'signature': False, 'replay_refused': False}
+                try:
+                    update = standardwebhooks.Webhook(secret).verify(body, headers)
+                    entry['signature'] = True
+                    entry['payload'] = {k: v if isinstance(v, str) else
+                                        json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(',', ':'))
+                                        for k, v in update.items()}
+                    real = library.datetime
+
+                    class Later(real):
+                        @classmethod
+                        def now(cls, tz=None):
+                            return real.now(tz) + library.timedelta(minutes=6)
+
+                    library.datetime = Later
+                    try:
+                        standardwebhooks.Webhook(secret).verify(body, headers)
+                    except standardwebhooks.webhooks.WebhookVerificationError as error:
+                        entry['replay_refused'] = 'too old' in str(error)
+                    finally:
+                        library.datetime = real
+                except Exception as error:
+                    entry['error'] = repr(error)
+                with lock:
+                    received.append(entry)
+                if status == 'hang':
+                    time.sleep(3600)
+                    return
+                self.reply(int(status), b'', [('Retry-After', extra)] if extra else [])
 
         server = ThreadingHTTPServer(('127.0.0.1', 0), Handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()

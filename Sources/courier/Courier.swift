@@ -8,7 +8,8 @@ struct Courier: AsyncParsableCommand {
         abstract: "Courier: instant messaging and media delivery.",
         version: CourierVersion.current,
         subcommands: [
-            Serve.self, UserCommand.self, BotCommand.self, GroupCommand.self, InviteCommand.self, Backup.self,
+            Serve.self, UserCommand.self, BotCommand.self, HookCommand.self, GroupCommand.self, InviteCommand.self,
+            Backup.self,
             Signup.self, Login.self,
             PasswordCommand.self, ProfileCommand.self, DevicesCommand.self, DeleteAccount.self, FindUser.self,
             Send.self, Edit.self,

@@ -23,6 +23,9 @@ import unittest
 import urllib.error
 import urllib.parse
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import standardwebhooks
 
 from openapi_core import OpenAPI
 from openapi_core.testing import MockRequest, MockResponse
@@ -55,7 +58,9 @@ class Server:
                         XDG_DATA_HOME=os.path.join(self.home, "share"))
         self.process = subprocess.Popen(
             [COURIER, "serve", "--data", self.data, "--port", "0", "--compat-port", "0", "--http-port", "0",
-             "--log-level", "warning", "--limit", "api-request-burst=1000", "--limit", "api-requests-per-second=1000"],
+             "--log-level", "warning", "--limit", "api-request-burst=1000", "--limit", "api-requests-per-second=1000",
+             # The webhook receiver is on loopback.
+             "--allow-private-targets"],
             stdout=subprocess.PIPE, stderr=sys.stderr, text=True, env=self.env)
         line = self.process.stdout.readline()
         match = re.search(r"native [\d.]+:(\d+), compat [\d.]+:(\d+), http [\d.]+:(\d+)", line)
@@ -72,7 +77,7 @@ class Server:
         self.process.stdout.close()
 
     def cli(self, *arguments):
-        data = ["--data", self.data] if arguments[0] in ("user", "bot", "group") else ["--server", "127.0.0.1:" + self.native]
+        data = ["--data", self.data] if arguments[0] in ("user", "bot", "group", "hook") else ["--server", "127.0.0.1:" + self.native]
         done = subprocess.run([COURIER, *arguments, *data], capture_output=True, text=True, env=self.env, timeout=120)
         if done.returncode != 0:
             raise AssertionError("courier %s failed: %s" % (" ".join(arguments), done.stderr))
@@ -253,6 +258,60 @@ class APITests(unittest.TestCase):
         team = self.history_of("alice", "alice-pw-1", "--group", "team")
         echoed = [m for m in team if m["from"] == "echo"]
         self.assertEqual([m["text"] for m in echoed], ["大家好"])
+
+    def test_05b_webhook_and_incoming_hook(self):
+        """A webhook's deliveries verified with PyPI's standardwebhooks; an incoming hook made by the CLI."""
+        received = []
+
+        class Receiver(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                received.append((body, dict(self.headers)))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        receiver = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+        threading.Thread(target=receiver.serve_forever, daemon=True).start()
+        try:
+            token = self.server.cli("bot", "create", "hooked", "--owner", "alice").strip()
+            url = "http://127.0.0.1:%d/in" % receiver.server_port
+            set_ = call(self.server, "PUT", "/api/v1/webhook", token, {"url": url})
+            self.assertEqual(set_.status, 200, set_)
+            secret = set_.json["secret"]
+            self.send_as("alice", "alice-pw-1", "webhook 你好 👋", to="hooked")
+            wait_until(lambda: received, "the webhook's delivery")
+            body, headers = received[0]
+            update = standardwebhooks.Webhook(secret).verify(body, headers)
+            self.assertEqual(update["message"]["text"], "webhook 你好 👋")
+            with self.assertRaises(standardwebhooks.webhooks.WebhookVerificationError):
+                standardwebhooks.Webhook(secret).verify(body.replace(b"\xf0\x9f\x91\x8b", b"!"), headers)
+            info = wait_until(lambda: (lambda answer: answer if answer.json["delivered_update_id"] else None)(
+                call(self.server, "GET", "/api/v1/webhook", token)), "the delivery recorded")
+            self.assertEqual(info.json["delivered_update_id"], update["update_id"])
+            self.assertFalse(info.json["disabled"])
+            polled = call(self.server, "GET", "/api/v1/updates", token)
+            self.assertEqual((polled.status, polled.code), (409, "conflict"))
+            self.assertEqual(call(self.server, "DELETE", "/api/v1/webhook", token).status, 204)
+            self.assertEqual(call(self.server, "GET", "/api/v1/updates", token).json["updates"], [])
+        finally:
+            receiver.shutdown()
+
+        self.server.cli("group", "create", "ops", "--owner", "alice", "--members", "hooked")
+        hook_url = self.server.cli("hook", "create", "--group", "ops", "--bot", "hooked", "--url", self.server.base)
+        self.assertRegex(hook_url, r"^http://127\.0\.0\.1:\d+/hooks/hk_[A-Za-z0-9_-]+\n$")
+        path = urllib.parse.urlsplit(hook_url.strip()).path
+        posted = call(self.server, "POST", path, None, {"text": "部署完成 ✅"})
+        self.assertEqual((posted.status, posted.body), (200, b"ok"))
+        texts = [m.get("text") for m in self.history_of("alice", "alice-pw-1", "--group", "ops") if m["from"] == "hooked"]
+        self.assertEqual(texts, ["部署完成 ✅"])
+        self.assertRegex(self.server.cli("hook", "list"), r"^1\tgroup ops\tbot hooked\tcreated [^\t]+\n$")
+        self.server.cli("hook", "revoke", "1")
+        refused = call(self.server, "POST", path, None, {"text": "again"})
+        self.assertEqual((refused.status, refused.code), (404, "unknown-hook"))
 
     def test_06_revoked(self):
         self.server.cli("bot", "revoke", "helper")

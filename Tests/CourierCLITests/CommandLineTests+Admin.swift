@@ -24,7 +24,8 @@ extension CommandLineTests {
                 ["group", "add", "team", "bob"], ["group", "remove", "team", "bob"], ["group", "title", "team", "读书会"],
                 ["invite", "list"], ["invite", "create"], ["invite", "revoke", "1"],
                 ["bot", "list"], ["bot", "create", "helper", "--owner", "alice"], ["bot", "token", "helper"],
-                ["bot", "revoke", "helper"],
+                ["bot", "revoke", "helper"], ["hook", "list"], ["hook", "create", "--group", "ops", "--bot", "helper"],
+                ["hook", "revoke", "1"],
                 ["backup", folder.appendingPathComponent("copy").path],
             ]
             for command in commands {

@@ -19,6 +19,7 @@ struct MigrationTests {
         "v1", "v2-nodes", "v3-media", "v4-admission", "v5-edits", "v6-search", "v7-invites", "v8-profiles",
         "v9-roles", "v10-quiet", "v11-media-types", "v12-skeletons", "v13-group-origins", "v14-log-positions",
         "v15-group-events", "v16-forward-ports", "v17-push", "v18-push-outbox", "v19-push-gateways", "v20-bots",
+        "v21-webhooks",
     ]
 
     static func store(_ location: PostgresLocation) -> PostgresStore {

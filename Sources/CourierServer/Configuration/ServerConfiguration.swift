@@ -62,6 +62,27 @@ public struct ServerConfiguration: Sendable {
         /// The largest JSON body taken.
         public var maxBodyBytes: Int = 128 * 1024
 
+        /// Outgoing webhooks (`PUT /api/v1/webhook`), sent as Standard Webhooks says: from any node, one node at a
+        /// time each (a lease it renews), in order, at least once. Their URLs are checked as push endpoints are
+        /// (``Push/allowPrivateTargets``, connect and request deadlines, the response cap).
+        public var webhookLease: Duration = .seconds(30)
+        /// How often a node looks for webhooks set through other nodes or left by a node that died.
+        public var webhookPollInterval: Duration = .seconds(2)
+        /// Updates one delivery round sends a webhook before the next webhook's turn.
+        public var webhookBatch: Int = 32
+        /// Webhooks delivered to at once.
+        public var maxConcurrentWebhooks: Int = 16
+        /// The wait after a webhook's first failure, doubled with each failure after it, up to the cap.
+        public var webhookRetryBase: Duration = .seconds(5)
+        public var webhookRetryCap: Duration = .seconds(3600)
+        /// A webhook failing this long without a success is turned off, and the bot's owner told.
+        public var webhookDisableAfter: Duration = .seconds(86_400)
+        /// Posts one incoming hook (`/hooks/<secret>`) may make a second, and at once above that.
+        public var hookPostsPerSecond: Double = 1
+        public var hookPostBurst: Double = 20
+        /// The largest body an incoming hook reads.
+        public var maxHookBodyBytes: Int = 64 * 1024
+
         public init() {}
     }
 

@@ -23,11 +23,14 @@ struct BotAPI: Sendable {
     let context: SessionContext
     let logins: LoginThrottle
     let limiter: APIRateLimiter
+    /// Wakes this node's webhook sender: a webhook was set.
+    let webhooks: Wake?
 
-    init(context: SessionContext, logins: LoginThrottle) {
+    init(context: SessionContext, logins: LoginThrottle, webhooks: Wake? = nil) {
         self.context = context
         self.logins = logins
         self.limiter = APIRateLimiter(context.configuration.api)
+        self.webhooks = webhooks
     }
 
     var configuration: ServerConfiguration.API { self.context.configuration.api }
@@ -56,6 +59,137 @@ struct BotAPI: Sendable {
         }
         router.post("/api/v1/media") { request, context in
             await APIRefusal.answer { try await self.upload(request, context) }
+        }
+        router.put("/api/v1/webhook") { request, context in
+            await APIRefusal.answer { try await self.setWebhook(request, context) }
+        }
+        router.get("/api/v1/webhook") { request, context in
+            await APIRefusal.answer { try await self.webhookInfo(request, context) }
+        }
+        router.delete("/api/v1/webhook") { request, context in
+            await APIRefusal.answer { try await self.removeWebhook(request, context) }
+        }
+        router.post("/hooks/{secret}") { request, context in
+            await APIRefusal.answer { try await self.hook(request, context) }
+        }
+    }
+
+    // MARK: Webhooks
+
+    private func setWebhook(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
+        let session = try await self.authorize(request, context)
+        struct Body: Decodable { var url: String }
+        let body = try await APIRefusal.decode(Body.self, from: request, upTo: self.configuration.maxBodyBytes)
+        try Self.check(url: body.url, allowPrivate: self.context.configuration.push.allowPrivateTargets)
+        let row = try await APIRefusal.mapping {
+            try await self.context.store.setWebhook(url: body.url, for: session, nowMs: SessionClock.systemWallMs())
+        }
+        self.webhooks?.raise()
+        return APIRefusal.json(.ok, ["url": row.url, "secret": row.spelledSecret])
+    }
+
+    private func webhookInfo(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
+        let session = try await self.authorize(request, context)
+        guard let row = try await APIRefusal.mapping({ try await self.context.store.webhook(of: session.user.id) })
+        else { throw APIRefusal(.notFound, "not-found", "no webhook is set: updates wait for the long poll") }
+        struct Info: Encodable {
+            var url: String
+            var delivered_update_id: UInt64
+            var failing_since_ms: Int64?
+            var next_attempt_ms: Int64?
+            var last_error: String?
+            var disabled: Bool
+        }
+        return APIRefusal.json(
+            .ok,
+            Info(
+                url: row.url,
+                delivered_update_id: row.cursor,
+                failing_since_ms: row.failingSinceMs,
+                next_attempt_ms: row.failingSinceMs == nil ? nil : row.dueMs,
+                last_error: row.lastError,
+                disabled: row.disabledMs != nil
+            )
+        )
+    }
+
+    private func removeWebhook(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
+        let session = try await self.authorize(request, context)
+        guard
+            let row = try await APIRefusal.mapping({ try await self.context.store.removeWebhook(of: session.user.id) })
+        else { throw APIRefusal(.notFound, "not-found", "no webhook is set") }
+        // What the webhook delivered is acknowledged for this token: the long poll goes on from there.
+        if row.cursor > 0 {
+            try await self.commit(
+                .ack(user: session.user.id, device: session.device.id, cursor: row.cursor),
+                session.user
+            )
+        }
+        return Response(status: .noContent)
+    }
+
+    /// An URL a webhook may be: printable ASCII without a fragment, absolute, `https` (or `http` when private
+    /// targets are allowed). Where it resolves is checked at each delivery.
+    static func check(url: String, allowPrivate: Bool) throws {
+        guard url.utf8.allSatisfy({ (0x21...0x7E).contains($0) && $0 != UInt8(ascii: "#") }),
+            let components = URLComponents(string: url), let host = components.percentEncodedHost, !host.isEmpty,
+            !host.contains("%"), ["https", "http"].contains(components.scheme?.lowercased() ?? "")
+        else {
+            throw APIRefusal(.badRequest, "invalid-request", "a webhook URL is an absolute https URL")
+        }
+        guard components.scheme?.lowercased() == "https" || allowPrivate else {
+            throw APIRefusal(.badRequest, "invalid-request", "a webhook URL is an https URL")
+        }
+    }
+
+    // MARK: Incoming hooks
+
+    /// `POST /hooks/<secret>` with `{"text": …}` (Slack's incoming-webhook shape): posted into the hook's group as its
+    /// bot, answered `ok`. The hook's rate is its own; the address's and the bot's count too.
+    private func hook(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
+        let address = AddressKey.of(ip: context.remoteAddress?.ipAddress ?? "?")
+        try self.limiter.take(address: address)
+        let secret = context.parameters.get("secret") ?? ""
+        guard let hook = try await APIRefusal.mapping({ try await self.context.store.incomingHook(token: secret) })
+        else {
+            // Counted as a failed login: guessing secrets is guessing tokens.
+            try await self.countFailure(from: address)
+            throw APIRefusal(.notFound, "unknown-hook", "no such hook, or it was revoked")
+        }
+        try self.limiter.take(hook: hook.id)
+        try self.limiter.take(user: hook.bot.id)
+        struct Body: Decodable { var text: String }
+        let body = try await APIRefusal.decode(Body.self, from: request, upTo: self.configuration.maxHookBodyBytes)
+        let text = body.text.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !text.isEmpty else { throw APIRefusal(.badRequest, "empty-message", "the text is empty") }
+        let maxText = self.context.configuration.limits.maxTextBytes
+        guard text.utf8.count <= maxText else {
+            throw APIRefusal(.badRequest, "text-too-large", "\(text.utf8.count) bytes of text; the limit is \(maxText)")
+        }
+        var message = Courier_V1_Body()
+        message.text = text
+        var send = WriteRequest.Send(
+            sender: hook.bot.id,
+            id: WriteRequest.Send.assignedID(),
+            to: .group(hook.group),
+            body: try message.serializedBytes()
+        )
+        send.prepareSearch(body: message)
+        _ = try await self.commit(send, as: hook.bot)
+        return Response(
+            status: .ok,
+            headers: [.contentType: "text/plain; charset=utf-8", .cacheControl: "no-store"],
+            body: .init(byteBuffer: ByteBuffer(string: "ok"))
+        )
+    }
+
+    /// A wrong hook secret counts against the address as a wrong token does.
+    private func countFailure(from address: String) async throws {
+        switch self.logins.admit(user: nil, address: address) {
+        case .admitted(let ticket):
+            self.logins.finish(ticket, failed: true)
+        case .throttled(let retryAfter):
+            throw APIRefusal.throttled(retryAfter, "too many failed attempts from this address")
         }
     }
 
@@ -98,6 +232,15 @@ struct BotAPI: Sendable {
         let limit = Int(min(try number("limit") ?? Int64.max, Int64(max(1, self.configuration.maxUpdatesPerPoll))))
         let store = self.context.store
         let user = session.user
+        if let webhook = try await APIRefusal.mapping({ try await store.webhook(of: user.id) }),
+            webhook.disabledMs == nil
+        {
+            throw APIRefusal(
+                .conflict,
+                "conflict",
+                "a webhook is set: updates go to it (DELETE /api/v1/webhook to poll again)"
+            )
+        }
 
         // The offset acknowledges what is below it, for this device: never sent again.
         var after = try await APIRefusal.mapping { try await store.ackedCursor(of: session.device.id) }
@@ -172,30 +315,43 @@ struct BotAPI: Sendable {
         }
     }
 
-    /// The updates after a cursor, up to `limit`, reading on past entries that are none (a few pages at most).
-    ///
-    /// - Returns: The updates, and the cursor read to.
     private func read(after cursor: UInt64, limit: Int, _ session: DeviceSession) async throws -> ([APIUpdate], UInt64)
     {
+        try await APIRefusal.mapping {
+            try await Self.updates(of: session.user, after: cursor, limit: limit, store: self.context.store)
+        }
+    }
+
+    /// A user's updates after a cursor of its log, up to `limit`, reading on past entries that are none (a few pages
+    /// at most): what the long poll answers and a webhook is sent.
+    ///
+    /// - Returns: The updates, and the cursor read to (past the last update only when there is none: then every
+    ///   entry read up to it was none).
+    static func updates(
+        of user: User,
+        after cursor: UInt64,
+        limit: Int,
+        store: any CourierDatabase
+    ) async throws -> ([APIUpdate], UInt64) {
         var after = cursor
         var found: [APIUpdate] = []
         for _ in 0..<8 {
-            let events = try await APIRefusal.mapping {
-                try await self.context.store.events(for: session.user.id, after: after, limit: limit)
-            }
-            guard let last = events.last else { break }
+            let events = try await store.events(for: user.id, after: after, limit: limit)
+            guard !events.isEmpty else { break }
             for event in events {
-                guard found.count < limit else { break }
                 switch event.kind {
-                case .message(let message) where message.from != session.user.name:
-                    found.append(APIUpdate(update_id: event.cursor, message: APIMessage(message, for: session)))
-                case .edit(let message) where message.from != session.user.name:
-                    found.append(APIUpdate(update_id: event.cursor, edited_message: APIMessage(message, for: session)))
+                case .message(let message) where message.from != user.name:
+                    found.append(APIUpdate(update_id: event.cursor, message: APIMessage(message, reader: user.name)))
+                case .edit(let message) where message.from != user.name:
+                    found.append(
+                        APIUpdate(update_id: event.cursor, edited_message: APIMessage(message, reader: user.name))
+                    )
                 default:
                     break
                 }
+                after = event.cursor
+                if found.count >= limit { break }
             }
-            after = last.cursor
             if !found.isEmpty { break }
         }
         return (found, after)
@@ -301,9 +457,6 @@ struct BotAPI: Sendable {
             }
             id = key
         }
-        if let wait = self.context.fanoutWait(of: session.user.id) {
-            throw APIRefusal.throttled(wait, "this user's messages reached too many people lately: wait")
-        }
         var send = WriteRequest.Send(
             sender: session.user.id,
             device: session.device.id,
@@ -314,37 +467,47 @@ struct BotAPI: Sendable {
             replyTo: body.reply_to.map { .seq($0) }
         )
         send.prepareSearch(body: message)
+        let receipt = try await self.commit(send, as: session.user)
+        struct Sent: Encodable {
+            var id: String
+            var seq: UInt64
+            var time_ms: Int64
+            var duplicate: Bool
+        }
+        return APIRefusal.json(
+            receipt.duplicate ? .ok : .created,
+            Sent(id: receipt.id, seq: receipt.seq, time_ms: receipt.timeMs, duplicate: receipt.duplicate)
+        )
+    }
+
+    /// Commits a send as a connection's is: its sender's fan-out budget checked first, what it is expected to cost
+    /// taken from it, and what it cost settled after.
+    func commit(_ send: WriteRequest.Send, as user: User) async throws -> SendReceipt {
+        if let wait = self.context.fanoutWait(of: user.id) {
+            throw APIRefusal.throttled(wait, "this user's messages reached too many people lately: wait")
+        }
         self.context.metrics.messagesIn.increment()
-        let reserved = self.context.fanoutEstimate(of: session.user.id, to: address)
-        self.context.chargeFanout(of: session.user.id, deliveries: reserved)
+        let reserved = self.context.fanoutEstimate(of: user.id, to: send.to)
+        self.context.chargeFanout(of: user.id, deliveries: reserved)
         let outcome: WriteOutcome
         do {
-            outcome = try await self.context.submit(.send(send), origin: nil, userName: session.user.name).outcome()
+            outcome = try await self.context.submit(.send(send), origin: nil, userName: user.name).outcome()
         } catch {
-            self.context.chargeFanout(of: session.user.id, deliveries: -reserved)
+            self.context.chargeFanout(of: user.id, deliveries: -reserved)
             throw APIRefusal(.serviceUnavailable, "storage-failed", "the message was not stored; try again")
         }
         switch outcome {
         case .sent(let receipt):
-            self.context.chargeFanout(of: session.user.id, deliveries: receipt.recipients - reserved)
+            self.context.chargeFanout(of: user.id, deliveries: receipt.recipients - reserved)
             if !receipt.duplicate {
-                self.context.learnFanout(of: session.user.id, to: address, deliveries: receipt.recipients)
+                self.context.learnFanout(of: user.id, to: send.to, deliveries: receipt.recipients)
             }
-            struct Sent: Encodable {
-                var id: String
-                var seq: UInt64
-                var time_ms: Int64
-                var duplicate: Bool
-            }
-            return APIRefusal.json(
-                receipt.duplicate ? .ok : .created,
-                Sent(id: receipt.id, seq: receipt.seq, time_ms: receipt.timeMs, duplicate: receipt.duplicate)
-            )
+            return receipt
         case .refused(let error):
-            self.context.chargeFanout(of: session.user.id, deliveries: -reserved)
+            self.context.chargeFanout(of: user.id, deliveries: -reserved)
             throw APIRefusal(error)
         case .done:
-            self.context.chargeFanout(of: session.user.id, deliveries: -reserved)
+            self.context.chargeFanout(of: user.id, deliveries: -reserved)
             throw APIRefusal(.serviceUnavailable, "storage-failed", "the message was not stored; try again")
         }
     }
@@ -539,7 +702,10 @@ struct BotAPI: Sendable {
             var messages: [APIMessage]
             var more: Bool
         }
-        return APIRefusal.json(.ok, Page(messages: page.messages.map { APIMessage($0, for: session) }, more: page.more))
+        return APIRefusal.json(
+            .ok,
+            Page(messages: page.messages.map { APIMessage($0, reader: session.user.name) }, more: page.more)
+        )
     }
 
     /// The conversation a request names: `to` a user, or `group`, one of them.
@@ -588,14 +754,14 @@ struct APIMessage: Encodable {
     var edited_ms: Int64?
     var recalled: Bool?
 
-    init(_ message: StoredMessage, for session: DeviceSession) {
+    init(_ message: StoredMessage, reader: String) {
         self.id = message.id
         self.seq = message.seq
         self.from = message.from
         self.time_ms = message.timeMs
         switch message.conversation {
         case .user(let peer):
-            self.to = message.from == session.user.name ? peer : session.user.name
+            self.to = message.from == reader ? peer : reader
         case .group(let name):
             self.group = name
         }
@@ -641,6 +807,7 @@ final class APIRateLimiter: Sendable {
     private struct State {
         var users: [UserID: TokenBucket] = [:]
         var addresses: [String: TokenBucket] = [:]
+        var hooks: [Int64: TokenBucket] = [:]
         var polls: [UserID: Int] = [:]
     }
 
@@ -665,6 +832,20 @@ final class APIRateLimiter: Sendable {
             )
         }
         if let wait { throw APIRefusal.throttled(wait, "too many requests of this user") }
+    }
+
+    func take(hook: Int64) throws {
+        let now = ContinuousClock.now
+        let wait = self.state.withLock { state in
+            Self.take(
+                &state.hooks,
+                hook,
+                rate: self.configuration.hookPostsPerSecond,
+                burst: self.configuration.hookPostBurst,
+                now: now
+            )
+        }
+        if let wait { throw APIRefusal.throttled(wait, "too many posts to this hook") }
     }
 
     func take(address: String) throws {

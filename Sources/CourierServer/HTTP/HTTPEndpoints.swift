@@ -97,6 +97,8 @@ enum HTTPEndpoints {
         media: MediaService,
         logins: LoginThrottle,
         sessions: SessionContext?,
+        api: SessionContext? = nil,
+        webhooks: Wake? = nil,
         version: String,
         database: DatabaseHealth,
         logger: Logger,
@@ -136,7 +138,7 @@ enum HTTPEndpoints {
         MediaEndpoint(store: media.store, media: media, logins: logins).register(on: router)
         PushEndpoint(store: media.store, logins: logins, allowPrivateTargets: configuration.push.allowPrivateTargets)
             .register(on: router)
-        if let sessions { BotAPI(context: sessions, logins: logins).register(on: router) }
+        if let api { BotAPI(context: api, logins: logins, webhooks: webhooks).register(on: router) }
         if sessions != nil, configuration.webSocket.enabled, configuration.web.enabled {
             var page = try WebPage.load(root: configuration.web.root)
             page.allowedOrigins = configuration.webSocket.allowedOrigins

@@ -288,6 +288,27 @@ public final class CourierServer: Service, Sendable {
             metrics: self.metrics,
             logger: self.logger
         )
+        let store = self.store
+        let webhooks = WebhookSender(
+            store: self.store,
+            configuration: self.configuration,
+            hub: self.hub,
+            logger: self.logger
+        ) {
+            bot,
+            id,
+            text in
+            // From the bot to its owner, once (the id is the webhook's): through the group commit like any message.
+            guard let owner = try? await store.botOwner(of: bot), let name = try? await store.userName(of: bot) else {
+                return
+            }
+            var body = Courier_V1_Body()
+            body.text = text
+            guard let bytes = try? body.serializedBytes() as [UInt8] else { return }
+            var send = WriteRequest.Send(sender: bot, id: id, to: .user(owner), body: bytes)
+            send.prepareSearch(body: body)
+            _ = try? await context.submit(.send(send), origin: nil, userName: name).outcome()
+        }
         let (httpPorts, httpRunning) = AsyncStream.makeStream(of: Int.self)
         let http = try HTTPEndpoints.application(
             configuration: self.configuration,
@@ -296,6 +317,8 @@ public final class CourierServer: Service, Sendable {
             media: self.media,
             logins: self.logins,
             sessions: self.configuration.webSocket.enabled ? context : nil,
+            api: context,
+            webhooks: webhooks.wake,
             version: self.version,
             database: HTTPEndpoints.DatabaseHealth(
                 store: self.store,
@@ -357,6 +380,7 @@ public final class CourierServer: Service, Sendable {
             group.addTask { await self.indexForSearch() }
             group.addTask { await self.media.removeAbandonedUploads() }
             group.addTask { await pushes.run() }
+            group.addTask { await webhooks.run() }
             group.addTask {
                 defer { httpRunning.finish() }
                 do {

@@ -92,6 +92,27 @@ package protocol StoreTransaction: Sendable {
     func pushPreviews(of user: UserID) async throws -> Bool
     func setPushPreviews(_ on: Bool, of user: UserID) async throws
 
+    // MARK: Webhooks
+
+    /// Adds or replaces a user's webhook (unclaimed).
+    func putWebhook(_ row: WebhookRow) async throws
+    /// Removes a user's webhook; whether there was one.
+    func deleteWebhook(of user: UserID) async throws -> Bool
+    func webhook(of user: UserID) async throws -> WebhookRow?
+    /// Takes the webhooks that are not disabled and that no other node holds (or this one does), until
+    /// `nowMs + leaseMs`.
+    func claimWebhooks(node: String, nowMs: Int64, leaseMs: Int64, limit: Int) async throws -> [WebhookRow]
+    /// Lets go of the webhooks a node holds.
+    func releaseWebhooks(node: String) async throws
+    /// Writes a webhook's delivery state (cursor, attempts, due, failing, disabled, error), if `node` holds it and it
+    /// is still the one set at `createdMs`; whether it did.
+    func updateWebhook(_ row: WebhookRow, node: String) async throws -> Bool
+    func insertIncomingHook(tokenHash: [UInt8], bot: UserID, group: String, nowMs: Int64) async throws -> Int64
+    /// The incoming hook with this token's digest, not revoked: its bot and group.
+    func incomingHook(tokenHash: [UInt8]) async throws -> (id: Int64, bot: UserID, group: String)?
+    func incomingHooks() async throws -> [(id: Int64, bot: UserID, group: String, createdMs: Int64, revokedMs: Int64?)]
+    func revokeIncomingHook(_ id: Int64, nowMs: Int64) async throws -> Bool
+
     // MARK: The push outbox
 
     /// Takes up to `limit` rows due at `nowMs` (the earliest first) that no other transaction holds, making them
