@@ -35,8 +35,7 @@ extension PostgresTransaction {
             ON CONFLICT (user_id) DO UPDATE SET url = EXCLUDED.url, secret = EXCLUDED.secret,
                 created_ms = EXCLUDED.created_ms, cursor = EXCLUDED.cursor, attempts = EXCLUDED.attempts,
                 due_ms = EXCLUDED.due_ms, failing_since_ms = EXCLUDED.failing_since_ms,
-                disabled_ms = EXCLUDED.disabled_ms, last_error = EXCLUDED.last_error, claimed_by = NULL,
-                lease_until_ms = 0
+                disabled_ms = EXCLUDED.disabled_ms, last_error = EXCLUDED.last_error
             """,
             logger: self.logger
         )
@@ -63,6 +62,7 @@ extension PostgresTransaction {
             WHERE user_id IN (
                 SELECT user_id FROM webhooks
                 WHERE disabled_ms IS NULL AND (claimed_by = \(node) OR claimed_by IS NULL OR lease_until_ms <= \(nowMs))
+                    AND EXISTS (SELECT 1 FROM users u WHERE u.id = webhooks.user_id AND u.removed_ms IS NULL)
                 ORDER BY user_id LIMIT \(Int64(limit))
                 FOR UPDATE SKIP LOCKED
             )

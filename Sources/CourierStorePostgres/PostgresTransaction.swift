@@ -46,6 +46,13 @@ package struct PostgresTransaction: StoreTransaction {
         ).map(PostgresStore.user)
     }
 
+    package func setAckedCursor(_ cursor: Int64, of device: DeviceID) async throws {
+        try await self.connection.run(
+            "UPDATE devices SET acked_cursor = \(cursor) WHERE id = \(device.rawValue)",
+            logger: self.logger
+        )
+    }
+
     package func setBotOwner(_ owner: UserID, of bot: UserID) async throws {
         try await self.connection.run(
             "UPDATE users SET bot_owner = \(owner.rawValue) WHERE id = \(bot.rawValue)",

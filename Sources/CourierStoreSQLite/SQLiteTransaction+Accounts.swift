@@ -20,6 +20,15 @@ extension SQLiteTransaction {
         }
     }
 
+    package func setAckedCursor(_ cursor: Int64, of device: DeviceID) async throws {
+        try await self.update { db in
+            try db.execute(
+                sql: "UPDATE devices SET acked_cursor = ? WHERE id = ?",
+                arguments: [cursor, device.rawValue]
+            )
+        }
+    }
+
     package func setBotOwner(_ owner: UserID, of bot: UserID) async throws {
         try await self.update { db in
             try db.execute(

@@ -24,10 +24,14 @@ extension SQLiteTransaction {
         try await self.update { db in
             try db.execute(
                 sql: """
-                    INSERT OR REPLACE INTO webhooks (
+                    INSERT INTO webhooks (
                         user_id, url, secret, created_ms, cursor, attempts, due_ms, failing_since_ms, disabled_ms,
                         last_error, claimed_by, lease_until_ms
                     ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 0)
+                    ON CONFLICT (user_id) DO UPDATE SET url = excluded.url, secret = excluded.secret,
+                        created_ms = excluded.created_ms, cursor = excluded.cursor, attempts = excluded.attempts,
+                        due_ms = excluded.due_ms, failing_since_ms = excluded.failing_since_ms,
+                        disabled_ms = excluded.disabled_ms, last_error = excluded.last_error
                     """,
                 arguments: [
                     row.user.rawValue, row.url, Data(row.secret), row.createdMs, Int64(row.cursor), row.attempts,
@@ -60,6 +64,7 @@ extension SQLiteTransaction {
                     WHERE user_id IN (
                         SELECT user_id FROM webhooks
                         WHERE disabled_ms IS NULL AND (claimed_by = ? OR claimed_by IS NULL OR lease_until_ms <= ?)
+                            AND EXISTS (SELECT 1 FROM users u WHERE u.id = webhooks.user_id AND u.removed_ms IS NULL)
                         ORDER BY user_id LIMIT ?
                     )
                     RETURNING *

@@ -79,4 +79,19 @@ struct ChatProfilesTests {
         state.setProfiles([ProfileInfo(user: "bob", displayName: "Bob", updated: later.addingTimeInterval(1))])
         #expect(state.shown("bob") == "Bob (bob)")
     }
+
+    @Test("a bot's name says so wherever it shows, with or without a display name; a person's does not")
+    func bots() {
+        var state = Self.state()
+        var helper = ProfileInfo(user: "helper", updated: Self.now)
+        helper.bot = true
+        state.setProfiles([helper, ProfileInfo(user: "bob", displayName: "Bob", updated: Self.now)])
+        #expect(state.shown("helper") == "helper [bot]")
+        #expect(state.shown("HELPER") == "HELPER [bot]")
+        #expect(state.shown("bob") == "Bob (bob)")
+        helper.displayName = "助手 🤖"
+        helper.updated = Self.now.addingTimeInterval(1)
+        state.setProfiles([helper])
+        #expect(state.shown("helper") == "助手 🤖 (helper [bot])")
+    }
 }

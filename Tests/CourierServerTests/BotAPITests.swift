@@ -112,12 +112,24 @@ struct BotAPITests {
                     #expect(answer.headers["www-authenticate"] == "Bearer")
                 }
             }
+            // Any other path under /api/v1: 401 without a good token, a JSON 404 with one.
+            let elsewhere = try await Self.call(port, "GET", "/api/v1/nothing/here", token: nil)
+            #expect(elsewhere.status == 401 && elsewhere.code == "auth-failed", "\(elsewhere)")
+            let notFound = try await Self.call(port, "DELETE", "/api/v1/nothing", token: token)
+            #expect(notFound.status == 404 && notFound.code == "not-found", "\(notFound)")
+
+            // A message not acknowledged yet survives the token's renewal: the new token goes on from the old one.
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+            _ = try await alice.sendText("before the new token", to: .user("helper"), id: "t-1")
+            await alice.close()
             // A new token ends the old one; revoking ends them all.
             let second = try #require(
                 try await fixture.store.revokeBotTokens(of: "helper", replacing: true, nowMs: Self.now())
             )
             #expect(try await Self.call(port, "GET", "/api/v1/me", token: revokedLater).status == 401)
             #expect(try await Self.call(port, "GET", "/api/v1/me", token: second).status == 200)
+            let kept = Self.updates(try await Self.call(port, "GET", "/api/v1/updates", token: second))
+            #expect(kept.map { Self.message($0)["id"] as? String } == ["t-1"])
             try await fixture.store.revokeBotTokens(of: "helper", replacing: false, nowMs: Self.now())
             let revoked = try await Self.call(port, "GET", "/api/v1/me", token: second)
             #expect(revoked.status == 401 && revoked.code == "token-revoked", "\(revoked)")
@@ -196,6 +208,32 @@ struct BotAPITests {
             #expect(edited.count == 1)
             let change = edited.first?["edited_message"] as? [String: Any] ?? [:]
             #expect(change["id"] as? String == "g-1" && change["text"] as? String == "@helper 开会了！")
+
+            // A poll woken by what is no update (a reaction on the bot's message, a receipt) waits on, and is woken
+            // again by the next message (not left to its timeout).
+            let seen = (edited.first?["update_id"] as? Int ?? 0) + 1
+            async let polledAgain = Self.call(port, "GET", "/api/v1/updates?offset=\(seen)&timeout=50", token: token)
+            try await waitUntil("the second poll waits") {
+                let metrics = try await Self.call(port, "GET", "/metrics", token: nil)
+                return metrics.body.contains("courier_api_polls_waiting 1")
+            }
+            let reply = try await Self.call(
+                port,
+                "POST",
+                "/api/v1/messages",
+                token: token,
+                json: ["to": "alice", "text": "react to me"]
+            )
+            let replySeq = try #require(reply.json["seq"] as? Int)
+            let reacted = try await alice.request { envelope in
+                envelope.react.message.conversation = .user("helper")
+                envelope.react.message.seq = UInt64(replySeq)
+                envelope.react.key = "👍"
+            }
+            #expect(reacted.error.code.isEmpty, "\(reacted)")
+            _ = try await alice.sendText("the real one", to: .user("helper"), id: "r-1")
+            let waitedAgain = Self.updates(try await polledAgain)
+            #expect(waitedAgain.map { Self.message($0)["id"] as? String } == ["r-1"])
 
             // Bad parameters are refused, not guessed at.
             let bad = try await Self.call(port, "GET", "/api/v1/updates?offset=-1", token: token)

@@ -92,4 +92,41 @@ struct WebhookStoreTests {
             await #expect(throws: CourierStoreError.self) { try await store.revokeIncomingHook(id, nowMs: now + 2) }
         }
     }
+
+    @Test(
+        "a bot's new token drops its webhook and keeps its hooks; revoking it drops both; a removed bot's webhook is taken by no node",
+        arguments: StoreKind.allCases
+    )
+    func revocation(kind: StoreKind) async throws {
+        try await StoreFixture.with(kind) { fixture in
+            let store = fixture.store
+            let now = StoreFixture.start
+            _ = try await fixture.users("alice")
+            let token = try await store.addBot(name: "helper", owner: "alice", nowMs: now)
+            try await store.createGroup(name: "ops", owner: "alice", members: ["helper"], byOwner: false, nowMs: now)
+            let bot = try await store.authenticate(token: token, nowMs: now)
+            let (hook, _) = try await store.createIncomingHook(group: "ops", bot: "helper", nowMs: now)
+            _ = try await store.setWebhook(url: "https://hooks.example/a", for: bot, nowMs: now)
+            let renewed = try #require(try await store.revokeBotTokens(of: "helper", replacing: true, nowMs: now + 1))
+            #expect(try await store.webhook(of: bot.user.id) == nil, "a stolen token's webhook goes with it")
+            #expect(try await store.incomingHook(token: hook) != nil)
+            let again = try await store.authenticate(token: renewed, nowMs: now + 2)
+            _ = try await store.setWebhook(url: "https://hooks.example/b", for: again, nowMs: now + 2)
+            try await store.revokeBotTokens(of: "helper", replacing: false, nowMs: now + 3)
+            #expect(try await store.webhook(of: bot.user.id) == nil)
+            #expect(try await store.incomingHook(token: hook) == nil)
+
+            // A removed bot's webhook: no node takes it.
+            let third = try #require(try await store.revokeBotTokens(of: "helper", replacing: true, nowMs: now + 4))
+            _ = try await store.setWebhook(
+                url: "https://hooks.example/c",
+                for: try await store.authenticate(token: third, nowMs: now + 4),
+                nowMs: now + 4
+            )
+            #expect(try await store.claimWebhooks(node: "n1", nowMs: now + 5, leaseMs: 1000, limit: 10).count == 1)
+            try await store.releaseWebhooks(node: "n1")
+            try await store.removeUser(named: "helper", nowMs: now + 6)
+            #expect(try await store.claimWebhooks(node: "n1", nowMs: now + 7, leaseMs: 1000, limit: 10).isEmpty)
+        }
+    }
 }

@@ -144,8 +144,8 @@ class Server:
         self.process = None
 
     def cli(self, *arguments, stdin=None):
-        server = ["--server", f"127.0.0.1:{self.ports[0]}"] if arguments[0] not in ("user", "invite") else []
-        data = ["--data", self.data] if arguments[0] in ("user", "invite") else []
+        server = ["--server", f"127.0.0.1:{self.ports[0]}"] if arguments[0] not in ("user", "invite", "bot") else []
+        data = ["--data", self.data] if arguments[0] in ("user", "invite", "bot") else []
         done = subprocess.run([COURIER, *arguments, *server, *data], capture_output=True, text=True, env=self.env,
                               input=stdin, timeout=120)
         if done.returncode != 0:
@@ -456,6 +456,23 @@ class WebChatTests(unittest.TestCase):
             return [json.loads(line) for line in lines.splitlines() if "answered from the page" in line]
         found = wait_until(answered, "the page's answer in carol's history")
         self.assertEqual(len(found), 1)
+
+    def test_03b_a_bot_is_marked(self):
+        """A bot (courier bot create) writes over the HTTP API; the page marks it "bot" in the list and the header."""
+        token = self.server.cli("bot", "create", "helperbot", "--owner", "alice").strip()
+        request = urllib.request.Request(
+            self.server.base + "/api/v1/messages", method="POST",
+            data=json.dumps({"to": "alice", "text": "我是机器人 🤖"}).encode(),
+            headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            self.assertEqual(answer.status, 201)
+        self.alice.visible('#conversations [data-key="u:helperbot"] .bot-badge')
+        self.alice.conversation("u:helperbot")
+        self.alice.message("我是机器人 🤖")
+        wait_until(lambda: self.alice.all("#chat-title .bot-badge"), "the header's bot mark")
+        self.assertEqual(self.alice.read("#chat-title .bot-badge"), "bot")
+        # A person is never marked.
+        self.assertEqual(self.alice.all('#conversations [data-key="u:bob"] .bot-badge'), [])
 
     def test_04_html_is_text(self):
         attack = '<img src=x onerror="document.title=\'owned\'"><b>bold</b>'

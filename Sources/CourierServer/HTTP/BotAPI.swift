@@ -22,14 +22,20 @@ import Synchronization
 struct BotAPI: Sendable {
     let context: SessionContext
     let logins: LoginThrottle
+    /// The API's rates per user, per address and per hook (shared with the push registrations).
     let limiter: APIRateLimiter
-    /// Wakes this node's webhook sender: a webhook was set.
-    let webhooks: Wake?
+    /// This node's webhook sender, told when a webhook was set here.
+    let webhooks: WebhookSender?
 
-    init(context: SessionContext, logins: LoginThrottle, webhooks: Wake? = nil) {
+    init(
+        context: SessionContext,
+        logins: LoginThrottle,
+        limiter: APIRateLimiter? = nil,
+        webhooks: WebhookSender? = nil
+    ) {
         self.context = context
         self.logins = logins
-        self.limiter = APIRateLimiter(context.configuration.api)
+        self.limiter = limiter ?? APIRateLimiter(context.configuration.api)
         self.webhooks = webhooks
     }
 
@@ -72,6 +78,15 @@ struct BotAPI: Sendable {
         router.post("/hooks/{secret}") { request, context in
             await APIRefusal.answer { try await self.hook(request, context) }
         }
+        // Any other path under /api/v1: the token first (401 without a good one), then a JSON 404.
+        for method in [HTTPRequest.Method.get, .post, .put, .delete, .patch] {
+            router.on("/api/v1/**", method: method) { request, context in
+                await APIRefusal.answer {
+                    _ = try await self.authorize(request, context)
+                    throw APIRefusal(.notFound, "not-found", "no such operation: docs/openapi.yaml lists them")
+                }
+            }
+        }
     }
 
     // MARK: Webhooks
@@ -84,7 +99,7 @@ struct BotAPI: Sendable {
         let row = try await APIRefusal.mapping {
             try await self.context.store.setWebhook(url: body.url, for: session, nowMs: SessionClock.systemWallMs())
         }
-        self.webhooks?.raise()
+        self.webhooks?.webhookSet()
         return APIRefusal.json(.ok, ["url": row.url, "secret": row.spelledSecret])
     }
 
@@ -232,9 +247,8 @@ struct BotAPI: Sendable {
         let limit = Int(min(try number("limit") ?? Int64.max, Int64(max(1, self.configuration.maxUpdatesPerPoll))))
         let store = self.context.store
         let user = session.user
-        if let webhook = try await APIRefusal.mapping({ try await store.webhook(of: user.id) }),
-            webhook.disabledMs == nil
-        {
+        let webhook = try await APIRefusal.mapping { try await store.webhook(of: user.id) }
+        if let webhook, webhook.disabledMs == nil {
             throw APIRefusal(
                 .conflict,
                 "conflict",
@@ -242,8 +256,10 @@ struct BotAPI: Sendable {
             )
         }
 
-        // The offset acknowledges what is below it, for this device: never sent again.
+        // The offset acknowledges what is below it, for this device: never sent again. What a webhook turned off
+        // had delivered is not sent again either.
         var after = try await APIRefusal.mapping { try await store.ackedCursor(of: session.device.id) }
+        after = max(after, webhook?.cursor ?? 0)
         if offset > 0, UInt64(offset) - 1 > after {
             let latest = try await APIRefusal.mapping { try await store.logCursor(of: user.id) }
             let acknowledged = min(UInt64(offset) - 1, latest)
@@ -253,8 +269,14 @@ struct BotAPI: Sendable {
             }
         }
         guard timeout > 0 else {
-            let (found, _) = try await self.read(after: after, limit: limit, session)
-            return APIRefusal.json(.ok, ["updates": found])
+            var skippedTo = after
+            for _ in 0..<Self.maxScansPerPoll {
+                let (found, readTo, more) = try await self.read(after: skippedTo, limit: limit, session)
+                if !found.isEmpty { return APIRefusal.json(.ok, ["updates": found]) }
+                skippedTo = max(skippedTo, readTo)
+                if !more { break }
+            }
+            return try await self.noUpdates(read: skippedTo, after: after, session)
         }
         // A place among the user's connections while it waits: woken by any commit that grows the log.
         let registration = self.context.hub.register(
@@ -275,21 +297,45 @@ struct BotAPI: Sendable {
         defer { self.context.metrics.polling(-1) }
         let deadline = ContinuousClock.now + .seconds(timeout)
         var skippedTo = after
-        while true {
-            handle.delivered(upTo: skippedTo)
-            let (found, readTo) = try await self.read(after: skippedTo, limit: limit, session)
+        var scans = 0
+        poll: while true {
+            let (found, readTo, more) = try await self.read(after: skippedTo, limit: limit, session)
             if !found.isEmpty { return APIRefusal.json(.ok, ["updates": found]) }
             skippedTo = max(skippedTo, readTo)
             handle.delivered(upTo: skippedTo)
-            guard ContinuousClock.now < deadline, await Self.wait(on: handle, until: deadline) else { break }
-            if case .terminate? = handle.take() {
-                throw APIRefusal(.unauthorized, "token-revoked", "the token was revoked")
+            scans += 1
+            // A backlog of entries that are no updates (receipts, reactions, the bot's own messages): read on, a
+            // bounded number of pages a request.
+            if more {
+                if scans < Self.maxScansPerPoll { continue }
+                break
             }
+            // Taken until there is nothing (which arms the wake-up again): the log may have grown meanwhile.
+            switch handle.take() {
+            case .terminate(let code, _)?:
+                guard code != ErrorCodes.tokenRevoked else {
+                    throw APIRefusal(.unauthorized, "token-revoked", "the token was revoked")
+                }
+                // The server is stopping: answered now, with none; the client asks again (another node, or later).
+                break poll
+            case .events?, .notices?:
+                continue
+            case nil:
+                break
+            }
+            guard ContinuousClock.now < deadline, await Self.wait(on: handle, until: deadline) else { break }
         }
-        // Only what is no update was read (receipts, the bot's own messages): acknowledged, so that the next poll
-        // does not read it again.
+        return try await self.noUpdates(read: skippedTo, after: after, session)
+    }
+
+    /// The most pages of entries one poll reads past that are no updates (each of up to `limit`, read 8 at a time).
+    static let maxScansPerPoll = 16
+
+    /// An answer with no updates. What was read is no update (receipts, reactions, the bot's own messages):
+    /// acknowledged, so that the next poll does not read it again.
+    private func noUpdates(read skippedTo: UInt64, after: UInt64, _ session: DeviceSession) async throws -> Response {
         if skippedTo > after {
-            try? await self.commit(.ack(user: user.id, device: session.device.id, cursor: skippedTo), user)
+            try? await self.commit(.ack(user: session.user.id, device: session.device.id, cursor: skippedTo), session.user)
         }
         return APIRefusal.json(.ok, ["updates": [APIUpdate]()])
     }
@@ -315,8 +361,11 @@ struct BotAPI: Sendable {
         }
     }
 
-    private func read(after cursor: UInt64, limit: Int, _ session: DeviceSession) async throws -> ([APIUpdate], UInt64)
-    {
+    private func read(
+        after cursor: UInt64,
+        limit: Int,
+        _ session: DeviceSession
+    ) async throws -> ([APIUpdate], UInt64, Bool) {
         try await APIRefusal.mapping {
             try await Self.updates(of: session.user, after: cursor, limit: limit, store: self.context.store)
         }
@@ -325,14 +374,14 @@ struct BotAPI: Sendable {
     /// A user's updates after a cursor of its log, up to `limit`, reading on past entries that are none (a few pages
     /// at most): what the long poll answers and a webhook is sent.
     ///
-    /// - Returns: The updates, and the cursor read to (past the last update only when there is none: then every
-    ///   entry read up to it was none).
+    /// - Returns: The updates; the cursor read to (past the last update only when there is none: then every
+    ///   entry read up to it was none); and, when there is none, whether entries remain after it (the pages ran out).
     static func updates(
         of user: User,
         after cursor: UInt64,
         limit: Int,
         store: any CourierDatabase
-    ) async throws -> ([APIUpdate], UInt64) {
+    ) async throws -> ([APIUpdate], UInt64, Bool) {
         var after = cursor
         var found: [APIUpdate] = []
         for _ in 0..<8 {
@@ -354,7 +403,9 @@ struct BotAPI: Sendable {
             }
             if !found.isEmpty { break }
         }
-        return (found, after)
+        // None found in the pages read: more entries may follow (a backlog of entries that are no updates).
+        let more = found.isEmpty ? after < (try await store.logCursor(of: user.id)) : false
+        return (found, after, more)
     }
 
     // MARK: Writes
@@ -874,6 +925,9 @@ final class APIRateLimiter: Sendable {
                 var bucket = $0.value
                 return !bucket.isFull(now: now)
             }
+            // Still full (a flood from many addresses): started afresh, so that the table stays bounded and its
+            // sweeps rare.
+            if buckets.count >= Self.maxBuckets / 2 { buckets.removeAll() }
         }
         var bucket = buckets[key] ?? TokenBucket(rate: max(0.001, rate), burst: burst, now: now)
         let wait = bucket.take(now: now)

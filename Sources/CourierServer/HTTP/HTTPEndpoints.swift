@@ -98,7 +98,7 @@ enum HTTPEndpoints {
         logins: LoginThrottle,
         sessions: SessionContext?,
         api: SessionContext? = nil,
-        webhooks: Wake? = nil,
+        webhooks: WebhookSender? = nil,
         version: String,
         database: DatabaseHealth,
         logger: Logger,
@@ -136,9 +136,15 @@ enum HTTPEndpoints {
             )
         }
         MediaEndpoint(store: media.store, media: media, logins: logins).register(on: router)
-        PushEndpoint(store: media.store, logins: logins, allowPrivateTargets: configuration.push.allowPrivateTargets)
-            .register(on: router)
-        if let api { BotAPI(context: api, logins: logins, webhooks: webhooks).register(on: router) }
+        let limiter = APIRateLimiter(configuration.api)
+        var push = PushEndpoint(
+            store: media.store,
+            logins: logins,
+            allowPrivateTargets: configuration.push.allowPrivateTargets
+        )
+        push.limiter = limiter
+        push.register(on: router)
+        if let api { BotAPI(context: api, logins: logins, limiter: limiter, webhooks: webhooks).register(on: router) }
         if sessions != nil, configuration.webSocket.enabled, configuration.web.enabled {
             var page = try WebPage.load(root: configuration.web.root)
             page.allowedOrigins = configuration.webSocket.allowedOrigins

@@ -40,12 +40,17 @@ struct MediaEndpoint: Sendable {
             } catch let refusal as APIRefusal {
                 return refusal.response
             }
-            guard SHA256Hex.isValid(sha256),
-                let access = try await self.store.mediaAccess(for: session.user.id, sha256: sha256)
-            else {
-                return APIRefusal(.notFound, "unknown-media", "no such media").response
+            do {
+                guard SHA256Hex.isValid(sha256),
+                    let access = try await self.store.mediaAccess(for: session.user.id, sha256: sha256)
+                else {
+                    return APIRefusal(.notFound, "unknown-media", "no such media").response
+                }
+                return try await self.serve(request, sha256: sha256, access: access, bodyless: bodyless)
+            } catch {
+                return APIRefusal(.serviceUnavailable, "storage-failed", "the media could not be read; try again")
+                    .response
             }
-            return try await self.serve(request, sha256: sha256, access: access, bodyless: bodyless)
         }
         guard let token = Self.token(of: request) else {
             return Self.plain(

@@ -18,6 +18,8 @@ struct PushEndpoint: Sendable {
     let store: any CourierDatabase
     let logins: LoginThrottle
     let allowPrivateTargets: Bool
+    /// The HTTP API's rates, per address before the token and per user after it.
+    var limiter: APIRateLimiter?
 
     func register(on router: Router<CourierRequestContext>) {
         router.post("/api/v1/push/subscriptions") { request, context in
@@ -48,7 +50,7 @@ struct PushEndpoint: Sendable {
     }
 
     private func registerGateway(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
-        let session = try await APIAuth.session(of: request, context, store: self.store, logins: self.logins)
+        let session = try await self.authorize(request, context)
         let body = try await APIRefusal.decode(Gateway.self, from: request, upTo: Self.maxBodyBytes)
         try self.check(endpoint: body.url, what: "a gateway URL")
         // Printed into logs and JSON only by the gateway: no control characters, no spaces.
@@ -68,7 +70,7 @@ struct PushEndpoint: Sendable {
     }
 
     private func removeGateway(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
-        let session = try await APIAuth.session(of: request, context, store: self.store, logins: self.logins)
+        let session = try await self.authorize(request, context)
         let body = try await APIRefusal.decode(GatewayRemoval.self, from: request, upTo: Self.maxBodyBytes)
         let removed = try await APIRefusal.mapping {
             try await self.store.removePushGateway(appID: body.app_id, pushkey: body.pushkey, for: session)
@@ -91,7 +93,7 @@ struct PushEndpoint: Sendable {
     }
 
     private func subscribe(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
-        let session = try await APIAuth.session(of: request, context, store: self.store, logins: self.logins)
+        let session = try await self.authorize(request, context)
         let body = try await APIRefusal.decode(Subscription.self, from: request, upTo: Self.maxBodyBytes)
         try self.check(endpoint: body.endpoint)
         let keys: PushSubscriptionKeys
@@ -113,7 +115,7 @@ struct PushEndpoint: Sendable {
     }
 
     private func unsubscribe(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
-        let session = try await APIAuth.session(of: request, context, store: self.store, logins: self.logins)
+        let session = try await self.authorize(request, context)
         let body = try await APIRefusal.decode(Removal.self, from: request, upTo: Self.maxBodyBytes)
         let removed = try await APIRefusal.mapping {
             try await self.store.removePushSubscription(endpoint: body.endpoint, for: session)
@@ -135,6 +137,14 @@ struct PushEndpoint: Sendable {
         guard audience.hasPrefix("https://") || self.allowPrivateTargets else {
             throw APIRefusal(.badRequest, "invalid-request", "\(what) is an https URL")
         }
+    }
+
+    /// The device a request speaks for, within the API's rates.
+    private func authorize(_ request: Request, _ context: CourierRequestContext) async throws -> DeviceSession {
+        try self.limiter?.take(address: AddressKey.of(ip: context.remoteAddress?.ipAddress ?? "?"))
+        let session = try await APIAuth.session(of: request, context, store: self.store, logins: self.logins)
+        try self.limiter?.take(user: session.user.id)
+        return session
     }
 
     private func answer(_ body: () async throws -> Response) async -> Response {
@@ -224,6 +234,7 @@ struct APIRefusal: Error {
             case .notMember, .notSender, .notOwner, .notAdmin, .notContact: .forbidden
             case .unknownUser, .unknownGroup, .unknownMessage, .unknownMedia, .unknownUpload: .notFound
             case .throttled: .tooManyRequests
+            case .uploadBusy: .conflict
             case .quotaExceeded, .mediaTooLarge: .contentTooLarge
             case .storageFailed: .serviceUnavailable
             default: .badRequest
@@ -264,7 +275,10 @@ struct APIRefusal: Error {
     var response: Response {
         var response = Self.json(self.status, ["error": ["code": self.code, "message": self.message]])
         if self.status == .unauthorized { response.headers[.wwwAuthenticate] = "Bearer" }
-        if let seconds = self.retryAfterSeconds { response.headers[.retryAfter] = String(seconds) }
+        // A 429 always says when to ask again (the store's own throttling does not: a second).
+        if let seconds = self.retryAfterSeconds ?? (self.status == .tooManyRequests ? 1 : nil) {
+            response.headers[.retryAfter] = String(seconds)
+        }
         return response
     }
 

@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import Logging
 import NIOHTTP1
+import Synchronization
 
 /// Sends bots' updates to their webhooks (`PUT /api/v1/webhook`), on every node, as the Standard Webhooks spec says:
 /// a POST of the update's JSON (the long poll's) with `webhook-id` (the same on every retry of an update),
@@ -48,67 +49,127 @@ final class WebhookSender: Sendable {
         self.limits = limits
     }
 
+    /// What this node holds, for the rounds in flight to check before each send: the webhook as last claimed (a
+    /// round of another one, replaced or removed meanwhile, stops) and until when the lease lasts.
+    private let held = Mutex<[UserID: (createdMs: Int64, untilMs: Int64)]>([:])
+    /// The webhooks with a round in flight.
+    private let busy = Mutex<Set<UserID>>([])
+    /// Rounds that ended, for the loop to take.
+    private let ended = Mutex<[(user: UserID, result: (WebhookRow, Bool)?)]>([])
+    /// Set when a webhook was set through this node: the loop claims at once, not at its next look.
+    private let claimSoon = Mutex(false)
+
+    /// A webhook was set through this node: claim it now.
+    func webhookSet() {
+        self.claimSoon.withLock { $0 = true }
+        self.wake.raise()
+    }
+
     /// Sends until the task is cancelled; then lets go of its webhooks for the other nodes.
+    ///
+    /// Each webhook's round runs on its own (a slow receiver holds up only its own bot's updates); this loop only
+    /// claims (renewing the leases every third of one), starts rounds for the webhooks that have work, and sleeps.
     func run() async {
         let http = OutboundHTTP(limits: self.limits, logger: self.logger)
         var handles: [UserID: ConnectionHandle] = [:]
         var users: [UserID: User] = [:]
-        while !Task.isCancelled {
-            let nowMs = SessionClock.systemWallMs()
-            let held: [WebhookRow]
-            do {
-                held = try await self.store.claimWebhooks(
-                    node: self.name,
-                    nowMs: nowMs,
-                    leaseMs: self.configuration.webhookLease.wholeMilliseconds,
-                    limit: 10_000
-                )
-            } catch {
-                self.logger.warning("taking webhooks failed", metadata: ["error": "\(error)"])
-                guard (try? await Task.sleep(for: .seconds(1))) != nil else { break }
-                continue
-            }
-            // A place in the map of connections for each webhook held: a commit that grows its bot's log wakes this.
-            let ids = Set(held.map(\.user))
-            for (user, handle) in handles where !ids.contains(user) {
-                _ = self.hub.unregister(handle)
-                handles[user] = nil
-            }
-            for row in held where handles[row.user] == nil {
-                guard
-                    case .registered(let handle, _, _) = self.hub.register(
-                        user: row.user,
-                        device: DeviceID(rawValue: 0),
-                        ephemeral: false
-                    )
-                else { continue }
-                handles[row.user] = handle
-                handle.setWaker { [wake] in wake.raise() }
-            }
-            for row in held where users[row.user] == nil {
-                if let name = try? await self.store.userName(of: row.user) {
-                    users[row.user] = User(id: row.user, name: name, createdMs: 0, removedMs: nil)
+        var rows: [UserID: WebhookRow] = [:]
+        // Webhooks to give a round whether or not their log grew: just taken, or a round said there is more.
+        var wanted: Set<UserID> = []
+        let claimEvery = min(self.configuration.webhookLease / 3, self.configuration.webhookPollInterval)
+        var lastClaim = ContinuousClock.now - .seconds(3600)
+        await withDiscardingTaskGroup { group in
+            while !Task.isCancelled {
+                let soon = self.claimSoon.withLock { soon in
+                    defer { soon = false }
+                    return soon
                 }
+                if soon || ContinuousClock.now - lastClaim >= claimEvery {
+                    lastClaim = .now
+                    guard let claimed = await self.claim() else {
+                        guard (try? await Task.sleep(for: .seconds(1))) != nil else { break }
+                        continue
+                    }
+                    // Taken now, or set anew: a round at once (it may have updates waiting).
+                    for row in claimed where rows[row.user]?.createdMs != row.createdMs { wanted.insert(row.user) }
+                    rows = Dictionary(claimed.map { ($0.user, $0) }, uniquingKeysWith: { _, last in last })
+                    // A place in the map of connections for each webhook held: a commit that grows its bot's log
+                    // wakes this loop.
+                    for (user, handle) in handles where rows[user] == nil {
+                        _ = self.hub.unregister(handle)
+                        handles[user] = nil
+                    }
+                    for user in rows.keys where handles[user] == nil {
+                        let registration = self.hub.register(user: user, device: DeviceID(rawValue: 0), ephemeral: false)
+                        guard case .registered(let handle, _, _) = registration else { continue }
+                        handles[user] = handle
+                        handle.setWaker { [wake] in wake.raise() }
+                    }
+                    for user in rows.keys where users[user] == nil {
+                        if let name = try? await self.store.userName(of: user) {
+                            users[user] = User(id: user, name: name, createdMs: 0, removedMs: nil)
+                        }
+                    }
+                    users = users.filter { rows[$0.key] != nil }
+                }
+                for (user, result) in self.takeEnded() {
+                    if let (row, more) = result {
+                        // Turned off: not this node's any more (no node takes it until it is set again).
+                        rows[user] = row.disabledMs == nil ? row : nil
+                        if more { wanted.insert(user) }
+                    } else {
+                        // Lost, replaced, or not recorded: claimed again at once, and given a round then.
+                        rows[user] = nil
+                        lastClaim = .now - .seconds(3600)
+                    }
+                }
+                let nowMs = SessionClock.systemWallMs()
+                var nextRetryMs: Int64?
+                for (user, row) in rows {
+                    guard !self.busy.withLock({ $0.contains(user) }), let name = users[user],
+                        let handle = handles[user]
+                    else { continue }
+                    if row.failingSinceMs != nil {
+                        // Failing: tried again when due, whatever its log does meanwhile.
+                        guard row.dueMs <= nowMs else {
+                            nextRetryMs = min(nextRetryMs ?? .max, row.dueMs)
+                            continue
+                        }
+                    } else {
+                        switch handle.take() {
+                        case .events?, .notices?:
+                            break
+                        case .terminate?:
+                            // The bot was removed, or the server is stopping: nothing more for it here.
+                            _ = self.hub.unregister(handle)
+                            handles[user] = nil
+                            continue
+                        case nil:
+                            guard wanted.contains(user) else { continue }
+                        }
+                    }
+                    guard self.busy.withLock({ $0.count }) < max(1, self.configuration.maxConcurrentWebhooks) else {
+                        // Its turn comes when a round ends.
+                        wanted.insert(user)
+                        break
+                    }
+                    wanted.remove(user)
+                    self.busy.withLock { _ = $0.insert(user) }
+                    group.addTask {
+                        let result = await self.round(row, of: name, http)
+                        if let (after, _) = result { handle.delivered(upTo: after.cursor) }
+                        self.ended.withLock { $0.append((user, result)) }
+                        self.busy.withLock { _ = $0.remove(user) }
+                        self.wake.raise()
+                    }
+                }
+                // Nothing to start: until a commit wakes a webhook, a round ends, a retry is due, or it is time to
+                // claim again.
+                let retry = nextRetryMs.map { Duration.milliseconds(max(1, $0 - SessionClock.systemWallMs())) }
+                let claim = max(.zero, claimEvery - (ContinuousClock.now - lastClaim))
+                await self.wake.wait(upTo: [retry, claim].compactMap { $0 }.min())
             }
-            users = users.filter { ids.contains($0.key) }
-            // Each due webhook a round: its updates, in order, until one fails or the batch is sent.
-            let due = held.filter { $0.dueMs <= nowMs }
-            let rounds = await self.deliver(due, users: users, http)
-            var again = false
-            for (row, more) in rounds {
-                handles[row.user]?.delivered(upTo: row.cursor)
-                // More to send now (the batch ran out, or the log grew meanwhile): another round at once.
-                if more || (row.failingSinceMs == nil && handles[row.user]?.take() != nil) { again = true }
-            }
-            if again { continue }
-            // Nothing to do: until a commit wakes a webhook, a retry is due, or the lease wants renewing.
-            let retry = held.filter { $0.dueMs > nowMs }.map(\.dueMs).min().map {
-                Duration.milliseconds(max(1, $0 - SessionClock.systemWallMs()))
-            }
-            let wait = [retry, self.configuration.webhookLease / 3, self.configuration.webhookPollInterval]
-                .compactMap { $0 }.min()
-            await self.wake.wait(upTo: wait)
-            for handle in handles.values { _ = handle.take() }
+            group.cancelAll()
         }
         for handle in handles.values { _ = self.hub.unregister(handle) }
         // Let go at once for the other nodes (not when the lease ends), from a task the shutdown did not cancel.
@@ -117,31 +178,42 @@ final class WebhookSender: Sendable {
         await http.shutdown()
     }
 
-    /// A round of each webhook, several webhooks at once.
-    ///
-    /// - Returns: Each webhook as it now stands, and whether it has more to send now.
-    private func deliver(
-        _ rows: [WebhookRow],
-        users: [UserID: User],
-        _ http: OutboundHTTP
-    ) async -> [(WebhookRow, Bool)] {
-        await withTaskGroup(of: (WebhookRow, Bool)?.self) { group in
-            var next = 0
-            var done: [(WebhookRow, Bool)] = []
-            func start() {
-                guard next < rows.count else { return }
-                let row = rows[next]
-                next += 1
-                guard let user = users[row.user] else { return }
-                group.addTask { await self.round(row, of: user, http) }
+    /// Takes (or keeps) this node's webhooks, and notes until when, for the rounds; nil when the store failed.
+    private func claim() async -> [WebhookRow]? {
+        let nowMs = SessionClock.systemWallMs()
+        let leaseMs = self.configuration.webhookLease.wholeMilliseconds
+        do {
+            let claimed = try await self.store.claimWebhooks(
+                node: self.name,
+                nowMs: nowMs,
+                leaseMs: leaseMs,
+                limit: 10_000
+            )
+            self.held.withLock { held in
+                held = Dictionary(
+                    claimed.map { ($0.user, (createdMs: $0.createdMs, untilMs: nowMs + leaseMs)) },
+                    uniquingKeysWith: { _, last in last }
+                )
             }
-            for _ in 0..<max(1, self.configuration.maxConcurrentWebhooks) { start() }
-            while let result = await group.next() {
-                if let result { done.append(result) }
-                start()
-            }
-            return done
+            return claimed
+        } catch {
+            self.logger.warning("taking webhooks failed", metadata: ["error": "\(error)"])
+            return nil
         }
+    }
+
+    private func takeEnded() -> [(user: UserID, result: (WebhookRow, Bool)?)] {
+        self.ended.withLock { ended in
+            defer { ended.removeAll() }
+            return ended
+        }
+    }
+
+    /// Whether this node still holds the webhook a round sends for, long enough for one more request.
+    private func stillHeld(_ row: WebhookRow) -> Bool {
+        let deadlineMs = (self.limits.connectTimeout + self.limits.requestTimeout).wholeMilliseconds
+        guard let held = self.held.withLock({ $0[row.user] }) else { return false }
+        return held.createdMs == row.createdMs && held.untilMs > SessionClock.systemWallMs() + deadlineMs
     }
 
     /// One webhook's round: up to a batch of its updates, in order, each sent until answered 2xx.
@@ -151,7 +223,7 @@ final class WebhookSender: Sendable {
         let found: [APIUpdate]
         let readTo: UInt64
         do {
-            (found, readTo) = try await BotAPI.updates(of: user, after: row.cursor, limit: limit, store: self.store)
+            (found, readTo, _) = try await BotAPI.updates(of: user, after: row.cursor, limit: limit, store: self.store)
         } catch {
             self.logger.warning("reading a bot's updates failed", metadata: ["error": "\(error)"])
             return nil
@@ -160,10 +232,17 @@ final class WebhookSender: Sendable {
             // Nothing but entries that are no updates: passed over for good.
             guard readTo > row.cursor else { return (row, false) }
             row.cursor = readTo
-            return (try? await self.store.recordWebhook(row, node: self.name)) == true ? (row, false) : nil
+            // Read on at once: a backlog may follow.
+            return (try? await self.store.recordWebhook(row, node: self.name)) == true ? (row, true) : nil
         }
         var failed = false
         for update in found {
+            // Replaced, removed or no longer held by this node (the lease about to end): stop; whoever holds it
+            // next sends from the cursor recorded.
+            guard self.stillHeld(row) else {
+                failed = true
+                break
+            }
             let outcome = await self.send(update, of: row, http)
             let nowMs = SessionClock.systemWallMs()
             switch outcome {
@@ -220,8 +299,10 @@ final class WebhookSender: Sendable {
                 ],
                 body: Array(body)
             )
-        } catch let refusal as OutboundHTTP.Refusal {
-            return .failed("refused: \(refusal)", retryAfterMs: nil)
+        } catch is OutboundHTTP.Refusal {
+            // Not why (a name that does not resolve, or resolves to a private address): the bot's owner reads this,
+            // and it must not map the server's network.
+            return .failed("refused: not a public address", retryAfterMs: nil)
         } catch {
             return .failed("no answer (\(type(of: error)))", retryAfterMs: nil)
         }

@@ -318,7 +318,7 @@ public final class CourierServer: Service, Sendable {
             logins: self.logins,
             sessions: self.configuration.webSocket.enabled ? context : nil,
             api: context,
-            webhooks: webhooks.wake,
+            webhooks: webhooks,
             version: self.version,
             database: HTTPEndpoints.DatabaseHealth(
                 store: self.store,

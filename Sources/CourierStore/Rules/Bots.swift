@@ -67,7 +67,8 @@ extension StoreBackend {
         return token
     }
 
-    /// Ends every token of a bot, and gives it a new one unless `replacing` is false.
+    /// Ends every token of a bot and its webhook (a stolen token may have set it), and gives it a new token, which
+    /// goes on from what the old ones acknowledged; or, not `replacing`, revokes its incoming hooks too.
     ///
     /// - Returns: The new token, or nil.
     /// - Throws: `unknown-user` (no such bot, or removed).
@@ -79,11 +80,26 @@ extension StoreBackend {
             guard try await transaction.botOwners().contains(where: { $0.bot == bot.id }) else {
                 throw CourierStoreError(.unknownUser, "\(name) is not a bot")
             }
+            // What its tokens acknowledged (revoked ones too): a new token goes on from there, and no update is lost
+            // with the old one.
+            var acknowledged: Int64?
+            for device in try await transaction.devices(of: bot.id) {
+                let cursor = try await transaction.ackedCursor(of: device.id) ?? 0
+                acknowledged = max(acknowledged ?? cursor, cursor)
+            }
             let revoked = try await transaction.revokeDevices(nil, of: bot.id, nowMs: nowMs)
             // Running servers end the revoked tokens' connections and long polls within a second.
             try await transaction.recordChanges(revoked.map { .deviceRevoked($0) }, nowMs: nowMs)
-            guard replacing else { return nil }
-            _ = try await Self.addDevice(
+            // A webhook a stolen token set goes with the tokens: the bot sets it again with its new one.
+            _ = try await transaction.deleteWebhook(of: bot.id)
+            guard replacing else {
+                // Revoked for good: its incoming hooks too.
+                for hook in try await transaction.incomingHooks() where hook.bot == bot.id && hook.revokedMs == nil {
+                    _ = try await transaction.revokeIncomingHook(hook.id, nowMs: nowMs)
+                }
+                return nil
+            }
+            let device = try await Self.addDevice(
                 of: bot,
                 named: Self.botDeviceName,
                 tokenHash: SessionToken.digest(token),
@@ -91,6 +107,7 @@ extension StoreBackend {
                 nowMs: nowMs,
                 transaction
             )
+            if let acknowledged { try await transaction.setAckedCursor(acknowledged, of: device.id) }
             return token
         }
     }

@@ -46,6 +46,8 @@ package protocol StoreTransaction: Sendable {
     /// - Returns: The new user's id, or nil when the name is taken.
     func insertUser(name: String, passwordHash: String, nowMs: Int64) async throws -> UserID?
     func setPasswordHash(_ hash: String, of user: UserID) async throws
+    /// Sets what a device acknowledged (a bot's new token taking over from its old ones).
+    func setAckedCursor(_ cursor: Int64, of device: DeviceID) async throws
     /// Makes a user a bot, answered for by `owner`.
     func setBotOwner(_ owner: UserID, of bot: UserID) async throws
     /// Every bot, with its owner, by id.
@@ -94,7 +96,8 @@ package protocol StoreTransaction: Sendable {
 
     // MARK: Webhooks
 
-    /// Adds or replaces a user's webhook (unclaimed).
+    /// Adds a user's webhook (unclaimed), or replaces it (the node that holds it keeps it: its round of the one
+    /// replaced stops, and it sends the new one's updates in order).
     func putWebhook(_ row: WebhookRow) async throws
     /// Removes a user's webhook; whether there was one.
     func deleteWebhook(of user: UserID) async throws -> Bool

@@ -183,7 +183,8 @@ extension StoreBackend {
         guard token.hasPrefix(Self.hookTokenPrefix), token.utf8.count <= 128 else { return nil }
         return try await self.reading(doing: "read an incoming hook") { transaction in
             guard let hook = try await transaction.incomingHook(tokenHash: SessionToken.digest(token)),
-                let user = try await transaction.users().first(where: { $0.id == hook.bot }), user.removedMs == nil
+                let name = try await transaction.names(of: [hook.bot])[hook.bot],
+                let user = try await Self.user(named: name, transaction), user.removedMs == nil
             else { return nil }
             return (hook.id, user, hook.group)
         }
