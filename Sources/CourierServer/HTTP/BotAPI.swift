@@ -335,7 +335,10 @@ struct BotAPI: Sendable {
     /// acknowledged, so that the next poll does not read it again.
     private func noUpdates(read skippedTo: UInt64, after: UInt64, _ session: DeviceSession) async throws -> Response {
         if skippedTo > after {
-            try? await self.commit(.ack(user: session.user.id, device: session.device.id, cursor: skippedTo), session.user)
+            try? await self.commit(
+                .ack(user: session.user.id, device: session.device.id, cursor: skippedTo),
+                session.user
+            )
         }
         return APIRefusal.json(.ok, ["updates": [APIUpdate]()])
     }

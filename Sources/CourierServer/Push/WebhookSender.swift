@@ -100,7 +100,11 @@ final class WebhookSender: Sendable {
                         handles[user] = nil
                     }
                     for user in rows.keys where handles[user] == nil {
-                        let registration = self.hub.register(user: user, device: DeviceID(rawValue: 0), ephemeral: false)
+                        let registration = self.hub.register(
+                            user: user,
+                            device: DeviceID(rawValue: 0),
+                            ephemeral: false
+                        )
                         guard case .registered(let handle, _, _) = registration else { continue }
                         handles[user] = handle
                         handle.setWaker { [wake] in wake.raise() }
