@@ -813,7 +813,7 @@ function renderHeader() {
   $("composer").hidden = !c;
   if (!c) return;
   const title = titleOf(c);
-  $("chat-title").replaceChildren(h("bdi", { text: title }), !c.isGroup && isBot(c.peer.user) ? botBadge() : null);
+  $("chat-title").replaceChildren(h("bdi", { text: title }), ...(!c.isGroup && isBot(c.peer.user) ? [botBadge()] : []));
   $("chat-subtitle").textContent = subtitle(c);
   $("chat-avatar").replaceChildren(avatar(c.isGroup ? null : c.peer.user, title));
   $("notify").value = c.notify;

@@ -44,7 +44,7 @@ public protocol CourierDatabase: Sendable {
 
     /// Sets a bot's outgoing webhook (``StoreBackend/setWebhook(url:for:nowMs:)``).
     func setWebhook(url: String, for session: DeviceSession, nowMs: Int64) async throws -> WebhookRow
-    func removeWebhook(of user: UserID) async throws -> WebhookRow?
+    func removeWebhook(of user: UserID, nowMs: Int64) async throws -> WebhookRow?
     func webhook(of user: UserID) async throws -> WebhookRow?
     func claimWebhooks(node: String, nowMs: Int64, leaseMs: Int64, limit: Int) async throws -> [WebhookRow]
     func releaseWebhooks(node: String) async throws

@@ -55,21 +55,37 @@ extension PostgresTransaction {
         ).map(Self.webhook)
     }
 
+    /// The node's own webhooks are renewed, waiting for a record of its own in flight rather than skipping it (a
+    /// webhook skipped would drop out of the node's hands for a turn); free or expired ones are taken, skipping those
+    /// another node's transaction holds.
     package func claimWebhooks(node: String, nowMs: Int64, leaseMs: Int64, limit: Int) async throws -> [WebhookRow] {
-        try await self.connection.rows(
+        let own = try await self.connection.rows(
+            """
+            UPDATE webhooks SET lease_until_ms = \(nowMs + leaseMs)
+            WHERE claimed_by = \(node) AND disabled_ms IS NULL
+                AND EXISTS (SELECT 1 FROM users u WHERE u.id = webhooks.user_id AND u.removed_ms IS NULL)
+            RETURNING *
+            """,
+            logger: self.logger
+        ).map(Self.webhook)
+        let room = limit - own.count
+        guard room > 0 else { return own.sorted { $0.user < $1.user } }
+        let taken = try await self.connection.rows(
             """
             UPDATE webhooks SET claimed_by = \(node), lease_until_ms = \(nowMs + leaseMs)
             WHERE user_id IN (
                 SELECT user_id FROM webhooks
-                WHERE disabled_ms IS NULL AND (claimed_by = \(node) OR claimed_by IS NULL OR lease_until_ms <= \(nowMs))
+                WHERE disabled_ms IS NULL AND (claimed_by IS NULL OR lease_until_ms <= \(nowMs))
+                    AND claimed_by IS DISTINCT FROM \(node)
                     AND EXISTS (SELECT 1 FROM users u WHERE u.id = webhooks.user_id AND u.removed_ms IS NULL)
-                ORDER BY user_id LIMIT \(Int64(limit))
+                ORDER BY user_id LIMIT \(Int64(room))
                 FOR UPDATE SKIP LOCKED
             )
             RETURNING *
             """,
             logger: self.logger
-        ).map(Self.webhook).sorted { $0.user < $1.user }
+        ).map(Self.webhook)
+        return (own + taken).sorted { $0.user < $1.user }
     }
 
     package func releaseWebhooks(node: String) async throws {

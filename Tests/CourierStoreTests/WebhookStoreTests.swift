@@ -53,9 +53,9 @@ struct WebhookStoreTests {
             #expect(try await store.recordWebhook(current, node: "n2"))
             try await store.releaseWebhooks(node: "n2")
             #expect(try await store.claimWebhooks(node: "n1", nowMs: now + 5, leaseMs: 1000, limit: 10).isEmpty)
-            #expect(try await store.removeWebhook(of: bot.user.id)?.url == "https://hooks.example/b")
+            #expect(try await store.removeWebhook(of: bot.user.id, nowMs: now + 6)?.url == "https://hooks.example/b")
             #expect(try await store.webhook(of: bot.user.id) == nil)
-            #expect(try await store.removeWebhook(of: bot.user.id) == nil)
+            #expect(try await store.removeWebhook(of: bot.user.id, nowMs: now + 6) == nil)
         }
     }
 

@@ -83,6 +83,9 @@ final class ConnectionHandle: Sendable {
     let maxHandedBytes: Int
     /// Where the nodes sharing a database count this connection, if they do.
     let lease: Int64?
+    /// Not a connection but a listener (a webhook's sender): woken like one, never shown online, never counted
+    /// against the user's connections.
+    let hidden: Bool
     private let state = Mutex(State())
 
     init(
@@ -94,8 +97,10 @@ final class ConnectionHandle: Sendable {
         maxOwnSends: Int = 1024,
         maxHanded: Int = 0,
         maxHandedBytes: Int = .max,
-        lease: Int64? = nil
+        lease: Int64? = nil,
+        hidden: Bool = false
     ) {
+        self.hidden = hidden
         self.id = id
         self.lease = lease
         self.user = user

@@ -58,7 +58,8 @@ final class Hub: Fanout {
         maxHandedBytes: Int = .max,
         maxPerUser: Int = .max,
         yielding: Bool = false,
-        lease: Int64? = nil
+        lease: Int64? = nil,
+        hidden: Bool = false
     ) -> Registration {
         let (registration, yielded) = self.state.withLock { state -> (Registration, [ConnectionHandle]) in
             guard !state.shuttingDown else { return (.shuttingDown, []) }
@@ -67,9 +68,10 @@ final class Hub: Fanout {
                 state.earlyYields.remove(at: early)
                 return (.userFull, [])
             }
-            let counted = state.byUser[user].map { $0.values.filter { !state.yielded.contains($0.id) } } ?? []
+            let counted =
+                state.byUser[user].map { $0.values.filter { !state.yielded.contains($0.id) && !$0.hidden } } ?? []
             var yielded: [ConnectionHandle] = []
-            if counted.count >= maxPerUser {
+            if !hidden, counted.count >= maxPerUser {
                 guard yielding else { return (.userFull, []) }
                 yielded = Array(counted.sorted { $0.id < $1.id }.prefix(counted.count - max(0, maxPerUser - 1)))
                 state.yielded.formUnion(yielded.map(\.id))
@@ -83,11 +85,13 @@ final class Hub: Fanout {
                 maxOwnSends: maxOwnSends,
                 maxHanded: maxHanded,
                 maxHandedBytes: maxHandedBytes,
-                lease: lease
+                lease: lease,
+                hidden: hidden
             )
             state.nextID += 1
-            let first = state.byUser[user]?.isEmpty ?? true
-            let firstForDevice = !(state.byUser[user]?.values.contains { $0.device == device } ?? false)
+            let first = !hidden && !(state.byUser[user]?.values.contains { !$0.hidden } ?? false)
+            let firstForDevice =
+                !hidden && !(state.byUser[user]?.values.contains { $0.device == device && !$0.hidden } ?? false)
             state.byUser[user, default: [:]][handle.id] = handle
             return (.registered(handle, firstForUser: first, firstForDevice: firstForDevice), yielded)
         }
@@ -110,7 +114,7 @@ final class Hub: Fanout {
     /// A user's connections here that hold a place (not yielding it).
     func placesHeld(by user: UserID) -> Int {
         self.state.withLock { state in
-            state.byUser[user]?.values.filter { !state.yielded.contains($0.id) }.count ?? 0
+            state.byUser[user]?.values.filter { !state.yielded.contains($0.id) && !$0.hidden }.count ?? 0
         }
     }
 
@@ -142,27 +146,31 @@ final class Hub: Fanout {
         self.state.withLock { state in
             state.byUser[handle.user]?[handle.id] = nil
             state.yielded.remove(handle.id)
-            let lastForDevice = !(state.byUser[handle.user]?.values.contains { $0.device == handle.device } ?? false)
-            if state.byUser[handle.user]?.isEmpty ?? false {
-                state.byUser[handle.user] = nil
-                return (true, true)
-            }
-            return (false, lastForDevice)
+            if state.byUser[handle.user]?.isEmpty ?? false { state.byUser[handle.user] = nil }
+            // A listener's going changes nobody's presence.
+            guard !handle.hidden else { return (false, false) }
+            let others = state.byUser[handle.user]?.values.filter { !$0.hidden } ?? []
+            return (others.isEmpty, !others.contains { $0.device == handle.device })
         }
     }
 
     /// Whether a device of a user has a connection.
     func isConnected(_ device: DeviceID, of user: UserID) -> Bool {
-        self.state.withLock { $0.byUser[user]?.values.contains { $0.device == device } ?? false }
+        self.state.withLock { $0.byUser[user]?.values.contains { $0.device == device && !$0.hidden } ?? false }
     }
 
-    /// The users with a connection.
+    /// The users with a connection or a listener here: whose logs this node follows.
     func onlineUsers() -> [UserID] {
         self.state.withLock { Array($0.byUser.keys) }
     }
 
-    /// Whether a user has a connection.
+    /// Whether a user has a connection (a listener, such as a webhook's sender, is none).
     func isOnline(_ user: UserID) -> Bool {
+        self.state.withLock { $0.byUser[user]?.values.contains { !$0.hidden } ?? false }
+    }
+
+    /// Whether anything here (a connection or a listener) waits for a user's log to grow.
+    func isListening(_ user: UserID) -> Bool {
         self.state.withLock { $0.byUser[user] != nil }
     }
 

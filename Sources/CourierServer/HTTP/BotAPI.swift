@@ -99,7 +99,7 @@ struct BotAPI: Sendable {
         let row = try await APIRefusal.mapping {
             try await self.context.store.setWebhook(url: body.url, for: session, nowMs: SessionClock.systemWallMs())
         }
-        self.webhooks?.webhookSet()
+        self.webhooks?.webhookChanged()
         return APIRefusal.json(.ok, ["url": row.url, "secret": row.spelledSecret])
     }
 
@@ -131,8 +131,12 @@ struct BotAPI: Sendable {
     private func removeWebhook(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
         let session = try await self.authorize(request, context)
         guard
-            let row = try await APIRefusal.mapping({ try await self.context.store.removeWebhook(of: session.user.id) })
+            let row = try await APIRefusal.mapping({
+                try await self.context.store.removeWebhook(of: session.user.id, nowMs: SessionClock.systemWallMs())
+            })
         else { throw APIRefusal(.notFound, "not-found", "no webhook is set") }
+        // The node holding it stops sending at once (its next request), if it is this one.
+        self.webhooks?.webhookChanged()
         // What the webhook delivered is acknowledged for this token: the long poll goes on from there.
         if row.cursor > 0 {
             try await self.commit(

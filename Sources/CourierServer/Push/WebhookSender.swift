@@ -52,34 +52,62 @@ final class WebhookSender: Sendable {
     /// What this node holds, for the rounds in flight to check before each send: the webhook as last claimed (a
     /// round of another one, replaced or removed meanwhile, stops) and until when the lease lasts.
     private let held = Mutex<[UserID: (createdMs: Int64, untilMs: Int64)]>([:])
-    /// The webhooks with a round in flight.
-    private let busy = Mutex<Set<UserID>>([])
     /// Rounds that ended, for the loop to take.
-    private let ended = Mutex<[(user: UserID, result: (WebhookRow, Bool)?)]>([])
-    /// Set when a webhook was set through this node: the loop claims at once, not at its next look.
+    private let ended = Mutex<[(user: UserID, end: RoundEnd)]>([])
+    /// Set when a webhook was set or removed through this node: the loop claims at once, not at its next look.
     private let claimSoon = Mutex(false)
+    /// Set when the server stops: the loop lets go of its webhooks for the other nodes, and ends.
+    private let stopping = Mutex(false)
 
-    /// A webhook was set through this node: claim it now.
-    func webhookSet() {
+    /// How a round ended.
+    enum RoundEnd: Sendable {
+        /// Recorded: the webhook as it now stands, and whether it has more to send at once.
+        case recorded(WebhookRow, more: Bool)
+        /// Nothing recorded (the store failed, or the webhook is no longer this node's as it was): tried again after
+        /// a pause, once claimed again.
+        case lost
+    }
+
+    /// A webhook was set or removed through this node: claim at once.
+    func webhookChanged() {
         self.claimSoon.withLock { $0 = true }
         self.wake.raise()
     }
 
-    /// Sends until the task is cancelled; then lets go of its webhooks for the other nodes.
+    /// The server is stopping: let go of the webhooks now (another node takes them), send nothing more.
+    func stop() {
+        self.stopping.withLock { $0 = true }
+        self.wake.raise()
+    }
+
+    /// How long a lease lasts: as configured, but always long enough for a request and a renewal within it (a
+    /// round checks before each request that the lease outlasts it).
+    var lease: Duration {
+        max(self.configuration.webhookLease, (self.limits.connectTimeout + self.limits.requestTimeout) * 2)
+    }
+
+    /// Sends until the task is cancelled or ``stop()``; then lets go of its webhooks for the other nodes.
     ///
-    /// Each webhook's round runs on its own (a slow receiver holds up only its own bot's updates); this loop only
-    /// claims (renewing the leases every third of one), starts rounds for the webhooks that have work, and sleeps.
+    /// Each webhook's round runs on its own (a slow receiver holds up only its own bot's updates); this loop alone
+    /// changes what it holds and which rounds run: it claims (renewing the leases every third of one), starts rounds
+    /// for the webhooks that have work, first come first served up to `max-concurrent-webhooks`, and sleeps.
     func run() async {
         let http = OutboundHTTP(limits: self.limits, logger: self.logger)
         var handles: [UserID: ConnectionHandle] = [:]
         var users: [UserID: User] = [:]
         var rows: [UserID: WebhookRow] = [:]
-        // Webhooks to give a round whether or not their log grew: just taken, or a round said there is more.
-        var wanted: Set<UserID> = []
-        let claimEvery = min(self.configuration.webhookLease / 3, self.configuration.webhookPollInterval)
+        // Rounds running, and the webhooks waiting for one (in order), whether or not their logs grew since.
+        var busy: Set<UserID> = []
+        var ready: [UserID] = []
+        // Webhooks whose last round recorded nothing: not before this, doubling.
+        var paused: [UserID: (until: ContinuousClock.Instant, pause: Duration)] = [:]
+        let claimEvery = min(self.lease / 3, self.configuration.webhookPollInterval)
         var lastClaim = ContinuousClock.now - .seconds(3600)
+        func makeReady(_ user: UserID) {
+            if !ready.contains(user) { ready.append(user) }
+        }
         await withDiscardingTaskGroup { group in
-            while !Task.isCancelled {
+            while !Task.isCancelled, !self.stopping.withLock({ $0 }) {
                 let soon = self.claimSoon.withLock { soon in
                     defer { soon = false }
                     return soon
@@ -90,11 +118,16 @@ final class WebhookSender: Sendable {
                         guard (try? await Task.sleep(for: .seconds(1))) != nil else { break }
                         continue
                     }
-                    // Taken now, or set anew: a round at once (it may have updates waiting).
-                    for row in claimed where rows[row.user]?.createdMs != row.createdMs { wanted.insert(row.user) }
+                    let before = rows
                     rows = Dictionary(claimed.map { ($0.user, $0) }, uniquingKeysWith: { _, last in last })
-                    // A place in the map of connections for each webhook held: a commit that grows its bot's log
-                    // wakes this loop.
+                    for (user, row) in rows where !busy.contains(user) {
+                        // Taken now, or set anew: a round (it may have updates waiting).
+                        if before[user]?.createdMs != row.createdMs { makeReady(user) }
+                    }
+                    ready.removeAll { rows[$0] == nil }
+                    paused = paused.filter { rows[$0.key] != nil }
+                    // A listener in the map of connections for each webhook held: a commit (on any node) that grows
+                    // its bot's log wakes this loop.
                     for (user, handle) in handles where rows[user] == nil {
                         _ = self.hub.unregister(handle)
                         handles[user] = nil
@@ -103,11 +136,14 @@ final class WebhookSender: Sendable {
                         let registration = self.hub.register(
                             user: user,
                             device: DeviceID(rawValue: 0),
-                            ephemeral: false
+                            ephemeral: false,
+                            hidden: true
                         )
                         guard case .registered(let handle, _, _) = registration else { continue }
                         handles[user] = handle
                         handle.setWaker { [wake] in wake.raise() }
+                        // What came while it had none is read now.
+                        makeReady(user)
                     }
                     for user in rows.keys where users[user] == nil {
                         if let name = try? await self.store.userName(of: user) {
@@ -116,63 +152,80 @@ final class WebhookSender: Sendable {
                     }
                     users = users.filter { rows[$0.key] != nil }
                 }
-                for (user, result) in self.takeEnded() {
-                    if let (row, more) = result {
+                for (user, end) in self.takeEnded() {
+                    busy.remove(user)
+                    switch end {
+                    case .recorded(let row, let more):
+                        paused[user] = nil
+                        // A result for the webhook this node holds now, not for one replaced or removed since.
+                        guard rows[user]?.createdMs == row.createdMs else { continue }
                         // Turned off: not this node's any more (no node takes it until it is set again).
                         rows[user] = row.disabledMs == nil ? row : nil
-                        if more { wanted.insert(user) }
-                    } else {
-                        // Lost, replaced, or not recorded: claimed again at once, and given a round then.
-                        rows[user] = nil
-                        lastClaim = .now - .seconds(3600)
+                        if more, row.disabledMs == nil { makeReady(user) }
+                    case .lost:
+                        let pause = min((paused[user]?.pause ?? .milliseconds(500)) * 2, .seconds(60))
+                        paused[user] = (.now + pause, pause)
+                        makeReady(user)
+                        lastClaim = .now - claimEvery
                     }
                 }
                 let nowMs = SessionClock.systemWallMs()
                 var nextRetryMs: Int64?
-                for (user, row) in rows {
-                    guard !self.busy.withLock({ $0.contains(user) }), let name = users[user],
-                        let handle = handles[user]
-                    else { continue }
+                var nextPause: ContinuousClock.Instant?
+                // Whose log grew (a failing webhook waits for its retry, whatever its log does).
+                for (user, row) in rows where !busy.contains(user) {
                     if row.failingSinceMs != nil {
-                        // Failing: tried again when due, whatever its log does meanwhile.
-                        guard row.dueMs <= nowMs else {
+                        if row.dueMs <= nowMs {
+                            makeReady(user)
+                        } else {
                             nextRetryMs = min(nextRetryMs ?? .max, row.dueMs)
-                            continue
                         }
-                    } else {
-                        switch handle.take() {
-                        case .events?, .notices?:
-                            break
-                        case .terminate?:
-                            // The bot was removed, or the server is stopping: nothing more for it here.
-                            _ = self.hub.unregister(handle)
-                            handles[user] = nil
-                            continue
-                        case nil:
-                            guard wanted.contains(user) else { continue }
-                        }
+                        continue
                     }
-                    guard self.busy.withLock({ $0.count }) < max(1, self.configuration.maxConcurrentWebhooks) else {
-                        // Its turn comes when a round ends.
-                        wanted.insert(user)
+                    guard let handle = handles[user] else { continue }
+                    switch handle.take() {
+                    case .events?, .notices?:
+                        makeReady(user)
+                    case .terminate?:
+                        // The bot was removed, or the server is stopping: nothing more for it here.
+                        _ = self.hub.unregister(handle)
+                        handles[user] = nil
+                    case nil:
                         break
                     }
-                    wanted.remove(user)
-                    self.busy.withLock { _ = $0.insert(user) }
+                }
+                // First come, first served.
+                var waiting: [UserID] = []
+                for user in ready {
+                    guard let row = rows[user], let name = users[user], !busy.contains(user) else { continue }
+                    if let pause = paused[user], pause.until > .now {
+                        nextPause = min(nextPause ?? pause.until, pause.until)
+                        waiting.append(user)
+                        continue
+                    }
+                    guard busy.count < max(1, self.configuration.maxConcurrentWebhooks) else {
+                        waiting.append(user)
+                        continue
+                    }
+                    busy.insert(user)
+                    let handle = handles[user]
                     group.addTask {
-                        let result = await self.round(row, of: name, http)
-                        if let (after, _) = result { handle.delivered(upTo: after.cursor) }
-                        self.ended.withLock { $0.append((user, result)) }
-                        self.busy.withLock { _ = $0.remove(user) }
+                        let end = await self.round(row, of: name, http)
+                        if case .recorded(let after, _) = end { handle?.delivered(upTo: after.cursor) }
+                        self.ended.withLock { $0.append((user, end)) }
                         self.wake.raise()
                     }
                 }
-                // Nothing to start: until a commit wakes a webhook, a round ends, a retry is due, or it is time to
-                // claim again.
+                ready = waiting
+                // Nothing more to start: until a commit wakes a webhook, a round ends, a retry or a pause is over,
+                // or it is time to claim again.
                 let retry = nextRetryMs.map { Duration.milliseconds(max(1, $0 - SessionClock.systemWallMs())) }
                 let claim = max(.zero, claimEvery - (ContinuousClock.now - lastClaim))
-                await self.wake.wait(upTo: [retry, claim].compactMap { $0 }.min())
+                let resume = nextPause.map { max(.zero, $0 - .now) }
+                await self.wake.wait(upTo: [retry, claim, resume].compactMap { $0 }.min())
             }
+            // Rounds in flight stop before their next request (the lease is let go below).
+            self.held.withLock { $0.removeAll() }
             group.cancelAll()
         }
         for handle in handles.values { _ = self.hub.unregister(handle) }
@@ -185,7 +238,7 @@ final class WebhookSender: Sendable {
     /// Takes (or keeps) this node's webhooks, and notes until when, for the rounds; nil when the store failed.
     private func claim() async -> [WebhookRow]? {
         let nowMs = SessionClock.systemWallMs()
-        let leaseMs = self.configuration.webhookLease.wholeMilliseconds
+        let leaseMs = self.lease.wholeMilliseconds
         do {
             let claimed = try await self.store.claimWebhooks(
                 node: self.name,
@@ -206,7 +259,7 @@ final class WebhookSender: Sendable {
         }
     }
 
-    private func takeEnded() -> [(user: UserID, result: (WebhookRow, Bool)?)] {
+    private func takeEnded() -> [(user: UserID, end: RoundEnd)] {
         self.ended.withLock { ended in
             defer { ended.removeAll() }
             return ended
@@ -221,7 +274,7 @@ final class WebhookSender: Sendable {
     }
 
     /// One webhook's round: up to a batch of its updates, in order, each sent until answered 2xx.
-    private func round(_ webhook: WebhookRow, of user: User, _ http: OutboundHTTP) async -> (WebhookRow, Bool)? {
+    private func round(_ webhook: WebhookRow, of user: User, _ http: OutboundHTTP) async -> RoundEnd {
         var row = webhook
         let limit = max(1, self.configuration.webhookBatch)
         let found: [APIUpdate]
@@ -230,22 +283,24 @@ final class WebhookSender: Sendable {
             (found, readTo, _) = try await BotAPI.updates(of: user, after: row.cursor, limit: limit, store: self.store)
         } catch {
             self.logger.warning("reading a bot's updates failed", metadata: ["error": "\(error)"])
-            return nil
+            return .lost
         }
         guard !found.isEmpty else {
             // Nothing but entries that are no updates: passed over for good.
-            guard readTo > row.cursor else { return (row, false) }
+            guard readTo > row.cursor else { return .recorded(row, more: false) }
             row.cursor = readTo
             // Read on at once: a backlog may follow.
-            return (try? await self.store.recordWebhook(row, node: self.name)) == true ? (row, true) : nil
+            return await self.record(row, more: true)
         }
-        var failed = false
+        var stopped = false
         for update in found {
-            // Replaced, removed or no longer held by this node (the lease about to end): stop; whoever holds it
-            // next sends from the cursor recorded.
-            guard self.stillHeld(row) else {
-                failed = true
-                break
+            // Replaced, removed or no longer held by this node (the lease about to end), or the server stopping:
+            // stop; whoever holds it next sends from the cursor recorded.
+            guard self.stillHeld(row), !Task.isCancelled else {
+                // Not recorded as this node's: it waits for the next claim.
+                guard row.cursor > webhook.cursor else { return .lost }
+                _ = await self.record(row, more: false)
+                return .lost
             }
             let outcome = await self.send(update, of: row, http)
             let nowMs = SessionClock.systemWallMs()
@@ -257,6 +312,10 @@ final class WebhookSender: Sendable {
                 row.failingSinceMs = nil
                 row.lastError = nil
                 continue
+            case .notAttempted:
+                // Cut short by the server's stopping: no failure of the receiver's.
+                _ = await self.record(row, more: false)
+                return .lost
             case .gone(let reason):
                 row.lastError = reason
                 row.disabledMs = nowMs
@@ -270,16 +329,24 @@ final class WebhookSender: Sendable {
                     row.disabledMs = nowMs
                 }
             }
-            failed = true
+            stopped = true
             break
         }
-        guard (try? await self.store.recordWebhook(row, node: self.name)) == true else { return nil }
-        if row.disabledMs != nil { await self.disabled(row, of: user) }
-        return (row, !failed && found.count >= limit)
+        let end = await self.record(row, more: !stopped && found.count >= limit)
+        if case .recorded = end, row.disabledMs != nil { await self.disabled(row, of: user) }
+        return end
+    }
+
+    /// Records a round's outcome, if this node still holds the webhook it was for.
+    private func record(_ row: WebhookRow, more: Bool) async -> RoundEnd {
+        guard (try? await self.store.recordWebhook(row, node: self.name)) == true else { return .lost }
+        return .recorded(row, more: more)
     }
 
     enum Outcome {
         case delivered
+        /// The request was cut short by the server's stopping.
+        case notAttempted
         /// 410: the receiver wants no more (Standard Webhooks): turned off now.
         case gone(String)
         case failed(String, retryAfterMs: Int64?)
@@ -308,6 +375,7 @@ final class WebhookSender: Sendable {
             // and it must not map the server's network.
             return .failed("refused: not a public address", retryAfterMs: nil)
         } catch {
+            if error is CancellationError || Task.isCancelled { return .notAttempted }
             return .failed("no answer (\(type(of: error)))", retryAfterMs: nil)
         }
         switch response.status {

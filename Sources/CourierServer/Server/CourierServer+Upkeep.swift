@@ -218,7 +218,7 @@ extension CourierServer {
                 for change in changes {
                     switch change {
                     case .logAppended(let user):
-                        guard self.hub.isOnline(user) else { continue }
+                        guard self.hub.isListening(user) else { continue }
                         self.hub.logsGrew([user: try await self.store.logCursor(of: user)])
                     case .deviceRevoked(let device):
                         self.hub.terminate(

@@ -427,6 +427,7 @@ public final class CourierServer: Service, Sendable {
                 compat.close(promise: nil)
                 self.cluster.stopping()
                 self.hub.shutDown()
+                webhooks.stop()
                 context.shutDownSessions()
             }
             await withTaskCancellationHandler {

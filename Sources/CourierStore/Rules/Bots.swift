@@ -90,8 +90,11 @@ extension StoreBackend {
             let revoked = try await transaction.revokeDevices(nil, of: bot.id, nowMs: nowMs)
             // Running servers end the revoked tokens' connections and long polls within a second.
             try await transaction.recordChanges(revoked.map { .deviceRevoked($0) }, nowMs: nowMs)
-            // A webhook a stolen token set goes with the tokens: the bot sets it again with its new one.
-            _ = try await transaction.deleteWebhook(of: bot.id)
+            // A webhook a stolen token set goes with the tokens: the bot sets it again with its new one. What it
+            // delivered counts as acknowledged.
+            if let webhook = try await Self.bury(webhookOf: bot.id, nowMs: nowMs, transaction) {
+                acknowledged = max(acknowledged ?? 0, Int64(webhook.cursor))
+            }
             guard replacing else {
                 // Revoked for good: its incoming hooks too.
                 for hook in try await transaction.incomingHooks() where hook.bot == bot.id && hook.revokedMs == nil {

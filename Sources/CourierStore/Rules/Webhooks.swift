@@ -117,17 +117,40 @@ extension StoreBackend {
 
     /// Removes a bot's webhook: its long poll answers again, from what the webhook delivered.
     ///
+    /// What is left is a tombstone (no URL, turned off, what was delivered kept): the node that held the webhook
+    /// keeps its lease until it ends, so that a webhook set again at once is sent by that node, in order, not by two
+    /// at the same time.
+    ///
     /// - Returns: The webhook removed, or nil.
-    public func removeWebhook(of user: UserID) async throws -> WebhookRow? {
+    public func removeWebhook(of user: UserID, nowMs: Int64) async throws -> WebhookRow? {
         try await self.transaction(doing: "remove a webhook") { transaction in
-            guard let row = try await transaction.webhook(of: user) else { return nil }
-            _ = try await transaction.deleteWebhook(of: user)
-            return row
+            try await Self.bury(webhookOf: user, nowMs: nowMs, transaction)
         }
     }
 
+    /// Leaves a tombstone of a user's webhook, if it has one.
+    ///
+    /// - Returns: The webhook as it was.
+    static func bury(webhookOf user: UserID, nowMs: Int64, _ transaction: Transaction) async throws -> WebhookRow? {
+        guard let row = try await transaction.webhook(of: user), !row.url.isEmpty else { return nil }
+        try await transaction.putWebhook(
+            WebhookRow(
+                user: user,
+                url: "",
+                secret: [],
+                createdMs: max(nowMs, row.createdMs + 1),
+                cursor: row.cursor,
+                disabledMs: nowMs
+            )
+        )
+        return row
+    }
+
+    /// A user's webhook (nil for none, or one removed).
     public func webhook(of user: UserID) async throws -> WebhookRow? {
-        try await self.reading(doing: "read a webhook") { transaction in try await transaction.webhook(of: user) }
+        try await self.reading(doing: "read a webhook") { transaction in
+            try await transaction.webhook(of: user).flatMap { $0.url.isEmpty ? nil : $0 }
+        }
     }
 
     /// Takes (or keeps) webhooks for a node until `nowMs + leaseMs`: no other node sends their updates meanwhile.
