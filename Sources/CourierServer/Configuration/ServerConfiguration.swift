@@ -39,7 +39,7 @@ public struct ServerConfiguration: Sendable {
     public var webSocket: WebSocket = .init()
     /// The web chat at `/` on the HTTP port.
     public var web: Web = .init()
-    /// Pushes to devices that are away (issue 44, being built).
+    /// Pushes to devices that are away (docs/PUSH.md).
     public var push: Push = .init()
     /// The HTTP API bots (and scripts with a device token) speak: `/api/v1`, docs/BOTS.md.
     public var api: API = .init()
