@@ -21,6 +21,14 @@ struct WebPageTests {
         }
         // The whole page, with every script, style and picture it may load: under 200 KB.
         #expect(WebPage(files: WebAssets.files).totalBytes < 200 * 1024)
+        // Modules of one concern each: none over 500 lines, and every request the chat makes in requests.js.
+        for (name, text) in WebAssets.files where name.hasSuffix(".js") {
+            let lines = text.split(separator: "\n", omittingEmptySubsequences: false).count
+            #expect(lines <= 500, "Web/\(name) has \(lines) lines")
+            if !["requests.js", "session.js"].contains(name) {
+                #expect(!text.contains("session.ask("), "Web/\(name) asks the server itself: requests.js does")
+            }
+        }
     }
 
     @Test(

@@ -404,12 +404,20 @@ class WebChatTests(unittest.TestCase):
             html = answer.read().decode()
         self.assertNotRegex(html, r"<script(?![^>]*\bsrc=)", "no inline script")
         total = len(html.encode())
-        for asset in re.findall(r'(?:src|href)="(/web/[^"]+)"', html):
+        # Everything the page loads: its own links, and every module they import, and those modules' imports.
+        wanted = re.findall(r'(?:src|href)="(/web/[^"]+)"', html) + ["/web/sw.js"]
+        seen = set()
+        while wanted:
+            asset = wanted.pop()
+            if asset in seen:
+                continue
+            seen.add(asset)
             with urllib.request.urlopen(self.server.base + asset) as answer:
-                total += len(answer.read())
-        for module in ("session.js", "text.js", "upload.js"):
-            with urllib.request.urlopen(self.server.base + "/web/" + module) as answer:
-                total += len(answer.read())
+                body = answer.read()
+            total += len(body)
+            if asset.endswith(".js"):
+                wanted += ["/web/" + name for name in re.findall(r'from "\./([\w-]+\.js)"', body.decode())]
+        self.assertGreater(len([asset for asset in seen if asset.endswith(".js")]), 10, "the modules followed")
         self.assertLess(total, 200 * 1024, "the whole page under 200 KB")
         request = urllib.request.Request(self.server.base + "/", headers={"If-None-Match": etag})
         with self.assertRaises(urllib.error.HTTPError) as caught:

@@ -937,335 +937,604 @@ mark {
 
 """#),
         ("app.js", #"""
-// Courier's web chat: the page's state and what it shows. The server's envelopes are documented in docs/PROTOCOL.md;
-// the connection is session.js's, uploads upload.js's, and text helpers text.js's.
+// Courier's web chat: the page's start. The server's envelopes are documented in docs/PROTOCOL.md; the connection
+// is session.js's, uploads upload.js's, and text helpers text.js's. The page's state and the outbox are state.js's,
+// what the server says events.js's, every request to it requests.js's; the conversation list is list.js's, the
+// message pane messages.js's, media media.js's, the composer composer.js's, dialogs dialogs.js's, search
+// search.js's, logging in login.js's, and the redraw render.js's.
 
-import { Session, RequestError } from "./session.js";
-import { Upload, imageSize, mediaKind, thumbnail } from "./upload.js";
-import { h, relativeTime, clock, fullTime, byteSize, richText, mentions, markedFragment, initial, hue } from "./text.js";
-import { registerWorker, onNotificationClick, pushSupported, pushEnabled, enablePush, disablePush } from "./push.js";
-
-const $ = (id) => document.getElementById(id);
-// Replaces an element's children, leaving out the absent ones (a `cond ? element : null`).
-const fill = (element, ...children) =>
-  element.replaceChildren(...children.flat().filter((child) => child !== null && child !== undefined && child !== false));
-const reactionKeys = ["👍", "❤️", "😂", "🎉", "😮", "😢"];
-const pageSize = 30;
-
-const session = new Session({
-  url: `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`,
-  deviceName: deviceName(),
-});
-
-function deviceName() {
-  const agent = navigator.userAgent;
-  const browser = /Edg\//.test(agent)
-    ? "Edge"
-    : /Firefox\//.test(agent)
-      ? "Firefox"
-      : /Chrom(e|ium)\//.test(agent)
-        ? "Chromium"
-        : /Safari\//.test(agent)
-          ? "Safari"
-          : "Browser";
-  return `Web · ${browser}`;
-}
+import { relativeTime } from "./text.js";
+import { registerWorker, onNotificationClick } from "./push.js";
+import { $, conversation, session, state, watchOutbox } from "./state.js";
+import { setUpEvents } from "./events.js";
+import { markRead, setNotify } from "./requests.js";
+import { render, showError, subtitle } from "./render.js";
+import { closeConversation, openConversation, openWhenListed } from "./list.js";
+import { setUpMessages } from "./messages.js";
+import { setUpComposer } from "./composer.js";
+import { groupDialog, newChatDialog, profileDialog } from "./dialogs.js";
+import { search } from "./search.js";
+import { renderConnection, setSignUp, setUpConnection, showLogin, signingUp, started, submitLogin } from "./login.js";
 
 // ---------------------------------------------------------------------------------------------------------------
-// State
+// Start
 
-const state = {
-  conversations: new Map(), // key -> conversation
-  open: null, // the open conversation's key
-  profiles: new Map(), // user -> Profile
-  presence: new Map(), // user -> {online, lastSeenMs}
-  outbox: [], // messages written and not yet acknowledged, kept in storage
-  replyTo: null, // the message a reply answers
-  editing: null, // the message being edited
-  loadedList: false,
-  wantedProfiles: new Set(),
-};
-
-const keyOf = (conversation) => (conversation.user ? `u:${conversation.user}` : `g:${conversation.group}`);
-const peerOf = (key) => (key.startsWith("u:") ? { user: key.slice(2) } : { group: key.slice(2) });
-const num = (value) => Number(value ?? 0);
-
-function conversation(key) {
-  let c = state.conversations.get(key);
-  if (!c) {
-    c = {
-      key,
-      peer: peerOf(key),
-      isGroup: key.startsWith("g:"),
-      title: "",
-      unread: 0,
-      mentions: 0,
-      lastSeq: 0,
-      readSeq: 0,
-      peerDeliveredSeq: 0,
-      peerReadSeq: 0,
-      notify: "NOTIFY_LEVEL_ALL",
-      last: null,
-      messages: new Map(), // seq -> message
-      more: true,
-      loaded: false,
-      loading: null,
-      members: new Map(), // user -> {role, joinedSeq}
-      marks: new Map(), // user -> {delivered, read, joined}
-      typing: new Map(), // user -> expiry
-      lastActivity: 0,
-    };
-    state.conversations.set(key, c);
-  }
-  return c;
-}
-
-function displayName(user) {
-  const name = state.profiles.get(user)?.displayName;
-  return name || user;
-}
-
-// A program's account (its profile says `bot`) is marked wherever its name shows.
-const isBot = (user) => !!user && state.profiles.get(user)?.bot === true;
-const botBadge = () => h("span", { class: "bot-badge", title: "a bot: a program's account", text: "bot" });
-
-function titleOf(c) {
-  if (c.isGroup) return c.title || c.peer.group;
-  return displayName(c.peer.user);
-}
-
-function wantProfile(user) {
-  if (!user || state.profiles.has(user) || state.wantedProfiles.has(user)) return;
-  state.wantedProfiles.add(user);
-  clearTimeout(wantProfile.timer);
-  wantProfile.timer = setTimeout(fetchProfiles, 50);
-}
-
-async function fetchProfiles() {
-  const users = [...state.wantedProfiles].slice(0, 100);
-  if (users.length === 0 || session.state !== "online") return;
-  try {
-    const answer = await session.ask({ profiles: { users } });
-    for (const profile of answer.profiles?.profiles ?? []) state.profiles.set(profile.user, profile);
-    for (const user of users) {
-      state.wantedProfiles.delete(user);
-      if (!state.profiles.has(user)) state.profiles.set(user, { user });
+function start() {
+  // The conversation a notification's click asked for (`/#open=u:alice`), opened once the list is loaded.
+  const key = new URLSearchParams(location.hash.slice(1)).get("open") ?? "";
+  if (key) history.replaceState(null, "", location.pathname);
+  openWhenListed(/^[ug]:./.test(key) ? key : "");
+  watchOutbox();
+  setUpConnection();
+  setUpEvents();
+  registerWorker();
+  onNotificationClick((key) => {
+    if (!session.hasToken || $("app").hidden || !state.loadedList) openWhenListed(key);
+    else if (state.conversations.has(key)) openConversation(key);
+  });
+  $("login-form").addEventListener("submit", submitLogin);
+  $("login-switch").addEventListener("click", () => setSignUp(!signingUp));
+  $("retry").addEventListener("click", () => session.retryNow());
+  $("new-chat").addEventListener("click", newChatDialog);
+  $("manage").addEventListener("click", groupDialog);
+  $("me").addEventListener("click", profileDialog);
+  $("back").addEventListener("click", closeConversation);
+  $("notify").addEventListener("change", async (event) => {
+    const c = state.open && conversation(state.open);
+    if (!c) return;
+    const level = event.target.value;
+    try {
+      await setNotify(c.peer, level);
+      c.notify = level;
+      render();
+    } catch (error) {
+      showError(error);
+      render();
     }
+  });
+  $("search-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    search($("search").value.trim());
+  });
+  $("search").addEventListener("input", (event) => {
+    if (!event.target.value) search("");
+  });
+  setUpMessages();
+  document.addEventListener("visibilitychange", () => {
+    const c = state.open && conversation(state.open);
+    if (c && document.visibilityState === "visible") {
+      markRead(c);
+      render();
+    }
+  });
+  // Escape leaves a conversation for the list, on a phone's one pane: not while composing, nor when a menu, a
+  // dialog or the draft's reply or edit took the key first (they stop it).
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape" || event.isComposing || event.keyCode === 229 || event.defaultPrevented) return;
+    if (document.body.classList.contains("chat-open") && !$("dialog").open && $("menu").hidden) closeConversation();
+  });
+  window.addEventListener("hashchange", () => {
+    if (!session.hasToken) showLogin();
+  });
+  setUpComposer();
+  // Relative times, typing that stopped, the retry countdown.
+  setInterval(() => {
+    if (session.state === "offline") renderConnection({ state: "offline" });
+    if ($("app").hidden) return;
+    let expired = false;
+    for (const c of state.conversations.values()) {
+      for (const [user, until] of c.typing) {
+        if (until <= Date.now()) expired = c.typing.delete(user);
+      }
+    }
+    if (expired) render();
+    for (const time of document.querySelectorAll("#conversations time[data-ms]")) {
+      time.textContent = relativeTime(Number(time.dataset.ms));
+    }
+    const c = state.open && conversation(state.open);
+    if (c) $("chat-subtitle").textContent = subtitle(c);
+  }, 1000);
+  if (session.hasToken) {
+    started();
+    session.open(null);
+  } else {
+    setSignUp(false);
+    showLogin();
+  }
+}
+
+start();
+
+"""#),
+        ("composer.js", #"""
+// The composer: drafts, typing notices, replies and edits, and files attached, dropped or pasted.
+
+import { $, conversation, num, queue, session, state } from "./state.js";
+import { editMessage, sayTyping } from "./requests.js";
+import { render, showError, toast } from "./render.js";
+import { sendFile } from "./media.js";
+
+// ---------------------------------------------------------------------------------------------------------------
+// The composer
+
+export const drafts = new Map();
+export const loadDraft = (key) => drafts.get(key) ?? "";
+
+// Typing notices: "typing" at most every 3 s while the draft changes, "stopped" 4 s after the last change, on a send,
+// or when the draft loses focus; each to the conversation the typing was in.
+let typingSentAt = 0;
+let typingIn = null;
+let typingStop = null;
+function typing(active) {
+  clearTimeout(typingStop);
+  if (typingIn && (!active || typingIn.key !== state.open)) {
+    if (typingSentAt) sayTyping(typingIn.peer, false);
+    typingSentAt = 0;
+    typingIn = null;
+  }
+  const c = state.open && conversation(state.open);
+  if (!active || !c || session.state !== "online") return;
+  if (Date.now() - typingSentAt > 3000) {
+    typingSentAt = Date.now();
+    typingIn = c;
+    sayTyping(c.peer, true);
+  }
+  typingStop = setTimeout(() => typing(false), 4000);
+}
+
+export function startReply(message) {
+  state.editing = null;
+  state.replyTo = message;
+  render();
+  $("draft").focus();
+}
+
+export function startEdit(message) {
+  state.replyTo = null;
+  state.editing = message;
+  $("draft").value = message.body?.text ?? message.body?.media?.caption ?? "";
+  render();
+  $("draft").focus();
+}
+
+function submitDraft() {
+  const c = state.open && conversation(state.open);
+  const draft = $("draft");
+  const text = draft.value.replace(/^\s+|\s+$/g, "");
+  if (!c) return;
+  if (state.editing) {
+    const message = state.editing;
+    state.editing = null;
+    draft.value = "";
+    editMessage(c, message, text)
+      .then(() => {
+        message.body = message.body?.media ? { media: { ...message.body.media, caption: text } } : { text };
+        message.editedMs = String(Date.now());
+        render();
+      })
+      .catch((error) => {
+        // Refused (the edit window passed, too many edits): the words come back to the draft.
+        showError(error);
+        if (!draft.value) draft.value = text;
+      });
     render();
-  } catch {
-    // Asked again a second later, or at the next welcome.
-    setTimeout(fetchProfiles, 1000);
     return;
   }
-  if (state.wantedProfiles.size > 0) setTimeout(fetchProfiles, 50);
-}
-
-const isDigest = (sha256) => typeof sha256 === "string" && /^[0-9a-f]{64}$/.test(sha256);
-
-// Audio and video stream from `/media` with byte ranges, which only a URL gives a player: the token rides in it.
-function mediaURL(sha256) {
-  return `/media/${sha256}?token=${encodeURIComponent(session.token)}`;
-}
-
-// Pictures and files are fetched with the token in a header and shown from `blob:` URLs, so no link on the page
-// (copied, opened in a tab, kept in the history) carries the token. Dropped at sign-out.
-const blobs = new Map(); // sha256 -> Promise of a blob: URL
-function blobURL(sha256) {
-  if (!blobs.has(sha256)) {
-    const url = fetch(`/media/${sha256}`, { headers: { Authorization: `Bearer ${session.token}` } })
-      .then((answer) => {
-        if (!answer.ok) throw new Error(`media: ${answer.status}`);
-        return answer.blob();
-      })
-      .then((blob) => URL.createObjectURL(blob));
-    url.catch(() => blobs.delete(sha256));
-    blobs.set(sha256, url);
+  if (!text) return;
+  const maxBytes = num(session.limits.maxTextBytes) || 65536;
+  if (new TextEncoder().encode(text).length > maxBytes) {
+    toast(`A message may have at most ${maxBytes} bytes.`);
+    return;
   }
-  return blobs.get(sha256);
+  queue(c.key, { text }, state.replyTo);
+  state.replyTo = null;
+  draft.value = "";
+  drafts.delete(c.key);
+  typing(false);
+  autosize();
 }
 
-function dropBlobs() {
-  for (const url of blobs.values()) url.then(URL.revokeObjectURL, () => {});
-  blobs.clear();
-  mediaNodes.clear();
+function autosize() {
+  const draft = $("draft");
+  draft.style.height = "auto";
+  draft.style.height = `${Math.min(draft.scrollHeight, 160)}px`;
 }
 
-function picture(sha256, attributes) {
-  const image = h("img", attributes);
-  if (isDigest(sha256)) blobURL(sha256).then((url) => (image.src = url), () => image.classList.add("broken"));
-  return image;
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// The outbox: a message goes in before it is sent and leaves when the server acknowledges it. It is kept in the
-// browser's storage, so one written while the server cannot be reached goes out at the next welcome, once: its id
-// is chosen here, and the server answers a resend of an id it committed with the original acknowledgement.
-
-// Lines in a group's history from its membership and title events ("bob joined", "alice named the group …"), each
-// after the message it followed (by seq). Kept in the browser (the newest 100 a group), as history pages carry none.
-const noticesKey = () => `courier.notices.${session.user}`;
-const maxNotices = 100;
-
-function storedNotices() {
-  try {
-    const stored = JSON.parse(localStorage.getItem(noticesKey()) || "{}");
-    return stored && typeof stored === "object" && !Array.isArray(stored) ? stored : {};
-  } catch {
-    return {};
-  }
-}
-
-function addNotice(c, afterSeq, notice) {
-  const entry = { afterSeq, timeMs: Date.now(), ...notice };
-  c.notices = [...noticesOf(c), entry].slice(-maxNotices);
-  const all = storedNotices();
-  all[c.key] = c.notices;
-  try {
-    localStorage.setItem(noticesKey(), JSON.stringify(all));
-  } catch {
-    // Storage full: the lines stay for this visit.
-  }
-}
-
-function noticesOf(c) {
-  if (!c.notices) c.notices = Array.isArray(storedNotices()[c.key]) ? storedNotices()[c.key] : [];
-  return c.notices;
-}
-
-function noticeRow(notice) {
-  const who = notice.user === session.user ? "You" : notice.user ? displayName(notice.user) : "The administrator";
-  const text =
-    notice.kind === "joined" ? `${who} joined` :
-    notice.kind === "left" ? `${who} left` :
-    notice.title ? `${who} named the group “${notice.title}”` : `${who} took the group's title away`;
-  return h("p", { class: "notice", dir: "auto", text });
-}
-
-const outboxKey = () => `courier.outbox.${session.user}`;
-
-// Tabs of one browser share the outbox: each merges what the others stored (by id) and drops what any of them saw
-// acknowledged. Two tabs may then send one entry both: the server stores it once (same id) and both hear the ack.
-const acknowledgedIds = new Set();
-
-function storedOutbox() {
-  try {
-    const stored = JSON.parse(localStorage.getItem(outboxKey()) || "[]");
-    return Array.isArray(stored) ? stored : [];
-  } catch {
-    return [];
-  }
-}
-
-function loadOutbox() {
-  const known = new Map(state.outbox.map((entry) => [entry.id, entry]));
-  for (const entry of storedOutbox()) {
-    if (!known.has(entry.id) && !acknowledgedIds.has(entry.id)) known.set(entry.id, { ...entry, inFlight: false });
-  }
-  state.outbox = [...known.values()].sort((a, b) => a.createdMs - b.createdMs);
-  if (session.state !== "online") for (const entry of state.outbox) entry.inFlight = false;
-}
-
-function saveOutbox() {
-  const mine = new Set(state.outbox.map((entry) => entry.id));
-  const others = storedOutbox().filter((entry) => !mine.has(entry.id) && !acknowledgedIds.has(entry.id));
-  const kept = [...state.outbox.map(({ inFlight, retryAt, ...entry }) => entry), ...others];
-  localStorage.setItem(outboxKey(), JSON.stringify(kept.sort((a, b) => a.createdMs - b.createdMs)));
-}
-
-window.addEventListener("storage", (event) => {
-  if (session.user && event.key === outboxKey()) {
-    loadOutbox();
-    flushOutbox();
-    render();
-  }
-});
-
-function newId() {
-  const bytes = crypto.getRandomValues(new Uint8Array(12));
-  return `w-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
-}
-
-function queue(key, body, replyTo = null) {
-  const entry = { id: newId(), key, to: peerOf(key), body, createdMs: Date.now() };
-  if (replyTo) entry.replyTo = { seq: replyTo.seq, from: replyTo.from, body: replyTo.body };
-  state.outbox.push(entry);
-  saveOutbox();
-  conversation(key).lastActivity = Date.now();
-  flushOutbox();
-  render({ toBottom: true });
-}
-
-// Errors that pass: the entry is sent again, in its place, after the server's `retryAfterMs` (or a second).
-const passingErrors = new Set(["storage-failed", "rate-limited", "throttled", "server-full", "shutting-down"]);
-let flushTimer = null;
-
-function flushOutbox() {
-  if (session.state !== "online") return;
-  const window = Math.max(1, Math.min(32, num(session.limits.maxUnackedSends) || 32));
-  let inFlight = state.outbox.filter((entry) => entry.inFlight).length;
-  for (const entry of state.outbox) {
-    if (inFlight >= window) break;
-    if (entry.inFlight || entry.error) continue;
-    if (entry.retryAt > Date.now()) {
-      // Nothing after it overtakes it.
-      clearTimeout(flushTimer);
-      flushTimer = setTimeout(flushOutbox, entry.retryAt - Date.now());
-      break;
-    }
-    entry.inFlight = true;
-    inFlight++;
-    const send = { id: entry.id, to: entry.to, body: entry.body };
-    if (entry.replyTo) send.replyTo = { conversation: entry.to, seq: entry.replyTo.seq };
-    session.request({ send }, (envelope) => {
-      entry.inFlight = false;
-      const error = envelope.error;
-      if (envelope.sendAck) {
-        acknowledged(entry, envelope.sendAck);
-      } else if (error && passingErrors.has(error.code)) {
-        entry.retryAt = Date.now() + Math.max(1000, num(error.retryAfterMs));
-      } else if (error && error.code !== "disconnected") {
-        entry.error = `${error.message || error.code} (${error.code})`;
-        saveOutbox();
-      }
-      render();
-      flushOutbox();
-      return true;
+// Enter sends; Shift+Enter is a new line; an Enter while an input method composes (pinyin, kana…) confirms the
+// composition and sends nothing. Browsers differ in the order of `compositionend` and that Enter's `keydown`, so all
+// three signs are checked: the event's own `isComposing`, keyCode 229 (what a composing keydown carries), and our
+// own flag between `compositionstart` and `compositionend`.
+let composing = false;
+export function setUpComposer() {
+  const draft = $("draft");
+  draft.addEventListener("compositionstart", () => {
+    composing = true;
+    draft.dataset.composing = "true";
+  });
+  draft.addEventListener("compositionend", () => {
+    // Safari sends compositionend before the Enter's keydown: stay composing until that keydown has passed.
+    setTimeout(() => {
+      composing = false;
+      delete draft.dataset.composing;
     });
-  }
+  });
+  draft.addEventListener("keydown", (event) => {
+    if (event.isComposing || composing || event.keyCode === 229) return;
+    if (event.key === "Escape" && (state.replyTo || state.editing)) {
+      event.stopPropagation();
+      cancelContext();
+      return;
+    }
+    if (event.key !== "Enter" || event.shiftKey || event.altKey || event.ctrlKey || event.metaKey) return;
+    event.preventDefault();
+    submitDraft();
+  });
+  draft.addEventListener("input", () => {
+    autosize();
+    if (state.open) drafts.set(state.open, draft.value);
+    if (!state.editing) typing(draft.value.length > 0);
+  });
+  draft.addEventListener("blur", () => typing(false));
+  $("composer").addEventListener("submit", (event) => {
+    event.preventDefault();
+    submitDraft();
+    draft.focus();
+  });
+  $("composer-cancel").addEventListener("click", cancelContext);
+  $("file").addEventListener("change", (event) => {
+    const files = [...event.target.files];
+    event.target.value = "";
+    for (const file of files) sendFile(file);
+  });
+  // Files dropped on, or pasted into, the conversation.
+  $("chat").addEventListener("dragover", (event) => event.preventDefault());
+  $("chat").addEventListener("drop", (event) => {
+    event.preventDefault();
+    for (const file of event.dataTransfer?.files ?? []) sendFile(file);
+  });
+  draft.addEventListener("paste", (event) => {
+    const files = [...(event.clipboardData?.files ?? [])];
+    if (files.length === 0) return;
+    event.preventDefault();
+    for (const file of files) sendFile(file);
+  });
 }
 
-function retrySend(entry) {
-  delete entry.error;
-  delete entry.retryAt;
-  saveOutbox();
-  flushOutbox();
+function cancelContext() {
+  if (state.editing) $("draft").value = "";
+  state.replyTo = null;
+  state.editing = null;
   render();
 }
 
-function acknowledged(entry, ack) {
-  acknowledgedIds.add(entry.id);
-  state.outbox = state.outbox.filter((other) => other.id !== entry.id);
-  saveOutbox();
-  const c = conversation(keyOf(ack.conversation));
-  const seq = num(ack.seq);
-  if (!c.messages.has(seq)) {
-    const message = {
-      id: entry.id,
-      from: session.user,
-      conversation: ack.conversation,
-      seq: String(seq),
-      timeMs: ack.timeMs,
-      body: entry.body,
-    };
-    if (entry.replyTo) message.replyTo = { ...entry.replyTo, seq: String(entry.replyTo.seq), visible: true };
-    addMessage(c, message);
-  }
+"""#),
+        ("dialogs.js", #"""
+// Dialogs: a new chat or group, a group's members and settings, the user's profile and notifications.
+
+import { Upload, imageSize, thumbnail } from "./upload.js";
+import { h } from "./text.js";
+import { pushSupported, pushEnabled, enablePush, disablePush } from "./push.js";
+import { $, conversation, displayName, fill, session, state, titleOf, wantProfile } from "./state.js";
+import { findUser, leaveGroups, loadMembers, manageGroup, setProfile } from "./requests.js";
+import { avatar, render, showError, toast } from "./render.js";
+import { openConversation } from "./list.js";
+
+// ---------------------------------------------------------------------------------------------------------------
+// Dialogs: new chat, group, profile
+
+export function openDialog(title, ...content) {
+  const dialog = $("dialog");
+  fill(dialog,
+    h("h2", { id: "dialog-title", dir: "auto", text: title }),
+    ...content,
+    h("div", { class: "dialog-buttons" }, h("button", { type: "button", class: "close", onclick: () => dialog.close() }, "Close")),
+  );
+  if (!dialog.open) dialog.showModal();
+  dialog.querySelector("input, select, textarea, button")?.focus();
 }
+
+function field(label, attributes) {
+  const id = `f-${Math.random().toString(36).slice(2)}`;
+  return [h("label", { for: id, text: label }), h("input", { id, dir: "auto", ...attributes })];
+}
+
+export function newChatDialog() {
+  const [userLabel, userInput] = field("User name", { name: "user", autocomplete: "off", spellcheck: "false" });
+  const direct = h(
+    "form",
+    {
+      class: "stack",
+      "data-form": "direct",
+      onsubmit: async (event) => {
+        event.preventDefault();
+        try {
+          const answer = await findUser(userInput.value.trim());
+          const card = answer.user;
+          if (card.profile) state.profiles.set(card.name, { ...card.profile, user: card.name });
+          $("dialog").close();
+          openConversation(`u:${card.name}`);
+        } catch (error) {
+          showError(error);
+        }
+      },
+    },
+    h("h3", { text: "Write to someone" }),
+    userLabel,
+    userInput,
+    h("button", { type: "submit", class: "primary" }, "Open chat"),
+  );
+  const [nameLabel, nameInput] = field("Group name (its address: letters, digits, . _ -)", { name: "group", autocomplete: "off" });
+  const [titleLabel, titleInput] = field("Title (optional, any script)", { name: "title", autocomplete: "off" });
+  const [membersLabel, membersInput] = field("Members (names, separated by spaces or commas)", { name: "members", autocomplete: "off" });
+  const group = h(
+    "form",
+    {
+      class: "stack",
+      "data-form": "group",
+      onsubmit: async (event) => {
+        event.preventDefault();
+        const name = nameInput.value.trim();
+        const users = membersInput.value.split(/[\s,，、]+/).filter(Boolean);
+        try {
+          await manageGroup(name, { create: { users } });
+          if (titleInput.value.trim()) {
+            await manageGroup(name, { title: { title: titleInput.value.trim() } });
+          }
+          $("dialog").close();
+          const c = conversation(`g:${name}`);
+          c.title = titleInput.value.trim();
+          c.lastActivity = Date.now();
+          openConversation(c.key);
+        } catch (error) {
+          showError(error);
+        }
+      },
+    },
+    h("h3", { text: "Start a group" }),
+    nameLabel,
+    nameInput,
+    titleLabel,
+    titleInput,
+    membersLabel,
+    membersInput,
+    h("button", { type: "submit", class: "primary" }, "Create group"),
+  );
+  openDialog("New chat", direct, group);
+}
+
+const roleNames = { GROUP_ROLE_OWNER: "owner", GROUP_ROLE_ADMIN: "admin", GROUP_ROLE_MEMBER: "member" };
+const rank = { GROUP_ROLE_OWNER: 2, GROUP_ROLE_ADMIN: 1, GROUP_ROLE_MEMBER: 0 };
+
+export async function groupDialog() {
+  const c = state.open && conversation(state.open);
+  if (!c?.isGroup) return;
+  await loadMembers(c);
+  const group = c.peer.group;
+  const myRole = c.members.get(session.user)?.role ?? "GROUP_ROLE_MEMBER";
+  const manage = async (action, question = null) => {
+    if (question && !window.confirm(question)) return;
+    try {
+      await manageGroup(group, action);
+      if (action.leave) {
+        $("dialog").close();
+        c.left = true;
+        render();
+        return;
+      }
+      await loadMembers(c);
+      groupDialog();
+    } catch (error) {
+      showError(error);
+    }
+  };
+  const members = h(
+    "ul",
+    { class: "members" },
+    [...c.members.entries()].map(([user, member]) => {
+      const role = member.role ?? "GROUP_ROLE_MEMBER";
+      const buttons = [];
+      if (user !== session.user && rank[myRole] > rank[role] && rank[myRole] >= 1) {
+        buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ remove: { users: [user] } }, `Remove ${user} from the group?`) }, "Remove"));
+      }
+      if (myRole === "GROUP_ROLE_OWNER" && user !== session.user) {
+        if (role === "GROUP_ROLE_MEMBER") buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ promote: { users: [user] } }) }, "Make admin"));
+        if (role === "GROUP_ROLE_ADMIN") buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ demote: { users: [user] } }) }, "Make member"));
+        buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ transfer: { user } }, `Make ${user} the group's owner? You become an admin.`) }, "Hand over"));
+      }
+      return h(
+        "li",
+        { "data-user": user },
+        avatar(user, displayName(user), "small"),
+        h("span", { class: "member-name", dir: "auto", text: displayName(user) }),
+        h("span", { class: "role", text: roleNames[role] }),
+        ...buttons,
+      );
+    }),
+  );
+  const [titleLabel, titleInput] = field("Title", { value: c.title, autocomplete: "off" });
+  const [addLabel, addInput] = field("Add members (names)", { autocomplete: "off" });
+  const isAdmin = rank[myRole] >= 1;
+  openDialog(
+    titleOf(c),
+    h("p", { class: "note", text: `Group ${group} · you are ${roleNames[myRole]}` }),
+    isAdmin
+      ? h("form", { class: "stack", onsubmit: (e) => { e.preventDefault(); manage({ title: { title: titleInput.value.trim() } }); } }, titleLabel, titleInput, h("button", { type: "submit" }, "Set title"))
+      : null,
+    members,
+    isAdmin
+      ? h("form", { class: "stack", onsubmit: (e) => { e.preventDefault(); manage({ add: { users: addInput.value.split(/[\s,，、]+/).filter(Boolean) } }); } }, addLabel, addInput, h("button", { type: "submit" }, "Add"))
+      : null,
+    h("button", { type: "button", class: "danger", onclick: () => manage({ leave: {} }, "Leave the group?") }, "Leave the group"),
+    leaveAllForm(),
+  );
+}
+
+// Leaves, in one request, every group one user put this one in: the answer to someone who fills the list with groups.
+function leaveAllForm() {
+  const [label, input] = field("Leave every group this user put you in", { name: "added-by", autocomplete: "off", spellcheck: "false" });
+  return h(
+    "form",
+    {
+      class: "stack",
+      "data-form": "leave-all",
+      onsubmit: async (event) => {
+        event.preventDefault();
+        const addedBy = input.value.trim().replace(/^[@＠]/, "");
+        if (!addedBy) return;
+        try {
+          const answer = await leaveGroups(addedBy);
+          const left = answer.groupsLeft?.groups ?? [];
+          for (const group of left) conversation(`g:${group}`).left = true;
+          toast(left.length ? `Left ${left.length} group${left.length === 1 ? "" : "s"} ${addedBy} put you in.` : `${addedBy} put you in no group.`);
+          $("dialog").close();
+          render();
+        } catch (error) {
+          showError(error);
+        }
+      },
+    },
+    label,
+    input,
+    h("button", { type: "submit", class: "danger" }, "Leave them all"),
+  );
+}
+
+export function profileDialog() {
+  const me = state.profiles.get(session.user) ?? {};
+  const [nameLabel, nameInput] = field("Display name (any script)", { value: me.displayName ?? "", autocomplete: "nickname" });
+  const status = h("p", { class: "note", "aria-live": "polite" });
+  const picture = h("input", { type: "file", accept: "image/jpeg,image/png,image/webp,image/gif", "aria-label": "Choose a picture" });
+  picture.addEventListener("change", async () => {
+    const file = picture.files[0];
+    if (!file) return;
+    try {
+      status.textContent = "Uploading the picture…";
+      const small = await thumbnail(file);
+      const describe = async (f) => ({ kind: "KIND_IMAGE", sha256: await new Upload(session, f).done, size: String(f.size), mime: f.type, name: f.name, ...(await imageSize(f)) });
+      const avatarMedia = await describe(file);
+      const thumbnailMedia = await describe(small);
+      await setProfile({ avatar: avatarMedia, thumbnail: thumbnailMedia });
+      state.profiles.set(session.user, { ...me, user: session.user, avatar: avatarMedia, thumbnail: thumbnailMedia });
+      status.textContent = "Saved.";
+      render();
+    } catch (error) {
+      status.textContent = "";
+      showError(error);
+    }
+  });
+  async function setDisplayName(name) {
+    try {
+      await setProfile({ displayName: name });
+      state.profiles.set(session.user, { ...me, user: session.user, displayName: name });
+      nameInput.value = name;
+      status.textContent = name ? "Saved." : "The name is cleared.";
+      render();
+    } catch (error) {
+      showError(error);
+    }
+  }
+  openDialog(
+    "Your profile",
+    h("div", { class: "profile-head" }, avatar(session.user, me.displayName || session.user, "large"), h("p", { text: `Logged in as ${session.user}` })),
+    h(
+      "form",
+      {
+        class: "stack",
+        onsubmit: async (event) => {
+          event.preventDefault();
+          // An empty field saves nothing: clearing the name is its own button, never a slip of Enter.
+          const name = nameInput.value.trim();
+          if (!name) {
+            status.textContent = me.displayName ? "Type a name, or use “Clear the name”." : "Type a name to show beside yours.";
+            return;
+          }
+          await setDisplayName(name);
+        },
+      },
+      nameLabel,
+      nameInput,
+      h("button", { type: "submit", class: "primary" }, "Save name"),
+      me.displayName
+        ? h("button", { type: "button", class: "link", "data-action": "clear-name", onclick: () => setDisplayName("") }, "Clear the name")
+        : null,
+    ),
+    h("label", { class: "stack" }, "Picture", picture),
+    me.avatar
+      ? h("button", { type: "button", class: "link", onclick: async () => { await setProfile({ removeAvatar: true }).catch(showError); state.profiles.delete(session.user); wantProfile(session.user); } }, "Remove the picture")
+      : null,
+    status,
+    notificationSettings(),
+    h("button", { type: "button", class: "danger", "data-action": "logout", onclick: logOut }, "Log out"),
+  );
+}
+
+async function logOut() {
+  $("dialog").close();
+  // This browser's notifications stop with the device (the server drops its subscriptions too).
+  await disablePush(session.token).catch(() => {});
+  await session.logOut().catch(() => {});
+}
+
+// Notifications while the page is closed: asked for on a click, never on load; and whether they show who wrote what.
+function notificationSettings() {
+  const note = h("p", { class: "note", "aria-live": "polite" });
+  const enabled = h("input", { type: "checkbox", "data-setting": "push", disabled: !pushSupported() });
+  const previews = h("input", { type: "checkbox", "data-setting": "push-previews" });
+  const me = state.profiles.get(session.user) ?? {};
+  previews.checked = me.pushPreviews !== false;
+  if (!pushSupported()) note.textContent = "This browser cannot notify you while the page is closed.";
+  else pushEnabled().then((on) => { enabled.checked = on; }).catch(() => {});
+  enabled.addEventListener("change", async () => {
+    enabled.disabled = true;
+    try {
+      if (enabled.checked) {
+        await enablePush(session.token);
+        note.textContent = "On: this browser shows new messages while Courier is closed.";
+      } else {
+        await disablePush(session.token);
+        note.textContent = "Off.";
+      }
+    } catch (error) {
+      enabled.checked = false;
+      note.textContent = error.message;
+    } finally {
+      enabled.disabled = false;
+    }
+  });
+  previews.addEventListener("change", async () => {
+    const on = previews.checked;
+    try {
+      await setProfile({ pushPreviews: on });
+      state.profiles.set(session.user, { ...(state.profiles.get(session.user) ?? {}), user: session.user, pushPreviews: on });
+      note.textContent = on ? "Notifications show who wrote and what." : "Notifications say only “New message”.";
+    } catch (error) {
+      previews.checked = !on;
+      showError(error);
+    }
+  });
+  return h(
+    "fieldset",
+    { class: "stack settings" },
+    h("legend", { text: "Notifications" }),
+    h("label", { class: "check" }, enabled, " Notify me when Courier is closed"),
+    h("label", { class: "check" }, previews, " Show who wrote and what"),
+    note,
+  );
+}
+
+"""#),
+        ("events.js", #"""
+// What the server says: events applied to the state, typing and presence notices.
+
+import { mentions } from "./text.js";
+import { addNotice, conversation, keyOf, num, session, state, wantProfile } from "./state.js";
+import { acknowledgeEvents, markRead } from "./requests.js";
+import { render, toast } from "./render.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // What the server says
 
-function addMessage(c, message) {
+export function addMessage(c, message) {
   const seq = num(message.seq);
   const known = c.messages.get(seq);
   if (known && !message.reactions) message.reactions = known.reactions;
@@ -1292,7 +1561,7 @@ function onEvents(events) {
       console.error("event", cursor, error);
     }
   }
-  if (last > 0) session.post({ ack: { cursor: String(last) } });
+  if (last > 0) acknowledgeEvents(last);
   render();
 }
 
@@ -1410,162 +1679,130 @@ function onPresence(notice) {
   render({ messages: false });
 }
 
-// ---------------------------------------------------------------------------------------------------------------
-// Asking the server
-
-async function loadConversations() {
-  let offset = 0;
-  for (let page = 0; page < 20; page++) {
-    const answer = await session.ask({ unread: { offset } });
-    const counts = answer.unread ?? {};
-    for (const entry of counts.entries ?? []) {
-      const c = conversation(keyOf(entry.conversation));
-      c.unread = num(entry.unread);
-      c.mentions = num(entry.mentions);
-      c.lastSeq = Math.max(c.lastSeq, num(entry.lastSeq));
-      c.readSeq = num(entry.readSeq);
-      c.peerDeliveredSeq = Math.max(c.peerDeliveredSeq, num(entry.peerDeliveredSeq));
-      c.peerReadSeq = Math.max(c.peerReadSeq, num(entry.peerReadSeq));
-      c.notify = entry.notify ?? "NOTIFY_LEVEL_ALL";
-      if (c.isGroup) c.title = entry.title ?? "";
-      else wantProfile(c.peer.user);
-    }
-    if (!counts.more) break;
-    offset = num(counts.nextOffset);
-  }
-  state.loadedList = true;
-  render();
-  // A notification's click opened this page at a conversation: shown once the list is in.
-  if (openAtStart) {
-    const key = openAtStart;
-    openAtStart = "";
-    // Only one of the user's own conversations: a link cannot start one with anybody.
-    if (state.conversations.has(key)) openConversation(key);
-  }
-  // The last message of each, for the list.
-  await Promise.all(
-    [...state.conversations.values()]
-      .filter((c) => !c.last && c.lastSeq > 0)
-      .slice(0, 200)
-      .map(async (c) => {
-        const answer = await session.ask({ history: { conversation: c.peer, limit: 1 } }).catch(() => null);
-        const newest = answer?.history?.messages?.[0];
-        if (newest && !c.last) {
-          c.last = newest;
-          c.lastActivity = Math.max(c.lastActivity, num(newest.timeMs));
-          wantProfile(newest.from);
-        }
-      }),
-  );
-  render();
+export function setUpEvents() {
+  session.addEventListener("envelope", (event) => {
+    const envelope = event.detail;
+    if (envelope.events) onEvents(envelope.events);
+    else if (envelope.typing) onTyping(envelope.typing);
+    else if (envelope.presence) onPresence(envelope.presence);
+    // What the server says before it closes (an idle timeout, a revoked device); a refused login says it on the form.
+    else if (envelope.error && session.state === "online") toast(`${envelope.error.message || envelope.error.code}`);
+  });
 }
 
-// The page of messages before the oldest loaded (or the newest page).
-function loadOlder(c) {
-  if (c.loading) return c.loading;
-  if (c.loaded && !c.more) return Promise.resolve();
-  const loaded = [...c.messages.keys()];
-  const oldest = c.loaded && loaded.length > 0 ? Math.min(...loaded) : 0;
-  const history = { conversation: c.peer, limit: pageSize };
-  if (oldest > 0) history.beforeSeq = String(oldest);
-  c.loading = session
-    .ask({ history })
-    .then((answer) => {
-      const page = answer.history ?? {};
-      for (const message of page.messages ?? []) addMessage(c, message);
-      for (const mark of page.receipts ?? []) {
-        if (mark.user === session.user) continue;
-        if (!c.isGroup) {
-          c.peerDeliveredSeq = Math.max(c.peerDeliveredSeq, num(mark.deliveredSeq));
-          c.peerReadSeq = Math.max(c.peerReadSeq, num(mark.readSeq));
-        } else {
-          const known = c.marks.get(mark.user) ?? { delivered: 0, read: 0, joined: 0 };
-          known.delivered = Math.max(known.delivered, num(mark.deliveredSeq));
-          known.read = Math.max(known.read, num(mark.readSeq));
-          known.joined = num(mark.joinedSeq);
-          c.marks.set(mark.user, known);
-        }
-      }
-      c.more = !!page.more;
-      c.loaded = true;
-    })
-    .catch((error) => {
-      if (error.code === "not-member") {
-        c.more = false;
-        c.loaded = true;
-      }
-      throw error;
-    })
-    .finally(() => {
-      c.loading = null;
-    });
-  return c.loading;
-}
+"""#),
+        ("icon.svg", #"""
+<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 64 64"><rect width="64" height="64" rx="14" fill="#0b5cad"/><path d="M14 18h36a4 4 0 0 1 4 4v18a4 4 0 0 1-4 4H30l-10 8v-8h-6a4 4 0 0 1-4-4V22a4 4 0 0 1 4-4z" fill="#fff"/><path d="M20 27h24M20 34h16" stroke="#0b5cad" stroke-width="3" stroke-linecap="round"/></svg>
 
-async function loadMembers(c) {
-  if (!c.isGroup) return;
-  try {
-    const answer = await session.ask({ groupMembers: { group: c.peer.group } });
-    const members = answer.groupMembers ?? {};
-    c.members = new Map(
-      (members.members ?? []).map((m) => [m.user, { role: m.role ?? "GROUP_ROLE_MEMBER", joinedSeq: num(m.joinedSeq) }]),
-    );
-    c.title = members.title ?? "";
-    for (const user of c.members.keys()) wantProfile(user);
-    c.left = !c.members.has(session.user);
-  } catch (error) {
-    if (error.code === "not-member") c.left = true;
-  }
-  render();
-}
+"""#),
+        ("index.html", #"""
+<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="color-scheme" content="light">
+<meta name="referrer" content="no-referrer">
+<title>Courier</title>
+<link rel="icon" href="/web/icon.svg" type="image/svg+xml">
+<link rel="stylesheet" href="/web/app.css">
+<script type="module" src="/web/app.js"></script>
+</head>
+<body>
+<noscript><p class="noscript">Courier's web chat needs JavaScript.</p></noscript>
 
-function markRead(c) {
-  if (c.lastSeq <= c.readSeq && c.unread === 0) return;
-  c.readSeq = Math.max(c.readSeq, c.lastSeq);
-  c.unread = 0;
-  c.mentions = 0;
-  if (c.lastSeq > 0) {
-    session.request({ markRead: { conversation: c.peer, upToSeq: String(c.lastSeq) } }, () => true);
-  }
-}
+<main id="login" class="login" hidden>
+  <form id="login-form" class="card" novalidate>
+    <h1><img src="/web/icon.svg" alt="" width="32" height="32"> Courier</h1>
+    <p id="login-note" class="note"></p>
+    <p id="login-error" class="error" role="alert"></p>
+    <label for="login-user">User name</label>
+    <input id="login-user" name="user" autocomplete="username" autocapitalize="none" spellcheck="false" required>
+    <label for="login-password">Password</label>
+    <input id="login-password" name="password" type="password" autocomplete="current-password" required>
+    <div id="invite-row" hidden>
+      <label for="login-invite">Invitation</label>
+      <input id="login-invite" name="invite" autocomplete="off" spellcheck="false">
+    </div>
+    <button id="login-submit" type="submit" class="primary">Log in</button>
+    <button id="login-switch" type="button" class="link">Create an account</button>
+  </form>
+</main>
 
-// Typing notices: "typing" at most every 3 s while the draft changes, "stopped" 4 s after the last change, on a send,
-// or when the draft loses focus; each to the conversation the typing was in.
-let typingSentAt = 0;
-let typingIn = null;
-let typingStop = null;
-function typing(active) {
-  clearTimeout(typingStop);
-  if (typingIn && (!active || typingIn.key !== state.open)) {
-    if (typingSentAt) session.post({ typing: { conversation: typingIn.peer, typing: false } });
-    typingSentAt = 0;
-    typingIn = null;
-  }
-  const c = state.open && conversation(state.open);
-  if (!active || !c || session.state !== "online") return;
-  if (Date.now() - typingSentAt > 3000) {
-    typingSentAt = Date.now();
-    typingIn = c;
-    session.post({ typing: { conversation: c.peer, typing: true } });
-  }
-  typingStop = setTimeout(() => typing(false), 4000);
-}
+<div id="app" class="app" hidden>
+  <aside class="sidebar" aria-label="Conversations">
+    <header class="bar">
+      <button id="me" type="button" class="me" aria-label="Your profile and settings"></button>
+      <div id="connection" class="connection">
+        <span id="connection-text" role="status" aria-live="polite"></span>
+        <span id="connection-retry" aria-hidden="true"></span>
+        <button id="retry" type="button" class="link" hidden>Retry now</button>
+      </div>
+      <button id="new-chat" type="button" class="icon" aria-label="New chat" title="New chat">＋</button>
+    </header>
+    <form id="search-form" class="search" role="search">
+      <input id="search" type="search" placeholder="Search messages" aria-label="Search messages" dir="auto">
+    </form>
+    <section id="search-results" class="search-results" aria-label="Search results" hidden></section>
+    <ul id="conversations" class="conversations"></ul>
+    <p id="no-conversations" class="empty" hidden>No conversations yet: start one with ＋.</p>
+  </aside>
 
-function showError(error) {
-  const text = error instanceof RequestError ? `${error.message} (${error.code})` : String(error.message ?? error);
-  toast(text);
-}
+  <section id="chat" class="chat" aria-label="Conversation">
+    <p id="no-chat" class="empty">Choose a conversation.</p>
+    <header id="chat-bar" class="bar chat-bar" hidden>
+      <button id="back" type="button" class="icon back" aria-label="Back to the conversations">←</button>
+      <div class="avatar-slot" id="chat-avatar"></div>
+      <div class="chat-title">
+        <h2 id="chat-title" dir="auto"></h2>
+        <p id="chat-subtitle" class="subtitle" aria-live="polite"></p>
+      </div>
+      <label class="notify"><span class="visually-hidden">Alerts</span>
+        <select id="notify" aria-label="Alerts for this conversation">
+          <option value="NOTIFY_LEVEL_ALL">All alerts</option>
+          <option value="NOTIFY_LEVEL_MENTIONS">Mentions only</option>
+          <option value="NOTIFY_LEVEL_NONE">Muted</option>
+        </select>
+      </label>
+      <button id="manage" type="button" class="icon" aria-label="Group members and settings" title="Group" hidden>⚙</button>
+    </header>
+    <div id="messages" class="messages" role="log" aria-label="Messages" tabindex="0" hidden></div>
+    <div id="uploads" class="uploads" aria-live="polite"></div>
+    <form id="composer" class="composer" hidden>
+      <div id="composer-context" class="composer-context" hidden>
+        <span id="composer-context-text" dir="auto"></span>
+        <button id="composer-cancel" type="button" class="icon" aria-label="Cancel">×</button>
+      </div>
+      <div class="composer-row">
+        <label class="icon attach" title="Attach files"><span class="visually-hidden">Attach files</span>
+          <input id="file" type="file" multiple>📎</label>
+        <textarea id="draft" rows="1" placeholder="Message" title="Enter sends; Shift+Enter starts a new line" aria-label="Message (Enter sends, Shift+Enter starts a new line)" dir="auto"></textarea>
+        <button id="send" type="submit" class="primary">Send</button>
+      </div>
+    </form>
+  </section>
+</div>
 
-function toast(text) {
-  const box = h("div", { class: "toast", role: "alert", text });
-  document.body.append(box);
-  setTimeout(() => box.remove(), 6000);
-}
+<div id="menu" class="menu" role="menu" hidden></div>
+<dialog id="dialog" class="dialog" aria-labelledby="dialog-title"></dialog>
+<dialog id="viewer" class="viewer" aria-label="Picture"></dialog>
+</body>
+</html>
+
+"""#),
+        ("list.js", #"""
+// The conversation list, and opening a conversation from it (or from a search hit, a quote, a notification).
+
+import { h, relativeTime, fullTime } from "./text.js";
+import { $, botBadge, conversation, displayName, isBot, num, session, state, titleOf } from "./state.js";
+import { loadMembers, loadOlder, markRead } from "./requests.js";
+import { avatar, drawNow, preview, render, showError, toast } from "./render.js";
+import { loadDraft } from "./composer.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // Opening a conversation, and jumping to a message in it
 
-async function openConversation(key, { focus = true } = {}) {
+export async function openConversation(key, { focus = true } = {}) {
   const c = conversation(key);
   const changed = state.open !== key;
   state.open = key;
@@ -1589,13 +1826,13 @@ async function openConversation(key, { focus = true } = {}) {
   render({ toBottom: true });
 }
 
-function closeConversation() {
+export function closeConversation() {
   state.open = null;
   document.body.classList.remove("chat-open");
   render();
 }
 
-async function jumpTo(key, seq) {
+export async function jumpTo(key, seq) {
   await openConversation(key, { focus: false });
   const c = conversation(key);
   for (let pages = 0; !c.messages.has(seq) && c.more && pages < 100; pages++) {
@@ -1606,8 +1843,7 @@ async function jumpTo(key, seq) {
       return;
     }
   }
-  messagesWanted = true;
-  draw();
+  drawNow();
   const element = document.querySelector(`#messages [data-seq="${seq}"]`);
   if (!element) {
     toast("That message can no longer be shown.");
@@ -1621,58 +1857,26 @@ async function jumpTo(key, seq) {
   setTimeout(() => render(), 3100);
 }
 
-const drafts = new Map();
-const loadDraft = (key) => drafts.get(key) ?? "";
+// The conversation a notification's click asked for (`/#open=u:alice`), opened once the list is loaded.
+let openAtStart = "";
+
+export function openWhenListed(key) {
+  openAtStart = key;
+}
+
+export function openAsked() {
+  if (openAtStart) {
+    const key = openAtStart;
+    openAtStart = "";
+    // Only one of the user's own conversations: a link cannot start one with anybody.
+    if (state.conversations.has(key)) openConversation(key);
+  }
+}
 
 // ---------------------------------------------------------------------------------------------------------------
-// Rendering
+// The conversation list
 
-// Everything that changes asks for a redraw; one happens per frame, however many asked (a reconnect's presence
-// notices, a page of events). The messages are redrawn only when something asked for them.
-let renderQueued = false;
-let scrollToBottom = false;
-let messagesWanted = false;
-function render({ toBottom = false, messages = true } = {}) {
-  scrollToBottom ||= toBottom;
-  messagesWanted ||= messages;
-  if (renderQueued) return;
-  renderQueued = true;
-  requestAnimationFrame(draw);
-}
-
-// Draws what was asked for, now (a jump draws at once, to find the message it jumps to).
-function draw() {
-  renderQueued = false;
-  renderMe();
-  renderList();
-  renderHeader();
-  if (messagesWanted) renderMessages(scrollToBottom);
-  messagesWanted = false;
-  scrollToBottom = false;
-}
-
-function avatar(user, label = user, size = "") {
-  const thumb = user ? state.profiles.get(user)?.thumbnail?.sha256 : null;
-  if (isDigest(thumb)) return picture(thumb, { class: `avatar ${size}`, alt: "" });
-  const element = h("span", { class: `avatar ${size}`, "aria-hidden": "true", text: initial(label) });
-  element.style.setProperty("--hue", hue(label));
-  return element;
-}
-
-function preview(message) {
-  if (!message) return "";
-  if (message.recalled) return "Message recalled";
-  const body = message.body ?? {};
-  let text = body.text ?? "";
-  if (body.media) {
-    const media = body.media;
-    const kind = { KIND_IMAGE: "🖼 Picture", KIND_VOICE: "🎤 Voice", KIND_VIDEO: "🎬 Video" }[media.kind];
-    text = `${kind ?? `📄 ${media.name || "File"}`}${media.caption ? ` ${media.caption}` : ""}`;
-  }
-  return text.replace(/\s+/g, " ").slice(0, 120);
-}
-
-function renderList() {
+export function renderList() {
   const list = $("conversations");
   const pendingKeys = new Set(state.outbox.map((entry) => entry.key));
   const items = [...state.conversations.values()]
@@ -1729,45 +1933,423 @@ function renderList() {
   if (focused) list.querySelector(`[data-key="${CSS.escape(focused)}"]`)?.focus({ preventScroll: true });
 }
 
-function subtitle(c) {
-  const typers = [...c.typing.entries()].filter(([, until]) => until > Date.now()).map(([user]) => displayName(user));
-  if (typers.length > 0) return `${typers.join(", ")} ${typers.length === 1 ? "is" : "are"} typing…`;
-  if (c.isGroup) {
-    if (c.left) return "You are not a member";
-    const count = c.members.size;
-    return count ? `${count} member${count === 1 ? "" : "s"} · ${c.peer.group}` : c.peer.group;
+"""#),
+        ("login.js", #"""
+// Logging in, signing up, and the connection's state (what a sign-out clears, what a welcome loads).
+
+import { h } from "./text.js";
+import { pushEnabled, enablePush } from "./push.js";
+import {
+  $,
+  acknowledgedIds,
+  conversation,
+  displayName,
+  flushOutbox,
+  loadOutbox,
+  num,
+  session,
+  state,
+  wantProfile,
+} from "./state.js";
+import { fetchProfiles, loadConversations, markRead } from "./requests.js";
+import { avatar, render, showError } from "./render.js";
+import { dropBlobs, uploads } from "./media.js";
+import { drafts } from "./composer.js";
+import { search } from "./search.js";
+
+// ---------------------------------------------------------------------------------------------------------------
+// Logging in, signing up, the connection's state
+
+// What the server says before a login (GET /api/v1/server): who may sign up, and whether this page's origin may
+// open the gateway. Asked once; the form shows "Create an account" only where accounts are made, and the invitation
+// field only where one is needed.
+let serverInfo = null;
+async function loadServerInfo() {
+  if (serverInfo) return serverInfo;
+  try {
+    const answer = await fetch(`/api/v1/server?origin=${encodeURIComponent(location.origin)}`, { cache: "no-store" });
+    if (answer.ok) serverInfo = await answer.json();
+  } catch {
+    // The server cannot be reached: the form says so when a login fails.
   }
-  const presence = state.presence.get(c.peer.user);
-  const name = c.peer.user;
-  if (presence?.online) return `${name} · online`;
-  if (presence?.lastSeenMs) return `${name} · last seen ${relativeTime(presence.lastSeenMs)}`;
-  return name;
+  return serverInfo;
 }
 
-function renderHeader() {
-  const c = state.open && conversation(state.open);
-  $("no-chat").hidden = !!c;
-  $("chat-bar").hidden = !c;
-  $("messages").hidden = !c;
-  $("composer").hidden = !c;
-  if (!c) return;
-  const title = titleOf(c);
-  $("chat-title").replaceChildren(h("bdi", { text: title }), ...(!c.isGroup && isBot(c.peer.user) ? [botBadge()] : []));
-  $("chat-subtitle").textContent = subtitle(c);
-  $("chat-avatar").replaceChildren(avatar(c.isGroup ? null : c.peer.user, title));
-  $("notify").value = c.notify;
-  $("manage").hidden = !c.isGroup;
-  document.title = `${title} · Courier`;
-  const context = $("composer-context");
-  const target = state.editing ?? state.replyTo;
-  context.hidden = !target;
-  if (target) {
-    $("composer-context-text").textContent = state.editing
-      ? `Editing: ${preview(target)}`
-      : `Replying to ${displayName(target.from)}: ${preview(target)}`;
+async function applyServerInfo() {
+  const info = await loadServerInfo();
+  if (!info) return;
+  const invited = new URLSearchParams(location.hash.slice(1)).has("invite");
+  $("login-switch").hidden = info.registration === "closed" && !invited;
+  if (signingUp) $("invite-row").hidden = info.registration === "open" && !invited;
+  if (info.originAllowed === false) {
+    $("login-error").textContent =
+      `This page's address (${location.origin}) is not one the server lets in: start it with ` +
+      `--allow-origin ${location.origin}, or open the page at the server's own address.`;
   }
-  $("send").textContent = state.editing ? "Save" : "Send";
 }
+
+export function showLogin(reason = "") {
+  $("app").hidden = true;
+  $("login").hidden = false;
+  const invite = new URLSearchParams(location.hash.slice(1)).get("invite");
+  if (invite) {
+    $("login-invite").value = invite;
+    setSignUp(true);
+    $("login-note").textContent = "You are invited: choose a user name and a password.";
+  }
+  const reasons = {
+    "token-revoked": "This device was logged out.",
+    "token-expired": "Your session expired: log in again.",
+    "auth-failed": "Log in again.",
+    "logged-out": "",
+  };
+  $("login-error").textContent = reasons[reason] ?? "";
+  $("login-user").focus();
+  applyServerInfo();
+}
+
+export let signingUp = false;
+export function setSignUp(on) {
+  signingUp = on;
+  const invited = new URLSearchParams(location.hash.slice(1)).has("invite");
+  $("invite-row").hidden = !on || (serverInfo?.registration === "open" && !invited);
+  $("login-submit").textContent = on ? "Create the account" : "Log in";
+  $("login-switch").textContent = on ? "I have an account" : "Create an account";
+  $("login-password").autocomplete = on ? "new-password" : "current-password";
+}
+
+export async function submitLogin(event) {
+  event.preventDefault();
+  const user = $("login-user").value.trim();
+  const password = $("login-password").value;
+  if (!user || !password) {
+    $("login-error").textContent = "Enter a user name and a password.";
+    return;
+  }
+  $("login-submit").disabled = true;
+  $("login-error").textContent = "";
+  const messages = {
+    "auth-failed": "Wrong user name or password.",
+    throttled: "Too many attempts: try again later.",
+    "weak-password": "Choose a password of at least 8 characters.",
+    "name-taken": "That name is taken.",
+    "invalid-name": "That name cannot be used: letters, digits, . _ - only.",
+    "registration-closed": "This server does not take new accounts.",
+    "invite-invalid": "That invitation is not valid.",
+    "invite-expired": "That invitation has expired.",
+    "invite-used-up": "That invitation has been used up.",
+    disconnected: "The server cannot be reached.",
+  };
+  // A page under an address the server does not let in sees the gateway refused as a connection that failed.
+  if (serverInfo?.originAllowed === false) {
+    messages.disconnected =
+      `This page's address (${location.origin}) is not one the server lets in: start it with ` +
+      `--allow-origin ${location.origin}, or open the page at the server's own address.`;
+  }
+  try {
+    const credentials = signingUp
+      ? { signUp: { user, password, invite: $("login-invite").value.trim() } }
+      : { password: { user, password } };
+    await session.logIn(credentials);
+    $("login-password").value = "";
+    if (location.hash) history.replaceState(null, "", location.pathname);
+    started();
+  } catch (error) {
+    $("login-error").textContent = messages[error.code] ?? `${error.message} (${error.code})`;
+  } finally {
+    $("login-submit").disabled = false;
+  }
+}
+
+export function started() {
+  $("login").hidden = true;
+  $("app").hidden = false;
+  renderMe();
+  // A subscription this browser holds is told to the server again: the server may have dropped it (a 410 from the
+  // push service, the device logged out elsewhere) while the browser kept it.
+  pushEnabled().then((on) => on && enablePush(session.token)).catch(() => {});
+}
+
+let meShown = "";
+export function renderMe() {
+  const profile = state.profiles.get(session.user);
+  const shown = `${session.user}:${profile?.displayName ?? ""}:${profile?.thumbnail?.sha256 ?? ""}`;
+  if (shown === meShown) return;
+  meShown = shown;
+  $("me").replaceChildren(avatar(session.user, displayName(session.user), "small"), h("span", { class: "visually-hidden", text: session.user }));
+}
+
+export function renderConnection(detail) {
+  const text = $("connection-text");
+  const retry = $("retry");
+  document.body.dataset.connection = detail.state;
+  retry.hidden = detail.state !== "offline";
+  const label = { online: "Online", connecting: "Connecting…", offline: "Offline" }[detail.state];
+  if (label && text.textContent !== label) text.textContent = label;
+  // The countdown is outside the live region: a screen reader hears "Offline" once, not every second.
+  const seconds = Math.max(0, Math.ceil((session.retryAt - Date.now()) / 1000));
+  $("connection-retry").textContent = detail.state === "offline" ? `· retrying in ${seconds} s` : "";
+}
+
+export function setUpConnection() {
+  session.addEventListener("state", (event) => {
+    renderConnection(event.detail);
+    if (event.detail.state === "offline") {
+      // Who is online and typing is unknown until the next welcome brings it again.
+      state.presence.clear();
+      for (const c of state.conversations.values()) c.typing.clear();
+      render({ messages: false });
+    }
+    if (event.detail.state === "signedOut") {
+      const wasIn = !$("app").hidden;
+      for (const upload of uploads) upload.cancel();
+      $("uploads").replaceChildren();
+      state.conversations.clear();
+      state.open = null;
+      state.profiles.clear();
+      state.wantedProfiles.clear();
+      state.presence.clear();
+      state.outbox = [];
+      state.replyTo = state.editing = null;
+      acknowledgedIds.clear();
+      drafts.clear();
+      $("draft").value = "";
+      dropBlobs();
+      $("search").value = "";
+      search("");
+      document.body.classList.remove("chat-open");
+      // A refused login keeps its own message on the form.
+      if (wasIn) showLogin(event.detail.reason);
+    }
+  });
+
+  session.addEventListener("welcome", (event) => {
+    // The first login of this page loads the lists and pages as they stand at `latestCursor`: the events up to it
+    // change nothing more. A reconnect resumed after the newest event applied, so nothing is missed or applied twice.
+    if (session.cursor === 0) session.cursor = num(event.detail.latestCursor);
+    loadOutbox();
+    started();
+    flushOutbox();
+    wantProfile(session.user);
+    fetchProfiles();
+    loadConversations()
+      .then(() => {
+        const c = state.open && conversation(state.open);
+        if (c && document.visibilityState === "visible") markRead(c);
+        render();
+      })
+      .catch((error) => {
+        if (error.code !== "disconnected") showError(error);
+      });
+  });
+}
+
+"""#),
+        ("media.js", #"""
+// Media: pictures and files fetched with the token in a header, the players and the picture viewer, and uploads.
+
+import { Upload, imageSize, mediaKind } from "./upload.js";
+import { h, byteSize } from "./text.js";
+import { $, conversation, fill, num, queue, session, state } from "./state.js";
+import { showError, toast } from "./render.js";
+
+// ---------------------------------------------------------------------------------------------------------------
+// Media
+
+export const isDigest = (sha256) => typeof sha256 === "string" && /^[0-9a-f]{64}$/.test(sha256);
+
+// Audio and video stream from `/media` with byte ranges, which only a URL gives a player: the token rides in it.
+function mediaURL(sha256) {
+  return `/media/${sha256}?token=${encodeURIComponent(session.token)}`;
+}
+
+// Pictures and files are fetched with the token in a header and shown from `blob:` URLs, so no link on the page
+// (copied, opened in a tab, kept in the history) carries the token. Dropped at sign-out.
+const blobs = new Map(); // sha256 -> Promise of a blob: URL
+function blobURL(sha256) {
+  if (!blobs.has(sha256)) {
+    const url = fetch(`/media/${sha256}`, { headers: { Authorization: `Bearer ${session.token}` } })
+      .then((answer) => {
+        if (!answer.ok) throw new Error(`media: ${answer.status}`);
+        return answer.blob();
+      })
+      .then((blob) => URL.createObjectURL(blob));
+    url.catch(() => blobs.delete(sha256));
+    blobs.set(sha256, url);
+  }
+  return blobs.get(sha256);
+}
+
+export function dropBlobs() {
+  for (const url of blobs.values()) url.then(URL.revokeObjectURL, () => {});
+  blobs.clear();
+  mediaNodes.clear();
+}
+
+export function picture(sha256, attributes) {
+  const image = h("img", attributes);
+  if (isDigest(sha256)) blobURL(sha256).then((url) => (image.src = url), () => image.classList.add("broken"));
+  return image;
+}
+
+// Media elements, one per message, kept across redraws: a playing video goes on playing, a picture is not fetched
+// again.
+const mediaNodes = new Map();
+
+export function mediaElement(c, message, media) {
+  const sha = media.sha256;
+  const key = `${c.key}:${message.seq ?? message.id}:${sha}`;
+  const cached = mediaNodes.get(key);
+  if (cached) return cached;
+  if (!isDigest(sha)) return h("p", { class: "text recalled", text: "(media this page cannot show)" });
+  let element;
+  if (media.kind === "KIND_IMAGE") {
+    const image = picture(sha, { class: "image", alt: media.name || "picture" });
+    if (media.width && media.height) {
+      image.width = Math.min(280, num(media.width));
+      image.style.aspectRatio = `${num(media.width)} / ${num(media.height)}`;
+    }
+    element = h("button", { type: "button", class: "image-link", "aria-label": `Open ${media.name || "the picture"}`, onclick: () => openViewer(sha, media.name) }, image);
+  } else if (media.kind === "KIND_VOICE") {
+    // The metadata only (a range of the file's start): its length shows before it is played.
+    element = h("audio", { controls: true, preload: "metadata", src: mediaURL(sha), class: "voice" });
+  } else if (media.kind === "KIND_VIDEO") {
+    element = h("video", { controls: true, preload: "metadata", playsinline: true, src: mediaURL(sha), class: "video" });
+  } else {
+    element = h(
+      "a",
+      {
+        class: "file",
+        href: "#",
+        "data-sha256": sha,
+        download: media.name || "file",
+        onclick: (event) => {
+          event.preventDefault();
+          // A large file goes to the browser's downloads straight from /media (the token in that one request's
+          // URL), not through this page's memory.
+          if (num(media.size) > 32 * 1024 * 1024) {
+            h("a", { href: mediaURL(sha), download: media.name || "file" }).click();
+            return;
+          }
+          blobURL(sha).then(
+            (url) => h("a", { href: url, download: media.name || "file" }).click(),
+            (error) => showError(error),
+          );
+        },
+      },
+      `📄 ${media.name || "file"} · ${byteSize(media.size)}`,
+    );
+  }
+  mediaNodes.set(key, element);
+  return element;
+}
+
+// A picture opens here, in the page, as an <img>: never as a document of its own (a `blob:` or `/media` address in a
+// tab would be a page on this origin built from bytes a user uploaded, whatever type the server gave them).
+function openViewer(sha256, name) {
+  const viewer = $("viewer");
+  const image = picture(sha256, { class: "viewer-image", alt: name || "picture" });
+  fill(viewer,
+    h("div", { class: "viewer-bar" },
+      h("span", { class: "viewer-name", dir: "auto", text: name || "" }),
+      h("button", { type: "button", class: "icon", "aria-label": "Close", title: "Close", onclick: () => viewer.close() }, "×")),
+    h("button", { type: "button", class: "viewer-body", "aria-label": "Close the picture", onclick: () => viewer.close() }, image),
+  );
+  if (!viewer.open) viewer.showModal();
+  viewer.querySelector(".viewer-bar button").focus();
+}
+
+// The longest start of `text` within `bytes` UTF-8 bytes, cut between characters.
+function cutToBytes(text, bytes) {
+  const encoder = new TextEncoder();
+  let cut = "";
+  for (const character of text) {
+    if (encoder.encode(cut + character).length > bytes) break;
+    cut += character;
+  }
+  return cut;
+}
+
+export const uploads = new Set(); // under way, cancelled at sign-out
+
+export function sendFile(file) {
+  const c = state.open && conversation(state.open);
+  if (!c) return;
+  const maxBytes = num(session.limits.maxMediaBytes);
+  if (maxBytes && file.size > maxBytes) {
+    toast(`${file.name} is larger than this server takes (${byteSize(maxBytes)}).`);
+    return;
+  }
+  if (file.size === 0) {
+    toast(`${file.name} is empty.`);
+    return;
+  }
+  const upload = new Upload(session, file);
+  uploads.add(upload);
+  upload.done.finally(() => uploads.delete(upload)).catch(() => {});
+  const bar = h("progress", { max: "1", value: "0", "aria-label": `Uploading ${file.name}` });
+  const label = h("span", { class: "upload-state", text: "preparing" });
+  const cancel = h("button", { type: "button", class: "link", onclick: () => upload.cancel() }, "Cancel");
+  const row = h("div", { class: "upload", "data-name": file.name, "data-state": "hashing" }, h("span", { class: "upload-name", dir: "auto", text: file.name }), bar, label, cancel);
+  $("uploads").append(row);
+  upload.addEventListener("change", () => {
+    bar.value = upload.progress;
+    row.dataset.state = upload.state;
+    if (upload.resumedFrom) row.dataset.resumedFrom = String(upload.resumedFrom);
+    label.textContent = {
+      hashing: "preparing",
+      waiting: "waiting for the connection",
+      sending: `${Math.round(upload.progress * 100)}%`,
+      done: "sent",
+      failed: `failed: ${upload.error?.message ?? ""}`,
+      cancelled: "cancelled",
+    }[upload.state];
+    if (upload.state === "failed") cancel.textContent = "Dismiss";
+    if (upload.state === "failed") cancel.onclick = () => row.remove();
+  });
+  upload.done.then(
+    async (sha256) => {
+      setTimeout(() => row.remove(), 1500);
+      const type = file.type || "application/octet-stream";
+      const media = { kind: mediaKind(type), sha256, size: String(file.size), mime: type, name: cutToBytes(file.name, 255) };
+      if (media.kind === "KIND_IMAGE") Object.assign(media, await imageSize(file));
+      queue(c.key, { media });
+    },
+    (error) => {
+      if (error.message === "cancelled") setTimeout(() => row.remove(), 1500);
+    },
+  );
+}
+
+"""#),
+        ("messages.js", #"""
+// The message pane: the rows (day lines, group notices, receipts, reactions), its scrolling, and each message's
+// actions menu.
+
+import { h, clock, fullTime, richText } from "./text.js";
+import {
+  $,
+  botBadge,
+  conversation,
+  discard,
+  displayName,
+  fill,
+  isBot,
+  noticesOf,
+  num,
+  retrySend,
+  session,
+  state,
+} from "./state.js";
+import { fetchVersions, loadOlder, recallMessage, sendReaction } from "./requests.js";
+import { preview, render, showError } from "./render.js";
+import { jumpTo } from "./list.js";
+import { mediaElement } from "./media.js";
+import { startEdit, startReply } from "./composer.js";
+import { openDialog } from "./dialogs.js";
+
+// ---------------------------------------------------------------------------------------------------------------
+// The message pane
 
 function memberNames(c) {
   const names = new Set([...c.members.keys()].map((name) => name.toLowerCase()));
@@ -1778,7 +2360,7 @@ function memberNames(c) {
 // Whether the message pane's view is at its bottom (the user has not scrolled up from there).
 let pinnedToBottom = true;
 
-function renderMessages(toBottom) {
+export function renderMessages(toBottom) {
   const c = state.open && conversation(state.open);
   const box = $("messages");
   if (!c) {
@@ -1872,71 +2454,13 @@ function statusMark(c, message) {
   return h("span", { class: "status", "aria-label": "sent", title: "sent", text: "✓" });
 }
 
-// Media elements, one per message, kept across redraws: a playing video goes on playing, a picture is not fetched
-// again.
-const mediaNodes = new Map();
-
-function mediaElement(c, message, media) {
-  const sha = media.sha256;
-  const key = `${c.key}:${message.seq ?? message.id}:${sha}`;
-  const cached = mediaNodes.get(key);
-  if (cached) return cached;
-  if (!isDigest(sha)) return h("p", { class: "text recalled", text: "(media this page cannot show)" });
-  let element;
-  if (media.kind === "KIND_IMAGE") {
-    const image = picture(sha, { class: "image", alt: media.name || "picture" });
-    if (media.width && media.height) {
-      image.width = Math.min(280, num(media.width));
-      image.style.aspectRatio = `${num(media.width)} / ${num(media.height)}`;
-    }
-    element = h("button", { type: "button", class: "image-link", "aria-label": `Open ${media.name || "the picture"}`, onclick: () => openViewer(sha, media.name) }, image);
-  } else if (media.kind === "KIND_VOICE") {
-    // The metadata only (a range of the file's start): its length shows before it is played.
-    element = h("audio", { controls: true, preload: "metadata", src: mediaURL(sha), class: "voice" });
-  } else if (media.kind === "KIND_VIDEO") {
-    element = h("video", { controls: true, preload: "metadata", playsinline: true, src: mediaURL(sha), class: "video" });
-  } else {
-    element = h(
-      "a",
-      {
-        class: "file",
-        href: "#",
-        "data-sha256": sha,
-        download: media.name || "file",
-        onclick: (event) => {
-          event.preventDefault();
-          // A large file goes to the browser's downloads straight from /media (the token in that one request's
-          // URL), not through this page's memory.
-          if (num(media.size) > 32 * 1024 * 1024) {
-            h("a", { href: mediaURL(sha), download: media.name || "file" }).click();
-            return;
-          }
-          blobURL(sha).then(
-            (url) => h("a", { href: url, download: media.name || "file" }).click(),
-            (error) => showError(error),
-          );
-        },
-      },
-      `📄 ${media.name || "file"} · ${byteSize(media.size)}`,
-    );
-  }
-  mediaNodes.set(key, element);
-  return element;
-}
-
-// A picture opens here, in the page, as an <img>: never as a document of its own (a `blob:` or `/media` address in a
-// tab would be a page on this origin built from bytes a user uploaded, whatever type the server gave them).
-function openViewer(sha256, name) {
-  const viewer = $("viewer");
-  const image = picture(sha256, { class: "viewer-image", alt: name || "picture" });
-  fill(viewer,
-    h("div", { class: "viewer-bar" },
-      h("span", { class: "viewer-name", dir: "auto", text: name || "" }),
-      h("button", { type: "button", class: "icon", "aria-label": "Close", title: "Close", onclick: () => viewer.close() }, "×")),
-    h("button", { type: "button", class: "viewer-body", "aria-label": "Close the picture", onclick: () => viewer.close() }, image),
-  );
-  if (!viewer.open) viewer.showModal();
-  viewer.querySelector(".viewer-bar button").focus();
+function noticeRow(notice) {
+  const who = notice.user === session.user ? "You" : notice.user ? displayName(notice.user) : "The administrator";
+  const text =
+    notice.kind === "joined" ? `${who} joined` :
+    notice.kind === "left" ? `${who} left` :
+    notice.title ? `${who} named the group “${notice.title}”` : `${who} took the group's title away`;
+  return h("p", { class: "notice", dir: "auto", text });
 }
 
 function flashing(c, message) {
@@ -2052,6 +2576,8 @@ function messageRow(c, message, names) {
 // ---------------------------------------------------------------------------------------------------------------
 // Message actions
 
+const reactionKeys = ["👍", "❤️", "😂", "🎉", "😮", "😢"];
+
 function openMenu(anchor, c, message) {
   const menu = $("menu");
   const mine = message.from === session.user;
@@ -2114,31 +2640,12 @@ function openMenu(anchor, c, message) {
   document.addEventListener("click", onOutside, true);
 }
 
-function ref(c, message) {
-  return { conversation: c.peer, seq: String(message.seq) };
-}
-
 async function react(c, message, key, off) {
   try {
-    await session.ask({ react: { message: ref(c, message), key, off } });
+    await sendReaction(c, message, key, off);
   } catch (error) {
     showError(error);
   }
-}
-
-function startReply(message) {
-  state.editing = null;
-  state.replyTo = message;
-  render();
-  $("draft").focus();
-}
-
-function startEdit(message) {
-  state.replyTo = null;
-  state.editing = message;
-  $("draft").value = message.body?.text ?? message.body?.media?.caption ?? "";
-  render();
-  $("draft").focus();
 }
 
 // Whether a message of one's own is still within a window the server said (its welcome's limits; 0 or none: for
@@ -2158,22 +2665,15 @@ function left(message, windowMs) {
 
 async function recall(c, message) {
   try {
-    await session.ask({ recall: { conversation: c.peer, id: message.id } });
+    await recallMessage(c, message);
   } catch (error) {
     showError(error);
   }
 }
 
-function discard(entry) {
-  acknowledgedIds.add(entry.id);
-  state.outbox = state.outbox.filter((other) => other !== entry);
-  saveOutbox();
-  render();
-}
-
 async function showVersions(c, message) {
   try {
-    const answer = await session.ask({ versions: { message: ref(c, message) } });
+    const answer = await fetchVersions(c, message);
     const versions = answer.versions?.versions ?? [];
     openDialog(
       "Earlier versions",
@@ -2190,777 +2690,8 @@ async function showVersions(c, message) {
   }
 }
 
-// ---------------------------------------------------------------------------------------------------------------
-// The composer
-
-function submitDraft() {
-  const c = state.open && conversation(state.open);
-  const draft = $("draft");
-  const text = draft.value.replace(/^\s+|\s+$/g, "");
-  if (!c) return;
-  if (state.editing) {
-    const message = state.editing;
-    state.editing = null;
-    draft.value = "";
-    session
-      .ask({ edit: { message: ref(c, message), text } })
-      .then(() => {
-        message.body = message.body?.media ? { media: { ...message.body.media, caption: text } } : { text };
-        message.editedMs = String(Date.now());
-        render();
-      })
-      .catch((error) => {
-        // Refused (the edit window passed, too many edits): the words come back to the draft.
-        showError(error);
-        if (!draft.value) draft.value = text;
-      });
-    render();
-    return;
-  }
-  if (!text) return;
-  const maxBytes = num(session.limits.maxTextBytes) || 65536;
-  if (new TextEncoder().encode(text).length > maxBytes) {
-    toast(`A message may have at most ${maxBytes} bytes.`);
-    return;
-  }
-  queue(c.key, { text }, state.replyTo);
-  state.replyTo = null;
-  draft.value = "";
-  drafts.delete(c.key);
-  typing(false);
-  autosize();
-}
-
-function autosize() {
-  const draft = $("draft");
-  draft.style.height = "auto";
-  draft.style.height = `${Math.min(draft.scrollHeight, 160)}px`;
-}
-
-// Enter sends; Shift+Enter is a new line; an Enter while an input method composes (pinyin, kana…) confirms the
-// composition and sends nothing. Browsers differ in the order of `compositionend` and that Enter's `keydown`, so all
-// three signs are checked: the event's own `isComposing`, keyCode 229 (what a composing keydown carries), and our
-// own flag between `compositionstart` and `compositionend`.
-let composing = false;
-function setUpComposer() {
-  const draft = $("draft");
-  draft.addEventListener("compositionstart", () => {
-    composing = true;
-    draft.dataset.composing = "true";
-  });
-  draft.addEventListener("compositionend", () => {
-    // Safari sends compositionend before the Enter's keydown: stay composing until that keydown has passed.
-    setTimeout(() => {
-      composing = false;
-      delete draft.dataset.composing;
-    });
-  });
-  draft.addEventListener("keydown", (event) => {
-    if (event.isComposing || composing || event.keyCode === 229) return;
-    if (event.key === "Escape" && (state.replyTo || state.editing)) {
-      event.stopPropagation();
-      cancelContext();
-      return;
-    }
-    if (event.key !== "Enter" || event.shiftKey || event.altKey || event.ctrlKey || event.metaKey) return;
-    event.preventDefault();
-    submitDraft();
-  });
-  draft.addEventListener("input", () => {
-    autosize();
-    if (state.open) drafts.set(state.open, draft.value);
-    if (!state.editing) typing(draft.value.length > 0);
-  });
-  draft.addEventListener("blur", () => typing(false));
-  $("composer").addEventListener("submit", (event) => {
-    event.preventDefault();
-    submitDraft();
-    draft.focus();
-  });
-  $("composer-cancel").addEventListener("click", cancelContext);
-  $("file").addEventListener("change", (event) => {
-    const files = [...event.target.files];
-    event.target.value = "";
-    for (const file of files) sendFile(file);
-  });
-  // Files dropped on, or pasted into, the conversation.
-  $("chat").addEventListener("dragover", (event) => event.preventDefault());
-  $("chat").addEventListener("drop", (event) => {
-    event.preventDefault();
-    for (const file of event.dataTransfer?.files ?? []) sendFile(file);
-  });
-  draft.addEventListener("paste", (event) => {
-    const files = [...(event.clipboardData?.files ?? [])];
-    if (files.length === 0) return;
-    event.preventDefault();
-    for (const file of files) sendFile(file);
-  });
-}
-
-function cancelContext() {
-  if (state.editing) $("draft").value = "";
-  state.replyTo = null;
-  state.editing = null;
-  render();
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Media
-
-// The longest start of `text` within `bytes` UTF-8 bytes, cut between characters.
-function cutToBytes(text, bytes) {
-  const encoder = new TextEncoder();
-  let cut = "";
-  for (const character of text) {
-    if (encoder.encode(cut + character).length > bytes) break;
-    cut += character;
-  }
-  return cut;
-}
-
-const uploads = new Set(); // under way, cancelled at sign-out
-
-function sendFile(file) {
-  const c = state.open && conversation(state.open);
-  if (!c) return;
-  const maxBytes = num(session.limits.maxMediaBytes);
-  if (maxBytes && file.size > maxBytes) {
-    toast(`${file.name} is larger than this server takes (${byteSize(maxBytes)}).`);
-    return;
-  }
-  if (file.size === 0) {
-    toast(`${file.name} is empty.`);
-    return;
-  }
-  const upload = new Upload(session, file);
-  uploads.add(upload);
-  upload.done.finally(() => uploads.delete(upload)).catch(() => {});
-  const bar = h("progress", { max: "1", value: "0", "aria-label": `Uploading ${file.name}` });
-  const label = h("span", { class: "upload-state", text: "preparing" });
-  const cancel = h("button", { type: "button", class: "link", onclick: () => upload.cancel() }, "Cancel");
-  const row = h("div", { class: "upload", "data-name": file.name, "data-state": "hashing" }, h("span", { class: "upload-name", dir: "auto", text: file.name }), bar, label, cancel);
-  $("uploads").append(row);
-  upload.addEventListener("change", () => {
-    bar.value = upload.progress;
-    row.dataset.state = upload.state;
-    if (upload.resumedFrom) row.dataset.resumedFrom = String(upload.resumedFrom);
-    label.textContent = {
-      hashing: "preparing",
-      waiting: "waiting for the connection",
-      sending: `${Math.round(upload.progress * 100)}%`,
-      done: "sent",
-      failed: `failed: ${upload.error?.message ?? ""}`,
-      cancelled: "cancelled",
-    }[upload.state];
-    if (upload.state === "failed") cancel.textContent = "Dismiss";
-    if (upload.state === "failed") cancel.onclick = () => row.remove();
-  });
-  upload.done.then(
-    async (sha256) => {
-      setTimeout(() => row.remove(), 1500);
-      const type = file.type || "application/octet-stream";
-      const media = { kind: mediaKind(type), sha256, size: String(file.size), mime: type, name: cutToBytes(file.name, 255) };
-      if (media.kind === "KIND_IMAGE") Object.assign(media, await imageSize(file));
-      queue(c.key, { media });
-    },
-    (error) => {
-      if (error.message === "cancelled") setTimeout(() => row.remove(), 1500);
-    },
-  );
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Dialogs: new chat, group, profile
-
-function openDialog(title, ...content) {
-  const dialog = $("dialog");
-  fill(dialog,
-    h("h2", { id: "dialog-title", dir: "auto", text: title }),
-    ...content,
-    h("div", { class: "dialog-buttons" }, h("button", { type: "button", class: "close", onclick: () => dialog.close() }, "Close")),
-  );
-  if (!dialog.open) dialog.showModal();
-  dialog.querySelector("input, select, textarea, button")?.focus();
-}
-
-function field(label, attributes) {
-  const id = `f-${Math.random().toString(36).slice(2)}`;
-  return [h("label", { for: id, text: label }), h("input", { id, dir: "auto", ...attributes })];
-}
-
-function newChatDialog() {
-  const [userLabel, userInput] = field("User name", { name: "user", autocomplete: "off", spellcheck: "false" });
-  const direct = h(
-    "form",
-    {
-      class: "stack",
-      "data-form": "direct",
-      onsubmit: async (event) => {
-        event.preventDefault();
-        try {
-          const answer = await session.ask({ findUser: { name: userInput.value.trim() } });
-          const card = answer.user;
-          if (card.profile) state.profiles.set(card.name, { ...card.profile, user: card.name });
-          $("dialog").close();
-          openConversation(`u:${card.name}`);
-        } catch (error) {
-          showError(error);
-        }
-      },
-    },
-    h("h3", { text: "Write to someone" }),
-    userLabel,
-    userInput,
-    h("button", { type: "submit", class: "primary" }, "Open chat"),
-  );
-  const [nameLabel, nameInput] = field("Group name (its address: letters, digits, . _ -)", { name: "group", autocomplete: "off" });
-  const [titleLabel, titleInput] = field("Title (optional, any script)", { name: "title", autocomplete: "off" });
-  const [membersLabel, membersInput] = field("Members (names, separated by spaces or commas)", { name: "members", autocomplete: "off" });
-  const group = h(
-    "form",
-    {
-      class: "stack",
-      "data-form": "group",
-      onsubmit: async (event) => {
-        event.preventDefault();
-        const name = nameInput.value.trim();
-        const users = membersInput.value.split(/[\s,，、]+/).filter(Boolean);
-        try {
-          await session.ask({ manageGroup: { group: name, create: { users } } });
-          if (titleInput.value.trim()) {
-            await session.ask({ manageGroup: { group: name, title: { title: titleInput.value.trim() } } });
-          }
-          $("dialog").close();
-          const c = conversation(`g:${name}`);
-          c.title = titleInput.value.trim();
-          c.lastActivity = Date.now();
-          openConversation(c.key);
-        } catch (error) {
-          showError(error);
-        }
-      },
-    },
-    h("h3", { text: "Start a group" }),
-    nameLabel,
-    nameInput,
-    titleLabel,
-    titleInput,
-    membersLabel,
-    membersInput,
-    h("button", { type: "submit", class: "primary" }, "Create group"),
-  );
-  openDialog("New chat", direct, group);
-}
-
-const roleNames = { GROUP_ROLE_OWNER: "owner", GROUP_ROLE_ADMIN: "admin", GROUP_ROLE_MEMBER: "member" };
-const rank = { GROUP_ROLE_OWNER: 2, GROUP_ROLE_ADMIN: 1, GROUP_ROLE_MEMBER: 0 };
-
-async function groupDialog() {
-  const c = state.open && conversation(state.open);
-  if (!c?.isGroup) return;
-  await loadMembers(c);
-  const group = c.peer.group;
-  const myRole = c.members.get(session.user)?.role ?? "GROUP_ROLE_MEMBER";
-  const manage = async (action, question = null) => {
-    if (question && !window.confirm(question)) return;
-    try {
-      await session.ask({ manageGroup: { group, ...action } });
-      if (action.leave) {
-        $("dialog").close();
-        c.left = true;
-        render();
-        return;
-      }
-      await loadMembers(c);
-      groupDialog();
-    } catch (error) {
-      showError(error);
-    }
-  };
-  const members = h(
-    "ul",
-    { class: "members" },
-    [...c.members.entries()].map(([user, member]) => {
-      const role = member.role ?? "GROUP_ROLE_MEMBER";
-      const buttons = [];
-      if (user !== session.user && rank[myRole] > rank[role] && rank[myRole] >= 1) {
-        buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ remove: { users: [user] } }, `Remove ${user} from the group?`) }, "Remove"));
-      }
-      if (myRole === "GROUP_ROLE_OWNER" && user !== session.user) {
-        if (role === "GROUP_ROLE_MEMBER") buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ promote: { users: [user] } }) }, "Make admin"));
-        if (role === "GROUP_ROLE_ADMIN") buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ demote: { users: [user] } }) }, "Make member"));
-        buttons.push(h("button", { type: "button", class: "link", onclick: () => manage({ transfer: { user } }, `Make ${user} the group's owner? You become an admin.`) }, "Hand over"));
-      }
-      return h(
-        "li",
-        { "data-user": user },
-        avatar(user, displayName(user), "small"),
-        h("span", { class: "member-name", dir: "auto", text: displayName(user) }),
-        h("span", { class: "role", text: roleNames[role] }),
-        ...buttons,
-      );
-    }),
-  );
-  const [titleLabel, titleInput] = field("Title", { value: c.title, autocomplete: "off" });
-  const [addLabel, addInput] = field("Add members (names)", { autocomplete: "off" });
-  const isAdmin = rank[myRole] >= 1;
-  openDialog(
-    titleOf(c),
-    h("p", { class: "note", text: `Group ${group} · you are ${roleNames[myRole]}` }),
-    isAdmin
-      ? h("form", { class: "stack", onsubmit: (e) => { e.preventDefault(); manage({ title: { title: titleInput.value.trim() } }); } }, titleLabel, titleInput, h("button", { type: "submit" }, "Set title"))
-      : null,
-    members,
-    isAdmin
-      ? h("form", { class: "stack", onsubmit: (e) => { e.preventDefault(); manage({ add: { users: addInput.value.split(/[\s,，、]+/).filter(Boolean) } }); } }, addLabel, addInput, h("button", { type: "submit" }, "Add"))
-      : null,
-    h("button", { type: "button", class: "danger", onclick: () => manage({ leave: {} }, "Leave the group?") }, "Leave the group"),
-    leaveAllForm(),
-  );
-}
-
-// Leaves, in one request, every group one user put this one in: the answer to someone who fills the list with groups.
-function leaveAllForm() {
-  const [label, input] = field("Leave every group this user put you in", { name: "added-by", autocomplete: "off", spellcheck: "false" });
-  return h(
-    "form",
-    {
-      class: "stack",
-      "data-form": "leave-all",
-      onsubmit: async (event) => {
-        event.preventDefault();
-        const addedBy = input.value.trim().replace(/^[@＠]/, "");
-        if (!addedBy) return;
-        try {
-          const answer = await session.ask({ leaveGroups: { addedBy } });
-          const left = answer.groupsLeft?.groups ?? [];
-          for (const group of left) conversation(`g:${group}`).left = true;
-          toast(left.length ? `Left ${left.length} group${left.length === 1 ? "" : "s"} ${addedBy} put you in.` : `${addedBy} put you in no group.`);
-          $("dialog").close();
-          render();
-        } catch (error) {
-          showError(error);
-        }
-      },
-    },
-    label,
-    input,
-    h("button", { type: "submit", class: "danger" }, "Leave them all"),
-  );
-}
-
-function profileDialog() {
-  const me = state.profiles.get(session.user) ?? {};
-  const [nameLabel, nameInput] = field("Display name (any script)", { value: me.displayName ?? "", autocomplete: "nickname" });
-  const status = h("p", { class: "note", "aria-live": "polite" });
-  const picture = h("input", { type: "file", accept: "image/jpeg,image/png,image/webp,image/gif", "aria-label": "Choose a picture" });
-  picture.addEventListener("change", async () => {
-    const file = picture.files[0];
-    if (!file) return;
-    try {
-      status.textContent = "Uploading the picture…";
-      const small = await thumbnail(file);
-      const describe = async (f) => ({ kind: "KIND_IMAGE", sha256: await new Upload(session, f).done, size: String(f.size), mime: f.type, name: f.name, ...(await imageSize(f)) });
-      const avatarMedia = await describe(file);
-      const thumbnailMedia = await describe(small);
-      await session.ask({ setProfile: { avatar: avatarMedia, thumbnail: thumbnailMedia } });
-      state.profiles.set(session.user, { ...me, user: session.user, avatar: avatarMedia, thumbnail: thumbnailMedia });
-      status.textContent = "Saved.";
-      render();
-    } catch (error) {
-      status.textContent = "";
-      showError(error);
-    }
-  });
-  async function setDisplayName(name) {
-    try {
-      await session.ask({ setProfile: { displayName: name } });
-      state.profiles.set(session.user, { ...me, user: session.user, displayName: name });
-      nameInput.value = name;
-      status.textContent = name ? "Saved." : "The name is cleared.";
-      render();
-    } catch (error) {
-      showError(error);
-    }
-  }
-  openDialog(
-    "Your profile",
-    h("div", { class: "profile-head" }, avatar(session.user, me.displayName || session.user, "large"), h("p", { text: `Logged in as ${session.user}` })),
-    h(
-      "form",
-      {
-        class: "stack",
-        onsubmit: async (event) => {
-          event.preventDefault();
-          // An empty field saves nothing: clearing the name is its own button, never a slip of Enter.
-          const name = nameInput.value.trim();
-          if (!name) {
-            status.textContent = me.displayName ? "Type a name, or use “Clear the name”." : "Type a name to show beside yours.";
-            return;
-          }
-          await setDisplayName(name);
-        },
-      },
-      nameLabel,
-      nameInput,
-      h("button", { type: "submit", class: "primary" }, "Save name"),
-      me.displayName
-        ? h("button", { type: "button", class: "link", "data-action": "clear-name", onclick: () => setDisplayName("") }, "Clear the name")
-        : null,
-    ),
-    h("label", { class: "stack" }, "Picture", picture),
-    me.avatar
-      ? h("button", { type: "button", class: "link", onclick: async () => { await session.ask({ setProfile: { removeAvatar: true } }).catch(showError); state.profiles.delete(session.user); wantProfile(session.user); } }, "Remove the picture")
-      : null,
-    status,
-    notificationSettings(),
-    h("button", { type: "button", class: "danger", "data-action": "logout", onclick: logOut }, "Log out"),
-  );
-}
-
-async function logOut() {
-  $("dialog").close();
-  // This browser's notifications stop with the device (the server drops its subscriptions too).
-  await disablePush(session.token).catch(() => {});
-  await session.logOut().catch(() => {});
-}
-
-// Notifications while the page is closed: asked for on a click, never on load; and whether they show who wrote what.
-function notificationSettings() {
-  const note = h("p", { class: "note", "aria-live": "polite" });
-  const enabled = h("input", { type: "checkbox", "data-setting": "push", disabled: !pushSupported() });
-  const previews = h("input", { type: "checkbox", "data-setting": "push-previews" });
-  const me = state.profiles.get(session.user) ?? {};
-  previews.checked = me.pushPreviews !== false;
-  if (!pushSupported()) note.textContent = "This browser cannot notify you while the page is closed.";
-  else pushEnabled().then((on) => { enabled.checked = on; }).catch(() => {});
-  enabled.addEventListener("change", async () => {
-    enabled.disabled = true;
-    try {
-      if (enabled.checked) {
-        await enablePush(session.token);
-        note.textContent = "On: this browser shows new messages while Courier is closed.";
-      } else {
-        await disablePush(session.token);
-        note.textContent = "Off.";
-      }
-    } catch (error) {
-      enabled.checked = false;
-      note.textContent = error.message;
-    } finally {
-      enabled.disabled = false;
-    }
-  });
-  previews.addEventListener("change", async () => {
-    const on = previews.checked;
-    try {
-      await session.ask({ setProfile: { pushPreviews: on } });
-      state.profiles.set(session.user, { ...(state.profiles.get(session.user) ?? {}), user: session.user, pushPreviews: on });
-      note.textContent = on ? "Notifications show who wrote and what." : "Notifications say only “New message”.";
-    } catch (error) {
-      previews.checked = !on;
-      showError(error);
-    }
-  });
-  return h(
-    "fieldset",
-    { class: "stack settings" },
-    h("legend", { text: "Notifications" }),
-    h("label", { class: "check" }, enabled, " Notify me when Courier is closed"),
-    h("label", { class: "check" }, previews, " Show who wrote and what"),
-    note,
-  );
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Search
-
-let searchState = null;
-let searchAsked = 0;
-async function search(query, before = null) {
-  const asked = ++searchAsked;
-  const results = $("search-results");
-  if (!query) {
-    results.hidden = true;
-    $("conversations").hidden = false;
-    searchState = null;
-    return;
-  }
-  const request = { query, limit: 20 };
-  if (before) request.before = before;
-  try {
-    const answer = await session.ask({ search: request });
-    if (asked !== searchAsked) return; // a newer search was asked meanwhile
-    const page = answer.search ?? {};
-    searchState = { query, hits: [...(before ? searchState?.hits ?? [] : []), ...(page.hits ?? [])], more: !!page.more, next: page.next };
-  } catch (error) {
-    showError(error);
-    return;
-  }
-  results.hidden = false;
-  $("conversations").hidden = true;
-  fill(results,
-    h("p", { class: "note", text: searchState.hits.length ? `Messages with “${query}”` : `Nothing found for “${query}”` }),
-    h(
-      "ul",
-      { class: "hits" },
-      searchState.hits.map((hit) => {
-        const message = hit.message;
-        const key = keyOf(message.conversation);
-        return h(
-          "li",
-          {},
-          h(
-            "button",
-            { type: "button", class: "hit", "data-key": key, "data-seq": message.seq, onclick: () => jumpTo(key, num(message.seq)) },
-            h("span", { class: "conversation-top" }, h("span", { class: "conversation-title", dir: "auto", text: titleOf(conversation(key)) }), h("time", { class: "time", text: relativeTime(num(message.timeMs)) })),
-            h("span", { class: "fragment", dir: "auto" }, `${displayName(message.from)}: `, ...markedFragment(hit.fragment ?? "", hit.marks ?? [])),
-          ),
-        );
-      }),
-    ),
-    searchState.more ? h("button", { type: "button", class: "link", onclick: () => search(query, searchState.next) }, "More results") : null,
-    h("button", { type: "button", class: "link", onclick: () => { $("search").value = ""; search(""); } }, "Close the search"),
-  );
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Logging in, signing up, the connection's state
-
-// What the server says before a login (GET /api/v1/server): who may sign up, and whether this page's origin may
-// open the gateway. Asked once; the form shows "Create an account" only where accounts are made, and the invitation
-// field only where one is needed.
-let serverInfo = null;
-async function loadServerInfo() {
-  if (serverInfo) return serverInfo;
-  try {
-    const answer = await fetch(`/api/v1/server?origin=${encodeURIComponent(location.origin)}`, { cache: "no-store" });
-    if (answer.ok) serverInfo = await answer.json();
-  } catch {
-    // The server cannot be reached: the form says so when a login fails.
-  }
-  return serverInfo;
-}
-
-async function applyServerInfo() {
-  const info = await loadServerInfo();
-  if (!info) return;
-  const invited = new URLSearchParams(location.hash.slice(1)).has("invite");
-  $("login-switch").hidden = info.registration === "closed" && !invited;
-  if (signingUp) $("invite-row").hidden = info.registration === "open" && !invited;
-  if (info.originAllowed === false) {
-    $("login-error").textContent =
-      `This page's address (${location.origin}) is not one the server lets in: start it with ` +
-      `--allow-origin ${location.origin}, or open the page at the server's own address.`;
-  }
-}
-
-function showLogin(reason = "") {
-  $("app").hidden = true;
-  $("login").hidden = false;
-  const invite = new URLSearchParams(location.hash.slice(1)).get("invite");
-  if (invite) {
-    $("login-invite").value = invite;
-    setSignUp(true);
-    $("login-note").textContent = "You are invited: choose a user name and a password.";
-  }
-  const reasons = {
-    "token-revoked": "This device was logged out.",
-    "token-expired": "Your session expired: log in again.",
-    "auth-failed": "Log in again.",
-    "logged-out": "",
-  };
-  $("login-error").textContent = reasons[reason] ?? "";
-  $("login-user").focus();
-  applyServerInfo();
-}
-
-let signingUp = false;
-function setSignUp(on) {
-  signingUp = on;
-  const invited = new URLSearchParams(location.hash.slice(1)).has("invite");
-  $("invite-row").hidden = !on || (serverInfo?.registration === "open" && !invited);
-  $("login-submit").textContent = on ? "Create the account" : "Log in";
-  $("login-switch").textContent = on ? "I have an account" : "Create an account";
-  $("login-password").autocomplete = on ? "new-password" : "current-password";
-}
-
-async function submitLogin(event) {
-  event.preventDefault();
-  const user = $("login-user").value.trim();
-  const password = $("login-password").value;
-  if (!user || !password) {
-    $("login-error").textContent = "Enter a user name and a password.";
-    return;
-  }
-  $("login-submit").disabled = true;
-  $("login-error").textContent = "";
-  const messages = {
-    "auth-failed": "Wrong user name or password.",
-    throttled: "Too many attempts: try again later.",
-    "weak-password": "Choose a password of at least 8 characters.",
-    "name-taken": "That name is taken.",
-    "invalid-name": "That name cannot be used: letters, digits, . _ - only.",
-    "registration-closed": "This server does not take new accounts.",
-    "invite-invalid": "That invitation is not valid.",
-    "invite-expired": "That invitation has expired.",
-    "invite-used-up": "That invitation has been used up.",
-    disconnected: "The server cannot be reached.",
-  };
-  // A page under an address the server does not let in sees the gateway refused as a connection that failed.
-  if (serverInfo?.originAllowed === false) {
-    messages.disconnected =
-      `This page's address (${location.origin}) is not one the server lets in: start it with ` +
-      `--allow-origin ${location.origin}, or open the page at the server's own address.`;
-  }
-  try {
-    const credentials = signingUp
-      ? { signUp: { user, password, invite: $("login-invite").value.trim() } }
-      : { password: { user, password } };
-    await session.logIn(credentials);
-    $("login-password").value = "";
-    if (location.hash) history.replaceState(null, "", location.pathname);
-    started();
-  } catch (error) {
-    $("login-error").textContent = messages[error.code] ?? `${error.message} (${error.code})`;
-  } finally {
-    $("login-submit").disabled = false;
-  }
-}
-
-function started() {
-  $("login").hidden = true;
-  $("app").hidden = false;
-  renderMe();
-  // A subscription this browser holds is told to the server again: the server may have dropped it (a 410 from the
-  // push service, the device logged out elsewhere) while the browser kept it.
-  pushEnabled().then((on) => on && enablePush(session.token)).catch(() => {});
-}
-
-let meShown = "";
-function renderMe() {
-  const profile = state.profiles.get(session.user);
-  const shown = `${session.user}:${profile?.displayName ?? ""}:${profile?.thumbnail?.sha256 ?? ""}`;
-  if (shown === meShown) return;
-  meShown = shown;
-  $("me").replaceChildren(avatar(session.user, displayName(session.user), "small"), h("span", { class: "visually-hidden", text: session.user }));
-}
-
-function renderConnection(detail) {
-  const text = $("connection-text");
-  const retry = $("retry");
-  document.body.dataset.connection = detail.state;
-  retry.hidden = detail.state !== "offline";
-  const label = { online: "Online", connecting: "Connecting…", offline: "Offline" }[detail.state];
-  if (label && text.textContent !== label) text.textContent = label;
-  // The countdown is outside the live region: a screen reader hears "Offline" once, not every second.
-  const seconds = Math.max(0, Math.ceil((session.retryAt - Date.now()) / 1000));
-  $("connection-retry").textContent = detail.state === "offline" ? `· retrying in ${seconds} s` : "";
-}
-
-session.addEventListener("state", (event) => {
-  renderConnection(event.detail);
-  if (event.detail.state === "offline") {
-    // Who is online and typing is unknown until the next welcome brings it again.
-    state.presence.clear();
-    for (const c of state.conversations.values()) c.typing.clear();
-    render({ messages: false });
-  }
-  if (event.detail.state === "signedOut") {
-    const wasIn = !$("app").hidden;
-    for (const upload of uploads) upload.cancel();
-    $("uploads").replaceChildren();
-    state.conversations.clear();
-    state.open = null;
-    state.profiles.clear();
-    state.wantedProfiles.clear();
-    state.presence.clear();
-    state.outbox = [];
-    state.replyTo = state.editing = null;
-    acknowledgedIds.clear();
-    drafts.clear();
-    $("draft").value = "";
-    dropBlobs();
-    $("search").value = "";
-    search("");
-    document.body.classList.remove("chat-open");
-    // A refused login keeps its own message on the form.
-    if (wasIn) showLogin(event.detail.reason);
-  }
-});
-
-session.addEventListener("welcome", (event) => {
-  // The first login of this page loads the lists and pages as they stand at `latestCursor`: the events up to it
-  // change nothing more. A reconnect resumed after the newest event applied, so nothing is missed or applied twice.
-  if (session.cursor === 0) session.cursor = num(event.detail.latestCursor);
-  loadOutbox();
-  started();
-  flushOutbox();
-  wantProfile(session.user);
-  fetchProfiles();
-  loadConversations()
-    .then(() => {
-      const c = state.open && conversation(state.open);
-      if (c && document.visibilityState === "visible") markRead(c);
-      render();
-    })
-    .catch((error) => {
-      if (error.code !== "disconnected") showError(error);
-    });
-});
-
-session.addEventListener("envelope", (event) => {
-  const envelope = event.detail;
-  if (envelope.events) onEvents(envelope.events);
-  else if (envelope.typing) onTyping(envelope.typing);
-  else if (envelope.presence) onPresence(envelope.presence);
-  // What the server says before it closes (an idle timeout, a revoked device); a refused login says it on the form.
-  else if (envelope.error && session.state === "online") toast(`${envelope.error.message || envelope.error.code}`);
-});
-
-// ---------------------------------------------------------------------------------------------------------------
-// Start
-
-// The conversation a notification's click asked for (`/#open=u:alice`), opened once the list is loaded.
-let openAtStart = (() => {
-  const key = new URLSearchParams(location.hash.slice(1)).get("open") ?? "";
-  if (key) history.replaceState(null, "", location.pathname);
-  return /^[ug]:./.test(key) ? key : "";
-})();
-
-function start() {
-  registerWorker();
-  onNotificationClick((key) => {
-    if (!session.hasToken || $("app").hidden || !state.loadedList) openAtStart = key;
-    else if (state.conversations.has(key)) openConversation(key);
-  });
-  $("login-form").addEventListener("submit", submitLogin);
-  $("login-switch").addEventListener("click", () => setSignUp(!signingUp));
-  $("retry").addEventListener("click", () => session.retryNow());
-  $("new-chat").addEventListener("click", newChatDialog);
-  $("manage").addEventListener("click", groupDialog);
-  $("me").addEventListener("click", profileDialog);
-  $("back").addEventListener("click", closeConversation);
-  $("notify").addEventListener("change", async (event) => {
-    const c = state.open && conversation(state.open);
-    if (!c) return;
-    const level = event.target.value;
-    try {
-      await session.ask({ setNotify: { conversation: c.peer, level } });
-      c.notify = level;
-      render();
-    } catch (error) {
-      showError(error);
-      render();
-    }
-  });
-  $("search-form").addEventListener("submit", (event) => {
-    event.preventDefault();
-    search($("search").value.trim());
-  });
-  $("search").addEventListener("input", (event) => {
-    if (!event.target.value) search("");
-  });
+// The pane's scrolling: older messages near its top, and a view at its bottom kept there.
+export function setUpMessages() {
   $("messages").addEventListener("scroll", () => {
     const box = $("messages");
     pinnedToBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 80;
@@ -2974,149 +2705,7 @@ function start() {
       if (pinnedToBottom) $("messages").scrollTop = $("messages").scrollHeight;
     }, true);
   }
-  document.addEventListener("visibilitychange", () => {
-    const c = state.open && conversation(state.open);
-    if (c && document.visibilityState === "visible") {
-      markRead(c);
-      render();
-    }
-  });
-  // Escape leaves a conversation for the list, on a phone's one pane: not while composing, nor when a menu, a
-  // dialog or the draft's reply or edit took the key first (they stop it).
-  document.addEventListener("keydown", (event) => {
-    if (event.key !== "Escape" || event.isComposing || event.keyCode === 229 || event.defaultPrevented) return;
-    if (document.body.classList.contains("chat-open") && !$("dialog").open && $("menu").hidden) closeConversation();
-  });
-  window.addEventListener("hashchange", () => {
-    if (!session.hasToken) showLogin();
-  });
-  setUpComposer();
-  // Relative times, typing that stopped, the retry countdown.
-  setInterval(() => {
-    if (session.state === "offline") renderConnection({ state: "offline" });
-    if ($("app").hidden) return;
-    let expired = false;
-    for (const c of state.conversations.values()) {
-      for (const [user, until] of c.typing) {
-        if (until <= Date.now()) expired = c.typing.delete(user);
-      }
-    }
-    if (expired) render();
-    for (const time of document.querySelectorAll("#conversations time[data-ms]")) {
-      time.textContent = relativeTime(Number(time.dataset.ms));
-    }
-    const c = state.open && conversation(state.open);
-    if (c) $("chat-subtitle").textContent = subtitle(c);
-  }, 1000);
-  if (session.hasToken) {
-    started();
-    session.open(null);
-  } else {
-    setSignUp(false);
-    showLogin();
-  }
 }
-
-start();
-
-"""#),
-        ("icon.svg", #"""
-<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 64 64"><rect width="64" height="64" rx="14" fill="#0b5cad"/><path d="M14 18h36a4 4 0 0 1 4 4v18a4 4 0 0 1-4 4H30l-10 8v-8h-6a4 4 0 0 1-4-4V22a4 4 0 0 1 4-4z" fill="#fff"/><path d="M20 27h24M20 34h16" stroke="#0b5cad" stroke-width="3" stroke-linecap="round"/></svg>
-
-"""#),
-        ("index.html", #"""
-<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="color-scheme" content="light">
-<meta name="referrer" content="no-referrer">
-<title>Courier</title>
-<link rel="icon" href="/web/icon.svg" type="image/svg+xml">
-<link rel="stylesheet" href="/web/app.css">
-<script type="module" src="/web/app.js"></script>
-</head>
-<body>
-<noscript><p class="noscript">Courier's web chat needs JavaScript.</p></noscript>
-
-<main id="login" class="login" hidden>
-  <form id="login-form" class="card" novalidate>
-    <h1><img src="/web/icon.svg" alt="" width="32" height="32"> Courier</h1>
-    <p id="login-note" class="note"></p>
-    <p id="login-error" class="error" role="alert"></p>
-    <label for="login-user">User name</label>
-    <input id="login-user" name="user" autocomplete="username" autocapitalize="none" spellcheck="false" required>
-    <label for="login-password">Password</label>
-    <input id="login-password" name="password" type="password" autocomplete="current-password" required>
-    <div id="invite-row" hidden>
-      <label for="login-invite">Invitation</label>
-      <input id="login-invite" name="invite" autocomplete="off" spellcheck="false">
-    </div>
-    <button id="login-submit" type="submit" class="primary">Log in</button>
-    <button id="login-switch" type="button" class="link">Create an account</button>
-  </form>
-</main>
-
-<div id="app" class="app" hidden>
-  <aside class="sidebar" aria-label="Conversations">
-    <header class="bar">
-      <button id="me" type="button" class="me" aria-label="Your profile and settings"></button>
-      <div id="connection" class="connection">
-        <span id="connection-text" role="status" aria-live="polite"></span>
-        <span id="connection-retry" aria-hidden="true"></span>
-        <button id="retry" type="button" class="link" hidden>Retry now</button>
-      </div>
-      <button id="new-chat" type="button" class="icon" aria-label="New chat" title="New chat">＋</button>
-    </header>
-    <form id="search-form" class="search" role="search">
-      <input id="search" type="search" placeholder="Search messages" aria-label="Search messages" dir="auto">
-    </form>
-    <section id="search-results" class="search-results" aria-label="Search results" hidden></section>
-    <ul id="conversations" class="conversations"></ul>
-    <p id="no-conversations" class="empty" hidden>No conversations yet: start one with ＋.</p>
-  </aside>
-
-  <section id="chat" class="chat" aria-label="Conversation">
-    <p id="no-chat" class="empty">Choose a conversation.</p>
-    <header id="chat-bar" class="bar chat-bar" hidden>
-      <button id="back" type="button" class="icon back" aria-label="Back to the conversations">←</button>
-      <div class="avatar-slot" id="chat-avatar"></div>
-      <div class="chat-title">
-        <h2 id="chat-title" dir="auto"></h2>
-        <p id="chat-subtitle" class="subtitle" aria-live="polite"></p>
-      </div>
-      <label class="notify"><span class="visually-hidden">Alerts</span>
-        <select id="notify" aria-label="Alerts for this conversation">
-          <option value="NOTIFY_LEVEL_ALL">All alerts</option>
-          <option value="NOTIFY_LEVEL_MENTIONS">Mentions only</option>
-          <option value="NOTIFY_LEVEL_NONE">Muted</option>
-        </select>
-      </label>
-      <button id="manage" type="button" class="icon" aria-label="Group members and settings" title="Group" hidden>⚙</button>
-    </header>
-    <div id="messages" class="messages" role="log" aria-label="Messages" tabindex="0" hidden></div>
-    <div id="uploads" class="uploads" aria-live="polite"></div>
-    <form id="composer" class="composer" hidden>
-      <div id="composer-context" class="composer-context" hidden>
-        <span id="composer-context-text" dir="auto"></span>
-        <button id="composer-cancel" type="button" class="icon" aria-label="Cancel">×</button>
-      </div>
-      <div class="composer-row">
-        <label class="icon attach" title="Attach files"><span class="visually-hidden">Attach files</span>
-          <input id="file" type="file" multiple>📎</label>
-        <textarea id="draft" rows="1" placeholder="Message" title="Enter sends; Shift+Enter starts a new line" aria-label="Message (Enter sends, Shift+Enter starts a new line)" dir="auto"></textarea>
-        <button id="send" type="submit" class="primary">Send</button>
-      </div>
-    </form>
-  </section>
-</div>
-
-<div id="menu" class="menu" role="menu" hidden></div>
-<dialog id="dialog" class="dialog" aria-labelledby="dialog-title"></dialog>
-<dialog id="viewer" class="viewer" aria-label="Picture"></dialog>
-</body>
-</html>
 
 """#),
         ("push.js", #"""
@@ -3205,6 +2794,388 @@ export async function disablePush(token) {
   if (!subscription) return;
   if (token) await tell(token, "DELETE", { endpoint: subscription.endpoint }).catch(() => {});
   await subscription.unsubscribe().catch(() => {});
+}
+
+"""#),
+        ("render.js", #"""
+// Redrawing the page, once a frame; the chat's header; what every part draws alike (avatars, previews, errors).
+
+import { RequestError } from "./session.js";
+import { h, relativeTime, initial, hue } from "./text.js";
+import { $, botBadge, conversation, displayName, isBot, state, titleOf } from "./state.js";
+import { renderList } from "./list.js";
+import { renderMessages } from "./messages.js";
+import { isDigest, picture } from "./media.js";
+import { renderMe } from "./login.js";
+
+// ---------------------------------------------------------------------------------------------------------------
+// Rendering
+
+// Everything that changes asks for a redraw; one happens per frame, however many asked (a reconnect's presence
+// notices, a page of events). The messages are redrawn only when something asked for them.
+let renderQueued = false;
+let scrollToBottom = false;
+let messagesWanted = false;
+export function render({ toBottom = false, messages = true } = {}) {
+  scrollToBottom ||= toBottom;
+  messagesWanted ||= messages;
+  if (renderQueued) return;
+  renderQueued = true;
+  requestAnimationFrame(draw);
+}
+
+// Draws what was asked for, now (a jump draws at once, to find the message it jumps to).
+function draw() {
+  renderQueued = false;
+  renderMe();
+  renderList();
+  renderHeader();
+  if (messagesWanted) renderMessages(scrollToBottom);
+  messagesWanted = false;
+  scrollToBottom = false;
+}
+
+// Draws now, the messages with the rest.
+export function drawNow() {
+  messagesWanted = true;
+  draw();
+}
+
+export function avatar(user, label = user, size = "") {
+  const thumb = user ? state.profiles.get(user)?.thumbnail?.sha256 : null;
+  if (isDigest(thumb)) return picture(thumb, { class: `avatar ${size}`, alt: "" });
+  const element = h("span", { class: `avatar ${size}`, "aria-hidden": "true", text: initial(label) });
+  element.style.setProperty("--hue", hue(label));
+  return element;
+}
+
+export function preview(message) {
+  if (!message) return "";
+  if (message.recalled) return "Message recalled";
+  const body = message.body ?? {};
+  let text = body.text ?? "";
+  if (body.media) {
+    const media = body.media;
+    const kind = { KIND_IMAGE: "🖼 Picture", KIND_VOICE: "🎤 Voice", KIND_VIDEO: "🎬 Video" }[media.kind];
+    text = `${kind ?? `📄 ${media.name || "File"}`}${media.caption ? ` ${media.caption}` : ""}`;
+  }
+  return text.replace(/\s+/g, " ").slice(0, 120);
+}
+
+export function subtitle(c) {
+  const typers = [...c.typing.entries()].filter(([, until]) => until > Date.now()).map(([user]) => displayName(user));
+  if (typers.length > 0) return `${typers.join(", ")} ${typers.length === 1 ? "is" : "are"} typing…`;
+  if (c.isGroup) {
+    if (c.left) return "You are not a member";
+    const count = c.members.size;
+    return count ? `${count} member${count === 1 ? "" : "s"} · ${c.peer.group}` : c.peer.group;
+  }
+  const presence = state.presence.get(c.peer.user);
+  const name = c.peer.user;
+  if (presence?.online) return `${name} · online`;
+  if (presence?.lastSeenMs) return `${name} · last seen ${relativeTime(presence.lastSeenMs)}`;
+  return name;
+}
+
+function renderHeader() {
+  const c = state.open && conversation(state.open);
+  $("no-chat").hidden = !!c;
+  $("chat-bar").hidden = !c;
+  $("messages").hidden = !c;
+  $("composer").hidden = !c;
+  if (!c) return;
+  const title = titleOf(c);
+  $("chat-title").replaceChildren(h("bdi", { text: title }), ...(!c.isGroup && isBot(c.peer.user) ? [botBadge()] : []));
+  $("chat-subtitle").textContent = subtitle(c);
+  $("chat-avatar").replaceChildren(avatar(c.isGroup ? null : c.peer.user, title));
+  $("notify").value = c.notify;
+  $("manage").hidden = !c.isGroup;
+  document.title = `${title} · Courier`;
+  const context = $("composer-context");
+  const target = state.editing ?? state.replyTo;
+  context.hidden = !target;
+  if (target) {
+    $("composer-context-text").textContent = state.editing
+      ? `Editing: ${preview(target)}`
+      : `Replying to ${displayName(target.from)}: ${preview(target)}`;
+  }
+  $("send").textContent = state.editing ? "Save" : "Send";
+}
+
+export function showError(error) {
+  const text = error instanceof RequestError ? `${error.message} (${error.code})` : String(error.message ?? error);
+  toast(text);
+}
+
+export function toast(text) {
+  const box = h("div", { class: "toast", role: "alert", text });
+  document.body.append(box);
+  setTimeout(() => box.remove(), 6000);
+}
+
+"""#),
+        ("requests.js", #"""
+// Every request to the server: the lists and pages the page loads, and what its controls ask for.
+
+import { conversation, keyOf, num, session, state, wantProfile } from "./state.js";
+import { addMessage } from "./events.js";
+import { render } from "./render.js";
+import { openAsked } from "./list.js";
+
+// ---------------------------------------------------------------------------------------------------------------
+// Asking the server
+
+const pageSize = 30;
+
+export async function fetchProfiles() {
+  const users = [...state.wantedProfiles].slice(0, 100);
+  if (users.length === 0 || session.state !== "online") return;
+  try {
+    const answer = await session.ask({ profiles: { users } });
+    for (const profile of answer.profiles?.profiles ?? []) state.profiles.set(profile.user, profile);
+    for (const user of users) {
+      state.wantedProfiles.delete(user);
+      if (!state.profiles.has(user)) state.profiles.set(user, { user });
+    }
+    render();
+  } catch {
+    // Asked again a second later, or at the next welcome.
+    setTimeout(fetchProfiles, 1000);
+    return;
+  }
+  if (state.wantedProfiles.size > 0) setTimeout(fetchProfiles, 50);
+}
+
+export async function loadConversations() {
+  let offset = 0;
+  for (let page = 0; page < 20; page++) {
+    const answer = await session.ask({ unread: { offset } });
+    const counts = answer.unread ?? {};
+    for (const entry of counts.entries ?? []) {
+      const c = conversation(keyOf(entry.conversation));
+      c.unread = num(entry.unread);
+      c.mentions = num(entry.mentions);
+      c.lastSeq = Math.max(c.lastSeq, num(entry.lastSeq));
+      c.readSeq = num(entry.readSeq);
+      c.peerDeliveredSeq = Math.max(c.peerDeliveredSeq, num(entry.peerDeliveredSeq));
+      c.peerReadSeq = Math.max(c.peerReadSeq, num(entry.peerReadSeq));
+      c.notify = entry.notify ?? "NOTIFY_LEVEL_ALL";
+      if (c.isGroup) c.title = entry.title ?? "";
+      else wantProfile(c.peer.user);
+    }
+    if (!counts.more) break;
+    offset = num(counts.nextOffset);
+  }
+  state.loadedList = true;
+  render();
+  // A notification's click opened this page at a conversation: shown once the list is in.
+  openAsked();
+  // The last message of each, for the list.
+  await Promise.all(
+    [...state.conversations.values()]
+      .filter((c) => !c.last && c.lastSeq > 0)
+      .slice(0, 200)
+      .map(async (c) => {
+        const answer = await session.ask({ history: { conversation: c.peer, limit: 1 } }).catch(() => null);
+        const newest = answer?.history?.messages?.[0];
+        if (newest && !c.last) {
+          c.last = newest;
+          c.lastActivity = Math.max(c.lastActivity, num(newest.timeMs));
+          wantProfile(newest.from);
+        }
+      }),
+  );
+  render();
+}
+
+// The page of messages before the oldest loaded (or the newest page).
+export function loadOlder(c) {
+  if (c.loading) return c.loading;
+  if (c.loaded && !c.more) return Promise.resolve();
+  const loaded = [...c.messages.keys()];
+  const oldest = c.loaded && loaded.length > 0 ? Math.min(...loaded) : 0;
+  const history = { conversation: c.peer, limit: pageSize };
+  if (oldest > 0) history.beforeSeq = String(oldest);
+  c.loading = session
+    .ask({ history })
+    .then((answer) => {
+      const page = answer.history ?? {};
+      for (const message of page.messages ?? []) addMessage(c, message);
+      for (const mark of page.receipts ?? []) {
+        if (mark.user === session.user) continue;
+        if (!c.isGroup) {
+          c.peerDeliveredSeq = Math.max(c.peerDeliveredSeq, num(mark.deliveredSeq));
+          c.peerReadSeq = Math.max(c.peerReadSeq, num(mark.readSeq));
+        } else {
+          const known = c.marks.get(mark.user) ?? { delivered: 0, read: 0, joined: 0 };
+          known.delivered = Math.max(known.delivered, num(mark.deliveredSeq));
+          known.read = Math.max(known.read, num(mark.readSeq));
+          known.joined = num(mark.joinedSeq);
+          c.marks.set(mark.user, known);
+        }
+      }
+      c.more = !!page.more;
+      c.loaded = true;
+    })
+    .catch((error) => {
+      if (error.code === "not-member") {
+        c.more = false;
+        c.loaded = true;
+      }
+      throw error;
+    })
+    .finally(() => {
+      c.loading = null;
+    });
+  return c.loading;
+}
+
+export async function loadMembers(c) {
+  if (!c.isGroup) return;
+  try {
+    const answer = await session.ask({ groupMembers: { group: c.peer.group } });
+    const members = answer.groupMembers ?? {};
+    c.members = new Map(
+      (members.members ?? []).map((m) => [m.user, { role: m.role ?? "GROUP_ROLE_MEMBER", joinedSeq: num(m.joinedSeq) }]),
+    );
+    c.title = members.title ?? "";
+    for (const user of c.members.keys()) wantProfile(user);
+    c.left = !c.members.has(session.user);
+  } catch (error) {
+    if (error.code === "not-member") c.left = true;
+  }
+  render();
+}
+
+export function markRead(c) {
+  if (c.lastSeq <= c.readSeq && c.unread === 0) return;
+  c.readSeq = Math.max(c.readSeq, c.lastSeq);
+  c.unread = 0;
+  c.mentions = 0;
+  if (c.lastSeq > 0) {
+    session.request({ markRead: { conversation: c.peer, upToSeq: String(c.lastSeq) } }, () => true);
+  }
+}
+
+// What the page's controls ask for: each resolves with the server's answer, or rejects with its error.
+
+function ref(c, message) {
+  return { conversation: c.peer, seq: String(message.seq) };
+}
+
+export function sendReaction(c, message, key, off) {
+  return session.ask({ react: { message: ref(c, message), key, off } });
+}
+
+export function recallMessage(c, message) {
+  return session.ask({ recall: { conversation: c.peer, id: message.id } });
+}
+
+export function fetchVersions(c, message) {
+  return session.ask({ versions: { message: ref(c, message) } });
+}
+
+export function editMessage(c, message, text) {
+  return session.ask({ edit: { message: ref(c, message), text } });
+}
+
+export function findUser(name) {
+  return session.ask({ findUser: { name } });
+}
+
+export function manageGroup(group, action) {
+  return session.ask({ manageGroup: { group, ...action } });
+}
+
+export function leaveGroups(addedBy) {
+  return session.ask({ leaveGroups: { addedBy } });
+}
+
+export function setProfile(profile) {
+  return session.ask({ setProfile: profile });
+}
+
+export function searchMessages(request) {
+  return session.ask({ search: request });
+}
+
+export function setNotify(peer, level) {
+  return session.ask({ setNotify: { conversation: peer, level } });
+}
+
+// Sent without waiting: a message from the outbox (each of its answers to `onAnswer`), the events applied, typing.
+export function sendMessage(send, onAnswer) {
+  session.request({ send }, onAnswer);
+}
+
+export function acknowledgeEvents(cursor) {
+  session.post({ ack: { cursor: String(cursor) } });
+}
+
+export function sayTyping(peer, typing) {
+  session.post({ typing: { conversation: peer, typing } });
+}
+
+"""#),
+        ("search.js", #"""
+// Searching the user's messages: the hits shown in place of the conversation list.
+
+import { h, relativeTime, markedFragment } from "./text.js";
+import { $, conversation, displayName, fill, keyOf, num, titleOf } from "./state.js";
+import { searchMessages } from "./requests.js";
+import { showError } from "./render.js";
+import { jumpTo } from "./list.js";
+
+// ---------------------------------------------------------------------------------------------------------------
+// Search
+
+let searchState = null;
+let searchAsked = 0;
+export async function search(query, before = null) {
+  const asked = ++searchAsked;
+  const results = $("search-results");
+  if (!query) {
+    results.hidden = true;
+    $("conversations").hidden = false;
+    searchState = null;
+    return;
+  }
+  const request = { query, limit: 20 };
+  if (before) request.before = before;
+  try {
+    const answer = await searchMessages(request);
+    if (asked !== searchAsked) return; // a newer search was asked meanwhile
+    const page = answer.search ?? {};
+    searchState = { query, hits: [...(before ? searchState?.hits ?? [] : []), ...(page.hits ?? [])], more: !!page.more, next: page.next };
+  } catch (error) {
+    showError(error);
+    return;
+  }
+  results.hidden = false;
+  $("conversations").hidden = true;
+  fill(results,
+    h("p", { class: "note", text: searchState.hits.length ? `Messages with “${query}”` : `Nothing found for “${query}”` }),
+    h(
+      "ul",
+      { class: "hits" },
+      searchState.hits.map((hit) => {
+        const message = hit.message;
+        const key = keyOf(message.conversation);
+        return h(
+          "li",
+          {},
+          h(
+            "button",
+            { type: "button", class: "hit", "data-key": key, "data-seq": message.seq, onclick: () => jumpTo(key, num(message.seq)) },
+            h("span", { class: "conversation-top" }, h("span", { class: "conversation-title", dir: "auto", text: titleOf(conversation(key)) }), h("time", { class: "time", text: relativeTime(num(message.timeMs)) })),
+            h("span", { class: "fragment", dir: "auto" }, `${displayName(message.from)}: `, ...markedFragment(hit.fragment ?? "", hit.marks ?? [])),
+          ),
+        );
+      }),
+    ),
+    searchState.more ? h("button", { type: "button", class: "link", onclick: () => search(query, searchState.next) }, "More results") : null,
+    h("button", { type: "button", class: "link", onclick: () => { $("search").value = ""; search(""); } }, "Close the search"),
+  );
 }
 
 """#),
@@ -3576,6 +3547,277 @@ export class Session extends EventTarget {
         if (signedOutCodes.has(close.reason)) done();
       };
     }
+  }
+}
+
+"""#),
+        ("state.js", #"""
+// The web chat's state: the session, the conversations and profiles, the lines a group's history shows from its
+// events, and the outbox. A module's own state (the drafts, the search, the redraw) stays in that module.
+
+import { Session } from "./session.js";
+import { h } from "./text.js";
+import { addMessage } from "./events.js";
+import { fetchProfiles, sendMessage } from "./requests.js";
+import { render } from "./render.js";
+
+export const $ = (id) => document.getElementById(id);
+// Replaces an element's children, leaving out the absent ones (a `cond ? element : null`).
+export const fill = (element, ...children) =>
+  element.replaceChildren(...children.flat().filter((child) => child !== null && child !== undefined && child !== false));
+
+export const session = new Session({
+  url: `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`,
+  deviceName: deviceName(),
+});
+
+function deviceName() {
+  const agent = navigator.userAgent;
+  const browser = /Edg\//.test(agent)
+    ? "Edge"
+    : /Firefox\//.test(agent)
+      ? "Firefox"
+      : /Chrom(e|ium)\//.test(agent)
+        ? "Chromium"
+        : /Safari\//.test(agent)
+          ? "Safari"
+          : "Browser";
+  return `Web · ${browser}`;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// State
+
+export const state = {
+  conversations: new Map(), // key -> conversation
+  open: null, // the open conversation's key
+  profiles: new Map(), // user -> Profile
+  presence: new Map(), // user -> {online, lastSeenMs}
+  outbox: [], // messages written and not yet acknowledged, kept in storage
+  replyTo: null, // the message a reply answers
+  editing: null, // the message being edited
+  loadedList: false,
+  wantedProfiles: new Set(),
+};
+
+export const keyOf = (conversation) => (conversation.user ? `u:${conversation.user}` : `g:${conversation.group}`);
+const peerOf = (key) => (key.startsWith("u:") ? { user: key.slice(2) } : { group: key.slice(2) });
+export const num = (value) => Number(value ?? 0);
+
+export function conversation(key) {
+  let c = state.conversations.get(key);
+  if (!c) {
+    c = {
+      key,
+      peer: peerOf(key),
+      isGroup: key.startsWith("g:"),
+      title: "",
+      unread: 0,
+      mentions: 0,
+      lastSeq: 0,
+      readSeq: 0,
+      peerDeliveredSeq: 0,
+      peerReadSeq: 0,
+      notify: "NOTIFY_LEVEL_ALL",
+      last: null,
+      messages: new Map(), // seq -> message
+      more: true,
+      loaded: false,
+      loading: null,
+      members: new Map(), // user -> {role, joinedSeq}
+      marks: new Map(), // user -> {delivered, read, joined}
+      typing: new Map(), // user -> expiry
+      lastActivity: 0,
+    };
+    state.conversations.set(key, c);
+  }
+  return c;
+}
+
+export function displayName(user) {
+  const name = state.profiles.get(user)?.displayName;
+  return name || user;
+}
+
+// A program's account (its profile says `bot`) is marked wherever its name shows.
+export const isBot = (user) => !!user && state.profiles.get(user)?.bot === true;
+export const botBadge = () => h("span", { class: "bot-badge", title: "a bot: a program's account", text: "bot" });
+
+export function titleOf(c) {
+  if (c.isGroup) return c.title || c.peer.group;
+  return displayName(c.peer.user);
+}
+
+export function wantProfile(user) {
+  if (!user || state.profiles.has(user) || state.wantedProfiles.has(user)) return;
+  state.wantedProfiles.add(user);
+  clearTimeout(wantProfile.timer);
+  wantProfile.timer = setTimeout(fetchProfiles, 50);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The outbox: a message goes in before it is sent and leaves when the server acknowledges it. It is kept in the
+// browser's storage, so one written while the server cannot be reached goes out at the next welcome, once: its id
+// is chosen here, and the server answers a resend of an id it committed with the original acknowledgement.
+
+// Lines in a group's history from its membership and title events ("bob joined", "alice named the group …"), each
+// after the message it followed (by seq). Kept in the browser (the newest 100 a group), as history pages carry none.
+const noticesKey = () => `courier.notices.${session.user}`;
+const maxNotices = 100;
+
+function storedNotices() {
+  try {
+    const stored = JSON.parse(localStorage.getItem(noticesKey()) || "{}");
+    return stored && typeof stored === "object" && !Array.isArray(stored) ? stored : {};
+  } catch {
+    return {};
+  }
+}
+
+export function addNotice(c, afterSeq, notice) {
+  const entry = { afterSeq, timeMs: Date.now(), ...notice };
+  c.notices = [...noticesOf(c), entry].slice(-maxNotices);
+  const all = storedNotices();
+  all[c.key] = c.notices;
+  try {
+    localStorage.setItem(noticesKey(), JSON.stringify(all));
+  } catch {
+    // Storage full: the lines stay for this visit.
+  }
+}
+
+export function noticesOf(c) {
+  if (!c.notices) c.notices = Array.isArray(storedNotices()[c.key]) ? storedNotices()[c.key] : [];
+  return c.notices;
+}
+
+const outboxKey = () => `courier.outbox.${session.user}`;
+
+// Tabs of one browser share the outbox: each merges what the others stored (by id) and drops what any of them saw
+// acknowledged. Two tabs may then send one entry both: the server stores it once (same id) and both hear the ack.
+export const acknowledgedIds = new Set();
+
+function storedOutbox() {
+  try {
+    const stored = JSON.parse(localStorage.getItem(outboxKey()) || "[]");
+    return Array.isArray(stored) ? stored : [];
+  } catch {
+    return [];
+  }
+}
+
+export function loadOutbox() {
+  const known = new Map(state.outbox.map((entry) => [entry.id, entry]));
+  for (const entry of storedOutbox()) {
+    if (!known.has(entry.id) && !acknowledgedIds.has(entry.id)) known.set(entry.id, { ...entry, inFlight: false });
+  }
+  state.outbox = [...known.values()].sort((a, b) => a.createdMs - b.createdMs);
+  if (session.state !== "online") for (const entry of state.outbox) entry.inFlight = false;
+}
+
+function saveOutbox() {
+  const mine = new Set(state.outbox.map((entry) => entry.id));
+  const others = storedOutbox().filter((entry) => !mine.has(entry.id) && !acknowledgedIds.has(entry.id));
+  const kept = [...state.outbox.map(({ inFlight, retryAt, ...entry }) => entry), ...others];
+  localStorage.setItem(outboxKey(), JSON.stringify(kept.sort((a, b) => a.createdMs - b.createdMs)));
+}
+
+export function watchOutbox() {
+  window.addEventListener("storage", (event) => {
+    if (session.user && event.key === outboxKey()) {
+      loadOutbox();
+      flushOutbox();
+      render();
+    }
+  });
+}
+
+function newId() {
+  const bytes = crypto.getRandomValues(new Uint8Array(12));
+  return `w-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
+}
+
+export function queue(key, body, replyTo = null) {
+  const entry = { id: newId(), key, to: peerOf(key), body, createdMs: Date.now() };
+  if (replyTo) entry.replyTo = { seq: replyTo.seq, from: replyTo.from, body: replyTo.body };
+  state.outbox.push(entry);
+  saveOutbox();
+  conversation(key).lastActivity = Date.now();
+  flushOutbox();
+  render({ toBottom: true });
+}
+
+// Errors that pass: the entry is sent again, in its place, after the server's `retryAfterMs` (or a second).
+const passingErrors = new Set(["storage-failed", "rate-limited", "throttled", "server-full", "shutting-down"]);
+let flushTimer = null;
+
+export function flushOutbox() {
+  if (session.state !== "online") return;
+  const window = Math.max(1, Math.min(32, num(session.limits.maxUnackedSends) || 32));
+  let inFlight = state.outbox.filter((entry) => entry.inFlight).length;
+  for (const entry of state.outbox) {
+    if (inFlight >= window) break;
+    if (entry.inFlight || entry.error) continue;
+    if (entry.retryAt > Date.now()) {
+      // Nothing after it overtakes it.
+      clearTimeout(flushTimer);
+      flushTimer = setTimeout(flushOutbox, entry.retryAt - Date.now());
+      break;
+    }
+    entry.inFlight = true;
+    inFlight++;
+    const send = { id: entry.id, to: entry.to, body: entry.body };
+    if (entry.replyTo) send.replyTo = { conversation: entry.to, seq: entry.replyTo.seq };
+    sendMessage(send, (envelope) => {
+      entry.inFlight = false;
+      const error = envelope.error;
+      if (envelope.sendAck) {
+        acknowledged(entry, envelope.sendAck);
+      } else if (error && passingErrors.has(error.code)) {
+        entry.retryAt = Date.now() + Math.max(1000, num(error.retryAfterMs));
+      } else if (error && error.code !== "disconnected") {
+        entry.error = `${error.message || error.code} (${error.code})`;
+        saveOutbox();
+      }
+      render();
+      flushOutbox();
+      return true;
+    });
+  }
+}
+
+export function retrySend(entry) {
+  delete entry.error;
+  delete entry.retryAt;
+  saveOutbox();
+  flushOutbox();
+  render();
+}
+
+export function discard(entry) {
+  acknowledgedIds.add(entry.id);
+  state.outbox = state.outbox.filter((other) => other !== entry);
+  saveOutbox();
+  render();
+}
+
+function acknowledged(entry, ack) {
+  acknowledgedIds.add(entry.id);
+  state.outbox = state.outbox.filter((other) => other.id !== entry.id);
+  saveOutbox();
+  const c = conversation(keyOf(ack.conversation));
+  const seq = num(ack.seq);
+  if (!c.messages.has(seq)) {
+    const message = {
+      id: entry.id,
+      from: session.user,
+      conversation: ack.conversation,
+      seq: String(seq),
+      timeMs: ack.timeMs,
+      body: entry.body,
+    };
+    if (entry.replyTo) message.replyTo = { ...entry.replyTo, seq: String(entry.replyTo.seq), visible: true };
+    addMessage(c, message);
   }
 }
 

@@ -1,0 +1,174 @@
+// Media: pictures and files fetched with the token in a header, the players and the picture viewer, and uploads.
+
+import { Upload, imageSize, mediaKind } from "./upload.js";
+import { h, byteSize } from "./text.js";
+import { $, conversation, fill, num, queue, session, state } from "./state.js";
+import { showError, toast } from "./render.js";
+
+// ---------------------------------------------------------------------------------------------------------------
+// Media
+
+export const isDigest = (sha256) => typeof sha256 === "string" && /^[0-9a-f]{64}$/.test(sha256);
+
+// Audio and video stream from `/media` with byte ranges, which only a URL gives a player: the token rides in it.
+function mediaURL(sha256) {
+  return `/media/${sha256}?token=${encodeURIComponent(session.token)}`;
+}
+
+// Pictures and files are fetched with the token in a header and shown from `blob:` URLs, so no link on the page
+// (copied, opened in a tab, kept in the history) carries the token. Dropped at sign-out.
+const blobs = new Map(); // sha256 -> Promise of a blob: URL
+function blobURL(sha256) {
+  if (!blobs.has(sha256)) {
+    const url = fetch(`/media/${sha256}`, { headers: { Authorization: `Bearer ${session.token}` } })
+      .then((answer) => {
+        if (!answer.ok) throw new Error(`media: ${answer.status}`);
+        return answer.blob();
+      })
+      .then((blob) => URL.createObjectURL(blob));
+    url.catch(() => blobs.delete(sha256));
+    blobs.set(sha256, url);
+  }
+  return blobs.get(sha256);
+}
+
+export function dropBlobs() {
+  for (const url of blobs.values()) url.then(URL.revokeObjectURL, () => {});
+  blobs.clear();
+  mediaNodes.clear();
+}
+
+export function picture(sha256, attributes) {
+  const image = h("img", attributes);
+  if (isDigest(sha256)) blobURL(sha256).then((url) => (image.src = url), () => image.classList.add("broken"));
+  return image;
+}
+
+// Media elements, one per message, kept across redraws: a playing video goes on playing, a picture is not fetched
+// again.
+const mediaNodes = new Map();
+
+export function mediaElement(c, message, media) {
+  const sha = media.sha256;
+  const key = `${c.key}:${message.seq ?? message.id}:${sha}`;
+  const cached = mediaNodes.get(key);
+  if (cached) return cached;
+  if (!isDigest(sha)) return h("p", { class: "text recalled", text: "(media this page cannot show)" });
+  let element;
+  if (media.kind === "KIND_IMAGE") {
+    const image = picture(sha, { class: "image", alt: media.name || "picture" });
+    if (media.width && media.height) {
+      image.width = Math.min(280, num(media.width));
+      image.style.aspectRatio = `${num(media.width)} / ${num(media.height)}`;
+    }
+    element = h("button", { type: "button", class: "image-link", "aria-label": `Open ${media.name || "the picture"}`, onclick: () => openViewer(sha, media.name) }, image);
+  } else if (media.kind === "KIND_VOICE") {
+    // The metadata only (a range of the file's start): its length shows before it is played.
+    element = h("audio", { controls: true, preload: "metadata", src: mediaURL(sha), class: "voice" });
+  } else if (media.kind === "KIND_VIDEO") {
+    element = h("video", { controls: true, preload: "metadata", playsinline: true, src: mediaURL(sha), class: "video" });
+  } else {
+    element = h(
+      "a",
+      {
+        class: "file",
+        href: "#",
+        "data-sha256": sha,
+        download: media.name || "file",
+        onclick: (event) => {
+          event.preventDefault();
+          // A large file goes to the browser's downloads straight from /media (the token in that one request's
+          // URL), not through this page's memory.
+          if (num(media.size) > 32 * 1024 * 1024) {
+            h("a", { href: mediaURL(sha), download: media.name || "file" }).click();
+            return;
+          }
+          blobURL(sha).then(
+            (url) => h("a", { href: url, download: media.name || "file" }).click(),
+            (error) => showError(error),
+          );
+        },
+      },
+      `📄 ${media.name || "file"} · ${byteSize(media.size)}`,
+    );
+  }
+  mediaNodes.set(key, element);
+  return element;
+}
+
+// A picture opens here, in the page, as an <img>: never as a document of its own (a `blob:` or `/media` address in a
+// tab would be a page on this origin built from bytes a user uploaded, whatever type the server gave them).
+function openViewer(sha256, name) {
+  const viewer = $("viewer");
+  const image = picture(sha256, { class: "viewer-image", alt: name || "picture" });
+  fill(viewer,
+    h("div", { class: "viewer-bar" },
+      h("span", { class: "viewer-name", dir: "auto", text: name || "" }),
+      h("button", { type: "button", class: "icon", "aria-label": "Close", title: "Close", onclick: () => viewer.close() }, "×")),
+    h("button", { type: "button", class: "viewer-body", "aria-label": "Close the picture", onclick: () => viewer.close() }, image),
+  );
+  if (!viewer.open) viewer.showModal();
+  viewer.querySelector(".viewer-bar button").focus();
+}
+
+// The longest start of `text` within `bytes` UTF-8 bytes, cut between characters.
+function cutToBytes(text, bytes) {
+  const encoder = new TextEncoder();
+  let cut = "";
+  for (const character of text) {
+    if (encoder.encode(cut + character).length > bytes) break;
+    cut += character;
+  }
+  return cut;
+}
+
+export const uploads = new Set(); // under way, cancelled at sign-out
+
+export function sendFile(file) {
+  const c = state.open && conversation(state.open);
+  if (!c) return;
+  const maxBytes = num(session.limits.maxMediaBytes);
+  if (maxBytes && file.size > maxBytes) {
+    toast(`${file.name} is larger than this server takes (${byteSize(maxBytes)}).`);
+    return;
+  }
+  if (file.size === 0) {
+    toast(`${file.name} is empty.`);
+    return;
+  }
+  const upload = new Upload(session, file);
+  uploads.add(upload);
+  upload.done.finally(() => uploads.delete(upload)).catch(() => {});
+  const bar = h("progress", { max: "1", value: "0", "aria-label": `Uploading ${file.name}` });
+  const label = h("span", { class: "upload-state", text: "preparing" });
+  const cancel = h("button", { type: "button", class: "link", onclick: () => upload.cancel() }, "Cancel");
+  const row = h("div", { class: "upload", "data-name": file.name, "data-state": "hashing" }, h("span", { class: "upload-name", dir: "auto", text: file.name }), bar, label, cancel);
+  $("uploads").append(row);
+  upload.addEventListener("change", () => {
+    bar.value = upload.progress;
+    row.dataset.state = upload.state;
+    if (upload.resumedFrom) row.dataset.resumedFrom = String(upload.resumedFrom);
+    label.textContent = {
+      hashing: "preparing",
+      waiting: "waiting for the connection",
+      sending: `${Math.round(upload.progress * 100)}%`,
+      done: "sent",
+      failed: `failed: ${upload.error?.message ?? ""}`,
+      cancelled: "cancelled",
+    }[upload.state];
+    if (upload.state === "failed") cancel.textContent = "Dismiss";
+    if (upload.state === "failed") cancel.onclick = () => row.remove();
+  });
+  upload.done.then(
+    async (sha256) => {
+      setTimeout(() => row.remove(), 1500);
+      const type = file.type || "application/octet-stream";
+      const media = { kind: mediaKind(type), sha256, size: String(file.size), mime: type, name: cutToBytes(file.name, 255) };
+      if (media.kind === "KIND_IMAGE") Object.assign(media, await imageSize(file));
+      queue(c.key, { media });
+    },
+    (error) => {
+      if (error.message === "cancelled") setTimeout(() => row.remove(), 1500);
+    },
+  );
+}
