@@ -95,7 +95,8 @@ export function renderList() {
     ...items.map((c) => {
       const title = titleOf(c);
       const last = c.last;
-      const who = last && c.isGroup ? (last.from === session.user ? "You: " : `${displayName(last.from)}: `) : "";
+      // Who wrote the last message: "You:" in any conversation, the sender's name in a group.
+      const who = !last ? "" : last.from === session.user ? "You: " : c.isGroup ? `${displayName(last.from)}: ` : "";
       const typingNow = [...c.typing.entries()].some(([, until]) => until > Date.now());
       const online = !c.isGroup && state.presence.get(c.peer.user)?.online;
       const muted = c.notify !== "NOTIFY_LEVEL_ALL";

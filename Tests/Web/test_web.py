@@ -482,6 +482,23 @@ class WebChatTests(unittest.TestCase):
         # A person is never marked.
         self.assertEqual(self.alice.all('#conversations [data-key="u:bob"] .bot-badge'), [])
 
+    def test_03c_unread_in_the_tab_and_you_in_previews(self):
+        """The tab's title counts what is unread (muted conversations aside); a preview of one's own last message in
+        a direct chat says "You:"."""
+        alice = self.alice
+        self.start_chat(alice, "bob")
+        wait_until(lambda: not alice.js("return document.title").startswith("("), "nothing unread in the title")
+        for text in ("第一条 from carol", "第二条 from carol"):
+            self.server.cli("send", "--as", "carol", "--password", PASSWORD, "--to", "alice", text)
+        wait_until(lambda: alice.js("return document.title").startswith("(2) "), "two unread in the tab's title")
+        self.assertIn("· Courier", alice.js("return document.title"))
+        self.assertEqual(alice.read('#conversations [data-key="u:carol"] .preview'), "第二条 from carol")
+        alice.conversation("u:carol")
+        wait_until(lambda: not alice.js("return document.title").startswith("("), "read: no count in the title")
+        alice.send("收到 👍")
+        wait_until(lambda: alice.read('#conversations [data-key="u:carol"] .preview') == "You: 收到 👍",
+                   "You: before one's own last message")
+
     def test_04_html_is_text(self):
         attack = '<img src=x onerror="document.title=\'owned\'"><b>bold</b>'
         self.bob.conversation("u:alice")

@@ -1888,7 +1888,8 @@ export function renderList() {
     ...items.map((c) => {
       const title = titleOf(c);
       const last = c.last;
-      const who = last && c.isGroup ? (last.from === session.user ? "You: " : `${displayName(last.from)}: `) : "";
+      // Who wrote the last message: "You:" in any conversation, the sender's name in a group.
+      const who = !last ? "" : last.from === session.user ? "You: " : c.isGroup ? `${displayName(last.from)}: ` : "";
       const typingNow = [...c.typing.entries()].some(([, until]) => until > Date.now());
       const online = !c.isGroup && state.presence.get(c.peer.user)?.online;
       const muted = c.notify !== "NOTIFY_LEVEL_ALL";
@@ -2830,6 +2831,7 @@ function draw() {
   renderMe();
   renderList();
   renderHeader();
+  renderTitle();
   if (messagesWanted) renderMessages(scrollToBottom);
   messagesWanted = false;
   scrollToBottom = false;
@@ -2839,6 +2841,17 @@ function draw() {
 export function drawNow() {
   messagesWanted = true;
   draw();
+}
+
+// The tab's title: the unread messages of the conversations that alert (not muted), then the open conversation's
+// title, as other messengers' tabs say it: "(3) 读书会 · Courier".
+function renderTitle() {
+  let unread = 0;
+  for (const c of state.conversations.values()) if (c.notify === "NOTIFY_LEVEL_ALL") unread += Math.max(0, c.unread);
+  const c = state.open && conversation(state.open);
+  const title = `${c ? `${titleOf(c)} · ` : ""}Courier`;
+  const shown = unread > 0 ? `(${unread > 999 ? "999+" : unread}) ${title}` : title;
+  if (document.title !== shown) document.title = shown;
 }
 
 export function avatar(user, label = user, size = "") {
@@ -2890,7 +2903,6 @@ function renderHeader() {
   $("chat-avatar").replaceChildren(avatar(c.isGroup ? null : c.peer.user, title));
   $("notify").value = c.notify;
   $("manage").hidden = !c.isGroup;
-  document.title = `${title} · Courier`;
   const context = $("composer-context");
   const target = state.editing ?? state.replyTo;
   context.hidden = !target;
