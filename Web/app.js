@@ -2,7 +2,8 @@
 // is session.js's, uploads upload.js's, and text helpers text.js's. The page's state and the outbox are state.js's,
 // what the server says events.js's, every request to it requests.js's; the conversation list is list.js's, the
 // message pane messages.js's, media media.js's, the composer composer.js's, dialogs dialogs.js's, search
-// search.js's, logging in login.js's, and the redraw render.js's.
+// search.js's, logging in login.js's, and the redraw render.js's. The composer's drafts are drafts.js's, its @mention
+// list mention.js's; the account's settings settings.js's, light or dark theme.js's, the tab's unread icon favicon.js's.
 
 import { relativeTime } from "./text.js";
 import { registerWorker, onNotificationClick } from "./push.js";
@@ -15,17 +16,22 @@ import { setUpMessages } from "./messages.js";
 import { setUpComposer } from "./composer.js";
 import { groupDialog, newChatDialog, profileDialog } from "./dialogs.js";
 import { search } from "./search.js";
+import { setUpTheme } from "./theme.js";
 import { renderConnection, setSignUp, setUpConnection, showLogin, signingUp, started, submitLogin } from "./login.js";
+import { restore, setUpOffline } from "./offline.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // Start
 
 function start() {
+  setUpTheme();
   // The conversation a notification's click asked for (`/#open=u:alice`), opened once the list is loaded.
   const key = new URLSearchParams(location.hash.slice(1)).get("open") ?? "";
   if (key) history.replaceState(null, "", location.pathname);
   openWhenListed(/^[ug]:./.test(key) ? key : "");
   watchOutbox();
+  // Before setUpConnection: its welcome asks for the profiles the offline copy's welcome wants again.
+  setUpOffline();
   setUpConnection();
   setUpEvents();
   registerWorker();
@@ -97,6 +103,8 @@ function start() {
   }, 1000);
   if (session.hasToken) {
     started();
+    // What the page showed last, from the browser, while it connects (at once when the server cannot be reached).
+    restore();
     session.open(null);
   } else {
     setSignUp(false);

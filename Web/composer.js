@@ -4,12 +4,18 @@ import { $, conversation, num, queue, session, state } from "./state.js";
 import { editMessage, sayTyping } from "./requests.js";
 import { render, showError, toast } from "./render.js";
 import { sendFile } from "./media.js";
+import { clearDraft, loadDraft, saveDraft } from "./drafts.js";
+import { closeMentions, mentionKey, setUpMentions, updateMentions } from "./mention.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // The composer
 
-export const drafts = new Map();
-export const loadDraft = (key) => drafts.get(key) ?? "";
+// The draft of the conversation opened, as it was left (drafts.js keeps it).
+export function showDraft(key) {
+  closeMentions();
+  $("draft").value = loadDraft(key);
+  autosize();
+}
 
 // Typing notices: "typing" at most every 3 s while the draft changes, "stopped" 4 s after the last change, on a send,
 // or when the draft loses focus; each to the conversation the typing was in.
@@ -56,7 +62,8 @@ function submitDraft() {
   if (state.editing) {
     const message = state.editing;
     state.editing = null;
-    draft.value = "";
+    // The draft the edit took the place of comes back.
+    draft.value = loadDraft(c.key);
     editMessage(c, message, text)
       .then(() => {
         message.body = message.body?.media ? { media: { ...message.body.media, caption: text } } : { text };
@@ -80,7 +87,7 @@ function submitDraft() {
   queue(c.key, { text }, state.replyTo);
   state.replyTo = null;
   draft.value = "";
-  drafts.delete(c.key);
+  clearDraft(c.key);
   typing(false);
   autosize();
 }
@@ -109,8 +116,11 @@ export function setUpComposer() {
       delete draft.dataset.composing;
     });
   });
+  setUpMentions();
   draft.addEventListener("keydown", (event) => {
     if (event.isComposing || composing || event.keyCode === 229) return;
+    // An open list of members to mention takes the arrows, Enter, Tab and Escape.
+    if (mentionKey(event)) return;
     if (event.key === "Escape" && (state.replyTo || state.editing)) {
       event.stopPropagation();
       cancelContext();
@@ -122,8 +132,10 @@ export function setUpComposer() {
   });
   draft.addEventListener("input", () => {
     autosize();
-    if (state.open) drafts.set(state.open, draft.value);
+    // What an edit puts in the field is not the draft.
+    if (state.open && !state.editing) saveDraft(state.open, draft.value);
     if (!state.editing) typing(draft.value.length > 0);
+    updateMentions();
   });
   draft.addEventListener("blur", () => typing(false));
   $("composer").addEventListener("submit", (event) => {
@@ -152,7 +164,7 @@ export function setUpComposer() {
 }
 
 function cancelContext() {
-  if (state.editing) $("draft").value = "";
+  if (state.editing) $("draft").value = loadDraft(state.open);
   state.replyTo = null;
   state.editing = null;
   render();

@@ -1,8 +1,10 @@
-// Dialogs: a new chat or group, a group's members and settings, the user's profile and notifications.
+// Dialogs: a new chat or group, a group's members and settings, the user's profile and notifications (the account's
+// and the browser's own settings are settings.js's).
 
 import { Upload, imageSize, thumbnail } from "./upload.js";
 import { h } from "./text.js";
 import { pushSupported, pushEnabled, enablePush, disablePush } from "./push.js";
+import { appearanceSettings, deleteSettings, deviceSettings, logOut, passwordSettings } from "./settings.js";
 import { $, conversation, displayName, fill, session, state, titleOf, wantProfile } from "./state.js";
 import { findUser, leaveGroups, loadMembers, manageGroup, setProfile } from "./requests.js";
 import { avatar, render, showError, toast } from "./render.js";
@@ -253,15 +255,12 @@ export function profileDialog() {
       : null,
     status,
     notificationSettings(),
+    appearanceSettings(),
+    deviceSettings(),
+    passwordSettings(),
+    deleteSettings(),
     h("button", { type: "button", class: "danger", "data-action": "logout", onclick: logOut }, "Log out"),
   );
-}
-
-async function logOut() {
-  $("dialog").close();
-  // This browser's notifications stop with the device (the server drops its subscriptions too).
-  await disablePush(session.token).catch(() => {});
-  await session.logOut().catch(() => {});
 }
 
 // Notifications while the page is closed: asked for on a click, never on load; and whether they show who wrote what.

@@ -117,6 +117,8 @@ function applyEvent(event) {
     addNotice(c, num(notice.seq), { user: notice.user, kind: joined ? "joined" : "left" });
     if (joined) c.members.set(notice.user, { role: "GROUP_ROLE_MEMBER", joinedSeq: num(notice.seq) });
     else c.members.delete(notice.user);
+    // The mention list asks for the members again before it shows them.
+    c.membersFresh = false;
     if (notice.user === session.user && !joined) c.left = true;
     if (notice.user === session.user && joined) c.left = false;
     c.lastActivity = Math.max(c.lastActivity, Date.now());
@@ -128,6 +130,7 @@ function applyEvent(event) {
     const member = c.members.get(event.role.user) ?? { joinedSeq: 0 };
     member.role = event.role.role ?? "GROUP_ROLE_MEMBER";
     c.members.set(event.role.user, member);
+    c.membersFresh = false;
   } else if (event.title) {
     const c = conversation(`g:${event.title.group}`);
     c.title = event.title.title ?? "";

@@ -4,7 +4,7 @@ import { h, relativeTime, fullTime } from "./text.js";
 import { $, botBadge, conversation, displayName, isBot, num, session, state, titleOf } from "./state.js";
 import { loadMembers, loadOlder, markRead } from "./requests.js";
 import { avatar, drawNow, preview, render, showError, toast } from "./render.js";
-import { loadDraft } from "./composer.js";
+import { showDraft } from "./composer.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // Opening a conversation, and jumping to a message in it
@@ -16,7 +16,7 @@ export async function openConversation(key, { focus = true } = {}) {
   if (changed) {
     state.replyTo = null;
     state.editing = null;
-    $("draft").value = loadDraft(key);
+    showDraft(key);
   }
   document.body.classList.add("chat-open");
   render({ toBottom: true });

@@ -17,7 +17,7 @@ import {
 import { fetchProfiles, loadConversations, markRead } from "./requests.js";
 import { avatar, render, showError } from "./render.js";
 import { dropBlobs, uploads } from "./media.js";
-import { drafts } from "./composer.js";
+import { forgetDrafts } from "./drafts.js";
 import { search } from "./search.js";
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -65,6 +65,7 @@ export function showLogin(reason = "") {
     "token-expired": "Your session expired: log in again.",
     "auth-failed": "Log in again.",
     "logged-out": "",
+    "account-deleted": "Your account was deleted.",
   };
   $("login-error").textContent = reasons[reason] ?? "";
   $("login-user").focus();
@@ -175,7 +176,8 @@ export function setUpConnection() {
       state.outbox = [];
       state.replyTo = state.editing = null;
       acknowledgedIds.clear();
-      drafts.clear();
+      // Logged out here, or the account deleted: its drafts go too. Logged out from elsewhere, they wait for the user.
+      if (["logged-out", "account-deleted"].includes(event.detail.reason)) forgetDrafts();
       $("draft").value = "";
       dropBlobs();
       $("search").value = "";

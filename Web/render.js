@@ -7,6 +7,8 @@ import { renderList } from "./list.js";
 import { renderMessages } from "./messages.js";
 import { isDigest, picture } from "./media.js";
 import { renderMe } from "./login.js";
+import { keepSoon } from "./offline.js";
+import { showUnread } from "./favicon.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // Rendering
@@ -34,6 +36,8 @@ function draw() {
   if (messagesWanted) renderMessages(scrollToBottom);
   messagesWanted = false;
   scrollToBottom = false;
+  // What is shown is kept for a reload while the server cannot be reached.
+  keepSoon();
 }
 
 // Draws now, the messages with the rest.
@@ -43,7 +47,7 @@ export function drawNow() {
 }
 
 // The tab's title: the unread messages of the conversations that alert (not muted), then the open conversation's
-// title, as other messengers' tabs say it: "(3) 读书会 · Courier".
+// title, as other messengers' tabs say it: "(3) 读书会 · Courier"; the tab's icon shows the count too.
 function renderTitle() {
   let unread = 0;
   for (const c of state.conversations.values()) if (c.notify === "NOTIFY_LEVEL_ALL") unread += Math.max(0, c.unread);
@@ -51,6 +55,7 @@ function renderTitle() {
   const title = `${c ? `${titleOf(c)} · ` : ""}Courier`;
   const shown = unread > 0 ? `(${unread > 999 ? "999+" : unread}) ${title}` : title;
   if (document.title !== shown) document.title = shown;
+  showUnread(unread);
 }
 
 export function avatar(user, label = user, size = "") {

@@ -4,6 +4,7 @@ import { conversation, keyOf, num, session, state, wantProfile } from "./state.j
 import { addMessage } from "./events.js";
 import { render } from "./render.js";
 import { openAsked } from "./list.js";
+import { forgetRestored, isRestored } from "./offline.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // Asking the server
@@ -53,15 +54,15 @@ export async function loadConversations() {
   render();
   // A notification's click opened this page at a conversation: shown once the list is in.
   openAsked();
-  // The last message of each, for the list.
+  // The last message of each, for the list (again where it was the one kept offline).
   await Promise.all(
     [...state.conversations.values()]
-      .filter((c) => !c.last && c.lastSeq > 0)
+      .filter((c) => (!c.last || isRestored(c.last)) && c.lastSeq > 0)
       .slice(0, 200)
       .map(async (c) => {
         const answer = await session.ask({ history: { conversation: c.peer, limit: 1 } }).catch(() => null);
         const newest = answer?.history?.messages?.[0];
-        if (newest && !c.last) {
+        if (newest && (!c.last || isRestored(c.last))) {
           c.last = newest;
           c.lastActivity = Math.max(c.lastActivity, num(newest.timeMs));
           wantProfile(newest.from);
@@ -83,6 +84,7 @@ export function loadOlder(c) {
     .ask({ history })
     .then((answer) => {
       const page = answer.history ?? {};
+      if (!c.loaded) forgetRestored(c);
       for (const message of page.messages ?? []) addMessage(c, message);
       for (const mark of page.receipts ?? []) {
         if (mark.user === session.user) continue;
@@ -122,6 +124,7 @@ export async function loadMembers(c) {
       (members.members ?? []).map((m) => [m.user, { role: m.role ?? "GROUP_ROLE_MEMBER", joinedSeq: num(m.joinedSeq) }]),
     );
     c.title = members.title ?? "";
+    c.membersFresh = true;
     for (const user of c.members.keys()) wantProfile(user);
     c.left = !c.members.has(session.user);
   } catch (error) {
@@ -184,6 +187,23 @@ export function searchMessages(request) {
 
 export function setNotify(peer, level) {
   return session.ask({ setNotify: { conversation: peer, level } });
+}
+
+// The account: its password, its devices (each logged out by id), and the account itself (given its password).
+export function changePassword(oldPassword, newPassword, keepDevices) {
+  return session.ask({ changePassword: { oldPassword, newPassword, keepDevices } });
+}
+
+export function listDevices() {
+  return session.ask({ devices: {} });
+}
+
+export function revokeDevice(id) {
+  return session.ask({ revokeDevice: { id } });
+}
+
+export function deleteAccount(password) {
+  return session.ask({ deleteAccount: { password } });
 }
 
 // Sent without waiting: a message from the outbox (each of its answers to `onAnswer`), the events applied, typing.

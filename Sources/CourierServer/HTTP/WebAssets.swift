@@ -21,13 +21,56 @@ enum WebAssets {
   --quiet: #5d6673;
   --danger: #a4161a;
   --mention: #fff1b8;
+  --mine-line: #b8d3f0;
+  --tint: rgb(0 0 0 / 5%);
   --focus: #f5a700;
+  color-scheme: light;
   font-family: system-ui, -apple-system, "Segoe UI", "Noto Sans", "Noto Sans CJK SC", "PingFang SC", "Microsoft YaHei",
     sans-serif;
   font-size: 16px;
   line-height: 1.4;
   color: var(--ink);
   background: var(--paper-soft);
+}
+
+/* Dark: the system's (prefers-color-scheme) unless light was chosen in the settings, or chosen there (theme.js sets
+   data-theme). The same palette twice: CSS cannot join a media query and a selector in one rule. */
+@media (prefers-color-scheme: dark) {
+  :root:not([data-theme="light"]) {
+    --ink: #e6e9ee;
+    --ink-soft: #a9b3bf;
+    --paper: #1a1f26;
+    --paper-soft: #11151a;
+    --line: #3a434e;
+    --accent: #7ab8ff;
+    --accent-ink: #0a1a2e;
+    --mine: #1e3a5a;
+    --theirs: #232a33;
+    --badge: #2f6fb8;
+    --danger: #ff8f87;
+    --mention: #5e4a00;
+    --mine-line: #2f5683;
+    --tint: rgb(255 255 255 / 6%);
+    color-scheme: dark;
+  }
+}
+
+:root[data-theme="dark"] {
+  --ink: #e6e9ee;
+  --ink-soft: #a9b3bf;
+  --paper: #1a1f26;
+  --paper-soft: #11151a;
+  --line: #3a434e;
+  --accent: #7ab8ff;
+  --accent-ink: #0a1a2e;
+  --mine: #1e3a5a;
+  --theirs: #232a33;
+  --badge: #2f6fb8;
+  --danger: #ff8f87;
+  --mention: #5e4a00;
+  --mine-line: #2f5683;
+  --tint: rgb(255 255 255 / 6%);
+  color-scheme: dark;
 }
 
 * {
@@ -214,6 +257,26 @@ body[data-connection="offline"] .connection,
 body[data-connection="connecting"] .connection {
   color: var(--danger);
   font-weight: 600;
+}
+
+/* Over the open conversation while the server cannot be reached (offline.js). */
+.offline-note {
+  margin: 0;
+  padding: 0.4rem 0.75rem;
+  font-size: 0.875rem;
+  color: var(--ink);
+  background: var(--mention);
+  border-bottom: 1px solid var(--line);
+}
+
+.offline-note button.link {
+  padding: 0;
+  font-size: inherit;
+  color: inherit;
+}
+
+.chat-bar[hidden] ~ .offline-note {
+  display: none;
 }
 
 .search {
@@ -476,7 +539,7 @@ mark {
 
 .mine .bubble {
   background: var(--mine);
-  border-color: #b8d3f0;
+  border-color: var(--mine-line);
 }
 
 .pending .bubble {
@@ -518,7 +581,7 @@ mark {
   border: none;
   border-inline-start: 3px solid var(--accent);
   border-radius: 4px;
-  background: rgb(0 0 0 / 5%);
+  background: var(--tint);
   font-size: 0.85rem;
   color: var(--ink-soft);
   padding: 0.2rem 0.5rem;
@@ -723,6 +786,7 @@ mark {
   width: min(30rem, calc(100vw - 2rem));
   max-height: calc(100dvh - 2rem);
   color: var(--ink);
+  background: var(--paper);
 }
 
 .dialog::backdrop {
@@ -845,6 +909,106 @@ mark {
   margin-bottom: 1rem;
 }
 
+/* The account's settings: the theme's choices in a row, the devices, the parts that open on a click. */
+.choices {
+  display: flex;
+  flex-wrap: wrap;
+  gap: 0 1rem;
+}
+
+details.settings {
+  margin-bottom: 1rem;
+}
+
+details.settings summary {
+  cursor: pointer;
+  font-weight: 600;
+  padding: 0.25rem 0;
+}
+
+details.settings[open] summary {
+  margin-bottom: 0.5rem;
+}
+
+.devices {
+  list-style: none;
+  margin: 0;
+  padding: 0;
+}
+
+.devices li {
+  display: flex;
+  align-items: center;
+  gap: 0.5rem;
+  padding: 0.3rem 0;
+  border-bottom: 1px solid var(--line);
+}
+
+.device {
+  flex: 1;
+  min-width: 0;
+  display: flex;
+  flex-direction: column;
+}
+
+.device-when {
+  font-size: 0.85rem;
+  color: var(--ink-soft);
+}
+
+.devices li.current .device-when {
+  color: var(--ink);
+  font-weight: 600;
+}
+
+/* Members to mention, over the messages just above the composer. */
+.composer {
+  position: relative;
+}
+
+.mention-list {
+  position: absolute;
+  bottom: 100%;
+  inset-inline-start: 0.75rem;
+  z-index: 5;
+  width: min(22rem, calc(100% - 1.5rem));
+  max-height: 16rem;
+  overflow-y: auto;
+  list-style: none;
+  margin: 0 0 0.25rem;
+  padding: 0.25rem;
+  background: var(--paper);
+  border: 1px solid var(--line);
+  border-radius: 10px;
+  box-shadow: 0 6px 24px rgb(0 0 0 / 18%);
+}
+
+.mention-list li {
+  display: flex;
+  align-items: center;
+  gap: 0.5rem;
+  padding: 0.3rem 0.5rem;
+  border-radius: 6px;
+  cursor: pointer;
+}
+
+.mention-list li[aria-selected="true"] {
+  background: var(--mine);
+}
+
+.mention-name {
+  font-weight: 600;
+  overflow: hidden;
+  text-overflow: ellipsis;
+  white-space: nowrap;
+}
+
+.mention-handle {
+  font-size: 0.85rem;
+  color: var(--ink-soft);
+  white-space: nowrap;
+}
+
 .dialog-buttons {
   display: flex;
   justify-content: flex-end;
@@ -941,7 +1105,8 @@ mark {
 // is session.js's, uploads upload.js's, and text helpers text.js's. The page's state and the outbox are state.js's,
 // what the server says events.js's, every request to it requests.js's; the conversation list is list.js's, the
 // message pane messages.js's, media media.js's, the composer composer.js's, dialogs dialogs.js's, search
-// search.js's, logging in login.js's, and the redraw render.js's.
+// search.js's, logging in login.js's, and the redraw render.js's. The composer's drafts are drafts.js's, its @mention
+// list mention.js's; the account's settings settings.js's, light or dark theme.js's, the tab's unread icon favicon.js's.
 
 import { relativeTime } from "./text.js";
 import { registerWorker, onNotificationClick } from "./push.js";
@@ -954,17 +1119,22 @@ import { setUpMessages } from "./messages.js";
 import { setUpComposer } from "./composer.js";
 import { groupDialog, newChatDialog, profileDialog } from "./dialogs.js";
 import { search } from "./search.js";
+import { setUpTheme } from "./theme.js";
 import { renderConnection, setSignUp, setUpConnection, showLogin, signingUp, started, submitLogin } from "./login.js";
+import { restore, setUpOffline } from "./offline.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // Start
 
 function start() {
+  setUpTheme();
   // The conversation a notification's click asked for (`/#open=u:alice`), opened once the list is loaded.
   const key = new URLSearchParams(location.hash.slice(1)).get("open") ?? "";
   if (key) history.replaceState(null, "", location.pathname);
   openWhenListed(/^[ug]:./.test(key) ? key : "");
   watchOutbox();
+  // Before setUpConnection: its welcome asks for the profiles the offline copy's welcome wants again.
+  setUpOffline();
   setUpConnection();
   setUpEvents();
   registerWorker();
@@ -1036,6 +1206,8 @@ function start() {
   }, 1000);
   if (session.hasToken) {
     started();
+    // What the page showed last, from the browser, while it connects (at once when the server cannot be reached).
+    restore();
     session.open(null);
   } else {
     setSignUp(false);
@@ -1053,12 +1225,18 @@ import { $, conversation, num, queue, session, state } from "./state.js";
 import { editMessage, sayTyping } from "./requests.js";
 import { render, showError, toast } from "./render.js";
 import { sendFile } from "./media.js";
+import { clearDraft, loadDraft, saveDraft } from "./drafts.js";
+import { closeMentions, mentionKey, setUpMentions, updateMentions } from "./mention.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // The composer
 
-export const drafts = new Map();
-export const loadDraft = (key) => drafts.get(key) ?? "";
+// The draft of the conversation opened, as it was left (drafts.js keeps it).
+export function showDraft(key) {
+  closeMentions();
+  $("draft").value = loadDraft(key);
+  autosize();
+}
 
 // Typing notices: "typing" at most every 3 s while the draft changes, "stopped" 4 s after the last change, on a send,
 // or when the draft loses focus; each to the conversation the typing was in.
@@ -1105,7 +1283,8 @@ function submitDraft() {
   if (state.editing) {
     const message = state.editing;
     state.editing = null;
-    draft.value = "";
+    // The draft the edit took the place of comes back.
+    draft.value = loadDraft(c.key);
     editMessage(c, message, text)
       .then(() => {
         message.body = message.body?.media ? { media: { ...message.body.media, caption: text } } : { text };
@@ -1129,7 +1308,7 @@ function submitDraft() {
   queue(c.key, { text }, state.replyTo);
   state.replyTo = null;
   draft.value = "";
-  drafts.delete(c.key);
+  clearDraft(c.key);
   typing(false);
   autosize();
 }
@@ -1158,8 +1337,11 @@ export function setUpComposer() {
       delete draft.dataset.composing;
     });
   });
+  setUpMentions();
   draft.addEventListener("keydown", (event) => {
     if (event.isComposing || composing || event.keyCode === 229) return;
+    // An open list of members to mention takes the arrows, Enter, Tab and Escape.
+    if (mentionKey(event)) return;
     if (event.key === "Escape" && (state.replyTo || state.editing)) {
       event.stopPropagation();
       cancelContext();
@@ -1171,8 +1353,10 @@ export function setUpComposer() {
   });
   draft.addEventListener("input", () => {
     autosize();
-    if (state.open) drafts.set(state.open, draft.value);
+    // What an edit puts in the field is not the draft.
+    if (state.open && !state.editing) saveDraft(state.open, draft.value);
     if (!state.editing) typing(draft.value.length > 0);
+    updateMentions();
   });
   draft.addEventListener("blur", () => typing(false));
   $("composer").addEventListener("submit", (event) => {
@@ -1201,7 +1385,7 @@ export function setUpComposer() {
 }
 
 function cancelContext() {
-  if (state.editing) $("draft").value = "";
+  if (state.editing) $("draft").value = loadDraft(state.open);
   state.replyTo = null;
   state.editing = null;
   render();
@@ -1209,11 +1393,13 @@ function cancelContext() {
 
 """#),
         ("dialogs.js", #"""
-// Dialogs: a new chat or group, a group's members and settings, the user's profile and notifications.
+// Dialogs: a new chat or group, a group's members and settings, the user's profile and notifications (the account's
+// and the browser's own settings are settings.js's).
 
 import { Upload, imageSize, thumbnail } from "./upload.js";
 import { h } from "./text.js";
 import { pushSupported, pushEnabled, enablePush, disablePush } from "./push.js";
+import { appearanceSettings, deleteSettings, deviceSettings, logOut, passwordSettings } from "./settings.js";
 import { $, conversation, displayName, fill, session, state, titleOf, wantProfile } from "./state.js";
 import { findUser, leaveGroups, loadMembers, manageGroup, setProfile } from "./requests.js";
 import { avatar, render, showError, toast } from "./render.js";
@@ -1464,15 +1650,12 @@ export function profileDialog() {
       : null,
     status,
     notificationSettings(),
+    appearanceSettings(),
+    deviceSettings(),
+    passwordSettings(),
+    deleteSettings(),
     h("button", { type: "button", class: "danger", "data-action": "logout", onclick: logOut }, "Log out"),
   );
-}
-
-async function logOut() {
-  $("dialog").close();
-  // This browser's notifications stop with the device (the server drops its subscriptions too).
-  await disablePush(session.token).catch(() => {});
-  await session.logOut().catch(() => {});
 }
 
 // Notifications while the page is closed: asked for on a click, never on load; and whether they show who wrote what.
@@ -1520,6 +1703,51 @@ function notificationSettings() {
     h("label", { class: "check" }, previews, " Show who wrote and what"),
     note,
   );
+}
+
+"""#),
+        ("drafts.js", #"""
+// The composer's unsent text, per conversation, kept in the browser (each user's apart): it outlives a switch of
+// conversation and a reload, and goes when it is sent. Each change reads the stored drafts afresh, so tabs of one
+// browser each change only their own conversation's.
+
+import { session } from "./state.js";
+
+const draftsKey = () => `courier.drafts.${session.user}`;
+
+function stored() {
+  try {
+    const drafts = JSON.parse(localStorage.getItem(draftsKey()) || "{}");
+    return drafts && typeof drafts === "object" && !Array.isArray(drafts) ? drafts : {};
+  } catch {
+    return {};
+  }
+}
+
+export function loadDraft(key) {
+  const text = session.user ? stored()[key] : "";
+  return typeof text === "string" ? text : "";
+}
+
+export function saveDraft(key, text) {
+  if (!session.user || !key) return;
+  const drafts = stored();
+  if ((drafts[key] ?? "") === text) return;
+  if (text.trim()) drafts[key] = text;
+  else delete drafts[key];
+  try {
+    if (Object.keys(drafts).length > 0) localStorage.setItem(draftsKey(), JSON.stringify(drafts));
+    else localStorage.removeItem(draftsKey());
+  } catch {
+    // Storage full: the draft stays in the field for this visit.
+  }
+}
+
+export const clearDraft = (key) => saveDraft(key, "");
+
+// A logout from this browser (or the account deleted) leaves no words behind on it.
+export function forgetDrafts() {
+  if (session.user) localStorage.removeItem(draftsKey());
 }
 
 """#),
@@ -1643,6 +1871,8 @@ function applyEvent(event) {
     addNotice(c, num(notice.seq), { user: notice.user, kind: joined ? "joined" : "left" });
     if (joined) c.members.set(notice.user, { role: "GROUP_ROLE_MEMBER", joinedSeq: num(notice.seq) });
     else c.members.delete(notice.user);
+    // The mention list asks for the members again before it shows them.
+    c.membersFresh = false;
     if (notice.user === session.user && !joined) c.left = true;
     if (notice.user === session.user && joined) c.left = false;
     c.lastActivity = Math.max(c.lastActivity, Date.now());
@@ -1654,6 +1884,7 @@ function applyEvent(event) {
     const member = c.members.get(event.role.user) ?? { joinedSeq: 0 };
     member.role = event.role.role ?? "GROUP_ROLE_MEMBER";
     c.members.set(event.role.user, member);
+    c.membersFresh = false;
   } else if (event.title) {
     const c = conversation(`g:${event.title.group}`);
     c.title = event.title.title ?? "";
@@ -1691,6 +1922,70 @@ export function setUpEvents() {
 }
 
 """#),
+        ("favicon.js", #"""
+// The tab's icon: Courier's, with the unread count in a badge while there is one, drawn on a canvas from the icon
+// itself and set as a data: URL (the page's policy takes pictures from data:); the plain icon again at 0.
+
+let plain = null; // the icon's own address and type, as index.html names them
+let plainType = null;
+let image = null;
+let wanted = 0;
+
+function iconImage() {
+  image ??= new Promise((resolve, reject) => {
+    const icon = new Image();
+    icon.onload = () => resolve(icon);
+    icon.onerror = reject;
+    icon.src = plain;
+  });
+  return image;
+}
+
+export async function showUnread(count) {
+  const link = document.querySelector('link[rel~="icon"]');
+  if (!link || count === wanted) return;
+  wanted = count;
+  plain ??= link.getAttribute("href");
+  plainType ??= link.getAttribute("type") ?? "";
+  if (count <= 0) {
+    link.setAttribute("href", plain);
+    link.setAttribute("type", plainType);
+    delete link.dataset.unread;
+    return;
+  }
+  let url;
+  try {
+    url = badged(await iconImage(), count > 99 ? "99+" : String(count));
+  } catch {
+    return; // no icon to draw on: the title still counts
+  }
+  if (wanted !== count) return; // another count came meanwhile
+  link.setAttribute("href", url);
+  link.setAttribute("type", "image/png");
+  link.dataset.unread = String(count);
+}
+
+function badged(icon, text) {
+  const size = 64;
+  const canvas = document.createElement("canvas");
+  canvas.width = canvas.height = size;
+  const g = canvas.getContext("2d");
+  g.drawImage(icon, 0, 0, size, size);
+  g.font = `700 ${text.length > 2 ? 24 : 34}px system-ui, sans-serif`;
+  const height = 40;
+  const width = Math.min(size, Math.max(height, g.measureText(text).width + 14));
+  g.fillStyle = "#c62828";
+  g.beginPath();
+  g.roundRect(size - width, 0, width, height, height / 2);
+  g.fill();
+  g.fillStyle = "#ffffff";
+  g.textAlign = "center";
+  g.textBaseline = "middle";
+  g.fillText(text, size - width / 2, height / 2 + 2);
+  return canvas.toDataURL("image/png");
+}
+
+"""#),
         ("icon.svg", #"""
 <svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 64 64"><rect width="64" height="64" rx="14" fill="#0b5cad"/><path d="M14 18h36a4 4 0 0 1 4 4v18a4 4 0 0 1-4 4H30l-10 8v-8h-6a4 4 0 0 1-4-4V22a4 4 0 0 1 4-4z" fill="#fff"/><path d="M20 27h24M20 34h16" stroke="#0b5cad" stroke-width="3" stroke-linecap="round"/></svg>
 
@@ -1701,10 +1996,12 @@ export function setUpEvents() {
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="color-scheme" content="light">
+<meta name="color-scheme" content="light dark">
 <meta name="referrer" content="no-referrer">
 <title>Courier</title>
 <link rel="icon" href="/web/icon.svg" type="image/svg+xml">
+<link rel="manifest" href="/web/manifest.webmanifest">
+<meta name="theme-color" content="#0b5cad">
 <link rel="stylesheet" href="/web/app.css">
 <script type="module" src="/web/app.js"></script>
 </head>
@@ -1766,6 +2063,8 @@ export function setUpEvents() {
       </label>
       <button id="manage" type="button" class="icon" aria-label="Group members and settings" title="Group" hidden>⚙</button>
     </header>
+    <p id="offline-note" class="offline-note" role="status" hidden>Offline: this is what the browser kept. What you
+      write is sent when the server is back. <button type="button" class="link">Retry now</button></p>
     <div id="messages" class="messages" role="log" aria-label="Messages" tabindex="0" hidden></div>
     <div id="uploads" class="uploads" aria-live="polite"></div>
     <form id="composer" class="composer" hidden>
@@ -1797,7 +2096,7 @@ import { h, relativeTime, fullTime } from "./text.js";
 import { $, botBadge, conversation, displayName, isBot, num, session, state, titleOf } from "./state.js";
 import { loadMembers, loadOlder, markRead } from "./requests.js";
 import { avatar, drawNow, preview, render, showError, toast } from "./render.js";
-import { loadDraft } from "./composer.js";
+import { showDraft } from "./composer.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // Opening a conversation, and jumping to a message in it
@@ -1809,7 +2108,7 @@ export async function openConversation(key, { focus = true } = {}) {
   if (changed) {
     state.replyTo = null;
     state.editing = null;
-    $("draft").value = loadDraft(key);
+    showDraft(key);
   }
   document.body.classList.add("chat-open");
   render({ toBottom: true });
@@ -1955,7 +2254,7 @@ import {
 import { fetchProfiles, loadConversations, markRead } from "./requests.js";
 import { avatar, render, showError } from "./render.js";
 import { dropBlobs, uploads } from "./media.js";
-import { drafts } from "./composer.js";
+import { forgetDrafts } from "./drafts.js";
 import { search } from "./search.js";
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -2003,6 +2302,7 @@ export function showLogin(reason = "") {
     "token-expired": "Your session expired: log in again.",
     "auth-failed": "Log in again.",
     "logged-out": "",
+    "account-deleted": "Your account was deleted.",
   };
   $("login-error").textContent = reasons[reason] ?? "";
   $("login-user").focus();
@@ -2113,7 +2413,8 @@ export function setUpConnection() {
       state.outbox = [];
       state.replyTo = state.editing = null;
       acknowledgedIds.clear();
-      drafts.clear();
+      // Logged out here, or the account deleted: its drafts go too. Logged out from elsewhere, they wait for the user.
+      if (["logged-out", "account-deleted"].includes(event.detail.reason)) forgetDrafts();
       $("draft").value = "";
       dropBlobs();
       $("search").value = "";
@@ -2143,6 +2444,21 @@ export function setUpConnection() {
         if (error.code !== "disconnected") showError(error);
       });
   });
+}
+
+"""#),
+        ("manifest.webmanifest", #"""
+{
+  "id": "/",
+  "name": "Courier",
+  "short_name": "Courier",
+  "description": "Courier's web chat",
+  "start_url": "/",
+  "scope": "/",
+  "display": "standalone",
+  "theme_color": "#0b5cad",
+  "background_color": "#f2f4f7",
+  "icons": [{ "src": "/web/icon.svg", "sizes": "any", "type": "image/svg+xml", "purpose": "any" }]
 }
 
 """#),
@@ -2320,6 +2636,166 @@ export function sendFile(file) {
       if (error.message === "cancelled") setTimeout(() => row.remove(), 1500);
     },
   );
+}
+
+"""#),
+        ("mention.js", #"""
+// @mentions in a group's composer: `@` and the start of a member's name (its user name, or its display name in any
+// script: 张伟, 田中, ليلى, 🐱) offer the members it fits; the arrow keys and Enter or Tab, or a click, put `@name ` in
+// the draft (the user name: what the server reads as a mention), Escape closes. Keys an input method is composing
+// with are never taken. The members are the group's (GroupMembers), asked for again after a membership change.
+
+import { h } from "./text.js";
+import { $, conversation, displayName, fill, session, state } from "./state.js";
+import { loadMembers } from "./requests.js";
+import { avatar } from "./render.js";
+
+const maxShown = 8;
+let open = null; // {found, active, start}: the list shown, and where its `@` is in the draft
+let dismissed = -1; // the `@` whose list Escape closed: not offered again until another is typed
+
+// The mention being typed: an `@` (at the start, or after a character no name holds, as the server reads mentions)
+// and what follows it up to the caret, without a space.
+function typedMention(draft) {
+  const caret = draft.selectionStart;
+  if (caret !== draft.selectionEnd) return null;
+  const match = /(?:^|[^A-Za-z0-9_.\-@＠])[@＠]([^\s@＠]{0,32})$/u.exec(draft.value.slice(0, caret));
+  return match ? { start: caret - match[1].length - 1, prefix: match[1] } : null;
+}
+
+const fold = (text) => text.normalize("NFKC").toLocaleLowerCase();
+const mayMentionAll = (c) => ["GROUP_ROLE_OWNER", "GROUP_ROLE_ADMIN"].includes(c.members.get(session.user)?.role);
+
+// The members whose user name, display name, or a word of it, starts with the prefix; `@all` for the owner and
+// admins, last (a quick Enter after `@` never mentions everyone).
+function candidates(c, prefix) {
+  const wanted = fold(prefix);
+  const found = [];
+  for (const user of c.members.keys()) {
+    if (user === session.user) continue;
+    const name = fold(displayName(user));
+    if ([fold(user), name, ...name.split(/\s+/)].some((word) => word.startsWith(wanted))) found.push(user);
+  }
+  const shown = found.slice(0, maxShown - 1);
+  if (mayMentionAll(c) && "all".startsWith(wanted)) shown.push("all");
+  return shown;
+}
+
+// Asks for the members again when a membership event said they changed (once at a time).
+function refresh(c) {
+  if (c.membersFresh || c.membersAsking) return;
+  c.membersAsking = loadMembers(c).finally(() => {
+    c.membersAsking = null;
+    c.membersFresh = true;
+    if (state.open === c.key) updateMentions();
+  });
+}
+
+// After each change of the draft: shows, changes or closes the list.
+export function updateMentions() {
+  const draft = $("draft");
+  const c = state.open && conversation(state.open);
+  const typed = c?.isGroup && !c.left && !state.editing ? typedMention(draft) : null;
+  if (!typed || typed.start === dismissed) {
+    if (!typed) dismissed = -1;
+    closeMentions();
+    return;
+  }
+  refresh(c);
+  const found = candidates(c, typed.prefix);
+  if (found.length === 0) {
+    closeMentions();
+    return;
+  }
+  const same = open && open.start === typed.start && open.found.join() === found.join();
+  open = { found, active: same ? open.active : 0, start: typed.start };
+  draw();
+}
+
+function draw() {
+  const draft = $("draft");
+  let list = $("mentions");
+  if (!list) {
+    // A press anywhere in the list leaves the focus in the draft (its blur would close the list).
+    list = h("ul", {
+      id: "mentions",
+      class: "mention-list",
+      role: "listbox",
+      "aria-label": "Members to mention",
+      onmousedown: (event) => event.preventDefault(),
+    });
+    $("composer").append(list);
+  }
+  fill(
+    list,
+    open.found.map((user, index) =>
+      h(
+        "li",
+        {
+          id: `mention-${index}`,
+          role: "option",
+          "aria-selected": String(index === open.active),
+          "data-user": user,
+          onclick: () => pick(index),
+        },
+        user === "all" ? avatar(null, "@", "small") : avatar(user, displayName(user), "small"),
+        h("bdi", { class: "mention-name", text: user === "all" ? "Everyone" : displayName(user) }),
+        h("span", { class: "mention-handle", text: `@${user}` }),
+      ),
+    ),
+  );
+  list.hidden = false;
+  draft.setAttribute("aria-activedescendant", `mention-${open.active}`);
+  list.children[open.active]?.scrollIntoView({ block: "nearest" });
+}
+
+export function closeMentions() {
+  open = null;
+  const list = $("mentions");
+  if (list) list.hidden = true;
+  $("draft").removeAttribute("aria-activedescendant");
+}
+
+// Puts `@name ` in place of what was typed after the `@`, and the caret after it.
+function pick(index) {
+  const draft = $("draft");
+  const user = open?.found[index];
+  const typed = typedMention(draft);
+  closeMentions();
+  if (!user || !typed) return;
+  draft.setRangeText(`@${user} `, typed.start, draft.selectionStart, "end");
+  draft.focus();
+  draft.dispatchEvent(new Event("input")); // kept as the draft, typing said
+}
+
+// A key in the draft while the list is open: true when the list took it (the composer then does nothing with it).
+export function mentionKey(event) {
+  if (!open || event.isComposing || event.keyCode === 229 || event.altKey || event.ctrlKey || event.metaKey) return false;
+  const count = open.found.length;
+  if (event.key === "ArrowDown" || event.key === "ArrowUp") {
+    open.active = (open.active + (event.key === "ArrowDown" ? 1 : count - 1)) % count;
+    draw();
+  } else if ((event.key === "Enter" || event.key === "Tab") && !event.shiftKey) {
+    pick(open.active);
+  } else if (event.key === "Escape") {
+    dismissed = open.start;
+    closeMentions();
+  } else {
+    return false;
+  }
+  event.preventDefault();
+  return true;
+}
+
+export function setUpMentions() {
+  const draft = $("draft");
+  draft.setAttribute("aria-autocomplete", "list");
+  draft.addEventListener("blur", closeMentions);
+  // The caret moved by a click or an arrow key: into a mention, or out of one.
+  draft.addEventListener("click", updateMentions);
+  draft.addEventListener("keyup", (event) => {
+    if (["ArrowLeft", "ArrowRight", "Home", "End"].includes(event.key)) updateMentions();
+  });
 }
 
 """#),
@@ -2709,6 +3185,299 @@ export function setUpMessages() {
 }
 
 """#),
+        ("offline.js", #"""
+// The chat kept for offline: the conversations and the messages the page last showed, in IndexedDB, so that a reload
+// while the server cannot be reached shows them at once, and says it is offline. (The page's own files are the
+// service worker's, sw.js; the outbox and the group notices are state.js's, in localStorage.)
+//
+// One database a user, `courier.offline.<user>`: `conversations` (key "u:bob" → the list's fields, its members and
+// read marks, and its newest messages), `profiles` (user → display name, bot), `meta` ("open" → the conversation that
+// was open). Bounded: the `maxConversations` conversations with the latest activity, the newest `maxMessages`
+// messages of each, and the profiles they name. Never the session's token, nor anything fetched with it (pictures).
+// Deleted when the user is signed out here (logged out, the device revoked, the token expired), and at a start with
+// no one signed in: a shared computer keeps no one's messages.
+//
+// What it restores is shown until the server says better: at the first welcome the names are asked again, a
+// conversation's first page from the server replaces its restored messages (requests.js), and the list's previews are
+// fetched again.
+
+import { $, conversation, loadOutbox, num, session, state } from "./state.js";
+import { loadOlder } from "./requests.js";
+import { render } from "./render.js";
+import { openConversation } from "./list.js";
+
+const maxConversations = 100;
+const maxMessages = 50;
+const databasePrefix = "courier.offline.";
+// Written at most once in this long, after the page redrew.
+const keepDelayMs = 500;
+// A conversation's fields that are kept (besides its messages, members and marks).
+const fields = [
+  "title", "unread", "mentions", "lastSeq", "readSeq", "peerDeliveredSeq", "peerReadSeq", "notify", "last",
+  "lastActivity", "left",
+];
+
+// What was restored and not yet replaced by the server's answers.
+const restoredMessages = new WeakSet();
+const restoredProfiles = new WeakSet();
+export const isRestored = (message) => !!message && restoredMessages.has(message);
+
+// A conversation's restored messages, dropped when its first page comes from the server: the page is the newest, and
+// older ones load from there on, with no gap between what was kept and what the server has now.
+export function forgetRestored(c) {
+  for (const [seq, message] of c.messages) if (restoredMessages.has(message)) c.messages.delete(seq);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The database
+
+let database = null; // Promise of the open database of `databaseUser`, or of null where there is none
+let databaseUser = "";
+
+const result = (request) =>
+  new Promise((resolve, reject) => {
+    request.onsuccess = () => resolve(request.result);
+    request.onerror = () => reject(request.error);
+  });
+
+function openDatabase() {
+  const user = session.user;
+  if (!user || !session.hasToken || !window.indexedDB) return Promise.resolve(null);
+  if (database && databaseUser === user) return database;
+  databaseUser = user;
+  database = new Promise((resolve) => {
+    const request = indexedDB.open(databasePrefix + user, 1);
+    request.onupgradeneeded = () => {
+      const db = request.result;
+      db.createObjectStore("conversations", { keyPath: "key" });
+      db.createObjectStore("profiles", { keyPath: "user" });
+      db.createObjectStore("meta");
+    };
+    request.onsuccess = () => {
+      const db = request.result;
+      // Another tab deletes it (a logout there): let it go.
+      db.onversionchange = () => {
+        db.close();
+        if (databaseUser === user) {
+          database = null;
+          forgetWritten();
+        }
+      };
+      resolve(db);
+    };
+    // Storage refused (a private window, a full disk): the page works without.
+    request.onerror = () => resolve(null);
+  });
+  return database;
+}
+
+function deleteDatabase(user) {
+  const closing = databaseUser === user ? database : null;
+  if (closing) {
+    database = null;
+    databaseUser = "";
+    closing.then((db) => db?.close());
+  }
+  indexedDB.deleteDatabase(databasePrefix + user);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Restoring
+
+// Shows what the page kept (and the outbox), before the server answers. A welcome that came first wins: then the
+// page shows the server's state, and the kept one is not laid over it. Nothing is written before it has been read.
+let restoring = Promise.resolve();
+export function restore() {
+  restoring = restoreKept();
+  return restoring;
+}
+
+async function restoreKept() {
+  loadOutbox();
+  for (const entry of state.outbox) conversation(entry.key).lastActivity ||= entry.createdMs;
+  render();
+  let kept;
+  try {
+    const db = await openDatabase();
+    if (!db) return;
+    const transaction = db.transaction(["conversations", "profiles", "meta"], "readonly");
+    kept = await Promise.all([
+      result(transaction.objectStore("conversations").getAll()),
+      result(transaction.objectStore("profiles").getAll()),
+      result(transaction.objectStore("meta").get("open")),
+    ]);
+  } catch {
+    return;
+  }
+  if (session.state === "online" || session.cursor !== 0 || state.loadedList || !session.hasToken) return;
+  const [records, profiles, open] = kept;
+  for (const profile of profiles) {
+    if (state.profiles.has(profile.user)) continue;
+    state.profiles.set(profile.user, profile);
+    restoredProfiles.add(profile);
+  }
+  for (const record of records) {
+    if (typeof record?.key !== "string" || !/^[ug]:./.test(record.key)) continue;
+    const c = conversation(record.key);
+    if (c.loaded || c.messages.size > 0) continue;
+    for (const field of fields) if (record[field] !== undefined) c[field] = record[field];
+    for (const message of record.messages ?? []) {
+      restoredMessages.add(message);
+      c.messages.set(num(message.seq), message);
+    }
+    if (c.last) {
+      c.last = c.messages.get(num(c.last.seq)) ?? c.last;
+      restoredMessages.add(c.last);
+    }
+    c.members = new Map(record.members ?? []);
+    c.marks = new Map(record.marks ?? []);
+    written.set(record.key, JSON.stringify(record));
+  }
+  if (typeof open === "string" && state.conversations.has(open) && !state.open) {
+    openConversation(open, { focus: false });
+  }
+  render({ toBottom: true });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Keeping
+
+const written = new Map(); // key -> the record as last written, as JSON
+let writtenProfiles = "";
+let writtenOpen = null;
+let keepTimer = null;
+
+// After a redraw: what the page shows is written a moment later (once for a burst of redraws).
+export function keepSoon() {
+  if (keepTimer || !session.hasToken) return;
+  keepTimer = setTimeout(keep, keepDelayMs);
+}
+
+function recordOf(c) {
+  const seqs = [...c.messages.keys()].sort((a, b) => a - b).slice(-maxMessages);
+  const record = { key: c.key, messages: seqs.map((seq) => c.messages.get(seq)) };
+  for (const field of fields) record[field] = c[field];
+  record.members = [...c.members];
+  record.marks = [...c.marks];
+  return record;
+}
+
+async function keep() {
+  await restoring;
+  keepTimer = null;
+  const user = session.user;
+  const db = await openDatabase().catch(() => null);
+  // Signed out (or another user in) meanwhile: nothing is written.
+  if (!db || !session.hasToken || session.user !== user) return;
+  const pending = new Set(state.outbox.map((entry) => entry.key));
+  const conversations = [...state.conversations.values()]
+    .filter((c) => c.last || c.lastSeq > 0 || c.isGroup || c.key === state.open || pending.has(c.key))
+    .sort((a, b) => (b.key === state.open) - (a.key === state.open) || b.lastActivity - a.lastActivity)
+    .slice(0, maxConversations);
+  const names = new Set([session.user]);
+  const changed = [];
+  for (const c of conversations) {
+    const record = recordOf(c);
+    if (!c.isGroup) names.add(c.peer.user);
+    for (const message of [c.last, ...record.messages]) if (message?.from) names.add(message.from);
+    for (const member of c.members.keys()) names.add(member);
+    const json = JSON.stringify(record);
+    if (written.get(c.key) !== json) changed.push([c.key, json]);
+  }
+  const profiles = [...names]
+    .map((name) => state.profiles.get(name))
+    .filter((profile) => profile?.user)
+    .map((profile) => ({ user: profile.user, displayName: profile.displayName ?? "", bot: profile.bot === true }));
+  const profilesJSON = JSON.stringify(profiles);
+  const open = state.open ?? "";
+  const keys = new Set(conversations.map((c) => c.key));
+  const dropped = [...written.keys()].filter((key) => !keys.has(key));
+  if (changed.length === 0 && dropped.length === 0 && profilesJSON === writtenProfiles && open === writtenOpen) return;
+  try {
+    const transaction = db.transaction(["conversations", "profiles", "meta"], "readwrite");
+    const store = transaction.objectStore("conversations");
+    for (const [, json] of changed) store.put(JSON.parse(json));
+    // Those no longer among the kept (another tab's too).
+    store.getAllKeys().onsuccess = (event) => {
+      for (const key of event.target.result) if (!keys.has(key)) store.delete(key);
+    };
+    if (profilesJSON !== writtenProfiles) {
+      const profileStore = transaction.objectStore("profiles");
+      profileStore.clear();
+      for (const profile of profiles) profileStore.put(profile);
+    }
+    transaction.objectStore("meta").put(open, "open");
+    await new Promise((resolve, reject) => {
+      transaction.oncomplete = resolve;
+      transaction.onerror = transaction.onabort = () => reject(transaction.error);
+    });
+  } catch {
+    // Storage full or gone: tried again at the next redraw.
+    return;
+  }
+  for (const [key, json] of changed) written.set(key, json);
+  for (const key of dropped) written.delete(key);
+  writtenProfiles = profilesJSON;
+  writtenOpen = open;
+}
+
+function forgetWritten() {
+  written.clear();
+  writtenProfiles = "";
+  writtenOpen = null;
+}
+
+// Everything kept for `user`, or (none named: no one is signed in on this browser) for anyone: gone.
+function forget(user) {
+  clearTimeout(keepTimer);
+  keepTimer = null;
+  forgetWritten();
+  if (!window.indexedDB) return;
+  if (user) {
+    deleteDatabase(user);
+    return;
+  }
+  indexedDB
+    .databases?.()
+    .then((all) => {
+      for (const { name } of all) {
+        if (name?.startsWith(databasePrefix)) deleteDatabase(name.slice(databasePrefix.length));
+      }
+    })
+    .catch(() => {});
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The connection, as the page kept offline sees it
+
+export function setUpOffline() {
+  if (!session.hasToken) forget("");
+  // The note over the conversation: shown once the server could not be reached, until it is back.
+  const note = $("offline-note");
+  note?.querySelector("button")?.addEventListener("click", () => session.retryNow());
+  session.addEventListener("state", (event) => {
+    const now = event.detail.state;
+    if (note && now === "offline") note.hidden = false;
+    else if (note && now !== "connecting") note.hidden = true;
+    if (now === "signedOut" && session.user) forget(session.user);
+  });
+  // Registered before login.js's welcome, which asks for the wanted profiles.
+  session.addEventListener("welcome", () => {
+    for (const [user, profile] of state.profiles) if (restoredProfiles.has(profile)) state.wantedProfiles.add(user);
+    // The conversation open since before the server answered (restored, or opened offline) is loaded now.
+    const c = state.open && conversation(state.open);
+    if (c && !c.loaded) loadOlder(c).then(() => render(), () => {});
+  });
+  // Written at once when the page is left (a reload, a closed tab), not a moment later.
+  window.addEventListener("pagehide", () => {
+    if (keepTimer) {
+      clearTimeout(keepTimer);
+      keep();
+    }
+  });
+}
+
+"""#),
         ("push.js", #"""
 // Web Push in the page: the service worker (registered on every visit, so that it controls the page and takes
 // clicks on notifications), the subscription the server pushes to (made only on the user's click, never on load), and
@@ -2808,6 +3577,8 @@ import { renderList } from "./list.js";
 import { renderMessages } from "./messages.js";
 import { isDigest, picture } from "./media.js";
 import { renderMe } from "./login.js";
+import { keepSoon } from "./offline.js";
+import { showUnread } from "./favicon.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // Rendering
@@ -2835,6 +3606,8 @@ function draw() {
   if (messagesWanted) renderMessages(scrollToBottom);
   messagesWanted = false;
   scrollToBottom = false;
+  // What is shown is kept for a reload while the server cannot be reached.
+  keepSoon();
 }
 
 // Draws now, the messages with the rest.
@@ -2844,7 +3617,7 @@ export function drawNow() {
 }
 
 // The tab's title: the unread messages of the conversations that alert (not muted), then the open conversation's
-// title, as other messengers' tabs say it: "(3) 读书会 · Courier".
+// title, as other messengers' tabs say it: "(3) 读书会 · Courier"; the tab's icon shows the count too.
 function renderTitle() {
   let unread = 0;
   for (const c of state.conversations.values()) if (c.notify === "NOTIFY_LEVEL_ALL") unread += Math.max(0, c.unread);
@@ -2852,6 +3625,7 @@ function renderTitle() {
   const title = `${c ? `${titleOf(c)} · ` : ""}Courier`;
   const shown = unread > 0 ? `(${unread > 999 ? "999+" : unread}) ${title}` : title;
   if (document.title !== shown) document.title = shown;
+  showUnread(unread);
 }
 
 export function avatar(user, label = user, size = "") {
@@ -2933,6 +3707,7 @@ import { conversation, keyOf, num, session, state, wantProfile } from "./state.j
 import { addMessage } from "./events.js";
 import { render } from "./render.js";
 import { openAsked } from "./list.js";
+import { forgetRestored, isRestored } from "./offline.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // Asking the server
@@ -2982,15 +3757,15 @@ export async function loadConversations() {
   render();
   // A notification's click opened this page at a conversation: shown once the list is in.
   openAsked();
-  // The last message of each, for the list.
+  // The last message of each, for the list (again where it was the one kept offline).
   await Promise.all(
     [...state.conversations.values()]
-      .filter((c) => !c.last && c.lastSeq > 0)
+      .filter((c) => (!c.last || isRestored(c.last)) && c.lastSeq > 0)
       .slice(0, 200)
       .map(async (c) => {
         const answer = await session.ask({ history: { conversation: c.peer, limit: 1 } }).catch(() => null);
         const newest = answer?.history?.messages?.[0];
-        if (newest && !c.last) {
+        if (newest && (!c.last || isRestored(c.last))) {
           c.last = newest;
           c.lastActivity = Math.max(c.lastActivity, num(newest.timeMs));
           wantProfile(newest.from);
@@ -3012,6 +3787,7 @@ export function loadOlder(c) {
     .ask({ history })
     .then((answer) => {
       const page = answer.history ?? {};
+      if (!c.loaded) forgetRestored(c);
       for (const message of page.messages ?? []) addMessage(c, message);
       for (const mark of page.receipts ?? []) {
         if (mark.user === session.user) continue;
@@ -3051,6 +3827,7 @@ export async function loadMembers(c) {
       (members.members ?? []).map((m) => [m.user, { role: m.role ?? "GROUP_ROLE_MEMBER", joinedSeq: num(m.joinedSeq) }]),
     );
     c.title = members.title ?? "";
+    c.membersFresh = true;
     for (const user of c.members.keys()) wantProfile(user);
     c.left = !c.members.has(session.user);
   } catch (error) {
@@ -3113,6 +3890,23 @@ export function searchMessages(request) {
 
 export function setNotify(peer, level) {
   return session.ask({ setNotify: { conversation: peer, level } });
+}
+
+// The account: its password, its devices (each logged out by id), and the account itself (given its password).
+export function changePassword(oldPassword, newPassword, keepDevices) {
+  return session.ask({ changePassword: { oldPassword, newPassword, keepDevices } });
+}
+
+export function listDevices() {
+  return session.ask({ devices: {} });
+}
+
+export function revokeDevice(id) {
+  return session.ask({ revokeDevice: { id } });
+}
+
+export function deleteAccount(password) {
+  return session.ask({ deleteAccount: { password } });
 }
 
 // Sent without waiting: a message from the outbox (each of its answers to `onAnswer`), the events applied, typing.
@@ -3563,6 +4357,197 @@ export class Session extends EventTarget {
 }
 
 """#),
+        ("settings.js", #"""
+// The settings of the profile dialog that are the account's and the browser's: light or dark, the password, the
+// devices logged in (each logged out from here), deleting the account, and logging out. Refusals are said in words.
+
+import { h, fullTime, relativeTime } from "./text.js";
+import { disablePush } from "./push.js";
+import { $, fill, num, session } from "./state.js";
+import { changePassword, deleteAccount, listDevices, revokeDevice } from "./requests.js";
+import { setTheme, theme, themes } from "./theme.js";
+
+// A refusal as the user reads it; `words` for the codes that mean something of their own in one place.
+function inWords(error, words = {}) {
+  const wait = error.retryAfterMs ? `try again in ${Math.ceil(error.retryAfterMs / 1000)} s` : "try again later";
+  const known = {
+    "wrong-password": "That is not your present password.",
+    "weak-password": "Choose a password of at least 8 characters (at most 1,024 bytes).",
+    "rate-limited": `Too many tries: ${wait}.`,
+    throttled: `Too many tries: ${wait}.`,
+    disconnected: "The server cannot be reached: try again once you are online.",
+    "storage-failed": "The server could not save that: try again.",
+    ...words,
+  };
+  return known[error.code] ?? (error.code && error.message !== error.code ? error.message : "That did not work: try again.");
+}
+
+function passwordField(label, autocomplete) {
+  const id = `f-${Math.random().toString(36).slice(2)}`;
+  return [h("label", { for: id, text: label }), h("input", { id, type: "password", autocomplete })];
+}
+
+const status = () => h("p", { class: "note", role: "status" });
+
+export function appearanceSettings() {
+  const chosen = theme();
+  return h(
+    "fieldset",
+    { class: "stack settings", "data-settings": "theme" },
+    h("legend", { text: "Appearance" }),
+    h(
+      "div",
+      { class: "choices" },
+      Object.entries(themes).map(([value, label]) =>
+        h(
+          "label",
+          { class: "check" },
+          h("input", { type: "radio", name: "theme", value, checked: value === chosen, onchange: () => setTheme(value) }),
+          ` ${label}`,
+        ),
+      ),
+    ),
+  );
+}
+
+export function passwordSettings() {
+  const [oldLabel, oldInput] = passwordField("Present password", "current-password");
+  const [newLabel, newInput] = passwordField("New password (8 characters or more)", "new-password");
+  const [againLabel, againInput] = passwordField("New password again", "new-password");
+  const keep = h("input", { type: "checkbox", name: "keep-devices" });
+  const note = status();
+  const form = h(
+    "form",
+    {
+      class: "stack",
+      "data-form": "password",
+      onsubmit: async (event) => {
+        event.preventDefault();
+        if (newInput.value !== againInput.value) {
+          note.textContent = "The two new passwords differ.";
+          return;
+        }
+        if (Array.from(newInput.value).length < 8) {
+          note.textContent = "Choose a password of at least 8 characters.";
+          return;
+        }
+        note.textContent = "Changing…";
+        try {
+          await changePassword(oldInput.value, newInput.value, keep.checked);
+          form.reset();
+          note.textContent = keep.checked ? "Changed." : "Changed. Your other devices were logged out.";
+          form.closest("dialog")?.querySelector("[data-settings=devices]")?.dispatchEvent(new Event("reload"));
+        } catch (error) {
+          note.textContent = inWords(error);
+        }
+      },
+    },
+    oldLabel,
+    oldInput,
+    newLabel,
+    newInput,
+    againLabel,
+    againInput,
+    h("label", { class: "check" }, keep, " Keep my other devices logged in"),
+    h("button", { type: "submit" }, "Change the password"),
+    note,
+  );
+  return h("details", { class: "settings" }, h("summary", { text: "Change the password" }), form);
+}
+
+export function deviceSettings() {
+  const list = h("ul", { class: "devices", "aria-label": "Your devices" });
+  const note = status();
+  const load = async () => {
+    try {
+      const answer = (await listDevices()).devices ?? {};
+      fill(list, (answer.devices ?? []).map((device) => deviceItem(device, load, note)));
+      if (answer.more) note.textContent = "Older devices are left out.";
+    } catch (error) {
+      note.textContent = inWords(error);
+    }
+  };
+  load();
+  const fieldset = h("fieldset", { class: "stack settings", "data-settings": "devices" }, h("legend", { text: "Devices logged in" }), list, note);
+  fieldset.addEventListener("reload", load);
+  return fieldset;
+}
+
+function deviceItem(device, reload, note) {
+  const name = device.name || "A device";
+  const lastSeen = num(device.lastSeenMs);
+  const expires = num(device.expiresMs);
+  const when = device.current
+    ? "This device"
+    : num(device.connectedSinceMs) > 0
+      ? "Connected now"
+      : expires > 0 && expires < Date.now()
+        ? "Expired"
+        : lastSeen > 0
+          ? `Last seen ${relativeTime(lastSeen)}`
+          : "Not connected";
+  const logOutDevice = async () => {
+    if (device.current) return logOut();
+    try {
+      await revokeDevice(device.id);
+      note.textContent = `Logged out: ${name}.`;
+      reload();
+    } catch (error) {
+      note.textContent = inWords(error, { "invalid-request": "That device is logged out already." });
+      reload();
+    }
+  };
+  return h(
+    "li",
+    { "data-device": device.id, class: device.current ? "current" : false, title: `Logged in ${fullTime(num(device.createdMs))}` },
+    h("span", { class: "device" }, h("bdi", { class: "device-name", text: name }), h("span", { class: "device-when", text: when })),
+    h("button", { type: "button", class: "link", "data-action": "revoke-device", onclick: logOutDevice }, "Log out"),
+  );
+}
+
+// Deleting the account asks for its password (the protocol's confirmation), then once more in words.
+export function deleteSettings() {
+  const [label, input] = passwordField("Your password", "current-password");
+  const note = status();
+  const form = h(
+    "form",
+    {
+      class: "stack",
+      "data-form": "delete-account",
+      onsubmit: async (event) => {
+        event.preventDefault();
+        if (!input.value) {
+          note.textContent = "Type your password to delete the account.";
+          return;
+        }
+        if (!window.confirm(`Delete the account ${session.user} for good? Its name is never given again.`)) return;
+        try {
+          await deleteAccount(input.value);
+          $("dialog").close();
+          session.signedOut("account-deleted");
+          disablePush("").catch(() => {});
+        } catch (error) {
+          note.textContent = inWords(error, { "wrong-password": "That is not your password: the account stays." });
+        }
+      },
+    },
+    h("p", { class: "note", text: "Every device is logged out and you leave every group. What you wrote stays with those you wrote to." }),
+    label,
+    input,
+    h("button", { type: "submit", class: "danger" }, "Delete the account"),
+    note,
+  );
+  return h("details", { class: "settings" }, h("summary", { text: "Delete the account" }), form);
+}
+
+export async function logOut() {
+  $("dialog").close();
+  // This browser's notifications stop with the device (the server drops its subscriptions too).
+  await disablePush(session.token).catch(() => {});
+  await session.logOut().catch(() => {});
+}
+
+"""#),
         ("state.js", #"""
 // The web chat's state: the session, the conversations and profiles, the lines a group's history shows from its
 // events, and the outbox. A module's own state (the drafts, the search, the redraw) stays in that module.
@@ -3837,12 +4822,17 @@ function acknowledged(entry, ack) {
         ("sw.js", #"""
 // The web chat's service worker, controlling the whole origin (served with `Service-Worker-Allowed: /`): it shows the
 // server's Web Push messages as notifications, one per conversation (a burst replaces it), and a click on one focuses
-// the chat, or opens it, at that conversation. It caches nothing and sees no token: a push carries all it shows.
+// the chat, or opens it, at that conversation; and it keeps the page's own files, so that the chat opens when the
+// server cannot be reached (below). It sees no token: a push carries all it shows, and it keeps nothing of the user's.
 
 const keyOf = (conversation) =>
   conversation?.user ? `u:${conversation.user}` : conversation?.group ? `g:${conversation.group}` : "";
 
-self.addEventListener("install", () => self.skipWaiting());
+self.addEventListener("install", (event) => {
+  self.skipWaiting();
+  // A worker installed while the server cannot be reached works still (notifications): the files are kept later.
+  event.waitUntil(refresh().catch(() => {}));
+});
 self.addEventListener("activate", (event) => event.waitUntil(self.clients.claim()));
 
 // What a push says, as a notification: the sender's display name (and the group) and one line of text, or only "New
@@ -3898,6 +4888,117 @@ self.addEventListener("notificationclick", (event) => {
     opened.catch(() => {});
   }
 });
+
+// ---------------------------------------------------------------------------------------------------------------
+// The page offline
+//
+// The page's own files (`/` and every `/web/` file it loads) are kept in Cache Storage, one cache per version of the
+// page, named by the digest of the files' bytes. Network first: the server answers each file with its ETag and
+// `Cache-Control: no-cache`, so asking it costs a 304 when nothing changed, and a page read from it is one version
+// throughout (a cache-first worker that revalidated behind the page's back would serve a new index.html with the old
+// scripts, or the reverse, for a visit). The cache answers only when the network fails (or a proxy in front of a
+// server that is down answers 5xx). It is filled whole, never file by file as the page happens to load them: at
+// install, and after each page read from the network, every file is fetched again (304s), found by following the
+// page's links and its modules' imports from `/`; when their digest names a version not kept yet, that version's cache
+// is written completely, then made the current one, then the others are deleted. So the page offline is one version
+// too, and a new server's page replaces the old one at its first visit.
+//
+// Nothing else is ever kept or answered from here: not /media (what users uploaded, fetched with the token), /ws,
+// /api/, nor any request carrying credentials; the files are fetched for the cache without credentials.
+
+const cachePrefix = "courier-page-";
+const current = "courier-page"; // its one entry, /current, names the current version's cache
+
+const isPageFile = (url) =>
+  url.origin === self.location.origin &&
+  (url.pathname === "/" || (/^\/web\/[\w-][\w.-]*$/.test(url.pathname) && url.pathname !== "/web/sw.js"));
+
+self.addEventListener("fetch", (event) => {
+  const request = event.request;
+  const url = new URL(request.url);
+  if (request.method !== "GET" || !isPageFile(url) || request.headers.has("Authorization")) return;
+  event.respondWith(networkFirst(event, url));
+});
+
+async function networkFirst(event, url) {
+  let answer;
+  try {
+    answer = await fetch(event.request);
+  } catch (error) {
+    const kept = await keptFile(url);
+    if (kept) return kept;
+    throw error;
+  }
+  if (answer.status >= 500) return (await keptFile(url)) ?? answer;
+  if (event.request.mode === "navigate" && answer.ok) event.waitUntil(refresh().catch(() => {}));
+  return answer;
+}
+
+async function currentCache() {
+  const name = await (await caches.open(current)).match("/current");
+  return name ? name.text() : "";
+}
+
+async function keptFile(url) {
+  const name = await currentCache();
+  if (!name || !(await caches.has(name))) return null;
+  return (await (await caches.open(name)).match(url.pathname, { ignoreVary: true })) ?? null;
+}
+
+// The files a file of the page names: the page's links ("/web/app.css"), a module's imports ("./state.js"), the
+// manifest's icon. A name that is no file (a comment's) is skipped; the worker's own script is the browser's to keep.
+function namedFiles(text) {
+  const names = [];
+  for (const [, name] of text.matchAll(/["'(](?:\/web\/|\.\/)([\w-][\w.-]*\.(?:js|css|svg|webmanifest))["')]/g)) {
+    if (name !== "sw.js") names.push(`/web/${name}`);
+  }
+  return names;
+}
+
+async function fetchFile(path) {
+  const answer = await fetch(path, { credentials: "omit", cache: "no-cache", redirect: "error" });
+  if (answer.status === 404 && path !== "/") return null;
+  const cacheControl = answer.headers.get("Cache-Control") ?? "";
+  if (!answer.ok || answer.type !== "basic" || /no-store|private/i.test(cacheControl)) {
+    throw new Error(`${path}: ${answer.status}`);
+  }
+  return { path, answer, text: await answer.clone().text() };
+}
+
+async function versionOf(files) {
+  const bytes = new TextEncoder().encode(files.map((file) => `${file.path}\n${file.text}`).join("\n\u0000\n"));
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  return Array.from(digest.slice(0, 12), (byte) => byte.toString(16).padStart(2, "0")).join("");
+}
+
+// The page's files as the server has them now, kept as one version (once at a time).
+let refreshing = null;
+function refresh() {
+  refreshing ??= keepPage().finally(() => {
+    refreshing = null;
+  });
+  return refreshing;
+}
+
+async function keepPage() {
+  const files = new Map(); // path -> {path, answer, text}, or null for a name that is no file
+  let wanted = ["/"];
+  while (wanted.length > 0) {
+    for (const path of wanted) files.set(path, null);
+    const fetched = (await Promise.all(wanted.map(fetchFile))).filter(Boolean);
+    for (const file of fetched) files.set(file.path, file);
+    wanted = [...new Set(fetched.flatMap((file) => namedFiles(file.text)))].filter((path) => !files.has(path));
+  }
+  const kept = [...files.values()].filter(Boolean).sort((a, b) => (a.path < b.path ? -1 : 1));
+  const name = cachePrefix + (await versionOf(kept));
+  if ((await currentCache()) === name && (await caches.has(name))) return;
+  const cache = await caches.open(name);
+  await Promise.all(kept.map((file) => cache.put(file.path, file.answer)));
+  await (await caches.open(current)).put("/current", new Response(name));
+  for (const other of await caches.keys()) {
+    if (other.startsWith(cachePrefix) && other !== name) await caches.delete(other);
+  }
+}
 
 """#),
         ("text.js", #"""
@@ -4048,6 +5149,39 @@ export function hue(name) {
   let hash = 0;
   for (const c of name) hash = (hash * 31 + c.codePointAt(0)) >>> 0;
   return hash % 360;
+}
+
+"""#),
+        ("theme.js", #"""
+// Light or dark. By default the system's choice (prefers-color-scheme), which app.css follows by itself; or the one
+// the user made in the settings, kept in the browser and put on the root element as `data-theme`.
+
+const themeKey = "courier.theme";
+export const themes = { system: "As the system", light: "Light", dark: "Dark" };
+
+export function theme() {
+  const chosen = localStorage.getItem(themeKey);
+  return Object.hasOwn(themes, chosen ?? "") ? chosen : "system";
+}
+
+export function setTheme(chosen) {
+  if (chosen === "system") localStorage.removeItem(themeKey);
+  else localStorage.setItem(themeKey, chosen);
+  applyTheme();
+}
+
+function applyTheme() {
+  const chosen = theme();
+  if (chosen === "system") delete document.documentElement.dataset.theme;
+  else document.documentElement.dataset.theme = chosen;
+}
+
+// At the start, and whenever another tab changes it.
+export function setUpTheme() {
+  applyTheme();
+  window.addEventListener("storage", (event) => {
+    if (event.key === themeKey || event.key === null) applyTheme();
+  });
 }
 
 """#),

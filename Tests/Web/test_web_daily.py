@@ -1,0 +1,526 @@
+#!/usr/bin/env python3
+"""The web chat's everyday things in a real Chromium (issue 45): the account's settings (password, devices, deleting
+the account), dark mode, drafts kept per conversation, @mention completion in groups, and the unread count on the
+tab's icon. The same harness as test_web.py (its Server, Page and helpers), with a server of its own.
+
+  COURIER_BIN=.build/debug/courier python3 Tests/Web/test_web_daily.py
+  (COURIER_WEB_ROOT=Web to serve the page from the folder, COURIER_SCREENSHOTS to keep the screenshots somewhere)
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+
+from test_web import COURIER, CONTRAST_CHECK, PASSWORD, Page, Server, wait_until  # noqa: E402
+
+# The names members show in a group, in the scripts the completion must match.
+NAMES = {"zhangwei": "张伟", "tanaka": "田中", "neko": "🐱 Neko", "layla": "ليلى", "dana": "דנה"}
+
+# The luminance of the page's background, 0 (black) to 1 (white).
+BACKGROUND = """
+const [r, g, b] = getComputedStyle(document.documentElement).backgroundColor.match(/[\\d.]+/g).map(Number);
+return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255;
+"""
+
+
+def emulate_scheme(page, scheme):
+    """The system's light or dark, as prefers-color-scheme reports it to the page."""
+    page.driver.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                                {"features": [{"name": "prefers-color-scheme", "value": scheme}]})
+
+
+class DailyWebTests(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.folder = tempfile.mkdtemp(prefix="courier-web-daily-")
+        cls.shots = os.environ.get("COURIER_SCREENSHOTS") or os.path.join(cls.folder, "screenshots")
+        os.makedirs(cls.shots, exist_ok=True)
+        print(f"web tests: screenshots in {cls.shots}", flush=True)
+        cls.server = Server(cls.folder)
+        for user in ("alice", "bob", "carol", "dave", "erin", "frank", *NAMES):
+            cls.server.cli("user", "add", user, "--password", PASSWORD)
+        cls.server.start()
+        for user, name in NAMES.items():
+            cls.server.cli("profile", "--as", user, "--password", PASSWORD, "--display-name", name)
+        cls.alice = Page(cls.server.base)
+        cls.alice.log_in("alice")
+        cls.pages = []
+
+    @classmethod
+    def tearDownClass(cls):
+        for page in [cls.alice, *cls.pages]:
+            try:
+                page.quit()
+            except Exception:
+                pass
+        cls.server.stop()
+        if not os.environ.get("COURIER_SCREENSHOTS"):
+            shutil.rmtree(os.path.join(cls.folder, "data"), ignore_errors=True)
+
+    def setUp(self):
+        self.started = time.monotonic()
+
+    def tearDown(self):
+        print(f"({time.monotonic() - self.started:.1f} s) ", end="", flush=True)
+        result = self._outcome.result
+        if any(test is self for test, _ in result.failures + result.errors):
+            for index, page in enumerate([self.alice, *self.pages]):
+                try:
+                    page.shot(self.shots, f"failed-{self._testMethodName}-{index}")
+                    for entry in page.driver.get_log("browser"):
+                        print(f"  page {index} console: {entry['level']} {entry['message'][:400]}", flush=True)
+                except Exception as error:
+                    print(f"  page {index}: {error}", flush=True)
+
+    # Helpers
+
+    def page(self, user=None, phone=False):
+        page = Page(self.server.base, 390, 844, phone=True) if phone else Page(self.server.base)
+        self.pages.append(page)
+        if user:
+            page.log_in(user)
+        return page
+
+    def admin(self, *arguments):
+        """`courier group …` as the administrator, on the server's data folder."""
+        done = subprocess.run([COURIER, *arguments, "--data", self.server.data], capture_output=True, text=True,
+                              env=self.server.env, timeout=120)
+        self.assertEqual(done.returncode, 0, done.stderr)
+
+    def settings(self, page):
+        page.click("#me")
+        page.visible("#dialog [data-settings=devices]")
+
+    def open_details(self, page, summary):
+        details = wait_until(lambda: next((d for d in page.all("#dialog details")
+                                           if d.find_element(By.TAG_NAME, "summary").text == summary), None), summary)
+        if not details.get_attribute("open"):
+            details.find_element(By.TAG_NAME, "summary").click()
+        return details
+
+    def reload(self, page):
+        """Reloads, and waits for the page online, back at the list (a phone's one pane may reopen a conversation)."""
+        page.driver.refresh()
+        wait_until(lambda: page.js("return document.getElementById('connection-text').textContent") == "Online",
+                   "the page online")
+        if page.js("return document.body.classList.contains('chat-open') && innerWidth < 720"):
+            page.click("#back")
+
+    def show(self, page, css):
+        """Scrolls the dialog to an element, for a screenshot."""
+        page.js("arguments[0].scrollIntoView({block: 'center'})", page.find(css))
+
+    def fill(self, form, *values):
+        inputs = form.find_elements(By.CSS_SELECTOR, "input[type=password]")
+        for field, value in zip(inputs, values):
+            field.clear()
+            field.send_keys(value)
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+
+    def confirmation(self, page, containing, accept=True):
+        def alert():
+            try:
+                return page.driver.switch_to.alert
+            except NoAlertPresentException:
+                return None
+        box = wait_until(alert, "the confirmation")
+        self.assertIn(containing, box.text)
+        if accept:
+            box.accept()
+        else:
+            box.dismiss()
+
+    def draft(self, page):
+        return page.find("#draft").get_attribute("value")
+
+    def set_draft(self, page, text):
+        """Replaces the draft as a user's select-all and typing would, the caret at its end."""
+        page.js("const d = arguments[0]; d.focus(); d.value = arguments[1];"
+                "d.setSelectionRange(d.value.length, d.value.length); d.dispatchEvent(new Event('input'));",
+                page.find("#draft"), text)
+
+    def offered(self, page):
+        return page.js("const l = document.getElementById('mentions');"
+                       "return l && !l.hidden ? [...l.querySelectorAll('[role=option]')].map(o => o.dataset.user) : []")
+
+    def active_option(self, page):
+        return page.js("return document.querySelector('#mentions [aria-selected=true]')?.dataset.user ?? null")
+
+    def favicon(self, page):
+        return page.js("const l = document.querySelector('link[rel~=icon]'); return [l.getAttribute('href'), "
+                       "l.dataset.unread ?? null]")
+
+    def contrast(self, page, where):
+        self.assertEqual(page.js(CONTRAST_CHECK), [], where)
+        self.assertLessEqual(page.js("return document.documentElement.scrollWidth"),
+                             page.js("return window.innerWidth"), where)
+
+    # Drafts
+
+    def test_01_drafts_per_conversation_survive_reload(self):
+        alice = self.alice
+        for user in ("bob", "carol"):
+            self.server.cli("send", "--as", user, "--password", PASSWORD, "--to", "alice", f"hello from {user}")
+        alice.conversation("u:bob")
+        alice.type("草稿：明天见")
+        alice.type(" 🌙")
+        alice.conversation("u:carol")
+        wait_until(lambda: self.draft(alice) == "", "carol's conversation with no draft")
+        alice.type("给 carol 的话")
+        alice.conversation("u:bob")
+        wait_until(lambda: self.draft(alice) == "草稿：明天见 🌙", "bob's draft back")
+        alice.shot(self.shots, "desktop-draft")
+        # A reload keeps both, each in its conversation.
+        alice.driver.refresh()
+        alice.wait_online()
+        alice.conversation("u:carol")
+        wait_until(lambda: self.draft(alice) == "给 carol 的话", "carol's draft after a reload")
+        alice.conversation("u:bob")
+        wait_until(lambda: self.draft(alice) == "草稿：明天见 🌙", "bob's draft after a reload")
+        # Sent, it is gone: after a reload too; carol's stays.
+        alice.find("#draft").send_keys(Keys.ENTER)
+        alice.message("草稿：明天见 🌙")
+        self.assertEqual(self.draft(alice), "")
+        alice.driver.refresh()
+        alice.wait_online()
+        alice.conversation("u:bob")
+        alice.message("草稿：明天见 🌙")
+        self.assertEqual(self.draft(alice), "")
+        stored = json.loads(alice.js("return localStorage.getItem('courier.drafts.alice')"))
+        self.assertEqual(stored, {"u:carol": "给 carol 的话"})
+        # Emptied by hand, it is forgotten as well.
+        alice.conversation("u:carol")
+        wait_until(lambda: self.draft(alice) == "给 carol 的话", "carol's draft")
+        self.set_draft(alice, "")
+        self.assertIsNone(alice.js("return localStorage.getItem('courier.drafts.alice')"))
+
+    # @mentions
+
+    def test_02_mention_completion_in_any_script(self):
+        alice = self.alice
+        self.admin("group", "create", "team", "--owner", "alice", "--members", "bob," + ",".join(NAMES))
+        self.admin("group", "title", "team", "团队 Team")
+        alice.conversation("g:team")
+        wait_until(lambda: alice.read("#chat-title") == "团队 Team", "the group open")
+        draft = alice.find("#draft")
+        # Chinese, by the display name's start: Enter picks (and sends nothing).
+        draft.send_keys("@张")
+        wait_until(lambda: self.offered(alice) == ["zhangwei"], "张伟 offered")
+        alice.shot(self.shots, "desktop-mention")
+        self.assertIn("张伟", alice.read("#mentions"))
+        draft.send_keys(Keys.ENTER)
+        wait_until(lambda: self.draft(alice) == "@zhangwei ", "the mention put in")
+        self.assertEqual(self.offered(alice), [])
+        self.assertEqual(alice.texts(), [], "nothing sent by the Enter that picked")
+        # Japanese after text, Tab picks.
+        draft.send_keys("和 @田")
+        wait_until(lambda: self.offered(alice) == ["tanaka"], "田中 offered")
+        draft.send_keys(Keys.TAB)
+        wait_until(lambda: self.draft(alice) == "@zhangwei 和 @tanaka ", "the second mention put in")
+        # Enter with the list closed sends; the names are mentions in the message.
+        draft.send_keys("你们好" + Keys.ENTER)
+        message = alice.message("@zhangwei 和 @tanaka 你们好")
+        self.assertEqual([m.text for m in message.find_elements(By.CSS_SELECTOR, ".mention")],
+                         ["@zhangwei", "@tanaka"])
+        # An emoji (typed as an input method or the emoji picker puts it in), then a click.
+        self.set_draft(alice, "@🐱")
+        wait_until(lambda: self.offered(alice) == ["neko"], "🐱 Neko offered")
+        alice.find('#mentions [data-user="neko"]').click()
+        wait_until(lambda: self.draft(alice) == "@neko ", "the click's mention")
+        self.assertEqual(alice.js("return document.activeElement.id"), "draft", "the focus stays in the draft")
+        # Right to left: Arabic and Hebrew names.
+        self.set_draft(alice, "")
+        draft.send_keys("@لي")
+        wait_until(lambda: self.offered(alice) == ["layla"], "ليلى offered")
+        draft.send_keys(Keys.ENTER)
+        wait_until(lambda: self.draft(alice) == "@layla ", "layla's mention")
+        draft.send_keys("@ד")
+        wait_until(lambda: self.offered(alice) == ["dana"], "דנה offered")
+        draft.send_keys(Keys.TAB)
+        wait_until(lambda: self.draft(alice) == "@layla @dana ", "dana's mention")
+        # `@` alone offers everyone else, `@all` last (alice owns the group); the arrows choose, wrapping around.
+        self.set_draft(alice, "@")
+        wait_until(lambda: self.offered(alice) and self.offered(alice)[-1] == "all", "the members and @all")
+        offered = self.offered(alice)
+        self.assertNotIn("alice", offered)
+        self.assertEqual(self.active_option(alice), offered[0])
+        draft.send_keys(Keys.ARROW_DOWN)
+        wait_until(lambda: self.active_option(alice) == offered[1], "the second chosen")
+        draft.send_keys(Keys.ARROW_UP, Keys.ARROW_UP)
+        wait_until(lambda: self.active_option(alice) == offered[-1], "round to the last")
+        draft.send_keys(Keys.ENTER)
+        wait_until(lambda: self.draft(alice) == "@all ", "@all put in")
+        # A user name's start works too, and Escape closes the list without leaving the conversation.
+        self.set_draft(alice, "hi @bo")
+        wait_until(lambda: self.offered(alice) == ["bob"], "bob offered")
+        draft.send_keys(Keys.ESCAPE)
+        wait_until(lambda: self.offered(alice) == [], "the list closed")
+        self.assertTrue(alice.find("#chat-bar").is_displayed(), "the conversation still open")
+        self.assertEqual(self.draft(alice), "hi @bo")
+        draft.send_keys(Keys.ENTER)
+        alice.message("hi @bo")
+        # An input method's Enter or Tab never picks (nor sends).
+        self.set_draft(alice, "@田")
+        wait_until(lambda: self.offered(alice) == ["tanaka"], "田中 offered again")
+        for init in ("{key: 'Enter', isComposing: true, bubbles: true, cancelable: true}",
+                     "{key: 'Enter', keyCode: 229, bubbles: true, cancelable: true}",
+                     "{key: 'Tab', isComposing: true, bubbles: true, cancelable: true}"):
+            alice.js(f"arguments[0].dispatchEvent(new KeyboardEvent('keydown', {init}))", draft)
+            self.assertEqual(self.draft(alice), "@田", init)
+            self.assertEqual(self.offered(alice), ["tanaka"], init)
+        alice.js("arguments[0].dispatchEvent(new CompositionEvent('compositionstart', {data: ''}))", draft)
+        draft.send_keys(Keys.ENTER)
+        self.assertEqual(self.draft(alice).strip(), "@田", "not picked while composing")
+        alice.js("arguments[0].dispatchEvent(new CompositionEvent('compositionend', {data: ''}))", draft)
+        wait_until(lambda: draft.get_attribute("data-composing") is None, "the composition over")
+        self.set_draft(alice, "")
+        # Someone who joins is offered at once (the members asked for again after the membership event).
+        self.admin("group", "add", "team", "carol")
+        wait_until(lambda: any("carol joined" in n.text for n in alice.all("#messages .notice")), "carol joined")
+        self.set_draft(alice, "@car")
+        wait_until(lambda: self.offered(alice) == ["carol"], "carol offered")
+        self.set_draft(alice, "")
+        # No list in a direct conversation.
+        alice.conversation("u:bob")
+        self.set_draft(alice, "@b")
+        self.assertEqual(self.offered(alice), [])
+        self.set_draft(alice, "")
+
+    def test_03_mentions_on_a_phone_and_no_all_for_members(self):
+        bob = self.page("bob", phone=True)
+        bob.conversation("g:team")
+        draft = bob.find("#draft")
+        draft.send_keys("@")
+        wait_until(lambda: len(self.offered(bob)) >= 5, "the members offered")
+        self.assertNotIn("all", self.offered(bob), "@all is the owner's and admins'")
+        self.assertIn("alice", self.offered(bob))
+        # The list fits the screen, above the composer.
+        box = bob.js("const r = document.getElementById('mentions').getBoundingClientRect();"
+                     "const c = document.getElementById('composer').getBoundingClientRect();"
+                     "return [r.left, r.right, r.bottom, c.top, window.innerWidth]")
+        self.assertGreaterEqual(box[0], 0)
+        self.assertLessEqual(box[1], box[4])
+        self.assertLessEqual(box[2], box[3] + 1)
+        bob.shot(self.shots, "phone-mention")
+        draft.send_keys("ليلى"[:1])
+        wait_until(lambda: self.offered(bob) == ["layla"], "layla offered on the phone")
+        draft.send_keys(Keys.ENTER)
+        wait_until(lambda: self.draft(bob) == "@layla ", "picked on the phone")
+        self.set_draft(bob, "")
+        bob.quit()
+        self.pages.remove(bob)
+
+    # The tab's icon
+
+    def test_04_unread_count_on_the_tab_icon(self):
+        alice = self.alice
+        alice.conversation("u:bob")
+        wait_until(lambda: not alice.js("return document.title").startswith("("), "nothing unread")
+        plain = self.favicon(alice)
+        self.assertEqual(plain, ["/web/icon.svg", None])
+        self.server.cli("send", "--as", "carol", "--password", PASSWORD, "--to", "alice", "一")
+        wait_until(lambda: self.favicon(alice)[1] == "1", "the icon counting 1")
+        one = self.favicon(alice)[0]
+        self.assertTrue(one.startswith("data:image/png;base64,"), one[:40])
+        self.assertTrue(alice.js("return document.title").startswith("(1) "))
+        self.server.cli("send", "--as", "carol", "--password", PASSWORD, "--to", "alice", "二")
+        wait_until(lambda: self.favicon(alice)[1] == "2", "the icon counting 2")
+        two = self.favicon(alice)[0]
+        self.assertNotEqual(one, two, "another picture for another count")
+        import base64
+        with open(os.path.join(self.shots, "favicon-2.png"), "wb") as file:
+            file.write(base64.b64decode(two.split(",", 1)[1]))
+        # The picture is the icon with a badge: red in its top right corner, the icon's blue below.
+        colours = alice.driver.execute_async_script("""
+            const done = arguments[arguments.length - 1];
+            const image = new Image();
+            image.onload = () => {
+              const c = document.createElement('canvas'); c.width = c.height = 64;
+              const g = c.getContext('2d'); g.drawImage(image, 0, 0);
+              done([[...g.getImageData(60, 20, 1, 1).data], [...g.getImageData(20, 56, 1, 1).data]]);
+            };
+            image.src = arguments[0];""", two)
+        corner, body = colours
+        self.assertTrue(corner[0] > 150 and corner[1] < 80 and corner[2] < 80, corner)
+        self.assertTrue(body[2] > 120 and body[0] < 60, body)
+        # Read: the plain icon again.
+        alice.conversation("u:carol")
+        wait_until(lambda: self.favicon(alice) == plain, "the plain icon again")
+        self.assertFalse(alice.js("return document.title").startswith("("))
+
+    # Dark mode
+
+    def check_dark(self, page, size):
+        """The list, a conversation with mentions and replies, the mention list and the settings, all readable."""
+        wait_until(lambda: page.js(BACKGROUND) < 0.15, "a dark page")
+        page.visible("#conversations .conversation")
+        self.contrast(page, f"{size} list")
+        self.settings(page)
+        wait_until(lambda: len(page.all("#dialog .devices li")) >= 1, "the devices listed")
+        self.open_details(page, "Change the password")
+        self.contrast(page, f"{size} settings")
+        self.show(page, "#dialog [data-settings=devices]")
+        page.shot(self.shots, f"{size}-dark-settings")
+        page.js("document.getElementById('dialog').close()")
+        page.conversation("g:team")
+        page.message("@zhangwei 和 @tanaka 你们好")
+        self.contrast(page, f"{size} group")
+        page.shot(self.shots, f"{size}-dark-group")
+        page.find("#draft").send_keys("@")
+        wait_until(lambda: self.offered(page), "the mention list")
+        self.contrast(page, f"{size} mention list")
+        page.shot(self.shots, f"{size}-dark-mention")
+        self.set_draft(page, "")
+        if size.startswith("phone"):
+            page.find("#back").click()
+        page.conversation("u:bob")
+        self.contrast(page, f"{size} direct chat")
+        page.shot(self.shots, f"{size}-dark-chat")
+        if size.startswith("phone"):
+            page.find("#back").click()
+
+    def test_05_dark_mode_follows_the_system_and_the_switch(self):
+        # Unread, replied to and searched things to be seen in the dark.
+        self.server.cli("send", "--as", "neko", "--password", PASSWORD, "--to", "alice", "未读 unread")
+        for size in ("desktop", "phone"):
+            page = self.page(phone=size == "phone")
+            emulate_scheme(page, "dark")
+            page.visible("#login-user")
+            wait_until(lambda: page.js(BACKGROUND) < 0.15, "a dark login")
+            self.contrast(page, f"{size} login")
+            page.shot(self.shots, f"{size}-dark-login")
+            page.log_in("alice")
+            wait_until(lambda: page.all('#conversations [data-key="u:neko"] .badge'), "an unread badge")
+            page.shot(self.shots, f"{size}-dark-list")
+            self.check_dark(page, size)
+            # The switch: light while the system is dark, kept after a reload; then the system's again.
+            self.settings(page)
+            page.find("#dialog input[name=theme][value=light]").click()
+            wait_until(lambda: page.js(BACKGROUND) > 0.85, "light chosen")
+            self.contrast(page, f"{size} light settings")
+            page.js("document.getElementById('dialog').close()")
+            self.reload(page)
+            wait_until(lambda: page.js(BACKGROUND) > 0.85, "light kept after a reload")
+            self.assertEqual(page.js("return localStorage.getItem('courier.theme')"), "light")
+            self.contrast(page, f"{size} light list")
+            self.settings(page)
+            self.assertTrue(page.find("#dialog input[name=theme][value=light]").is_selected())
+            page.find("#dialog input[name=theme][value=system]").click()
+            wait_until(lambda: page.js(BACKGROUND) < 0.15, "the system's dark again")
+            self.assertIsNone(page.js("return localStorage.getItem('courier.theme')"))
+            # Dark chosen while the system is light.
+            emulate_scheme(page, "light")
+            wait_until(lambda: page.js(BACKGROUND) > 0.85, "the system's light")
+            page.find("#dialog input[name=theme][value=dark]").click()
+            page.js("document.getElementById('dialog').close()")
+            self.check_dark(page, size + "-chosen")
+            self.settings(page)
+            page.find("#dialog input[name=theme][value=system]").click()
+            page.js("document.getElementById('dialog').close()")
+            page.quit()
+            self.pages.remove(page)
+
+    # The account
+
+    def test_06_change_password(self):
+        here = self.page("dave")
+        there = self.page("dave")
+        self.settings(here)
+        form = self.open_details(here, "Change the password").find_element(By.TAG_NAME, "form")
+        note = lambda: form.find_element(By.CSS_SELECTOR, ".note").text
+        self.fill(form, "not the password", "a new password 新", "a new password 新")
+        wait_until(lambda: note() == "That is not your present password.", "the wrong password said in words")
+        self.fill(form, PASSWORD, "a new password 新", "another one")
+        wait_until(lambda: note() == "The two new passwords differ.", "the mismatch said")
+        self.fill(form, PASSWORD, "short", "short")
+        wait_until(lambda: "at least 8 characters" in note(), "a short password refused")
+        self.fill(form, PASSWORD, "a new password 新", "a new password 新")
+        wait_until(lambda: note() == "Changed. Your other devices were logged out.", "the password changed")
+        self.show(here, "#dialog [data-form=password] button")
+        here.shot(self.shots, "desktop-password-changed")
+        # The other browser is logged out; this one stays.
+        there.visible("#login-user")
+        wait_until(lambda: there.read("#login-error") == "This device was logged out.", "the other device out")
+        wait_until(lambda: len(here.all("#dialog .devices li")) == 1, "one device left in the list")
+        self.assertEqual(here.read("#connection-text"), "Online")
+        # The old password no longer logs in; the new one does.
+        there.find("#login-user").clear()
+        there.find("#login-user").send_keys("dave")
+        there.find("#login-password").send_keys(PASSWORD + Keys.ENTER)
+        wait_until(lambda: there.read("#login-error") == "Wrong user name or password.", "the old password refused")
+        there.find("#login-password").clear()
+        there.find("#login-password").send_keys("a new password 新" + Keys.ENTER)
+        there.wait_online()
+
+    def test_07_devices_listed_and_logged_out(self):
+        here = self.page("erin")
+        there = self.page("erin", phone=True)
+        self.settings(here)
+        items = wait_until(lambda: (lambda li: li if len(li) == 2 else None)(here.all("#dialog .devices li")),
+                           "two devices listed")
+        current = [li for li in items if "current" in li.get_attribute("class").split()]
+        self.assertEqual(len(current), 1, "one device marked as this one")
+        self.assertEqual(current[0], items[0], "this device first")
+        self.assertIn("This device", current[0].text)
+        self.assertIn("Web · Chromium", current[0].text)
+        self.assertIn("Connected now", items[1].text)
+        self.show(here, "#dialog [data-settings=devices]")
+        here.shot(self.shots, "desktop-devices")
+        self.contrast(here, "settings light")
+        # The phone's device logged out from here: its page is back at the login form.
+        items[1].find_element(By.CSS_SELECTOR, "[data-action=revoke-device]").click()
+        there.visible("#login-user")
+        wait_until(lambda: there.read("#login-error") == "This device was logged out.", "the phone logged out")
+        self.assertIsNone(there.js("return localStorage.getItem('courier.session')"))
+        wait_until(lambda: len(here.all("#dialog .devices li")) == 1, "one device left")
+        self.assertIn("Logged out", here.read("#dialog [data-settings=devices] .note"))
+        there.shot(self.shots, "phone-logged-out")
+        # This device, from the list: back to the login form, its token forgotten.
+        here.find("#dialog .devices li.current [data-action=revoke-device]").click()
+        here.visible("#login-user")
+        self.assertIsNone(here.js("return localStorage.getItem('courier.session')"))
+        self.assertFalse(here.find("#dialog").is_displayed())
+
+    def test_08_delete_account(self):
+        page = self.page("frank")
+        self.settings(page)
+        form = self.open_details(page, "Delete the account").find_element(By.TAG_NAME, "form")
+        note = lambda: form.find_element(By.CSS_SELECTOR, ".note[role=status]").text
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait_until(lambda: note() == "Type your password to delete the account.", "the password asked for")
+        self.fill(form, "not the password")
+        self.confirmation(page, "Delete the account frank")
+        wait_until(lambda: note() == "That is not your password: the account stays.", "a wrong password refused")
+        self.show(page, "#dialog [data-form=delete-account] .note[role=status]")
+        page.shot(self.shots, "desktop-delete-refused")
+        self.assertEqual(page.read("#connection-text"), "Online")
+        # Cancelled at the confirmation: nothing happens.
+        self.fill(form, PASSWORD)
+        self.confirmation(page, "for good", accept=False)
+        self.assertEqual(page.read("#connection-text"), "Online")
+        self.fill(form, PASSWORD)
+        self.confirmation(page, "for good")
+        page.visible("#login-user")
+        wait_until(lambda: page.read("#login-error") == "Your account was deleted.", "the deletion said")
+        page.shot(self.shots, "desktop-account-deleted")
+        page.find("#login-user").send_keys("frank")
+        page.find("#login-password").send_keys(PASSWORD + Keys.ENTER)
+        wait_until(lambda: page.read("#login-error") == "Wrong user name or password.", "no login any more")
+
+
+if __name__ == "__main__":
+    if not os.path.exists(COURIER):
+        sys.exit(f"{COURIER} not found: build first (swift build)")
+    result = unittest.main(verbosity=2, exit=False).result
+    sys.exit(0 if result.wasSuccessful() else 1)
