@@ -28,6 +28,7 @@ public enum ChatHelp {
         ("/search WORDS", "find messages; Enter opens one"),
         ("/group …", "groups of your contacts: /group says how"),
         ("/mute [LEVEL]", "alert on mentions only (none; all)"),
+        ("/block [--off]", "block this chat's user (--off unblocks)"),
         ("/name [TEXT]", "show or set your name (--clear clears)"),
         ("/help", "these keys and commands"),
         ("/quit", "quit"),

@@ -442,6 +442,22 @@ public struct ChatLoop: Sendable {
                     sink.yield(.notice("not changed: \(Self.words(error))"))
                 }
             }
+        case .setBlocked(let user, let blocked):
+            group.addTask {
+                do {
+                    try await client.setBlocked(user, blocked)
+                    let name = ChatText.printable(user)
+                    sink.yield(
+                        .notice(
+                            blocked
+                                ? "blocked \(name): its messages no longer reach you (/block --off unblocks)"
+                                : "unblocked \(name)"
+                        )
+                    )
+                } catch {
+                    sink.yield(.notice("not changed: \(Self.words(error))"))
+                }
+            }
         case .setDisplayName(let name):
             group.addTask {
                 do {

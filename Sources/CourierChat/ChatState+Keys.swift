@@ -254,6 +254,14 @@ extension ChatState {
             return self.muteCommand(Array(words.dropFirst()))
         case "/unmute":
             return self.muteCommand(["all"])
+        case "/block":
+            guard case .user(let user)? = self.openThread?.conversation, words.count <= 2,
+                words.count == 1 || words[1] == "--off"
+            else {
+                self.notice = "usage: /block in a direct chat (/block --off unblocks)"
+                return []
+            }
+            return [.setBlocked(user, words.count == 1)]
         case "/name":
             // Alone it shows the name; clearing it is said outright, never a slip of Enter.
             if rest.isEmpty {

@@ -588,6 +588,8 @@ enum ChatAction: Hashable {
     case manageGroup(GroupChange)
     /// How a conversation alerts this user (`/mute`).
     case setNotify(Conversation, NotifyLevel)
+    /// Block a user, or unblock it (`/block`, `/block --off`).
+    case setBlocked(String, Bool)
     /// This user's display name (`/name`).
     case setDisplayName(String)
     /// Ring the terminal's bell: a message that alerts came.

@@ -335,6 +335,25 @@ extension CourierClient {
         try Self.expectDone(try await self.request(envelope))
     }
 
+    /// Blocks a user, or unblocks it (`blocked` false): while blocked, its direct messages never reach this user
+    /// (its sender sees them sent, never delivered), and it sees none of this user's presence, typing, read marks or
+    /// profile, nor can it add this user to a group. Blocking a user already blocked changes nothing.
+    public func setBlocked(_ user: String, _ blocked: Bool) async throws {
+        var envelope = ClientEnvelope()
+        envelope.block.user = user
+        envelope.block.blocked = blocked
+        try Self.expectDone(try await self.request(envelope))
+    }
+
+    /// The users this user blocks, the earliest blocked first.
+    public func blockedUsers() async throws -> [(user: String, since: Date)] {
+        var envelope = ClientEnvelope()
+        envelope.blocks = Courier_V1_BlocksRequest()
+        let answer = try await self.request(envelope)
+        guard case .blocks(let list)? = answer.body else { throw Self.unexpected(answer) }
+        return list.users.map { ($0.user, Date(timeIntervalSince1970: Double($0.sinceMs) / 1000)) }
+    }
+
     /// Whether a message should alert this user, given how its conversation alerts it: every message at `.all`,
     /// those that mention the user (``Mentions``) at `.mentions`, none at `.none`; never the user's own.
     public static func alerts(_ message: ChatMessage, user: String, level: NotifyLevel) -> Bool {

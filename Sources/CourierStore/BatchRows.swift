@@ -9,14 +9,25 @@ package struct BatchConversation: Sendable {
         package var sent: Bool
         /// Its kept role in a group (member or admin: the owner is the conversation's).
         package var role: GroupRole
+        /// In a direct conversation, set while this member blocks the other one (nil: it does not), to its read mark
+        /// as it was at the block: the other's messages are withheld from it, and its marks from the other.
+        package var blockedAtSeq: Int64?
         package var dirty = false
 
-        package init(joinedSeq: Int64, readSeq: Int64, deliveredSeq: Int64, sent: Bool, role: GroupRole = .member) {
+        package init(
+            joinedSeq: Int64,
+            readSeq: Int64,
+            deliveredSeq: Int64,
+            sent: Bool,
+            role: GroupRole = .member,
+            blockedAtSeq: Int64? = nil
+        ) {
             self.joinedSeq = joinedSeq
             self.readSeq = readSeq
             self.deliveredSeq = deliveredSeq
             self.sent = sent
             self.role = role
+            self.blockedAtSeq = blockedAtSeq
         }
     }
 
@@ -49,6 +60,20 @@ package struct BatchConversation: Sendable {
         self.lastMs = lastMs
         self.members = members
         self.owner = owner
+    }
+
+    /// The member of a direct conversation who blocks `actor`, the other one, if it does: what `actor` says there
+    /// (messages, edits, reactions, recalls) is withheld from it, and nothing of its marks goes to `actor`.
+    package func blocker(of actor: UserID) -> UserID? {
+        guard self.groupName == nil, let peer = self.peer(of: actor), peer != actor,
+            self.members[peer]?.blockedAtSeq != nil
+        else { return nil }
+        return peer
+    }
+
+    /// Whether `reader`'s marks are kept from `other`: in a direct conversation in which `reader` blocks `other`.
+    package func keepsMarks(of reader: UserID, from other: UserID) -> Bool {
+        self.groupName == nil && reader != other && self.members[reader]?.blockedAtSeq != nil
     }
 
     /// A member's role in a group: the owner's is the group's, the others' as kept.

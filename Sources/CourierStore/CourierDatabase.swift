@@ -275,6 +275,11 @@ public protocol CourierDatabase: Sendable {
     func unreadCounts(for user: UserID) async throws -> [UnreadCount]
     func peers(of user: UserID) async throws -> Set<UserID>
     func contacts(of user: UserID) async throws -> Set<UserID>
+    @discardableResult
+    func block(_ name: String, by user: UserID, on: Bool, nowMs: Int64) async throws -> Bool
+    func blocks(of user: UserID) async throws -> [BlockedUser]
+    func blockRelations(of user: UserID) async throws -> BlockRelations
+    func profile(of name: String, seenBy viewer: UserID) async throws -> UserProfile?
     func members(of address: Conversation, for user: UserID) async throws -> [UserID]
     func userName(of id: UserID) async throws -> String
     func namesAndLastSeen(
@@ -455,6 +460,8 @@ public struct StoreLimits: Sendable, Hashable {
     /// The most groups one user may have made (and asked for over a session) that still have a member; one more is
     /// refused with `quota-exceeded`. Groups the administrator makes are not counted.
     public var maxGroupsPerMaker: Int = 200
+    /// The most users one user may block; one more is refused with `quota-exceeded`.
+    public var maxBlocksPerUser: Int = 1_000
     /// The most times one message may be edited: each edit keeps the text it replaced.
     public var maxEditsPerMessage: Int = 20
     /// The most different reaction keys one message may carry.

@@ -149,8 +149,11 @@ extension PostgresGroupCommit {
         let members = Set([pair.a, pair.b]).map(\.rawValue).sorted()
         try await connection.run(
             """
-            INSERT INTO members (conversation_id, user_id, joined_seq, read_seq, delivered_seq)
-            SELECT \(id), user_id, 0, 0, 0 FROM unnest(\(members)::bigint[]) AS m(user_id)
+            INSERT INTO members (conversation_id, user_id, joined_seq, read_seq, delivered_seq, blocked_at_seq)
+            SELECT \(id), m.user_id, 0, 0, 0,
+                (SELECT 0 FROM blocks b WHERE b.blocker_id = m.user_id AND b.blocked_id <> m.user_id
+                    AND b.blocked_id = ANY(\(members)::bigint[]))
+            FROM unnest(\(members)::bigint[]) AS m(user_id)
             """,
             logger: self.logger
         )
@@ -203,7 +206,8 @@ extension PostgresGroupCommit {
         var everyone: Set<UserID> = []
         for member in try await connection.rows(
             """
-            SELECT conversation_id, user_id, joined_seq, read_seq, delivered_seq, sent, role::BIGINT AS role
+            SELECT conversation_id, user_id, joined_seq, read_seq, delivered_seq, sent, role::BIGINT AS role,
+                blocked_at_seq
             FROM members WHERE conversation_id = ANY(\(ids))
             """,
             logger: self.logger
@@ -215,7 +219,8 @@ extension PostgresGroupCommit {
                 readSeq: try member.get("read_seq"),
                 deliveredSeq: try member.get("delivered_seq"),
                 sent: try member.get("sent"),
-                role: GroupRole(rawValue: try member.get("role", as: Int64.self)) ?? .member
+                role: GroupRole(rawValue: try member.get("role", as: Int64.self)) ?? .member,
+                blockedAtSeq: try member.get("blocked_at_seq", as: Int64?.self)
             )
         }
         for row in rows {
@@ -400,7 +405,9 @@ extension PostgresGroupCommit {
         guard !positions.isEmpty else { return }
         for row in try await connection.rows(
             """
-            SELECT conversation_id, seq, sender_id, client_id, time_ms, recalled, body, edit_count, edited_ms
+            SELECT conversation_id, seq, sender_id, client_id, time_ms, recalled, body, edit_count, edited_ms,
+                ARRAY(SELECT h.user_id FROM hidden h
+                    WHERE h.conversation_id = messages.conversation_id AND h.seq = messages.seq) AS hidden_from
             FROM messages WHERE (conversation_id, seq) IN (
                 SELECT * FROM unnest(\(positions.map(\.conversation))::bigint[], \(positions.map(\.seq))::bigint[]))
             """,
@@ -415,7 +422,8 @@ extension PostgresGroupCommit {
                     recalled: try row.get("recalled"),
                     body: try row.bytes("body"),
                     editCount: Int64(try row.get("edit_count", as: Int32.self)),
-                    editedMs: try row.get("edited_ms", as: Int64?.self)
+                    editedMs: try row.get("edited_ms", as: Int64?.self),
+                    hiddenFrom: try row.get("hidden_from", as: [Int64].self).map(UserID.init(rawValue:))
                 )
             )
         }

@@ -11,6 +11,18 @@ extension PostgresGroupCommit {
         // checks the sends, the only requests that change a conversation's row.)
         if changed.contains(where: { self.unlocked.contains($0.id) }) { throw StaleBatchRead() }
         try await self.writeMessages(connection)
+        let withheld = self.commit.withheld
+        if !withheld.isEmpty {
+            try await connection.run(
+                """
+                INSERT INTO hidden (user_id, conversation_id, seq)
+                SELECT * FROM unnest(\(withheld.map(\.user.rawValue))::bigint[],
+                    \(withheld.map(\.conversation))::bigint[], \(withheld.map(\.seq))::bigint[])
+                ON CONFLICT DO NOTHING
+                """,
+                logger: self.logger
+            )
+        }
         if !changed.isEmpty {
             try await connection.run(
                 """

@@ -548,5 +548,36 @@ enum PostgresSchema {
                 """,
             ]
         ),
+        Migration(
+            version: "v22-blocks",
+            statements: [
+                // Who blocks whom (courier block): the blocked user's direct messages never reach the blocker, and
+                // it sees none of the blocker's presence, typing, read marks or profile.
+                """
+                CREATE TABLE blocks (
+                    blocker_id BIGINT NOT NULL,
+                    blocked_id BIGINT NOT NULL,
+                    created_ms BIGINT NOT NULL,
+                    PRIMARY KEY (blocker_id, blocked_id)
+                )
+                """,
+                "CREATE INDEX blocks_by_blocked ON blocks (blocked_id)",
+                // In a direct conversation, the blocker's row says that it blocks the other member (NULL: it does
+                // not), with its read and delivered marks as they were then, which are all the other sees of them:
+                // the send path reads it with the members, no lookup of its own.
+                "ALTER TABLE members ADD COLUMN blocked_at_seq BIGINT",
+                "ALTER TABLE members ADD COLUMN blocked_delivered_seq BIGINT",
+                // Messages a user does not see: withheld from a blocker, or deleted for that user alone.
+                """
+                CREATE TABLE hidden (
+                    user_id BIGINT NOT NULL,
+                    conversation_id BIGINT NOT NULL,
+                    seq BIGINT NOT NULL,
+                    PRIMARY KEY (user_id, conversation_id, seq)
+                )
+                """,
+                "CREATE INDEX hidden_by_message ON hidden (conversation_id, seq)",
+            ]
+        ),
     ]
 }

@@ -93,6 +93,9 @@ extension PostgresTransaction {
             FROM members m JOIN users u ON u.id = m.user_id
             WHERE m.conversation_id = \(conversation) AND m.joined_seq < \(seq) AND u.push_targets > 0
                 AND u.removed_ms IS NULL AND (\(only) = 0 OR m.user_id = \(only))
+                AND NOT EXISTS (
+                    SELECT 1 FROM hidden h WHERE h.user_id = m.user_id AND h.conversation_id = m.conversation_id
+                        AND h.seq = \(seq))
             ORDER BY m.user_id
             """,
             logger: self.logger

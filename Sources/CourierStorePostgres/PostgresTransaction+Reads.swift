@@ -63,6 +63,9 @@ extension PostgresTransaction {
         LEFT JOIN conversations c ON c.id = e.conversation_id
         LEFT JOIN messages m ON e.kind IN (1, 2, 5, 6) AND m.conversation_id = e.conversation_id AND m.seq = e.seq
         LEFT JOIN messages r ON e.kind = 1 AND r.conversation_id = m.conversation_id AND r.seq = m.reply_seq
+            AND NOT EXISTS (
+                SELECT 1 FROM hidden h WHERE h.user_id = e.user_id AND h.conversation_id = r.conversation_id
+                    AND h.seq = r.seq)
         """
 
     /// A log entry of a row of ``logColumns``.
@@ -180,9 +183,12 @@ extension PostgresTransaction {
     ) async throws -> [MarkRow] {
         try await self.connection.rows(
             """
-            SELECT user_id, delivered_seq, read_seq, joined_seq FROM members
-            WHERE conversation_id = \(conversation) AND user_id <> \(user.rawValue)
-                AND (delivered_seq >= \(seq) OR read_seq >= \(seq))
+            SELECT * FROM (
+                SELECT user_id, joined_seq, LEAST(delivered_seq, blocked_delivered_seq) AS delivered_seq,
+                    LEAST(read_seq, blocked_at_seq) AS read_seq
+                FROM members WHERE conversation_id = \(conversation) AND user_id <> \(user.rawValue)
+            ) marks
+            WHERE (delivered_seq >= \(seq) OR read_seq >= \(seq))
                 AND (delivered_seq > joined_seq OR read_seq > joined_seq)
             ORDER BY read_seq DESC, delivered_seq DESC, user_id LIMIT \(limit)
             """,
@@ -209,7 +215,8 @@ extension PostgresTransaction {
         in conversation: Int64,
         after: Int64,
         before: Int64,
-        limit: Int
+        limit: Int,
+        hiddenFrom reader: UserID
     ) async throws -> [MessageRead] {
         try await self.connection.rows(
             """
@@ -218,7 +225,12 @@ extension PostgresTransaction {
                 r.recalled AS r_recalled
             FROM messages m
             LEFT JOIN messages r ON r.conversation_id = m.conversation_id AND r.seq = m.reply_seq
-            WHERE m.conversation_id = \(conversation) AND m.seq < \(before) AND m.seq > \(after)
+                AND NOT EXISTS (
+                    SELECT 1 FROM hidden h WHERE h.user_id = \(reader.rawValue) AND h.conversation_id = r.conversation_id
+                        AND h.seq = r.seq)
+            WHERE m.conversation_id = \(conversation) AND m.seq < \(before) AND m.seq > \(after) AND NOT EXISTS (
+                SELECT 1 FROM hidden h WHERE h.user_id = \(reader.rawValue) AND h.conversation_id = m.conversation_id
+                    AND h.seq = m.seq)
             ORDER BY m.seq DESC LIMIT \(Int64(limit))
             """,
             logger: self.logger
@@ -244,7 +256,9 @@ extension PostgresTransaction {
                 m.recalled, m.edited_ms, m.reply_seq, c.name AS group_name, c.user_a, c.user_b
             FROM messages m
             JOIN members j ON j.conversation_id = m.conversation_id AND j.user_id = \(user.rawValue)
-                AND m.seq > j.joined_seq
+                AND m.seq > j.joined_seq AND NOT EXISTS (
+                    SELECT 1 FROM hidden h WHERE h.user_id = j.user_id AND h.conversation_id = m.conversation_id
+                        AND h.seq = m.seq)
             JOIN conversations c ON c.id = m.conversation_id
             WHERE m.client_id = \(id) AND (\(sender?.rawValue)::bigint IS NULL OR m.sender_id = \(sender?.rawValue))
                 AND (\(conversation)::bigint IS NULL OR m.conversation_id = \(conversation))
@@ -261,7 +275,9 @@ extension PostgresTransaction {
                 m.recalled, m.edited_ms, m.reply_seq, c.name AS group_name, c.user_a, c.user_b
             FROM messages m
             JOIN members j ON j.conversation_id = m.conversation_id AND j.user_id = \(user.rawValue)
-                AND m.seq > j.joined_seq
+                AND m.seq > j.joined_seq AND NOT EXISTS (
+                    SELECT 1 FROM hidden h WHERE h.user_id = j.user_id AND h.conversation_id = m.conversation_id
+                        AND h.seq = m.seq)
             JOIN conversations c ON c.id = m.conversation_id
             WHERE m.conversation_id = \(conversation) AND m.seq = \(seq)
             """,
@@ -415,7 +431,22 @@ extension PostgresTransaction {
         try await self.connection.rows(
             """
             SELECT c.name AS group_name, c.user_a, c.user_b, c.last_seq, m.read_seq, m.joined_seq,
-                COALESCE(o.delivered_seq, 0) AS peer_delivered, COALESCE(o.read_seq, 0) AS peer_read,
+                COALESCE(LEAST(o.delivered_seq, o.blocked_delivered_seq), 0) AS peer_delivered,
+                COALESCE(LEAST(o.read_seq, o.blocked_at_seq), 0) AS peer_read,
+                CASE WHEN c.kind = 1 AND c.last_seq > GREATEST(m.read_seq, m.joined_seq) THEN (
+                    SELECT COUNT(*) FROM hidden h
+                    WHERE h.user_id = m.user_id AND h.conversation_id = m.conversation_id
+                        AND h.seq > GREATEST(m.read_seq, m.joined_seq)
+                ) ELSE 0 END AS hidden_unread,
+                CASE WHEN c.kind = 1 AND EXISTS (
+                    SELECT 1 FROM hidden h
+                    WHERE h.user_id = m.user_id AND h.conversation_id = m.conversation_id AND h.seq = c.last_seq
+                ) THEN (
+                    SELECT COALESCE(MAX(x.seq), 0) FROM messages x
+                    WHERE x.conversation_id = m.conversation_id AND NOT EXISTS (
+                        SELECT 1 FROM hidden h
+                        WHERE h.user_id = m.user_id AND h.conversation_id = x.conversation_id AND h.seq = x.seq)
+                ) END AS last_visible,
                 c.title, m.notify::BIGINT AS notify,
                 CASE WHEN c.kind = 2 AND c.last_seq > GREATEST(m.read_seq, m.joined_seq) THEN (
                     SELECT COUNT(DISTINCT x.seq) FROM mentions x
@@ -439,6 +470,8 @@ extension PostgresTransaction {
             membership.title = try row.get("title", as: String?.self)
             membership.notify = NotifyLevel(rawValue: try row.get("notify", as: Int64.self)) ?? .all
             membership.mentions = try row.get("mentions", as: Int64.self)
+            membership.hiddenUnread = try row.get("hidden_unread", as: Int64.self)
+            membership.lastVisibleSeq = try row.get("last_visible", as: Int64?.self)
             return membership
         }
     }

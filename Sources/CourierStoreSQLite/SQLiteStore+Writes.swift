@@ -111,14 +111,16 @@ extension SQLiteStore {
                     sql: "INSERT INTO conversations (kind, user_a, user_b, created_ms) VALUES (1, ?, ?, ?)"
                 ).execute(arguments: [pair.a.rawValue, pair.b.rawValue, commit.nowMs])
                 let id = db.lastInsertedRowID
+                // A member that blocked the other before they had a conversation blocks it from the start.
                 let insertMember = try db.cachedStatement(
                     sql: """
-                        INSERT INTO members (conversation_id, user_id, joined_seq, read_seq, delivered_seq)
-                        VALUES (?, ?, 0, 0, 0)
+                        INSERT INTO members (conversation_id, user_id, joined_seq, read_seq, delivered_seq, blocked_at_seq)
+                        VALUES (?, ?, 0, 0, 0,
+                            (SELECT 0 FROM blocks WHERE blocker_id = ? AND blocked_id = ?))
                         """
                 )
-                for member in Set([pair.a, pair.b]) {
-                    try insertMember.execute(arguments: [id, member.rawValue])
+                for (member, other) in pair.a == pair.b ? [(pair.a, pair.b)] : [(pair.a, pair.b), (pair.b, pair.a)] {
+                    try insertMember.execute(arguments: [id, member.rawValue, member.rawValue, other.rawValue])
                 }
                 commit.loadDirect(pair, id: id)
                 commit.load(try Self.conversation(id, db))
@@ -211,8 +213,11 @@ extension SQLiteStore {
                 let row = try Row.fetchOne(
                     db.cachedStatement(
                         sql: """
-                            SELECT sender_id, client_id, time_ms, recalled, body, edit_count, edited_ms FROM messages
-                            WHERE conversation_id = ? AND seq = ?
+                            SELECT sender_id, client_id, time_ms, recalled, body, edit_count, edited_ms,
+                                (SELECT group_concat(h.user_id) FROM hidden h
+                                    WHERE h.conversation_id = messages.conversation_id AND h.seq = messages.seq)
+                                    AS hidden_from
+                            FROM messages WHERE conversation_id = ? AND seq = ?
                             """
                     ),
                     arguments: [position.conversation, position.seq]
@@ -227,7 +232,10 @@ extension SQLiteStore {
                             recalled: $0["recalled"],
                             body: [UInt8]($0["body"] as Data),
                             editCount: $0["edit_count"],
-                            editedMs: $0["edited_ms"]
+                            editedMs: $0["edited_ms"],
+                            hiddenFrom: (($0["hidden_from"] as String?) ?? "").split(separator: ",").compactMap {
+                                Int64($0).map(UserID.init(rawValue:))
+                            }
                         )
                     }
                 )
@@ -282,7 +290,7 @@ extension SQLiteStore {
         for member in try Row.fetchAll(
             db.cachedStatement(
                 sql: """
-                    SELECT user_id, joined_seq, read_seq, delivered_seq, sent, role FROM members
+                    SELECT user_id, joined_seq, read_seq, delivered_seq, sent, role, blocked_at_seq FROM members
                     WHERE conversation_id = ?
                     """
             ),
@@ -293,7 +301,8 @@ extension SQLiteStore {
                 readSeq: member["read_seq"],
                 deliveredSeq: member["delivered_seq"],
                 sent: member["sent"],
-                role: GroupRole(rawValue: member["role"]) ?? .member
+                role: GroupRole(rawValue: member["role"]) ?? .member,
+                blockedAtSeq: member["blocked_at_seq"]
             )
         }
         return BatchConversation(
@@ -342,6 +351,11 @@ extension SQLiteStore {
                     ).execute(arguments: [message.conversation, user, message.seq])
                 }
             }
+        }
+        for row in commit.withheld {
+            try db.cachedStatement(
+                sql: "INSERT OR IGNORE INTO hidden (user_id, conversation_id, seq) VALUES (?, ?, ?)"
+            ).execute(arguments: [row.user.rawValue, row.conversation, row.seq])
         }
         for edit in commit.edits {
             try db.cachedStatement(

@@ -111,9 +111,12 @@ extension SQLiteTransaction {
                     FROM members m JOIN users u ON u.id = m.user_id
                     WHERE m.conversation_id = ? AND m.joined_seq < ? AND u.push_targets > 0
                         AND u.removed_ms IS NULL AND (? IS NULL OR m.user_id = ?)
+                        AND NOT EXISTS (
+                            SELECT 1 FROM hidden h WHERE h.user_id = m.user_id AND h.conversation_id = m.conversation_id
+                                AND h.seq = ?)
                     ORDER BY m.user_id
                     """,
-                arguments: [seq, conversation, seq, user?.rawValue, user?.rawValue]
+                arguments: [seq, conversation, seq, user?.rawValue, user?.rawValue, seq]
             ).map { row in
                 PushRecipientRow(
                     user: UserID(rawValue: row["user_id"]),

@@ -173,9 +173,13 @@ extension SQLiteTransaction {
             try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT user_id, delivered_seq, read_seq, joined_seq FROM members
-                    WHERE conversation_id = ? AND user_id != ? AND (delivered_seq >= ? OR read_seq >= ?)
-                        AND (delivered_seq > joined_seq OR read_seq > joined_seq)
+                    SELECT * FROM (
+                        SELECT user_id, joined_seq,
+                            min(delivered_seq, COALESCE(blocked_delivered_seq, delivered_seq)) AS delivered_seq,
+                            min(read_seq, COALESCE(blocked_at_seq, read_seq)) AS read_seq
+                        FROM members WHERE conversation_id = ? AND user_id != ?
+                    )
+                    WHERE (delivered_seq >= ? OR read_seq >= ?) AND (delivered_seq > joined_seq OR read_seq > joined_seq)
                     ORDER BY read_seq DESC, delivered_seq DESC, user_id LIMIT ?
                     """,
                 arguments: [conversation, user.rawValue, seq, seq, limit]
@@ -204,7 +208,8 @@ extension SQLiteTransaction {
         in conversation: Int64,
         after: Int64,
         before: Int64,
-        limit: Int
+        limit: Int,
+        hiddenFrom reader: UserID
     ) async throws -> [MessageRead] {
         try await self.access { db in
             try Row.fetchAll(
@@ -215,10 +220,16 @@ extension SQLiteTransaction {
                             r.body AS r_body, r.recalled AS r_recalled
                         FROM messages m
                         LEFT JOIN messages r ON r.conversation_id = m.conversation_id AND r.seq = m.reply_seq
-                        WHERE m.conversation_id = ? AND m.seq < ? AND m.seq > ? ORDER BY m.seq DESC LIMIT ?
+                            AND NOT EXISTS (
+                                SELECT 1 FROM hidden h WHERE h.user_id = ?1 AND h.conversation_id = r.conversation_id
+                                    AND h.seq = r.seq)
+                        WHERE m.conversation_id = ?2 AND m.seq < ?3 AND m.seq > ?4 AND NOT EXISTS (
+                            SELECT 1 FROM hidden h WHERE h.user_id = ?1 AND h.conversation_id = m.conversation_id
+                                AND h.seq = m.seq)
+                        ORDER BY m.seq DESC LIMIT ?5
                         """
                 ),
-                arguments: [conversation, before, after, limit]
+                arguments: [reader.rawValue, conversation, before, after, limit]
             ).map { row in
                 MessageRead(
                     seq: row["seq"],
@@ -399,7 +410,23 @@ extension SQLiteTransaction {
                 db,
                 sql: """
                     SELECT c.name AS group_name, c.user_a, c.user_b, c.last_seq, m.read_seq, m.joined_seq,
-                        COALESCE(o.delivered_seq, 0) AS peer_delivered, COALESCE(o.read_seq, 0) AS peer_read,
+                        COALESCE(min(o.delivered_seq, COALESCE(o.blocked_delivered_seq, o.delivered_seq)), 0)
+                            AS peer_delivered,
+                        COALESCE(min(o.read_seq, COALESCE(o.blocked_at_seq, o.read_seq)), 0) AS peer_read,
+                        CASE WHEN c.kind = 1 AND c.last_seq > max(m.read_seq, m.joined_seq) THEN (
+                            SELECT COUNT(*) FROM hidden h
+                            WHERE h.user_id = m.user_id AND h.conversation_id = m.conversation_id
+                                AND h.seq > max(m.read_seq, m.joined_seq)
+                        ) ELSE 0 END AS hidden_unread,
+                        CASE WHEN c.kind = 1 AND EXISTS (
+                            SELECT 1 FROM hidden h
+                            WHERE h.user_id = m.user_id AND h.conversation_id = m.conversation_id AND h.seq = c.last_seq
+                        ) THEN (
+                            SELECT COALESCE(MAX(x.seq), 0) FROM messages x
+                            WHERE x.conversation_id = m.conversation_id AND NOT EXISTS (
+                                SELECT 1 FROM hidden h
+                                WHERE h.user_id = m.user_id AND h.conversation_id = x.conversation_id AND h.seq = x.seq)
+                        ) END AS last_visible,
                         c.title, m.notify,
                         CASE WHEN c.kind = 2 AND c.last_seq > max(m.read_seq, m.joined_seq) THEN (
                             SELECT COUNT(DISTINCT x.seq) FROM mentions x
@@ -428,6 +455,8 @@ extension SQLiteTransaction {
                 membership.title = row["title"]
                 membership.notify = NotifyLevel(rawValue: row["notify"]) ?? .all
                 membership.mentions = row["mentions"]
+                membership.hiddenUnread = row["hidden_unread"]
+                membership.lastVisibleSeq = row["last_visible"]
                 return membership
             }
         }
@@ -459,6 +488,9 @@ extension SQLiteStore {
             m.edited_ms, m.reply_seq, c.name AS group_name, c.user_a, c.user_b
         FROM messages m
         JOIN members j ON j.conversation_id = m.conversation_id AND j.user_id = ? AND m.seq > j.joined_seq
+            AND NOT EXISTS (
+                SELECT 1 FROM hidden h WHERE h.user_id = j.user_id AND h.conversation_id = m.conversation_id
+                    AND h.seq = m.seq)
         JOIN conversations c ON c.id = m.conversation_id
 
         """

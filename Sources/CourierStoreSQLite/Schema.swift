@@ -534,6 +534,34 @@ enum Schema {
                     """
             )
         }
+        migrator.registerMigration("v21-blocks") { db in
+            try db.execute(
+                sql: """
+                    -- Who blocks whom (courier block): the blocked user's direct messages never reach the blocker,
+                    -- and it sees none of the blocker's presence, typing, read marks or profile.
+                    CREATE TABLE blocks (
+                        blocker_id INTEGER NOT NULL,
+                        blocked_id INTEGER NOT NULL,
+                        created_ms INTEGER NOT NULL,
+                        PRIMARY KEY (blocker_id, blocked_id)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX blocks_by_blocked ON blocks (blocked_id);
+                    -- In a direct conversation, the blocker's row says that it blocks the other member (NULL: it does
+                    -- not), with its read and delivered marks as they were then, which are all the other sees of
+                    -- them: the send path reads it with the members, no lookup of its own.
+                    ALTER TABLE members ADD COLUMN blocked_at_seq INTEGER;
+                    ALTER TABLE members ADD COLUMN blocked_delivered_seq INTEGER;
+                    -- Messages a user does not see: withheld from a blocker, or deleted for that user alone.
+                    CREATE TABLE hidden (
+                        user_id INTEGER NOT NULL,
+                        conversation_id INTEGER NOT NULL,
+                        seq INTEGER NOT NULL,
+                        PRIMARY KEY (user_id, conversation_id, seq)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX hidden_by_message ON hidden (conversation_id, seq);
+                    """
+            )
+        }
         return migrator
     }
 }

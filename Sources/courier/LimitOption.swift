@@ -66,6 +66,7 @@ enum LimitOption {
         ("max-group-changes-per-address", { $0.accounts.maxGroupChangesPerAddress = try int($1) }),
         ("group-change-window", { $0.accounts.groupChangeWindow = try duration($1) }),
         ("max-groups-per-maker", { $0.store.limits.maxGroupsPerMaker = try int($1) }),
+        ("max-blocks-per-user", { $0.store.limits.maxBlocksPerUser = try int($1) }),
         ("max-display-name-characters", { $0.store.limits.maxDisplayNameCharacters = try int($1) }),
         ("max-display-name-bytes", { $0.store.limits.maxDisplayNameBytes = try int($1) }),
         ("max-avatar-bytes", { $0.store.limits.maxAvatarBytes = try bytes64($1) }),

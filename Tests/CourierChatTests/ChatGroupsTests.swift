@@ -68,6 +68,14 @@ struct ChatGroupsTests {
         #expect(state.notice?.contains("open a group") == true)
         // Leaving one user's groups needs no group open.
         #expect(Self.run("/group leave --from spam", in: &state) == [.manageGroup(.leaveFrom("spam"))])
+        // /block blocks the open direct chat's user; --off unblocks; in a group, or with anything else, it says how.
+        #expect(Self.run("/block", in: &state) == [.setBlocked("bob", true)])
+        #expect(Self.run("/block --off", in: &state) == [.setBlocked("bob", false)])
+        #expect(Self.run("/block carol", in: &state).isEmpty)
+        #expect(state.notice?.hasPrefix("usage: /block") == true, "\(state.notice ?? "")")
+        _ = state.select(.group("team"), now: Self.now)
+        #expect(Self.run("/block", in: &state).isEmpty)
+        #expect(state.notice?.hasPrefix("usage: /block") == true, "\(state.notice ?? "")")
     }
 
     @Test("the group's history shows who joined and left and what it was named, where it happened")

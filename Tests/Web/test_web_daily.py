@@ -518,6 +518,51 @@ class DailyWebTests(unittest.TestCase):
         page.find("#login-password").send_keys(PASSWORD + Keys.ENTER)
         wait_until(lambda: page.read("#login-error") == "Wrong user name or password.", "no login any more")
 
+    # Blocking
+
+    def test_09_block_and_unblock_from_the_chat(self):
+        alice = self.alice
+        self.server.cli("send", "--as", "erin", "--password", PASSWORD, "--to", "alice", "认识一下 erin")
+        alice.conversation("u:erin")
+        alice.message("认识一下 erin")
+        alice.click("#manage")
+        button = alice.visible("#dialog [data-action=block]")
+        self.assertEqual(button.text, "Block erin")
+        button.click()
+        self.confirmation(alice, "Block erin?")
+        wait_until(lambda: alice.find("#dialog [data-action=block]").text == "Unblock erin", "erin blocked")
+        wait_until(lambda: alice.read("#chat-subtitle").endswith("· blocked"), "the chat says so")
+        alice.shot(self.shots, "desktop-blocked")
+        # Erin's next message is committed (she sees it) and never reaches alice; carol's after it does.
+        self.server.cli("send", "--as", "erin", "--password", PASSWORD, "--to", "alice", "被屏蔽的消息 withheld")
+        self.server.cli("send", "--as", "carol", "--password", PASSWORD, "--to", "alice", "carol after erin")
+        alice.find("#dialog .close").click()
+        alice.conversation("u:carol")
+        alice.message("carol after erin")
+        erins = self.server.cli("history", "--as", "erin", "--password", PASSWORD, "--with", "alice")
+        self.assertIn("被屏蔽的消息 withheld", erins)
+        self.assertNotIn("withheld", alice.js("return document.body.innerText"))
+        # Nor after a reload (from the server's history, not the page's memory); the block is still shown.
+        self.reload(alice)
+        alice.conversation("u:erin")
+        alice.message("认识一下 erin")
+        wait_until(lambda: alice.read("#chat-subtitle").endswith("· blocked"), "still blocked after a reload")
+        self.assertNotIn("withheld", alice.js("return document.body.innerText"))
+        # On a phone, unblocked from the same button: erin's next message arrives.
+        phone = self.page("alice", phone=True)
+        phone.conversation("u:erin")
+        phone.click("#manage")
+        button = phone.visible("#dialog [data-action=block]")
+        self.assertEqual(button.text, "Unblock erin")
+        phone.shot(self.shots, "phone-blocked-dialog")
+        button.click()
+        wait_until(lambda: phone.find("#dialog [data-action=block]").text == "Block erin", "erin unblocked")
+        phone.find("#dialog .close").click()
+        self.server.cli("send", "--as", "erin", "--password", PASSWORD, "--to", "alice", "解除之后 after")
+        phone.message("解除之后 after")
+        self.assertNotIn("withheld", phone.js("return document.body.innerText"))
+        self.assertFalse(phone.read("#chat-subtitle").endswith("· blocked"))
+
 
 if __name__ == "__main__":
     if not os.path.exists(COURIER):

@@ -328,6 +328,22 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     set {body = .leaveGroups(newValue)}
   }
 
+  public var block: Courier_V1_SetBlock {
+    get {
+      if case .block(let v)? = body {return v}
+      return Courier_V1_SetBlock()
+    }
+    set {body = .block(newValue)}
+  }
+
+  public var blocks: Courier_V1_BlocksRequest {
+    get {
+      if case .blocks(let v)? = body {return v}
+      return Courier_V1_BlocksRequest()
+    }
+    set {body = .blocks(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -357,6 +373,8 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     case groupMembers(Courier_V1_GroupMembersRequest)
     case setNotify(Courier_V1_SetNotify)
     case leaveGroups(Courier_V1_LeaveGroups)
+    case block(Courier_V1_SetBlock)
+    case blocks(Courier_V1_BlocksRequest)
 
   }
 
@@ -525,6 +543,14 @@ public nonisolated struct Courier_V1_ServerEnvelope: Sendable {
     set {body = .groupsLeft(newValue)}
   }
 
+  public var blocks: Courier_V1_BlockList {
+    get {
+      if case .blocks(let v)? = body {return v}
+      return Courier_V1_BlockList()
+    }
+    set {body = .blocks(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -547,6 +573,7 @@ public nonisolated struct Courier_V1_ServerEnvelope: Sendable {
     case profiles(Courier_V1_Profiles)
     case groupMembers(Courier_V1_GroupMembers)
     case groupsLeft(Courier_V1_GroupsLeft)
+    case blocks(Courier_V1_BlockList)
 
   }
 
@@ -1914,6 +1941,65 @@ public nonisolated struct Courier_V1_DeleteAccount: Sendable {
   public init() {}
 }
 
+/// Blocks a user (`blocked` true) or unblocks it. While the block holds, the blocked user's direct messages are
+/// stored for their sender alone: they never reach this user's devices, history, unread counts or pushes, and the
+/// sender is not told (its messages show sent, never delivered); this user's read and delivered marks in their
+/// direct conversation stay where they were; the blocked user cannot put this user in a group (`not-contact`), and
+/// sees none of its presence, typing, display name or picture (nor this user the blocked one's presence and typing).
+/// In a group they share, both still see every message. Unblocking lets new messages through; the ones sent
+/// meanwhile stay withheld. At most `max-blocks-per-user` (`quota-exceeded`). Answered with `done` (also when nothing
+/// changed); `unknown-user`, `invalid-request` (oneself).
+public nonisolated struct Courier_V1_SetBlock: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var user: String = String()
+
+  public var blocked: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// Lists the users this user blocks, the earliest blocked first. Answered with `blocks`.
+public nonisolated struct Courier_V1_BlocksRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Courier_V1_BlockList: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var users: [Courier_V1_BlockList.Blocked] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public nonisolated struct Blocked: Sendable {
+    // SwiftProtobuf.Message conformance is added in an extension below. See the
+    // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+    // methods supported on all messages.
+
+    public var user: String = String()
+
+    public var sinceMs: Int64 = 0
+
+    public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+    public init() {}
+  }
+
+  public init() {}
+}
+
 /// Finds a user by its exact name (without regard to case); there is no listing of users. At most
 /// `max_lookups_per_user` a window (and per address), `rate-limited` past it. Answered with `user`, or
 /// `unknown-user`.
@@ -2698,7 +2784,7 @@ nonisolated extension Courier_V1_NotifyLevel: SwiftProtobuf._ProtoNameProviding 
 
 nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ClientEnvelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0\u{1}upload\0\u{1}fetch\0\u{1}edit\0\u{1}react\0\u{1}versions\0\u{1}search\0\u{3}change_password\0\u{1}devices\0\u{3}revoke_device\0\u{3}delete_account\0\u{3}find_user\0\u{3}set_profile\0\u{1}profiles\0\u{3}group_members\0\u{3}set_notify\0\u{3}leave_groups\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0\u{1}upload\0\u{1}fetch\0\u{1}edit\0\u{1}react\0\u{1}versions\0\u{1}search\0\u{3}change_password\0\u{1}devices\0\u{3}revoke_device\0\u{3}delete_account\0\u{3}find_user\0\u{3}set_profile\0\u{1}profiles\0\u{3}group_members\0\u{3}set_notify\0\u{3}leave_groups\0\u{1}block\0\u{1}blocks\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3045,6 +3131,32 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
           self.body = .leaveGroups(v)
         }
       }()
+      case 28: try {
+        var v: Courier_V1_SetBlock?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .block(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .block(v)
+        }
+      }()
+      case 29: try {
+        var v: Courier_V1_BlocksRequest?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .blocks(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .blocks(v)
+        }
+      }()
       default: break
       }
     }
@@ -3163,6 +3275,14 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
       guard case .leaveGroups(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 27)
     }()
+    case .block?: try {
+      guard case .block(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 28)
+    }()
+    case .blocks?: try {
+      guard case .blocks(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 29)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -3178,7 +3298,7 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
 
 nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ServerEnvelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}welcome\0\u{3}send_ack\0\u{1}error\0\u{1}events\0\u{1}history\0\u{1}unread\0\u{1}typing\0\u{1}presence\0\u{1}done\0\u{3}upload_ready\0\u{3}upload_done\0\u{3}fetch_ready\0\u{1}versions\0\u{1}search\0\u{1}devices\0\u{1}user\0\u{1}profiles\0\u{3}group_members\0\u{3}groups_left\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}welcome\0\u{3}send_ack\0\u{1}error\0\u{1}events\0\u{1}history\0\u{1}unread\0\u{1}typing\0\u{1}presence\0\u{1}done\0\u{3}upload_ready\0\u{3}upload_done\0\u{3}fetch_ready\0\u{1}versions\0\u{1}search\0\u{1}devices\0\u{1}user\0\u{1}profiles\0\u{3}group_members\0\u{3}groups_left\0\u{1}blocks\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3434,6 +3554,19 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
           self.body = .groupsLeft(v)
         }
       }()
+      case 21: try {
+        var v: Courier_V1_BlockList?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .blocks(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .blocks(v)
+        }
+      }()
       default: break
       }
     }
@@ -3523,6 +3656,10 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
     case .groupsLeft?: try {
       guard case .groupsLeft(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 20)
+    }()
+    case .blocks?: try {
+      guard case .blocks(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 21)
     }()
     case nil: break
     }
@@ -5737,6 +5874,125 @@ nonisolated extension Courier_V1_DeleteAccount: SwiftProtobuf.Message, SwiftProt
 
   public static func ==(lhs: Courier_V1_DeleteAccount, rhs: Courier_V1_DeleteAccount) -> Bool {
     if lhs.password != rhs.password {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_SetBlock: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SetBlock"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}user\0\u{1}blocked\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.user) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.blocked) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.user.isEmpty {
+      try visitor.visitSingularStringField(value: self.user, fieldNumber: 1)
+    }
+    if self.blocked != false {
+      try visitor.visitSingularBoolField(value: self.blocked, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_SetBlock, rhs: Courier_V1_SetBlock) -> Bool {
+    if lhs.user != rhs.user {return false}
+    if lhs.blocked != rhs.blocked {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_BlocksRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BlocksRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap()
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    // Load everything into unknown fields
+    while try decoder.nextFieldNumber() != nil {}
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_BlocksRequest, rhs: Courier_V1_BlocksRequest) -> Bool {
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_BlockList: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BlockList"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}users\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.users) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.users.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.users, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_BlockList, rhs: Courier_V1_BlockList) -> Bool {
+    if lhs.users != rhs.users {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_BlockList.Blocked: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = Courier_V1_BlockList.protoMessageName + ".Blocked"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}user\0\u{3}since_ms\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.user) }()
+      case 2: try { try decoder.decodeSingularInt64Field(value: &self.sinceMs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.user.isEmpty {
+      try visitor.visitSingularStringField(value: self.user, fieldNumber: 1)
+    }
+    if self.sinceMs != 0 {
+      try visitor.visitSingularInt64Field(value: self.sinceMs, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_BlockList.Blocked, rhs: Courier_V1_BlockList.Blocked) -> Bool {
+    if lhs.user != rhs.user {return false}
+    if lhs.sinceMs != rhs.sinceMs {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -124,6 +124,7 @@ button.link {
 }
 
 button.icon {
+  flex: none;
   border: none;
   background: none;
   min-width: 2.5rem;
@@ -1060,7 +1061,8 @@ details.settings[open] summary {
   }
 
   .notify select {
-    max-width: 7.5rem;
+    /* Never wider than what the bar leaves it: the ⚙ beside it stays clear. */
+    max-width: min(7.5rem, 100%);
   }
 }
 
@@ -1401,7 +1403,7 @@ import { h } from "./text.js";
 import { pushSupported, pushEnabled, enablePush, disablePush } from "./push.js";
 import { appearanceSettings, deleteSettings, deviceSettings, logOut, passwordSettings } from "./settings.js";
 import { $, conversation, displayName, fill, session, state, titleOf, wantProfile } from "./state.js";
-import { findUser, leaveGroups, loadMembers, manageGroup, setProfile } from "./requests.js";
+import { findUser, leaveGroups, loadBlocks, loadMembers, manageGroup, setBlocked, setProfile } from "./requests.js";
 import { avatar, render, showError, toast } from "./render.js";
 import { openConversation } from "./list.js";
 
@@ -1491,9 +1493,36 @@ export function newChatDialog() {
 const roleNames = { GROUP_ROLE_OWNER: "owner", GROUP_ROLE_ADMIN: "admin", GROUP_ROLE_MEMBER: "member" };
 const rank = { GROUP_ROLE_OWNER: 2, GROUP_ROLE_ADMIN: 1, GROUP_ROLE_MEMBER: 0 };
 
+// A direct chat's person: block or unblock them (what the server keeps apart is said beside the button).
+export async function personDialog() {
+  const c = state.open && conversation(state.open);
+  if (!c || c.isGroup) return;
+  const user = c.peer.user;
+  try { await loadBlocks(); } catch (error) { showError(error); }
+  const blocked = state.blocked.has(user.toLowerCase());
+  const toggle = async () => {
+    if (!blocked && !window.confirm(`Block ${user}? Their messages will no longer reach you, and they will see nothing of you.`)) return;
+    try {
+      await setBlocked(user, !blocked);
+      toast(blocked ? `${user} is unblocked` : `${user} is blocked`);
+      personDialog();
+      render();
+    } catch (error) {
+      showError(error);
+    }
+  };
+  openDialog(displayName(user),
+    h("p", { class: "note", dir: "auto", text: blocked
+      ? `You block ${user}: their direct messages do not reach you (they see them sent, never delivered), and they see none of your presence, typing, read marks or profile. Messages sent meanwhile stay hidden after unblocking.`
+      : `Blocking ${user} keeps their direct messages from you and shows them nothing of you; they are not told. In a group you share, you both still see every message.` }),
+    h("button", { type: "button", class: blocked ? "" : "danger", "data-action": "block", onclick: toggle }, blocked ? `Unblock ${user}` : `Block ${user}`),
+  );
+}
+
 export async function groupDialog() {
   const c = state.open && conversation(state.open);
-  if (!c?.isGroup) return;
+  if (!c) return;
+  if (!c.isGroup) return personDialog();
   await loadMembers(c);
   const group = c.peer.group;
   const myRole = c.members.get(session.user)?.role ?? "GROUP_ROLE_MEMBER";
@@ -2061,7 +2090,7 @@ function badged(icon, text) {
           <option value="NOTIFY_LEVEL_NONE">Muted</option>
         </select>
       </label>
-      <button id="manage" type="button" class="icon" aria-label="Group members and settings" title="Group" hidden>⚙</button>
+      <button id="manage" type="button" class="icon" aria-label="Group members and settings" title="Group">⚙</button>
     </header>
     <p id="offline-note" class="offline-note" role="status" hidden>Offline: this is what the browser kept. What you
       write is sent when the server is back. <button type="button" class="link">Retry now</button></p>
@@ -2251,7 +2280,7 @@ import {
   state,
   wantProfile,
 } from "./state.js";
-import { fetchProfiles, loadConversations, markRead } from "./requests.js";
+import { fetchProfiles, loadBlocks, loadConversations, markRead } from "./requests.js";
 import { avatar, render, showError } from "./render.js";
 import { dropBlobs, uploads } from "./media.js";
 import { forgetDrafts } from "./drafts.js";
@@ -2434,6 +2463,7 @@ export function setUpConnection() {
     flushOutbox();
     wantProfile(session.user);
     fetchProfiles();
+    loadBlocks().then(render, () => {});
     loadConversations()
       .then(() => {
         const c = state.open && conversation(state.open);
@@ -3659,6 +3689,7 @@ export function subtitle(c) {
   }
   const presence = state.presence.get(c.peer.user);
   const name = c.peer.user;
+  if (state.blocked.has(name.toLowerCase())) return `${name} · blocked`;
   if (presence?.online) return `${name} · online`;
   if (presence?.lastSeenMs) return `${name} · last seen ${relativeTime(presence.lastSeenMs)}`;
   return name;
@@ -3673,10 +3704,11 @@ function renderHeader() {
   if (!c) return;
   const title = titleOf(c);
   $("chat-title").replaceChildren(h("bdi", { text: title }), ...(!c.isGroup && isBot(c.peer.user) ? [botBadge()] : []));
-  $("chat-subtitle").textContent = subtitle(c);
   $("chat-avatar").replaceChildren(avatar(c.isGroup ? null : c.peer.user, title));
   $("notify").value = c.notify;
-  $("manage").hidden = !c.isGroup;
+  $("manage").title = c.isGroup ? "Group" : "Person";
+  $("manage").setAttribute("aria-label", c.isGroup ? "Group members and settings" : `${c.peer.user}: block or unblock`);
+  $("chat-subtitle").textContent = subtitle(c);
   const context = $("composer-context");
   const target = state.editing ?? state.replyTo;
   context.hidden = !target;
@@ -3886,6 +3918,18 @@ export function setProfile(profile) {
 
 export function searchMessages(request) {
   return session.ask({ search: request });
+}
+
+// Blocking: a blocked user's direct messages never reach this user, and it sees nothing of this user.
+export async function loadBlocks() {
+  const answer = await session.ask({ blocks: {} });
+  state.blocked = new Set((answer.blocks?.users ?? []).map((entry) => entry.user.toLowerCase()));
+}
+
+export async function setBlocked(user, blocked) {
+  await session.ask({ block: { user, blocked } });
+  if (blocked) state.blocked.add(user.toLowerCase());
+  else state.blocked.delete(user.toLowerCase());
 }
 
 export function setNotify(peer, level) {
@@ -4590,6 +4634,7 @@ export const state = {
   open: null, // the open conversation's key
   profiles: new Map(), // user -> Profile
   presence: new Map(), // user -> {online, lastSeenMs}
+  blocked: new Set(), // the users this one blocks, lower-cased
   outbox: [], // messages written and not yet acknowledged, kept in storage
   replyTo: null, // the message a reply answers
   editing: null, // the message being edited

@@ -320,7 +320,7 @@ final class CompatTransport: SessionTransport {
             if !request.id.isEmpty { fields["id"] = .string(request.id) }
             return [CompatFrame(type: "done", payload: empty, fields: fields)]
         case .uploadReady, .uploadDone, .fetchReady, .events, .history, .unread, .versions, .search, .devices, .user,
-            .profiles, .groupMembers, .groupsLeft, nil:
+            .profiles, .groupMembers, .groupsLeft, .blocks, nil:
             return []
         }
     }

@@ -51,6 +51,23 @@ extension SessionRequests {
             )
             reply.devices.devices = Array(entries.prefix(fitting))
             reply.devices.more = fitting < entries.count
+        case .setBlock(let name, let blocked):
+            // A block names a user as a lookup does, and answers whether it exists: it counts as one.
+            switch self.context.lookups.admit(user: user.name, address: self.addressKey) {
+            case .throttled(let wait):
+                throw SessionRefusal(ErrorCodes.rateLimited, "too many users named; retry later", retryAfter: wait)
+            case .admitted(let ticket):
+                defer { self.context.lookups.finish(ticket, failed: true) }
+                try await store.block(name, by: user.id, on: blocked, nowMs: self.context.clock.wallMs)
+            }
+            reply.done = Courier_V1_Done()
+        case .blocks:
+            reply.blocks.users = try await store.blocks(of: user.id).map { blocked in
+                var entry = Courier_V1_BlockList.Blocked()
+                entry.user = blocked.name
+                entry.sinceMs = blocked.sinceMs
+                return entry
+            }
         case .revokeDevice(let device):
             try await store.revokeDevice(device, of: user.name, nowMs: self.context.clock.wallMs)
             self.logger.info("device revoked by its user", metadata: ["user": "\(user.name)", "device": "\(device)"])
@@ -72,7 +89,7 @@ extension SessionRequests {
             case .admitted(let ticket):
                 // Every lookup counts, found or not.
                 defer { self.context.lookups.finish(ticket, failed: true) }
-                guard let found = try await store.profiles(of: [name]).first else {
+                guard let found = try await store.profile(of: name, seenBy: user.id) else {
                     throw CourierStoreError(.unknownUser, "no user named \(Self.printable(name))")
                 }
                 reply.user.name = found.user

@@ -160,7 +160,8 @@ extension SessionRequests {
                     entry.joinedSeq = member.joinedSeq
                     return entry
                 }
-            case .changePassword, .devices, .revokeDevice, .deleteAccount, .findUser, .setProfile, .profiles:
+            case .changePassword, .devices, .revokeDevice, .deleteAccount, .findUser, .setProfile, .profiles, .setBlock,
+                .blocks:
                 let (answer, end) = try await self.ownAccount(request, requestID: requestID, session: deviceSession)
                 if let end {
                     try await writer.write(answer)

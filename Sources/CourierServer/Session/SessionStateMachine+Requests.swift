@@ -38,6 +38,9 @@ extension SessionStateMachine {
         case setNotify(Conversation, NotifyLevel)
         /// Leave every group one user put this one in.
         case leaveGroups(addedBy: String)
+        /// Block or unblock a user; list the users blocked.
+        case setBlock(String, blocked: Bool)
+        case blocks
     }
 
     /// The most names one `profiles` request asks for.
@@ -251,6 +254,21 @@ extension SessionStateMachine {
             return .request(.setProfile(update), requestID: requestID)
         case .groupMembers(let asked):
             return .request(.groupMembers(asked.group), requestID: requestID)
+        case .block(let block):
+            guard Names.isValid(block.user) else {
+                return .refuse(
+                    requestID: requestID,
+                    code: ErrorCodes.unknownUser,
+                    message: "no user named \(block.user.debugDescription)",
+                    id: "",
+                    retryAfter: nil
+                )
+            }
+            // A write of the user's rows: it takes from the bucket the sends take from.
+            if let wait = active.bucket.take(now: now) { return .pause(wait) }
+            return .request(.setBlock(block.user, blocked: block.blocked), requestID: requestID)
+        case .blocks:
+            return .request(.blocks, requestID: requestID)
         case .leaveGroups(let leave):
             guard Names.isValid(leave.addedBy) else {
                 return .refuse(

@@ -11,7 +11,7 @@ extension GroupCommit {
         let key = try self.resolve(edit.conversation, for: edit.user, createDirect: false)
         let conversation = try self.conversation(key)
         let position = try self.visiblePosition(edit.seq, in: conversation, for: edit.user)
-        guard let row = try self.message(at: position) else {
+        guard let row = try self.message(at: position), !row.hiddenFrom.contains(edit.user) else {
             throw CourierStoreError(.unknownMessage, "no message \(edit.seq) in \(edit.conversation)")
         }
         guard row.sender == edit.user else {
@@ -53,9 +53,11 @@ extension GroupCommit {
         self.positioned[position] = .some(edited)
         // Sent or edited earlier in this batch: its fresh events show this body, as a read after the commit would.
         self.log.book.markEdited(id: row.id, from: sender, body: edit.body, editedMs: editedMs)
-        // Only the members who can see the message (joined before it): a later one learns nothing of it.
+        // Only the members who can see the message (joined before it): a later one learns nothing of it, nor one
+        // that blocks the editor.
+        let blocker = conversation.blocker(of: edit.user)
         for (member, membership) in conversation.members.sorted(by: { $0.key < $1.key })
-        where membership.joinedSeq < position.seq {
+        where membership.joinedSeq < position.seq && member != blocker && !row.hiddenFrom.contains(member) {
             self.log.append(
                 to: member,
                 .edit,
@@ -92,7 +94,7 @@ extension GroupCommit {
         let key = try self.resolve(react.conversation, for: react.user, createDirect: false)
         let conversation = try self.conversation(key)
         let position = try self.visiblePosition(react.seq, in: conversation, for: react.user)
-        guard let row = try self.message(at: position) else {
+        guard let row = try self.message(at: position), !row.hiddenFrom.contains(react.user) else {
             throw CourierStoreError(.unknownMessage, "no message \(react.seq) in \(react.conversation)")
         }
         if row.recalled {
@@ -138,8 +140,10 @@ extension GroupCommit {
         self.reactionWrites.append(
             ReactionWrite(position: position, key: reaction, user: react.user, on: react.on, timeMs: self.nowMs)
         )
+        // Not to a member that blocks the reacting user.
+        let blocker = conversation.blocker(of: react.user)
         for (member, membership) in conversation.members.sorted(by: { $0.key < $1.key })
-        where membership.joinedSeq < position.seq {
+        where membership.joinedSeq < position.seq && member != blocker && !row.hiddenFrom.contains(member) {
             self.log.append(
                 to: member,
                 .reaction,
@@ -211,7 +215,7 @@ extension GroupCommit {
             seq = UInt64(first)
         }
         let position = try self.visiblePosition(seq, in: conversation, for: user)
-        guard let row = try self.message(at: position) else {
+        guard let row = try self.message(at: position), !row.hiddenFrom.contains(user) else {
             throw CourierStoreError(.unknownMessage, "no message \(seq) there")
         }
         guard !row.recalled else {

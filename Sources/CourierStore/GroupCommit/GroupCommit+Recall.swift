@@ -34,9 +34,10 @@ extension GroupCommit {
         }
         // Sent in this batch: its fresh events show it recalled, as a read after the commit would.
         self.log.book.markRecalled(id: id, from: by)
-        // Only the members who can see the message (joined before it).
+        // Only the members who can see the message (joined before it), not one that blocks the sender.
+        let blocker = conversation.blocker(of: user)
         for (member, membership) in conversation.members.sorted(by: { $0.key < $1.key })
-        where membership.joinedSeq < row.seq {
+        where membership.joinedSeq < row.seq && member != blocker {
             self.log.append(
                 to: member,
                 .recall,

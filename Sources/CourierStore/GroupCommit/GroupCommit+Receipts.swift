@@ -25,8 +25,11 @@ extension GroupCommit {
         }
         let conversations = try moving.map { try self.conversation($0.conversation) }
         // Each receipt's recipients: the members (still) who sent what it covers; only their logs grow.
+        // (Not a sender the user blocks: its marks stay where the block left them.)
         let recipients = zip(moving, conversations).map { delivery, conversation in
-            delivery.senders.filter { $0 != user && conversation.members[$0] != nil }.sorted()
+            delivery.senders.filter {
+                $0 != user && conversation.members[$0] != nil && !conversation.keepsMarks(of: user, from: $0)
+            }.sorted()
         }
         try self.require(
             rows: recipients.flatMap { $0 },
@@ -92,7 +95,7 @@ extension GroupCommit {
         conversation.members[user] = member
         self.conversations[key] = conversation
         self.touched.insert(key)
-        for recipient in conversation.members.keys.sorted() {
+        for recipient in conversation.members.keys.sorted() where !conversation.keepsMarks(of: user, from: recipient) {
             self.log.append(
                 to: recipient,
                 .receipt,
@@ -112,7 +115,9 @@ extension GroupCommit {
     func introduction(of user: UserID, in conversation: BatchConversation) throws -> Introduction? {
         guard let peer = conversation.peer(of: user), peer != user,
             let mine = conversation.members[user], let theirs = conversation.members[peer],
-            !mine.sent, mine.readSeq == 0, theirs.sent || theirs.readSeq > 0
+            !mine.sent, mine.readSeq == 0, theirs.sent || theirs.readSeq > 0,
+            // Never between a blocker and the one it blocks: they see nothing of each other's presence.
+            mine.blockedAtSeq == nil, theirs.blockedAtSeq == nil
         else { return nil }
         return Introduction(user, named: try self.name(of: user), peer, named: try self.name(of: peer))
     }

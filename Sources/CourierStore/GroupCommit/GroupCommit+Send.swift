@@ -48,6 +48,8 @@ extension GroupCommit {
         let address = try self.address(of: conversation.header, for: send.sender)
         let introduction = try self.introduction(of: send.sender, in: conversation)
         let mentioned = try self.mentioned(by: send, in: conversation)
+        // A member who blocks the sender gets nothing of it: no event, no push, nothing in its history or unread.
+        let blocker = conversation.blocker(of: send.sender)
 
         // Nothing below is refused.
         let id = send.id.isEmpty ? WriteRequest.Send.assignedID() : send.id
@@ -65,7 +67,8 @@ extension GroupCommit {
                 recalled: false,
                 body: send.body,
                 editCount: 0,
-                editedMs: nil
+                editedMs: nil,
+                hiddenFrom: blocker.map { [$0] } ?? []
             )
         )
         self.newMessageIndex[message] = self.newMessages.count
@@ -84,7 +87,7 @@ extension GroupCommit {
                 searchTokens: send.searchTokens,
                 mentioned: mentioned,
                 pushes: conversation.members.keys.contains { member in
-                    member != send.sender && self.userRow(member)?.pushable == true
+                    member != send.sender && member != blocker && self.userRow(member)?.pushable == true
                 }
             )
         )
@@ -95,8 +98,8 @@ extension GroupCommit {
         let event = { (member: UserID) -> StoredEvent.Kind? in
             let variant = EventVariant(
                 conversation: naming(member),
-                quoteVisible: reply.map { position, _ in
-                    position.seq > (conversation.members[member]?.joinedSeq ?? .max)
+                quoteVisible: reply.map { position, row in
+                    position.seq > (conversation.members[member]?.joinedSeq ?? .max) && !row.hiddenFrom.contains(member)
                 } ?? false
             )
             return Self.made(variant, in: &made) {
@@ -124,7 +127,8 @@ extension GroupCommit {
                 )
             }
         }
-        let members = conversation.members.keys.sorted()
+        if let blocker { self.withheld.append(HiddenRow(user: blocker, conversation: key, seq: seq)) }
+        let members = conversation.members.keys.sorted().filter { $0 != blocker }
         if conversation.groupName != nil {
             // A group's message is stored once, in the group's stream; every member's log grows by its position.
             self.log.appendShared(to: members, conversation: key, seq: seq, sender: send.sender, event: event)

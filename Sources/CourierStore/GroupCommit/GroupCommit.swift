@@ -77,6 +77,8 @@ package struct GroupCommit: Sendable {
     package internal(set) var edits: [EditWrite] = []
     /// The reactions the batch puts on or takes off, in order.
     package internal(set) var reactionWrites: [ReactionWrite] = []
+    /// The new messages withheld from a member who blocks their sender.
+    package internal(set) var withheld: [HiddenRow] = []
 
     /// - Parameters:
     ///   - freshRoom: How many fresh events each user's connections can take (nil: the limit for every user).
@@ -209,6 +211,8 @@ package struct TargetRow: Hashable, Sendable {
     package var body: [UInt8]
     package var editCount: Int64
     package var editedMs: Int64?
+    /// The members it is hidden from (withheld from a blocker): they cannot name it, and get nothing of it.
+    package var hiddenFrom: [UserID]
 
     package init(
         sender: UserID,
@@ -217,8 +221,10 @@ package struct TargetRow: Hashable, Sendable {
         recalled: Bool,
         body: [UInt8],
         editCount: Int64,
-        editedMs: Int64?
+        editedMs: Int64?,
+        hiddenFrom: [UserID] = []
     ) {
+        self.hiddenFrom = hiddenFrom
         self.sender = sender
         self.id = id
         self.timeMs = timeMs

@@ -81,6 +81,15 @@ extension StoreBackend {
                 "\(name) has not written to you: only contacts can be added to a group"
             )
         }
+        // Nor a user who blocks the actor, refused in the same words, which tell nothing of the block.
+        let blockers = try await Self.blockRelations(of: actor, with: users, transaction).blockedBy
+        if let blocker = users.first(where: blockers.contains) {
+            let name = try await transaction.name(of: blocker) ?? "?"
+            throw CourierStoreError(
+                .notContact,
+                "\(name) has not written to you: only contacts can be added to a group"
+            )
+        }
     }
 
     /// Locks users' rows and starts their logs' numbering from their cursors.

@@ -29,7 +29,9 @@ extension StoreBackend {
                     }
                 }
             }
-            let peers = Self.peers(in: try await transaction.companions(of: user, directOnly: false, with: nil))
+            // Not the users it blocks, who see none of its profile.
+            var peers = Self.peers(in: try await transaction.companions(of: user, directOnly: false, with: nil))
+            peers.subtract(try await Self.blockRelations(of: user, with: Array(peers), transaction).blocking)
             var log = LogWrites()
             let recipients = Array(peers.union([user])).sorted()
             // The user's row among the others, in the order of ids that every write locks in.
@@ -77,6 +79,21 @@ extension StoreBackend {
     ///   conversation in which either wrote): the others are left out, as if they did not exist, so that the
     ///   answer lists no one the viewer does not know (finding anyone by name is ``find_user``'s, which is
     ///   counted). Nil: anyone.
+    /// A user's profile by exact name, as `viewer` may see it (anyone's: finding a user by name), or nil when there
+    /// is no such user: a user who blocks the viewer shows it its name alone.
+    public func profile(of name: String, seenBy viewer: UserID) async throws -> UserProfile? {
+        try await self.reading(doing: "read a profile") { transaction in
+            guard let user = try await Self.user(named: name, transaction), user.removedMs == nil else { return nil }
+            var row = try await transaction.profiles(of: [user.id])[user.id]
+            if try await Self.blockRelations(of: viewer, with: [user.id], transaction).blockedBy.contains(user.id) {
+                row?.displayName = nil
+                row?.avatar = nil
+                row?.thumbnail = nil
+            }
+            return UserProfile(user: user.name, row)
+        }
+    }
+
     public func profiles(of names: [String], for viewer: UserID?) async throws -> [UserProfile] {
         try await self.reading(doing: "read profiles") { transaction in
             var users: [User] = []
@@ -90,7 +107,16 @@ extension StoreBackend {
                 let known = Set(try await transaction.companions(of: viewer, directOnly: false, with: nil).map(\.user))
                 users.removeAll { $0.id != viewer && !known.contains($0.id) }
             }
-            let rows = try await transaction.profiles(of: users.map(\.id))
+            var rows = try await transaction.profiles(of: users.map(\.id))
+            // A user who blocks the viewer shows it its name alone (and whether it is a bot).
+            if let viewer {
+                let others = users.map(\.id).filter { $0 != viewer }
+                for blocker in try await Self.blockRelations(of: viewer, with: others, transaction).blockedBy {
+                    rows[blocker]?.displayName = nil
+                    rows[blocker]?.avatar = nil
+                    rows[blocker]?.thumbnail = nil
+                }
+            }
             return users.map { UserProfile(user: $0.name, rows[$0.id]) }
         }
     }

@@ -295,8 +295,10 @@ extension StoreBackend {
         // A gateway's push carries the app's badge: the recipient's unread messages, everywhere.
         var unread: [UserID: Int] = [:]
         for user in Set(targets.filter { $0.subscription.gateway != nil }.map(\.subscription.user)) {
+            // Not the messages hidden from it.
             unread[user] = try await transaction.memberships(of: user).reduce(0) { total, membership in
-                total + Int(max(0, membership.lastSeq - max(membership.readSeq, membership.joinedSeq)))
+                let read = max(membership.readSeq, membership.joinedSeq)
+                return total + Int(max(0, membership.lastSeq - read - membership.hiddenUnread))
             }
         }
         let deliveries = targets.compactMap { target -> PushDelivery? in

@@ -49,11 +49,20 @@ extension StoreBackend {
         let profiles = profiled.isEmpty ? [:] : try await transaction.profiles(of: Array(profiled))
         var events: [UserID: [StoredEvent]] = [:]
         for (user, rows) in logs {
+            // A user who blocks the log's owner now shows it its name alone, as ``profiles(of:for:)`` does.
+            let actors = rows.filter { $0.kind == LogEventKind.profile.rawValue }.compactMap(\.actor)
+            let blockers = try await Self.blockRelations(of: user, with: actors, transaction).blockedBy
             events[user] = try rows.map { row in
                 if row.kind == LogEventKind.profile.rawValue, let actor = row.actor {
+                    var profile = profiles[actor]
+                    if blockers.contains(actor) {
+                        profile?.displayName = nil
+                        profile?.avatar = nil
+                        profile?.thumbnail = nil
+                    }
                     return StoredEvent(
                         cursor: UInt64(row.cursor),
-                        kind: .profile(UserProfile(user: try Self.name(actor, names), profiles[actor]))
+                        kind: .profile(UserProfile(user: try Self.name(actor, names), profile))
                     )
                 }
                 return try Self.event(row, for: user, names: names)
@@ -284,7 +293,8 @@ extension StoreBackend {
                 in: key,
                 after: joinedSeq,
                 before: beforeSeq == 0 ? Int64.max : Int64(clamping: beforeSeq),
-                limit: limit + 1
+                limit: limit + 1,
+                hiddenFrom: user
             )
             let page = rows.prefix(limit)
             // The marks that say something of this page: the members who received or read its oldest message.
@@ -356,7 +366,7 @@ extension StoreBackend {
     }
 
     /// Unread counts of every conversation the user is in: the messages after the newer of its read mark and its
-    /// joining. Sending counts as reading everything before the message sent.
+    /// joining, but the ones hidden from it. Sending counts as reading everything before the message sent.
     public func unreadCounts(for user: UserID) async throws -> [UnreadCount] {
         try await self.reading(doing: "count unread") { transaction in
             let memberships = try await transaction.memberships(of: user)
@@ -367,8 +377,9 @@ extension StoreBackend {
                 let readSeq = max(membership.readSeq, membership.joinedSeq)
                 return UnreadCount(
                     conversation: try Self.address(of: membership.conversation, for: user, names: names),
-                    unread: UInt64(max(0, membership.lastSeq - readSeq)),
-                    lastSeq: UInt64(membership.lastSeq),
+                    unread: UInt64(max(0, membership.lastSeq - readSeq - membership.hiddenUnread)),
+                    // The newest it sees: a conversation whose messages are all withheld from it is not one it has.
+                    lastSeq: UInt64(max(0, membership.lastVisibleSeq ?? membership.lastSeq)),
                     readSeq: UInt64(readSeq),
                     peerDeliveredSeq: UInt64(max(0, membership.peerDeliveredSeq)),
                     peerReadSeq: UInt64(max(0, membership.peerReadSeq)),
@@ -382,10 +393,11 @@ extension StoreBackend {
 
     /// Who sees a user's presence (and last seen) and its typing: the members of its groups, and the users of its
     /// direct conversations in which each of the two has written or read. A message nobody answered or opened makes
-    /// no one a peer.
+    /// no one a peer. Never a user on either side of a block with it (``block(_:by:on:nowMs:)``).
     public func peers(of user: UserID) async throws -> Set<UserID> {
         try await self.reading(doing: "read peers") { transaction in
-            Self.peers(in: try await transaction.companions(of: user, directOnly: false, with: nil))
+            let peers = Self.peers(in: try await transaction.companions(of: user, directOnly: false, with: nil))
+            return peers.subtracting(try await Self.blockRelations(of: user, with: Array(peers), transaction).apart)
         }
     }
 
@@ -400,24 +412,28 @@ extension StoreBackend {
     /// Who a user's typing in a conversation reaches: the members of a group it is in; in a direct conversation, the
     /// other user (who sees it where it has that conversation open, a brand-new one too: typing tells only what the
     /// typist chose to show, and nothing of the other comes back; presence stays between peers) and the user's own
-    /// devices.
+    /// devices. Never a user on either side of a block with it.
     ///
     /// - Throws: `unknown-group`, `unknown-user`, `not-member`, `storage-failed`.
     public func members(of address: Conversation, for user: UserID) async throws -> [UserID] {
         try await self.reading(doing: "read members") { transaction in
+            let members: [UserID]
             switch address {
             case .group:
                 guard let (key, _) = try await Self.membership(of: user, in: address, transaction) else {
                     return [user]
                 }
-                return try await transaction.members(of: [key])[key] ?? []
+                members = try await transaction.members(of: [key])[key] ?? []
             case .user(let name):
                 try address.checkNames()
                 guard let peer = try await transaction.user(named: name) else {
                     throw CourierStoreError(.unknownUser, "no user named \(name)")
                 }
-                return peer.removedMs == nil && peer.id != user ? [user, peer.id] : [user]
+                members = peer.removedMs == nil && peer.id != user ? [user, peer.id] : [user]
             }
+            guard members.count > 1 else { return members }
+            let apart = try await Self.blockRelations(of: user, with: members, transaction).apart
+            return apart.isEmpty ? members : members.filter { !apart.contains($0) }
         }
     }
 

@@ -60,9 +60,21 @@ extension StoreBackend {
                     before: position,
                     limit: asked
                 )
+                // Not the messages hidden from the user (withheld, deleted for it).
+                let hidden = try await transaction.hidden(
+                    from: user,
+                    among: candidates.map { MessagePosition(conversation: $0.conversation, seq: $0.message.seq) }
+                )
                 for candidate in candidates {
                     position = candidate.doc
                     scanned += 1
+                    if !hidden.isEmpty,
+                        hidden.contains(
+                            MessagePosition(conversation: candidate.conversation, seq: candidate.message.seq)
+                        )
+                    {
+                        continue
+                    }
                     let text = SearchIndex.text(ofBody: candidate.message.body)
                     if !candidate.message.recalled, let marks = SearchText.matches(in: text, query: exact) {
                         found.append((candidate, SearchText.fragment(of: text, marks: marks)))

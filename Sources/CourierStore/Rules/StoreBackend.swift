@@ -227,6 +227,19 @@ package protocol StoreTransaction: Sendable {
     ///
     /// - Returns: False when another user's name has that skeleton.
     func claimSkeleton(_ skeleton: String, for user: UserID) async throws -> Bool
+    /// The blocks a user is in, either side (only those with one of `others`, when given).
+    func blockPairs(involving user: UserID, with others: [UserID]?) async throws -> [BlockRow]
+    /// Blocks or unblocks a user, and marks the blocker's row of their direct conversation (where there is one) as
+    /// blocking, with its read and delivered marks as they are, or no longer.
+    ///
+    /// - Returns: Whether it changed anything.
+    func setBlock(_ blocker: UserID, _ blocked: UserID, on: Bool, nowMs: Int64) async throws -> Bool
+    /// Locks two users' direct conversation's row, where they have one, as a send's batch locks it (before any
+    /// user's row).
+    func lockDirect(_ pair: UserPair) async throws
+    /// Hides messages from users (nothing for a row that is there already).
+    func insertHidden(_ rows: [HiddenRow]) async throws
+
     /// Whether a user's name has this skeleton.
     func skeletonTaken(_ skeleton: String) async throws -> Bool
     /// The other members of every conversation a user is in (of its direct ones only, with `directOnly`; only
@@ -264,9 +277,18 @@ package protocol StoreTransaction: Sendable {
         from seq: Int64,
         limit: Int
     ) async throws -> [MarkRow]
-    /// A conversation's messages with seqs after `after` and before `before`, newest first, at most `limit`.
-    func messages(in conversation: Int64, after: Int64, before: Int64, limit: Int) async throws -> [MessageRead]
-    /// The messages a user can see (a member, sent after it joined) with an id, from a sender and in a conversation
+    /// A conversation's messages with seqs after `after` and before `before`, newest first, at most `limit`, but
+    /// the ones hidden from `reader`.
+    func messages(
+        in conversation: Int64,
+        after: Int64,
+        before: Int64,
+        limit: Int,
+        hiddenFrom reader: UserID
+    ) async throws -> [MessageRead]
+    /// Which of these messages are hidden from a user.
+    func hidden(from user: UserID, among positions: [MessagePosition]) async throws -> Set<MessagePosition>
+    /// The messages a user can see (a member, sent after it joined, not hidden from it) with an id, from a sender and in a conversation
     /// when given, at most `limit`.
     func messages(
         withID id: String,

@@ -142,6 +142,10 @@ package struct Membership: Sendable {
     package var peerReadSeq: Int64
     /// The messages after the read mark (and after joining) that mention the user, by name or `@all`.
     package var mentions: Int64 = 0
+    /// How many of the messages after the user's read mark are hidden from it (withheld, deleted for it).
+    package var hiddenUnread: Int64 = 0
+    /// The seq of the newest message the user sees there (``lastSeq`` unless the newest are hidden from it).
+    package var lastVisibleSeq: Int64?
     package var notify: NotifyLevel = .all
     /// A group's title; nil when none.
     package var title: String? = nil
@@ -334,5 +338,31 @@ extension StoreChange {
         case (3, let user?, _): self = .userRemoved(user)
         default: return nil
         }
+    }
+}
+
+/// One user blocking another (``CourierDatabase/block(_:by:on:nowMs:)``).
+package struct BlockRow: Hashable, Sendable {
+    package var blocker: UserID
+    package var blocked: UserID
+    package var createdMs: Int64
+
+    package init(blocker: UserID, blocked: UserID, createdMs: Int64) {
+        self.blocker = blocker
+        self.blocked = blocked
+        self.createdMs = createdMs
+    }
+}
+
+/// A message one user does not see: withheld from it (it blocks the sender) or deleted for it alone.
+package struct HiddenRow: Hashable, Sendable {
+    package var user: UserID
+    package var conversation: Int64
+    package var seq: Int64
+
+    package init(user: UserID, conversation: Int64, seq: Int64) {
+        self.user = user
+        self.conversation = conversation
+        self.seq = seq
     }
 }

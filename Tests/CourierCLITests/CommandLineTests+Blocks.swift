@@ -1,0 +1,88 @@
+import CourierPostgresTesting
+import CourierTesting
+import Foundation
+import Testing
+
+/// `courier block`, `unblock` and `blocks`, against a server on a data folder and on PostgreSQL.
+extension CommandLineTests {
+    /// Adds users to a store named by `store` (`--data FOLDER` or `--database URL`), serves it, and checks blocking
+    /// through the client commands as processes.
+    static func checkBlockCommands(_ folder: URL, store: [String]) async throws {
+        for name in ["alice", "bob", "carol"] {
+            let added = try await CourierExecutable.run(["user", "add", name, "--password", "pw-" + name] + store)
+            #expect(added.status == 0, "\(added)")
+        }
+        let ports = (try await FreePort.pick(), try await FreePort.pick(), try await FreePort.pick())
+        let server = try await ServerProcess.start(
+            data: folder.appendingPathComponent("data"),
+            native: ports.0,
+            compat: ports.1,
+            http: ports.2,
+            log: folder.appendingPathComponent("server.log"),
+            // The data folder is the server's own argument; a database is said beside it.
+            arguments: store.first == "--database" ? store : []
+        )
+        defer { server.stop() }
+        let home = [
+            "HOME": folder.path, "XDG_CONFIG_HOME": folder.appendingPathComponent("config").path,
+            "XDG_DATA_HOME": folder.appendingPathComponent("share").path,
+        ]
+        func run(_ user: String, _ arguments: [String]) async throws -> (status: Int32, output: String) {
+            try await CourierExecutable.run(
+                Array(arguments.prefix(1)) + ["--as", user] + arguments.dropFirst()
+                    + ["--server", "127.0.0.1:\(ports.0)"],
+                environment: home.merging(["COURIER_PASSWORD": "pw-" + user]) { $1 }
+            )
+        }
+        var result = try await run("bob", ["send", "--to", "alice", "你好 alice"])
+        #expect(result.status == 0, "\(result)")
+        result = try await run("alice", ["block", "bob"])
+        #expect(result.status == 0 && result.output == "blocked bob\n", "\(result)")
+        result = try await run("alice", ["block", "carol"])
+        #expect(result.status == 0, "\(result)")
+        result = try await run("alice", ["blocks"])
+        #expect(result.output.wholeMatch(of: /bob\t\d{4}-[^\n]+\ncarol\t\d{4}-[^\n]+\n/) != nil, "\(result)")
+        result = try await run("alice", ["blocks", "--json"])
+        #expect(result.output.hasPrefix("{\"since\":\"") && result.output.contains("\"user\":\"carol\""), "\(result)")
+        // Bob's send is committed (exit 0) and he sees it; alice never does.
+        result = try await run("bob", ["send", "--to", "alice", "被拦截 withheld"])
+        #expect(result.status == 0, "\(result)")
+        result = try await run("bob", ["history", "--with", "alice"])
+        #expect(result.output.contains("被拦截 withheld"), "\(result)")
+        result = try await run("alice", ["history", "--with", "bob"])
+        #expect(result.output.contains("你好 alice") && !result.output.contains("withheld"), "\(result)")
+        // Refusals, with their codes.
+        result = try await run("alice", ["block", "alice"])
+        #expect(result.status != 0 && result.output.contains("invalid-request"), "\(result)")
+        result = try await run("alice", ["block", "nobody"])
+        #expect(result.status != 0 && result.output.contains("unknown-user"), "\(result)")
+        // Unblocked: the next message arrives; the withheld one stays away.
+        result = try await run("alice", ["unblock", "bob"])
+        #expect(result.status == 0 && result.output == "unblocked bob\n", "\(result)")
+        result = try await run("bob", ["send", "--to", "alice", "after 之后"])
+        #expect(result.status == 0, "\(result)")
+        result = try await run("alice", ["history", "--with", "bob"])
+        #expect(result.output.contains("after 之后") && !result.output.contains("withheld"), "\(result)")
+        result = try await run("alice", ["blocks"])
+        #expect(!result.output.contains("bob") && result.output.contains("carol"), "\(result)")
+    }
+
+    @Test("block, blocks and unblock on a data folder: the blocked user's message is committed and never reaches")
+    func blockCommands() async throws {
+        try await withTemporaryDirectory(prefix: "courier-cli-blocks") { folder in
+            try await Self.checkBlockCommands(folder, store: ["--data", folder.appendingPathComponent("data").path])
+        }
+    }
+
+    @Test(
+        "block, blocks and unblock on PostgreSQL",
+        .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
+    )
+    func blockCommandsOnPostgres() async throws {
+        try await withTemporaryDirectory(prefix: "courier-cli-blocks") { folder in
+            try await TestDatabase.with { location in
+                try await Self.checkBlockCommands(folder, store: ["--database", TestDatabase.url(of: location)])
+            }
+        }
+    }
+}
