@@ -6,7 +6,7 @@ import { h } from "./text.js";
 import { pushSupported, pushEnabled, enablePush, disablePush } from "./push.js";
 import { appearanceSettings, deleteSettings, deviceSettings, logOut, passwordSettings } from "./settings.js";
 import { $, conversation, displayName, fill, session, state, titleOf, wantProfile } from "./state.js";
-import { findUser, leaveGroups, loadMembers, manageGroup, setProfile } from "./requests.js";
+import { findUser, leaveGroups, loadBlocks, loadMembers, manageGroup, setBlocked, setProfile } from "./requests.js";
 import { avatar, render, showError, toast } from "./render.js";
 import { openConversation } from "./list.js";
 
@@ -96,9 +96,36 @@ export function newChatDialog() {
 const roleNames = { GROUP_ROLE_OWNER: "owner", GROUP_ROLE_ADMIN: "admin", GROUP_ROLE_MEMBER: "member" };
 const rank = { GROUP_ROLE_OWNER: 2, GROUP_ROLE_ADMIN: 1, GROUP_ROLE_MEMBER: 0 };
 
+// A direct chat's person: block or unblock them (what the server keeps apart is said beside the button).
+export async function personDialog() {
+  const c = state.open && conversation(state.open);
+  if (!c || c.isGroup) return;
+  const user = c.peer.user;
+  try { await loadBlocks(); } catch (error) { showError(error); }
+  const blocked = state.blocked.has(user.toLowerCase());
+  const toggle = async () => {
+    if (!blocked && !window.confirm(`Block ${user}? Their messages will no longer reach you, and they will see nothing of you.`)) return;
+    try {
+      await setBlocked(user, !blocked);
+      toast(blocked ? `${user} is unblocked` : `${user} is blocked`);
+      personDialog();
+      render();
+    } catch (error) {
+      showError(error);
+    }
+  };
+  openDialog(displayName(user),
+    h("p", { class: "note", dir: "auto", text: blocked
+      ? `You block ${user}: their direct messages do not reach you (they see them sent, never delivered), and they see none of your presence, typing, read marks or profile. Messages sent meanwhile stay hidden after unblocking.`
+      : `Blocking ${user} keeps their direct messages from you and shows them nothing of you; they are not told. In a group you share, you both still see every message.` }),
+    h("button", { type: "button", class: blocked ? "" : "danger", "data-action": "block", onclick: toggle }, blocked ? `Unblock ${user}` : `Block ${user}`),
+  );
+}
+
 export async function groupDialog() {
   const c = state.open && conversation(state.open);
-  if (!c?.isGroup) return;
+  if (!c) return;
+  if (!c.isGroup) return personDialog();
   await loadMembers(c);
   const group = c.peer.group;
   const myRole = c.members.get(session.user)?.role ?? "GROUP_ROLE_MEMBER";

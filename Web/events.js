@@ -4,6 +4,7 @@ import { mentions } from "./text.js";
 import { addNotice, conversation, keyOf, num, session, state, wantProfile } from "./state.js";
 import { acknowledgeEvents, markRead } from "./requests.js";
 import { render, toast } from "./render.js";
+import { onPin } from "./pins.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // What the server says
@@ -137,6 +138,13 @@ function applyEvent(event) {
     addNotice(c, c.lastSeq, { user: event.title.by ?? "", kind: "title", title: c.title });
   } else if (event.notify) {
     conversation(keyOf(event.notify.conversation)).notify = event.notify.level ?? "NOTIFY_LEVEL_ALL";
+  } else if (event.pin) {
+    onPin(event.pin, conversation(keyOf(event.pin.message.conversation)));
+  } else if (event.hidden) {
+    // Deleted for this user on one of its devices: gone here too.
+    const c = conversation(keyOf(event.hidden.conversation));
+    c.messages.delete(num(event.hidden.seq));
+    c.pins = (c.pins ?? []).filter((m) => num(m.seq) !== num(event.hidden.seq));
   }
 }
 

@@ -14,7 +14,7 @@ import {
   state,
   wantProfile,
 } from "./state.js";
-import { fetchProfiles, loadConversations, markRead } from "./requests.js";
+import { fetchProfiles, loadBlocks, loadConversations, markRead } from "./requests.js";
 import { avatar, render, showError } from "./render.js";
 import { dropBlobs, uploads } from "./media.js";
 import { forgetDrafts } from "./drafts.js";
@@ -197,6 +197,7 @@ export function setUpConnection() {
     flushOutbox();
     wantProfile(session.user);
     fetchProfiles();
+    loadBlocks().then(render, () => {});
     loadConversations()
       .then(() => {
         const c = state.open && conversation(state.open);

@@ -22,6 +22,7 @@ import { jumpTo } from "./list.js";
 import { mediaElement } from "./media.js";
 import { startEdit, startReply } from "./composer.js";
 import { openDialog } from "./dialogs.js";
+import { pinItems, pinnedBar } from "./pins.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // The message pane
@@ -47,6 +48,8 @@ export function renderMessages(toBottom) {
   const fromBottom = box.scrollHeight - box.scrollTop;
   const names = memberNames(c);
   const rows = [];
+  const bar = pinnedBar(c);
+  if (bar) rows.push(bar);
   rows.push(
     c.more || !c.loaded
       ? h("button", { type: "button", class: "older", "data-focus": "older", onclick: () => older(c) }, c.loading ? "Loading…" : "Load older messages")
@@ -183,6 +186,7 @@ function messageRow(c, message, names) {
   const meta = h(
     "span",
     { class: "meta" },
+    message.pinned && !message.recalled ? h("span", { class: "pinned", title: "Pinned", text: "📌" }) : null,
     num(message.editedMs) > 0 && !message.recalled ? h("span", { class: "edited", title: fullTime(num(message.editedMs)), text: "edited" }) : null,
     h("time", { title: fullTime(num(message.timeMs)), text: clock(num(message.timeMs)) }),
     mine ? statusMark(c, message) : null,
@@ -303,6 +307,7 @@ function openMenu(anchor, c, message) {
       : null,
     num(message.editedMs) > 0 ? item("Earlier versions", () => showVersions(c, message), { "data-action": "versions" }) : null,
     !message.body?.media ? item("Copy text", () => navigator.clipboard?.writeText(message.body?.text ?? ""), { "data-action": "copy" }) : null,
+    ...pinItems(c, message, item),
   );
   menu.hidden = false;
   const box = anchor.getBoundingClientRect();

@@ -89,6 +89,7 @@ export function subtitle(c) {
   }
   const presence = state.presence.get(c.peer.user);
   const name = c.peer.user;
+  if (state.blocked.has(name.toLowerCase())) return `${name} · blocked`;
   if (presence?.online) return `${name} · online`;
   if (presence?.lastSeenMs) return `${name} · last seen ${relativeTime(presence.lastSeenMs)}`;
   return name;
@@ -103,10 +104,11 @@ function renderHeader() {
   if (!c) return;
   const title = titleOf(c);
   $("chat-title").replaceChildren(h("bdi", { text: title }), ...(!c.isGroup && isBot(c.peer.user) ? [botBadge()] : []));
-  $("chat-subtitle").textContent = subtitle(c);
   $("chat-avatar").replaceChildren(avatar(c.isGroup ? null : c.peer.user, title));
   $("notify").value = c.notify;
-  $("manage").hidden = !c.isGroup;
+  $("manage").title = c.isGroup ? "Group" : "Person";
+  $("manage").setAttribute("aria-label", c.isGroup ? "Group members and settings" : `${c.peer.user}: block or unblock`);
+  $("chat-subtitle").textContent = subtitle(c);
   const context = $("composer-context");
   const target = state.editing ?? state.replyTo;
   context.hidden = !target;

@@ -153,6 +153,21 @@ export function sendReaction(c, message, key, off) {
   return session.ask({ react: { message: ref(c, message), key, off } });
 }
 
+// Pins (shown at the top of a conversation), and deleting a message for oneself.
+export async function loadPins(c) {
+  const answer = await session.ask({ pins: { conversation: c.peer } });
+  c.pins = answer.pins?.messages ?? [];
+  c.pinsLoaded = true;
+}
+
+export function pinMessage(c, message, off) {
+  return session.ask({ pin: { message: ref(c, message), off } });
+}
+
+export function hideMessage(c, message) {
+  return session.ask({ hide: { message: ref(c, message) } });
+}
+
 export function recallMessage(c, message) {
   return session.ask({ recall: { conversation: c.peer, id: message.id } });
 }
@@ -183,6 +198,18 @@ export function setProfile(profile) {
 
 export function searchMessages(request) {
   return session.ask({ search: request });
+}
+
+// Blocking: a blocked user's direct messages never reach this user, and it sees nothing of this user.
+export async function loadBlocks() {
+  const answer = await session.ask({ blocks: {} });
+  state.blocked = new Set((answer.blocks?.users ?? []).map((entry) => entry.user.toLowerCase()));
+}
+
+export async function setBlocked(user, blocked) {
+  await session.ask({ block: { user, blocked } });
+  if (blocked) state.blocked.add(user.toLowerCase());
+  else state.blocked.delete(user.toLowerCase());
 }
 
 export function setNotify(peer, level) {

@@ -39,6 +39,7 @@ export const state = {
   open: null, // the open conversation's key
   profiles: new Map(), // user -> Profile
   presence: new Map(), // user -> {online, lastSeenMs}
+  blocked: new Set(), // the users this one blocks, lower-cased
   outbox: [], // messages written and not yet acknowledged, kept in storage
   replyTo: null, // the message a reply answers
   editing: null, // the message being edited

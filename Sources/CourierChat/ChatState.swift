@@ -458,6 +458,18 @@ struct ChatState {
         case .notify(let conversation, let level):
             self[thread: conversation].notify = level
             return []
+        case .pinned(let conversation, let seq, _, let by, let pinned):
+            // Said where it is seen: in the open conversation.
+            if let open = self.openThread, Self.key(open.conversation) == Self.key(conversation) {
+                let who = by.lowercased() == self.me.lowercased() ? "you" : ChatText.printable(by)
+                self.notice = "\(who) \(pinned ? "pinned" : "unpinned") message \(seq)"
+            }
+            return []
+        case .hidden(let conversation, let seq):
+            let key = Self.key(conversation)
+            self.forget(seq, in: key)
+            self.threads[key]?.lines.removeAll { $0.seq == seq }
+            return []
         }
     }
 

@@ -14,6 +14,7 @@ extension ClientStore {
         recalls: [(Conversation, UInt64)],
         edits: [ChatMessage] = [],
         reactions: [(change: ReactionChange, cursor: UInt64)] = [],
+        hides: [(Conversation, UInt64)] = [],
         user: String = "",
         cursor: UInt64
     ) async throws {
@@ -38,6 +39,13 @@ extension ClientStore {
                         UPDATE messages SET recalled = 1, text = '', media = NULL, reactions = NULL
                         WHERE conversation = ? AND seq = ?
                         """,
+                    arguments: [conversation.key, seq]
+                )
+            }
+            // Deleted for this user (on one of its devices): gone from this one too.
+            for (conversation, seq) in hides {
+                try db.execute(
+                    sql: "DELETE FROM messages WHERE conversation = ? AND seq = ?",
                     arguments: [conversation.key, seq]
                 )
             }

@@ -202,6 +202,8 @@ public struct ChatMessage: Hashable, Sendable {
     /// Its reactions: as a page of ``CourierClient/history(of:beforeSeq:limit:)`` says them, and in stored messages
     /// (``CourierClient/storedMessages(in:limit:)``) as the last page and the reaction events since left them.
     public var reactions: [ChatReaction]
+    /// Pinned in its conversation (from a history page; the store of this device does not keep it).
+    public var pinned = false
 
     /// The mentions its text (or its media's caption) makes, as the server read them (``Mentions``): in a group
     /// message a name there is a member's, and `@all` came from an admin or the owner.
@@ -350,6 +352,10 @@ public enum ClientEvent: Sendable, Hashable {
     case groupTitle(group: String, title: String, by: String)
     /// This user chose how a conversation alerts it (on this device or another).
     case notify(conversation: Conversation, level: NotifyLevel)
+    /// A member (`by`) pinned a message of a conversation, or unpinned it.
+    case pinned(conversation: Conversation, seq: UInt64, id: String, by: String, pinned: Bool)
+    /// This user deleted a message for itself (on this device or another): it is gone from this store.
+    case hidden(conversation: Conversation, seq: UInt64)
     /// A peer is typing (or stopped).
     case typing(conversation: Conversation, user: String, typing: Bool)
     /// A peer came online or went offline (`lastSeen`: when it went, if the server says).

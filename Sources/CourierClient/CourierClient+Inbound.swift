@@ -114,6 +114,7 @@ extension CourierClient {
             var recalls: [(Conversation, UInt64)] = []
             var edits: [ChatMessage] = []
             var reactions: [(change: ReactionChange, cursor: UInt64)] = []
+            var hides: [(Conversation, UInt64)] = []
             var others: [ClientEvent] = []
             for event in events.events {
                 switch event.kind {
@@ -161,6 +162,20 @@ extension CourierClient {
                     if let level = NotifyLevel(change.level) {
                         others.append(.notify(conversation: Conversation(received: change.conversation), level: level))
                     }
+                case .pin(let change)?:
+                    others.append(
+                        .pinned(
+                            conversation: Conversation(received: change.message.conversation),
+                            seq: change.message.seq,
+                            id: change.message.id,
+                            by: change.by,
+                            pinned: change.pinned
+                        )
+                    )
+                case .hidden(let change)?:
+                    let conversation = Conversation(received: change.conversation)
+                    hides.append((conversation, change.seq))
+                    others.append(.hidden(conversation: conversation, seq: change.seq))
                 case nil:
                     break
                 }
@@ -171,6 +186,7 @@ extension CourierClient {
                 recalls: recalls,
                 edits: edits,
                 reactions: reactions,
+                hides: hides,
                 user: user,
                 cursor: last.cursor
             )

@@ -444,6 +444,31 @@ public final class CourierClient: Service, Sendable {
         try Self.expectDone(try await self.request(envelope))
     }
 
+    /// Pins a message of a conversation for every member to see at the top, or unpins it (`on` false): in a group,
+    /// only its owner and admins (`not-admin`); in a direct conversation, either side.
+    public func pin(_ message: MessageReference, on: Bool = true) async throws {
+        var envelope = ClientEnvelope()
+        envelope.pin.message = Courier_V1_MessageRef(message)
+        envelope.pin.off = !on
+        try Self.expectDone(try await self.request(envelope))
+    }
+
+    /// A conversation's pinned messages, the most recently pinned first.
+    public func pins(in conversation: Conversation) async throws -> [ChatMessage] {
+        var envelope = ClientEnvelope()
+        envelope.pins.conversation = Courier_V1_Conversation(conversation)
+        let answer = try await self.request(envelope)
+        guard case .pins(let pinned)? = answer.body else { throw Self.unexpected(answer) }
+        return pinned.messages.map(ChatMessage.init)
+    }
+
+    /// Deletes a message for this user alone, on all its devices (the others keep it).
+    public func hide(_ message: MessageReference) async throws {
+        var envelope = ClientEnvelope()
+        envelope.hide.message = Courier_V1_MessageRef(message)
+        try Self.expectDone(try await self.request(envelope))
+    }
+
     /// The texts an edited message had before, oldest first.
     public func versions(of message: MessageReference) async throws -> [EarlierVersion] {
         var envelope = ClientEnvelope()
@@ -554,6 +579,7 @@ extension ChatMessage {
             replyTo: message.hasReplyTo ? ChatReply(message.replyTo) : nil,
             reactions: message.reactions.map { ChatReaction(key: $0.key, count: Int($0.count), mine: $0.mine) }
         )
+        self.pinned = message.pinned
     }
 }
 

@@ -280,6 +280,11 @@ public protocol CourierDatabase: Sendable {
     func blocks(of user: UserID) async throws -> [BlockedUser]
     func blockRelations(of user: UserID) async throws -> BlockRelations
     func profile(of name: String, seenBy viewer: UserID) async throws -> UserProfile?
+    @discardableResult
+    func pin(_ name: MessageName, by user: UserID, off: Bool, nowMs: Int64) async throws -> [UserID: UInt64]
+    func pins(in conversation: Conversation, for user: UserID) async throws -> [StoredMessage]
+    @discardableResult
+    func hide(_ name: MessageName, for user: UserID, nowMs: Int64) async throws -> [UserID: UInt64]
     func members(of address: Conversation, for user: UserID) async throws -> [UserID]
     func userName(of id: UserID) async throws -> String
     func namesAndLastSeen(
@@ -460,6 +465,8 @@ public struct StoreLimits: Sendable, Hashable {
     /// The most groups one user may have made (and asked for over a session) that still have a member; one more is
     /// refused with `quota-exceeded`. Groups the administrator makes are not counted.
     public var maxGroupsPerMaker: Int = 200
+    /// The most messages one conversation may have pinned at once; one more is refused with `quota-exceeded`.
+    public var maxPinsPerConversation: Int = 50
     /// The most users one user may block; one more is refused with `quota-exceeded`.
     public var maxBlocksPerUser: Int = 1_000
     /// The most times one message may be edited: each edit keeps the text it replaced.

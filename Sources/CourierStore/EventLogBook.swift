@@ -14,6 +14,10 @@ package enum LogEventKind: Int64, Sendable {
     case title = 9
     /// The log's user chose how a conversation alerts it (`detail`: the ``NotifyLevel``).
     case notify = 10
+    /// A member (`actor`) pinned the message at `seq` (`detail` 1) or unpinned it (2).
+    case pin = 11
+    /// The log's user deleted the message at `seq` for itself.
+    case hide = 12
 }
 
 /// The bookkeeping of one write transaction's appends to users' event logs, whatever the database, and the events

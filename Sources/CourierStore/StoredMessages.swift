@@ -20,6 +20,8 @@ public struct StoredMessage: Hashable, Sendable {
     public var replyTo: StoredReply? = nil
     /// Its reactions, each key once, the first given first: only in a history page (the log carries each change).
     public var reactions: [ReactionCount] = []
+    /// Pinned in its conversation: in a history page only (the log carries each change as a `pin` event).
+    public var pinned = false
 
     public init(
         id: String,
@@ -214,6 +216,10 @@ public struct StoredEvent: Hashable, Sendable {
         case title(group: String, title: String, by: String, seq: UInt64)
         /// The log's user chose how a conversation alerts it (on one of its devices): for its other devices.
         case notify(conversation: Conversation, level: NotifyLevel)
+        /// A member (`by`) pinned a message (its id and sender), or unpinned it.
+        case pin(conversation: Conversation, seq: UInt64, id: String, from: String, by: String, pinned: Bool)
+        /// The log's user deleted a message for itself (on one of its devices): for every device to drop it.
+        case hidden(conversation: Conversation, seq: UInt64)
     }
     public var cursor: UInt64
     public var kind: Kind

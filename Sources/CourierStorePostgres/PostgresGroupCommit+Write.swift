@@ -158,8 +158,8 @@ extension PostgresGroupCommit {
                 """,
                 logger: self.logger
             )
-            // A recalled message's media is no longer anyone's to fetch; its earlier versions, its reactions and its
-            // mentions go.
+            // A recalled message's media is no longer anyone's to fetch; its earlier versions, its reactions, its
+            // mentions and its pin go.
             try await connection.run(
                 """
                 WITH r(c, s) AS (SELECT * FROM unnest(\(recalled.map(\.conversation))::bigint[],
@@ -169,7 +169,8 @@ extension PostgresGroupCommit {
                     mentioned AS (DELETE FROM mentions USING r
                         WHERE mentions.conversation_id = r.c AND mentions.seq = r.s),
                     versions AS (DELETE FROM message_versions USING r
-                        WHERE message_versions.conversation_id = r.c AND message_versions.seq = r.s)
+                        WHERE message_versions.conversation_id = r.c AND message_versions.seq = r.s),
+                    pinned AS (DELETE FROM pins USING r WHERE pins.conversation_id = r.c AND pins.seq = r.s)
                 DELETE FROM reactions USING r WHERE reactions.conversation_id = r.c AND reactions.seq = r.s
                 """,
                 logger: self.logger

@@ -579,5 +579,20 @@ enum PostgresSchema {
                 "CREATE INDEX hidden_by_message ON hidden (conversation_id, seq)",
             ]
         ),
+        Migration(
+            version: "v23-pins",
+            statements: [
+                // A conversation's pinned messages (courier pin): who pinned each, and when. A recall unpins.
+                """
+                CREATE TABLE pins (
+                    conversation_id BIGINT NOT NULL,
+                    seq BIGINT NOT NULL,
+                    pinned_by BIGINT NOT NULL,
+                    pinned_ms BIGINT NOT NULL,
+                    PRIMARY KEY (conversation_id, seq)
+                )
+                """
+            ]
+        ),
     ]
 }

@@ -61,7 +61,7 @@ extension PostgresTransaction {
     /// What a log read joins its entries to: the conversation, the message, and the message it answers.
     static let logJoins = """
         LEFT JOIN conversations c ON c.id = e.conversation_id
-        LEFT JOIN messages m ON e.kind IN (1, 2, 5, 6) AND m.conversation_id = e.conversation_id AND m.seq = e.seq
+        LEFT JOIN messages m ON e.kind IN (1, 2, 5, 6, 11) AND m.conversation_id = e.conversation_id AND m.seq = e.seq
         LEFT JOIN messages r ON e.kind = 1 AND r.conversation_id = m.conversation_id AND r.seq = m.reply_seq
             AND NOT EXISTS (
                 SELECT 1 FROM hidden h WHERE h.user_id = e.user_id AND h.conversation_id = r.conversation_id

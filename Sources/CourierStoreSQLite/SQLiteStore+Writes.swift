@@ -397,9 +397,9 @@ extension SQLiteStore {
             try db.cachedStatement(
                 sql: "UPDATE messages SET recalled = 1, body = x'' WHERE conversation_id = ? AND seq = ?"
             ).execute(arguments: arguments)
-            // A recalled message's media is no longer anyone's to fetch; its earlier versions, its reactions and its
-            // mentions go.
-            for table in ["message_media", "message_versions", "reactions", "mentions"] {
+            // A recalled message's media is no longer anyone's to fetch; its earlier versions, its reactions, its
+            // mentions and its pin go.
+            for table in ["message_media", "message_versions", "reactions", "mentions", "pins"] {
                 try db.cachedStatement(sql: "DELETE FROM \(table) WHERE conversation_id = ? AND seq = ?")
                     .execute(arguments: arguments)
             }

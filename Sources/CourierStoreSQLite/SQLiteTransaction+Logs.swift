@@ -54,7 +54,7 @@ extension SQLiteStore {
                e.key
         FROM (\(LogEventKind.userLogSQL(user: "?1", after: "?2", limit: "?3")) ORDER BY cursor LIMIT ?3) e
         LEFT JOIN conversations c ON c.id = e.conversation_id
-        LEFT JOIN messages m ON e.kind IN (1, 2, 5, 6) AND m.conversation_id = e.conversation_id AND m.seq = e.seq
+        LEFT JOIN messages m ON e.kind IN (1, 2, 5, 6, 11) AND m.conversation_id = e.conversation_id AND m.seq = e.seq
         LEFT JOIN messages r ON e.kind = 1 AND r.conversation_id = m.conversation_id AND r.seq = m.reply_seq
             AND NOT EXISTS (
                 SELECT 1 FROM hidden h WHERE h.user_id = e.user_id AND h.conversation_id = r.conversation_id

@@ -562,6 +562,20 @@ enum Schema {
                     """
             )
         }
+        migrator.registerMigration("v22-pins") { db in
+            try db.execute(
+                sql: """
+                    -- A conversation's pinned messages (courier pin): who pinned each, and when. A recall unpins.
+                    CREATE TABLE pins (
+                        conversation_id INTEGER NOT NULL,
+                        seq INTEGER NOT NULL,
+                        pinned_by INTEGER NOT NULL,
+                        pinned_ms INTEGER NOT NULL,
+                        PRIMARY KEY (conversation_id, seq)
+                    ) WITHOUT ROWID;
+                    """
+            )
+        }
         return migrator
     }
 }

@@ -352,7 +352,7 @@ struct History: AsyncParsableCommand {
             SHA256` fetches it), \
             text (a file's caption), time (RFC 3339, UTC), id; edited_at (when edited), reply_to (when a reply: \
             the answered message's seq, and its id and from when you may see it), reactions ({"KEY": COUNT, …}, \
-            when any).
+            when any), pinned (true, when pinned: courier pin).
             """
     )
 
@@ -474,6 +474,7 @@ struct History: AsyncParsableCommand {
             // swift-format-ignore: AlwaysUseLowerCamelCase
             var reply_to: Reply?
             var reactions: [String: Int]?
+            var pinned: Bool?
         }
         struct Reply: Encodable {
             var seq: UInt64
@@ -509,6 +510,7 @@ struct History: AsyncParsableCommand {
         if !message.reactions.isEmpty, !message.recalled {
             line.reactions = Dictionary(message.reactions.map { ($0.key, $0.count) }) { first, _ in first }
         }
+        if message.pinned { line.pinned = true }
         (line.to, line.group) = Self.addressed(message, me: me)
         return try Self.json(line)
     }

@@ -88,6 +88,76 @@ struct React: AsyncParsableCommand {
     }
 }
 
+/// `courier pin`: pin a message for everyone in its conversation to see at the top, or unpin it.
+struct PinCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "pin",
+        abstract: "Pin a message at the top of its conversation for every member, or unpin it with --off.",
+        discussion: """
+            ID is the message's id, as `history --json` prints it (which says "pinned": true of a pinned one); \
+            --from, --with or --group say which when ids clash. In a group only its owner and admins pin \
+            (not-admin); in a direct conversation, either of you. A conversation holds at most 50 pinned messages \
+            (quota-exceeded, the server's max-pins-per-conversation); a recall unpins. --list prints the pinned \
+            messages of --with USER or --group GROUP, the most recently pinned first.
+            """
+    )
+
+    @OptionGroup var options: ClientOptions
+    @Argument(help: "The message's id (none with --list).") var id: String?
+
+    @Flag(help: "Unpin it.")
+    var off = false
+
+    @Flag(help: "List the conversation's pinned messages (of --with or --group).")
+    var list = false
+
+    @Option(help: ArgumentHelp("The message's sender, when ids clash.", valueName: "user"))
+    var from: String?
+
+    @Option(help: ArgumentHelp("The other user of the message's direct conversation.", valueName: "user"))
+    var with: String?
+
+    @Option(help: ArgumentHelp("The message's group.", valueName: "group"))
+    var group: String?
+
+    func run() async throws {
+        let conversation: Conversation? = self.with.map { .user($0) } ?? self.group.map { .group($0) }
+        self.checkParsed {
+            guard self.with == nil || self.group == nil else {
+                throw ValidationError("name at most one conversation: --with USER or --group GROUP")
+            }
+            if self.list {
+                guard conversation != nil, self.id == nil, !self.off else {
+                    throw ValidationError("--list takes --with USER or --group GROUP, and no ID")
+                }
+            } else if self.id == nil {
+                throw ValidationError("name the message: courier pin ID")
+            }
+        }
+        let pinned = try await ClientSession.run(self.options) { session -> [ChatMessage] in
+            try await session.connectOrFail()
+            do {
+                if self.list, let conversation { return try await session.client.pins(in: conversation) }
+                try await session.client.pin(
+                    .id(self.id ?? "", from: self.from, in: conversation),
+                    on: !self.off
+                )
+                return []
+            } catch let error as CourierClientError {
+                throw CommandFailure(description: "\(error.code): \(error.message)")
+            }
+        }
+        guard self.list else {
+            print("\(self.off ? "unpinned" : "pinned") \(ChatText.printable(self.id ?? ""))")
+            return
+        }
+        for message in pinned {
+            let text = message.media.map { "[\($0.kind.rawValue)] \($0.caption)" } ?? message.text
+            print("\(message.seq)\t\(ChatText.printable(message.from))\t\(ChatText.printable(text))")
+        }
+    }
+}
+
 /// `courier search`: the messages you can see that match a query, newest first.
 struct Search: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

@@ -3,7 +3,7 @@ import CourierTesting
 import Foundation
 import Testing
 
-/// `courier block`, `unblock` and `blocks`, against a server on a data folder and on PostgreSQL.
+/// `courier block`, `unblock`, `blocks` and `pin`, against a server on a data folder and on PostgreSQL.
 extension CommandLineTests {
     /// Adds users to a store named by `store` (`--data FOLDER` or `--database URL`), serves it, and checks blocking
     /// through the client commands as processes.
@@ -65,9 +65,31 @@ extension CommandLineTests {
         #expect(result.output.contains("after 之后") && !result.output.contains("withheld"), "\(result)")
         result = try await run("alice", ["blocks"])
         #expect(!result.output.contains("bob") && result.output.contains("carol"), "\(result)")
+
+        // Pins: either side of a direct conversation pins; history --json says so; --list; --off.
+        result = try await run("alice", ["history", "--with", "bob", "--json"])
+        let first = try #require(result.output.split(separator: "\n").first)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(first.utf8)) as? [String: Any])
+        let id = try #require(object["id"] as? String)
+        #expect(object["pinned"] == nil, "\(result)")
+        result = try await run("alice", ["pin", id])
+        #expect(result.status == 0 && result.output == "pinned \(id)\n", "\(result)")
+        result = try await run("bob", ["history", "--with", "alice", "--json"])
+        let pinnedLine = result.output.split(separator: "\n").first { $0.contains("\"id\":\"\(id)\"") } ?? ""
+        #expect(pinnedLine.contains("\"pinned\":true"), "\(result)")
+        result = try await run("bob", ["pin", "--list", "--with", "alice"])
+        #expect(result.status == 0 && result.output.hasSuffix("\tbob\t你好 alice\n"), "\(result)")
+        result = try await run("bob", ["pin", id, "--off"])
+        #expect(result.status == 0 && result.output == "unpinned \(id)\n", "\(result)")
+        result = try await run("alice", ["pin", "--list", "--with", "bob"])
+        #expect(result.status == 0 && result.output.isEmpty, "\(result)")
+        result = try await run("alice", ["pin", "no-such-id"])
+        #expect(result.status != 0 && result.output.contains("unknown-message"), "\(result)")
     }
 
-    @Test("block, blocks and unblock on a data folder: the blocked user's message is committed and never reaches")
+    @Test(
+        "block, blocks, unblock and pin on a data folder: the blocked user's message is committed and never reaches"
+    )
     func blockCommands() async throws {
         try await withTemporaryDirectory(prefix: "courier-cli-blocks") { folder in
             try await Self.checkBlockCommands(folder, store: ["--data", folder.appendingPathComponent("data").path])
@@ -75,7 +97,7 @@ extension CommandLineTests {
     }
 
     @Test(
-        "block, blocks and unblock on PostgreSQL",
+        "block, blocks, unblock and pin on PostgreSQL",
         .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
     )
     func blockCommandsOnPostgres() async throws {

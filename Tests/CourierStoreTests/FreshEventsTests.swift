@@ -52,6 +52,8 @@ struct FreshEventsTests {
                 case .role: "role"
                 case .title: "title"
                 case .notify: "notify"
+                case .pin: "pin"
+                case .hidden: "hidden"
                 }
             }
             #expect(kinds == ["message", "message", "message", "read", "message", "recall"], "\(kinds)")

@@ -563,6 +563,40 @@ class DailyWebTests(unittest.TestCase):
         self.assertNotIn("withheld", phone.js("return document.body.innerText"))
         self.assertFalse(phone.read("#chat-subtitle").endswith("· blocked"))
 
+    # Pins and deleting for oneself
+
+    def test_10_pin_at_the_top_and_delete_for_me(self):
+        alice = self.alice
+        for text in ("置顶这条 📌 pin me", "שלום delete me", "third"):
+            self.server.cli("send", "--as", "bob", "--password", PASSWORD, "--to", "alice", text)
+        bob = self.page("bob", phone=True)
+        alice.conversation("u:bob")
+        alice.message("third")
+        alice.actions("置顶这条 📌 pin me", "pin")
+        bar = lambda page: page.js("return document.querySelector('#messages .pinned-bar')?.innerText ?? ''")
+        wait_until(lambda: "置顶这条 📌 pin me" in bar(alice), "the pinned bar")
+        lines = self.server.cli("history", "--as", "bob", "--password", PASSWORD, "--with", "alice", "--json")
+        self.assertIn('"pinned":true', next(line for line in lines.splitlines() if "pin me" in line))
+        alice.shot(self.shots, "desktop-pinned")
+        # Bob (on a phone) sees it at the top too, live, and unpins it from the list the bar opens.
+        bob.conversation("u:alice")
+        wait_until(lambda: "置顶这条 📌 pin me" in bar(bob), "the pin on bob's page")
+        bob.shot(self.shots, "phone-pinned")
+        bob.click("#messages .pinned-bar")
+        bob.visible("#dialog [data-action=unpin]").click()
+        wait_until(lambda: bar(alice) == "", "the pin gone from alice's page")
+        bob.find("#dialog .close").click()
+        # Delete for me: gone from alice's page, after a reload too; bob keeps it.
+        alice.actions("שלום delete me", "hide")
+        self.confirmation(alice, "Delete this message for you?")
+        wait_until(lambda: "delete me" not in alice.js("return document.getElementById('messages').innerText"),
+                   "the message gone")
+        self.reload(alice)
+        alice.conversation("u:bob")
+        alice.message("third")
+        self.assertNotIn("delete me", alice.js("return document.getElementById('messages').innerText"))
+        bob.message("שלום delete me")
+
 
 if __name__ == "__main__":
     if not os.path.exists(COURIER):

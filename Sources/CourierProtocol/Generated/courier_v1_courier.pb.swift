@@ -344,6 +344,30 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     set {body = .blocks(newValue)}
   }
 
+  public var pin: Courier_V1_Pin {
+    get {
+      if case .pin(let v)? = body {return v}
+      return Courier_V1_Pin()
+    }
+    set {body = .pin(newValue)}
+  }
+
+  public var pins: Courier_V1_PinsRequest {
+    get {
+      if case .pins(let v)? = body {return v}
+      return Courier_V1_PinsRequest()
+    }
+    set {body = .pins(newValue)}
+  }
+
+  public var hide: Courier_V1_HideMessage {
+    get {
+      if case .hide(let v)? = body {return v}
+      return Courier_V1_HideMessage()
+    }
+    set {body = .hide(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -375,6 +399,9 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     case leaveGroups(Courier_V1_LeaveGroups)
     case block(Courier_V1_SetBlock)
     case blocks(Courier_V1_BlocksRequest)
+    case pin(Courier_V1_Pin)
+    case pins(Courier_V1_PinsRequest)
+    case hide(Courier_V1_HideMessage)
 
   }
 
@@ -551,6 +578,14 @@ public nonisolated struct Courier_V1_ServerEnvelope: Sendable {
     set {body = .blocks(newValue)}
   }
 
+  public var pins: Courier_V1_PinnedMessages {
+    get {
+      if case .pins(let v)? = body {return v}
+      return Courier_V1_PinnedMessages()
+    }
+    set {body = .pins(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -574,6 +609,7 @@ public nonisolated struct Courier_V1_ServerEnvelope: Sendable {
     case groupMembers(Courier_V1_GroupMembers)
     case groupsLeft(Courier_V1_GroupsLeft)
     case blocks(Courier_V1_BlockList)
+    case pins(Courier_V1_PinnedMessages)
 
   }
 
@@ -1082,6 +1118,12 @@ public nonisolated struct Courier_V1_Message: @unchecked Sendable {
     set {_uniqueStorage()._recalled = newValue}
   }
 
+  /// Pinned in its conversation (`Pin`): in a history page only (the event log carries each change as a `PinNotice`).
+  public var pinned: Bool {
+    get {_storage._pinned}
+    set {_uniqueStorage()._pinned = newValue}
+  }
+
   /// When its sender last edited it (ms since 1970); 0 when never. The body is the edited one.
   public var editedMs: Int64 {
     get {_storage._editedMs}
@@ -1258,6 +1300,24 @@ public nonisolated struct Courier_V1_Event: Sendable {
     set {kind = .notify(newValue)}
   }
 
+  /// A member pinned a message of the conversation, or unpinned it.
+  public var pin: Courier_V1_PinNotice {
+    get {
+      if case .pin(let v)? = kind {return v}
+      return Courier_V1_PinNotice()
+    }
+    set {kind = .pin(newValue)}
+  }
+
+  /// This user deleted a message for itself, on one of its devices: every device drops it.
+  public var hidden: Courier_V1_HiddenNotice {
+    get {
+      if case .hidden(let v)? = kind {return v}
+      return Courier_V1_HiddenNotice()
+    }
+    set {kind = .hidden(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Kind: Equatable, Sendable {
@@ -1277,6 +1337,10 @@ public nonisolated struct Courier_V1_Event: Sendable {
     case title(Courier_V1_GroupTitleNotice)
     /// This user chose how a conversation alerts it, on one of its devices: every device follows.
     case notify(Courier_V1_NotifyNotice)
+    /// A member pinned a message of the conversation, or unpinned it.
+    case pin(Courier_V1_PinNotice)
+    /// This user deleted a message for itself, on one of its devices: every device drops it.
+    case hidden(Courier_V1_HiddenNotice)
 
   }
 
@@ -1365,6 +1429,56 @@ public nonisolated struct Courier_V1_ReactionNotice: Sendable {
   public init() {}
 
   fileprivate var _message: Courier_V1_MessageRef? = nil
+}
+
+public nonisolated struct Courier_V1_PinNotice: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The message: its conversation, seq, id and sender.
+  public var message: Courier_V1_MessageRef {
+    get {_message ?? Courier_V1_MessageRef()}
+    set {_message = newValue}
+  }
+  /// Returns true if `message` has been explicitly set.
+  public var hasMessage: Bool {self._message != nil}
+  /// Clears the value of `message`. Subsequent reads from it will return its default value.
+  public mutating func clearMessage() {self._message = nil}
+
+  /// Who pinned or unpinned it.
+  public var by: String = String()
+
+  public var pinned: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _message: Courier_V1_MessageRef? = nil
+}
+
+public nonisolated struct Courier_V1_HiddenNotice: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var conversation: Courier_V1_Conversation {
+    get {_conversation ?? Courier_V1_Conversation()}
+    set {_conversation = newValue}
+  }
+  /// Returns true if `conversation` has been explicitly set.
+  public var hasConversation: Bool {self._conversation != nil}
+  /// Clears the value of `conversation`. Subsequent reads from it will return its default value.
+  public mutating func clearConversation() {self._conversation = nil}
+
+  public var seq: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _conversation: Courier_V1_Conversation? = nil
 }
 
 public nonisolated struct Courier_V1_Receipt: Sendable {
@@ -1961,6 +2075,102 @@ public nonisolated struct Courier_V1_SetBlock: Sendable {
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+}
+
+/// Pins a message of a conversation (`off`: unpins it), for every member to see at the top: in a group, only the owner
+/// and admins (`not-admin`); in a direct conversation, either member. Not a recalled message (`message-recalled`);
+/// at most `max-pins-per-conversation` pinned at once (`quota-exceeded`). A recall unpins. Answered with `done` (also
+/// when nothing changed); every member gets a `pin` event.
+public nonisolated struct Courier_V1_Pin: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var message: Courier_V1_MessageRef {
+    get {_message ?? Courier_V1_MessageRef()}
+    set {_message = newValue}
+  }
+  /// Returns true if `message` has been explicitly set.
+  public var hasMessage: Bool {self._message != nil}
+  /// Clears the value of `message`. Subsequent reads from it will return its default value.
+  public mutating func clearMessage() {self._message = nil}
+
+  public var off: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _message: Courier_V1_MessageRef? = nil
+}
+
+/// A conversation's pinned messages, the most recently pinned first. Answered with `pins`.
+public nonisolated struct Courier_V1_PinsRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var conversation: Courier_V1_Conversation {
+    get {_conversation ?? Courier_V1_Conversation()}
+    set {_conversation = newValue}
+  }
+  /// Returns true if `conversation` has been explicitly set.
+  public var hasConversation: Bool {self._conversation != nil}
+  /// Clears the value of `conversation`. Subsequent reads from it will return its default value.
+  public mutating func clearConversation() {self._conversation = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _conversation: Courier_V1_Conversation? = nil
+}
+
+public nonisolated struct Courier_V1_PinnedMessages: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var conversation: Courier_V1_Conversation {
+    get {_conversation ?? Courier_V1_Conversation()}
+    set {_conversation = newValue}
+  }
+  /// Returns true if `conversation` has been explicitly set.
+  public var hasConversation: Bool {self._conversation != nil}
+  /// Clears the value of `conversation`. Subsequent reads from it will return its default value.
+  public mutating func clearConversation() {self._conversation = nil}
+
+  public var messages: [Courier_V1_Message] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _conversation: Courier_V1_Conversation? = nil
+}
+
+/// Deletes a message for this user alone, on all its devices (any message it can see, any age; the others keep it):
+/// it leaves this user's history, search and unread counts, and each of its devices gets a `hidden` event. Answered
+/// with `done`.
+public nonisolated struct Courier_V1_HideMessage: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var message: Courier_V1_MessageRef {
+    get {_message ?? Courier_V1_MessageRef()}
+    set {_message = newValue}
+  }
+  /// Returns true if `message` has been explicitly set.
+  public var hasMessage: Bool {self._message != nil}
+  /// Clears the value of `message`. Subsequent reads from it will return its default value.
+  public mutating func clearMessage() {self._message = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _message: Courier_V1_MessageRef? = nil
 }
 
 /// Lists the users this user blocks, the earliest blocked first. Answered with `blocks`.
@@ -2784,7 +2994,7 @@ nonisolated extension Courier_V1_NotifyLevel: SwiftProtobuf._ProtoNameProviding 
 
 nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ClientEnvelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0\u{1}upload\0\u{1}fetch\0\u{1}edit\0\u{1}react\0\u{1}versions\0\u{1}search\0\u{3}change_password\0\u{1}devices\0\u{3}revoke_device\0\u{3}delete_account\0\u{3}find_user\0\u{3}set_profile\0\u{1}profiles\0\u{3}group_members\0\u{3}set_notify\0\u{3}leave_groups\0\u{1}block\0\u{1}blocks\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0\u{1}upload\0\u{1}fetch\0\u{1}edit\0\u{1}react\0\u{1}versions\0\u{1}search\0\u{3}change_password\0\u{1}devices\0\u{3}revoke_device\0\u{3}delete_account\0\u{3}find_user\0\u{3}set_profile\0\u{1}profiles\0\u{3}group_members\0\u{3}set_notify\0\u{3}leave_groups\0\u{1}block\0\u{1}blocks\0\u{1}pin\0\u{1}pins\0\u{1}hide\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3157,6 +3367,45 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
           self.body = .blocks(v)
         }
       }()
+      case 30: try {
+        var v: Courier_V1_Pin?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .pin(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .pin(v)
+        }
+      }()
+      case 31: try {
+        var v: Courier_V1_PinsRequest?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .pins(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .pins(v)
+        }
+      }()
+      case 32: try {
+        var v: Courier_V1_HideMessage?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .hide(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .hide(v)
+        }
+      }()
       default: break
       }
     }
@@ -3283,6 +3532,18 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
       guard case .blocks(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 29)
     }()
+    case .pin?: try {
+      guard case .pin(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 30)
+    }()
+    case .pins?: try {
+      guard case .pins(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 31)
+    }()
+    case .hide?: try {
+      guard case .hide(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 32)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -3298,7 +3559,7 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
 
 nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ServerEnvelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}welcome\0\u{3}send_ack\0\u{1}error\0\u{1}events\0\u{1}history\0\u{1}unread\0\u{1}typing\0\u{1}presence\0\u{1}done\0\u{3}upload_ready\0\u{3}upload_done\0\u{3}fetch_ready\0\u{1}versions\0\u{1}search\0\u{1}devices\0\u{1}user\0\u{1}profiles\0\u{3}group_members\0\u{3}groups_left\0\u{1}blocks\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}welcome\0\u{3}send_ack\0\u{1}error\0\u{1}events\0\u{1}history\0\u{1}unread\0\u{1}typing\0\u{1}presence\0\u{1}done\0\u{3}upload_ready\0\u{3}upload_done\0\u{3}fetch_ready\0\u{1}versions\0\u{1}search\0\u{1}devices\0\u{1}user\0\u{1}profiles\0\u{3}group_members\0\u{3}groups_left\0\u{1}blocks\0\u{1}pins\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3567,6 +3828,19 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
           self.body = .blocks(v)
         }
       }()
+      case 22: try {
+        var v: Courier_V1_PinnedMessages?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .pins(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .pins(v)
+        }
+      }()
       default: break
       }
     }
@@ -3660,6 +3934,10 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
     case .blocks?: try {
       guard case .blocks(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 21)
+    }()
+    case .pins?: try {
+      guard case .pins(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 22)
     }()
     case nil: break
     }
@@ -4357,7 +4635,7 @@ nonisolated extension Courier_V1_SendAck: SwiftProtobuf.Message, SwiftProtobuf._
 
 nonisolated extension Courier_V1_Message: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Message"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}from\0\u{1}conversation\0\u{1}seq\0\u{3}time_ms\0\u{1}body\0\u{1}recalled\0\u{3}edited_ms\0\u{3}reply_to\0\u{1}reactions\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}from\0\u{1}conversation\0\u{1}seq\0\u{3}time_ms\0\u{1}body\0\u{1}recalled\0\u{3}edited_ms\0\u{3}reply_to\0\u{1}reactions\0\u{1}pinned\0")
 
   fileprivate class _StorageClass {
     var _id: String = String()
@@ -4367,6 +4645,7 @@ nonisolated extension Courier_V1_Message: SwiftProtobuf.Message, SwiftProtobuf._
     var _timeMs: Int64 = 0
     var _body: Courier_V1_Body? = nil
     var _recalled: Bool = false
+    var _pinned: Bool = false
     var _editedMs: Int64 = 0
     var _replyTo: Courier_V1_Reply? = nil
     var _reactions: [Courier_V1_ReactionCount] = []
@@ -4387,6 +4666,7 @@ nonisolated extension Courier_V1_Message: SwiftProtobuf.Message, SwiftProtobuf._
       _timeMs = source._timeMs
       _body = source._body
       _recalled = source._recalled
+      _pinned = source._pinned
       _editedMs = source._editedMs
       _replyTo = source._replyTo
       _reactions = source._reactions
@@ -4418,6 +4698,7 @@ nonisolated extension Courier_V1_Message: SwiftProtobuf.Message, SwiftProtobuf._
         case 8: try { try decoder.decodeSingularInt64Field(value: &_storage._editedMs) }()
         case 9: try { try decoder.decodeSingularMessageField(value: &_storage._replyTo) }()
         case 10: try { try decoder.decodeRepeatedMessageField(value: &_storage._reactions) }()
+        case 11: try { try decoder.decodeSingularBoolField(value: &_storage._pinned) }()
         default: break
         }
       }
@@ -4460,6 +4741,9 @@ nonisolated extension Courier_V1_Message: SwiftProtobuf.Message, SwiftProtobuf._
       if !_storage._reactions.isEmpty {
         try visitor.visitRepeatedMessageField(value: _storage._reactions, fieldNumber: 10)
       }
+      if _storage._pinned != false {
+        try visitor.visitSingularBoolField(value: _storage._pinned, fieldNumber: 11)
+      }
     }
     try unknownFields.traverse(visitor: &visitor)
   }
@@ -4476,6 +4760,7 @@ nonisolated extension Courier_V1_Message: SwiftProtobuf.Message, SwiftProtobuf._
         if _storage._timeMs != rhs_storage._timeMs {return false}
         if _storage._body != rhs_storage._body {return false}
         if _storage._recalled != rhs_storage._recalled {return false}
+        if _storage._pinned != rhs_storage._pinned {return false}
         if _storage._editedMs != rhs_storage._editedMs {return false}
         if _storage._replyTo != rhs_storage._replyTo {return false}
         if _storage._reactions != rhs_storage._reactions {return false}
@@ -4589,7 +4874,7 @@ nonisolated extension Courier_V1_ReactionCount: SwiftProtobuf.Message, SwiftProt
 
 nonisolated extension Courier_V1_Event: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Event"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}cursor\0\u{1}message\0\u{1}recall\0\u{1}receipt\0\u{1}membership\0\u{1}edit\0\u{1}reaction\0\u{1}profile\0\u{1}role\0\u{1}title\0\u{1}notify\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}cursor\0\u{1}message\0\u{1}recall\0\u{1}receipt\0\u{1}membership\0\u{1}edit\0\u{1}reaction\0\u{1}profile\0\u{1}role\0\u{1}title\0\u{1}notify\0\u{1}pin\0\u{1}hidden\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4728,6 +5013,32 @@ nonisolated extension Courier_V1_Event: SwiftProtobuf.Message, SwiftProtobuf._Me
           self.kind = .notify(v)
         }
       }()
+      case 12: try {
+        var v: Courier_V1_PinNotice?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .pin(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .pin(v)
+        }
+      }()
+      case 13: try {
+        var v: Courier_V1_HiddenNotice?
+        var hadOneofValue = false
+        if let current = self.kind {
+          hadOneofValue = true
+          if case .hidden(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.kind = .hidden(v)
+        }
+      }()
       default: break
       }
     }
@@ -4781,6 +5092,14 @@ nonisolated extension Courier_V1_Event: SwiftProtobuf.Message, SwiftProtobuf._Me
     case .notify?: try {
       guard case .notify(let v)? = self.kind else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 11)
+    }()
+    case .pin?: try {
+      guard case .pin(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 12)
+    }()
+    case .hidden?: try {
+      guard case .hidden(let v)? = self.kind else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 13)
     }()
     case nil: break
     }
@@ -4953,6 +5272,89 @@ nonisolated extension Courier_V1_ReactionNotice: SwiftProtobuf.Message, SwiftPro
     if lhs.user != rhs.user {return false}
     if lhs.key != rhs.key {return false}
     if lhs.on != rhs.on {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_PinNotice: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PinNotice"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}message\0\u{1}by\0\u{1}pinned\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._message) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.by) }()
+      case 3: try { try decoder.decodeSingularBoolField(value: &self.pinned) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._message {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if !self.by.isEmpty {
+      try visitor.visitSingularStringField(value: self.by, fieldNumber: 2)
+    }
+    if self.pinned != false {
+      try visitor.visitSingularBoolField(value: self.pinned, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_PinNotice, rhs: Courier_V1_PinNotice) -> Bool {
+    if lhs._message != rhs._message {return false}
+    if lhs.by != rhs.by {return false}
+    if lhs.pinned != rhs.pinned {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_HiddenNotice: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".HiddenNotice"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}conversation\0\u{1}seq\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._conversation) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.seq) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._conversation {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if self.seq != 0 {
+      try visitor.visitSingularUInt64Field(value: self.seq, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_HiddenNotice, rhs: Courier_V1_HiddenNotice) -> Bool {
+    if lhs._conversation != rhs._conversation {return false}
+    if lhs.seq != rhs.seq {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -5909,6 +6311,152 @@ nonisolated extension Courier_V1_SetBlock: SwiftProtobuf.Message, SwiftProtobuf.
   public static func ==(lhs: Courier_V1_SetBlock, rhs: Courier_V1_SetBlock) -> Bool {
     if lhs.user != rhs.user {return false}
     if lhs.blocked != rhs.blocked {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_Pin: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Pin"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}message\0\u{1}off\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._message) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.off) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._message {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if self.off != false {
+      try visitor.visitSingularBoolField(value: self.off, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_Pin, rhs: Courier_V1_Pin) -> Bool {
+    if lhs._message != rhs._message {return false}
+    if lhs.off != rhs.off {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_PinsRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PinsRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}conversation\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._conversation) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._conversation {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_PinsRequest, rhs: Courier_V1_PinsRequest) -> Bool {
+    if lhs._conversation != rhs._conversation {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_PinnedMessages: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".PinnedMessages"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}conversation\0\u{1}messages\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._conversation) }()
+      case 2: try { try decoder.decodeRepeatedMessageField(value: &self.messages) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._conversation {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    if !self.messages.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.messages, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_PinnedMessages, rhs: Courier_V1_PinnedMessages) -> Bool {
+    if lhs._conversation != rhs._conversation {return false}
+    if lhs.messages != rhs.messages {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_HideMessage: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".HideMessage"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}message\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._message) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._message {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_HideMessage, rhs: Courier_V1_HideMessage) -> Bool {
+    if lhs._message != rhs._message {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -506,6 +506,50 @@ mark {
   gap: 0.35rem;
 }
 
+/* The newest pinned message, kept at the top while the messages scroll under it. */
+.pinned-bar {
+  position: sticky;
+  top: -0.75rem;
+  z-index: 1;
+  display: flex;
+  align-items: center;
+  gap: 0.5rem;
+  margin: -0.75rem -0.75rem 0;
+  padding: 0.5rem 0.75rem;
+  border: none;
+  border-bottom: 1px solid var(--line);
+  border-radius: 0;
+  background: var(--paper);
+  color: var(--ink);
+  text-align: start;
+  font-size: 0.9rem;
+}
+
+.pinned-text {
+  flex: 1;
+  min-width: 0;
+  overflow: hidden;
+  text-overflow: ellipsis;
+  white-space: nowrap;
+}
+
+.pinned-more {
+  color: var(--ink-soft);
+}
+
+.pins {
+  list-style: none;
+  padding: 0;
+  display: grid;
+  gap: 0.5rem;
+}
+
+.pins li {
+  display: flex;
+  justify-content: space-between;
+  gap: 0.5rem;
+}
+
 .older,
 .start,
 .day,
@@ -1787,6 +1831,7 @@ import { mentions } from "./text.js";
 import { addNotice, conversation, keyOf, num, session, state, wantProfile } from "./state.js";
 import { acknowledgeEvents, markRead } from "./requests.js";
 import { render, toast } from "./render.js";
+import { onPin } from "./pins.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // What the server says
@@ -1920,6 +1965,13 @@ function applyEvent(event) {
     addNotice(c, c.lastSeq, { user: event.title.by ?? "", kind: "title", title: c.title });
   } else if (event.notify) {
     conversation(keyOf(event.notify.conversation)).notify = event.notify.level ?? "NOTIFY_LEVEL_ALL";
+  } else if (event.pin) {
+    onPin(event.pin, conversation(keyOf(event.pin.message.conversation)));
+  } else if (event.hidden) {
+    // Deleted for this user on one of its devices: gone here too.
+    const c = conversation(keyOf(event.hidden.conversation));
+    c.messages.delete(num(event.hidden.seq));
+    c.pins = (c.pins ?? []).filter((m) => num(m.seq) !== num(event.hidden.seq));
   }
 }
 
@@ -2854,6 +2906,7 @@ import { jumpTo } from "./list.js";
 import { mediaElement } from "./media.js";
 import { startEdit, startReply } from "./composer.js";
 import { openDialog } from "./dialogs.js";
+import { pinItems, pinnedBar } from "./pins.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // The message pane
@@ -2879,6 +2932,8 @@ export function renderMessages(toBottom) {
   const fromBottom = box.scrollHeight - box.scrollTop;
   const names = memberNames(c);
   const rows = [];
+  const bar = pinnedBar(c);
+  if (bar) rows.push(bar);
   rows.push(
     c.more || !c.loaded
       ? h("button", { type: "button", class: "older", "data-focus": "older", onclick: () => older(c) }, c.loading ? "Loading…" : "Load older messages")
@@ -3015,6 +3070,7 @@ function messageRow(c, message, names) {
   const meta = h(
     "span",
     { class: "meta" },
+    message.pinned && !message.recalled ? h("span", { class: "pinned", title: "Pinned", text: "📌" }) : null,
     num(message.editedMs) > 0 && !message.recalled ? h("span", { class: "edited", title: fullTime(num(message.editedMs)), text: "edited" }) : null,
     h("time", { title: fullTime(num(message.timeMs)), text: clock(num(message.timeMs)) }),
     mine ? statusMark(c, message) : null,
@@ -3135,6 +3191,7 @@ function openMenu(anchor, c, message) {
       : null,
     num(message.editedMs) > 0 ? item("Earlier versions", () => showVersions(c, message), { "data-action": "versions" }) : null,
     !message.body?.media ? item("Copy text", () => navigator.clipboard?.writeText(message.body?.text ?? ""), { "data-action": "copy" }) : null,
+    ...pinItems(c, message, item),
   );
   menu.hidden = false;
   const box = anchor.getBoundingClientRect();
@@ -3505,6 +3562,109 @@ export function setUpOffline() {
       keep();
     }
   });
+}
+
+"""#),
+        ("pins.js", #"""
+// Pinned messages: the bar at the top of a conversation, the list it opens, and the menu's Pin, Unpin and
+// "Delete for me".
+
+import { h } from "./text.js";
+import { displayName, num, session, state } from "./state.js";
+import { hideMessage, loadPins, pinMessage } from "./requests.js";
+import { preview, render, showError, toast } from "./render.js";
+import { jumpTo } from "./list.js";
+import { openDialog } from "./dialogs.js";
+
+// Whether this user may pin in a conversation: either side of a direct one; a group's owner and admins.
+function mayPin(c) {
+  if (!c.isGroup) return true;
+  const role = c.members.get(session.user)?.role;
+  return role === "GROUP_ROLE_OWNER" || role === "GROUP_ROLE_ADMIN";
+}
+
+// The bar above the messages: the newest pin, and how many more; nothing without pins. Asks for them once a
+// conversation is shown (again after a pin event).
+export function pinnedBar(c) {
+  if (!c.pinsLoaded && !c.pinsLoading && c.loaded) {
+    c.pinsLoading = true;
+    loadPins(c)
+      .then(() => render(), () => {})
+      .finally(() => { c.pinsLoading = false; });
+  }
+  const pins = c.pins ?? [];
+  if (pins.length === 0) return null;
+  const newest = pins[0];
+  return h(
+    "button",
+    { type: "button", class: "pinned-bar", "data-focus": "pinned", "aria-label": `Pinned messages: ${pins.length}`, onclick: () => pinsDialog(c) },
+    h("span", { class: "pin-mark", "aria-hidden": "true", text: "📌" }),
+    h("bdi", { class: "pinned-text", text: `${displayName(newest.from)}: ${preview(newest)}` }),
+    pins.length > 1 ? h("span", { class: "pinned-more", text: `+${pins.length - 1}` }) : null,
+  );
+}
+
+function pinsDialog(c) {
+  const pins = c.pins ?? [];
+  openDialog(
+    pins.length === 1 ? "1 pinned message" : `${pins.length} pinned messages`,
+    h(
+      "ul",
+      { class: "pins" },
+      pins.map((message) =>
+        h(
+          "li",
+          {},
+          h("button", { type: "button", class: "link", dir: "auto", onclick: () => { document.getElementById("dialog").close(); jumpTo(c.key, num(message.seq)); } }, `${displayName(message.from)}: ${preview(message)}`),
+          mayPin(c) ? h("button", { type: "button", class: "link", "data-action": "unpin", onclick: () => setPinned(c, message, false, true) }, "Unpin") : null,
+        ),
+      ),
+    ),
+  );
+}
+
+async function setPinned(c, message, on, reopen = false) {
+  try {
+    await pinMessage(c, message, !on);
+    await loadPins(c);
+    toast(on ? "Pinned" : "Unpinned");
+    if (reopen) pinsDialog(c);
+    render();
+  } catch (error) {
+    showError(error);
+  }
+}
+
+async function hide(c, message) {
+  if (!window.confirm("Delete this message for you? The others keep it.")) return;
+  try {
+    await hideMessage(c, message);
+    c.messages.delete(num(message.seq));
+    c.pins = (c.pins ?? []).filter((m) => num(m.seq) !== num(message.seq));
+    render();
+  } catch (error) {
+    showError(error);
+  }
+}
+
+// The menu's items for a sent message: Pin or Unpin where this user may, and Delete for me.
+export function pinItems(c, message, item) {
+  if (message.pending) return [];
+  const pinned = (c.pins ?? []).some((m) => num(m.seq) === num(message.seq)) || message.pinned;
+  return [
+    mayPin(c) && !message.recalled
+      ? item(pinned ? "Unpin" : "Pin", () => setPinned(c, message, !pinned), { "data-action": pinned ? "unpin" : "pin" })
+      : null,
+    item("Delete for me", () => hide(c, message), { "data-action": "hide" }),
+  ];
+}
+
+// A pin event: the message's mark, and the bar's list asked for again.
+export function onPin(notice, c) {
+  const known = c.messages.get(num(notice.message.seq));
+  if (known) known.pinned = !!notice.pinned;
+  c.pinsLoaded = false;
+  if (state.open === c.key) render();
 }
 
 """#),
@@ -3886,6 +4046,21 @@ function ref(c, message) {
 
 export function sendReaction(c, message, key, off) {
   return session.ask({ react: { message: ref(c, message), key, off } });
+}
+
+// Pins (shown at the top of a conversation), and deleting a message for oneself.
+export async function loadPins(c) {
+  const answer = await session.ask({ pins: { conversation: c.peer } });
+  c.pins = answer.pins?.messages ?? [];
+  c.pinsLoaded = true;
+}
+
+export function pinMessage(c, message, off) {
+  return session.ask({ pin: { message: ref(c, message), off } });
+}
+
+export function hideMessage(c, message) {
+  return session.ask({ hide: { message: ref(c, message) } });
 }
 
 export function recallMessage(c, message) {

@@ -320,7 +320,7 @@ final class CompatTransport: SessionTransport {
             if !request.id.isEmpty { fields["id"] = .string(request.id) }
             return [CompatFrame(type: "done", payload: empty, fields: fields)]
         case .uploadReady, .uploadDone, .fetchReady, .events, .history, .unread, .versions, .search, .devices, .user,
-            .profiles, .groupMembers, .groupsLeft, .blocks, nil:
+            .profiles, .groupMembers, .groupsLeft, .blocks, .pins, nil:
             return []
         }
     }
@@ -460,6 +460,20 @@ final class CompatTransport: SessionTransport {
             fields["level"] = .string(level)
             fields["cursor"] = cursor
             return CompatFrame(type: "notify", payload: ByteBuffer(), fields: fields)
+        case .pin(let change):
+            var fields = Self.fields(change.message.conversation)
+            fields["seq"] = .integer(Int64(clamping: change.message.seq))
+            fields["id"] = .string(change.message.id)
+            fields["from"] = .string(change.message.from)
+            fields["by"] = .string(change.by)
+            fields["pinned"] = .bool(change.pinned)
+            fields["cursor"] = cursor
+            return CompatFrame(type: "pin", payload: ByteBuffer(), fields: fields)
+        case .hidden(let change):
+            var fields = Self.fields(change.conversation)
+            fields["seq"] = .integer(Int64(clamping: change.seq))
+            fields["cursor"] = cursor
+            return CompatFrame(type: "hidden", payload: ByteBuffer(), fields: fields)
         case .membership(let change):
             return CompatFrame(
                 type: "member",

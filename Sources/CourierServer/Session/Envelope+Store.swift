@@ -16,6 +16,7 @@ extension Courier_V1_Message {
         self.seq = message.seq
         self.timeMs = message.timeMs
         self.recalled = message.recalled
+        self.pinned = message.pinned
         if let reply = message.replyTo {
             self.replyTo.seq = reply.seq
             self.replyTo.visible = reply.visible
@@ -109,6 +110,16 @@ extension Courier_V1_Event {
         case .notify(let conversation, let level):
             self.notify.conversation = Courier_V1_Conversation(conversation)
             self.notify.level = Courier_V1_NotifyLevel(level)
+        case .pin(let conversation, let seq, let id, let from, let by, let pinned):
+            self.pin.message.conversation = Courier_V1_Conversation(conversation)
+            self.pin.message.seq = seq
+            self.pin.message.id = id
+            self.pin.message.from = from
+            self.pin.by = by
+            self.pin.pinned = pinned
+        case .hidden(let conversation, let seq):
+            self.hidden.conversation = Courier_V1_Conversation(conversation)
+            self.hidden.seq = seq
         }
     }
 }

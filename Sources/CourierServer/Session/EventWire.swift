@@ -133,9 +133,9 @@ final class EventEncodingCache {
         switch kind {
         case .message(let message), .edit(let message): conversation = message.conversation
         case .reaction(let reaction): conversation = reaction.conversation
-        case .recall(let recalled, _, _, _): conversation = recalled
+        case .recall(let recalled, _, _, _), .pin(let recalled, _, _, _, _, _): conversation = recalled
         case .membership, .role, .title: return true
-        case .receipt, .profile, .notify: return false
+        case .receipt, .profile, .notify, .hidden: return false
         }
         if case .group = conversation { return true }
         return false

@@ -88,6 +88,30 @@ extension SessionRequests {
                 )
                 self.context.fanout.logsGrew(left.appended)
                 reply.groupsLeft.groups = left.groups
+            case .pin(let name, let off):
+                let appended = try await self.context.store.pin(
+                    name,
+                    by: user.id,
+                    off: off,
+                    nowMs: self.context.clock.wallMs
+                )
+                self.context.fanout.logsGrew(appended)
+                reply.done = Courier_V1_Done()
+            case .pins(let conversation):
+                // At most max-pins-per-conversation messages: the server's answer limit cuts a page of history
+                // that large too, so the oldest pins beyond it are left out.
+                let messages = try await self.context.store.pins(in: conversation, for: user.id)
+                    .map { Courier_V1_Message($0) }
+                let fitting = Self.fitting(
+                    sizes: messages.map { (try? $0.serializedBytes() as [UInt8])?.count ?? 0 },
+                    within: self.context.configuration.limits.maxAnswerBytes
+                )
+                reply.pins.conversation = Courier_V1_Conversation(conversation)
+                reply.pins.messages = Array(messages.prefix(fitting))
+            case .hide(let name):
+                let appended = try await self.context.store.hide(name, for: user.id, nowMs: self.context.clock.wallMs)
+                self.context.fanout.logsGrew(appended)
+                reply.done = Courier_V1_Done()
             case .setNotify(let conversation, let level):
                 let appended = try await self.context.store.setNotify(
                     level,

@@ -41,6 +41,10 @@ extension SessionStateMachine {
         /// Block or unblock a user; list the users blocked.
         case setBlock(String, blocked: Bool)
         case blocks
+        /// Pin or unpin a message; a conversation's pinned messages; delete a message for this user.
+        case pin(MessageName, off: Bool)
+        case pins(Conversation)
+        case hide(MessageName)
     }
 
     /// The most names one `profiles` request asks for.
@@ -269,6 +273,20 @@ extension SessionStateMachine {
             return .request(.setBlock(block.user, blocked: block.blocked), requestID: requestID)
         case .blocks:
             return .request(.blocks, requestID: requestID)
+        case .pin(let pin):
+            guard let name = Self.messageName(pin.message) else { return self.unnamedMessage(requestID) }
+            // A change every member's log gets, like a message: it takes from the bucket the sends take from.
+            if let wait = active.bucket.take(now: now) { return .pause(wait) }
+            return .request(.pin(name, off: pin.off), requestID: requestID)
+        case .pins(let asked):
+            guard let conversation = Conversation(asked.conversation) else {
+                return self.missingConversation(requestID)
+            }
+            return .request(.pins(conversation), requestID: requestID)
+        case .hide(let hide):
+            guard let name = Self.messageName(hide.message) else { return self.unnamedMessage(requestID) }
+            if let wait = active.bucket.take(now: now) { return .pause(wait) }
+            return .request(.hide(name), requestID: requestID)
         case .leaveGroups(let leave):
             guard Names.isValid(leave.addedBy) else {
                 return .refuse(

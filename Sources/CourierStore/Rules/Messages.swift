@@ -37,7 +37,7 @@ extension StoreBackend {
         }
     }
 
-    private static func find(
+    static func find(
         _ name: MessageName,
         for user: UserID,
         maxIDBytes: Int,

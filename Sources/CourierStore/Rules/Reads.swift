@@ -180,6 +180,23 @@ extension StoreBackend {
                     level: row.detail.flatMap(NotifyLevel.init(rawValue:)) ?? .all
                 )
             )
+        case .pin:
+            guard let message = row.message else {
+                throw CourierStoreError(.storageFailed, "a pin event without its message at cursor \(cursor)")
+            }
+            return StoredEvent(
+                cursor: cursor,
+                kind: .pin(
+                    conversation: conversation,
+                    seq: seq,
+                    id: message.clientID,
+                    from: try Self.name(message.sender, names),
+                    by: try Self.name(row.actor, names),
+                    pinned: row.detail != 2
+                )
+            )
+        case .hide:
+            return StoredEvent(cursor: cursor, kind: .hidden(conversation: conversation, seq: seq))
         case .profile:
             // Read with the profiles of a page (``events(for:after:limit:)``); one without its user is damage.
             throw CourierStoreError(.storageFailed, "a profile event without its user at cursor \(cursor)")
@@ -318,9 +335,12 @@ extension StoreBackend {
                 } else {
                     [Int64: [ReactionCount]]()
                 }
+            // At most ``StoreLimits/maxPinsPerConversation``: read whole, by the conversation's key.
+            let pinned = page.isEmpty ? [] : Set(try await transaction.pins(in: key).map(\.seq))
             let messages = try page.map {
                 var message = try Self.message($0, in: conversation, names: names, readerJoined: joinedSeq)
                 message.reactions = reactions[$0.seq] ?? []
+                message.pinned = pinned.contains($0.seq)
                 return message
             }
             let receipts = marks.compactMap { mark in

@@ -237,6 +237,12 @@ package protocol StoreTransaction: Sendable {
     /// Locks two users' direct conversation's row, where they have one, as a send's batch locks it (before any
     /// user's row).
     func lockDirect(_ pair: UserPair) async throws
+    /// Locks a conversation's row, as a send's batch locks it (before any user's row).
+    func lockConversation(_ id: Int64) async throws
+    /// A conversation's pinned messages: seq, who pinned it and when, the most recently pinned first.
+    func pins(in conversation: Int64) async throws -> [(seq: Int64, by: UserID, pinnedMs: Int64)]
+    /// Pins or unpins a message.
+    func setPin(in conversation: Int64, seq: Int64, by user: UserID, on: Bool, nowMs: Int64) async throws
     /// Hides messages from users (nothing for a row that is there already).
     func insertHidden(_ rows: [HiddenRow]) async throws
 
