@@ -4,7 +4,7 @@ import { mentions } from "./text.js";
 import { addNotice, conversation, keyOf, num, session, state, wantProfile } from "./state.js";
 import { acknowledgeEvents, markRead } from "./requests.js";
 import { render, toast } from "./render.js";
-import { onPin } from "./pins.js";
+import { dropMessage, onPin } from "./pins.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // What the server says
@@ -69,6 +69,8 @@ function applyEvent(event) {
     }
   } else if (event.recall) {
     const c = conversation(keyOf(event.recall.conversation));
+    // A recall unpins.
+    dropMessage(c, num(event.recall.seq), false);
     const known = c.messages.get(num(event.recall.seq));
     if (known) {
       known.recalled = true;
@@ -142,9 +144,7 @@ function applyEvent(event) {
     onPin(event.pin, conversation(keyOf(event.pin.message.conversation)));
   } else if (event.hidden) {
     // Deleted for this user on one of its devices: gone here too.
-    const c = conversation(keyOf(event.hidden.conversation));
-    c.messages.delete(num(event.hidden.seq));
-    c.pins = (c.pins ?? []).filter((m) => num(m.seq) !== num(event.hidden.seq));
+    dropMessage(conversation(keyOf(event.hidden.conversation)), num(event.hidden.seq), true);
   }
 }
 

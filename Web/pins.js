@@ -71,8 +71,7 @@ async function hide(c, message) {
   if (!window.confirm("Delete this message for you? The others keep it.")) return;
   try {
     await hideMessage(c, message);
-    c.messages.delete(num(message.seq));
-    c.pins = (c.pins ?? []).filter((m) => num(m.seq) !== num(message.seq));
+    dropMessage(c, num(message.seq), true);
     render();
   } catch (error) {
     showError(error);
@@ -96,5 +95,18 @@ export function onPin(notice, c) {
   const known = c.messages.get(num(notice.message.seq));
   if (known) known.pinned = !!notice.pinned;
   c.pinsLoaded = false;
+  c.pinsGeneration = (c.pinsGeneration ?? 0) + 1;
   if (state.open === c.key) render();
+}
+
+// A message gone from this page (recalled, or deleted for this user): its pin goes, and the list's preview is
+// the newest message left.
+export function dropMessage(c, seq, deleted) {
+  c.pins = (c.pins ?? []).filter((m) => num(m.seq) !== seq);
+  if (!deleted) return;
+  c.messages.delete(seq);
+  if (c.last && num(c.last.seq) === seq) {
+    const newest = Math.max(0, ...c.messages.keys());
+    c.last = c.messages.get(newest) ?? null;
+  }
 }

@@ -155,9 +155,15 @@ export function sendReaction(c, message, key, off) {
 
 // Pins (shown at the top of a conversation), and deleting a message for oneself.
 export async function loadPins(c) {
-  const answer = await session.ask({ pins: { conversation: c.peer } });
-  c.pins = answer.pins?.messages ?? [];
-  c.pinsLoaded = true;
+  // An answer older than the last pin event is not the list: that event asks again.
+  const generation = (c.pinsGeneration = (c.pinsGeneration ?? 0) + 1);
+  try {
+    const answer = await session.ask({ pins: { conversation: c.peer } });
+    if (generation === c.pinsGeneration) c.pins = answer.pins?.messages ?? [];
+  } finally {
+    // Asked once, answered or refused (a conversation not yet made): not asked at every redraw.
+    if (generation === c.pinsGeneration) c.pinsLoaded = true;
+  }
 }
 
 export function pinMessage(c, message, off) {

@@ -466,8 +466,13 @@ struct ChatState {
             }
             return []
         case .hidden(let conversation, let seq):
+            // Deleted for this user: gone from its screen (an edit of it ends; the others keep it, so no quote of
+            // it is touched).
             let key = Self.key(conversation)
-            self.forget(seq, in: key)
+            if let editing = self.editing, editing.seq == seq, Self.key(editing.conversation) == key {
+                self.editing = nil
+                _ = self.input.take()
+            }
             self.threads[key]?.lines.removeAll { $0.seq == seq }
             return []
         }

@@ -413,20 +413,21 @@ extension SQLiteTransaction {
                         COALESCE(min(o.delivered_seq, COALESCE(o.blocked_delivered_seq, o.delivered_seq)), 0)
                             AS peer_delivered,
                         COALESCE(min(o.read_seq, COALESCE(o.blocked_at_seq, o.read_seq)), 0) AS peer_read,
-                        CASE WHEN c.kind = 1 AND c.last_seq > max(m.read_seq, m.joined_seq) THEN (
+                        CASE WHEN c.last_seq > max(m.read_seq, m.joined_seq) THEN (
                             SELECT COUNT(*) FROM hidden h
                             WHERE h.user_id = m.user_id AND h.conversation_id = m.conversation_id
                                 AND h.seq > max(m.read_seq, m.joined_seq)
                         ) ELSE 0 END AS hidden_unread,
-                        CASE WHEN c.kind = 1 AND EXISTS (
+                        CASE WHEN EXISTS (
                             SELECT 1 FROM hidden h
                             WHERE h.user_id = m.user_id AND h.conversation_id = m.conversation_id AND h.seq = c.last_seq
-                        ) THEN (
-                            SELECT COALESCE(MAX(x.seq), 0) FROM messages x
-                            WHERE x.conversation_id = m.conversation_id AND NOT EXISTS (
+                        ) THEN COALESCE((
+                            SELECT x.seq FROM messages x
+                            WHERE x.conversation_id = m.conversation_id AND x.seq > m.joined_seq AND NOT EXISTS (
                                 SELECT 1 FROM hidden h
                                 WHERE h.user_id = m.user_id AND h.conversation_id = x.conversation_id AND h.seq = x.seq)
-                        ) END AS last_visible,
+                            ORDER BY x.seq DESC LIMIT 1
+                        ), 0) END AS last_visible,
                         c.title, m.notify,
                         CASE WHEN c.kind = 2 AND c.last_seq > max(m.read_seq, m.joined_seq) THEN (
                             SELECT COUNT(DISTINCT x.seq) FROM mentions x

@@ -84,7 +84,8 @@ struct CommitQueueTests {
     )
     func fullDisk() async throws {
         try await withTemporaryDirectory { folder in
-            let fixture = try SQLiteFixture(folder: folder) { $0.maxDatabaseBytes = 256 * 1024 }
+            // The schema alone takes 64 pages of 4 KiB (256 KiB): room beyond it for a dozen 8 KiB messages.
+            let fixture = try SQLiteFixture(folder: folder) { $0.maxDatabaseBytes = 384 * 1024 }
             let ids = try await fixture.users("alice", "bob")
             let alice = ids["alice"]!
             var committed = 0
@@ -102,7 +103,7 @@ struct CommitQueueTests {
                     break
                 }
             }
-            let error = try #require(failure, "256 KiB held 200 messages of 8 KiB")
+            let error = try #require(failure, "384 KiB held 200 messages of 8 KiB")
             #expect(error.code == .storageFailed)
             #expect(committed > 0)
             // Exactly the committed messages are there, in both logs, whose positions together are gap-free: the
@@ -124,7 +125,8 @@ struct CommitQueueTests {
     @Test("after a failed write (SQLite's file full), the same origin's writes behind it fail too; others commit")
     func failedOriginKeepsOrder() async throws {
         try await withTemporaryDirectory { folder in
-            let fixture = try SQLiteFixture(folder: folder) { $0.maxDatabaseBytes = 256 * 1024 }
+            // The schema's 256 KiB and a little room: a 300 KiB message cannot fit, a short one can.
+            let fixture = try SQLiteFixture(folder: folder) { $0.maxDatabaseBytes = 384 * 1024 }
             let ids = try await fixture.users("alice", "bob")
             let (alice, bob) = (ids["alice"]!, ids["bob"]!)
             var configuration = CommitQueue.Configuration()

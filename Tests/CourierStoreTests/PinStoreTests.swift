@@ -90,16 +90,32 @@ struct PinStoreTests {
             let ids = try await fixture.users("alice", "bob")
             let (alice, bob) = (ids["alice"]!, ids["bob"]!)
             try await SearchTests.send(fixture, bob, "b1", to: .user("alice"), "مرحبا pin me")
+            try await SearchTests.send(fixture, alice, "a1", to: .user("bob"), "alice's")
             try await store.pin(MessageName(id: "b1", from: nil, in: nil), by: alice, off: false, nowMs: Self.now)
             #expect(try await store.pins(in: .user("alice"), for: bob).map(\.id) == ["b1"])
-            #expect(try await store.pins(in: .user("bob"), for: alice).first?.pinned == true)
+            let page = try await store.history(for: alice, in: .user("bob"), beforeSeq: 0, limit: 10).messages
+            #expect(page.map { "\($0.id):\($0.pinned)" } == ["a1:false", "b1:true"])
+            // Blocked, bob pins nothing there: not alice's message, not his withheld one; nobody is told.
             try await store.block("bob", by: alice, on: true, nowMs: Self.now)
             try await SearchTests.send(fixture, bob, "b2", to: .user("alice"), "withheld")
             let cursor = try await Self.cursor(fixture, alice)
-            try await store.pin(MessageName(id: "b2", from: nil, in: nil), by: bob, off: false, nowMs: Self.now + 1)
+            for id in ["a1", "b2"] {
+                #expect(
+                    try await store.pin(MessageName(id: id, from: nil, in: nil), by: bob, off: false, nowMs: Self.now)
+                        .isEmpty
+                )
+            }
             #expect(try await fixture.log(alice, after: cursor).isEmpty)
             #expect(try await store.pins(in: .user("bob"), for: alice).map(\.id) == ["b1"])
-            #expect(try await store.pins(in: .user("alice"), for: bob).map(\.id) == ["b2", "b1"])
+            #expect(try await store.pins(in: .user("alice"), for: bob).map(\.id) == ["b1"])
+            // Unblocked: a message still withheld from her stays unpinnable by him.
+            try await store.block("bob", by: alice, on: false, nowMs: Self.now)
+            #expect(
+                try await store.pin(MessageName(id: "b2", from: nil, in: nil), by: bob, off: false, nowMs: Self.now)
+                    .isEmpty
+            )
+            try await store.pin(MessageName(id: "a1", from: nil, in: nil), by: bob, off: false, nowMs: Self.now + 1)
+            #expect(try await store.pins(in: .user("bob"), for: alice).map(\.id) == ["a1", "b1"])
         }
     }
 
@@ -141,6 +157,15 @@ struct PinStoreTests {
                 nowMs: Self.now + 86_400_000
             )
             #expect(try await BlockStoreTests.history(fixture, alice, .user("bob")) == ["b1"])
+            // In a group too: out of her unread count; the others keep it.
+            try await store.createGroup(name: "pair", owner: "bob", members: ["alice"], byOwner: false, nowMs: Self.now)
+            try await SearchTests.send(fixture, bob, "g1", to: .group("pair"), "群 one")
+            try await SearchTests.send(fixture, bob, "g2", to: .group("pair"), "群 two")
+            #expect(try await BlockStoreTests.count(fixture, alice, .group("pair")).unread == 2)
+            try await store.hide(MessageName(id: "g2", from: "bob", in: .group("pair")), for: alice, nowMs: Self.now)
+            let group = try await BlockStoreTests.count(fixture, alice, .group("pair"))
+            #expect(group.unread == 1 && group.lastSeq == 1, "\(group)")
+            #expect(try await BlockStoreTests.history(fixture, bob, .group("pair")) == ["g1", "g2"])
         }
     }
 }

@@ -596,6 +596,11 @@ class DailyWebTests(unittest.TestCase):
         alice.message("third")
         self.assertNotIn("delete me", alice.js("return document.getElementById('messages').innerText"))
         bob.message("שלום delete me")
+        # The newest deleted for her: the list's preview is the newest she still has.
+        alice.actions("third", "hide")
+        self.confirmation(alice, "Delete this message for you?")
+        preview = lambda: alice.js("return document.querySelector('#conversations [data-key=\"u:bob\"]')?.innerText ?? ''")
+        wait_until(lambda: "third" not in preview() and "pin me" in preview(), "the preview without the deleted one")
 
 
 if __name__ == "__main__":

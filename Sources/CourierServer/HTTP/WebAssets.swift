@@ -1831,7 +1831,7 @@ import { mentions } from "./text.js";
 import { addNotice, conversation, keyOf, num, session, state, wantProfile } from "./state.js";
 import { acknowledgeEvents, markRead } from "./requests.js";
 import { render, toast } from "./render.js";
-import { onPin } from "./pins.js";
+import { dropMessage, onPin } from "./pins.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // What the server says
@@ -1896,6 +1896,8 @@ function applyEvent(event) {
     }
   } else if (event.recall) {
     const c = conversation(keyOf(event.recall.conversation));
+    // A recall unpins.
+    dropMessage(c, num(event.recall.seq), false);
     const known = c.messages.get(num(event.recall.seq));
     if (known) {
       known.recalled = true;
@@ -1969,9 +1971,7 @@ function applyEvent(event) {
     onPin(event.pin, conversation(keyOf(event.pin.message.conversation)));
   } else if (event.hidden) {
     // Deleted for this user on one of its devices: gone here too.
-    const c = conversation(keyOf(event.hidden.conversation));
-    c.messages.delete(num(event.hidden.seq));
-    c.pins = (c.pins ?? []).filter((m) => num(m.seq) !== num(event.hidden.seq));
+    dropMessage(conversation(keyOf(event.hidden.conversation)), num(event.hidden.seq), true);
   }
 }
 
@@ -3639,8 +3639,7 @@ async function hide(c, message) {
   if (!window.confirm("Delete this message for you? The others keep it.")) return;
   try {
     await hideMessage(c, message);
-    c.messages.delete(num(message.seq));
-    c.pins = (c.pins ?? []).filter((m) => num(m.seq) !== num(message.seq));
+    dropMessage(c, num(message.seq), true);
     render();
   } catch (error) {
     showError(error);
@@ -3664,7 +3663,20 @@ export function onPin(notice, c) {
   const known = c.messages.get(num(notice.message.seq));
   if (known) known.pinned = !!notice.pinned;
   c.pinsLoaded = false;
+  c.pinsGeneration = (c.pinsGeneration ?? 0) + 1;
   if (state.open === c.key) render();
+}
+
+// A message gone from this page (recalled, or deleted for this user): its pin goes, and the list's preview is
+// the newest message left.
+export function dropMessage(c, seq, deleted) {
+  c.pins = (c.pins ?? []).filter((m) => num(m.seq) !== seq);
+  if (!deleted) return;
+  c.messages.delete(seq);
+  if (c.last && num(c.last.seq) === seq) {
+    const newest = Math.max(0, ...c.messages.keys());
+    c.last = c.messages.get(newest) ?? null;
+  }
 }
 
 """#),
@@ -4050,9 +4062,15 @@ export function sendReaction(c, message, key, off) {
 
 // Pins (shown at the top of a conversation), and deleting a message for oneself.
 export async function loadPins(c) {
-  const answer = await session.ask({ pins: { conversation: c.peer } });
-  c.pins = answer.pins?.messages ?? [];
-  c.pinsLoaded = true;
+  // An answer older than the last pin event is not the list: that event asks again.
+  const generation = (c.pinsGeneration = (c.pinsGeneration ?? 0) + 1);
+  try {
+    const answer = await session.ask({ pins: { conversation: c.peer } });
+    if (generation === c.pinsGeneration) c.pins = answer.pins?.messages ?? [];
+  } finally {
+    // Asked once, answered or refused (a conversation not yet made): not asked at every redraw.
+    if (generation === c.pinsGeneration) c.pinsLoaded = true;
+  }
 }
 
 export function pinMessage(c, message, off) {

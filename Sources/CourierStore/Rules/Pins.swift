@@ -28,11 +28,13 @@ extension StoreBackend {
             } else {
                 try await transaction.lockConversation(found.conversation)
                 readers = Array(Set([found.header.userA, found.header.userB].compactMap { $0 }))
+                // A user the other side blocks, or a message it does not see (withheld, deleted for it), pins
+                // nothing there: answered as done, so that nothing tells of the block.
                 for reader in readers where reader != user {
                     let position = MessagePosition(conversation: found.conversation, seq: seq)
-                    if try await !transaction.hidden(from: reader, among: [position]).isEmpty {
-                        readers.removeAll { $0 == reader }
-                    }
+                    let blocked = try await Self.blockRelations(of: user, with: [reader], transaction).blockedBy
+                    let hidden = try await transaction.hidden(from: reader, among: [position])
+                    if blocked.contains(reader) || !hidden.isEmpty { return [:] }
                 }
             }
             // Read again under the lock: recalled meanwhile, it has no pin to take.
