@@ -346,6 +346,8 @@ class OfflineTests(unittest.TestCase):
         page.log_in("alice")
         page.conversation("u:bob")
         self.wait_page_kept(page)
+        # What the page shows is written a moment after it is drawn: there before the server goes.
+        wait_until(lambda: "the newest 最新" in self.kept_texts(page, "alice", "u:bob"), "the conversation kept")
         old = [name for name in self.caches(page) if name.startswith("courier-page-")]
         self.assertFalse(page.js("return window.courierPageTwo === true"))
         with open(os.path.join(self.web, "app.js"), "a", encoding="utf-8") as file:
@@ -362,6 +364,8 @@ class OfflineTests(unittest.TestCase):
             return names != old and "courierPageTwo" in app
         wait_until(replaced, "the new page kept, the old one gone")
         self.wait_page_kept(page)
+        # Still kept by the new page, before the server goes again.
+        wait_until(lambda: "the newest 最新" in self.kept_texts(page, "alice", "u:bob"), "the conversation kept")
         self.server.stop()
         page.driver.refresh()
         page.message("the newest 最新")

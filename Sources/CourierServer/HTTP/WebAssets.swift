@@ -3443,6 +3443,8 @@ export function keepSoon() {
 function recordOf(c) {
   const seqs = [...c.messages.keys()].sort((a, b) => a - b).slice(-maxMessages);
   const record = { key: c.key, messages: seqs.map((seq) => c.messages.get(seq)) };
+  // Not opened on this page yet (listed only): the messages kept before stay as they are.
+  if (!c.loaded && c.messages.size === 0) record.keepMessages = true;
   for (const field of fields) record[field] = c[field];
   record.members = [...c.members];
   record.marks = [...c.marks];
@@ -3478,16 +3480,29 @@ async function keep() {
   const profilesJSON = JSON.stringify(profiles);
   const open = state.open ?? "";
   const keys = new Set(conversations.map((c) => c.key));
-  const dropped = [...written.keys()].filter((key) => !keys.has(key));
+  // Only a list the server gave drops what was kept: before it came (a page online before the restore, its list
+  // still on the way), what the page holds is not all there is.
+  const dropped = state.loadedList ? [...written.keys()].filter((key) => !keys.has(key)) : [];
   if (changed.length === 0 && dropped.length === 0 && profilesJSON === writtenProfiles && open === writtenOpen) return;
   try {
     const transaction = db.transaction(["conversations", "profiles", "meta"], "readwrite");
     const store = transaction.objectStore("conversations");
-    for (const [, json] of changed) store.put(JSON.parse(json));
-    // Those no longer among the kept (another tab's too).
-    store.getAllKeys().onsuccess = (event) => {
-      for (const key of event.target.result) if (!keys.has(key)) store.delete(key);
-    };
+    for (const [key, json] of changed) {
+      const record = JSON.parse(json);
+      if (!record.keepMessages) {
+        store.put(record);
+        continue;
+      }
+      delete record.keepMessages;
+      const kept = store.get(key);
+      kept.onsuccess = () => store.put({ ...record, messages: kept.result?.messages ?? [] });
+    }
+    // Those no longer among the kept (another tab's too), once the server's list is in.
+    if (state.loadedList) {
+      store.getAllKeys().onsuccess = (event) => {
+        for (const key of event.target.result) if (!keys.has(key)) store.delete(key);
+      };
+    }
     if (profilesJSON !== writtenProfiles) {
       const profileStore = transaction.objectStore("profiles");
       profileStore.clear();
