@@ -56,6 +56,28 @@ struct React: AsyncParsableCommand {
     @Flag(help: "Take the reaction off.")
     var off = false
 
+    @OptionGroup var naming: MessageNaming
+
+    func run() async throws {
+        self.checkParsed { try self.naming.check() }
+        try await ClientSession.run(self.options) { session in
+            try await session.connectOrFail()
+            do {
+                try await session.client.react(
+                    self.naming.reference(to: self.id),
+                    key: self.key,
+                    on: !self.off
+                )
+            } catch let error as CourierClientError {
+                throw CommandFailure(description: "\(error.code): \(error.message)")
+            }
+        }
+        print("\(self.off ? "took off" : "put") \(ChatText.printable(self.key)) \(self.off ? "from" : "on") \(self.id)")
+    }
+}
+
+/// `--from`, `--with`, `--group`: which message an id names when ids clash (ids are unique per sender only).
+struct MessageNaming: ParsableArguments {
     @Option(help: ArgumentHelp("The message's sender, when ids clash.", valueName: "user"))
     var from: String?
 
@@ -65,26 +87,17 @@ struct React: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The message's group.", valueName: "group"))
     var group: String?
 
-    func run() async throws {
-        self.checkParsed {
-            guard self.with == nil || self.group == nil else {
-                throw ValidationError("name at most one conversation: --with USER or --group GROUP")
-            }
+    /// Checked once the whole command line is parsed (``ParsableCommand/checkParsed(_:)``).
+    func check() throws {
+        guard self.with == nil || self.group == nil else {
+            throw ValidationError("name at most one conversation: --with USER or --group GROUP")
         }
-        let conversation: Conversation? = self.with.map { .user($0) } ?? self.group.map { .group($0) }
-        try await ClientSession.run(self.options) { session in
-            try await session.connectOrFail()
-            do {
-                try await session.client.react(
-                    .id(self.id, from: self.from, in: conversation),
-                    key: self.key,
-                    on: !self.off
-                )
-            } catch let error as CourierClientError {
-                throw CommandFailure(description: "\(error.code): \(error.message)")
-            }
-        }
-        print("\(self.off ? "took off" : "put") \(ChatText.printable(self.key)) \(self.off ? "from" : "on") \(self.id)")
+    }
+
+    var conversation: Conversation? { self.with.map { .user($0) } ?? self.group.map { .group($0) } }
+
+    func reference(to id: String) -> MessageReference {
+        .id(id, from: self.from, in: self.conversation)
     }
 }
 
@@ -111,21 +124,12 @@ struct PinCommand: AsyncParsableCommand {
     @Flag(help: "List the conversation's pinned messages (of --with or --group).")
     var list = false
 
-    @Option(help: ArgumentHelp("The message's sender, when ids clash.", valueName: "user"))
-    var from: String?
-
-    @Option(help: ArgumentHelp("The other user of the message's direct conversation.", valueName: "user"))
-    var with: String?
-
-    @Option(help: ArgumentHelp("The message's group.", valueName: "group"))
-    var group: String?
+    @OptionGroup var naming: MessageNaming
 
     func run() async throws {
-        let conversation: Conversation? = self.with.map { .user($0) } ?? self.group.map { .group($0) }
+        let conversation = self.naming.conversation
         self.checkParsed {
-            guard self.with == nil || self.group == nil else {
-                throw ValidationError("name at most one conversation: --with USER or --group GROUP")
-            }
+            try self.naming.check()
             if self.list {
                 guard conversation != nil, self.id == nil, !self.off else {
                     throw ValidationError("--list takes --with USER or --group GROUP, and no ID")
@@ -139,7 +143,7 @@ struct PinCommand: AsyncParsableCommand {
             do {
                 if self.list, let conversation { return try await session.client.pins(in: conversation) }
                 try await session.client.pin(
-                    .id(self.id ?? "", from: self.from, in: conversation),
+                    self.naming.reference(to: self.id ?? ""),
                     on: !self.off
                 )
                 return []

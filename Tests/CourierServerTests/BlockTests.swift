@@ -114,4 +114,30 @@ struct BlockTests {
             await carol.close()
         }
     }
+
+    @Test(
+        "a block says whether a name exists, so it counts as a lookup: unblocking no one is done, blocking no one unknown-user, past the allowance rate-limited"
+    )
+    func blocksCountAsLookups() async throws {
+        try await ServerFixture.with { fixture in
+            for name in ["alice", "bob"] { try await fixture.user(name) }
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+            func block(_ user: String, _ blocked: Bool) async throws -> ServerEnvelope {
+                try await alice.request {
+                    $0.block.user = user
+                    $0.block.blocked = blocked
+                }
+            }
+            #expect(try await block("bob", true).body.isDone)
+            #expect(try await block("nobody", false).body.isDone)
+            #expect(try await block("nobody", true).failure?.code == ErrorCodes.unknownUser)
+            // The allowance (3) is spent: the next block, and a lookup, wait.
+            let limited = try await block("bob", false)
+            #expect(limited.failure?.code == ErrorCodes.rateLimited && (limited.failure?.retryAfterMs ?? 0) > 0)
+            #expect(try await alice.request { $0.findUser.name = "bob" }.failure?.code == ErrorCodes.rateLimited)
+            await alice.close()
+        } configure: {
+            $0.accounts.maxLookupsPerUser = 3
+        }
+    }
 }
