@@ -6,6 +6,7 @@ import { render, showError, toast } from "./render.js";
 import { sendFile } from "./media.js";
 import { clearDraft, loadDraft, saveDraft } from "./drafts.js";
 import { closeMentions, mentionKey, setUpMentions, updateMentions } from "./mention.js";
+import { cancelVoice, setUpVoice } from "./voice.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // The composer
@@ -13,6 +14,7 @@ import { closeMentions, mentionKey, setUpMentions, updateMentions } from "./ment
 // The draft of the conversation opened, as it was left (drafts.js keeps it).
 export function showDraft(key) {
   closeMentions();
+  cancelVoice();
   $("draft").value = loadDraft(key);
   autosize();
 }
@@ -98,10 +100,8 @@ function autosize() {
   draft.style.height = `${Math.min(draft.scrollHeight, 160)}px`;
 }
 
-// Enter sends; Shift+Enter is a new line; an Enter while an input method composes (pinyin, kana…) confirms the
-// composition and sends nothing. Browsers differ in the order of `compositionend` and that Enter's `keydown`, so all
-// three signs are checked: the event's own `isComposing`, keyCode 229 (what a composing keydown carries), and our
-// own flag between `compositionstart` and `compositionend`.
+// Enter sends, Shift+Enter is a new line; an Enter that confirms an input method's composition (pinyin, kana…) sends
+// nothing. Browsers order `compositionend` and that keydown differently: three checks, `isComposing`, 229, our flag.
 let composing = false;
 export function setUpComposer() {
   const draft = $("draft");
@@ -117,6 +117,7 @@ export function setUpComposer() {
     });
   });
   setUpMentions();
+  setUpVoice();
   draft.addEventListener("keydown", (event) => {
     if (event.isComposing || composing || event.keyCode === 229) return;
     // An open list of members to mention takes the arrows, Enter, Tab and Escape.

@@ -44,8 +44,7 @@ export function picture(sha256, attributes) {
   return image;
 }
 
-// Media elements, one per message, kept across redraws: a playing video goes on playing, a picture is not fetched
-// again.
+// One media element a message, kept across redraws: a video goes on playing, a picture is not fetched again.
 const mediaNodes = new Map();
 
 export function mediaElement(c, message, media) {
@@ -63,8 +62,10 @@ export function mediaElement(c, message, media) {
     }
     element = h("button", { type: "button", class: "image-link", "aria-label": `Open ${media.name || "the picture"}`, onclick: () => openViewer(sha, media.name) }, image);
   } else if (media.kind === "KIND_VOICE") {
-    // The metadata only (a range of the file's start): its length shows before it is played.
-    element = h("audio", { controls: true, preload: "metadata", src: mediaURL(sha), class: "voice" });
+    // The metadata only (a range of the file's start): its length shows before it is played. A recorder's WebM
+    // tells none: the sender's timing shows under it.
+    const audio = h("audio", { controls: true, preload: "metadata", src: mediaURL(sha), class: "voice" });
+    element = media.durationMs ? h("div", {}, audio, h("span", { class: "time voice-length", text: mmss(num(media.durationMs)) })) : audio;
   } else if (media.kind === "KIND_VIDEO") {
     element = h("video", { controls: true, preload: "metadata", playsinline: true, src: mediaURL(sha), class: "video" });
   } else {
@@ -122,9 +123,13 @@ function cutToBytes(text, bytes) {
   return cut;
 }
 
+// 65000 ms: "1:05".
+export const mmss = (ms) => `${Math.floor(ms / 60000)}:${String(Math.floor(ms / 1000) % 60).padStart(2, "0")}`;
+
 export const uploads = new Set(); // under way, cancelled at sign-out
 
-export function sendFile(file) {
+// `extra`: Media fields the file does not tell (a voice note's durationMs).
+export function sendFile(file, extra = {}) {
   const c = state.open && conversation(state.open);
   if (!c) return;
   const maxBytes = num(session.limits.maxMediaBytes);
@@ -163,7 +168,7 @@ export function sendFile(file) {
     async (sha256) => {
       setTimeout(() => row.remove(), 1500);
       const type = file.type || "application/octet-stream";
-      const media = { kind: mediaKind(type), sha256, size: String(file.size), mime: type, name: cutToBytes(file.name, 255) };
+      const media = { kind: mediaKind(type), sha256, size: String(file.size), mime: type, name: cutToBytes(file.name, 255), ...extra };
       if (media.kind === "KIND_IMAGE") Object.assign(media, await imageSize(file));
       queue(c.key, { media });
     },

@@ -204,6 +204,9 @@ public struct ChatMessage: Hashable, Sendable {
     public var reactions: [ChatReaction]
     /// Pinned in its conversation (from a history page; the store of this device does not keep it).
     public var pinned = false
+    /// The user name of the sender whose message this forwards (``CourierClient/forward(_:to:id:)``); nil when it
+    /// is not a forward. The store of this device does not keep it: a history page says it.
+    public var forwardedFrom: String?
 
     /// The mentions its text (or its media's caption) makes, as the server read them (``Mentions``): in a group
     /// message a name there is a member's, and `@all` came from an admin or the owner.

@@ -580,6 +580,7 @@ extension ChatMessage {
             reactions: message.reactions.map { ChatReaction(key: $0.key, count: Int($0.count), mine: $0.mine) }
         )
         self.pinned = message.pinned
+        self.forwardedFrom = message.body.forwardedFrom.isEmpty ? nil : message.body.forwardedFrom
     }
 }
 

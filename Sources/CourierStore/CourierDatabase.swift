@@ -248,6 +248,8 @@ public protocol CourierDatabase: Sendable {
     ) async throws -> HistoryPage
     /// A message a user can see (a member, sent after it joined), by place or by the id its sender gave.
     func message(_ name: MessageName, for user: UserID) async throws -> StoredMessage
+    /// Who gave a message's reactions, for a member who can see it.
+    func reactors(of name: MessageName, for user: UserID) async throws -> [Reactors]
     /// The bodies an edited message had before, oldest first, for a member who can see it.
     func versions(of name: MessageName, for user: UserID) async throws -> [MessageVersion]
     /// The messages a user can see whose text matches a query, newest first, a page at a time.
@@ -473,6 +475,9 @@ public struct StoreLimits: Sendable, Hashable {
     public var maxEditsPerMessage: Int = 20
     /// The most different reaction keys one message may carry.
     public var maxReactionKeysPerMessage: Int = 20
+    /// The most users listed under each key of a message's reactions (``StoreBackend/reactors(of:for:)``), the
+    /// earliest first; the count says how many gave it.
+    public var maxReactorsListed: Int = 100
     /// The most reactions one user may put on one message.
     public var maxReactionsPerUser: Int = 5
     /// The most earlier versions of a message one request returns.

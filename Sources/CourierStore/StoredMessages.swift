@@ -82,6 +82,32 @@ public struct ReactionCount: Hashable, Sendable {
     }
 }
 
+/// Who gave one reaction on a message: how many, and the first of them by name, the earliest first.
+public struct Reactors: Hashable, Sendable {
+    public var key: String
+    public var count: Int
+    public var users: [String]
+
+    public init(key: String, count: Int, users: [String]) {
+        self.key = key
+        self.count = count
+        self.users = users
+    }
+}
+
+/// ``Reactors`` as a database reads them, by user id.
+package struct ReactorRows: Hashable, Sendable {
+    package var key: String
+    package var count: Int
+    package var users: [UserID]
+
+    package init(key: String, count: Int, users: [UserID]) {
+        self.key = key
+        self.count = count
+        self.users = users
+    }
+}
+
 /// A reaction put on a message or taken off it.
 public struct StoredReaction: Hashable, Sendable {
     /// The message: its conversation as the reader names it, its seq, its id and sender.

@@ -352,7 +352,8 @@ struct History: AsyncParsableCommand {
             SHA256` fetches it), \
             text (a file's caption), time (RFC 3339, UTC), id; edited_at (when edited), reply_to (when a reply: \
             the answered message's seq, and its id and from when you may see it), reactions ({"KEY": COUNT, …}, \
-            when any), pinned (true, when pinned: courier pin).
+            when any), pinned (true, when pinned: courier pin), forwarded_from (the first sender's name, when \
+            forwarded: courier forward).
             """
     )
 
@@ -475,6 +476,8 @@ struct History: AsyncParsableCommand {
             var reply_to: Reply?
             var reactions: [String: Int]?
             var pinned: Bool?
+            // swift-format-ignore: AlwaysUseLowerCamelCase
+            var forwarded_from: String?
         }
         struct Reply: Encodable {
             var seq: UInt64
@@ -511,6 +514,7 @@ struct History: AsyncParsableCommand {
             line.reactions = Dictionary(message.reactions.map { ($0.key, $0.count) }) { first, _ in first }
         }
         if message.pinned { line.pinned = true }
+        line.forwarded_from = message.forwardedFrom
         (line.to, line.group) = Self.addressed(message, me: me)
         return try Self.json(line)
     }

@@ -13,7 +13,7 @@ struct Courier: AsyncParsableCommand {
             Signup.self, Login.self,
             PasswordCommand.self, ProfileCommand.self, DevicesCommand.self, DeleteAccount.self, FindUser.self,
             Send.self, Edit.self,
-            React.self, PinCommand.self, History.self, Search.self, UnreadCommand.self, MuteCommand.self,
+            React.self, PinCommand.self, Forward.self, History.self, Search.self, UnreadCommand.self, MuteCommand.self,
             BlockCommand.self,
             UnblockCommand.self, BlocksCommand.self, MediaCommand.self, Chat.self,
             ProxyCommand.self, Bench.self,

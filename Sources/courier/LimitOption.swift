@@ -68,6 +68,7 @@ enum LimitOption {
         ("max-groups-per-maker", { $0.store.limits.maxGroupsPerMaker = try int($1) }),
         ("max-blocks-per-user", { $0.store.limits.maxBlocksPerUser = try int($1) }),
         ("max-pins-per-conversation", { $0.store.limits.maxPinsPerConversation = try int($1) }),
+        ("max-reactors-listed", { $0.store.limits.maxReactorsListed = try int($1) }),
         ("max-display-name-characters", { $0.store.limits.maxDisplayNameCharacters = try int($1) }),
         ("max-display-name-bytes", { $0.store.limits.maxDisplayNameBytes = try int($1) }),
         ("max-avatar-bytes", { $0.store.limits.maxAvatarBytes = try bytes64($1) }),

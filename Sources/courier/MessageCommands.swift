@@ -284,3 +284,46 @@ struct Search: AsyncParsableCommand {
         return try History.json(line)
     }
 }
+
+/// `courier forward`: a copy of a message sent to another conversation, marked with its first sender.
+struct Forward: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Forward a message you can see to a user or a group, marked \"forwarded from\" its first sender.",
+        discussion: """
+            ID is the message's id, as `history --json` prints it; --from, --with or --group say which when ids \
+            clash. The server copies its text, or its media and caption, as last edited (media is not uploaded \
+            again), and the copy's `history --json` says forwarded_from. A recalled message is not forwarded \
+            (message-recalled); a forwarded message cannot be edited.
+            """
+    )
+
+    @OptionGroup var options: ClientOptions
+    @Argument(help: "The message's id.") var id: String
+
+    @OptionGroup var naming: MessageNaming
+
+    @Option(name: .customLong("to"), help: "Forward it to this user.")
+    var toUser: String?
+
+    @Option(name: .customLong("to-group"), help: "Forward it to this group.")
+    var toGroup: String?
+
+    func run() async throws {
+        self.checkParsed {
+            try self.naming.check()
+            guard (self.toUser == nil) != (self.toGroup == nil) else {
+                throw ValidationError("say where it goes: --to USER or --to-group GROUP")
+            }
+        }
+        let destination: Conversation = self.toUser.map { .user($0) } ?? .group(self.toGroup ?? "")
+        let copy = try await ClientSession.run(self.options) { session in
+            try await session.connectOrFail()
+            do {
+                return try await session.client.forward(self.naming.reference(to: self.id), to: destination)
+            } catch let error as CourierClientError {
+                throw CommandFailure(description: "\(error.code): \(error.message)")
+            }
+        }
+        print("forwarded \(ChatText.printable(self.id)) as \(ChatText.printable(copy.id)) (seq \(copy.seq))")
+    }
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The web chat's everyday things in a real Chromium (issue 45): the account's settings (password, devices, deleting
-the account), dark mode, drafts kept per conversation, @mention completion in groups, and the unread count on the
-tab's icon. The same harness as test_web.py (its Server, Page and helpers), with a server of its own.
+the account), dark mode, drafts kept per conversation, @mention completion in groups, the unread count on the tab's
+icon, and voice notes recorded in the page. The same harness as test_web.py (its Server, Page and helpers), with a
+server of its own.
 
   COURIER_BIN=.build/debug/courier python3 Tests/Web/test_web_daily.py
   (COURIER_WEB_ROOT=Web to serve the page from the folder, COURIER_SCREENSHOTS to keep the screenshots somewhere)
@@ -15,6 +16,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,6 +33,25 @@ NAMES = {"zhangwei": "张伟", "tanaka": "田中", "neko": "🐱 Neko", "layla":
 BACKGROUND = """
 const [r, g, b] = getComputedStyle(document.documentElement).backgroundColor.match(/[\\d.]+/g).map(Number);
 return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255;
+"""
+
+
+# Chromium's stand-in microphone (a beep), allowed without asking: for the voice notes recorded in the page.
+FAKE_MIC = ("--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream")
+
+# The page's getUserMedia, wrapped to keep every stream it gives (to see that the microphone is let go of).
+KEEP_STREAMS = """
+if (window.__streams) return;
+window.__streams = [];
+const given = navigator.mediaDevices.getUserMedia.bind(navigator.mediaDevices);
+navigator.mediaDevices.getUserMedia = async (c) => { const s = await given(c); __streams.push(s); return s; };
+"""
+
+# The voice notes a conversation holds in the page's memory: their Media as the page has it.
+VOICE_NOTES = """
+const [key, done] = arguments;
+import('/web/state.js').then((m) => done([...m.conversation(key).messages.values()]
+  .map((x) => x.body?.media).filter((media) => media?.kind === 'KIND_VOICE')));
 """
 
 
@@ -53,7 +74,7 @@ class DailyWebTests(unittest.TestCase):
         cls.server.start()
         for user, name in NAMES.items():
             cls.server.cli("profile", "--as", user, "--password", PASSWORD, "--display-name", name)
-        cls.alice = Page(cls.server.base)
+        cls.alice = Page(cls.server.base, arguments=FAKE_MIC)
         cls.alice.log_in("alice")
         cls.pages = []
 
@@ -86,7 +107,8 @@ class DailyWebTests(unittest.TestCase):
     # Helpers
 
     def page(self, user=None, phone=False):
-        page = Page(self.server.base, 390, 844, phone=True) if phone else Page(self.server.base)
+        page = (Page(self.server.base, 390, 844, phone=True, arguments=FAKE_MIC) if phone
+                else Page(self.server.base, arguments=FAKE_MIC))
         self.pages.append(page)
         if user:
             page.log_in(user)
@@ -601,6 +623,121 @@ class DailyWebTests(unittest.TestCase):
         self.confirmation(alice, "Delete this message for you?")
         preview = lambda: alice.js("return document.querySelector('#conversations [data-key=\"u:bob\"]')?.innerText ?? ''")
         wait_until(lambda: "third" not in preview() and "pin me" in preview(), "the preview without the deleted one")
+
+    # Voice notes
+
+    def voice_notes(self, page, key):
+        return page.driver.execute_async_script(VOICE_NOTES, key)
+
+    def fetch_media(self, page, sha256):
+        token = json.loads(page.js("return localStorage.getItem('courier.session')"))["token"]
+        request = urllib.request.Request(f"{self.server.base}/media/{sha256}",
+                                         headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request) as answer:
+            return answer.read()
+
+    def timer(self, page):
+        return page.js("return document.querySelector('#composer .recording [role=timer]')?.textContent")
+
+    def mic_free(self, page):
+        return page.js("return __streams.every((s) => s.getTracks().every((t) => t.readyState === 'ended'))")
+
+    def record(self, page, size, shot=False):
+        """Starts a recording, and waits for the timer to say a second has passed; when the 🎤 was clicked."""
+        clicked = time.monotonic()
+        page.click("#voice")
+        wait_until(lambda: self.timer(page) == "0:01", "a second recorded")
+        self.assertFalse(page.find("#draft").is_displayed(), "the recorder in the draft's place")
+        self.assertEqual(page.js("return document.activeElement.getAttribute('aria-label')"), "Send the voice note")
+        self.assertFalse(self.mic_free(page), "the microphone in use")
+        if shot:
+            page.shot(self.shots, f"{size}-voice-recording")
+            self.assertLessEqual(page.js("return document.documentElement.scrollWidth"),
+                                 page.js("return window.innerWidth"), size)
+            recorder = page.js("const r = document.querySelector('#composer .recording').parentElement"
+                               ".getBoundingClientRect(); return [r.left, r.right, r.height]")
+            self.assertGreaterEqual(recorder[0], 0)
+            self.assertLessEqual(recorder[1], page.js("return window.innerWidth"))
+            self.assertLess(recorder[2], 80, "the recorder one row high")
+        return clicked
+
+    def test_11_voice_note_recorded_and_sent(self):
+        self.server.cli("send", "--as", "bob", "--password", PASSWORD, "--to", "alice", "录一段语音 voice please")
+        alice, bob = self.alice, self.page("bob", phone=True)
+        alice.conversation("u:bob")
+        bob.conversation("u:alice")
+        # Alice on a desktop sends to bob on a phone; then the other way.
+        for size, page, key, other, other_key, user in (("desktop", alice, "u:bob", bob, "u:alice", "alice"),
+                                                         ("phone", bob, "u:alice", alice, "u:bob", "bob")):
+            page.message("录一段语音 voice please")
+            page.js(KEEP_STREAMS)
+            mic = page.visible("#voice")
+            self.assertEqual(mic.get_attribute("aria-label"), "Record a voice note")
+            before = len(self.voice_notes(page, key))
+            # Cancelled: nothing sent, the microphone let go of, the draft back.
+            self.record(page, size)
+            page.click('#composer [aria-label="Cancel the voice note"]')
+            wait_until(lambda: page.find("#draft").is_displayed(), "the draft back")
+            self.assertEqual(page.all("#composer .recording"), [])
+            self.assertTrue(self.mic_free(page), "the microphone let go of after Cancel")
+            # Past the limit (the page's clock moved on 15 min): it stops and waits; Cancel drops it too.
+            page.click("#voice")
+            page.visible("#composer .recording")
+            page.js("window.__realNow = Date.now; Date.now = () => window.__realNow() + 15 * 60 * 1000;")
+            try:
+                wait_until(lambda: self.timer(page) == "15:00", "stopped at 15:00")
+                wait_until(lambda: self.mic_free(page), "the microphone let go of at the limit")
+                page.click('#composer [aria-label="Cancel the voice note"]')
+            finally:
+                page.js("Date.now = window.__realNow;")
+            # Recorded and sent.
+            clicked = self.record(page, size, shot=True)
+            page.click('#composer [aria-label="Send the voice note"]')
+            wait_until(lambda: page.find("#draft").is_displayed(), "the draft back")
+            self.assertTrue(self.mic_free(page), "the microphone let go of after Send")
+            notes = wait_until(lambda: (lambda n: n if len(n) == before + 1 else None)(self.voice_notes(page, key)),
+                               "the voice note in the sender's page")
+            media = notes[-1]
+            self.assertEqual(media["kind"], "KIND_VOICE")
+            self.assertRegex(media["mime"], r"^audio/(webm|ogg)$")
+            self.assertRegex(media["name"], r"^voice-\d{8}-\d{6}\.(webm|ogg)$")
+            self.assertGreaterEqual(media["durationMs"], 1000)
+            self.assertLessEqual(media["durationMs"], 1000 * (time.monotonic() - clicked) + 50)
+            # The other side: the same Media, its length shown beside the player; the bytes a real recording.
+            theirs = wait_until(lambda: [m for m in self.voice_notes(other, other_key)
+                                         if m["sha256"] == media["sha256"]], "the voice note on the other page")[0]
+            self.assertEqual((theirs["kind"], theirs["durationMs"], theirs["mime"]),
+                             ("KIND_VOICE", media["durationMs"], media["mime"]))
+            seconds = media["durationMs"] // 1000
+            wait_until(lambda: len(other.all("#messages .voice-length")) == len(other.all("#messages audio.voice"))
+                       == (1 if size == "desktop" else 2), "every voice note's length shown")
+            self.assertEqual(other.all("#messages .voice-length")[-1].text, f"0:{seconds:02d}")
+            data = self.fetch_media(other, media["sha256"])
+            self.assertEqual(len(data), int(media["size"]))
+            self.assertTrue(data.startswith(b"\x1a\x45\xdf\xa3" if media["mime"] == "audio/webm" else b"OggS"),
+                            data[:16])
+            # The server's history: one voice note, the cancelled ones never sent.
+            lines = [json.loads(line) for line in self.server.cli(
+                "history", "--as", user, "--password", PASSWORD, "--with", "bob" if user == "alice" else "alice",
+                "--json").splitlines()]
+            voices = [line for line in lines if line["kind"] == "voice"]
+            self.assertEqual(len(voices), 1 if size == "desktop" else 2)
+            self.assertEqual((voices[-1]["sha256"], voices[-1]["mime"], voices[-1]["from"]),
+                             (media["sha256"], media["mime"], user))
+            self.assertEqual(len(self.voice_notes(page, key)), before + 1)
+            other.shot(self.shots, f"{'phone' if size == 'desktop' else 'desktop'}-voice-received")
+            page.shot(self.shots, f"{size}-voice-sent")
+        # A microphone refused: said in the page's way, nothing recorded.
+        alice.js("navigator.mediaDevices.getUserMedia = () => Promise.reject("
+                 "new DOMException('Permission denied', 'NotAllowedError'))")
+        alice.click("#voice")
+        wait_until(lambda: any(t.text == "The microphone is not allowed for this page." for t in alice.all(".toast")),
+                   "the refusal said")
+        self.assertEqual(alice.all("#composer .recording"), [])
+        self.assertTrue(alice.find("#draft").is_displayed())
+        alice.shot(self.shots, "desktop-voice-refused")
+        alice.driver.refresh()
+        alice.wait_online()
 
 
 if __name__ == "__main__":

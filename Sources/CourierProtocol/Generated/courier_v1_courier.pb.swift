@@ -368,6 +368,14 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     set {body = .hide(newValue)}
   }
 
+  public var reactors: Courier_V1_ReactorsRequest {
+    get {
+      if case .reactors(let v)? = body {return v}
+      return Courier_V1_ReactorsRequest()
+    }
+    set {body = .reactors(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -402,6 +410,7 @@ public nonisolated struct Courier_V1_ClientEnvelope: Sendable {
     case pin(Courier_V1_Pin)
     case pins(Courier_V1_PinsRequest)
     case hide(Courier_V1_HideMessage)
+    case reactors(Courier_V1_ReactorsRequest)
 
   }
 
@@ -586,6 +595,14 @@ public nonisolated struct Courier_V1_ServerEnvelope: Sendable {
     set {body = .pins(newValue)}
   }
 
+  public var reactors: Courier_V1_Reactors {
+    get {
+      if case .reactors(let v)? = body {return v}
+      return Courier_V1_Reactors()
+    }
+    set {body = .reactors(newValue)}
+  }
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Body: Equatable, Sendable {
@@ -610,6 +627,7 @@ public nonisolated struct Courier_V1_ServerEnvelope: Sendable {
     case groupsLeft(Courier_V1_GroupsLeft)
     case blocks(Courier_V1_BlockList)
     case pins(Courier_V1_PinnedMessages)
+    case reactors(Courier_V1_Reactors)
 
   }
 
@@ -863,6 +881,11 @@ public nonisolated struct Courier_V1_Body: Sendable {
     set {content = .media(newValue)}
   }
 
+  /// Set by the server alone, on a forward (`Send.forward`): the user name of the original's sender, carried through
+  /// a forward of a forward to the first sender. A client that sets it is refused (`invalid-request`); a forwarded
+  /// message cannot be edited (`not-sender`: it is no longer the forwarder's words alone).
+  public var forwardedFrom: String = String()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public nonisolated enum OneOf_Content: Equatable, Sendable {
@@ -957,51 +980,65 @@ public nonisolated struct Courier_V1_Media: Sendable {
   public init() {}
 }
 
-public nonisolated struct Courier_V1_Send: Sendable {
+public nonisolated struct Courier_V1_Send: @unchecked Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
   // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
   // methods supported on all messages.
 
   /// The message id the client chose (at most 128 bytes; empty: the server assigns one). A resend of an id the
   /// server has committed for this user returns the original `SendAck` and stores nothing.
-  public var id: String = String()
+  public var id: String {
+    get {_storage._id}
+    set {_uniqueStorage()._id = newValue}
+  }
 
   public var to: Courier_V1_Conversation {
-    get {_to ?? Courier_V1_Conversation()}
-    set {_to = newValue}
+    get {_storage._to ?? Courier_V1_Conversation()}
+    set {_uniqueStorage()._to = newValue}
   }
   /// Returns true if `to` has been explicitly set.
-  public var hasTo: Bool {self._to != nil}
+  public var hasTo: Bool {_storage._to != nil}
   /// Clears the value of `to`. Subsequent reads from it will return its default value.
-  public mutating func clearTo() {self._to = nil}
+  public mutating func clearTo() {_uniqueStorage()._to = nil}
 
   public var body: Courier_V1_Body {
-    get {_body ?? Courier_V1_Body()}
-    set {_body = newValue}
+    get {_storage._body ?? Courier_V1_Body()}
+    set {_uniqueStorage()._body = newValue}
   }
   /// Returns true if `body` has been explicitly set.
-  public var hasBody: Bool {self._body != nil}
+  public var hasBody: Bool {_storage._body != nil}
   /// Clears the value of `body`. Subsequent reads from it will return its default value.
-  public mutating func clearBody() {self._body = nil}
+  public mutating func clearBody() {_uniqueStorage()._body = nil}
 
   /// The message this one answers, in the same conversation: by `seq`, or by `id` (with `from` when two senders
   /// used that id there). One the sender can see, not recalled. It never changes, not even by an edit.
   public var replyTo: Courier_V1_MessageRef {
-    get {_replyTo ?? Courier_V1_MessageRef()}
-    set {_replyTo = newValue}
+    get {_storage._replyTo ?? Courier_V1_MessageRef()}
+    set {_uniqueStorage()._replyTo = newValue}
   }
   /// Returns true if `replyTo` has been explicitly set.
-  public var hasReplyTo: Bool {self._replyTo != nil}
+  public var hasReplyTo: Bool {_storage._replyTo != nil}
   /// Clears the value of `replyTo`. Subsequent reads from it will return its default value.
-  public mutating func clearReplyTo() {self._replyTo = nil}
+  public mutating func clearReplyTo() {_uniqueStorage()._replyTo = nil}
+
+  /// Forwards a message the sender can see (not recalled) to `to`: the server copies its body as last edited and marks
+  /// it `forwarded_from`. Media is not uploaded again: the sender then holds the file as if it had uploaded it (once in
+  /// its quota, `quota-exceeded` otherwise). `body` is left unset; `id` and `reply_to` are as in any send, and it takes
+  /// from the same bucket.
+  public var forward: Courier_V1_MessageRef {
+    get {_storage._forward ?? Courier_V1_MessageRef()}
+    set {_uniqueStorage()._forward = newValue}
+  }
+  /// Returns true if `forward` has been explicitly set.
+  public var hasForward: Bool {_storage._forward != nil}
+  /// Clears the value of `forward`. Subsequent reads from it will return its default value.
+  public mutating func clearForward() {_uniqueStorage()._forward = nil}
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
 
-  fileprivate var _to: Courier_V1_Conversation? = nil
-  fileprivate var _body: Courier_V1_Body? = nil
-  fileprivate var _replyTo: Courier_V1_MessageRef? = nil
+  fileprivate var _storage = _StorageClass.defaultInstance
 }
 
 /// Names a message: by place (`conversation` and `seq`), or by the `id` its sender gave it, which is unique per sender
@@ -2149,6 +2186,58 @@ public nonisolated struct Courier_V1_PinnedMessages: Sendable {
   fileprivate var _conversation: Courier_V1_Conversation? = nil
 }
 
+/// Who gave a message's reactions (a message the user can see): answered with `reactors`.
+public nonisolated struct Courier_V1_ReactorsRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var message: Courier_V1_MessageRef {
+    get {_message ?? Courier_V1_MessageRef()}
+    set {_message = newValue}
+  }
+  /// Returns true if `message` has been explicitly set.
+  public var hasMessage: Bool {self._message != nil}
+  /// Clears the value of `message`. Subsequent reads from it will return its default value.
+  public mutating func clearMessage() {self._message = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _message: Courier_V1_MessageRef? = nil
+}
+
+/// A message's reactions, each key once, the first given first; under each key the users who gave it, the earliest
+/// first, at most the server's `max-reactors-listed` of them (`count` says how many gave it).
+public nonisolated struct Courier_V1_Reactors: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var entries: [Courier_V1_Reactors.Entry] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public nonisolated struct Entry: Sendable {
+    // SwiftProtobuf.Message conformance is added in an extension below. See the
+    // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+    // methods supported on all messages.
+
+    public var key: String = String()
+
+    public var count: UInt32 = 0
+
+    public var users: [String] = []
+
+    public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+    public init() {}
+  }
+
+  public init() {}
+}
+
 /// Deletes a message for this user alone, on all its devices (any message it can see, any age; the others keep it):
 /// it leaves this user's history, search and unread counts, and each of its devices gets a `hidden` event. Answered
 /// with `done`.
@@ -2994,7 +3083,7 @@ nonisolated extension Courier_V1_NotifyLevel: SwiftProtobuf._ProtoNameProviding 
 
 nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ClientEnvelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0\u{1}upload\0\u{1}fetch\0\u{1}edit\0\u{1}react\0\u{1}versions\0\u{1}search\0\u{3}change_password\0\u{1}devices\0\u{3}revoke_device\0\u{3}delete_account\0\u{3}find_user\0\u{3}set_profile\0\u{1}profiles\0\u{3}group_members\0\u{3}set_notify\0\u{3}leave_groups\0\u{1}block\0\u{1}blocks\0\u{1}pin\0\u{1}pins\0\u{1}hide\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}hello\0\u{1}send\0\u{1}ack\0\u{1}history\0\u{3}mark_read\0\u{1}typing\0\u{1}recall\0\u{1}unread\0\u{1}logout\0\u{3}manage_group\0\u{1}upload\0\u{1}fetch\0\u{1}edit\0\u{1}react\0\u{1}versions\0\u{1}search\0\u{3}change_password\0\u{1}devices\0\u{3}revoke_device\0\u{3}delete_account\0\u{3}find_user\0\u{3}set_profile\0\u{1}profiles\0\u{3}group_members\0\u{3}set_notify\0\u{3}leave_groups\0\u{1}block\0\u{1}blocks\0\u{1}pin\0\u{1}pins\0\u{1}hide\0\u{1}reactors\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3406,6 +3495,19 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
           self.body = .hide(v)
         }
       }()
+      case 33: try {
+        var v: Courier_V1_ReactorsRequest?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .reactors(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .reactors(v)
+        }
+      }()
       default: break
       }
     }
@@ -3544,6 +3646,10 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
       guard case .hide(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 32)
     }()
+    case .reactors?: try {
+      guard case .reactors(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 33)
+    }()
     case nil: break
     }
     try unknownFields.traverse(visitor: &visitor)
@@ -3559,7 +3665,7 @@ nonisolated extension Courier_V1_ClientEnvelope: SwiftProtobuf.Message, SwiftPro
 
 nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".ServerEnvelope"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}welcome\0\u{3}send_ack\0\u{1}error\0\u{1}events\0\u{1}history\0\u{1}unread\0\u{1}typing\0\u{1}presence\0\u{1}done\0\u{3}upload_ready\0\u{3}upload_done\0\u{3}fetch_ready\0\u{1}versions\0\u{1}search\0\u{1}devices\0\u{1}user\0\u{1}profiles\0\u{3}group_members\0\u{3}groups_left\0\u{1}blocks\0\u{1}pins\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}welcome\0\u{3}send_ack\0\u{1}error\0\u{1}events\0\u{1}history\0\u{1}unread\0\u{1}typing\0\u{1}presence\0\u{1}done\0\u{3}upload_ready\0\u{3}upload_done\0\u{3}fetch_ready\0\u{1}versions\0\u{1}search\0\u{1}devices\0\u{1}user\0\u{1}profiles\0\u{3}group_members\0\u{3}groups_left\0\u{1}blocks\0\u{1}pins\0\u{1}reactors\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3841,6 +3947,19 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
           self.body = .pins(v)
         }
       }()
+      case 23: try {
+        var v: Courier_V1_Reactors?
+        var hadOneofValue = false
+        if let current = self.body {
+          hadOneofValue = true
+          if case .reactors(let m) = current {v = m}
+        }
+        try decoder.decodeSingularMessageField(value: &v)
+        if let v = v {
+          if hadOneofValue {try decoder.handleConflictingOneOf()}
+          self.body = .reactors(v)
+        }
+      }()
       default: break
       }
     }
@@ -3938,6 +4057,10 @@ nonisolated extension Courier_V1_ServerEnvelope: SwiftProtobuf.Message, SwiftPro
     case .pins?: try {
       guard case .pins(let v)? = self.body else { preconditionFailure() }
       try visitor.visitSingularMessageField(value: v, fieldNumber: 22)
+    }()
+    case .reactors?: try {
+      guard case .reactors(let v)? = self.body else { preconditionFailure() }
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 23)
     }()
     case nil: break
     }
@@ -4347,7 +4470,7 @@ nonisolated extension Courier_V1_Conversation: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Courier_V1_Body: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Body"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}text\0\u{1}media\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}text\0\u{1}media\0\u{4}\u{e}forwarded_from\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4376,6 +4499,7 @@ nonisolated extension Courier_V1_Body: SwiftProtobuf.Message, SwiftProtobuf._Mes
           self.content = .media(v)
         }
       }()
+      case 16: try { try decoder.decodeSingularStringField(value: &self.forwardedFrom) }()
       default: break
       }
     }
@@ -4397,11 +4521,15 @@ nonisolated extension Courier_V1_Body: SwiftProtobuf.Message, SwiftProtobuf._Mes
     }()
     case nil: break
     }
+    if !self.forwardedFrom.isEmpty {
+      try visitor.visitSingularStringField(value: self.forwardedFrom, fieldNumber: 16)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Courier_V1_Body, rhs: Courier_V1_Body) -> Bool {
     if lhs.content != rhs.content {return false}
+    if lhs.forwardedFrom != rhs.forwardedFrom {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -4483,48 +4611,97 @@ nonisolated extension Courier_V1_Media.Kind: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension Courier_V1_Send: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Send"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}to\0\u{1}body\0\u{3}reply_to\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}id\0\u{1}to\0\u{1}body\0\u{3}reply_to\0\u{1}forward\0")
+
+  fileprivate class _StorageClass {
+    var _id: String = String()
+    var _to: Courier_V1_Conversation? = nil
+    var _body: Courier_V1_Body? = nil
+    var _replyTo: Courier_V1_MessageRef? = nil
+    var _forward: Courier_V1_MessageRef? = nil
+
+      // This property is used as the initial default value for new instances of the type.
+      // The type itself is protecting the reference to its storage via CoW semantics.
+      // This will force a copy to be made of this reference when the first mutation occurs;
+      // hence, it is safe to mark this as `nonisolated(unsafe)`.
+      static nonisolated(unsafe) let defaultInstance = _StorageClass()
+
+    private init() {}
+
+    init(copying source: _StorageClass) {
+      _id = source._id
+      _to = source._to
+      _body = source._body
+      _replyTo = source._replyTo
+      _forward = source._forward
+    }
+  }
+
+  fileprivate mutating func _uniqueStorage() -> _StorageClass {
+    if !isKnownUniquelyReferenced(&_storage) {
+      _storage = _StorageClass(copying: _storage)
+    }
+    return _storage
+  }
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
-    while let fieldNumber = try decoder.nextFieldNumber() {
-      // The use of inline closures is to circumvent an issue where the compiler
-      // allocates stack space for every case branch when no optimizations are
-      // enabled. https://github.com/apple/swift-protobuf/issues/1034
-      switch fieldNumber {
-      case 1: try { try decoder.decodeSingularStringField(value: &self.id) }()
-      case 2: try { try decoder.decodeSingularMessageField(value: &self._to) }()
-      case 3: try { try decoder.decodeSingularMessageField(value: &self._body) }()
-      case 4: try { try decoder.decodeSingularMessageField(value: &self._replyTo) }()
-      default: break
+    _ = _uniqueStorage()
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      while let fieldNumber = try decoder.nextFieldNumber() {
+        // The use of inline closures is to circumvent an issue where the compiler
+        // allocates stack space for every case branch when no optimizations are
+        // enabled. https://github.com/apple/swift-protobuf/issues/1034
+        switch fieldNumber {
+        case 1: try { try decoder.decodeSingularStringField(value: &_storage._id) }()
+        case 2: try { try decoder.decodeSingularMessageField(value: &_storage._to) }()
+        case 3: try { try decoder.decodeSingularMessageField(value: &_storage._body) }()
+        case 4: try { try decoder.decodeSingularMessageField(value: &_storage._replyTo) }()
+        case 5: try { try decoder.decodeSingularMessageField(value: &_storage._forward) }()
+        default: break
+        }
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
-    // The use of inline closures is to circumvent an issue where the compiler
-    // allocates stack space for every if/case branch local when no optimizations
-    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
-    // https://github.com/apple/swift-protobuf/issues/1182
-    if !self.id.isEmpty {
-      try visitor.visitSingularStringField(value: self.id, fieldNumber: 1)
+    try withExtendedLifetime(_storage) { (_storage: _StorageClass) in
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every if/case branch local when no optimizations
+      // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+      // https://github.com/apple/swift-protobuf/issues/1182
+      if !_storage._id.isEmpty {
+        try visitor.visitSingularStringField(value: _storage._id, fieldNumber: 1)
+      }
+      try { if let v = _storage._to {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+      } }()
+      try { if let v = _storage._body {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
+      } }()
+      try { if let v = _storage._replyTo {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
+      } }()
+      try { if let v = _storage._forward {
+        try visitor.visitSingularMessageField(value: v, fieldNumber: 5)
+      } }()
     }
-    try { if let v = self._to {
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
-    } }()
-    try { if let v = self._body {
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 3)
-    } }()
-    try { if let v = self._replyTo {
-      try visitor.visitSingularMessageField(value: v, fieldNumber: 4)
-    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Courier_V1_Send, rhs: Courier_V1_Send) -> Bool {
-    if lhs.id != rhs.id {return false}
-    if lhs._to != rhs._to {return false}
-    if lhs._body != rhs._body {return false}
-    if lhs._replyTo != rhs._replyTo {return false}
+    if lhs._storage !== rhs._storage {
+      let storagesAreEqual: Bool = withExtendedLifetime((lhs._storage, rhs._storage)) { (_args: (_StorageClass, _StorageClass)) in
+        let _storage = _args.0
+        let rhs_storage = _args.1
+        if _storage._id != rhs_storage._id {return false}
+        if _storage._to != rhs_storage._to {return false}
+        if _storage._body != rhs_storage._body {return false}
+        if _storage._replyTo != rhs_storage._replyTo {return false}
+        if _storage._forward != rhs_storage._forward {return false}
+        return true
+      }
+      if !storagesAreEqual {return false}
+    }
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -6423,6 +6600,110 @@ nonisolated extension Courier_V1_PinnedMessages: SwiftProtobuf.Message, SwiftPro
   public static func ==(lhs: Courier_V1_PinnedMessages, rhs: Courier_V1_PinnedMessages) -> Bool {
     if lhs._conversation != rhs._conversation {return false}
     if lhs.messages != rhs.messages {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_ReactorsRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ReactorsRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}message\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularMessageField(value: &self._message) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    try { if let v = self._message {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 1)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_ReactorsRequest, rhs: Courier_V1_ReactorsRequest) -> Bool {
+    if lhs._message != rhs._message {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_Reactors: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Reactors"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}entries\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedMessageField(value: &self.entries) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.entries.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.entries, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_Reactors, rhs: Courier_V1_Reactors) -> Bool {
+    if lhs.entries != rhs.entries {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Courier_V1_Reactors.Entry: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = Courier_V1_Reactors.protoMessageName + ".Entry"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}key\0\u{1}count\0\u{1}users\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.key) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.count) }()
+      case 3: try { try decoder.decodeRepeatedStringField(value: &self.users) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.key.isEmpty {
+      try visitor.visitSingularStringField(value: self.key, fieldNumber: 1)
+    }
+    if self.count != 0 {
+      try visitor.visitSingularUInt32Field(value: self.count, fieldNumber: 2)
+    }
+    if !self.users.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.users, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Courier_V1_Reactors.Entry, rhs: Courier_V1_Reactors.Entry) -> Bool {
+    if lhs.key != rhs.key {return false}
+    if lhs.count != rhs.count {return false}
+    if lhs.users != rhs.users {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -303,6 +303,13 @@ struct BotAPI: Sendable {
         }
         guard !message.recalled else { throw APIRefusal(.badRequest, "message-recalled", "the message was recalled") }
         var body = (try? Courier_V1_Body(serializedBytes: message.body)) ?? Courier_V1_Body()
+        guard body.forwardedFrom.isEmpty else {
+            throw APIRefusal(
+                .forbidden,
+                "not-sender",
+                "a forwarded message is its first sender's words: it is not edited"
+            )
+        }
         switch body.content {
         case .media(var media)?:
             media.caption = text

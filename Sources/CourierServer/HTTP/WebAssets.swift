@@ -697,10 +697,10 @@ mark {
   border-radius: 8px;
 }
 
-/* A voice note's player fits its bubble, however narrow the screen. */
+/* A voice note's player fits its bubble, however narrow the screen (in px: a % of a bubble sized by it is 0). */
 .voice {
   display: block;
-  width: min(300px, 100%);
+  width: 300px;
   max-width: 100%;
   min-width: 0;
 }
@@ -784,6 +784,13 @@ mark {
 
 .attach:focus-within {
   outline: 3px solid var(--focus);
+}
+
+/* A voice note being recorded: its length where the draft was. */
+.recording {
+  flex: 1;
+  align-self: center;
+  font-variant-numeric: tabular-nums;
 }
 
 /* Menus, dialogs, notices */
@@ -1273,6 +1280,7 @@ import { render, showError, toast } from "./render.js";
 import { sendFile } from "./media.js";
 import { clearDraft, loadDraft, saveDraft } from "./drafts.js";
 import { closeMentions, mentionKey, setUpMentions, updateMentions } from "./mention.js";
+import { cancelVoice, setUpVoice } from "./voice.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // The composer
@@ -1280,6 +1288,7 @@ import { closeMentions, mentionKey, setUpMentions, updateMentions } from "./ment
 // The draft of the conversation opened, as it was left (drafts.js keeps it).
 export function showDraft(key) {
   closeMentions();
+  cancelVoice();
   $("draft").value = loadDraft(key);
   autosize();
 }
@@ -1365,10 +1374,8 @@ function autosize() {
   draft.style.height = `${Math.min(draft.scrollHeight, 160)}px`;
 }
 
-// Enter sends; Shift+Enter is a new line; an Enter while an input method composes (pinyin, kana…) confirms the
-// composition and sends nothing. Browsers differ in the order of `compositionend` and that Enter's `keydown`, so all
-// three signs are checked: the event's own `isComposing`, keyCode 229 (what a composing keydown carries), and our
-// own flag between `compositionstart` and `compositionend`.
+// Enter sends, Shift+Enter is a new line; an Enter that confirms an input method's composition (pinyin, kana…) sends
+// nothing. Browsers order `compositionend` and that keydown differently: three checks, `isComposing`, 229, our flag.
 let composing = false;
 export function setUpComposer() {
   const draft = $("draft");
@@ -1384,6 +1391,7 @@ export function setUpComposer() {
     });
   });
   setUpMentions();
+  setUpVoice();
   draft.addEventListener("keydown", (event) => {
     if (event.isComposing || composing || event.keyCode === 229) return;
     // An open list of members to mention takes the arrows, Enter, Tab and Escape.
@@ -2591,8 +2599,7 @@ export function picture(sha256, attributes) {
   return image;
 }
 
-// Media elements, one per message, kept across redraws: a playing video goes on playing, a picture is not fetched
-// again.
+// One media element a message, kept across redraws: a video goes on playing, a picture is not fetched again.
 const mediaNodes = new Map();
 
 export function mediaElement(c, message, media) {
@@ -2610,8 +2617,10 @@ export function mediaElement(c, message, media) {
     }
     element = h("button", { type: "button", class: "image-link", "aria-label": `Open ${media.name || "the picture"}`, onclick: () => openViewer(sha, media.name) }, image);
   } else if (media.kind === "KIND_VOICE") {
-    // The metadata only (a range of the file's start): its length shows before it is played.
-    element = h("audio", { controls: true, preload: "metadata", src: mediaURL(sha), class: "voice" });
+    // The metadata only (a range of the file's start): its length shows before it is played. A recorder's WebM
+    // tells none: the sender's timing shows under it.
+    const audio = h("audio", { controls: true, preload: "metadata", src: mediaURL(sha), class: "voice" });
+    element = media.durationMs ? h("div", {}, audio, h("span", { class: "time voice-length", text: mmss(num(media.durationMs)) })) : audio;
   } else if (media.kind === "KIND_VIDEO") {
     element = h("video", { controls: true, preload: "metadata", playsinline: true, src: mediaURL(sha), class: "video" });
   } else {
@@ -2669,9 +2678,13 @@ function cutToBytes(text, bytes) {
   return cut;
 }
 
+// 65000 ms: "1:05".
+export const mmss = (ms) => `${Math.floor(ms / 60000)}:${String(Math.floor(ms / 1000) % 60).padStart(2, "0")}`;
+
 export const uploads = new Set(); // under way, cancelled at sign-out
 
-export function sendFile(file) {
+// `extra`: Media fields the file does not tell (a voice note's durationMs).
+export function sendFile(file, extra = {}) {
   const c = state.open && conversation(state.open);
   if (!c) return;
   const maxBytes = num(session.limits.maxMediaBytes);
@@ -2710,7 +2723,7 @@ export function sendFile(file) {
     async (sha256) => {
       setTimeout(() => row.remove(), 1500);
       const type = file.type || "application/octet-stream";
-      const media = { kind: mediaKind(type), sha256, size: String(file.size), mime: type, name: cutToBytes(file.name, 255) };
+      const media = { kind: mediaKind(type), sha256, size: String(file.size), mime: type, name: cutToBytes(file.name, 255), ...extra };
       if (media.kind === "KIND_IMAGE") Object.assign(media, await imageSize(file));
       queue(c.key, { media });
     },
@@ -5733,6 +5746,89 @@ export class Upload extends EventTarget {
     this.changed();
     this.reject(error);
   }
+}
+
+"""#),
+        ("voice.js", #"""
+// Voice notes: 🎤 records the microphone until Send or Cancel, then sends it as a file (media.js) with the length
+// timed here (a recorder's WebM has none in its header).
+
+import { h } from "./text.js";
+import { $, session } from "./state.js";
+import { toast } from "./render.js";
+import { mmss, sendFile } from "./media.js";
+
+const maxMs = 15 * 60 * 1000; // then it stops, and waits for Send or Cancel: nothing goes out unasked
+let rec = null; // {stream, recorder, chunks, stopped, at, ms, ticker, row}
+const row = () => $("composer").querySelector(".composer-row");
+const button = (label, text, onclick, c = "icon") =>
+  h("button", { type: "button", class: c, "aria-label": label, title: label, onclick }, text);
+
+// The microphone let go of (the tab's red dot goes).
+function stop(r) {
+  r.ms ??= Math.min(Date.now() - r.at, maxMs);
+  if (r.recorder?.state === "recording") r.recorder.stop();
+  r.stream?.getTracks().forEach((track) => track.stop());
+}
+
+async function start() {
+  if (rec) return;
+  const r = (rec = { chunks: [] });
+  try {
+    r.stream = await navigator.mediaDevices.getUserMedia({ audio: true });
+    const mimeType = ["audio/webm;codecs=opus", "audio/ogg;codecs=opus"].find((t) => MediaRecorder.isTypeSupported(t));
+    r.recorder = new MediaRecorder(r.stream, { mimeType });
+  } catch (error) {
+    rec = null;
+    stop(r);
+    return toast(error.name === "NotAllowedError" ? "The microphone is not allowed for this page." : `No recording: ${error.message}`);
+  }
+  if (rec !== r) return stop(r); // cancelled while the browser asked
+  r.recorder.ondataavailable = (event) => r.chunks.push(event.data);
+  r.stopped = new Promise((resolve) => (r.recorder.onstop = resolve));
+  r.recorder.start();
+  r.at = Date.now();
+  const time = h("span", { role: "timer" }, "0:00");
+  r.ticker = setInterval(() => {
+    const ms = Math.min(Date.now() - r.at, maxMs);
+    if (ms === maxMs) stop(r);
+    time.textContent = mmss(ms);
+  }, 250);
+  r.row = h("div", { class: "composer-row", role: "group", "aria-label": "Recording a voice note" },
+    button("Cancel the voice note", "✕", () => finish(false)),
+    h("span", { class: "recording" }, "● ", time),
+    button("Send the voice note", "➤", () => finish(true), "primary"));
+  row().after(r.row);
+  row().hidden = true;
+  r.row.lastChild.focus();
+}
+
+async function finish(send) {
+  const r = rec;
+  if (!r) return;
+  rec = null;
+  clearInterval(r.ticker);
+  stop(r);
+  if (!r.row) return; // the browser still asking for the microphone
+  r.row.remove();
+  row().hidden = false;
+  $("voice").focus();
+  if (!send) return;
+  await r.stopped;
+  const type = r.recorder.mimeType.split(";")[0] || "audio/webm"; // the codec is in the file
+  const t = new Date(r.at - new Date().getTimezoneOffset() * 60000).toISOString().replace(/\D/g, "");
+  sendFile(new File(r.chunks, `voice-${t.slice(0, 8)}-${t.slice(8, 14)}.${type.split("/")[1]}`, { type }), { durationMs: r.ms });
+}
+
+// Another conversation opened, or signed out: a recording is dropped, never sent anywhere else.
+export const cancelVoice = () => finish(false);
+
+export function setUpVoice() {
+  const mic = button("Record a voice note", "🎤", start);
+  mic.id = "voice";
+  mic.hidden = !window.MediaRecorder || !navigator.mediaDevices; // the microphone is for https and localhost only
+  $("draft").before(mic);
+  session.addEventListener("state", (event) => event.detail.state === "signedOut" && cancelVoice());
 }
 
 """#),

@@ -320,7 +320,7 @@ final class CompatTransport: SessionTransport {
             if !request.id.isEmpty { fields["id"] = .string(request.id) }
             return [CompatFrame(type: "done", payload: empty, fields: fields)]
         case .uploadReady, .uploadDone, .fetchReady, .events, .history, .unread, .versions, .search, .devices, .user,
-            .profiles, .groupMembers, .groupsLeft, .blocks, .pins, nil:
+            .profiles, .groupMembers, .groupsLeft, .blocks, .pins, .reactors, nil:
             return []
         }
     }
@@ -342,6 +342,7 @@ final class CompatTransport: SessionTransport {
             fields["cursor"] = cursor
             if message.recalled { fields["recalled"] = .bool(true) }
             if message.editedMs > 0 { fields["edited"] = .string(Self.time(message.editedMs)) }
+            if !message.body.forwardedFrom.isEmpty { fields["forwarded_from"] = .string(message.body.forwardedFrom) }
             if message.hasReplyTo {
                 let reply = message.replyTo
                 var quoted: [String: JSONValue] = ["seq": .integer(Int64(clamping: reply.seq))]

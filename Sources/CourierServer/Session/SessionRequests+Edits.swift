@@ -1,7 +1,7 @@
 import CourierProtocol
 import CourierStore
 
-/// Edits and reactions: the message is found first (by place or by id, among those the user can see), then the
+/// Edits, reactions and forwards: the message is found first (by place or by id, among those the user can see), then the
 /// change goes through the group commit, whose rules check it again under the conversation's lock.
 extension SessionRequests {
     /// A new text for a message of the user's: a text message's text, a media message's caption. The body is built
@@ -18,6 +18,9 @@ extension SessionRequests {
         }
         guard !message.recalled else { throw CourierStoreError(.messageRecalled, "the message was recalled") }
         var body = (try? Courier_V1_Body(serializedBytes: message.body)) ?? Courier_V1_Body()
+        guard body.forwardedFrom.isEmpty else {
+            throw CourierStoreError(.notSender, "a forwarded message is its first sender's words: it is not edited")
+        }
         switch body.content {
         case .media(var media)?:
             media.caption = text
@@ -52,6 +55,71 @@ extension SessionRequests {
             .init(user: user.id, conversation: message.conversation, seq: message.seq, key: key, on: on)
         )
         return try await self.committed(request, user: user, to: message.conversation, requestID: requestID)
+    }
+
+    /// A copy of a message the user can see, sent to another conversation (or the same) and marked with its first
+    /// sender: its body as last edited, its media without an upload. The forwarder then holds the file as if it had
+    /// uploaded it (counted once in its quota: `quota-exceeded` otherwise), so that the copy's receivers may fetch
+    /// it as any media sent to them, and it stays while any holder keeps it. Answered as a send is, with a
+    /// `SendAck`.
+    func forward(
+        _ name: MessageName,
+        to address: Conversation,
+        id: String,
+        replyTo: WriteRequest.ReplyTarget?,
+        session: DeviceSession,
+        requestID: UInt64
+    ) async throws -> ServerEnvelope {
+        let original = try await self.context.store.message(name, for: session.user.id)
+        guard !original.recalled else { throw CourierStoreError(.messageRecalled, "the message was recalled") }
+        var body = (try? Courier_V1_Body(serializedBytes: original.body)) ?? Courier_V1_Body()
+        if body.forwardedFrom.isEmpty { body.forwardedFrom = original.from }
+        var media: MediaReference?
+        if case .media(let carried)? = body.content {
+            media = MediaReference(
+                sha256: carried.sha256,
+                size: Int64(carried.size),
+                mime: carried.mime,
+                name: carried.name
+            )
+            // Found in a message the user can see: the store checked its sender's upload of this size.
+            try await self.context.store.recordUpload(
+                user: session.user.id,
+                sha256: carried.sha256,
+                size: Int64(carried.size),
+                quota: self.context.media.configuration.quotaBytesPerUser,
+                nowMs: self.context.clock.wallMs
+            )
+        }
+        var send = WriteRequest.Send(
+            sender: session.user.id,
+            device: session.device.id,
+            id: id,
+            to: address,
+            body: try body.serializedBytes(),
+            media: media,
+            replyTo: replyTo
+        )
+        send.prepareSearch(body: body)
+        switch try await self.context.submit(.send(send), origin: nil, userName: session.user.name).outcome() {
+        case .refused(let error):
+            throw error
+        case .done:
+            throw CourierStoreError(.storageFailed, "a send was answered without its place")
+        case .sent(let receipt):
+            if !receipt.duplicate {
+                self.context.chargeFanout(of: session.user.id, deliveries: receipt.recipients)
+                self.context.learnFanout(of: session.user.id, to: address, deliveries: receipt.recipients)
+            }
+            var reply = ServerEnvelope()
+            reply.requestID = requestID
+            reply.sendAck.id = receipt.id
+            reply.sendAck.conversation = Courier_V1_Conversation(receipt.conversation)
+            reply.sendAck.seq = receipt.seq
+            reply.sendAck.timeMs = receipt.timeMs
+            reply.sendAck.duplicate = receipt.duplicate
+            return reply
+        }
     }
 
     /// Commits a write and answers it: `done`, or its refusal. What it cost the members' logs is charged to the

@@ -108,6 +108,30 @@ extension SessionRequests {
                 )
                 reply.pins.conversation = Courier_V1_Conversation(conversation)
                 reply.pins.messages = Array(messages.prefix(fitting))
+            case .reactors(let name):
+                // At most max-reaction-keys-per-message keys of max-reactors-listed names: a page the answer limit
+                // cuts only with limits raised far past their defaults, keeping the first keys.
+                let entries = try await self.context.store.reactors(of: name, for: user.id).map { reactors in
+                    Courier_V1_Reactors.Entry.with {
+                        $0.key = reactors.key
+                        $0.count = UInt32(clamping: reactors.count)
+                        $0.users = reactors.users
+                    }
+                }
+                let fitting = Self.fitting(
+                    sizes: entries.map { (try? $0.serializedBytes() as [UInt8])?.count ?? 0 },
+                    within: self.context.configuration.limits.maxAnswerBytes
+                )
+                reply.reactors.entries = Array(entries.prefix(fitting))
+            case .forward(let name, let address, let id, let replyTo):
+                reply = try await self.forward(
+                    name,
+                    to: address,
+                    id: id,
+                    replyTo: replyTo,
+                    session: deviceSession,
+                    requestID: requestID
+                )
             case .hide(let name):
                 let appended = try await self.context.store.hide(name, for: user.id, nowMs: self.context.clock.wallMs)
                 self.context.fanout.logsGrew(appended)

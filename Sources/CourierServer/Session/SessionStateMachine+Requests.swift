@@ -45,6 +45,10 @@ extension SessionStateMachine {
         case pin(MessageName, off: Bool)
         case pins(Conversation)
         case hide(MessageName)
+        /// Who gave a message's reactions.
+        case reactors(MessageName)
+        /// Send a copy of a message the user can see (``WriteRequest/Send`` once it is found).
+        case forward(MessageName, to: Conversation, id: String, replyTo: WriteRequest.ReplyTarget?)
     }
 
     /// The most names one `profiles` request asks for.
@@ -68,6 +72,7 @@ extension SessionStateMachine {
                 retryAfter: nil
             )
         case .send(var send):
+            if send.hasForward { return self.forward(send, requestID: requestID, active: &active, now: now) }
             if let refusal = self.validate(send, requestID: requestID) { return refusal }
             // Stored, served and delivered only in its one spelling (validate parsed it).
             if case .media(var media)? = send.body.content, !media.mime.isEmpty {
@@ -96,22 +101,7 @@ extension SessionStateMachine {
                 )
             }
             let body = (try? send.body.serializedBytes() as [UInt8]) ?? []
-            var replyTo: WriteRequest.ReplyTarget?
-            if send.hasReplyTo {
-                if send.replyTo.seq > 0 {
-                    replyTo = .seq(send.replyTo.seq)
-                } else if !send.replyTo.id.isEmpty {
-                    replyTo = .id(send.replyTo.id, from: send.replyTo.from.isEmpty ? nil : send.replyTo.from)
-                } else {
-                    return .refuse(
-                        requestID: requestID,
-                        code: ErrorCodes.invalidRequest,
-                        message: "reply_to names a message by seq or by id",
-                        id: send.id,
-                        retryAfter: nil
-                    )
-                }
-            }
+            guard let replyTo = Self.replyTarget(of: send) else { return self.unnamedReply(send, requestID) }
             var request = WriteRequest.Send(
                 sender: user,
                 device: active.session.device.id,
@@ -287,6 +277,11 @@ extension SessionStateMachine {
             guard let name = Self.messageName(hide.message) else { return self.unnamedMessage(requestID) }
             if let wait = active.bucket.take(now: now) { return .pause(wait) }
             return .request(.hide(name), requestID: requestID)
+        case .reactors(let asked):
+            guard let name = Self.messageName(asked.message) else { return self.unnamedMessage(requestID) }
+            // A read as a history page is, but of one message: it takes from the bucket as `versions` does.
+            if let wait = active.bucket.take(now: now) { return .pause(wait) }
+            return .request(.reactors(name), requestID: requestID)
         case .leaveGroups(let leave):
             guard Names.isValid(leave.addedBy) else {
                 return .refuse(
@@ -407,7 +402,7 @@ extension SessionStateMachine {
     static let maxMimeBytes = 127
     static let maxMediaNameBytes = 255
 
-    private func validate(_ send: Courier_V1_Send, requestID: UInt64) -> Action? {
+    private func validateID(of send: Courier_V1_Send, requestID: UInt64) -> Action? {
         func refuse(_ code: String, _ message: String) -> Action {
             .refuse(requestID: requestID, code: code, message: message, id: send.id, retryAfter: nil)
         }
@@ -419,6 +414,17 @@ extension SessionStateMachine {
         }
         if !StoreText.isClean(send.id) {
             return refuse(ErrorCodes.invalidRequest, "a message id has no control characters")
+        }
+        return nil
+    }
+
+    private func validate(_ send: Courier_V1_Send, requestID: UInt64) -> Action? {
+        func refuse(_ code: String, _ message: String) -> Action {
+            .refuse(requestID: requestID, code: code, message: message, id: send.id, retryAfter: nil)
+        }
+        if let refusal = self.validateID(of: send, requestID: requestID) { return refusal }
+        guard send.body.forwardedFrom.isEmpty else {
+            return refuse(ErrorCodes.invalidRequest, "forwarded_from is the server's to set: forward the message")
         }
         switch send.body.content {
         case .text(let text)?:
@@ -476,6 +482,49 @@ extension SessionStateMachine {
         }
         guard !reference.id.isEmpty else { return nil }
         return MessageName(id: reference.id, from: reference.from.isEmpty ? nil : reference.from, in: conversation)
+    }
+
+    /// A forward: the message it names is found by the session's work (``SessionRequests``), which then sends it.
+    private func forward(
+        _ send: Courier_V1_Send,
+        requestID: UInt64,
+        active: inout Active,
+        now: ContinuousClock.Instant
+    ) -> Action {
+        func refuse(_ message: String) -> Action {
+            .refuse(
+                requestID: requestID,
+                code: ErrorCodes.invalidRequest,
+                message: message,
+                id: send.id,
+                retryAfter: nil
+            )
+        }
+        if let refusal = self.validateID(of: send, requestID: requestID) { return refusal }
+        guard !send.hasBody else { return refuse("a forward carries no body: the server copies the original's") }
+        guard let name = Self.messageName(send.forward) else { return self.unnamedMessage(requestID) }
+        guard let address = Conversation(send.to) else { return refuse("a send needs a user or a group to go to") }
+        guard let replyTo = Self.replyTarget(of: send) else { return self.unnamedReply(send, requestID) }
+        if let wait = active.bucket.take(now: now) { return .pause(wait) }
+        return .request(.forward(name, to: address, id: send.id, replyTo: replyTo), requestID: requestID)
+    }
+
+    /// What a send's `reply_to` names: `.some(nil)` when it has none, nil when it names nothing.
+    private static func replyTarget(of send: Courier_V1_Send) -> WriteRequest.ReplyTarget?? {
+        guard send.hasReplyTo else { return .some(nil) }
+        if send.replyTo.seq > 0 { return .seq(send.replyTo.seq) }
+        guard !send.replyTo.id.isEmpty else { return nil }
+        return .id(send.replyTo.id, from: send.replyTo.from.isEmpty ? nil : send.replyTo.from)
+    }
+
+    private func unnamedReply(_ send: Courier_V1_Send, _ requestID: UInt64) -> Action {
+        .refuse(
+            requestID: requestID,
+            code: ErrorCodes.invalidRequest,
+            message: "reply_to names a message by seq or by id",
+            id: send.id,
+            retryAfter: nil
+        )
     }
 
     private func unnamedMessage(_ requestID: UInt64) -> Action {

@@ -27,6 +27,24 @@ extension StoreBackend {
         }
     }
 
+    /// Who gave the reactions of a message the user can see: each key once, the first given first, and under it
+    /// the users who gave it, the earliest first (at most ``StoreLimits/maxReactorsListed``; ``Reactors/count`` says
+    /// how many).
+    ///
+    /// - Throws: `unknown-message`, `ambiguous-message`, `invalid-request`, `storage-failed`.
+    public func reactors(of name: MessageName, for user: UserID) async throws -> [Reactors] {
+        let (perKey, maxIDBytes) = (max(1, self.limits.maxReactorsListed), self.limits.maxMessageIDBytes)
+        return try await self.reading(doing: "read who reacted") { transaction in
+            let found = try await Self.find(name, for: user, maxIDBytes: maxIDBytes, transaction)
+            if found.message.recalled { return [] }
+            let rows = try await transaction.reactors(in: found.conversation, seq: found.message.seq, perKey: perKey)
+            let names = try await transaction.names(of: Set(rows.flatMap(\.users)))
+            return rows.map { row in
+                Reactors(key: row.key, count: row.count, users: row.users.compactMap { names[$0] })
+            }
+        }
+    }
+
     /// The bodies an edited message had before, oldest first (at most ``StoreLimits/maxVersionsPerRead``): none for
     /// one never edited, and none once recalled (a recall takes them).
     public func versions(of name: MessageName, for user: UserID) async throws -> [MessageVersion] {

@@ -313,6 +313,9 @@ package protocol StoreTransaction: Sendable {
         to: Int64,
         reader: UserID
     ) async throws -> [Int64: [ReactionCount]]
+    /// Who gave a message's reactions: each key once, the first given first, with how many gave it and the first
+    /// `perKey` of them, the earliest first.
+    func reactors(in conversation: Int64, seq: Int64, perKey: Int) async throws -> [ReactorRows]
     /// A message's earlier versions, oldest first, at most `limit`.
     func versions(in conversation: Int64, seq: Int64, limit: Int) async throws -> [MessageVersion]
 

@@ -1,0 +1,244 @@
+import CourierProtocol
+import CourierServerTesting
+import CourierStore
+import CourierTesting
+import Foundation
+import Testing
+
+@Suite("Forwarding a message: a copy marked with its first sender, media without an upload")
+struct ForwardTests {
+    @Test(
+        "a text and a media message forwarded: marked with the first sender through a forward of a forward, the media fetchable by the new conversation, the copy not editable"
+    )
+    func forwardTextAndMedia() async throws {
+        try await ServerFixture.with { fixture in
+            let alice = try await fixture.user("alice")
+            try await fixture.user("bob")
+            let carolID = try await fixture.user("carol").id
+            let daveID = try await fixture.user("dave").id
+            try await fixture.store.createGroup(name: "tearoom", owner: "alice", members: ["bob"], nowMs: 0)
+            let sha = String(repeating: "5a", count: 32)
+            try await fixture.store.recordUpload(user: alice.id, sha256: sha, size: 5, quota: 1 << 20, nowMs: 0)
+            let (aliceLink, _) = try await NativeTestClient.login(fixture, "alice", ephemeral: true)
+            let (bob, _) = try await NativeTestClient.login(fixture, "bob", ephemeral: true)
+            let (carol, _) = try await NativeTestClient.login(fixture, "carol", ephemeral: true)
+            let sentText = try await aliceLink.request {
+                $0.send.id = "t1"
+                $0.send.to.group = "tearoom"
+                $0.send.body.text = "明天见 👋 see you tomorrow"
+            }
+            #expect(sentText.ack != nil, "\(sentText)")
+            let sentMedia = try await aliceLink.request {
+                $0.send.id = "m1"
+                $0.send.to.group = "tearoom"
+                $0.send.body.media = .with {
+                    $0.kind = .image
+                    $0.sha256 = sha
+                    $0.size = 5
+                    $0.mime = "image/png"
+                    $0.name = "猫.png"
+                    $0.caption = "السلام عليكم"
+                }
+            }
+            #expect(sentMedia.ack != nil, "\(sentMedia)")
+            // Alice edits her text before bob forwards it: the copy carries the text as last edited.
+            let edited = try await aliceLink.request {
+                $0.edit.message.id = "t1"
+                $0.edit.text = "明天见 👋 see you tomorrow (edited)"
+            }
+            #expect(edited.body.isDone, "\(edited)")
+            let before = try await fixture.store.mediaAccess(for: carolID, sha256: sha)
+            #expect(before == nil, "carol may not fetch the picture before it is forwarded to her")
+
+            // Bob forwards both to carol (he never uploaded the picture).
+            let text = try await bob.request {
+                $0.send.id = "f1"
+                $0.send.to.user = "carol"
+                $0.send.forward = .with { $0.id = "t1" }
+            }
+            let media = try await bob.request {
+                $0.send.id = "f2"
+                $0.send.to.user = "carol"
+                $0.send.forward = .with { $0.id = "m1" }
+            }
+            #expect(text.ack?.id == "f1" && media.ack?.id == "f2", "\(text) \(media)")
+            let received = [
+                try await carol.expect("the text forwarded", Self.message(id: "f1")),
+                try await carol.expect("the picture forwarded", Self.message(id: "f2")),
+            ]
+            #expect(received.map { $0.from } == ["bob", "bob"])
+            #expect(received.map { $0.body.forwardedFrom } == ["alice", "alice"])
+            #expect(received[0].body.text == "明天见 👋 see you tomorrow (edited)")
+            #expect(received[1].body.media.sha256 == sha && received[1].body.media.name == "猫.png")
+            #expect(received[1].body.media.caption == "السلام عليكم")
+            let access = try await fixture.store.mediaAccess(for: carolID, sha256: sha)
+            #expect(access?.mime == "image/png", "carol may fetch the forwarded picture")
+
+            // A resend of the same id is the same copy.
+            let again = try await bob.request {
+                $0.send.id = "f1"
+                $0.send.to.user = "carol"
+                $0.send.forward = .with { $0.id = "t1" }
+            }
+            #expect(again.ack?.duplicate == true && again.ack?.seq == text.ack?.seq)
+
+            // Carol forwards bob's copy to dave: still alice's words.
+            let onward = try await carol.request {
+                $0.send.id = "f3"
+                $0.send.to.user = "dave"
+                $0.send.forward = .with {
+                    $0.conversation.user = "bob"
+                    $0.seq = text.ack?.seq ?? 0
+                }
+            }
+            #expect(onward.ack != nil, "\(onward)")
+            let daveHistory = try await fixture.store.history(for: daveID, in: .user("carol"), beforeSeq: 0, limit: 10)
+            let first = try #require(daveHistory.messages.first)
+            let copy = try Courier_V1_Body(serializedBytes: first.body)
+            #expect(copy.forwardedFrom == "alice" && copy.text.hasSuffix("(edited)"))
+
+            // A forwarded copy is not edited, not even by its forwarder.
+            let edit = try await bob.request {
+                $0.edit.message.id = "f1"
+                $0.edit.text = "alice never said this"
+            }
+            #expect(edit.failure?.code == ErrorCodes.notSender, "\(edit)")
+        }
+    }
+
+    /// A matcher of the page of events that carries the message of this id.
+    static func message(id: String) -> @Sendable (ServerEnvelope) -> Courier_V1_Message? {
+        { envelope in
+            guard case .events(let events)? = envelope.body else { return nil }
+            for event in events.events {
+                if case .message(let message)? = event.kind, message.id == id { return message }
+            }
+            return nil
+        }
+    }
+
+    @Test(
+        "refused: a forward of what the user cannot see, of a recalled message, with a body, naming nothing; a forwarded_from a client sets"
+    )
+    func refusals() async throws {
+        try await ServerFixture.with { fixture in
+            for name in ["alice", "bob", "erin", "mallory"] { try await fixture.user(name) }
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice", ephemeral: true)
+            let (bob, _) = try await NativeTestClient.login(fixture, "bob", ephemeral: true)
+            let (erin, _) = try await NativeTestClient.login(fixture, "erin", ephemeral: true)
+            let (mallory, _) = try await NativeTestClient.login(fixture, "mallory", ephemeral: true)
+            let sent = try await alice.request {
+                $0.send.id = "secret"
+                $0.send.to.user = "bob"
+                $0.send.body.text = "只给你看"
+            }
+            #expect(sent.ack != nil, "\(sent)")
+            // Mallory cannot see alice's message to bob: named by id or by place, it is unknown.
+            let byID = try await mallory.request {
+                $0.send.to.user = "mallory"
+                $0.send.forward = .with {
+                    $0.id = "secret"
+                    $0.from = "alice"
+                }
+            }
+            #expect(byID.failure?.code == ErrorCodes.unknownMessage, "\(byID)")
+            let byPlace = try await mallory.request {
+                $0.send.to.user = "bob"
+                $0.send.forward = .with {
+                    $0.conversation.user = "alice"
+                    $0.seq = 1
+                }
+            }
+            #expect(byPlace.failure?.code == ErrorCodes.unknownMessage, "\(byPlace)")
+            // A spoofed mark is refused: only the server sets it.
+            let spoof = try await mallory.request {
+                $0.send.to.user = "bob"
+                $0.send.body.text = "hi"
+                $0.send.body.forwardedFrom = "alice"
+            }
+            #expect(spoof.failure?.code == ErrorCodes.invalidRequest, "\(spoof)")
+            let withBody = try await bob.request {
+                $0.send.to.user = "erin"
+                $0.send.body.text = "mine"
+                $0.send.forward = .with { $0.id = "secret" }
+            }
+            #expect(withBody.failure?.code == ErrorCodes.invalidRequest, "\(withBody)")
+            let unnamed = try await bob.request {
+                $0.send.to.user = "erin"
+                $0.send.forward = Courier_V1_MessageRef()
+            }
+            #expect(unnamed.failure?.code == ErrorCodes.invalidRequest, "\(unnamed)")
+            // Recalled: nothing to forward.
+            let recall = try await alice.request {
+                $0.recall.conversation.user = "bob"
+                $0.recall.id = "secret"
+            }
+            #expect(recall.body.isDone, "\(recall)")
+            let recalled = try await bob.request {
+                $0.send.to.user = "erin"
+                $0.send.forward = .with { $0.id = "secret" }
+            }
+            #expect(recalled.failure?.code == ErrorCodes.messageRecalled, "\(recalled)")
+            // A message withheld by a block is not the blocker's to forward.
+            let blocked = try await alice.request {
+                $0.block.user = "erin"
+                $0.block.blocked = true
+            }
+            #expect(blocked.body.isDone, "\(blocked)")
+            let sentByErin = try await erin.request {
+                $0.send.id = "withheld"
+                $0.send.to.user = "alice"
+                $0.send.body.text = "are you there"
+            }
+            #expect(sentByErin.ack != nil, "\(sentByErin)")
+            let withheld = try await alice.request {
+                $0.send.to.user = "bob"
+                $0.send.forward = .with {
+                    $0.id = "withheld"
+                    $0.from = "erin"
+                }
+            }
+            #expect(withheld.failure?.code == ErrorCodes.unknownMessage, "\(withheld)")
+        }
+    }
+}
+
+extension ForwardTests {
+    @Test("a forward of media the forwarder's quota has no room for is refused, and nothing is sent")
+    func forwardCountsInTheQuota() async throws {
+        try await ServerFixture.with(
+            { fixture in
+                let alice = try await fixture.user("alice")
+                let bobID = try await fixture.user("bob").id
+                try await fixture.contacts("alice", "bob")
+                let sha = String(repeating: "c3", count: 32)
+                // Alice's upload, recorded under a larger quota than the server gives bob.
+                try await fixture.store.recordUpload(user: alice.id, sha256: sha, size: 5, quota: 100, nowMs: 0)
+                let (aliceLink, _) = try await NativeTestClient.login(fixture, "alice", ephemeral: true)
+                let (bob, _) = try await NativeTestClient.login(fixture, "bob", ephemeral: true)
+                let sent = try await aliceLink.request {
+                    $0.send.id = "big"
+                    $0.send.to.user = "bob"
+                    $0.send.body.media = .with {
+                        $0.kind = .file
+                        $0.sha256 = sha
+                        $0.size = 5
+                        $0.name = "📄 報告.pdf"
+                    }
+                }
+                #expect(sent.ack != nil, "\(sent)")
+                let forward = try await bob.request {
+                    $0.send.id = "copy"
+                    $0.send.to.user = "alice"
+                    $0.send.forward = .with { $0.id = "big" }
+                }
+                #expect(forward.failure?.code == ErrorCodes.quotaExceeded, "\(forward)")
+                let usage = try await fixture.store.mediaUsage(of: bobID)
+                #expect(usage == 0)
+                let history = try await fixture.store.history(for: bobID, in: .user("alice"), beforeSeq: 0, limit: 10)
+                #expect(history.messages.map(\.id).contains("big") && !history.messages.map(\.id).contains("copy"))
+            },
+            configure: { $0.media.quotaBytesPerUser = 4 }
+        )
+    }
+}
