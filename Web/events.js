@@ -18,6 +18,7 @@ export function addMessage(c, message) {
   if (!c.last || seq >= num(c.last.seq)) c.last = message;
   c.lastActivity = Math.max(c.lastActivity, num(message.timeMs));
   wantProfile(message.from);
+  wantProfile(message.body?.forwardedFrom);
 }
 
 // Events are applied once each, in cursor order: one at or below the newest applied is skipped (a resend after a

@@ -23,6 +23,8 @@ import { mediaElement } from "./media.js";
 import { startEdit, startReply } from "./composer.js";
 import { openDialog } from "./dialogs.js";
 import { pinItems, pinnedBar } from "./pins.js";
+import { forwardItem, forwardedLine } from "./forward.js";
+import { chipHandlers } from "./reactors.js";
 
 // ---------------------------------------------------------------------------------------------------------------
 // The message pane
@@ -175,6 +177,7 @@ function messageRow(c, message, names) {
       h("button", { type: "button", class: "quote", dir: "auto", "data-focus": `quote:${seq}`, onclick: () => jumpTo(c.key, num(reply.seq)) }, quoted),
     );
   }
+  if (!message.recalled) content.push(forwardedLine(body));
   if (message.recalled) {
     content.push(h("p", { class: "text recalled", text: mine ? "You recalled this message" : "This message was recalled" }));
   } else if (body.media) {
@@ -208,7 +211,7 @@ function messageRow(c, message, names) {
               "data-focus": `reaction:${seq}:${r.key}`,
               "aria-pressed": r.mine ? "true" : "false",
               "aria-label": `${r.key} ${r.count}`,
-              onclick: () => react(c, message, r.key, !!r.mine),
+              ...chipHandlers(c, message, () => react(c, message, r.key, !!r.mine)),
             },
             `${r.key} ${r.count}`,
           ),
@@ -301,7 +304,8 @@ function openMenu(anchor, c, message) {
       }),
     ),
     item("Reply", () => startReply(message), { "data-action": "reply" }),
-    mine && hasText && within(message, session.limits?.editWindowMs) ? item("Edit", () => startEdit(message), { "data-action": "edit" }) : null,
+    forwardItem(c, message, item),
+    mine && hasText && !message.body?.forwardedFrom && within(message, session.limits?.editWindowMs) ? item("Edit", () => startEdit(message), { "data-action": "edit" }) : null,
     mine && within(message, session.limits?.recallWindowMs)
       ? item(`Recall${left(message, session.limits?.recallWindowMs)}`, () => recall(c, message), { "data-action": "recall" })
       : null,

@@ -178,6 +178,15 @@ export function recallMessage(c, message) {
   return session.ask({ recall: { conversation: c.peer, id: message.id } });
 }
 
+// A forward: the server copies the message's body into `to` (no body sent); and who gave its reactions.
+export function forwardMessage(c, message, to, id) {
+  return session.ask({ send: { id, to, forward: ref(c, message) } });
+}
+
+export function fetchReactors(c, message) {
+  return session.ask({ reactors: { message: ref(c, message) } });
+}
+
 export function fetchVersions(c, message) {
   return session.ask({ versions: { message: ref(c, message) } });
 }

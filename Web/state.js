@@ -179,7 +179,7 @@ export function watchOutbox() {
   });
 }
 
-function newId() {
+export function newId() {
   const bytes = crypto.getRandomValues(new Uint8Array(12));
   return `w-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
 }

@@ -105,16 +105,13 @@ public enum WriteRequest: Hashable, Sendable {
         /// Works out the search index's tokens and the mentions now, on the caller's thread rather than the
         /// writer's (a session's event loop: the work is spread over the cores, not queued on the one writer).
         public mutating func prepareSearch() {
-            let text = SearchIndex.fullText(ofBody: self.body)
-            self.searchTokens = SearchText.indexTokens(SearchIndex.indexed(text))
-            self.mentions = Mentions(in: text)
+            self.prepareSearch(body: (try? Courier_V1_Body(serializedBytes: self.body)) ?? Courier_V1_Body())
         }
 
         /// The same, from the body this was serialized from: it is not parsed a second time.
         package mutating func prepareSearch(body: Courier_V1_Body) {
-            let text = SearchIndex.fullText(of: body)
-            self.searchTokens = SearchText.indexTokens(SearchIndex.indexed(text))
-            self.mentions = Mentions(in: text)
+            self.searchTokens = SearchText.indexTokens(SearchIndex.text(of: body))
+            self.mentions = Mentions(in: SearchIndex.fullText(of: body))
         }
 
         /// An id for a message sent without one: 16 random bytes in hex, prefixed `s-`.

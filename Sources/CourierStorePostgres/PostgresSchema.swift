@@ -594,5 +594,14 @@ enum PostgresSchema {
                 """
             ]
         ),
+        Migration(
+            version: "v24-search-prefixes",
+            statements: [
+                // The index holds words' beginnings now (SearchText.prefixLengths), and a media message's file
+                // name: every message is indexed again, the newest first, by CourierDatabase.indexPending while
+                // the server serves.
+                "UPDATE message_search SET tokens = NULL WHERE tokens IS NOT NULL"
+            ]
+        ),
     ]
 }

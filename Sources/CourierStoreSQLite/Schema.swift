@@ -576,6 +576,12 @@ enum Schema {
                     """
             )
         }
+        migrator.registerMigration("v23-search-prefixes") { db in
+            // The index holds words' beginnings now (SearchText.prefixLengths), and a media message's file name:
+            // every message is indexed again, the newest first, by CourierDatabase.indexPending while the server
+            // serves (the triggers take the old tokens out of message_fts).
+            try db.execute(sql: "UPDATE message_search SET tokens = NULL WHERE tokens IS NOT NULL")
+        }
         return migrator
     }
 }

@@ -167,10 +167,11 @@ struct Search: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Search the messages you can see, newest first (Chinese and Japanese as well as English).",
         discussion: """
-            A message matches when it holds every word of the query, and every run of Chinese, Japanese or Korean \
-            characters as a whole, without regard to case or accents (café finds CAFE). Only conversations you are \
-            in, and only what was sent after you joined; current text only (an edit re-indexes, a recall removes). \
-            A file's caption is its text.
+            A message matches when each word of the query begins one of its words (tomor finds tomorrow; a word of \
+            one or two letters must be whole), and it holds every run of Chinese, Japanese or Korean characters as \
+            a whole, without regard to case or accents (café finds CAFE). Only conversations you are in, and only \
+            what was sent after you joined; current text only (an edit re-indexes, a recall removes). A file is \
+            found by its caption and its name.
 
             With --json, one JSON object a line, like history --json: id, from, to (direct) or group, time, text, \
             seq, and fragment (the text around the first match) with marks ([start, length] pairs in Unicode code \

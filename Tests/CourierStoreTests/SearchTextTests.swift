@@ -3,14 +3,22 @@ import CourierTesting
 import Testing
 
 /// The cutting of text into search tokens, which both databases index alike: a query finds a text when the text's
-/// tokens hold all of the query's.
+/// tokens hold all of the query's, and the exact check then agrees.
 @Suite("Search tokens: Chinese, Japanese, Korean, accented Latin, right-to-left scripts, emoji")
 struct SearchTextTests {
     static func finds(_ query: String, in text: String) -> Bool {
         // As the databases compare them: by their bytes (Swift's strings compare canonically equivalent ones equal).
         let asked = SearchText.queryTokens(query).map { Array($0.utf8) }
-        return !asked.isEmpty && Set(asked).isSubset(of: Set(SearchText.indexTokens(text).map { Array($0.utf8) }))
+        let indexed =
+            !asked.isEmpty && Set(asked).isSubset(of: Set(SearchText.indexTokens(text).map { Array($0.utf8) }))
+        let exact = SearchText.matches(in: text, query: query) != nil
+        // The exact check never says yes where the index would not have found the text.
+        #expect(indexed || !exact, "\(query) matches \(text) exactly, but the index would not find it")
+        return indexed && exact
     }
+
+    /// A word's beginning as the index holds it.
+    static func prefix(_ beginning: String) -> String { "\u{E001}" + beginning }
 
     @Test(
         "Chinese: words of one, two and more characters are found inside a run without spaces; others are not",
@@ -60,7 +68,19 @@ struct SearchTextTests {
             ("עולם", "שלום עולם", true),
             ("привет", "Привет, мир!", true),
             ("мир", "Привет, мир!", true),
-            ("plan", "a naïve planner", false),
+            ("plan", "a naïve planner", true),
+            ("tomor", "See you TOMORROW 👋", true),
+            ("tomorr", "see you tomorrow", true),
+            ("tomorrows", "see you tomorrow", false),
+            ("tomorrow", "see you tomorrows", true),
+            ("caf", "Meet at the Café", true),
+            ("ca", "Meet at the Café", false),
+            ("ca", "ca va", true),
+            ("morrow", "see you tomorrow", false),
+            ("при", "Привет, мир!", true),
+            ("مرح", "مرحبا بالعالم", true),
+            ("שלו", "שלום עולם", true),
+            ("straß", "Die Straßenbahn", true),
             ("ΟΔΟΣ", "στην οδός", true),
             ("strasse", "Die Straße", true),
             ("ㅋㅋ", "ㅋㅋㅋ 진짜", true),
@@ -85,7 +105,7 @@ struct SearchTextTests {
         #expect(SearchText.queryTokens("  ?!。，…  ").isEmpty)
         #expect(SearchText.queryTokens("").isEmpty)
         // Digits are words, not keycap emoji.
-        #expect(SearchText.indexTokens("room 101") == ["room", "101"])
+        #expect(SearchText.indexTokens("room 101") == ["room", Self.prefix("roo"), "101", Self.prefix("101")])
     }
 
     @Test("a CJK run indexes each character and each pair; a query asks for its pairs only, or its one character")
@@ -93,16 +113,35 @@ struct SearchTextTests {
         #expect(SearchText.indexTokens("上海东") == ["上", "上海", "海", "海东", "东"])
         #expect(SearchText.queryTokens("上海东") == ["上海", "海东"])
         #expect(SearchText.queryTokens("上") == ["上"])
-        #expect(SearchText.indexTokens("Hello, hello WORLD") == ["hello", "world"])
+        #expect(
+            SearchText.indexTokens("Hello, hello WORLD")
+                == [
+                    "hello", Self.prefix("hel"), Self.prefix("hello"), "world", Self.prefix("wor"),
+                    Self.prefix("world"),
+                ]
+        )
+        // Beginnings of 3, 5 and 8 characters, whatever the script; a query asks for the longest its word reaches.
+        #expect(
+            SearchText.indexTokens("Привет")
+                == ["привет", Self.prefix("при"), Self.prefix("приве")]
+        )
+        #expect(SearchText.queryTokens("tomorr ok") == [Self.prefix("tomor"), "ok"])
+        #expect(SearchText.queryTokens("internationalization") == [Self.prefix("internat")])
     }
 
     @Test("hostile sizes: a huge word is cut, a text as long as a message is indexed whole, a huge query bounded")
     func bounds() {
         let word = String(repeating: "a", count: 64 * 1024)
-        #expect(SearchText.indexTokens(word) == [String(repeating: "a", count: SearchText.maxWordCharacters)])
+        #expect(
+            SearchText.indexTokens(word)
+                == [String(repeating: "a", count: SearchText.maxWordCharacters)]
+                + [3, 5, 8].map { Self.prefix(String(repeating: "a", count: $0)) }
+        )
         #expect(Self.finds(word, in: word))
         let text = (0..<10_000).map { "w\($0)" }.joined(separator: " ")
-        #expect(SearchText.indexTokens(text).count == 10_000)
+        // Every word, and the beginnings they do not share: w10…w99's and w1000…w9999's (w100's beginning is w10's).
+        let tokens = SearchText.indexTokens(text)
+        #expect(tokens.count == 10_000 + 90 + 9_000 && tokens.contains("w9999"))
         #expect(SearchText.queryTokens(text).count == SearchText.maxQueryTokens)
         // A megabyte of query is looked at up to its first characters only, before any work on the rest.
         let huge = String(repeating: "上海", count: 500_000)
@@ -134,7 +173,10 @@ struct SearchTextTests {
             ("ＡＢＣ１２３ is the code", "abc123", "[ＡＢＣ１２３] is the code"),
             ("東京ﾀﾜｰに行きました", "タワー", "東京[ﾀﾜｰ]に行きました"),
             ("我用Swift写代码", "swift 代码", "我用[Swift]写[代码]"),
-            ("a naïve planner", "plan", nil),
+            ("a naïve planner", "plan", "a naïve [plan]ner"),
+            ("see you tomorrow, tomorrow", "tomor", "see you [tomor]row, [tomor]row"),
+            ("Привет, мир!", "при мир", "[При]вет, [мир]!"),
+            ("a naïve planner", "planners", nil),
             ("聚会🎉明天见", "🎉 明天", "聚会[🎉明天]见"),
             ("مرحبا بالعالم", "بالعالم", "مرحبا [بالعالم]"),
             ("nothing here", "?!", nil),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The web chat's everyday things in a real Chromium (issue 45): the account's settings (password, devices, deleting
 the account), dark mode, drafts kept per conversation, @mention completion in groups, the unread count on the tab's
-icon, and voice notes recorded in the page. The same harness as test_web.py (its Server, Page and helpers), with a
+icon, voice notes recorded in the page, forwarding, and who reacted. The same harness as test_web.py (its Server, Page and helpers), with a
 server of its own.
 
   COURIER_BIN=.build/debug/courier python3 Tests/Web/test_web_daily.py
@@ -21,10 +21,14 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
+from selenium.webdriver.common.actions import interaction  # noqa: E402
+from selenium.webdriver.common.actions.action_builder import ActionBuilder  # noqa: E402
+from selenium.webdriver.common.actions.pointer_input import PointerInput  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 
-from test_web import COURIER, CONTRAST_CHECK, PASSWORD, Page, Server, wait_until  # noqa: E402
+from test_web import COURIER, CONTRAST_CHECK, PASSWORD, Page, Server, png, wait_until  # noqa: E402
 
 # The names members show in a group, in the scripts the completion must match.
 NAMES = {"zhangwei": "张伟", "tanaka": "田中", "neko": "🐱 Neko", "layla": "ليلى", "dana": "דנה"}
@@ -52,6 +56,26 @@ VOICE_NOTES = """
 const [key, done] = arguments;
 import('/web/state.js').then((m) => done([...m.conversation(key).messages.values()]
   .map((x) => x.body?.media).filter((media) => media?.kind === 'KIND_VOICE')));
+"""
+
+# Every reaction the page asks the server for, from now on (its session's requests watched), in window.__reacts.
+WATCH_REACTS = """
+const done = arguments[arguments.length - 1];
+import('/web/state.js').then(({ session }) => {
+  window.__reacts = [];
+  if (!session.__watched) {
+    const request = session.request.bind(session);
+    session.request = (body, onAnswer) => { if (body.react) __reacts.push(body.react); return request(body, onAnswer); };
+    session.__watched = true;
+  }
+  done(true);
+});
+"""
+
+# The who-reacted dialog: each line's key, and the names it lists.
+REACTORS = """
+return [...document.querySelectorAll('#dialog li[data-key]')]
+  .map((li) => [li.dataset.key, [...li.querySelectorAll('bdi')].map((b) => b.textContent), li.textContent]);
 """
 
 
@@ -738,6 +762,179 @@ class DailyWebTests(unittest.TestCase):
         alice.shot(self.shots, "desktop-voice-refused")
         alice.driver.refresh()
         alice.wait_online()
+
+    # Forwarding
+
+    def picture_message(self, page, width):
+        """The acknowledged message whose picture is `width` pixels wide, once it is shown."""
+        def find():
+            for element in page.all("#messages .message[data-seq]"):
+                for image in element.find_elements(By.CSS_SELECTOR, "img.image"):
+                    if page.js("return arguments[0].complete && arguments[0].naturalWidth", image) == width:
+                        return element
+            return None
+        return wait_until(find, f"a picture {width} pixels wide")
+
+    def forward_to(self, page, key):
+        """Picks a conversation in the Forward dialog; the dialog closes."""
+        page.click(f'#dialog [data-key="{key}"]')
+        wait_until(lambda: not page.find("#dialog").is_displayed(), "the dialog closed")
+
+    def menu_actions(self, page):
+        return page.js("return [...document.querySelectorAll('#menu [data-action]')].map((b) => b.dataset.action)")
+
+    def history(self, user, peer):
+        return [json.loads(line) for line in self.server.cli(
+            "history", "--as", user, "--password", PASSWORD, "--with", peer, "--json").splitlines()]
+
+    def test_12_forward_text_and_media(self):
+        alice = self.alice
+        self.server.cli("send", "--as", "zhangwei", "--password", PASSWORD, "--to", "alice", "明天见 👋")
+        self.server.cli("send", "--as", "carol", "--password", PASSWORD, "--to", "alice", "carol 在这里")
+        # Carol sees 张伟's display name only as someone she knows (the server shows strangers a name alone).
+        self.server.cli("send", "--as", "zhangwei", "--password", PASSWORD, "--to", "carol", "你好 carol")
+        alice.conversation("u:zhangwei")
+        alice.message("明天见 👋")
+        alice.actions("明天见 👋", "forward")
+        # The dialog lists alice's conversations by the names the page shows them by; the filter narrows them.
+        wait_until(lambda: alice.read('#dialog [data-key="u:zhangwei"] .conversation-title') == "张伟", "张伟 listed")
+        self.assertEqual(alice.read("#dialog h2"), "Forward to…")
+        self.assertIn("u:carol", [b.get_attribute("data-key") for b in alice.all("#dialog .conversation")])
+        self.contrast(alice, "desktop forward dialog")
+        alice.shot(self.shots, "desktop-forward-dialog")
+        alice.find("#dialog input[type=search]").send_keys("car")
+        wait_until(lambda: [b.get_attribute("data-key") for b in alice.all("#dialog .conversation")] == ["u:carol"],
+                   "carol alone left")
+        self.forward_to(alice, "u:carol")
+        wait_until(lambda: any(t.text == "Forwarded to carol" for t in alice.all(".toast")), "the forward said")
+        # Carol (on a phone) gets it marked with the first sender's display name; the server says its user name.
+        carol = self.page("carol", phone=True)
+        carol.conversation("u:alice")
+        forwarded = lambda page, text: page.message(text).find_element(By.CSS_SELECTOR, ".forwarded").text
+        wait_until(lambda: forwarded(carol, "明天见 👋") == "Forwarded from 张伟", "the forward marked on carol's page")
+        self.assertEqual(carol.js("return arguments[0].querySelector('.bubble > p').className",
+                                  carol.message("明天见 👋")), "forwarded", "the line above the body")
+        self.assertEqual([(m["from"], m["forwarded_from"]) for m in self.history("carol", "alice")
+                          if m.get("text") == "明天见 👋"], [("alice", "zhangwei")])
+        # Alice's copy is hers but not to edit; her own words are.
+        alice.conversation("u:carol")
+        wait_until(lambda: forwarded(alice, "明天见 👋") == "Forwarded from 张伟", "the forward on alice's page")
+        alice.open_menu("明天见 👋")
+        self.assertIn("forward", self.menu_actions(alice))
+        self.assertNotIn("edit", self.menu_actions(alice))
+        alice.press(Keys.ESCAPE)
+        alice.send("我自己的话 my own")
+        alice.open_menu("我自己的话 my own")
+        wait_until(lambda: "edit" in self.menu_actions(alice), "Edit on her own words")
+        alice.press(Keys.ESCAPE)
+        # A picture: forwarded without an upload, fetched and shown on carol's page.
+        path = os.path.join(self.folder, "转发 forward.png")
+        with open(path, "wb") as file:
+            file.write(png(72, 40))
+        alice.conversation("u:zhangwei")
+        alice.find("#file").send_keys(path)
+        def open_picture_menu():
+            self.picture_message(alice, 72).find_element(By.CSS_SELECTOR, ".actions").click()
+            return True
+        wait_until(open_picture_menu, "the picture's menu")
+        alice.visible("#menu [data-action=forward]").click()
+        self.forward_to(alice, "u:carol")
+        copy = self.picture_message(carol, 72)
+        self.assertEqual(copy.find_element(By.CSS_SELECTOR, ".forwarded").text, "Forwarded from alice")
+        pictures = wait_until(lambda: [m for m in self.history("carol", "alice") if m["kind"] == "image"],
+                              "the picture in carol's history")
+        self.assertEqual((pictures[-1]["from"], pictures[-1]["forwarded_from"]), ("alice", "alice"))
+        with open(path, "rb") as file:
+            self.assertEqual(self.fetch_media(carol, pictures[-1]["sha256"]), file.read())
+        self.contrast(carol, "phone forwarded")
+        carol.shot(self.shots, "phone-forwarded")
+        alice.conversation("u:carol")
+        self.picture_message(alice, 72)
+        self.contrast(alice, "desktop forwarded")
+        alice.shot(self.shots, "desktop-forwarded")
+        # Dark: the line stays readable.
+        emulate_scheme(carol, "dark")
+        wait_until(lambda: carol.js(BACKGROUND) < 0.15, "a dark page")
+        self.contrast(carol, "phone forwarded, dark")
+        carol.shot(self.shots, "phone-dark-forwarded")
+        carol.quit()
+        self.pages.remove(carol)
+
+    # Who reacted
+
+    def chip(self, page, text, key):
+        return page.message(text).find_element(By.CSS_SELECTOR, f'.reaction[data-key="{key}"]')
+
+    def chips(self, page, text):
+        return [c.text for c in page.message(text).find_elements(By.CSS_SELECTOR, ".reaction")]
+
+    def test_13_who_reacted(self):
+        alice = self.alice
+        text = "谁点了赞？ who reacted?"
+        self.admin("group", "create", "reactions", "--owner", "zhangwei", "--members", "alice,tanaka,layla,neko,dana")
+        self.server.cli("send", "--as", "zhangwei", "--password", PASSWORD, "--group", "reactions",
+                        "--id", "who-reacted", text)
+        for user, key in (("tanaka", "👍"), ("neko", "❤️"), ("layla", "👍"), ("alice", "👍"), ("dana", "❤️")):
+            self.server.cli("react", "--as", user, "--password", PASSWORD, "who-reacted", key, "--group", "reactions")
+        expected = [["👍", ["田中", "ليلى", "alice"]], ["❤️", ["🐱 Neko", "דנה"]]]
+        alice.conversation("g:reactions")
+        wait_until(lambda: self.chips(alice, text) == ["👍 3", "❤️ 2"], "the reactions shown")
+        self.assertIn("who reacted", self.chip(alice, text, "👍").get_attribute("title"))
+        alice.driver.execute_async_script(WATCH_REACTS)
+        # A long press on 👍 lists who gave each, the earliest first, by their display names; it toggles nothing.
+        def hold():
+            ActionChains(alice.driver).click_and_hold(self.chip(alice, text, "👍")).perform()
+            return True
+        wait_until(hold, "a press on 👍")
+        alice.visible('#dialog li[data-key="👍"]')
+        ActionChains(alice.driver).release().perform()
+        self.assertEqual(alice.read("#dialog h2"), "Who reacted")
+        self.assertEqual([line[:2] for line in alice.js(REACTORS)], expected)
+        self.assertEqual(alice.js(REACTORS)[0][2], "👍 3田中, ليلى, alice")
+        self.contrast(alice, "desktop who reacted")
+        alice.shot(self.shots, "desktop-who-reacted")
+        alice.find("#dialog .close").click()
+        # A right click on ❤️ too.
+        def right_click():
+            ActionChains(alice.driver).context_click(self.chip(alice, text, "❤️")).perform()
+            return True
+        wait_until(right_click, "a right click on ❤️")
+        alice.visible('#dialog li[data-key="❤️"]')
+        self.assertEqual([line[:2] for line in alice.js(REACTORS)], expected)
+        alice.find("#dialog .close").click()
+        self.assertEqual(alice.js("return __reacts"), [], "nothing toggled by the long press or the right click")
+        self.assertEqual(self.chips(alice, text), ["👍 3", "❤️ 2"])
+        self.assertEqual(self.chip(alice, text, "👍").get_attribute("aria-pressed"), "true")
+        # A plain click still toggles alice's own, once.
+        self.chip(alice, text, "👍").click()
+        wait_until(lambda: self.chips(alice, text) == ["👍 2", "❤️ 2"], "alice's 👍 taken off")
+        self.assertEqual([(r["key"], r.get("off")) for r in alice.js("return __reacts")], [("👍", True)])
+        self.chip(alice, text, "👍").click()
+        wait_until(lambda: self.chips(alice, text) == ["👍 3", "❤️ 2"], "alice's 👍 back")
+        # On a phone, a touch held on ❤️.
+        layla = self.page("layla", phone=True)
+        layla.conversation("g:reactions")
+        wait_until(lambda: self.chips(layla, text) == ["👍 3", "❤️ 2"], "the reactions on the phone")
+        layla.driver.execute_async_script(WATCH_REACTS)
+        finger = PointerInput(interaction.POINTER_TOUCH, "finger")
+        def touch():
+            actions = ActionBuilder(layla.driver, mouse=finger)
+            actions.pointer_action.move_to(self.chip(layla, text, "❤️")).pointer_down()
+            actions.perform()
+            return True
+        wait_until(touch, "a touch on ❤️")
+        layla.visible('#dialog li[data-key="❤️"]')
+        actions = ActionBuilder(layla.driver, mouse=finger)
+        actions.pointer_action.pointer_up()
+        actions.perform()
+        self.assertEqual([line[:2] for line in layla.js(REACTORS)], expected)
+        self.contrast(layla, "phone who reacted")
+        layla.shot(self.shots, "phone-who-reacted")
+        layla.find("#dialog .close").click()
+        self.assertEqual(layla.js("return __reacts"), [], "nothing toggled by the touch held")
+        self.assertEqual(self.chips(layla, text), ["👍 3", "❤️ 2"])
+        layla.quit()
+        self.pages.remove(layla)
 
 
 if __name__ == "__main__":

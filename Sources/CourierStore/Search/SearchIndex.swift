@@ -10,7 +10,8 @@ package enum SearchIndex {
     package static let maxIndexedCharacters = 4_096
 
     /// The text a search finds in a stored body (a `courier.v1.Body`): a text message's text, a media message's
-    /// caption, its first ``maxIndexedCharacters`` characters; empty for anything else, or bytes that are not a body.
+    /// caption and file name, its first ``maxIndexedCharacters`` characters; empty for anything else, or bytes that
+    /// are not a body.
     package static func text(ofBody body: [UInt8]) -> String {
         guard let parsed = try? Courier_V1_Body(serializedBytes: body) else { return "" }
         return Self.text(of: parsed)
@@ -33,8 +34,10 @@ package enum SearchIndex {
     }
 
     /// The text a search finds in a body already parsed (a session's request): the same rule without parsing again.
+    /// A media message's file name is found too, after its caption.
     package static func text(of body: Courier_V1_Body) -> String {
-        Self.indexed(Self.fullText(of: body))
+        guard case .media(let media)? = body.content, !media.name.isEmpty else { return Self.indexed(Self.fullText(of: body)) }
+        return Self.indexed(media.caption.isEmpty ? media.name : media.caption + "\n" + media.name)
     }
 
     /// A text's first ``maxIndexedCharacters`` characters: what the index holds of it.

@@ -15,8 +15,14 @@
 ///   its accents removed (`café` is `cafe`); kana keep their voicing marks (`が` is not `か`).
 /// - An emoji (a whole grapheme: `👨‍👩‍👧` is one) is a token of its own; everything else separates.
 ///
-/// A query is cut alike, except that a run of several CJK characters asks for its bigrams only. A message matches a
-/// query when it holds every token the query asks for.
+/// - A word of three characters or more also gives its beginnings of ``prefixLengths`` characters (those no longer
+///   than itself), each marked as a beginning (``prefixMark``): `tomorrow` gives `tom`, `tomor` and `tomorrow`.
+///
+/// A query is cut alike, except that a run of several CJK characters asks for its bigrams only, and a word asks to
+/// begin a word of the text: one of one or two characters asks for that whole word, a longer one for the longest of
+/// its beginnings the index holds (`tomor` for `tomorr`; the exact check then looks at the whole of it). So `tomor`
+/// finds tomorrow, in any script whose words are cut by spaces, as a CJK run finds what holds it. A message matches
+/// a query when it holds every token the query asks for.
 public enum SearchText {
     /// The longest word kept, in characters: a longer one is cut (the same way in the text and in a query).
     public static let maxWordCharacters = 64
@@ -28,6 +34,30 @@ public enum SearchText {
     public static let maxQueryCharacters = 1_024
     /// The most tokens a query asks for: the rest of a very long query is not asked.
     public static let maxQueryTokens = 32
+    /// The lengths, in characters, of the beginnings of a word the index holds: a few, not every one, so that a
+    /// word costs the index at most four tokens; a query asks for the longest its own word reaches.
+    public static let prefixLengths = [3, 5, 8]
+    /// What marks a token as a word's beginning rather than a whole word: a private-use character, which no word
+    /// holds (nor the conversation's token, ``SearchIndex/conversationToken(_:)``, `U+E000`).
+    static let prefixMark: Character = "\u{E001}"
+
+    /// The beginnings of a word (already a token) the index holds.
+    static func addPrefixes(of word: String, count: Int, to tokens: inout OrderedTokens) {
+        guard count >= Self.prefixLengths[0] else { return }
+        for length in Self.prefixLengths where length <= count {
+            var token = String(Self.prefixMark)
+            token.unicodeScalars.append(contentsOf: length == count ? word.unicodeScalars[...] : word.prefix(length).unicodeScalars[...])
+            tokens.add(token)
+        }
+    }
+
+    /// The token a query's word asks for: the whole word when it is short, else its longest beginning the index
+    /// holds.
+    static func queryToken(ofWord word: String) -> String {
+        let count = word.count
+        guard let length = Self.prefixLengths.last(where: { $0 <= count }) else { return word }
+        return String(Self.prefixMark) + word.prefix(length)
+    }
 
     /// The tokens of a text for the index: each once, in the order first met, at most ``maxIndexTokens``.
     public static func indexTokens(_ text: String) -> [String] {
@@ -45,7 +75,10 @@ public enum SearchText {
         word.reserveCapacity(Self.maxWordCharacters)
         func endWord() {
             guard !word.isEmpty else { return }
-            tokens.add(String(decoding: word.prefix(Self.maxWordCharacters), as: UTF8.self))
+            let whole = String(decoding: word.prefix(Self.maxWordCharacters), as: UTF8.self)
+            tokens.add(whole)
+            // ASCII: a character a byte.
+            Self.addPrefixes(of: whole, count: min(word.count, Self.maxWordCharacters), to: &tokens)
             word.removeAll(keepingCapacity: true)
         }
         func endRun() {
@@ -86,7 +119,10 @@ public enum SearchText {
         var tokens = OrderedTokens(limit: Self.maxIndexTokens)
         for piece in Self.pieces(of: Self.normalized(text)) {
             switch piece {
-            case .word(let word), .emoji(let word):
+            case .word(let word):
+                tokens.add(word)
+                Self.addPrefixes(of: word, count: word.count, to: &tokens)
+            case .emoji(let word):
                 tokens.add(word)
             case .cjk(let run):
                 for (index, character) in run.enumerated() {
@@ -105,7 +141,9 @@ public enum SearchText {
         var tokens = OrderedTokens(limit: Self.maxQueryTokens)
         for piece in Self.pieces(of: Self.normalized(Self.bounded(query))) {
             switch piece {
-            case .word(let word), .emoji(let word):
+            case .word(let word):
+                tokens.add(Self.queryToken(ofWord: word))
+            case .emoji(let word):
                 tokens.add(word)
             case .cjk(let run):
                 if run.count == 1 {
@@ -174,7 +212,17 @@ public enum SearchText {
         for piece in asked {
             var hits: [Range<Int>] = []
             switch piece {
-            case .word(let word): hits = words[word] ?? []
+            case .word(let word):
+                // A word of the text that begins with it (one that is it, when it is short), marked as far as it
+                // goes.
+                let count = word.count
+                if count < Self.prefixLengths[0] {
+                    hits = words[word] ?? []
+                } else {
+                    for (whole, places) in words where whole.hasPrefix(word) {
+                        hits += places.map { $0.lowerBound..<($0.lowerBound + min(count, $0.count)) }
+                    }
+                }
             case .emoji(let symbol): hits = emoji[symbol] ?? []
             case .cjk(let whole):
                 let run = whole.prefix(Self.maxQueryRun)
@@ -440,7 +488,7 @@ public enum SearchText {
 }
 
 /// Tokens in the order first added, each once, up to a limit.
-private struct OrderedTokens {
+struct OrderedTokens {
     let limit: Int
     private(set) var list: [String] = []
     private var seen: Set<String> = []

@@ -1,0 +1,58 @@
+// Who reacted: a long press on a reaction's chip (or a right click, or the context-menu key) lists who gave each
+// reaction; a plain click still toggles the user's own.
+
+import { h } from "./text.js";
+import { displayName, num, state, wantProfile } from "./state.js";
+import { fetchProfiles, fetchReactors } from "./requests.js";
+import { showError } from "./render.js";
+import { openDialog } from "./dialogs.js";
+
+// Set when a press turned long: the click that ends it toggles nothing (a keyboard's click, detail 0, always does).
+let held = false;
+let timer = 0;
+
+// A chip's attributes: its hint and handlers, `toggle` on a plain click.
+export function chipHandlers(c, message, toggle) {
+  const stop = () => clearTimeout(timer);
+  const list = () => {
+    held = true;
+    showReactors(c, message);
+  };
+  return {
+    title: "Hold or right-click: who reacted",
+    onpointerdown: (event) => {
+      held = false;
+      stop();
+      if (event.button === 0) timer = setTimeout(list, 500);
+    },
+    onpointerup: stop,
+    onpointerleave: stop,
+    onpointercancel: stop,
+    oncontextmenu: (event) => {
+      event.preventDefault();
+      stop();
+      if (!held) list();
+    },
+    onclick: (event) => {
+      if (!(held && event.detail)) toggle();
+    },
+  };
+}
+
+async function showReactors(c, message) {
+  try {
+    const answer = await fetchReactors(c, message);
+    const entries = answer.reactors?.entries ?? [];
+    for (const entry of entries) for (const user of entry.users ?? []) wantProfile(user);
+    if (state.wantedProfiles.size > 0) await fetchProfiles();
+    openDialog("Who reacted", h("ul", { class: "pins" }, entries.map((entry) => {
+      const users = entry.users ?? [];
+      const more = num(entry.count) - users.length;
+      return h("li", { class: "reactors", "data-key": entry.key },
+        h("span", { class: "reactor-key", text: `${entry.key} ${num(entry.count)}` }),
+        h("span", {}, users.flatMap((user, i) => [i ? ", " : null, h("bdi", { "data-user": user, text: displayName(user) })]), more > 0 ? ` and ${more} more` : ""));
+    })));
+  } catch (error) {
+    showError(error);
+  }
+}
