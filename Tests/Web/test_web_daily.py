@@ -816,6 +816,13 @@ class DailyWebTests(unittest.TestCase):
                                   carol.message("明天见 👋")), "forwarded", "the line above the body")
         self.assertEqual([(m["from"], m["forwarded_from"]) for m in self.history("carol", "alice")
                           if m.get("text") == "明天见 👋"], [("alice", "zhangwei")])
+        # Forwarded again, from the phone: still marked with the first sender.
+        carol.actions("明天见 👋", "forward")
+        carol.visible('#dialog [data-key="u:zhangwei"]')
+        carol.shot(self.shots, "phone-forward-dialog")
+        self.forward_to(carol, "u:zhangwei")
+        wait_until(lambda: [m["forwarded_from"] for m in self.history("zhangwei", "carol")
+                            if m.get("text") == "明天见 👋"] == ["zhangwei"], "the forward of a forward")
         # Alice's copy is hers but not to edit; her own words are.
         alice.conversation("u:carol")
         wait_until(lambda: forwarded(alice, "明天见 👋") == "Forwarded from 张伟", "the forward on alice's page")

@@ -36,7 +36,9 @@ package enum SearchIndex {
     /// The text a search finds in a body already parsed (a session's request): the same rule without parsing again.
     /// A media message's file name is found too, after its caption.
     package static func text(of body: Courier_V1_Body) -> String {
-        guard case .media(let media)? = body.content, !media.name.isEmpty else { return Self.indexed(Self.fullText(of: body)) }
+        guard case .media(let media)? = body.content, !media.name.isEmpty else {
+            return Self.indexed(Self.fullText(of: body))
+        }
         return Self.indexed(media.caption.isEmpty ? media.name : media.caption + "\n" + media.name)
     }
 

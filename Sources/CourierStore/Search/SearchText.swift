@@ -46,7 +46,9 @@ public enum SearchText {
         guard count >= Self.prefixLengths[0] else { return }
         for length in Self.prefixLengths where length <= count {
             var token = String(Self.prefixMark)
-            token.unicodeScalars.append(contentsOf: length == count ? word.unicodeScalars[...] : word.prefix(length).unicodeScalars[...])
+            token.unicodeScalars.append(
+                contentsOf: length == count ? word.unicodeScalars[...] : word.prefix(length).unicodeScalars[...]
+            )
             tokens.add(token)
         }
     }
