@@ -1,9 +1,5 @@
-// Courier's web chat: the page's start. The server's envelopes are documented in docs/PROTOCOL.md; the connection
-// is session.js's, uploads upload.js's, and text helpers text.js's. The page's state and the outbox are state.js's,
-// what the server says events.js's, every request to it requests.js's; the conversation list is list.js's, the
-// message pane messages.js's, media media.js's, the composer composer.js's, dialogs dialogs.js's, search
-// search.js's, logging in login.js's, and the redraw render.js's. The composer's drafts are drafts.js's, its @mention
-// list mention.js's; the account's settings settings.js's, light or dark theme.js's, the tab's unread icon favicon.js's.
+// Courier's web chat: the page's start. The server's envelopes are documented in docs/PROTOCOL.md; each module says
+// on its first line what it holds (state.js the state and the outbox, requests.js every request, render.js the redraw).
 
 import { relativeTime } from "./text.js";
 import { registerWorker, onNotificationClick } from "./push.js";
@@ -19,9 +15,6 @@ import { search } from "./search.js";
 import { setUpTheme } from "./theme.js";
 import { renderConnection, setSignUp, setUpConnection, showLogin, signingUp, started, submitLogin } from "./login.js";
 import { restore, setUpOffline } from "./offline.js";
-
-// ---------------------------------------------------------------------------------------------------------------
-// Start
 
 function start() {
   setUpTheme();

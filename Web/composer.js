@@ -8,9 +8,6 @@ import { clearDraft, loadDraft, saveDraft } from "./drafts.js";
 import { closeMentions, mentionKey, setUpMentions, updateMentions } from "./mention.js";
 import { cancelVoice, setUpVoice } from "./voice.js";
 
-// ---------------------------------------------------------------------------------------------------------------
-// The composer
-
 // The draft of the conversation opened, as it was left (drafts.js keeps it).
 export function showDraft(key) {
   closeMentions();

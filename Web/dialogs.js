@@ -10,9 +10,6 @@ import { findUser, leaveGroups, loadBlocks, loadMembers, manageGroup, setBlocked
 import { avatar, render, showError, toast } from "./render.js";
 import { openConversation } from "./list.js";
 
-// ---------------------------------------------------------------------------------------------------------------
-// Dialogs: new chat, group, profile
-
 export function openDialog(title, ...content) {
   const dialog = $("dialog");
   fill(dialog,

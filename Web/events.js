@@ -6,9 +6,6 @@ import { acknowledgeEvents, markRead } from "./requests.js";
 import { render, toast } from "./render.js";
 import { dropMessage, onPin } from "./pins.js";
 
-// ---------------------------------------------------------------------------------------------------------------
-// What the server says
-
 export function addMessage(c, message) {
   const seq = num(message.seq);
   const known = c.messages.get(seq);

@@ -1,5 +1,4 @@
-// Forwarding: the ⋯ menu's Forward, the dialog that picks one of the user's conversations, and the line a
-// forwarded message shows above its body.
+// Forwarding: the menu's Forward, the dialog picking a conversation, and a forwarded message's line.
 
 import { h } from "./text.js";
 import { $, displayName, fill, newId, state, titleOf } from "./state.js";
@@ -7,7 +6,7 @@ import { forwardMessage } from "./requests.js";
 import { avatar, showError, toast } from "./render.js";
 import { openDialog } from "./dialogs.js";
 
-// The menu's item: for a message the server holds (not one still in the outbox), not recalled.
+// For a message the server holds (not one in the outbox), not recalled.
 export function forwardItem(c, message, item) {
   if (message.pending || message.recalled) return null;
   return item("Forward", () => forwardDialog(c, message), { "data-action": "forward" });
@@ -23,17 +22,16 @@ function forwardDialog(c, message) {
     .filter((t) => (t.last || t.lastSeq > 0 || t.isGroup) && !t.left)
     .sort((a, b) => b.lastActivity - a.lastActivity || titleOf(a).localeCompare(titleOf(b)));
   const list = h("ul", { class: "conversations" });
-  const show = (query) =>
-    fill(list, targets
-      .filter((t) => `${titleOf(t)} ${t.key.slice(2)}`.toLowerCase().includes(query))
-      .map((t) =>
-        h("li", {}, h("button", { type: "button", class: "conversation", "data-key": t.key, onclick: () => forward(c, message, t) },
-          avatar(t.isGroup ? null : t.peer.user, titleOf(t), "small"),
-          h("span", { class: "conversation-title", dir: "auto", text: titleOf(t) }))),
-      ));
-  const filter = h("input", { type: "search", "aria-label": "Find a conversation", placeholder: "Find a conversation", autocomplete: "off" });
-  filter.addEventListener("input", () => show(filter.value.trim().toLowerCase()));
-  show("");
+  const row = (t) =>
+    h("li", {}, h("button", { type: "button", class: "conversation", "data-key": t.key, onclick: () => forward(c, message, t) },
+      avatar(t.isGroup ? null : t.peer.user, titleOf(t), "small"),
+      h("span", { class: "conversation-title", dir: "auto", text: titleOf(t) })));
+  const filter = h("input", { type: "search", "aria-label": "Find a conversation", placeholder: "Find a conversation", oninput: () => show() });
+  const show = () => {
+    const query = filter.value.trim().toLowerCase();
+    fill(list, targets.filter((t) => `${titleOf(t)} ${t.key.slice(2)}`.toLowerCase().includes(query)).map(row));
+  };
+  show();
   openDialog("Forward to…", h("div", { class: "stack" }, filter, list));
 }
 

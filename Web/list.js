@@ -6,7 +6,6 @@ import { loadMembers, loadOlder, markRead } from "./requests.js";
 import { avatar, drawNow, preview, render, showError, toast } from "./render.js";
 import { showDraft } from "./composer.js";
 
-// ---------------------------------------------------------------------------------------------------------------
 // Opening a conversation, and jumping to a message in it
 
 export async function openConversation(key, { focus = true } = {}) {
@@ -80,7 +79,6 @@ export function openAsked() {
   }
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // The conversation list
 
 export function renderList() {

@@ -20,9 +20,6 @@ import { dropBlobs, uploads } from "./media.js";
 import { forgetDrafts } from "./drafts.js";
 import { search } from "./search.js";
 
-// ---------------------------------------------------------------------------------------------------------------
-// Logging in, signing up, the connection's state
-
 // What the server says before a login (GET /api/v1/server): who may sign up, and whether this page's origin may
 // open the gateway. Asked once; the form shows "Create an account" only where accounts are made, and the invitation
 // field only where one is needed.

@@ -5,9 +5,6 @@ import { h, byteSize } from "./text.js";
 import { $, conversation, fill, num, queue, session, state } from "./state.js";
 import { showError, toast } from "./render.js";
 
-// ---------------------------------------------------------------------------------------------------------------
-// Media
-
 export const isDigest = (sha256) => typeof sha256 === "string" && /^[0-9a-f]{64}$/.test(sha256);
 
 // Audio and video stream from `/media` with byte ranges, which only a URL gives a player: the token rides in it.

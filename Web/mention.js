@@ -1,7 +1,6 @@
-// @mentions in a group's composer: `@` and the start of a member's name (its user name, or its display name in any
-// script: 张伟, 田中, ليلى, 🐱) offer the members it fits; the arrow keys and Enter or Tab, or a click, put `@name ` in
-// the draft (the user name: what the server reads as a mention), Escape closes. Keys an input method is composing
-// with are never taken. The members are the group's (GroupMembers), asked for again after a membership change.
+// @mentions in a group's composer: `@` and the start of a member's user or display name (any script: 张伟, ليلى, 🐱)
+// offer the members it fits; the arrows and Enter or Tab, or a click, put `@name ` in the draft (the user name, as the
+// server reads mentions), Escape closes. Keys an input method is composing with are never taken.
 
 import { h } from "./text.js";
 import { $, conversation, displayName, fill, session, state } from "./state.js";

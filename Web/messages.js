@@ -26,7 +26,6 @@ import { pinItems, pinnedBar } from "./pins.js";
 import { forwardItem, forwardedLine } from "./forward.js";
 import { chipHandlers } from "./reactors.js";
 
-// ---------------------------------------------------------------------------------------------------------------
 // The message pane
 
 function memberNames(c) {
@@ -177,7 +176,7 @@ function messageRow(c, message, names) {
       h("button", { type: "button", class: "quote", dir: "auto", "data-focus": `quote:${seq}`, onclick: () => jumpTo(c.key, num(reply.seq)) }, quoted),
     );
   }
-  if (!message.recalled) content.push(forwardedLine(body));
+  content.push(forwardedLine(body));
   if (message.recalled) {
     content.push(h("p", { class: "text recalled", text: mine ? "You recalled this message" : "This message was recalled" }));
   } else if (body.media) {
@@ -255,7 +254,6 @@ function messageRow(c, message, names) {
   );
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // Message actions
 
 const reactionKeys = ["👍", "❤️", "😂", "🎉", "😮", "😢"];

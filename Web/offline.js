@@ -9,9 +9,7 @@
 // Deleted when the user is signed out here (logged out, the device revoked, the token expired), and at a start with
 // no one signed in: a shared computer keeps no one's messages.
 //
-// What it restores is shown until the server says better: at the first welcome the names are asked again, a
-// conversation's first page from the server replaces its restored messages (requests.js), and the list's previews are
-// fetched again.
+// What it restores is shown until the server's answers replace it: the names, each first page, the previews.
 
 import { $, conversation, loadOutbox, num, session, state } from "./state.js";
 import { loadOlder } from "./requests.js";
@@ -40,7 +38,6 @@ export function forgetRestored(c) {
   for (const [seq, message] of c.messages) if (restoredMessages.has(message)) c.messages.delete(seq);
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // The database
 
 let database = null; // Promise of the open database of `databaseUser`, or of null where there is none
@@ -93,7 +90,6 @@ function deleteDatabase(user) {
   indexedDB.deleteDatabase(databasePrefix + user);
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // Restoring
 
 // Shows what the page kept (and the outbox), before the server answers. A welcome that came first wins: then the
@@ -151,7 +147,6 @@ async function restoreKept() {
   render({ toBottom: true });
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // Keeping
 
 const written = new Map(); // key -> the record as last written, as JSON
@@ -274,7 +269,6 @@ function forget(user) {
     .catch(() => {});
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // The connection, as the page kept offline sees it
 
 export function setUpOffline() {

@@ -1,5 +1,4 @@
-// Who reacted: a long press on a reaction's chip (or a right click, or the context-menu key) lists who gave each
-// reaction; a plain click still toggles the user's own.
+// Who reacted: a long press on a reaction's chip (or a right click, the context-menu key) lists them; a click toggles.
 
 import { h } from "./text.js";
 import { displayName, num, state, wantProfile } from "./state.js";
@@ -7,11 +6,10 @@ import { fetchProfiles, fetchReactors } from "./requests.js";
 import { showError } from "./render.js";
 import { openDialog } from "./dialogs.js";
 
-// Set when a press turned long: the click that ends it toggles nothing (a keyboard's click, detail 0, always does).
+// A press turned long: the click ending it toggles nothing (a keyboard's, detail 0, does).
 let held = false;
 let timer = 0;
 
-// A chip's attributes: its hint and handlers, `toggle` on a plain click.
 export function chipHandlers(c, message, toggle) {
   const stop = () => clearTimeout(timer);
   const list = () => {
@@ -45,12 +43,11 @@ async function showReactors(c, message) {
     const entries = answer.reactors?.entries ?? [];
     for (const entry of entries) for (const user of entry.users ?? []) wantProfile(user);
     if (state.wantedProfiles.size > 0) await fetchProfiles();
-    openDialog("Who reacted", h("ul", { class: "pins" }, entries.map((entry) => {
+    openDialog("Who reacted", h("ul", { class: "reactors" }, entries.map((entry) => {
       const users = entry.users ?? [];
       const more = num(entry.count) - users.length;
-      return h("li", { class: "reactors", "data-key": entry.key },
-        h("span", { class: "reactor-key", text: `${entry.key} ${num(entry.count)}` }),
-        h("span", {}, users.flatMap((user, i) => [i ? ", " : null, h("bdi", { "data-user": user, text: displayName(user) })]), more > 0 ? ` and ${more} more` : ""));
+      const names = users.flatMap((user, i) => [i ? ", " : null, h("bdi", { "data-user": user, text: displayName(user) })]);
+      return h("li", { "data-key": entry.key }, `${entry.key} ${num(entry.count)}: `, names, more > 0 ? ` and ${more} more` : null);
     })));
   } catch (error) {
     showError(error);

@@ -10,9 +10,6 @@ import { renderMe } from "./login.js";
 import { keepSoon } from "./offline.js";
 import { showUnread } from "./favicon.js";
 
-// ---------------------------------------------------------------------------------------------------------------
-// Rendering
-
 // Everything that changes asks for a redraw; one happens per frame, however many asked (a reconnect's presence
 // notices, a page of events). The messages are redrawn only when something asked for them.
 let renderQueued = false;

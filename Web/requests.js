@@ -6,9 +6,6 @@ import { render } from "./render.js";
 import { openAsked } from "./list.js";
 import { forgetRestored, isRestored } from "./offline.js";
 
-// ---------------------------------------------------------------------------------------------------------------
-// Asking the server
-
 const pageSize = 30;
 
 export async function fetchProfiles() {
@@ -178,7 +175,7 @@ export function recallMessage(c, message) {
   return session.ask({ recall: { conversation: c.peer, id: message.id } });
 }
 
-// A forward: the server copies the message's body into `to` (no body sent); and who gave its reactions.
+// A forward: the server copies the body into `to`.
 export function forwardMessage(c, message, to, id) {
   return session.ask({ send: { id, to, forward: ref(c, message) } });
 }

@@ -6,9 +6,6 @@ import { searchMessages } from "./requests.js";
 import { showError } from "./render.js";
 import { jumpTo } from "./list.js";
 
-// ---------------------------------------------------------------------------------------------------------------
-// Search
-
 let searchState = null;
 let searchAsked = 0;
 export async function search(query, before = null) {

@@ -1,11 +1,9 @@
 // The page's connection to the server: the WebSocket gateway (/ws), the native session's envelopes as JSON, one per
 // text message, and media streams as native frames in binary messages (docs/PROTOCOL.md, "The WebSocket gateway").
 //
-// A Session outlives its sockets: it logs in, keeps the device token in the browser's storage, sends `{}` every
-// `heartbeatIntervalMs`, and when the socket drops it connects again with backoff (0.5 s doubling to 30 s, with
-// jitter; at once when the browser says it is back online), logging in with the token. Requests wait for their
-// answers by request id; those in flight when a socket drops are failed with `disconnected`, and the callers that
-// must not lose them (the outbox, uploads) send them again after the next welcome.
+// A Session outlives its sockets: it keeps the device token in storage, heartbeats, and reconnects with backoff (0.5 s
+// doubling to 30 s, jittered; at once when the browser is back online). Requests in flight when a socket drops fail
+// with `disconnected`; the outbox and uploads send theirs again after the next welcome.
 
 export const FrameKind = { mediaChunk: 2, windowUpdate: 4, resetStream: 7 };
 export const END_STREAM = 1;

@@ -31,7 +31,6 @@ function deviceName() {
   return `Web · ${browser}`;
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // State
 
 export const state = {
@@ -102,7 +101,6 @@ export function wantProfile(user) {
   wantProfile.timer = setTimeout(fetchProfiles, 50);
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // The outbox: a message goes in before it is sent and leaves when the server acknowledges it. It is kept in the
 // browser's storage, so one written while the server cannot be reached goes out at the next welcome, once: its id
 // is chosen here, and the server answers a resend of an id it committed with the original acknowledgement.

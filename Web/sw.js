@@ -67,7 +67,6 @@ self.addEventListener("notificationclick", (event) => {
   }
 });
 
-// ---------------------------------------------------------------------------------------------------------------
 // The page offline
 //
 // The page's own files (`/` and every `/web/` file it loads) are kept in Cache Storage, one cache per version of the

@@ -3,7 +3,7 @@ import CourierTesting
 import Foundation
 import Testing
 
-/// `courier block`, `unblock`, `blocks` and `pin`, against a server on a data folder and on PostgreSQL.
+/// `courier block`, `unblock`, `blocks`, `pin` and `forward`, against a server on a data folder and on PostgreSQL.
 extension CommandLineTests {
     /// Adds users to a store named by `store` (`--data FOLDER` or `--database URL`), serves it, and checks blocking
     /// through the client commands as processes.
@@ -85,10 +85,25 @@ extension CommandLineTests {
         #expect(result.status == 0 && result.output.isEmpty, "\(result)")
         result = try await run("alice", ["pin", "no-such-id"])
         #expect(result.status != 0 && result.output.contains("unknown-message"), "\(result)")
+
+        // Forward: alice sends bob's message on to carol, who sees it marked with bob's name.
+        result = try await run("alice", ["unblock", "carol"])
+        #expect(result.status == 0, "\(result)")
+        result = try await run("alice", ["forward", id, "--to", "carol"])
+        #expect(result.status == 0 && result.output.hasPrefix("forwarded \(id) as "), "\(result)")
+        result = try await run("carol", ["history", "--with", "alice", "--json"])
+        let forwarded = try #require(result.output.split(separator: "\n").last)
+        let copy = try #require(try JSONSerialization.jsonObject(with: Data(forwarded.utf8)) as? [String: Any])
+        #expect(copy["forwarded_from"] as? String == "bob" && copy["from"] as? String == "alice", "\(result)")
+        #expect(copy["text"] as? String == "你好 alice", "\(result)")
+        result = try await run("carol", ["forward", id, "--to", "bob"])
+        #expect(result.status != 0 && result.output.contains("unknown-message"), "\(result)")
+        result = try await run("alice", ["forward", id])
+        #expect(result.status != 0 && result.output.contains("--to USER or --to-group GROUP"), "\(result)")
     }
 
     @Test(
-        "block, blocks, unblock and pin on a data folder: the blocked user's message is committed and never reaches"
+        "block, blocks, unblock, pin and forward on a data folder: the blocked user's message is committed and never reaches"
     )
     func blockCommands() async throws {
         try await withTemporaryDirectory(prefix: "courier-cli-blocks") { folder in
@@ -97,7 +112,7 @@ extension CommandLineTests {
     }
 
     @Test(
-        "block, blocks, unblock and pin on PostgreSQL",
+        "block, blocks, unblock, pin and forward on PostgreSQL",
         .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
     )
     func blockCommandsOnPostgres() async throws {

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The web chat's everyday things in a real Chromium (issue 45): the account's settings (password, devices, deleting
 the account), dark mode, drafts kept per conversation, @mention completion in groups, the unread count on the tab's
-icon, voice notes recorded in the page, forwarding, and who reacted. The same harness as test_web.py (its Server, Page and helpers), with a
-server of its own.
+icon, voice notes recorded in the page, forwarding, and who reacted. The same harness as test_web.py (its Server, Page
+and helpers), with a server of its own.
 
   COURIER_BIN=.build/debug/courier python3 Tests/Web/test_web_daily.py
   (COURIER_WEB_ROOT=Web to serve the page from the folder, COURIER_SCREENSHOTS to keep the screenshots somewhere)
@@ -58,14 +58,25 @@ import('/web/state.js').then((m) => done([...m.conversation(key).messages.values
   .map((x) => x.body?.media).filter((media) => media?.kind === 'KIND_VOICE')));
 """
 
-# Every reaction the page asks the server for, from now on (its session's requests watched), in window.__reacts.
+# Every reaction the page asks the server for, from now on (its session's requests watched), in window.__reacts. The
+# answers to who-reacted requests: while window.__slow is set, held until window.__answer() (a press let go before the
+# list comes); with window.__cut, one user a key left in them (as past the server's max-reactors-listed).
 WATCH_REACTS = """
 const done = arguments[arguments.length - 1];
 import('/web/state.js').then(({ session }) => {
   window.__reacts = [];
   if (!session.__watched) {
     const request = session.request.bind(session);
-    session.request = (body, onAnswer) => { if (body.react) __reacts.push(body.react); return request(body, onAnswer); };
+    session.request = (body, onAnswer) => {
+      if (body.react) __reacts.push(body.react);
+      if (!body.reactors) return request(body, onAnswer);
+      return request(body, (answer) => {
+        if (window.__cut) for (const e of answer.reactors?.entries ?? []) e.users = e.users.slice(0, 1);
+        if (!window.__slow) return onAnswer(answer);
+        window.__answer = () => onAnswer(answer);
+        return true;
+      });
+    };
     session.__watched = true;
   }
   done(true);
@@ -888,26 +899,35 @@ class DailyWebTests(unittest.TestCase):
         wait_until(lambda: self.chips(alice, text) == ["👍 3", "❤️ 2"], "the reactions shown")
         self.assertIn("who reacted", self.chip(alice, text, "👍").get_attribute("title"))
         alice.driver.execute_async_script(WATCH_REACTS)
-        # A long press on 👍 lists who gave each, the earliest first, by their display names; it toggles nothing.
+        # A long press on 👍 lists who gave each, the earliest first, by their display names; it toggles nothing,
+        # even let go before the list comes.
+        alice.js("window.__slow = true")
         def hold():
             ActionChains(alice.driver).click_and_hold(self.chip(alice, text, "👍")).perform()
             return True
         wait_until(hold, "a press on 👍")
-        alice.visible('#dialog li[data-key="👍"]')
+        wait_until(lambda: alice.js("return !!window.__answer"), "the list asked for")
         ActionChains(alice.driver).release().perform()
+        alice.js("window.__slow = false; window.__answer()")
+        alice.visible('#dialog li[data-key="👍"]')
         self.assertEqual(alice.read("#dialog h2"), "Who reacted")
         self.assertEqual([line[:2] for line in alice.js(REACTORS)], expected)
-        self.assertEqual(alice.js(REACTORS)[0][2], "👍 3田中, ليلى, alice")
+        self.assertEqual(alice.js(REACTORS)[0][2], "👍 3: 田中, ليلى, alice")
         self.contrast(alice, "desktop who reacted")
         alice.shot(self.shots, "desktop-who-reacted")
         alice.find("#dialog .close").click()
-        # A right click on ❤️ too.
+        # A right click on ❤️ too; past the users listed, how many more.
+        alice.js("window.__cut = true")
         def right_click():
             ActionChains(alice.driver).context_click(self.chip(alice, text, "❤️")).perform()
             return True
         wait_until(right_click, "a right click on ❤️")
         alice.visible('#dialog li[data-key="❤️"]')
-        self.assertEqual([line[:2] for line in alice.js(REACTORS)], expected)
+        self.assertEqual([line[2] for line in alice.js(REACTORS)], ["👍 3: 田中 and 2 more", "❤️ 2: 🐱 Neko and 1 more"])
+        alice.js("window.__cut = false")
+        alice.find("#dialog .close").click()
+        wait_until(right_click, "another right click on ❤️")
+        wait_until(lambda: [line[:2] for line in alice.js(REACTORS)] == expected, "every name again")
         alice.find("#dialog .close").click()
         self.assertEqual(alice.js("return __reacts"), [], "nothing toggled by the long press or the right click")
         self.assertEqual(self.chips(alice, text), ["👍 3", "❤️ 2"])

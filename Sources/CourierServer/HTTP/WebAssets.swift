@@ -550,6 +550,12 @@ mark {
   gap: 0.5rem;
 }
 
+.reactors {
+  list-style: none;
+  padding: 0;
+  line-height: 2;
+}
+
 .older,
 .start,
 .day,
@@ -619,6 +625,14 @@ mark {
   font-weight: 600;
 }
 
+/* A forwarded message's origin, above its body. */
+.forwarded {
+  margin: 0 0 0.15rem;
+  font-size: 0.8rem;
+  font-style: italic;
+  color: var(--ink-soft);
+}
+
 .quote {
   display: block;
   width: 100%;
@@ -662,6 +676,7 @@ mark {
 }
 
 .reaction {
+  user-select: none;
   padding: 0.05rem 0.45rem;
   border-radius: 999px;
   font-size: 0.85rem;
@@ -1154,12 +1169,8 @@ details.settings[open] summary {
 
 """#),
         ("app.js", #"""
-// Courier's web chat: the page's start. The server's envelopes are documented in docs/PROTOCOL.md; the connection
-// is session.js's, uploads upload.js's, and text helpers text.js's. The page's state and the outbox are state.js's,
-// what the server says events.js's, every request to it requests.js's; the conversation list is list.js's, the
-// message pane messages.js's, media media.js's, the composer composer.js's, dialogs dialogs.js's, search
-// search.js's, logging in login.js's, and the redraw render.js's. The composer's drafts are drafts.js's, its @mention
-// list mention.js's; the account's settings settings.js's, light or dark theme.js's, the tab's unread icon favicon.js's.
+// Courier's web chat: the page's start. The server's envelopes are documented in docs/PROTOCOL.md; each module says
+// on its first line what it holds (state.js the state and the outbox, requests.js every request, render.js the redraw).
 
 import { relativeTime } from "./text.js";
 import { registerWorker, onNotificationClick } from "./push.js";
@@ -1175,9 +1186,6 @@ import { search } from "./search.js";
 import { setUpTheme } from "./theme.js";
 import { renderConnection, setSignUp, setUpConnection, showLogin, signingUp, started, submitLogin } from "./login.js";
 import { restore, setUpOffline } from "./offline.js";
-
-// ---------------------------------------------------------------------------------------------------------------
-// Start
 
 function start() {
   setUpTheme();
@@ -1281,9 +1289,6 @@ import { sendFile } from "./media.js";
 import { clearDraft, loadDraft, saveDraft } from "./drafts.js";
 import { closeMentions, mentionKey, setUpMentions, updateMentions } from "./mention.js";
 import { cancelVoice, setUpVoice } from "./voice.js";
-
-// ---------------------------------------------------------------------------------------------------------------
-// The composer
 
 // The draft of the conversation opened, as it was left (drafts.js keeps it).
 export function showDraft(key) {
@@ -1458,9 +1463,6 @@ import { $, conversation, displayName, fill, session, state, titleOf, wantProfil
 import { findUser, leaveGroups, loadBlocks, loadMembers, manageGroup, setBlocked, setProfile } from "./requests.js";
 import { avatar, render, showError, toast } from "./render.js";
 import { openConversation } from "./list.js";
-
-// ---------------------------------------------------------------------------------------------------------------
-// Dialogs: new chat, group, profile
 
 export function openDialog(title, ...content) {
   const dialog = $("dialog");
@@ -1841,9 +1843,6 @@ import { acknowledgeEvents, markRead } from "./requests.js";
 import { render, toast } from "./render.js";
 import { dropMessage, onPin } from "./pins.js";
 
-// ---------------------------------------------------------------------------------------------------------------
-// What the server says
-
 export function addMessage(c, message) {
   const seq = num(message.seq);
   const known = c.messages.get(seq);
@@ -1853,6 +1852,7 @@ export function addMessage(c, message) {
   if (!c.last || seq >= num(c.last.seq)) c.last = message;
   c.lastActivity = Math.max(c.lastActivity, num(message.timeMs));
   wantProfile(message.from);
+  wantProfile(message.body?.forwardedFrom);
 }
 
 // Events are applied once each, in cursor order: one at or below the newest applied is skipped (a resend after a
@@ -2075,6 +2075,55 @@ function badged(icon, text) {
 }
 
 """#),
+        ("forward.js", #"""
+// Forwarding: the menu's Forward, the dialog picking a conversation, and a forwarded message's line.
+
+import { h } from "./text.js";
+import { $, displayName, fill, newId, state, titleOf } from "./state.js";
+import { forwardMessage } from "./requests.js";
+import { avatar, showError, toast } from "./render.js";
+import { openDialog } from "./dialogs.js";
+
+// For a message the server holds (not one in the outbox), not recalled.
+export function forwardItem(c, message, item) {
+  if (message.pending || message.recalled) return null;
+  return item("Forward", () => forwardDialog(c, message), { "data-action": "forward" });
+}
+
+export function forwardedLine(body) {
+  if (!body.forwardedFrom) return null;
+  return h("p", { class: "forwarded", dir: "auto", text: `Forwarded from ${displayName(body.forwardedFrom)}` });
+}
+
+function forwardDialog(c, message) {
+  const targets = [...state.conversations.values()]
+    .filter((t) => (t.last || t.lastSeq > 0 || t.isGroup) && !t.left)
+    .sort((a, b) => b.lastActivity - a.lastActivity || titleOf(a).localeCompare(titleOf(b)));
+  const list = h("ul", { class: "conversations" });
+  const row = (t) =>
+    h("li", {}, h("button", { type: "button", class: "conversation", "data-key": t.key, onclick: () => forward(c, message, t) },
+      avatar(t.isGroup ? null : t.peer.user, titleOf(t), "small"),
+      h("span", { class: "conversation-title", dir: "auto", text: titleOf(t) })));
+  const filter = h("input", { type: "search", "aria-label": "Find a conversation", placeholder: "Find a conversation", oninput: () => show() });
+  const show = () => {
+    const query = filter.value.trim().toLowerCase();
+    fill(list, targets.filter((t) => `${titleOf(t)} ${t.key.slice(2)}`.toLowerCase().includes(query)).map(row));
+  };
+  show();
+  openDialog("Forward to…", h("div", { class: "stack" }, filter, list));
+}
+
+async function forward(c, message, target) {
+  $("dialog").close();
+  try {
+    await forwardMessage(c, message, target.peer, newId());
+    toast(`Forwarded to ${titleOf(target)}`);
+  } catch (error) {
+    showError(error);
+  }
+}
+
+"""#),
         ("icon.svg", #"""
 <svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 64 64"><rect width="64" height="64" rx="14" fill="#0b5cad"/><path d="M14 18h36a4 4 0 0 1 4 4v18a4 4 0 0 1-4 4H30l-10 8v-8h-6a4 4 0 0 1-4-4V22a4 4 0 0 1 4-4z" fill="#fff"/><path d="M20 27h24M20 34h16" stroke="#0b5cad" stroke-width="3" stroke-linecap="round"/></svg>
 
@@ -2187,7 +2236,6 @@ import { loadMembers, loadOlder, markRead } from "./requests.js";
 import { avatar, drawNow, preview, render, showError, toast } from "./render.js";
 import { showDraft } from "./composer.js";
 
-// ---------------------------------------------------------------------------------------------------------------
 // Opening a conversation, and jumping to a message in it
 
 export async function openConversation(key, { focus = true } = {}) {
@@ -2261,7 +2309,6 @@ export function openAsked() {
   }
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // The conversation list
 
 export function renderList() {
@@ -2345,9 +2392,6 @@ import { avatar, render, showError } from "./render.js";
 import { dropBlobs, uploads } from "./media.js";
 import { forgetDrafts } from "./drafts.js";
 import { search } from "./search.js";
-
-// ---------------------------------------------------------------------------------------------------------------
-// Logging in, signing up, the connection's state
 
 // What the server says before a login (GET /api/v1/server): who may sign up, and whether this page's origin may
 // open the gateway. Asked once; the form shows "Create an account" only where accounts are made, and the invitation
@@ -2560,9 +2604,6 @@ import { h, byteSize } from "./text.js";
 import { $, conversation, fill, num, queue, session, state } from "./state.js";
 import { showError, toast } from "./render.js";
 
-// ---------------------------------------------------------------------------------------------------------------
-// Media
-
 export const isDigest = (sha256) => typeof sha256 === "string" && /^[0-9a-f]{64}$/.test(sha256);
 
 // Audio and video stream from `/media` with byte ranges, which only a URL gives a player: the token rides in it.
@@ -2735,10 +2776,9 @@ export function sendFile(file, extra = {}) {
 
 """#),
         ("mention.js", #"""
-// @mentions in a group's composer: `@` and the start of a member's name (its user name, or its display name in any
-// script: 张伟, 田中, ليلى, 🐱) offer the members it fits; the arrow keys and Enter or Tab, or a click, put `@name ` in
-// the draft (the user name: what the server reads as a mention), Escape closes. Keys an input method is composing
-// with are never taken. The members are the group's (GroupMembers), asked for again after a membership change.
+// @mentions in a group's composer: `@` and the start of a member's user or display name (any script: 张伟, ليلى, 🐱)
+// offer the members it fits; the arrows and Enter or Tab, or a click, put `@name ` in the draft (the user name, as the
+// server reads mentions), Escape closes. Keys an input method is composing with are never taken.
 
 import { h } from "./text.js";
 import { $, conversation, displayName, fill, session, state } from "./state.js";
@@ -2920,8 +2960,9 @@ import { mediaElement } from "./media.js";
 import { startEdit, startReply } from "./composer.js";
 import { openDialog } from "./dialogs.js";
 import { pinItems, pinnedBar } from "./pins.js";
+import { forwardItem, forwardedLine } from "./forward.js";
+import { chipHandlers } from "./reactors.js";
 
-// ---------------------------------------------------------------------------------------------------------------
 // The message pane
 
 function memberNames(c) {
@@ -3072,6 +3113,7 @@ function messageRow(c, message, names) {
       h("button", { type: "button", class: "quote", dir: "auto", "data-focus": `quote:${seq}`, onclick: () => jumpTo(c.key, num(reply.seq)) }, quoted),
     );
   }
+  content.push(forwardedLine(body));
   if (message.recalled) {
     content.push(h("p", { class: "text recalled", text: mine ? "You recalled this message" : "This message was recalled" }));
   } else if (body.media) {
@@ -3105,7 +3147,7 @@ function messageRow(c, message, names) {
               "data-focus": `reaction:${seq}:${r.key}`,
               "aria-pressed": r.mine ? "true" : "false",
               "aria-label": `${r.key} ${r.count}`,
-              onclick: () => react(c, message, r.key, !!r.mine),
+              ...chipHandlers(c, message, () => react(c, message, r.key, !!r.mine)),
             },
             `${r.key} ${r.count}`,
           ),
@@ -3149,7 +3191,6 @@ function messageRow(c, message, names) {
   );
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // Message actions
 
 const reactionKeys = ["👍", "❤️", "😂", "🎉", "😮", "😢"];
@@ -3198,7 +3239,8 @@ function openMenu(anchor, c, message) {
       }),
     ),
     item("Reply", () => startReply(message), { "data-action": "reply" }),
-    mine && hasText && within(message, session.limits?.editWindowMs) ? item("Edit", () => startEdit(message), { "data-action": "edit" }) : null,
+    forwardItem(c, message, item),
+    mine && hasText && !message.body?.forwardedFrom && within(message, session.limits?.editWindowMs) ? item("Edit", () => startEdit(message), { "data-action": "edit" }) : null,
     mine && within(message, session.limits?.recallWindowMs)
       ? item(`Recall${left(message, session.limits?.recallWindowMs)}`, () => recall(c, message), { "data-action": "recall" })
       : null,
@@ -3297,9 +3339,7 @@ export function setUpMessages() {
 // Deleted when the user is signed out here (logged out, the device revoked, the token expired), and at a start with
 // no one signed in: a shared computer keeps no one's messages.
 //
-// What it restores is shown until the server says better: at the first welcome the names are asked again, a
-// conversation's first page from the server replaces its restored messages (requests.js), and the list's previews are
-// fetched again.
+// What it restores is shown until the server's answers replace it: the names, each first page, the previews.
 
 import { $, conversation, loadOutbox, num, session, state } from "./state.js";
 import { loadOlder } from "./requests.js";
@@ -3328,7 +3368,6 @@ export function forgetRestored(c) {
   for (const [seq, message] of c.messages) if (restoredMessages.has(message)) c.messages.delete(seq);
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // The database
 
 let database = null; // Promise of the open database of `databaseUser`, or of null where there is none
@@ -3381,7 +3420,6 @@ function deleteDatabase(user) {
   indexedDB.deleteDatabase(databasePrefix + user);
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // Restoring
 
 // Shows what the page kept (and the outbox), before the server answers. A welcome that came first wins: then the
@@ -3439,7 +3477,6 @@ async function restoreKept() {
   render({ toBottom: true });
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // Keeping
 
 const written = new Map(); // key -> the record as last written, as JSON
@@ -3562,7 +3599,6 @@ function forget(user) {
     .catch(() => {});
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // The connection, as the page kept offline sees it
 
 export function setUpOffline() {
@@ -3797,6 +3833,64 @@ export async function disablePush(token) {
 }
 
 """#),
+        ("reactors.js", #"""
+// Who reacted: a long press on a reaction's chip (or a right click, the context-menu key) lists them; a click toggles.
+
+import { h } from "./text.js";
+import { displayName, num, state, wantProfile } from "./state.js";
+import { fetchProfiles, fetchReactors } from "./requests.js";
+import { showError } from "./render.js";
+import { openDialog } from "./dialogs.js";
+
+// A press turned long: the click ending it toggles nothing (a keyboard's, detail 0, does).
+let held = false;
+let timer = 0;
+
+export function chipHandlers(c, message, toggle) {
+  const stop = () => clearTimeout(timer);
+  const list = () => {
+    held = true;
+    showReactors(c, message);
+  };
+  return {
+    title: "Hold or right-click: who reacted",
+    onpointerdown: (event) => {
+      held = false;
+      stop();
+      if (event.button === 0) timer = setTimeout(list, 500);
+    },
+    onpointerup: stop,
+    onpointerleave: stop,
+    onpointercancel: stop,
+    oncontextmenu: (event) => {
+      event.preventDefault();
+      stop();
+      if (!held) list();
+    },
+    onclick: (event) => {
+      if (!(held && event.detail)) toggle();
+    },
+  };
+}
+
+async function showReactors(c, message) {
+  try {
+    const answer = await fetchReactors(c, message);
+    const entries = answer.reactors?.entries ?? [];
+    for (const entry of entries) for (const user of entry.users ?? []) wantProfile(user);
+    if (state.wantedProfiles.size > 0) await fetchProfiles();
+    openDialog("Who reacted", h("ul", { class: "reactors" }, entries.map((entry) => {
+      const users = entry.users ?? [];
+      const more = num(entry.count) - users.length;
+      const names = users.flatMap((user, i) => [i ? ", " : null, h("bdi", { "data-user": user, text: displayName(user) })]);
+      return h("li", { "data-key": entry.key }, `${entry.key} ${num(entry.count)}: `, names, more > 0 ? ` and ${more} more` : null);
+    })));
+  } catch (error) {
+    showError(error);
+  }
+}
+
+"""#),
         ("render.js", #"""
 // Redrawing the page, once a frame; the chat's header; what every part draws alike (avatars, previews, errors).
 
@@ -3809,9 +3903,6 @@ import { isDigest, picture } from "./media.js";
 import { renderMe } from "./login.js";
 import { keepSoon } from "./offline.js";
 import { showUnread } from "./favicon.js";
-
-// ---------------------------------------------------------------------------------------------------------------
-// Rendering
 
 // Everything that changes asks for a redraw; one happens per frame, however many asked (a reconnect's presence
 // notices, a page of events). The messages are redrawn only when something asked for them.
@@ -3940,9 +4031,6 @@ import { addMessage } from "./events.js";
 import { render } from "./render.js";
 import { openAsked } from "./list.js";
 import { forgetRestored, isRestored } from "./offline.js";
-
-// ---------------------------------------------------------------------------------------------------------------
-// Asking the server
 
 const pageSize = 30;
 
@@ -4113,6 +4201,15 @@ export function recallMessage(c, message) {
   return session.ask({ recall: { conversation: c.peer, id: message.id } });
 }
 
+// A forward: the server copies the body into `to`.
+export function forwardMessage(c, message, to, id) {
+  return session.ask({ send: { id, to, forward: ref(c, message) } });
+}
+
+export function fetchReactors(c, message) {
+  return session.ask({ reactors: { message: ref(c, message) } });
+}
+
 export function fetchVersions(c, message) {
   return session.ask({ versions: { message: ref(c, message) } });
 }
@@ -4197,9 +4294,6 @@ import { searchMessages } from "./requests.js";
 import { showError } from "./render.js";
 import { jumpTo } from "./list.js";
 
-// ---------------------------------------------------------------------------------------------------------------
-// Search
-
 let searchState = null;
 let searchAsked = 0;
 export async function search(query, before = null) {
@@ -4254,11 +4348,9 @@ export async function search(query, before = null) {
 // The page's connection to the server: the WebSocket gateway (/ws), the native session's envelopes as JSON, one per
 // text message, and media streams as native frames in binary messages (docs/PROTOCOL.md, "The WebSocket gateway").
 //
-// A Session outlives its sockets: it logs in, keeps the device token in the browser's storage, sends `{}` every
-// `heartbeatIntervalMs`, and when the socket drops it connects again with backoff (0.5 s doubling to 30 s, with
-// jitter; at once when the browser says it is back online), logging in with the token. Requests wait for their
-// answers by request id; those in flight when a socket drops are failed with `disconnected`, and the callers that
-// must not lose them (the outbox, uploads) send them again after the next welcome.
+// A Session outlives its sockets: it keeps the device token in storage, heartbeats, and reconnects with backoff (0.5 s
+// doubling to 30 s, jittered; at once when the browser is back online). Requests in flight when a socket drops fail
+// with `disconnected`; the outbox and uploads send theirs again after the next welcome.
 
 export const FrameKind = { mediaChunk: 2, windowUpdate: 4, resetStream: 7 };
 export const END_STREAM = 1;
@@ -4847,7 +4939,6 @@ function deviceName() {
   return `Web · ${browser}`;
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // State
 
 export const state = {
@@ -4918,7 +5009,6 @@ export function wantProfile(user) {
   wantProfile.timer = setTimeout(fetchProfiles, 50);
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // The outbox: a message goes in before it is sent and leaves when the server acknowledges it. It is kept in the
 // browser's storage, so one written while the server cannot be reached goes out at the next welcome, once: its id
 // is chosen here, and the server answers a resend of an id it committed with the original acknowledgement.
@@ -4995,7 +5085,7 @@ export function watchOutbox() {
   });
 }
 
-function newId() {
+export function newId() {
   const bytes = crypto.getRandomValues(new Uint8Array(12));
   return `w-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
 }
@@ -5155,7 +5245,6 @@ self.addEventListener("notificationclick", (event) => {
   }
 });
 
-// ---------------------------------------------------------------------------------------------------------------
 // The page offline
 //
 // The page's own files (`/` and every `/web/` file it loads) are kept in Cache Storage, one cache per version of the

@@ -15,12 +15,13 @@
 ///   its accents removed (`café` is `cafe`); kana keep their voicing marks (`が` is not `か`).
 /// - An emoji (a whole grapheme: `👨‍👩‍👧` is one) is a token of its own; everything else separates.
 ///
-/// - A word of three characters or more also gives its beginnings of ``prefixLengths`` characters (those no longer
-///   than itself), each marked as a beginning (``prefixMark``): `tomorrow` gives `tom`, `tomor` and `tomorrow`.
+/// - A word of three characters or more is held as its beginnings of ``prefixLengths`` characters (those no longer
+///   than itself), each marked as a beginning (``prefixMark``): `tomorrow` gives `tom` and `tomorr`; a
+///   shorter word as itself.
 ///
 /// A query is cut alike, except that a run of several CJK characters asks for its bigrams only, and a word asks to
 /// begin a word of the text: one of one or two characters asks for that whole word, a longer one for the longest of
-/// its beginnings the index holds (`tomor` for `tomorr`; the exact check then looks at the whole of it). So `tomor`
+/// its beginnings the index holds (`tom` for `tomor`; the exact check then looks at the whole of it). So `tomor`
 /// finds tomorrow, in any script whose words are cut by spaces, as a CJK run finds what holds it. A message matches
 /// a query when it holds every token the query asks for.
 public enum SearchText {
@@ -34,16 +35,18 @@ public enum SearchText {
     public static let maxQueryCharacters = 1_024
     /// The most tokens a query asks for: the rest of a very long query is not asked.
     public static let maxQueryTokens = 32
-    /// The lengths, in characters, of the beginnings of a word the index holds: a few, not every one, so that a
-    /// word costs the index at most four tokens; a query asks for the longest its own word reaches.
-    public static let prefixLengths = [3, 5, 8]
+    /// The lengths, in characters, of the beginnings of a word the index holds: two, not every one, so that a word
+    /// costs the index at most two tokens (a send's cost stays where it was: docs/BENCHMARKS.md, "Search by a word's
+    /// beginning"); a query asks for the longest its own word reaches, and the exact check does the rest.
+    public static let prefixLengths = [3, 6]
     /// What marks a token as a word's beginning rather than a whole word: a private-use character, which no word
     /// holds (nor the conversation's token, ``SearchIndex/conversationToken(_:)``, `U+E000`).
     static let prefixMark: Character = "\u{E001}"
 
-    /// The beginnings of a word (already a token) the index holds.
-    static func addPrefixes(of word: String, count: Int, to tokens: inout OrderedTokens) {
-        guard count >= Self.prefixLengths[0] else { return }
+    /// What the index holds of a word (already a token) of `count` characters: a short one whole, a longer one as
+    /// its beginnings (the whole word is never asked for: a query's word of that length asks for a beginning).
+    static func addWord(_ word: String, count: Int, to tokens: inout OrderedTokens) {
+        guard count >= Self.prefixLengths[0] else { return tokens.add(word) }
         for length in Self.prefixLengths where length <= count {
             var token = String(Self.prefixMark)
             token.unicodeScalars.append(
@@ -78,9 +81,8 @@ public enum SearchText {
         func endWord() {
             guard !word.isEmpty else { return }
             let whole = String(decoding: word.prefix(Self.maxWordCharacters), as: UTF8.self)
-            tokens.add(whole)
             // ASCII: a character a byte.
-            Self.addPrefixes(of: whole, count: min(word.count, Self.maxWordCharacters), to: &tokens)
+            Self.addWord(whole, count: min(word.count, Self.maxWordCharacters), to: &tokens)
             word.removeAll(keepingCapacity: true)
         }
         func endRun() {
@@ -122,8 +124,7 @@ public enum SearchText {
         for piece in Self.pieces(of: Self.normalized(text)) {
             switch piece {
             case .word(let word):
-                tokens.add(word)
-                Self.addPrefixes(of: word, count: word.count, to: &tokens)
+                Self.addWord(word, count: word.count, to: &tokens)
             case .emoji(let word):
                 tokens.add(word)
             case .cjk(let run):
