@@ -23,6 +23,7 @@ export function chipHandlers(c, message, toggle) {
       stop();
       if (event.button === 0) timer = setTimeout(list, 500);
     },
+    onkeydown: () => (held = false), // Shift+F10 or the menu key: a press before it says nothing of this one
     onpointerup: stop,
     onpointerleave: stop,
     onpointercancel: stop,

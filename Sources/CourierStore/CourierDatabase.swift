@@ -297,6 +297,8 @@ public protocol CourierDatabase: Sendable {
 
     @discardableResult
     func recordUpload(user: UserID, sha256: String, size: Int64, quota: Int64, nowMs: Int64) async throws -> Int64
+    /// Takes back an upload recorded for a forward that did not go, unless a message the user sent carries it.
+    func forgetUnsentUpload(user: UserID, sha256: String) async throws
     func mediaUsage(of user: UserID) async throws -> Int64
     func uploadedSize(by user: UserID, sha256: String) async throws -> Int64?
     func mediaAccess(for user: UserID, sha256: String) async throws -> MediaAccess?

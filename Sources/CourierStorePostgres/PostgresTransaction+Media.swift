@@ -31,6 +31,19 @@ extension PostgresTransaction {
         )
     }
 
+    package func deleteUnsentUpload(user: UserID, sha256: String) async throws {
+        try await self.connection.run(
+            """
+            DELETE FROM media_owners WHERE user_id = \(user.rawValue) AND sha256 = \(sha256) AND NOT EXISTS (
+                SELECT 1 FROM message_media mm
+                JOIN messages m ON m.conversation_id = mm.conversation_id AND m.seq = mm.seq
+                WHERE mm.sha256 = \(sha256) AND m.sender_id = \(user.rawValue)
+            )
+            """,
+            logger: self.logger
+        )
+    }
+
     package func mediaCarriers(of sha256: String, for user: UserID) async throws -> [MediaCarrier] {
         try await self.connection.rows(
             """

@@ -31,6 +31,20 @@ extension SQLiteTransaction {
         }
     }
 
+    package func deleteUnsentUpload(user: UserID, sha256: String) async throws {
+        try await self.update { db in
+            try db.cachedStatement(
+                sql: """
+                    DELETE FROM media_owners WHERE user_id = ? AND sha256 = ? AND NOT EXISTS (
+                        SELECT 1 FROM message_media mm
+                        JOIN messages m ON m.conversation_id = mm.conversation_id AND m.seq = mm.seq
+                        WHERE mm.sha256 = ? AND m.sender_id = ?
+                    )
+                    """
+            ).execute(arguments: [user.rawValue, sha256, sha256, user.rawValue])
+        }
+    }
+
     package func mediaCarriers(of sha256: String, for user: UserID) async throws -> [MediaCarrier] {
         try await self.access { db in
             try Row.fetchAll(

@@ -13,7 +13,7 @@ struct ForwardTests {
     func forwardTextAndMedia() async throws {
         try await ServerFixture.with { fixture in
             let alice = try await fixture.user("alice")
-            try await fixture.user("bob")
+            let bobID = try await fixture.user("bob").id
             let carolID = try await fixture.user("carol").id
             let daveID = try await fixture.user("dave").id
             try await fixture.store.createGroup(name: "tearoom", owner: "alice", members: ["bob"], nowMs: 0)
@@ -50,6 +50,14 @@ struct ForwardTests {
             let before = try await fixture.store.mediaAccess(for: carolID, sha256: sha)
             #expect(before == nil, "carol may not fetch the picture before it is forwarded to her")
 
+            // A forward that does not go (to a group bob is not in) leaves him holding nothing.
+            let refused = try await bob.request {
+                $0.send.id = "nowhere"
+                $0.send.to.group = "no-such-group"
+                $0.send.forward = .with { $0.id = "m1" }
+            }
+            #expect(refused.failure?.code == ErrorCodes.unknownGroup, "\(refused)")
+            #expect(try await fixture.store.mediaUsage(of: bobID) == 0)
             // Bob forwards both to carol (he never uploaded the picture).
             let text = try await bob.request {
                 $0.send.id = "f1"
@@ -73,6 +81,7 @@ struct ForwardTests {
             #expect(received[1].body.media.caption == "السلام عليكم")
             let access = try await fixture.store.mediaAccess(for: carolID, sha256: sha)
             #expect(access?.mime == "image/png", "carol may fetch the forwarded picture")
+            #expect(try await fixture.store.mediaUsage(of: bobID) == 5, "bob holds the file he forwarded")
 
             // A resend of the same id is the same copy.
             let again = try await bob.request {
@@ -240,5 +249,67 @@ extension ForwardTests {
             },
             configure: { $0.media.quotaBytesPerUser = 4 }
         )
+    }
+}
+
+extension ForwardTests {
+    @Test(
+        "a forward mentions nobody: a member forwards an @all into the group (which it could not say), and no one counts a mention"
+    )
+    func forwardMentionsNobody() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            try await fixture.user("bob")
+            let carol = try await fixture.user("carol")
+            try await fixture.store.createGroup(name: "club", owner: "alice", members: ["bob", "carol"], nowMs: 0)
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice", ephemeral: true)
+            let (bob, _) = try await NativeTestClient.login(fixture, "bob", ephemeral: true)
+            let sent = try await alice.request {
+                $0.send.id = "all"
+                $0.send.to.group = "club"
+                $0.send.body.text = "@all 开会了 @carol"
+            }
+            #expect(sent.ack != nil, "\(sent)")
+            let before = try await fixture.store.unreadCounts(for: carol.id).first { $0.conversation == .group("club") }
+            #expect(before?.mentions == 1, "\(String(describing: before))")
+            // Said by bob himself, @all is refused; forwarded, it is alice's words and goes.
+            let said = try await bob.request {
+                $0.send.to.group = "club"
+                $0.send.body.text = "@all 开会了"
+            }
+            #expect(said.failure?.code == ErrorCodes.notAdmin, "\(said)")
+            let forwarded = try await bob.request {
+                $0.send.id = "again"
+                $0.send.to.group = "club"
+                $0.send.forward = .with { $0.id = "all" }
+            }
+            #expect(forwarded.ack != nil, "\(forwarded)")
+            let after = try await fixture.store.unreadCounts(for: carol.id).first { $0.conversation == .group("club") }
+            #expect(after?.unread == 2 && after?.mentions == 1, "\(String(describing: after))")
+        }
+    }
+
+    @Test("a field the server does not know is not stored: not from a send, not copied by a forward")
+    func unknownFieldsDropped() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            let bob = try await fixture.user("bob")
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice", ephemeral: true)
+            // A text, and field 99 (length-delimited, one byte) that no version of Body has.
+            var text = Courier_V1_Body()
+            text.text = "hello 你好"
+            let smuggled = try Courier_V1_Body(serializedBytes: try text.serializedBytes() + [0x9A, 0x06, 0x01, 0x41])
+            #expect(!smuggled.unknownFields.data.isEmpty, "the test's body carries an unknown field")
+            let sent = try await alice.request {
+                $0.send.id = "u1"
+                $0.send.to.user = "bob"
+                $0.send.body = smuggled
+            }
+            #expect(sent.ack != nil, "\(sent)")
+            let history = try await fixture.store.history(for: bob.id, in: .user("alice"), beforeSeq: 0, limit: 5)
+            let stored = try #require(history.messages.first { $0.id == "u1" })
+            let body = try Courier_V1_Body(serializedBytes: stored.body)
+            #expect(body.text == "hello 你好" && body.unknownFields.data.isEmpty)
+        }
     }
 }

@@ -73,8 +73,16 @@ extension SessionRequests {
         let original = try await self.context.store.message(name, for: session.user.id)
         guard !original.recalled else { throw CourierStoreError(.messageRecalled, "the message was recalled") }
         var body = (try? Courier_V1_Body(serializedBytes: original.body)) ?? Courier_V1_Body()
+        // Only what the server knows is copied.
+        body.unknownFields = .init()
+        if case .media(var media)? = body.content {
+            media.unknownFields = .init()
+            body.media = media
+        }
         if body.forwardedFrom.isEmpty { body.forwardedFrom = original.from }
         var media: MediaReference?
+        // An upload recorded here for a forward that then does not go is taken back.
+        var recorded: String?
         if case .media(let carried)? = body.content {
             media = MediaReference(
                 sha256: carried.sha256,
@@ -83,6 +91,7 @@ extension SessionRequests {
                 name: carried.name
             )
             // Found in a message the user can see: the store checked its sender's upload of this size.
+            let held = try await self.context.store.uploadedSize(by: session.user.id, sha256: carried.sha256) != nil
             try await self.context.store.recordUpload(
                 user: session.user.id,
                 sha256: carried.sha256,
@@ -90,6 +99,7 @@ extension SessionRequests {
                 quota: self.context.media.configuration.quotaBytesPerUser,
                 nowMs: self.context.clock.wallMs
             )
+            if !held { recorded = carried.sha256 }
         }
         var send = WriteRequest.Send(
             sender: session.user.id,
@@ -101,7 +111,20 @@ extension SessionRequests {
             replyTo: replyTo
         )
         send.prepareSearch(body: body)
-        switch try await self.context.submit(.send(send), origin: nil, userName: session.user.name).outcome() {
+        // The first sender's mentions are not the forwarder's: a forward alerts nobody by name (nor `@all`, which a
+        // member who is not an admin could not say).
+        send.mentions = Mentions()
+        // (A commit that failed may have gone or not: its record stays, as an upload's does.)
+        let outcome = try await self.context.submit(.send(send), origin: nil, userName: session.user.name).outcome()
+        let went: Bool
+        switch outcome {
+        case .sent(let receipt): went = !receipt.duplicate
+        case .refused, .done: went = false
+        }
+        if let recorded, !went {
+            try await self.context.store.forgetUnsentUpload(user: session.user.id, sha256: recorded)
+        }
+        switch outcome {
         case .refused(let error):
             throw error
         case .done:

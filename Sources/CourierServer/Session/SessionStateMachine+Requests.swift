@@ -74,6 +74,13 @@ extension SessionStateMachine {
         case .send(var send):
             if send.hasForward { return self.forward(send, requestID: requestID, active: &active, now: now) }
             if let refusal = self.validate(send, requestID: requestID) { return refusal }
+            // Stored as the server reads it: no field it does not know (a later version's `forwarded_from` is not
+            // a client's to smuggle in early).
+            send.body.unknownFields = .init()
+            if case .media(var media)? = send.body.content, !media.unknownFields.data.isEmpty {
+                media.unknownFields = .init()
+                send.body.media = media
+            }
             // Stored, served and delivered only in its one spelling (validate parsed it).
             if case .media(var media)? = send.body.content, !media.mime.isEmpty {
                 media.mime = MediaType.canonical(media.mime) ?? ""

@@ -51,6 +51,15 @@ extension StoreBackend {
         }
     }
 
+    /// Takes back an upload recorded for a forward that did not go (refused, or a resend of a copy made before):
+    /// the user no longer holds the file, nor counts it in its quota, unless a message it sent carries it.
+    public func forgetUnsentUpload(user: UserID, sha256: String) async throws {
+        try await self.transaction(doing: "take back an upload") { transaction in
+            _ = try await transaction.lockUsers([user])
+            try await transaction.deleteUnsentUpload(user: user, sha256: sha256)
+        }
+    }
+
     /// The bytes of media a user has uploaded (each file once).
     public func mediaUsage(of user: UserID) async throws -> Int64 {
         try await self.reading(doing: "read the media usage of \(user)") { transaction in

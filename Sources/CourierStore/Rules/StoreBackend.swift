@@ -359,6 +359,8 @@ package protocol StoreTransaction: Sendable {
     func uploadedSize(by user: UserID, sha256: String) async throws -> Int64?
     /// Records a user's upload of a file (nothing when it is recorded already).
     func insertUpload(user: UserID, sha256: String, size: Int64, nowMs: Int64) async throws
+    /// Deletes a user's upload record of a file unless a message the user sent carries it.
+    func deleteUnsentUpload(user: UserID, sha256: String) async throws
     /// The messages carrying a file in the conversations a user is in (not recalled: a recall takes its media
     /// away), with the size its sender uploaded.
     func mediaCarriers(of sha256: String, for user: UserID) async throws -> [MediaCarrier]

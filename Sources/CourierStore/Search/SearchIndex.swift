@@ -34,12 +34,13 @@ package enum SearchIndex {
     }
 
     /// The text a search finds in a body already parsed (a session's request): the same rule without parsing again.
-    /// A media message's file name is found too, after its caption.
+    /// A media message's file name is found too, before its caption.
     package static func text(of body: Courier_V1_Body) -> String {
         guard case .media(let media)? = body.content, !media.name.isEmpty else {
             return Self.indexed(Self.fullText(of: body))
         }
-        return Self.indexed(media.caption.isEmpty ? media.name : media.caption + "\n" + media.name)
+        // The name first: the longest caption does not push it out of what is indexed.
+        return Self.indexed(media.caption.isEmpty ? media.name : media.name + "\n" + media.caption)
     }
 
     /// A text's first ``maxIndexedCharacters`` characters: what the index holds of it.

@@ -212,6 +212,8 @@ public enum SearchText {
             position = end
         }
         var found: [Range<Int>] = []
+        // The text's words, sorted at the first query word that needs them.
+        var sorted: [String] = []
         for piece in asked {
             var hits: [Range<Int>] = []
             switch piece {
@@ -222,8 +224,24 @@ public enum SearchText {
                 if count < Self.prefixLengths[0] {
                     hits = words[word] ?? []
                 } else {
-                    for (whole, places) in words where whole.hasPrefix(word) {
-                        hits += places.map { $0.lowerBound..<($0.lowerBound + min(count, $0.count)) }
+                    // The text's words in order: those it begins stand together from where it would stand (a word's
+                    // scalars begin with its beginning's, all NFC), found by halving, so that a query word costs the
+                    // words it begins, not every word of the text.
+                    if sorted.isEmpty { sorted = words.keys.sorted() }
+                    var low = 0
+                    var high = sorted.count
+                    while low < high {
+                        let middle = (low + high) / 2
+                        if sorted[middle] < word { low = middle + 1 } else { high = middle }
+                    }
+                    while low < sorted.count, sorted[low].unicodeScalars.starts(with: word.unicodeScalars) {
+                        // (A scalar's beginning that splits a character, `q` of `q́`, is not the word's.)
+                        if sorted[low].hasPrefix(word) {
+                            hits += words[sorted[low], default: []].map {
+                                $0.lowerBound..<($0.lowerBound + min(count, $0.count))
+                            }
+                        }
+                        low += 1
                     }
                 }
             case .emoji(let symbol): hits = emoji[symbol] ?? []
