@@ -76,7 +76,7 @@ extension SessionStateMachine {
             if let refusal = self.validate(send, requestID: requestID) { return refusal }
             // Stored as the server reads it: no field it does not know (a later version's `forwarded_from` is not
             // a client's to smuggle in early).
-            send.body.unknownFields = .init()
+            if !send.body.unknownFields.data.isEmpty { send.body.unknownFields = .init() }
             if case .media(var media)? = send.body.content, !media.unknownFields.data.isEmpty {
                 media.unknownFields = .init()
                 send.body.media = media
