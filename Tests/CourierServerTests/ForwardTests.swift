@@ -313,3 +313,42 @@ extension ForwardTests {
         }
     }
 }
+
+extension ForwardTests {
+    @Test("a bot reads a forwarded copy as its first sender's words: forwarded_from in its history")
+    func botSeesForwardedFrom() async throws {
+        try await ServerFixture.with { fixture in
+            try await fixture.user("alice")
+            try await fixture.user("bob")
+            try await fixture.contacts("alice", "bob")
+            let token = try await fixture.store.addBot(name: "helper", owner: "alice", nowMs: BotAPITests.now())
+            let (alice, _) = try await NativeTestClient.login(fixture, "alice", ephemeral: true)
+            let (bob, _) = try await NativeTestClient.login(fixture, "bob", ephemeral: true)
+            let said = try await bob.request {
+                $0.send.id = "b1"
+                $0.send.to.user = "alice"
+                $0.send.body.text = "原话 from bob"
+            }
+            #expect(said.ack != nil, "\(said)")
+            let forwarded = try await alice.request {
+                $0.send.id = "to-bot"
+                $0.send.to.user = "helper"
+                $0.send.forward = .with {
+                    $0.id = "b1"
+                    $0.from = "bob"
+                }
+            }
+            #expect(forwarded.ack != nil, "\(forwarded)")
+            let history = try await BotAPITests.call(
+                fixture.ports.http,
+                "GET",
+                "/api/v1/history?to=alice",
+                token: token
+            )
+            let messages = history.json["messages"] as? [[String: Any]] ?? []
+            let copy = messages.first { $0["id"] as? String == "to-bot" } ?? [:]
+            #expect(copy["from"] as? String == "alice" && copy["forwarded_from"] as? String == "bob", "\(history)")
+            #expect(copy["text"] as? String == "原话 from bob")
+        }
+    }
+}

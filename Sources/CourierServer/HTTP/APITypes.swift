@@ -38,6 +38,8 @@ struct APIMessage: Encodable {
     var reply_to: Reply?
     var edited_ms: Int64?
     var recalled: Bool?
+    /// A forwarded copy's first sender.
+    var forwarded_from: String?
 
     init(_ message: StoredMessage, reader: String) {
         self.id = message.id
@@ -54,6 +56,7 @@ struct APIMessage: Encodable {
         if message.recalled {
             self.recalled = true
         } else if let body = try? Courier_V1_Body(serializedBytes: message.body) {
+            if !body.forwardedFrom.isEmpty { self.forwarded_from = body.forwardedFrom }
             switch body.content {
             case .text(let text)?:
                 self.text = text
