@@ -293,8 +293,9 @@ struct Forward: AsyncParsableCommand {
         discussion: """
             ID is the message's id, as `history --json` prints it; --from, --with or --group say which when ids \
             clash. The server copies its text, or its media and caption, as last edited (media is not uploaded \
-            again), and the copy's `history --json` says forwarded_from. A recalled message is not forwarded \
-            (message-recalled); a forwarded message cannot be edited.
+            again: the file then counts once in your quota), and the copy's `history --json` says forwarded_from. \
+            A recalled message is not forwarded (message-recalled); a forwarded message cannot be edited, and its \
+            @mentions alert nobody.
             """
     )
 
@@ -303,10 +304,10 @@ struct Forward: AsyncParsableCommand {
 
     @OptionGroup var naming: MessageNaming
 
-    @Option(name: .customLong("to"), help: "Forward it to this user.")
+    @Option(name: .customLong("to"), help: ArgumentHelp("Forward it to this user.", valueName: "user"))
     var toUser: String?
 
-    @Option(name: .customLong("to-group"), help: "Forward it to this group.")
+    @Option(name: .customLong("to-group"), help: ArgumentHelp("Forward it to this group.", valueName: "group"))
     var toGroup: String?
 
     func run() async throws {

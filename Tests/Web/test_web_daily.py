@@ -104,7 +104,7 @@ class DailyWebTests(unittest.TestCase):
         os.makedirs(cls.shots, exist_ok=True)
         print(f"web tests: screenshots in {cls.shots}", flush=True)
         cls.server = Server(cls.folder)
-        for user in ("alice", "bob", "carol", "dave", "erin", "frank", *NAMES):
+        for user in ("alice", "bob", "carol", "dave", "erin", "frank", "gina", *NAMES):
             cls.server.cli("user", "add", user, "--password", PASSWORD)
         cls.server.start()
         for user, name in NAMES.items():
@@ -987,22 +987,22 @@ class DailyWebTests(unittest.TestCase):
 
     def test_14_search_by_beginnings_and_file_names(self):
         alice = self.alice
-        self.server.cli("send", "--as", "dave", "--password", PASSWORD, "--to", "alice", "See you TOMORROW at the café 👋")
-        self.server.cli("send", "--as", "dave", "--password", PASSWORD, "--to", "alice", "Привет, увидимся завтра")
-        self.server.cli("send", "--as", "dave", "--password", PASSWORD, "--to", "alice", "明天见，带上报告")
+        self.server.cli("send", "--as", "gina", "--password", PASSWORD, "--to", "alice", "See you TOMORROW at the café 👋")
+        self.server.cli("send", "--as", "gina", "--password", PASSWORD, "--to", "alice", "Привет, увидимся завтра")
+        self.server.cli("send", "--as", "gina", "--password", PASSWORD, "--to", "alice", "明天见，带上报告")
         # A file sent from the page, found by its name.
         path = os.path.join(self.folder, "Quarterly-Report 季度.txt")
         with open(path, "w") as file:
             file.write("numbers\n")
-        alice.conversation("u:dave")
+        alice.conversation("u:gina")
         alice.message("明天见，带上报告")
         alice.find("#file").send_keys(path)
-        wait_until(lambda: [m for m in self.history("alice", "dave") if m["kind"] == "file"], "the file sent")
+        wait_until(lambda: [m for m in self.history("alice", "gina") if m["kind"] == "file"], "the file sent")
         # A word by its beginning, in Latin and Cyrillic; the mark covers what was typed.
         hits = self.search(alice, "tomor")
-        self.assertEqual([(key, marks) for key, marks, _ in hits], [("u:dave", ["TOMOR"])])
+        self.assertEqual([(key, marks) for key, marks, _ in hits], [("u:gina", ["TOMOR"])])
         hits = self.search(alice, "при зав")
-        self.assertEqual([(key, marks) for key, marks, _ in hits], [("u:dave", ["При", "зав"])])
+        self.assertEqual([(key, marks) for key, marks, _ in hits], [("u:gina", ["При", "зав"])])
         # Two letters are a whole word, not a beginning; a word's middle is not its beginning.
         self.assertEqual(self.search_none(alice, "yo"), True)
         self.assertEqual(self.search_none(alice, "morrow"), True)
@@ -1019,13 +1019,13 @@ class DailyWebTests(unittest.TestCase):
         box.clear()
         box.send_keys(Keys.ENTER)
         # On a phone, the same.
-        dave = self.page("dave", phone=True)
-        hits = self.search(dave, "TOMORR")
+        gina = self.page("gina", phone=True)
+        hits = self.search(gina, "TOMORR")
         self.assertEqual([(key, marks) for key, marks, _ in hits], [("u:alice", ["TOMORR"])])
-        self.contrast(dave, "phone search")
-        dave.shot(self.shots, "phone-search-beginning")
-        dave.quit()
-        self.pages.remove(dave)
+        self.contrast(gina, "phone search")
+        gina.shot(self.shots, "phone-search-beginning")
+        gina.quit()
+        self.pages.remove(gina)
 
     def search_none(self, page, query):
         """True once the search says it found nothing (and no hit is shown)."""
