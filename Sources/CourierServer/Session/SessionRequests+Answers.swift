@@ -37,11 +37,7 @@ extension SessionRequests {
                     self.context.learnFanout(of: send.sender, to: send.to, deliveries: receipt.recipients)
                 }
             }
-            envelope.sendAck.id = receipt.id
-            envelope.sendAck.conversation = Courier_V1_Conversation(receipt.conversation)
-            envelope.sendAck.seq = receipt.seq
-            envelope.sendAck.timeMs = receipt.timeMs
-            envelope.sendAck.duplicate = receipt.duplicate
+            envelope.sendAck = Courier_V1_SendAck(receipt)
         case .done:
             envelope.done = Courier_V1_Done()
         case .refused(let error):
@@ -132,5 +128,17 @@ extension WriteRequest {
         case .recall(_, _, let id): id
         case .ack, .markRead, .edit, .react: ""
         }
+    }
+}
+
+extension Courier_V1_SendAck {
+    /// What a committed send answers: where it went, and whether it was a resend.
+    init(_ receipt: SendReceipt) {
+        self.init()
+        self.id = receipt.id
+        self.conversation = Courier_V1_Conversation(receipt.conversation)
+        self.seq = receipt.seq
+        self.timeMs = receipt.timeMs
+        self.duplicate = receipt.duplicate
     }
 }

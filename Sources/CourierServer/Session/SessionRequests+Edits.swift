@@ -136,11 +136,7 @@ extension SessionRequests {
             }
             var reply = ServerEnvelope()
             reply.requestID = requestID
-            reply.sendAck.id = receipt.id
-            reply.sendAck.conversation = Courier_V1_Conversation(receipt.conversation)
-            reply.sendAck.seq = receipt.seq
-            reply.sendAck.timeMs = receipt.timeMs
-            reply.sendAck.duplicate = receipt.duplicate
+            reply.sendAck = Courier_V1_SendAck(receipt)
             return reply
         }
     }
