@@ -1,4 +1,4 @@
-// Media: pictures and files fetched with the token in a header, the players and the picture viewer, and uploads.
+// Media: pictures and files fetched with the token in a header, players given tickets, the picture viewer, uploads.
 
 import { Upload, imageSize, mediaKind } from "./upload.js";
 import { h, byteSize } from "./text.js";
@@ -7,9 +7,39 @@ import { showError, toast } from "./render.js";
 
 export const isDigest = (sha256) => typeof sha256 === "string" && /^[0-9a-f]{64}$/.test(sha256);
 
-// Audio and video stream from `/media` with byte ranges, which only a URL gives a player: the token rides in it.
-function mediaURL(sha256) {
-  return `/media/${sha256}?token=${encodeURIComponent(session.token)}`;
+// Audio, video and large downloads stream from `/media`, which only a URL gives a player: the URL carries a ticket
+// for that one file, minutes long, never the token. Kept until a minute before it ends.
+const tickets = new Map(); // sha256 -> Promise of { url, expires }
+function ticketURL(sha256, fresh) {
+  const kept = tickets.get(sha256);
+  if (!fresh && kept) return kept.then((t) => (t.expires - Date.now() > 60000 ? t.url : ticketURL(sha256, true)));
+  const made = fetch(`/media/${sha256}/ticket`, { method: "POST", headers: { Authorization: `Bearer ${session.token}` } })
+    .then((answer) => {
+      if (!answer.ok) throw new Error(`media: ${answer.status}`);
+      return answer.json();
+    })
+    .then((t) => ({ url: t.url, expires: Date.now() + t.expires_in * 1000 }));
+  made.catch(() => tickets.delete(sha256));
+  tickets.set(sha256, made);
+  return made.then((t) => t.url);
+}
+
+// A player given its ticket; one whose ticket ended (a seek long after) asks for another and goes on where it was.
+function player(tag, sha256, attributes) {
+  const element = h(tag, attributes);
+  let renewed = 0;
+  const load = (fresh) => ticketURL(sha256, fresh).then((url) => (element.src = url), () => element.classList.add("broken"));
+  element.addEventListener("error", () => {
+    if (!element.src || Date.now() - renewed < 30000) return;
+    renewed = Date.now();
+    const [at, playing] = [element.currentTime, !element.paused];
+    load(true).then(() => {
+      element.currentTime = at;
+      if (playing) element.play().catch(() => {});
+    });
+  });
+  load(false);
+  return element;
 }
 
 // Pictures and files are fetched with the token in a header and shown from `blob:` URLs, so no link on the page
@@ -32,6 +62,7 @@ function blobURL(sha256) {
 export function dropBlobs() {
   for (const url of blobs.values()) url.then(URL.revokeObjectURL, () => {});
   blobs.clear();
+  tickets.clear();
   mediaNodes.clear();
 }
 
@@ -61,10 +92,10 @@ export function mediaElement(c, message, media) {
   } else if (media.kind === "KIND_VOICE") {
     // The metadata only (a range of the file's start): its length shows before it is played. A recorder's WebM
     // tells none: the sender's timing shows under it.
-    const audio = h("audio", { controls: true, preload: "metadata", src: mediaURL(sha), class: "voice" });
+    const audio = player("audio", sha, { controls: true, preload: "metadata", class: "voice" });
     element = media.durationMs ? h("div", {}, audio, h("span", { class: "time voice-length", text: mmss(num(media.durationMs)) })) : audio;
   } else if (media.kind === "KIND_VIDEO") {
-    element = h("video", { controls: true, preload: "metadata", playsinline: true, src: mediaURL(sha), class: "video" });
+    element = player("video", sha, { controls: true, preload: "metadata", playsinline: true, class: "video" });
   } else {
     element = h(
       "a",
@@ -75,13 +106,10 @@ export function mediaElement(c, message, media) {
         download: media.name || "file",
         onclick: (event) => {
           event.preventDefault();
-          // A large file goes to the browser's downloads straight from /media (the token in that one request's
-          // URL), not through this page's memory.
-          if (num(media.size) > 32 * 1024 * 1024) {
-            h("a", { href: mediaURL(sha), download: media.name || "file" }).click();
-            return;
-          }
-          blobURL(sha).then(
+          // A large file goes to the browser's downloads straight from /media (a ticket in the URL), not through
+          // this page's memory.
+          const large = num(media.size) > 32 * 1024 * 1024;
+          (large ? ticketURL(sha) : blobURL(sha)).then(
             (url) => h("a", { href: url, download: media.name || "file" }).click(),
             (error) => showError(error),
           );

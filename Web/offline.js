@@ -1,15 +1,4 @@
-// The chat kept for offline: the conversations and the messages the page last showed, in IndexedDB, so that a reload
-// while the server cannot be reached shows them at once, and says it is offline. (The page's own files are the
-// service worker's, sw.js; the outbox and the group notices are state.js's, in localStorage.)
-//
-// One database a user, `courier.offline.<user>`: `conversations` (key "u:bob" → the list's fields, its members and
-// read marks, and its newest messages), `profiles` (user → display name, bot), `meta` ("open" → the conversation that
-// was open). Bounded: the `maxConversations` conversations with the latest activity, the newest `maxMessages`
-// messages of each, and the profiles they name. Never the session's token, nor anything fetched with it (pictures).
-// Deleted when the user is signed out here (logged out, the device revoked, the token expired), and at a start with
-// no one signed in: a shared computer keeps no one's messages.
-//
-// What it restores is shown until the server's answers replace it: the names, each first page, the previews.
+// The chat kept for offline, in IndexedDB: what it holds, its bounds and when it is deleted are in docs/WEB.md.
 
 import { $, conversation, loadOutbox, num, session, state } from "./state.js";
 import { loadOlder } from "./requests.js";

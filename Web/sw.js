@@ -67,21 +67,7 @@ self.addEventListener("notificationclick", (event) => {
   }
 });
 
-// The page offline
-//
-// The page's own files (`/` and every `/web/` file it loads) are kept in Cache Storage, one cache per version of the
-// page, named by the digest of the files' bytes. Network first: the server answers each file with its ETag and
-// `Cache-Control: no-cache`, so asking it costs a 304 when nothing changed, and a page read from it is one version
-// throughout (a cache-first worker that revalidated behind the page's back would serve a new index.html with the old
-// scripts, or the reverse, for a visit). The cache answers only when the network fails (or a proxy in front of a
-// server that is down answers 5xx). It is filled whole, never file by file as the page happens to load them: at
-// install, and after each page read from the network, every file is fetched again (304s), found by following the
-// page's links and its modules' imports from `/`; when their digest names a version not kept yet, that version's cache
-// is written completely, then made the current one, then the others are deleted. So the page offline is one version
-// too, and a new server's page replaces the old one at its first visit.
-//
-// Nothing else is ever kept or answered from here: not /media (what users uploaded, fetched with the token), /ws,
-// /api/, nor any request carrying credentials; the files are fetched for the cache without credentials.
+// The page offline: its own files, kept one version at a time, network first (docs/WEB.md).
 
 const cachePrefix = "courier-page-";
 const current = "courier-page"; // its one entry, /current, names the current version's cache

@@ -63,7 +63,7 @@ public struct MediaCacheConfiguration: Sendable {
     /// credential and revalidated with the origin at every request.
     public var credentialParameters: Set<String> = [
         "token", "access_token", "auth", "auth_token", "api_key", "apikey", "key_token", "password", "secret",
-        "session", "sessionid", "signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token",
+        "session", "sessionid", "signature", "ticket", "x-amz-signature", "x-amz-credential", "x-amz-security-token",
     ]
     /// The secret the control endpoints (`/_stats`, `/_cache`, `/_preload`) need, in an `Authorization: Bearer`
     /// header: by default a fresh random one per configuration, which ``CacheProxy`` writes (mode 0600) to

@@ -148,6 +148,7 @@ enum LimitOption {
         ("max-fetch-window-bytes", { $0.media.maxFetchWindowBytes = try bytes($1) }),
         ("max-streams-per-connection", { $0.media.maxStreamsPerConnection = try int($1) }),
         ("max-pending-upload-bytes", { $0.media.maxPendingUploadBytes = try bytes($1) }),
+        ("media-ticket-lifetime", { $0.media.ticketLifetime = try duration($1) }),
     ]
 
     static var help: String {

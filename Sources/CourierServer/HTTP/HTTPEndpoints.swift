@@ -95,6 +95,7 @@ enum HTTPEndpoints {
         vapidPublicKey: String,
         metrics: ServerMetrics,
         media: MediaService,
+        mediaTickets: MediaTickets,
         logins: LoginThrottle,
         sessions: SessionContext?,
         api: SessionContext? = nil,
@@ -135,7 +136,7 @@ enum HTTPEndpoints {
                 body: .init(byteBuffer: ByteBuffer(string: "{\"key\":\"\(vapidPublicKey)\"}\n"))
             )
         }
-        MediaEndpoint(store: media.store, media: media, logins: logins).register(on: router)
+        MediaEndpoint(store: media.store, media: media, logins: logins, tickets: mediaTickets).register(on: router)
         let limiter = APIRateLimiter(configuration.api)
         var push = PushEndpoint(
             store: media.store,

@@ -5,12 +5,15 @@ import NIOCore
 /// `GET` and `HEAD /media/<sha256>` on the HTTP port: a stored media file for a user who may see it, with byte
 /// ranges (RFC 9110), so a player can seek and `courier proxy` can cache it in pieces.
 ///
-/// The token comes in `Authorization: Bearer <token>` or the `token` query parameter. Media the user may not see is
-/// 404, exactly like media that does not exist.
+/// The device token comes in `Authorization: Bearer <token>`, never in the URL. What can only be given a URL (a
+/// player, a download link) asks `POST /media/<sha256>/ticket` for a ``MediaTickets`` ticket and puts that in the
+/// `ticket` query parameter instead: one user, one file, minutes long. Media the user may not see is 404, exactly
+/// like media that does not exist.
 struct MediaEndpoint: Sendable {
     let store: any CourierDatabase
     let media: MediaService
     let logins: LoginThrottle
+    let tickets: MediaTickets
 
     func register(on router: Router<CourierRequestContext>) {
         router.get("/media/{sha256}") { request, context in
@@ -18,6 +21,9 @@ struct MediaEndpoint: Sendable {
         }
         router.head("/media/{sha256}") { request, context in
             try await self.respond(to: request, context: context, bodyless: true)
+        }
+        router.post("/media/{sha256}/ticket") { request, context in
+            try await self.ticket(for: request, context: context)
         }
         // The HTTP API's name for it (docs/BOTS.md): the same answer, the token only in the header, refusals in
         // the API's JSON.
@@ -52,16 +58,48 @@ struct MediaEndpoint: Sendable {
                     .response
             }
         }
-        guard let token = Self.token(of: request) else {
-            return Self.plain(
-                .unauthorized,
-                "a token is needed: Authorization: Bearer <token>, or ?token=",
-                bearer: true
+        let user: UserID
+        if APIAuth.bearer(of: request) == nil, let ticket = request.uri.queryParameters.get("ticket") {
+            do {
+                user = try self.tickets.user(of: ticket, sha256: sha256, nowMs: SessionClock.systemWallMs())
+            } catch .expired {
+                return Self.plain(.unauthorized, "ticket-expired: ask for another ticket", bearer: true)
+            } catch {
+                return Self.plain(.unauthorized, "auth-failed: not a ticket for this media", bearer: true)
+            }
+        } else {
+            switch await self.session(of: request, context) {
+            case .success(let session): user = session.user.id
+            case .failure(let answer): return answer.response
+            }
+        }
+        guard SHA256Hex.isValid(sha256), let access = try await self.store.mediaAccess(for: user, sha256: sha256) else {
+            return Self.plain(.notFound, "no such media")
+        }
+        return try await self.serve(request, sha256: sha256, access: access, bodyless: bodyless)
+    }
+
+    /// The device of `Authorization: Bearer`, or the answer refusing the request. A token in the query string is
+    /// refused whatever it is: it would be kept in the browser's history and the logs.
+    private func session(of request: Request, _ context: CourierRequestContext) async -> Result<DeviceSession, Answer> {
+        guard let token = APIAuth.bearer(of: request) else {
+            let inURL = request.uri.queryParameters.get("token") != nil
+            return .failure(
+                Answer(
+                    Self.plain(
+                        .unauthorized,
+                        inURL
+                            ? "auth-failed: a token is never taken in the URL; send Authorization: Bearer <token>, "
+                                + "or use a ticket (POST /media/<sha256>/ticket)"
+                            : "a token is needed: Authorization: Bearer <token>, or ?ticket= from "
+                                + "POST /media/<sha256>/ticket",
+                        bearer: true
+                    )
+                )
             )
         }
-        let session: DeviceSession
         do {
-            session = try await APIAuth.session(token: token, context, store: self.store, logins: self.logins)
+            return .success(try await APIAuth.session(token: token, context, store: self.store, logins: self.logins))
         } catch let refusal as APIRefusal {
             var answer = Self.plain(
                 refusal.status,
@@ -69,14 +107,43 @@ struct MediaEndpoint: Sendable {
                 bearer: refusal.status == .unauthorized
             )
             if let seconds = refusal.retryAfterSeconds { answer.headers[.retryAfter] = String(seconds) }
-            return answer
+            return .failure(Answer(answer))
+        } catch {
+            return .failure(Answer(Self.plain(.serviceUnavailable, "storage-failed: try again")))
+        }
+    }
+
+    /// A refusal as a `Result`'s failure.
+    struct Answer: Error {
+        var response: Response
+        init(_ response: Response) { self.response = response }
+    }
+
+    /// `POST /media/<sha256>/ticket`: a ticket for the device's user to that file, as JSON
+    /// (`{"ticket":…,"url":…,"expires_ms":…,"expires_in":…}`), or 404 when the user may not see it. Never cached.
+    private func ticket(for request: Request, context: CourierRequestContext) async throws -> Response {
+        let sha256 = context.parameters.get("sha256") ?? ""
+        let session: DeviceSession
+        switch await self.session(of: request, context) {
+        case .success(let found): session = found
+        case .failure(let answer): return answer.response
         }
         guard SHA256Hex.isValid(sha256),
-            let access = try await self.store.mediaAccess(for: session.user.id, sha256: sha256)
+            try await self.store.mediaAccess(for: session.user.id, sha256: sha256) != nil
         else {
             return Self.plain(.notFound, "no such media")
         }
-        return try await self.serve(request, sha256: sha256, access: access, bodyless: bodyless)
+        let now = SessionClock.systemWallMs()
+        let (ticket, expires) = self.tickets.issue(user: session.user.id, sha256: sha256, nowMs: now)
+        // `expires_in` (seconds, as OAuth says it) as well as the moment: a client's clock may be off.
+        let body =
+            "{\"ticket\":\"\(ticket)\",\"url\":\"/media/\(sha256)?ticket=\(ticket)\",\"expires_ms\":\(expires),"
+            + "\"expires_in\":\((expires - now) / 1000)}\n"
+        return Response(
+            status: .ok,
+            headers: [.contentType: "application/json", .cacheControl: "no-store"],
+            body: .init(byteBuffer: ByteBuffer(string: body))
+        )
     }
 
     /// The file, or the range asked for, of media the user may see.
@@ -149,10 +216,6 @@ struct MediaEndpoint: Sendable {
         guard let type = MediaType(access.mime), InlineMedia.isListed(type) else { return nil }
         let prefix = try await self.media.prefix(of: sha256, size: access.size)
         return InlineMedia.matches(type, prefix: prefix) ? type.essence : nil
-    }
-
-    private static func token(of request: Request) -> String? {
-        APIAuth.bearer(of: request) ?? request.uri.queryParameters.get("token")
     }
 
     private static func plain(_ status: HTTPResponse.Status, _ text: String, bearer: Bool = false) -> Response {

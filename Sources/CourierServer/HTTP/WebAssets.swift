@@ -2597,7 +2597,7 @@ export function setUpConnection() {
 
 """#),
         ("media.js", #"""
-// Media: pictures and files fetched with the token in a header, the players and the picture viewer, and uploads.
+// Media: pictures and files fetched with the token in a header, players given tickets, the picture viewer, uploads.
 
 import { Upload, imageSize, mediaKind } from "./upload.js";
 import { h, byteSize } from "./text.js";
@@ -2606,9 +2606,39 @@ import { showError, toast } from "./render.js";
 
 export const isDigest = (sha256) => typeof sha256 === "string" && /^[0-9a-f]{64}$/.test(sha256);
 
-// Audio and video stream from `/media` with byte ranges, which only a URL gives a player: the token rides in it.
-function mediaURL(sha256) {
-  return `/media/${sha256}?token=${encodeURIComponent(session.token)}`;
+// Audio, video and large downloads stream from `/media`, which only a URL gives a player: the URL carries a ticket
+// for that one file, minutes long, never the token. Kept until a minute before it ends.
+const tickets = new Map(); // sha256 -> Promise of { url, expires }
+function ticketURL(sha256, fresh) {
+  const kept = tickets.get(sha256);
+  if (!fresh && kept) return kept.then((t) => (t.expires - Date.now() > 60000 ? t.url : ticketURL(sha256, true)));
+  const made = fetch(`/media/${sha256}/ticket`, { method: "POST", headers: { Authorization: `Bearer ${session.token}` } })
+    .then((answer) => {
+      if (!answer.ok) throw new Error(`media: ${answer.status}`);
+      return answer.json();
+    })
+    .then((t) => ({ url: t.url, expires: Date.now() + t.expires_in * 1000 }));
+  made.catch(() => tickets.delete(sha256));
+  tickets.set(sha256, made);
+  return made.then((t) => t.url);
+}
+
+// A player given its ticket; one whose ticket ended (a seek long after) asks for another and goes on where it was.
+function player(tag, sha256, attributes) {
+  const element = h(tag, attributes);
+  let renewed = 0;
+  const load = (fresh) => ticketURL(sha256, fresh).then((url) => (element.src = url), () => element.classList.add("broken"));
+  element.addEventListener("error", () => {
+    if (!element.src || Date.now() - renewed < 30000) return;
+    renewed = Date.now();
+    const [at, playing] = [element.currentTime, !element.paused];
+    load(true).then(() => {
+      element.currentTime = at;
+      if (playing) element.play().catch(() => {});
+    });
+  });
+  load(false);
+  return element;
 }
 
 // Pictures and files are fetched with the token in a header and shown from `blob:` URLs, so no link on the page
@@ -2631,6 +2661,7 @@ function blobURL(sha256) {
 export function dropBlobs() {
   for (const url of blobs.values()) url.then(URL.revokeObjectURL, () => {});
   blobs.clear();
+  tickets.clear();
   mediaNodes.clear();
 }
 
@@ -2660,10 +2691,10 @@ export function mediaElement(c, message, media) {
   } else if (media.kind === "KIND_VOICE") {
     // The metadata only (a range of the file's start): its length shows before it is played. A recorder's WebM
     // tells none: the sender's timing shows under it.
-    const audio = h("audio", { controls: true, preload: "metadata", src: mediaURL(sha), class: "voice" });
+    const audio = player("audio", sha, { controls: true, preload: "metadata", class: "voice" });
     element = media.durationMs ? h("div", {}, audio, h("span", { class: "time voice-length", text: mmss(num(media.durationMs)) })) : audio;
   } else if (media.kind === "KIND_VIDEO") {
-    element = h("video", { controls: true, preload: "metadata", playsinline: true, src: mediaURL(sha), class: "video" });
+    element = player("video", sha, { controls: true, preload: "metadata", playsinline: true, class: "video" });
   } else {
     element = h(
       "a",
@@ -2674,13 +2705,10 @@ export function mediaElement(c, message, media) {
         download: media.name || "file",
         onclick: (event) => {
           event.preventDefault();
-          // A large file goes to the browser's downloads straight from /media (the token in that one request's
-          // URL), not through this page's memory.
-          if (num(media.size) > 32 * 1024 * 1024) {
-            h("a", { href: mediaURL(sha), download: media.name || "file" }).click();
-            return;
-          }
-          blobURL(sha).then(
+          // A large file goes to the browser's downloads straight from /media (a ticket in the URL), not through
+          // this page's memory.
+          const large = num(media.size) > 32 * 1024 * 1024;
+          (large ? ticketURL(sha) : blobURL(sha)).then(
             (url) => h("a", { href: url, download: media.name || "file" }).click(),
             (error) => showError(error),
           );
@@ -3328,18 +3356,7 @@ export function setUpMessages() {
 
 """#),
         ("offline.js", #"""
-// The chat kept for offline: the conversations and the messages the page last showed, in IndexedDB, so that a reload
-// while the server cannot be reached shows them at once, and says it is offline. (The page's own files are the
-// service worker's, sw.js; the outbox and the group notices are state.js's, in localStorage.)
-//
-// One database a user, `courier.offline.<user>`: `conversations` (key "u:bob" → the list's fields, its members and
-// read marks, and its newest messages), `profiles` (user → display name, bot), `meta` ("open" → the conversation that
-// was open). Bounded: the `maxConversations` conversations with the latest activity, the newest `maxMessages`
-// messages of each, and the profiles they name. Never the session's token, nor anything fetched with it (pictures).
-// Deleted when the user is signed out here (logged out, the device revoked, the token expired), and at a start with
-// no one signed in: a shared computer keeps no one's messages.
-//
-// What it restores is shown until the server's answers replace it: the names, each first page, the previews.
+// The chat kept for offline, in IndexedDB: what it holds, its bounds and when it is deleted are in docs/WEB.md.
 
 import { $, conversation, loadOutbox, num, session, state } from "./state.js";
 import { loadOlder } from "./requests.js";
@@ -5246,21 +5263,7 @@ self.addEventListener("notificationclick", (event) => {
   }
 });
 
-// The page offline
-//
-// The page's own files (`/` and every `/web/` file it loads) are kept in Cache Storage, one cache per version of the
-// page, named by the digest of the files' bytes. Network first: the server answers each file with its ETag and
-// `Cache-Control: no-cache`, so asking it costs a 304 when nothing changed, and a page read from it is one version
-// throughout (a cache-first worker that revalidated behind the page's back would serve a new index.html with the old
-// scripts, or the reverse, for a visit). The cache answers only when the network fails (or a proxy in front of a
-// server that is down answers 5xx). It is filled whole, never file by file as the page happens to load them: at
-// install, and after each page read from the network, every file is fetched again (304s), found by following the
-// page's links and its modules' imports from `/`; when their digest names a version not kept yet, that version's cache
-// is written completely, then made the current one, then the others are deleted. So the page offline is one version
-// too, and a new server's page replaces the old one at its first visit.
-//
-// Nothing else is ever kept or answered from here: not /media (what users uploaded, fetched with the token), /ws,
-// /api/, nor any request carrying credentials; the files are fetched for the cache without credentials.
+// The page offline: its own files, kept one version at a time, network first (docs/WEB.md).
 
 const cachePrefix = "courier-page-";
 const current = "courier-page"; // its one entry, /current, names the current version's cache

@@ -19,4 +19,17 @@ extension CourierServer {
             throw CourierStoreError(.storageFailed, "the Web Push key kept in the database is not a P-256 private key")
         }
     }
+
+    /// The key media tickets are signed with (``MediaTickets``), made on the first start and kept with the data: one
+    /// for every node.
+    func mediaTicketKey() async throws -> [UInt8] {
+        let kept = try await self.store.serverKey(named: MediaTickets.keyName, nowMs: SessionClock.systemWallMs()) {
+            var generator = SystemRandomNumberGenerator()
+            return (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+        }
+        guard kept.count >= 32 else {
+            throw CourierStoreError(.storageFailed, "the media ticket key kept in the database is too short")
+        }
+        return kept
+    }
 }

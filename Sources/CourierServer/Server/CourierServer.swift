@@ -315,6 +315,10 @@ public final class CourierServer: Service, Sendable {
             vapidPublicKey: vapid.publicKey,
             metrics: self.metrics,
             media: self.media,
+            mediaTickets: MediaTickets(
+                key: try await self.mediaTicketKey(),
+                lifetime: self.configuration.media.ticketLifetime
+            ),
             logins: self.logins,
             sessions: self.configuration.webSocket.enabled ? context : nil,
             api: context,
