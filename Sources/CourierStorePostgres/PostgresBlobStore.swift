@@ -1,5 +1,4 @@
 public import CourierStore
-internal import Crypto
 public import Foundation
 public import Logging
 internal import NIOCore
@@ -23,7 +22,7 @@ internal import PostgresNIO
 /// Reads fetch a range of one chunk at a time (`substring` of a column stored uncompressed, which PostgreSQL reads
 /// without reading the rest of it), so that memory holds at most ``BlobStore/Configuration/readChunkBytes``
 /// whatever the chunks' sizes.
-public final class PostgresBlobStore: BlobStorage {
+public final class PostgresBlobStore: BlobBackend {
     public let configuration: BlobStore.Configuration
     public let preferredAppendBytes: Int
     public var isShared: Bool { true }
@@ -46,15 +45,8 @@ public final class PostgresBlobStore: BlobStorage {
     /// The class of the advisory locks under which one owner's uploads start (`pg_advisory_xact_lock(class, owner)`).
     public static let admissionLockClass: Int32 = 0x4D45_4449
 
-    public func start(
-        upload id: String,
-        size: Int64,
-        sha256: String?,
-        admission: BlobAdmission?
-    ) async throws
-        -> BlobUpload
-    {
-        try self.validate(upload: id, size: size, sha256: sha256)
+    package func record(_ declared: BlobUpload, admission: BlobAdmission?) async throws -> BlobUpload {
+        let (id, size, sha256) = (declared.id, declared.size, declared.sha256)
         let now = Self.milliseconds(Date())
         let logger = self.logger
         let row = try await self.store.write(doing: "start an upload") { connection in
@@ -84,15 +76,10 @@ public final class PostgresBlobStore: BlobStorage {
             )
         }
         guard let row else { throw CourierStoreError(.storageFailed, "upload \(id) was not recorded") }
-        let upload = try Self.upload(id, row)
-        guard upload.size == size, upload.sha256 == sha256 else {
-            throw CourierStoreError(.invalidRequest, "upload \(id) was started with another size or digest")
-        }
-        return upload
+        return try Self.upload(id, row)
     }
 
-    public func upload(_ id: String) async throws -> BlobUpload? {
-        try Self.validate(uploadID: id)
+    package func recorded(_ id: String) async throws -> BlobUpload? {
         let logger = self.logger
         let row = try await self.store.read(doing: "read an upload") { connection in
             try await connection.row(
@@ -103,150 +90,96 @@ public final class PostgresBlobStore: BlobStorage {
         return try row.map { try Self.upload(id, $0) }
     }
 
-    private enum Appended: Sendable {
-        case offset(Int64)
-        case tooMany(size: Int64)
-    }
+    /// An upload's row, locked until the transaction ends: appends to it (from any node), its filing and its
+    /// deletion come one after the other.
+    package struct Hold: BlobHold {
+        let connection: PostgresConnection
+        let logger: Logger
+        /// The most bytes one chunk row holds.
+        let rowLimit: Int
+        package let upload: BlobUpload?
 
-    @discardableResult
-    public func append(_ bytes: Data, to id: String, at offset: Int64, content expected: Int64?) async throws -> Int64 {
-        try Self.validate(uploadID: id)
-        let now = Self.milliseconds(Date())
-        let logger = self.logger
-        let count = Int64(bytes.count)
-        let rowLimit = self.maxRowBytes
-        let appended = try await self.store.write(doing: "store a chunk of media") { connection in
-            // The upload's row is held until the commit: appends to it (from any node), its completion and its
-            // deletion come one after the other.
-            guard
-                let row = try await connection.row(
-                    "SELECT size, received, content FROM media_uploads WHERE id = \(id) FOR UPDATE",
-                    logger: logger
-                )
-            else { throw CourierStoreError(.unknownUpload, "no upload \(id)") }
-            let size = try row.get("size", as: Int64.self)
-            let received = try row.get("received", as: Int64.self)
-            let content = try row.get("content", as: Int64.self)
-            guard expected == nil || expected == content else {
-                throw CourierStoreError(.invalidRequest, "upload \(id) was deleted and started again")
-            }
-            guard offset == received else {
-                throw CourierStoreError(.invalidRequest, "upload \(id) continues at \(received), not \(offset)")
-            }
-            guard received + count <= size else {
-                try await Self.delete(upload: id, content: content, connection, logger: logger)
-                return Appended.tooMany(size: size)
-            }
-            guard count > 0 else { return .offset(received) }
+        /// Rows of at most ``PostgresBlobStore/maxRowBytes``, then the upload's new offset.
+        package func write(_ bytes: Data, at offset: Int64) async throws {
+            guard let upload, let content = upload.content else { return }
             var position = 0
             while position < bytes.count {
-                let end = min(bytes.count, position + rowLimit)
+                let end = min(bytes.count, position + self.rowLimit)
                 let piece = ByteBuffer(bytes: bytes[bytes.startIndex + position..<bytes.startIndex + end])
-                try await connection.run(
+                try await self.connection.run(
                     """
                     INSERT INTO media_chunks (content, position, bytes)
-                    VALUES (\(content), \(received + Int64(position)), \(piece))
+                    VALUES (\(content), \(offset + Int64(position)), \(piece))
                     """,
-                    logger: logger
+                    logger: self.logger
                 )
                 position = end
             }
-            try await connection.run(
-                "UPDATE media_uploads SET received = \(received + count), changed_ms = \(now) WHERE id = \(id)",
-                logger: logger
-            )
-            return .offset(received + count)
-        }
-        switch appended {
-        case .offset(let offset): return offset
-        case .tooMany(let size):
-            throw CourierStoreError(.mediaMismatch, "upload \(id) sent more than its \(size) bytes")
-        }
-    }
-
-    private enum Finished: Sendable {
-        case stored
-        case changed
-        case gone
-    }
-
-    public func finish(upload id: String, digest known: String?, content expected: Int64?) async throws -> String {
-        try Self.validate(uploadID: id)
-        let logger = self.logger
-        let found = try await self.store.read(doing: "read an upload") { connection in
-            try await connection.row(
-                "SELECT size, sha256, received, content FROM media_uploads WHERE id = \(id)",
-                logger: logger
-            )
-        }
-        guard let found else { throw CourierStoreError(.unknownUpload, "no upload \(id)") }
-        let upload = try Self.upload(id, found)
-        let content = try found.get("content", as: Int64.self)
-        guard expected == nil || expected == content else {
-            throw CourierStoreError(.uploadBusy, "upload \(id) was deleted and started again")
-        }
-        guard upload.offset == upload.size else {
-            throw CourierStoreError(.mediaMismatch, "upload \(id) has \(upload.offset) of \(upload.size) bytes")
-        }
-        let digest: String
-        if let known {
-            digest = known
-        } else {
-            var hasher = SHA256()
-            try await self.read(content: content, range: 0..<upload.size, of: id) { hasher.update(data: $0) }
-            digest = SHA256Hex.string(hasher.finalize())
-        }
-        if let declared = upload.sha256, digest != declared {
-            // Deleted only if it is still these bytes.
-            _ = try? await self.store.write(doing: "delete an upload") { connection in
-                try await Self.delete(upload: id, content: content, connection, logger: logger)
-            }
-            throw CourierStoreError(.mediaMismatch, "upload \(id) has sha256 \(digest), not \(declared)")
-        }
-        let now = Self.milliseconds(Date())
-        let finished = try await self.store.write(doing: "file an upload") { connection in
-            guard
-                let row = try await connection.row(
-                    "SELECT size, received, content FROM media_uploads WHERE id = \(id) FOR UPDATE",
-                    logger: logger
-                )
-            else { return Finished.gone }
-            let size = try row.get("size", as: Int64.self)
-            let received = try row.get("received", as: Int64.self)
-            let current = try row.get("content", as: Int64.self)
-            // Deleted and started again while its bytes were hashed: what was hashed is gone.
-            guard current == content, received == size else { return .changed }
-            try await connection.run("DELETE FROM media_uploads WHERE id = \(id)", logger: logger)
-            let filed = try await connection.value(
+            let now = PostgresBlobStore.milliseconds(Date())
+            try await self.connection.run(
                 """
-                INSERT INTO media_blobs (sha256, size, content, created_ms) VALUES (\(digest), \(size), \(content), \(now))
+                UPDATE media_uploads SET received = \(offset + Int64(bytes.count)), changed_ms = \(now)
+                WHERE id = \(upload.id)
+                """,
+                logger: self.logger
+            )
+        }
+
+        package func delete() async throws {
+            guard let upload else { return }
+            try await PostgresBlobStore.delete(
+                upload: upload.id,
+                content: upload.content,
+                self.connection,
+                logger: self.logger
+            )
+        }
+
+        /// Hands the upload's content over to a row of `media_blobs`, in the same transaction and copying no bytes;
+        /// when the digest is stored already, the upload's chunks go instead.
+        package func file(as digest: String) async throws {
+            guard let upload, let content = upload.content else { return }
+            let now = PostgresBlobStore.milliseconds(Date())
+            try await self.connection.run("DELETE FROM media_uploads WHERE id = \(upload.id)", logger: self.logger)
+            let filed = try await self.connection.value(
+                """
+                INSERT INTO media_blobs (sha256, size, content, created_ms)
+                VALUES (\(digest), \(upload.size), \(content), \(now))
                 ON CONFLICT (sha256) DO NOTHING RETURNING content
                 """,
                 as: Int64.self,
-                logger: logger
+                logger: self.logger
             )
-            // The same bytes were stored before: this copy goes.
             if filed == nil {
-                try await connection.run("DELETE FROM media_chunks WHERE content = \(content)", logger: logger)
+                try await self.connection.run(
+                    "DELETE FROM media_chunks WHERE content = \(content)",
+                    logger: self.logger
+                )
             }
-            return .stored
-        }
-        switch finished {
-        case .stored: return digest
-        case .gone:
-            // Finished meanwhile through another node (whose check of the same bytes passed): it is stored.
-            if try await self.size(of: digest) == upload.size { return digest }
-            throw CourierStoreError(.unknownUpload, "no upload \(id)")
-        case .changed: throw CourierStoreError(.uploadBusy, "upload \(id) was started again while it was checked")
         }
     }
 
-    public func abandon(upload id: String) async {
-        guard (try? Self.validate(uploadID: id)) != nil else { return }
+    package func holding<T: Sendable>(
+        upload id: String,
+        doing: String,
+        _ body: @escaping @Sendable (Hold) async throws -> T
+    ) async throws -> T {
         let logger = self.logger
-        _ = try? await self.store.write(doing: "delete an upload") { connection in
-            try await Self.delete(upload: id, connection, logger: logger)
+        let rowLimit = self.maxRowBytes
+        return try await self.store.write(doing: doing) { connection in
+            let row = try await connection.row(
+                "SELECT size, sha256, received, content FROM media_uploads WHERE id = \(id) FOR UPDATE",
+                logger: logger
+            )
+            let upload = try row.map { try Self.upload(id, $0) }
+            return try await body(Hold(connection: connection, logger: logger, rowLimit: rowLimit, upload: upload))
         }
+    }
+
+    package func readUpload(_ upload: BlobUpload, range: Range<Int64>, _ body: (Data) async throws -> Void) async throws
+    {
+        guard let content = upload.content else { return }
+        try await self.read(content: content, range: range, of: upload.id, body)
     }
 
     public func uploadsInProgress(prefixes: [String]?) async throws -> [String: Int64] {
@@ -311,35 +244,25 @@ public final class PostgresBlobStore: BlobStorage {
 
     // MARK: Reading
 
-    public func size(of sha256: String) async throws -> Int64? {
-        guard SHA256Hex.isValid(sha256) else { return nil }
+    package func blob(_ sha256: String) async throws -> StoredBlob? {
         let logger = self.logger
-        return try await self.store.read(doing: "read the size of media") { connection in
-            try await connection.value(
-                "SELECT size FROM media_blobs WHERE sha256 = \(sha256)",
-                as: Int64.self,
+        let row = try await self.store.read(doing: "read media") { connection in
+            try await connection.row(
+                "SELECT size, content FROM media_blobs WHERE sha256 = \(sha256)",
                 logger: logger
             )
         }
+        guard let row else { return nil }
+        return StoredBlob(
+            sha256: sha256,
+            size: try row.get("size", as: Int64.self),
+            content: try row.get("content", as: Int64.self)
+        )
     }
 
-    public func read(_ sha256: String, range: Range<Int64>, _ body: (Data) async throws -> Void) async throws {
-        let logger = self.logger
-        let row =
-            SHA256Hex.isValid(sha256)
-            ? try await self.store.read(doing: "read media") { connection in
-                try await connection.row(
-                    "SELECT size, content FROM media_blobs WHERE sha256 = \(sha256)",
-                    logger: logger
-                )
-            } : nil
-        guard let row else { throw CourierStoreError(.unknownMedia, "no media \(sha256)") }
-        let size = try row.get("size", as: Int64.self)
-        let content = try row.get("content", as: Int64.self)
-        guard range.lowerBound >= 0, range.upperBound <= size else {
-            throw CourierStoreError(.invalidRequest, "\(range) is outside the \(size) bytes of \(sha256)")
-        }
-        try await self.read(content: content, range: range, of: sha256, body)
+    package func readBlob(_ blob: StoredBlob, range: Range<Int64>, _ body: (Data) async throws -> Void) async throws {
+        guard let content = blob.content else { return }
+        try await self.read(content: content, range: range, of: blob.sha256, body)
     }
 
     /// Streams `range` of a content's chunks: one query for each piece, the piece of the chunk that holds its first
@@ -368,9 +291,7 @@ public final class PostgresBlobStore: BlobStorage {
                 else { return nil }
                 return try row[0].decode(ByteBuffer.self)
             }
-            guard let piece, piece.readableBytes > 0 else {
-                throw CourierStoreError(.storageFailed, "\(name) ended early, at \(position)")
-            }
+            guard let piece, piece.readableBytes > 0 else { return }
             position += Int64(piece.readableBytes)
             try await body(Data(piece.readableBytesView))
         }
@@ -389,7 +310,7 @@ public final class PostgresBlobStore: BlobStorage {
     }
 
     /// Deletes an upload and its chunks (none when there is no such upload, or when it is no longer `content`).
-    private static func delete(
+    fileprivate static func delete(
         upload id: String,
         content expected: Int64? = nil,
         _ connection: PostgresConnection,
@@ -408,7 +329,7 @@ public final class PostgresBlobStore: BlobStorage {
         try await connection.run("DELETE FROM media_chunks WHERE content = \(content)", logger: logger)
     }
 
-    private static func milliseconds(_ date: Date) -> Int64 {
+    fileprivate static func milliseconds(_ date: Date) -> Int64 {
         Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
     }
 }

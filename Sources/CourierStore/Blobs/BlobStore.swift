@@ -1,13 +1,12 @@
-internal import Crypto
 public import Foundation
 internal import Glibc
 public import Logging
 
 /// Media bytes on disk, addressed by their SHA-256: an upload is written chunk by chunk to `uploads/ID.part`
-/// (never held in memory), checked against the size and digest it declared, and only then moved to
-/// `objects/AB/ABCDEF…`, where identical files are stored once. A broken upload resumes from the length of its
-/// part file. File work runs on a Dispatch queue, off Swift's cooperative threads. One server owns the folder.
-public final class BlobStore: BlobStorage {
+/// (never held in memory), checked against the size and digest it declared (``BlobBackend``'s rules), and only then
+/// moved to `objects/AB/ABCDEF…`, where identical files are stored once. A broken upload resumes from the length of
+/// its part file. File work runs on a Dispatch queue, off Swift's cooperative threads. One server owns the folder.
+public final class BlobStore: BlobBackend {
     /// The limits of the blob store, with their defaults.
     public struct Configuration: Sendable, Hashable {
         /// The largest media file, in bytes; a larger declared size is refused with `media-too-large`.
@@ -95,118 +94,106 @@ public final class BlobStore: BlobStorage {
         return (files, bytes)
     }
 
-    // MARK: Uploading
+    // MARK: Uploading (the rules are ``BlobBackend``'s)
 
-    /// Starts an upload, or finds it again to resume it (``BlobStorage/start(upload:size:sha256:admission:)``). The
+    /// Records an upload (its declaration in `uploads/ID.meta`, its bytes in `uploads/ID.part`) unless one is. The
     /// admission is checked against a listing of the uploads folder: starts of one owner must take turns in the
     /// caller (one server owns the folder).
-    public func start(
-        upload id: String,
-        size: Int64,
-        sha256: String?,
-        admission: BlobAdmission?
-    ) async throws
-        -> Upload
-    {
-        try self.validate(upload: id, size: size, sha256: sha256)
-        let digest = sha256
+    package func record(_ declared: BlobUpload, admission: BlobAdmission?) async throws -> BlobUpload {
+        let id = declared.id
         if let admission {
             var others = try await self.uploadsInProgress(prefixes: admission.prefixes)
             others[id] = nil
             try admission.admit(others)
         }
         return try await self.run {
-            let declaration = "\(size) \(digest ?? "-")"
-            let meta = self.metaFile(id)
-            if let existing = try? String(contentsOf: meta, encoding: .utf8) {
-                guard existing == declaration else {
-                    throw CourierStoreError(.invalidRequest, "upload \(id) was started with another size or digest")
-                }
-            } else {
-                try self.storage {
-                    try Data(declaration.utf8).write(to: meta, options: .atomic)
-                    try PrivateFiles.restrict(meta.path)
-                    try PrivateFiles.createFile(atPath: self.partFile(id).path)
-                }
-            }
-            return Upload(id: id, size: size, sha256: digest, offset: try self.length(of: self.partFile(id)))
-        }
-    }
-
-    /// An upload in progress, or nil when there is none by that id.
-    public func upload(_ id: String) async throws -> Upload? {
-        try Self.validate(uploadID: id)
-        return try await self.run { try self.readUpload(id) }
-    }
-
-    /// Writes a chunk of an upload at `offset` (``BlobStorage/append(_:to:at:content:)``; `content` is not used: the
-    /// caller lets one writer at a time own an upload).
-    @discardableResult
-    public func append(_ bytes: Data, to id: String, at offset: Int64, content: Int64?) async throws -> Int64 {
-        try Self.validate(uploadID: id)
-        return try await self.run {
-            guard let upload = try self.readUpload(id) else {
-                throw CourierStoreError(.unknownUpload, "no upload \(id)")
-            }
-            guard offset == upload.offset else {
-                throw CourierStoreError(.invalidRequest, "upload \(id) continues at \(upload.offset), not \(offset)")
-            }
-            guard upload.offset + Int64(bytes.count) <= upload.size else {
-                self.discard(id)
-                throw CourierStoreError(.mediaMismatch, "upload \(id) sent more than its \(upload.size) bytes")
-            }
+            if let existing = try self.readUpload(id) { return existing }
             try self.storage {
-                let handle = try FileHandle(forWritingTo: self.partFile(id))
-                defer { try? handle.close() }
-                try handle.seek(toOffset: UInt64(offset))
-                try handle.write(contentsOf: bytes)
+                try Data("\(declared.size) \(declared.sha256 ?? "-")".utf8).write(
+                    to: self.metaFile(id),
+                    options: .atomic
+                )
+                try PrivateFiles.restrict(self.metaFile(id).path)
+                try PrivateFiles.createFile(atPath: self.partFile(id).path)
             }
-            return offset + Int64(bytes.count)
+            return Upload(id: id, size: declared.size, sha256: declared.sha256, offset: 0)
         }
     }
 
-    /// Finishes an upload (``BlobStorage/finish(upload:digest:content:)``): checks its size and SHA-256, makes the part
-    /// file durable, and moves it under its digest, or drops it when the same bytes are stored already.
-    public func finish(upload id: String, digest known: String?, content: Int64?) async throws -> String {
-        try Self.validate(uploadID: id)
-        return try await self.run {
-            guard let upload = try self.readUpload(id) else {
-                throw CourierStoreError(.unknownUpload, "no upload \(id)")
+    package func recorded(_ id: String) async throws -> BlobUpload? {
+        try await self.run { try self.readUpload(id) }
+    }
+
+    /// An upload of the folder's, held: the caller lets one writer at a time own an upload (one server owns the
+    /// folder), so holding it takes no lock.
+    package struct Hold: BlobHold {
+        let store: BlobStore
+        let id: String
+        package let upload: BlobUpload?
+
+        package func write(_ bytes: Data, at offset: Int64) async throws {
+            let (store, id) = (self.store, self.id)
+            try await store.run {
+                try store.storage {
+                    let handle = try FileHandle(forWritingTo: store.partFile(id))
+                    defer { try? handle.close() }
+                    try handle.seek(toOffset: UInt64(offset))
+                    try handle.write(contentsOf: bytes)
+                }
             }
-            guard upload.offset == upload.size else {
-                throw CourierStoreError(.mediaMismatch, "upload \(id) has \(upload.offset) of \(upload.size) bytes")
-            }
-            let part = self.partFile(id)
-            let digest = try self.storage {
-                if let known {
+        }
+
+        package func delete() async throws {
+            let (store, id) = (self.store, self.id)
+            try await store.run { store.discard(id) }
+        }
+
+        /// Syncs the part file and moves it to `objects/`, or removes it when the digest is stored already.
+        package func file(as digest: String) async throws {
+            let (store, id) = (self.store, self.id)
+            try await store.run {
+                let part = store.partFile(id)
+                let object = store.objectFile(digest)
+                try store.storage {
                     try Self.sync(part)
-                    return known
+                    if FileManager.default.fileExists(atPath: object.path) {
+                        try FileManager.default.removeItem(at: part)
+                    } else {
+                        try PrivateFiles.createFolder(object.deletingLastPathComponent())
+                        try FileManager.default.moveItem(at: part, to: object)
+                        Self.syncFolder(object.deletingLastPathComponent())
+                    }
+                    try? FileManager.default.removeItem(at: store.metaFile(id))
                 }
-                return try self.hash(part, sync: true)
             }
-            if let declared = upload.sha256, digest != declared {
-                self.discard(id)
-                throw CourierStoreError(.mediaMismatch, "upload \(id) has sha256 \(digest), not \(declared)")
-            }
-            let object = self.objectFile(digest)
-            try self.storage {
-                if FileManager.default.fileExists(atPath: object.path) {
-                    try FileManager.default.removeItem(at: part)
-                } else {
-                    try PrivateFiles.createFolder(object.deletingLastPathComponent())
-                    try FileManager.default.moveItem(at: part, to: object)
-                    Self.syncFolder(object.deletingLastPathComponent())
-                }
-                try? FileManager.default.removeItem(at: self.metaFile(id))
-            }
-            return digest
+        }
+
+        private static func sync(_ file: URL) throws {
+            let handle = try FileHandle(forUpdating: file)
+            defer { try? handle.close() }
+            try handle.synchronize()
+        }
+
+        private static func syncFolder(_ folder: URL) {
+            let descriptor = open(folder.path, O_RDONLY)
+            guard descriptor >= 0 else { return }
+            _ = fsync(descriptor)
+            close(descriptor)
         }
     }
 
-    /// Deletes an upload that will not be finished (nothing happens when there is none).
-    public func abandon(upload id: String) async {
-        guard (try? Self.validate(uploadID: id)) != nil else { return }
-        _ = try? await self.run { self.discard(id) }
+    package func holding<T: Sendable>(
+        upload id: String,
+        doing: String,
+        _ body: @escaping @Sendable (Hold) async throws -> T
+    ) async throws -> T {
+        let upload = try await self.run { try self.readUpload(id) }
+        return try await body(Hold(store: self, id: id, upload: upload))
+    }
+
+    package func readUpload(_ upload: BlobUpload, range: Range<Int64>, _ body: (Data) async throws -> Void) async throws
+    {
+        try await self.read(file: self.partFile(upload.id), range: range, body)
     }
 
     /// The uploads in progress with their declared sizes: the disk they may come to take. It lists the uploads
@@ -252,42 +239,33 @@ public final class BlobStore: BlobStorage {
 
     // MARK: Reading
 
-    /// The size of a stored blob, or nil when there is none with that digest.
-    public func size(of sha256: String) async throws -> Int64? {
-        guard let object = SHA256Hex.isValid(sha256) ? self.objectFile(sha256) : nil else { return nil }
+    package func blob(_ sha256: String) async throws -> StoredBlob? {
+        let object = self.objectFile(sha256)
         return try await self.run {
-            FileManager.default.fileExists(atPath: object.path) ? try self.length(of: object) : nil
+            guard FileManager.default.fileExists(atPath: object.path) else { return nil }
+            return StoredBlob(sha256: sha256, size: try self.length(of: object))
         }
     }
 
-    /// Streams `range` of a stored blob to `body`, a chunk of at most ``Configuration/readChunkBytes`` at a time.
-    ///
-    /// - Throws: `unknown-media` when there is no such blob, `invalid-request` for a range outside it.
-    public func read(
-        _ sha256: String,
-        range: Range<Int64>,
-        _ body: (Data) async throws -> Void
-    ) async throws {
-        guard SHA256Hex.isValid(sha256), let size = try await self.size(of: sha256) else {
-            throw CourierStoreError(.unknownMedia, "no media \(sha256)")
-        }
-        guard range.lowerBound >= 0, range.upperBound <= size else {
-            throw CourierStoreError(.invalidRequest, "\(range) is outside the \(size) bytes of \(sha256)")
-        }
-        let object = self.objectFile(sha256)
+    package func readBlob(_ blob: StoredBlob, range: Range<Int64>, _ body: (Data) async throws -> Void) async throws {
+        try await self.read(file: self.objectFile(blob.sha256), range: range, body)
+    }
+
+    /// Streams `range` of a file, a chunk of at most ``Configuration/readChunkBytes`` at a time, until it ends.
+    private func read(file: URL, range: Range<Int64>, _ body: (Data) async throws -> Void) async throws {
         var position = range.lowerBound
         while position < range.upperBound {
             let count = Int(min(Int64(self.configuration.readChunkBytes), range.upperBound - position))
             let start = position
             let chunk = try await self.run {
                 try self.storage {
-                    let handle = try FileHandle(forReadingFrom: object)
+                    let handle = try FileHandle(forReadingFrom: file)
                     defer { try? handle.close() }
                     try handle.seek(toOffset: UInt64(start))
                     return try handle.read(upToCount: count) ?? Data()
                 }
             }
-            guard !chunk.isEmpty else { throw CourierStoreError(.storageFailed, "\(sha256) ended early") }
+            guard !chunk.isEmpty else { return }
             position += Int64(chunk.count)
             try await body(chunk)
         }
@@ -329,31 +307,6 @@ public final class BlobStore: BlobStorage {
     private func length(of file: URL) throws -> Int64 {
         let attributes = try self.storage { try FileManager.default.attributesOfItem(atPath: file.path) }
         return (attributes[.size] as? NSNumber)?.int64Value ?? 0
-    }
-
-    /// The SHA-256 of a file, read in chunks; with `sync`, the file is also made durable first.
-    private func hash(_ file: URL, sync: Bool) throws -> String {
-        let handle = try FileHandle(forUpdating: file)
-        defer { try? handle.close() }
-        if sync { try handle.synchronize() }
-        var hasher = SHA256()
-        while let chunk = try handle.read(upToCount: self.configuration.readChunkBytes), !chunk.isEmpty {
-            hasher.update(data: chunk)
-        }
-        return SHA256Hex.string(hasher.finalize())
-    }
-
-    private static func sync(_ file: URL) throws {
-        let handle = try FileHandle(forUpdating: file)
-        defer { try? handle.close() }
-        try handle.synchronize()
-    }
-
-    private static func syncFolder(_ folder: URL) {
-        let descriptor = open(folder.path, O_RDONLY)
-        guard descriptor >= 0 else { return }
-        _ = fsync(descriptor)
-        close(descriptor)
     }
 
     /// A file operation's error as `storage-failed`.
