@@ -302,6 +302,14 @@ public protocol CourierDatabase: Sendable {
     func mediaUsage(of user: UserID) async throws -> Int64
     func uploadedSize(by user: UserID, sha256: String) async throws -> Int64?
     func mediaAccess(for user: UserID, sha256: String) async throws -> MediaAccess?
+    /// Of `sha256s`, the files something keeps (Rules/MediaCollection.swift).
+    func referencedMedia(_ sha256s: [String], ownedSinceMs: Int64) async throws -> Set<String>
+    /// Dooms a file nothing keeps; false when something keeps it now.
+    func doomMedia(_ sha256: String, ownedSinceMs: Int64, nowMs: Int64) async throws -> Bool
+    /// The files doomed and not yet forgotten.
+    func doomedMedia() async throws -> [String]
+    /// Forgets a doomed file whose bytes are deleted.
+    func forgetDoomedMedia(_ sha256: String) async throws
     /// Where media bytes are kept with this store: a ``BlobStore`` in `folder` for a store one server owns (the
     /// default); a store several nodes share keeps them where every node reads them (and leaves `folder` alone).
     ///

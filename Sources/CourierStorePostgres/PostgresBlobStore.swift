@@ -297,6 +297,47 @@ public final class PostgresBlobStore: BlobBackend {
         }
     }
 
+    // MARK: Collection
+
+    public func blobs(after: String?, limit: Int) async throws -> [BlobInfo] {
+        let logger = self.logger
+        let after = after ?? ""
+        return try await self.store.read(doing: "list media") { connection in
+            try await connection.rows(
+                """
+                SELECT sha256, size, created_ms FROM media_blobs WHERE sha256 > \(after)
+                ORDER BY sha256 LIMIT \(limit)
+                """,
+                logger: logger
+            ).map { row in
+                BlobInfo(
+                    sha256: try row.get("sha256", as: String.self),
+                    size: try row.get("size", as: Int64.self),
+                    storedMs: try row.get("created_ms", as: Int64.self)
+                )
+            }
+        }
+    }
+
+    @discardableResult
+    public func deleteBlob(_ sha256: String) async throws -> Int64 {
+        let logger = self.logger
+        return try await self.store.write(doing: "delete media") { connection in
+            guard
+                let row = try await connection.row(
+                    "DELETE FROM media_blobs WHERE sha256 = \(sha256) RETURNING size, content",
+                    logger: logger
+                )
+            else { return 0 }
+            let content = try row.get("content", as: Int64.self)
+            try await connection.run("DELETE FROM media_chunks WHERE content = \(content)", logger: logger)
+            return try row.get("size", as: Int64.self)
+        }
+    }
+
+    /// Never: PostgreSQL's own backups see one moment of blobs and rows together.
+    public func deletionPaused() async -> Bool { false }
+
     // MARK: Rows
 
     private static func upload(_ id: String, _ row: PostgresRandomAccessRow) throws -> BlobUpload {

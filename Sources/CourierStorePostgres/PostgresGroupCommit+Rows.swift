@@ -383,6 +383,9 @@ extension PostgresGroupCommit {
     private mutating func loadUploads(_ keys: [UploadKey], _ connection: PostgresConnection) async throws {
         let keys = Array(Set(keys))
         guard !keys.isEmpty else { return }
+        // Under the files' shared locks: a collection of one of them waits for this batch, or has deleted the
+        // records this reads (Rules/MediaCollection.swift).
+        try await PostgresTransaction.lockMedia(keys.map(\.sha256), exclusive: false, connection, logger: self.logger)
         var found: [UploadKey: Int64] = [:]
         for row in try await connection.rows(
             """

@@ -603,5 +603,20 @@ enum PostgresSchema {
                 "UPDATE message_search SET tokens = NULL WHERE tokens IS NOT NULL"
             ]
         ),
+        Migration(
+            version: "v25-media-collection",
+            statements: [
+                // Files nothing names any more, being deleted (MediaService's collection): what would name one again
+                // (an upload's record) is refused until it is gone.
+                """
+                CREATE TABLE media_doomed (
+                    sha256 TEXT PRIMARY KEY,
+                    since_ms BIGINT NOT NULL
+                )
+                """,
+                // The collection asks, file by file, whether an upload record keeps it.
+                "CREATE INDEX media_owners_by_sha256 ON media_owners (sha256, created_ms)",
+            ]
+        ),
     ]
 }

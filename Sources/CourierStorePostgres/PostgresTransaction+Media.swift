@@ -44,6 +44,87 @@ extension PostgresTransaction {
         )
     }
 
+    /// The class of the advisory locks files are taken under (`pg_advisory_xact_lock(class, hashtext(sha256))`).
+    static let mediaLockClass: Int32 = 0x4D47_4343
+
+    /// Advisory locks on the files' digests (two digests that hash alike share one: they only wait for each other
+    /// more), taken in order.
+    package func lockMedia(_ sha256s: [String], exclusive: Bool) async throws {
+        try await Self.lockMedia(sha256s, exclusive: exclusive, self.connection, logger: self.logger)
+    }
+
+    static func lockMedia(
+        _ sha256s: [String],
+        exclusive: Bool,
+        _ connection: PostgresConnection,
+        logger: Logger
+    ) async throws {
+        let sorted = Array(Set(sha256s)).sorted()
+        guard !sorted.isEmpty else { return }
+        if exclusive {
+            try await connection.run(
+                """
+                SELECT pg_advisory_xact_lock(\(Self.mediaLockClass), hashtext(s))
+                FROM unnest(\(sorted)::text[]) AS s ORDER BY hashtext(s)
+                """,
+                logger: logger
+            )
+        } else {
+            try await connection.run(
+                """
+                SELECT pg_advisory_xact_lock_shared(\(Self.mediaLockClass), hashtext(s))
+                FROM unnest(\(sorted)::text[]) AS s ORDER BY hashtext(s)
+                """,
+                logger: logger
+            )
+        }
+    }
+
+    package func referencedMedia(_ sha256s: [String], ownedSinceMs: Int64) async throws -> Set<String> {
+        guard !sha256s.isEmpty else { return [] }
+        let rows = try await self.connection.rows(
+            """
+            SELECT sha256 FROM message_media WHERE sha256 = ANY(\(sha256s))
+            UNION SELECT p.avatar_sha256 FROM profiles p JOIN users u ON u.id = p.user_id
+                WHERE u.removed_ms IS NULL AND p.avatar_sha256 = ANY(\(sha256s))
+            UNION SELECT p.thumb_sha256 FROM profiles p JOIN users u ON u.id = p.user_id
+                WHERE u.removed_ms IS NULL AND p.thumb_sha256 = ANY(\(sha256s))
+            UNION SELECT sha256 FROM media_owners WHERE sha256 = ANY(\(sha256s)) AND created_ms >= \(ownedSinceMs)
+            """,
+            logger: self.logger
+        )
+        return Set(try rows.map { try $0.get("sha256", as: String.self) })
+    }
+
+    package func deleteMediaOwners(of sha256: String) async throws {
+        try await self.connection.run("DELETE FROM media_owners WHERE sha256 = \(sha256)", logger: self.logger)
+    }
+
+    package func insertDoomedMedia(_ sha256: String, nowMs: Int64) async throws {
+        try await self.connection.run(
+            "INSERT INTO media_doomed (sha256, since_ms) VALUES (\(sha256), \(nowMs)) ON CONFLICT DO NOTHING",
+            logger: self.logger
+        )
+    }
+
+    package func isDoomedMedia(_ sha256: String) async throws -> Bool {
+        try await self.connection.value(
+            "SELECT 1::integer FROM media_doomed WHERE sha256 = \(sha256)",
+            as: Int32.self,
+            logger: self.logger
+        ) != nil
+    }
+
+    package func doomedMedia() async throws -> [String] {
+        try await self.connection.rows("SELECT sha256 FROM media_doomed ORDER BY sha256", logger: self.logger).map {
+            try $0.get("sha256", as: String.self)
+        }
+    }
+
+    package func deleteDoomedMedia(_ sha256: String) async throws {
+        try await self.connection.run("DELETE FROM media_doomed WHERE sha256 = \(sha256)", logger: self.logger)
+    }
+
     package func mediaCarriers(of sha256: String, for user: UserID) async throws -> [MediaCarrier] {
         try await self.connection.rows(
             """

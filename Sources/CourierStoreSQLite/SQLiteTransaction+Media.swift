@@ -45,6 +45,60 @@ extension SQLiteTransaction {
         }
     }
 
+    /// Nothing: one writer at a time.
+    package func lockMedia(_ sha256s: [String], exclusive: Bool) async throws {}
+
+    package func referencedMedia(_ sha256s: [String], ownedSinceMs: Int64) async throws -> Set<String> {
+        guard !sha256s.isEmpty else { return [] }
+        return try await self.access { db in
+            let list = "(" + Array(repeating: "?", count: sha256s.count).joined(separator: ",") + ")"
+            let found = try String.fetchAll(
+                db,
+                sql: """
+                    SELECT sha256 FROM message_media WHERE sha256 IN \(list)
+                    UNION SELECT p.avatar_sha256 FROM profiles p JOIN users u ON u.id = p.user_id
+                        WHERE u.removed_ms IS NULL AND p.avatar_sha256 IN \(list)
+                    UNION SELECT p.thumb_sha256 FROM profiles p JOIN users u ON u.id = p.user_id
+                        WHERE u.removed_ms IS NULL AND p.thumb_sha256 IN \(list)
+                    UNION SELECT sha256 FROM media_owners WHERE sha256 IN \(list) AND created_ms >= ?
+                    """,
+                arguments: StatementArguments(sha256s + sha256s + sha256s + sha256s) + [ownedSinceMs]
+            )
+            return Set(found)
+        }
+    }
+
+    package func deleteMediaOwners(of sha256: String) async throws {
+        try await self.update { db in
+            try db.execute(sql: "DELETE FROM media_owners WHERE sha256 = ?", arguments: [sha256])
+        }
+    }
+
+    package func insertDoomedMedia(_ sha256: String, nowMs: Int64) async throws {
+        try await self.update { db in
+            try db.execute(
+                sql: "INSERT OR IGNORE INTO media_doomed (sha256, since_ms) VALUES (?, ?)",
+                arguments: [sha256, nowMs]
+            )
+        }
+    }
+
+    package func isDoomedMedia(_ sha256: String) async throws -> Bool {
+        try await self.access { db in
+            try Bool.fetchOne(db, sql: "SELECT 1 FROM media_doomed WHERE sha256 = ?", arguments: [sha256]) ?? false
+        }
+    }
+
+    package func doomedMedia() async throws -> [String] {
+        try await self.access { db in try String.fetchAll(db, sql: "SELECT sha256 FROM media_doomed ORDER BY sha256") }
+    }
+
+    package func deleteDoomedMedia(_ sha256: String) async throws {
+        try await self.update { db in
+            try db.execute(sql: "DELETE FROM media_doomed WHERE sha256 = ?", arguments: [sha256])
+        }
+    }
+
     package func mediaCarriers(of sha256: String, for user: UserID) async throws -> [MediaCarrier] {
         try await self.access { db in
             try Row.fetchAll(

@@ -582,6 +582,20 @@ enum Schema {
             // serves (the triggers take the old tokens out of message_fts).
             try db.execute(sql: "UPDATE message_search SET tokens = NULL WHERE tokens IS NOT NULL")
         }
+        migrator.registerMigration("v24-media-collection") { db in
+            try db.execute(
+                sql: """
+                    -- Files nothing names any more, being deleted (MediaService's collection): what would name one
+                    -- again (an upload's record) is refused until it is gone.
+                    CREATE TABLE media_doomed (
+                        sha256 TEXT PRIMARY KEY,
+                        since_ms INTEGER NOT NULL
+                    ) WITHOUT ROWID;
+                    -- The collection asks, file by file, whether an upload record keeps it.
+                    CREATE INDEX media_owners_by_sha256 ON media_owners (sha256, created_ms);
+                    """
+            )
+        }
         return migrator
     }
 }

@@ -9,7 +9,8 @@ struct Backup: AsyncParsableCommand {
         discussion: """
             Writes OUT/\(SQLiteStore.databaseFileName), a complete database as of one moment; the server goes on \
             reading and writing meanwhile. Then copies the stored media files to OUT/media/objects/: every file \
-            that database names is there (stored files never change nor go), uploads still in progress are not. \
+            that database names is there (stored files never change, and the server deletes none of those nothing \
+            names while a backup runs), uploads still in progress are not. \
             To restore, start the server on the copy: courier serve --data OUT.
             """
     )
@@ -34,16 +35,24 @@ struct Backup: AsyncParsableCommand {
             throw CommandFailure(description: "cannot create \(self.out): \(error)")
         }
         let target = folder.appendingPathComponent(SQLiteStore.databaseFileName).path
-        try await options.withSQLiteStore { try $0.backup(to: target) }
-        let media: (files: Int, bytes: Int64)
+        // No media file is deleted (as one nothing names) from before the database is copied until the files are.
+        let media = options.folder.appendingPathComponent("media", isDirectory: true)
         do {
-            media = try BlobStore.copyObjects(
-                from: options.folder.appendingPathComponent("media", isDirectory: true),
+            try BlobStore.markBackup(of: media)
+        } catch {
+            throw CommandFailure(description: "cannot mark \(media.path) as being backed up: \(error)")
+        }
+        defer { BlobStore.unmarkBackup(of: media) }
+        try await options.withSQLiteStore { try $0.backup(to: target) }
+        let copied: (files: Int, bytes: Int64)
+        do {
+            copied = try BlobStore.copyObjects(
+                from: media,
                 to: folder.appendingPathComponent("media", isDirectory: true)
             )
         } catch {
             throw CommandFailure(description: "the database is backed up to \(target), the media not: \(error)")
         }
-        print("backed up \(options.folder.path) to \(target), and \(media.files) media files (\(media.bytes) bytes)")
+        print("backed up \(options.folder.path) to \(target), and \(copied.files) media files (\(copied.bytes) bytes)")
     }
 }

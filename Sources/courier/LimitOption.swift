@@ -142,6 +142,7 @@ enum LimitOption {
         ("max-uploads-per-user", { $0.media.maxUploadsPerUser = try int($1) }),
         ("abandoned-upload-age", { $0.media.abandonedUploadAge = try seconds($1) }),
         ("upload-cleanup-interval", { $0.media.cleanupInterval = try duration($1) }),
+        ("unreferenced-media-age", { $0.media.unreferencedMediaAge = try seconds($1) }),
         ("upload-window-bytes", { $0.media.uploadWindowBytes = try bytes($1) }),
         ("max-chunk-bytes", { $0.media.maxChunkBytes = try bytes($1) }),
         ("default-fetch-window-bytes", { $0.media.defaultFetchWindowBytes = try bytes($1) }),

@@ -224,6 +224,9 @@ extension CommandLineTests {
             let copy = folder.appendingPathComponent("copy")
             var result = try await Self.courier("backup", "--data", data.path, copy.path)
             #expect(result.status == 0 && result.output.hasPrefix("backed up "), "\(result)")
+            // Its mark (no file deleted while it copied) is gone with it, and was not copied.
+            #expect(!FileManager.default.fileExists(atPath: data.path + "/media/backup-in-progress"))
+            #expect(!FileManager.default.fileExists(atPath: copy.path + "/media/backup-in-progress"))
             try await more.value
             result = try await Self.courier("backup", "--data", data.path, copy.path)
             #expect(result.status == 1 && result.output.contains("does not overwrite"), "\(result)")

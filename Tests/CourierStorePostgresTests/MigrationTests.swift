@@ -20,7 +20,7 @@ struct MigrationTests {
         "v9-roles", "v10-quiet", "v11-media-types", "v12-skeletons", "v13-group-origins", "v14-log-positions",
         "v15-group-events", "v16-forward-ports", "v17-push", "v18-push-outbox", "v19-push-gateways", "v20-bots",
         "v21-webhooks",
-        "v22-blocks", "v23-pins", "v24-search-prefixes",
+        "v22-blocks", "v23-pins", "v24-search-prefixes", "v25-media-collection",
     ]
 
     static func store(_ location: PostgresLocation) -> PostgresStore {

@@ -408,8 +408,13 @@ public struct ServerConfiguration: Sendable {
         public var maxUploadsPerUser: Int = 32
         /// An upload that has not grown for this long is abandoned and deleted (a client may resume before then).
         public var abandonedUploadAge: Duration = .seconds(24 * 3600)
-        /// How often abandoned uploads are looked for.
+        /// How often abandoned uploads are looked for, and stored files nothing names any more collected.
         public var cleanupInterval: Duration = .seconds(3600)
+        /// A stored file nothing names (no message carries it, no profile shows it, no upload of it is in progress)
+        /// is deleted once it and every upload record of it are this old: an upload finished and not sent (or
+        /// refused at its record), a recalled message's file, a removed user's unsent files, a profile picture
+        /// replaced. Younger, it waits for the send that may follow its upload.
+        public var unreferencedMediaAge: Duration = .seconds(24 * 3600)
         /// The bytes a client may send on an upload stream before the server grants more (`windowUpdate`): the most
         /// upload bytes that can sit ahead of a text on the way in.
         public var uploadWindowBytes: Int = 1024 * 1024

@@ -302,6 +302,13 @@ final class MediaService: Sendable {
             quota: self.configuration.quotaBytesPerUser,
             nowMs: SessionClock.systemWallMs()
         )
+        // The same bytes were stored already, as a file nothing named, and the collection deleted it between this
+        // upload's finish (which dropped its own bytes for it) and the record: the record goes, and the client
+        // uploads again (Rules/MediaCollection.swift).
+        guard try await self.blobs.size(of: digest) == upload.size else {
+            try? await self.store.forgetUnsentUpload(user: upload.user, sha256: digest)
+            throw CourierStoreError(.uploadBusy, "the same file was deleted just now; upload it again")
+        }
         return (digest, max(0, left))
     }
 
@@ -329,7 +336,77 @@ final class MediaService: Sendable {
         return bytes
     }
 
-    /// Deletes abandoned uploads every ``ServerConfiguration/Media/cleanupInterval`` until cancelled.
+    /// What one collection did.
+    struct Collection: Sendable, Equatable {
+        /// The files deleted, and their bytes.
+        var files = 0
+        var bytes: Int64 = 0
+        /// The stored files looked at.
+        var looked = 0
+    }
+
+    /// Stored files a collection looks at per listing.
+    static let collectionBatch = 256
+
+    /// Deletes the stored files nothing names (Rules/MediaCollection.swift): those that neither a message, a profile
+    /// picture, an upload record younger than ``ServerConfiguration/Media/unreferencedMediaAge``, nor an upload in
+    /// progress of the same digest keeps, stored longer ago than that age. First finishes what a collection that
+    /// stopped part way (a crash, another node's) left doomed.
+    ///
+    /// - Parameters:
+    ///   - before: Files stored, and upload records made, before this time are old enough (by default
+    ///     ``ServerConfiguration/Media/unreferencedMediaAge`` before `nowMs`; a test names one instead of waiting).
+    ///   - nowMs: The time it runs at.
+    @discardableResult
+    func collectUnreferenced(before: Int64? = nil, nowMs: Int64) async throws -> Collection {
+        var done = Collection()
+        // A backup copying the files: nothing is deleted until it is done.
+        guard await !self.blobs.deletionPaused() else { return done }
+        for sha256 in try await self.store.doomedMedia() {
+            guard await !self.blobs.deletionPaused() else { return done }
+            done.bytes += try await self.blobs.deleteBlob(sha256)
+            done.files += 1
+            try await self.store.forgetDoomedMedia(sha256)
+        }
+        let age = self.configuration.unreferencedMediaAge
+        let before =
+            before ?? nowMs - Int64(age.components.seconds) * 1000 - age.components.attoseconds / 1_000_000_000_000_000
+        var after: String?
+        while true {
+            let listed = try await self.blobs.blobs(after: after, limit: Self.collectionBatch)
+            guard let last = listed.last else { break }
+            after = last.sha256
+            done.looked += listed.count
+            let old = listed.filter { $0.storedMs < before }
+            guard !old.isEmpty else { continue }
+            let kept = try await self.store.referencedMedia(old.map(\.sha256), ownedSinceMs: before)
+            // An upload in progress of the same bytes (a native upload declares them in its id).
+            let uploading = Set(
+                try await self.blobs.uploadsInProgress().keys.compactMap(Self.declaredDigest(ofUpload:))
+            )
+            for blob in old where !kept.contains(blob.sha256) && !uploading.contains(blob.sha256) {
+                guard try await self.store.doomMedia(blob.sha256, ownedSinceMs: before, nowMs: nowMs) else { continue }
+                // A backup that began after the doom may have copied a database that names the file: it stays
+                // doomed, and goes at a collection after the backup.
+                guard await !self.blobs.deletionPaused() else { return done }
+                done.bytes += try await self.blobs.deleteBlob(blob.sha256)
+                done.files += 1
+                try await self.store.forgetDoomedMedia(blob.sha256)
+                self.prefixes.withLock { _ = $0.removeValue(forKey: blob.sha256) }
+            }
+        }
+        return done
+    }
+
+    /// The digest a native upload's id declares (``nativeUploadID(user:sha256:)``), or nil.
+    static func declaredDigest(ofUpload id: String) -> String? {
+        guard id.hasPrefix("n"), let dash = id.firstIndex(of: "-") else { return nil }
+        let digest = String(id[id.index(after: dash)...])
+        return SHA256Hex.isValid(digest) ? digest : nil
+    }
+
+    /// Deletes abandoned uploads, then collects the files nothing names, every
+    /// ``ServerConfiguration/Media/cleanupInterval`` until cancelled.
     func removeAbandonedUploads() async {
         repeat {
             do {
@@ -342,6 +419,17 @@ final class MediaService: Sendable {
                 }
             } catch {
                 self.logger.warning("removing abandoned uploads failed", metadata: ["error": "\(error)"])
+            }
+            do {
+                let collected = try await self.collectUnreferenced(nowMs: SessionClock.systemWallMs())
+                if collected.files > 0 {
+                    self.logger.info(
+                        "deleted media nothing names",
+                        metadata: ["files": "\(collected.files)", "bytes": "\(collected.bytes)"]
+                    )
+                }
+            } catch {
+                self.logger.warning("collecting media failed", metadata: ["error": "\(error)"])
             }
         } while (try? await Task.sleep(for: self.configuration.cleanupInterval)) != nil
     }

@@ -119,6 +119,34 @@ public protocol BlobStorage: Sendable {
     /// - Throws: `unknown-media` when there is no such blob, `invalid-request` for a range outside it,
     ///   `storage-failed`.
     func read(_ sha256: String, range: Range<Int64>, _ body: (Data) async throws -> Void) async throws
+
+    // MARK: Collection
+
+    /// The stored blobs whose digests sort after `after` (from the first when nil), in order, at most `limit`.
+    func blobs(after: String?, limit: Int) async throws -> [BlobInfo]
+
+    /// Deletes a stored blob (nothing happens when there is none).
+    ///
+    /// - Returns: The bytes it held, 0 when there was none.
+    @discardableResult
+    func deleteBlob(_ sha256: String) async throws -> Int64
+
+    /// Whether blobs must not be deleted now: a backup is copying them (``BlobStore/markBackup(of:)``).
+    func deletionPaused() async -> Bool
+}
+
+/// A stored blob, as a listing shows it.
+public struct BlobInfo: Sendable, Hashable {
+    public var sha256: String
+    public var size: Int64
+    /// When its bytes were stored (milliseconds since 1970).
+    public var storedMs: Int64
+
+    public init(sha256: String, size: Int64, storedMs: Int64) {
+        self.sha256 = sha256
+        self.size = size
+        self.storedMs = storedMs
+    }
 }
 
 extension BlobStorage {

@@ -52,8 +52,9 @@ public final class BlobStore: BlobBackend {
     }
 
     /// Copies the stored files (`objects/`, not uploads in progress) of the blob store in `folder` into the one in
-    /// `destination`, each written aside and renamed into place, private. Files are stored once and never changed
-    /// or deleted, so a copy made after a database backup holds every file that backup names.
+    /// `destination`, each written aside and renamed into place, private. Files are stored once and never changed,
+    /// and none is deleted while the folder is marked (``markBackup(of:)``), so a copy made after a database backup
+    /// begun under the mark holds every file that backup names.
     ///
     /// - Returns: How many files were copied, and their bytes.
     /// - Throws: ``CourierStoreError`` with code `storage-failed`, naming the file.
@@ -269,6 +270,78 @@ public final class BlobStore: BlobBackend {
             position += Int64(chunk.count)
             try await body(chunk)
         }
+    }
+
+    // MARK: Collection
+
+    /// Lists `objects/`, one folder of 256 at a time, in order.
+    public func blobs(after: String?, limit: Int) async throws -> [BlobInfo] {
+        try await self.run {
+            let objects = self.folder.appendingPathComponent("objects")
+            let manager = FileManager.default
+            var found: [BlobInfo] = []
+            let folders = ((try? manager.contentsOfDirectory(atPath: objects.path)) ?? []).sorted()
+            for prefix in folders where prefix.count == 2 && prefix >= String(after?.prefix(2) ?? "") {
+                let names = ((try? manager.contentsOfDirectory(atPath: objects.path + "/" + prefix)) ?? []).sorted()
+                for name in names where SHA256Hex.isValid(name) && name.hasPrefix(prefix) && name > (after ?? "") {
+                    let path = objects.path + "/\(prefix)/\(name)"
+                    guard let attributes = try? manager.attributesOfItem(atPath: path),
+                        let size = (attributes[.size] as? NSNumber)?.int64Value,
+                        let stored = attributes[.modificationDate] as? Date
+                    else { continue }
+                    found.append(
+                        BlobInfo(sha256: name, size: size, storedMs: Int64(stored.timeIntervalSince1970 * 1000))
+                    )
+                    if found.count >= limit { return found }
+                }
+            }
+            return found
+        }
+    }
+
+    @discardableResult
+    public func deleteBlob(_ sha256: String) async throws -> Int64 {
+        guard SHA256Hex.isValid(sha256) else { return 0 }
+        let object = self.objectFile(sha256)
+        return try await self.run {
+            guard let size = try? self.length(of: object) else { return 0 }
+            try self.storage {
+                do {
+                    try FileManager.default.removeItem(at: object)
+                } catch CocoaError.fileNoSuchFile {
+                    return
+                }
+            }
+            return size
+        }
+    }
+
+    /// The file a backup leaves in the folder while it copies (`courier backup`): no blob is deleted meanwhile.
+    static let backupMarker = "backup-in-progress"
+    /// A marker older than this is a backup that died: it pauses nothing.
+    static let backupMarkerLifetime: TimeInterval = 24 * 3600
+
+    /// Marks the blob store in `folder` as being backed up: no blob is deleted until ``unmarkBackup(of:)`` (or a
+    /// day, for a backup that died). A backup marks before it copies the database, so every file that copy names
+    /// is still there when the files are copied.
+    public static func markBackup(of folder: URL) throws {
+        try PrivateFiles.createFolder(folder)
+        let marker = folder.appendingPathComponent(Self.backupMarker)
+        try Data("\(getpid())\n".utf8).write(to: marker, options: .atomic)
+        try PrivateFiles.restrict(marker.path)
+    }
+
+    /// Ends ``markBackup(of:)``.
+    public static func unmarkBackup(of folder: URL) {
+        try? FileManager.default.removeItem(at: folder.appendingPathComponent(Self.backupMarker))
+    }
+
+    public func deletionPaused() async -> Bool {
+        let marker = self.folder.appendingPathComponent(Self.backupMarker)
+        guard let attributes = try? FileManager.default.attributesOfItem(atPath: marker.path),
+            let written = attributes[.modificationDate] as? Date
+        else { return false }
+        return Date().timeIntervalSince(written) < Self.backupMarkerLifetime
     }
 
     // MARK: Files

@@ -26,7 +26,8 @@ extension StoreBackend {
     ///
     /// - Parameter quota: The most bytes of media the user may have; checked in the same transaction.
     /// - Returns: The bytes of quota left.
-    /// - Throws: `quota-exceeded` (nothing recorded), `storage-failed`.
+    /// - Throws: `quota-exceeded` (nothing recorded), `upload-busy` (the file is being deleted as one nothing named:
+    ///   MediaCollection.swift), `storage-failed`.
     @discardableResult
     public func recordUpload(
         user: UserID,
@@ -36,6 +37,11 @@ extension StoreBackend {
         nowMs: Int64
     ) async throws -> Int64 {
         try await self.transaction(doing: "record an upload") { transaction in
+            // A file being deleted is not recorded: the bytes just uploaded may have been dropped for it.
+            try await transaction.lockMedia([sha256], exclusive: false)
+            if try await transaction.isDoomedMedia(sha256) {
+                throw CourierStoreError(.uploadBusy, "the same file is being deleted just now; upload it again")
+            }
             // The user's row first: its uploads are counted under its lock.
             _ = try await transaction.lockUsers([user])
             let usage = try await transaction.mediaUsage(of: user)

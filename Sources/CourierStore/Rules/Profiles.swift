@@ -20,6 +20,9 @@ extension StoreBackend {
         }
         return try await self.transaction(doing: "change a profile") { transaction in
             if case .set(let avatar, let thumbnail)? = update.avatar {
+                // Under the pictures' shared locks: a collection of them waits, or is seen to have deleted the
+                // records (MediaCollection.swift).
+                try await transaction.lockMedia([avatar.sha256, thumbnail.sha256], exclusive: false)
                 for picture in [avatar, thumbnail] {
                     guard try await transaction.uploadedSize(by: user, sha256: picture.sha256) == picture.size else {
                         throw CourierStoreError(

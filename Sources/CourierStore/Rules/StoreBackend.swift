@@ -364,6 +364,23 @@ package protocol StoreTransaction: Sendable {
     /// The messages carrying a file in the conversations a user is in (not recalled: a recall takes its media
     /// away), with the size its sender uploaded.
     func mediaCarriers(of sha256: String, for user: UserID) async throws -> [MediaCarrier]
+    /// Takes the files' locks until the transaction ends: shared by what comes to name a file (a send, an upload's
+    /// record, a profile picture), exclusive by the collection of files nothing names
+    /// (``StoreBackend/doomMedia(_:ownedSinceMs:nowMs:)``). Nothing where one writer runs at a time.
+    func lockMedia(_ sha256s: [String], exclusive: Bool) async throws
+    /// Of `sha256s`, the files something keeps: a message, a profile picture of a user not removed, or an upload
+    /// record made at or after `ownedSinceMs`.
+    func referencedMedia(_ sha256s: [String], ownedSinceMs: Int64) async throws -> Set<String>
+    /// Deletes every upload record of a file.
+    func deleteMediaOwners(of sha256: String) async throws
+    /// Records that a file is being deleted (nothing when it is recorded already).
+    func insertDoomedMedia(_ sha256: String, nowMs: Int64) async throws
+    /// Whether a file is being deleted.
+    func isDoomedMedia(_ sha256: String) async throws -> Bool
+    /// The files being deleted.
+    func doomedMedia() async throws -> [String]
+    /// Forgets that a file was being deleted (it is gone).
+    func deleteDoomedMedia(_ sha256: String) async throws
 
     // MARK: Changes a running server reacts to
 
