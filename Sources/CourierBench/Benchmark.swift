@@ -115,7 +115,13 @@ public enum Benchmark {
             let result = try await bench.run(limits: plan.serverLimits)
             return BenchOutcome(text: PushBench.text(result), json: try PushBench.json(result))
         case .media:
-            let bench = MediaBench(bytes: plan.fileBytes, executable: plan.executable, folder: folder, say: say)
+            let bench = MediaBench(
+                bytes: plan.fileBytes,
+                executable: plan.executable,
+                folder: folder,
+                database: plan.database,
+                say: say
+            )
             let result = try await bench.run(limits: plan.serverLimits)
             return BenchOutcome(text: MediaBench.text(result), json: try MediaBench.json(result))
         case .proxy(let runs, let readers):

@@ -1,5 +1,6 @@
 import CourierClient
 import CourierProcess
+import CourierStorePostgres
 import Crypto
 import Foundation
 import Logging
@@ -18,6 +19,8 @@ struct MediaBench {
     let bytes: Int64
     let executable: URL
     let folder: URL
+    /// A PostgreSQL database the server keeps its rows and media in, instead of SQLite and files in its folder.
+    let database: String?
     let say: @Sendable (String) -> Void
 
     struct Result: Sendable {
@@ -34,6 +37,9 @@ struct MediaBench {
         var serverCPUSeconds: Double?
         /// The same file over HTTP (`GET /media/<sha256>` with curl to /dev/null), when curl is installed.
         var httpSeconds: Double?
+        /// The same file over HTTP with curl into a file beside the receiver's (the same disk): the peer of the
+        /// native download, which writes the file too.
+        var curlFileSeconds: Double?
         /// Ceilings: writing the file's bytes with one fsync at the end, and SHA-256 of as many bytes in memory.
         var diskWriteSeconds: Double
         var sha256Seconds: Double
@@ -46,7 +52,22 @@ struct MediaBench {
         var logger = Logger(label: "courier.bench")
         logger.logLevel = .warning
         let data = self.folder.appendingPathComponent("data")
-        let users = try await BenchProvisioning.provision(configuration, dataFolder: data, logger: logger)
+        let users: [BenchUser]
+        if let database = self.database {
+            let location: PostgresLocation
+            do { location = try PostgresLocation(url: database) } catch { throw BenchError("--database: \(error)") }
+            var storeConfiguration = PostgresStore.Configuration()
+            storeConfiguration.passwordHasher = BenchProvisioning.hasher
+            storeConfiguration.maxConnections = 2
+            storeConfiguration.node = "bench-provisioning"
+            let store = PostgresStore(location: location, configuration: storeConfiguration, logger: logger)
+            try await store.migrate()
+            let provisioning = configuration
+            users = try await store.withRunning { try await BenchProvisioning.provision(provisioning, store: store) }
+            try FileManager.default.createDirectory(at: data, withIntermediateDirectories: true)
+        } else {
+            users = try await BenchProvisioning.provision(configuration, dataFolder: data, logger: logger)
+        }
         let file = self.folder.appendingPathComponent("upload.bin")
         self.say("writing \(self.bytes) random bytes to \(file.path)")
         try Self.writeRandom(self.bytes, to: file)
@@ -59,7 +80,9 @@ struct MediaBench {
             executable: self.executable,
             data: data,
             folder: self.folder,
-            limits: limits
+            limits: limits,
+            database: self.database,
+            node: self.database == nil ? nil : "bench-media"
         )
         defer { server.stop() }
         let pid = server.process.processIdentifier
@@ -115,6 +138,8 @@ struct MediaBench {
             for await event in receiver.events {
                 if case .message(let message) = event, message.media?.sha256 == media.sha256 { break }
             }
+            // The download and curl's each start with nothing waiting to be written back.
+            sync()
             self.say("downloading")
             let fetchStart = ContinuousClock.now
             var lastByte = fetchStart
@@ -133,9 +158,15 @@ struct MediaBench {
             let cpuAfter = ProcessMonitor.cpuSeconds(of: pid)
 
             var http: Double?
+            var curlFile: Double?
             if FileManager.default.isExecutableFile(atPath: "/usr/bin/curl") {
                 self.say("downloading over HTTP with curl")
                 http = try Self.curl(port: httpPort, sha256: media.sha256, token: users[1].token)
+                let copy = cached.deletingLastPathComponent().appendingPathComponent("curl-copy.bin")
+                sync()
+                self.say("downloading over HTTP with curl into \(copy.path)")
+                curlFile = try Self.curl(port: httpPort, sha256: media.sha256, token: users[1].token, to: copy.path)
+                try? FileManager.default.removeItem(at: copy)
             }
             sampler.cancel()
             return Result(
@@ -148,6 +179,7 @@ struct MediaBench {
                 serverRSSPeak: peak.withLock { $0 },
                 serverCPUSeconds: both(cpuBefore, cpuAfter).map { $1 - $0 },
                 httpSeconds: http,
+                curlFileSeconds: curlFile,
                 diskWriteSeconds: diskWrite,
                 sha256Seconds: sha
             )
@@ -207,12 +239,12 @@ struct MediaBench {
         return (write, (ContinuousClock.now - hashStart).seconds)
     }
 
-    /// Downloads `/media/<sha256>` with curl into /dev/null; returns the seconds it took.
-    static func curl(port: Int, sha256: String, token: String) throws -> Double {
+    /// Downloads `/media/<sha256>` with curl into `output` (/dev/null by default); returns the seconds it took.
+    static func curl(port: Int, sha256: String, token: String, to output: String = "/dev/null") throws -> Double {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
         process.arguments = [
-            "--silent", "--show-error", "--fail", "--output", "/dev/null", "--write-out", "%{time_total}",
+            "--silent", "--show-error", "--fail", "--output", output, "--write-out", "%{time_total}",
             "--header", "Authorization: Bearer \(token)", "http://127.0.0.1:\(port)/media/\(sha256)",
         ]
         let pipe = Pipe()
@@ -239,6 +271,12 @@ struct MediaBench {
         ]
         if let http = result.httpSeconds {
             lines.append("HTTP download: \(rate(http)) (curl to /dev/null, same server)")
+        }
+        if let file = result.curlFileSeconds {
+            lines.append(
+                "HTTP to disk:  \(rate(file)) (curl into a file on the download's disk); "
+                    + String(format: "download/curl-to-disk = %.2f", file / result.downloadSeconds)
+            )
         }
         if let before = result.serverRSSBefore, let peak = result.serverRSSPeak {
             lines.append(
@@ -269,6 +307,7 @@ struct MediaBench {
             "ceiling_sha256_seconds": result.sha256Seconds,
         ]
         object["http_seconds"] = result.httpSeconds
+        object["curl_file_seconds"] = result.curlFileSeconds
         object["server_rss_before_bytes"] = result.serverRSSBefore
         object["server_rss_peak_bytes"] = result.serverRSSPeak
         object["server_cpu_seconds"] = result.serverCPUSeconds

@@ -23,8 +23,10 @@ struct Bench: AsyncParsableCommand {
 
             With --pattern media the bench writes one file of --size bytes, uploads it with the client SDK as one \
             user and downloads it as another, and reports each direction's throughput (the upload includes the \
-            server's fsync and digest check), the server's peak RSS growth, the same download over HTTP with curl, \
-            and the ceilings of this machine for as many bytes: a write with one fsync, and SHA-256.
+            server's fsync and digest check), the server's peak RSS growth, the same download over HTTP with curl \
+            (into /dev/null, and into a file on the download's disk: the native download's peer), and the \
+            ceilings of this machine for as many bytes: a write with one fsync, and SHA-256. With --database the \
+            server keeps the file in that PostgreSQL database instead of its data folder.
 
             With --pattern proxy the bench writes one file of --size bytes (default 256 MiB) and starts nginx \
             (Debian's package) twice over, serving it directly and as a caching proxy (proxy_cache with slice 1m \
@@ -314,11 +316,12 @@ struct Bench: AsyncParsableCommand {
         guard (1...16).contains(self.nodes) else { throw ValidationError("--nodes must be between 1 and 16") }
         if self.nodes > 1, self.database == nil { throw ValidationError("--nodes goes with --database") }
         if self.database != nil {
-            guard self.pattern == .pairs || self.pattern == .group || self.pattern == .search, self.server == nil,
-                self.storm == 0
+            guard [.pairs, .group, .search, .media].contains(self.pattern), self.server == nil, self.storm == 0,
+                self.pattern != .media || self.nodes == 1
             else {
                 throw ValidationError(
-                    "--database goes with --pattern pairs, group or search, without --server or --storm"
+                    "--database goes with --pattern pairs, group, search or media (one node), without --server or "
+                        + "--storm"
                 )
             }
             _ = try self.databaseURL()
