@@ -8,17 +8,17 @@ import { showError, toast } from "./render.js";
 export const isDigest = (sha256) => typeof sha256 === "string" && /^[0-9a-f]{64}$/.test(sha256);
 
 // Audio, video and large downloads stream from `/media`, which only a URL gives a player: the URL carries a ticket
-// for that one file, minutes long, never the token. Kept until a minute before it ends.
+// for that one file, minutes long, never the token. Kept until a minute (or half its life) before it ends.
 const tickets = new Map(); // sha256 -> Promise of { url, expires }
 function ticketURL(sha256, fresh) {
   const kept = tickets.get(sha256);
-  if (!fresh && kept) return kept.then((t) => (t.expires - Date.now() > 60000 ? t.url : ticketURL(sha256, true)));
+  if (!fresh && kept) return kept.then((t) => (t.expires - Date.now() > t.margin ? t.url : ticketURL(sha256, true)));
   const made = fetch(`/media/${sha256}/ticket`, { method: "POST", headers: { Authorization: `Bearer ${session.token}` } })
     .then((answer) => {
       if (!answer.ok) throw new Error(`media: ${answer.status}`);
       return answer.json();
     })
-    .then((t) => ({ url: t.url, expires: Date.now() + t.expires_in * 1000 }));
+    .then((t) => ({ url: t.url, expires: Date.now() + t.expires_in * 1000, margin: Math.min(60000, t.expires_in * 500) }));
   made.catch(() => tickets.delete(sha256));
   tickets.set(sha256, made);
   return made.then((t) => t.url);

@@ -306,8 +306,8 @@ public protocol CourierDatabase: Sendable {
     func referencedMedia(_ sha256s: [String], ownedSinceMs: Int64) async throws -> Set<String>
     /// Dooms a file nothing keeps; false when something keeps it now.
     func doomMedia(_ sha256: String, ownedSinceMs: Int64, nowMs: Int64) async throws -> Bool
-    /// The files doomed and not yet forgotten.
-    func doomedMedia() async throws -> [String]
+    /// The files doomed before `beforeMs` and not yet forgotten.
+    func doomedMedia(beforeMs: Int64) async throws -> [String]
     /// Forgets a doomed file whose bytes are deleted.
     func forgetDoomedMedia(_ sha256: String) async throws
     /// Where media bytes are kept with this store: a ``BlobStore`` in `folder` for a store one server owns (the

@@ -73,9 +73,12 @@ public final class PostgresStore: StoreBackend, Service, CustomReflectable {
         public var passwordThreads: Int = max(1, ProcessInfo.processInfo.activeProcessorCount / 4)
         /// Password checks that may wait for a thread; one more is refused at once with `throttled`.
         public var maxQueuedPasswordChecks: Int = 16
-        /// The bytes of media an upload gathers before they are written as one row (``PostgresBlobStore``): fewer
-        /// rows and transactions per file, at the cost of this much memory per upload being received.
+        /// The most bytes of media one row holds (``PostgresBlobStore``).
         public var mediaRowBytes: Int = 256 * 1024
+        /// The bytes of media an upload gathers before they are written, as rows of ``mediaRowBytes`` in one
+        /// transaction (``PostgresBlobStore``): fewer transactions per file, at the cost of this much memory per upload
+        /// being received (all uploads together are bounded by the server's `max-pending-upload-bytes`).
+        public var mediaAppendBytes: Int = 4 * 1024 * 1024
         /// Whether the group commit writes the search index (always, but for the benchmark that measures what the
         /// index costs: `courier bench --pattern search` loads the same messages without it too).
         package var indexesForSearch = true

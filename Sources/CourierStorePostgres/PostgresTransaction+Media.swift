@@ -100,9 +100,23 @@ extension PostgresTransaction {
         try await self.connection.run("DELETE FROM media_owners WHERE sha256 = \(sha256)", logger: self.logger)
     }
 
-    package func insertDoomedMedia(_ sha256: String, nowMs: Int64) async throws {
+    package func insertDoomedMedia(_ sha256: String, nowMs: Int64) async throws -> Bool {
+        try await self.connection.value(
+            """
+            INSERT INTO media_doomed (sha256, since_ms) VALUES (\(sha256), \(nowMs)) ON CONFLICT DO NOTHING
+            RETURNING 1::integer
+            """,
+            as: Int32.self,
+            logger: self.logger
+        ) != nil
+    }
+
+    package func touchUpload(user: UserID, sha256: String, nowMs: Int64) async throws {
         try await self.connection.run(
-            "INSERT INTO media_doomed (sha256, since_ms) VALUES (\(sha256), \(nowMs)) ON CONFLICT DO NOTHING",
+            """
+            UPDATE media_owners SET created_ms = \(nowMs)
+            WHERE user_id = \(user.rawValue) AND sha256 = \(sha256) AND created_ms < \(nowMs)
+            """,
             logger: self.logger
         )
     }
@@ -115,10 +129,11 @@ extension PostgresTransaction {
         ) != nil
     }
 
-    package func doomedMedia() async throws -> [String] {
-        try await self.connection.rows("SELECT sha256 FROM media_doomed ORDER BY sha256", logger: self.logger).map {
-            try $0.get("sha256", as: String.self)
-        }
+    package func doomedMedia(beforeMs: Int64) async throws -> [String] {
+        try await self.connection.rows(
+            "SELECT sha256 FROM media_doomed WHERE since_ms < \(beforeMs) ORDER BY sha256",
+            logger: self.logger
+        ).map { try $0.get("sha256", as: String.self) }
     }
 
     package func deleteDoomedMedia(_ sha256: String) async throws {

@@ -74,11 +74,21 @@ extension SQLiteTransaction {
         }
     }
 
-    package func insertDoomedMedia(_ sha256: String, nowMs: Int64) async throws {
+    package func insertDoomedMedia(_ sha256: String, nowMs: Int64) async throws -> Bool {
         try await self.update { db in
             try db.execute(
                 sql: "INSERT OR IGNORE INTO media_doomed (sha256, since_ms) VALUES (?, ?)",
                 arguments: [sha256, nowMs]
+            )
+            return db.changesCount > 0
+        }
+    }
+
+    package func touchUpload(user: UserID, sha256: String, nowMs: Int64) async throws {
+        try await self.update { db in
+            try db.execute(
+                sql: "UPDATE media_owners SET created_ms = ? WHERE user_id = ? AND sha256 = ? AND created_ms < ?",
+                arguments: [nowMs, user.rawValue, sha256, nowMs]
             )
         }
     }
@@ -89,8 +99,14 @@ extension SQLiteTransaction {
         }
     }
 
-    package func doomedMedia() async throws -> [String] {
-        try await self.access { db in try String.fetchAll(db, sql: "SELECT sha256 FROM media_doomed ORDER BY sha256") }
+    package func doomedMedia(beforeMs: Int64) async throws -> [String] {
+        try await self.access { db in
+            try String.fetchAll(
+                db,
+                sql: "SELECT sha256 FROM media_doomed WHERE since_ms < ? ORDER BY sha256",
+                arguments: [beforeMs]
+            )
+        }
     }
 
     package func deleteDoomedMedia(_ sha256: String) async throws {

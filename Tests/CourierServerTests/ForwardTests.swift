@@ -12,14 +12,16 @@ struct ForwardTests {
     )
     func forwardTextAndMedia() async throws {
         try await ServerFixture.with { fixture in
-            let alice = try await fixture.user("alice")
+            _ = try await fixture.user("alice")
             let bobID = try await fixture.user("bob").id
             let carolID = try await fixture.user("carol").id
             let daveID = try await fixture.user("dave").id
             try await fixture.store.createGroup(name: "tearoom", owner: "alice", members: ["bob"], nowMs: 0)
-            let sha = String(repeating: "5a", count: 32)
-            try await fixture.store.recordUpload(user: alice.id, sha256: sha, size: 5, quota: 1 << 20, nowMs: 0)
             let (aliceLink, _) = try await NativeTestClient.login(fixture, "alice", ephemeral: true)
+            // Five bytes of a picture, stored: a forward copies a file that is there.
+            let picture = Array("猫".utf8) + [0x21, 0x21]
+            let sha = NativeTestClient.sha256(picture)
+            _ = try #require(try await aliceLink.upload(picture, stream: 1).done)
             let (bob, _) = try await NativeTestClient.login(fixture, "bob", ephemeral: true)
             let (carol, _) = try await NativeTestClient.login(fixture, "carol", ephemeral: true)
             let sentText = try await aliceLink.request {

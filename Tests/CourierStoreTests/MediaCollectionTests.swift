@@ -88,7 +88,11 @@ import Testing
             let usage = try await store.mediaUsage(of: alice)
             #expect(try await store.doomMedia(unsent, ownedSinceMs: since, nowMs: since))
             #expect(try await store.doomMedia(recalled, ownedSinceMs: since, nowMs: since))
-            #expect(try await store.doomedMedia() == [unsent, recalled].sorted())
+            // Another collection (another node's) dooming it again is told it is not its to delete.
+            #expect(try await store.doomMedia(recalled, ownedSinceMs: since, nowMs: since) == false)
+            // One doomed an hour before is left over; one doomed now may be another's, still at work.
+            #expect(try await store.doomedMedia(beforeMs: since).isEmpty)
+            #expect(try await store.doomedMedia(beforeMs: .max) == [unsent, recalled].sorted())
             // Alice no longer holds them: her quota counts them no more, and she cannot send them.
             #expect(try await store.mediaUsage(of: alice) == usage - 20)
             #expect(try await store.uploadedSize(by: alice, sha256: unsent) == nil)
@@ -99,9 +103,16 @@ import Testing
                 try await store.recordUpload(user: bob, sha256: unsent, size: 10, quota: 1 << 20, nowMs: since)
             }
             try await store.forgetDoomedMedia(unsent)
-            #expect(try await store.doomedMedia() == [recalled])
+            #expect(try await store.doomedMedia(beforeMs: .max) == [recalled])
             try await store.recordUpload(user: bob, sha256: unsent, size: 10, quota: 1 << 20, nowMs: since)
             #expect(try await store.uploadedSize(by: bob, sha256: unsent) == 10)
+            // An upload record made young again (the same file uploaded again, or forwarded) keeps its file.
+            let again = Self.digest(8)
+            try await store.recordUpload(user: alice, sha256: again, size: 10, quota: 1 << 20, nowMs: t0)
+            #expect(try await store.referencedMedia([again], ownedSinceMs: since).isEmpty)
+            try await store.recordUpload(user: alice, sha256: again, size: 10, quota: 1 << 20, nowMs: since)
+            #expect(try await store.referencedMedia([again], ownedSinceMs: since) == [again])
+            #expect(try await store.doomMedia(again, ownedSinceMs: since, nowMs: since) == false)
             // A doomed file's message is as gone as before: nobody sees the recalled one.
             #expect(try await store.mediaAccess(for: bob, sha256: recalled) == nil)
         }

@@ -428,8 +428,9 @@ public struct ServerConfiguration: Sendable {
         /// Upload and fetch streams one connection may have open at once; one more is refused with `invalid-request`.
         public var maxStreamsPerConnection: Int = 16
         /// The most upload bytes the server holds in memory, all uploads together, while it gathers them into the
-        /// larger pieces shared storage prefers (PostgreSQL's 256 KiB rows); past it, what an upload gathered is
-        /// stored at once, in a smaller piece. Uploads that stop part way cannot hold memory beyond it.
+        /// larger pieces shared storage prefers (PostgreSQL's 4 MiB), and while such a piece is written; past it,
+        /// what an upload gathered is stored at once, in a smaller piece. Uploads that stop part way cannot hold
+        /// memory beyond it.
         public var maxPendingUploadBytes: Int = 64 * 1024 * 1024
         /// How long a ticket from `POST /media/<sha256>/ticket` opens its file (`GET /media/<sha256>?ticket=`): what
         /// a player's or a download's URL carries instead of a device token. A player that seeks past it asks for

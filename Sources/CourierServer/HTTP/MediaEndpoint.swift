@@ -59,7 +59,9 @@ struct MediaEndpoint: Sendable {
             }
         }
         let user: UserID
-        if APIAuth.bearer(of: request) == nil, let ticket = request.uri.queryParameters.get("ticket") {
+        if APIAuth.bearer(of: request) == nil, request.uri.queryParameters.get("token") == nil,
+            let ticket = request.uri.queryParameters.get("ticket")
+        {
             do {
                 user = try self.tickets.user(of: ticket, sha256: sha256, nowMs: SessionClock.systemWallMs())
             } catch .expired {

@@ -63,13 +63,16 @@ final class MediaService: Sendable {
         var offset: Int64
         var hasher: SHA256?
         /// Bytes received and not yet stored: fewer than the storage's preferred piece, until the last.
-        var pending = Data()
+        var pending = ByteBuffer()
+        /// The gathered piece being stored while the next one is received (at most one at a time, in order): the
+        /// database writes one piece while the connection brings the next.
+        var storing: Task<Void, any Error>?
         /// The storage's name for the upload's bytes (``BlobUpload/content``), named at each append: bytes of a
         /// connection that began an upload since deleted and started again elsewhere are refused.
         var content: Int64?
 
         var isComplete: Bool { self.offset == self.size }
-        var stored: Int64 { self.offset - Int64(self.pending.count) }
+        var stored: Int64 { self.offset - Int64(self.pending.readableBytes) }
     }
 
     /// The media bytes a user may still store.
@@ -152,6 +155,8 @@ final class MediaService: Sendable {
     /// - Parameter discard: Whether to delete what was received (an upload that can never be resumed).
     func release(_ upload: Upload, discard: Bool = false) async {
         var upload = upload
+        // The piece being stored behind goes first (or fails: what it held is not kept).
+        try? await self.awaitStoring(&upload)
         if discard {
             _ = self.takePending(&upload)
             await self.blobs.abandon(upload: upload.id)
@@ -223,50 +228,77 @@ final class MediaService: Sendable {
     ///   on through another connection, on another node), `storage-failed`.
     func write(_ bytes: ByteBuffer, to upload: inout Upload) async throws {
         guard bytes.readableBytes > 0 else { return }
-        let data = Data(bytes.readableBytesView)
+        let count = bytes.readableBytes
         let start = upload.offset
-        upload.offset += Int64(data.count)
+        upload.offset += Int64(count)
         let preferred = self.blobs.preferredAppendBytes
-        if upload.pending.isEmpty, data.count >= preferred || upload.offset >= upload.size {
-            // Straight to storage; the write (on the storage's threads) and the hashing (here) run at the same time.
-            async let written = self.append(data, to: upload.id, at: start, content: upload.content)
-            upload.hasher?.update(data: data)
+        if upload.pending.readableBytes == 0, count >= preferred || upload.offset >= upload.size {
+            try await self.awaitStoring(&upload)
+            // Straight to storage, from the bytes as received; the write (on the storage's threads) and the hashing
+            // (here) run at the same time.
+            async let written = self.append(bytes, to: upload.id, at: start, content: upload.content)
+            bytes.withUnsafeReadableBytes { upload.hasher?.update(bufferPointer: $0) }
             _ = try await written
         } else {
-            upload.hasher?.update(data: data)
-            upload.pending.append(data)
+            bytes.withUnsafeReadableBytes { upload.hasher?.update(bufferPointer: $0) }
+            if upload.pending.readableBytes == 0 {
+                upload.pending = ByteBufferAllocator().buffer(capacity: min(preferred, Int(upload.size - start)))
+            }
+            upload.pending.writeImmutableBuffer(bytes)
             // Held past the node's budget: stored now, in a smaller piece.
-            let held = self.pendingBytes.add(data.count, ordering: .relaxed).newValue
-            if upload.pending.count >= preferred || upload.offset >= upload.size
-                || held > self.configuration.maxPendingUploadBytes
-            {
+            let held = self.pendingBytes.add(count, ordering: .relaxed).newValue
+            if upload.offset >= upload.size || held > self.configuration.maxPendingUploadBytes {
                 try await self.flush(&upload)
+            } else if upload.pending.readableBytes >= preferred {
+                try await self.flushBehind(&upload)
             }
         }
         self.metrics.mediaBytesIn.increment(by: bytes.readableBytes)
     }
 
-    /// Stores the bytes an upload gathered.
+    /// Waits until the piece being stored behind is (its failure is the upload's).
+    private func awaitStoring(_ upload: inout Upload) async throws {
+        guard let storing = upload.storing else { return }
+        upload.storing = nil
+        try await storing.value
+    }
+
+    /// Stores the bytes an upload gathered while the next are received: the piece before must be stored first.
+    /// They count against the node's budget of held bytes until they are.
+    private func flushBehind(_ upload: inout Upload) async throws {
+        try await self.awaitStoring(&upload)
+        let stored = upload.stored
+        let pending = upload.pending
+        upload.pending = ByteBuffer()
+        let (id, content) = (upload.id, upload.content)
+        upload.storing = Task {
+            defer { self.pendingBytes.subtract(pending.readableBytes, ordering: .relaxed) }
+            try await self.append(pending, to: id, at: stored, content: content)
+        }
+    }
+
+    /// Stores the bytes an upload gathered, after the piece being stored behind.
     private func flush(_ upload: inout Upload) async throws {
+        try await self.awaitStoring(&upload)
         let stored = upload.stored
         // Whether or not they are stored, they are no longer pending: after a failure the upload is released.
         let pending = self.takePending(&upload)
-        guard !pending.isEmpty else { return }
+        guard pending.readableBytes > 0 else { return }
         try await self.append(pending, to: upload.id, at: stored, content: upload.content)
     }
 
     /// Empties what an upload gathered, and takes it off the node's count.
-    private func takePending(_ upload: inout Upload) -> Data {
+    private func takePending(_ upload: inout Upload) -> ByteBuffer {
         let pending = upload.pending
-        upload.pending = Data()
-        if !pending.isEmpty { self.pendingBytes.subtract(pending.count, ordering: .relaxed) }
+        upload.pending = ByteBuffer()
+        if pending.readableBytes > 0 { self.pendingBytes.subtract(pending.readableBytes, ordering: .relaxed) }
         return pending
     }
 
     /// One append. The service knows where each upload it owns stands: an offset or content the storage disagrees
     /// with means another node wrote (or deleted and started again) the upload meanwhile (a node's own connections
     /// take turns through ``begin(id:user:size:sha256:)``).
-    private func append(_ data: Data, to id: String, at offset: Int64, content: Int64?) async throws {
+    private func append(_ data: ByteBuffer, to id: String, at offset: Int64, content: Int64?) async throws {
         do {
             try await self.blobs.append(data, to: id, at: offset, content: content)
         } catch let error as CourierStoreError where error.code == .invalidRequest {
@@ -314,9 +346,9 @@ final class MediaService: Sendable {
 
     /// Reads `range` of a stored file, a chunk of at most ``ServerConfiguration/Media/maxChunkBytes`` at a time.
     func read(_ sha256: String, range: Range<Int64>, _ body: (ByteBuffer) async throws -> Void) async throws {
-        try await self.blobs.read(sha256, range: range) { data in
-            self.metrics.mediaBytesOut.increment(by: data.count)
-            try await body(ByteBuffer(bytes: data))
+        try await self.blobs.read(sha256, range: range) { bytes in
+            self.metrics.mediaBytesOut.increment(by: bytes.readableBytes)
+            try await body(bytes)
         }
     }
 
@@ -327,7 +359,9 @@ final class MediaService: Sendable {
         var bytes: [UInt8] = []
         let count = min(Int64(InlineMedia.prefixBytes), max(0, size))
         if count > 0 {
-            try await self.blobs.read(sha256, range: 0..<count) { data in bytes.append(contentsOf: data) }
+            try await self.blobs.read(sha256, range: 0..<count) { piece in
+                bytes.append(contentsOf: piece.readableBytesView)
+            }
         }
         self.prefixes.withLock { prefixes in
             if prefixes.count >= Self.maxRememberedPrefixes { prefixes.removeAll(keepingCapacity: true) }
@@ -345,8 +379,11 @@ final class MediaService: Sendable {
         var looked = 0
     }
 
-    /// Stored files a collection looks at per listing.
+    /// Stored files a collection lists at once, and asks the store about at once.
+    static let collectionListing = 4096
     static let collectionBatch = 256
+    /// How old a doom must be for a collection to take it as left over (``collectUnreferenced(before:nowMs:)``).
+    static let leftoverDoomAgeMs: Int64 = 3_600_000
 
     /// Deletes the stored files nothing names (Rules/MediaCollection.swift): those that neither a message, a profile
     /// picture, an upload record younger than ``ServerConfiguration/Media/unreferencedMediaAge``, nor an upload in
@@ -362,7 +399,9 @@ final class MediaService: Sendable {
         var done = Collection()
         // A backup copying the files: nothing is deleted until it is done.
         guard await !self.blobs.deletionPaused() else { return done }
-        for sha256 in try await self.store.doomedMedia() {
+        // Left by a collection that stopped part way: doomed an hour ago or more (a younger doom may be another
+        // node's collection, still deleting; deleting a file twice could take the bytes of a new upload of it).
+        for sha256 in try await self.store.doomedMedia(beforeMs: nowMs - Self.leftoverDoomAgeMs) {
             guard await !self.blobs.deletionPaused() else { return done }
             done.bytes += try await self.blobs.deleteBlob(sha256)
             done.files += 1
@@ -371,19 +410,24 @@ final class MediaService: Sendable {
         let age = self.configuration.unreferencedMediaAge
         let before =
             before ?? nowMs - Int64(age.components.seconds) * 1000 - age.components.attoseconds / 1_000_000_000_000_000
+        // An upload in progress of the same bytes (a native upload declares them in its id). One started after this
+        // listing finds the file doomed at its record, or gone after it (Rules/MediaCollection.swift).
+        let uploading = Set(try await self.blobs.uploadsInProgress().keys.compactMap(Self.declaredDigest(ofUpload:)))
         var after: String?
+        var batches: [ArraySlice<BlobInfo>] = []
         while true {
-            let listed = try await self.blobs.blobs(after: after, limit: Self.collectionBatch)
-            guard let last = listed.last else { break }
-            after = last.sha256
-            done.looked += listed.count
-            let old = listed.filter { $0.storedMs < before }
+            if batches.isEmpty {
+                let listed = try await self.blobs.blobs(after: after, limit: Self.collectionListing)
+                guard let last = listed.last else { break }
+                after = last.sha256
+                done.looked += listed.count
+                batches = stride(from: 0, to: listed.count, by: Self.collectionBatch).map {
+                    listed[$0..<min(listed.count, $0 + Self.collectionBatch)]
+                }
+            }
+            let old = batches.removeFirst().filter { $0.storedMs < before }
             guard !old.isEmpty else { continue }
             let kept = try await self.store.referencedMedia(old.map(\.sha256), ownedSinceMs: before)
-            // An upload in progress of the same bytes (a native upload declares them in its id).
-            let uploading = Set(
-                try await self.blobs.uploadsInProgress().keys.compactMap(Self.declaredDigest(ofUpload:))
-            )
             for blob in old where !kept.contains(blob.sha256) && !uploading.contains(blob.sha256) {
                 guard try await self.store.doomMedia(blob.sha256, ownedSinceMs: before, nowMs: nowMs) else { continue }
                 // A backup that began after the doom may have copied a database that names the file: it stays

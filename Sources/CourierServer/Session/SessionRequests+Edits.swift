@@ -100,6 +100,13 @@ extension SessionRequests {
                 nowMs: self.context.clock.wallMs
             )
             if !held { recorded = carried.sha256 }
+            // The original recalled and its file collected meanwhile (Rules/MediaCollection.swift): nothing to send.
+            guard try await self.context.media.blobs.size(of: carried.sha256) == Int64(carried.size) else {
+                if let recorded {
+                    try? await self.context.store.forgetUnsentUpload(user: session.user.id, sha256: recorded)
+                }
+                throw CourierStoreError(.unknownMedia, "the file of that message is gone")
+            }
         }
         var send = WriteRequest.Send(
             sender: session.user.id,

@@ -126,7 +126,8 @@ extension SessionRequests {
             try await fail("\(error.code)", error.message, reset: .cancel)
             return
         }
-        // The window shrinks by what arrived and grows by what is granted back below, once it is on disk.
+        // The window shrinks by what arrived and grows by what is granted back below, once it is stored (or gathered,
+        // for storage that takes larger pieces: see MediaService.write).
         stream.window -= count
         guard !end else {
             let (upload, requestID) = (stream.upload, stream.requestID)

@@ -1,5 +1,6 @@
 internal import Crypto
-package import Foundation
+internal import Foundation
+package import NIOCore
 
 /// What a place that keeps media bytes gives the upload rules: uploads recorded, held one at a time, written, filed
 /// under their digest, and blobs read. The rules (an upload's id, size and digest; where the next chunk starts; too
@@ -34,7 +35,7 @@ package protocol BlobBackend: BlobStorage {
     func readUpload(
         _ upload: BlobUpload,
         range: Range<Int64>,
-        _ body: (Data) async throws -> Void
+        _ body: (ByteBuffer) async throws -> Void
     ) async throws
 
     /// A stored blob, or nil when there is none with that digest (a valid one).
@@ -42,7 +43,7 @@ package protocol BlobBackend: BlobStorage {
 
     /// Streams `range` (inside the blob) of a stored blob to `body`, a piece of at most
     /// ``BlobStore/Configuration/readChunkBytes`` at a time; fewer bytes than asked when the blob ends early.
-    func readBlob(_ blob: StoredBlob, range: Range<Int64>, _ body: (Data) async throws -> Void) async throws
+    func readBlob(_ blob: StoredBlob, range: Range<Int64>, _ body: (ByteBuffer) async throws -> Void) async throws
 }
 
 /// A blob filed under its digest.
@@ -64,7 +65,7 @@ package protocol BlobHold: Sendable {
     /// The upload as it stands, or nil when there is none by that id.
     var upload: BlobUpload? { get }
     /// Writes `bytes` at `offset`, where the upload stands, and moves it on by their count.
-    func write(_ bytes: Data, at offset: Int64) async throws
+    func write(_ bytes: ByteBuffer, at offset: Int64) async throws
     /// Deletes the upload and its bytes.
     func delete() async throws
     /// Makes the upload's bytes durable and files them under `digest`, or drops them when a blob with that digest is
@@ -96,9 +97,9 @@ extension BlobBackend {
     }
 
     @discardableResult
-    public func append(_ bytes: Data, to id: String, at offset: Int64, content: Int64?) async throws -> Int64 {
+    public func append(_ bytes: ByteBuffer, to id: String, at offset: Int64, content: Int64?) async throws -> Int64 {
         try Self.validate(uploadID: id)
-        let count = Int64(bytes.count)
+        let count = Int64(bytes.readableBytes)
         let appended = try await self.holding(upload: id, doing: "store a chunk of media") { hold -> Appended in
             guard let upload = hold.upload else { throw CourierStoreError(.unknownUpload, "no upload \(id)") }
             guard content == nil || upload.content == nil || content == upload.content else {
@@ -140,8 +141,8 @@ extension BlobBackend {
             var hasher = SHA256()
             var read: Int64 = 0
             try await self.readUpload(upload, range: 0..<upload.size) { piece in
-                hasher.update(data: piece)
-                read += Int64(piece.count)
+                piece.withUnsafeReadableBytes { hasher.update(bufferPointer: $0) }
+                read += Int64(piece.readableBytes)
             }
             guard read == upload.size else {
                 throw CourierStoreError(.storageFailed, "upload \(id) ended early, at \(read)")
@@ -184,7 +185,7 @@ extension BlobBackend {
         return try await self.blob(sha256)?.size
     }
 
-    public func read(_ sha256: String, range: Range<Int64>, _ body: (Data) async throws -> Void) async throws {
+    public func read(_ sha256: String, range: Range<Int64>, _ body: (ByteBuffer) async throws -> Void) async throws {
         guard SHA256Hex.isValid(sha256), let blob = try await self.blob(sha256) else {
             throw CourierStoreError(.unknownMedia, "no media \(sha256)")
         }
@@ -194,7 +195,7 @@ extension BlobBackend {
         }
         var position = range.lowerBound
         try await self.readBlob(blob, range: range) { piece in
-            position += Int64(piece.count)
+            position += Int64(piece.readableBytes)
             try await body(piece)
         }
         guard position == range.upperBound else {

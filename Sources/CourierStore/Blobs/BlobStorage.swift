@@ -1,4 +1,5 @@
 public import Foundation
+public import NIOCore
 
 /// An upload in progress: what it declared, and how much of it is stored.
 public struct BlobUpload: Sendable, Hashable {
@@ -82,7 +83,7 @@ public protocol BlobStorage: Sendable {
     ///   upload was deleted and started again), `media-mismatch` (more bytes than declared: the upload is deleted),
     ///   `storage-failed`.
     @discardableResult
-    func append(_ bytes: Data, to id: String, at offset: Int64, content: Int64?) async throws -> Int64
+    func append(_ bytes: ByteBuffer, to id: String, at offset: Int64, content: Int64?) async throws -> Int64
 
     /// Finishes an upload: checks its size and SHA-256, makes it durable, and files it under its digest (once: when
     /// the same bytes are stored already, the upload is dropped).
@@ -118,7 +119,7 @@ public protocol BlobStorage: Sendable {
     ///
     /// - Throws: `unknown-media` when there is no such blob, `invalid-request` for a range outside it,
     ///   `storage-failed`.
-    func read(_ sha256: String, range: Range<Int64>, _ body: (Data) async throws -> Void) async throws
+    func read(_ sha256: String, range: Range<Int64>, _ body: (ByteBuffer) async throws -> Void) async throws
 
     // MARK: Collection
 
@@ -158,7 +159,13 @@ extension BlobStorage {
     /// Writes a chunk of an upload, whatever its content.
     @discardableResult
     public func append(_ bytes: Data, to id: String, at offset: Int64) async throws -> Int64 {
-        try await self.append(bytes, to: id, at: offset, content: nil)
+        try await self.append(ByteBuffer(bytes: bytes), to: id, at: offset, content: nil)
+    }
+
+    /// Writes a chunk of an upload given as `Data`.
+    @discardableResult
+    public func append(_ bytes: Data, to id: String, at offset: Int64, content: Int64?) async throws -> Int64 {
+        try await self.append(ByteBuffer(bytes: bytes), to: id, at: offset, content: content)
     }
 
     /// Finishes an upload, whatever its content.

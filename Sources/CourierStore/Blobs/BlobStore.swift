@@ -1,6 +1,7 @@
 public import Foundation
 internal import Glibc
 public import Logging
+package import NIOCore
 
 /// Media bytes on disk, addressed by their SHA-256: an upload is written chunk by chunk to `uploads/ID.part`
 /// (never held in memory), checked against the size and digest it declared (``BlobBackend``'s rules), and only then
@@ -132,16 +133,35 @@ public final class BlobStore: BlobBackend {
         let id: String
         package let upload: BlobUpload?
 
-        package func write(_ bytes: Data, at offset: Int64) async throws {
+        /// Writes the bytes where they go in the part file (`pwrite`, from the buffer as it is).
+        package func write(_ bytes: ByteBuffer, at offset: Int64) async throws {
             let (store, id) = (self.store, self.id)
             try await store.run {
                 try store.storage {
-                    let handle = try FileHandle(forWritingTo: store.partFile(id))
-                    defer { try? handle.close() }
-                    try handle.seek(toOffset: UInt64(offset))
-                    try handle.write(contentsOf: bytes)
+                    let descriptor = try Self.openFile(store.partFile(id), O_WRONLY)
+                    defer { _ = Glibc.close(descriptor) }
+                    try bytes.withUnsafeReadableBytes { buffer in
+                        var done = 0
+                        while done < buffer.count {
+                            let written = pwrite(
+                                descriptor,
+                                buffer.baseAddress! + done,
+                                buffer.count - done,
+                                off_t(offset) + off_t(done)
+                            )
+                            if written < 0, errno == EINTR { continue }
+                            guard written > 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+                            done += written
+                        }
+                    }
                 }
             }
+        }
+
+        static func openFile(_ file: URL, _ flags: Int32) throws -> Int32 {
+            let descriptor = Glibc.open(file.path, flags | O_CLOEXEC)
+            guard descriptor >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+            return descriptor
         }
 
         package func delete() async throws {
@@ -192,8 +212,11 @@ public final class BlobStore: BlobBackend {
         return try await body(Hold(store: self, id: id, upload: upload))
     }
 
-    package func readUpload(_ upload: BlobUpload, range: Range<Int64>, _ body: (Data) async throws -> Void) async throws
-    {
+    package func readUpload(
+        _ upload: BlobUpload,
+        range: Range<Int64>,
+        _ body: (ByteBuffer) async throws -> Void
+    ) async throws {
         try await self.read(file: self.partFile(upload.id), range: range, body)
     }
 
@@ -248,12 +271,19 @@ public final class BlobStore: BlobBackend {
         }
     }
 
-    package func readBlob(_ blob: StoredBlob, range: Range<Int64>, _ body: (Data) async throws -> Void) async throws {
+    package func readBlob(
+        _ blob: StoredBlob,
+        range: Range<Int64>,
+        _ body: (ByteBuffer) async throws -> Void
+    ) async throws {
         try await self.read(file: self.objectFile(blob.sha256), range: range, body)
     }
 
     /// Streams `range` of a file, a chunk of at most ``Configuration/readChunkBytes`` at a time, until it ends.
-    private func read(file: URL, range: Range<Int64>, _ body: (Data) async throws -> Void) async throws {
+    ///
+    /// (Reading with `pread` into buffers of the chunk's size, the file open throughout, was measured: no faster here,
+    /// and a download to a reader that stalls on its own disk held more memory at its peaks; docs/BENCHMARKS.md.)
+    private func read(file: URL, range: Range<Int64>, _ body: (ByteBuffer) async throws -> Void) async throws {
         var position = range.lowerBound
         while position < range.upperBound {
             let count = Int(min(Int64(self.configuration.readChunkBytes), range.upperBound - position))
@@ -268,7 +298,7 @@ public final class BlobStore: BlobBackend {
             }
             guard !chunk.isEmpty else { return }
             position += Int64(chunk.count)
-            try await body(chunk)
+            try await body(ByteBuffer(bytes: chunk))
         }
     }
 

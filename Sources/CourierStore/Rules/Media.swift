@@ -37,15 +37,20 @@ extension StoreBackend {
         nowMs: Int64
     ) async throws -> Int64 {
         try await self.transaction(doing: "record an upload") { transaction in
+            // The user's row first: its uploads are counted under its lock (and a group commit takes users' rows
+            // before files' locks: the same order here).
+            _ = try await transaction.lockUsers([user])
             // A file being deleted is not recorded: the bytes just uploaded may have been dropped for it.
             try await transaction.lockMedia([sha256], exclusive: false)
             if try await transaction.isDoomedMedia(sha256) {
                 throw CourierStoreError(.uploadBusy, "the same file is being deleted just now; upload it again")
             }
-            // The user's row first: its uploads are counted under its lock.
-            _ = try await transaction.lockUsers([user])
             let usage = try await transaction.mediaUsage(of: user)
-            if try await transaction.uploadedSize(by: user, sha256: sha256) != nil { return quota - usage }
+            if try await transaction.uploadedSize(by: user, sha256: sha256) != nil {
+                // Uploaded again (or forwarded): young again, so the collection leaves it for the send that follows.
+                try await transaction.touchUpload(user: user, sha256: sha256, nowMs: nowMs)
+                return quota - usage
+            }
             guard usage + size <= quota else {
                 throw CourierStoreError(
                     .quotaExceeded,

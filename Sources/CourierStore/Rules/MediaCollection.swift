@@ -30,22 +30,25 @@ extension StoreBackend {
     /// send it, and it is recorded as being deleted, so no upload of it is recorded until
     /// ``forgetDoomedMedia(_:)``.
     ///
-    /// - Returns: Whether the file is doomed; false when something keeps it now.
+    /// - Returns: Whether this call doomed the file (and its caller deletes it); false when something keeps it
+    ///   now, or when another collection (another node's) doomed it first: that one deletes it.
     public func doomMedia(_ sha256: String, ownedSinceMs: Int64, nowMs: Int64) async throws -> Bool {
         try await self.transaction(doing: "doom media") { transaction in
             try await transaction.lockMedia([sha256], exclusive: true)
-            guard try await transaction.referencedMedia([sha256], ownedSinceMs: ownedSinceMs).isEmpty else {
-                return false
-            }
+            guard try await transaction.referencedMedia([sha256], ownedSinceMs: ownedSinceMs).isEmpty,
+                try await transaction.insertDoomedMedia(sha256, nowMs: nowMs)
+            else { return false }
             try await transaction.deleteMediaOwners(of: sha256)
-            try await transaction.insertDoomedMedia(sha256, nowMs: nowMs)
             return true
         }
     }
 
-    /// The files doomed and not yet forgotten: a collection that stopped part way left them.
-    public func doomedMedia() async throws -> [String] {
-        try await self.reading(doing: "read doomed media") { transaction in try await transaction.doomedMedia() }
+    /// The files doomed before `beforeMs` and not yet forgotten: a collection that stopped part way left them (one
+    /// doomed lately may be another node's, still deleting it).
+    public func doomedMedia(beforeMs: Int64) async throws -> [String] {
+        try await self.reading(doing: "read doomed media") { transaction in
+            try await transaction.doomedMedia(beforeMs: beforeMs)
+        }
     }
 
     /// Forgets a doomed file once its bytes are deleted: the same bytes may be uploaded again.

@@ -19,19 +19,6 @@ extension StoreBackend {
             try self.checkPicture(thumbnail, maxBytes: self.limits.maxThumbnailBytes)
         }
         return try await self.transaction(doing: "change a profile") { transaction in
-            if case .set(let avatar, let thumbnail)? = update.avatar {
-                // Under the pictures' shared locks: a collection of them waits, or is seen to have deleted the
-                // records (MediaCollection.swift).
-                try await transaction.lockMedia([avatar.sha256, thumbnail.sha256], exclusive: false)
-                for picture in [avatar, thumbnail] {
-                    guard try await transaction.uploadedSize(by: user, sha256: picture.sha256) == picture.size else {
-                        throw CourierStoreError(
-                            .unknownMedia,
-                            "upload the picture \(picture.sha256) (\(picture.size) bytes) before showing it"
-                        )
-                    }
-                }
-            }
             // Not the users it blocks, who see none of its profile.
             var peers = Self.peers(in: try await transaction.companions(of: user, directOnly: false, with: nil))
             peers.subtract(try await Self.blockRelations(of: user, with: Array(peers), transaction).blocking)
@@ -41,6 +28,19 @@ extension StoreBackend {
             let rows = try await transaction.lockUsers(recipients)
             guard rows[user]?.removed == false else {
                 throw CourierStoreError(.tokenRevoked, CourierStoreError.accountRemovedMessage)
+            }
+            if case .set(let avatar, let thumbnail)? = update.avatar {
+                // Under the pictures' shared locks, taken after the users' rows as a group commit takes them: a
+                // collection of them waits, or is seen to have deleted the records (MediaCollection.swift).
+                try await transaction.lockMedia([avatar.sha256, thumbnail.sha256], exclusive: false)
+                for picture in [avatar, thumbnail] {
+                    guard try await transaction.uploadedSize(by: user, sha256: picture.sha256) == picture.size else {
+                        throw CourierStoreError(
+                            .unknownMedia,
+                            "upload the picture \(picture.sha256) (\(picture.size) bytes) before showing it"
+                        )
+                    }
+                }
             }
             for (id, row) in rows { log.book.start(id, at: row.cursor) }
             if let displayName, !displayName.isEmpty {

@@ -373,12 +373,16 @@ package protocol StoreTransaction: Sendable {
     func referencedMedia(_ sha256s: [String], ownedSinceMs: Int64) async throws -> Set<String>
     /// Deletes every upload record of a file.
     func deleteMediaOwners(of sha256: String) async throws
-    /// Records that a file is being deleted (nothing when it is recorded already).
-    func insertDoomedMedia(_ sha256: String, nowMs: Int64) async throws
+    /// Records that a file is being deleted.
+    ///
+    /// - Returns: false when it is recorded already (by another collection).
+    func insertDoomedMedia(_ sha256: String, nowMs: Int64) async throws -> Bool
     /// Whether a file is being deleted.
     func isDoomedMedia(_ sha256: String) async throws -> Bool
-    /// The files being deleted.
-    func doomedMedia() async throws -> [String]
+    /// The files being deleted, doomed before `beforeMs`.
+    func doomedMedia(beforeMs: Int64) async throws -> [String]
+    /// Makes a user's upload record of a file as young as `nowMs` (an upload of it again).
+    func touchUpload(user: UserID, sha256: String, nowMs: Int64) async throws
     /// Forgets that a file was being deleted (it is gone).
     func deleteDoomedMedia(_ sha256: String) async throws
 

@@ -213,7 +213,39 @@ public struct NativeFrameDecoder: NIOSingleStepByteToMessageDecoder, Sendable {
     }
 }
 
-/// Encodes native frames. It refuses a payload over the limit rather than send what the peer must reject.
+/// Writes native frames: a frame's bytes are already as on the wire (``NativeFrame/bytes``), so it hands them to the
+/// channel as they are, copying nothing (a media chunk of a quarter mebibyte as much as a text). It refuses a payload
+/// over the limit rather than send what the peer must reject: the write fails, and the error goes down the pipeline
+/// as an encoder's would.
+public final class NativeFrameWriter: ChannelOutboundHandler, Sendable {
+    public typealias OutboundIn = NativeFrame
+    public typealias OutboundOut = ByteBuffer
+
+    private let maxFramePayloadBytes: Int
+
+    /// Creates a writer.
+    /// - Parameter configuration: the frame size limit.
+    public init(configuration: NativeFraming.Configuration = .init()) {
+        self.maxFramePayloadBytes = configuration.maxFramePayloadBytes
+    }
+
+    public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        let frame = Self.unwrapOutboundIn(data)
+        guard frame.payloadLength <= self.maxFramePayloadBytes else {
+            let error = CourierWireError(
+                .frameTooLarge,
+                "a payload of \(frame.payloadLength) bytes is over the limit of \(self.maxFramePayloadBytes)"
+            )
+            promise?.fail(error)
+            context.fireErrorCaught(error)
+            return
+        }
+        context.write(Self.wrapOutboundOut(frame.bytes), promise: promise)
+    }
+}
+
+/// Encodes native frames into a buffer of the caller's (a test's, a fuzzer's): ``NativeFrameWriter`` is what a
+/// pipeline uses. It refuses a payload over the limit rather than send what the peer must reject.
 public struct NativeFrameEncoder: MessageToByteEncoder, Sendable {
     public typealias OutboundIn = NativeFrame
 

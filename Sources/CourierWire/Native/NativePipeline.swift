@@ -3,7 +3,7 @@ public import NIOCore
 extension ChannelPipeline.SynchronousOperations {
     /// Sets up a native connection's pipeline, client or server alike: the TLS handler when given (this module does
     /// not depend on NIOSSL: pass `NIOSSLClientHandler` or `NIOSSLServerHandler`), this side's preface, the decoder
-    /// (its buffer bounded by one largest frame and a header), and the encoder. Add the connection's own handler, or
+    /// (its buffer bounded by one largest frame and a header), and the writer. Add the connection's own handler, or
     /// wrap the channel in an `NIOAsyncChannel<NativeFrame, NativeFrame>`, after it.
     ///
     /// - Parameters:
@@ -21,6 +21,6 @@ extension ChannelPipeline.SynchronousOperations {
                 maximumBufferSize: configuration.maxFramePayloadBytes + 2 * NativeFraming.frameHeaderLength
             )
         )
-        try self.addHandler(MessageToByteHandler(NativeFrameEncoder(configuration: configuration)))
+        try self.addHandler(NativeFrameWriter(configuration: configuration))
     }
 }
