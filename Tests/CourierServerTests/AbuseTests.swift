@@ -114,7 +114,8 @@ struct AbuseTests {
             lock.standardOutput = FileHandle.nullDevice
             try lock.run()
             input.fileHandleForWriting.write(
-                Data("BEGIN IMMEDIATE;\n.shell touch \(marker)\n.shell sleep 1.5\nCOMMIT;\n".utf8)
+                // (`.timeout`: the server may be writing at that moment; the lock is waited for, not refused.)
+                Data(".timeout 10000\nBEGIN IMMEDIATE;\n.shell touch \(marker)\n.shell sleep 1.5\nCOMMIT;\n".utf8)
             )
             try input.fileHandleForWriting.close()
             let deadline = ContinuousClock.now + Patience.reply

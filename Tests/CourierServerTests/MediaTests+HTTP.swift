@@ -115,6 +115,9 @@ extension MediaTests {
                 let query = try await get([], url: url + "?token=\(bobWelcome.token)")
                 #expect(query.0 == "401", "a token in the URL is refused, even a good one")
                 #expect(String(decoding: query.2, as: UTF8.self).contains("never taken in the URL"))
+                // Not beside a good header either, nor beside a ticket: a token in a URL is refused wherever it is.
+                #expect(try await get(auth, url: url + "?token=\(bobWelcome.token)").0 == "401")
+                #expect(try await get([], url: url + "?ticket=\(ticket)&token=x").0 == "401")
             }
             await alice.close()
         }

@@ -84,8 +84,8 @@ struct MediaEndpoint: Sendable {
     /// The device of `Authorization: Bearer`, or the answer refusing the request. A token in the query string is
     /// refused whatever it is: it would be kept in the browser's history and the logs.
     private func session(of request: Request, _ context: CourierRequestContext) async -> Result<DeviceSession, Answer> {
-        guard let token = APIAuth.bearer(of: request) else {
-            let inURL = request.uri.queryParameters.get("token") != nil
+        let inURL = request.uri.queryParameters.get("token") != nil
+        guard let token = APIAuth.bearer(of: request), !inURL else {
             return .failure(
                 Answer(
                     Self.plain(
