@@ -1,4 +1,5 @@
 public import CourierStore
+import CourierStorePostgres
 import CourierStoreSQLite
 import Crypto
 public import Foundation
@@ -33,6 +34,27 @@ public enum BenchProvisioning {
         let store = try SQLiteStore(folder: dataFolder, configuration: storeConfiguration, logger: logger)
         defer { try? store.close() }
         return try await Self.provision(configuration, store: store)
+    }
+
+    /// Makes the run's users in the PostgreSQL database at `database` (a URL), migrating it first.
+    ///
+    /// - Throws: ``BenchError`` for a URL that is not one.
+    static func provision(
+        _ configuration: BenchConfiguration,
+        database: String,
+        logger: Logger,
+        say: (String) -> Void
+    ) async throws -> [BenchUser] {
+        let location: PostgresLocation
+        do { location = try PostgresLocation(url: database) } catch { throw BenchError("--database: \(error)") }
+        var storeConfiguration = PostgresStore.Configuration()
+        storeConfiguration.passwordHasher = Self.hasher
+        storeConfiguration.maxConnections = 4
+        storeConfiguration.node = "bench-provisioning"
+        let store = PostgresStore(location: location, configuration: storeConfiguration, logger: logger)
+        try await store.migrate()
+        say("provisioning \(configuration.connections) users in \(location)")
+        return try await store.withRunning { try await Self.provision(configuration, store: store) }
     }
 
     /// The partner of user `index` of `count` in the pairs pattern: `index ^ 1` (`span` 1: on different nodes when

@@ -1,5 +1,4 @@
 import CourierProcess
-import CourierStorePostgres
 public import Foundation
 import Logging
 
@@ -359,16 +358,7 @@ public enum Benchmark {
         let configuration = plan.configuration
         var logger = Logger(label: "courier.bench")
         logger.logLevel = .warning
-        let location: PostgresLocation
-        do { location = try PostgresLocation(url: database) } catch { throw BenchError("--database: \(error)") }
-        var storeConfiguration = PostgresStore.Configuration()
-        storeConfiguration.passwordHasher = BenchProvisioning.hasher
-        storeConfiguration.maxConnections = 4
-        storeConfiguration.node = "bench-provisioning"
-        let store = PostgresStore(location: location, configuration: storeConfiguration, logger: logger)
-        try await store.migrate()
-        say("provisioning \(configuration.connections) users in \(location)")
-        let users = try await store.withRunning { try await BenchProvisioning.provision(configuration, store: store) }
+        let users = try await BenchProvisioning.provision(configuration, database: database, logger: logger, say: say)
         var servers: [ServerProcess] = []
         var ports: [Int] = []
         var httpPorts: [Int] = []

@@ -1,6 +1,5 @@
 import CourierClient
 import CourierProcess
-import CourierStorePostgres
 import Crypto
 import Foundation
 import Logging
@@ -54,16 +53,12 @@ struct MediaBench {
         let data = self.folder.appendingPathComponent("data")
         let users: [BenchUser]
         if let database = self.database {
-            let location: PostgresLocation
-            do { location = try PostgresLocation(url: database) } catch { throw BenchError("--database: \(error)") }
-            var storeConfiguration = PostgresStore.Configuration()
-            storeConfiguration.passwordHasher = BenchProvisioning.hasher
-            storeConfiguration.maxConnections = 2
-            storeConfiguration.node = "bench-provisioning"
-            let store = PostgresStore(location: location, configuration: storeConfiguration, logger: logger)
-            try await store.migrate()
-            let provisioning = configuration
-            users = try await store.withRunning { try await BenchProvisioning.provision(provisioning, store: store) }
+            users = try await BenchProvisioning.provision(
+                configuration,
+                database: database,
+                logger: logger,
+                say: self.say
+            )
             try FileManager.default.createDirectory(at: data, withIntermediateDirectories: true)
         } else {
             users = try await BenchProvisioning.provision(configuration, dataFolder: data, logger: logger)

@@ -327,21 +327,39 @@ final class MediaService: Sendable {
             if case .some(.none) = try? await self.blobs.upload(upload.id) { self.forget(upload.id, of: upload.user) }
             throw error
         }
+        // The same bytes were stored already, as a file nothing named, and the collection deleted it between this
+        // upload's finish (which dropped its own bytes for it) and the record: the client uploads again.
+        let left = try await self.hold(digest, size: upload.size, for: upload.user, forgetting: true) {
+            CourierStoreError(.uploadBusy, "the same file was deleted just now; upload it again")
+        }
+        return (digest, max(0, left))
+    }
+
+    /// Records that `user` holds a stored file (``CourierDatabase/recordUpload(user:sha256:size:quota:nowMs:)``),
+    /// then checks that the file is still there: the collection may have deleted it between what made the caller
+    /// sure of it and the record (Rules/MediaCollection.swift). If it is gone, the record is taken back (with
+    /// `forgetting`: the caller made it) and `gone` is thrown.
+    ///
+    /// - Returns: The quota the user has left.
+    func hold(
+        _ sha256: String,
+        size: Int64,
+        for user: UserID,
+        forgetting: Bool,
+        gone: () -> CourierStoreError
+    ) async throws -> Int64 {
         let left = try await self.store.recordUpload(
-            user: upload.user,
-            sha256: digest,
-            size: upload.size,
+            user: user,
+            sha256: sha256,
+            size: size,
             quota: self.configuration.quotaBytesPerUser,
             nowMs: SessionClock.systemWallMs()
         )
-        // The same bytes were stored already, as a file nothing named, and the collection deleted it between this
-        // upload's finish (which dropped its own bytes for it) and the record: the record goes, and the client
-        // uploads again (Rules/MediaCollection.swift).
-        guard try await self.blobs.size(of: digest) == upload.size else {
-            try? await self.store.forgetUnsentUpload(user: upload.user, sha256: digest)
-            throw CourierStoreError(.uploadBusy, "the same file was deleted just now; upload it again")
+        guard try await self.blobs.size(of: sha256) == size else {
+            if forgetting { try? await self.store.forgetUnsentUpload(user: user, sha256: sha256) }
+            throw gone()
         }
-        return (digest, max(0, left))
+        return left
     }
 
     /// Reads `range` of a stored file, a chunk of at most ``ServerConfiguration/Media/maxChunkBytes`` at a time.

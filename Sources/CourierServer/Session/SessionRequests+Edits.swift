@@ -92,21 +92,14 @@ extension SessionRequests {
             )
             // Found in a message the user can see: the store checked its sender's upload of this size.
             let held = try await self.context.store.uploadedSize(by: session.user.id, sha256: carried.sha256) != nil
-            try await self.context.store.recordUpload(
-                user: session.user.id,
-                sha256: carried.sha256,
+            // The original recalled and its file collected meanwhile: nothing to send.
+            _ = try await self.context.media.hold(
+                carried.sha256,
                 size: Int64(carried.size),
-                quota: self.context.media.configuration.quotaBytesPerUser,
-                nowMs: self.context.clock.wallMs
-            )
+                for: session.user.id,
+                forgetting: !held
+            ) { CourierStoreError(.unknownMedia, "the file of that message is gone") }
             if !held { recorded = carried.sha256 }
-            // The original recalled and its file collected meanwhile (Rules/MediaCollection.swift): nothing to send.
-            guard try await self.context.media.blobs.size(of: carried.sha256) == Int64(carried.size) else {
-                if let recorded {
-                    try? await self.context.store.forgetUnsentUpload(user: session.user.id, sha256: recorded)
-                }
-                throw CourierStoreError(.unknownMedia, "the file of that message is gone")
-            }
         }
         var send = WriteRequest.Send(
             sender: session.user.id,
