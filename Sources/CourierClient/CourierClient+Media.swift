@@ -292,8 +292,9 @@ extension CourierClient {
             try handle.truncate(atOffset: 0)
             offset = 0
         }
-        // Hashed as it arrives when the download starts from the first byte: no second read to check it.
-        var hasher: SHA256? = offset == 0 ? SHA256() : nil
+        // Hashed as it arrives when the download starts from the first byte (no second read to check it), on a
+        // queue of its own while the next bytes are written.
+        let hasher: BackgroundHasher? = offset == 0 ? BackgroundHasher() : nil
         if size < 0 || offset < size {
             let stream = link.openStream()
             var ended = false
@@ -308,22 +309,24 @@ extension CourierClient {
             guard case .fetchReady(let info)? = ready.body else { throw Self.unexpected(ready) }
             size = Int64(info.size)
             progress(offset, size)
+            // The window is given back a quarter at a time, not per chunk: the server still has three quarters to
+            // send on meanwhile, and the connection carries a frame per megabyte instead of one per chunk.
+            let giveBack = max(1, self.configuration.fetchWindowBytes / 4)
+            var consumed = 0
             for try await chunk in chunks {
                 try Task.checkCancellation()
-                try chunk.bytes.withUnsafeReadableBytes { bytes in
-                    try handle.write(contentsOf: bytes)
-                    hasher?.update(bufferPointer: bytes)
-                }
+                await hasher?.update(chunk.bytes)
+                try chunk.bytes.withUnsafeReadableBytes { try handle.write(contentsOf: $0) }
                 offset += Int64(chunk.bytes.readableBytes)
                 progress(offset, size)
                 if chunk.end {
                     ended = true
                     break
                 }
-                if chunk.bytes.readableBytes > 0 {
-                    try await link.write(
-                        frame: .windowUpdate(streamID: stream, increment: UInt32(chunk.bytes.readableBytes))
-                    )
+                consumed += chunk.bytes.readableBytes
+                if consumed >= giveBack {
+                    try await link.write(frame: .windowUpdate(streamID: stream, increment: UInt32(clamping: consumed)))
+                    consumed = 0
                 }
             }
             guard offset == size else { throw CourierClientError.notConnected }
@@ -334,7 +337,7 @@ extension CourierClient {
         try handle.close()
         let digest: String
         if let hasher {
-            digest = SHA256Hex.string(hasher.finalize())
+            digest = SHA256Hex.string(await hasher.finalize())
         } else {
             digest = try await Self.digest(of: part).0
         }

@@ -17,6 +17,20 @@ extension CacheEngine {
         return opening
     }
 
+    /// ``open(key:url:forward:start:upper:)`` for a player's request, in one call to the engine (a first byte waits
+    /// for every call): `.live` for a live playlist, and with the resource, the bytes cached when it opened.
+    func openToServe(
+        key: String,
+        url: URL,
+        forward: HTTPHeaders,
+        start: Int64,
+        upper: Int64?
+    ) async -> (Opening, cached: ByteRangeSet) {
+        if self.entries[key]?.isLive ?? false { return (.live, ByteRangeSet()) }
+        let opening = await self.open(key: key, url: url, forward: forward, start: start, upper: upper)
+        return (opening, self.entries[key]?.state.available ?? ByteRangeSet())
+    }
+
     private func open(
         key: String,
         reader: Int,
@@ -85,17 +99,19 @@ extension CacheEngine {
         return .failed(.unreachable("cancelled"))
     }
 
-    /// What a reader sends next at `position`: bytes on disk (pinned until released), after waiting for a fetch
-    /// (started here when none brings them) if needed.
+    /// What a reader sends next at `position`: bytes on disk (pinned until released), at most `limit` of them,
+    /// after waiting for a fetch (started here when none brings them) if needed.
     func next(
         key: String,
         reader: Int,
         generation: Int,
         position: Int64,
         upper: Int64?,
+        limit: Int64? = nil,
         url: URL,
         forward: HTTPHeaders
     ) async -> Read {
+        let most = min(limit ?? self.maxServeBytes, self.maxServeBytes)
         while !Task.isCancelled {
             guard self.entries[key] != nil else { return .changed }
             let step = self.entries[key]!.state.step(
@@ -108,7 +124,7 @@ extension CacheEngine {
             self.wakeRoomWaiters()
             switch step {
             case .serve(let range):
-                let capped = range.lowerBound..<min(range.upperBound, range.lowerBound + self.maxServeBytes)
+                let capped = range.lowerBound..<min(range.upperBound, range.lowerBound + most)
                 self.entries[key]!.state.pin(capped, clock: self.tick())
                 return .serve(capped, generation: generation)
             case .end:
@@ -142,11 +158,6 @@ extension CacheEngine {
         self.wakeRoomWaiters()
     }
 
-    /// The bytes of a resource available now (a reader's snapshot at its start, to tell cached bytes from fetched).
-    func available(_ key: String) -> ByteRangeSet {
-        self.entries[key]?.state.available ?? ByteRangeSet()
-    }
-
     /// Counts a finished request: `cached` bytes were there when asked for, `fetched` came from the origin first.
     func account(cached: Int64, fetched: Int64) {
         switch (cached > 0, fetched > 0) {
@@ -155,11 +166,6 @@ extension CacheEngine {
         default: self.statistics.misses += 1
         }
         self.statistics.bytesFromCache += cached
-    }
-
-    /// Whether a key is a live playlist (fetched fresh at every request).
-    func isLive(_ key: String) -> Bool {
-        self.entries[key]?.isLive ?? false
     }
 
     /// Marks a playlist live (its cached copy dropped), or no longer live.

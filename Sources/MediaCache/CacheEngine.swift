@@ -105,6 +105,8 @@ actor CacheEngine {
         case resource(ResourceHead, reader: Int)
         /// Stream it through from the origin uncached.
         case passthrough
+        /// A live playlist (``openToServe(key:url:forward:start:upper:)`` only): fetched afresh for every request.
+        case live
         case failed(ResourceState.Failure)
     }
 
@@ -164,8 +166,9 @@ actor CacheEngine {
 
     /// The most bytes one answer of ``next(key:reader:generation:position:upper:url:forward:)`` pins: four blocks
     /// (at least 256 KiB), but no more than a thirty-second of the cap (at least a block), since pinned bytes
-    /// cannot be evicted.
-    var maxServeBytes: Int64 {
+    /// cannot be evicted. A reader with two answers in flight asks for half of it each (``next(key:reader:generation:position:upper:limit:url:forward:)``),
+    /// so that what one reader pins stays within it.
+    nonisolated var maxServeBytes: Int64 {
         let blockBytes = self.configuration.blockBytes
         return max(blockBytes, min(max(blockBytes * 4, 256 << 10), self.configuration.maxBytes / 32))
     }

@@ -25,10 +25,6 @@ extension CacheProxy {
             return true
         }
         let key = self.cacheKey(for: url, headers: request.headers)
-        if await self.engine.isLive(key) {
-            try await self.serveLivePlaylist(url, key: key, request: request, writer: writer)
-            return true
-        }
         var range = RangeRequest(header: request.headers.first(name: "Range"))
         let blockBytes = self.configuration.blockBytes
         // Where a first fetch starts, for a resource the cache has not seen. Numbers past any real length (a Range
@@ -41,7 +37,7 @@ extension CacheProxy {
                 (min(first, Int64.max / 2), last.flatMap { $0 >= Int64.max / 2 ? nil : $0 + 1 })
             case .suffix: (0, blockBytes)
             }
-        let opening = await self.engine.open(
+        let (opening, cachedAtOpen) = await self.engine.openToServe(
             key: key,
             url: url,
             forward: request.headers,
@@ -54,6 +50,9 @@ extension CacheProxy {
         case .resource(let opened, let opener):
             head = opened
             reader = opener
+        case .live:
+            try await self.serveLivePlaylist(url, key: key, request: request, writer: writer)
+            return true
         case .passthrough, .failed(.passthrough):
             return try await self.passthrough(url, request: request, writer: writer)
         case .failed(.upstream(let status)):
@@ -119,7 +118,7 @@ extension CacheProxy {
             try await writer.end()
             return true
         }
-        var tally = Tally(cachedAtStart: await self.engine.available(key))
+        var tally = Tally(cachedAtStart: cachedAtOpen)
         let completed: Bool
         do {
             completed = try await self.stream(
@@ -158,6 +157,10 @@ extension CacheProxy {
 
     /// Sends `bytes` of a resource (to its end when the range is open), as they become available, all but the
     /// response's end; false when the response was cut off.
+    ///
+    /// Two answers of the engine are in flight when an answer may hold two blocks or more: the next is asked for, and
+    /// its files opened and queued, while the socket still sends the one before, so it never drains while the engine
+    /// answers. Each is then half of what one answer may pin, so what a reader pins does not grow.
     private func stream(
         _ bytes: Range<Int64>,
         of head: ResourceHead,
@@ -170,46 +173,82 @@ extension CacheProxy {
         let key = head.key
         let upperBound = bytes.upperBound == .max ? nil : bytes.upperBound
         var position = bytes.lowerBound
+        let blockBytes = self.configuration.blockBytes
+        let pipelined = self.engine.maxServeBytes >= 2 * blockBytes
+        let limit = pipelined ? self.engine.maxServeBytes / 2 : self.engine.maxServeBytes
         let sender = BlockSender(
             folder: self.engine.store.generationFolder(for: key, generation: head.generation).path,
-            blockBytes: self.configuration.blockBytes,
-            threadPool: self.engine.threadPool
+            blockBytes: blockBytes
         )
-        defer { sender.close() }
-        while upperBound.map({ position < $0 }) ?? true {
-            let read = await self.engine.next(
-                key: key,
-                reader: reader,
-                generation: head.generation,
-                position: position,
-                upper: upperBound,
-                url: url,
-                forward: request.headers
-            )
-            switch read {
-            case .serve(let piece, _):
-                do {
-                    try await sender.send(piece, writer: writer)
-                } catch {
-                    await self.engine.release(key, range: piece)
-                    throw error
-                }
-                await self.engine.release(key, range: piece)
-                tally.sent(piece)
-                position = piece.upperBound
-            case .end:
-                if let upperBound, position < upperBound {
+        /// The answer being sent, released (and counted) once the connection has taken it all.
+        var sending: (piece: Range<Int64>, written: EventLoopFuture<Void>)?
+        func finish(_ piece: Range<Int64>, _ written: EventLoopFuture<Void>) async throws {
+            let failure: (any Error)?
+            do {
+                try await written.get()
+                failure = nil
+            } catch {
+                failure = error
+            }
+            await self.engine.release(key, range: piece)
+            if let failure { throw failure }
+            tally.sent(piece)
+        }
+        func settle() async throws {
+            guard let (piece, written) = sending else { return }
+            sending = nil
+            try await finish(piece, written)
+        }
+        do {
+            while upperBound.map({ position < $0 }) ?? true {
+                if !pipelined { try await settle() }
+                let read = await self.engine.next(
+                    key: key,
+                    reader: reader,
+                    generation: head.generation,
+                    position: position,
+                    upper: upperBound,
+                    limit: limit,
+                    url: url,
+                    forward: request.headers
+                )
+                switch read {
+                case .serve(let piece, _):
+                    let written: EventLoopFuture<Void>
+                    do {
+                        written = try sender.send(piece, writer: writer)
+                    } catch {
+                        await self.engine.release(key, range: piece)
+                        throw error
+                    }
+                    let previous = sending
+                    sending = (piece, written)
+                    position = piece.upperBound
+                    // This answer is queued behind the one before: wait for that one only.
+                    if let previous { try await finish(previous.piece, previous.written) }
+                case .end:
+                    if let upperBound, position < upperBound {
+                        writer.abort()
+                        try? await settle()
+                        return false
+                    }
+                    try await settle()
+                    return true
+                case .changed, .failed:
+                    self.logger.info("response cut off", metadata: ["key": "\(head.key)", "why": "\(read)"])
                     writer.abort()
+                    try? await settle()
                     return false
                 }
-                return true
-            case .changed, .failed:
-                self.logger.info("response cut off", metadata: ["key": "\(head.key)", "why": "\(read)"])
-                writer.abort()
-                return false
             }
+            try await settle()
+            return true
+        } catch {
+            // The connection failed or went: what is in flight fails with it, and is released.
+            writer.abort()
+            try? await settle()
+            throw error
         }
-        return true
     }
 
     /// Reads cached bytes into memory (playlists, preloads).

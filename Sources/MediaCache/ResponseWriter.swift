@@ -40,14 +40,14 @@ struct ResponseWriter: Sendable {
         try await self.channel.writeAndFlush(HTTPServerResponsePart.body(.fileRegion(region)))
     }
 
-    /// Writes file regions back to back and flushes them together, then waits until the connection has taken the
-    /// last (the socket never sits idle between two of them).
-    func body(_ regions: [FileRegion]) async throws {
-        guard let last = regions.last else { return }
+    /// Writes file regions back to back and flushes them together (the socket never sits idle between two of
+    /// them); the future completes once the connection has taken the last.
+    func startBody(_ regions: [FileRegion]) -> EventLoopFuture<Void> {
+        guard let last = regions.last else { return self.channel.eventLoop.makeSucceededVoidFuture() }
         for region in regions.dropLast() {
             self.channel.write(HTTPServerResponsePart.body(.fileRegion(region)), promise: nil)
         }
-        try await self.channel.writeAndFlush(HTTPServerResponsePart.body(.fileRegion(last)))
+        return self.channel.writeAndFlush(HTTPServerResponsePart.body(.fileRegion(last)))
     }
 
     func end() async throws {
@@ -87,53 +87,41 @@ struct ResponseWriter: Sendable {
     }
 }
 
-/// Sends a response's cached bytes straight from one generation's block files, as file regions (sendfile), keeping
-/// the current block's file open from one piece to the next. Used by one response at a time.
-final class BlockSender: @unchecked Sendable {
+/// Sends a response's cached bytes straight from one generation's block files, as file regions (sendfile). Used by
+/// one response at a time.
+struct BlockSender {
     let folder: String
     let blockBytes: Int64
-    let threadPool: NIOThreadPool
-    private var block: Int64 = -1
-    private var handle: NIOFileHandle?
 
-    init(folder: String, blockBytes: Int64, threadPool: NIOThreadPool) {
-        self.folder = folder
-        self.blockBytes = blockBytes
-        self.threadPool = threadPool
-    }
-
-    /// Sends `range`, each block's part as one file region, written back to back; returns once the connection has
-    /// taken them all (the files of all but the last block are then closed).
-    func send(_ range: Range<Int64>, writer: ResponseWriter) async throws {
+    /// Queues `range`, each block's part as one file region, written back to back, and flushes; the future completes
+    /// once the connection has taken them all, and the files are closed then.
+    ///
+    /// The files are opened here, on the caller's thread: a block file of the cache is local and was just written
+    /// or looked up, and opening it costs less than a hop to a thread pool and back, which a first byte waits for.
+    func send(_ range: Range<Int64>, writer: ResponseWriter) throws -> EventLoopFuture<Void> {
         var position = range.lowerBound
         var regions: [FileRegion] = []
-        var done: [NIOFileHandle] = []
-        defer { for handle in done { try? handle.close() } }
-        while position < range.upperBound {
-            let block = position / self.blockBytes
-            let inBlock = position - block * self.blockBytes
-            let count = min(range.upperBound - position, self.blockBytes - inBlock)
-            if block != self.block || self.handle == nil {
-                if let handle = self.handle { done.append(handle) }
-                self.handle = nil
-                let path = self.folder + "/" + String(block)
-                self.handle = try await self.threadPool.runIfActive {
-                    try NIOFileHandle(_deprecatedPath: path, mode: .read)
-                }
-                self.block = block
+        var handles: [NIOFileHandle] = []
+        do {
+            while position < range.upperBound {
+                let block = position / self.blockBytes
+                let inBlock = position - block * self.blockBytes
+                let count = min(range.upperBound - position, self.blockBytes - inBlock)
+                let handle = try NIOFileHandle(_deprecatedPath: self.folder + "/" + String(block), mode: .read)
+                handles.append(handle)
+                regions.append(
+                    FileRegion(fileHandle: handle, readerIndex: Int(inBlock), endIndex: Int(inBlock + count))
+                )
+                position += count
             }
-            regions.append(
-                FileRegion(fileHandle: self.handle!, readerIndex: Int(inBlock), endIndex: Int(inBlock + count))
-            )
-            position += count
+        } catch {
+            for handle in handles { try? handle.close() }
+            throw error
         }
-        try await writer.body(regions)
-    }
-
-    func close() {
-        if let handle = self.handle {
-            self.handle = nil
-            try? handle.close()
+        let written = writer.startBody(regions)
+        written.whenComplete { [handles] _ in
+            for handle in handles { try? handle.close() }
         }
+        return written
     }
 }

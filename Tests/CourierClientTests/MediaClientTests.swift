@@ -128,6 +128,35 @@ struct MediaClientTests {
         }
     }
 
+    @Test("a download through a window smaller than a chunk gives the window back as it goes, and ends whole")
+    func smallWindow() async throws {
+        try await withTemporaryDirectory { folder in
+            try await ServerFixture.with { fixture in
+                try await fixture.user("alice")
+                try await fixture.user("bob")
+                let alice = try ClientTests.client(fixture, "alice", folder: folder)
+                var configuration = try ClientTests.configuration(fixture, "bob", folder: folder)
+                // Not a multiple of anything the server sends: the quarters given back are uneven.
+                configuration.fetchWindowBytes = 100_003
+                let bob = try CourierClient(configuration: configuration)
+                let bobEvents = EventReader(bob)
+                let (file, bytes) = try Self.file(folder, "clip.bin", bytes: 1_234_567, seed: "smallWindow")
+                try await Self.running([alice, bob]) {
+                    for try await _ in alice.sendMedia(file: file, to: .user("bob")) {}
+                    let media = try await bobEvents.next("the media message") { event -> MediaInfo? in
+                        if case .message(let message) = event { message.media } else { nil }
+                    }
+                    var finished: URL?
+                    for try await step in bob.download(media) {
+                        if case .finished(let url) = step { finished = url }
+                    }
+                    let url = try #require(finished)
+                    #expect(try Data(contentsOf: url) == Data(bytes))
+                }
+            }
+        }
+    }
+
     @Test("a cut download resumes from the bytes on disk; the cache serves repeats, evicts the least recently used")
     func resumeAndCache() async throws {
         try await withTemporaryDirectory { folder in
