@@ -100,7 +100,7 @@ extension CacheEngine {
             } else {
                 state.update(fill)
             }
-        case .refused(let status) where (status == 404 || status == 410) && !Credentials.isShared(key: key):
+        case .refused(let status) where status == 404 || status == 410:
             self.dropped(state.startGeneration { _ in })
             state.headSeen = false
             self.entries[key]?.state = state

@@ -302,9 +302,8 @@ public final class CacheProxy: Service, Sendable {
     /// the credentials the URL and the headers carry (``Credentials``).
     func cacheKey(for url: URL, headers: HTTPHeaders) -> String {
         let parameters = self.configuration.credentialParameters
-        let stripped = Credentials.stripped(url, parameters: parameters)
         return Credentials(url: url, headers: headers, parameters: parameters)
-            .key(self.configuration.cacheKey(stripped), shared: self.configuration.sharedAcrossCredentials(stripped))
+            .key(self.configuration.cacheKey(Credentials.stripped(url, parameters: parameters)))
     }
 
     static func split(_ uri: String) -> (path: String, query: String?) {

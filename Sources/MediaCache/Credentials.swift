@@ -7,8 +7,7 @@ import NIOHTTP1
 ///
 /// A URL's credential parameters (``MediaCacheConfiguration/credentialParameters``) are removed before it becomes a
 /// key or a record; what they and the `Authorization` and `Cookie` headers held becomes a digest that is added to the
-/// key, so each credential has its own cached copy and a request without it, or with another, never reads it (but
-/// for resources named by their bytes, cached once and confirmed with the origin for each request's credentials).
+/// key, so each credential has its own cached copy and a request without it, or with another, never reads it.
 struct Credentials: Sendable, Hashable {
     /// The SHA-256 of the credential material, in hex; nil for a request without credentials.
     let digest: String?
@@ -33,24 +32,14 @@ struct Credentials: Sendable, Hashable {
         self.digest = SHA256Hex.string(hash)
     }
 
-    /// The cache key of a request: the app's key of the URL without credentials, and the credentials' digest; for
-    /// a resource the same for every credential (``MediaCacheConfiguration/sharedAcrossCredentials``), one key for
-    /// them all, private still (confirmed with each request's own credentials).
-    func key(_ base: String, shared: Bool = false) -> String {
-        guard let digest = self.digest else { return base }
-        return shared ? base + Self.sharedSuffix : "\(base)#credential-sha256=\(digest)"
+    /// The cache key of a request: the app's key of the URL without credentials, and the credentials' digest.
+    func key(_ base: String) -> String {
+        self.digest.map { "\(base)#credential-sha256=\($0)" } ?? base
     }
-
-    private static let sharedSuffix = "#credential-shared"
 
     /// Whether a key belongs to a request that carried credentials.
     static func isPrivate(key: String) -> Bool {
-        key.contains("#credential-sha256=") || key.hasSuffix(Self.sharedSuffix)
-    }
-
-    /// Whether a key is one copy for every credential: an origin's refusal of one credential does not drop it.
-    static func isShared(key: String) -> Bool {
-        key.hasSuffix(Self.sharedSuffix)
+        key.contains("#credential-sha256=")
     }
 
     /// A URL without its credential parameters (the rest of the query kept in order) and without a user name or

@@ -65,12 +65,6 @@ public struct MediaCacheConfiguration: Sendable {
         "token", "access_token", "auth", "auth_token", "api_key", "apikey", "key_token", "password", "secret",
         "session", "sessionid", "signature", "ticket", "x-amz-signature", "x-amz-credential", "x-amz-security-token",
     ]
-    /// Whether a URL's bytes are named by the URL itself, the same for every credential the origin lets read them
-    /// (given its URL with ``credentialParameters`` removed). Such a resource is cached once for all credentials
-    /// instead of once per credential (a player of Courier's media gets a new ticket every few minutes), and every
-    /// request is still confirmed with the origin under its own credentials before a byte is served, as for any
-    /// private resource. The default says so of Courier's own `/media/<sha256>`.
-    public var sharedAcrossCredentials: @Sendable (URL) -> Bool = { MediaCacheConfiguration.isCourierMedia($0) }
     /// The secret the control endpoints (`/_stats`, `/_cache`, `/_preload`) need, in an `Authorization: Bearer`
     /// header: by default a fresh random one per configuration, which ``CacheProxy`` writes (mode 0600) to
     /// `control-secret` in the cache folder for the `courier proxy` commands of the same user. Nil opens the control
@@ -89,14 +83,6 @@ public struct MediaCacheConfiguration: Sendable {
 
     public init(cacheDirectory: URL) {
         self.cacheDirectory = cacheDirectory
-    }
-
-    /// Whether a URL is Courier's `/media/<sha256>` (64 lowercase hex digits): bytes named by their digest.
-    public static func isCourierMedia(_ url: URL) -> Bool {
-        let path = url.path
-        guard path.hasPrefix("/media/") else { return false }
-        let digest = path.utf8.dropFirst("/media/".utf8.count)
-        return digest.count == 64 && digest.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
     }
 
     /// 32 random bytes, base64url.

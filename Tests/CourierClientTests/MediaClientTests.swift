@@ -128,16 +128,19 @@ struct MediaClientTests {
         }
     }
 
-    @Test("a download through a window smaller than a chunk gives the window back as it goes, and ends whole")
-    func smallWindow() async throws {
+    @Test(
+        "a download ends whole through a window smaller than a chunk, and when the server grants less than was asked",
+        arguments: [(100_003, 16 * 1024 * 1024), (64 * 1024 * 1024, 300_001)]
+    )
+    func smallWindow(asked: Int, serverCap: Int) async throws {
         try await withTemporaryDirectory { folder in
             try await ServerFixture.with { fixture in
                 try await fixture.user("alice")
                 try await fixture.user("bob")
                 let alice = try ClientTests.client(fixture, "alice", folder: folder)
                 var configuration = try ClientTests.configuration(fixture, "bob", folder: folder)
-                // Not a multiple of anything the server sends: the quarters given back are uneven.
-                configuration.fetchWindowBytes = 100_003
+                // Not multiples of anything the server sends.
+                configuration.fetchWindowBytes = asked
                 let bob = try CourierClient(configuration: configuration)
                 let bobEvents = EventReader(bob)
                 let (file, bytes) = try Self.file(folder, "clip.bin", bytes: 1_234_567, seed: "smallWindow")
@@ -153,6 +156,8 @@ struct MediaClientTests {
                     let url = try #require(finished)
                     #expect(try Data(contentsOf: url) == Data(bytes))
                 }
+            } configure: { server in
+                server.media.maxFetchWindowBytes = serverCap
             }
         }
     }

@@ -34,37 +34,6 @@ struct CredentialsTests {
         }
     }
 
-    @Test("only Courier's /media/<sha256> is one copy for every credential; such a key is private all the same")
-    func sharedMedia() throws {
-        let digest = String(repeating: "0f", count: 32)
-        func shared(_ text: String) throws -> Bool {
-            MediaCacheConfiguration.isCourierMedia(try #require(URL(string: text)))
-        }
-        #expect(try shared("https://chat.example/media/\(digest)"))
-        #expect(try shared("https://chat.example/media/\(digest)?ticket=x"))
-        #expect(try !shared("https://chat.example/media/\(digest.uppercased())"))
-        #expect(try !shared("https://chat.example/media/\(digest.dropLast())"))
-        #expect(try !shared("https://chat.example/media/\(digest)0"))
-        #expect(try !shared("https://chat.example/media/\(digest)/x"))
-        #expect(try !shared("https://chat.example/files/\(digest)"))
-        #expect(try !shared("https://chat.example/media/\(String(repeating: "g", count: 64))"))
-        let url = try #require(URL(string: "https://chat.example/media/\(digest)?ticket=a"))
-        let one = Credentials(url: url, headers: [:], parameters: Self.parameters)
-        let other = Credentials(
-            url: try #require(URL(string: "https://chat.example/media/\(digest)?ticket=b")),
-            headers: [:],
-            parameters: Self.parameters
-        )
-        #expect(one.key("k", shared: true) == other.key("k", shared: true))
-        #expect(
-            Credentials.isPrivate(key: one.key("k", shared: true))
-                && Credentials.isShared(key: one.key("k", shared: true))
-        )
-        #expect(one.key("k") != other.key("k") && !Credentials.isShared(key: one.key("k")))
-        let none = Credentials(url: URL(string: "https://chat.example/media/\(digest)")!, headers: [:], parameters: [])
-        #expect(none.key("k", shared: true) == "k" && !Credentials.isPrivate(key: "k"))
-    }
-
     @Test("every spelling of a credential gives its own key; the same credential gives the same key")
     func digests() throws {
         func digest(_ text: String, _ headers: HTTPHeaders = [:]) throws -> String? {

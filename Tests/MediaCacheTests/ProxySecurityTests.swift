@@ -69,58 +69,6 @@ struct ProxySecurityTests {
         }
     }
 
-    /// An origin location like Courier's /media/<sha256> with tickets: `ticket` must be "t1" or "t2".
-    static let ticketLocation = """
-            location /media/ {
-                alias {root}/;
-                if ($arg_ticket !~ "^(t1|t2)$") { return 401; }
-                add_header Cache-Control "private, max-age=31536000, immutable";
-            }
-        """
-
-    @Test("media named by its digest is cached once for every ticket, and each ticket is still confirmed by the origin")
-    func mediaAcrossTickets() async throws {
-        let data = randomData(300_000, seed: 13)
-        let name = String(repeating: "ab", count: 32)
-        try await ProxyFixture.with(files: [name: data], nginxExtra: Self.ticketLocation) { fixture in
-            func get(_ ticket: String?) async throws -> Curl.Response {
-                var origin = fixture.nginx.url(name, location: "media").absoluteString
-                if let ticket { origin += "?ticket=\(ticket)" }
-                let url = ProxyURL(port: fixture.port).query(for: URL(string: origin)!).absoluteString
-                return try await Curl.get(url, in: fixture.folder)
-            }
-            func sent(_ ticket: String) -> [(status: Int, bytes: Int64)] {
-                fixture.nginx.log().filter { $0.uri == "/media/\(name)?ticket=\(ticket)" }.map {
-                    ($0.status, $0.bodyBytes)
-                }
-            }
-            let first = try await get("t1")
-            #expect(first.status == 200 && first.body == data)
-            // Another ticket (a player's next one): the same copy, served once the origin confirmed the ticket.
-            let second = try await get("t2")
-            #expect(second.status == 200 && second.body == data)
-            let confirmations = sent("t2")
-            #expect(!confirmations.isEmpty && confirmations.allSatisfy { $0.status == 304 }, "\(confirmations)")
-            #expect(fixture.originBytes(name, location: "media") == 0, "no request without a ticket reached it")
-            func mediaBytes() -> Int64 {
-                fixture.nginx.log().filter { $0.uri.hasPrefix("/media/") && $0.status / 100 == 2 }
-                    .reduce(0) { $0 + $1.bodyBytes }
-            }
-            let bodies = mediaBytes()
-            #expect(bodies == Int64(data.count), "the origin sent the file once: \(bodies) bytes")
-            let listing = try await fixture.resources()
-            #expect(listing.count == 1, "one copy: \(listing.map(\.url))")
-
-            // A ticket the origin refuses, or none, gets nothing of it, and the copy stays for the good ones.
-            let refused = try await get("stolen")
-            #expect(refused.status == 401 && refused.body != data)
-            #expect(try await get(nil).status == 401)
-            let again = try await get("t1")
-            #expect(again.status == 200 && again.body == data)
-            #expect(mediaBytes() == bodies, "nothing fetched again")
-        }
-    }
-
     @Test("a foreign Host is refused (DNS rebinding); control requests need the secret and no foreign Origin")
     func webPages() async throws {
         let data = randomData(10_000, seed: 12)
