@@ -47,6 +47,7 @@ extension CourierClient {
         durationMs: Int = 0,
         width: Int = 0,
         height: Int = 0,
+        caption: String = "",
         id: String = UUID().uuidString
     ) -> AsyncThrowingStream<UploadProgress, any Error> {
         let (progress, continuation) = AsyncThrowingStream.makeStream(
@@ -66,7 +67,8 @@ extension CourierClient {
                     name: name ?? file.lastPathComponent,
                     durationMs: durationMs,
                     width: width,
-                    height: height
+                    height: height,
+                    caption: caption
                 )
                 try await self.upload(file, media: media) { sent in
                     continuation.yield(.uploading(sent: sent, total: size))
@@ -309,10 +311,6 @@ extension CourierClient {
             guard case .fetchReady(let info)? = ready.body else { throw Self.unexpected(ready) }
             size = Int64(info.size)
             progress(offset, size)
-            // The window is given back a quarter at a time, not per chunk: the server still has three quarters to
-            // send on meanwhile, and the connection carries a frame per megabyte instead of one per chunk.
-            let giveBack = max(1, self.configuration.fetchWindowBytes / 4)
-            var consumed = 0
             for try await chunk in chunks {
                 try Task.checkCancellation()
                 await hasher?.update(chunk.bytes)
@@ -323,10 +321,12 @@ extension CourierClient {
                     ended = true
                     break
                 }
-                consumed += chunk.bytes.readableBytes
-                if consumed >= giveBack {
-                    try await link.write(frame: .windowUpdate(streamID: stream, increment: UInt32(clamping: consumed)))
-                    consumed = 0
+                // Given back per chunk: the server may grant less than was asked for (its own cap), and does not
+                // say so; a client that waited to give back more than that would wait forever.
+                if chunk.bytes.readableBytes > 0 {
+                    try await link.write(
+                        frame: .windowUpdate(streamID: stream, increment: UInt32(chunk.bytes.readableBytes))
+                    )
                 }
             }
             guard offset == size else { throw CourierClientError.notConnected }

@@ -122,13 +122,15 @@ extension ServerProcess {
     public static func start(
         data: URL,
         logFolder folder: URL,
-        arguments: [String] = []
+        arguments: [String] = [],
+        environment: [String: String] = [:]
     ) async throws -> (server: ServerProcess, native: Int, http: Int) {
         try await Self.start(
             executable: CourierExecutable.url,
             data: data,
             logFolder: folder,
-            arguments: Self.testLimits + arguments
+            arguments: Self.testLimits + arguments,
+            environment: environment
         )
     }
 

@@ -68,14 +68,15 @@ struct Send: AsyncParsableCommand {
             --file sends an image, voice clip, video or any file as a media message (its kind and MIME type from \
             its extension, unless --kind and --mime say). It is uploaded in chunks, with a progress bar on a \
             terminal (plain lines otherwise); an upload a broken connection cut resumes where the server stands \
-            when the command is run again. The file's size limit and the user's quota are the server's \
-            (media-too-large, quota-exceeded).
+            when the command is run again. A text beside --file is the file's caption (`courier send --to bob \
+            --file beach.jpg "海边 🌊"`). The file's size limit and the user's quota are the server's \
+            (media-too-large, quota-exceeded; by default 2 GiB a file and 20 GiB a user: `courier serve --help`).
             """
     )
 
     @OptionGroup var options: ClientOptions
     @OptionGroup var target: ConversationOptions
-    @Argument(help: "The text (none with --file).") var text: String?
+    @Argument(help: "The text; with --file, the file's caption (optional).") var text: String?
 
     @Option(help: ArgumentHelp("A file to send as a media message.", valueName: "path"))
     var file: String?
@@ -107,8 +108,8 @@ struct Send: AsyncParsableCommand {
     var replyFrom: String?
 
     func validate() throws {
-        guard (self.text == nil) != (self.file == nil) else {
-            throw ValidationError("give a text, or --file PATH")
+        guard self.text != nil || self.file != nil else {
+            throw ValidationError("give a text, or --file PATH (and a caption if you like)")
         }
         if self.replyTo == nil, self.replyFrom != nil {
             throw ValidationError("--reply-from goes with --reply-to")
@@ -213,7 +214,14 @@ extension Send {
             let bar = ProgressBar(label: "sending \(file.lastPathComponent)")
             var queued: (String, MediaInfo)?
             do {
-                for try await step in session.client.sendMedia(file: file, to: conversation, kind: kind, mime: mime) {
+                let steps = session.client.sendMedia(
+                    file: file,
+                    to: conversation,
+                    kind: kind,
+                    mime: mime,
+                    caption: self.text ?? ""
+                )
+                for try await step in steps {
                     switch step {
                     case .hashed: break
                     case .uploading(let sent, let total): bar.show(sent, of: total)

@@ -25,8 +25,15 @@ struct Serve: AsyncParsableCommand {
             crash of the process or the machine). The address, port, TLS and data flags have environment variables \
             (named in each flag's help); the flag wins. Once it listens it prints "courier serve listening on \
             native HOST:PORT, compat HOST:PORT, http HOST:PORT" on standard output (ports picked with 0 included), \
-            whatever the log level. SIGTERM or SIGINT stops the server gracefully: no new connections, writes in flight are committed and \
-            acknowledged, then the connections close. At start the server raises its open-file limit to the hard \
+            whatever the log level, then "web chat: URL", the page to open in a browser. SIGTERM or SIGINT stops \
+            the server gracefully: no new connections, writes in flight are committed and \
+            acknowledged, then the connections close. Started by systemd with Type=notify ($NOTIFY_SOCKET; \
+            contrib/courier.service, docs/DEPLOY.md), it says READY=1 once it listens, STOPPING=1 when it drains, \
+            and WATCHDOG=1 every half of WatchdogSec while its event loops answer.
+
+            Limits a user meets first (each a --limit, all in docs/PROTOCOL.md): a file is at most 2 GiB \
+            (max-media-bytes), a user's stored files at most 20 GiB (media-quota-bytes), and a message can be \
+            recalled for 2 minutes after it was sent (recall-window). At start the server raises its open-file limit to the hard \
             limit, and a crash leaves its backtrace in <data>/crashes/ (unless SWIFT_BACKTRACE is already set). One \
             server per data folder: it holds <data>/server.lock, and a second one on the folder exits with an error \
             (the admin commands run beside it).
@@ -318,6 +325,21 @@ struct Serve: AsyncParsableCommand {
             }
             services = [.init(service: server)]
         }
+        // Started by systemd with Type=notify: readiness below, the watchdog and the drain's start as a service, shut
+        // down first (the last of the group).
+        let systemd = SystemdNotifier()
+        if let systemd {
+            services.append(
+                .init(
+                    service: SystemdService(
+                        notifier: systemd,
+                        watchdogInterval: SystemdNotifier.watchdogInterval(),
+                        logger: logger
+                    ),
+                    successTerminationBehavior: .ignore
+                )
+            )
+        }
         let group = ServiceGroup(
             configuration: .init(
                 services: services,
@@ -332,11 +354,13 @@ struct Serve: AsyncParsableCommand {
                 // waits for this line, and learns the ports it asked to be picked (0).
                 if let ports = await server.ports() {
                     let host = configuration.host.contains(":") ? "[\(configuration.host)]" : configuration.host
-                    ProcessSetup.say(
-                        "courier serve listening on native \(host):\(ports.native), compat \(host):\(ports.compat), "
-                            + "http \(host):\(ports.http)"
-                    )
+                    let listening =
+                        "native \(host):\(ports.native), compat \(host):\(ports.compat), http \(host):\(ports.http)"
+                    ProcessSetup.say("courier serve listening on \(listening)")
+                    let scheme = configuration.tls == nil ? "http" : "https"
+                    ProcessSetup.say("web chat: \(scheme)://\(Self.browsable(configuration.host)):\(ports.http)/")
                     if newData { self.data.sayMade() }
+                    systemd?.send("READY=1\nSTATUS=listening on \(listening)\nMAINPID=\(getpid())")
                 }
                 try await tasks.waitForAll()
             }
@@ -345,6 +369,15 @@ struct Serve: AsyncParsableCommand {
             let flag =
                 ["native": "--port", "compat": "--compat-port", "http": "--http-port"][error.port.rawValue] ?? ""
             throw CommandFailure(description: "\(error); choose another with \(flag)")
+        }
+    }
+
+    /// The host a browser on this machine reaches a server bound to `host` at: loopback for the wildcard addresses.
+    static func browsable(_ host: String) -> String {
+        switch host {
+        case "0.0.0.0", "": "127.0.0.1"
+        case "::", "[::]": "[::1]"
+        default: host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
         }
     }
 

@@ -245,7 +245,11 @@ extension CommandLineTests {
             #expect(result.status == 0, "\(result)")
             #expect(result.output.contains("sending holiday.png: 100% (3000000 of 3000000 bytes)"), "\(result)")
             #expect(result.output.contains("sent [image holiday.png, 3.0 MB] to @bob: seq 1"), "\(result)")
-            result = try await client("alice", "send", "--to", "bob", "--file", photo.path, "also text")
+            // A text beside --file is its caption, in any script.
+            let caption = "假期の海 🏖️ في البحر"
+            result = try await client("alice", "send", "--to", "bob", "--file", photo.path, caption)
+            #expect(result.status == 0 && result.output.contains("to @bob: seq 2"), "\(result)")
+            result = try await client("alice", "send", "--to", "bob")
             #expect(result.status != 0 && result.output.contains("give a text, or --file PATH"), "\(result)")
             result = try await client(
                 "alice",
@@ -258,10 +262,13 @@ extension CommandLineTests {
             #expect(result.status == 1 && result.output.contains("cannot read"), "\(result)")
 
             result = try await client("bob", "history", "--with", "alice", "--json")
-            let line = try #require(
-                try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any],
-                "\(result)"
-            )
+            let lines = try result.output.split(separator: "\n").map { text in
+                try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any], "\(result)")
+            }
+            try #require(lines.count == 2, "\(result)")
+            let line = lines[0]
+            #expect((line["text"] as? String ?? "").isEmpty && lines[1]["text"] as? String == caption, "\(result)")
+            #expect(lines[1]["sha256"] as? String == line["sha256"] as? String, "the same file, stored once")
             #expect(line["kind"] as? String == "image" && line["mime"] as? String == "image/png")
             #expect(line["name"] as? String == "holiday.png" && line["size"] as? Int == bytes.count)
             let sha = try #require(line["sha256"] as? String)

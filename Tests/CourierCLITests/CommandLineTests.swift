@@ -38,9 +38,10 @@ struct CommandLineTests {
     static func serve(
         _ folder: URL,
         data: URL,
-        _ arguments: [String] = []
+        _ arguments: [String] = [],
+        environment: [String: String] = [:]
     ) async throws -> (server: ServerProcess, native: Int, http: Int) {
-        try await ServerProcess.start(data: data, logFolder: folder, arguments: arguments)
+        try await ServerProcess.start(data: data, logFolder: folder, arguments: arguments, environment: environment)
     }
 }
 
