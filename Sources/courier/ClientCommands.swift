@@ -114,8 +114,8 @@ struct Send: AsyncParsableCommand {
         if self.replyTo == nil, self.replyFrom != nil {
             throw ValidationError("--reply-from goes with --reply-to")
         }
-        if self.file != nil, self.replyTo != nil || self.id != nil {
-            throw ValidationError("--reply-to and --id go with a text")
+        if self.file != nil, self.replyTo != nil {
+            throw ValidationError("--reply-to goes with a text, not with --file")
         }
         if let id = self.id, id.isEmpty || id.utf8.count > 128 {
             throw ValidationError("--id has 1 to 128 bytes")
@@ -219,7 +219,8 @@ extension Send {
                     to: conversation,
                     kind: kind,
                     mime: mime,
-                    caption: self.text ?? ""
+                    caption: self.text ?? "",
+                    id: self.id ?? UUID().uuidString
                 )
                 for try await step in steps {
                     switch step {

@@ -331,11 +331,7 @@ struct Serve: AsyncParsableCommand {
         if let systemd {
             services.append(
                 .init(
-                    service: SystemdService(
-                        notifier: systemd,
-                        watchdogInterval: SystemdNotifier.watchdogInterval(),
-                        logger: logger
-                    ),
+                    service: SystemdService(notifier: systemd, watchdogInterval: SystemdNotifier.watchdogInterval()),
                     successTerminationBehavior: .ignore
                 )
             )

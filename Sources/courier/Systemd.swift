@@ -1,11 +1,13 @@
 import Foundation
-import Logging
 import NIOCore
 import NIOPosix
 import ServiceLifecycle
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
@@ -78,40 +80,43 @@ struct SystemdNotifier: Sendable {
 }
 
 /// The server's side of systemd's service manager, as a service of its group: it feeds the watchdog (when systemd
-/// set one) every interval, once each event loop of the server's group has run a task (a loop stuck in a long job or
-/// a deadlock withholds it, and systemd restarts the server after `WatchdogSec`), and says `STOPPING=1` as soon as
-/// the graceful shutdown begins. (`READY=1` is sent by `serve` once its ports listen.)
+/// set one) every interval in which each event loop of the server's group ran a task posted to it at the interval's
+/// start (a loop stuck in a long job or a deadlock withholds it, and systemd restarts the server after
+/// `WatchdogSec`), and says `STOPPING=1` as soon as the graceful shutdown begins. (`READY=1` is sent by `serve` once
+/// its ports listen.) Nothing here waits on a loop: a stuck one cannot hold up the shutdown.
 struct SystemdService: Service {
     let notifier: SystemdNotifier
     let watchdogInterval: Duration?
     let group: any EventLoopGroup
     let clock: any Clock<Duration>
-    let logger: Logger
 
     init(
         notifier: SystemdNotifier,
         watchdogInterval: Duration?,
         group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
-        clock: any Clock<Duration> = ContinuousClock(),
-        logger: Logger
+        clock: any Clock<Duration> = ContinuousClock()
     ) {
         self.notifier = notifier
         self.watchdogInterval = watchdogInterval
         self.group = group
         self.clock = clock
-        self.logger = logger
     }
 
     func run() async throws {
         if let interval = self.watchdogInterval {
             await cancelWhenGracefulShutdown {
+                let loops = Array(self.group.makeIterator())
                 while !Task.isCancelled {
-                    if await self.loopsAnswer() { self.notifier.send("WATCHDOG=1") }
+                    let answered = Answered(count: loops.count)
+                    for (index, loop) in loops.enumerated() {
+                        loop.execute { answered.mark(index) }
+                    }
                     do {
                         try await self.clock.sleep(for: interval)
                     } catch {
                         return
                     }
+                    if answered.all { self.notifier.send("WATCHDOG=1") }
                 }
             }
         } else {
@@ -120,19 +125,18 @@ struct SystemdService: Service {
         self.notifier.send("STOPPING=1\nSTATUS=draining: committing what is in flight, then closing")
     }
 
-    /// Whether every event loop ran a no-op task (a stuck one never answers, and the watchdog goes hungry).
-    private func loopsAnswer() async -> Bool {
-        for loop in self.group.makeIterator() {
-            do {
-                try await loop.submit {}.get()
-            } catch {
-                self.logger.warning(
-                    "an event loop failed a task: the watchdog is not fed",
-                    metadata: ["error": "\(error)"]
-                )
-                return false
-            }
+    /// Which loops ran the task posted to them this interval.
+    private final class Answered: Sendable {
+        private let marks: Mutex<[Bool]>
+
+        init(count: Int) {
+            self.marks = Mutex(Array(repeating: false, count: count))
         }
-        return true
+
+        func mark(_ index: Int) {
+            self.marks.withLock { $0[index] = true }
+        }
+
+        var all: Bool { self.marks.withLock { $0.allSatisfy { $0 } } }
     }
 }

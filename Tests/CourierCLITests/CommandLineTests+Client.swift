@@ -247,7 +247,7 @@ extension CommandLineTests {
             #expect(result.output.contains("sent [image holiday.png, 3.0 MB] to @bob: seq 1"), "\(result)")
             // A text beside --file is its caption, in any script.
             let caption = "假期の海 🏖️ في البحر"
-            result = try await client("alice", "send", "--to", "bob", "--file", photo.path, caption)
+            result = try await client("alice", "send", "--to", "bob", "--file", photo.path, caption, "--id", "pic-2")
             #expect(result.status == 0 && result.output.contains("to @bob: seq 2"), "\(result)")
             result = try await client("alice", "send", "--to", "bob")
             #expect(result.status != 0 && result.output.contains("give a text, or --file PATH"), "\(result)")
@@ -269,6 +269,7 @@ extension CommandLineTests {
             let line = lines[0]
             #expect((line["text"] as? String ?? "").isEmpty && lines[1]["text"] as? String == caption, "\(result)")
             #expect(lines[1]["sha256"] as? String == line["sha256"] as? String, "the same file, stored once")
+            #expect(lines[1]["id"] as? String == "pic-2", "\(result)")
             #expect(line["kind"] as? String == "image" && line["mime"] as? String == "image/png")
             #expect(line["name"] as? String == "holiday.png" && line["size"] as? Int == bytes.count)
             let sha = try #require(line["sha256"] as? String)

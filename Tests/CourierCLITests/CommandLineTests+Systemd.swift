@@ -1,6 +1,9 @@
 import CourierProcess
 import CourierTesting
 import Foundation
+import NIOCore
+import NIOEmbedded
+import NIOPosix
 import Synchronization
 import Testing
 
@@ -78,6 +81,23 @@ final class NotifySocket: @unchecked Sendable {
     }
 }
 
+/// A group of the loops given (a running one and a wedged one, for the watchdog).
+final class FixedLoops: EventLoopGroup, @unchecked Sendable {
+    let loops: [any EventLoop]
+
+    init(_ loops: [any EventLoop]) {
+        self.loops = loops
+    }
+
+    func next() -> any EventLoop { self.loops[0] }
+
+    func makeIterator() -> EventLoopIterator { EventLoopIterator(self.loops) }
+
+    func shutdownGracefully(queue: DispatchQueue, _ callback: @escaping @Sendable ((any Error)?) -> Void) {
+        queue.async { callback(nil) }
+    }
+}
+
 struct TestFailure: Error, CustomStringConvertible {
     var description: String
     init(_ description: String) { self.description = description }
@@ -107,6 +127,39 @@ extension CommandLineTests {
             try await notify.wait("STOPPING=1") { $0.contains { $0.hasPrefix("STOPPING=1") } }
             let log = try String(contentsOf: server.log, encoding: .utf8)
             #expect(log.contains("web chat: http://127.0.0.1:\(http)/"), "\(log)")
+        }
+    }
+
+    @Test("an event loop that does not run its tasks withholds the watchdog; the loops that do feed it")
+    func watchdogWithheld() async throws {
+        try await withTemporaryDirectory(prefix: "courier-watchdog") { folder in
+            let healthy = try NotifySocket(path: folder.appendingPathComponent("healthy").path)
+            let stuck = try NotifySocket(path: folder.appendingPathComponent("stuck").path)
+            defer {
+                healthy.close()
+                stuck.close()
+            }
+            let running = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+            // An embedded loop runs a task only when told to: a loop stuck in a long job, to the watchdog.
+            let wedged = EmbeddedEventLoop()
+            let feeds = [
+                (healthy, running as any EventLoopGroup),
+                (stuck, FixedLoops([running.next(), wedged]) as any EventLoopGroup),
+            ].map { socket, group in
+                Task {
+                    let notifier = try #require(SystemdNotifier(environment: ["NOTIFY_SOCKET": socket.path]))
+                    try await SystemdService(notifier: notifier, watchdogInterval: .milliseconds(20), group: group)
+                        .run()
+                }
+            }
+            // Both wait the same intervals: by the time the healthy one has fed five, the stuck one had as many chances.
+            try await healthy.wait("five WATCHDOG=1") { $0.filter { $0 == "WATCHDOG=1" }.count >= 5 }
+            for feed in feeds { feed.cancel() }
+            for feed in feeds { _ = await feed.result }
+            #expect(!stuck.messages.contains("WATCHDOG=1"), "\(stuck.messages)")
+            // Cancelled (as at the shutdown), each says it stops, the stuck one too: nothing waited on its loop.
+            try await stuck.wait("STOPPING=1") { $0.contains { $0.hasPrefix("STOPPING=1") } }
+            try await running.shutdownGracefully()
         }
     }
 
@@ -144,35 +197,28 @@ extension CommandLineTests {
             #expect(unit.contains("\n" + line), "the unit says \(line)")
         }
         try await withTemporaryDirectory(prefix: "courier-unit") { folder in
-            // The unit as installed, but for where this build's executable is (verify checks that it exists).
-            let copy = folder.appendingPathComponent("courier.service")
-            try unit.replacingOccurrences(of: "/usr/local/bin/courier", with: CourierExecutable.url.path)
-                .write(to: copy, atomically: true, encoding: .utf8)
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/systemd-analyze")
-            process.arguments = ["verify", copy.path]
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = output
-            try process.run()
-            let said = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
+            /// `systemd-analyze verify` of a unit's text, as installed but for where this build's executable is
+            /// (verify checks that it exists): its status and what it said.
+            func verify(_ text: String) throws -> (status: Int32, said: String) {
+                let copy = folder.appendingPathComponent("courier.service")
+                try text.replacingOccurrences(of: "/usr/local/bin/courier", with: CourierExecutable.url.path)
+                    .write(to: copy, atomically: true, encoding: .utf8)
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: "/usr/bin/systemd-analyze")
+                process.arguments = ["verify", copy.path]
+                let output = Pipe()
+                process.standardOutput = output
+                process.standardError = output
+                try process.run()
+                let said = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                process.waitUntilExit()
+                return (process.terminationStatus, said)
+            }
             // Any warning (an unknown key, a bad value) fails it too, not only an error.
-            #expect(process.terminationStatus == 0 && said.isEmpty, "\(said)")
+            let (status, said) = try verify(unit)
+            #expect(status == 0 && said.isEmpty, "\(said)")
             // And verify is not a rubber stamp: a misspelled key is named.
-            try (unit + "\n[Service]\nWatchdogSecs=5s\n").replacingOccurrences(
-                of: "/usr/local/bin/courier",
-                with: CourierExecutable.url.path
-            ).write(to: copy, atomically: true, encoding: .utf8)
-            let check = Process()
-            check.executableURL = URL(fileURLWithPath: "/usr/bin/systemd-analyze")
-            check.arguments = ["verify", copy.path]
-            let checkOutput = Pipe()
-            check.standardOutput = checkOutput
-            check.standardError = checkOutput
-            try check.run()
-            let complaint = String(decoding: checkOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            check.waitUntilExit()
+            let complaint = try verify(unit + "\n[Service]\nWatchdogSecs=5s\n").said
             #expect(complaint.contains("WatchdogSecs"), "\(complaint)")
         }
     }

@@ -48,6 +48,19 @@ struct SessionStateMachineTests {
         return envelope
     }
 
+    /// A send of a picture with a caption.
+    static func sendMedia(caption: String) -> ClientEnvelope {
+        var envelope = ClientEnvelope()
+        envelope.requestID = 2
+        envelope.send.id = "p"
+        envelope.send.to.user = "bob"
+        envelope.send.body.media.sha256 = String(repeating: "ab", count: 32)
+        envelope.send.body.media.kind = .image
+        envelope.send.body.media.size = 1000
+        envelope.send.body.media.caption = caption
+        return envelope
+    }
+
     static func active(_ configure: (inout ServerConfiguration.Limits) -> Void = { _ in }) -> SessionStateMachine {
         var machine = machine(configure)
         _ = machine.received(hello(), now: start)
@@ -140,7 +153,14 @@ struct SessionStateMachineTests {
                     return envelope
                 }(), ErrorCodes.invalidRequest
             ),
+            // A caption is a text: four Chinese characters are 12 bytes, over the limit of 10.
+            (Self.sendMedia(caption: "海边日落"), ErrorCodes.textTooLarge),
         ]
+        // Ten bytes of caption (an emoji and two Chinese characters) are the limit exactly: written.
+        guard case .write = machine.received(Self.sendMedia(caption: "🌊海边"), now: Self.start) else {
+            Issue.record("a caption at the limit was refused")
+            return
+        }
         for (envelope, code) in cases {
             guard case .refuse(2, code, _, _, nil) = machine.received(envelope, now: Self.start) else {
                 Issue.record("expected \(code)")

@@ -129,6 +129,13 @@ extension SessionStateMachine {
                     "media.name is a file name without / or control characters, at most \(Self.maxMediaNameBytes) bytes"
                 )
             }
+            // A caption is a text: the same limit as a text's (and as its edit's).
+            if media.caption.utf8.count > self.configuration.maxTextBytes {
+                return refuse(
+                    ErrorCodes.textTooLarge,
+                    "\(media.caption.utf8.count) bytes of caption; the limit is \(self.configuration.maxTextBytes)"
+                )
+            }
             return nil
         case nil:
             return refuse(ErrorCodes.emptyMessage, "the message has no content")
