@@ -29,14 +29,14 @@ struct Serve: AsyncParsableCommand {
             the server gracefully: no new connections, writes in flight are committed and \
             acknowledged, then the connections close. Started by systemd with Type=notify ($NOTIFY_SOCKET; \
             contrib/courier.service, docs/DEPLOY.md), it says READY=1 once it listens, STOPPING=1 when it drains, \
-            and WATCHDOG=1 every half of WatchdogSec while its event loops answer.
+            and WATCHDOG=1 every half of WatchdogSec while its event loops answer. At start the server raises its \
+            open-file limit to the hard limit, and a crash leaves its backtrace in <data>/crashes/ (unless \
+            SWIFT_BACKTRACE is already set). One server per data folder: it holds <data>/server.lock, and a second \
+            one on the folder exits with an error (the admin commands run beside it).
 
             Limits a user meets first (each a --limit, all in docs/PROTOCOL.md): a file is at most 2 GiB \
             (max-media-bytes), a user's stored files at most 20 GiB (media-quota-bytes), and a message can be \
-            recalled for 2 minutes after it was sent (recall-window). At start the server raises its open-file limit to the hard \
-            limit, and a crash leaves its backtrace in <data>/crashes/ (unless SWIFT_BACKTRACE is already set). One \
-            server per data folder: it holds <data>/server.lock, and a second one on the folder exits with an error \
-            (the admin commands run beside it).
+            recalled for 2 minutes after it was sent (recall-window).
 
             With --database postgres://… (or $COURIER_DATABASE) the server is a node: any number of nodes share the \
             database, each with a data folder of its own (media, lock, crash reports), and clients may connect to \

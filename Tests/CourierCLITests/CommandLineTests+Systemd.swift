@@ -182,6 +182,10 @@ extension CommandLineTests {
         #expect(SystemdNotifier(environment: ["NOTIFY_SOCKET": "/" + String(repeating: "x", count: 200)]) == nil)
         #expect(SystemdNotifier(environment: ["NOTIFY_SOCKET": "/run/systemd/notify"])?.path.first == UInt8(ascii: "/"))
         #expect(SystemdNotifier(environment: ["NOTIFY_SOCKET": "@courier"])?.path == [0] + Array("courier".utf8))
+        // The web chat's URL names a host a browser here can open.
+        #expect(Serve.browsable("0.0.0.0") == "127.0.0.1" && Serve.browsable("::") == "[::1]")
+        #expect(Serve.browsable("127.0.0.1") == "127.0.0.1" && Serve.browsable("fe80::1") == "[fe80::1]")
+        #expect(Serve.browsable("chat.example.com") == "chat.example.com")
     }
 
     @Test("contrib/courier.service passes systemd-analyze verify, with the hardening docs/DEPLOY.md states")
