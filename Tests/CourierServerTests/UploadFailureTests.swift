@@ -9,7 +9,11 @@ import Testing
 
 /// An upload whose bytes the database refuses to store, with an error of the database's own (not one of the store's):
 /// the client is told, and the upload is not left held, so the next try goes on from where the bytes stand.
-@Suite("An upload the database fails", .serialized)
+@Suite(
+    "An upload the database fails",
+    .serialized,
+    .enabled(if: TestDatabase.isEnabled, Comment(rawValue: TestDatabase.skipReason))
+)
 struct UploadFailureTests {
     @Test("PostgreSQL refuses an upload's rows: storage-failed, and a new connection resumes it (not upload-busy)")
     func databaseRefusesRows() async throws {
