@@ -6,150 +6,150 @@ import CourierWire
 /// `--limit NAME=VALUE`: sets any of the server's limits by name (docs/PROTOCOL.md, "Limits").
 enum LimitOption {
     /// Each limit's name on the command line, and how to set it.
-    static let setters: [(name: String, apply: @Sendable (inout ServerConfiguration, String) throws -> Void)] = [
-        ("max-connections", { $0.limits.maxConnections = try int($1) }),
-        ("max-unauthenticated", { $0.limits.maxUnauthenticated = try int($1) }),
-        ("max-closing-for-room", { $0.limits.maxClosingForRoom = try count($1) }),
-        ("max-unauthenticated-per-address", { $0.limits.maxUnauthenticatedPerAddress = try int($1) }),
-        ("max-connections-per-user", { $0.limits.maxConnectionsPerUser = try int($1) }),
-        ("http-max-connections", { $0.http.maxConnections = try int($1) }),
-        ("http-max-connections-per-address", { $0.http.maxConnectionsPerAddress = try int($1) }),
-        ("http-idle-timeout", { $0.http.idleTimeout = try duration($1) }),
-        ("websocket-max-message-bytes", { $0.webSocket.maxMessageBytes = try bytes($1) }),
-        ("health-probe-interval", { $0.http.healthProbeInterval = try duration($1) }),
-        ("health-probe-timeout", { $0.http.healthProbeTimeout = try duration($1) }),
-        ("reserved-descriptors", { $0.reservedDescriptors = try int($1) }),
-        ("max-unacked-sends", { $0.limits.maxUnackedSends = try int($1) }),
-        ("sends-per-second", { $0.limits.sendsPerSecond = try double($1) }),
-        ("send-burst", { $0.limits.sendBurst = try double($1) }),
-        ("fanout-per-second", { $0.limits.fanoutPerSecond = try double($1) }),
-        ("fanout-burst", { $0.limits.fanoutBurst = try double($1) }),
-        ("max-text-bytes", { $0.limits.maxTextBytes = try bytes($1) }),
-        ("idle-timeout", { $0.limits.idleTimeout = try duration($1) }),
-        ("heartbeat-interval", { $0.limits.heartbeatInterval = try seconds($1) }),
-        ("auth-timeout", { $0.limits.authTimeout = try duration($1) }),
-        ("slow-consumer-timeout", { $0.limits.slowConsumerTimeout = try duration($1) }),
-        ("deadline-resolution", { $0.limits.deadlineResolution = try duration($1) }),
-        ("initial-read-bytes", { $0.limits.initialReadBytes = try bytes($1) }),
-        ("outbound-buffer-bytes", { $0.limits.outboundBufferBytes = try bytes($1) }),
-        ("events-per-page", { $0.limits.eventsPerPage = try int($1) }),
-        ("max-handed-events", { $0.limits.maxHandedEvents = try count($1) }),
-        ("max-handed-bytes", { $0.limits.maxHandedBytes = try bytes($1) }),
-        ("encoded-events-cache-bytes", { $0.limits.encodedEventsCacheBytes = try bytes($1) }),
-        ("max-events-bytes", { $0.limits.maxEventsBytes = try bytes($1) }),
-        ("max-history-page", { $0.limits.maxHistoryPage = try int($1) }),
-        ("max-answer-bytes", { $0.limits.maxAnswerBytes = try bytes($1) }),
-        ("search-index-batch", { $0.limits.searchIndexBatch = try int($1) }),
-        ("search-index-deferred", { $0.store.searchIndex.deferred = try flag($1) }),
-        ("search-index-delay", { $0.store.searchIndex.delay = try duration($1) }),
-        ("search-index-max-batch", { $0.store.searchIndex.maxBatch = try int($1) }),
-        ("search-index-max-queued", { $0.store.searchIndex.maxQueued = try count($1) }),
-        ("search-index-max-queued-bytes", { $0.store.searchIndex.maxQueuedBytes = try bytes($1) }),
-        ("search-index-sweep-interval", { $0.store.searchIndex.sweepInterval = try duration($1) }),
-        ("postgres-random-page-cost", { $0.store.postgresRandomPageCost = try pageCost($1) }),
-        ("sqlite-max-carried-rows", { $0.store.sqliteMaxCarriedRows = try count($1) }),
-        ("max-search-scan", { $0.store.limits.maxSearchScan = try int($1) }),
-        ("max-search-page", { $0.store.limits.maxSearchPage = try int($1) }),
-        ("max-failed-logins-per-user", { $0.limits.maxFailedLoginsPerUser = try int($1) }),
-        ("max-failed-logins-per-address", { $0.limits.maxFailedLoginsPerAddress = try int($1) }),
-        ("login-window", { $0.limits.loginWindow = try duration($1) }),
-        ("max-sign-ups-per-address", { $0.accounts.maxSignUpsPerAddress = try int($1) }),
-        ("max-sign-ups-in-all", { $0.accounts.maxSignUpsInAll = try int($1) }),
-        ("sign-up-window", { $0.accounts.signUpWindow = try duration($1) }),
-        ("max-lookups-per-user", { $0.accounts.maxLookupsPerUser = try int($1) }),
-        ("max-lookups-per-address", { $0.accounts.maxLookupsPerAddress = try int($1) }),
-        ("lookup-window", { $0.accounts.lookupWindow = try duration($1) }),
-        ("max-profile-changes-per-user", { $0.accounts.maxProfileChangesPerUser = try int($1) }),
-        ("max-profile-changes-per-address", { $0.accounts.maxProfileChangesPerAddress = try int($1) }),
-        ("profile-change-window", { $0.accounts.profileChangeWindow = try duration($1) }),
-        ("max-group-changes-per-user", { $0.accounts.maxGroupChangesPerUser = try int($1) }),
-        ("max-group-changes-per-address", { $0.accounts.maxGroupChangesPerAddress = try int($1) }),
-        ("group-change-window", { $0.accounts.groupChangeWindow = try duration($1) }),
-        ("max-groups-per-maker", { $0.store.limits.maxGroupsPerMaker = try int($1) }),
-        ("max-blocks-per-user", { $0.store.limits.maxBlocksPerUser = try int($1) }),
-        ("max-pins-per-conversation", { $0.store.limits.maxPinsPerConversation = try int($1) }),
-        ("max-reactors-listed", { $0.store.limits.maxReactorsListed = try int($1) }),
-        ("max-display-name-characters", { $0.store.limits.maxDisplayNameCharacters = try int($1) }),
-        ("max-display-name-bytes", { $0.store.limits.maxDisplayNameBytes = try int($1) }),
-        ("max-avatar-bytes", { $0.store.limits.maxAvatarBytes = try bytes64($1) }),
-        ("max-thumbnail-bytes", { $0.store.limits.maxThumbnailBytes = try bytes64($1) }),
-        ("min-password-characters", { $0.store.limits.minPasswordCharacters = try int($1) }),
-        ("max-password-bytes", { $0.store.limits.maxPasswordBytes = try int($1) }),
-        ("password-threads", { $0.store.passwordThreads = try int($1, atMost: StoreSettings.maxPasswordThreads) }),
-        ("max-queued-password-checks", { $0.store.maxQueuedPasswordChecks = try int($1) }),
-        ("change-poll-interval", { $0.limits.changePollInterval = try duration($1) }),
-        ("cluster-poll-interval", { $0.cluster.pollInterval = try duration($1) }),
-        ("node-heartbeat-interval", { $0.cluster.nodeHeartbeatInterval = try duration($1) }),
-        ("node-lifetime", { $0.cluster.nodeLifetime = try duration($1) }),
-        ("max-opening-per-user", { $0.cluster.maxOpeningPerUser = try int($1) }),
-        ("max-early-yields", { $0.cluster.maxEarlyYields = try count($1) }),
-        ("forward-writes", { $0.cluster.forwardWrites = try flag($1) }),
-        ("forward-port", { $0.cluster.forwardPort = try int($1, atMost: 65_535) }),
-        ("routes-refresh-interval", { $0.cluster.routesRefreshInterval = try duration($1) }),
-        ("forward-timeout", { $0.cluster.forwardTimeout = try duration($1) }),
-        ("forward-hello-timeout", { $0.cluster.forwardHelloTimeout = try duration($1) }),
-        ("max-forward-frame-bytes", { $0.cluster.maxForwardFrameBytes = try bytes($1) }),
-        ("max-forwards-in-flight", { $0.cluster.maxForwardsInFlight = try int($1) }),
-        ("max-forward-connections", { $0.cluster.maxForwardConnections = try int($1) }),
-        ("token-lifetime", { $0.store.limits.tokenLifetime = try seconds($1) }),
-        ("recall-window", { $0.store.limits.recallWindow = try seconds($1) }),
-        ("max-receipt-marks", { $0.store.limits.maxReceiptMarks = try count($1) }),
-        ("edit-window", { $0.store.limits.editWindow = try seconds($1) }),
-        ("max-edits-per-message", { $0.store.limits.maxEditsPerMessage = try count($1) }),
-        ("max-versions-per-read", { $0.store.limits.maxVersionsPerRead = try int($1) }),
-        ("max-reaction-keys", { $0.store.limits.maxReactionKeysPerMessage = try count($1) }),
-        ("max-reactions-per-user", { $0.store.limits.maxReactionsPerUser = try count($1) }),
-        ("max-devices-per-user", { $0.store.limits.maxDevicesPerUser = try int($1) }),
-        ("max-push-subscriptions-per-device", { $0.store.limits.maxPushSubscriptionsPerDevice = try int($1) }),
-        ("max-push-subscriptions-per-user", { $0.store.limits.maxPushSubscriptionsPerUser = try int($1) }),
-        ("max-push-endpoint-bytes", { $0.store.limits.maxPushEndpointBytes = try int($1, atMost: 2048) }),
-        ("max-push-app-id-bytes", { $0.store.limits.maxPushAppIDBytes = try int($1, atMost: 256) }),
-        ("max-push-key-bytes", { $0.store.limits.maxPushKeyBytes = try int($1, atMost: 4096) }),
-        ("push-ttl", { $0.push.ttlSeconds = try int($1, atMost: 28 * 86_400) }),
-        ("push-lease", { $0.push.lease = try duration($1) }),
-        ("push-batch", { $0.push.batch = try int($1) }),
-        ("max-concurrent-pushes", { $0.push.maxConcurrentPushes = try int($1) }),
-        ("push-poll-interval", { $0.push.pollInterval = try duration($1) }),
-        ("push-connect-timeout", { $0.push.connectTimeout = try duration($1) }),
-        ("push-request-timeout", { $0.push.requestTimeout = try duration($1) }),
-        ("max-push-response-bytes", { $0.push.maxResponseBytes = try bytes($1) }),
-        ("push-retry-base", { $0.push.retryBase = try duration($1) }),
-        ("push-retry-cap", { $0.push.retryCap = try duration($1) }),
-        ("max-push-attempts", { $0.push.maxAttempts = try int($1) }),
-        ("max-push-claims", { $0.push.maxClaims = try int($1) }),
-        ("api-requests-per-second", { $0.api.requestsPerSecond = try double($1) }),
-        ("api-request-burst", { $0.api.requestBurst = try double($1) }),
-        ("api-requests-per-second-per-address", { $0.api.requestsPerSecondPerAddress = try double($1) }),
-        ("api-request-burst-per-address", { $0.api.requestBurstPerAddress = try double($1) }),
-        ("max-poll-seconds", { $0.api.maxPollSeconds = try int($1, atMost: 3600) }),
-        ("max-updates-per-poll", { $0.api.maxUpdatesPerPoll = try int($1, atMost: 10_000) }),
-        ("max-polls-per-user", { $0.api.maxPollsPerUser = try int($1) }),
-        ("max-api-body-bytes", { $0.api.maxBodyBytes = try bytes($1) }),
-        ("webhook-lease", { $0.api.webhookLease = try duration($1) }),
-        ("webhook-poll-interval", { $0.api.webhookPollInterval = try duration($1) }),
-        ("webhook-batch", { $0.api.webhookBatch = try int($1) }),
-        ("max-concurrent-webhooks", { $0.api.maxConcurrentWebhooks = try int($1) }),
-        ("webhook-retry-base", { $0.api.webhookRetryBase = try duration($1) }),
-        ("webhook-retry-cap", { $0.api.webhookRetryCap = try duration($1) }),
-        ("webhook-disable-after", { $0.api.webhookDisableAfter = try duration($1) }),
-        ("hook-posts-per-second", { $0.api.hookPostsPerSecond = try double($1) }),
-        ("hook-post-burst", { $0.api.hookPostBurst = try double($1) }),
-        ("max-hook-body-bytes", { $0.api.maxHookBodyBytes = try bytes($1) }),
-        ("max-batch-requests", { $0.commit.maxBatchRequests = try int($1) }),
-        ("compat-max-header-bytes", { $0.compat.maxHeaderBytes = try bytes($1) }),
-        ("max-media-bytes", { $0.media.maxMediaBytes = try bytes64($1) }),
-        ("media-quota-bytes", { $0.media.quotaBytesPerUser = try bytes64($1) }),
-        ("max-uploads-per-user", { $0.media.maxUploadsPerUser = try int($1) }),
-        ("abandoned-upload-age", { $0.media.abandonedUploadAge = try seconds($1) }),
-        ("upload-cleanup-interval", { $0.media.cleanupInterval = try duration($1) }),
-        ("unreferenced-media-age", { $0.media.unreferencedMediaAge = try seconds($1) }),
-        ("upload-window-bytes", { $0.media.uploadWindowBytes = try bytes($1) }),
-        ("max-chunk-bytes", { $0.media.maxChunkBytes = try bytes($1) }),
-        ("default-fetch-window-bytes", { $0.media.defaultFetchWindowBytes = try bytes($1) }),
-        ("max-fetch-window-bytes", { $0.media.maxFetchWindowBytes = try bytes($1) }),
-        ("max-streams-per-connection", { $0.media.maxStreamsPerConnection = try int($1) }),
-        ("max-pending-upload-bytes", { $0.media.maxPendingUploadBytes = try bytes($1) }),
-        ("media-ticket-lifetime", { $0.media.ticketLifetime = try duration($1) }),
+    static let setters: [Limit] = [
+        Limit("max-connections", \.limits.maxConnections) { try int($0) },
+        Limit("max-unauthenticated", \.limits.maxUnauthenticated) { try int($0) },
+        Limit("max-closing-for-room", \.limits.maxClosingForRoom) { try count($0) },
+        Limit("max-unauthenticated-per-address", \.limits.maxUnauthenticatedPerAddress) { try int($0) },
+        Limit("max-connections-per-user", \.limits.maxConnectionsPerUser) { try int($0) },
+        Limit("http-max-connections", \.http.maxConnections) { try int($0) },
+        Limit("http-max-connections-per-address", \.http.maxConnectionsPerAddress) { try int($0) },
+        Limit("http-idle-timeout", \.http.idleTimeout) { try duration($0) },
+        Limit("websocket-max-message-bytes", \.webSocket.maxMessageBytes) { try bytes($0) },
+        Limit("health-probe-interval", \.http.healthProbeInterval) { try duration($0) },
+        Limit("health-probe-timeout", \.http.healthProbeTimeout) { try duration($0) },
+        Limit("reserved-descriptors", \.reservedDescriptors) { try int($0) },
+        Limit("max-unacked-sends", \.limits.maxUnackedSends) { try int($0) },
+        Limit("sends-per-second", \.limits.sendsPerSecond) { try double($0) },
+        Limit("send-burst", \.limits.sendBurst) { try double($0) },
+        Limit("fanout-per-second", \.limits.fanoutPerSecond) { try double($0) },
+        Limit("fanout-burst", \.limits.fanoutBurst) { try double($0) },
+        Limit("max-text-bytes", \.limits.maxTextBytes) { try bytes($0) },
+        Limit("idle-timeout", \.limits.idleTimeout) { try duration($0) },
+        Limit("heartbeat-interval", \.limits.heartbeatInterval) { try seconds($0) },
+        Limit("auth-timeout", \.limits.authTimeout) { try duration($0) },
+        Limit("slow-consumer-timeout", \.limits.slowConsumerTimeout) { try duration($0) },
+        Limit("deadline-resolution", \.limits.deadlineResolution) { try duration($0) },
+        Limit("initial-read-bytes", \.limits.initialReadBytes) { try bytes($0) },
+        Limit("outbound-buffer-bytes", \.limits.outboundBufferBytes) { try bytes($0) },
+        Limit("events-per-page", \.limits.eventsPerPage) { try int($0) },
+        Limit("max-handed-events", \.limits.maxHandedEvents) { try count($0) },
+        Limit("max-handed-bytes", \.limits.maxHandedBytes) { try bytes($0) },
+        Limit("encoded-events-cache-bytes", \.limits.encodedEventsCacheBytes) { try bytes($0) },
+        Limit("max-events-bytes", \.limits.maxEventsBytes) { try bytes($0) },
+        Limit("max-history-page", \.limits.maxHistoryPage) { try int($0) },
+        Limit("max-answer-bytes", \.limits.maxAnswerBytes) { try bytes($0) },
+        Limit("search-index-batch", \.limits.searchIndexBatch) { try int($0) },
+        Limit("search-index-deferred", \.store.searchIndex.deferred) { $0 == "auto" ? nil : try flag($0) },
+        Limit("search-index-delay", \.store.searchIndex.delay) { try duration($0) },
+        Limit("search-index-max-batch", \.store.searchIndex.maxBatch) { try int($0) },
+        Limit("search-index-max-queued", \.store.searchIndex.maxQueued) { try count($0) },
+        Limit("search-index-max-queued-bytes", \.store.searchIndex.maxQueuedBytes) { try bytes($0) },
+        Limit("search-index-sweep-interval", \.store.searchIndex.sweepInterval) { try duration($0) },
+        Limit("postgres-random-page-cost", \.store.postgresRandomPageCost) { try pageCost($0) },
+        Limit("sqlite-max-carried-rows", \.store.sqliteMaxCarriedRows) { try count($0) },
+        Limit("max-search-scan", \.store.limits.maxSearchScan) { try int($0) },
+        Limit("max-search-page", \.store.limits.maxSearchPage) { try int($0) },
+        Limit("max-failed-logins-per-user", \.limits.maxFailedLoginsPerUser) { try int($0) },
+        Limit("max-failed-logins-per-address", \.limits.maxFailedLoginsPerAddress) { try int($0) },
+        Limit("login-window", \.limits.loginWindow) { try duration($0) },
+        Limit("max-sign-ups-per-address", \.accounts.maxSignUpsPerAddress) { try int($0) },
+        Limit("max-sign-ups-in-all", \.accounts.maxSignUpsInAll) { try int($0) },
+        Limit("sign-up-window", \.accounts.signUpWindow) { try duration($0) },
+        Limit("max-lookups-per-user", \.accounts.maxLookupsPerUser) { try int($0) },
+        Limit("max-lookups-per-address", \.accounts.maxLookupsPerAddress) { try int($0) },
+        Limit("lookup-window", \.accounts.lookupWindow) { try duration($0) },
+        Limit("max-profile-changes-per-user", \.accounts.maxProfileChangesPerUser) { try int($0) },
+        Limit("max-profile-changes-per-address", \.accounts.maxProfileChangesPerAddress) { try int($0) },
+        Limit("profile-change-window", \.accounts.profileChangeWindow) { try duration($0) },
+        Limit("max-group-changes-per-user", \.accounts.maxGroupChangesPerUser) { try int($0) },
+        Limit("max-group-changes-per-address", \.accounts.maxGroupChangesPerAddress) { try int($0) },
+        Limit("group-change-window", \.accounts.groupChangeWindow) { try duration($0) },
+        Limit("max-groups-per-maker", \.store.limits.maxGroupsPerMaker) { try int($0) },
+        Limit("max-blocks-per-user", \.store.limits.maxBlocksPerUser) { try int($0) },
+        Limit("max-pins-per-conversation", \.store.limits.maxPinsPerConversation) { try int($0) },
+        Limit("max-reactors-listed", \.store.limits.maxReactorsListed) { try int($0) },
+        Limit("max-display-name-characters", \.store.limits.maxDisplayNameCharacters) { try int($0) },
+        Limit("max-display-name-bytes", \.store.limits.maxDisplayNameBytes) { try int($0) },
+        Limit("max-avatar-bytes", \.store.limits.maxAvatarBytes) { try bytes64($0) },
+        Limit("max-thumbnail-bytes", \.store.limits.maxThumbnailBytes) { try bytes64($0) },
+        Limit("min-password-characters", \.store.limits.minPasswordCharacters) { try int($0) },
+        Limit("max-password-bytes", \.store.limits.maxPasswordBytes) { try int($0) },
+        Limit("password-threads", \.store.passwordThreads) { try int($0, atMost: StoreSettings.maxPasswordThreads) },
+        Limit("max-queued-password-checks", \.store.maxQueuedPasswordChecks) { try int($0) },
+        Limit("change-poll-interval", \.limits.changePollInterval) { try duration($0) },
+        Limit("cluster-poll-interval", \.cluster.pollInterval) { try duration($0) },
+        Limit("node-heartbeat-interval", \.cluster.nodeHeartbeatInterval) { try duration($0) },
+        Limit("node-lifetime", \.cluster.nodeLifetime) { try duration($0) },
+        Limit("max-opening-per-user", \.cluster.maxOpeningPerUser) { try int($0) },
+        Limit("max-early-yields", \.cluster.maxEarlyYields) { try count($0) },
+        Limit("forward-writes", \.cluster.forwardWrites) { try flag($0) },
+        Limit("forward-port", \.cluster.forwardPort) { try count($0, atMost: 65_535) },
+        Limit("routes-refresh-interval", \.cluster.routesRefreshInterval) { try duration($0) },
+        Limit("forward-timeout", \.cluster.forwardTimeout) { try duration($0) },
+        Limit("forward-hello-timeout", \.cluster.forwardHelloTimeout) { try duration($0) },
+        Limit("max-forward-frame-bytes", \.cluster.maxForwardFrameBytes) { try bytes($0) },
+        Limit("max-forwards-in-flight", \.cluster.maxForwardsInFlight) { try int($0) },
+        Limit("max-forward-connections", \.cluster.maxForwardConnections) { try int($0) },
+        Limit("token-lifetime", \.store.limits.tokenLifetime) { try seconds($0) },
+        Limit("recall-window", \.store.limits.recallWindow) { try seconds($0) },
+        Limit("max-receipt-marks", \.store.limits.maxReceiptMarks) { try count($0) },
+        Limit("edit-window", \.store.limits.editWindow) { try seconds($0) },
+        Limit("max-edits-per-message", \.store.limits.maxEditsPerMessage) { try count($0) },
+        Limit("max-versions-per-read", \.store.limits.maxVersionsPerRead) { try int($0) },
+        Limit("max-reaction-keys", \.store.limits.maxReactionKeysPerMessage) { try count($0) },
+        Limit("max-reactions-per-user", \.store.limits.maxReactionsPerUser) { try count($0) },
+        Limit("max-devices-per-user", \.store.limits.maxDevicesPerUser) { try int($0) },
+        Limit("max-push-subscriptions-per-device", \.store.limits.maxPushSubscriptionsPerDevice) { try int($0) },
+        Limit("max-push-subscriptions-per-user", \.store.limits.maxPushSubscriptionsPerUser) { try int($0) },
+        Limit("max-push-endpoint-bytes", \.store.limits.maxPushEndpointBytes) { try int($0, atMost: 2048) },
+        Limit("max-push-app-id-bytes", \.store.limits.maxPushAppIDBytes) { try int($0, atMost: 256) },
+        Limit("max-push-key-bytes", \.store.limits.maxPushKeyBytes) { try int($0, atMost: 4096) },
+        Limit("push-ttl", \.push.ttlSeconds) { try int($0, atMost: 28 * 86_400) },
+        Limit("push-lease", \.push.lease) { try duration($0) },
+        Limit("push-batch", \.push.batch) { try int($0) },
+        Limit("max-concurrent-pushes", \.push.maxConcurrentPushes) { try int($0) },
+        Limit("push-poll-interval", \.push.pollInterval) { try duration($0) },
+        Limit("push-connect-timeout", \.push.connectTimeout) { try duration($0) },
+        Limit("push-request-timeout", \.push.requestTimeout) { try duration($0) },
+        Limit("max-push-response-bytes", \.push.maxResponseBytes) { try bytes($0) },
+        Limit("push-retry-base", \.push.retryBase) { try duration($0) },
+        Limit("push-retry-cap", \.push.retryCap) { try duration($0) },
+        Limit("max-push-attempts", \.push.maxAttempts) { try int($0) },
+        Limit("max-push-claims", \.push.maxClaims) { try int($0) },
+        Limit("api-requests-per-second", \.api.requestsPerSecond) { try double($0) },
+        Limit("api-request-burst", \.api.requestBurst) { try double($0) },
+        Limit("api-requests-per-second-per-address", \.api.requestsPerSecondPerAddress) { try double($0) },
+        Limit("api-request-burst-per-address", \.api.requestBurstPerAddress) { try double($0) },
+        Limit("max-poll-seconds", \.api.maxPollSeconds) { try int($0, atMost: 3600) },
+        Limit("max-updates-per-poll", \.api.maxUpdatesPerPoll) { try int($0, atMost: 10_000) },
+        Limit("max-polls-per-user", \.api.maxPollsPerUser) { try int($0) },
+        Limit("max-api-body-bytes", \.api.maxBodyBytes) { try bytes($0) },
+        Limit("webhook-lease", \.api.webhookLease) { try duration($0) },
+        Limit("webhook-poll-interval", \.api.webhookPollInterval) { try duration($0) },
+        Limit("webhook-batch", \.api.webhookBatch) { try int($0) },
+        Limit("max-concurrent-webhooks", \.api.maxConcurrentWebhooks) { try int($0) },
+        Limit("webhook-retry-base", \.api.webhookRetryBase) { try duration($0) },
+        Limit("webhook-retry-cap", \.api.webhookRetryCap) { try duration($0) },
+        Limit("webhook-disable-after", \.api.webhookDisableAfter) { try duration($0) },
+        Limit("hook-posts-per-second", \.api.hookPostsPerSecond) { try double($0) },
+        Limit("hook-post-burst", \.api.hookPostBurst) { try double($0) },
+        Limit("max-hook-body-bytes", \.api.maxHookBodyBytes) { try bytes($0) },
+        Limit("max-batch-requests", \.commit.maxBatchRequests) { try int($0) },
+        Limit("compat-max-header-bytes", \.compat.maxHeaderBytes) { try bytes($0) },
+        Limit("max-media-bytes", \.media.maxMediaBytes) { try bytes64($0) },
+        Limit("media-quota-bytes", \.media.quotaBytesPerUser) { try bytes64($0) },
+        Limit("max-uploads-per-user", \.media.maxUploadsPerUser) { try int($0) },
+        Limit("abandoned-upload-age", \.media.abandonedUploadAge) { try seconds($0) },
+        Limit("upload-cleanup-interval", \.media.cleanupInterval) { try duration($0) },
+        Limit("unreferenced-media-age", \.media.unreferencedMediaAge) { try seconds($0) },
+        Limit("upload-window-bytes", \.media.uploadWindowBytes) { try bytes($0) },
+        Limit("max-chunk-bytes", \.media.maxChunkBytes) { try bytes($0) },
+        Limit("default-fetch-window-bytes", \.media.defaultFetchWindowBytes) { try bytes($0) },
+        Limit("max-fetch-window-bytes", \.media.maxFetchWindowBytes) { try bytes($0) },
+        Limit("max-streams-per-connection", \.media.maxStreamsPerConnection) { try int($0) },
+        Limit("max-pending-upload-bytes", \.media.maxPendingUploadBytes) { try bytes($0) },
+        Limit("media-ticket-lifetime", \.media.ticketLifetime) { try duration($0) },
     ]
 
     static var help: String {
@@ -210,6 +210,15 @@ enum LimitOption {
     static func count(_ text: String) throws -> Int {
         guard let value = Int(text), value >= 0 else { throw BadValue(description: "\(text) is not 0 or more") }
         return try Self.bounded(value, text)
+    }
+
+    /// A count that may be zero, with a bound of its own (a port: 0 takes a free one).
+    static func count(_ text: String, atMost largest: Int) throws -> Int {
+        let value = try Self.count(text)
+        guard value <= largest else {
+            throw BadValue(description: "\(text) is more than it takes (at most \(largest))")
+        }
+        return value
     }
 
     private static func bounded(_ value: Int, _ text: String) throws -> Int {
@@ -359,4 +368,65 @@ struct DurationValue: ExpressibleByArgument, CustomStringConvertible {
     }
 
     var defaultValueDescription: String { self.description }
+}
+
+/// One `--limit`: its name, where it lives in the configuration, and how its text is read. What
+/// `serve --print-config` shows is written as the limit takes it: the same text set again gives the same value.
+struct Limit: Sendable {
+    let name: String
+    let apply: @Sendable (inout ServerConfiguration, String) throws -> Void
+    let show: @Sendable (ServerConfiguration) -> String
+
+    init<Value: LimitValue>(
+        _ name: String,
+        _ path: any WritableKeyPath<ServerConfiguration, Value> & Sendable,
+        _ parse: @escaping @Sendable (String) throws -> Value
+    ) {
+        self.name = name
+        self.apply = { $0[keyPath: path] = try parse($1) }
+        self.show = { $0[keyPath: path].limitText }
+    }
+}
+
+/// A limit's value as `--limit` writes it.
+protocol LimitValue: SendableMetatype {
+    var limitText: String { get }
+    /// How an optional limit of this type that is not set is written (the store's or the database's own choice).
+    static var noneText: String { get }
+}
+
+extension LimitValue {
+    static var noneText: String { "auto" }
+}
+
+extension Int: LimitValue {
+    var limitText: String { String(self) }
+}
+
+extension Int64: LimitValue {
+    var limitText: String { String(self) }
+}
+
+extension Double: LimitValue {
+    var limitText: String { "\(self)" }
+    /// A page cost: 0 for the database's own.
+    static var noneText: String { "0" }
+}
+
+extension Bool: LimitValue {
+    var limitText: String { self ? "1" : "0" }
+}
+
+extension Optional: LimitValue where Wrapped: LimitValue {
+    var limitText: String { self.map(\.limitText) ?? Wrapped.noneText }
+    static var noneText: String { Wrapped.noneText }
+}
+
+extension Duration: LimitValue {
+    /// Whole seconds as seconds, anything else in milliseconds (every duration a limit takes is whole milliseconds).
+    var limitText: String {
+        let (seconds, attoseconds) = self.components
+        if attoseconds == 0 { return "\(seconds)s" }
+        return "\(seconds * 1000 + attoseconds / 1_000_000_000_000_000)ms"
+    }
 }

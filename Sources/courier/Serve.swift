@@ -186,6 +186,15 @@ struct Serve: AsyncParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
+    @Flag(
+        name: .customLong("print-config"),
+        help: ArgumentHelp(
+            "Print the configuration these flags and environment variables give (every limit included; the "
+                + "database's password hidden) and exit, without opening the store or any port."
+        )
+    )
+    var printConfig = false
+
     func validate() throws {
         for (flag, port) in [("--port", self.port), ("--compat-port", self.compatPort), ("--http-port", self.httpPort)]
         {
@@ -254,6 +263,10 @@ struct Serve: AsyncParsableCommand {
 
         guard let level = Logger.Level(rawValue: self.logLevel) else {
             throw ValidationError("unknown log level \(self.logLevel)")
+        }
+        if self.printConfig {
+            print(try self.configurationText(configuration, environment: environment))
+            return
         }
         // Whether this run makes the data folder: a start that fails (a port in use) then leaves nothing behind.
         // Said to the process the crash reports' set-up starts again, which finds the folder made.
@@ -366,6 +379,53 @@ struct Serve: AsyncParsableCommand {
                 ["native": "--port", "compat": "--compat-port", "http": "--http-port"][error.port.rawValue] ?? ""
             throw CommandFailure(description: "\(error); choose another with \(flag)")
         }
+    }
+
+    /// The effective configuration as `--print-config` shows it, in TOML: the addresses, the data and database (the
+    /// password hidden), TLS, the web chat's switches, then `[limits]` with every limit as `--limit` takes it.
+    func configurationText(_ configuration: ServerConfiguration, environment: [String: String]) throws -> String {
+        func quoted(_ text: String) -> String {
+            var escaped = "\""
+            for scalar in text.unicodeScalars {
+                switch scalar {
+                case "\"": escaped += "\\\""
+                case "\\": escaped += "\\\\"
+                case _ where scalar.value < 0x20 || scalar.value == 0x7F:
+                    escaped += String(format: "\\u%04X", scalar.value)
+                default: escaped.unicodeScalars.append(scalar)
+                }
+            }
+            return escaped + "\""
+        }
+        let tls = (
+            self.tlsCertificate ?? environment["COURIER_TLS_CERT"], self.tlsKey ?? environment["COURIER_TLS_KEY"]
+        )
+        var lines = [
+            "# courier serve --print-config: what these flags and environment variables give (the password hidden)",
+            "host = \(quoted(configuration.host))",
+            "port = \(configuration.nativePort)",
+            "compat-port = \(configuration.compatPort)",
+            "http-port = \(configuration.httpPort)",
+            "data = \(quoted(configuration.dataFolder.standardizedFileURL.path))",
+            // A location's description never holds its password.
+            "database = \(quoted(try self.data.postgres().map { "\($0)" } ?? "sqlite"))",
+            "tls-cert = \(quoted(tls.0 ?? ""))",
+            "tls-key = \(quoted(tls.1 ?? ""))",
+            "registration = \(quoted(configuration.accounts.registration.rawValue))",
+            "allow-origin = [\(configuration.webSocket.allowedOrigins.map(quoted).joined(separator: ", "))]",
+            "web-socket = \(configuration.webSocket.enabled)",
+            "web-chat = \(configuration.web.enabled)",
+            "web-root = \(quoted(configuration.web.root ?? ""))",
+            "push-contact = \(quoted(configuration.push.subject))",
+            "fanout = \(quoted(self.fanout))",
+            "log-level = \(quoted(self.logLevel))",
+            "",
+            "[limits]",
+        ]
+        for limit in LimitOption.setters {
+            lines.append("\(limit.name) = \(quoted(limit.show(configuration)))")
+        }
+        return lines.joined(separator: "\n")
     }
 
     /// The host a browser on this machine reaches a server bound to `host` at: loopback for the wildcard addresses.
