@@ -5,7 +5,7 @@ import CourierWire
 
 /// `--limit NAME=VALUE`: sets any of the server's limits by name (docs/PROTOCOL.md, "Limits").
 enum LimitOption {
-    /// Each limit's name on the command line, and how to set it.
+    /// Each limit: its name on the command line, where it lives, and how to read (and show) its value.
     static let setters: [Limit] = [
         Limit("max-connections", \.limits.maxConnections) { try int($0) },
         Limit("max-unauthenticated", \.limits.maxUnauthenticated) { try int($0) },
