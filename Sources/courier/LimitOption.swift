@@ -6,7 +6,7 @@ import CourierWire
 /// `--limit NAME=VALUE`: sets any of the server's limits by name (docs/PROTOCOL.md, "Limits").
 enum LimitOption {
     /// Each limit: its name on the command line, where it lives, and how to read (and show) its value.
-    static let setters: [Limit] = [
+    static let all: [Limit] = [
         Limit("max-connections", \.limits.maxConnections) { try int($0) },
         Limit("max-unauthenticated", \.limits.maxUnauthenticated) { try int($0) },
         Limit("max-closing-for-room", \.limits.maxClosingForRoom) { try count($0) },
@@ -154,18 +154,18 @@ enum LimitOption {
 
     static var help: String {
         "Set a limit, NAME=VALUE, repeatable (docs/PROTOCOL.md, \"Limits\", says what each does). Names: "
-            + "\(setters.map(\.name).joined(separator: ", ")). Sizes take K, M, G or T (64K, 2G); durations ms, s, m, "
+            + "\(all.map(\.name).joined(separator: ", ")). Sizes take K, M, G or T (64K, 2G); durations ms, s, m, "
             + "h or d (250ms, 30s, 2m, 12h, 7d; a bare number is seconds)."
     }
 
     static func apply(_ assignments: [String], to configuration: inout ServerConfiguration) throws {
         for assignment in assignments {
             let parts = assignment.split(separator: "=", maxSplits: 1).map(String.init)
-            guard parts.count == 2, let setter = setters.first(where: { $0.name == parts[0] }) else {
+            guard parts.count == 2, let limit = all.first(where: { $0.name == parts[0] }) else {
                 throw ValidationError("--limit \(assignment): expected NAME=VALUE with a NAME from --help")
             }
             do {
-                try setter.apply(&configuration, parts[1])
+                try limit.apply(&configuration, parts[1])
             } catch {
                 throw ValidationError("--limit \(assignment): \(error)")
             }

@@ -422,7 +422,7 @@ struct Serve: AsyncParsableCommand {
             "",
             "[limits]",
         ]
-        for limit in LimitOption.setters {
+        for limit in LimitOption.all {
             lines.append("\(limit.name) = \(quoted(limit.show(configuration)))")
         }
         return lines.joined(separator: "\n")

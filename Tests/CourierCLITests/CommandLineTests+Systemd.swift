@@ -203,26 +203,18 @@ extension CommandLineTests {
         try await withTemporaryDirectory(prefix: "courier-unit") { folder in
             /// `systemd-analyze verify` of a unit's text, as installed but for where this build's executable is
             /// (verify checks that it exists): its status and what it said.
-            func verify(_ text: String) throws -> (status: Int32, said: String) {
+            func verify(_ text: String) async throws -> (status: Int32, said: String) {
                 let copy = folder.appendingPathComponent("courier.service")
                 try text.replacingOccurrences(of: "/usr/local/bin/courier", with: CourierExecutable.url.path)
                     .write(to: copy, atomically: true, encoding: .utf8)
-                let process = Process()
-                process.executableURL = URL(fileURLWithPath: "/usr/bin/systemd-analyze")
-                process.arguments = ["verify", copy.path]
-                let output = Pipe()
-                process.standardOutput = output
-                process.standardError = output
-                try process.run()
-                let said = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-                process.waitUntilExit()
-                return (process.terminationStatus, said)
+                let run = try await ExternalProgram.run("/usr/bin/systemd-analyze", ["verify", copy.path])
+                return (run.status, run.output + run.errors)
             }
             // Any warning (an unknown key, a bad value) fails it too, not only an error.
-            let (status, said) = try verify(unit)
+            let (status, said) = try await verify(unit)
             #expect(status == 0 && said.isEmpty, "\(said)")
             // And verify is not a rubber stamp: a misspelled key is named.
-            let complaint = try verify(unit + "\n[Service]\nWatchdogSecs=5s\n").said
+            let complaint = try await verify(unit + "\n[Service]\nWatchdogSecs=5s\n").said
             #expect(complaint.contains("WatchdogSecs"), "\(complaint)")
         }
     }
