@@ -168,6 +168,9 @@ struct PushDeliveryTests {
                 let dropped = try await fixture.metric("courier_pushes_total{outcome=\"dropped\"}")
                 let counts: [Int] = [sent, gone, retried, dropped]
                 #expect(counts == [2, 1, 2, 1])
+                // Each message's pushes waited once (its retries are not counted); none is being sent now.
+                #expect(try await fixture.metric("courier_push_wait_seconds_count") == 4)
+                #expect(try await fixture.metric("courier_push_jobs_sending") == 0)
                 await alice.close()
             },
             configure: Self.configure

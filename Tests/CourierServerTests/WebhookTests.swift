@@ -123,6 +123,37 @@ struct WebhookTests {
     }
 
     @Test(
+        "the webhooks a node holds show in /metrics by state: failing while the receiver fails, then not; none once removed"
+    )
+    func shownInMetrics() async throws {
+        let service = try await TestPushService.start()
+        try await ServerFixture.with(
+            { fixture in
+                try await fixture.user("alice")
+                let token = try await fixture.store.addBot(name: "helper", owner: "alice", nowMs: Self.now())
+                let port = fixture.ports.http
+                func held(_ state: String) async throws -> Int {
+                    try await fixture.metric("courier_webhooks_held{state=\"\(state)\"}")
+                }
+                try await service.answer("shown", with: Array(repeating: "500", count: 1000))
+                _ = try await Self.setWebhook(port: port, token: token, service, name: "shown")
+                let (alice, _) = try await NativeTestClient.login(fixture, "alice")
+                _ = try await alice.sendText("监控 📈", to: .user("helper"), id: "m-1")
+                try await waitUntil("the webhook shows failing") { try await held("failing") == 1 }
+                #expect(try await held("all") == 1)
+                try await service.answer("shown", with: ["200"])
+                try await waitUntil("the webhook no longer shows failing") { try await held("failing") == 0 }
+                #expect(try await held("all") == 1)
+                let removed = try await BotAPITests.call(port, "DELETE", "/api/v1/webhook", token: token)
+                #expect(removed.status == 204, "\(removed)")
+                try await waitUntil("the webhook is let go") { try await held("all") == 0 }
+                await alice.close()
+            },
+            configure: Self.configure
+        )
+    }
+
+    @Test(
         "a webhook failing past webhook-disable-after is turned off and its owner told by the bot; 410 turns it off at once; the long poll then has the updates"
     )
     func disabled() async throws {

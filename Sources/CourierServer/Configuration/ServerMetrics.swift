@@ -36,8 +36,26 @@ final class ServerMetrics: Sendable {
     let pushes: [String: Counter]
     /// The HTTP API's long polls waiting now (`GET /api/v1/updates`).
     let apiPolls: Gauge
+    /// From when a connection is told of an event (on the node that committed it, just after the commit) until it is
+    /// written to the connection: the oldest such event of each write. What a connection catches up on as it logs
+    /// in is not counted.
+    let deliveryLatency: DurationHistogram
+    /// From a message's commit until this node took its pushes from the outbox (first tries only): how far behind
+    /// the push queue runs.
+    let pushWait: DurationHistogram
+    /// Messages' pushes this node has taken from the outbox and is sending now.
+    let pushJobsSending: Gauge
+    /// The webhooks this node holds, by state (``WebhookState``).
+    let webhooks: [WebhookState: Gauge]
     private let open = Atomic<Int>(0)
     private let polls = Atomic<Int>(0)
+
+    /// What a webhook held by this node is doing, as the `state` label of ``webhooks`` names it: `all` counts them
+    /// all; `waiting` those with updates to send that wait for a round (`max-concurrent-webhooks` are running, or a
+    /// pause after a failed round); `sending` those whose round runs; `failing` those whose last request failed.
+    enum WebhookState: String, CaseIterable, Sendable {
+        case all, waiting, sending, failing
+    }
 
     /// The hops ``clusterHops`` times, as its `hop` label names them.
     enum ClusterHop: String, CaseIterable, Sendable {
@@ -182,6 +200,47 @@ final class ServerMetrics: Sendable {
                 "courier_api_polls_waiting",
                 "Long polls of the HTTP API (GET /api/v1/updates) waiting for an update now."
             )
+        )
+        let latencyBuckets: [Duration] = [
+            .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2),
+            .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100),
+            .milliseconds(250), .seconds(1), .seconds(5),
+        ]
+        self.deliveryLatency = registry.makeDurationHistogram(
+            descriptor: Self.name(
+                "courier_delivery_latency_seconds",
+                "From a commit until its events are written to a connection (the oldest of each write; the sync at "
+                    + "login not counted)."
+            ),
+            buckets: latencyBuckets
+        )
+        self.pushWait = registry.makeDurationHistogram(
+            descriptor: Self.name(
+                "courier_push_wait_seconds",
+                "From a message's commit until a node took its pushes from the outbox (first tries only)."
+            ),
+            buckets: latencyBuckets + [.seconds(30), .seconds(120)]
+        )
+        self.pushJobsSending = registry.makeGauge(
+            descriptor: Self.name(
+                "courier_push_jobs_sending",
+                "Messages' pushes this node has taken from the outbox and is sending now."
+            )
+        )
+        self.webhooks = Dictionary(
+            uniqueKeysWithValues: WebhookState.allCases.map { state in
+                (
+                    state,
+                    registry.makeGauge(
+                        descriptor: Self.name(
+                            "courier_webhooks_held",
+                            "Webhooks this node holds: all, waiting (updates to send, no round yet), sending "
+                                + "(a round runs), failing (the last request failed)."
+                        ),
+                        labels: [("state", state.rawValue)]
+                    )
+                )
+            }
         )
         self.connectionsClosedForRoom = registry.makeCounter(
             descriptor: Self.name(

@@ -34,6 +34,9 @@ final class ConnectionHandle: Sendable {
         private(set) var handedAfter: UInt64 = 0
         /// What ``handed`` holds, as ``StoredEvent/heldBytes`` counts it: at most ``maxHandedBytes``.
         private(set) var handedBytes = 0
+        /// When the connection was told of cursors it has not sent yet, oldest first: at most
+        /// ``ConnectionHandle/maxWaits`` (past that a later cursor extends the last, and so counts from earlier).
+        var waits: [(cursor: UInt64, since: ContinuousClock.Instant)] = []
 
         /// Holds a run of events that follows `after`: what is held already, or, when nothing is, what was sent.
         mutating func hold(_ events: [StoredEvent], after: UInt64, bytes: Int) {
@@ -144,7 +147,10 @@ final class ConnectionHandle: Sendable {
     /// ``maxHanded`` or ``maxHandedBytes`` are not held (it reads them after what it holds), and a log that grew by
     /// events not handed lets go of what is held (one of them may recall it). Holding is never needed for
     /// correctness: the delivery reads whatever it is not handed.
-    func notify(cursor: UInt64, fresh run: FreshRun? = nil) {
+    ///
+    /// `timed`: whether the wait until it is sent counts as a delivery's (``delivered(upTo:)``); not for what a
+    /// connection catches up on as it logs in.
+    func notify(cursor: UInt64, fresh run: FreshRun? = nil, timed: Bool = true) {
         guard self.wantsEvents else { return }
         self.wake { state in
             if let run, !run.events.isEmpty, self.maxHanded > 0 {
@@ -172,9 +178,17 @@ final class ConnectionHandle: Sendable {
             }
             guard cursor > state.latest else { return false }
             state.latest = cursor
+            if timed, state.waits.count < Self.maxWaits {
+                state.waits.append((cursor, .now))
+            } else if timed {
+                state.waits[state.waits.count - 1].cursor = cursor
+            }
             return true
         }
     }
+
+    /// The most times ``delivered(upTo:)`` remembers for the cursors told and not yet sent.
+    static let maxWaits = 8
 
     /// Up to `limit` handed events that follow `cursor` directly; none when what is held does not start there (the
     /// delivery reads from the store). Held events at or before `cursor` are dropped: they were read already.
@@ -188,9 +202,19 @@ final class ConnectionHandle: Sendable {
         }
     }
 
-    /// Marks events up to a cursor as sent, so that ``take()`` asks for newer ones only.
-    func delivered(upTo cursor: UInt64) {
-        self.state.withLock { $0.delivered = max($0.delivered, cursor) }
+    /// Marks events up to a cursor as sent, so that ``take()`` asks for newer ones only. Returns how long the
+    /// oldest of them waited since the connection was told of it (``notify(cursor:fresh:)``: on the node that
+    /// committed it, just after the commit), if it was told of any of them.
+    @discardableResult
+    func delivered(upTo cursor: UInt64) -> Duration? {
+        self.state.withLock { state in
+            state.delivered = max(state.delivered, cursor)
+            let done = state.waits.prefix { $0.cursor <= cursor }.count
+            guard done > 0 else { return nil }
+            let since = state.waits[0].since
+            state.waits.removeFirst(done)
+            return .now - since
+        }
     }
 
     /// Posts a typing notice, replacing an unsent one for the same user and conversation.

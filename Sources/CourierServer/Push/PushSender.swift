@@ -79,9 +79,14 @@ final class PushSender: Sendable {
                 )
             }
             if !claimed.jobs.isEmpty {
+                for job in claimed.jobs where job.attempts == 0 {
+                    self.metrics.pushWait.record(.milliseconds(max(0, nowMs - job.timeMs)))
+                }
+                self.metrics.pushJobsSending.set(to: Double(claimed.jobs.count))
                 let results = await self.keepingTaken(claimed.jobs.map(\.row)) {
                     await self.send(claimed.jobs, nowMs: nowMs, http)
                 }
+                self.metrics.pushJobsSending.set(to: 0)
                 do {
                     try await self.store.finishPushes(results, node: self.name)
                 } catch {

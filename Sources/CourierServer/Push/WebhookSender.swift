@@ -22,6 +22,7 @@ final class WebhookSender: Sendable {
     private let configuration: ServerConfiguration.API
     private let limits: OutboundHTTP.Limits
     private let hub: Hub
+    private let metrics: ServerMetrics
     private let logger: Logger
     let wake = Wake()
     /// Tells a bot's owner that its webhook was turned off: the bot, the message's id (one per webhook set, so that
@@ -33,12 +34,14 @@ final class WebhookSender: Sendable {
         store: any CourierDatabase,
         configuration: ServerConfiguration,
         hub: Hub,
+        metrics: ServerMetrics,
         logger: Logger,
         tell: @escaping @Sendable (UserID, String, String) async -> Void
     ) {
         self.store = store
         self.configuration = configuration.api
         self.hub = hub
+        self.metrics = metrics
         self.logger = logger
         self.tell = tell
         var limits = OutboundHTTP.Limits()
@@ -217,6 +220,8 @@ final class WebhookSender: Sendable {
                     }
                 }
                 ready = waiting
+                let failing = rows.values.count { $0.failingSinceMs != nil }
+                self.show(held: rows.count, waiting: ready.count, sending: busy.count, failing: failing)
                 // Nothing more to start: until a commit wakes a webhook, a round ends, a retry or a pause is over,
                 // or it is time to claim again.
                 let retry = nextRetryMs.map { Duration.milliseconds(max(1, $0 - SessionClock.systemWallMs())) }
@@ -229,10 +234,20 @@ final class WebhookSender: Sendable {
             group.cancelAll()
         }
         for handle in handles.values { _ = self.hub.unregister(handle) }
+        self.show(held: 0, waiting: 0, sending: 0, failing: 0)
         // Let go at once for the other nodes (not when the lease ends), from a task the shutdown did not cancel.
         let (store, name) = (self.store, self.name)
         await Task { try? await store.releaseWebhooks(node: name) }.value
         await http.shutdown()
+    }
+
+    /// Sets ``ServerMetrics/webhooks``.
+    private func show(held: Int, waiting: Int, sending: Int, failing: Int) {
+        let gauges = self.metrics.webhooks
+        gauges[.all]?.set(to: Double(held))
+        gauges[.waiting]?.set(to: Double(waiting))
+        gauges[.sending]?.set(to: Double(sending))
+        gauges[.failing]?.set(to: Double(failing))
     }
 
     /// Takes (or keeps) this node's webhooks, and notes until when, for the rounds; nil when the store failed.

@@ -293,6 +293,7 @@ public final class CourierServer: Service, Sendable {
             store: self.store,
             configuration: self.configuration,
             hub: self.hub,
+            metrics: self.metrics,
             logger: self.logger
         ) {
             bot,

@@ -72,7 +72,7 @@ extension SessionHandler {
             self.emit(envelope)
             delivery.caughtUp = true
         } else {
-            handle.notify(cursor: latest)
+            handle.notify(cursor: latest, timed: false)
         }
         self.delivery = delivery
         let (bound, loop) = (self.bound, self.eventLoop!)
@@ -104,7 +104,7 @@ extension SessionHandler {
                     self.server.metrics.eventsHanded.increment(by: events.count)
                     self.send(events, delivery: &delivery)
                 }
-                if delivery.sent >= upTo { delivery.handle.delivered(upTo: upTo) }
+                if delivery.sent >= upTo { self.delivered(upTo: upTo, delivery.handle) }
             }
         }
     }
@@ -128,7 +128,7 @@ extension SessionHandler {
         delivery.reading = false
         switch result {
         case .success(let events) where events.isEmpty:
-            delivery.handle.delivered(upTo: upTo)
+            self.delivered(upTo: upTo, delivery.handle)
         case .success(let events):
             self.send(events, delivery: &delivery)
         case .failure:
@@ -137,6 +137,12 @@ extension SessionHandler {
         }
         self.delivery = delivery
         self.pump()
+    }
+
+    /// Events up to a cursor were written: the wait of the oldest of them the connection was told of goes to
+    /// ``ServerMetrics/deliveryLatency``.
+    private func delivered(upTo cursor: UInt64, _ handle: ConnectionHandle) {
+        if let waited = handle.delivered(upTo: cursor) { self.server.metrics.deliveryLatency.record(waited) }
     }
 
     /// Writes a page of events.
@@ -151,7 +157,7 @@ extension SessionHandler {
             }
         }
         self.server.metrics.eventsOut.increment(by: events.count)
-        delivery.handle.delivered(upTo: last.cursor)
+        self.delivered(upTo: last.cursor, delivery.handle)
         if let acknowledge { self.acknowledge(acknowledge, delivery: delivery) }
     }
 
