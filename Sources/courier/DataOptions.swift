@@ -14,7 +14,8 @@ struct DataOptions: ParsableArguments {
     @Option(
         name: .long,
         help: ArgumentHelp(
-            "The data folder (default: $COURIER_DATA, else \(DataOptions.defaultFolder)).",
+            "The data folder (default: $COURIER_DATA, else the configuration file's, else "
+                + "\(DataOptions.defaultFolder)).",
             valueName: "folder"
         )
     )
@@ -24,12 +25,37 @@ struct DataOptions: ParsableArguments {
         name: .long,
         help: ArgumentHelp(
             "A PostgreSQL database that several servers share, postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE "
-                + "(default: $COURIER_DATABASE, else SQLite in the data folder). Give a URL with a password in "
+                + "(default: $COURIER_DATABASE, else the configuration file's, else SQLite in the data folder). Give a URL with a password in "
                 + "$COURIER_DATABASE rather than here, where other users of the machine can read it (ps).",
             valueName: "url"
         )
     )
     var database: String?
+
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "A configuration file in TOML, in the form `courier serve --print-config` prints (default: "
+                + "$COURIER_CONFIG). Its settings count where no flag or environment variable gives one; an unknown "
+                + "key in it is an error.",
+            valueName: "file"
+        )
+    )
+    var config: String?
+
+    /// Reads the configuration file, if one is named, for its `data` and `database` (a flag or environment variable
+    /// still wins); the whole file is checked (``ConfigFile``).
+    mutating func validate() throws {
+        let environment = ProcessInfo.processInfo.environment
+        guard let path = ConfigFile.path(flag: self.config, environment: environment) else { return }
+        let file = try ConfigFile.read(path: path)
+        if self.data == nil, environment["COURIER_DATA"] ?? "" == "" {
+            self.data = file.given("data")
+        }
+        if self.database == nil, environment["COURIER_DATABASE"] ?? "" == "", file.given("database") != "sqlite" {
+            self.database = file.given("database")
+        }
+    }
 
     /// The PostgreSQL database to use: `--database`, else `COURIER_DATABASE`, else none (SQLite).
     func postgres() throws -> PostgresLocation? {

@@ -158,16 +158,20 @@ enum LimitOption {
             + "h or d (250ms, 30s, 2m, 12h, 7d; a bare number is seconds)."
     }
 
-    static func apply(_ assignments: [String], to configuration: inout ServerConfiguration) throws {
+    static func apply(
+        _ assignments: [String],
+        to configuration: inout ServerConfiguration,
+        from source: String = "--limit"
+    ) throws {
         for assignment in assignments {
             let parts = assignment.split(separator: "=", maxSplits: 1).map(String.init)
             guard parts.count == 2, let limit = all.first(where: { $0.name == parts[0] }) else {
-                throw ValidationError("--limit \(assignment): expected NAME=VALUE with a NAME from --help")
+                throw ValidationError("\(source) \(assignment): expected NAME=VALUE with a NAME from --help")
             }
             do {
                 try limit.apply(&configuration, parts[1])
             } catch {
-                throw ValidationError("--limit \(assignment): \(error)")
+                throw ValidationError("\(source) \(assignment): \(error)")
             }
         }
         try Self.checkFit(configuration)

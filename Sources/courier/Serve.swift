@@ -23,7 +23,9 @@ struct Serve: AsyncParsableCommand {
             session's envelopes as JSON for browsers). Data goes to \
             ./courier-data (courier.sqlite, in WAL mode with synchronous=FULL: an acknowledged message survives a \
             crash of the process or the machine). The address, port, TLS and data flags have environment variables \
-            (named in each flag's help); the flag wins. Once it listens it prints "courier serve listening on \
+            (named in each flag's help); the flag wins. Every flag and limit can also be set in a TOML file given \
+            with --config (or $COURIER_CONFIG), in the form --print-config prints; flags and variables win over it, \
+            and an unknown key in it is an error (contrib/courier.toml, docs/DEPLOY.md). Once it listens it prints "courier serve listening on \
             native HOST:PORT, compat HOST:PORT, http HOST:PORT" on standard output (ports picked with 0 included), \
             whatever the log level, then "web chat: URL", the page to open in a browser. SIGTERM or SIGINT stops \
             the server gracefully: no new connections, writes in flight are committed and \
@@ -91,11 +93,11 @@ struct Serve: AsyncParsableCommand {
     @Option(
         help: ArgumentHelp(
             "With --database: how nodes learn of each other's messages: notify (PostgreSQL's NOTIFY, and polling to "
-                + "catch what it misses) or poll (polling alone, every cluster-poll-interval).",
+                + "catch what it misses; the default) or poll (polling alone, every cluster-poll-interval).",
             valueName: "notify|poll"
         )
     )
-    var fanout: String = "notify"
+    var fanout: String?
 
     @Option(
         help: ArgumentHelp(
@@ -147,12 +149,12 @@ struct Serve: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "Who may make an account: closed (only `courier user add`), invite (whoever holds a `courier invite "
-                + "create` token) or open (anyone; sign-ups are throttled per address and in all).",
+            "Who may make an account: closed (only `courier user add`; the default), invite (whoever holds a "
+                + "`courier invite create` token) or open (anyone; sign-ups are throttled per address and in all).",
             valueName: "closed|invite|open"
         )
     )
-    var registration: String = ServerConfiguration.Accounts.Registration.closed.rawValue
+    var registration: String?
 
     @Option(
         name: .customLong("allow-origin"),
@@ -183,19 +185,24 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("limit"), help: ArgumentHelp(LimitOption.help, valueName: "name=value"))
     var limits: [String] = []
 
-    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
-    var logLevel: String = "info"
+    @Option(help: "Log level: trace, debug, info (the default), notice, warning, error, critical.")
+    var logLevel: String?
 
     @Flag(
         name: .customLong("print-config"),
         help: ArgumentHelp(
-            "Print the configuration these flags and environment variables give (every limit included; the "
-                + "database's password hidden) and exit, without opening the store or any port."
+            "Print the configuration these flags, environment variables and --config file give, as a configuration "
+                + "file (every limit included; the database's password hidden), and exit without opening the store "
+                + "or any port."
         )
     )
     var printConfig = false
 
-    func validate() throws {
+    mutating func validate() throws {
+        let environment = ProcessInfo.processInfo.environment
+        if let path = ConfigFile.path(flag: self.data.config, environment: environment) {
+            self.take(try ConfigFile.read(path: path), environment: environment)
+        }
         for (flag, port) in [("--port", self.port), ("--compat-port", self.compatPort), ("--http-port", self.httpPort)]
         {
             if let port { try PortNumber.check(port, flag: flag, allowsZero: true) }
@@ -208,14 +215,16 @@ struct Serve: AsyncParsableCommand {
                 throw ValidationError("--push-contact takes a mailto: or https: URL, not \(contact.debugDescription)")
             }
         }
-        guard ServerConfiguration.Accounts.Registration(rawValue: self.registration) != nil else {
-            throw ValidationError("--registration is closed, invite or open, not \(self.registration)")
+        if let registration = self.registration,
+            ServerConfiguration.Accounts.Registration(rawValue: registration) == nil
+        {
+            throw ValidationError("--registration is closed, invite or open, not \(registration)")
         }
         for origin in self.allowedOrigins where !ServerConfiguration.WebSocket.isOrigin(origin) {
             throw ValidationError("--allow-origin takes scheme://host[:port] (http or https, no path), not \(origin)")
         }
-        guard PostgresFeed.Mode(rawValue: self.fanout) != nil else {
-            throw ValidationError("--fanout is notify or poll, not \(self.fanout)")
+        if let fanout = self.fanout, PostgresFeed.Mode(rawValue: fanout) == nil {
+            throw ValidationError("--fanout is notify or poll, not \(fanout)")
         }
         // Checked here, so that a wrong one is said with this command's usage.
         var limits = ServerConfiguration()
@@ -238,7 +247,7 @@ struct Serve: AsyncParsableCommand {
         configuration.compatPort = try port(self.compatPort, "COURIER_COMPAT_PORT") ?? configuration.compatPort
         configuration.httpPort = try port(self.httpPort, "COURIER_HTTP_PORT") ?? configuration.httpPort
         configuration.dataFolder = self.data.folder
-        configuration.accounts.registration = .init(rawValue: self.registration) ?? .closed
+        configuration.accounts.registration = self.registration.flatMap { .init(rawValue: $0) } ?? .closed
         configuration.webSocket.enabled = !self.noWebSocket
         configuration.webSocket.allowedOrigins = self.allowedOrigins
         configuration.web.enabled = !self.noWebChat
@@ -261,8 +270,8 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError("--tls-cert and --tls-key go together")
         }
 
-        guard let level = Logger.Level(rawValue: self.logLevel) else {
-            throw ValidationError("unknown log level \(self.logLevel)")
+        guard let level = Logger.Level(rawValue: self.logLevel ?? "info") else {
+            throw ValidationError("unknown log level \(self.logLevel ?? "")")
         }
         if self.printConfig {
             print(try self.configurationText(configuration, environment: environment))
@@ -304,7 +313,7 @@ struct Serve: AsyncParsableCommand {
                 logger: logger
             )
             var feedConfiguration = PostgresFeed.Configuration()
-            feedConfiguration.mode = PostgresFeed.Mode(rawValue: self.fanout) ?? .notify
+            feedConfiguration.mode = self.fanout.flatMap { PostgresFeed.Mode(rawValue: $0) } ?? .notify
             let feed = PostgresFeed(store: store, configuration: feedConfiguration, logger: logger)
             do {
                 let applied = try await store.migrate()
@@ -401,7 +410,8 @@ struct Serve: AsyncParsableCommand {
             self.tlsCertificate ?? environment["COURIER_TLS_CERT"], self.tlsKey ?? environment["COURIER_TLS_KEY"]
         )
         var lines = [
-            "# courier serve --print-config: what these flags and environment variables give (the password hidden)",
+            "# courier serve --print-config: what these flags, environment variables and configuration file give",
+            "# (the password hidden); a file for --config",
             "host = \(quoted(configuration.host))",
             "port = \(configuration.nativePort)",
             "compat-port = \(configuration.compatPort)",
@@ -417,8 +427,12 @@ struct Serve: AsyncParsableCommand {
             "web-chat = \(configuration.web.enabled)",
             "web-root = \(quoted(configuration.web.root ?? ""))",
             "push-contact = \(quoted(configuration.push.subject))",
-            "fanout = \(quoted(self.fanout))",
-            "log-level = \(quoted(self.logLevel))",
+            "fanout = \(quoted(self.fanout ?? PostgresFeed.Mode.notify.rawValue))",
+            "node = \(quoted(self.node ?? environment["COURIER_NODE"] ?? ""))",
+            "forward-host = \(quoted(configuration.cluster.forwardHost))",
+            "forward-advertise-host = \(quoted(configuration.cluster.forwardAdvertisedHost ?? ""))",
+            "allow-private-targets = \(configuration.push.allowPrivateTargets)",
+            "log-level = \(quoted(self.logLevel ?? "info"))",
             "",
             "[limits]",
         ]

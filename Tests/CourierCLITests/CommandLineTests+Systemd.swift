@@ -188,7 +188,9 @@ extension CommandLineTests {
         #expect(Serve.browsable("chat.example.com") == "chat.example.com")
     }
 
-    @Test("contrib/courier.service passes systemd-analyze verify, with the hardening docs/DEPLOY.md states")
+    @Test(
+        "contrib/courier.service passes systemd-analyze verify, with the hardening docs/DEPLOY.md states; the contrib/courier.toml it reads is valid"
+    )
     func serviceUnit() async throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent()
@@ -196,9 +198,20 @@ extension CommandLineTests {
         for line in [
             "Type=notify", "WatchdogSec=", "User=courier", "StateDirectory=courier", "NoNewPrivileges=yes",
             "ProtectSystem=strict", "PrivateTmp=yes", "ProtectHome=yes", "CapabilityBoundingSet=",
-            "ExecStart=/usr/local/bin/courier serve --data /var/lib/courier",
+            "ExecStart=/usr/local/bin/courier serve --config /etc/courier/courier.toml",
         ] {
             #expect(unit.contains("\n" + line), "the unit says \(line)")
+        }
+        // The configuration file it reads, as contrib/ has it: read without a complaint, its data in the unit's
+        // state directory.
+        let example = root.appendingPathComponent("contrib/courier.toml").path
+        let printed = try await CourierExecutable.run(
+            ["serve", "--print-config", "--config", example],
+            environment: ["COURIER_DATA": "", "COURIER_HOST": "", "COURIER_PORT": "", "COURIER_HTTP_PORT": ""]
+        )
+        #expect(printed.status == 0, "\(printed.output)")
+        for line in ["data = \"/var/lib/courier\"", "port = 6970", "http-port = 6980", "registration = \"closed\""] {
+            #expect(printed.output.contains("\n" + line + "\n"), "\(line) in \(printed.output)")
         }
         try await withTemporaryDirectory(prefix: "courier-unit") { folder in
             /// `systemd-analyze verify` of a unit's text, as installed but for where this build's executable is
