@@ -85,9 +85,18 @@ public final class FrameInbox<Frame: Sendable>: Sendable {
 final class FrameCollector<Frame: Sendable>: ChannelInboundHandler, Sendable {
     typealias InboundIn = Frame
     let inbox: FrameInbox<Frame>
+    /// Whether it is added once the connection is open (after a WebSocket's upgrade), rather than before it opens.
+    let addedWhenOpen: Bool
 
-    init(_ inbox: FrameInbox<Frame>) {
+    init(_ inbox: FrameInbox<Frame>, addedWhenOpen: Bool = false) {
         self.inbox = inbox
+        self.addedWhenOpen = addedWhenOpen
+    }
+
+    /// Added once open to a connection closed already (a WebSocket's upgrade can end after the server refused the
+    /// session and closed): the close it missed. Frames still handed to it come first.
+    func handlerAdded(context: ChannelHandlerContext) {
+        if self.addedWhenOpen, !context.channel.isActive { self.inbox.close() }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {

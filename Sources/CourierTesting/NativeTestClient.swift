@@ -28,12 +28,14 @@ public actor NativeTestClient {
     private var frameBacklog: [NativeFrame] = []
 
     /// Connects to a native port on 127.0.0.1, over TLS when `tls` is given (the certificate must list the IP
-    /// address); from the local address `from`, if given.
+    /// address); from the local address `from`, if given; sending `first` before anything else (a proxy's PROXY
+    /// protocol header), if given.
     public static func connect(
         port: Int,
         host: String = "127.0.0.1",
         from: String? = nil,
-        tls: TLSConfiguration? = nil
+        tls: TLSConfiguration? = nil,
+        first: [UInt8]? = nil
     ) async throws -> NativeTestClient {
         let inbox = FrameInbox<NativeFrame>()
         let context = try tls.map { try NIOSSLContext(configuration: $0) }
@@ -43,6 +45,7 @@ public actor NativeTestClient {
             try await bootstrap
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if let first { try channel.pipeline.syncOperations.addHandler(WritesFirst(first)) }
                     try channel.pipeline.syncOperations.addNativeHandlers(
                         tls: try context.map { try NIOSSLClientHandler(context: $0, serverHostname: nil) }
                     )
@@ -179,5 +182,20 @@ public actor NativeTestClient {
     /// Closes the connection.
     public func close() async {
         try? await self.channel.close().get()
+    }
+}
+
+/// Writes its bytes as the connection starts, before the handlers after it write theirs.
+final class WritesFirst: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+    let bytes: [UInt8]
+
+    init(_ bytes: [UInt8]) {
+        self.bytes = bytes
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        context.writeAndFlush(NIOAny(ByteBuffer(bytes: self.bytes)), promise: nil)
+        context.fireChannelActive()
     }
 }

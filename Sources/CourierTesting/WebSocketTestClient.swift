@@ -38,7 +38,8 @@ public actor WebSocketTestClient {
         origin: String? = nil,
         deflate: Bool = true,
         maxMessageBytes: Int = (1 << 20) + 64,
-        tls: TLSConfiguration? = nil
+        tls: TLSConfiguration? = nil,
+        headers: [(name: String, value: String)] = []
     ) async throws -> WebSocketTestClient {
         let context = try tls.map { try NIOSSLContext(configuration: $0) }
         let inbox = FrameInbox<WebSocketMessage>()
@@ -47,6 +48,7 @@ public actor WebSocketTestClient {
         options.origin = origin
         options.deflate = deflate
         options.maxMessageBytes = maxMessageBytes
+        options.headers = headers
         let settings = options
         let group = MultiThreadedEventLoopGroup.singleton
         let upgraded = group.any().makePromise(of: Bool.self)
@@ -62,7 +64,7 @@ public actor WebSocketTestClient {
                             )
                         }
                         try channel.pipeline.syncOperations.addWebSocketClientHandlers(settings) {
-                            [FrameCollector(inbox)]
+                            [FrameCollector(inbox, addedWhenOpen: true)]
                         }
                         .cascade(to: upgraded)
                     }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import CourierServer
 import Foundation
+import Logging
 import TOMLKit
 
 #if canImport(Glibc)
@@ -43,7 +44,8 @@ struct ConfigFile: Sendable, Equatable {
     static let keys: [String: Kind] = [
         "host": .string, "port": .port, "compat-port": .port, "http-port": .port, "data": .string,
         "database": .string, "tls-cert": .string, "tls-key": .string, "registration": .string,
-        "allow-origin": .strings, "web-socket": .boolean, "web-chat": .boolean, "web-root": .string,
+        "allow-origin": .strings, "trusted-proxy": .strings, "web-socket": .boolean, "web-chat": .boolean,
+        "web-root": .string,
         "push-contact": .string, "fanout": .string, "log-level": .string, "node": .string, "forward-host": .string,
         "forward-advertise-host": .string, "allow-private-targets": .boolean,
     ]
@@ -112,6 +114,31 @@ struct ConfigFile: Sendable, Equatable {
                 )
             }
             self.values[key] = try Self.value(of: value, as: kind, key: key, path: path)
+        }
+        try self.checkValues()
+    }
+
+    /// The values `serve` would refuse, refused as the file is read, with its name (the admin commands check them
+    /// too).
+    private func checkValues() throws {
+        func refuse(_ key: String, _ why: String) -> ValidationError {
+            ValidationError("\(self.path): \(key): \(why)")
+        }
+        if let proxies = self.strings("trusted-proxy") {
+            do { _ = try TrustedProxies(proxies) } catch { throw refuse("trusted-proxy", "\(error)") }
+        }
+        for origin in self.strings("allow-origin") ?? [] where !ServerConfiguration.WebSocket.isOrigin(origin) {
+            throw refuse("allow-origin", "\(origin) is not scheme://host[:port] (http or https, no path)")
+        }
+        let choices: [(String, [String])] = [
+            ("registration", ServerConfiguration.Accounts.Registration.allCases.map(\.rawValue)),
+            ("fanout", ["notify", "poll"]),
+            ("log-level", Logger.Level.allCases.map(\.rawValue)),
+        ]
+        for (key, allowed) in choices {
+            if let value = self.string(key), !allowed.contains(value) {
+                throw refuse(key, "\(Self.quoted(value)) is not one of \(allowed.joined(separator: ", "))")
+            }
         }
     }
 
@@ -267,6 +294,7 @@ extension Serve {
         self.webRoot = self.webRoot ?? file.given("web-root")
         self.logLevel = self.logLevel ?? file.given("log-level")
         if self.allowedOrigins.isEmpty { self.allowedOrigins = file.strings("allow-origin") ?? [] }
+        if self.trustedProxies.isEmpty { self.trustedProxies = file.strings("trusted-proxy") ?? [] }
         if file.boolean("web-socket") == false { self.noWebSocket = true }
         if file.boolean("web-chat") == false { self.noWebChat = true }
         if file.boolean("allow-private-targets") == true { self.allowPrivateTargets = true }

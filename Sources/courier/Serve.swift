@@ -167,6 +167,18 @@ struct Serve: AsyncParsableCommand {
     )
     var allowedOrigins: [String] = []
 
+    @Option(
+        name: .customLong("trusted-proxy"),
+        help: ArgumentHelp(
+            "A proxy in front of the server (nginx), by address or network (127.0.0.1, 10.0.0.0/8, ::1). Its "
+                + "connections to the native and compat ports must start with a PROXY protocol header (nginx's stream "
+                + "module: proxy_protocol on), and its HTTP requests' X-Forwarded-For names the client: the "
+                + "per-address limits count the client, not the proxy. Repeat for several; docs/DEPLOY.md.",
+            valueName: "address[/bits]"
+        )
+    )
+    var trustedProxies: [String] = []
+
     @Flag(help: "Turn the WebSocket gateway (/ws on the HTTP port, which the web chat uses) off.")
     var noWebSocket = false
 
@@ -220,6 +232,11 @@ struct Serve: AsyncParsableCommand {
         {
             throw ValidationError("--registration is closed, invite or open, not \(registration)")
         }
+        do {
+            _ = try TrustedProxies(self.trustedProxies)
+        } catch {
+            throw ValidationError("--trusted-proxy: \(error)")
+        }
         for origin in self.allowedOrigins where !ServerConfiguration.WebSocket.isOrigin(origin) {
             throw ValidationError("--allow-origin takes scheme://host[:port] (http or https, no path), not \(origin)")
         }
@@ -250,6 +267,7 @@ struct Serve: AsyncParsableCommand {
         configuration.accounts.registration = self.registration.flatMap { .init(rawValue: $0) } ?? .closed
         configuration.webSocket.enabled = !self.noWebSocket
         configuration.webSocket.allowedOrigins = self.allowedOrigins
+        configuration.trustedProxies = try TrustedProxies(self.trustedProxies)
         configuration.web.enabled = !self.noWebChat
         configuration.web.root = self.webRoot
         if let host = self.forwardHost { configuration.cluster.forwardHost = host }
@@ -423,6 +441,7 @@ struct Serve: AsyncParsableCommand {
             "tls-key = \(quoted(tls.1 ?? ""))",
             "registration = \(quoted(configuration.accounts.registration.rawValue))",
             "allow-origin = [\(configuration.webSocket.allowedOrigins.map(quoted).joined(separator: ", "))]",
+            "trusted-proxy = [\(configuration.trustedProxies.specifications.map(quoted).joined(separator: ", "))]",
             "web-socket = \(configuration.webSocket.enabled)",
             "web-chat = \(configuration.web.enabled)",
             "web-root = \(quoted(configuration.web.root ?? ""))",

@@ -18,6 +18,10 @@ public struct ServerConfiguration: Sendable {
     /// ``tls(certificateChainFile:privateKeyFile:)`` makes one from PEM files.
     public var tls: TLSConfiguration? = nil
 
+    /// The proxies in front (nginx), whose connections say whose they are: a PROXY protocol header on the native and
+    /// compat ports, `X-Forwarded-For` on the HTTP port. None by default: every peer is a client.
+    public var trustedProxies = TrustedProxies()
+
     /// The session limits, the same on both ports.
     public var limits: Limits = .init()
     /// The HTTP port's own limits.

@@ -85,7 +85,7 @@ extension BotAPI {
     /// `POST /hooks/<secret>` with `{"text": …}` (Slack's incoming-webhook shape): posted into the hook's group as its
     /// bot, answered `ok`. The hook's rate is its own; the address's and the bot's count too.
     func hook(_ request: Request, _ context: CourierRequestContext) async throws -> Response {
-        let address = AddressKey.of(ip: context.remoteAddress?.ipAddress ?? "?")
+        let address = AddressKey.of(ip: context.clientIP)
         try self.limiter.take(address: address)
         let secret = context.parameters.get("secret") ?? ""
         guard let hook = try await APIRefusal.mapping({ try await self.context.store.incomingHook(token: secret) })

@@ -93,7 +93,7 @@ struct BotAPI: Sendable {
 
     /// The device the request speaks for, once the address and then the user have a request left in their rates.
     func authorize(_ request: Request, _ context: CourierRequestContext) async throws -> DeviceSession {
-        let address = AddressKey.of(ip: context.remoteAddress?.ipAddress ?? "?")
+        let address = AddressKey.of(ip: context.clientIP)
         try self.limiter.take(address: address)
         let session = try await APIAuth.session(of: request, context, store: self.context.store, logins: self.logins)
         try self.limiter.take(user: session.user.id)

@@ -268,7 +268,14 @@ struct WebSocketGateway: Sendable {
             maxFramePayloadBytes: self.maxFramePayloadBytes,
             maxMessageBytes: self.configuration.maxMessageBytes
         )
-        try pipeline.addHandler(SessionHandler(requests: CourierServer.requests(self.context, transport, channel)))
+        // Through a trusted proxy, the session is its client's (X-Forwarded-For).
+        let proxies = self.context.configuration.trustedProxies
+        let client =
+            proxies.contains(channel.remoteAddress)
+            ? proxies.client(forwardedFor: head.headers["x-forwarded-for"]).map { (ip: $0, port: 0) } : nil
+        try pipeline.addHandler(
+            SessionHandler(requests: CourierServer.requests(self.context, transport, channel, client: client))
+        )
     }
 }
 

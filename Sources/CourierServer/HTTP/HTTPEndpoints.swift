@@ -106,6 +106,9 @@ enum HTTPEndpoints {
         onRunning: @escaping @Sendable (Int) async -> Void
     ) throws -> some ApplicationProtocol {
         let router = Router(context: CourierRequestContext.self)
+        if !configuration.trustedProxies.isEmpty {
+            router.add(middleware: ForwardedFor(proxies: configuration.trustedProxies))
+        }
         router.get("/health") { _, _ -> Response in
             // 503 while the database does not answer: a load balancer moves clients to a node whose does.
             let reachable = await database.isReachable()
@@ -170,7 +173,8 @@ enum HTTPEndpoints {
         }
         let connections = HTTPConnections(
             perAddress: configuration.http.maxConnectionsPerAddress,
-            maxConnections: configuration.http.maxConnections
+            maxConnections: configuration.http.maxConnections,
+            proxies: configuration.trustedProxies
         )
         let http1 = HTTP1Channel.Configuration(
             additionalChannelHandlers: [HTTPConnectionHandler(connections: connections)],
@@ -205,14 +209,37 @@ enum HTTPEndpoints {
     }
 }
 
-/// The HTTP port's request context: Hummingbird's basics and the client's address, for the per-address login limit.
+/// The HTTP port's request context: Hummingbird's basics and the client's address, for the per-address limits.
 struct CourierRequestContext: RequestContext, RemoteAddressRequestContext {
     var coreContext: CoreRequestContextStorage
     let remoteAddress: SocketAddress?
+    /// The client's IP address: the peer's, or the one a trusted proxy named (``ForwardedFor``).
+    var clientIP: String
 
     init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)
         self.remoteAddress = source.channel.remoteAddress
+        self.clientIP = source.channel.remoteAddress?.ipAddress ?? "?"
+    }
+}
+
+/// A request through a trusted proxy is its client's, as `X-Forwarded-For` names it (``TrustedProxies``); one whose
+/// header names none stays the proxy's.
+struct ForwardedFor: RouterMiddleware {
+    typealias Context = CourierRequestContext
+    let proxies: TrustedProxies
+
+    func handle(
+        _ request: Request,
+        context: Context,
+        next: (Request, Context) async throws -> Response
+    ) async throws -> Response {
+        guard self.proxies.contains(context.remoteAddress),
+            let client = self.proxies.client(forwardedFor: request.headers[values: .init("X-Forwarded-For")!])
+        else { return try await next(request, context) }
+        var context = context
+        context.clientIP = client
+        return try await next(request, context)
     }
 }
 
@@ -225,6 +252,9 @@ struct CourierRequestContext: RequestContext, RemoteAddressRequestContext {
 final class HTTPConnections: Sendable {
     let perAddress: Int
     let maxConnections: Int
+    /// Trusted proxies' connections carry many clients': they have no share of their own (the proxy limits each
+    /// client's connections; the requests' limits count each client).
+    let proxies: TrustedProxies
     private let state = Mutex(State())
 
     private struct State {
@@ -236,7 +266,8 @@ final class HTTPConnections: Sendable {
         var closing: Set<ObjectIdentifier> = []
     }
 
-    init(perAddress: Int, maxConnections: Int) {
+    init(perAddress: Int, maxConnections: Int, proxies: TrustedProxies = TrustedProxies()) {
+        self.proxies = proxies
         self.perAddress = max(1, perAddress)
         self.maxConnections = max(1, maxConnections)
     }
@@ -247,8 +278,9 @@ final class HTTPConnections: Sendable {
     ///   must close); otherwise the connection to close for room, if one must.
     func opened(_ channel: any Channel, address: String) -> (admitted: Bool, closing: (any Channel)?) {
         let id = ObjectIdentifier(channel)
+        let proxied = self.proxies.contains(channel.remoteAddress)
         return self.state.withLock { state in
-            guard state.byAddress[address, default: 0] < self.perAddress else { return (false, nil) }
+            guard proxied || state.byAddress[address, default: 0] < self.perAddress else { return (false, nil) }
             // Full, with no connection waiting to make room: the newcomer is the one that goes.
             if state.open - state.closing.count >= self.maxConnections, state.waiting.count == 0 {
                 return (false, nil)

@@ -141,7 +141,7 @@ struct PushEndpoint: Sendable {
 
     /// The device a request speaks for, within the API's rates.
     private func authorize(_ request: Request, _ context: CourierRequestContext) async throws -> DeviceSession {
-        try self.limiter?.take(address: AddressKey.of(ip: context.remoteAddress?.ipAddress ?? "?"))
+        try self.limiter?.take(address: AddressKey.of(ip: context.clientIP))
         let session = try await APIAuth.session(of: request, context, store: self.store, logins: self.logins)
         try self.limiter?.take(user: session.user.id)
         return session
@@ -192,7 +192,7 @@ enum APIAuth {
         store: any CourierDatabase,
         logins: LoginThrottle
     ) async throws -> DeviceSession {
-        let address = AddressKey.of(ip: context.remoteAddress?.ipAddress ?? "?")
+        let address = AddressKey.of(ip: context.clientIP)
         let ticket: LoginGate.Ticket
         switch logins.admit(user: nil, address: address) {
         case .admitted(let admitted):

@@ -17,10 +17,12 @@ import Darwin
 /// Listening: the native and compat ports' pipelines, each connection's session handler, and why a bind failed.
 extension CourierServer {
     func bindNative(context: SessionContext) async throws -> any Channel {
-        try await self.bind(port: self.configuration.nativePort) { channel, tls in
+        try await self.bind(port: self.configuration.nativePort) { channel, tls, client in
             let pipeline = channel.pipeline.syncOperations
             try pipeline.addNativeHandlers(tls: tls)
-            try pipeline.addHandler(SessionHandler(requests: Self.requests(context, NativeTransport(), channel)))
+            try pipeline.addHandler(
+                SessionHandler(requests: Self.requests(context, NativeTransport(), channel, client: client))
+            )
         }
     }
 
@@ -34,7 +36,7 @@ extension CourierServer {
         // the session goes on (the framing has no way to skip them unread).
         framing.maxPayloadBytes = 1 << 62
         let streamed = Set(CompatTransport.mediaTypes.keys)
-        return try await self.bind(port: self.configuration.compatPort) { [framing] channel, tls in
+        return try await self.bind(port: self.configuration.compatPort) { [framing] channel, tls, client in
             let pipeline = channel.pipeline.syncOperations
             if let tls { try pipeline.addHandler(tls) }
             try pipeline.addHandler(
@@ -44,33 +46,39 @@ extension CourierServer {
                 )
             )
             try pipeline.addHandler(MessageToByteHandler(CompatOutputEncoder(configuration: framing)))
-            try pipeline.addHandler(SessionHandler(requests: Self.requests(context, CompatTransport(), channel)))
+            try pipeline.addHandler(
+                SessionHandler(requests: Self.requests(context, CompatTransport(), channel, client: client))
+            )
         }
     }
 
+    /// A connection's session: for `client` (said by a trusted proxy), else for the connection's peer.
     static func requests<Transport: SessionTransport>(
         _ context: SessionContext,
         _ transport: Transport,
-        _ channel: any Channel
+        _ channel: any Channel,
+        client: (ip: String, port: Int)? = nil
     ) -> SessionRequests<Transport> {
         let address = channel.remoteAddress
-        let ip = address?.ipAddress ?? "?"
+        let ip = client?.ip ?? address?.ipAddress ?? "?"
         return SessionRequests(
             context: context,
             transport: transport,
-            remoteAddress: "\(ip):\(address?.port ?? 0)",
+            remoteAddress: "\(ip):\(client?.port ?? address?.port ?? 0)",
             clientIP: ip
         )
     }
 
     /// Binds a listener whose connections get the handlers `handlers` adds, given a TLS handler to put first when
-    /// TLS is configured.
+    /// TLS is configured, and the client a trusted proxy said the connection is for (nil: its peer). A trusted proxy's
+    /// connection gets them once its PROXY protocol header is read (``ProxyHeaderHandler``).
     func bind(
         port: Int,
-        handlers: @escaping @Sendable (any Channel, (any ChannelHandler)?) throws -> Void
+        handlers: @escaping @Sendable (any Channel, (any ChannelHandler)?, (ip: String, port: Int)?) throws -> Void
     ) async throws -> any Channel {
         let limits = self.configuration.limits
         let tls = self.tls
+        let proxies = self.configuration.trustedProxies
         return try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelOption(.backlog, value: 256)
@@ -88,7 +96,13 @@ extension CourierServer {
             )
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try handlers(channel, tls.map { NIOSSLServerHandler(context: $0) })
+                    guard proxies.contains(channel.remoteAddress) else {
+                        return try handlers(channel, tls.map { NIOSSLServerHandler(context: $0) }, nil)
+                    }
+                    let header = ProxyHeaderHandler(timeout: TimeAmount(limits.authTimeout)) { channel, client in
+                        try handlers(channel, tls.map { NIOSSLServerHandler(context: $0) }, client)
+                    }
+                    try channel.pipeline.syncOperations.addHandler(header)
                 }
             }
             .bind(host: self.configuration.host, port: port)

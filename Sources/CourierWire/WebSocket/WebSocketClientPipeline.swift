@@ -14,6 +14,8 @@ public struct WebSocketClientOptions: Sendable {
     public var deflate: Bool = true
     /// The largest message taken from the server.
     public var maxMessageBytes: Int = (1 << 20) + 64
+    /// More headers for the handshake's request (as a proxy in front would add, `X-Forwarded-For`).
+    public var headers: [(name: String, value: String)] = []
 
     public init(host: String) {
         self.host = host
@@ -39,6 +41,7 @@ extension ChannelPipeline.SynchronousOperations {
     ) throws -> EventLoopFuture<Bool> {
         var headers = HTTPHeaders([("Host", options.host), ("Content-Length", "0")])
         if let origin = options.origin { headers.add(name: "Origin", value: origin) }
+        for header in options.headers { headers.add(name: header.name, value: header.value) }
         if options.deflate { headers.add(name: "Sec-WebSocket-Extensions", value: PerMessageDeflate.clientOffer) }
         let upgrader = NIOTypedWebSocketClientUpgrader<Bool>(
             maxFrameSize: options.maxMessageBytes + 14,
