@@ -144,6 +144,7 @@ struct ConfigFile: Sendable, Equatable {
 
     private mutating func readLimits(_ table: TOMLTable) throws {
         let names = LimitOption.all.map(\.name)
+        let switches = Set(LimitOption.all.filter(\.isSwitch).map(\.name))
         for name in table.keys.sorted() {
             guard let value = table[name] else { continue }
             guard names.contains(name) else {
@@ -158,7 +159,9 @@ struct ConfigFile: Sendable, Equatable {
             case .string: text = value.string ?? ""
             case .int: text = String(value.int ?? 0)
             case .double: text = String(value.double ?? 0)
-            case .bool: text = value.bool == true ? "1" : "0"
+            case .bool where switches.contains(name): text = value.bool == true ? "1" : "0"
+            case .bool:
+                throw ValidationError("\(self.path): [limits] \(name) is a number or a size, not true or false")
             default:
                 throw ValidationError(
                     "\(self.path): [limits] \(name) must be a string, a number or true or false, not \(value.type)"

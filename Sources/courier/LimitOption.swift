@@ -380,6 +380,8 @@ struct Limit: Sendable {
     let name: String
     let apply: @Sendable (inout ServerConfiguration, String) throws -> Void
     let show: @Sendable (ServerConfiguration) -> String
+    /// Whether it is a switch (on or off), which a configuration file may give as true or false.
+    let isSwitch: Bool
 
     init<Value: LimitValue>(
         _ name: String,
@@ -389,6 +391,7 @@ struct Limit: Sendable {
         self.name = name
         self.apply = { $0[keyPath: path] = try parse($1) }
         self.show = { $0[keyPath: path].limitText }
+        self.isSwitch = Value.self == Bool.self || Value.self == Bool?.self
     }
 }
 

@@ -61,6 +61,17 @@ struct TrustedProxyTests {
                 _ = try await stranger.readUntilClosed()
                 // A client not behind the proxy needs no header.
                 let (direct, _) = try await NativeTestClient.login(port: port, "bob")
+                // A client whose first bytes after the header are not a native preface: the port's handlers close
+                // it as they start, and its place is given back (the open count goes back to what it was).
+                let before = try await fixture.metric("courier_connections_open")
+                for attempt in 0..<3 {
+                    let garbled = try await RawConnection.connect(port: port, from: "127.0.0.2")
+                    try await garbled.write(Self.header("198.51.100.\(40 + attempt)") + Array("GET / HTTP/1.1\r\n\r\n".utf8))
+                    _ = try await garbled.readUntilClosed()
+                }
+                try await waitUntil("the garbled connections' places are given back") {
+                    try await fixture.metric("courier_connections_open") == before
+                }
                 // The proxy's connection without a header, or with version 2's: closed, nothing said.
                 for first in [[0, 0, 0, 8, 1, 2, 3, 4], Array("\r\n\r\n\u{0}\r\nQUIT\n".utf8)] as [[UInt8]] {
                     let bare = try await RawConnection.connect(port: port, from: "127.0.0.2")
@@ -181,6 +192,9 @@ struct TrustedProxyTests {
         #expect(proxies.client(forwardedFor: ["10.0.0.1"]) == nil)
         #expect(proxies.client(forwardedFor: ["unknown, 10.0.0.1"]) == nil)
         #expect(proxies.client(forwardedFor: []) == nil)
+        #expect(proxies.client(forwardedFor: ["2001:DB8:0:0::5"]) == nil, "2001:db8::/32 is a proxy's")
+        #expect(proxies.client(forwardedFor: ["2001:DB9:0:0::5"]) == "2001:db9::5")
+        #expect(proxies.client(forwardedFor: ["203.0.113.5\u{0}junk"]) == nil)
         for bad in ["10.0.0.0/33", "example.com", "10.0.0.0/", "::/129", "10.0.0.0/-1", "１０.0.0.1"] {
             #expect(throws: TrustedProxies.Invalid.self, "\(bad)") { try TrustedProxies([bad]) }
         }

@@ -31,6 +31,9 @@ struct ProxyHeaderTests {
         #expect(Array(rest.readableBytesView) == [1, 2])
         let six = Self.source(Self.feed(["PROXY TCP6 2001:db8::7 2001:db8::1 443 6970\r\n"]))
         #expect(six??.ip == "2001:db8::7" && six??.port == 443)
+        // One spelling for one address, as the per-address limits count it.
+        let shouted = Self.source(Self.feed(["PROXY TCP6 2001:DB8:0:0::7 2001:db8::1 443 6970\r\n"]))
+        #expect(shouted??.ip == "2001:db8::7")
         let unknown = Self.feed(["PROXY UNKNOWN ffff:f...f:ffff ffff:f...f:ffff 65535 65535\r\n"])
         #expect(unknown == .header(ProxyHeader(source: nil), rest: ByteBuffer()))
         #expect(Self.feed(["PROXY UNKNOWN\r\n"]) == .header(ProxyHeader(source: nil), rest: ByteBuffer()))
@@ -73,6 +76,7 @@ struct ProxyHeaderTests {
             "PROXY UDP4 203.0.113.7 192.0.2.1 443 6970\r\n",
             "PROXY TCP4 ２０３.0.113.7 192.0.2.1 443 6970\r\n",  // full-width digits
             "proxy TCP4 203.0.113.7 192.0.2.1 443 6970\r\n",
+            "PROXY TCP4 203.0.113.7\u{0}x 192.0.2.1 443 6970\r\n",
         ]
         for text in refused {
             let outcome = Self.feed([text])

@@ -122,7 +122,12 @@ class DeployTests(unittest.TestCase):
         for user in ("alice", "bob"):
             cls.courier("user", "add", user, "--password", PASSWORD, "--config", cls.config)
 
-        cls.server = subprocess.Popen([COURIER, "serve", "--config", cls.config, "--log-level", "warning"],
+        # Beside the page's settings, small per-address limits (flags win over the file), for test 4 to see whom
+        # Courier counts: each client behind nginx, or nginx.
+        cls.server = subprocess.Popen([COURIER, "serve", "--config", cls.config, "--log-level", "warning",
+                                       "--limit", "max-unauthenticated-per-address=1",
+                                       "--limit", "api-requests-per-second-per-address=0.01",
+                                       "--limit", "api-request-burst-per-address=2"],
                                       stdout=subprocess.PIPE, stderr=sys.stderr, text=True, env=cls.env())
         line = cls.server.stdout.readline()
         if "listening" not in line:
@@ -209,6 +214,13 @@ stream {{
         headers = self.curl("--dump-header", "-", "--output", "/dev/null", f"{self.origin}/")
         self.assertRegex(headers, r"^HTTP/1\.1 200")
         self.assertIn("content-security-policy:", headers.lower())
+        self.assertIn("strict-transport-security: max-age=31536000", headers.lower())
+        # /metrics is for Prometheus on Courier's own port, not for the world.
+        hidden = self.curl("--output", "/dev/null", "--write-out", "%{http_code}", f"{self.origin}/metrics")
+        self.assertEqual(hidden, "404")
+        direct = subprocess.run(["curl", "--silent", f"http://127.0.0.1:{self.ports['courier_http']}/metrics"],
+                                capture_output=True, text=True)
+        self.assertIn("courier_connections_open", direct.stdout)
         # Port 80 sends browsers to https.
         moved = subprocess.run(["curl", "--silent", "--dump-header", "-", "--output", "/dev/null",
                                 "--resolve", f"{NAME}:{self.ports['http']}:127.0.0.1",
@@ -281,6 +293,49 @@ stream {{
             except ConnectionResetError:
                 answer = b""
             self.assertEqual(answer, b"")
+
+
+    def open_connections(self):
+        """courier_connections_open, from Courier's own port."""
+        metrics = subprocess.run(["curl", "--silent", f"http://127.0.0.1:{self.ports['courier_http']}/metrics"],
+                                 capture_output=True, text=True).stdout
+        return int(float(re.search(r"^courier_connections_open (\S+)$", metrics, re.M).group(1)))
+
+    def compat_from(self, address):
+        """A TLS connection to nginx's compat stream port from a loopback address of its own, not logged in."""
+        context = ssl.create_default_context(cafile=self.cert)
+        raw = socket.create_connection(("127.0.0.1", self.ports["compat_tls"]), timeout=LIMIT,
+                                       source_address=(address, 0))
+        return context.wrap_socket(raw, server_hostname=NAME)
+
+    def test_4_courier_counts_each_client_behind_nginx(self):
+        # One connection not logged in per address (the limit given above). Two clients behind nginx each have
+        # theirs; a second from the first is refused. Had Courier counted nginx, the second client would be.
+        before = self.open_connections()
+        first = self.compat_from("127.0.0.2")
+        wait_until(lambda: self.open_connections() == before + 1, "the first client's connection counted")
+        other = self.compat_from("127.0.0.3")
+        wait_until(lambda: self.open_connections() == before + 2, "the other client's connection counted")
+        again = self.compat_from("127.0.0.2")
+        refused = b""
+        while True:
+            chunk = again.recv(4096)
+            if not chunk:
+                break
+            refused += chunk
+        self.assertIn(b"server-full", refused)
+        for connection in (first, other, again):
+            connection.close()
+
+        # The API's rate per address counts each client by the X-Forwarded-For nginx adds.
+        def me(address):
+            return subprocess.run(["curl", "--silent", "--output", "/dev/null", "--write-out", "%{http_code}",
+                                   "--interface", address, "--cacert", self.cert,
+                                   "--resolve", f"{NAME}:{self.ports['https']}:127.0.0.1",
+                                   "--header", "X-Forwarded-For: 198.51.100.77",  # the client's word: not believed
+                                   f"{self.origin}/api/v1/me"], capture_output=True, text=True).stdout
+        self.assertEqual([me("127.0.0.4") for _ in range(3)], ["401", "401", "429"])
+        self.assertEqual(me("127.0.0.5"), "401")
 
 
 if __name__ == "__main__":

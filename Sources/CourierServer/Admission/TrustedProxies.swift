@@ -83,14 +83,22 @@ public struct TrustedProxies: Sendable, Equatable {
     public func client(forwardedFor values: [String]) -> String? {
         let hops = values.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
         for hop in hops.reversed() {
-            guard let bytes = Self.bytes(of: hop) else { return nil }
-            if !self.networks.contains(where: { $0.contains(bytes) }) { return hop }
+            guard let bytes = Self.bytes(of: hop), let canonical = Self.canonical(hop) else { return nil }
+            if !self.networks.contains(where: { $0.contains(bytes) }) { return canonical }
         }
         return nil
     }
 
+    /// An address in its one spelling (`2001:DB8::1` and `2001:db8:0::1` are `2001:db8::1`), as the per-address limits
+    /// count it; nil for anything that is not an address alone.
+    static func canonical(_ ip: String) -> String? {
+        guard !ip.contains("\0"), let address = try? SocketAddress(ipAddress: ip, port: 0) else { return nil }
+        return address.ipAddress
+    }
+
     /// An address's bytes: 4 for IPv4 (an IPv4-mapped IPv6 address too), 16 for IPv6; nil for anything else.
     static func bytes(of ip: String) -> [UInt8]? {
+        guard !ip.contains("\0") else { return nil }
         var buffer = [UInt8](repeating: 0, count: 16)
         if ip.withCString({ inet_pton(AF_INET, $0, &buffer) }) == 1 { return Array(buffer.prefix(4)) }
         guard ip.withCString({ inet_pton(AF_INET6, $0, &buffer) }) == 1 else { return nil }

@@ -69,7 +69,9 @@ final class ProxyHeaderHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        // Closed before its header: the port's handlers never existed, and have nothing to hear.
         self.deadline?.cancel()
+        // Passed on always: the port's handlers may exist already (the bytes after the header, handed to them before
+        // this handler left, can make them close the connection at once), and must hear of the close.
+        context.fireChannelInactive()
     }
 }

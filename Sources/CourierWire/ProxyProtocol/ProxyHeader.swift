@@ -1,13 +1,5 @@
 public import NIOCore
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 /// The PROXY protocol's version 1 header (HAProxy's proxy-protocol.txt, 2.1), which a proxy in front (nginx's stream
 /// module with `proxy_protocol on`) sends first on each connection to say whose it is:
 /// `PROXY TCP4 203.0.113.7 192.0.2.1 51234 6970\r\n`, at most 107 bytes with its CRLF.
@@ -85,17 +77,21 @@ public struct ProxyHeader: Sendable, Equatable {
         guard fields.count >= 2, fields[0] == "PROXY" else { return nil }
         if fields[1] == "UNKNOWN" { return ProxyHeader(source: nil) }
         guard fields.count == 6, fields[1] == "TCP4" || fields[1] == "TCP6" else { return nil }
-        let family = fields[1] == "TCP4" ? AF_INET : AF_INET6
-        guard Self.isAddress(fields[2], family: family), Self.isAddress(fields[3], family: family),
+        let four = fields[1] == "TCP4"
+        guard let client = Self.address(fields[2], four: four), Self.address(fields[3], four: four) != nil,
             let source = Self.port(fields[4]), Self.port(fields[5]) != nil
         else { return nil }
-        return ProxyHeader(source: (fields[2], source))
+        return ProxyHeader(source: (client, source))
     }
 
-    /// Whether `text` is an address of `family` in its usual form.
-    static func isAddress(_ text: String, family: Int32) -> Bool {
-        var bytes = [UInt8](repeating: 0, count: 16)
-        return text.withCString { inet_pton(family, $0, &bytes) } == 1
+    /// `text` as an IPv4 address (`four`) or an IPv6 address, in its one spelling (lowercase, zeros compressed);
+    /// nil when it is not one.
+    static func address(_ text: String, four: Bool) -> String? {
+        guard !text.contains("\0"), let address = try? SocketAddress(ipAddress: text, port: 0) else { return nil }
+        switch address {
+        case .v4 where four, .v6 where !four: return address.ipAddress
+        default: return nil
+        }
     }
 
     /// A port in decimal with no leading zero (the specification's form).
