@@ -66,7 +66,9 @@ struct TrustedProxyTests {
                 let before = try await fixture.metric("courier_connections_open")
                 for attempt in 0..<3 {
                     let garbled = try await RawConnection.connect(port: port, from: "127.0.0.2")
-                    try await garbled.write(Self.header("198.51.100.\(40 + attempt)") + Array("GET / HTTP/1.1\r\n\r\n".utf8))
+                    try await garbled.write(
+                        Self.header("198.51.100.\(40 + attempt)") + Array("GET / HTTP/1.1\r\n\r\n".utf8)
+                    )
                     _ = try await garbled.readUntilClosed()
                 }
                 try await waitUntil("the garbled connections' places are given back") {
