@@ -45,7 +45,9 @@ struct DeliveryLatencyTests {
         #expect(silent.delivered(upTo: 3) == nil)
     }
 
-    @Test("a live message is timed once written to its receiver; the backlog a device reads as it logs in is not")
+    @Test(
+        "a live message is timed once written to its receiver; the backlog a device reads as it logs in is not; acks of sends and of events are counted"
+    )
     func server() async throws {
         try await ServerFixture.with { fixture in
             try await fixture.user("alice")
@@ -64,6 +66,11 @@ struct DeliveryLatencyTests {
             let (phone, _) = try await NativeTestClient.resume(port: fixture.ports.native, token: welcome.token)
             #expect(try await phone.messages(3).map(\.id) == ["离线-0", "离线-1", "离线-2"])
             #expect(try await fixture.metric("courier_delivery_latency_seconds_count") == 0)
+            // The phone acknowledged what it read (one ack a page); no send was answered yet.
+            try await waitUntil("the phone's ack is counted") {
+                try await fixture.metric("courier_acks_total{of=\"events\"}") >= 1
+            }
+            #expect(try await fixture.metric("courier_acks_total{of=\"send\"}") == 0)
 
             // A live one: alice's connection is told of it too (her own send, skipped but passed).
             let (laptop, _) = try await NativeTestClient.login(fixture, "alice")
@@ -75,6 +82,7 @@ struct DeliveryLatencyTests {
             }
             let timed = try await fixture.metric("courier_delivery_latency_seconds_count")
             #expect(timed <= 2, "\(timed)")
+            #expect(try await fixture.metric("courier_acks_total{of=\"send\"}") == 1)
             await laptop.close()
             await phone.close()
         }

@@ -102,6 +102,7 @@ extension SessionHandler {
             isRequest: isRequest
         )
         if self.server.traces != nil, case .send = request { self.traceStarts[serial] = TraceBook.now }
+        if case .ack = request { self.server.metrics.acks["events"]?.increment() }
         guard let work = self.work else { return }
         let (bound, loop) = (self.bound, self.eventLoop!)
         let user = self.machine.session?.user.name

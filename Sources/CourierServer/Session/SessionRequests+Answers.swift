@@ -38,6 +38,7 @@ extension SessionRequests {
                 }
             }
             envelope.sendAck = Courier_V1_SendAck(receipt)
+            self.context.metrics.acks["send"]?.increment()
         case .done:
             envelope.done = Courier_V1_Done()
         case .refused(let error):
