@@ -150,8 +150,13 @@ public final class CourierServer: Service, Sendable {
         if let feed {
             publish = { key, parent in ClusterFanout.publish(trace: key, parent: parent, to: feed) }
         }
-        let node = store.clusterRoutes.map { "\($0.node)" } ?? ProcessInfo.processInfo.hostName
-        let traces = configuration.tracer.map { TraceBook(tracer: $0, node: node, publish: publish) }
+        let traces = configuration.tracer.map { tracer in
+            TraceBook(
+                tracer: tracer,
+                node: store.clusterRoutes.map { "\($0.node)" } ?? ProcessInfo.processInfo.hostName,
+                publish: publish
+            )
+        }
         self.traces = traces
         let fanout: any Fanout = feed.map { ClusterFanout(hub: hub, feed: $0, traces: traces) } ?? hub
         self.fanout = fanout
