@@ -252,15 +252,8 @@ struct Serve: AsyncParsableCommand {
         for origin in self.allowedOrigins where !ServerConfiguration.WebSocket.isOrigin(origin) {
             throw ValidationError("--allow-origin takes scheme://host[:port] (http or https, no path), not \(origin)")
         }
-        if let endpoint = self.otlpEndpoint {
-            guard CourierTracing.isEndpoint(endpoint) else {
-                throw ValidationError(
-                    "--otlp-endpoint takes an http:// or https:// URL (no query), not \(CourierTracing.shown(endpoint))"
-                )
-            }
-            if let why = CourierTracing.unsupported(in: environment) {
-                throw ValidationError("--otlp-endpoint: \(why)")
-            }
+        if let endpoint = self.otlpEndpoint, !CourierTracing.isEndpoint(endpoint) {
+            throw ValidationError("--otlp-endpoint takes an http:// or https:// URL, not \(endpoint)")
         }
         if let fanout = self.fanout, PostgresFeed.Mode(rawValue: fanout) == nil {
             throw ValidationError("--fanout is notify or poll, not \(fanout)")
@@ -401,13 +394,7 @@ struct Serve: AsyncParsableCommand {
             }
             services = [.init(service: server)]
         }
-        // First, so it stops last (the drain's spans go out too); its failure costs spans, never the server.
-        if let tracing {
-            services.insert(
-                .init(service: tracing, successTerminationBehavior: .ignore, failureTerminationBehavior: .ignore),
-                at: 0
-            )
-        }
+        if let tracing { services.insert(.init(service: tracing), at: 0) }
         // Started by systemd with Type=notify: readiness below, the watchdog and the drain's start as a service, shut
         // down first (the last of the group).
         let systemd = SystemdNotifier()
@@ -494,7 +481,7 @@ struct Serve: AsyncParsableCommand {
             "forward-host = \(quoted(configuration.cluster.forwardHost))",
             "forward-advertise-host = \(quoted(configuration.cluster.forwardAdvertisedHost ?? ""))",
             "allow-private-targets = \(configuration.push.allowPrivateTargets)",
-            "otlp-endpoint = \(quoted(self.otlpEndpoint.map(CourierTracing.shown) ?? ""))",
+            "otlp-endpoint = \(quoted(self.otlpEndpoint ?? ""))",
             "log-level = \(quoted(self.logLevel ?? "info"))",
             "",
             "[limits]",

@@ -189,33 +189,3 @@ extension CommandLineTests {
         }
     }
 }
-
-extension CommandLineTests {
-    @Test(
-        "serve --otlp-endpoint refuses the OTEL_* settings swift-otel would trap on, and a URL with a query; --print-config hides a password in it"
-    )
-    func tracingSettings() async throws {
-        let refused: [(variable: String, value: String)] = [
-            ("OTEL_PROPAGATORS", "tracecontext,baggage"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-            ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc"), ("OTEL_TRACES_SAMPLER", "xray"),
-            ("OTEL_TRACES_EXPORTER", "zipkin"),
-        ]
-        for (variable, value) in refused {
-            let result = try await CourierExecutable.run(
-                ["serve", "--print-config", "--otlp-endpoint", "http://127.0.0.1:4318"],
-                environment: [variable: value]
-            )
-            #expect(result.status != 0 && result.output.contains("\(variable)="), "\(variable): \(result.output)")
-        }
-        let taken = try await CourierExecutable.run(
-            ["serve", "--print-config", "--otlp-endpoint", "https://courier:s3cret@collector.example:4318"],
-            environment: ["OTEL_PROPAGATORS": "tracecontext", "OTEL_TRACES_SAMPLER": "parentbased_traceidratio"]
-        )
-        #expect(taken.status == 0, "\(taken.output)")
-        #expect(!taken.output.contains("s3cret") && taken.output.contains("otlp-endpoint = \"https://courier:hidden@"))
-        let query = try await CourierExecutable.run(
-            ["serve", "--print-config", "--otlp-endpoint", "http://127.0.0.1:4318?x=1"]
-        )
-        #expect(query.status != 0 && query.output.contains("no query"), "\(query.output)")
-    }
-}

@@ -30,7 +30,7 @@ struct TraceBookTests {
         let start = TraceBook.now
         book.delivered(key, user: "bob", device: 2, started: start)
         #expect(tracer.finishedSpans.isEmpty)
-        book.sent(key, id: "m-7", sender: "alice", enqueued: start, committed: TraceBook.now, ended: TraceBook.now)
+        book.sent(key, id: "m-7", sender: "alice", enqueued: start, ended: TraceBook.now)
         var spans = tracer.popFinishedSpans()
         let send = try #require(spans.first { $0.operationName == "courier.send" })
         let commit = try #require(spans.first { $0.operationName == "courier.commit" })
@@ -58,7 +58,6 @@ struct TraceBookTests {
             id: "first",
             sender: "carol",
             enqueued: TraceBook.now,
-            committed: TraceBook.now,
             ended: TraceBook.now
         )
         #expect(tracer.popFinishedSpans().map(\.operationName).sorted() == ["courier.commit", "courier.send"])
@@ -67,7 +66,6 @@ struct TraceBookTests {
             id: "last",
             sender: "carol",
             enqueued: TraceBook.now,
-            committed: TraceBook.now,
             ended: TraceBook.now
         )
         #expect(

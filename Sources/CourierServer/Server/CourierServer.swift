@@ -150,13 +150,8 @@ public final class CourierServer: Service, Sendable {
         if let feed {
             publish = { key, parent in ClusterFanout.publish(trace: key, parent: parent, to: feed) }
         }
-        let traces = configuration.tracer.map { tracer in
-            TraceBook(
-                tracer: tracer,
-                node: store.clusterRoutes.map { "\($0.node)" } ?? ProcessInfo.processInfo.hostName,
-                publish: publish
-            )
-        }
+        let node = store.clusterRoutes.map { "\($0.node)" } ?? ProcessInfo.processInfo.hostName
+        let traces = configuration.tracer.map { TraceBook(tracer: $0, node: node, publish: publish) }
         self.traces = traces
         let fanout: any Fanout = feed.map { ClusterFanout(hub: hub, feed: $0, traces: traces) } ?? hub
         self.fanout = fanout

@@ -142,10 +142,9 @@ extension SessionHandler {
     /// Each message written, for its trace: from when the connection learnt of the newest events (roughly: its
     /// oldest wait not sent yet) until now.
     private func traced(_ events: [StoredEvent], _ traces: TraceBook, _ handle: ConnectionHandle) {
-        // Only what answers a live wake: a backlog read as the device logs in is no delivery of a send in flight.
-        guard let viewer = self.machine.session?.user.name, let waited = handle.oldestWait else { return }
+        guard let viewer = self.machine.session?.user.name else { return }
         let now = TraceBook.now
-        let started = now - min(now, TraceBook.nanoseconds(waited))
+        let started = now - min(now, handle.oldestWait.map(TraceBook.nanoseconds) ?? 0)
         for event in events {
             guard case .message(let message) = event.kind else { continue }
             let key = TraceBook.Key(viewer: viewer, conversation: message.conversation, seq: message.seq)

@@ -101,9 +101,9 @@ extension SessionHandler {
             reservedFanout: reserved,
             isRequest: isRequest
         )
+        if self.server.traces != nil, case .send = request { self.traceStarts[serial] = TraceBook.now }
         if case .ack = request { self.server.metrics.acks["events"]?.increment() }
         guard let work = self.work else { return }
-        if self.server.traces != nil, case .send = request { self.traceStarts[serial] = TraceBook.now }
         let (bound, loop) = (self.bound, self.eventLoop!)
         let user = self.machine.session?.user.name
         self.server.submit(request, origin: self.origin, userName: user).whenComplete { result in
@@ -117,7 +117,6 @@ extension SessionHandler {
     /// Answers the writes whose outcomes came back, in the order the requests came.
     private func writesCompleted() {
         guard let work = self.work else { return }
-        let committed = self.server.traces == nil ? 0 : TraceBook.now
         for (write, result, next) in self.machine.writesAnswered(work.takeCompleted()) {
             // Settled even when the connection has closed: the fan-out budget and the own-send list.
             let reply = self.requests.answer(write, result: result, handle: work.handle)
@@ -127,14 +126,7 @@ extension SessionHandler {
                 let sender = self.machine.session?.user.name
             {
                 let key = TraceBook.Key(sender: sender, to: receipt.conversation, seq: receipt.seq)
-                traces.sent(
-                    key,
-                    id: send.id,
-                    sender: sender,
-                    enqueued: started,
-                    committed: max(started, committed),
-                    ended: TraceBook.now
-                )
+                traces.sent(key, id: send.id, sender: sender, enqueued: started, ended: TraceBook.now)
             }
             // The acknowledgements that came meanwhile, as one.
             if let next { self.enqueue(next, requestID: 0, answers: false, isRequest: false) }

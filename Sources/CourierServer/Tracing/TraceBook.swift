@@ -1,5 +1,4 @@
 import CourierStore
-import NIOCore
 import Synchronization
 import Tracing
 
@@ -53,10 +52,10 @@ final class TraceBook: Sendable {
     private struct State {
         /// The sends known, with their commit's context, oldest first (at most ``maxTraced``).
         var traced: [Key: ServiceContext] = [:]
-        var tracedOrder = CircularBuffer<Key>()
+        var tracedOrder: [Key] = []
         /// Deliveries of messages not known yet, oldest first (at most ``maxEarly``).
         var early: [Key: [Early]] = [:]
-        var earlyOrder = CircularBuffer<Key>()
+        var earlyOrder: [Key] = []
     }
 
     let tracer: any Tracer
@@ -85,13 +84,12 @@ final class TraceBook: Sendable {
     }
 
     /// A send's outcome came back: its spans, from when it was enqueued until now, and the deliveries written before.
-    /// `committed`: when the outcome came back; `ended`: once the acknowledgement was written.
-    func sent(_ key: Key, id: String, sender: String, enqueued: UInt64, committed: UInt64, ended: UInt64) {
+    func sent(_ key: Key, id: String, sender: String, enqueued: UInt64, ended: UInt64) {
         let send = self.tracer.startSpan("courier.send", context: .topLevel, ofKind: .server, at: Instant(enqueued))
         send.attributes["courier.message.id"] = id
         send.attributes["courier.sender"] = sender
         send.attributes["courier.conversation"] = key.conversation
-        send.attributes["courier.seq"] = Int64(truncatingIfNeeded: key.seq)
+        send.attributes["courier.seq"] = Int64(key.seq)
         send.attributes["courier.node"] = self.node
         let commit = self.tracer.startSpan(
             "courier.commit",
@@ -100,14 +98,12 @@ final class TraceBook: Sendable {
             at: Instant(enqueued)
         )
         commit.attributes["courier.node"] = self.node
-        // Only a trace that is kept goes to the other nodes: a sampler's dropped one costs them no notice. (Asked
-        // before the span ends: an ended span records no more.)
-        if let publish = self.publish, commit.isRecording {
+        commit.end(at: Instant(ended))
+        if let publish = self.publish {
             var carrier: [String: String] = [:]
             self.tracer.inject(commit.context, into: &carrier, using: Carrier())
             if let parent = carrier["traceparent"] { publish(key, parent) }
         }
-        commit.end(at: Instant(committed))
         self.known(key, parent: commit.context)
         send.end(at: Instant(ended))
     }
