@@ -101,7 +101,6 @@ extension SessionHandler {
             reservedFanout: reserved,
             isRequest: isRequest
         )
-        if self.server.traces != nil, case .send = request { self.traceStarts[serial] = TraceBook.now }
         if case .ack = request { self.server.metrics.acks["events"]?.increment() }
         guard let work = self.work else { return }
         let (bound, loop) = (self.bound, self.eventLoop!)
@@ -121,13 +120,6 @@ extension SessionHandler {
             // Settled even when the connection has closed: the fan-out budget and the own-send list.
             let reply = self.requests.answer(write, result: result, handle: work.handle)
             if write.answers, let reply, !self.machine.isClosed { self.emit(reply) }
-            if let traces = self.server.traces, let started = self.traceStarts.removeValue(forKey: write.serial),
-                case .send(let send) = write.request, case .success(.sent(let receipt)) = result, !receipt.duplicate,
-                let sender = self.machine.session?.user.name
-            {
-                let key = TraceBook.Key(sender: sender, to: receipt.conversation, seq: receipt.seq)
-                traces.sent(key, id: send.id, sender: sender, enqueued: started, ended: TraceBook.now)
-            }
             // The acknowledgements that came meanwhile, as one.
             if let next { self.enqueue(next, requestID: 0, answers: false, isRequest: false) }
         }
