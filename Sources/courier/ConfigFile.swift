@@ -47,7 +47,7 @@ struct ConfigFile: Sendable, Equatable {
         "allow-origin": .strings, "trusted-proxy": .strings, "web-socket": .boolean, "web-chat": .boolean,
         "web-root": .string,
         "push-contact": .string, "fanout": .string, "log-level": .string, "node": .string, "forward-host": .string,
-        "forward-advertise-host": .string, "allow-private-targets": .boolean,
+        "forward-advertise-host": .string, "allow-private-targets": .boolean, "otlp-endpoint": .string,
     ]
 
     /// The file read.
@@ -126,6 +126,9 @@ struct ConfigFile: Sendable, Equatable {
         }
         if let proxies = self.strings("trusted-proxy") {
             do { _ = try TrustedProxies(proxies) } catch { throw refuse("trusted-proxy", "\(error)") }
+        }
+        if let endpoint = self.given("otlp-endpoint"), !CourierTracing.isEndpoint(endpoint) {
+            throw refuse("otlp-endpoint", "\(Self.quoted(endpoint)) is not an http:// or https:// URL")
         }
         for origin in self.strings("allow-origin") ?? [] where !ServerConfiguration.WebSocket.isOrigin(origin) {
             throw refuse("allow-origin", "\(origin) is not scheme://host[:port] (http or https, no path)")
@@ -296,6 +299,7 @@ extension Serve {
         self.registration = self.registration ?? file.given("registration")
         self.webRoot = self.webRoot ?? file.given("web-root")
         self.logLevel = self.logLevel ?? file.given("log-level")
+        self.otlpEndpoint = self.otlpEndpoint ?? file.given("otlp-endpoint")
         if self.allowedOrigins.isEmpty { self.allowedOrigins = file.strings("allow-origin") ?? [] }
         if self.trustedProxies.isEmpty { self.trustedProxies = file.strings("trusted-proxy") ?? [] }
         if file.boolean("web-socket") == false { self.noWebSocket = true }

@@ -47,6 +47,7 @@ extension Serve {
             "forward-host = \(quoted(configuration.cluster.forwardHost))",
             "forward-advertise-host = \(quoted(configuration.cluster.forwardAdvertisedHost ?? ""))",
             "allow-private-targets = \(configuration.push.allowPrivateTargets)",
+            "otlp-endpoint = \(quoted(self.otlpEndpoint.map(CourierTracing.shown) ?? ""))",
             "log-level = \(quoted(self.logLevel ?? "info"))",
             "",
             "[limits]",

@@ -194,6 +194,18 @@ struct Serve: AsyncParsableCommand {
     )
     var webRoot: String?
 
+    @Option(
+        name: .customLong("otlp-endpoint"),
+        help: ArgumentHelp(
+            "Trace messages (a span for each send, its commit, and each delivery) and send the spans over OTLP/HTTP "
+                + "to this OpenTelemetry collector (http://HOST:4318; its /v1/traces unless the URL has a path). Off "
+                + "without it. The OTEL_* variables (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_BSP_SCHEDULE_DELAY, …) "
+                + "apply; docs/DEPLOY.md.",
+            valueName: "url"
+        )
+    )
+    var otlpEndpoint: String?
+
     @Option(name: .customLong("limit"), help: ArgumentHelp(LimitOption.help, valueName: "name=value"))
     var limits: [String] = []
 
@@ -239,6 +251,16 @@ struct Serve: AsyncParsableCommand {
         }
         for origin in self.allowedOrigins where !ServerConfiguration.WebSocket.isOrigin(origin) {
             throw ValidationError("--allow-origin takes scheme://host[:port] (http or https, no path), not \(origin)")
+        }
+        if let endpoint = self.otlpEndpoint {
+            guard CourierTracing.isEndpoint(endpoint) else {
+                throw ValidationError(
+                    "--otlp-endpoint takes an http:// or https:// URL (no query), not \(CourierTracing.shown(endpoint))"
+                )
+            }
+            if let why = CourierTracing.unsupported(in: environment) {
+                throw ValidationError("--otlp-endpoint: \(why)")
+            }
         }
         if let fanout = self.fanout, PostgresFeed.Mode(rawValue: fanout) == nil {
             throw ValidationError("--fanout is notify or poll, not \(fanout)")
@@ -319,6 +341,20 @@ struct Serve: AsyncParsableCommand {
         if let files {
             logger.info("open-file limit", metadata: ["before": "\(files.before)", "now": "\(files.after)"])
         }
+        // Traces, when asked for: the tracer before the server is made (it is part of its configuration).
+        var tracing: (any Service)?
+        if let endpoint = self.otlpEndpoint {
+            let node =
+                self.node ?? environment["COURIER_NODE"]
+                ?? "\(ProcessInfo.processInfo.hostName):\(configuration.nativePort)"
+            do {
+                let backend = try CourierTracing.backend(endpoint: endpoint, node: node, logger: logger)
+                configuration.tracer = backend.tracer
+                tracing = backend.service
+            } catch {
+                throw CommandFailure(description: "--otlp-endpoint: \(error)")
+            }
+        }
         let server: CourierServer
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
         if let location = try self.data.postgres() {
@@ -364,6 +400,13 @@ struct Serve: AsyncParsableCommand {
                 throw CommandFailure(description: "\(error)")
             }
             services = [.init(service: server)]
+        }
+        // First, so it stops last (the drain's spans go out too); its failure costs spans, never the server.
+        if let tracing {
+            services.insert(
+                .init(service: tracing, successTerminationBehavior: .ignore, failureTerminationBehavior: .ignore),
+                at: 0
+            )
         }
         // Started by systemd with Type=notify: readiness below, the watchdog and the drain's start as a service, shut
         // down first (the last of the group).

@@ -80,7 +80,8 @@ extension CommandLineTests {
                 "--allow-origin", "https://chat.example", "--log-level", "debug", "--push-contact",
                 "mailto:ops@example.com",
                 "--fanout", "poll", "--node", "节点-1", "--forward-host", "10.0.0.2", "--allow-private-targets",
-                "--trusted-proxy", "127.0.0.1", "--trusted-proxy", "10.0.0.0/8",
+                "--trusted-proxy", "127.0.0.1", "--trusted-proxy", "10.0.0.0/8", "--otlp-endpoint",
+                "http://127.0.0.1:4318",
                 "--limit", "max-text-bytes=1K", "--limit", "idle-timeout=90s", "--limit", "search-index-deferred=1",
             ]
             let printed = try await CourierExecutable.run(flags)
@@ -142,6 +143,7 @@ extension CommandLineTests {
                 ("[limits]\nidle-timeout = \"soon\"\n", "[limits] idle-timeout=soon:"),
                 ("host = \"unterminated\n", "line 1, column"),
                 ("trusted-proxy = [\"10.0.0.0/33\"]\n", "trusted-proxy: 10.0.0.0/33: the prefix length"),
+                ("otlp-endpoint = \"collector:4318\"\n", "otlp-endpoint: \"collector:4318\" is not an http"),
                 ("registration = \"everyone\"\n", "registration: \"everyone\" is not one of closed, invite, open"),
                 ("allow-origin = [\"chat.example\"]\n", "allow-origin: chat.example is not scheme://host"),
             ]

@@ -1,6 +1,7 @@
 public import CourierStore
 public import Foundation
 public import NIOSSL
+public import Tracing
 
 /// Everything `courier serve` can be told, with the defaults it runs with.
 public struct ServerConfiguration: Sendable {
@@ -21,6 +22,10 @@ public struct ServerConfiguration: Sendable {
     /// The proxies in front (nginx), whose connections say whose they are: a PROXY protocol header on the native and
     /// compat ports, `X-Forwarded-For` on the HTTP port. None by default: every peer is a client.
     public var trustedProxies = TrustedProxies()
+
+    /// Where message traces go (`courier serve --otlp-endpoint`: an OTLP exporter's tracer), or nil (the default):
+    /// no trace is made (``TraceBook``).
+    public var tracer: (any Tracer)? = nil
 
     /// The session limits, the same on both ports.
     public var limits: Limits = .init()

@@ -11,10 +11,19 @@ import Foundation
 final class ClusterFanout: Fanout {
     let hub: Hub
     let feed: any StoreFeed
+    /// Where the traces of other nodes' sends go, for this node's deliveries of them.
+    let traces: TraceBook?
 
-    init(hub: Hub, feed: any StoreFeed) {
+    init(hub: Hub, feed: any StoreFeed, traces: TraceBook? = nil) {
         self.hub = hub
         self.feed = feed
+        self.traces = traces
+    }
+
+    /// Tells the other nodes of a traced send: its message, and its commit's context (a W3C `traceparent`).
+    static func publish(trace key: TraceBook.Key, parent: String, to feed: any StoreFeed) {
+        let notice = ClusterNotice(trace: key, parent: parent)
+        if let bytes = try? JSONEncoder().encode(notice) { feed.publish(notice: [UInt8](bytes)) }
     }
 
     func logsGrew(_ cursors: [UserID: UInt64], fresh: [UserID: FreshRun]) {
@@ -62,7 +71,9 @@ final class ClusterFanout: Fanout {
     func received(notice bytes: [UInt8]) {
         guard let notice = try? JSONDecoder().decode(ClusterNotice.self, from: Data(bytes)) else { return }
         let recipients = notice.recipients.map(UserID.init(rawValue:))
-        if let typing = notice.typingHint {
+        if let parent = notice.traceparent, let seq = notice.seq {
+            self.traces?.remote(TraceBook.Key(conversation: notice.name, seq: seq), parent: parent)
+        } else if let typing = notice.typingHint {
             self.hub.typing(typing, to: recipients)
         } else if let online = notice.online {
             self.hub.presence(of: notice.name, online: online, lastSeenMs: notice.lastSeenMs ?? 0, to: Set(recipients))
@@ -87,6 +98,16 @@ struct ClusterNotice: Codable, Hashable {
     /// An introduction: the second user's name (the first's is `name`; their ids are the recipients, in order).
     var introduced: String?
     var recipients: [Int64]
+    /// A traced send: its message (its conversation's key is `name`) and its commit's context.
+    var seq: UInt64?
+    var traceparent: String?
+
+    init(trace key: TraceBook.Key, parent: String) {
+        self.name = key.conversation
+        self.seq = key.seq
+        self.traceparent = parent
+        self.recipients = []
+    }
 
     init(typing hint: TypingHint, to members: [UserID]) {
         self.user = hint.user.rawValue

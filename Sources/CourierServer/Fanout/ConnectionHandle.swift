@@ -187,6 +187,11 @@ final class ConnectionHandle: Sendable {
         }
     }
 
+    /// How long the oldest cursor told and not sent yet has waited; nil when none is.
+    var oldestWait: Duration? {
+        self.state.withLock { state in state.waits.first.map { .now - $0.since } }
+    }
+
     /// The most times ``delivered(upTo:)`` remembers for the cursors told and not yet sent.
     static let maxWaits = 8
 

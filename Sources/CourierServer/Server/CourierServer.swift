@@ -38,6 +38,8 @@ public final class CourierServer: Service, Sendable {
     let hub: Hub
     /// The hub, or with a feed, the hub and the other nodes.
     let fanout: any Fanout
+    /// Message traces, when the configuration has a tracer.
+    let traces: TraceBook?
     /// The news between the nodes that share the store; nil for a store of this server's own.
     let feed: (any StoreFeed)?
     let commits: CommitQueue
@@ -143,7 +145,20 @@ public final class CourierServer: Service, Sendable {
             hub: hub,
             logger: logger
         )
-        let fanout: any Fanout = feed.map { ClusterFanout(hub: hub, feed: $0) } ?? hub
+        // A send's trace reaches the other nodes with the news (its commit's context), for their deliveries.
+        var publish: (@Sendable (TraceBook.Key, String) -> Void)?
+        if let feed {
+            publish = { key, parent in ClusterFanout.publish(trace: key, parent: parent, to: feed) }
+        }
+        let traces = configuration.tracer.map { tracer in
+            TraceBook(
+                tracer: tracer,
+                node: store.clusterRoutes.map { "\($0.node)" } ?? ProcessInfo.processInfo.hostName,
+                publish: publish
+            )
+        }
+        self.traces = traces
+        let fanout: any Fanout = feed.map { ClusterFanout(hub: hub, feed: $0, traces: traces) } ?? hub
         self.fanout = fanout
         let metrics = ServerMetrics()
         self.metrics = metrics
@@ -276,6 +291,7 @@ public final class CourierServer: Service, Sendable {
             media: self.media,
             logins: self.logins,
             cluster: self.cluster,
+            traces: self.traces,
             logger: self.logger
         )
         let vapid = try await self.vapidKey()

@@ -20,6 +20,8 @@ final class SessionContext: Sendable {
     let activity: DeviceActivity
     let logger: Logger
     let metrics: ServerMetrics
+    /// Message traces, when the server has a tracer.
+    let traces: TraceBook?
     let media: MediaService
     let logins: LoginThrottle
     /// Sign-ups on this node: every one counts, all of them under one key (``signUpsKey``) and each address's under
@@ -85,6 +87,7 @@ final class SessionContext: Sendable {
         media: MediaService,
         logins: LoginThrottle,
         cluster: ClusterLimits? = nil,
+        traces: TraceBook? = nil,
         logger: Logger,
         clock: SessionClock = .continuous
     ) {
@@ -151,6 +154,7 @@ final class SessionContext: Sendable {
         self.hub = hub
         self.fanout = fanout
         self.metrics = metrics
+        self.traces = traces
         self.logger = logger
     }
 

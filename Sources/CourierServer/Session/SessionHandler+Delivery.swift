@@ -139,6 +139,20 @@ extension SessionHandler {
         self.pump()
     }
 
+    /// Each message written, for its trace: from when the connection learnt of the newest events (roughly: its
+    /// oldest wait not sent yet) until now.
+    private func traced(_ events: [StoredEvent], _ traces: TraceBook, _ handle: ConnectionHandle) {
+        // Only what answers a live wake: a backlog read as the device logs in is no delivery of a send in flight.
+        guard let viewer = self.machine.session?.user.name, let waited = handle.oldestWait else { return }
+        let now = TraceBook.now
+        let started = now - min(now, TraceBook.nanoseconds(waited))
+        for event in events {
+            guard case .message(let message) = event.kind else { continue }
+            let key = TraceBook.Key(viewer: viewer, conversation: message.conversation, seq: message.seq)
+            traces.delivered(key, user: viewer, device: handle.device.rawValue, started: started)
+        }
+    }
+
     /// Events up to a cursor were written: the wait of the oldest of them the connection was told of goes to
     /// ``ServerMetrics/deliveryLatency``.
     private func delivered(upTo cursor: UInt64, _ handle: ConnectionHandle) {
@@ -150,6 +164,8 @@ extension SessionHandler {
         guard let last = events.last else { return }
         let (reachesLatest, acknowledge) = delivery.wrote(upTo: last.cursor)
         for page in self.requests.pages(for: events, handle: delivery.handle, caughtUp: reachesLatest) {
+            // Traced as written: what a page leaves out (the connection's own sends) is not a delivery.
+            if let traces = self.server.traces { self.traced(page.events, traces, delivery.handle) }
             if let encodings = self.encodings, let frame = self.encodedFrame(page.events, page.caughtUp, encodings) {
                 self.emit([.frame(frame)], promise: nil)
             } else {

@@ -103,6 +103,7 @@ extension SessionHandler {
         )
         if case .ack = request { self.server.metrics.acks["events"]?.increment() }
         guard let work = self.work else { return }
+        if self.server.traces != nil, case .send = request { self.traceStarts[serial] = TraceBook.now }
         let (bound, loop) = (self.bound, self.eventLoop!)
         let user = self.machine.session?.user.name
         self.server.submit(request, origin: self.origin, userName: user).whenComplete { result in
@@ -116,10 +117,25 @@ extension SessionHandler {
     /// Answers the writes whose outcomes came back, in the order the requests came.
     private func writesCompleted() {
         guard let work = self.work else { return }
+        let committed = self.server.traces == nil ? 0 : TraceBook.now
         for (write, result, next) in self.machine.writesAnswered(work.takeCompleted()) {
             // Settled even when the connection has closed: the fan-out budget and the own-send list.
             let reply = self.requests.answer(write, result: result, handle: work.handle)
             if write.answers, let reply, !self.machine.isClosed { self.emit(reply) }
+            if let traces = self.server.traces, let started = self.traceStarts.removeValue(forKey: write.serial),
+                case .send(let send) = write.request, case .success(.sent(let receipt)) = result, !receipt.duplicate,
+                let sender = self.machine.session?.user.name
+            {
+                let key = TraceBook.Key(sender: sender, to: receipt.conversation, seq: receipt.seq)
+                traces.sent(
+                    key,
+                    id: send.id,
+                    sender: sender,
+                    enqueued: started,
+                    committed: max(started, committed),
+                    ended: TraceBook.now
+                )
+            }
             // The acknowledgements that came meanwhile, as one.
             if let next { self.enqueue(next, requestID: 0, answers: false, isRequest: false) }
         }

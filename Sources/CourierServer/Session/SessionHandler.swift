@@ -68,6 +68,8 @@ final class SessionHandler<Transport: SessionTransport>: ChannelDuplexHandler {
     var deadlines: LoopDeadlines?
     var deadlineKey = 0
     var armedAt: ContinuousClock.Instant?
+    /// When each send in flight was enqueued, by its serial, while the server traces messages (``TraceBook``).
+    var traceStarts: [UInt64: UInt64] = [:]
 
     init(requests: SessionRequests<Transport>) {
         self.requests = requests
