@@ -143,18 +143,13 @@ enum IdleFill {
 
     /// A worker process and its lines.
     final class Worker: Sendable {
-        let process: Process
+        let process: ChildProcess
         private let input: FileHandle
         private let lines: AsyncStream<String>
 
         init(executable: URL, arguments: [String]) throws {
-            let process = Process()
-            process.executableURL = executable
-            process.arguments = arguments
             let stdin = Pipe()
             let stdout = Pipe()
-            process.standardInput = stdin
-            process.standardOutput = stdout
             let (lines, continuation) = AsyncStream.makeStream(of: String.self)
             let buffer = Mutex(Data())
             stdout.fileHandleForReading.readabilityHandler = { handle in
@@ -175,8 +170,12 @@ enum IdleFill {
                 }
                 for line in complete { continuation.yield(line) }
             }
-            try process.run()
-            self.process = process
+            self.process = try ChildProcess(
+                executable: executable.path,
+                arguments: arguments,
+                standardInput: .pipe(stdin),
+                standardOutput: .pipe(stdout)
+            )
             self.input = stdin.fileHandleForWriting
             self.lines = lines
         }

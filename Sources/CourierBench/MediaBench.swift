@@ -236,19 +236,19 @@ struct MediaBench {
 
     /// Downloads `/media/<sha256>` with curl into `output` (/dev/null by default); returns the seconds it took.
     static func curl(port: Int, sha256: String, token: String, to output: String = "/dev/null") throws -> Double {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-        process.arguments = [
-            "--silent", "--show-error", "--fail", "--output", output, "--write-out", "%{time_total}",
-            "--header", "Authorization: Bearer \(token)", "http://127.0.0.1:\(port)/media/\(sha256)",
-        ]
         let pipe = Pipe()
-        process.standardOutput = pipe
-        try process.run()
+        let process = try ChildProcess(
+            executable: "/usr/bin/curl",
+            arguments: [
+                "--silent", "--show-error", "--fail", "--output", output, "--write-out", "%{time_total}",
+                "--header", "Authorization: Bearer \(token)", "http://127.0.0.1:\(port)/media/\(sha256)",
+            ],
+            standardOutput: .pipe(pipe)
+        )
         let output = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0, let seconds = Double(String(decoding: output, as: UTF8.self)) else {
-            throw BenchError("curl failed with \(process.terminationStatus)")
+        let status = process.waitUntilExit()
+        guard status == 0, let seconds = Double(String(decoding: output, as: UTF8.self)) else {
+            throw BenchError("curl failed with \(status)")
         }
         return seconds
     }

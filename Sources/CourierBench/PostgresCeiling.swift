@@ -1,3 +1,4 @@
+import CourierProcess
 import CourierStorePostgres
 import Foundation
 import Histogram
@@ -90,28 +91,28 @@ extension Ceilings {
 
             """.utf8
         ).write(to: script)
-        let process = Process()
-        process.executableURL = try Self.pgbenchProgram()
-        process.arguments = [
-            "--no-vacuum", "--client", String(clients), "--jobs", String(clients), "--transactions",
-            String(transactions), "--file", script.path, "--host", location.host, "--port", String(location.port),
-            "--username", location.user, location.database,
-        ]
         // The password in the environment, never in the arguments.
         var environment = ProcessInfo.processInfo.environment
         environment["PGPASSWORD"] = location.password
-        process.environment = environment
         let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
+        let process = try ChildProcess(
+            executable: try Self.pgbenchProgram().path,
+            arguments: [
+                "--no-vacuum", "--client", String(clients), "--jobs", String(clients), "--transactions",
+                String(transactions), "--file", script.path, "--host", location.host, "--port", String(location.port),
+                "--username", location.user, location.database,
+            ],
+            environment: environment,
+            standardOutput: .pipe(output),
+            standardError: .descriptor(output.fileHandleForWriting.fileDescriptor)
+        )
         let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        guard process.terminationStatus == 0,
+        let status = process.waitUntilExit()
+        guard status == 0,
             let line = text.split(separator: "\n").first(where: { $0.hasPrefix("tps = ") }),
             let tps = Double(line.dropFirst("tps = ".count).prefix(while: { $0 != " " }))
         else {
-            throw BenchError("pgbench failed with \(process.terminationStatus): \(text)")
+            throw BenchError("pgbench failed with \(status): \(text)")
         }
         return tps
     }

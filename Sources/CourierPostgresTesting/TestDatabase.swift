@@ -103,31 +103,19 @@ public enum TestDatabase {
         // pg_ctl's own output to a file, not a pipe: the server it starts would hold a pipe open after pg_ctl ends.
         let output = FileManager.default.temporaryDirectory.appendingPathComponent("pg_ctl-\(UUID().uuidString).log")
         defer { try? FileManager.default.removeItem(at: output) }
-        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
-            onOwnThread {
-                continuation.resume(
-                    with: Swift.Result {
-                        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
-                        let handle = try FileHandle(forWritingTo: output)
-                        defer { try? handle.close() }
-                        let process = Process()
-                        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-                        process.arguments = command
-                        process.standardInput = FileHandle.nullDevice
-                        process.standardOutput = handle
-                        process.standardError = handle
-                        try process.run()
-                        // Reaped here: Foundation's own wait did not notice runuser's end (it stayed a zombie).
-                        var status: Int32 = 0
-                        if waitpid(process.processIdentifier, &status, 0) == process.processIdentifier {
-                            return (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
-                        }
-                        process.waitUntilExit()
-                        return process.terminationStatus
-                    }
-                )
-            }
+        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
+        let handle = try FileHandle(forWritingTo: output)
+        let process: ChildProcess
+        do {
+            defer { try? handle.close() }
+            process = try ChildProcess(
+                executable: "/usr/bin/env",
+                arguments: command,
+                standardOutput: .descriptor(handle.fileDescriptor),
+                standardError: .descriptor(handle.fileDescriptor)
+            )
         }
+        let status = await process.exited()
         guard status == 0 else {
             let said = (try? String(contentsOf: output, encoding: .utf8)) ?? ""
             throw ExternalProgram.Failure(description: "pg_ctl restart failed (\(status)): \(said)")

@@ -15,7 +15,7 @@ public final class Nginx: @unchecked Sendable {
     }
 
     public let folder: URL
-    private let process: Process
+    private let process: ChildProcess
 
     /// The nginx executable (`$COURIER_NGINX`, else Debian's path).
     public static var executable: String {
@@ -44,13 +44,12 @@ public final class Nginx: @unchecked Sendable {
         let file = folder.appendingPathComponent("nginx.conf")
         try Self.configuration(servers: servers, stream: stream, folder: folder, workers: workers)
             .write(to: file, atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.executable)
-        process.arguments = ["-p", folder.path, "-c", file.path, "-e", folder.appendingPathComponent("error.log").path]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
+        let process = try ChildProcess(
+            executable: Self.executable,
+            arguments: ["-p", folder.path, "-c", file.path, "-e", folder.appendingPathComponent("error.log").path],
+            standardOutput: .null,
+            standardError: .null
+        )
         let nginx = Nginx(folder: folder, process: process)
         let deadline = ContinuousClock.now + .seconds(60)
         var waiting = ports
@@ -66,7 +65,7 @@ public final class Nginx: @unchecked Sendable {
         throw Failure("nginx did not start on ports \(ports): \(log)")
     }
 
-    private init(folder: URL, process: Process) {
+    private init(folder: URL, process: ChildProcess) {
         self.folder = folder
         self.process = process
     }
@@ -80,8 +79,7 @@ public final class Nginx: @unchecked Sendable {
 
     /// Kills nginx's processes with SIGKILL: open connections are reset mid-response. The master is stopped first
     /// (so it cannot start new workers), then the workers are killed (found in /proc by their parent), then the
-    /// master: a worker left behind would keep the master's pipe to this process open, and Foundation would never
-    /// see the master end.
+    /// master: a worker left behind would be orphaned, its listening sockets open.
     public func kill() async {
         let master = self.process.processIdentifier
         Foundation.kill(master, SIGSTOP)

@@ -11,7 +11,7 @@ import Darwin
 /// A `courier serve` (or `courier proxy`) process, with its output in a log file: started on free ports or given
 /// ones, up once it says it listens (its own line, not another program's port), stopped gracefully or killed.
 public final class ServerProcess: @unchecked Sendable {
-    public let process: Process
+    public let process: ChildProcess
     public let log: URL
 
     /// Starts `courier serve` on `data` with three free ports, its log in `folder` (named after the native port), and
@@ -90,19 +90,20 @@ public final class ServerProcess: @unchecked Sendable {
         readyPort: Int,
         log: URL
     ) async throws -> ServerProcess {
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         if !FileManager.default.fileExists(atPath: log.path) {
             _ = FileManager.default.createFile(atPath: log.path, contents: nil)
         }
         let handle = try FileHandle(forWritingTo: log)
+        defer { try? handle.close() }
         try handle.seekToEnd()
-        process.standardOutput = handle
-        process.standardError = handle
         let logged = (try? FileManager.default.attributesOfItem(atPath: log.path)[.size] as? Int) ?? 0
-        try process.run()
+        let process = try ChildProcess(
+            executable: executable.path,
+            arguments: arguments,
+            environment: ProcessInfo.processInfo.environment.merging(environment) { $1 },
+            standardOutput: .descriptor(handle.fileDescriptor),
+            standardError: .descriptor(handle.fileDescriptor)
+        )
         let server = ServerProcess(process: process, log: log)
         // Up when this process says it listens on the port (its log, from where it starts), and the port answers:
         // a port another test's server took meanwhile answers too, but not in this log.
@@ -136,7 +137,7 @@ public final class ServerProcess: @unchecked Sendable {
         }
     }
 
-    private init(process: Process, log: URL) {
+    private init(process: ChildProcess, log: URL) {
         self.process = process
         self.log = log
     }
@@ -174,13 +175,10 @@ public final class ServerProcess: @unchecked Sendable {
     @discardableResult
     public func terminate() async -> Int32 {
         self.process.terminate()
-        await self.waitForExit()
-        return self.process.terminationStatus
+        return await self.process.exited()
     }
 
     private func waitForExit() async {
-        while self.process.isRunning {
-            try? await Task.sleep(for: .milliseconds(10))
-        }
+        await self.process.exited()
     }
 }

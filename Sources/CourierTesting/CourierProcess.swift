@@ -30,25 +30,24 @@ public enum CourierExecutable {
             onOwnThread {
                 continuation.resume(
                     with: Result {
-                        let process = Process()
-                        process.executableURL = Self.url
-                        process.arguments = arguments
-                        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
                         // No terminal: a command that would prompt fails instead of waiting.
                         let inputPipe = input.map { _ in Pipe() }
-                        process.standardInput = inputPipe ?? FileHandle.nullDevice
                         let pipe = Pipe()
-                        process.standardOutput = pipe
-                        process.standardError = pipe
-                        try process.run()
+                        let process = try ChildProcess(
+                            executable: Self.url.path,
+                            arguments: arguments,
+                            environment: ProcessInfo.processInfo.environment.merging(environment) { $1 },
+                            standardInput: inputPipe.map { .pipe($0) } ?? .null,
+                            standardOutput: .pipe(pipe),
+                            standardError: .descriptor(pipe.fileHandleForWriting.fileDescriptor)
+                        )
                         if let inputPipe, let input {
                             // A few lines: they fit the pipe's buffer whatever the command reads.
                             inputPipe.fileHandleForWriting.write(Data(input.utf8))
                             try inputPipe.fileHandleForWriting.close()
                         }
                         let data = pipe.fileHandleForReading.readDataToEndOfFile()
-                        process.waitUntilExit()
-                        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+                        return (process.waitUntilExit(), String(decoding: data, as: UTF8.self))
                     }
                 )
             }
@@ -59,48 +58,38 @@ public enum CourierExecutable {
 extension CourierExecutable {
     /// A `courier` command started with ``start(_:environment:output:)``.
     public final class Command: Sendable {
-        public let process: Process
+        public let process: ChildProcess
         private let output: URL
-        private let ended: AsyncStream<Int32>
 
-        fileprivate init(process: Process, output: URL, ended: AsyncStream<Int32>) {
+        fileprivate init(process: ChildProcess, output: URL) {
             self.process = process
             self.output = output
-            self.ended = ended
         }
 
         /// Waits until the command has exited: its status, and what it wrote (stdout and stderr together).
         public func result() async throws -> (status: Int32, output: String) {
-            var statuses = self.ended.makeAsyncIterator()
-            let status = await statuses.next() ?? self.process.terminationStatus
+            let status = await self.process.exited()
             return (status, try String(contentsOf: self.output, encoding: .utf8))
         }
     }
 
-    /// Starts `courier` with arguments, its output going to the file `output` (so that many can run at once
-    /// without a thread each); ``Command/result()`` waits for it.
+    /// Starts `courier` with arguments, its output going to the file `output`; ``Command/result()`` waits for it.
     public static func start(
         _ arguments: [String],
         environment: [String: String] = [:],
         output: URL
     ) throws -> Command {
-        let process = Process()
-        process.executableURL = Self.url
-        process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        process.standardInput = FileHandle.nullDevice
         _ = FileManager.default.createFile(atPath: output.path, contents: nil)
         let handle = try FileHandle(forWritingTo: output)
-        process.standardOutput = handle
-        process.standardError = handle
-        let (ended, exit) = AsyncStream.makeStream(of: Int32.self, bufferingPolicy: .bufferingNewest(1))
-        process.terminationHandler = { process in
-            exit.yield(process.terminationStatus)
-            exit.finish()
-        }
-        try process.run()
-        try handle.close()
-        return Command(process: process, output: output, ended: ended)
+        defer { try? handle.close() }
+        let process = try ChildProcess(
+            executable: Self.url.path,
+            arguments: arguments,
+            environment: ProcessInfo.processInfo.environment.merging(environment) { $1 },
+            standardOutput: .descriptor(handle.fileDescriptor),
+            standardError: .descriptor(handle.fileDescriptor)
+        )
+        return Command(process: process, output: output)
     }
 
     /// Adds users with the password "pw-" + name through `courier user add`, throwing if one is refused.

@@ -29,14 +29,14 @@ public enum ExternalProgram {
             onOwnThread {
                 continuation.resume(
                     with: Swift.Result {
-                        let process = Process()
-                        process.executableURL = URL(fileURLWithPath: path)
-                        process.arguments = arguments
                         let output = Pipe()
                         let errors = Pipe()
-                        process.standardOutput = output
-                        process.standardError = errors
-                        try process.run()
+                        let process = try ChildProcess(
+                            executable: path,
+                            arguments: arguments,
+                            standardOutput: .pipe(output),
+                            standardError: .pipe(errors)
+                        )
                         // Read stderr on another thread so neither pipe can fill and stall the program.
                         let errorData = Mutex<Data>(Data())
                         let group = DispatchGroup()
@@ -48,9 +48,8 @@ public enum ExternalProgram {
                         }
                         let data = output.fileHandleForReading.readDataToEndOfFile()
                         group.wait()
-                        process.waitUntilExit()
                         return Result(
-                            status: process.terminationStatus,
+                            status: process.waitUntilExit(),
                             output: String(decoding: data, as: UTF8.self),
                             errors: String(decoding: errorData.withLock { $0 }, as: UTF8.self)
                         )

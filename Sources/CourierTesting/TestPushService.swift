@@ -60,12 +60,11 @@ public final class TestPushService: Sendable {
     public static func start() async throws -> TestPushService {
         let folder = try TemporaryDirectory(prefix: "courier-push-service")
         let portFile = folder.url.appendingPathComponent("port")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", Self.script, portFile.path, String(getpid())]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle(forWritingAtPath: "/dev/stderr")
-        try process.run()
+        let process = try ChildProcess(
+            executable: "/usr/bin/env",
+            arguments: ["python3", "-c", Self.script, portFile.path, String(getpid())],
+            standardOutput: .null
+        )
         var port = 0
         try await waitUntil("the push service listens") {
             guard process.isRunning else {

@@ -78,13 +78,12 @@ extension CommandLineTests {
         let received = folder.appendingPathComponent("collected")
         try FileManager.default.createDirectory(at: received, withIntermediateDirectories: true)
         let port = try await FreePort.pick()
-        let collector = Process()
-        collector.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        collector.arguments = ["-c", Self.collector, received.path, String(port)]
-        try collector.run()
+        let collector = try ChildProcess(
+            executable: "/usr/bin/python3",
+            arguments: ["-c", Self.collector, received.path, String(port)]
+        )
         defer {
-            // SIGKILL: a child of the test process may have SIGTERM blocked.
-            kill(collector.processIdentifier, SIGKILL)
+            collector.terminate()
             collector.waitUntilExit()
         }
         try await body("http://127.0.0.1:\(port)", received)

@@ -106,13 +106,13 @@ struct AbuseTests {
             // taken in and committed together when the lock goes.
             let database = fixture.folder.appendingPathComponent(SQLiteStore.databaseFileName).path
             let marker = fixture.folder.appendingPathComponent("locked").path
-            let lock = Process()
-            lock.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            lock.arguments = ["sqlite3", database]
             let input = Pipe()
-            lock.standardInput = input
-            lock.standardOutput = FileHandle.nullDevice
-            try lock.run()
+            let lock = try ChildProcess(
+                executable: "/usr/bin/env",
+                arguments: ["sqlite3", database],
+                standardInput: .pipe(input),
+                standardOutput: .null
+            )
             input.fileHandleForWriting.write(
                 // (`.timeout`: the server may be writing at that moment; the lock is waited for, not refused.)
                 Data(".timeout 10000\nBEGIN IMMEDIATE;\n.shell touch \(marker)\n.shell sleep 1.5\nCOMMIT;\n".utf8)
@@ -130,8 +130,7 @@ struct AbuseTests {
                 envelope.send.body.text = "pipelined \(index)"
                 ids.insert(try await alice.send(envelope))
             }
-            while lock.isRunning { try await Task.sleep(for: .milliseconds(10)) }
-            #expect(lock.terminationStatus == 0)
+            #expect(await lock.exited() == 0)
             // From the lock's release: what was taken in is committed and acknowledged (at least one, waited for),
             // until acknowledgements stop coming for a second.
             let pipelined = ids
