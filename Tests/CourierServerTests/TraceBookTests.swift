@@ -1,6 +1,8 @@
 import CourierStore
 import InMemoryTracing
+import Synchronization
 import Testing
+import Tracing
 
 @testable import CourierServer
 
@@ -76,4 +78,128 @@ struct TraceBookTests {
             ]
         )
     }
+
+    @Test("a send whose trace the sampler drops costs no more spans: no commit, no deliveries, before or after it")
+    func dropped() throws {
+        let tracer = SamplingTracer()
+        let book = TraceBook(tracer: tracer, node: "n1")
+        let dropped = TraceBook.Key(sender: "alice", to: .group("团队"), seq: 1)
+        let kept = TraceBook.Key(sender: "alice", to: .group("团队"), seq: 2)
+        // Written before their sends are known: the dropped one's is let go once its send is.
+        book.delivered(dropped, user: "bob", device: 1, started: TraceBook.now)
+        book.delivered(kept, user: "bob", device: 1, started: TraceBook.now)
+        tracer.dropping.withLock { $0 = true }
+        book.sent(
+            dropped,
+            id: "m-1",
+            sender: "alice",
+            enqueued: TraceBook.now,
+            committed: TraceBook.now,
+            ended: TraceBook.now
+        )
+        tracer.dropping.withLock { $0 = false }
+        book.delivered(dropped, user: "carol", device: 2, started: TraceBook.now)
+        #expect(tracer.recorded.popFinishedSpans().isEmpty, "nothing of the dropped trace")
+        book.sent(
+            kept,
+            id: "m-2",
+            sender: "alice",
+            enqueued: TraceBook.now,
+            committed: TraceBook.now,
+            ended: TraceBook.now
+        )
+        book.delivered(kept, user: "carol", device: 2, started: TraceBook.now)
+        let spans = tracer.recorded.popFinishedSpans()
+        #expect(
+            spans.map(\.operationName).sorted() == [
+                "courier.commit", "courier.deliver", "courier.deliver", "courier.send",
+            ]
+        )
+        #expect(Set(spans.map(\.traceID)).count == 1)
+    }
+}
+
+/// An in-memory tracer whose `courier.send` spans are not recorded while `dropping` (as a sampler's dropped traces
+/// are not): every other span is the in-memory tracer's.
+final class SamplingTracer: Tracer {
+    let recorded = InMemoryTracer()
+    let dropping = Mutex(false)
+
+    func startSpan<Instant: TracerInstant>(
+        _ operationName: String,
+        context: @autoclosure () -> ServiceContext,
+        ofKind kind: SpanKind,
+        at instant: @autoclosure () -> Instant,
+        function: String,
+        file fileID: String,
+        line: UInt
+    ) -> SampledSpan {
+        if operationName == "courier.send", self.dropping.withLock({ $0 }) {
+            return .dropped(NoOpTracer.NoOpSpan(context: context()))
+        }
+        return .kept(
+            self.recorded.startSpan(
+                operationName,
+                context: context(),
+                ofKind: kind,
+                at: instant(),
+                function: function,
+                file: fileID,
+                line: line
+            )
+        )
+    }
+
+    func forceFlush() {}
+
+    func inject<Carrier, Inject: Injector>(
+        _ context: ServiceContext,
+        into carrier: inout Carrier,
+        using injector: Inject
+    ) where Inject.Carrier == Carrier {
+        self.recorded.inject(context, into: &carrier, using: injector)
+    }
+
+    func extract<Carrier, Extract: Extractor>(
+        _ carrier: Carrier,
+        into context: inout ServiceContext,
+        using extractor: Extract
+    ) where Extract.Carrier == Carrier {
+        self.recorded.extract(carrier, into: &context, using: extractor)
+    }
+}
+
+/// A span of ``SamplingTracer``'s: recorded, or dropped.
+enum SampledSpan: Span {
+    case kept(InMemorySpan)
+    case dropped(NoOpTracer.NoOpSpan)
+
+    private var span: any Span {
+        switch self {
+        case .kept(let span): span
+        case .dropped(let span): span
+        }
+    }
+
+    var context: ServiceContext { self.span.context }
+    var operationName: String {
+        get { self.span.operationName }
+        nonmutating set { self.span.operationName = newValue }
+    }
+    var attributes: SpanAttributes {
+        get { self.span.attributes }
+        nonmutating set { self.span.attributes = newValue }
+    }
+    var isRecording: Bool { self.span.isRecording }
+    func setStatus(_ status: SpanStatus) { self.span.setStatus(status) }
+    func addEvent(_ event: SpanEvent) { self.span.addEvent(event) }
+    func addLink(_ link: SpanLink) { self.span.addLink(link) }
+    func recordError<Instant: TracerInstant>(
+        _ error: any Error,
+        attributes: SpanAttributes,
+        at instant: @autoclosure () -> Instant
+    ) {
+        self.span.recordError(error, attributes: attributes, at: instant())
+    }
+    func end<Instant: TracerInstant>(at instant: @autoclosure () -> Instant) { self.span.end(at: instant()) }
 }

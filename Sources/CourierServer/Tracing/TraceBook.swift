@@ -50,9 +50,15 @@ final class TraceBook: Sendable {
         var ended: UInt64
     }
 
+    /// A send known: its commit's context, or nil when the sampler did not keep its trace (its deliveries are not
+    /// traced either).
+    private struct Known: Sendable {
+        var parent: ServiceContext?
+    }
+
     private struct State {
-        /// The sends known, with their commit's context, oldest first (at most ``maxTraced``).
-        var traced: [Key: ServiceContext] = [:]
+        /// The sends known, oldest first (at most ``maxTraced``).
+        var traced: [Key: Known] = [:]
         var tracedOrder = CircularBuffer<Key>()
         /// Deliveries of messages not known yet, oldest first (at most ``maxEarly``).
         var early: [Key: [Early]] = [:]
@@ -88,6 +94,12 @@ final class TraceBook: Sendable {
     /// `committed`: when the outcome came back; `ended`: once the acknowledgement was written.
     func sent(_ key: Key, id: String, sender: String, enqueued: UInt64, committed: UInt64, ended: UInt64) {
         let send = self.tracer.startSpan("courier.send", context: .topLevel, ofKind: .server, at: Instant(enqueued))
+        // A trace the sampler dropped costs no more: no attributes, no commit span, no delivery spans.
+        guard send.isRecording else {
+            send.end(at: Instant(ended))
+            self.known(key, parent: nil)
+            return
+        }
         send.attributes["courier.message.id"] = id
         send.attributes["courier.sender"] = sender
         send.attributes["courier.conversation"] = key.conversation
@@ -120,16 +132,18 @@ final class TraceBook: Sendable {
         self.known(key, parent: context)
     }
 
-    /// A send is known: its deliveries from now on, and those written before, are spans under `parent`.
-    private func known(_ key: Key, parent: ServiceContext) {
+    /// A send is known: its deliveries from now on, and those written before, are spans under `parent` (none when
+    /// it is nil).
+    private func known(_ key: Key, parent: ServiceContext?) {
         let early = self.state.withLock { state -> [Early] in
-            state.traced[key] = parent
+            state.traced[key] = Known(parent: parent)
             state.tracedOrder.append(key)
             if state.tracedOrder.count > Self.maxTraced {
                 state.traced[state.tracedOrder.removeFirst()] = nil
             }
             return state.early.removeValue(forKey: key) ?? []
         }
+        guard let parent else { return }
         for delivery in early { self.span(of: delivery, parent: parent) }
     }
 
@@ -148,7 +162,7 @@ final class TraceBook: Sendable {
     func delivered(_ key: Key, user: String, device: Int64, started: UInt64) {
         let delivery = Early(user: user, device: device, started: started, ended: Self.now)
         let parent = self.state.withLock { state -> ServiceContext? in
-            if let parent = state.traced[key] { return parent }
+            if let known = state.traced[key] { return known.parent }
             state.early[key, default: []].append(delivery)
             state.earlyOrder.append(key)
             if state.earlyOrder.count > Self.maxEarly {
