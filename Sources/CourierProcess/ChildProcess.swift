@@ -19,7 +19,7 @@ import Darwin
 /// given (glibc's `posix_spawn_file_actions_addclosefrom_np`), nothing is listed.
 ///
 /// Like `Process`, the child gets a process group of its own; unlike it, the child starts with no signal blocked and
-/// the termination signals at their defaults, whatever the spawning thread had.
+/// the usual signals at their defaults (SIGPIPE among them), whatever this process and the spawning thread had.
 public final class ChildProcess: Sendable {
     /// What one of the child's standard streams is.
     public enum Stream: Sendable {
@@ -55,47 +55,76 @@ public final class ChildProcess: Sendable {
     private let reaped = DispatchSemaphore(value: 0)
 
     /// Starts `executable` (a path: no PATH search; use /usr/bin/env for one) with `arguments`, with `environment`
-    /// (nil: this process's) and the given streams. `onExit` is called once, on another thread, with the status.
+    /// (nil: this process's) and the given streams.
     public init(
         executable: String,
         arguments: [String] = [],
         environment: [String: String]? = nil,
         standardInput: Stream = .null,
         standardOutput: Stream = .inherit,
-        standardError: Stream = .inherit,
-        onExit: (@Sendable (Int32) -> Void)? = nil
+        standardError: Stream = .inherit
     ) throws {
-        self.processIdentifier = try Self.spawn(
+        let pid = try Self.spawn(
             executable: executable,
             arguments: arguments,
             environment: environment ?? ProcessInfo.processInfo.environment,
             streams: [standardInput, standardOutput, standardError]
         )
+        self.processIdentifier = pid
         // The pipes' child ends are the child's now.
         for (number, stream) in [standardInput, standardOutput, standardError].enumerated() {
             guard case .pipe(let pipe) = stream else { continue }
             try? (number == 0 ? pipe.fileHandleForReading : pipe.fileHandleForWriting).close()
         }
-        let pid = self.processIdentifier
-        // One thread per child, blocked in waitpid(2) until it exits: the tests' children are few and short-lived.
-        let thread = Thread { [self] in
-            // Waited for without reaping, then reaped under the lock that `terminate` signals under: while the status
-            // is unknown, the pid is still this child's (a zombie at worst), never another process's.
-            var info = siginfo_t()
-            while waitid(P_PID, id_t(pid), &info, WEXITED | WNOWAIT) < 0, errno == EINTR {}
-            let (status, waiters) = self.state.withLock { state in
-                var raw: Int32 = 0x7F00  // status 127 if another waiter reaped it
-                while waitpid(pid, &raw, 0) < 0, errno == EINTR {}
-                state.status = Self.status(raw)
-                defer { state.waiters = [] }
-                return (Self.status(raw), state.waiters)
-            }
-            self.reaped.signal()
-            for waiter in waiters { waiter.resume(returning: status) }
-            onExit?(status)
+        // One thread per child, blocked until it exits: the tests' children are few and short-lived. A thread that
+        // cannot be made is an error here, not a child nobody reaps.
+        let reaper = Unmanaged.passRetained(Reaper { [self] in self.reap() }).toOpaque()
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        defer { pthread_attr_destroy(&attributes) }
+        pthread_attr_setstacksize(&attributes, 256 * 1024)
+        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+        var thread = pthread_t()
+        let created = pthread_create(
+            &thread,
+            &attributes,
+            { context in
+                Unmanaged<Reaper>.fromOpaque(context!).takeRetainedValue().body()
+                return nil
+            },
+            reaper
+        )
+        guard created == 0 else {
+            Unmanaged<Reaper>.fromOpaque(reaper).release()
+            kill(pid, SIGKILL)
+            var raw: Int32 = 0
+            while waitpid(pid, &raw, 0) < 0, errno == EINTR {}
+            throw SpawnFailed(executable: executable, call: "pthread_create", code: created)
         }
-        thread.stackSize = 256 * 1024
-        thread.start()
+    }
+
+    /// What the reaping thread runs.
+    private final class Reaper {
+        let body: () -> Void
+        init(_ body: @escaping () -> Void) { self.body = body }
+    }
+
+    /// Waits for the child to exit, on the reaping thread; then wakes whoever waits.
+    private func reap() {
+        let pid = self.processIdentifier
+        // Waited for without reaping, then reaped under the lock that `terminate` signals under: while the status is
+        // unknown, the pid is still this child's (a zombie at worst), never another process's.
+        var info = siginfo_t()
+        while waitid(P_PID, id_t(pid), &info, WEXITED | WNOWAIT) < 0, errno == EINTR {}
+        let (status, waiters) = self.state.withLock { state in
+            var raw: Int32 = 0x7F00  // status 127 if another waiter reaped it
+            while waitpid(pid, &raw, 0) < 0, errno == EINTR {}
+            state.status = Self.status(raw)
+            defer { state.waiters = [] }
+            return (Self.status(raw), state.waiters)
+        }
+        self.reaped.signal()
+        for waiter in waiters { waiter.resume(returning: status) }
     }
 
     /// Whether the child has not been reaped yet.
@@ -122,7 +151,8 @@ public final class ChildProcess: Sendable {
         return self.terminationStatus ?? 127
     }
 
-    /// Waits, without blocking a thread, until the child has exited; its status.
+    /// Waits, without blocking a thread, until the child has exited; its status. Not cancellable: a child that never
+    /// exits keeps its waiter (stop it with ``terminate(with:)``).
     @discardableResult
     public func exited() async -> Int32 {
         await withCheckedContinuation { continuation in
@@ -159,8 +189,13 @@ public final class ChildProcess: Sendable {
         var actions = posix_spawn_file_actions_t()
         try check("posix_spawn_file_actions_init", posix_spawn_file_actions_init(&actions))
         defer { posix_spawn_file_actions_destroy(&actions) }
+        // A source among 0-2 (this process's own streams closed, a descriptor reused) could be overwritten by an
+        // earlier stream's action: such a source is copied above 2 first.
+        var copies: [Int32] = []
+        defer { for copy in copies { close(copy) } }
         for (number, stream) in streams.enumerated() {
             let target = Int32(number)
+            var source: Int32
             switch stream {
             case .inherit:
                 continue
@@ -175,18 +210,19 @@ public final class ChildProcess: Sendable {
                         0
                     )
                 )
+                continue
             case .descriptor(let descriptor):
-                try check(
-                    "posix_spawn_file_actions_adddup2",
-                    posix_spawn_file_actions_adddup2(&actions, descriptor, target)
-                )
+                source = descriptor
             case .pipe(let pipe):
-                let end = number == 0 ? pipe.fileHandleForReading : pipe.fileHandleForWriting
-                try check(
-                    "posix_spawn_file_actions_adddup2",
-                    posix_spawn_file_actions_adddup2(&actions, end.fileDescriptor, target)
-                )
+                source = (number == 0 ? pipe.fileHandleForReading : pipe.fileHandleForWriting).fileDescriptor
             }
+            if source < 3 {
+                let copy = fcntl(source, F_DUPFD_CLOEXEC, 3)
+                guard copy >= 0 else { throw SpawnFailed(executable: executable, call: "fcntl", code: errno) }
+                copies.append(copy)
+                source = copy
+            }
+            try check("posix_spawn_file_actions_adddup2", posix_spawn_file_actions_adddup2(&actions, source, target))
         }
         guard let closeFrom = Self.closeFrom else {
             throw SpawnFailed(executable: executable, call: "posix_spawn_file_actions_addclosefrom_np", code: ENOSYS)
@@ -201,7 +237,9 @@ public final class ChildProcess: Sendable {
         try check("posix_spawnattr_setsigmask", posix_spawnattr_setsigmask(&attributes, &none))
         var defaults = sigset_t()
         sigemptyset(&defaults)
-        for signal in [SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2] { sigaddset(&defaults, signal) }
+        for signal in [SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM, SIGCHLD, SIGXFSZ] {
+            sigaddset(&defaults, signal)
+        }
         try check("posix_spawnattr_setsigdefault", posix_spawnattr_setsigdefault(&attributes, &defaults))
         try check("posix_spawnattr_setpgroup", posix_spawnattr_setpgroup(&attributes, 0))
         let flags = POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF

@@ -82,14 +82,14 @@ public final class Nginx: @unchecked Sendable {
     /// master: a worker left behind would be orphaned, its listening sockets open.
     public func kill() async {
         let master = self.process.processIdentifier
-        Foundation.kill(master, SIGSTOP)
+        self.process.terminate(with: SIGSTOP)
         for _ in 0..<50 {
             let workers = Self.children(of: master)
             if workers.isEmpty { break }
             for worker in workers { Foundation.kill(worker, SIGKILL) }
             try? await Task.sleep(for: .milliseconds(10))
         }
-        Foundation.kill(master, SIGKILL)
+        self.process.terminate(with: SIGKILL)
         await self.waitForExit()
     }
 

@@ -155,13 +155,13 @@ public final class ServerProcess: @unchecked Sendable {
 
     /// SIGKILL: no chance to finish anything.
     public func kill() async {
-        Foundation.kill(self.process.processIdentifier, SIGKILL)
+        self.process.terminate(with: SIGKILL)
         await self.waitForExit()
     }
 
     /// Sends a signal and waits until the process has exited.
     public func crash(with signal: Int32, timeout: Duration = .seconds(120)) async throws {
-        Foundation.kill(self.process.processIdentifier, signal)
+        self.process.terminate(with: signal)
         let deadline = ContinuousClock.now + timeout
         while self.process.isRunning {
             guard ContinuousClock.now < deadline else {

@@ -25,7 +25,7 @@ import Foundation
 public final class TestPushService: Sendable {
     public let port: Int
     /// The Python process's id, to stop it.
-    private let pid: Int32
+    private let process: ChildProcess
     private let folder: TemporaryDirectory
 
     /// The origin subscribers' endpoints are on.
@@ -45,14 +45,14 @@ public final class TestPushService: Sendable {
     /// The `notify` URL of a push gateway named `name`.
     public func gateway(_ name: String) -> String { "\(self.origin)/gateway/\(name)/_matrix/push/v1/notify" }
 
-    private init(port: Int, pid: Int32, folder: TemporaryDirectory) {
+    private init(port: Int, process: ChildProcess, folder: TemporaryDirectory) {
         self.port = port
-        self.pid = pid
+        self.process = process
         self.folder = folder
     }
 
     deinit {
-        kill(self.pid, SIGTERM)
+        self.process.terminate()
         self.folder.remove()
     }
 
@@ -78,7 +78,7 @@ public final class TestPushService: Sendable {
             port = number
             return true
         }
-        return TestPushService(port: port, pid: process.processIdentifier, folder: folder)
+        return TestPushService(port: port, process: process, folder: folder)
     }
 
     /// A new subscriber: the JSON a browser's `PushSubscription.toJSON()` gives, and its endpoint.

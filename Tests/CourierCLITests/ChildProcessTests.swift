@@ -91,6 +91,24 @@ struct ChildProcessTests {
         #expect(await started.exited() == SIGTERM)
     }
 
+    @Test("a child of a process that ignores SIGPIPE (as servers and the bench do) has it at its default")
+    func signalDefaults() async throws {
+        signal(SIGPIPE, SIG_IGN)  // what this process may have already; kept (a write to a closed socket is an error)
+        let output = Pipe()
+        let child = try ChildProcess(
+            executable: "/bin/cat",
+            arguments: ["/proc/self/status"],
+            standardOutput: .pipe(output)
+        )
+        let status = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(await child.exited() == 0)
+        let ignored = status.split(separator: "\n").first { $0.hasPrefix("SigIgn:") }.flatMap {
+            UInt64($0.dropFirst("SigIgn:".count).trimmingCharacters(in: .whitespaces), radix: 16)
+        }
+        let pipeBit = UInt64(1) << (UInt64(SIGPIPE) - 1)
+        #expect(ignored.map { $0 & pipeBit == 0 } == true, "\(status)")
+    }
+
     @Test("a program that cannot be started is an error that names it")
     func missing() throws {
         let error = #expect(throws: ChildProcess.SpawnFailed.self) {

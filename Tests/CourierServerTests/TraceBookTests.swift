@@ -100,6 +100,7 @@ struct TraceBookTests {
         tracer.dropping.withLock { $0 = false }
         book.delivered(dropped, user: "carol", device: 2, started: TraceBook.now)
         #expect(tracer.recorded.popFinishedSpans().isEmpty, "nothing of the dropped trace")
+        #expect(book.waiting == 1, "the dropped send's deliveries, before and after it, wait for nothing")
         book.sent(
             kept,
             id: "m-2",
@@ -109,6 +110,7 @@ struct TraceBookTests {
             ended: TraceBook.now
         )
         book.delivered(kept, user: "carol", device: 2, started: TraceBook.now)
+        #expect(book.waiting == 0)
         let spans = tracer.recorded.popFinishedSpans()
         #expect(
             spans.map(\.operationName).sorted() == [
@@ -116,6 +118,39 @@ struct TraceBookTests {
             ]
         )
         #expect(Set(spans.map(\.traceID)).count == 1)
+    }
+
+    @Test(
+        "deliveries waiting for a send no one tells of (another node's dropped trace) are let go after maxWait, and by count with their message"
+    )
+    func waitingLetGo() {
+        let tracer = InMemoryTracer()
+        let book = TraceBook(tracer: tracer, node: "n2")
+        let start = TraceBook.now
+        let old = TraceBook.Key(sender: "alice", to: .group("小组"), seq: 1)
+        let young = TraceBook.Key(sender: "alice", to: .group("小组"), seq: 2)
+        book.delivered(old, user: "bob", device: 1, started: start, ended: start)
+        book.delivered(old, user: "carol", device: 1, started: start, ended: start + 1)
+        #expect(book.waiting == 2)
+        // Past the wait: the old message's deliveries go, the young one's waits.
+        book.delivered(young, user: "bob", device: 1, started: start, ended: start + TraceBook.maxWait + 2)
+        #expect(book.waiting == 1)
+        book.remote(old, parent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        #expect(tracer.popFinishedSpans().isEmpty, "the old message's deliveries were let go")
+
+        // A big group's deliveries count one by one; past the bound the oldest message goes, with all of its own.
+        let big = TraceBook.Key(sender: "dave", to: .group("大群 🎉"), seq: 9)
+        let later = start + TraceBook.maxWait + 3
+        for device in 0..<Int64(TraceBook.maxEarly - 1) {
+            book.delivered(big, user: "member-\(device)", device: device, started: later, ended: later)
+        }
+        #expect(book.waiting == TraceBook.maxEarly)
+        let fresh = (1...2).map { TraceBook.Key(sender: "erin", to: .user("frank"), seq: $0) }
+        book.delivered(fresh[0], user: "frank", device: 1, started: later, ended: later)
+        #expect(book.waiting == TraceBook.maxEarly, "the young message's one delivery went for it")
+        book.delivered(fresh[1], user: "frank", device: 1, started: later, ended: later)
+        #expect(book.waiting == 2, "then the big group's message went, all of its deliveries together")
+        #expect(tracer.popFinishedSpans().isEmpty)
     }
 }
 

@@ -56,13 +56,39 @@ final class TraceBook: Sendable {
         var parent: ServiceContext?
     }
 
+    /// The deliveries of a message not known yet; `generation` tells its entry in the order from an older one.
+    private struct Waiting: Sendable {
+        var generation: UInt64
+        var deliveries: [Early]
+    }
+
     private struct State {
         /// The sends known, oldest first (at most ``maxTraced``).
         var traced: [Key: Known] = [:]
         var tracedOrder = CircularBuffer<Key>()
-        /// Deliveries of messages not known yet, oldest first (at most ``maxEarly``).
-        var early: [Key: [Early]] = [:]
-        var earlyOrder = CircularBuffer<Key>()
+        /// Deliveries of messages not known yet (at most ``maxEarly`` in all, none older than ``maxWait``), their
+        /// messages oldest first. Another node tells only of the sends its sampler kept: the deliveries of the others
+        /// wait here until they are let go.
+        var early: [Key: Waiting] = [:]
+        var earlyOrder = CircularBuffer<(key: Key, generation: UInt64)>()
+        var earlyCount = 0
+        var generation: UInt64 = 0
+
+        /// Lets go of the oldest message's waiting deliveries (an entry whose message was known since: nothing).
+        mutating func letGoOldest() {
+            let oldest = self.earlyOrder.removeFirst()
+            if let waiting = self.early[oldest.key], waiting.generation == oldest.generation {
+                self.earlyCount -= waiting.deliveries.count
+                self.early[oldest.key] = nil
+            }
+        }
+
+        /// Whether the oldest entry in the order is of a message known since, or one written before `time`.
+        func oldestIsDone(before time: UInt64) -> Bool {
+            guard let oldest = self.earlyOrder.first else { return false }
+            guard let waiting = self.early[oldest.key], waiting.generation == oldest.generation else { return true }
+            return (waiting.deliveries.first?.ended ?? 0) < time
+        }
     }
 
     let tracer: any Tracer
@@ -74,6 +100,8 @@ final class TraceBook: Sendable {
     static let maxTraced = 4096
     /// The most deliveries kept while their sends are not known.
     static let maxEarly = 4096
+    /// The longest a delivery waits for its send to be known, in nanoseconds: a notice takes milliseconds.
+    static let maxWait: UInt64 = 10_000_000_000
 
     init(tracer: any Tracer, node: String, publish: (@Sendable (Key, String) -> Void)? = nil) {
         self.tracer = tracer
@@ -136,12 +164,15 @@ final class TraceBook: Sendable {
     /// it is nil).
     private func known(_ key: Key, parent: ServiceContext?) {
         let early = self.state.withLock { state -> [Early] in
-            state.traced[key] = Known(parent: parent)
-            state.tracedOrder.append(key)
-            if state.tracedOrder.count > Self.maxTraced {
-                state.traced[state.tracedOrder.removeFirst()] = nil
+            if state.traced.updateValue(Known(parent: parent), forKey: key) == nil {
+                state.tracedOrder.append(key)
+                if state.tracedOrder.count > Self.maxTraced {
+                    state.traced[state.tracedOrder.removeFirst()] = nil
+                }
             }
-            return state.early.removeValue(forKey: key) ?? []
+            guard let waiting = state.early.removeValue(forKey: key) else { return [] }
+            state.earlyCount -= waiting.deliveries.count
+            return waiting.deliveries
         }
         guard let parent else { return }
         for delivery in early { self.span(of: delivery, parent: parent) }
@@ -158,20 +189,32 @@ final class TraceBook: Sendable {
         }
     }
 
-    /// A message was written to a connection of `user`'s, which learnt of it at `started`.
-    func delivered(_ key: Key, user: String, device: Int64, started: UInt64) {
-        let delivery = Early(user: user, device: device, started: started, ended: Self.now)
+    /// A message was written to a connection of `user`'s, which learnt of it at `started`, at `ended` (now).
+    func delivered(_ key: Key, user: String, device: Int64, started: UInt64, ended: UInt64 = TraceBook.now) {
+        let delivery = Early(user: user, device: device, started: started, ended: ended)
         let parent = self.state.withLock { state -> ServiceContext? in
             if let known = state.traced[key] { return known.parent }
-            state.early[key, default: []].append(delivery)
-            state.earlyOrder.append(key)
-            if state.earlyOrder.count > Self.maxEarly {
-                state.early[state.earlyOrder.removeFirst()] = nil
+            while state.oldestIsDone(before: ended &- min(ended, Self.maxWait)) { state.letGoOldest() }
+            if state.early[key] == nil {
+                state.generation += 1
+                state.early[key] = Waiting(generation: state.generation, deliveries: [])
+                state.earlyOrder.append((key, state.generation))
+            }
+            state.early[key]?.deliveries.append(delivery)
+            state.earlyCount += 1
+            while state.earlyCount > Self.maxEarly { state.letGoOldest() }
+            // The entries of messages known since, behind a waiting one, are dropped together now and then.
+            if state.earlyOrder.count > 2 * Self.maxEarly {
+                let live = state.earlyOrder.filter { state.early[$0.key]?.generation == $0.generation }
+                state.earlyOrder = CircularBuffer(live)
             }
             return nil
         }
         if let parent { self.span(of: delivery, parent: parent) }
     }
+
+    /// How many deliveries wait for their sends to be known.
+    var waiting: Int { self.state.withLock { $0.earlyCount } }
 
     private func span(of delivery: Early, parent: ServiceContext) {
         let span = self.tracer.startSpan(
