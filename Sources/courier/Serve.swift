@@ -199,7 +199,7 @@ struct Serve: AsyncParsableCommand {
         help: ArgumentHelp(
             "Trace messages (a span for each send, its commit, and each delivery) and send the spans over OTLP/HTTP "
                 + "to this OpenTelemetry collector (http://HOST:4318; its /v1/traces unless the URL has a path). Off "
-                + "without it. Every trace kept doubles the CPU a message costs: on a busy server keep a share "
+                + "without it. Every trace kept nearly doubles the CPU a message costs: on a busy server keep a share "
                 + "(OTEL_TRACES_SAMPLER=traceidratio, OTEL_TRACES_SAMPLER_ARG=0.01). The OTEL_* variables apply over "
                 + "this flag and the file (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, …); docs/DEPLOY.md.",
             valueName: "url"
