@@ -325,6 +325,7 @@ let package = Package(
             dependencies: [
                 "CourierWire",
                 "CourierTesting",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -147,8 +147,8 @@ struct TrustedProxyTests {
                     port: port,
                     headers: [("X-Forwarded-For", "198.51.100.1")]
                 )
-                // Refused as it opens: closed, and never counted in. (Its error envelope can come in the same read as
-                // the upgrade's 101, before the test client's WebSocket handlers exist: not looked for here.)
+                // Refused as it opens: closed, and never counted in. (Its error envelope is not looked for: when the
+                // server's close comes before NIO's client upgrade has put the WebSocket handlers in, it is lost.)
                 _ = try await again.expectClose()
                 #expect(try await fixture.metric("courier_connections_total") == 1)
                 let other = try await WebSocketTestClient.connect(

@@ -68,6 +68,10 @@ extension ChannelPipeline.SynchronousOperations {
                 channel.eventLoop.makeFailedFuture(WebSocketNotUpgraded())
             }
         )
-        return try self.configureUpgradableHTTPClientPipeline(configuration: .init(upgradeConfiguration: upgrade))
+        var configuration = NIOUpgradableHTTPClientPipelineConfiguration(upgradeConfiguration: upgrade)
+        // The bytes after the 101 in the same read are the server's first frames: passed on once the WebSocket
+        // handlers are in (NIO drops them by default).
+        configuration.leftOverBytesStrategy = .forwardBytes
+        return try self.configureUpgradableHTTPClientPipeline(configuration: configuration)
     }
 }
