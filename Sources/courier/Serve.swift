@@ -253,16 +253,7 @@ struct Serve: AsyncParsableCommand {
         for origin in self.allowedOrigins where !ServerConfiguration.WebSocket.isOrigin(origin) {
             throw ValidationError("--allow-origin takes scheme://host[:port] (http or https, no path), not \(origin)")
         }
-        if let endpoint = self.otlpEndpoint {
-            guard CourierTracing.isEndpoint(endpoint) else {
-                throw ValidationError(
-                    "--otlp-endpoint takes an http:// or https:// URL (no query), not \(CourierTracing.shown(endpoint))"
-                )
-            }
-            if let why = CourierTracing.unsupported(in: environment) {
-                throw ValidationError("--otlp-endpoint: \(why)")
-            }
-        }
+        try self.validateTracing(environment: environment)
         if let fanout = self.fanout, PostgresFeed.Mode(rawValue: fanout) == nil {
             throw ValidationError("--fanout is notify or poll, not \(fanout)")
         }
@@ -343,19 +334,7 @@ struct Serve: AsyncParsableCommand {
             logger.info("open-file limit", metadata: ["before": "\(files.before)", "now": "\(files.after)"])
         }
         // Traces, when asked for: the tracer before the server is made (it is part of its configuration).
-        var tracing: (any Service)?
-        if let endpoint = self.otlpEndpoint {
-            let node =
-                self.node ?? environment["COURIER_NODE"]
-                ?? "\(ProcessInfo.processInfo.hostName):\(configuration.nativePort)"
-            do {
-                let backend = try CourierTracing.backend(endpoint: endpoint, node: node, logger: logger)
-                configuration.tracer = backend.tracer
-                tracing = backend.service
-            } catch {
-                throw CommandFailure(description: "--otlp-endpoint: \(error)")
-            }
-        }
+        let tracing = try self.tracing(&configuration, environment: environment, logger: logger)
         let server: CourierServer
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
         if let location = try self.data.postgres() {
@@ -402,13 +381,8 @@ struct Serve: AsyncParsableCommand {
             }
             services = [.init(service: server)]
         }
-        // First, so it stops last (the drain's spans go out too); its failure costs spans, never the server.
-        if let tracing {
-            services.insert(
-                .init(service: tracing, successTerminationBehavior: .ignore, failureTerminationBehavior: .ignore),
-                at: 0
-            )
-        }
+        // First, so it stops last (the drain's spans go out too).
+        if let tracing { services.insert(tracing, at: 0) }
         // Started by systemd with Type=notify: readiness below, the watchdog and the drain's start as a service, shut
         // down first (the last of the group).
         let systemd = SystemdNotifier()

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CourierServer
 import Foundation
 import Logging
 import OTel
@@ -81,5 +82,44 @@ enum CourierTracing {
             return "OTEL_TRACES_SAMPLER=\(sampler): one of \(samplers.joined(separator: ", "))"
         }
         return nil
+    }
+}
+
+extension Serve {
+    /// `--otlp-endpoint` (or the file's `otlp-endpoint`): an http(s) URL, and no `OTEL_*` value swift-otel would stop on.
+    func validateTracing(environment: [String: String]) throws {
+        guard let endpoint = self.otlpEndpoint else { return }
+        guard CourierTracing.isEndpoint(endpoint) else {
+            throw ValidationError(
+                "--otlp-endpoint takes an http:// or https:// URL (no query), not \(CourierTracing.shown(endpoint))"
+            )
+        }
+        if let why = CourierTracing.unsupported(in: environment) {
+            throw ValidationError("--otlp-endpoint: \(why)")
+        }
+    }
+
+    /// With `--otlp-endpoint`: the tracer put in `configuration`, and the exporter's service to run (its failure costs
+    /// spans, never the server). Nil without it.
+    func tracing(
+        _ configuration: inout ServerConfiguration,
+        environment: [String: String],
+        logger: Logger
+    ) throws -> ServiceGroupConfiguration.ServiceConfiguration? {
+        guard let endpoint = self.otlpEndpoint else { return nil }
+        let node =
+            self.node ?? environment["COURIER_NODE"]
+            ?? "\(ProcessInfo.processInfo.hostName):\(configuration.nativePort)"
+        do {
+            let backend = try CourierTracing.backend(endpoint: endpoint, node: node, logger: logger)
+            configuration.tracer = backend.tracer
+            return .init(
+                service: backend.service,
+                successTerminationBehavior: .ignore,
+                failureTerminationBehavior: .ignore
+            )
+        } catch {
+            throw CommandFailure(description: "--otlp-endpoint: \(error)")
+        }
     }
 }

@@ -9,9 +9,10 @@ final class ServerMetrics: Sendable {
     let connectionsOpen: Gauge
     let connectionsTotal: Counter
     let messagesIn: Counter
-    /// Acknowledgements, by what they acknowledge (`of`): `send`, a client's message committed (its answer); `events`,
-    /// a client saying which events it has (each ack write, merged ones once).
-    let acks: [String: Counter]
+    /// Acknowledgements (`courier_acks_total`), by what they acknowledge (`of`): `send`, a client's message committed
+    /// (its answer); `events`, a client saying which events it has (each ack write, merged ones once).
+    let acksOfSends: Counter
+    let acksOfEvents: Counter
     let eventsOut: Counter
     /// Events handed to a connection as committed rather than read back from the store.
     let eventsHanded: Counter
@@ -103,21 +104,12 @@ final class ServerMetrics: Sendable {
                 "Messages clients sent (each send request, before its commit)."
             )
         )
-        self.acks = Dictionary(
-            uniqueKeysWithValues: ["send", "events"].map { of in
-                (
-                    of,
-                    registry.makeCounter(
-                        descriptor: Self.name(
-                            "courier_acks_total",
-                            "Acknowledgements: of=send, clients' messages committed; of=events, clients' acks of the "
-                                + "events they have."
-                        ),
-                        labels: [("of", of)]
-                    )
-                )
-            }
+        let acks = Self.name(
+            "courier_acks_total",
+            "Acknowledgements: of=send, clients' messages committed; of=events, clients' acks of the events they have."
         )
+        self.acksOfSends = registry.makeCounter(descriptor: acks, labels: [("of", "send")])
+        self.acksOfEvents = registry.makeCounter(descriptor: acks, labels: [("of", "events")])
         self.eventsOut = registry.makeCounter(
             descriptor: Self.name("courier_events_out_total", "Events of users' logs written to their connections.")
         )

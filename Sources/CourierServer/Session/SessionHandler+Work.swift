@@ -101,7 +101,7 @@ extension SessionHandler {
             reservedFanout: reserved,
             isRequest: isRequest
         )
-        if case .ack = request { self.server.metrics.acks["events"]?.increment() }
+        if case .ack = request { self.server.metrics.acksOfEvents.increment() }
         guard let work = self.work else { return }
         if self.server.traces != nil, case .send = request { self.traceStarts[serial] = TraceBook.now }
         let (bound, loop) = (self.bound, self.eventLoop!)

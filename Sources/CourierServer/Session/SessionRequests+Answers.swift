@@ -38,7 +38,7 @@ extension SessionRequests {
                 }
             }
             envelope.sendAck = Courier_V1_SendAck(receipt)
-            self.context.metrics.acks["send"]?.increment()
+            self.context.metrics.acksOfSends.increment()
         case .done:
             envelope.done = Courier_V1_Done()
         case .refused(let error):
