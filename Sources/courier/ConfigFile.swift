@@ -128,7 +128,11 @@ struct ConfigFile: Sendable, Equatable {
             do { _ = try TrustedProxies(proxies) } catch { throw refuse("trusted-proxy", "\(error)") }
         }
         if let endpoint = self.given("otlp-endpoint"), !CourierTracing.isEndpoint(endpoint) {
-            throw refuse("otlp-endpoint", "\(Self.quoted(endpoint)) is not an http:// or https:// URL")
+            // Named with its password hidden: the error goes to the terminal and the journal.
+            throw refuse(
+                "otlp-endpoint",
+                "\(Self.quoted(CourierTracing.shown(endpoint))) is not an http:// or https:// URL (no query)"
+            )
         }
         for origin in self.strings("allow-origin") ?? [] where !ServerConfiguration.WebSocket.isOrigin(origin) {
             throw refuse("allow-origin", "\(origin) is not scheme://host[:port] (http or https, no path)")

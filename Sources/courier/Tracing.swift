@@ -50,9 +50,16 @@ enum CourierTracing {
 
     /// The endpoint as `--print-config` shows it: a password in it hidden.
     static func shown(_ endpoint: String) -> String {
-        guard var url = URLComponents(string: endpoint), url.password != nil else { return endpoint }
-        url.password = "hidden"
-        return url.string ?? ""
+        if var url = URLComponents(string: endpoint) {
+            guard url.password != nil else { return endpoint }
+            url.password = "hidden"
+            return url.string ?? "hidden"
+        }
+        // Not a URL Foundation reads: a password may still stand between "user:" and the last "@".
+        let start = endpoint.range(of: "://")?.upperBound ?? endpoint.startIndex
+        guard let at = endpoint[start...].lastIndex(of: "@"), let colon = endpoint[start..<at].firstIndex(of: ":")
+        else { return endpoint }
+        return String(endpoint[...colon]) + "hidden" + String(endpoint[at...])
     }
 
     /// The `OTEL_*` settings this build cannot honour, which would stop swift-otel (it traps on them): why, for the

@@ -144,6 +144,12 @@ extension CommandLineTests {
                 ("host = \"unterminated\n", "line 1, column"),
                 ("trusted-proxy = [\"10.0.0.0/33\"]\n", "trusted-proxy: 10.0.0.0/33: the prefix length"),
                 ("otlp-endpoint = \"collector:4318\"\n", "otlp-endpoint: \"collector:4318\" is not an http"),
+                (
+                    "otlp-endpoint = \"https://courier:s3cret@采集.example:4318/?a=1\"\n",
+                    "otlp-endpoint: \"https://courier:hidden@",
+                ),
+                // Not even a URL Foundation reads (an unclosed bracket): the password is still hidden.
+                ("otlp-endpoint = \"http://courier:s3cret@[::1:4318\"\n", "\"http://courier:hidden@[::1:4318\""),
                 ("registration = \"everyone\"\n", "registration: \"everyone\" is not one of closed, invite, open"),
                 ("allow-origin = [\"chat.example\"]\n", "allow-origin: chat.example is not scheme://host"),
             ]
@@ -153,6 +159,7 @@ extension CommandLineTests {
                 #expect(result.status != 0, "\(text)")
                 #expect(result.output.contains(says), "\(says) in \(result.output)")
                 #expect(result.output.contains(path), "the file is named: \(result.output)")
+                #expect(!result.output.contains("s3cret"), "a password is never shown: \(result.output)")
                 // The admin commands check the whole file too.
                 let admin = try await CourierExecutable.run(["user", "list", "--config", path, "--data", data.path])
                 #expect(admin.status != 0 && admin.output.contains(says), "\(admin.output)")
